@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Builds linkcpp-server: llama.cpp's server from the source pinned inside node-llama-cpp@3.21.1, plus our patches.
+# Offline after the one `npm pack`; CPU-only; ccache kept outside the clone so CI and later runs reuse it.
+# Idempotent: with nothing changed, a second run only asks cmake whether anything is out of date (seconds).
+#
+#   coordinator/build.sh            # build (or refresh) coordinator/bin/linkcpp-server and linkcpp-quantize
+#   LINKCPP_VARIANT=stock coordinator/build.sh   # same source without our patches -> coordinator/bin-stock/ (benchmarks)
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+variant=${LINKCPP_VARIANT:-hooked}
+pkg=node-llama-cpp
+pkg_version=3.21.1
+# npm registry integrity of node-llama-cpp-3.21.1.tgz: a tarball that does not match is refused.
+pkg_integrity='sha512-E3N0Ev2Va0wzydvXYFwM9Hvyo07PoWjt8T/9GMc43Cvt8YkV/NU/tYUgEMC1grTPv2o9PRjQi0G3Wb5P/awiMg=='
+llama_commit=80fb11ac
+
+cache_root=${EXPERTSWARM_CACHE:-$HOME/.cache/expertswarm}
+work="$here/.work"
+src="$work/llama.cpp-$variant"
+build="$work/build-$variant"
+case "$variant" in
+  hooked) bin="$here/bin" ;;
+  stock)  bin="$here/bin-stock" ;;
+  *) echo "build.sh: LINKCPP_VARIANT must be hooked or stock, not '$variant'" >&2; exit 2 ;;
+esac
+mkdir -p "$cache_root" "$work" "$bin"
+export CCACHE_DIR=${CCACHE_DIR:-$cache_root/ccache}
+export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
+# Source paths differ between clones (CI clones elsewhere); let ccache hit across them.
+export CCACHE_BASEDIR="$here"
+export CCACHE_NOHASHDIR=1
+
+log() { printf '[build:coordinator] %s\n' "$*"; }
+t0=$(date +%s)
+
+tgz="$cache_root/$pkg-$pkg_version.tgz"
+if [ ! -f "$tgz" ]; then
+  log "fetching $pkg@$pkg_version tarball (npm pack, ~35 MB)"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack "$pkg@$pkg_version" --silent >/dev/null)
+  mv "$tmp/$pkg-$pkg_version.tgz" "$tgz.part"
+  rm -rf "$tmp"
+  got="sha512-$(openssl dgst -sha512 -binary "$tgz.part" | base64 -w0)"
+  if [ "$got" != "$pkg_integrity" ]; then
+    rm -f "$tgz.part"
+    echo "build.sh: integrity mismatch for $pkg@$pkg_version: got $got" >&2; exit 1
+  fi
+  mv "$tgz.part" "$tgz"
+fi
+
+bundle="$cache_root/llama-$pkg_version.bundle"
+if [ ! -f "$bundle" ]; then
+  tar -xzf "$tgz" -O package/llama/gitRelease.bundle > "$bundle.part"
+  mv "$bundle.part" "$bundle"
+fi
+
+patches=()
+if [ "$variant" = hooked ]; then
+  while IFS= read -r p; do patches+=("$p"); done < <(find "$here/patches" -name '*.patch' | sort)
+fi
+# The stamp names everything the source tree depends on; a change re-lays the tree from the bundle.
+stamp_want=$( { echo "$llama_commit $variant"; for p in "${patches[@]}"; do sha256sum "$p"; done; \
+                if [ "$variant" = hooked ] && [ -d "$here/src" ]; then find "$here/src" -type f -print0 | sort -z | xargs -0 -r sha256sum; fi; } \
+              | sha256sum | cut -d' ' -f1)
+stamp_file="$src/.linkcpp-stamp"
+if [ ! -f "$stamp_file" ] || [ "$(cat "$stamp_file")" != "$stamp_want" ]; then
+  log "laying llama.cpp $llama_commit ($variant) in $src"
+  rm -rf "$src"
+  git clone -q "$bundle" "$src"
+  git -C "$src" -c advice.detachedHead=false checkout -q "$llama_commit"
+  if [ "$variant" = hooked ]; then
+    [ -d "$here/src" ] && cp -r "$here/src/." "$src/"
+    for p in "${patches[@]}"; do
+      log "applying $(basename "$p")"
+      git -C "$src" apply --whitespace=nowarn "$p"
+    done
+  fi
+  echo "$stamp_want" > "$stamp_file"
+fi
+
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  log "configuring (CPU only, static, ccache at $CCACHE_DIR)"
+  cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+    -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON \
+    -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
+    >"$work/cmake-$variant.log" 2>&1 || { tail -40 "$work/cmake-$variant.log" >&2; exit 1; }
+fi
+
+jobs=${LINKCPP_JOBS:-$(nproc)}
+log "building llama-server and llama-quantize with $jobs jobs"
+cmake --build "$build" --target llama-server llama-quantize -j "$jobs" >"$work/build-$variant.log" 2>&1 \
+  || { tail -60 "$work/build-$variant.log" >&2; exit 1; }
+install -m 0755 "$build/bin/llama-server" "$bin/linkcpp-server.tmp" && mv "$bin/linkcpp-server.tmp" "$bin/linkcpp-server"
+install -m 0755 "$build/bin/llama-quantize" "$bin/linkcpp-quantize.tmp" && mv "$bin/linkcpp-quantize.tmp" "$bin/linkcpp-quantize"
+log "done in $(( $(date +%s) - t0 )) s: $bin/linkcpp-server"

@@ -1,0 +1,339 @@
+/**
+ * Decoding of ggml tensor data to float32, bit-exact with ggml's dequantize_row_* (ggml-quants.c)
+ * and its fp16/bf16 row converters, for the pinned llama.cpp.
+ *
+ * ggml computes these in C `float` (no FMA in the reference build). JS numbers are doubles, so each
+ * intermediate float operation is rounded with Math.fround; the last rounding happens on the store
+ * into the Float32Array. A product of a float and a small integer is exact in double, so rounding it
+ * once (fround or store) gives exactly C's float result; double rounding of a single +,-,* to float
+ * is innocuous, so fround(a op b) equals the C float operation.
+ *
+ * Standard JS only (typed arrays): safe in browsers. `src` may be any Uint8Array view (unaligned
+ * offsets fine); multi-byte fields are assembled from bytes, little-endian as GGUF stores them.
+ */
+import { GGMLType, requireQuantType } from "./quant-types.ts";
+import { f16ToF32Table } from "./half.ts";
+
+type Decoder = (src: Uint8Array, nBlocks: number, out: Float32Array, o: number) => void;
+
+const fround = Math.fround;
+
+/** Little-endian u16 at byte offset p. */
+function u16(src: Uint8Array, p: number): number {
+  return src[p]! | (src[p + 1]! << 8);
+}
+
+/** f16 field at byte offset p, as a float32 value. */
+function half(tab: Float32Array, src: Uint8Array, p: number): number {
+  return tab[src[p]! | (src[p + 1]! << 8)]!;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plain float formats (block size 1).
+
+/** F32: 4 bytes per element, little-endian IEEE float32. Bits are copied verbatim. */
+function decodeF32(src: Uint8Array, n: number, out: Float32Array, o: number): void {
+  const dst = new Uint32Array(out.buffer, out.byteOffset + o * 4, n);
+  for (let i = 0, p = 0; i < n; i++, p += 4) {
+    dst[i] = (src[p]! | (src[p + 1]! << 8) | (src[p + 2]! << 16) | (src[p + 3]! << 24)) >>> 0;
+  }
+}
+
+/** F16: 2 bytes per element, little-endian IEEE binary16. */
+function decodeF16(src: Uint8Array, n: number, out: Float32Array, o: number): void {
+  // Copy table bits rather than values so NaN payloads survive.
+  const tab = f16ToF32Table();
+  const tabBits = new Uint32Array(tab.buffer, tab.byteOffset, 65536);
+  const dst = new Uint32Array(out.buffer, out.byteOffset + o * 4, n);
+  for (let i = 0, p = 0; i < n; i++, p += 2) dst[i] = tabBits[src[p]! | (src[p + 1]! << 8)]!;
+}
+
+/** BF16: 2 bytes per element, little-endian; the upper 16 bits of a float32. */
+function decodeBF16(src: Uint8Array, n: number, out: Float32Array, o: number): void {
+  const dst = new Uint32Array(out.buffer, out.byteOffset + o * 4, n);
+  for (let i = 0, p = 0; i < n; i++, p += 2) dst[i] = ((src[p]! << 16) | (src[p + 1]! << 24)) >>> 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 32-element block formats.
+
+/**
+ * Q4_0: BLOCK_SIZE 32, 18 bytes. [0] f16 d; [2..18) qs[16]: byte j holds element j (low nibble)
+ * and element j+16 (high nibble). y = (q - 8) * d.
+ */
+function decodeQ4_0(src: Uint8Array, nb: number, out: Float32Array, o: number): void {
+  const tab = f16ToF32Table();
+  for (let b = 0, p = 0; b < nb; b++, p += 18, o += 32) {
+    const d = half(tab, src, p);
+    for (let j = 0; j < 16; j++) {
+      const q = src[p + 2 + j]!;
+      out[o + j] = ((q & 15) - 8) * d;
+      out[o + j + 16] = ((q >> 4) - 8) * d;
+    }
+  }
+}
+
+/**
+ * Q4_1: BLOCK_SIZE 32, 20 bytes. [0] f16 d; [2] f16 m; [4..20) qs[16] nibbles as in Q4_0.
+ * y = q * d + m.
+ */
+function decodeQ4_1(src: Uint8Array, nb: number, out: Float32Array, o: number): void {
+  const tab = f16ToF32Table();
+  for (let b = 0, p = 0; b < nb; b++, p += 20, o += 32) {
+    const d = half(tab, src, p);
+    const m = half(tab, src, p + 2);
+    for (let j = 0; j < 16; j++) {
+      const q = src[p + 4 + j]!;
+      out[o + j] = fround((q & 15) * d) + m;
+      out[o + j + 16] = fround((q >> 4) * d) + m;
+    }
+  }
+}
+
+/**
+ * Q5_0: BLOCK_SIZE 32, 22 bytes. [0] f16 d; [2..6) qh: u32 LE, bit j = 5th bit of element j;
+ * [6..22) qs[16] low nibbles as in Q4_0. y = (q - 16) * d.
+ */
+function decodeQ5_0(src: Uint8Array, nb: number, out: Float32Array, o: number): void {
+  const tab = f16ToF32Table();
+  for (let b = 0, p = 0; b < nb; b++, p += 22, o += 32) {
+    const d = half(tab, src, p);
+    const qh = (src[p + 2]! | (src[p + 3]! << 8) | (src[p + 4]! << 16) | (src[p + 5]! << 24)) >>> 0;
+    for (let j = 0; j < 16; j++) {
+      const q = src[p + 6 + j]!;
+      const lo = (q & 15) | (((qh >>> j) & 1) << 4);
+      const hi = (q >> 4) | (((qh >>> (j + 16)) & 1) << 4);
+      out[o + j] = (lo - 16) * d;
+      out[o + j + 16] = (hi - 16) * d;
+    }
+  }
+}
+
+/**
+ * Q5_1: BLOCK_SIZE 32, 24 bytes. [0] f16 d; [2] f16 m; [4..8) qh u32 LE (5th bits);
+ * [8..24) qs[16] low nibbles. y = q * d + m.
+ */
+function decodeQ5_1(src: Uint8Array, nb: number, out: Float32Array, o: number): void {
+  const tab = f16ToF32Table();
+  for (let b = 0, p = 0; b < nb; b++, p += 24, o += 32) {
+    const d = half(tab, src, p);
+    const m = half(tab, src, p + 2);
+    const qh = (src[p + 4]! | (src[p + 5]! << 8) | (src[p + 6]! << 16) | (src[p + 7]! << 24)) >>> 0;
+    for (let j = 0; j < 16; j++) {
+      const q = src[p + 8 + j]!;
+      const lo = (q & 15) | (((qh >>> j) & 1) << 4);
+      const hi = (q >> 4) | (((qh >>> (j + 16)) & 1) << 4);
+      out[o + j] = fround(lo * d) + m;
+      out[o + j + 16] = fround(hi * d) + m;
+    }
+  }
+}
+
+/** Q8_0: BLOCK_SIZE 32, 34 bytes. [0] f16 d; [2..34) qs[32] int8. y = q * d. */
+function decodeQ8_0(src: Uint8Array, nb: number, out: Float32Array, o: number): void {
+  const tab = f16ToF32Table();
+  for (let b = 0, p = 0; b < nb; b++, p += 34, o += 32) {
+    const d = half(tab, src, p);
+    for (let j = 0; j < 32; j++) out[o + j] = ((src[p + 2 + j]! << 24) >> 24) * d;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// K-quants: super-blocks of QK_K = 256 elements (the decoders hard-code 256).
+
+/**
+ * Q2_K: BLOCK_SIZE 256, 84 bytes. [0..16) scales[16]: sub-block s (16 elements) has scale
+ * scales[s] & 15 and min scales[s] >> 4; [16..80) qs[64] 2-bit quants; [80] f16 d; [82] f16 dmin.
+ * Element e = 128h + 32j + 16k + l (h<2, j<4, k<2, l<16) is bits 2j..2j+1 of qs[32h + 16k + l].
+ * y = d*sc * q - dmin*m.
+ */
+function decodeQ2_K(src: Uint8Array, nb: number, out: Float32Array, o: number): void {
+  const tab = f16ToF32Table();
+  for (let b = 0, p = 0; b < nb; b++, p += 84) {
+    const d = half(tab, src, p + 80);
+    const dmin = half(tab, src, p + 82);
+    for (let s = 0; s < 16; s++, o += 16) {
+      const sc = src[p + s]!;
+      const dl = fround(d * (sc & 15));
+      const ml = fround(dmin * (sc >> 4));
+      const h = s >> 3, j = (s >> 1) & 3, k = s & 1;
+      const q = p + 16 + 32 * h + 16 * k;
+      const shift = 2 * j;
+      for (let l = 0; l < 16; l++) out[o + l] = fround(dl * ((src[q + l]! >> shift) & 3)) - ml;
+    }
+  }
+}
+
+/**
+ * Q3_K: BLOCK_SIZE 256, 110 bytes. [0..32) hmask[32] high bits; [32..96) qs[64] low 2 bits;
+ * [96..108) scales: 16 six-bit values; [108] f16 d.
+ * Scale i: low 4 bits = i<8 ? sb[i] & 15 : sb[i-8] >> 4; high 2 bits = (sb[8 + (i&3)] >> 2*(i>>2)) & 3;
+ * stored biased by 32. Element e = 128h + 32j + 16k + l: low bits 2j.. of qs[32h + 16k + l],
+ * high bit (4h + j) of hmask[16k + l]; q = low - (high ? 0 : 4). y = d*(scale-32) * q.
+ */
+function decodeQ3_K(src: Uint8Array, nb: number, out: Float32Array, o: number): void {
+  const tab = f16ToF32Table();
+  for (let b = 0, p = 0; b < nb; b++, p += 110) {
+    const d = half(tab, src, p + 108);
+    const sb = p + 96;
+    for (let s = 0; s < 16; s++, o += 16) {
+      const low = s < 8 ? src[sb + s]! & 15 : src[sb + s - 8]! >> 4;
+      const high = (src[sb + 8 + (s & 3)]! >> (2 * (s >> 2))) & 3;
+      const dl = fround(d * ((low | (high << 4)) - 32));
+      const h = s >> 3, j = (s >> 1) & 3, k = s & 1;
+      const q = p + 32 + 32 * h + 16 * k;
+      const hm = p + 16 * k;
+      const shift = 2 * j;
+      const mask = 1 << (4 * h + j);
+      for (let l = 0; l < 16; l++) {
+        const v = ((src[q + l]! >> shift) & 3) - (src[hm + l]! & mask ? 0 : 4);
+        out[o + l] = dl * v;
+      }
+    }
+  }
+}
+
+/**
+ * Scale/min pair j (0..7) of the 12-byte 6-bit packing shared by Q4_K and Q5_K
+ * (ggml's get_scale_min_k4). Returns sc | (m << 8).
+ */
+function scaleMinK4(src: Uint8Array, sb: number, j: number): number {
+  if (j < 4) return (src[sb + j]! & 63) | ((src[sb + j + 4]! & 63) << 8);
+  const sc = (src[sb + j + 4]! & 15) | ((src[sb + j - 4]! >> 6) << 4);
+  const m = (src[sb + j + 4]! >> 4) | ((src[sb + j]! >> 6) << 4);
+  return sc | (m << 8);
+}
+
+/**
+ * Q4_K: BLOCK_SIZE 256, 144 bytes. [0] f16 d; [2] f16 dmin; [4..16) scales (12 bytes, eight
+ * 6-bit scale/min pairs, see scaleMinK4); [16..144) qs[128]. Sub-block s (32 elements) lives in
+ * qs[32*(s>>1) + l], low nibble for even s, high nibble for odd s. y = d*sc * q - dmin*m.
+ */
+function decodeQ4_K(src: Uint8Array, nb: number, out: Float32Array, o: number): void {
+  const tab = f16ToF32Table();
+  for (let b = 0, p = 0; b < nb; b++, p += 144) {
+    const d = half(tab, src, p);
+    const dmin = half(tab, src, p + 2);
+    for (let s = 0; s < 8; s++, o += 32) {
+      const sm = scaleMinK4(src, p + 4, s);
+      const dl = fround(d * (sm & 255));
+      const ml = fround(dmin * (sm >> 8));
+      const q = p + 16 + 32 * (s >> 1);
+      const shift = (s & 1) * 4;
+      for (let l = 0; l < 32; l++) out[o + l] = fround(dl * ((src[q + l]! >> shift) & 15)) - ml;
+    }
+  }
+}
+
+/**
+ * Q5_K: BLOCK_SIZE 256, 176 bytes. [0] f16 d; [2] f16 dmin; [4..16) scales as Q4_K;
+ * [16..48) qh[32]: bit s of qh[l] is the 5th bit of element 32s + l; [48..176) qs[128] low nibbles
+ * as Q4_K. y = d*sc * q - dmin*m.
+ */
+function decodeQ5_K(src: Uint8Array, nb: number, out: Float32Array, o: number): void {
+  const tab = f16ToF32Table();
+  for (let b = 0, p = 0; b < nb; b++, p += 176) {
+    const d = half(tab, src, p);
+    const dmin = half(tab, src, p + 2);
+    for (let s = 0; s < 8; s++, o += 32) {
+      const sm = scaleMinK4(src, p + 4, s);
+      const dl = fround(d * (sm & 255));
+      const ml = fround(dmin * (sm >> 8));
+      const q = p + 48 + 32 * (s >> 1);
+      const qh = p + 16;
+      const shift = (s & 1) * 4;
+      for (let l = 0; l < 32; l++) {
+        const v = ((src[q + l]! >> shift) & 15) | (((src[qh + l]! >> s) & 1) << 4);
+        out[o + l] = fround(dl * v) - ml;
+      }
+    }
+  }
+}
+
+/**
+ * Q6_K: BLOCK_SIZE 256, 210 bytes. [0..128) ql[128] low 4 bits; [128..192) qh[64] high 2 bits;
+ * [192..208) scales[16] int8 (one per 16 elements); [208] f16 d.
+ * Element e = 128h + 32j + l (h<2, j<4, l<32): low bits = ql[64h + 32(j&1) + l] nibble (j>>1),
+ * high bits = (qh[32h + l] >> 2j) & 3; q = (low | high<<4) - 32. y = d*scales[e>>4] * q.
+ */
+function decodeQ6_K(src: Uint8Array, nb: number, out: Float32Array, o: number): void {
+  const tab = f16ToF32Table();
+  for (let b = 0, p = 0; b < nb; b++, p += 210, o += 256) {
+    const d = half(tab, src, p + 208);
+    for (let h = 0; h < 2; h++) {
+      for (let j = 0; j < 4; j++) {
+        const ql = p + 64 * h + 32 * (j & 1);
+        const lshift = (j >> 1) * 4;
+        const qh = p + 128 + 32 * h;
+        const hshift = 2 * j;
+        const e0 = 128 * h + 32 * j;
+        const s0 = fround(d * ((src[p + 192 + (e0 >> 4)]! << 24) >> 24));
+        const s1 = fround(d * ((src[p + 193 + (e0 >> 4)]! << 24) >> 24));
+        for (let l = 0; l < 32; l++) {
+          const v = (((src[ql + l]! >> lshift) & 15) | (((src[qh + l]! >> hshift) & 3) << 4)) - 32;
+          out[o + e0 + l] = (l < 16 ? s0 : s1) * v;
+        }
+      }
+    }
+  }
+}
+
+const decoders = new Map<GGMLType, Decoder>([
+  [GGMLType.F32, decodeF32],
+  [GGMLType.F16, decodeF16],
+  [GGMLType.BF16, decodeBF16],
+  [GGMLType.Q4_0, decodeQ4_0],
+  [GGMLType.Q4_1, decodeQ4_1],
+  [GGMLType.Q5_0, decodeQ5_0],
+  [GGMLType.Q5_1, decodeQ5_1],
+  [GGMLType.Q8_0, decodeQ8_0],
+  [GGMLType.Q2_K, decodeQ2_K],
+  [GGMLType.Q3_K, decodeQ3_K],
+  [GGMLType.Q4_K, decodeQ4_K],
+  [GGMLType.Q5_K, decodeQ5_K],
+  [GGMLType.Q6_K, decodeQ6_K],
+]);
+
+/** Whether `dequantize` supports this type. */
+export function canDequantize(type: GGMLType): boolean {
+  return decoders.has(type);
+}
+
+/**
+ * Decodes `n` elements of `type` from `src` into `out` starting at `outOffset` (a new Float32Array
+ * of length outOffset + n when `out` is omitted) and returns the array written. Results equal ggml's
+ * dequantize_row_* bit for bit. Throws RangeError for an unsupported type, an `n` that is not a
+ * whole number of blocks, a too short `src`, or an `out` without room.
+ */
+export function dequantize(
+  type: GGMLType,
+  src: Uint8Array,
+  n: number,
+  out?: Float32Array,
+  outOffset = 0,
+): Float32Array {
+  const decode = decoders.get(type);
+  if (!decode) {
+    const name = (GGMLType as Record<number, string | undefined>)[type] ?? String(type);
+    throw new RangeError(`dequantize: unsupported type ${name} (${type})`);
+  }
+  const info = requireQuantType(type);
+  if (!Number.isSafeInteger(n) || n < 0) throw new RangeError(`dequantize ${info.name}: bad element count ${n}`);
+  if (n % info.blockSize !== 0) {
+    throw new RangeError(`dequantize ${info.name}: ${n} elements is not a multiple of the block size ${info.blockSize}`);
+  }
+  const nBlocks = n / info.blockSize;
+  const need = nBlocks * info.bytesPerBlock;
+  if (src.length < need) {
+    throw new RangeError(`dequantize ${info.name}: ${n} elements need ${need} bytes, src has ${src.length}`);
+  }
+  if (!Number.isSafeInteger(outOffset) || outOffset < 0) {
+    throw new RangeError(`dequantize ${info.name}: bad output offset ${outOffset}`);
+  }
+  const dst = out ?? new Float32Array(outOffset + n);
+  if (dst.length < outOffset + n) {
+    throw new RangeError(`dequantize ${info.name}: output has ${dst.length} elements, needs ${outOffset + n}`);
+  }
+  if (n > 0) decode(src, nBlocks, dst, outOffset);
+  return dst;
+}

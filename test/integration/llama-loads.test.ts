@@ -1,0 +1,47 @@
+/**
+ * llama.cpp (our linkcpp-server build) loads every generated architecture × quant type and generates tokens.
+ * Runs one server at a time: on a 2-core machine parallel servers only slow each other down.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { testModel } from '../support/models.ts';
+import { completeGreedy, startServer } from '../support/linkcpp.ts';
+import { ARCHITECTURES } from '../../tools/model-arch.ts';
+import { GGMLType } from '../../gguf/quant-types.ts';
+import { readGGUFFile } from '../../gguf/node-io.ts';
+
+const TYPES = [GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K];
+
+for (const arch of ARCHITECTURES) {
+  for (const type of TYPES) {
+    test(`llama.cpp loads and runs ${arch} ${GGMLType[type]}`, async () => {
+      // K-quants need rows that are whole 256-element super-blocks.
+      const width = type >= GGMLType.Q2_K && type <= GGMLType.Q6_K ? 256 : 64;
+      const model = await testModel({ arch, layers: 3, nEmbd: width, ff: width, sharedFf: width, nExpert: 8, nExpertUsed: 2, type, seed: 11 });
+      const file = await readGGUFFile(model.path);
+      const expertTensor = file.tensors.find((t) => t.name.endsWith('ffn_up_exps.weight'));
+      assert.equal(expertTensor?.type, type, 'expert tensors carry the requested type');
+      if (arch === 'deepseek') {
+        assert.ok(!file.tensors.some((t) => t.name.startsWith('blk.0.ffn_up_exps')), 'layer 0 is dense');
+        assert.ok(file.tensors.some((t) => t.name === 'blk.0.ffn_up.weight'));
+      }
+
+      const server = await startServer({ model: model.path });
+      try {
+        const out = await completeGreedy(server.url, 'The swarm serves', 8, model.ban);
+        assert.equal(out.tokens.length, 8, 'eight tokens generated');
+        const banned = new Set(model.ban);
+        for (const id of out.tokens) {
+          assert.ok(Number.isInteger(id) && id >= 0, `token id ${id}`);
+          assert.ok(!banned.has(id), `banned token ${id} was sampled`);
+        }
+        // Same request again: greedy decoding of the same model is deterministic.
+        const again = await completeGreedy(server.url, 'The swarm serves', 8, model.ban);
+        assert.deepEqual(again.tokens, out.tokens);
+        assert.match(server.log(), new RegExp(`arch\\s*=\\s*${arch}`), 'the server loaded the model with its architecture');
+      } finally {
+        await server.stop();
+      }
+    });
+  }
+}

@@ -1,0 +1,160 @@
+/**
+ * Our CPU references against llama.cpp itself, through its own quantize tool (linkcpp-quantize):
+ *  1. llama.cpp dequantizes files our quantizers wrote (requantize to F32): our dequantizer must agree bit for bit.
+ *  2. llama.cpp quantizes an F32 model (--pure): for the 32-element formats our quantizer must write the same bytes
+ *     (both follow ggml's reference algorithm); for every format our dequantizer must agree with llama.cpp's F32
+ *     expansion of those bytes bit for bit, and stay close to the F32 source.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { testModel } from '../support/models.ts';
+import { LINKCPP_QUANTIZE } from '../support/linkcpp.ts';
+import { GGMLType, requireQuantType } from '../../gguf/quant-types.ts';
+import { openFileSource } from '../../gguf/node-io.ts';
+import { readGGUF } from '../../gguf/reader.ts';
+import type { GGUFFile, GGUFTensorInfo } from '../../gguf/types.ts';
+import { dequantize } from '../../gguf/dequantize.ts';
+import { quantize } from '../../gguf/quantize.ts';
+
+const run = promisify(execFile);
+
+interface Loaded {
+  file: GGUFFile;
+  bytes(t: GGUFTensorInfo): Promise<Uint8Array>;
+  close(): Promise<void>;
+}
+
+async function load(path: string): Promise<Loaded> {
+  const src = await openFileSource(path);
+  const file = await readGGUF(src);
+  return {
+    file,
+    bytes: (t) => src.read(file.dataOffset + t.offset, t.byteLength),
+    close: () => src.close(),
+  };
+}
+
+function elements(t: GGUFTensorInfo): number {
+  return t.dims.reduce((a, b) => a * b, 1);
+}
+
+async function llamaQuantize(input: string, output: string, ftype: string, pure: boolean): Promise<void> {
+  const args = ['--allow-requantize', ...(pure ? ['--pure'] : []), input, output, ftype, '2'];
+  await run(LINKCPP_QUANTIZE, args, { timeout: 120_000, maxBuffer: 16 << 20 });
+}
+
+/** Asserts two float arrays are identical bit for bit (NaN-safe), naming the first difference. */
+function assertBitEqual(ours: Float32Array, theirs: Float32Array, what: string): void {
+  assert.equal(ours.length, theirs.length, `${what}: length`);
+  const a = new Uint32Array(ours.buffer, ours.byteOffset, ours.length);
+  const b = new Uint32Array(theirs.buffer, theirs.byteOffset, theirs.length);
+  for (let i = 0; i < a.length; i++) {
+    if (a[i] !== b[i]) assert.fail(`${what}: element ${i} differs: ours ${ours[i]} llama.cpp ${theirs[i]}`);
+  }
+}
+
+function nmse(approx: Float32Array, exact: Float32Array): number {
+  let num = 0;
+  let den = 0;
+  for (let i = 0; i < exact.length; i++) {
+    const d = (approx[i] as number) - (exact[i] as number);
+    num += d * d;
+    den += (exact[i] as number) ** 2;
+  }
+  return num / den;
+}
+
+const dir = await mkdtemp(join(tmpdir(), 'es-quant-'));
+test.after(() => rm(dir, { recursive: true, force: true }));
+
+const base = { arch: 'qwen3moe' as const, layers: 1, nEmbd: 256, ff: 256, nExpert: 4, nExpertUsed: 2, seed: 5 };
+
+const OURS = [GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K];
+for (const type of OURS) {
+  test(`llama.cpp dequantizes our ${GGMLType[type]} exactly as we do`, async () => {
+    const model = await testModel({ ...base, type });
+    const out = join(dir, `ours-${GGMLType[type]}-f32.gguf`);
+    await llamaQuantize(model.path, out, 'F32', false);
+    const ours = await load(model.path);
+    const theirs = await load(out);
+    try {
+      let compared = 0;
+      for (const t of ours.file.tensors) {
+        if (t.type !== type) continue;
+        const u = theirs.file.tensors.find((x) => x.name === t.name);
+        assert.equal(u?.type, GGMLType.F32, `${t.name} became F32`);
+        const mine = dequantize(type, await ours.bytes(t), elements(t));
+        const ref = new Float32Array((await theirs.bytes(u!)).slice().buffer);
+        assertBitEqual(mine, ref, t.name);
+        compared++;
+      }
+      assert.ok(compared >= 4, `compared ${compared} tensors`);
+    } finally {
+      await ours.close();
+      await theirs.close();
+    }
+  });
+}
+
+/** llama-quantize type name (with --pure every matrix gets exactly this type), and the NMSE bound vs the F32 source. */
+const THEIRS: Array<[GGMLType, string, number]> = [
+  // Bounds: uniform weights, error ≈ step²/12 relative to the variance; step = range / levels.
+  [GGMLType.Q8_0, 'Q8_0', 1e-4],
+  [GGMLType.Q4_0, 'Q4_0', 1.5e-2],
+  [GGMLType.Q4_1, 'Q4_1', 1e-2],
+  [GGMLType.Q5_0, 'Q5_0', 4e-3],
+  [GGMLType.Q5_1, 'Q5_1', 3e-3],
+  [GGMLType.Q2_K, 'Q2_K', 2e-1],
+  [GGMLType.Q3_K, 'Q3_K_M', 5e-2],
+  [GGMLType.Q4_K, 'Q4_K_M', 1.5e-2],
+  [GGMLType.Q5_K, 'Q5_K_M', 4e-3],
+  [GGMLType.Q6_K, 'Q6_K', 1e-3],
+];
+const BYTE_IDENTICAL = new Set([GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1]);
+
+for (const [type, ftype, bound] of THEIRS) {
+  test(`llama.cpp's ${GGMLType[type]} bytes: our dequantizer agrees${BYTE_IDENTICAL.has(type) ? ', our quantizer writes the same bytes' : ''}`, async () => {
+    const f32 = await testModel({ ...base, type: GGMLType.F32 });
+    const q = join(dir, `theirs-${GGMLType[type]}.gguf`);
+    const back = join(dir, `theirs-${GGMLType[type]}-f32.gguf`);
+    await llamaQuantize(f32.path, q, ftype, true);
+    await llamaQuantize(q, back, 'F32', false);
+    const src = await load(f32.path);
+    const quant = await load(q);
+    const deq = await load(back);
+    try {
+      let compared = 0;
+      for (const t of quant.file.tensors) {
+        if (t.type !== type) continue;
+        const s = src.file.tensors.find((x) => x.name === t.name)!;
+        const d = deq.file.tensors.find((x) => x.name === t.name)!;
+        const theirBytes = await quant.bytes(t);
+        const source = new Float32Array((await src.bytes(s)).slice().buffer);
+        const mine = dequantize(type, theirBytes, elements(t));
+        assertBitEqual(mine, new Float32Array((await deq.bytes(d)).slice().buffer), t.name);
+        const e = nmse(mine, source);
+        assert.ok(e < bound, `${t.name}: NMSE ${e.toExponential(2)} ≥ ${bound}`);
+        if (BYTE_IDENTICAL.has(type)) {
+          const ourBytes = quantize(type, source);
+          const info = requireQuantType(type);
+          for (let i = 0; i < ourBytes.length; i++) {
+            if (ourBytes[i] !== theirBytes[i]) {
+              assert.fail(`${t.name}: byte ${i} (block ${Math.floor(i / info.bytesPerBlock)}) differs: ours ${ourBytes[i]} llama.cpp ${theirBytes[i]}`);
+            }
+          }
+        }
+        compared++;
+      }
+      assert.ok(compared >= 4, `compared ${compared} tensors`);
+    } finally {
+      await src.close();
+      await quant.close();
+      await deq.close();
+    }
+  });
+}

@@ -1,0 +1,199 @@
+/**
+ * Writes a deterministic random-weight MoE model that llama.cpp loads.
+ *
+ *   npm run make-model -- --arch qwen3moe --layers 2 --n-embd 64 --n-expert 8 --n-expert-used 2 --ff 64 \
+ *     --type q8_0 --seed 1 --out .models/tiny.gguf
+ *
+ * Weights are drawn per tensor from a generator seeded by (seed, tensor name), so two files that differ only in
+ * `--type` hold the same underlying weights, quantized differently.
+ */
+import { parseArgs } from 'node:util';
+import { mkdir, rename } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { GGUFWriter } from '../gguf/writer.ts';
+import { GGUFValueType, arr, f32, str, u32 } from '../gguf/types.ts';
+import { fileSink } from '../gguf/node-io.ts';
+import { quantize } from '../gguf/quantize.ts';
+import { quantTypeByName } from '../gguf/quant-types.ts';
+import { ARCHITECTURES, type ArchName, type ModelConfig, type ModelPlan, type TensorPlan, defaultConfig, planModel } from './model-arch.ts';
+import { CHATML_TEMPLATE, buildVocabulary } from './tokenizer.ts';
+
+/** Elements generated and quantized at a time: bounds memory whatever the model size. */
+const CHUNK_ELEMENTS = 1 << 20;
+
+/** 32-bit FNV-1a, to derive a per-tensor seed from its name. */
+function hashName(seed: number, name: string): number {
+  let h = (0x811c9dc5 ^ seed) >>> 0;
+  for (let i = 0; i < name.length; i++) h = Math.imul(h ^ name.charCodeAt(i), 0x01000193) >>> 0;
+  return h || 1;
+}
+
+/** Fills `out` with uniform values in [-amplitude, amplitude) from a xorshift32 state; returns the next state. */
+function fillUniform(out: Float32Array, state: number, amplitude: number): number {
+  let s = state;
+  const k = (2 * amplitude) / 4294967296;
+  for (let i = 0; i < out.length; i++) {
+    s ^= s << 13;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    out[i] = (s >>> 0) * k - amplitude;
+  }
+  return s;
+}
+
+/**
+ * Amplitude of a tensor's uniform weights. Matrices get unit-variance outputs for unit-variance inputs (√3/√fan_in);
+ * the output projection is scaled up so that logits are far apart and greedy choices are stable under the small
+ * numeric differences between backends; norms are all ones.
+ */
+function amplitude(t: TensorPlan): number {
+  const fanIn = t.dims[0] as number;
+  switch (t.role) {
+    case 'norm':
+      return 0;
+    case 'embed':
+      return Math.sqrt(3);
+    case 'output':
+      return (4 * Math.sqrt(3)) / Math.sqrt(fanIn);
+    case 'router':
+      return (2 * Math.sqrt(3)) / Math.sqrt(fanIn);
+    default:
+      return Math.sqrt(3) / Math.sqrt(fanIn);
+  }
+}
+
+/** Streams one tensor's bytes in chunks of whole rows. */
+async function* tensorChunks(t: TensorPlan, seed: number): AsyncGenerator<Uint8Array> {
+  const rowLength = t.dims[0] as number;
+  const total = t.dims.reduce((a, b) => a * b, 1);
+  const rowsPerChunk = Math.max(1, Math.floor(CHUNK_ELEMENTS / rowLength));
+  let state = hashName(seed, t.name);
+  const amp = amplitude(t);
+  for (let done = 0; done < total; ) {
+    const n = Math.min(rowsPerChunk * rowLength, total - done);
+    const values = new Float32Array(n);
+    if (amp === 0) values.fill(1);
+    else state = fillUniform(values, state, amp);
+    yield quantize(t.type, values);
+    done += n;
+  }
+}
+
+export interface MadeModel {
+  path: string;
+  plan: ModelPlan;
+  bytes: number;
+  /** Token ids whose bytes alone are not valid UTF-8 (tests ban them with logit_bias). */
+  nonUtf8TokenIds: number[];
+  vocabSize: number;
+}
+
+/** Writes the model to `path` (atomically: a partial file never has the final name). */
+export async function makeModel(config: ModelConfig, path: string): Promise<MadeModel> {
+  const vocab = buildVocabulary();
+  const plan = planModel(config, vocab.tokens.length);
+  const w = new GGUFWriter();
+  for (const m of plan.metadata) {
+    w.set(m.key, m.kind === 'u32' ? u32(m.value) : m.kind === 'f32' ? f32(m.value) : str(m.value));
+  }
+  w.set('tokenizer.ggml.model', str('gpt2'));
+  w.set('tokenizer.ggml.pre', str('default'));
+  w.set('tokenizer.ggml.tokens', arr(GGUFValueType.STRING, vocab.tokens));
+  w.set('tokenizer.ggml.token_type', arr(GGUFValueType.INT32, vocab.types));
+  w.set('tokenizer.ggml.merges', arr(GGUFValueType.STRING, vocab.merges));
+  w.set('tokenizer.ggml.bos_token_id', u32(vocab.bosId));
+  w.set('tokenizer.ggml.eos_token_id', u32(vocab.eosId));
+  w.set('tokenizer.chat_template', str(CHATML_TEMPLATE));
+  for (const t of plan.tensors) w.addTensor(t.name, t.dims, t.type);
+
+  await mkdir(dirname(path), { recursive: true });
+  const tmp = `${path}.part-${process.pid}`;
+  const sink = fileSink(tmp);
+  let bytes = 0;
+  const counting = {
+    write: async (chunk: Uint8Array) => {
+      bytes += chunk.length;
+      await sink.write(chunk);
+    },
+  };
+  await w.writeHeader(counting);
+  for (const t of plan.tensors) {
+    for await (const chunk of tensorChunks(t, config.seed)) await w.writeTensorData(counting, chunk);
+  }
+  await w.finish(counting);
+  await sink.close?.();
+  await rename(tmp, path);
+  return { path, plan, bytes, nonUtf8TokenIds: vocab.nonUtf8Ids, vocabSize: vocab.tokens.length };
+}
+
+const USAGE = `usage: npm run make-model -- --arch <${ARCHITECTURES.join('|')}> [--layers N] [--n-embd E]
+       [--n-expert X] [--n-expert-used K] [--ff F] [--shared-ff S] [--dense-leading D] [--n-head H] [--n-head-kv H]
+       [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k] [--seed S] --out file.gguf`;
+
+async function main(argv: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      arch: { type: 'string' },
+      layers: { type: 'string' },
+      'n-embd': { type: 'string' },
+      'n-expert': { type: 'string' },
+      'n-expert-used': { type: 'string' },
+      ff: { type: 'string' },
+      'shared-ff': { type: 'string' },
+      'dense-leading': { type: 'string' },
+      'n-head': { type: 'string' },
+      'n-head-kv': { type: 'string' },
+      type: { type: 'string', default: 'f32' },
+      seed: { type: 'string', default: '1' },
+      out: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+    strict: true,
+  });
+  if (values.help) {
+    console.log(USAGE);
+    return 0;
+  }
+  if (!values.arch || !(ARCHITECTURES as readonly string[]).includes(values.arch) || !values.out) {
+    console.error(USAGE);
+    return 2;
+  }
+  const type = quantTypeByName(values.type ?? 'f32');
+  if (!type) {
+    console.error(`unknown --type ${values.type}\n${USAGE}`);
+    return 2;
+  }
+  const int = (v: string | undefined): number | undefined => (v === undefined ? undefined : Number(v));
+  const partial: Partial<ModelConfig> & { arch: ArchName } = { arch: values.arch as ArchName, type: type.type };
+  const set = <K extends keyof ModelConfig>(k: K, v: ModelConfig[K] | undefined): void => {
+    if (v !== undefined) partial[k] = v;
+  };
+  set('layers', int(values.layers));
+  set('nEmbd', int(values['n-embd']));
+  set('nExpert', int(values['n-expert']));
+  set('nExpertUsed', int(values['n-expert-used']));
+  set('ff', int(values.ff));
+  set('sharedFf', int(values['shared-ff']));
+  set('denseLeading', int(values['dense-leading']));
+  set('nHead', int(values['n-head']));
+  set('nHeadKv', int(values['n-head-kv']));
+  set('seed', int(values.seed));
+  const t0 = performance.now();
+  try {
+    const made = await makeModel(defaultConfig(partial), values.out);
+    const ms = performance.now() - t0;
+    console.log(
+      `wrote ${made.path}: ${values.arch} ${type.name}, ${made.plan.config.layers} layers (MoE: ${made.plan.moeLayers.join(',')}), ` +
+        `${made.plan.tensors.length} tensors, ${(made.bytes / 1e6).toFixed(1)} MB in ${(ms / 1000).toFixed(1)} s`,
+    );
+    return 0;
+  } catch (err) {
+    console.error(`make-model: ${(err as Error).message}`);
+    return 1;
+  }
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  process.exitCode = await main(process.argv.slice(2));
+}

@@ -79,14 +79,24 @@ if [ ! -f "$stamp_file" ] || [ "$(cat "$stamp_file")" != "$stamp_want" ]; then
   echo "$stamp_want" > "$stamp_file"
 fi
 
-if [ ! -f "$build/CMakeCache.txt" ]; then
+# Portable x86-64 baseline (AVX2/FMA/F16C), not -march=native: the machine that builds is not always the one that runs,
+# and AMX/AVX-512 paths chosen natively have died with SIGILL on virtual machines that advertise them.
+cmake_flags=(
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+  -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+  -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+  -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_OPENMP=ON
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON
+  -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF
+)
+flags_file="$build/.linkcpp-cmake-flags"
+if [ ! -f "$build/CMakeCache.txt" ] || [ "$(cat "$flags_file" 2>/dev/null)" != "${cmake_flags[*]}" ]; then
   log "configuring (CPU only, static, ccache at $CCACHE_DIR)"
-  cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
-    -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON \
-    -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
-    >"$work/cmake-$variant.log" 2>&1 || { tail -40 "$work/cmake-$variant.log" >&2; exit 1; }
+  rm -rf "$build"
+  mkdir -p "$build"
+  cmake -S "$src" -B "$build" "${cmake_flags[@]}" >"$work/cmake-$variant.log" 2>&1 \
+    || { tail -40 "$work/cmake-$variant.log" >&2; exit 1; }
+  echo "${cmake_flags[*]}" > "$flags_file"
 fi
 
 jobs=${LINKCPP_JOBS:-$(nproc)}

@@ -308,7 +308,8 @@ async function readArray(c: Cursor, lim: Limits, depth: number, what: string): P
   if (count > Math.floor(c.remaining / itemBytes)) {
     throw new GGUFError(
       'GGUF_TRUNCATED',
-      `${what} announces ${c.lastU64Text()} ${valueTypeName(itemType)} items (≥ ${itemBytes} bytes each), but only ${c.remaining} bytes remain in the ${c.size}-byte file`,
+      `${what} announces ${c.lastU64Text()} ${valueTypeName(itemType)} items (≥ ${itemBytes} bytes each), ` +
+        `but only ${c.remaining} bytes remain in the ${c.size}-byte file`,
       c.pos - 8,
     );
   }
@@ -428,7 +429,8 @@ export async function readGGUF(src: ByteSource, opts: ReadGGUFOptions = {}): Pro
   if ((version & 0xffff) === 0) {
     throw new GGUFError(
       'GGUF_BAD_VERSION',
-      `version reads as ${version} (0x${version.toString(16).padStart(8, '0')}); the file looks byte-swapped (big-endian), only little-endian files are supported`,
+      `version reads as ${version} (0x${version.toString(16).padStart(8, '0')}); ` +
+        'the file looks byte-swapped (big-endian), only little-endian files are supported',
       4,
     );
   }
@@ -446,14 +448,16 @@ export async function readGGUF(src: ByteSource, opts: ReadGGUFOptions = {}): Pro
   if (nKv > Math.floor(c.remaining / MIN_KV_BYTES)) {
     throw new GGUFError(
       'GGUF_TRUNCATED',
-      `header announces ${c.lastU64Text()} metadata entries (≥ ${MIN_KV_BYTES} bytes each), but only ${c.remaining} bytes remain in the ${size}-byte file`,
+      `header announces ${c.lastU64Text()} metadata entries (≥ ${MIN_KV_BYTES} bytes each), ` +
+        `but only ${c.remaining} bytes remain in the ${size}-byte file`,
       16,
     );
   }
   if (nTensors > Math.floor((c.remaining - nKv * MIN_KV_BYTES) / MIN_TENSOR_INFO_BYTES)) {
     throw new GGUFError(
       'GGUF_TRUNCATED',
-      `header announces ${nTensorsText} tensors (≥ ${MIN_TENSOR_INFO_BYTES} bytes each) and ${nKv} metadata entries, but only ${c.remaining} bytes remain in the ${size}-byte file`,
+      `header announces ${nTensorsText} tensors (≥ ${MIN_TENSOR_INFO_BYTES} bytes each) and ${nKv} metadata entries, ` +
+        `but only ${c.remaining} bytes remain in the ${size}-byte file`,
       8,
     );
   }

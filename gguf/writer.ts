@@ -216,7 +216,8 @@ function normaliseValue(v: GGUFValue, what: string, depth = 0): GGUFValue {
   const ctor = typedArrayClassOf(v.itemType);
   if (ctor) {
     if (!(v.value instanceof (ctor as unknown as abstract new (...a: never[]) => unknown))) {
-      throw new GGUFError('GGUF_BAD_VALUE', `${what}: arr[${valueTypeName(it)}] must hold a ${(ctor as unknown as { name: string }).name} (use arr())`);
+      const cls = (ctor as unknown as { name: string }).name;
+      throw new GGUFError('GGUF_BAD_VALUE', `${what}: arr[${valueTypeName(it)}] must hold a ${cls} (use arr())`);
     }
     return v;
   }
@@ -424,7 +425,9 @@ export class GGUFWriter {
   }
 
   private assertBuilding(what: string): void {
-    if (this.state !== 'building') throw new GGUFError('GGUF_WRITER', `${what} after writeHeader(): metadata and tensors are fixed once the header is written`);
+    if (this.state !== 'building') {
+      throw new GGUFError('GGUF_WRITER', `${what} after writeHeader(): metadata and tensors are fixed once the header is written`);
+    }
   }
 
   private assertNotBusy(what: string): void {
@@ -470,7 +473,8 @@ export class GGUFWriter {
     if (!(bytes instanceof Uint8Array)) throw new GGUFError('GGUF_WRITER', 'writeTensorData() needs a Uint8Array');
     const t = this.pending[this.cur];
     if (!t) {
-      throw new GGUFError('GGUF_WRITER', `all ${this.pending.length} tensors are complete, but ${bytes.length} more bytes were written${name !== undefined ? ` for "${name}"` : ''}`);
+      const forName = name !== undefined ? ` for "${name}"` : '';
+      throw new GGUFError('GGUF_WRITER', `all ${this.pending.length} tensors are complete, but ${bytes.length} more bytes were written${forName}`);
     }
     if (name !== undefined && name !== t.name) {
       if (this.curWritten > 0) {
@@ -521,7 +525,8 @@ export class GGUFWriter {
       const t = this.pending[this.cur] as PendingTensor;
       throw new GGUFError(
         'GGUF_WRITER',
-        `finish() with tensor data missing: tensor "${t.name}" (${this.cur + 1} of ${this.pending.length}) got ${this.curWritten} of ${t.byteLength} bytes`,
+        `finish() with tensor data missing: tensor "${t.name}" (${this.cur + 1} of ${this.pending.length}) ` +
+          `got ${this.curWritten} of ${t.byteLength} bytes`,
       );
     }
     this.busy = true;
@@ -550,10 +555,18 @@ function metadataEntries(m: GGUFSpec['metadata']): Iterable<readonly [string, GG
   return Object.entries(m as Record<string, GGUFValue>);
 }
 
+function writerFromSpec(spec: GGUFSpec): GGUFWriter {
+  const opts: GGUFWriterOptions = {};
+  if (spec.alignment !== undefined) opts.alignment = spec.alignment;
+  if (spec.version !== undefined) opts.version = spec.version;
+  const w = new GGUFWriter(opts);
+  for (const [k, v] of metadataEntries(spec.metadata)) w.set(k, v);
+  return w;
+}
+
 /** Builds a whole GGUF file in memory (for small files and tests). Each tensor's data must be exactly its size. */
 export function encodeGGUF(spec: GGUFSpec): Uint8Array {
-  const w = new GGUFWriter({ ...(spec.alignment !== undefined ? { alignment: spec.alignment } : {}), ...(spec.version !== undefined ? { version: spec.version } : {}) });
-  for (const [k, v] of metadataEntries(spec.metadata)) w.set(k, v);
+  const w = writerFromSpec(spec);
   const tensors = spec.tensors ?? [];
   for (const t of tensors) w.addTensor(t.name, t.dims, t.type);
   const header = w.encodeHeader();
@@ -572,8 +585,7 @@ export function encodeGGUF(spec: GGUFSpec): Uint8Array {
 
 /** Async twin of encodeGGUF that goes through the streaming path (writeHeader / writeTensorData / finish). */
 export async function writeGGUFToBuffer(spec: GGUFSpec): Promise<Uint8Array> {
-  const w = new GGUFWriter({ ...(spec.alignment !== undefined ? { alignment: spec.alignment } : {}), ...(spec.version !== undefined ? { version: spec.version } : {}) });
-  for (const [k, v] of metadataEntries(spec.metadata)) w.set(k, v);
+  const w = writerFromSpec(spec);
   for (const t of spec.tensors ?? []) w.addTensor(t.name, t.dims, t.type);
   const sink = memorySink();
   await w.writeHeader(sink);

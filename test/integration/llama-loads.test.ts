@@ -38,7 +38,11 @@ for (const arch of ARCHITECTURES) {
         // Same request again: greedy decoding of the same model is deterministic.
         const again = await completeGreedy(server.url, 'The swarm serves', 8, model.ban);
         assert.deepEqual(again.tokens, out.tokens);
-        assert.match(server.log(), new RegExp(`arch\\s*=\\s*${arch}`), 'the server loaded the model with its architecture');
+        // The server describes the model it loaded: our vocabulary and width, not something else.
+        const models = (await (await fetch(`${server.url}/v1/models`)).json()) as { data: Array<{ meta: Record<string, number> }> };
+        const meta = models.data[0]?.meta;
+        assert.equal(meta?.n_vocab, file.metadata.get('tokenizer.ggml.tokens')?.value.length);
+        assert.equal(meta?.n_embd, width);
       } finally {
         await server.stop();
       }

@@ -46,7 +46,8 @@ function fieldPositions(b: Uint8Array): Field[] {
     return v;
   };
   const string = (): void => {
-    p += u64();
+    const len = u64();
+    p += len;
   };
   const sizes: Record<number, number> = { 0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8 };
   const arrayBody = (): void => {
@@ -168,10 +169,10 @@ function mutate(src: Uint8Array, fields: Field[], rnd: () => number): Uint8Array
       case 5: {
         // delete a small range
         const at = Math.floor(rnd() * b.length);
-        const len = 1 + Math.floor(rnd() * 8);
-        const next = new Uint8Array(Math.max(0, b.length - len));
+        const end = Math.min(b.length, at + 1 + Math.floor(rnd() * 8));
+        const next = new Uint8Array(b.length - (end - at));
         next.set(b.subarray(0, at));
-        next.set(b.subarray(Math.min(b.length, at + len)).subarray(0, next.length - at), at);
+        next.set(b.subarray(end), at);
         b = next;
         break;
       }
@@ -191,6 +192,8 @@ function mutate(src: Uint8Array, fields: Field[], rnd: () => number): Uint8Array
   }
   return b;
 }
+
+const TIGHT = { maxArrayItems: 5, maxStringBytes: 24, maxTensors: 2, maxMetadataEntries: 7, maxArrayDepth: 1 };
 
 function checkConsistent(f: GGUFFile, size: number): void {
   assert.equal(f.fileSize, size);
@@ -229,7 +232,8 @@ describe('GGUF reader fuzz', () => {
       const bytes = mutate(bases[which]!, fields[which]!, rnd);
       const s = performance.now();
       try {
-        const f = await readGGUF(bytesSource(bytes));
+        // every 4th file under tight caps, so the GGUF_LIMIT paths are fuzzed too
+        const f = await readGGUF(bytesSource(bytes), i % 4 === 3 ? TIGHT : undefined);
         checkConsistent(f, bytes.length);
         ok++;
       } catch (e) {

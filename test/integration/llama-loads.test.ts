@@ -9,6 +9,7 @@ import { completeGreedy, startServer } from '../support/linkcpp.ts';
 import { ARCHITECTURES } from '../../tools/model-arch.ts';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { readGGUFFile } from '../../gguf/node-io.ts';
+import { requireMetaStringArray } from '../../gguf/types.ts';
 
 const TYPES = [GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K];
 
@@ -41,7 +42,7 @@ for (const arch of ARCHITECTURES) {
         // The server describes the model it loaded: our vocabulary and width, not something else.
         const models = (await (await fetch(`${server.url}/v1/models`)).json()) as { data: Array<{ meta: Record<string, number> }> };
         const meta = models.data[0]?.meta;
-        assert.equal(meta?.n_vocab, file.metadata.get('tokenizer.ggml.tokens')?.value.length);
+        assert.equal(meta?.n_vocab, requireMetaStringArray(file, 'tokenizer.ggml.tokens').length);
         assert.equal(meta?.n_embd, width);
       } finally {
         await server.stop();

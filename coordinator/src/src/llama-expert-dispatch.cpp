@@ -1,0 +1,592 @@
+// Expertswarm expert dispatch (see llama-expert-dispatch.h and docs/dispatch-protocol.md).
+//
+// Per dispatched MoE layer the graph holds three custom ops:
+//   remote  (1 thread)   sends rows + top-k ids + router weights, waits until the layer's deadline at most, and
+//                        writes what the dispatcher served: partial sums and a served flag per (token, slot);
+//   up      (all threads) gate/up projections + SiLU for the pairs that were not served;
+//   down    (all threads) down projection of those pairs, weighted and added to the served partial sums.
+// The local ops use ggml's CPU type traits (activation conversion to the weight's vec_dot type, then vec_dot per
+// weight row), as ggml's own matrix multiplication does, so any quant type the CPU backend handles works here.
+// Whatever goes wrong with the dispatcher (absent, slow, dead, garbage), the pairs are computed locally.
+
+#include "llama-expert-dispatch.h"
+
+#include "llama-impl.h"
+
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+namespace {
+
+// ---- protocol v1 (docs/dispatch-protocol.md); the hub's twin is hub/dispatch/protocol.ts ----
+constexpr uint32_t XD_MAGIC       = 0x50445845; // "EXDP" little-endian
+constexpr uint16_t XD_VERSION     = 1;
+constexpr uint16_t XD_HELLO       = 1;
+constexpr uint16_t XD_HELLO_ACK   = 2;
+constexpr uint16_t XD_REQUEST     = 3;
+constexpr uint16_t XD_RESPONSE    = 4;
+constexpr uint32_t XD_MODE_LOCAL  = 0;
+constexpr uint32_t XD_MODE_SERVED = 1;
+
+constexpr uint32_t XD_MAX_ROWS     = 8192;
+constexpr uint32_t XD_MAX_EMBD     = 65536;
+constexpr uint32_t XD_MAX_USED     = 64;
+constexpr uint32_t XD_MAX_NAME     = 256;
+constexpr uint32_t XD_MAX_PAYLOAD  = 256u << 20;
+constexpr uint32_t XD_MAX_QUIET_MS = 60000;
+
+constexpr size_t XD_HEADER_BYTES     = 16;
+constexpr size_t XD_HELLO_FIXED      = 24;
+constexpr size_t XD_HELLO_ACK_BYTES  = 8;
+constexpr size_t XD_REQUEST_FIXED    = 24;
+constexpr size_t XD_RESPONSE_FIXED   = 24;
+
+constexpr int64_t XD_CONNECT_TIMEOUT_US = 1000 * 1000;
+constexpr int64_t XD_BACKOFF_MIN_MS     = 100;
+constexpr int64_t XD_BACKOFF_MAX_MS     = 2000;
+// After a failed exchange no layer is dispatched for a cool-down that doubles per consecutive failure, so a stalled
+// dispatcher costs at most one deadline per incident instead of one per layer and token.
+constexpr int64_t XD_COOLDOWN_MIN_MS    = 1000;
+constexpr int64_t XD_COOLDOWN_MAX_MS    = 30000;
+
+int64_t now_us() {
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+size_t pad4(size_t n) { return (n + 3) & ~size_t(3); }
+
+void put_u32(std::vector<char> & b, uint32_t v) { const size_t o = b.size(); b.resize(o + 4); memcpy(b.data() + o, &v, 4); }
+void put_u16(std::vector<char> & b, uint16_t v) { const size_t o = b.size(); b.resize(o + 2); memcpy(b.data() + o, &v, 2); }
+uint32_t get_u32(const char * p) { uint32_t v; memcpy(&v, p, 4); return v; }
+uint16_t get_u16(const char * p) { uint16_t v; memcpy(&v, p, 2); return v; }
+
+void put_header(std::vector<char> & b, uint16_t kind, uint32_t seq, uint32_t payload) {
+    put_u32(b, XD_MAGIC);
+    put_u16(b, XD_VERSION);
+    put_u16(b, kind);
+    put_u32(b, seq);
+    put_u32(b, payload);
+}
+
+// Waits for `events` on fd until the absolute deadline; false on timeout or error (err says which).
+bool wait_fd(int fd, short events, int64_t deadline_us, std::string & err) {
+    for (;;) {
+        const int64_t left = deadline_us - now_us();
+        if (left <= 0) { err = "timed out"; return false; }
+        pollfd p = { fd, events, 0 };
+        const int r = ::poll(&p, 1, (int) ((left + 999) / 1000));
+        if (r > 0) {
+            if (p.revents & (POLLERR | POLLNVAL)) { err = "socket error"; return false; }
+            return true;
+        }
+        if (r < 0 && errno != EINTR) { err = std::string("poll: ") + strerror(errno); return false; }
+    }
+}
+
+bool write_all(int fd, const char * p, size_t n, int64_t deadline_us, std::string & err) {
+    while (n > 0) {
+        const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+        if (k > 0) { p += k; n -= (size_t) k; continue; }
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (!wait_fd(fd, POLLOUT, deadline_us, err)) { err = "writing: " + err; return false; }
+            continue;
+        }
+        err = std::string("writing: ") + strerror(errno);
+        return false;
+    }
+    return true;
+}
+
+bool read_all(int fd, char * p, size_t n, int64_t deadline_us, std::string & err) {
+    while (n > 0) {
+        const ssize_t k = ::recv(fd, p, n, 0);
+        if (k > 0) { p += k; n -= (size_t) k; continue; }
+        if (k == 0) { err = "dispatcher closed the connection"; return false; }
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            if (!wait_fd(fd, POLLIN, deadline_us, err)) { err = "waiting for the dispatcher: " + err; return false; }
+            continue;
+        }
+        err = std::string("reading: ") + strerror(errno);
+        return false;
+    }
+    return true;
+}
+
+// Reads one frame header and checks what can be checked without the payload.
+bool read_header(int fd, uint16_t want_kind, uint32_t want_seq, uint32_t max_payload, uint32_t & payload,
+                 int64_t deadline_us, std::string & err) {
+    char h[XD_HEADER_BYTES];
+    if (!read_all(fd, h, sizeof(h), deadline_us, err)) return false;
+    if (get_u32(h) != XD_MAGIC)            { err = "garbage frame (bad magic)"; return false; }
+    if (get_u16(h + 4) != XD_VERSION)      { err = "protocol version " + std::to_string(get_u16(h + 4)) + " (want 1)"; return false; }
+    if (get_u16(h + 6) != want_kind)       { err = "unexpected frame kind " + std::to_string(get_u16(h + 6)); return false; }
+    if (get_u32(h + 8) != want_seq)        { err = "response for another request (seq mismatch)"; return false; }
+    payload = get_u32(h + 12);
+    if (payload > max_payload)             { err = "frame too large (" + std::to_string(payload) + " bytes)"; return false; }
+    return true;
+}
+
+std::once_flag g_unsupported_once;
+
+} // namespace
+
+struct llama_xd_layer {
+    llama_expert_dispatch * xd = nullptr;
+    int il = 0;
+    std::atomic<int64_t>  quiet_until_us{0};
+    std::atomic<uint32_t> local_ns_per_pair{0}; // EMA of wall time per locally computed pair (0 = unknown)
+    int64_t up_ns = 0;                          // written by the up op's thread 0, read by the down op's thread 0
+};
+
+struct llama_expert_dispatch {
+    std::string path;
+    int32_t deadline_ms = 250;
+    llama_xd_model_info info;
+
+    std::mutex io_mu; // one exchange at a time; guards fd, seq, buffers
+    int fd = -1;
+    uint32_t seq = 0;
+    std::vector<char> req;
+    std::vector<char> resp;
+
+    std::atomic<bool> connected{false};
+    std::atomic<bool> stopping{false};
+    std::atomic<int64_t> suspended_until_us{0};
+    int64_t cooldown_ms = XD_COOLDOWN_MIN_MS; // guarded by io_mu
+    std::mutex cv_mu;
+    std::condition_variable cv;
+    std::thread connector;
+
+    std::mutex log_mu;
+    bool degraded = false;
+    bool ever_connected = false;
+
+    std::unique_ptr<llama_xd_layer[]> layers;
+
+    // Logs a fault once per incident: the first failure after a healthy period, not every token.
+    void incident(const std::string & what) {
+        std::lock_guard<std::mutex> lk(log_mu);
+        if (!degraded) {
+            LLAMA_LOG_WARN("expert-dispatch: %s (%s); computing experts locally until it recovers\n", what.c_str(), path.c_str());
+            degraded = true;
+        }
+    }
+
+    void healthy() {
+        std::lock_guard<std::mutex> lk(log_mu);
+        if (degraded) {
+            LLAMA_LOG_INFO("expert-dispatch: dispatcher at %s answers again\n", path.c_str());
+            degraded = false;
+        }
+    }
+
+    // Drops the connection after a failed exchange; the connector thread reconnects in the background.
+    void drop_locked(const std::string & why) {
+        if (fd >= 0) { ::close(fd); fd = -1; }
+        connected = false;
+        suspended_until_us = now_us() + cooldown_ms * 1000;
+        cooldown_ms = std::min(cooldown_ms * 2, XD_COOLDOWN_MAX_MS);
+        incident(why);
+        cv.notify_all();
+    }
+
+    int try_connect(std::string & err) const {
+        if (path.size() >= sizeof(sockaddr_un::sun_path)) { err = "socket path too long"; return -1; }
+        const int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (s < 0) { err = std::string("socket: ") + strerror(errno); return -1; }
+        sockaddr_un a = {};
+        a.sun_family = AF_UNIX;
+        memcpy(a.sun_path, path.c_str(), path.size());
+        if (::connect(s, (sockaddr *) &a, sizeof(a)) != 0) {
+            err = std::string("cannot connect: ") + strerror(errno);
+            ::close(s);
+            return -1;
+        }
+        const int64_t deadline = now_us() + XD_CONNECT_TIMEOUT_US;
+        std::vector<char> hello;
+        const uint32_t name_len = (uint32_t) std::min<size_t>(info.name.size(), XD_MAX_NAME);
+        put_header(hello, XD_HELLO, 0, (uint32_t) (XD_HELLO_FIXED + name_len));
+        put_u32(hello, (uint32_t) info.n_layer);
+        put_u32(hello, (uint32_t) info.n_embd);
+        put_u32(hello, (uint32_t) info.n_expert);
+        put_u32(hello, (uint32_t) info.n_expert_used);
+        put_u32(hello, (uint32_t) deadline_ms);
+        put_u32(hello, name_len);
+        hello.insert(hello.end(), info.name.data(), info.name.data() + name_len);
+        uint32_t payload = 0;
+        char ack[XD_HELLO_ACK_BYTES];
+        if (!write_all(s, hello.data(), hello.size(), deadline, err) ||
+            !read_header(s, XD_HELLO_ACK, 0, XD_HELLO_ACK_BYTES, payload, deadline, err)) {
+            ::close(s);
+            return -1;
+        }
+        if (payload != XD_HELLO_ACK_BYTES || !read_all(s, ack, sizeof(ack), deadline, err)) {
+            if (err.empty()) err = "malformed hello acknowledgement";
+            ::close(s);
+            return -1;
+        }
+        if (get_u32(ack) != 1) {
+            err = "dispatcher refused this model (code " + std::to_string(get_u32(ack + 4)) + ")";
+            ::close(s);
+            return -1;
+        }
+        return s;
+    }
+
+    void connector_loop() {
+        int64_t backoff_ms = XD_BACKOFF_MIN_MS;
+        while (!stopping) {
+            const int64_t suspended_ms = (suspended_until_us.load() - now_us()) / 1000;
+            if (!connected && suspended_ms > 0) {
+                // cooling down after a failure: reconnecting now would only stall the next layer again
+                std::unique_lock<std::mutex> lk(cv_mu);
+                cv.wait_for(lk, std::chrono::milliseconds(suspended_ms), [&] { return stopping.load(); });
+                continue;
+            }
+            if (!connected) {
+                std::string err;
+                const int s = try_connect(err);
+                if (s >= 0) {
+                    {
+                        std::lock_guard<std::mutex> lk(io_mu);
+                        fd = s;
+                        connected = true;
+                    }
+                    backoff_ms = XD_BACKOFF_MIN_MS;
+                    std::lock_guard<std::mutex> lk(log_mu);
+                    if (!ever_connected) {
+                        LLAMA_LOG_INFO("expert-dispatch: connected to dispatcher at %s\n", path.c_str());
+                        ever_connected = true;
+                    }
+                } else {
+                    incident(err);
+                }
+            }
+            std::unique_lock<std::mutex> lk(cv_mu);
+            const int64_t wait_ms = connected ? 1000 : backoff_ms;
+            cv.wait_for(lk, std::chrono::milliseconds(wait_ms), [&] { return stopping.load() || !connected.load(); });
+            if (!connected) backoff_ms = std::min(backoff_ms * 2, XD_BACKOFF_MAX_MS);
+        }
+    }
+
+    // One request/response for a layer. On return `dst` holds the served partial sums and flags (zeros if none).
+    void exchange(llama_xd_layer & L, const ggml_tensor * x, const ggml_tensor * ids, const ggml_tensor * w, float * dst) {
+        const uint32_t n_embd = (uint32_t) x->ne[0];
+        const uint32_t n_tok  = (uint32_t) x->ne[1];
+        const uint32_t n_used = (uint32_t) ids->ne[0];
+        const size_t   stride = (size_t) n_embd + n_used;
+
+        std::unique_lock<std::mutex> lk(io_mu);
+        if (fd < 0 || now_us() < suspended_until_us.load()) return;
+        const int64_t deadline = now_us() + (int64_t) deadline_ms * 1000;
+        const uint32_t my_seq = ++seq;
+
+        const size_t payload = XD_REQUEST_FIXED + 4 * ((size_t) n_tok * n_embd + 2 * (size_t) n_tok * n_used);
+        if (payload > XD_MAX_PAYLOAD) return;
+        req.clear();
+        req.reserve(XD_HEADER_BYTES + payload);
+        put_header(req, XD_REQUEST, my_seq, (uint32_t) payload);
+        put_u32(req, (uint32_t) L.il);
+        put_u32(req, n_tok);
+        put_u32(req, n_embd);
+        put_u32(req, n_used);
+        put_u32(req, (uint32_t) deadline_ms * 1000);
+        put_u32(req, L.local_ns_per_pair.load());
+        const size_t o = req.size();
+        req.resize(XD_HEADER_BYTES + payload);
+        float   * rows = (float *) (req.data() + o);
+        int32_t * idb  = (int32_t *) (rows + (size_t) n_tok * n_embd);
+        float   * wb   = (float *) (idb + (size_t) n_tok * n_used);
+        for (uint32_t t = 0; t < n_tok; ++t) {
+            memcpy(rows + (size_t) t * n_embd, (const char *) x->data + t * x->nb[1], 4 * (size_t) n_embd);
+            for (uint32_t k = 0; k < n_used; ++k) {
+                idb[(size_t) t * n_used + k] = *(const int32_t *) ((const char *) ids->data + k * ids->nb[0] + t * ids->nb[1]);
+                wb [(size_t) t * n_used + k] = *(const float   *) ((const char *) w->data   + k * w->nb[1]   + t * w->nb[2]);
+            }
+        }
+
+        std::string err;
+        uint32_t rlen = 0;
+        if (!write_all(fd, req.data(), req.size(), deadline, err) ||
+            !read_header(fd, XD_RESPONSE, my_seq, XD_MAX_PAYLOAD, rlen, deadline, err)) {
+            drop_locked(err);
+            return;
+        }
+        if (rlen < XD_RESPONSE_FIXED) { drop_locked("garbage frame (short response)"); return; }
+        resp.resize(rlen);
+        if (!read_all(fd, resp.data(), rlen, deadline, err)) { drop_locked(err); return; }
+
+        const char * p = resp.data();
+        const uint32_t r_layer = get_u32(p), r_tok = get_u32(p + 4), r_used = get_u32(p + 8);
+        const uint32_t mode = get_u32(p + 12), quiet_ms = get_u32(p + 16), n_served = get_u32(p + 20);
+        if (r_layer != (uint32_t) L.il || r_tok != n_tok || r_used != n_used) {
+            drop_locked("garbage frame (response does not match the request)");
+            return;
+        }
+        if (quiet_ms > XD_MAX_QUIET_MS) { drop_locked("garbage frame (quiet_ms out of range)"); return; }
+        if (mode == XD_MODE_LOCAL) {
+            if (rlen != XD_RESPONSE_FIXED || n_served != 0) { drop_locked("garbage frame (local answer with data)"); return; }
+        } else if (mode == XD_MODE_SERVED) {
+            const size_t n_pairs = (size_t) n_tok * n_used;
+            if (rlen != XD_RESPONSE_FIXED + pad4(n_pairs) + 4 * (size_t) n_tok * n_embd) {
+                drop_locked("garbage frame (served answer of the wrong size)");
+                return;
+            }
+            const uint8_t * mask = (const uint8_t *) (p + XD_RESPONSE_FIXED);
+            const float   * sums = (const float *) (p + XD_RESPONSE_FIXED + pad4(n_pairs));
+            size_t count = 0;
+            for (size_t i = 0; i < n_pairs; ++i) {
+                if (mask[i] > 1) { drop_locked("garbage frame (served flag not 0 or 1)"); return; }
+                count += mask[i];
+            }
+            if (count != n_served) { drop_locked("garbage frame (served count does not match the flags)"); return; }
+            for (size_t i = 0; i < (size_t) n_tok * n_embd; ++i) {
+                float v;
+                memcpy(&v, sums + i, 4);
+                if (!std::isfinite(v)) { drop_locked("garbage frame (non-finite partial sum)"); return; }
+            }
+            for (uint32_t t = 0; t < n_tok; ++t) {
+                memcpy(dst + t * stride, (const char *) sums + 4 * (size_t) t * n_embd, 4 * (size_t) n_embd);
+                for (uint32_t k = 0; k < n_used; ++k) dst[t * stride + n_embd + k] = mask[(size_t) t * n_used + k] ? 1.0f : 0.0f;
+            }
+        } else {
+            drop_locked("garbage frame (unknown mode " + std::to_string(mode) + ")");
+            return;
+        }
+        if (quiet_ms > 0) L.quiet_until_us = now_us() + (int64_t) quiet_ms * 1000;
+        cooldown_ms = XD_COOLDOWN_MIN_MS;
+        lk.unlock();
+        healthy();
+    }
+};
+
+namespace {
+
+struct vec_dot_input {
+    const ggml_type_traits_cpu * wt = nullptr; // weight type traits
+    ggml_type vt = GGML_TYPE_F32;              // vec_dot type of the activations
+    std::vector<char> buf;
+
+    explicit vec_dot_input(ggml_type weight_type) : wt(ggml_get_type_traits_cpu(weight_type)), vt(wt->vec_dot_type) {}
+
+    // Returns the activation row in the weight's vec_dot type.
+    const void * convert(const float * x, int64_t n) {
+        if (vt == GGML_TYPE_F32) return x;
+        buf.resize(ggml_row_size(vt, n));
+        ggml_get_type_traits_cpu(vt)->from_float(x, buf.data(), n);
+        return buf.data();
+    }
+};
+
+inline bool pair_is_local(const ggml_tensor * R, int64_t n_embd, int64_t t, int64_t k) {
+    return *(const float *) ((const char *) R->data + t * R->nb[1] + (n_embd + k) * sizeof(float)) == 0.0f;
+}
+
+inline int32_t pair_expert(const ggml_tensor * ids, int64_t t, int64_t k) {
+    return *(const int32_t *) ((const char *) ids->data + k * ids->nb[0] + t * ids->nb[1]);
+}
+
+void remote_op(ggml_tensor * dst, int ith, int nth, void * ud) {
+    GGML_UNUSED(nth);
+    if (ith != 0) return;
+    auto * L = (llama_xd_layer *) ud;
+    const ggml_tensor * x = dst->src[0], * ids = dst->src[1], * w = dst->src[2];
+    memset(dst->data, 0, ggml_nbytes(dst));
+    if (x->ne[1] > XD_MAX_ROWS || x->ne[0] > XD_MAX_EMBD || ids->ne[0] > XD_MAX_USED) return;
+    if (!L->xd->connected) return;
+    L->xd->exchange(*L, x, ids, w, (float *) dst->data);
+}
+
+// H[:, k, t] = silu(gate_e · x_t) ⊙ (up_e · x_t) for every pair (t, k) that was not served.
+void local_up_op(ggml_tensor * dst, int ith, int nth, void * ud) {
+    auto * L = (llama_xd_layer *) ud;
+    const int64_t t0 = ith == 0 ? now_us() : 0;
+    const ggml_tensor * x = dst->src[0], * ids = dst->src[1], * R = dst->src[2], * gate = dst->src[3], * up = dst->src[4];
+    const int64_t n_embd = x->ne[0], n_tok = x->ne[1], n_used = ids->ne[0], ff = gate->ne[1];
+
+    int64_t n_local = 0;
+    for (int64_t t = 0; t < n_tok; ++t) for (int64_t k = 0; k < n_used; ++k) n_local += pair_is_local(R, n_embd, t, k);
+    const int64_t total = n_local * ff;
+    const int64_t per = (total + nth - 1) / nth;
+    const int64_t a = std::min(total, per * ith), b = std::min(total, a + per);
+
+    vec_dot_input xg(gate->type), xu(up->type);
+    int64_t cached_t = -1;
+    const void * xg_row = nullptr, * xu_row = nullptr;
+    int64_t p = 0; // index of the current local pair
+    for (int64_t t = 0; t < n_tok && p * ff < b; ++t) {
+        for (int64_t k = 0; k < n_used && p * ff < b; ++k) {
+            if (!pair_is_local(R, n_embd, t, k)) continue;
+            const int64_t r0 = std::max<int64_t>(0, a - p * ff), r1 = std::min<int64_t>(ff, b - p * ff);
+            if (r0 < r1) {
+                if (cached_t != t) {
+                    const float * xr = (const float *) ((const char *) x->data + t * x->nb[1]);
+                    xg_row = xg.convert(xr, n_embd);
+                    xu_row = up->type == gate->type ? xg_row : xu.convert(xr, n_embd);
+                    cached_t = t;
+                }
+                const int32_t e = pair_expert(ids, t, k);
+                const char * g_base = (const char *) gate->data + e * gate->nb[2];
+                const char * u_base = (const char *) up->data + e * up->nb[2];
+                float * h = (float *) ((char *) dst->data + k * dst->nb[1] + t * dst->nb[2]);
+                for (int64_t r = r0; r < r1; ++r) {
+                    float g, u;
+                    xg.wt->vec_dot((int) n_embd, &g, 0, g_base + r * gate->nb[1], 0, xg_row, 0, 1);
+                    xu.wt->vec_dot((int) n_embd, &u, 0, u_base + r * up->nb[1], 0, xu_row, 0, 1);
+                    h[r] = g / (1.0f + expf(-g)) * u;
+                }
+            }
+            ++p;
+        }
+    }
+    if (ith == 0) L->up_ns = (now_us() - t0) * 1000;
+}
+
+// out[:, t] = served partial sum + Σ over local pairs of weight · (down_e · H[:, k, t]); threads split output rows.
+void local_down_op(ggml_tensor * dst, int ith, int nth, void * ud) {
+    auto * L = (llama_xd_layer *) ud;
+    const int64_t t0 = ith == 0 ? now_us() : 0;
+    const ggml_tensor * H = dst->src[0], * ids = dst->src[1], * R = dst->src[2], * w = dst->src[3], * down = dst->src[4];
+    const int64_t ff = down->ne[0], n_embd = down->ne[1], n_used = ids->ne[0], n_tok = ids->ne[1];
+    const int64_t per = (n_embd + nth - 1) / nth;
+    const int64_t r0 = std::min(n_embd, per * ith), r1 = std::min(n_embd, r0 + per);
+
+    vec_dot_input hd(down->type);
+    int64_t n_local = 0;
+    for (int64_t t = 0; t < n_tok; ++t) {
+        float * out = (float *) ((char *) dst->data + t * dst->nb[1]);
+        const float * partial = (const float *) ((const char *) R->data + t * R->nb[1]);
+        for (int64_t r = r0; r < r1; ++r) out[r] = partial[r];
+        for (int64_t k = 0; k < n_used; ++k) {
+            if (!pair_is_local(R, n_embd, t, k)) continue;
+            ++n_local;
+            if (r0 >= r1) continue;
+            const float * h = (const float *) ((const char *) H->data + k * H->nb[1] + t * H->nb[2]);
+            const void * hq = hd.convert(h, ff);
+            const float wk = *(const float *) ((const char *) w->data + k * w->nb[1] + t * w->nb[2]);
+            const char * d_base = (const char *) down->data + pair_expert(ids, t, k) * down->nb[2];
+            for (int64_t r = r0; r < r1; ++r) {
+                float d;
+                hd.wt->vec_dot((int) ff, &d, 0, d_base + r * down->nb[1], 0, hq, 0, 1);
+                out[r] += d * wk;
+            }
+        }
+    }
+    if (ith == 0 && n_local > 0) {
+        const int64_t ns = L->up_ns + (now_us() - t0) * 1000;
+        const uint32_t cur = (uint32_t) std::min<int64_t>(ns / n_local, UINT32_MAX);
+        const uint32_t old = L->local_ns_per_pair.load();
+        L->local_ns_per_pair = old == 0 ? cur : (uint32_t) (((uint64_t) old * 7 + cur) / 8);
+    }
+}
+
+bool standard_layout(const ggml_tensor * t) {
+    if (t == nullptr || t->data == nullptr || t->buffer == nullptr) return false;
+    ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(t->buffer);
+    if (!ggml_backend_buft_is_host(buft)) return false;
+    const char * name = ggml_backend_buft_name(buft);
+    return strstr(name, "REPACK") == nullptr && strstr(name, "AMX") == nullptr;
+}
+
+bool cpu_dot_supported(ggml_type type) {
+    const ggml_type_traits_cpu * tr = ggml_get_type_traits_cpu(type);
+    if (tr == nullptr || tr->vec_dot == nullptr) return false;
+    return tr->vec_dot_type == GGML_TYPE_F32 || ggml_get_type_traits_cpu(tr->vec_dot_type)->from_float != nullptr;
+}
+
+} // namespace
+
+llama_expert_dispatch * llama_xd_init(const char * path, int32_t deadline_ms, const llama_xd_model_info & info) {
+    auto * xd = new llama_expert_dispatch();
+    xd->path = path;
+    xd->deadline_ms = std::max(1, std::min(deadline_ms, 10000));
+    xd->info = info;
+    xd->layers.reset(new llama_xd_layer[LLAMA_XD_MAX_LAYERS]);
+    for (int i = 0; i < LLAMA_XD_MAX_LAYERS; ++i) {
+        xd->layers[i].xd = xd;
+        xd->layers[i].il = i;
+    }
+    LLAMA_LOG_INFO("expert-dispatch: dispatcher socket %s, per-layer deadline %d ms\n", xd->path.c_str(), xd->deadline_ms);
+    xd->connector = std::thread([xd] { xd->connector_loop(); });
+    return xd;
+}
+
+void llama_xd_free(llama_expert_dispatch * xd) {
+    if (xd == nullptr) return;
+    xd->stopping = true;
+    xd->cv.notify_all();
+    if (xd->connector.joinable()) xd->connector.join();
+    if (xd->fd >= 0) ::close(xd->fd);
+    delete xd;
+}
+
+llama_xd_mask llama_xd_plan(llama_expert_dispatch * xd) {
+    llama_xd_mask mask;
+    if (xd == nullptr || !xd->connected) return mask;
+    const int64_t now = now_us();
+    if (now < xd->suspended_until_us.load(std::memory_order_relaxed)) return mask;
+    for (int i = 0; i < LLAMA_XD_MAX_LAYERS; ++i) {
+        if (now >= xd->layers[i].quiet_until_us.load(std::memory_order_relaxed)) mask.set(i);
+    }
+    return mask;
+}
+
+void llama_xd_note_unsupported(const char * what) {
+    std::call_once(g_unsupported_once, [what] {
+        LLAMA_LOG_WARN("expert-dispatch: %s; those layers run the stock path\n", what);
+    });
+}
+
+ggml_tensor * llama_xd_build_moe(
+        ggml_context * ctx, llama_expert_dispatch * xd, int il,
+        ggml_tensor * cur, ggml_tensor * selected, ggml_tensor * weights,
+        ggml_tensor * gate_exps, ggml_tensor * up_exps, ggml_tensor * down_exps) {
+    if (xd == nullptr || il < 0 || il >= LLAMA_XD_MAX_LAYERS) return nullptr;
+    if (!standard_layout(gate_exps) || !standard_layout(up_exps) || !standard_layout(down_exps)) {
+        llama_xd_note_unsupported("expert weights are repacked or not in host memory");
+        return nullptr;
+    }
+    if (!cpu_dot_supported(gate_exps->type) || !cpu_dot_supported(up_exps->type) || !cpu_dot_supported(down_exps->type)) {
+        llama_xd_note_unsupported("expert weight type has no CPU dot product");
+        return nullptr;
+    }
+    if (cur->type != GGML_TYPE_F32 || weights->type != GGML_TYPE_F32 || selected->type != GGML_TYPE_I32 ||
+        cur->nb[0] != sizeof(float) || up_exps->ne[1] != gate_exps->ne[1] || down_exps->ne[0] != gate_exps->ne[1]) {
+        llama_xd_note_unsupported("unexpected MoE tensor shapes");
+        return nullptr;
+    }
+    llama_xd_layer * L = &xd->layers[il];
+    const int64_t n_embd = cur->ne[0], n_tok = cur->ne[1], n_used = selected->ne[0], ff = gate_exps->ne[1];
+
+    ggml_tensor * a_remote[3] = { cur, selected, weights };
+    ggml_tensor * R = ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd + n_used, n_tok, 1, 1, a_remote, 3, remote_op, 1, L);
+    ggml_format_name(R, "xd_remote-%d", il);
+
+    ggml_tensor * a_up[5] = { cur, selected, R, gate_exps, up_exps };
+    ggml_tensor * H = ggml_custom_4d(ctx, GGML_TYPE_F32, ff, n_used, n_tok, 1, a_up, 5, local_up_op, GGML_N_TASKS_MAX, L);
+    ggml_format_name(H, "xd_local_up-%d", il);
+
+    ggml_tensor * a_down[5] = { H, selected, R, weights, down_exps };
+    ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd, n_tok, 1, 1, a_down, 5, local_down_op, GGML_N_TASKS_MAX, L);
+    ggml_format_name(out, "xd_local_down-%d", il);
+    return out;
+}

@@ -43,8 +43,12 @@ function fillUniform(out: Float32Array, state: number, amplitude: number): numbe
 
 /**
  * Amplitude of a tensor's uniform weights. Matrices get unit-variance outputs for unit-variance inputs (√3/√fan_in);
- * the output projection is scaled up so that logits are far apart and greedy choices are stable under the small
- * numeric differences between backends; norms are all ones.
+ * the output projection is scaled up so that logits are far apart; norms are all ones. The routed experts' down
+ * projection is scaled down (0.1): llama.cpp rounds activations to 8 bits before quantized dot products, so two
+ * correct implementations that differ by one float ulp can round one activation differently, and a random-weight
+ * model amplifies that into other greedy tokens. A quieter expert branch keeps such rounding-level differences below
+ * the greedy margins while a wrong expert still moves the logits far (see the negative control in
+ * test/integration/expert-dispatch.test.ts).
  */
 function amplitude(t: TensorPlan): number {
   const fanIn = t.dims[0] as number;
@@ -57,6 +61,8 @@ function amplitude(t: TensorPlan): number {
       return (4 * Math.sqrt(3)) / Math.sqrt(fanIn);
     case 'router':
       return (2 * Math.sqrt(3)) / Math.sqrt(fanIn);
+    case 'expert':
+      return (t.name.includes('ffn_down_exps') ? 0.1 : 1) * Math.sqrt(3) / Math.sqrt(fanIn);
     default:
       return Math.sqrt(3) / Math.sqrt(fanIn);
   }

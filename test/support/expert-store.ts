@@ -43,12 +43,15 @@ export class ExpertStore {
     const hit = this.cache.get(key);
     if (hit) return hit;
     const gateT = this.tensor(layer, 'gate');
+    const upT = this.tensor(layer, 'up');
+    const downT = this.tensor(layer, 'down');
     const m: ExpertMatrices = {
       nEmbd: gateT.dims[0] as number,
       ff: gateT.dims[1] as number,
       gate: await this.slice(gateT, expert),
-      up: await this.slice(this.tensor(layer, 'up'), expert),
-      down: await this.slice(this.tensor(layer, 'down'), expert),
+      up: await this.slice(upT, expert),
+      down: await this.slice(downT, expert),
+      ggmlTypes: { gate: gateT.type, up: upT.type, down: downT.type },
     };
     this.cache.set(key, m);
     return m;

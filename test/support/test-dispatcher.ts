@@ -11,7 +11,8 @@ import {
 import { expertFfnAccumulate } from '../../shaders/reference/expert-ffn.ts';
 import { ExpertStore } from './expert-store.ts';
 
-export type DispatcherBehaviour = 'all' | 'half' | 'none' | 'local' | 'stall' | 'die' | 'garbage';
+/** `wrong-expert` serves every pair with the next expert's weights: a negative control for the exactness checks. */
+export type DispatcherBehaviour = 'all' | 'half' | 'none' | 'local' | 'stall' | 'die' | 'garbage' | 'wrong-expert';
 
 export interface DispatcherStats {
   hellos: Hello[];
@@ -27,10 +28,13 @@ export interface DispatcherStats {
 export class TestDispatcher {
   behaviour: DispatcherBehaviour = 'all';
   quietMs = 0;
+  /** Round activations as llama.cpp's CPU backend does (so results track its numbers, not just the exact math). */
+  llamaNumerics = true;
   readonly stats: DispatcherStats = {
     hellos: [], requests: 0, servedPairs: 0, notServedPairs: 0, layersServed: new Set(), localCosts: [], protocolErrors: [],
   };
   private sockets = new Set<Socket>();
+  private nExpert = 0;
 
   private constructor(
     readonly path: string,
@@ -92,6 +96,7 @@ export class TestDispatcher {
             if (header.kind === FrameKind.Hello) {
               const hello = decodeHello(payload);
               nExpert = hello.nExpert;
+              this.nExpert = hello.nExpert;
               this.stats.hellos.push(hello);
               s.write(encodeHelloAck(true));
             } else {
@@ -138,12 +143,13 @@ export class TestDispatcher {
       const x = r.rows.subarray(t * r.nEmbd, (t + 1) * r.nEmbd);
       for (let k = 0; k < r.nUsed; k++) {
         const p = t * r.nUsed + k;
-        const serve = this.behaviour === 'all' || (this.behaviour === 'half' && p % 2 === 0);
+        const serve = this.behaviour !== 'none' && (this.behaviour !== 'half' || p % 2 === 0);
         if (!serve) {
           this.stats.notServedPairs++;
           continue;
         }
-        expertFfnAccumulate(await this.store.expert(r.layer, r.ids[p] as number), x, r.weights[p] as number, acc);
+        const id = this.behaviour === 'wrong-expert' ? ((r.ids[p] as number) + 1) % this.nExpert : (r.ids[p] as number);
+        expertFfnAccumulate(await this.store.expert(r.layer, id), x, r.weights[p] as number, acc, this.llamaNumerics);
         served[p] = 1;
         this.stats.servedPairs++;
       }

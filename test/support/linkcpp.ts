@@ -12,6 +12,8 @@ export const LINKCPP_QUANTIZE = fileURLToPath(new URL('../../coordinator/bin/lin
 
 export interface ServerOptions {
   model: string;
+  /** Server binary; linkcpp-server by default. */
+  binary?: string;
   slots?: number;
   ctx?: number;
   threads?: number;
@@ -39,7 +41,8 @@ export async function freePort(): Promise<number> {
 }
 
 export async function startServer(o: ServerOptions): Promise<RunningServer> {
-  if (!existsSync(LINKCPP_SERVER)) throw new Error(`${LINKCPP_SERVER} is missing: run npm run build:coordinator`);
+  const binary = o.binary ?? LINKCPP_SERVER;
+  if (!existsSync(binary)) throw new Error(`${binary} is missing: run npm run build:coordinator`);
   const port = await freePort();
   const slots = o.slots ?? 1;
   const args = [
@@ -47,7 +50,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     '-c', String((o.ctx ?? 512) * slots), '-np', String(slots), '-t', String(o.threads ?? 2),
     '--no-warmup', ...(o.args ?? []),
   ];
-  const proc = spawn(LINKCPP_SERVER, args, { env: { ...process.env, ...o.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(binary, args, { env: { ...process.env, ...o.env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let logText = '';
   const keep = (d: Buffer): void => {
     logText += d.toString();

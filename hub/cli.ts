@@ -1,0 +1,143 @@
+/**
+ * `npx expertswarm hub …`: starts the hub with its coordinators. Settings come from flags, then environment
+ * variables, then a JSON config file (--config), then the defaults printed by --help.
+ */
+import { parseArgs } from 'node:util';
+import { readFileSync } from 'node:fs';
+import { Hub, defaultConfig, type HubConfig } from './hub.ts';
+import { buildApp } from './app.ts';
+
+export const USAGE = `usage: expertswarm hub --model PATH.gguf [--model NAME=PATH.gguf …] [options]
+
+  --model [NAME=]PATH        serve this GGUF model: the hub starts and supervises a linkcpp-server for it
+                             (NAME defaults to the file name without .gguf; it is the "model" of the API)
+  --coordinator-url NAME=URL register an external llama-server-compatible coordinator (polled and proxied)
+  --port N                   HTTP port (default 8080; env EXPERTSWARM_PORT)
+  --host ADDR                listen address (default 127.0.0.1; env EXPERTSWARM_HOST)
+  --slots N                  inference slots per coordinator (default 4; env EXPERTSWARM_SLOTS)
+  --ctx N                    context tokens per slot (default 2048)
+  --threads N                CPU threads per coordinator (default: llama.cpp's choice)
+  --state DIR                durable state (SQLite) directory (default .cache/hub; env EXPERTSWARM_STATE)
+  --coordinator-bin PATH     linkcpp-server binary (default coordinator/bin/linkcpp-server)
+  --saturate-at N            busy slots at which a model counts as saturated (default 2)
+  --target-base N            target replicas per expert at rest (default 2)
+  --boost N                  extra replicas while saturated (default 1)
+  --poll-ms N                /slots poll interval (default 2000), --poll-timeout-ms N (default 1500)
+  --max-reading-age-ms N     older readings stop recruitment (default 30000)
+  --stale-ms N               coverage without heartbeat for this long is evicted (default 120000)
+  --grace-ms N               grace window of a new worker (default 15000)
+  --idle-ms N                idle timeout since a worker's last serve (default 20000)
+  --max-workers N            live worker cap (default 10000)
+  --config FILE              JSON file with any of: port, host, slots, ctxPerSlot, threads, stateDir, models
+                             ([{path, name?}]), externals ([{name, url}])
+  --help                     this text
+`;
+
+function pair(v: string, what: string): [string, string] {
+  const i = v.indexOf('=');
+  if (i <= 0) throw new Error(`${what} must be NAME=VALUE, got "${v}"`);
+  return [v.slice(0, i), v.slice(i + 1)];
+}
+
+function int(v: string | undefined, name: string, min = 0): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < min) throw new Error(`${name} must be an integer ≥ ${min}, got "${v}"`);
+  return n;
+}
+
+export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.env): HubConfig | 'help' {
+  const { values } = parseArgs({
+    args: argv,
+    strict: true,
+    options: {
+      model: { type: 'string', multiple: true },
+      'coordinator-url': { type: 'string', multiple: true },
+      port: { type: 'string' }, host: { type: 'string' }, slots: { type: 'string' }, ctx: { type: 'string' },
+      threads: { type: 'string' }, state: { type: 'string' }, 'coordinator-bin': { type: 'string' },
+      'saturate-at': { type: 'string' }, 'target-base': { type: 'string' }, boost: { type: 'string' },
+      'poll-ms': { type: 'string' }, 'poll-timeout-ms': { type: 'string' }, 'max-reading-age-ms': { type: 'string' },
+      'stale-ms': { type: 'string' }, 'grace-ms': { type: 'string' }, 'idle-ms': { type: 'string' },
+      'max-workers': { type: 'string' }, config: { type: 'string' }, help: { type: 'boolean', short: 'h' },
+    },
+  });
+  if (values.help) return 'help';
+  const file: Partial<HubConfig> = values.config ? (JSON.parse(readFileSync(values.config, 'utf8')) as Partial<HubConfig>) : {};
+  const c = defaultConfig(file);
+  const set = <K extends keyof HubConfig>(k: K, v: HubConfig[K] | undefined): void => {
+    if (v !== undefined) c[k] = v;
+  };
+  set('port', int(values.port ?? env.EXPERTSWARM_PORT, '--port'));
+  set('host', values.host ?? env.EXPERTSWARM_HOST);
+  set('slots', int(values.slots ?? env.EXPERTSWARM_SLOTS, '--slots', 1));
+  set('ctxPerSlot', int(values.ctx, '--ctx', 64));
+  set('threads', int(values.threads, '--threads', 1));
+  set('stateDir', values.state ?? env.EXPERTSWARM_STATE);
+  set('coordinatorBinary', values['coordinator-bin']);
+  set('staleMs', int(values['stale-ms'], '--stale-ms', 1000));
+  set('maxWorkers', int(values['max-workers'], '--max-workers', 1));
+  const sat = c.saturation;
+  sat.saturateAt = int(values['saturate-at'], '--saturate-at', 1) ?? sat.saturateAt;
+  sat.targetBase = int(values['target-base'], '--target-base', 1) ?? sat.targetBase;
+  sat.boost = int(values.boost, '--boost', 0) ?? sat.boost;
+  sat.maxReadingAgeMs = int(values['max-reading-age-ms'], '--max-reading-age-ms', 1) ?? sat.maxReadingAgeMs;
+  c.poller.intervalMs = int(values['poll-ms'], '--poll-ms', 100) ?? c.poller.intervalMs;
+  c.poller.timeoutMs = int(values['poll-timeout-ms'], '--poll-timeout-ms', 50) ?? c.poller.timeoutMs;
+  c.dispatch.graceMs = int(values['grace-ms'], '--grace-ms', 0) ?? c.dispatch.graceMs;
+  c.dispatch.idleMs = int(values['idle-ms'], '--idle-ms', 0) ?? c.dispatch.idleMs;
+  for (const m of values.model ?? []) {
+    const i = m.indexOf('=');
+    c.models.push(i > 0 && !m.slice(0, i).includes('/') ? { name: m.slice(0, i), path: m.slice(i + 1) } : { path: m });
+  }
+  for (const u of values['coordinator-url'] ?? []) {
+    const [name, url] = pair(u, '--coordinator-url');
+    c.externals.push({ name, url });
+  }
+  if (c.models.length === 0 && c.externals.length === 0) throw new Error('give at least one --model or --coordinator-url');
+  return c;
+}
+
+export async function runHub(config: HubConfig, log: (line: string) => void = console.log): Promise<{ hub: Hub; close: () => Promise<void>; url: string }> {
+  const hub = new Hub(config);
+  await hub.load();
+  const app = await buildApp(hub);
+  const address = await app.listen({ port: config.port, host: config.host });
+  log(`[hub] API on ${address} — models: ${hub.modelNames().join(', ')}; starting coordinators…`);
+  await hub.start();
+  for (const c of hub.supervisor.status()) log(`[hub] coordinator ${c.name}: ${c.state}${c.url ? ` at ${c.url}` : ''}`);
+  return {
+    hub,
+    url: address,
+    close: async () => {
+      await app.close();
+      await hub.stop();
+    },
+  };
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  if (command !== 'hub') {
+    console.error(USAGE);
+    return command === '--help' || command === '-h' ? 0 : 2;
+  }
+  let config;
+  try {
+    config = parseHubArgs(rest);
+  } catch (e) {
+    console.error(`expertswarm: ${(e as Error).message}\n\n${USAGE}`);
+    return 2;
+  }
+  if (config === 'help') {
+    console.log(USAGE);
+    return 0;
+  }
+  const running = await runHub(config);
+  await new Promise<void>((resolve) => {
+    const stop = (): void => resolve();
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+  });
+  await running.close();
+  return 0;
+}

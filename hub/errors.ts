@@ -1,0 +1,64 @@
+/**
+ * The hub's one catalogue of error codes. Every rejection the hub sends is `{"error": "<sentence>", "code": "<CODE>"}`
+ * with the status listed here; callers and tests match the code, never the prose.
+ *
+ *   throw new HubError('BODY_INVALID', 'max_experts must be an integer in [0, 512]');
+ */
+export const ERRORS = {
+  // request shape
+  BODY_TOO_LARGE: 413,
+  BODY_NOT_JSON: 400,
+  BODY_INVALID: 400,
+  QUERY_INVALID: 400,
+  NOT_FOUND: 404,
+  METHOD_NOT_ALLOWED: 405,
+  UNSUPPORTED_MEDIA_TYPE: 415,
+  // auth
+  AUTH_REQUIRED: 401,
+  AUTH_TOKEN_INVALID: 401,
+  AUTH_TOKEN_EXPIRED: 401,
+  AUTH_BAD_WALLET: 400,
+  AUTH_NONCE_UNKNOWN: 401,
+  AUTH_NONCE_EXPIRED: 401,
+  AUTH_BAD_SIGNATURE: 401,
+  AUTH_FORBIDDEN: 403,
+  RATE_LIMITED: 429,
+  // market
+  MODEL_UNKNOWN: 404,
+  LAYER_NOT_MOE: 400,
+  RANGE_OUT_OF_BOUNDS: 400,
+  TOO_MANY_SEGMENTS: 400,
+  TOO_MANY_WORKERS: 503,
+  WORKER_QUARANTINED: 403,
+  // coordinators
+  COORDINATOR_UNAVAILABLE: 503,
+  COORDINATOR_TIMEOUT: 504,
+  COORDINATOR_ERROR: 502,
+  // anything else
+  INTERNAL: 500,
+} as const;
+
+export type ErrorCode = keyof typeof ERRORS;
+
+export class HubError extends Error {
+  readonly status: number;
+
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    /** Extra headers for the reply (e.g. Retry-After). */
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+    this.name = 'HubError';
+    this.status = ERRORS[code];
+  }
+
+  toJSON(): { error: string; code: ErrorCode } {
+    return { error: this.message, code: this.code };
+  }
+}
+
+export function isHubError(e: unknown, code?: ErrorCode): e is HubError {
+  return e instanceof HubError && (code === undefined || e.code === code);
+}

@@ -1,0 +1,178 @@
+/**
+ * Which slice to offer a volunteer (`POST /api/expert-volunteer`). Pure: demand snapshots and shapes in, one
+ * answer out.
+ *
+ *   chooseAssignment([demandOfA, demandOfB], shapes, { model: '', maxExperts: 64, device, held })
+ *
+ * Ranking, best first: higher scarcity, then the wider free range, then the lowest model name, layer and begin
+ * (so equal inputs always give the same answer). Only segments with scarcity > 0 are offered. Parts the volunteer
+ * already holds are cut out of each segment first, and every free piece competes on its own: the volunteer never
+ * gets an overlap with what it holds, and among equally wide pieces the first (lowest begin) wins.
+ * The winner is clipped to `[begin, min(end, begin + maxExperts, begin + device capacity))`.
+ *
+ * Request validation throws HubError (BODY_INVALID, MODEL_UNKNOWN); market outcomes ("nothing wanted", "device too
+ * small") are answers, `{assigned: false, reason}`.
+ */
+import { HubError } from '../errors.ts';
+import type { DeviceCapabilities, ExpertRange, HeldRange, ModelDemand, ModelShape } from './types.ts';
+
+export interface VolunteerRequest {
+  /** '' or missing = any model. */
+  model?: string;
+  /** 0 or missing = no limit. */
+  maxExperts?: number;
+  device?: DeviceCapabilities;
+  /** What this volunteer already holds; never offered again. */
+  held?: HeldRange[];
+}
+
+export interface Assignment {
+  assigned: true;
+  model: string;
+  layer: number;
+  /** `[begin, end)`. */
+  experts: [number, number];
+  scarcity: number;
+  replicas: number;
+  target: number;
+  n_embd: number;
+  n_layer: number;
+  n_expert: number;
+}
+
+export interface Refusal {
+  assigned: false;
+  reason: string;
+}
+
+export type VolunteerAnswer = Assignment | Refusal;
+
+export type DeviceFit = { fits: true; experts: number } | { fits: false; reason: string };
+
+interface Candidate {
+  model: string;
+  layer: number;
+  begin: number;
+  end: number;
+  scarcity: number;
+  replicas: number;
+  target: number;
+}
+
+export function chooseAssignment(
+  demands: readonly ModelDemand[],
+  shapes: ReadonlyMap<string, ModelShape>,
+  request: VolunteerRequest = {},
+): VolunteerAnswer {
+  const { model = '', maxExperts = 0, device, held = [] } = request;
+  checkRequest(model, maxExperts, device);
+  if (model !== '' && !demands.some((d) => d.model === model)) {
+    throw new HubError('MODEL_UNKNOWN', `model ${JSON.stringify(model)} is not served here; GET /v1/models lists the names`);
+  }
+
+  const fitOf = new Map<string, DeviceFit>();
+  let best: Candidate | undefined;
+  let bestFitting: Candidate | undefined;
+  let scarceSeen = false;
+  for (const demand of demands) {
+    if (model !== '' && demand.model !== model) continue;
+    const shape = shapes.get(demand.model);
+    if (!shape) continue; // no shape, no n_embd to hand out: not offerable
+    let fit = fitOf.get(demand.model);
+    if (!fit) fitOf.set(demand.model, (fit = deviceFit(shape, device)));
+    for (const { layer, segments } of demand.layers) {
+      const heldHere = held.filter((h) => h.model === demand.model && h.layer === layer);
+      for (const seg of segments) {
+        if (!(seg.scarcity > 0)) continue;
+        scarceSeen = true;
+        for (const piece of freeRanges(seg.experts[0], seg.experts[1], heldHere)) {
+          const c: Candidate = { model: demand.model, layer, ...piece, scarcity: seg.scarcity, replicas: seg.replicas, target: seg.target };
+          if (!best || better(c, best)) best = c;
+          if (fit.fits && (!bestFitting || better(c, bestFitting))) bestFitting = c;
+        }
+      }
+    }
+  }
+
+  const scope = model === '' ? 'any served model' : JSON.stringify(model);
+  if (!scarceSeen) return { assigned: false, reason: `no expert of ${scope} is below its target replicas` };
+  if (!best) return { assigned: false, reason: `this volunteer already holds every expert of ${scope} that is below target` };
+  if (!bestFitting) {
+    const fit = fitOf.get(best.model);
+    return { assigned: false, reason: fit && !fit.fits ? fit.reason : 'no wanted slice fits this device' };
+  }
+
+  const c = bestFitting;
+  const shape = shapes.get(c.model)!;
+  const fit = fitOf.get(c.model)!;
+  let width = c.end - c.begin;
+  if (maxExperts > 0) width = Math.min(width, maxExperts);
+  if (fit.fits) width = Math.min(width, fit.experts);
+  return {
+    assigned: true, model: c.model, layer: c.layer, experts: [c.begin, c.begin + width],
+    scarcity: c.scarcity, replicas: c.replicas, target: c.target,
+    n_embd: shape.nEmbd, n_layer: shape.nLayer, n_expert: shape.nExpert,
+  };
+}
+
+/**
+ * How many experts of `shape` the device can take (Infinity when it states no budget). Each expert matrix has to
+ * fit one storage-buffer binding and one buffer; the memory budget bounds the count.
+ */
+export function deviceFit(shape: ModelShape, device: DeviceCapabilities | undefined): DeviceFit {
+  const matrix = shape.maxMatrixBytesPerExpert;
+  const binding = device?.maxStorageBufferBindingSize;
+  if (binding !== undefined && matrix > binding) {
+    return { fits: false, reason: `one expert matrix of ${shape.model} is ${matrix} bytes, above this device's maxStorageBufferBindingSize of ${binding}` };
+  }
+  const buffer = device?.maxBufferSize;
+  if (buffer !== undefined && matrix > buffer) {
+    return { fits: false, reason: `one expert matrix of ${shape.model} is ${matrix} bytes, above this device's maxBufferSize of ${buffer}` };
+  }
+  const budget = device?.memoryBudgetBytes;
+  if (budget === undefined) return { fits: true, experts: Infinity };
+  const experts = Math.floor(budget / shape.bytesPerExpert);
+  if (experts < 1) {
+    return { fits: false, reason: `memoryBudgetBytes ${budget} is less than one expert of ${shape.model} (${shape.bytesPerExpert} bytes)` };
+  }
+  return { fits: true, experts };
+}
+
+/** `[begin, end)` minus the held ranges, as ordered disjoint pieces. */
+export function freeRanges(begin: number, end: number, held: readonly ExpertRange[]): ExpertRange[] {
+  const cuts = held.filter((h) => h.begin < end && h.end > begin).sort((a, b) => a.begin - b.begin);
+  const out: ExpertRange[] = [];
+  let at = begin;
+  for (const h of cuts) {
+    if (h.begin > at) out.push({ begin: at, end: h.begin });
+    at = Math.max(at, h.end);
+    if (at >= end) return out;
+  }
+  if (at < end) out.push({ begin: at, end });
+  return out;
+}
+
+function better(a: Candidate, b: Candidate): boolean {
+  if (a.scarcity !== b.scarcity) return a.scarcity > b.scarcity;
+  const wa = a.end - a.begin;
+  const wb = b.end - b.begin;
+  if (wa !== wb) return wa > wb;
+  if (a.model !== b.model) return a.model < b.model;
+  if (a.layer !== b.layer) return a.layer < b.layer;
+  return a.begin < b.begin;
+}
+
+function checkRequest(model: unknown, maxExperts: unknown, device: DeviceCapabilities | undefined): void {
+  if (typeof model !== 'string') throw new HubError('BODY_INVALID', 'model must be a string ("" = any)');
+  if (!Number.isSafeInteger(maxExperts) || (maxExperts as number) < 0) {
+    throw new HubError('BODY_INVALID', 'max_experts must be an integer ≥ 0 (0 = no limit)');
+  }
+  if (device === undefined) return;
+  if (typeof device !== 'object' || device === null) throw new HubError('BODY_INVALID', 'device must be an object of capabilities');
+  for (const k of ['maxStorageBufferBindingSize', 'maxBufferSize', 'memoryBudgetBytes'] as const) {
+    const v = device[k];
+    if (v !== undefined && !(typeof v === 'number' && Number.isFinite(v) && v >= 0)) {
+      throw new HubError('BODY_INVALID', `device.${k} must be a finite number ≥ 0`);
+    }
+  }
+}

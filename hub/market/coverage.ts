@@ -1,0 +1,242 @@
+/**
+ * Who holds which experts right now: the hub's in-memory coverage, fed by `POST /api/expert-coverage` heartbeats.
+ * No timers and no clock: the caller passes `nowMs` and calls `evictStale` on its own schedule.
+ *
+ *   const store = new CoverageStore();
+ *   store.addModel(shape);
+ *   store.heartbeat('w1', 'tiny-moe', [[1, 0, 64]], Date.now());
+ *   store.replicaCounts('tiny-moe', 1); // Int32Array(nExpert): 1 for experts 0..63, 0 after
+ *
+ * Replica counts are kept as one difference array per (model, MoE layer): a heartbeat costs O(its segments) and a
+ * read costs O(nExpert), independent of the number of workers (10,000 workers heartbeating every 15 s is ~670
+ * heartbeats a second).
+ *
+ * Overlapping (or touching) segments of one worker on one layer are merged, not rejected: a worker holds an expert
+ * or it doesn't, so the union is the truthful reading and the worker counts once per expert. `segmentsOf` returns
+ * the merged form, sorted by layer then begin.
+ */
+import { HubError } from '../errors.ts';
+import type { CoverageSegment, ModelShape } from './types.ts';
+
+export const COVERAGE_LIMITS = Object.freeze({
+  maxSegmentsPerWorker: 256,
+  maxWorkers: 10_000,
+  maxWorkerIdLength: 128,
+  staleMs: 120_000,
+});
+
+export interface CoverageOptions {
+  /** New workers beyond this many are refused with TOO_MANY_WORKERS (default 10,000). */
+  maxWorkers?: number;
+}
+
+interface WorkerEntry {
+  model: string;
+  /** Merged, sorted by layer then begin. */
+  segments: CoverageSegment[];
+  lastSeenMs: number;
+}
+
+interface ModelEntry {
+  shape: ModelShape;
+  moe: Set<number>;
+  /** layer → difference array of length nExpert + 1 (count[e] = Σ diff[0..e]). */
+  diff: Map<number, Int32Array>;
+  workers: Set<string>;
+}
+
+export class CoverageStore {
+  readonly maxWorkers: number;
+  #models = new Map<string, ModelEntry>();
+  #workers = new Map<string, WorkerEntry>();
+
+  constructor(options: CoverageOptions = {}) {
+    const maxWorkers = options.maxWorkers ?? COVERAGE_LIMITS.maxWorkers;
+    if (!Number.isInteger(maxWorkers) || maxWorkers < 0) throw new RangeError(`maxWorkers must be an integer ≥ 0, got ${maxWorkers}`);
+    this.maxWorkers = maxWorkers;
+  }
+
+  /**
+   * Registers a model. Registering the same shape again is a no-op; a changed shape replaces the old one and drops
+   * the model's coverage (the old ranges may not exist any more; workers re-report on their next heartbeat).
+   */
+  addModel(shape: ModelShape): void {
+    checkShape(shape);
+    const old = this.#models.get(shape.model);
+    if (old && sameShape(old.shape, shape)) return;
+    if (old) for (const id of [...old.workers]) this.remove(id);
+    const diff = new Map<number, Int32Array>();
+    for (const layer of shape.moeLayers) diff.set(layer, new Int32Array(shape.nExpert + 1));
+    this.#models.set(shape.model, { shape: { ...shape, moeLayers: [...shape.moeLayers] }, moe: new Set(shape.moeLayers), diff, workers: new Set() });
+  }
+
+  shape(model: string): ModelShape | undefined {
+    return this.#models.get(model)?.shape;
+  }
+
+  models(): string[] {
+    return [...this.#models.keys()];
+  }
+
+  /** Live workers (any model). */
+  get size(): number {
+    return this.#workers.size;
+  }
+
+  /**
+   * Replaces `workerId`'s coverage with `segments` (`[layer, begin, end]`, experts `[begin, end)`) and marks it
+   * live at `nowMs`. Everything is validated before anything changes, so a refused heartbeat leaves the old
+   * coverage in place. An empty list is allowed: the worker is live but serves nothing yet.
+   * Returns the merged segments as stored.
+   */
+  heartbeat(workerId: string, model: string, segments: ReadonlyArray<readonly [number, number, number]>, nowMs: number): CoverageSegment[] {
+    checkNow(nowMs);
+    if (typeof workerId !== 'string' || workerId.length === 0 || workerId.length > COVERAGE_LIMITS.maxWorkerIdLength) {
+      throw new HubError('BODY_INVALID', `worker_id must be a non-empty string of at most ${COVERAGE_LIMITS.maxWorkerIdLength} characters`);
+    }
+    const entry = this.#models.get(model);
+    if (!entry) throw new HubError('MODEL_UNKNOWN', `model ${JSON.stringify(model)} is not served here; GET /v1/models lists the names`);
+    if (!Array.isArray(segments)) throw new HubError('BODY_INVALID', 'segments must be an array of [layer, begin, end]');
+    if (segments.length > COVERAGE_LIMITS.maxSegmentsPerWorker) {
+      throw new HubError('TOO_MANY_SEGMENTS', `a worker may report at most ${COVERAGE_LIMITS.maxSegmentsPerWorker} segments, got ${segments.length}`);
+    }
+    const merged = mergeSegments(segments.map((s, i) => checkSegment(entry, s, i)));
+    const old = this.#workers.get(workerId);
+    if (!old && this.#workers.size >= this.maxWorkers) {
+      throw new HubError('TOO_MANY_WORKERS', `the hub already tracks ${this.maxWorkers} workers; retry later`, { 'Retry-After': '60' });
+    }
+
+    if (old) this.#unindex(workerId, old);
+    const worker: WorkerEntry = { model, segments: merged, lastSeenMs: nowMs };
+    this.#workers.set(workerId, worker);
+    this.#index(workerId, worker, entry);
+    return merged.map((s) => [...s]);
+  }
+
+  /** Drops every worker whose last heartbeat is `staleMs` or more before `nowMs`; returns their ids. */
+  evictStale(nowMs: number, staleMs: number = COVERAGE_LIMITS.staleMs): string[] {
+    checkNow(nowMs);
+    const evicted: string[] = [];
+    for (const [id, w] of this.#workers) if (nowMs - w.lastSeenMs >= staleMs) evicted.push(id);
+    for (const id of evicted) this.remove(id);
+    return evicted;
+  }
+
+  /** Forgets a worker (disconnect, quarantine). Returns whether it was known. */
+  remove(workerId: string): boolean {
+    const w = this.#workers.get(workerId);
+    if (!w) return false;
+    this.#unindex(workerId, w);
+    this.#workers.delete(workerId);
+    return true;
+  }
+
+  /** Live workers covering each expert of one MoE layer (a fresh array of length nExpert). */
+  replicaCounts(model: string, layer: number): Int32Array {
+    const entry = this.#models.get(model);
+    if (!entry) throw new HubError('MODEL_UNKNOWN', `model ${JSON.stringify(model)} is not served here`);
+    const diff = entry.diff.get(layer);
+    if (!diff) throw new HubError('LAYER_NOT_MOE', `layer ${layer} of ${model} holds no routed experts`);
+    const counts = new Int32Array(entry.shape.nExpert);
+    let run = 0;
+    for (let e = 0; e < counts.length; e++) counts[e] = run += diff[e]!;
+    return counts;
+  }
+
+  /** Ids of the live workers of `model` (empty for an unknown model). */
+  workersOf(model: string): string[] {
+    return [...(this.#models.get(model)?.workers ?? [])];
+  }
+
+  /** How many live workers `model` has, without building the list. */
+  workerCount(model: string): number {
+    return this.#models.get(model)?.workers.size ?? 0;
+  }
+
+  /** The worker's merged coverage, or undefined if it is not live. */
+  segmentsOf(workerId: string): CoverageSegment[] | undefined {
+    return this.#workers.get(workerId)?.segments.map((s) => [...s]);
+  }
+
+  /** The model a live worker serves. */
+  modelOf(workerId: string): string | undefined {
+    return this.#workers.get(workerId)?.model;
+  }
+
+  lastSeenMs(workerId: string): number | undefined {
+    return this.#workers.get(workerId)?.lastSeenMs;
+  }
+
+  #index(id: string, w: WorkerEntry, entry: ModelEntry): void {
+    entry.workers.add(id);
+    for (const [layer, begin, end] of w.segments) {
+      const diff = entry.diff.get(layer)!;
+      diff[begin]! += 1;
+      diff[end]! -= 1;
+    }
+  }
+
+  #unindex(id: string, w: WorkerEntry): void {
+    const entry = this.#models.get(w.model);
+    if (!entry) return;
+    entry.workers.delete(id);
+    for (const [layer, begin, end] of w.segments) {
+      const diff = entry.diff.get(layer)!;
+      diff[begin]! -= 1;
+      diff[end]! += 1;
+    }
+  }
+}
+
+function checkSegment(entry: ModelEntry, s: unknown, i: number): CoverageSegment {
+  if (!Array.isArray(s) || s.length !== 3 || !s.every((v) => Number.isSafeInteger(v))) {
+    throw new HubError('BODY_INVALID', `segments[${i}] must be [layer, begin, end] with integers`);
+  }
+  const [layer, begin, end] = s as [number, number, number];
+  const { shape } = entry;
+  if (!entry.moe.has(layer)) {
+    throw new HubError('LAYER_NOT_MOE', `segments[${i}]: layer ${layer} of ${shape.model} holds no routed experts (MoE layers: ${shape.moeLayers.join(', ')})`);
+  }
+  if (begin < 0 || begin >= end || end > shape.nExpert) {
+    throw new HubError('RANGE_OUT_OF_BOUNDS', `segments[${i}]: experts [${begin}, ${end}) must satisfy 0 ≤ begin < end ≤ ${shape.nExpert}`);
+  }
+  return [layer, begin, end];
+}
+
+/** Union of the segments per layer, sorted by layer then begin; touching ranges join. */
+function mergeSegments(segments: CoverageSegment[]): CoverageSegment[] {
+  const sorted = [...segments].sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  const out: CoverageSegment[] = [];
+  for (const [layer, begin, end] of sorted) {
+    const last = out[out.length - 1];
+    if (last && last[0] === layer && begin <= last[2]) last[2] = Math.max(last[2], end);
+    else out.push([layer, begin, end]);
+  }
+  return out;
+}
+
+function checkNow(nowMs: number): void {
+  if (!Number.isFinite(nowMs)) throw new RangeError(`nowMs must be a finite number, got ${nowMs}`);
+}
+
+function checkShape(s: ModelShape): void {
+  const positiveInt = (v: number) => Number.isSafeInteger(v) && v > 0;
+  if (typeof s.model !== 'string' || s.model.length === 0) throw new TypeError('shape.model must be a non-empty string');
+  for (const k of ['nLayer', 'nExpert', 'nEmbd', 'bytesPerExpert', 'maxMatrixBytesPerExpert'] as const) {
+    if (!positiveInt(s[k])) throw new RangeError(`shape.${k} of ${s.model} must be a positive integer, got ${s[k]}`);
+  }
+  if (s.maxMatrixBytesPerExpert > s.bytesPerExpert) throw new RangeError(`shape of ${s.model}: one matrix cannot exceed the whole expert`);
+  const seen = new Set<number>();
+  for (const l of s.moeLayers) {
+    if (!Number.isSafeInteger(l) || l < 0 || l >= s.nLayer || seen.has(l)) {
+      throw new RangeError(`shape.moeLayers of ${s.model} must be distinct layers in [0, ${s.nLayer}), got ${s.moeLayers.join(', ')}`);
+    }
+    seen.add(l);
+  }
+}
+
+function sameShape(a: ModelShape, b: ModelShape): boolean {
+  return a.nLayer === b.nLayer && a.nExpert === b.nExpert && a.nEmbd === b.nEmbd && a.bytesPerExpert === b.bytesPerExpert
+    && a.maxMatrixBytesPerExpert === b.maxMatrixBytesPerExpert
+    && a.moeLayers.length === b.moeLayers.length && a.moeLayers.every((l, i) => l === b.moeLayers[i]);
+}

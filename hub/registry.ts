@@ -1,0 +1,70 @@
+/**
+ * What the hub knows about each model, read once from its GGUF metadata at start (never on a request path).
+ */
+import { basename } from 'node:path';
+import { readGGUFFile } from '../gguf/node-io.ts';
+import { metaNumber, requireMetaString, type GGUFFile } from '../gguf/types.ts';
+import { GGMLType } from '../gguf/quant-types.ts';
+import type { ModelShape } from './market/types.ts';
+
+export interface ModelInfo extends ModelShape {
+  path: string;
+  arch: string;
+  nExpertUsed: number;
+  /** Feed-forward width of one routed expert. */
+  expertFf: number;
+  /** Type name of each expert matrix ("Q8_0"), by role. */
+  expertTypes: { gate: string; up: string; down: string };
+  fileBytes: number;
+}
+
+/** The name the hub and the coordinator's `/v1/models` use for a model file: its base name without `.gguf`. */
+export function modelNameFromPath(path: string): string {
+  return basename(path).replace(/\.gguf$/i, '');
+}
+
+export function describeModel(path: string, file: GGUFFile, name = modelNameFromPath(path)): ModelInfo {
+  const arch = requireMetaString(file, 'general.architecture');
+  const num = (key: string): number => metaNumber(file, `${arch}.${key}`) ?? 0;
+  const nLayer = num('block_count');
+  const nExpert = num('expert_count');
+  const byName = new Map(file.tensors.map((t) => [t.name, t]));
+  const moeLayers: number[] = [];
+  let bytesPerExpert = 0;
+  let maxMatrixBytesPerExpert = 0;
+  let expertFf = 0;
+  let expertTypes = { gate: '', up: '', down: '' };
+  for (let l = 0; l < nLayer; l++) {
+    const gate = byName.get(`blk.${l}.ffn_gate_exps.weight`);
+    const up = byName.get(`blk.${l}.ffn_up_exps.weight`);
+    const down = byName.get(`blk.${l}.ffn_down_exps.weight`);
+    if (!gate || !up || !down) continue;
+    moeLayers.push(l);
+    if (expertFf === 0) {
+      expertFf = gate.dims[1] as number;
+      const per = [gate, up, down].map((t) => t.byteLength / (t.dims[2] as number));
+      bytesPerExpert = per.reduce((a, b) => a + b, 0);
+      maxMatrixBytesPerExpert = Math.max(...per);
+      expertTypes = { gate: GGMLType[gate.type] ?? String(gate.type), up: GGMLType[up.type] ?? String(up.type), down: GGMLType[down.type] ?? String(down.type) };
+    }
+  }
+  return {
+    model: name,
+    path,
+    arch,
+    nLayer,
+    nExpert,
+    nExpertUsed: num('expert_used_count'),
+    nEmbd: num('embedding_length'),
+    moeLayers,
+    bytesPerExpert,
+    maxMatrixBytesPerExpert,
+    expertFf,
+    expertTypes,
+    fileBytes: file.fileSize,
+  };
+}
+
+export async function loadModelInfo(path: string, name?: string): Promise<ModelInfo> {
+  return describeModel(path, await readGGUFFile(path), name);
+}

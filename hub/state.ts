@@ -1,0 +1,112 @@
+/**
+ * The hub's durable state in one SQLite file: settings (the token secret), models served, volunteer identities,
+ * lifetime credit (expert-token pairs served) and the quarantine list. Live coverage stays in memory.
+ */
+import Database from 'better-sqlite3';
+import { randomBytes } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS models (name TEXT PRIMARY KEY, path TEXT, first_seen_ms INTEGER NOT NULL, last_seen_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS volunteers (wallet TEXT PRIMARY KEY, first_seen_ms INTEGER NOT NULL, last_seen_ms INTEGER NOT NULL,
+  credit_pairs INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS quarantine (subject TEXT PRIMARY KEY, reason TEXT NOT NULL, since_ms INTEGER NOT NULL);
+`;
+
+export class HubState {
+  private readonly db: Database.Database;
+  private readonly stmts;
+
+  constructor(path: string) {
+    if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
+    this.db = new Database(path);
+    this.db.pragma('journal_mode = WAL');
+    this.db.pragma('synchronous = NORMAL');
+    this.db.exec(SCHEMA);
+    this.stmts = {
+      getSetting: this.db.prepare<[string], { value: Buffer }>('SELECT value FROM settings WHERE key = ?'),
+      putSetting: this.db.prepare('INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value'),
+      upsertModel: this.db.prepare(
+        'INSERT INTO models (name, path, first_seen_ms, last_seen_ms) VALUES (?, ?, ?, ?) ' +
+          'ON CONFLICT(name) DO UPDATE SET path = excluded.path, last_seen_ms = excluded.last_seen_ms',
+      ),
+      models: this.db.prepare<[], { name: string; path: string | null; first_seen_ms: number }>('SELECT name, path, first_seen_ms FROM models ORDER BY name'),
+      touchVolunteer: this.db.prepare(
+        'INSERT INTO volunteers (wallet, first_seen_ms, last_seen_ms) VALUES (?, ?, ?) ON CONFLICT(wallet) DO UPDATE SET last_seen_ms = excluded.last_seen_ms',
+      ),
+      addCredit: this.db.prepare(
+        'INSERT INTO volunteers (wallet, first_seen_ms, last_seen_ms, credit_pairs) VALUES (?, ?, ?, ?) ' +
+          'ON CONFLICT(wallet) DO UPDATE SET credit_pairs = credit_pairs + excluded.credit_pairs, last_seen_ms = excluded.last_seen_ms',
+      ),
+      volunteer: this.db.prepare<[string], { wallet: string; first_seen_ms: number; last_seen_ms: number; credit_pairs: number }>(
+        'SELECT wallet, first_seen_ms, last_seen_ms, credit_pairs FROM volunteers WHERE wallet = ?',
+      ),
+      volunteerCount: this.db.prepare<[], { n: number }>('SELECT COUNT(*) AS n FROM volunteers'),
+      quarantine: this.db.prepare(
+        'INSERT INTO quarantine (subject, reason, since_ms) VALUES (?, ?, ?) ON CONFLICT(subject) DO UPDATE SET reason = excluded.reason',
+      ),
+      release: this.db.prepare('DELETE FROM quarantine WHERE subject = ?'),
+      isQuarantined: this.db.prepare<[string], { reason: string }>('SELECT reason FROM quarantine WHERE subject = ?'),
+    };
+  }
+
+  close(): void {
+    this.db.close();
+  }
+
+  /** The HMAC secret for node tokens: created once, then the same across restarts. */
+  tokenSecret(): Uint8Array {
+    const row = this.stmts.getSetting.get('token_secret');
+    if (row) return new Uint8Array(row.value);
+    const secret = randomBytes(32);
+    this.stmts.putSetting.run('token_secret', secret);
+    return new Uint8Array(secret);
+  }
+
+  setting(key: string): string | undefined {
+    return this.stmts.getSetting.get(key)?.value.toString();
+  }
+
+  setSetting(key: string, value: string): void {
+    this.stmts.putSetting.run(key, Buffer.from(value));
+  }
+
+  recordModel(name: string, path: string | null, nowMs: number): void {
+    this.stmts.upsertModel.run(name, path, nowMs, nowMs);
+  }
+
+  models(): Array<{ name: string; path: string | null; first_seen_ms: number }> {
+    return this.stmts.models.all();
+  }
+
+  touchVolunteer(wallet: string, nowMs: number): void {
+    this.stmts.touchVolunteer.run(wallet, nowMs, nowMs);
+  }
+
+  addCredit(wallet: string, pairs: number, nowMs: number): void {
+    if (!Number.isSafeInteger(pairs) || pairs < 0) throw new RangeError(`credit must be a non-negative integer, got ${pairs}`);
+    this.stmts.addCredit.run(wallet, nowMs, nowMs, pairs);
+  }
+
+  volunteer(wallet: string): { wallet: string; first_seen_ms: number; last_seen_ms: number; credit_pairs: number } | undefined {
+    return this.stmts.volunteer.get(wallet);
+  }
+
+  volunteerCount(): number {
+    return this.stmts.volunteerCount.get()?.n ?? 0;
+  }
+
+  quarantine(subject: string, reason: string, nowMs: number): void {
+    this.stmts.quarantine.run(subject, reason, nowMs);
+  }
+
+  release(subject: string): void {
+    this.stmts.release.run(subject);
+  }
+
+  quarantineReason(subject: string): string | undefined {
+    return this.stmts.isQuarantined.get(subject)?.reason;
+  }
+}

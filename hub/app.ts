@@ -48,6 +48,7 @@ function segments(v: unknown): Array<[number, number, number]> {
 
 export async function buildApp(hub: Hub): Promise<FastifyInstance> {
   const app = Fastify({ bodyLimit: API_BODY_LIMIT, logger: false, trustProxy: false });
+  app.removeContentTypeParser('text/plain'); // the API speaks JSON only: anything else is a 415
 
   app.setErrorHandler((err: Error & { statusCode?: number; code?: string; validation?: unknown }, _req, reply) => {
     let e: HubError;

@@ -37,6 +37,8 @@ export interface HubConfig {
   staleMs: number;
   maxWorkers: number;
   evictEveryMs: number;
+  /** Per-client token bucket on the auth endpoints. */
+  authRateLimit: { capacity: number; refillPerSec: number };
 }
 
 export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
@@ -55,6 +57,7 @@ export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
     staleMs: 120_000,
     maxWorkers: 10_000,
     evictEveryMs: 5_000,
+    authRateLimit: { capacity: 30, refillPerSec: 0.5 },
     ...over,
   };
 }
@@ -88,7 +91,7 @@ export class Hub {
     this.coverage = new CoverageStore({ maxWorkers: config.maxWorkers });
     this.dispatch = new DispatchMap(config.dispatch);
     this.state = new HubState(config.stateDir === ':memory:' ? ':memory:' : join(config.stateDir, 'hub.sqlite'));
-    this.auth = new NodeAuth({ secret: this.state.tokenSecret() });
+    this.auth = new NodeAuth({ secret: this.state.tokenSecret(), rateLimit: config.authRateLimit });
     this.supervisor = new CoordinatorSupervisor((name, state, detail) => this.events.add('coordinator', name, `${state}: ${detail}`, this.clock()));
     this.poller = new SaturationPoller(
       () => this.supervisor.names().map((name) => ({ name, url: this.supervisor.urlOf(name) })),
@@ -103,20 +106,29 @@ export class Hub {
 
   /** Reads every model's metadata (once) and registers coordinators; `start()` then launches them. */
   async load(): Promise<void> {
+    const externals = new Map(this.config.externals.map((e) => [e.name, e.url]));
     for (const m of this.config.models) {
       const info = await loadModelInfo(m.path, m.name);
       if (this.models.has(info.model)) throw new Error(`two models are named ${info.model}; name one with NAME=PATH`);
       this.models.set(info.model, info);
       this.coverage.addModel(info);
       this.state.recordModel(info.model, info.path, this.now());
+      // A model whose coordinator runs elsewhere (--coordinator-url with the same name) is only described by its GGUF.
+      const url = externals.get(info.model);
+      if (url) {
+        this.supervisor.addExternal(info.model, url);
+        externals.delete(info.model);
+        continue;
+      }
       this.supervisor.addManaged({
         name: info.model, modelPath: info.path, binary: this.config.coordinatorBinary, slots: this.config.slots,
         ctxPerSlot: this.config.ctxPerSlot, ...(this.config.threads ? { threads: this.config.threads } : {}),
       });
     }
-    for (const e of this.config.externals) {
-      this.supervisor.addExternal(e.name, e.url);
-      this.state.recordModel(e.name, null, this.now());
+    // Coordinators without a GGUF here are polled and proxied, but their experts are not on the market.
+    for (const [name, url] of externals) {
+      this.supervisor.addExternal(name, url);
+      this.state.recordModel(name, null, this.now());
     }
   }
 

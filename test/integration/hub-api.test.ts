@@ -1,0 +1,210 @@
+/**
+ * The hub's HTTP API in-process (fastify inject, no port): auth flows, the market through its endpoints, eviction,
+ * and tables of malformed requests, each with its exact status and code.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { testModel } from '../support/models.ts';
+import { newVolunteer, testHub } from '../support/hub-fixtures.ts';
+
+const wide = await testModel({ arch: 'qwen3moe', layers: 2, nEmbd: 32, ff: 32, nExpert: 256, nExpertUsed: 8, seed: 4 });
+const dense = await testModel({ arch: 'deepseek', layers: 3, nEmbd: 32, ff: 32, sharedFf: 32, nExpert: 16, nExpertUsed: 2, seed: 4 });
+
+test('auth: a good login, a replayed nonce, a wrong signature, an expired token', async () => {
+  const t = await testHub({ models: [{ path: wide.path, name: 'wide' }] });
+  try {
+    const v = newVolunteer();
+    const c = await t.call('POST', '/api/auth/challenge', { wallet: v.wallet });
+    assert.equal(c.status, 200);
+    assert.match(c.json.message, new RegExp(c.json.nonce));
+    const good = await t.call('POST', '/api/auth/node-token', { wallet: v.wallet, nonce: c.json.nonce, signature: v.sign(c.json.message) });
+    assert.equal(good.status, 200);
+    assert.equal(good.json.wallet, v.wallet);
+    assert.ok(good.json.expires_in > 0);
+    const token = good.json.node_token as string;
+    assert.equal((await t.call('POST', '/api/expert-volunteer', {}, token)).status, 200);
+
+    const replay = await t.call('POST', '/api/auth/node-token', { wallet: v.wallet, nonce: c.json.nonce, signature: v.sign(c.json.message) });
+    assert.deepEqual([replay.status, replay.json.code], [401, 'AUTH_NONCE_UNKNOWN']);
+
+    const c2 = await t.call('POST', '/api/auth/challenge', { wallet: v.wallet });
+    const other = newVolunteer();
+    const wrong = await t.call('POST', '/api/auth/node-token', { wallet: v.wallet, nonce: c2.json.nonce, signature: other.sign(c2.json.message) });
+    assert.deepEqual([wrong.status, wrong.json.code], [401, 'AUTH_BAD_SIGNATURE']);
+
+    t.clock.now += 2 * 86_400_000;
+    const expired = await t.call('POST', '/api/expert-volunteer', {}, token);
+    assert.deepEqual([expired.status, expired.json.code], [401, 'AUTH_TOKEN_EXPIRED']);
+    assert.equal((await t.call('GET', '/api/health')).status, 200);
+  } finally {
+    await t.close();
+  }
+});
+
+test('market through the API: the brief\'s example, dense layers, eviction after 120 s', async () => {
+  const t = await testHub({ models: [{ path: wide.path, name: 'wide' }, { path: dense.path, name: 'dense' }] });
+  try {
+    const token = await t.login(newVolunteer());
+    const beat = (worker: string, model: string, segments: number[][], n: { n_layer: number; n_expert: number }) =>
+      t.call('POST', '/api/expert-coverage', { worker_id: worker, model, ...n, segments }, token);
+    const wideN = { n_layer: 2, n_expert: 256 };
+    assert.equal((await beat('A', 'wide', [[0, 0, 128]], wideN)).status, 200);
+    assert.equal((await beat('B', 'wide', [[0, 128, 256]], wideN)).status, 200);
+    assert.equal((await beat('C', 'wide', [[0, 0, 128]], wideN)).status, 200);
+
+    const demand = await t.call('GET', '/api/expert-demand?model=wide');
+    assert.equal(demand.status, 200);
+    const layer0 = demand.json.models[0].layers.find((l: { layer: number }) => l.layer === 0);
+    assert.deepEqual(layer0.segments, [
+      { experts: [0, 128], replicas: 2, target: 2, scarcity: 0 },
+      { experts: [128, 256], replicas: 1, target: 2, scarcity: 0.5 },
+    ]);
+    // Layer 1 has no worker at all: scarcity 1 beats layer 0's 0.5, so ask for layer 0's gap explicitly by holding layer 1.
+    assert.equal((await beat('D', 'wide', [[1, 0, 256]], wideN)).status, 200);
+    assert.equal((await beat('E', 'wide', [[1, 0, 256]], wideN)).status, 200);
+    const got = await t.call('POST', '/api/expert-volunteer', { model: 'wide', max_experts: 64 }, token);
+    assert.equal(got.status, 200);
+    assert.deepEqual(
+      { assigned: got.json.assigned, model: got.json.model, layer: got.json.layer, experts: got.json.experts, scarcity: got.json.scarcity, n_expert: got.json.n_expert },
+      { assigned: true, model: 'wide', layer: 0, experts: [128, 192], scarcity: 0.5, n_expert: 256 },
+    );
+
+    // deepseek's layer 0 is dense: never offered, refused in coverage.
+    const denseN = { n_layer: 3, n_expert: 16 };
+    assert.equal((await beat('F', 'dense', [[1, 0, 16]], denseN)).status, 200);
+    const dd = await t.call('GET', '/api/expert-demand?model=dense');
+    assert.deepEqual(dd.json.models[0].layers.map((l: { layer: number }) => l.layer), [1, 2]);
+    const bad = await beat('G', 'dense', [[0, 0, 16]], denseN);
+    assert.deepEqual([bad.status, bad.json.code], [400, 'LAYER_NOT_MOE']);
+
+    const map = await t.call('GET', '/api/expert-dispatch-map?model=wide');
+    assert.equal(map.status, 200);
+    assert.ok(map.json.rows.some((r: { worker_id: string; state: string }) => r.worker_id === 'A' && r.state === 'grace'));
+
+    t.clock.now += 119_000;
+    await beat('A', 'wide', [[0, 0, 128]], wideN);
+    t.clock.now += 1_000;
+    const gone = t.hub.evict();
+    assert.deepEqual(gone.sort(), ['B', 'C', 'D', 'E', 'F'], 'everyone silent for 120 s is evicted, A (heard 1 s ago) stays');
+    const after = await t.call('GET', '/api/expert-demand?model=wide');
+    const l0 = after.json.models[0].layers.find((l: { layer: number }) => l.layer === 0);
+    assert.deepEqual(l0.segments.map((s: { replicas: number }) => s.replicas), [1, 0]);
+    const metrics = await t.call('GET', '/metrics');
+    assert.match(String(metrics.json), /expertswarm_evictions_total 5/);
+  } finally {
+    await t.close();
+  }
+});
+
+test('≥ 20 malformed bodies per market endpoint get the right status and code; the hub stays healthy', async () => {
+  const t = await testHub({ models: [{ path: wide.path, name: 'wide' }, { path: dense.path, name: 'dense' }] });
+  try {
+    const token = await t.login(newVolunteer());
+    const json = (v: unknown) => ({ payload: JSON.stringify(v), contentType: 'application/json' });
+    type Case = [string, { body?: unknown; raw?: { payload: string; contentType: string }; token?: string | null }, number, string];
+    const ok = { worker_id: 'w', model: 'wide', n_layer: 2, n_expert: 256, segments: [[0, 0, 8]] };
+    const volunteer: Case[] = [
+      ['no token', { body: {}, token: null }, 401, 'AUTH_REQUIRED'],
+      ['garbage token', { body: {}, token: 'abc' }, 401, 'AUTH_TOKEN_INVALID'],
+      ['null body', { raw: json(null) }, 400, 'BODY_INVALID'],
+      ['array body', { body: [] }, 400, 'BODY_INVALID'],
+      ['string body', { body: 'x' }, 400, 'BODY_INVALID'],
+      ['number body', { body: 5 }, 400, 'BODY_INVALID'],
+      ['negative max_experts', { body: { max_experts: -1 } }, 400, 'BODY_INVALID'],
+      ['fractional max_experts', { body: { max_experts: 1.5 } }, 400, 'BODY_INVALID'],
+      ['string max_experts', { body: { max_experts: '3' } }, 400, 'BODY_INVALID'],
+      ['huge max_experts', { body: { max_experts: 2 ** 40 } }, 400, 'BODY_INVALID'],
+      ['numeric model', { body: { model: 5 } }, 400, 'BODY_INVALID'],
+      ['long model', { body: { model: 'x'.repeat(300) } }, 400, 'BODY_INVALID'],
+      ['unknown model', { body: { model: 'nope' } }, 404, 'MODEL_UNKNOWN'],
+      ['device not an object', { body: { device: 5 } }, 400, 'BODY_INVALID'],
+      ['device array', { body: { device: [] } }, 400, 'BODY_INVALID'],
+      ['negative budget', { body: { device: { memoryBudgetBytes: -1 } } }, 400, 'BODY_INVALID'],
+      ['string buffer size', { body: { device: { maxBufferSize: 'a' } } }, 400, 'BODY_INVALID'],
+      ['null binding size', { body: { device: { maxStorageBufferBindingSize: null } } }, 400, 'BODY_INVALID'],
+      ['numeric worker_id', { body: { worker_id: 5 } }, 400, 'BODY_INVALID'],
+      ['long worker_id', { body: { worker_id: 'x'.repeat(200) } }, 400, 'BODY_INVALID'],
+      ['broken JSON', { raw: { payload: '{"max_experts":', contentType: 'application/json' } }, 400, 'BODY_NOT_JSON'],
+      ['text body', { raw: { payload: 'hello', contentType: 'text/plain' } }, 415, 'UNSUPPORTED_MEDIA_TYPE'],
+      ['oversized body', { raw: json({ pad: 'x'.repeat(70_000) }) }, 413, 'BODY_TOO_LARGE'],
+    ];
+    const coverage: Case[] = [
+      ['no token', { body: ok, token: null }, 401, 'AUTH_REQUIRED'],
+      ['missing worker_id', { body: { ...ok, worker_id: undefined } }, 400, 'BODY_INVALID'],
+      ['empty worker_id', { body: { ...ok, worker_id: '' } }, 400, 'BODY_INVALID'],
+      ['missing model', { body: { ...ok, model: undefined } }, 400, 'BODY_INVALID'],
+      ['unknown model', { body: { ...ok, model: 'nope' } }, 404, 'MODEL_UNKNOWN'],
+      ['n_layer mismatch', { body: { ...ok, n_layer: 3 } }, 400, 'BODY_INVALID'],
+      ['n_expert mismatch', { body: { ...ok, n_expert: 128 } }, 400, 'BODY_INVALID'],
+      ['negative n_layer', { body: { ...ok, n_layer: -1 } }, 400, 'BODY_INVALID'],
+      ['string n_expert', { body: { ...ok, n_expert: '256' } }, 400, 'BODY_INVALID'],
+      ['segments not an array', { body: { ...ok, segments: 'all' } }, 400, 'BODY_INVALID'],
+      ['segments object', { body: { ...ok, segments: { 0: [0, 0, 1] } } }, 400, 'BODY_INVALID'],
+      ['300 segments', { body: { ...ok, segments: Array.from({ length: 300 }, (_, i) => [0, i % 256, (i % 256) + 1]) } }, 400, 'TOO_MANY_SEGMENTS'],
+      ['short segment', { body: { ...ok, segments: [[0, 1]] } }, 400, 'BODY_INVALID'],
+      ['negative begin', { body: { ...ok, segments: [[0, -1, 2]] } }, 400, 'BODY_INVALID'],
+      ['begin after end', { body: { ...ok, segments: [[0, 5, 3]] } }, 400, 'RANGE_OUT_OF_BOUNDS'],
+      ['empty range', { body: { ...ok, segments: [[0, 5, 5]] } }, 400, 'RANGE_OUT_OF_BOUNDS'],
+      ['end past n_expert', { body: { ...ok, segments: [[0, 0, 999]] } }, 400, 'RANGE_OUT_OF_BOUNDS'],
+      ['layer past n_layer', { body: { ...ok, segments: [[7, 0, 8]] } }, 400, 'LAYER_NOT_MOE'],
+      ['fractional layer', { body: { ...ok, segments: [[0.5, 0, 8]] } }, 400, 'BODY_INVALID'],
+      ['string in segment', { body: { ...ok, segments: [['0', 0, 8]] } }, 400, 'BODY_INVALID'],
+      ['dense layer', { body: { ...ok, model: 'dense', n_layer: 3, n_expert: 16, segments: [[0, 0, 8]] } }, 400, 'LAYER_NOT_MOE'],
+      ['broken JSON', { raw: { payload: '[[[', contentType: 'application/json' } }, 400, 'BODY_NOT_JSON'],
+      ['oversized body', { raw: json({ ...ok, pad: 'x'.repeat(70_000) }) }, 413, 'BODY_TOO_LARGE'],
+    ];
+    const auth: Case[] = [
+      ['challenge: no wallet', { body: {} }, 400, 'BODY_INVALID'],
+      ['challenge: numeric wallet', { body: { wallet: 5 } }, 400, 'BODY_INVALID'],
+      ['challenge: not base58', { body: { wallet: '0OIl' } }, 400, 'AUTH_BAD_WALLET'],
+      ['challenge: short key', { body: { wallet: '11111' } }, 400, 'AUTH_BAD_WALLET'],
+      ['challenge: broken JSON', { raw: { payload: '{', contentType: 'application/json' } }, 400, 'BODY_NOT_JSON'],
+    ];
+    const run = async (url: string, cases: Case[]) => {
+      for (const [name, c, status, code] of cases) {
+        const tk = c.token === null ? undefined : (c.token ?? token);
+        const r = await t.call('POST', url, c.body, tk, c.raw);
+        assert.deepEqual([r.status, r.json?.code], [status, code], `${url} ${name}: ${JSON.stringify(r.json)}`);
+        assert.equal(typeof r.json.error, 'string');
+        assert.doesNotMatch(r.json.error, /\bat .*\.ts:\d+/, 'no stack traces');
+      }
+    };
+    assert.ok(volunteer.length >= 20 && coverage.length >= 20);
+    await run('/api/expert-volunteer', volunteer);
+    await run('/api/expert-coverage', coverage);
+    await run('/api/auth/challenge', auth);
+    const q = await t.call('GET', '/api/expert-dispatch-map');
+    assert.deepEqual([q.status, q.json.code], [400, 'QUERY_INVALID']);
+    assert.deepEqual((await t.call('GET', '/api/expert-demand?model=nope')).json.code, 'MODEL_UNKNOWN');
+    assert.equal((await t.call('GET', '/api/health')).status, 200);
+    assert.equal((await t.call('POST', '/api/expert-coverage', ok, token)).status, 200, 'a good heartbeat still works');
+  } finally {
+    await t.close();
+  }
+});
+
+test('durable state: the token secret and volunteers survive a restart', async () => {
+  const { mkdtempSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const dir = mkdtempSync(join(tmpdir(), 'es-state-'));
+  try {
+    const v = newVolunteer();
+    const a = await testHub({ stateDir: dir, models: [{ path: wide.path, name: 'wide' }] });
+    const token = await a.login(v);
+    a.hub.state.addCredit(v.wallet, 42, a.clock.now);
+    a.hub.state.quarantine('bad-worker', 'failed spot checks', a.clock.now);
+    await a.close();
+    const b = await testHub({ stateDir: dir, models: [{ path: wide.path, name: 'wide' }] });
+    try {
+      assert.equal((await b.call('POST', '/api/expert-volunteer', {}, token)).status, 200, 'token minted before the restart still valid');
+      assert.equal(b.hub.state.volunteer(v.wallet)?.credit_pairs, 42);
+      const q = await b.call('POST', '/api/expert-coverage', { worker_id: 'bad-worker', model: 'wide', n_layer: 2, n_expert: 256, segments: [] }, token);
+      assert.deepEqual([q.status, q.json.code], [403, 'WORKER_QUARANTINED']);
+    } finally {
+      await b.close();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -1,21 +1,23 @@
 /**
  * `npm start`: the main job. Builds the coordinator if needed, generates the demo MoE model on first run
- * (kept in .cache/, never committed), and serves it. The hub and the pages join here as they land; for now
- * this starts linkcpp-server alone and says so.
+ * (.cache/demo/, never committed), and starts the hub, which starts and supervises the demo model's coordinator.
+ * The volunteer page, the widget and the dashboard join here when they land.
  */
-import { spawn, spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import { makeModel } from '../tools/make-model.ts';
-import { defaultConfig } from '../tools/model-arch.ts';
+import { defaultConfig as modelConfig } from '../tools/model-arch.ts';
 import { GGMLType } from '../gguf/quant-types.ts';
 import { buildVocabulary } from '../tools/tokenizer.ts';
+import { runHub } from '../hub/cli.ts';
+import { defaultConfig } from '../hub/hub.ts';
 
 const root = fileURLToPath(new URL('../', import.meta.url));
 const port = Number(process.env.PORT ?? 8080);
-const server = join(root, 'coordinator/bin/linkcpp-server');
-const demo = join(root, '.cache/demo/demo-qwen3moe-q8_0.gguf');
+const demoDir = join(root, '.cache/demo');
+const demo = join(demoDir, 'demo-qwen3moe-q8_0.gguf');
 
 const build = spawnSync('bash', [join(root, 'coordinator/build.sh')], { stdio: 'inherit' });
 if (build.status !== 0) process.exit(build.status ?? 1);
@@ -23,24 +25,32 @@ if (build.status !== 0) process.exit(build.status ?? 1);
 if (!existsSync(demo)) {
   console.log(`[start] generating the demo model ${demo}`);
   await makeModel(
-    defaultConfig({ arch: 'qwen3moe', layers: 4, nEmbd: 256, nExpert: 16, nExpertUsed: 4, ff: 256, type: GGMLType.Q8_0, seed: 7 }),
+    modelConfig({ arch: 'qwen3moe', layers: 4, nEmbd: 256, nExpert: 16, nExpertUsed: 4, ff: 256, type: GGMLType.Q8_0, seed: 7 }),
     demo,
   );
 }
+// Random weights emit arbitrary bytes; the example bans the byte tokens that are not valid UTF-8 alone.
+mkdirSync(demoDir, { recursive: true });
+const requestFile = join(demoDir, 'chat-request.json');
+writeFileSync(requestFile, JSON.stringify({
+  model: 'demo', messages: [{ role: 'user', content: 'Hello, swarm!' }], max_tokens: 32,
+  logit_bias: Object.fromEntries(buildVocabulary().nonUtf8Ids.map((id) => [String(id), -100])),
+}));
 
-const child = spawn(server, ['-m', demo, '--host', '127.0.0.1', '--port', String(port), '-np', '4', '-c', '8192'], {
-  stdio: ['ignore', 'inherit', 'inherit'],
-});
-const ban = JSON.stringify(buildVocabulary().nonUtf8Ids.map((id) => [id, false]));
-console.log(`[start] started linkcpp-server (coordinator) on http://127.0.0.1:${port} with ${demo}
-[start] not yet started: the hub, the volunteer page and the dashboard (they arrive with later issues)
-[start] try:
-  curl -s http://127.0.0.1:${port}/completion -H 'content-type: application/json' \\
-    -d '{"prompt":"The swarm","n_predict":16,"logit_bias":${ban}}'
-`);
-const stop = (): void => {
-  child.kill('SIGTERM');
+const running = await runHub(
+  defaultConfig({ port, host: '127.0.0.1', stateDir: join(root, '.cache/hub'), models: [{ path: demo, name: 'demo' }] }),
+  (line) => console.log(line),
+);
+console.log(`
+[start] running: the hub on ${running.url} with one coordinator (linkcpp-server) serving the demo model "demo"
+[start] not yet here: the volunteer page, the join widget and the dashboard (later issues)
+[start] API: ${running.url}/v1/models · ${running.url}/api/expert-demand · ${running.url}/api/moe/recruitment · ${running.url}/metrics
+[start] try:  curl -s ${running.url}/v1/chat/completions -H 'content-type: application/json' -d @${requestFile}
+[start] Ctrl-C stops everything.`);
+
+const stop = async (): Promise<void> => {
+  await running.close();
+  process.exit(0);
 };
-process.on('SIGINT', stop);
-process.on('SIGTERM', stop);
-child.on('exit', (code) => process.exit(code ?? 0));
+process.once('SIGINT', () => void stop());
+process.once('SIGTERM', () => void stop());

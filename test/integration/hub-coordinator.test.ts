@@ -138,11 +138,44 @@ test('the openai client streams a chat completion through the hub; a killed coor
     });
     assert.ok(Number(down.value.headers.get('retry-after')) >= 1);
     assert.equal(((await down.value.json()) as { code: string }).code, 'COORDINATOR_UNAVAILABLE');
-    await waitFor('the coordinator back', 30_000, async () => (running.hub.supervisor.status()[0]?.state === 'ready' ? true : undefined));
+    // Until its exit is noticed the old coordinator still reads 'ready' (requests then fail with connection refused,
+    // also a 503): wait for the restart itself.
+    await waitFor('the coordinator back', 30_000, async () => {
+      const s = running.hub.supervisor.status()[0];
+      return s?.state === 'ready' && s.restarts === 1 ? true : undefined;
+    });
     const again = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'hello' }], max_tokens: 4, logit_bias: banBias });
     assert.ok(['length', 'stop'].includes(again.choices[0]?.finish_reason ?? ''));
     assert.equal(running.hub.supervisor.status()[0]?.restarts, 1);
   } finally {
     await running.close();
+  }
+});
+
+test('an external llama-server-compatible coordinator (--coordinator-url) is polled and proxied', async () => {
+  const { startServer } = await import('../support/linkcpp.ts');
+  const external = await startServer({ model: model.path, slots: 2 });
+  const running = await runHub(defaultConfig({
+    port: 0, stateDir, models: [{ path: model.path, name: 'ext' }], externals: [{ name: 'ext', url: external.url }],
+  }), () => {});
+  try {
+    assert.equal(running.hub.supervisor.status()[0]?.state, 'external', 'the hub did not start a coordinator of its own');
+    const seen = await waitFor('a /slots reading', 5000, async () => {
+      const m = (await recruitment(running.url)).get('ext');
+      return m && m.slots !== null ? m : undefined;
+    });
+    assert.equal(seen.value.slots, 2);
+    const r = await fetch(`${running.url}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'ext', prompt: 'The swarm', max_tokens: 4, logit_bias: banBias }),
+    });
+    assert.equal(r.status, 200);
+    const body = (await r.json()) as { choices: Array<{ text: string }> };
+    assert.equal(body.choices.length, 1);
+    const demand = (await (await fetch(`${running.url}/api/expert-demand?model=ext`)).json()) as { models: Array<{ n_expert: number }> };
+    assert.equal(demand.models[0]?.n_expert, 16, 'its GGUF puts it on the market');
+  } finally {
+    await running.close();
+    await external.stop();
   }
 });

@@ -173,9 +173,24 @@ test('≥ 20 malformed bodies per market endpoint get the right status and code;
     await run('/api/expert-volunteer', volunteer);
     await run('/api/expert-coverage', coverage);
     await run('/api/auth/challenge', auth);
-    const q = await t.call('GET', '/api/expert-dispatch-map');
-    assert.deepEqual([q.status, q.json.code], [400, 'QUERY_INVALID']);
-    assert.deepEqual((await t.call('GET', '/api/expert-demand?model=nope')).json.code, 'MODEL_UNKNOWN');
+    const queries: Array<[string, number, string]> = [
+      ['/api/expert-dispatch-map', 400, 'QUERY_INVALID'],
+      ['/api/expert-dispatch-map?model=', 404, 'MODEL_UNKNOWN'],
+      ['/api/expert-dispatch-map?model=nope', 404, 'MODEL_UNKNOWN'],
+      ['/api/expert-dispatch-map?model=wide&model=dense', 400, 'QUERY_INVALID'],
+      [`/api/expert-dispatch-map?model=${'x'.repeat(300)}`, 400, 'QUERY_INVALID'],
+      ['/api/expert-demand?model=nope', 404, 'MODEL_UNKNOWN'],
+      ['/api/expert-demand?model=wide&model=dense', 400, 'QUERY_INVALID'],
+      [`/api/expert-demand?model=${'x'.repeat(300)}`, 400, 'QUERY_INVALID'],
+      ['/api/expert-demand?model=%00', 404, 'MODEL_UNKNOWN'],
+      ['/api/nothing-here', 404, 'NOT_FOUND'],
+    ];
+    for (const [url, status, code] of queries) {
+      const r = await t.call('GET', url);
+      assert.deepEqual([r.status, r.json?.code], [status, code], url);
+    }
+    const wrongMethod = await t.call('GET', '/api/expert-volunteer');
+    assert.deepEqual([wrongMethod.status, wrongMethod.json.code], [404, 'NOT_FOUND']);
     assert.equal((await t.call('GET', '/api/health')).status, 200);
     assert.equal((await t.call('POST', '/api/expert-coverage', ok, token)).status, 200, 'a good heartbeat still works');
   } finally {

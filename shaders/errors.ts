@@ -1,0 +1,46 @@
+/**
+ * The one error type of the expert runtime. Callers and tests match `code` (and read `details`), not the prose.
+ */
+
+export type MatrixName = 'gate' | 'up' | 'down';
+
+export interface ExpertRuntimeErrorDetails {
+  /** The kernels cannot read this weight type (yet). */
+  UNSUPPORTED_TYPE: { matrix: MatrixName; type: number; typeName: string; supported: string[] };
+  /** A slice or call dimension is not a positive integer, or a row is not a whole number of blocks. */
+  BAD_SHAPE: { field: string; value: number; requirement: string };
+  /** A weight matrix's bytes do not match nExperts × rows × rowBytes. */
+  BAD_SLICE_BYTES: { matrix: MatrixName; expected: number; actual: number };
+  /** One matrix of the slice is bigger than one storage binding (or one buffer) may be on this device. */
+  BINDING_TOO_LARGE: { matrix: MatrixName; bytes: number; limit: number; limitName: string };
+  /** An input array of compute() has the wrong length. */
+  BAD_INPUT: { input: 'rows' | 'ids' | 'probs'; expected: number; actual: number };
+  /** ids[index] is not a local expert index of the slice. */
+  ID_OUT_OF_RANGE: { index: number; id: number; nExperts: number };
+  /** A per-call buffer (activations, hidden, outputs) would exceed a device limit: send fewer tokens per call. */
+  BATCH_TOO_LARGE: { buffer: string; bytes: number; limit: number; limitName: string };
+  /** More workgroups than even a 2-D dispatch can name. */
+  DISPATCH_TOO_LARGE: { workgroups: number; maxPerDimension: number };
+  /** Runtime options out of range for this device. */
+  BAD_OPTION: { option: string; value: number; requirement: string };
+  /** A shader module or pipeline failed to build. */
+  SHADER_COMPILE: { pipeline: string; messages: string[] };
+  /** WebGPU reported a validation or out-of-memory error for a compute call. */
+  GPU_ERROR: { message: string };
+  DEVICE_LOST: { reason: string; message: string };
+  DISPOSED: Record<string, never>;
+}
+
+export type ExpertRuntimeErrorCode = keyof ExpertRuntimeErrorDetails;
+
+export class ExpertRuntimeError<C extends ExpertRuntimeErrorCode = ExpertRuntimeErrorCode> extends Error {
+  override readonly name = 'ExpertRuntimeError';
+  readonly code: C;
+  readonly details: ExpertRuntimeErrorDetails[C];
+
+  constructor(code: C, details: ExpertRuntimeErrorDetails[C], message: string) {
+    super(message);
+    this.code = code;
+    this.details = details;
+  }
+}

@@ -1,0 +1,344 @@
+/**
+ * TS side of the three expert-FFN kernels (wgsl/expert_up.wgsl, expert_down.wgsl, expert_combine.wgsl): input
+ * validation, the shape uniform, dispatch math, module assembly and a pipeline cache keyed by the variant.
+ * Buffers and their lifetimes belong to runtime.ts.
+ *
+ * Per call (nPairs = nTokens · nUsed):
+ *   expert_up       h[nPairs × ff]     = silu(gate_e · x) ⊙ (up_e · x)   (two passes when gate and up differ in type)
+ *   expert_down     y[nPairs × nEmbd]  = down_e · h
+ *   expert_combine  out[nTokens × nEmbd] = Σ_k prob · y
+ */
+import { GGMLType, requireQuantType } from '../gguf/quant-types.ts';
+import { ExpertRuntimeError, type MatrixName } from './errors.ts';
+import { WGSL, type KernelName, type QuantSnippet } from './wgsl-sources.ts';
+
+/** Weight types the kernels read, with their quant snippet. */
+export const QUANT_SNIPPETS: ReadonlyMap<GGMLType, QuantSnippet> = new Map<GGMLType, QuantSnippet>([
+  [GGMLType.F32, 'f32'],
+  [GGMLType.F16, 'f16'],
+  [GGMLType.BF16, 'bf16'],
+  [GGMLType.Q8_0, 'q8_0'],
+  [GGMLType.Q4_0, 'q4_0'],
+  [GGMLType.Q4_K, 'q4_k'],
+  [GGMLType.Q5_K, 'q5_k'],
+  [GGMLType.Q6_K, 'q6_k'],
+]);
+
+export interface SliceTypes {
+  gate: GGMLType;
+  up: GGMLType;
+  down: GGMLType;
+}
+
+export interface SliceShape {
+  nEmbd: number;
+  ff: number;
+  nExperts: number;
+  types: SliceTypes;
+}
+
+export interface CallShape {
+  nTokens: number;
+  nUsed: number;
+}
+
+const typeName = (t: number): string => (GGMLType as Record<number, string | undefined>)[t] ?? String(t);
+
+function requirePositiveInt(field: string, value: number): void {
+  if (!Number.isSafeInteger(value) || value <= 0) {
+    throw new ExpertRuntimeError('BAD_SHAPE', { field, value, requirement: 'a positive integer' }, `${field} must be a positive integer, got ${value}`);
+  }
+}
+
+/** Bytes of one row of `rowLength` elements of `type`. */
+export function rowBytes(type: GGMLType, rowLength: number): number {
+  const info = requireQuantType(type);
+  return (rowLength / info.blockSize) * info.bytesPerBlock;
+}
+
+/** Bytes each matrix of a valid slice must have: nExperts × rows × rowBytes. */
+export function sliceMatrixBytes(s: SliceShape): Record<MatrixName, number> {
+  return {
+    gate: s.nExperts * s.ff * rowBytes(s.types.gate, s.nEmbd),
+    up: s.nExperts * s.ff * rowBytes(s.types.up, s.nEmbd),
+    down: s.nExperts * s.nEmbd * rowBytes(s.types.down, s.ff),
+  };
+}
+
+/** Checks dimensions, types and byte lengths of a slice; throws ExpertRuntimeError naming what is wrong. */
+export function validateSlice(s: SliceShape, bytes: Record<MatrixName, { length: number }>): void {
+  requirePositiveInt('nEmbd', s.nEmbd);
+  requirePositiveInt('ff', s.ff);
+  requirePositiveInt('nExperts', s.nExperts);
+  const supported = [...QUANT_SNIPPETS.keys()].map(typeName);
+  for (const m of ['gate', 'up', 'down'] as const) {
+    const t = s.types[m];
+    if (!QUANT_SNIPPETS.has(t)) {
+      throw new ExpertRuntimeError('UNSUPPORTED_TYPE', { matrix: m, type: t, typeName: typeName(t), supported },
+        `${m}: the expert kernels cannot read ${typeName(t)} weights (supported: ${supported.join(', ')})`);
+    }
+    const rowLength = m === 'down' ? s.ff : s.nEmbd;
+    const block = requireQuantType(t).blockSize;
+    if (rowLength % block !== 0) {
+      const field = m === 'down' ? 'ff' : 'nEmbd';
+      throw new ExpertRuntimeError('BAD_SHAPE', { field, value: rowLength, requirement: `a multiple of ${block} (${m} is ${typeName(t)})` },
+        `${field} = ${rowLength} is not a whole number of ${typeName(t)} blocks of ${block} (${m} rows)`);
+    }
+  }
+  const expected = sliceMatrixBytes(s);
+  for (const m of ['gate', 'up', 'down'] as const) {
+    if (bytes[m].length !== expected[m]) {
+      throw new ExpertRuntimeError('BAD_SLICE_BYTES', { matrix: m, expected: expected[m], actual: bytes[m].length },
+        `${m}: ${s.nExperts} experts of ${typeName(s.types[m])} need ${expected[m]} bytes, got ${bytes[m].length}`);
+    }
+  }
+}
+
+export interface ExpertFfnInputs {
+  rows: Float32Array;
+  ids: Int32Array;
+  probs: Float32Array;
+}
+
+/** Checks one compute call against its slice; throws ExpertRuntimeError naming the input and the numbers. */
+export function validateInputs(s: Pick<SliceShape, 'nEmbd' | 'nExperts'>, call: CallShape, inputs: ExpertFfnInputs): void {
+  if (!Number.isSafeInteger(call.nTokens) || call.nTokens < 0) {
+    throw new ExpertRuntimeError('BAD_SHAPE', { field: 'nTokens', value: call.nTokens, requirement: 'an integer ≥ 0' }, `nTokens must be an integer ≥ 0, got ${call.nTokens}`);
+  }
+  requirePositiveInt('nUsed', call.nUsed);
+  const nPairs = call.nTokens * call.nUsed;
+  const expect = (input: 'rows' | 'ids' | 'probs', expected: number, actual: number, what: string): void => {
+    if (actual !== expected) {
+      throw new ExpertRuntimeError('BAD_INPUT', { input, expected, actual }, `${input} must hold ${what} = ${expected} values, got ${actual}`);
+    }
+  };
+  expect('rows', call.nTokens * s.nEmbd, inputs.rows.length, `nTokens × nEmbd (${call.nTokens} × ${s.nEmbd})`);
+  expect('ids', nPairs, inputs.ids.length, `nTokens × nUsed (${call.nTokens} × ${call.nUsed})`);
+  expect('probs', nPairs, inputs.probs.length, `nTokens × nUsed (${call.nTokens} × ${call.nUsed})`);
+  for (let i = 0; i < nPairs; i++) {
+    const id = inputs.ids[i]!;
+    if (id < 0 || id >= s.nExperts) {
+      throw new ExpertRuntimeError('ID_OUT_OF_RANGE', { index: i, id, nExperts: s.nExperts },
+        `ids[${i}] = ${id} is not an expert of this slice (local indices 0..${s.nExperts - 1})`);
+    }
+  }
+}
+
+/** Byte offsets of expert 0's matrix inside each weight binding. */
+export interface WeightOffsets {
+  gate: number;
+  up: number;
+  down: number;
+}
+
+/** Fields of `struct Shape` in wgsl/common.wgsl, in declaration order; each is one u32. */
+export const SHAPE_FIELDS = [
+  'n_embd',
+  'ff',
+  'n_tokens',
+  'n_used',
+  'n_experts',
+  'gate_byte_offset',
+  'up_byte_offset',
+  'down_byte_offset',
+] as const;
+export type ShapeField = (typeof SHAPE_FIELDS)[number];
+
+/** Bytes of the Shape uniform. */
+export const SHAPE_UNIFORM_BYTES = SHAPE_FIELDS.length * 4;
+
+/** The Shape uniform's bytes, written in SHAPE_FIELDS order (the WGSL struct's). */
+export function writeShapeUniform(s: Pick<SliceShape, 'nEmbd' | 'ff' | 'nExperts'>, call: CallShape, offsets: WeightOffsets): Uint32Array {
+  const values: Record<ShapeField, number> = {
+    n_embd: s.nEmbd,
+    ff: s.ff,
+    n_tokens: call.nTokens,
+    n_used: call.nUsed,
+    n_experts: s.nExperts,
+    gate_byte_offset: offsets.gate,
+    up_byte_offset: offsets.up,
+    down_byte_offset: offsets.down,
+  };
+  return Uint32Array.from(SHAPE_FIELDS, (f) => values[f]);
+}
+
+/**
+ * Workgroup counts (x, y) for `workgroups` workgroups: 1-D while they fit one dimension, else folded into 2-D; the
+ * kernels rebuild the linear index as x + y · num_workgroups.x and skip the padding past `workgroups`.
+ */
+export function foldDispatch(workgroups: number, maxPerDimension: number): [number, number] {
+  if (workgroups <= maxPerDimension) return [workgroups, 1];
+  const y = Math.ceil(workgroups / maxPerDimension);
+  if (y > maxPerDimension) {
+    throw new ExpertRuntimeError('DISPATCH_TOO_LARGE', { workgroups, maxPerDimension },
+      `${workgroups} workgroups do not fit a ${maxPerDimension} × ${maxPerDimension} dispatch; send fewer tokens per call`);
+  }
+  return [Math.ceil(workgroups / y), y];
+}
+
+/** Up-kernel pass: fused when gate and up share a type, else a gate pass then an up pass (see expert_up.wgsl). */
+export type UpPass = 'fused' | 'gate' | 'up';
+const UP_PASS_CONSTANT: Record<UpPass, number> = { fused: 0, gate: 1, up: 2 };
+
+/** Shader feature set of a variant; 'base' needs nothing optional (f32 math, no subgroups, no shader-f16). */
+export type KernelFeatures = 'base';
+
+export interface KernelTuning {
+  /** Threads per workgroup; a power of two. */
+  workgroupSize: number;
+  /** Weight rows per workgroup in expert_up/expert_down; a power of two ≤ workgroupSize. */
+  rowsPerWorkgroup: number;
+}
+
+export type PipelineKey =
+  | { kernel: 'expert_up'; quant: QuantSnippet; pass: UpPass; tuning: KernelTuning; features: KernelFeatures }
+  | { kernel: 'expert_down'; quant: QuantSnippet; tuning: KernelTuning; features: KernelFeatures }
+  | { kernel: 'expert_combine'; tuning: KernelTuning; features: KernelFeatures };
+
+/** Stable name of a variant, e.g. `expert_up/q4_k/fused/wg64r4/base`; also the pipeline's label. */
+export function pipelineName(k: PipelineKey): string {
+  const wg = `wg${k.tuning.workgroupSize}`;
+  switch (k.kernel) {
+    case 'expert_up':
+      return `expert_up/${k.quant}/${k.pass}/${wg}r${k.tuning.rowsPerWorkgroup}/${k.features}`;
+    case 'expert_down':
+      return `expert_down/${k.quant}/${wg}r${k.tuning.rowsPerWorkgroup}/${k.features}`;
+    case 'expert_combine':
+      return `expert_combine/${wg}/${k.features}`;
+  }
+}
+
+/** WGSL of a (kernel, quant) module: fixed files concatenated, nothing spliced. */
+export function moduleSource(kernel: KernelName, quant: QuantSnippet | null): string {
+  if (kernel === 'expert_combine') return [WGSL.common, WGSL.kernels.expert_combine].join('\n');
+  if (quant === null) throw new Error(`${kernel} needs a quant snippet`);
+  return [WGSL.common, WGSL.weights, WGSL.quant[quant], WGSL.kernels[kernel]].join('\n');
+}
+
+export function quantSnippet(type: GGMLType): QuantSnippet {
+  const q = QUANT_SNIPPETS.get(type);
+  if (!q) throw new Error(`no quant snippet for ${typeName(type)}`);
+  return q;
+}
+
+const isPow2 = (n: number): boolean => Number.isSafeInteger(n) && n > 0 && (n & (n - 1)) === 0;
+
+/** Checks tuning against the device; throws BAD_OPTION. */
+export function validateTuning(t: KernelTuning, limits: GPUSupportedLimits): void {
+  const bad = (option: string, value: number, requirement: string): never => {
+    throw new ExpertRuntimeError('BAD_OPTION', { option, value, requirement }, `${option} = ${value} must be ${requirement}`);
+  };
+  const maxWg = Math.min(limits.maxComputeInvocationsPerWorkgroup, limits.maxComputeWorkgroupSizeX);
+  if (!isPow2(t.workgroupSize) || t.workgroupSize > maxWg) bad('workgroupSize', t.workgroupSize, `a power of two ≤ ${maxWg}`);
+  if (!isPow2(t.rowsPerWorkgroup) || t.rowsPerWorkgroup > t.workgroupSize) {
+    bad('rowsPerWorkgroup', t.rowsPerWorkgroup, `a power of two ≤ workgroupSize (${t.workgroupSize})`);
+  }
+  const wgBytes = 2 * 4 * t.workgroupSize; // expert_up's two partial-sum arrays
+  if (wgBytes > limits.maxComputeWorkgroupStorageSize) {
+    bad('workgroupSize', t.workgroupSize, `small enough for ${limits.maxComputeWorkgroupStorageSize} B of workgroup memory`);
+  }
+}
+
+/**
+ * WebGPU's flag values (from the spec), so these modules do not depend on the GPU* globals that Node must install.
+ */
+export const GPU_FLAGS = {
+  SHADER_STAGE_COMPUTE: 0x4,
+  BUFFER_MAP_READ: 0x1,
+  BUFFER_COPY_SRC: 0x4,
+  BUFFER_COPY_DST: 0x8,
+  BUFFER_UNIFORM: 0x40,
+  BUFFER_STORAGE: 0x80,
+  MAP_MODE_READ: 0x1,
+} as const;
+
+const storage = (binding: number, type: GPUBufferBindingType): GPUBindGroupLayoutEntry => ({
+  binding,
+  visibility: GPU_FLAGS.SHADER_STAGE_COMPUTE,
+  buffer: { type },
+});
+const uniform: GPUBindGroupLayoutEntry = { binding: 0, visibility: GPU_FLAGS.SHADER_STAGE_COMPUTE, buffer: { type: 'uniform' } };
+
+/**
+ * Shader modules, layouts and pipelines of one device, cached by variant. Explicit bind group layouts (matching the
+ * @binding lists of the .wgsl files) so every variant of a kernel takes the same bind groups.
+ */
+export class ExpertFfnKernels {
+  readonly layouts: Readonly<Record<KernelName, GPUBindGroupLayout>>;
+  private readonly pipelineLayouts: Readonly<Record<KernelName, GPUPipelineLayout>>;
+  private readonly modules = new Map<string, GPUShaderModule>();
+  private readonly pipelines = new Map<string, Promise<GPUComputePipeline>>();
+
+  constructor(private readonly device: GPUDevice) {
+    const bgl = (label: string, entries: GPUBindGroupLayoutEntry[]): GPUBindGroupLayout =>
+      device.createBindGroupLayout({ label, entries });
+    this.layouts = {
+      // uniform, gate_w, up_w, rows, ids, h
+      expert_up: bgl('expert_up bind group layout', [uniform, storage(1, 'read-only-storage'), storage(2, 'read-only-storage'),
+        storage(3, 'read-only-storage'), storage(4, 'read-only-storage'), storage(5, 'storage')]),
+      // uniform, down_w, h, ids, y
+      expert_down: bgl('expert_down bind group layout', [uniform, storage(1, 'read-only-storage'), storage(2, 'read-only-storage'),
+        storage(3, 'read-only-storage'), storage(4, 'storage')]),
+      // uniform, y, probs, out
+      expert_combine: bgl('expert_combine bind group layout', [uniform, storage(1, 'read-only-storage'), storage(2, 'read-only-storage'),
+        storage(3, 'storage')]),
+    };
+    const pl = (k: KernelName): GPUPipelineLayout =>
+      device.createPipelineLayout({ label: `${k} pipeline layout`, bindGroupLayouts: [this.layouts[k]] });
+    this.pipelineLayouts = { expert_up: pl('expert_up'), expert_down: pl('expert_down'), expert_combine: pl('expert_combine') };
+  }
+
+  /** The pipeline of a variant, built once (concurrent callers share the build). */
+  pipeline(key: PipelineKey): Promise<GPUComputePipeline> {
+    const name = pipelineName(key);
+    let p = this.pipelines.get(name);
+    if (!p) {
+      p = this.build(key, name);
+      this.pipelines.set(name, p);
+      p.catch(() => this.pipelines.delete(name));
+    }
+    return p;
+  }
+
+  private async build(key: PipelineKey, name: string): Promise<GPUComputePipeline> {
+    const quant = key.kernel === 'expert_combine' ? null : key.quant;
+    const module = await this.module(key.kernel, quant);
+    const constants: Record<string, number> = { WORKGROUP_SIZE: key.tuning.workgroupSize };
+    if (key.kernel !== 'expert_combine') constants.ROWS_PER_WORKGROUP = key.tuning.rowsPerWorkgroup;
+    if (key.kernel === 'expert_up') constants.PASS = UP_PASS_CONSTANT[key.pass];
+    try {
+      return await this.device.createComputePipelineAsync({
+        label: name,
+        layout: this.pipelineLayouts[key.kernel],
+        compute: { module, entryPoint: 'main', constants },
+      });
+    } catch (e) {
+      const message = e instanceof Error ? e.message : String(e);
+      throw new ExpertRuntimeError('SHADER_COMPILE', { pipeline: name, messages: [message] }, `pipeline ${name} failed: ${message}`);
+    }
+  }
+
+  private async module(kernel: KernelName, quant: QuantSnippet | null): Promise<GPUShaderModule> {
+    const label = quant ? `${kernel}/${quant}` : kernel;
+    const cached = this.modules.get(label);
+    if (cached) return cached;
+    const module = this.device.createShaderModule({ label, code: moduleSource(kernel, quant) });
+    const info = await module.getCompilationInfo();
+    const errors = info.messages.filter((m) => m.type === 'error').map((m) => `${m.lineNum}:${m.linePos} ${m.message}`);
+    if (errors.length > 0) {
+      throw new ExpertRuntimeError('SHADER_COMPILE', { pipeline: label, messages: errors }, `shader module ${label} failed to compile:\n${errors.join('\n')}`);
+    }
+    this.modules.set(label, module);
+    return module;
+  }
+}
+
+/** Workgroups of expert_up / expert_down for a call (before folding). */
+export function rowKernelWorkgroups(nPairs: number, rows: number, rowsPerWorkgroup: number): number {
+  return nPairs * Math.ceil(rows / rowsPerWorkgroup);
+}
+
+/** Workgroups of expert_combine for a call (before folding). */
+export function combineWorkgroups(nTokens: number, nEmbd: number, workgroupSize: number): number {
+  return Math.ceil((nTokens * nEmbd) / workgroupSize);
+}

@@ -1,0 +1,40 @@
+/**
+ * The WGSL files as strings. Node reads them relative to this module; a browser bundler replaces this one file with
+ * `?raw` imports of the same paths (e.g. `import common from './wgsl/common.wgsl?raw'`), so nothing else changes.
+ */
+import { readFileSync } from 'node:fs';
+
+const read = (path: string): string => readFileSync(new URL(`./wgsl/${path}`, import.meta.url), 'utf8');
+
+/** Quant snippets by file stem (shaders/wgsl/quant/<stem>.wgsl). */
+export type QuantSnippet = 'f32' | 'f16' | 'bf16' | 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k';
+export type KernelName = 'expert_up' | 'expert_down' | 'expert_combine';
+
+export interface WgslSources {
+  /** Shape uniform and pure helpers; part of every module. */
+  readonly common: string;
+  /** Readers of weight bytes; part of every module that reads quantized weights. */
+  readonly weights: string;
+  readonly quant: Readonly<Record<QuantSnippet, string>>;
+  readonly kernels: Readonly<Record<KernelName, string>>;
+}
+
+export const WGSL: WgslSources = {
+  common: read('common.wgsl'),
+  weights: read('weights.wgsl'),
+  quant: {
+    f32: read('quant/f32.wgsl'),
+    f16: read('quant/f16.wgsl'),
+    bf16: read('quant/bf16.wgsl'),
+    q8_0: read('quant/q8_0.wgsl'),
+    q4_0: read('quant/q4_0.wgsl'),
+    q4_k: read('quant/q4_k.wgsl'),
+    q5_k: read('quant/q5_k.wgsl'),
+    q6_k: read('quant/q6_k.wgsl'),
+  },
+  kernels: {
+    expert_up: read('expert_up.wgsl'),
+    expert_down: read('expert_down.wgsl'),
+    expert_combine: read('expert_combine.wgsl'),
+  },
+};

@@ -1,0 +1,65 @@
+// Second half of a routed expert: for each (token, expert) pair p and output row r,
+//   y[p, r] = down_e[r] · h[p]      with e = ids[p]
+// Assembled as common.wgsl + weights.wgsl + one quant/*.wgsl (down's type) + this file.
+// Work split as in expert_up.wgsl: one workgroup per (pair, group of rows), threads of a row split its blocks.
+
+override WORKGROUP_SIZE: u32 = 64u;
+override ROWS_PER_WORKGROUP: u32 = 4u;
+
+@group(0) @binding(0) var<uniform> shape: Shape;
+@group(0) @binding(1) var<storage, read> down_w: array<u32>;
+@group(0) @binding(2) var<storage, read> h: array<f32>;   // [n_tokens · n_used × ff]
+@group(0) @binding(3) var<storage, read> ids: array<i32>; // [n_tokens × n_used]
+@group(0) @binding(4) var<storage, read_write> y: array<f32>; // [n_tokens · n_used × n_embd]
+
+fn weight_word(m: u32, i: u32) -> u32 {
+  return down_w[i];
+}
+
+fn load_act(i: u32) -> f32 {
+  return h[i];
+}
+
+var<workgroup> partial: array<f32, WORKGROUP_SIZE>;
+
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(
+  @builtin(workgroup_id) wid: vec3<u32>,
+  @builtin(num_workgroups) nwg: vec3<u32>,
+  @builtin(local_invocation_index) lid: u32,
+) {
+  let groups_per_pair = (shape.n_embd + ROWS_PER_WORKGROUP - 1u) / ROWS_PER_WORKGROUP;
+  let wg = linear_workgroup(wid, nwg);
+  if (wg >= shape.n_tokens * shape.n_used * groups_per_pair) {
+    return; // padding of a folded 2-D dispatch; uniform across the workgroup
+  }
+  let pair = wg / groups_per_pair;
+  let expert = u32(ids[pair]);
+
+  let threads_per_row = WORKGROUP_SIZE / ROWS_PER_WORKGROUP;
+  let lane = lid % threads_per_row;
+  let row = (wg % groups_per_pair) * ROWS_PER_WORKGROUP + lid / threads_per_row;
+  let blocks_per_row = shape.ff / BLOCK_SIZE;
+  let row_bytes = blocks_per_row * BLOCK_BYTES;
+
+  var acc = 0.0;
+  if (row < shape.n_embd) {
+    let row_byte = shape.down_byte_offset + (expert * shape.n_embd + row) * row_bytes;
+    let act = pair * shape.ff;
+    for (var b = lane; b < blocks_per_row; b += threads_per_row) {
+      acc += block_dot(0u, row_byte + b * BLOCK_BYTES, act + b * BLOCK_SIZE);
+    }
+  }
+  partial[lid] = acc;
+  workgroupBarrier();
+  for (var s = threads_per_row / 2u; s > 0u; s >>= 1u) {
+    if (lane < s) {
+      partial[lid] += partial[lid + s];
+    }
+    workgroupBarrier();
+  }
+
+  if (lane == 0u && row < shape.n_embd) {
+    y[pair * shape.n_embd + row] = partial[lid];
+  }
+}

@@ -1,0 +1,63 @@
+// Readers of quantized weight bytes held in `array<u32>` storage. GGUF blocks are packed without padding (Q4_0 is
+// 18 bytes, Q6_K 210), so a field can start at any byte: these assemble little-endian values across word edges.
+//
+// Contract: the kernel defines `fn weight_word(m: u32, i: u32) -> u32`, the i-th u32 of weight matrix binding `m`
+// (a kernel with two matrices, like expert_up, selects between its bindings; with `m` a constant at every call the
+// branch folds away). Storage pointers as function parameters would say this more directly, but need the
+// unrestricted_pointer_parameters language feature, which not every browser has.
+
+fn w_u8(m: u32, byte: u32) -> u32 {
+  return (weight_word(m, byte >> 2u) >> ((byte & 3u) * 8u)) & 0xffu;
+}
+
+fn w_u16(m: u32, byte: u32) -> u32 {
+  let s = (byte & 3u) * 8u;
+  let lo = weight_word(m, byte >> 2u) >> s;
+  if (s < 24u) {
+    return lo & 0xffffu;
+  }
+  return (lo | (weight_word(m, (byte >> 2u) + 1u) << 8u)) & 0xffffu;
+}
+
+// Four bytes starting at any byte offset, as one little-endian u32 (byte k of the result is weight byte `byte + k`).
+fn w_u32(m: u32, byte: u32) -> u32 {
+  let i = byte >> 2u;
+  let s = (byte & 3u) * 8u;
+  let lo = weight_word(m, i);
+  if (s == 0u) {
+    return lo;
+  }
+  return (lo >> s) | (weight_word(m, i + 1u) << (32u - s));
+}
+
+fn w_f16(m: u32, byte: u32) -> f32 {
+  return f16_bits_to_f32(w_u16(m, byte));
+}
+
+// Byte k (0..3) of a word.
+fn byte_of(word: u32, k: u32) -> u32 {
+  return (word >> (k * 8u)) & 0xffu;
+}
+
+// The eight 6-bit (scale, min) pairs of Q4_K and Q5_K (ggml's get_scale_min_k4), unpacked four at a time from the
+// 12 scale bytes at `byte`: .x holds scales 0..3 (one per byte), .y scales 4..7, .z mins 0..3, .w mins 4..7.
+//   j < 4:  sc = q[j] & 63,                        m = q[j+4] & 63
+//   j >= 4: sc = (q[j+4] & 15) | (q[j-4] >> 6) << 4, m = (q[j+4] >> 4) | (q[j] >> 6) << 4
+fn k4_scales_mins(m: u32, byte: u32) -> vec4<u32> {
+  let q0 = w_u32(m, byte);
+  let q1 = w_u32(m, byte + 4u);
+  let q2 = w_u32(m, byte + 8u);
+  let sc_lo = q0 & 0x3f3f3f3fu;
+  let m_lo = q1 & 0x3f3f3f3fu;
+  let sc_hi = (q2 & 0x0f0f0f0fu) | ((q0 >> 2u) & 0x30303030u);
+  let m_hi = ((q2 >> 4u) & 0x0f0f0f0fu) | ((q1 >> 2u) & 0x30303030u);
+  return vec4<u32>(sc_lo, sc_hi, m_lo, m_hi);
+}
+
+// Scale j (0..7) and min j from k4_scales_mins' result.
+fn k4_scale(p: vec4<u32>, j: u32) -> f32 {
+  return f32(byte_of(select(p.x, p.y, j >= 4u), j & 3u));
+}
+fn k4_min(p: vec4<u32>, j: u32) -> f32 {
+  return f32(byte_of(select(p.z, p.w, j >= 4u), j & 3u));
+}

@@ -1,0 +1,393 @@
+/**
+ * Expert-FFN WGSL kernels (shaders/) against the CPU reference (shaders/reference/expert-ffn.ts), on a real WebGPU
+ * device: SwiftShader (Chromium's CPU Vulkan driver) through the `webgpu` npm package. No adapter is a failure, not a
+ * skip: CI installs libvulkan1 and Chromium's SwiftShader ICD for this file.
+ *
+ * Weights are random floats quantized with gguf/quantize.ts, so the kernels read real llama.cpp block layouts; the
+ * reference runs on the same weights dequantized (exact math, no ggml activation rounding).
+ */
+import { after, before, beforeEach, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { GGMLType, requireQuantType } from '../../gguf/quant-types.ts';
+import { quantize } from '../../gguf/quantize.ts';
+import { dequantize } from '../../gguf/dequantize.ts';
+import { expertFfnAccumulate, type ExpertMatrices } from '../../shaders/reference/expert-ffn.ts';
+import { ExpertRuntime, ExpertRuntimeError, type ExpertSlice } from '../../shaders/runtime.ts';
+import { SHAPE_FIELDS, foldDispatch, sliceMatrixBytes, writeShapeUniform, type SliceTypes } from '../../shaders/expert-ffn.ts';
+import { WGSL } from '../../shaders/wgsl-sources.ts';
+import type { ExpertRuntimeErrorCode } from '../../shaders/errors.ts';
+
+const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
+// The Vulkan loader reads this when the GPU instance is created (below), so setting it here still counts.
+if (!process.env.VK_ICD_FILENAMES && existsSync(SWIFTSHADER_ICD)) process.env.VK_ICD_FILENAMES = SWIFTSHADER_ICD;
+
+// ---------------------------------------------------------------------------------------------
+// Device.
+
+let gpu: GPU;
+let device: GPUDevice;
+const extraDevices: GPUDevice[] = [];
+let openError: unknown = null;
+
+async function openGpu(): Promise<void> {
+  const webgpu = await import('webgpu');
+  Object.assign(globalThis, webgpu.globals);
+  gpu = webgpu.create([]);
+  const a = await gpu.requestAdapter();
+  if (!a) {
+    throw new Error(
+      'requestAdapter() returned null: no WebGPU adapter. Install libvulkan1 and Chromium (for its SwiftShader ICD at ' +
+        `${SWIFTSHADER_ICD}) and run with VK_ICD_FILENAMES=${SWIFTSHADER_ICD}`,
+    );
+  }
+  // Ask for the adapter's binding limits: a device otherwise gets the WebGPU defaults (128 MiB per binding).
+  device = await a.requestDevice({
+    label: 'kernels.test device',
+    requiredLimits: {
+      maxStorageBufferBindingSize: a.limits.maxStorageBufferBindingSize,
+      maxBufferSize: a.limits.maxBufferSize,
+    },
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Seeded data.
+
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function gaussian(n: number, rand: () => number, scale: number): Float32Array {
+  const x = new Float32Array(n);
+  for (let i = 0; i < n; i++) x[i] = Math.sqrt(-2 * Math.log(1 - rand())) * Math.cos(2 * Math.PI * rand()) * scale;
+  return x;
+}
+
+interface TestSlice {
+  slice: ExpertSlice;
+  /** Dequantized matrices per expert, for the reference. */
+  experts: ExpertMatrices[];
+}
+
+function makeSlice(types: SliceTypes, nEmbd: number, ff: number, nExperts: number, seed: number): TestSlice {
+  const rand = mulberry32(seed);
+  // Scales keep gate·x, up·x and the outputs around 1, as in a trained model.
+  const gate = quantize(types.gate, gaussian(nExperts * ff * nEmbd, rand, 1 / Math.sqrt(nEmbd)));
+  const up = quantize(types.up, gaussian(nExperts * ff * nEmbd, rand, 1 / Math.sqrt(nEmbd)));
+  const down = quantize(types.down, gaussian(nExperts * nEmbd * ff, rand, 1 / Math.sqrt(ff)));
+  const slice: ExpertSlice = { nEmbd, ff, nExperts, types, gate, up, down };
+  const per = (b: Uint8Array): number => b.length / nExperts;
+  const experts: ExpertMatrices[] = [];
+  for (let e = 0; e < nExperts; e++) {
+    const part = (t: GGMLType, b: Uint8Array, n: number): Float32Array => dequantize(t, b.subarray(e * per(b), (e + 1) * per(b)), n);
+    experts.push({
+      nEmbd,
+      ff,
+      gate: part(types.gate, gate, ff * nEmbd),
+      up: part(types.up, up, ff * nEmbd),
+      down: part(types.down, down, nEmbd * ff),
+    });
+  }
+  return { slice, experts };
+}
+
+interface Call {
+  rows: Float32Array;
+  ids: Int32Array;
+  probs: Float32Array;
+  nTokens: number;
+  nUsed: number;
+}
+
+/** Random rows, distinct experts per token (as top-k routing picks them), softmax-like positive weights. */
+function makeCall(nEmbd: number, nExperts: number, nTokens: number, nUsed: number, seed: number): Call {
+  const rand = mulberry32(seed);
+  const rows = gaussian(nTokens * nEmbd, rand, 1);
+  const ids = new Int32Array(nTokens * nUsed);
+  const probs = new Float32Array(nTokens * nUsed);
+  for (let t = 0; t < nTokens; t++) {
+    const pool = Array.from({ length: nExperts }, (_, i) => i);
+    let sum = 0;
+    for (let k = 0; k < nUsed; k++) {
+      const [e] = pool.splice(Math.floor(rand() * pool.length), 1);
+      ids[t * nUsed + k] = e!;
+      probs[t * nUsed + k] = 0.1 + rand();
+      sum += probs[t * nUsed + k]!;
+    }
+    for (let k = 0; k < nUsed; k++) probs[t * nUsed + k] = probs[t * nUsed + k]! / sum;
+  }
+  return { rows, ids, probs, nTokens, nUsed };
+}
+
+function reference(experts: ExpertMatrices[], c: Call): Float64Array {
+  const nEmbd = experts[0]!.nEmbd;
+  const out = new Float64Array(c.nTokens * nEmbd);
+  for (let t = 0; t < c.nTokens; t++) {
+    const x = c.rows.subarray(t * nEmbd, (t + 1) * nEmbd);
+    const y = new Float64Array(nEmbd);
+    for (let k = 0; k < c.nUsed; k++) {
+      expertFfnAccumulate(experts[c.ids[t * c.nUsed + k]!]!, x, c.probs[t * c.nUsed + k]!, y);
+    }
+    out.set(y, t * nEmbd);
+  }
+  return out;
+}
+
+/** Normalised mean squared error Σ(a−b)²/Σb², as llama.cpp's test-backend-ops compares ops with the CPU. */
+function nmse(a: Float32Array, b: Float64Array): number {
+  assert.equal(a.length, b.length);
+  let num = 0;
+  let den = 0;
+  for (let i = 0; i < b.length; i++) {
+    num += (a[i]! - b[i]!) ** 2;
+    den += b[i]! ** 2;
+  }
+  return num / den;
+}
+
+async function rejectsWith(p: Promise<unknown> | (() => unknown), code: ExpertRuntimeErrorCode, details?: object): Promise<void> {
+  await assert.rejects(async () => (typeof p === 'function' ? p() : p), (e: unknown) => {
+    assert.ok(e instanceof ExpertRuntimeError, `expected ExpertRuntimeError, got ${String(e)}`);
+    assert.equal(e.code, code, e.message);
+    if (details) assert.deepEqual(e.details, details);
+    return true;
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tolerances.
+//
+// The kernels decode every weight exactly (f16 scales and small-integer quants are exact in f32) and do not round
+// activations, so against the float64 reference on the same dequantized weights the only error is f32 rounding of
+// the accumulations, of silu(g)·u and of the products: relative ~1e-7 per value, NMSE ~1e-13…1e-11. llama.cpp's
+// test-backend-ops allows 5e-4 for mul_mat because its backends also quantize activations (Q8_0/Q8_K); we do not,
+// so a tighter bound catches real mistakes (one wrong sub-block scale gives NMSE ~1e-3). 1e-9 leaves two orders of
+// magnitude for other drivers' exp() and fused multiply-adds.
+const NMSE_MAX = 1e-9;
+// F32 weights: the same math with nothing decoded; keep it tighter still.
+const NMSE_MAX_F32 = 1e-10;
+// The contract for callers (the hub's verification), matching llama.cpp's mul_mat tolerance; every case must also
+// meet it, whichever of the bounds above applies.
+const NMSE_CONTRACT = 5e-4;
+
+const T = GGMLType;
+const same = (t: GGMLType): SliceTypes => ({ gate: t, up: t, down: t });
+const FLOAT_SIZES: [number, number, number][] = [[64, 32, 2], [128, 64, 3]]; // nEmbd, ff, nExperts
+const K_SIZES: [number, number, number][] = [[256, 256, 2], [512, 256, 3]];
+
+const GRID: { name: string; types: SliceTypes; sizes: [number, number, number][] }[] = [
+  { name: 'F32', types: same(T.F32), sizes: FLOAT_SIZES },
+  { name: 'F16', types: same(T.F16), sizes: FLOAT_SIZES },
+  { name: 'BF16', types: same(T.BF16), sizes: FLOAT_SIZES },
+  { name: 'Q8_0', types: same(T.Q8_0), sizes: FLOAT_SIZES },
+  { name: 'Q4_0', types: same(T.Q4_0), sizes: FLOAT_SIZES },
+  { name: 'Q4_K', types: same(T.Q4_K), sizes: K_SIZES },
+  { name: 'Q5_K', types: same(T.Q5_K), sizes: K_SIZES },
+  { name: 'Q6_K', types: same(T.Q6_K), sizes: K_SIZES },
+  // gate and up of different types run the two-pass expert_up path (Q4_K_M-like mix, and a float mix)
+  { name: 'mix Q4_K/Q5_K/Q6_K', types: { gate: T.Q4_K, up: T.Q5_K, down: T.Q6_K }, sizes: [[256, 256, 3]] },
+  { name: 'mix F16/BF16/Q8_0', types: { gate: T.F16, up: T.BF16, down: T.Q8_0 }, sizes: [[64, 64, 4]] },
+];
+const N_TOKENS = [1, 3, 8];
+const N_USED = [1, 2];
+
+const measured = new Map<string, number>();
+
+// ---------------------------------------------------------------------------------------------
+
+describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
+  // A missing adapter fails every test below (not a hook error, which node:test reports as "cancelled").
+  before(async () => {
+    try {
+      await openGpu();
+    } catch (e) {
+      openError = e;
+    }
+  });
+  beforeEach(() => {
+    if (openError) throw openError;
+  });
+  after(() => {
+    for (const d of extraDevices) d.destroy();
+    device?.destroy();
+    if (measured.size > 0) {
+      const lines = [...measured].map(([k, v]) => `${k}: ${v.toExponential(2)}`);
+      console.log(`max NMSE per type:\n  ${lines.join('\n  ')}`);
+    }
+  });
+
+  let seed = 1;
+  for (const { name, types, sizes } of GRID) {
+    for (const [nEmbd, ff, nExperts] of sizes) {
+      test(`${name} nEmbd=${nEmbd} ff=${ff} ${nExperts} experts matches the CPU reference`, async (t) => {
+        const { slice, experts } = makeSlice(types, nEmbd, ff, nExperts, seed++);
+        const rt = await ExpertRuntime.create(device, slice, { label: `test ${name}` });
+        try {
+          const bound = types.gate === T.F32 && types.up === T.F32 && types.down === T.F32 ? NMSE_MAX_F32 : NMSE_MAX;
+          for (const nTokens of N_TOKENS) {
+            for (const nUsed of N_USED) {
+              const c = makeCall(nEmbd, nExperts, nTokens, nUsed, seed++);
+              const got = await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed);
+              const e = nmse(got, reference(experts, c));
+              measured.set(name, Math.max(measured.get(name) ?? 0, e));
+              assert.ok(e <= bound && e <= NMSE_CONTRACT, `nTokens=${nTokens} nUsed=${nUsed}: NMSE ${e} > ${bound}`);
+            }
+          }
+          t.diagnostic(`max NMSE ${measured.get(name)?.toExponential(2)}`);
+        } finally {
+          rt.dispose();
+        }
+      });
+    }
+  }
+
+  test('a dispatch folded into 2-D (more workgroups than one dimension allows) gives the same result', async () => {
+    const { slice, experts } = makeSlice(same(T.Q4_0), 128, 64, 3, 101);
+    // Workgroups: up 10 pairs × 64/8 rows = 80 → 12 × 7; down 10 × 128/8 = 160 → 13 × 13; both with padding.
+    assert.deepEqual(foldDispatch(80, 13), [12, 7]);
+    assert.deepEqual(foldDispatch(160, 13), [13, 13]);
+    const rt = await ExpertRuntime.create(device, slice, { maxWorkgroupsPerDimension: 13, rowsPerWorkgroup: 8 });
+    try {
+      const c = makeCall(128, 3, 5, 2, 102);
+      const got = await rt.compute(c.rows, c.ids, c.probs, c.nTokens, c.nUsed);
+      assert.ok(nmse(got, reference(experts, c)) <= NMSE_MAX);
+    } finally {
+      rt.dispose();
+    }
+  });
+
+  test('concurrent calls on one runtime each get their own buffers and results', async () => {
+    const { slice, experts } = makeSlice(same(T.Q8_0), 64, 32, 4, 201);
+    const rt = await ExpertRuntime.create(device, slice);
+    try {
+      const calls = [makeCall(64, 4, 3, 2, 202), makeCall(64, 4, 8, 2, 203), makeCall(64, 4, 3, 2, 204)];
+      const outs = await Promise.all(calls.map((c) => rt.compute(c.rows, c.ids, c.probs, c.nTokens, c.nUsed)));
+      outs.forEach((o, i) => assert.ok(nmse(o, reference(experts, calls[i]!)) <= NMSE_MAX, `call ${i}`));
+      // Recycled only after completion: nothing is left in use, and a later call reuses the pooled buffers.
+      const before = rt.memory().pool;
+      assert.equal(before.inUse, 0);
+      await rt.compute(calls[0]!.rows, calls[0]!.ids, calls[0]!.probs, 3, 2);
+      assert.equal(rt.memory().pool.free, before.free);
+      assert.deepEqual(await rt.compute(new Float32Array(0), new Int32Array(0), new Float32Array(0), 0, 2), new Float32Array(0));
+    } finally {
+      rt.dispose();
+    }
+  });
+
+  test('bad inputs throw typed errors naming the input and the numbers', async () => {
+    const { slice } = makeSlice(same(T.Q4_0), 64, 32, 2, 301);
+    const rt = await ExpertRuntime.create(device, slice);
+    try {
+      const c = makeCall(64, 2, 3, 2, 302);
+      const cases: [string, () => Promise<unknown>, ExpertRuntimeErrorCode, object][] = [
+        ['id = nExperts', () => rt.compute(c.rows, Int32Array.of(0, 1, 1, 0, 2, 0), c.probs, 3, 2), 'ID_OUT_OF_RANGE', { index: 4, id: 2, nExperts: 2 }],
+        ['negative id', () => rt.compute(c.rows, Int32Array.of(0, -1, 1, 0, 1, 0), c.probs, 3, 2), 'ID_OUT_OF_RANGE', { index: 1, id: -1, nExperts: 2 }],
+        ['short rows', () => rt.compute(c.rows.subarray(1), c.ids, c.probs, 3, 2), 'BAD_INPUT', { input: 'rows', expected: 192, actual: 191 }],
+        ['ids for another nUsed', () => rt.compute(c.rows, c.ids, c.probs, 3, 1), 'BAD_INPUT', { input: 'ids', expected: 3, actual: 6 }],
+        ['long probs', () => rt.compute(c.rows, c.ids, new Float32Array(7), 3, 2), 'BAD_INPUT', { input: 'probs', expected: 6, actual: 7 }],
+        ['nUsed = 0', () => rt.compute(c.rows, c.ids, c.probs, 3, 0), 'BAD_SHAPE', { field: 'nUsed', value: 0, requirement: 'a positive integer' }],
+        ['fractional nTokens', () => rt.compute(c.rows, c.ids, c.probs, 2.5, 2), 'BAD_SHAPE', { field: 'nTokens', value: 2.5, requirement: 'an integer ≥ 0' }],
+      ];
+      for (const [what, call, code, details] of cases) {
+        await rejectsWith(call, code, details).catch((e: unknown) => assert.fail(`${what}: ${String(e)}`));
+      }
+      // A slice that does not fit its own shape, or a type the kernels cannot read.
+      await rejectsWith(ExpertRuntime.create(device, { ...slice, down: slice.down.subarray(1) }), 'BAD_SLICE_BYTES',
+        { matrix: 'down', expected: slice.down.length, actual: slice.down.length - 1 });
+      await rejectsWith(ExpertRuntime.create(device, { ...slice, types: { ...slice.types, up: T.Q2_K } }), 'UNSUPPORTED_TYPE');
+      await rejectsWith(ExpertRuntime.create(device, { ...slice, types: same(T.Q4_K) }), 'BAD_SHAPE');
+      await rejectsWith(ExpertRuntime.create(device, slice, { workgroupSize: 48 }), 'BAD_OPTION');
+      // The runtime still works after all that.
+      await rt.compute(c.rows, c.ids, c.probs, 3, 2);
+    } finally {
+      rt.dispose();
+    }
+  });
+
+  test('a slice whose matrix exceeds maxStorageBufferBindingSize is refused with the numbers', async () => {
+    // Asking for a lower limit (64 KiB) is allowed, but WebGPU grants at least the default (128 MiB), so the slice
+    // must exceed 128 MiB. Its arrays are zero-filled and never touched, so they cost address space, not memory.
+    // An adapter makes one device; the refusal needs a second adapter.
+    const second = await gpu.requestAdapter();
+    assert.ok(second, 'requestAdapter() returned null for a second adapter');
+    const small = await second.requestDevice({ label: 'kernels.test low-limit device', requiredLimits: { maxStorageBufferBindingSize: 64 * 1024 } });
+    extraDevices.push(small);
+    const limit = small.limits.maxStorageBufferBindingSize;
+    assert.ok(limit >= 64 * 1024 && limit <= 128 * 1024 * 1024, `binding limit ${limit}`);
+    const nEmbd = 4096;
+    const ff = 2048;
+    const types: SliceTypes = { gate: T.F32, up: T.Q4_0, down: T.Q4_0 };
+    const nExperts = Math.floor(limit / (nEmbd * ff * 4)) + 1; // one expert more than fits
+    const bytes = sliceMatrixBytes({ nEmbd, ff, nExperts, types });
+    const slice: ExpertSlice = {
+      nEmbd, ff, nExperts, types,
+      gate: new Uint8Array(bytes.gate), up: new Uint8Array(bytes.up), down: new Uint8Array(bytes.down),
+    };
+    await rejectsWith(ExpertRuntime.create(small, slice), 'BINDING_TOO_LARGE',
+      { matrix: 'gate', bytes: bytes.gate, limit, limitName: 'maxStorageBufferBindingSize' });
+  });
+
+  test('dispose() destroys every buffer; a second dispose is harmless; use after dispose throws', async () => {
+    const { slice } = makeSlice(same(T.F16), 64, 32, 2, 401);
+    const rt = await ExpertRuntime.create(device, slice);
+    const c = makeCall(64, 2, 3, 1, 402);
+    await rt.compute(c.rows, c.ids, c.probs, 3, 1);
+    const m = rt.memory();
+    assert.equal(m.weightBuffers, 3);
+    assert.equal(m.weightBytes, slice.gate.length + slice.up.length + slice.down.length);
+    assert.ok(m.pool.free > 0);
+    rt.dispose();
+    assert.deepEqual(rt.memory(), { weightBytes: 0, weightBuffers: 0, pool: { free: 0, freeBytes: 0, inUse: 0 } });
+    rt.dispose();
+    await rejectsWith(rt.compute(c.rows, c.ids, c.probs, 3, 1), 'DISPOSED');
+  });
+
+  test('capabilities() reports the adapter, the binding limits and the features', async () => {
+    const { slice } = makeSlice(same(T.Q6_K), 256, 256, 2, 501);
+    const rt = await ExpertRuntime.create(device, slice);
+    try {
+      const caps = rt.capabilities();
+      assert.equal(caps.limits.maxStorageBufferBindingSize, device.limits.maxStorageBufferBindingSize);
+      assert.equal(caps.limits.maxBufferSize, device.limits.maxBufferSize);
+      assert.equal(typeof caps.adapter.vendor, 'string');
+      assert.deepEqual(caps.features, [...device.features].sort());
+      assert.ok(caps.quantTypes.includes('Q6_K'));
+      assert.deepEqual(caps.slice.types, { gate: 'Q6_K', up: 'Q6_K', down: 'Q6_K' });
+    } finally {
+      rt.dispose();
+    }
+  });
+});
+
+test('the shape uniform is written in the field order of the WGSL struct', () => {
+  const body = /struct Shape \{([^}]*)\}/.exec(WGSL.common)?.[1] ?? '';
+  const fields = [...body.matchAll(/^\s*(\w+)\s*:\s*u32/gm)].map((m) => m[1]);
+  assert.deepEqual(fields, [...SHAPE_FIELDS]);
+  const u = writeShapeUniform({ nEmbd: 10, ff: 20, nExperts: 5 }, { nTokens: 3, nUsed: 2 }, { gate: 100, up: 200, down: 300 });
+  assert.deepEqual([...u], [10, 20, 3, 2, 5, 100, 200, 300]);
+});
+
+test('dispatch folding', () => {
+  assert.deepEqual(foldDispatch(1, 65535), [1, 1]);
+  assert.deepEqual(foldDispatch(65535, 65535), [65535, 1]);
+  assert.deepEqual(foldDispatch(65536, 65535), [32768, 2]);
+  assert.deepEqual(foldDispatch(200_000, 65535), [50000, 4]);
+  assert.throws(() => foldDispatch(65535 * 65535 + 1, 65535), (e: unknown) => e instanceof ExpertRuntimeError && e.code === 'DISPATCH_TOO_LARGE');
+});
+
+test('the block table agrees with the quant snippets', () => {
+  for (const [stem, type] of [['q8_0', T.Q8_0], ['q4_0', T.Q4_0], ['q4_k', T.Q4_K], ['q5_k', T.Q5_K], ['q6_k', T.Q6_K], ['f16', T.F16], ['bf16', T.BF16], ['f32', T.F32]] as const) {
+    const src = WGSL.quant[stem];
+    const info = requireQuantType(type);
+    assert.match(src, new RegExp(`const BLOCK_SIZE: u32 = ${info.blockSize}u;`), stem);
+    assert.match(src, new RegExp(`const BLOCK_BYTES: u32 = ${info.bytesPerBlock}u;`), stem);
+  }
+});

@@ -1,0 +1,98 @@
+/**
+ * A small seeded grid of expert-FFN cases run on whatever GPUDevice it is given (headless Chromium here, the same
+ * code as in Node), each compared with the CPU reference by NMSE.
+ */
+import { GGMLType } from '../../gguf/quant-types.ts';
+import { quantize } from '../../gguf/quantize.ts';
+import { dequantize } from '../../gguf/dequantize.ts';
+import { expertFfnAccumulate, type ExpertMatrices } from '../../shaders/reference/expert-ffn.ts';
+import { ExpertRuntime } from '../../shaders/runtime.ts';
+
+export interface GridCase {
+  type: GGMLType;
+  nEmbd: number;
+  ff: number;
+  nExperts: number;
+  nTokens: number;
+  nUsed: number;
+}
+
+export interface GridResult extends GridCase {
+  typeName: string;
+  nmse: number;
+  ms: number;
+}
+
+function rng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function uniform(n: number, r: () => number, scale: number): Float32Array {
+  const out = new Float32Array(n);
+  for (let i = 0; i < n; i++) out[i] = (r() * 2 - 1) * scale;
+  return out;
+}
+
+export async function runGridCase(device: GPUDevice, c: GridCase, seed: number): Promise<GridResult> {
+  const r = rng(seed);
+  const matrix = (rows: number, cols: number): { bytes: Uint8Array; values: Float32Array } => {
+    const bytes = quantize(c.type, uniform(rows * cols * c.nExperts, r, 1 / Math.sqrt(cols)));
+    return { bytes, values: dequantize(c.type, bytes, rows * cols * c.nExperts) };
+  };
+  const gate = matrix(c.ff, c.nEmbd);
+  const up = matrix(c.ff, c.nEmbd);
+  const down = matrix(c.nEmbd, c.ff);
+  const rows = uniform(c.nTokens * c.nEmbd, r, 1);
+  const ids = new Int32Array(c.nTokens * c.nUsed).map((_, i) => (i * 7 + Math.floor(i / c.nUsed)) % c.nExperts);
+  const probs = uniform(c.nTokens * c.nUsed, r, 0.5).map((x) => Math.abs(x) + 0.1);
+
+  const rt = await ExpertRuntime.create(device, {
+    nEmbd: c.nEmbd, ff: c.ff, nExperts: c.nExperts, types: { gate: c.type, up: c.type, down: c.type },
+    gate: gate.bytes, up: up.bytes, down: down.bytes,
+  });
+  const t0 = performance.now();
+  const got = await rt.compute(rows, ids, probs, c.nTokens, c.nUsed);
+  const ms = performance.now() - t0;
+  rt.dispose();
+
+  const perExpert = (m: Float32Array, e: number, n: number): Float32Array => m.subarray(e * n, (e + 1) * n);
+  let num = 0;
+  let den = 0;
+  for (let t = 0; t < c.nTokens; t++) {
+    const y = new Float64Array(c.nEmbd);
+    for (let k = 0; k < c.nUsed; k++) {
+      const e = ids[t * c.nUsed + k] as number;
+      const m: ExpertMatrices = {
+        nEmbd: c.nEmbd, ff: c.ff,
+        gate: perExpert(gate.values, e, c.ff * c.nEmbd), up: perExpert(up.values, e, c.ff * c.nEmbd), down: perExpert(down.values, e, c.ff * c.nEmbd),
+      };
+      expertFfnAccumulate(m, rows.subarray(t * c.nEmbd, (t + 1) * c.nEmbd), probs[t * c.nUsed + k] as number, y);
+    }
+    for (let i = 0; i < c.nEmbd; i++) {
+      const d = (got[t * c.nEmbd + i] as number) - (y[i] as number);
+      num += d * d;
+      den += (y[i] as number) ** 2;
+    }
+  }
+  return { ...c, typeName: GGMLType[c.type] as string, nmse: num / den, ms };
+}
+
+/** Every kernel quant type, decode shapes (a few rows) small enough for SwiftShader. */
+export const DECODE_GRID: GridCase[] = [
+  GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K,
+].flatMap((type) => {
+  const k = type >= GGMLType.Q2_K && type <= GGMLType.Q6_K;
+  const nEmbd = k ? 256 : 64;
+  const ff = k ? 256 : 64;
+  return [
+    { type, nEmbd, ff, nExperts: 3, nTokens: 1, nUsed: 2 },
+    { type, nEmbd, ff, nExperts: 3, nTokens: 4, nUsed: 2 },
+  ];
+});

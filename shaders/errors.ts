@@ -21,6 +21,8 @@ export interface ExpertRuntimeErrorDetails {
   BATCH_TOO_LARGE: { buffer: string; bytes: number; limit: number; limitName: string };
   /** More workgroups than even a 2-D dispatch can name. */
   DISPATCH_TOO_LARGE: { workgroups: number; maxPerDimension: number };
+  /** compute() was asked for a regime (see regime-policy.ts) that cannot serve this slice or is not one. */
+  REGIME_UNAVAILABLE: { regime: string; reason: string };
   /** Runtime options out of range for this device. */
   BAD_OPTION: { option: string; value: number; requirement: string };
   /** A shader module or pipeline failed to build. */

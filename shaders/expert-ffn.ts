@@ -7,6 +7,8 @@
  *   expert_up       h[nPairs × ff]     = silu(gate_e · x) ⊙ (up_e · x)   (two passes when gate and up differ in type)
  *   expert_down     y[nPairs × nEmbd]  = down_e · h
  *   expert_combine  out[nTokens × nEmbd] = Σ_k prob · y
+ * In the batched regime (see regime-policy.ts) expert_up_tiled / expert_down_tiled replace the first two, computing
+ * the same h and y from pairs grouped by expert (expert-groups.ts); expert_combine is shared.
  */
 import { GGMLType, requireQuantType } from '../gguf/quant-types.ts';
 import { ExpertRuntimeError, type MatrixName } from './errors.ts';
@@ -95,9 +97,9 @@ export function validateSlice(s: SliceShape, bytes: Record<MatrixName, { length:
 }
 
 export interface ExpertFfnInputs {
-  rows: Float32Array;
+  rows: { readonly length: number };
   ids: Int32Array;
-  probs: Float32Array;
+  probs: { readonly length: number };
 }
 
 /** Checks one compute call against its slice; throws ExpertRuntimeError naming the input and the numbers. */
@@ -141,14 +143,23 @@ export const SHAPE_FIELDS = [
   'gate_byte_offset',
   'up_byte_offset',
   'down_byte_offset',
+  'n_row_tiles',
 ] as const;
 export type ShapeField = (typeof SHAPE_FIELDS)[number];
 
 /** Bytes of the Shape uniform. */
 export const SHAPE_UNIFORM_BYTES = SHAPE_FIELDS.length * 4;
 
-/** The Shape uniform's bytes, written in SHAPE_FIELDS order (the WGSL struct's). */
-export function writeShapeUniform(s: Pick<SliceShape, 'nEmbd' | 'ff' | 'nExperts'>, call: CallShape, offsets: WeightOffsets): Uint32Array {
+/**
+ * The Shape uniform's bytes, written in SHAPE_FIELDS order (the WGSL struct's). `nRowTiles` is the length of the
+ * batched regime's tile list (0 for decode).
+ */
+export function writeShapeUniform(
+  s: Pick<SliceShape, 'nEmbd' | 'ff' | 'nExperts'>,
+  call: CallShape,
+  offsets: WeightOffsets,
+  nRowTiles = 0,
+): Uint32Array {
   const values: Record<ShapeField, number> = {
     n_embd: s.nEmbd,
     ff: s.ff,
@@ -158,6 +169,7 @@ export function writeShapeUniform(s: Pick<SliceShape, 'nEmbd' | 'ff' | 'nExperts
     gate_byte_offset: offsets.gate,
     up_byte_offset: offsets.up,
     down_byte_offset: offsets.down,
+    n_row_tiles: nRowTiles,
   };
   return Uint32Array.from(SHAPE_FIELDS, (f) => values[f]);
 }
@@ -188,16 +200,26 @@ export interface KernelTuning {
   workgroupSize: number;
   /** Weight rows per workgroup in expert_up/expert_down; a power of two ≤ workgroupSize. */
   rowsPerWorkgroup: number;
+  /** Tiled kernels: pairs of one expert per tile (activation rows a workgroup shares its decoded weights with). */
+  tileRows: number;
+  /** Tiled kernels: weight rows per workgroup; a power of two dividing workgroupSize. */
+  tileCols: number;
 }
 
 export type PipelineKey =
   | { kernel: 'expert_up'; quant: QuantSnippet; pass: UpPass; tuning: KernelTuning; features: KernelFeatures }
   | { kernel: 'expert_down'; quant: QuantSnippet; tuning: KernelTuning; features: KernelFeatures }
-  | { kernel: 'expert_combine'; tuning: KernelTuning; features: KernelFeatures };
+  | { kernel: 'expert_combine'; tuning: KernelTuning; features: KernelFeatures }
+  | { kernel: 'expert_up_tiled'; quant: QuantSnippet; pass: UpPass; tuning: KernelTuning; features: KernelFeatures }
+  | { kernel: 'expert_down_tiled'; quant: QuantSnippet; tuning: KernelTuning; features: KernelFeatures };
 
-/** Stable name of a variant, e.g. `expert_up/q4_k/fused/wg64r4/base`; also the pipeline's label. */
+/**
+ * Stable name of a variant, e.g. `expert_up/q4_k/fused/wg64r4/base` or `expert_down_tiled/q6_k/wg64m16n32/base`
+ * (m: tile rows, n: tile columns); also the pipeline's label.
+ */
 export function pipelineName(k: PipelineKey): string {
   const wg = `wg${k.tuning.workgroupSize}`;
+  const tiles = `${wg}m${k.tuning.tileRows}n${k.tuning.tileCols}`;
   switch (k.kernel) {
     case 'expert_up':
       return `expert_up/${k.quant}/${k.pass}/${wg}r${k.tuning.rowsPerWorkgroup}/${k.features}`;
@@ -205,7 +227,24 @@ export function pipelineName(k: PipelineKey): string {
       return `expert_down/${k.quant}/${wg}r${k.tuning.rowsPerWorkgroup}/${k.features}`;
     case 'expert_combine':
       return `expert_combine/${wg}/${k.features}`;
+    case 'expert_up_tiled':
+      return `expert_up_tiled/${k.quant}/${k.pass}/${tiles}/${k.features}`;
+    case 'expert_down_tiled':
+      return `expert_down_tiled/${k.quant}/${tiles}/${k.features}`;
   }
+}
+
+/**
+ * `const`s of the tiled kernels' WGSL (expert_up_tiled.wgsl, expert_down_tiled.wgsl) that TS checks tuning against;
+ * a test reads them back from both files.
+ */
+export const TILED_WGSL_CONSTANTS = { TILE_K: 32, TILE_K4: 8, TILE_K4_PAD: 9, MAX_ROWS_PER_THREAD: 16 } as const;
+const { TILE_K4, TILE_K4_PAD, MAX_ROWS_PER_THREAD } = TILED_WGSL_CONSTANTS;
+
+/** Workgroup memory of expert_up_tiled (the larger of the two tiled kernels: two staged weight tiles). */
+export function tiledWorkgroupBytes(t: Pick<KernelTuning, 'tileRows' | 'tileCols'>): number {
+  const vec4 = 16;
+  return vec4 * (t.tileRows * TILE_K4 + 2 * t.tileCols * TILE_K4_PAD) + 4 * t.tileRows;
 }
 
 /** WGSL of a (kernel, quant) module: fixed files concatenated, nothing spliced. */
@@ -237,6 +276,18 @@ export function validateTuning(t: KernelTuning, limits: GPUSupportedLimits): voi
   if (wgBytes > limits.maxComputeWorkgroupStorageSize) {
     bad('workgroupSize', t.workgroupSize, `small enough for ${limits.maxComputeWorkgroupStorageSize} B of workgroup memory`);
   }
+  if (!isPow2(t.tileCols) || t.tileCols > t.workgroupSize) {
+    bad('tileCols', t.tileCols, `a power of two ≤ workgroupSize (${t.workgroupSize})`);
+  }
+  const rowStride = t.workgroupSize / t.tileCols; // threads sharing one weight row, each with every rowStride-th tile row
+  if (!Number.isSafeInteger(t.tileRows) || t.tileRows < rowStride || t.tileRows % rowStride !== 0 || t.tileRows / rowStride > MAX_ROWS_PER_THREAD) {
+    bad('tileRows', t.tileRows, `a multiple of workgroupSize / tileCols (${rowStride}) up to ${rowStride * MAX_ROWS_PER_THREAD}`);
+  }
+  const tiledBytes = tiledWorkgroupBytes(t);
+  if (tiledBytes > limits.maxComputeWorkgroupStorageSize) {
+    bad('tileCols', t.tileCols, `small enough (with tileRows ${t.tileRows}) for the tiled kernels' ${tiledBytes} B to fit ` +
+      `${limits.maxComputeWorkgroupStorageSize} B of workgroup memory`);
+  }
 }
 
 /**
@@ -259,11 +310,24 @@ const storage = (binding: number, type: GPUBufferBindingType): GPUBindGroupLayou
 });
 const uniform: GPUBindGroupLayoutEntry = { binding: 0, visibility: GPU_FLAGS.SHADER_STAGE_COMPUTE, buffer: { type: 'uniform' } };
 
+const kernelsByDevice = new WeakMap<GPUDevice, ExpertFfnKernels>();
+
 /**
  * Shader modules, layouts and pipelines of one device, cached by variant. Explicit bind group layouts (matching the
- * @binding lists of the .wgsl files) so every variant of a kernel takes the same bind groups.
+ * @binding lists of the .wgsl files) so every variant of a kernel takes the same bind groups. Shapes live in the
+ * uniform, so one device needs each variant once whatever slices it loads: runtimes share `forDevice(device)`.
  */
 export class ExpertFfnKernels {
+  /** The device's shared cache (pipeline builds are slow, seconds on a software adapter). */
+  static forDevice(device: GPUDevice): ExpertFfnKernels {
+    let k = kernelsByDevice.get(device);
+    if (!k) {
+      k = new ExpertFfnKernels(device);
+      kernelsByDevice.set(device, k);
+    }
+    return k;
+  }
+
   readonly layouts: Readonly<Record<KernelName, GPUBindGroupLayout>>;
   private readonly pipelineLayouts: Readonly<Record<KernelName, GPUPipelineLayout>>;
   private readonly modules = new Map<string, GPUShaderModule>();
@@ -282,10 +346,22 @@ export class ExpertFfnKernels {
       // uniform, y, probs, out
       expert_combine: bgl('expert_combine bind group layout', [uniform, storage(1, 'read-only-storage'), storage(2, 'read-only-storage'),
         storage(3, 'storage')]),
+      // uniform, gate_w, up_w, rows, perm, tiles, h
+      expert_up_tiled: bgl('expert_up_tiled bind group layout', [uniform, storage(1, 'read-only-storage'), storage(2, 'read-only-storage'),
+        storage(3, 'read-only-storage'), storage(4, 'read-only-storage'), storage(5, 'read-only-storage'), storage(6, 'storage')]),
+      // uniform, down_w, h, perm, tiles, y
+      expert_down_tiled: bgl('expert_down_tiled bind group layout', [uniform, storage(1, 'read-only-storage'), storage(2, 'read-only-storage'),
+        storage(3, 'read-only-storage'), storage(4, 'read-only-storage'), storage(5, 'storage')]),
     };
     const pl = (k: KernelName): GPUPipelineLayout =>
       device.createPipelineLayout({ label: `${k} pipeline layout`, bindGroupLayouts: [this.layouts[k]] });
-    this.pipelineLayouts = { expert_up: pl('expert_up'), expert_down: pl('expert_down'), expert_combine: pl('expert_combine') };
+    this.pipelineLayouts = {
+      expert_up: pl('expert_up'),
+      expert_down: pl('expert_down'),
+      expert_combine: pl('expert_combine'),
+      expert_up_tiled: pl('expert_up_tiled'),
+      expert_down_tiled: pl('expert_down_tiled'),
+    };
   }
 
   /** The pipeline of a variant, built once (concurrent callers share the build). */
@@ -303,9 +379,14 @@ export class ExpertFfnKernels {
   private async build(key: PipelineKey, name: string): Promise<GPUComputePipeline> {
     const quant = key.kernel === 'expert_combine' ? null : key.quant;
     const module = await this.module(key.kernel, quant);
+    // Only the overrides a module declares: naming another one is a validation error.
     const constants: Record<string, number> = { WORKGROUP_SIZE: key.tuning.workgroupSize };
-    if (key.kernel !== 'expert_combine') constants.ROWS_PER_WORKGROUP = key.tuning.rowsPerWorkgroup;
-    if (key.kernel === 'expert_up') constants.PASS = UP_PASS_CONSTANT[key.pass];
+    if (key.kernel === 'expert_up' || key.kernel === 'expert_down') constants.ROWS_PER_WORKGROUP = key.tuning.rowsPerWorkgroup;
+    if (key.kernel === 'expert_up_tiled' || key.kernel === 'expert_down_tiled') {
+      constants.TILE_ROWS = key.tuning.tileRows;
+      constants.TILE_COLS = key.tuning.tileCols;
+    }
+    if (key.kernel === 'expert_up' || key.kernel === 'expert_up_tiled') constants.PASS = UP_PASS_CONSTANT[key.pass];
     try {
       return await this.device.createComputePipelineAsync({
         label: name,
@@ -336,6 +417,11 @@ export class ExpertFfnKernels {
 /** Workgroups of expert_up / expert_down for a call (before folding). */
 export function rowKernelWorkgroups(nPairs: number, rows: number, rowsPerWorkgroup: number): number {
   return nPairs * Math.ceil(rows / rowsPerWorkgroup);
+}
+
+/** Workgroups of expert_up_tiled / expert_down_tiled (before folding): every row tile × every column tile of `rows`. */
+export function tiledWorkgroups(nRowTiles: number, rows: number, tileCols: number): number {
+  return nRowTiles * Math.ceil(rows / tileCols);
 }
 
 /** Workgroups of expert_combine for a call (before folding). */

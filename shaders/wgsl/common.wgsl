@@ -11,6 +11,7 @@ struct Shape {
   gate_byte_offset: u32,  // where expert 0's matrix starts inside its binding (a later slice may share a buffer)
   up_byte_offset: u32,
   down_byte_offset: u32,
+  n_row_tiles: u32,       // batched regime: entries of the tile list (0 in the decode regime)
 }
 
 // IEEE binary16 bits (low 16 bits of `bits`) to f32, decoded by hand so no shader-f16 feature is needed.

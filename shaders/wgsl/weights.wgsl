@@ -61,3 +61,26 @@ fn k4_scale(p: vec4<u32>, j: u32) -> f32 {
 fn k4_min(p: vec4<u32>, j: u32) -> f32 {
   return f32(byte_of(select(p.z, p.w, j >= 4u), j & 3u));
 }
+
+// Scale and min of sub-block j (0..7) alone, read from the 12 scale bytes at `byte` (same packing as above); the
+// tiled kernels decode one sub-block at a time and need only one pair.
+fn k4_scale_min(m: u32, byte: u32, j: u32) -> vec2<f32> {
+  if (j < 4u) {
+    return vec2<f32>(f32(w_u8(m, byte + j) & 63u), f32(w_u8(m, byte + j + 4u) & 63u));
+  }
+  let q = w_u8(m, byte + j + 4u);
+  let sc = (q & 15u) | ((w_u8(m, byte + j - 4u) >> 6u) << 4u);
+  let mn = (q >> 4u) | ((w_u8(m, byte + j) >> 6u) << 4u);
+  return vec2<f32>(f32(sc), f32(mn));
+}
+
+// The four bytes of a word as unsigned values (byte 0 first).
+fn u8x4(word: u32) -> vec4<f32> {
+  return vec4<f32>(f32(word & 0xffu), f32((word >> 8u) & 0xffu), f32((word >> 16u) & 0xffu), f32(word >> 24u));
+}
+
+// The four bytes of a word as int8 values (byte 0 first); i32 extractBits sign-extends.
+fn i8x4(word: u32) -> vec4<f32> {
+  let w = i32(word);
+  return vec4<f32>(f32(extractBits(w, 0u, 8u)), f32(extractBits(w, 8u, 8u)), f32(extractBits(w, 16u, 8u)), f32(extractBits(w, 24u, 8u)));
+}

@@ -6,7 +6,7 @@ import { GGMLType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
 import { dequantize } from '../../gguf/dequantize.ts';
 import { expertFfnAccumulate, type ExpertMatrices } from '../../shaders/reference/expert-ffn.ts';
-import { ExpertRuntime } from '../../shaders/runtime.ts';
+import { ExpertRuntime, type Regime, type RegimeRequest } from '../../shaders/runtime.ts';
 
 export interface GridCase {
   type: GGMLType;
@@ -15,10 +15,14 @@ export interface GridCase {
   nExperts: number;
   nTokens: number;
   nUsed: number;
+  /** Kernels to run (default 'auto': the runtime's regime policy). */
+  regime?: RegimeRequest;
 }
 
 export interface GridResult extends GridCase {
   typeName: string;
+  /** The regime that ran (the policy's choice for 'auto'). */
+  ran: Regime;
   nmse: number;
   ms: number;
 }
@@ -57,8 +61,10 @@ export async function runGridCase(device: GPUDevice, c: GridCase, seed: number):
     nEmbd: c.nEmbd, ff: c.ff, nExperts: c.nExperts, types: { gate: c.type, up: c.type, down: c.type },
     gate: gate.bytes, up: up.bytes, down: down.bytes,
   });
+  const request = c.regime ?? 'auto';
+  const ran = request === 'auto' ? rt.planRegime(ids, c.nTokens, c.nUsed).regime : request;
   const t0 = performance.now();
-  const got = await rt.compute(rows, ids, probs, c.nTokens, c.nUsed);
+  const got = await rt.compute(rows, ids, probs, c.nTokens, c.nUsed, { regime: request });
   const ms = performance.now() - t0;
   rt.dispose();
 
@@ -81,18 +87,33 @@ export async function runGridCase(device: GPUDevice, c: GridCase, seed: number):
       den += (y[i] as number) ** 2;
     }
   }
-  return { ...c, typeName: GGMLType[c.type] as string, nmse: num / den, ms };
+  return { ...c, typeName: GGMLType[c.type] as string, ran, nmse: num / den, ms };
 }
 
 /** Every kernel quant type, decode shapes (a few rows) small enough for SwiftShader. */
 export const DECODE_GRID: GridCase[] = [
   GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K,
-].flatMap((type) => {
+].flatMap((type): GridCase[] => {
   const k = type >= GGMLType.Q2_K && type <= GGMLType.Q6_K;
   const nEmbd = k ? 256 : 64;
   const ff = k ? 256 : 64;
   return [
-    { type, nEmbd, ff, nExperts: 3, nTokens: 1, nUsed: 2 },
-    { type, nEmbd, ff, nExperts: 3, nTokens: 4, nUsed: 2 },
+    { type, nEmbd, ff, nExperts: 3, nTokens: 1, nUsed: 2, regime: 'decode' },
+    { type, nEmbd, ff, nExperts: 3, nTokens: 4, nUsed: 2, regime: 'decode' },
   ];
 });
+
+/**
+ * Every kernel quant type in the batched regime (pairs grouped by expert, tiled kernels): 16 tokens × top-4 of 4
+ * experts, 16 pairs per expert (one full tile each); forced, and once through the auto policy, which picks batched
+ * here too. Float shapes are not multiples of the tiles (partial staging step and column tile).
+ */
+export const BATCHED_GRID: GridCase[] = [
+  GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K,
+].flatMap((type): GridCase[] => {
+  const k = type >= GGMLType.Q2_K && type <= GGMLType.Q6_K;
+  const block32 = type === GGMLType.Q8_0 || type === GGMLType.Q4_0;
+  const nEmbd = k ? 256 : block32 ? 64 : 36;
+  const ff = k ? 256 : block32 ? 96 : 20;
+  return [{ type, nEmbd, ff, nExperts: 4, nTokens: 16, nUsed: 4, regime: 'batched' }];
+}).concat([{ type: GGMLType.Q4_K, nEmbd: 256, ff: 256, nExperts: 4, nTokens: 32, nUsed: 2, regime: 'auto' }]);

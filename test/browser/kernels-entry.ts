@@ -1,13 +1,13 @@
 /** Browser entry for the kernel grid: `window.runKernelGrid()` resolves with the adapter and the results. */
-import { DECODE_GRID, runGridCase, type GridResult } from './kernel-grid.ts';
+import { BATCHED_GRID, DECODE_GRID, runGridCase, type GridResult } from './kernel-grid.ts';
 
 declare global {
   interface Window {
-    runKernelGrid: () => Promise<{ adapter: Record<string, unknown> | null; features: string[]; results: GridResult[]; error?: string }>;
+    runKernelGrid: (grid?: 'decode' | 'batched' | 'all') => Promise<{ adapter: Record<string, unknown> | null; features: string[]; results: GridResult[]; error?: string }>;
   }
 }
 
-window.runKernelGrid = async () => {
+window.runKernelGrid = async (grid = 'all') => {
   if (!navigator.gpu) return { adapter: null, features: [], results: [], error: 'navigator.gpu is missing (WebGPU disabled?)' };
   const adapter = await navigator.gpu.requestAdapter();
   if (!adapter) return { adapter: null, features: [], results: [], error: 'requestAdapter() returned null' };
@@ -15,7 +15,8 @@ window.runKernelGrid = async () => {
   const results: GridResult[] = [];
   try {
     let seed = 1;
-    for (const c of DECODE_GRID) results.push(await runGridCase(device, c, seed++));
+    const cases = grid === 'decode' ? DECODE_GRID : grid === 'batched' ? BATCHED_GRID : [...DECODE_GRID, ...BATCHED_GRID];
+    for (const c of cases) results.push(await runGridCase(device, c, seed++));
   } finally {
     device.destroy();
   }

@@ -4,7 +4,9 @@
  * skip: CI installs libvulkan1 and Chromium's SwiftShader ICD for this file.
  *
  * Weights are random floats quantized with gguf/quantize.ts, so the kernels read real llama.cpp block layouts; the
- * reference runs on the same weights dequantized (exact math, no ggml activation rounding).
+ * reference runs on the same weights dequantized (exact math, no ggml activation rounding). Both regimes are
+ * covered: decode (a matrix–vector product per pair) and batched (pairs grouped by expert, tiled kernels), each
+ * against the reference, against each other, and through the auto policy.
  */
 import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -14,7 +16,19 @@ import { quantize } from '../../gguf/quantize.ts';
 import { dequantize } from '../../gguf/dequantize.ts';
 import { expertFfnAccumulate, type ExpertMatrices } from '../../shaders/reference/expert-ffn.ts';
 import { ExpertRuntime, ExpertRuntimeError, type ExpertSlice } from '../../shaders/runtime.ts';
-import { SHAPE_FIELDS, foldDispatch, sliceMatrixBytes, writeShapeUniform, type SliceTypes } from '../../shaders/expert-ffn.ts';
+import {
+  SHAPE_FIELDS,
+  TILED_WGSL_CONSTANTS,
+  foldDispatch,
+  pipelineName,
+  sliceMatrixBytes,
+  tiledWorkgroups,
+  writeShapeUniform,
+  type KernelTuning,
+  type SliceTypes,
+} from '../../shaders/expert-ffn.ts';
+import { TILE_WORDS, expertCounts, groupByExpert, usedExperts } from '../../shaders/expert-groups.ts';
+import { chooseRegime, type RegimeDecision, type RoutingSnapshot } from '../../shaders/regime-policy.ts';
 import { WGSL } from '../../shaders/wgsl-sources.ts';
 import type { ExpertRuntimeErrorCode } from '../../shaders/errors.ts';
 
@@ -142,7 +156,7 @@ function reference(experts: ExpertMatrices[], c: Call): Float64Array {
 }
 
 /** Normalised mean squared error Σ(a−b)²/Σb², as llama.cpp's test-backend-ops compares ops with the CPU. */
-function nmse(a: Float32Array, b: Float64Array): number {
+function nmse(a: Float32Array, b: Float64Array | Float32Array): number {
   assert.equal(a.length, b.length);
   let num = 0;
   let den = 0;
@@ -199,6 +213,38 @@ const GRID: { name: string; types: SliceTypes; sizes: [number, number, number][]
 const N_TOKENS = [1, 3, 8];
 const N_USED = [1, 2];
 
+// Batched regime: prompt-sized calls on slices of 4 experts, so experts get many pairs each (16 or 64 tokens × top-2
+// or top-4 of 4: 8 to 64 pairs per expert, up to 4 tiles of 16). Float shapes that are not multiples of the kernels'
+// 32-element staging step or 32 weight rows per workgroup exercise the zero-padded edges; the quant shapes are whole
+// blocks. Same tolerances as decode, for the same reason: weights decoded exactly, activations in f32, so only the
+// f32 summation error remains (in another order than decode's).
+const BATCHED_EXPERTS = 4;
+const BATCHED_FLOAT_SIZES: [number, number][] = [[36, 20], [96, 64]]; // nEmbd, ff
+const BATCHED_32_SIZES: [number, number][] = [[64, 32], [96, 64]];
+const BATCHED_K_SIZES: [number, number][] = [[256, 256], [512, 256]];
+const BATCHED_GRID: { name: string; types: SliceTypes; sizes: [number, number][] }[] = [
+  { name: 'F32', types: same(T.F32), sizes: BATCHED_FLOAT_SIZES },
+  { name: 'F16', types: same(T.F16), sizes: BATCHED_FLOAT_SIZES },
+  { name: 'BF16', types: same(T.BF16), sizes: BATCHED_FLOAT_SIZES },
+  { name: 'Q8_0', types: same(T.Q8_0), sizes: BATCHED_32_SIZES },
+  { name: 'Q4_0', types: same(T.Q4_0), sizes: BATCHED_32_SIZES },
+  { name: 'Q4_K', types: same(T.Q4_K), sizes: BATCHED_K_SIZES },
+  { name: 'Q5_K', types: same(T.Q5_K), sizes: BATCHED_K_SIZES },
+  { name: 'Q6_K', types: same(T.Q6_K), sizes: BATCHED_K_SIZES },
+  // gate and up of different types: the two-pass expert_up_tiled path
+  { name: 'mix Q4_K/Q5_K/Q6_K', types: { gate: T.Q4_K, up: T.Q5_K, down: T.Q6_K }, sizes: [[256, 256]] },
+];
+const BATCHED_TOKENS = [16, 64];
+const BATCHED_USED = [2, 4];
+// Decode and batched on the same inputs: each is within ~1e-12 of the exact result, so of each other too; the bound
+// is the decode bound, the same two orders of magnitude of room.
+const REGIMES_NMSE_MAX = 1e-9;
+
+/** Bit-for-bit equality of two results (the same kernels on the same inputs sum in the same order). */
+function sameBits(a: Float32Array, b: Float32Array): boolean {
+  return Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength));
+}
+
 const measured = new Map<string, number>();
 
 // ---------------------------------------------------------------------------------------------
@@ -227,7 +273,7 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
   let seed = 1;
   for (const { name, types, sizes } of GRID) {
     for (const [nEmbd, ff, nExperts] of sizes) {
-      test(`${name} nEmbd=${nEmbd} ff=${ff} ${nExperts} experts matches the CPU reference`, async (t) => {
+      test(`decode: ${name} nEmbd=${nEmbd} ff=${ff} ${nExperts} experts matches the CPU reference`, async (t) => {
         const { slice, experts } = makeSlice(types, nEmbd, ff, nExperts, seed++);
         const rt = await ExpertRuntime.create(device, slice, { label: `test ${name}` });
         try {
@@ -235,19 +281,117 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
           for (const nTokens of N_TOKENS) {
             for (const nUsed of N_USED) {
               const c = makeCall(nEmbd, nExperts, nTokens, nUsed, seed++);
-              const got = await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed);
+              const got = await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed, { regime: 'decode' });
               const e = nmse(got, reference(experts, c));
-              measured.set(name, Math.max(measured.get(name) ?? 0, e));
+              measured.set(`decode ${name}`, Math.max(measured.get(`decode ${name}`) ?? 0, e));
               assert.ok(e <= bound && e <= NMSE_CONTRACT, `nTokens=${nTokens} nUsed=${nUsed}: NMSE ${e} > ${bound}`);
             }
           }
-          t.diagnostic(`max NMSE ${measured.get(name)?.toExponential(2)}`);
+          t.diagnostic(`max NMSE ${measured.get(`decode ${name}`)?.toExponential(2)}`);
         } finally {
           rt.dispose();
         }
       });
     }
   }
+
+  for (const { name, types, sizes } of BATCHED_GRID) {
+    for (const [shapeIndex, [nEmbd, ff]] of sizes.entries()) {
+      test(`batched: ${name} nEmbd=${nEmbd} ff=${ff} ${BATCHED_EXPERTS} experts matches the CPU reference${shapeIndex === 0 ? ', auto and decode' : ''}`, async (t) => {
+        const { slice, experts } = makeSlice(types, nEmbd, ff, BATCHED_EXPERTS, seed++);
+        const rt = await ExpertRuntime.create(device, slice, { label: `test batched ${name}` });
+        const key = `batched ${name}`;
+        try {
+          const bound = types.gate === T.F32 && types.up === T.F32 && types.down === T.F32 ? NMSE_MAX_F32 : NMSE_MAX;
+          for (const nTokens of BATCHED_TOKENS) {
+            for (const nUsed of BATCHED_USED) {
+              const c = makeCall(nEmbd, BATCHED_EXPERTS, nTokens, nUsed, seed++);
+              const what = `nTokens=${nTokens} nUsed=${nUsed}`;
+              const batched = await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed, { regime: 'batched' });
+              const e = nmse(batched, reference(experts, c));
+              measured.set(key, Math.max(measured.get(key) ?? 0, e));
+              assert.ok(e <= bound && e <= NMSE_CONTRACT, `${what}: NMSE ${e} > ${bound}`);
+              // At least 8 pairs per used expert: the policy picks batched, and 'auto' runs exactly that.
+              const plan = rt.planRegime(c.ids, nTokens, nUsed);
+              assert.equal(plan.regime, 'batched', `${what}: ${plan.reason}`);
+              // The slower checks on each type's smallest call only (decode takes seconds for 256 pairs on SwiftShader).
+              if (shapeIndex === 0 && nTokens === BATCHED_TOKENS[0] && nUsed === BATCHED_USED[0]) {
+                assert.ok(sameBits(await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed), batched), `${what}: auto differs from batched`);
+                const decode = await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed, { regime: 'decode' });
+                const d = nmse(batched, decode);
+                assert.ok(d <= REGIMES_NMSE_MAX, `${what}: batched vs decode NMSE ${d}`);
+              }
+            }
+          }
+          t.diagnostic(`max NMSE ${measured.get(key)?.toExponential(2)}`);
+        } finally {
+          rt.dispose();
+        }
+      });
+    }
+  }
+
+  test('batched: skewed routing, small tiles and a folded 2-D dispatch give the reference result', async () => {
+    // 40 tokens × top-2 of 4: expert 0 takes every token's first pick, expert 2 most second picks, expert 3 the
+    // rest, expert 1 nothing. Tiles of 8: 5 + 5 (the last of 3 rows) + 1 (5 rows) = 11.
+    const { slice, experts } = makeSlice(same(T.Q8_0), 64, 96, 4, 601);
+    const c = makeCall(64, 4, 40, 2, 602);
+    for (let t = 0; t < 40; t++) {
+      c.ids[2 * t] = 0;
+      c.ids[2 * t + 1] = t < 35 ? 2 : 3;
+    }
+    const tuning = { workgroupSize: 64, tileRows: 8, tileCols: 16 };
+    const groups = groupByExpert(c.ids, expertCounts(c.ids, 4), tuning.tileRows);
+    assert.equal(groups.nTiles, 11);
+    // up: 11 tiles × 96/16 = 66 workgroups → 10 × 7 (4 padding); down: 11 × 64/16 = 44 → 9 × 5 (1 padding)
+    assert.deepEqual(foldDispatch(tiledWorkgroups(11, 96, 16), 10), [10, 7]);
+    assert.deepEqual(foldDispatch(tiledWorkgroups(11, 64, 16), 10), [9, 5]);
+    const rt = await ExpertRuntime.create(device, slice, { ...tuning, maxWorkgroupsPerDimension: 10 });
+    // Decode on default tuning (its 80 pairs × 96/4 row groups would not fold into 10 × 10).
+    const rtDecode = await ExpertRuntime.create(device, slice);
+    try {
+      const batched = await rt.compute(c.rows, c.ids, c.probs, 40, 2, { regime: 'batched' });
+      assert.ok(nmse(batched, reference(experts, c)) <= NMSE_MAX);
+      const decode = await rtDecode.compute(c.rows, c.ids, c.probs, 40, 2, { regime: 'decode' });
+      assert.ok(nmse(batched, decode) <= REGIMES_NMSE_MAX);
+    } finally {
+      rt.dispose();
+      rtDecode.dispose();
+    }
+  });
+
+  test('auto runs what the policy plans; a slice the tiled kernels cannot read stays on decode', async () => {
+    const { slice, experts } = makeSlice(same(T.F16), 64, 32, 4, 701);
+    const rt = await ExpertRuntime.create(device, slice);
+    try {
+      const few = makeCall(64, 4, 3, 1, 702); // 3 pairs on up to 3 experts: ~1 per expert
+      const many = makeCall(64, 4, 16, 2, 703); // 32 pairs on 4 experts
+      const cases: [Call, RegimeDecision['regime']][] = [[few, 'decode'], [many, 'batched']];
+      for (const [c, regime] of cases) {
+        assert.equal(rt.planRegime(c.ids, c.nTokens, c.nUsed).regime, regime);
+        const auto = await rt.compute(c.rows, c.ids, c.probs, c.nTokens, c.nUsed);
+        const forced = await rt.compute(c.rows, c.ids, c.probs, c.nTokens, c.nUsed, { regime });
+        assert.ok(sameBits(auto, forced), `auto differs from ${regime}`);
+        assert.ok(nmse(auto, reference(experts, c)) <= NMSE_MAX);
+      }
+      await rejectsWith(rt.compute(many.rows, many.ids, many.probs, 16, 2, { regime: 'fast' as 'auto' }), 'REGIME_UNAVAILABLE',
+        { regime: 'fast', reason: 'unknown' });
+    } finally {
+      rt.dispose();
+    }
+    // nEmbd = 30: rows are not whole quads. auto keeps to decode; asking for batched is refused with the reason.
+    const odd = makeSlice(same(T.F32), 30, 20, 2, 704);
+    const rtOdd = await ExpertRuntime.create(device, odd.slice);
+    try {
+      const c = makeCall(30, 2, 16, 2, 705);
+      assert.deepEqual(rtOdd.planRegime(c.ids, 16, 2), { regime: 'decode', reason: 'rows-not-quads', rowsPerExpert: 16 });
+      assert.ok(nmse(await rtOdd.compute(c.rows, c.ids, c.probs, 16, 2), reference(odd.experts, c)) <= NMSE_MAX_F32);
+      await rejectsWith(rtOdd.compute(c.rows, c.ids, c.probs, 16, 2, { regime: 'batched' }), 'REGIME_UNAVAILABLE',
+        { regime: 'batched', reason: 'rows-not-quads' });
+    } finally {
+      rtOdd.dispose();
+    }
+  });
 
   test('a dispatch folded into 2-D (more workgroups than one dimension allows) gives the same result', async () => {
     const { slice, experts } = makeSlice(same(T.Q4_0), 128, 64, 3, 101);
@@ -257,7 +401,7 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     const rt = await ExpertRuntime.create(device, slice, { maxWorkgroupsPerDimension: 13, rowsPerWorkgroup: 8 });
     try {
       const c = makeCall(128, 3, 5, 2, 102);
-      const got = await rt.compute(c.rows, c.ids, c.probs, c.nTokens, c.nUsed);
+      const got = await rt.compute(c.rows, c.ids, c.probs, c.nTokens, c.nUsed, { regime: 'decode' });
       assert.ok(nmse(got, reference(experts, c)) <= NMSE_MAX);
     } finally {
       rt.dispose();
@@ -305,6 +449,17 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
       await rejectsWith(ExpertRuntime.create(device, { ...slice, types: { ...slice.types, up: T.Q2_K } }), 'UNSUPPORTED_TYPE');
       await rejectsWith(ExpertRuntime.create(device, { ...slice, types: same(T.Q4_K) }), 'BAD_SHAPE');
       await rejectsWith(ExpertRuntime.create(device, slice, { workgroupSize: 48 }), 'BAD_OPTION');
+      // Tiles: tileCols must divide the workgroup; each thread holds tileRows / (64 / tileCols) ≤ 16 rows.
+      // 16 × 64 needs 20 KiB of workgroup memory, over the default 16 KiB this device has.
+      const tiles: [number, number, string][] = [
+        [13, 32, 'tileRows'], [1, 32, 'tileRows'], [32, 64, 'tileRows'], [16, 128, 'tileCols'], [16, 24, 'tileCols'], [16, 64, 'tileCols'],
+      ];
+      assert.equal(device.limits.maxComputeWorkgroupStorageSize, 16384);
+      for (const [tileRows, tileCols, option] of tiles) {
+        await assert.rejects(ExpertRuntime.create(device, slice, { tileRows, tileCols }), (e: unknown) =>
+          e instanceof ExpertRuntimeError && e.code === 'BAD_OPTION' && (e.details as { option: string }).option === option,
+        `tileRows=${tileRows} tileCols=${tileCols} should be refused for ${option}`);
+      }
       // The runtime still works after all that.
       await rt.compute(c.rows, c.ids, c.probs, 3, 2);
     } finally {
@@ -371,8 +526,67 @@ test('the shape uniform is written in the field order of the WGSL struct', () =>
   const body = /struct Shape \{([^}]*)\}/.exec(WGSL.common)?.[1] ?? '';
   const fields = [...body.matchAll(/^\s*(\w+)\s*:\s*u32/gm)].map((m) => m[1]);
   assert.deepEqual(fields, [...SHAPE_FIELDS]);
-  const u = writeShapeUniform({ nEmbd: 10, ff: 20, nExperts: 5 }, { nTokens: 3, nUsed: 2 }, { gate: 100, up: 200, down: 300 });
-  assert.deepEqual([...u], [10, 20, 3, 2, 5, 100, 200, 300]);
+  const u = writeShapeUniform({ nEmbd: 10, ff: 20, nExperts: 5 }, { nTokens: 3, nUsed: 2 }, { gate: 100, up: 200, down: 300 }, 7);
+  assert.deepEqual([...u], [10, 20, 3, 2, 5, 100, 200, 300, 7]);
+  // Decode writes no tile list.
+  assert.equal(writeShapeUniform({ nEmbd: 10, ff: 20, nExperts: 5 }, { nTokens: 3, nUsed: 2 }, { gate: 0, up: 0, down: 0 })[8], 0);
+});
+
+test('pipeline names say kernel, quant type, pass, tuning and features', () => {
+  const tuning: KernelTuning = { workgroupSize: 64, rowsPerWorkgroup: 4, tileRows: 16, tileCols: 32 };
+  const features = 'base' as const;
+  assert.equal(pipelineName({ kernel: 'expert_up', quant: 'q4_k', pass: 'fused', tuning, features }), 'expert_up/q4_k/fused/wg64r4/base');
+  assert.equal(pipelineName({ kernel: 'expert_up_tiled', quant: 'q4_k', pass: 'gate', tuning, features }), 'expert_up_tiled/q4_k/gate/wg64m16n32/base');
+  assert.equal(pipelineName({ kernel: 'expert_down_tiled', quant: 'q6_k', tuning, features }), 'expert_down_tiled/q6_k/wg64m16n32/base');
+});
+
+test('the tiled kernels declare the Tile struct and constants that TS writes and checks against', () => {
+  for (const k of ['expert_up_tiled', 'expert_down_tiled'] as const) {
+    const src = WGSL.kernels[k];
+    const body = /struct Tile \{([^}]*)\}/.exec(src)?.[1] ?? '';
+    assert.deepEqual([...body.matchAll(/^\s*(\w+)\s*:\s*u32/gm)].map((m) => m[1]), ['expert', 'first', 'count'], k);
+    for (const [name, value] of Object.entries(TILED_WGSL_CONSTANTS)) {
+      assert.match(src, new RegExp(`^const ${name}: u32 = ${value}u;`, 'm'), `${k}: ${name}`);
+    }
+  }
+  assert.equal(TILE_WORDS, 3);
+});
+
+test('groupByExpert: a stable sort of the pairs by expert, cut into tiles', () => {
+  // 6 tokens × top-2 over 4 experts; expert 1 unused.
+  const ids = Int32Array.of(0, 2, 2, 0, 3, 0, 0, 2, 2, 3, 0, 2);
+  const counts = expertCounts(ids, 4);
+  assert.deepEqual([...counts], [5, 0, 5, 2]);
+  assert.equal(usedExperts(counts), 3);
+  const g = groupByExpert(ids, counts, 2);
+  assert.deepEqual([...g.perm], [0, 3, 5, 6, 10, 1, 2, 7, 8, 11, 4, 9]);
+  assert.deepEqual([...g.offsets], [0, 5, 5, 10, 12]);
+  // (expert, first, count); 5 pairs in tiles of 2 → 2 + 2 + 1
+  assert.deepEqual([...g.tiles], [0, 0, 2, 0, 2, 2, 0, 4, 1, 2, 5, 2, 2, 7, 2, 2, 9, 1, 3, 10, 2]);
+  assert.equal(g.nTiles, 7);
+  const one = groupByExpert(ids, counts, 16);
+  assert.deepEqual([...one.tiles], [0, 0, 5, 2, 5, 5, 3, 10, 2]);
+  const empty = groupByExpert(new Int32Array(0), new Uint32Array(4), 16);
+  assert.deepEqual([empty.nTiles, empty.perm.length, [...empty.offsets]], [0, 0, [0, 0, 0, 0, 0]]);
+});
+
+test('chooseRegime: batched once pairs share experts enough, with the reason', () => {
+  const shape = { nEmbd: 2048, ff: 768 };
+  const rows: [string, RoutingSnapshot, RegimeDecision][] = [
+    ['generation: 1 token × top-8', { ...shape, nPairs: 8, usedExperts: 8 }, { regime: 'decode', reason: 'few-rows-per-expert', rowsPerExpert: 1 }],
+    ['short prompt spread over many experts', { ...shape, nPairs: 256, usedExperts: 100 }, { regime: 'decode', reason: 'few-rows-per-expert', rowsPerExpert: 2.56 }],
+    ['just below the threshold', { ...shape, nPairs: 39, usedExperts: 10 }, { regime: 'decode', reason: 'few-rows-per-expert', rowsPerExpert: 3.9 }],
+    ['at the threshold', { ...shape, nPairs: 40, usedExperts: 10 }, { regime: 'batched', reason: 'rows-share-experts', rowsPerExpert: 4 }],
+    ['prompt of 512 × top-8 over 128 experts', { ...shape, nPairs: 4096, usedExperts: 128 }, { regime: 'batched', reason: 'rows-share-experts', rowsPerExpert: 32 }],
+    ['every pair on one expert', { ...shape, nPairs: 64, usedExperts: 1 }, { regime: 'batched', reason: 'rows-share-experts', rowsPerExpert: 64 }],
+    ['empty call', { ...shape, nPairs: 0, usedExperts: 0 }, { regime: 'decode', reason: 'empty', rowsPerExpert: 0 }],
+    ['nEmbd not whole quads', { nEmbd: 30, ff: 64, nPairs: 512, usedExperts: 4 }, { regime: 'decode', reason: 'rows-not-quads', rowsPerExpert: 128 }],
+    ['ff not whole quads', { nEmbd: 64, ff: 22, nPairs: 512, usedExperts: 4 }, { regime: 'decode', reason: 'rows-not-quads', rowsPerExpert: 128 }],
+  ];
+  for (const [what, snapshot, expected] of rows) assert.deepEqual(chooseRegime(snapshot), expected, what);
+  // A policy can move the threshold (e.g. a device where tiles pay off sooner).
+  assert.equal(chooseRegime({ ...shape, nPairs: 16, usedExperts: 8 }, { minRowsPerExpert: 2 }).regime, 'batched');
+  assert.equal(chooseRegime({ ...shape, nPairs: 16, usedExperts: 8 }).regime, 'decode');
 });
 
 test('dispatch folding', () => {

@@ -6,3 +6,10 @@ const BLOCK_BYTES: u32 = 2u;
 fn block_dot(m: u32, wb: u32, a: u32) -> f32 {
   return bf16_bits_to_f32(w_u16(m, wb)) * load_act(a);
 }
+
+fn weight_quad(m: u32, rb: u32, e: u32) -> vec4<f32> {
+  let lo = w_u32(m, rb + 2u * e);
+  let hi = w_u32(m, rb + 2u * e + 4u);
+  return vec4<f32>(bf16_bits_to_f32(lo & 0xffffu), bf16_bits_to_f32(lo >> 16u), bf16_bits_to_f32(hi & 0xffffu),
+    bf16_bits_to_f32(hi >> 16u));
+}

@@ -18,3 +18,10 @@ fn block_dot(m: u32, wb: u32, a: u32) -> f32 {
   }
   return d * sum;
 }
+
+fn weight_quad(m: u32, rb: u32, e: u32) -> vec4<f32> {
+  let wb = rb + (e / BLOCK_SIZE) * BLOCK_BYTES;
+  let i = e % BLOCK_SIZE;
+  let q = (w_u32(m, wb + 2u + (i & 15u)) >> select(0u, 4u, i >= 16u)) & 0x0f0f0f0fu;
+  return w_f16(m, wb) * (u8x4(q) - 8.0);
+}

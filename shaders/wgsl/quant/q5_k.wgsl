@@ -39,3 +39,14 @@ fn block_dot(m: u32, wb: u32, a: u32) -> f32 {
   }
   return d * sum - dmin * msum;
 }
+
+fn weight_quad(m: u32, rb: u32, e: u32) -> vec4<f32> {
+  let wb = rb + (e / BLOCK_SIZE) * BLOCK_BYTES;
+  let i = e % BLOCK_SIZE;
+  let s = i / 32u; // sub-block
+  let l = i % 32u;
+  let lo = (w_u32(m, wb + 48u + 32u * (s >> 1u) + l) >> (4u * (s & 1u))) & 0x0f0f0f0fu;
+  let hi = ((w_u32(m, wb + 16u + l) >> s) & 0x01010101u) << 4u;
+  let sm = k4_scale_min(m, wb + 4u, s);
+  return (w_f16(m, wb) * sm.x) * u8x4(lo | hi) - w_f16(m, wb + 2u) * sm.y;
+}

@@ -45,3 +45,14 @@ fn block_dot(m: u32, wb: u32, a: u32) -> f32 {
   }
   return d * sum;
 }
+
+fn weight_quad(m: u32, rb: u32, e: u32) -> vec4<f32> {
+  let wb = rb + (e / BLOCK_SIZE) * BLOCK_BYTES;
+  let i = e % BLOCK_SIZE;
+  let h = i / 128u;
+  let j = (i / 32u) % 4u;
+  let l = i % 32u;
+  let lo = (w_u32(m, wb + 64u * h + 32u * (j & 1u) + l) >> (4u * (j >> 1u))) & 0x0f0f0f0fu;
+  let hi = ((w_u32(m, wb + 128u + 32u * h + l) >> (2u * j)) & 0x03030303u) << 4u;
+  return (w_f16(m, wb + 208u) * q6_scale(m, wb, i / 16u)) * (u8x4(lo | hi) - 32.0);
+}

@@ -17,3 +17,8 @@ fn block_dot(m: u32, wb: u32, a: u32) -> f32 {
   }
   return d * sum;
 }
+
+fn weight_quad(m: u32, rb: u32, e: u32) -> vec4<f32> {
+  let wb = rb + (e / BLOCK_SIZE) * BLOCK_BYTES;
+  return w_f16(m, wb) * i8x4(w_u32(m, wb + 2u + e % BLOCK_SIZE));
+}

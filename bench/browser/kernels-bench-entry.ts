@@ -1,0 +1,222 @@
+/**
+ * Browser entry of `npm run bench:kernels`: on one page, times our WGSL expert FFN (ExpertRuntime on WebGPU) against
+ * onnxruntime-web's 'webgpu' and 'wasm' execution providers on the same slices and calls, and checks every backend's
+ * output against the CPU reference.
+ *
+ * `window.runKernelBench(config)` resolves with the results and the printed report; opened with `?auto=1` (the
+ * `--serve` mode, for a desktop browser) the page runs it itself and shows the report.
+ */
+import * as ort from 'onnxruntime-web';
+import { GGMLType } from '../../gguf/quant-types.ts';
+import { quantize } from '../../gguf/quantize.ts';
+import { dequantize } from '../../gguf/dequantize.ts';
+import { expertFfnAccumulate } from '../../shaders/reference/expert-ffn.ts';
+import { ExpertRuntime, type ExpertSlice } from '../../shaders/runtime.ts';
+import { OrtExpertFallback } from '../../shaders/ort/fallback.ts';
+import { callFlops, chooseBackend, median, syntheticCall, type ExpertComputer } from '../../shaders/ort/choose-backend.ts';
+import { formatReport, type BackendName, type BenchConfig, type BenchReport, type BenchRow, type BenchShape } from './report.ts';
+
+declare global {
+  interface Window {
+    runKernelBench: (config: BenchConfig) => Promise<BenchReport>;
+  }
+}
+
+function rng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+interface SliceData {
+  slice: ExpertSlice;
+  values: { gate: Float32Array; up: Float32Array; down: Float32Array };
+}
+
+function makeSlice(type: GGMLType, s: BenchShape, seed: number): SliceData {
+  const r = rng(seed);
+  const n = s.nExperts * s.nEmbd * s.ff;
+  const mat = (scale: number): Uint8Array => quantize(type, new Float32Array(n).map(() => (r() * 2 - 1) * scale));
+  const gate = mat(1 / Math.sqrt(s.nEmbd));
+  const up = mat(1 / Math.sqrt(s.nEmbd));
+  const down = mat(1 / Math.sqrt(s.ff));
+  return {
+    slice: { nEmbd: s.nEmbd, ff: s.ff, nExperts: s.nExperts, types: { gate: type, up: type, down: type }, gate, up, down },
+    values: { gate: dequantize(type, gate, n), up: dequantize(type, up, n), down: dequantize(type, down, n) },
+  };
+}
+
+function reference(d: SliceData, s: BenchShape, call: ReturnType<typeof syntheticCall>): Float64Array {
+  const { nEmbd, ff } = s;
+  const per = nEmbd * ff;
+  const out = new Float64Array(s.nTokens * nEmbd);
+  for (let t = 0; t < s.nTokens; t++) {
+    const y = new Float64Array(nEmbd);
+    for (let k = 0; k < s.nUsed; k++) {
+      const e = call.ids[t * s.nUsed + k]!;
+      const sub = (m: Float32Array): Float32Array => m.subarray(e * per, (e + 1) * per);
+      expertFfnAccumulate({ nEmbd, ff, gate: sub(d.values.gate), up: sub(d.values.up), down: sub(d.values.down) },
+        call.rows.subarray(t * nEmbd, (t + 1) * nEmbd), call.probs[t * s.nUsed + k]!, y);
+    }
+    out.set(y, t * nEmbd);
+  }
+  return out;
+}
+
+function nmse(got: Float32Array, want: Float64Array): number {
+  let num = 0;
+  let den = 0;
+  for (let i = 0; i < want.length; i++) {
+    num += (got[i]! - want[i]!) ** 2;
+    den += want[i]! ** 2;
+  }
+  return num / den;
+}
+
+const message = (e: unknown): string => (e instanceof Error ? e.message : String(e)).split('\n')[0]!.slice(0, 300);
+
+async function timeCalls(rt: ExpertComputer, s: BenchShape, call: ReturnType<typeof syntheticCall>, cfg: BenchConfig): Promise<{ ms: number[]; out: Float32Array }> {
+  let out: Float32Array = new Float32Array(0);
+  for (let i = 0; i < cfg.warmup; i++) out = await rt.compute(call.rows, call.ids, call.probs, s.nTokens, s.nUsed);
+  const ms: number[] = [];
+  for (let i = 0; i < cfg.iterations; i++) {
+    const t0 = performance.now();
+    out = await rt.compute(call.rows, call.ids, call.probs, s.nTokens, s.nUsed);
+    ms.push(performance.now() - t0);
+  }
+  return { ms, out };
+}
+
+/** Distinct experts a call routes to. */
+function expertsTouched(ids: Int32Array): number {
+  return new Set(ids).size;
+}
+
+async function run(cfg: BenchConfig): Promise<BenchReport> {
+  const notes: string[] = [];
+  const rows: BenchRow[] = [];
+  const env: BenchReport['env'] = { userAgent: navigator.userAgent, hardwareConcurrency: navigator.hardwareConcurrency, crossOriginIsolated, ortVersion: ort.env.versions.web ?? '?', ortThreads: 1, adapter: null };
+
+  ort.env.wasm.wasmPaths = cfg.wasmPaths;
+  ort.env.wasm.numThreads = cfg.ortThreads > 0 ? cfg.ortThreads : crossOriginIsolated ? Math.min(4, navigator.hardwareConcurrency) : 1;
+  if (ort.env.wasm.numThreads > 1 && !crossOriginIsolated) {
+    notes.push(`ort wasm: ${ort.env.wasm.numThreads} threads asked, but the page is not cross-origin isolated: onnxruntime uses 1`);
+  }
+  env.ortThreads = ort.env.wasm.numThreads;
+
+  let device: GPUDevice | null = null;
+  let isFallbackAdapter = false;
+  if (!navigator.gpu) {
+    notes.push('ours (WebGPU): navigator.gpu is missing (WebGPU disabled?)');
+  } else {
+    const adapter = await navigator.gpu.requestAdapter({ powerPreference: 'high-performance' });
+    if (!adapter) {
+      notes.push('ours (WebGPU): requestAdapter() returned null');
+    } else {
+      const info = adapter.info as GPUAdapterInfo & { isFallbackAdapter?: boolean };
+      isFallbackAdapter = info.isFallbackAdapter ?? (adapter as { isFallbackAdapter?: boolean }).isFallbackAdapter ?? false;
+      env.adapter = { vendor: info.vendor, architecture: info.architecture, description: info.description, isFallbackAdapter };
+      device = await adapter.requestDevice({
+        requiredLimits: { maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize, maxBufferSize: adapter.limits.maxBufferSize },
+      });
+    }
+  }
+
+  let seed = 1;
+  for (const typeName of cfg.types) {
+    const type = GGMLType[typeName as keyof typeof GGMLType];
+    if (typeof type !== 'number') {
+      notes.push(`unknown type ${typeName}: skipped`);
+      continue;
+    }
+    for (const shape of cfg.shapes) {
+      const data = makeSlice(type, shape, seed++);
+      const call = syntheticCall(shape, seed++);
+      const want = reference(data, shape, call);
+      const touched = expertsTouched(call.ids);
+      const quantBytesPerExpert = (data.slice.gate.length + data.slice.up.length + data.slice.down.length) / shape.nExperts;
+      const f32Bytes = shape.nExperts * 3 * shape.nEmbd * shape.ff * 4;
+      const flops = callFlops(shape);
+
+      const backends: { name: BackendName; weightBytes: number; create: () => Promise<{ rt: ExpertComputer; dispose: () => unknown }> }[] = [
+        {
+          name: 'ours-webgpu',
+          weightBytes: touched * quantBytesPerExpert,
+          create: async () => {
+            if (!device) throw new Error('no WebGPU device');
+            const rt = await ExpertRuntime.create(device, data.slice);
+            return { rt, dispose: () => rt.dispose() };
+          },
+        },
+        ...(['webgpu', 'wasm'] as const).map((ep) => ({
+          name: `ort-${ep}` as BackendName,
+          // The ORT graph is dense: every expert's float32 weights are read on every call.
+          weightBytes: f32Bytes,
+          create: async () => {
+            const rt = await OrtExpertFallback.create(ort, data.slice, { executionProviders: [ep] });
+            return { rt, dispose: () => rt.dispose() };
+          },
+        })),
+      ];
+
+      for (const b of backends) {
+        let handle: { rt: ExpertComputer; dispose: () => unknown } | null = null;
+        try {
+          handle = await b.create();
+          const { ms, out } = await timeCalls(handle.rt, shape, call, cfg);
+          const msMedian = median(ms);
+          rows.push({
+            type: typeName, shape, backend: b.name, msMedian, msMin: Math.min(...ms), iterations: ms.length,
+            gflops: flops / (msMedian * 1e6), gbps: b.weightBytes / (msMedian * 1e6), weightBytes: b.weightBytes, nmse: nmse(out, want),
+          });
+        } catch (e) {
+          // A backend that cannot run this case (no device, EP missing, a kernel that fails to build) is skipped, with its reason.
+          notes.push(`${b.name} skipped for ${typeName} ${shape.label}: ${message(e)}`);
+        } finally {
+          await handle?.dispose();
+        }
+      }
+      const ours = rows.find((r) => r.type === typeName && r.shape === shape && r.backend === 'ours-webgpu');
+      const wasm = rows.find((r) => r.type === typeName && r.shape === shape && r.backend === 'ort-wasm');
+      if (ours || wasm) {
+        const choice = chooseBackend({
+          ...(ours ? { webgpu: { gflops: ours.gflops, isFallbackAdapter } } : {}),
+          ...(wasm ? { wasm: { gflops: wasm.gflops } } : {}),
+        });
+        notes.push(`chooseBackend(${typeName}, ${shape.label}): ${choice.backend} (${choice.reason})`);
+      }
+    }
+  }
+  device?.destroy();
+  const report: BenchReport = { config: cfg, env, rows, notes, text: '' };
+  report.text = formatReport(report);
+  return report;
+}
+
+window.runKernelBench = async (config) => {
+  try {
+    return await run(config);
+  } catch (e) {
+    const report: BenchReport = { config, env: null, rows: [], notes: [`bench failed: ${e instanceof Error ? e.stack ?? e.message : String(e)}`], text: '' };
+    report.text = formatReport(report);
+    return report;
+  }
+};
+
+// --serve mode: the page runs itself with the config the server embedded, and shows the report.
+const params = new URLSearchParams(location.search);
+if (params.get('auto') === '1') {
+  const pre = document.createElement('pre');
+  pre.textContent = 'running the kernel benchmark… (the first WebGPU/ORT calls compile shaders)';
+  document.body.append(pre);
+  const cfg = (window as unknown as { BENCH_CONFIG: BenchConfig }).BENCH_CONFIG;
+  void window.runKernelBench(cfg).then((r) => {
+    pre.textContent = r.text;
+    console.log(r.text);
+  });
+}

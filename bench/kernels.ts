@@ -1,0 +1,106 @@
+/**
+ * Our WGSL expert FFN (ExpertRuntime on WebGPU) against onnxruntime-web ('webgpu' and 'wasm' execution providers) on
+ * the same slices and calls, in one browser page: headless Chromium here (WebGPU on SwiftShader, so the GPU numbers
+ * are a CPU emulation's), or any browser with `--serve` (see docs/kernels-bench.md).
+ *
+ *   npm run bench:kernels [-- --types Q4_K,F16 --iterations 15 --warmup 2 --threads 0]
+ *   npm run bench:kernels -- --serve [--host 127.0.0.1 --port 8787]     prints a URL and waits; open it in a browser
+ */
+import { createServer, type Server } from 'node:http';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { chromium } from 'playwright-core';
+import { CHROMIUM, CHROMIUM_ARGS, bundle } from '../test/support/browser.ts';
+import { DEFAULT_SHAPES, type BenchConfig, type BenchReport } from './browser/report.ts';
+
+const { values } = parseArgs({
+  options: {
+    serve: { type: 'boolean', default: false },
+    host: { type: 'string', default: '127.0.0.1' },
+    port: { type: 'string', default: '0' },
+    types: { type: 'string', default: 'Q4_K' },
+    iterations: { type: 'string', default: '15' },
+    warmup: { type: 'string', default: '2' },
+    threads: { type: 'string', default: '1' },
+    json: { type: 'string' },
+  },
+});
+
+const ORT_PREFIX = '/ort/';
+const config: BenchConfig = {
+  types: values.types.split(',').map((t) => t.trim()).filter(Boolean),
+  shapes: DEFAULT_SHAPES,
+  warmup: Number(values.warmup),
+  iterations: Number(values.iterations),
+  wasmPaths: ORT_PREFIX,
+  ortThreads: Number(values.threads),
+};
+
+const ortDist = dirname(createRequire(import.meta.url).resolve('onnxruntime-web/ort-wasm-simd-threaded.wasm'));
+const script = await bundle(fileURLToPath(new URL('./browser/kernels-bench-entry.ts', import.meta.url)));
+if (!script) throw new Error('bundling bench/browser/kernels-bench-entry.ts produced nothing');
+
+const html = `<!doctype html><meta charset="utf-8"><title>expertswarm kernel benchmark</title>
+<link rel="icon" href="data:,">
+<style>body{font:14px/1.4 ui-monospace,monospace;margin:1.5em}</style>
+<script>window.BENCH_CONFIG = ${JSON.stringify(config)};</script>
+<script type="module" src="/main.js"></script>`;
+
+// Cross-origin isolation (COOP + COEP) gives the page SharedArrayBuffer, which onnxruntime's multi-threaded wasm needs.
+const ISOLATION = { 'cross-origin-opener-policy': 'same-origin', 'cross-origin-embedder-policy': 'require-corp', 'cache-control': 'no-store' };
+const server: Server = createServer((req, res) => {
+  const path = (req.url ?? '/').split('?')[0]!;
+  if (path === '/main.js') {
+    res.writeHead(200, { ...ISOLATION, 'content-type': 'text/javascript' }).end(script);
+  } else if (path.startsWith(ORT_PREFIX)) {
+    const name = path.slice(ORT_PREFIX.length);
+    if (!/^ort-wasm-simd-threaded(\.[a-z]+)?\.(wasm|mjs)$/.test(name)) {
+      res.writeHead(404).end();
+      return;
+    }
+    const type = name.endsWith('.wasm') ? 'application/wasm' : 'text/javascript';
+    res.writeHead(200, { ...ISOLATION, 'content-type': type }).end(readFileSync(join(ortDist, name)));
+  } else if (path === '/' || path === '/index.html') {
+    res.writeHead(200, { ...ISOLATION, 'content-type': 'text/html' }).end(html);
+  } else {
+    res.writeHead(404).end();
+  }
+});
+await new Promise<void>((r) => server.listen(Number(values.port), values.host, () => r()));
+const port = (server.address() as { port: number }).port;
+const host = values.host === '0.0.0.0' ? '127.0.0.1' : values.host;
+const url = `http://${host}:${port}/?auto=1`;
+
+if (values.serve) {
+  console.log(`kernel benchmark served at ${url}`);
+  console.log('open it in a browser with WebGPU (WebGPU needs a secure context: localhost/127.0.0.1, or https); the report');
+  console.log('appears on the page and in its console. Ctrl-C to stop.');
+} else {
+  const profile = mkdtempSync(join(tmpdir(), 'es-bench-chromium-'));
+  const context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS, timeout: 60_000 });
+  try {
+    const page = context.pages()[0] ?? (await context.newPage());
+    page.on('pageerror', (e) => console.error(`page error: ${e.message}`));
+    page.on('console', (m) => {
+      if (m.type() === 'error' || m.type() === 'warning') console.error(`page ${m.type()}: ${m.text()}`);
+    });
+    await page.goto(`http://${host}:${port}/`);
+    await page.waitForFunction(() => typeof window.runKernelBench === 'function', undefined, { timeout: 30_000 });
+    const t0 = performance.now();
+    const report: BenchReport = await page.evaluate((cfg) => window.runKernelBench(cfg), config);
+    console.log(`expert FFN kernels in headless Chromium ${context.browser()?.version() ?? ''} (${((performance.now() - t0) / 1000).toFixed(1)} s)`);
+    console.log(report.text);
+    if (values.json) {
+      const { writeFileSync } = await import('node:fs');
+      writeFileSync(values.json, JSON.stringify(report, null, 2));
+    }
+  } finally {
+    await context.close();
+    server.close();
+    rmSync(profile, { recursive: true, force: true });
+  }
+}

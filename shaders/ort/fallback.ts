@@ -1,0 +1,209 @@
+/**
+ * The expert FFN of one slice on onnxruntime (onnxruntime-web's wasm backend by default), for machines where our
+ * WebGPU kernels are unavailable or slower (a software adapter, no WebGPU at all). Same slice, same compute()
+ * contract and the same validation errors (ExpertRuntimeError codes) as ExpertRuntime.
+ *
+ * The weights are dequantized to float32 (gguf/dequantize.ts, bit-exact with ggml) and become initializers of an ONNX
+ * graph built here (expert-ffn-graph.ts); the slice thus costs 4 bytes per weight in memory, and the graph runs every
+ * expert of the slice on every row (routing weights are a dense [T × nExperts] input, zero where unrouted).
+ *
+ * @example
+ *   import * as ort from 'onnxruntime-web';
+ *   ort.env.wasm.numThreads = 1;
+ *   const fb = await OrtExpertFallback.create(ort, slice);
+ *   const out = await fb.compute(rows, ids, probs, nTokens, nUsed); // Float32Array [nTokens × nEmbd]
+ *   await fb.dispose();
+ *
+ * The `ort` module is a parameter so the caller picks the build (onnxruntime-web, its /wasm or /webgpu entry, or
+ * onnxruntime-node) and configures `ort.env` (threads, wasmPaths) before the first session.
+ */
+import { GGMLType, requireQuantType } from '../../gguf/quant-types.ts';
+import { canDequantize, dequantize } from '../../gguf/dequantize.ts';
+import { ExpertRuntimeError, type MatrixName } from '../errors.ts';
+import type { ExpertSlice } from '../runtime.ts';
+import { EXPERT_FFN_INPUTS, EXPERT_FFN_OUTPUT, buildExpertFfnModel } from './expert-ffn-graph.ts';
+
+/** The part of an onnxruntime module (web or node) the fallback uses. */
+export interface OrtTensorLike {
+  readonly data: unknown;
+  readonly dims: readonly number[];
+  dispose?(): void;
+}
+export interface OrtSessionLike {
+  run(feeds: Record<string, OrtTensorLike>): Promise<Record<string, OrtTensorLike | undefined>>;
+  release(): Promise<void>;
+}
+export interface OrtModuleLike {
+  Tensor: new (type: 'float32', data: Float32Array, dims: readonly number[]) => OrtTensorLike;
+  InferenceSession: {
+    create(model: Uint8Array, options?: { executionProviders?: string[]; graphOptimizationLevel?: 'disabled' | 'basic' | 'extended' | 'all' }): Promise<OrtSessionLike>;
+  };
+}
+
+export interface OrtExpertFallbackOptions {
+  /** Execution providers in order of preference (default ['wasm']). */
+  executionProviders?: string[];
+  /** Graph optimisation level (onnxruntime's default 'all' when omitted). */
+  graphOptimizationLevel?: 'disabled' | 'basic' | 'extended' | 'all';
+  /** Name used in error messages. */
+  label?: string;
+}
+
+const typeName = (t: number): string => (GGMLType as Record<number, string | undefined>)[t] ?? String(t);
+
+/** Types the fallback reads: every type gguf/dequantize.ts decodes. */
+export function fallbackQuantTypes(): GGMLType[] {
+  return (Object.values(GGMLType).filter((v) => typeof v === 'number') as GGMLType[]).filter((t) => canDequantize(t));
+}
+
+function requirePositiveInt(field: string, value: number): void {
+  if (!Number.isSafeInteger(value) || value <= 0) {
+    throw new ExpertRuntimeError('BAD_SHAPE', { field, value, requirement: 'a positive integer' }, `${field} must be a positive integer, got ${value}`);
+  }
+}
+
+/**
+ * Checks a slice like ExpertRuntime does (BAD_SHAPE, UNSUPPORTED_TYPE, BAD_SLICE_BYTES), except that the supported
+ * types are those the CPU dequantizer decodes.
+ */
+export function validateFallbackSlice(s: ExpertSlice): void {
+  requirePositiveInt('nEmbd', s.nEmbd);
+  requirePositiveInt('ff', s.ff);
+  requirePositiveInt('nExperts', s.nExperts);
+  const expected: Partial<Record<MatrixName, number>> = {};
+  for (const m of ['gate', 'up', 'down'] as const) {
+    const t = s.types[m];
+    if (!canDequantize(t)) {
+      const supported = fallbackQuantTypes().map(typeName);
+      throw new ExpertRuntimeError('UNSUPPORTED_TYPE', { matrix: m, type: t, typeName: typeName(t), supported },
+        `${m}: the onnxruntime fallback cannot dequantize ${typeName(t)} weights (supported: ${supported.join(', ')})`);
+    }
+    const rowLength = m === 'down' ? s.ff : s.nEmbd;
+    const rows = m === 'down' ? s.nEmbd : s.ff;
+    const info = requireQuantType(t);
+    if (rowLength % info.blockSize !== 0) {
+      const field = m === 'down' ? 'ff' : 'nEmbd';
+      throw new ExpertRuntimeError('BAD_SHAPE', { field, value: rowLength, requirement: `a multiple of ${info.blockSize} (${m} is ${typeName(t)})` },
+        `${field} = ${rowLength} is not a whole number of ${typeName(t)} blocks of ${info.blockSize} (${m} rows)`);
+    }
+    expected[m] = s.nExperts * rows * (rowLength / info.blockSize) * info.bytesPerBlock;
+  }
+  for (const m of ['gate', 'up', 'down'] as const) {
+    if (s[m].length !== expected[m]) {
+      throw new ExpertRuntimeError('BAD_SLICE_BYTES', { matrix: m, expected: expected[m]!, actual: s[m].length },
+        `${m}: ${s.nExperts} experts of ${typeName(s.types[m])} need ${expected[m]} bytes, got ${s[m].length}`);
+    }
+  }
+}
+
+/** Checks one compute() call; the same checks, codes and details as ExpertRuntime's (shaders/expert-ffn.ts validateInputs). */
+export function validateFallbackInputs(
+  s: { nEmbd: number; nExperts: number },
+  call: { nTokens: number; nUsed: number },
+  inputs: { rows: Float32Array; ids: Int32Array; probs: Float32Array },
+): void {
+  if (!Number.isSafeInteger(call.nTokens) || call.nTokens < 0) {
+    throw new ExpertRuntimeError('BAD_SHAPE', { field: 'nTokens', value: call.nTokens, requirement: 'an integer ≥ 0' }, `nTokens must be an integer ≥ 0, got ${call.nTokens}`);
+  }
+  requirePositiveInt('nUsed', call.nUsed);
+  const nPairs = call.nTokens * call.nUsed;
+  const expect = (input: 'rows' | 'ids' | 'probs', expected: number, actual: number, what: string): void => {
+    if (actual !== expected) {
+      throw new ExpertRuntimeError('BAD_INPUT', { input, expected, actual }, `${input} must hold ${what} = ${expected} values, got ${actual}`);
+    }
+  };
+  expect('rows', call.nTokens * s.nEmbd, inputs.rows.length, `nTokens × nEmbd (${call.nTokens} × ${s.nEmbd})`);
+  expect('ids', nPairs, inputs.ids.length, `nTokens × nUsed (${call.nTokens} × ${call.nUsed})`);
+  expect('probs', nPairs, inputs.probs.length, `nTokens × nUsed (${call.nTokens} × ${call.nUsed})`);
+  for (let i = 0; i < nPairs; i++) {
+    const id = inputs.ids[i]!;
+    if (id < 0 || id >= s.nExperts) {
+      throw new ExpertRuntimeError('ID_OUT_OF_RANGE', { index: i, id, nExperts: s.nExperts },
+        `ids[${i}] = ${id} is not an expert of this slice (local indices 0..${s.nExperts - 1})`);
+    }
+  }
+}
+
+/** The dense [nTokens × nExperts] routing weights of a call (a pair routed twice to one expert adds up, as in the sum). */
+export function denseRoutingWeights(ids: Int32Array, probs: Float32Array, nTokens: number, nUsed: number, nExperts: number): Float32Array {
+  const w = new Float32Array(nTokens * nExperts);
+  for (let t = 0; t < nTokens; t++) {
+    for (let k = 0; k < nUsed; k++) {
+      const i = t * nUsed + k;
+      w[t * nExperts + ids[i]!] = w[t * nExperts + ids[i]!]! + probs[i]!;
+    }
+  }
+  return w;
+}
+
+export class OrtExpertFallback {
+  private session: OrtSessionLike | null;
+  private disposed = false;
+
+  private constructor(
+    private readonly ort: OrtModuleLike,
+    session: OrtSessionLike,
+    readonly shape: { nEmbd: number; ff: number; nExperts: number },
+    /** Bytes of the serialized ONNX model (≈ 4 bytes per weight). */
+    readonly modelBytes: number,
+    readonly executionProviders: readonly string[],
+    private readonly label: string,
+  ) {
+    this.session = session;
+  }
+
+  /**
+   * Validates the slice, dequantizes it, builds the model and opens an onnxruntime session on it. Throws
+   * ExpertRuntimeError (BAD_SHAPE / UNSUPPORTED_TYPE / BAD_SLICE_BYTES) for a malformed slice; onnxruntime's own
+   * errors (a missing execution provider, out of memory) propagate as they are.
+   */
+  static async create(ort: OrtModuleLike, slice: ExpertSlice, options: OrtExpertFallbackOptions = {}): Promise<OrtExpertFallback> {
+    validateFallbackSlice(slice);
+    const { nEmbd, ff, nExperts } = slice;
+    const n = nExperts * nEmbd * ff;
+    let model: Uint8Array | null = buildExpertFfnModel({
+      nEmbd, ff, nExperts,
+      gate: dequantize(slice.types.gate, slice.gate, n),
+      up: dequantize(slice.types.up, slice.up, n),
+      down: dequantize(slice.types.down, slice.down, n),
+    });
+    const modelBytes = model.length;
+    const executionProviders = options.executionProviders ?? ['wasm'];
+    const sessionOptions: { executionProviders: string[]; graphOptimizationLevel?: 'disabled' | 'basic' | 'extended' | 'all' } = { executionProviders };
+    if (options.graphOptimizationLevel) sessionOptions.graphOptimizationLevel = options.graphOptimizationLevel;
+    const session = await ort.InferenceSession.create(model, sessionOptions);
+    model = null;
+    const label = options.label ?? `ort expert-slice ${nExperts}×[${nEmbd}↔${ff}] (${executionProviders.join(',')})`;
+    return new OrtExpertFallback(ort, session, { nEmbd, ff, nExperts }, modelBytes, executionProviders, label);
+  }
+
+  /**
+   * out[t] = Σ_k probs[t,k] · expert_{ids[t,k]}(rows[t]) for nTokens rows of nEmbd; returns [nTokens × nEmbd].
+   * Throws ExpertRuntimeError (BAD_SHAPE, BAD_INPUT, ID_OUT_OF_RANGE, DISPOSED) like ExpertRuntime.compute.
+   */
+  async compute(rows: Float32Array, ids: Int32Array, probs: Float32Array, nTokens: number, nUsed: number): Promise<Float32Array> {
+    if (this.disposed || !this.session) throw new ExpertRuntimeError('DISPOSED', {}, `${this.label}: used after dispose()`);
+    const { nEmbd, nExperts } = this.shape;
+    validateFallbackInputs(this.shape, { nTokens, nUsed }, { rows, ids, probs });
+    if (nTokens === 0) return new Float32Array(0);
+    const x = new this.ort.Tensor('float32', rows, [nTokens, nEmbd]);
+    const w = new this.ort.Tensor('float32', denseRoutingWeights(ids, probs, nTokens, nUsed, nExperts), [nTokens, nExperts]);
+    const result = await this.session.run({ [EXPERT_FFN_INPUTS.rows]: x, [EXPERT_FFN_INPUTS.weights]: w });
+    const y = result[EXPERT_FFN_OUTPUT];
+    if (!y || !(y.data instanceof Float32Array) || y.data.length !== nTokens * nEmbd) {
+      throw new Error(`${this.label}: onnxruntime returned no float32 [${nTokens} × ${nEmbd}] output`);
+    }
+    const out = y.data.slice();
+    y.dispose?.();
+    return out;
+  }
+
+  /** Releases the session. Idempotent. */
+  async dispose(): Promise<void> {
+    if (this.disposed) return;
+    this.disposed = true;
+    const s = this.session;
+    this.session = null;
+    await s?.release();
+  }
+}

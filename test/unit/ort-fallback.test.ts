@@ -1,0 +1,238 @@
+/**
+ * The onnxruntime fallback of the expert FFN (shaders/ort/*), run on onnxruntime-web's wasm backend in Node:
+ * the hand-written ONNX encoder round-trips through onnxruntime, the expert graph matches the CPU reference for every
+ * kernel quant type (NMSE ≤ 1e-9: the weights are dequantized exactly and the graph computes in f32, so only f32
+ * rounding remains), malformed slices and calls throw ExpertRuntime's error codes, and the backend policy table.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import * as ort from 'onnxruntime-web';
+import { GGMLType } from '../../gguf/quant-types.ts';
+import { quantize } from '../../gguf/quantize.ts';
+import { dequantize } from '../../gguf/dequantize.ts';
+import { expertFfnAccumulate } from '../../shaders/reference/expert-ffn.ts';
+import { ExpertRuntimeError } from '../../shaders/errors.ts';
+import type { ExpertSlice } from '../../shaders/runtime.ts';
+import { DataType, Message, encodeModel, floatTensor, int64Tensor, node, valueInfo } from '../../shaders/ort/onnx-builder.ts';
+import { OrtExpertFallback, denseRoutingWeights } from '../../shaders/ort/fallback.ts';
+import { callFlops, chooseBackend, measure, type BackendMeasurements } from '../../shaders/ort/choose-backend.ts';
+
+ort.env.wasm.numThreads = 1;
+
+const hex = (b: Uint8Array): string => Buffer.from(b).toString('hex');
+
+function rng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+const uniform = (n: number, r: () => number, scale: number): Float32Array => new Float32Array(n).map(() => (r() * 2 - 1) * scale);
+
+test('protobuf wire format: varints, negative int64, nested messages', () => {
+  // protobuf's documentation example: field 1 = 150 → 08 96 01.
+  assert.equal(hex(new Message().varint(1, 150).toBytes()), '089601');
+  // int64 -1 is ten bytes of two's complement.
+  assert.equal(hex(new Message().varint(3, -1).toBytes()), '18ffffffffffffffffff01');
+  assert.equal(hex(new Message().varint(20, 2).toBytes()), 'a00102');
+  // field 2 = "testing" → 12 07 74 65 73 74 69 6e 67; nested: field 3 { field 1 = 150 } → 1a 03 08 96 01.
+  assert.equal(hex(new Message().string(2, 'testing').toBytes()), '120774657374696e67');
+  assert.equal(hex(new Message().message(3, new Message().varint(1, 150)).toBytes()), '1a03089601');
+  assert.equal(hex(new Message().packedVarints(4, [3, 270, 86942]).toBytes()), '2206038e029ea705');
+});
+
+test('an encoded model round-trips through onnxruntime with the right numbers', async () => {
+  // y = Transpose(x · W + b), x [T, 3] with a symbolic T, W [3, 2]; Gather with a negative axis and an int64 index.
+  const W = new Float32Array([1, 2, 3, 4, 5, 6]);
+  const b = new Float32Array([0.5, -0.5]);
+  const bytes = encodeModel({
+    name: 'tiny',
+    nodes: [
+      node('MatMul', ['x', 'W'], ['xw'], { name: 'mm' }),
+      node('Add', ['xw', 'b'], ['z']),
+      node('Transpose', ['z'], ['y'], { attributes: [{ name: 'perm', type: 'ints', value: [1, 0] }] }),
+      node('Gather', ['z', 'col'], ['c'], { attributes: [{ name: 'axis', type: 'int', value: -1 }] }),
+    ],
+    initializers: [floatTensor('W', [3, 2], W), floatTensor('b', [2], b), int64Tensor('col', [1], [1])],
+    inputs: [valueInfo('x', DataType.FLOAT, ['T', 3])],
+    outputs: [valueInfo('y', DataType.FLOAT, [2, 'T']), valueInfo('c', DataType.FLOAT, ['T', 1])],
+  });
+  const session = await ort.InferenceSession.create(bytes, { executionProviders: ['wasm'] });
+  try {
+    assert.deepEqual(session.inputNames, ['x']);
+    assert.deepEqual(session.outputNames, ['y', 'c']);
+    const x = new Float32Array([1, 0, 0, 0, 1, 1]); // rows [1,0,0] and [0,1,1]
+    const r = await session.run({ x: new ort.Tensor('float32', x, [2, 3]) });
+    // x·W = [[1,2],[8,10]], + b = [[1.5,1.5],[8.5,9.5]], transposed.
+    assert.deepEqual(r.y!.dims, [2, 2]);
+    assert.deepEqual([...(r.y!.data as Float32Array)], [1.5, 8.5, 1.5, 9.5]);
+    assert.deepEqual(r.c!.dims, [2, 1]);
+    assert.deepEqual([...(r.c!.data as Float32Array)], [1.5, 9.5]);
+  } finally {
+    await session.release();
+  }
+});
+
+const TYPES = [GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K];
+const SHAPE = { nEmbd: 256, ff: 256, nExperts: 4 };
+
+function makeSlice(type: GGMLType, seed: number): { slice: ExpertSlice; values: Record<'gate' | 'up' | 'down', Float32Array> } {
+  const { nEmbd, ff, nExperts } = SHAPE;
+  const r = rng(seed);
+  const n = nExperts * nEmbd * ff;
+  const gate = quantize(type, uniform(n, r, 1 / Math.sqrt(nEmbd)));
+  const up = quantize(type, uniform(n, r, 1 / Math.sqrt(nEmbd)));
+  const down = quantize(type, uniform(n, r, 1 / Math.sqrt(ff)));
+  return {
+    slice: { nEmbd, ff, nExperts, types: { gate: type, up: type, down: type }, gate, up, down },
+    values: { gate: dequantize(type, gate, n), up: dequantize(type, up, n), down: dequantize(type, down, n) },
+  };
+}
+
+function reference(values: Record<'gate' | 'up' | 'down', Float32Array>, rows: Float32Array, ids: Int32Array, probs: Float32Array, nTokens: number, nUsed: number): Float64Array {
+  const { nEmbd, ff } = SHAPE;
+  const per = nEmbd * ff;
+  const out = new Float64Array(nTokens * nEmbd);
+  for (let t = 0; t < nTokens; t++) {
+    const y = new Float64Array(nEmbd);
+    for (let k = 0; k < nUsed; k++) {
+      const e = ids[t * nUsed + k]!;
+      const sub = (m: Float32Array): Float32Array => m.subarray(e * per, (e + 1) * per);
+      expertFfnAccumulate({ nEmbd, ff, gate: sub(values.gate), up: sub(values.up), down: sub(values.down) }, rows.subarray(t * nEmbd, (t + 1) * nEmbd), probs[t * nUsed + k]!, y);
+    }
+    out.set(y, t * nEmbd);
+  }
+  return out;
+}
+
+function nmse(got: Float32Array, want: Float64Array): number {
+  let num = 0;
+  let den = 0;
+  for (let i = 0; i < want.length; i++) {
+    num += (got[i]! - want[i]!) ** 2;
+    den += want[i]! ** 2;
+  }
+  return num / den;
+}
+
+test('OrtExpertFallback matches the CPU reference for every kernel quant type', { timeout: 120_000 }, async (t) => {
+  let seed = 11;
+  for (const type of TYPES) {
+    const name = GGMLType[type];
+    const { slice, values } = makeSlice(type, seed++);
+    const fb = await OrtExpertFallback.create(ort, slice);
+    try {
+      for (const nTokens of [1, 8]) {
+        const nUsed = 2;
+        const r = rng(seed++);
+        const rows = uniform(nTokens * SHAPE.nEmbd, r, 1);
+        const ids = new Int32Array(nTokens * nUsed).map((_, i) => (i * 7 + Math.floor(i / nUsed)) % SHAPE.nExperts);
+        const probs = uniform(nTokens * nUsed, r, 0.5).map((p) => Math.abs(p) + 0.1);
+        const got = await fb.compute(rows, ids, probs, nTokens, nUsed);
+        assert.equal(got.length, nTokens * SHAPE.nEmbd);
+        const e = nmse(got, reference(values, rows, ids, probs, nTokens, nUsed));
+        t.diagnostic(`${name} ${SHAPE.nEmbd}×${SHAPE.ff}, ${nTokens} rows × ${nUsed} of ${SHAPE.nExperts} experts: NMSE ${e.toExponential(2)}`);
+        assert.ok(e <= 1e-9, `${name}, ${nTokens} rows: NMSE ${e}`);
+      }
+    } finally {
+      await fb.dispose();
+    }
+  }
+});
+
+test('routing weights: dense, zero where unrouted, a repeated expert adds up', () => {
+  const w = denseRoutingWeights(new Int32Array([2, 0, 1, 1]), new Float32Array([0.25, 0.75, 0.5, 0.5]), 2, 2, 3);
+  assert.deepEqual([...w], [0.75, 0, 0.25, 0, 1, 0]);
+});
+
+async function expectCode(p: Promise<unknown> | (() => unknown), code: string): Promise<void> {
+  await assert.rejects(async () => (typeof p === 'function' ? p() : p), (e: unknown) => {
+    assert.ok(e instanceof ExpertRuntimeError, `expected ExpertRuntimeError ${code}, got ${String(e)}`);
+    assert.equal(e.code, code, e.message);
+    return true;
+  });
+}
+
+test('malformed slices and calls throw ExpertRuntime error codes', { timeout: 60_000 }, async () => {
+  const { slice } = makeSlice(GGMLType.Q8_0, 3);
+  await expectCode(OrtExpertFallback.create(ort, { ...slice, nEmbd: 0 }), 'BAD_SHAPE');
+  await expectCode(OrtExpertFallback.create(ort, { ...slice, nEmbd: 250 }), 'BAD_SHAPE'); // not whole Q8_0 blocks
+  await expectCode(OrtExpertFallback.create(ort, { ...slice, types: { ...slice.types, up: 999 as GGMLType } }), 'UNSUPPORTED_TYPE');
+  await expectCode(OrtExpertFallback.create(ort, { ...slice, down: slice.down.subarray(1) }), 'BAD_SLICE_BYTES');
+
+  const fb = await OrtExpertFallback.create(ort, slice);
+  const { nEmbd } = SHAPE;
+  const rows = new Float32Array(2 * nEmbd);
+  const ids = new Int32Array([0, 1, 2, 3]);
+  const probs = new Float32Array(4).fill(0.5);
+  assert.equal((await fb.compute(new Float32Array(0), new Int32Array(0), new Float32Array(0), 0, 2)).length, 0);
+  const bad: [() => Promise<unknown>, string][] = [
+    [() => fb.compute(rows.subarray(1), ids, probs, 2, 2), 'BAD_INPUT'],
+    [() => fb.compute(rows, ids.subarray(1), probs, 2, 2), 'BAD_INPUT'],
+    [() => fb.compute(rows, ids, probs.subarray(1), 2, 2), 'BAD_INPUT'],
+    [() => fb.compute(rows, new Int32Array([0, 1, 4, 0]), probs, 2, 2), 'ID_OUT_OF_RANGE'],
+    [() => fb.compute(rows, new Int32Array([0, -1, 2, 0]), probs, 2, 2), 'ID_OUT_OF_RANGE'],
+    [() => fb.compute(rows, ids, probs, -1, 2), 'BAD_SHAPE'],
+    [() => fb.compute(rows, ids, probs, 2, 0), 'BAD_SHAPE'],
+    [() => fb.compute(rows, ids, probs, 1.5, 2), 'BAD_SHAPE'],
+  ];
+  for (const [call, code] of bad) await expectCode(call, code);
+
+  // The same calls fail with the same codes in ExpertRuntime's own validation (loaded lazily: it reads the WGSL files).
+  const { validateInputs } = await import('../../shaders/expert-ffn.ts');
+  const cases: [Float32Array, Int32Array, Float32Array, number, number, string][] = [
+    [rows.subarray(1), ids, probs, 2, 2, 'BAD_INPUT'],
+    [rows, new Int32Array([0, 1, 4, 0]), probs, 2, 2, 'ID_OUT_OF_RANGE'],
+    [rows, ids, probs, 2, 0, 'BAD_SHAPE'],
+  ];
+  for (const [r, i, p, nTokens, nUsed, code] of cases) {
+    await expectCode(() => validateInputs(SHAPE, { nTokens, nUsed }, { rows: r, ids: i, probs: p }), code);
+  }
+
+  await fb.dispose();
+  await fb.dispose();
+  await expectCode(fb.compute(rows, ids, probs, 2, 2), 'DISPOSED');
+});
+
+test('chooseBackend: the faster wins; a fallback adapter only when strictly faster', () => {
+  const table: [BackendMeasurements, 'webgpu' | 'wasm'][] = [
+    [{ webgpu: { gflops: 50, isFallbackAdapter: false }, wasm: { gflops: 5 } }, 'webgpu'],
+    [{ webgpu: { gflops: 2, isFallbackAdapter: false }, wasm: { gflops: 5 } }, 'wasm'],
+    [{ webgpu: { gflops: 5, isFallbackAdapter: false }, wasm: { gflops: 5 } }, 'webgpu'],
+    [{ webgpu: { gflops: 5, isFallbackAdapter: true }, wasm: { gflops: 5 } }, 'wasm'],
+    [{ webgpu: { gflops: 1, isFallbackAdapter: true }, wasm: { gflops: 5 } }, 'wasm'],
+    [{ webgpu: { gflops: 9, isFallbackAdapter: true }, wasm: { gflops: 5 } }, 'webgpu'],
+    [{ webgpu: { gflops: 1, isFallbackAdapter: true } }, 'webgpu'],
+    [{ wasm: { gflops: 1 } }, 'wasm'],
+    [{ webgpu: { gflops: NaN, isFallbackAdapter: false }, wasm: { gflops: 1 } }, 'wasm'],
+    [{ webgpu: { gflops: 3, isFallbackAdapter: false }, wasm: { gflops: 0 } }, 'webgpu'],
+  ];
+  for (const [m, want] of table) {
+    const got = chooseBackend(m);
+    assert.equal(got.backend, want, `${JSON.stringify(m)}: ${got.reason}`);
+    assert.ok(got.reason.length > 0);
+  }
+  assert.throws(() => chooseBackend({}), RangeError);
+  assert.throws(() => chooseBackend({ wasm: { gflops: -1 } }), RangeError);
+});
+
+test('measure times each backend and leaves out one that throws', async () => {
+  let clock = 0;
+  const slow = { compute: async (rows: Float32Array) => { clock += 4; return rows; } };
+  const fast = { compute: async (rows: Float32Array) => { clock += 1; return rows; } };
+  const broken = { compute: async (): Promise<Float32Array> => { throw new Error('no adapter'); } };
+  const call = { nEmbd: 8, ff: 8, nExperts: 4, nTokens: 2, nUsed: 2 };
+  const now = (): number => clock;
+  const m = await measure({ webgpu: { runtime: slow, isFallbackAdapter: true }, wasm: { runtime: fast } }, call, { now, iterations: 3 });
+  assert.equal(m.webgpu?.gflops, callFlops(call) / 4e6);
+  assert.equal(m.wasm?.gflops, callFlops(call) / 1e6);
+  assert.equal(chooseBackend(m).backend, 'wasm');
+  const m2 = await measure({ webgpu: { runtime: broken, isFallbackAdapter: false }, wasm: { runtime: fast } }, call, { now });
+  assert.equal(m2.webgpu, undefined);
+  assert.match(m2.errors.webgpu ?? '', /no adapter/);
+  assert.equal(chooseBackend(m2).backend, 'wasm');
+});

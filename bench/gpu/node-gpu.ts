@@ -1,0 +1,84 @@
+/**
+ * Our WGSL expert FFN on whatever GPU Dawn finds through Vulkan (npm `webgpu`), at realistic MoE shapes:
+ * qwen3-30B-A3B-like experts (n_embd 2048, expert ff 768, top-8), a slice of 16 experts.
+ * Prints ms per call (median; each call includes upload of the rows and readback), GFLOP/s and weight GB/s.
+ * Used for the one-off run on a lent GPU machine (docs/kernels-bench.md); on SwiftShader it is very slow.
+ *
+ *   node --import tsx bench/gpu/node-gpu.ts [--quick]
+ */
+import { create, globals } from 'webgpu';
+import { GGMLType, rowByteSize } from '../../gguf/quant-types.ts';
+import { quantize } from '../../gguf/quantize.ts';
+import { ExpertRuntime } from '../../shaders/runtime.ts';
+
+Object.assign(globalThis, globals);
+const quick = process.argv.includes('--quick');
+const gpu = create([]);
+const adapter = await gpu.requestAdapter({ powerPreference: 'high-performance' });
+if (!adapter) {
+  console.log('no WebGPU adapter');
+  process.exit(1);
+}
+const device = await adapter.requestDevice({
+  requiredLimits: {
+    maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
+    maxBufferSize: adapter.limits.maxBufferSize,
+  },
+});
+const info = adapter.info;
+console.log(`adapter: ${info.vendor} / ${info.architecture} / ${info.device} / ${info.description}`);
+
+const nEmbd = quick ? 256 : 2048;
+const ff = quick ? 256 : 768;
+const nExperts = quick ? 4 : 16;
+const iterations = quick ? 3 : 20;
+
+function weights(n: number, seed: number): Float32Array {
+  const out = new Float32Array(n);
+  let s = seed >>> 0;
+  for (let i = 0; i < n; i++) {
+    s ^= s << 13;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    out[i] = ((s >>> 0) / 4294967296 - 0.5) * 0.05;
+  }
+  return out;
+}
+
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
+
+for (const type of [GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.F16]) {
+  const t0 = performance.now();
+  const gate = quantize(type, weights(nExperts * ff * nEmbd, 1));
+  const up = quantize(type, weights(nExperts * ff * nEmbd, 2));
+  const down = quantize(type, weights(nExperts * nEmbd * ff, 3));
+  const rt = await ExpertRuntime.create(device, { nEmbd, ff, nExperts, types: { gate: type, up: type, down: type }, gate, up, down });
+  const prepS = (performance.now() - t0) / 1000;
+  const bytesPerExpert = 2 * ff * rowByteSize(type, nEmbd) + nEmbd * rowByteSize(type, ff);
+  for (const [name, nTokens, nUsed] of [['decode', 1, 8], ['decode', 4, 8], ['batched', 64, 8], ['batched', 512, 8]] as const) {
+    if (quick && nTokens > 64) continue;
+    const used = Math.min(nUsed, nExperts);
+    const ids = new Int32Array(nTokens * used).map((_, i) => (i % used + Math.floor(i / used) * 3) % nExperts);
+    const probs = new Float32Array(nTokens * used).fill(1 / used);
+    const rows = weights(nTokens * nEmbd, 7).map((x) => x * 40);
+    const regime = name === 'decode' ? 'decode' : 'auto';
+    await rt.compute(rows, ids, probs, nTokens, used, { regime }); // compile + warm up
+    const times: number[] = [];
+    for (let i = 0; i < iterations; i++) {
+      const s = performance.now();
+      await rt.compute(rows, ids, probs, nTokens, used, { regime });
+      times.push(performance.now() - s);
+    }
+    const ms = median(times);
+    const pairs = nTokens * used;
+    const distinct = new Set(ids).size;
+    const gflops = (pairs * 2 * 3 * nEmbd * ff) / (ms / 1000) / 1e9;
+    const gbs = (distinct * bytesPerExpert) / (ms / 1000) / 1e9;
+    const ran = regime === 'auto' ? rt.planRegime(ids, nTokens, used).regime : regime;
+    console.log(`${GGMLType[type]!.padEnd(5)} ${name.padEnd(7)} ${String(nTokens).padStart(4)} rows × top-${used} (${ran}): ${ms.toFixed(3)} ms/call (min ${Math.min(...times).toFixed(3)}), ${gflops.toFixed(1)} GFLOP/s, weights ${gbs.toFixed(1)} GB/s`);
+  }
+  rt.dispose();
+  console.log(`      (slice of ${nExperts} experts, ${((nExperts * bytesPerExpert) / 1e6).toFixed(1)} MB, quantized and uploaded in ${prepS.toFixed(1)} s)`);
+}
+device.destroy();
+process.exit(0);

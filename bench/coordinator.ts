@@ -16,6 +16,7 @@ import { testModel } from '../test/support/models.ts';
 import { LINKCPP_SERVER, completeGreedy, startServer } from '../test/support/linkcpp.ts';
 import { TestDispatcher } from '../test/support/test-dispatcher.ts';
 import { GGMLType } from '../gguf/quant-types.ts';
+import { median } from './stats.ts';
 
 const root = fileURLToPath(new URL('../', import.meta.url));
 const { values } = parseArgs({
@@ -67,7 +68,6 @@ async function pairwise(a: string, b: string, tokens: number): Promise<{ a: numb
   return { a: ra, b: rb, ratio: median(ratios) };
 }
 
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
 const sockDir = mkdtempSync(join(tmpdir(), 'es-bench-'));
 const sock = join(sockDir, 'd.sock');
 

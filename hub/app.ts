@@ -47,7 +47,8 @@ function segments(v: unknown): Array<[number, number, number]> {
 }
 
 export async function buildApp(hub: Hub): Promise<FastifyInstance> {
-  const app = Fastify({ bodyLimit: API_BODY_LIMIT, logger: false, trustProxy: false });
+  // forceCloseConnections: a stopping hub ends streams still open (proxied generations) instead of waiting for them.
+  const app = Fastify({ bodyLimit: API_BODY_LIMIT, logger: false, trustProxy: false, forceCloseConnections: true });
   app.removeContentTypeParser('text/plain'); // the API speaks JSON only: anything else is a 415
 
   app.setErrorHandler((err: Error & { statusCode?: number; code?: string; validation?: unknown }, _req, reply) => {

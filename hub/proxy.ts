@@ -37,13 +37,17 @@ export async function proxyJson(reply: FastifyReply, baseUrl: string, path: stri
   raw.writeHead(upstream.res.statusCode ?? 502, headers);
   raw.flushHeaders();
   const onClose = (): void => {
-    if (!raw.writableFinished) upstream.abort();
+    if (!raw.writableFinished) {
+      upstream.abort();
+      raw.destroy(); // the client is gone: free its socket now rather than when the server closes
+    }
   };
   raw.once('close', onClose);
   try {
     await pipeline(upstream.res, raw);
   } catch {
-    // client went away or the coordinator died mid-stream; both ends are closed by pipeline
+    // client went away or the coordinator died mid-stream
+    raw.destroy();
   } finally {
     raw.off('close', onClose);
   }

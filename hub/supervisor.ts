@@ -4,9 +4,9 @@
  * (re)starting it gets a 503 with Retry-After.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import { existsSync } from 'node:fs';
 import { HubError } from './errors.ts';
+import { freePort } from './net.ts';
 
 export interface ManagedSpec {
   name: string;
@@ -38,16 +38,6 @@ const HEALTHY_RESET_MS = 60_000;
 const START_TIMEOUT_MS = 120_000;
 const LOG_LINES = 200;
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const a = s.address();
-      s.close(() => (typeof a === 'object' && a ? resolve(a.port) : reject(new Error('no port'))));
-    });
-  });
-}
 
 class Managed {
   state: CoordinatorState = 'starting';

@@ -15,6 +15,7 @@ import { ExpertRuntime, type ExpertSlice } from '../../shaders/runtime.ts';
 import { OrtExpertFallback } from '../../shaders/ort/fallback.ts';
 import { callFlops, chooseBackend, median, syntheticCall, type ExpertComputer } from '../../shaders/ort/choose-backend.ts';
 import { formatReport, type BackendName, type BenchConfig, type BenchReport, type BenchRow, type BenchShape } from './report.ts';
+import { mulberry32 as rng } from '../../test/support/random.ts';
 
 declare global {
   interface Window {
@@ -22,16 +23,6 @@ declare global {
   }
 }
 
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface SliceData {
   slice: ExpertSlice;

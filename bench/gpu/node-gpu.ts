@@ -10,6 +10,7 @@ import { create, globals } from 'webgpu';
 import { GGMLType, rowByteSize } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
 import { ExpertRuntime } from '../../shaders/runtime.ts';
+import { median } from '../stats.ts';
 
 Object.assign(globalThis, globals);
 const quick = process.argv.includes('--quick');
@@ -45,7 +46,6 @@ function weights(n: number, seed: number): Float32Array {
   return out;
 }
 
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
 
 for (const type of [GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.F16]) {
   const t0 = performance.now();

@@ -7,6 +7,7 @@ import { quantize } from '../../gguf/quantize.ts';
 import { dequantize } from '../../gguf/dequantize.ts';
 import { expertFfnAccumulate, type ExpertMatrices } from '../../shaders/reference/expert-ffn.ts';
 import { ExpertRuntime, type Regime, type RegimeRequest } from '../../shaders/runtime.ts';
+import { mulberry32 as rng } from '../support/random.ts';
 
 export interface GridCase {
   type: GGMLType;
@@ -27,16 +28,6 @@ export interface GridResult extends GridCase {
   ms: number;
 }
 
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function uniform(n: number, r: () => number, scale: number): Float32Array {
   const out = new Float32Array(n);

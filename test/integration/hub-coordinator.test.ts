@@ -60,6 +60,7 @@ test('poller: saturated within one poll interval under 4 concurrent requests, ba
     externals: [{ name: 'hung', url: hang.url }],
   });
   const running = await runHub(config, () => {});
+  let closed = false;
   const interval = config.poller.intervalMs;
   try {
     const idle = await recruitment(running.url);
@@ -100,8 +101,13 @@ test('poller: saturated within one poll interval under 4 concurrent requests, ba
     const events = (await (await fetch(`${running.url}/api/events`)).json()) as { events: Array<{ kind: string; model: string }> };
     assert.ok(events.events.some((e) => e.kind === 'saturation-onset' && e.model === 'tiny'));
     assert.ok(events.events.some((e) => e.kind === 'saturation-end' && e.model === 'tiny'));
-  } finally {
+    // Regression: the hub once took ~70 s to close here, holding the sockets of proxied streams whose clients had left.
+    const t0 = performance.now();
     await running.close();
+    closed = true;
+    assert.ok(performance.now() - t0 < 10_000, `closing the hub took ${(performance.now() - t0).toFixed(0)} ms`);
+  } finally {
+    if (!closed) await running.close();
     await hang.close();
   }
 });

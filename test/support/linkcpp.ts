@@ -3,7 +3,7 @@
  * Every wait is bounded; a server that does not come up is killed and its log is put in the error.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
+import { freePort } from '../../hub/net.ts';
 import { fileURLToPath } from 'node:url';
 import { existsSync } from 'node:fs';
 
@@ -29,16 +29,7 @@ export interface RunningServer {
   stop(): Promise<void>;
 }
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const addr = s.address();
-      s.close(() => (typeof addr === 'object' && addr ? resolve(addr.port) : reject(new Error('no port'))));
-    });
-  });
-}
+export { freePort } from '../../hub/net.ts';
 
 export async function startServer(o: ServerOptions): Promise<RunningServer> {
   const binary = o.binary ?? LINKCPP_SERVER;

@@ -31,6 +31,7 @@ import { TILE_WORDS, expertCounts, groupByExpert, usedExperts } from '../../shad
 import { chooseRegime, type RegimeDecision, type RoutingSnapshot } from '../../shaders/regime-policy.ts';
 import { WGSL } from '../../shaders/wgsl-sources.ts';
 import type { ExpertRuntimeErrorCode } from '../../shaders/errors.ts';
+import { mulberry32 } from '../support/random.ts';
 
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 // The Vulkan loader reads this when the GPU instance is created (below), so setting it here still counts.
@@ -68,16 +69,6 @@ async function openGpu(): Promise<void> {
 // ---------------------------------------------------------------------------------------------
 // Seeded data.
 
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function gaussian(n: number, rand: () => number, scale: number): Float32Array {
   const x = new Float32Array(n);

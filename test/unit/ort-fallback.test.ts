@@ -16,21 +16,12 @@ import type { ExpertSlice } from '../../shaders/runtime.ts';
 import { DataType, Message, encodeModel, floatTensor, int64Tensor, node, valueInfo } from '../../shaders/ort/onnx-builder.ts';
 import { OrtExpertFallback, denseRoutingWeights } from '../../shaders/ort/fallback.ts';
 import { callFlops, chooseBackend, measure, type BackendMeasurements } from '../../shaders/ort/choose-backend.ts';
+import { mulberry32 as rng } from '../support/random.ts';
 
 ort.env.wasm.numThreads = 1;
 
 const hex = (b: Uint8Array): string => Buffer.from(b).toString('hex');
 
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 const uniform = (n: number, r: () => number, scale: number): Float32Array => new Float32Array(n).map(() => (r() * 2 - 1) * scale);
 
 test('protobuf wire format: varints, negative int64, nested messages', () => {

@@ -12,21 +12,12 @@ import { GGMLType, QK_K, requireQuantType } from "../../gguf/quant-types.ts";
 import { bf16ToF32, f16ToF32, f16ToF32Table, f32ToBf16, f32ToF16 } from "../../gguf/half.ts";
 import { canDequantize, dequantize } from "../../gguf/dequantize.ts";
 import { canQuantize, quantize } from "../../gguf/quantize.ts";
+import { mulberry32Uint as mulberry32 } from '../support/random.ts';
 
 // ---------------------------------------------------------------------------------------------
 // Helpers.
 
 /** mulberry32: tiny seeded PRNG, returns uint32. */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return (t ^ (t >>> 14)) >>> 0;
-  };
-}
 
 /** Gaussian samples (Box-Muller); a 1% of them times 10 when `outliers`. */
 function gaussian(n: number, seed: number, scale = 1, outliers = false): Float32Array {

@@ -22,6 +22,7 @@ import { canDequantize, dequantize } from '../../gguf/dequantize.ts';
 import { ExpertRuntimeError, type MatrixName } from '../errors.ts';
 import type { ExpertSlice } from '../runtime.ts';
 import { EXPERT_FFN_INPUTS, EXPERT_FFN_OUTPUT, buildExpertFfnModel } from './expert-ffn-graph.ts';
+import { validateInputs } from '../expert-ffn.ts';
 
 /** The part of an onnxruntime module (web or node) the fallback uses. */
 export interface OrtTensorLike {
@@ -96,33 +97,8 @@ export function validateFallbackSlice(s: ExpertSlice): void {
   }
 }
 
-/** Checks one compute() call; the same checks, codes and details as ExpertRuntime's (shaders/expert-ffn.ts validateInputs). */
-export function validateFallbackInputs(
-  s: { nEmbd: number; nExperts: number },
-  call: { nTokens: number; nUsed: number },
-  inputs: { rows: Float32Array; ids: Int32Array; probs: Float32Array },
-): void {
-  if (!Number.isSafeInteger(call.nTokens) || call.nTokens < 0) {
-    throw new ExpertRuntimeError('BAD_SHAPE', { field: 'nTokens', value: call.nTokens, requirement: 'an integer ≥ 0' }, `nTokens must be an integer ≥ 0, got ${call.nTokens}`);
-  }
-  requirePositiveInt('nUsed', call.nUsed);
-  const nPairs = call.nTokens * call.nUsed;
-  const expect = (input: 'rows' | 'ids' | 'probs', expected: number, actual: number, what: string): void => {
-    if (actual !== expected) {
-      throw new ExpertRuntimeError('BAD_INPUT', { input, expected, actual }, `${input} must hold ${what} = ${expected} values, got ${actual}`);
-    }
-  };
-  expect('rows', call.nTokens * s.nEmbd, inputs.rows.length, `nTokens × nEmbd (${call.nTokens} × ${s.nEmbd})`);
-  expect('ids', nPairs, inputs.ids.length, `nTokens × nUsed (${call.nTokens} × ${call.nUsed})`);
-  expect('probs', nPairs, inputs.probs.length, `nTokens × nUsed (${call.nTokens} × ${call.nUsed})`);
-  for (let i = 0; i < nPairs; i++) {
-    const id = inputs.ids[i]!;
-    if (id < 0 || id >= s.nExperts) {
-      throw new ExpertRuntimeError('ID_OUT_OF_RANGE', { index: i, id, nExperts: s.nExperts },
-        `ids[${i}] = ${id} is not an expert of this slice (local indices 0..${s.nExperts - 1})`);
-    }
-  }
-}
+/** Checks one compute() call: the very checks of ExpertRuntime, so both engines refuse the same calls alike. */
+export { validateInputs as validateFallbackInputs };
 
 /** The dense [nTokens × nExperts] routing weights of a call (a pair routed twice to one expert adds up, as in the sum). */
 export function denseRoutingWeights(ids: Int32Array, probs: Float32Array, nTokens: number, nUsed: number, nExperts: number): Float32Array {
@@ -184,7 +160,7 @@ export class OrtExpertFallback {
   async compute(rows: Float32Array, ids: Int32Array, probs: Float32Array, nTokens: number, nUsed: number): Promise<Float32Array> {
     if (this.disposed || !this.session) throw new ExpertRuntimeError('DISPOSED', {}, `${this.label}: used after dispose()`);
     const { nEmbd, nExperts } = this.shape;
-    validateFallbackInputs(this.shape, { nTokens, nUsed }, { rows, ids, probs });
+    validateInputs(this.shape, { nTokens, nUsed }, { rows, ids, probs });
     if (nTokens === 0) return new Float32Array(0);
     const x = new this.ort.Tensor('float32', rows, [nTokens, nEmbd]);
     const w = new this.ort.Tensor('float32', denseRoutingWeights(ids, probs, nTokens, nUsed, nExperts), [nTokens, nExperts]);

@@ -11,8 +11,12 @@ export interface ExpertRuntimeErrorDetails {
   BAD_SHAPE: { field: string; value: number; requirement: string };
   /** A weight matrix's bytes do not match nExperts × rows × rowBytes. */
   BAD_SLICE_BYTES: { matrix: MatrixName; expected: number; actual: number };
-  /** One matrix of the slice is bigger than one storage binding (or one buffer) may be on this device. */
+  /** One expert's matrix (`bytes`) is bigger than one storage binding (or one buffer) may be on this device. */
   BINDING_TOO_LARGE: { matrix: MatrixName; bytes: number; limit: number; limitName: string };
+  /** A slice stream is not a valid mini-GGUF expert slice (cause: the GGUFError code), or changed when reopened. */
+  BAD_SLICE_STREAM: { cause: string; message: string };
+  /** The kernel variant asked for needs a device feature (or layout) this device lacks. */
+  FEATURE_UNAVAILABLE: { feature: string; reason: string };
   /** An input array of compute() has the wrong length. */
   BAD_INPUT: { input: 'rows' | 'ids' | 'probs'; expected: number; actual: number };
   /** ids[index] is not a local expert index of the slice. */

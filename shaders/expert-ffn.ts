@@ -126,13 +126,6 @@ export function validateInputs(s: Pick<SliceShape, 'nEmbd' | 'nExperts'>, call: 
   }
 }
 
-/** Byte offsets of expert 0's matrix inside each weight binding. */
-export interface WeightOffsets {
-  gate: number;
-  up: number;
-  down: number;
-}
-
 /** Fields of `struct Shape` in wgsl/common.wgsl, in declaration order; each is one u32. */
 export const SHAPE_FIELDS = [
   'n_embd',
@@ -140,38 +133,56 @@ export const SHAPE_FIELDS = [
   'n_tokens',
   'n_used',
   'n_experts',
-  'gate_byte_offset',
-  'up_byte_offset',
-  'down_byte_offset',
   'n_row_tiles',
+  'expert_begin',
+  'expert_end',
+  'tile_begin',
 ] as const;
 export type ShapeField = (typeof SHAPE_FIELDS)[number];
 
 /** Bytes of the Shape uniform. */
 export const SHAPE_UNIFORM_BYTES = SHAPE_FIELDS.length * 4;
 
-/**
- * The Shape uniform's bytes, written in SHAPE_FIELDS order (the WGSL struct's). `nRowTiles` is the length of the
- * batched regime's tile list (0 for decode).
- */
-export function writeShapeUniform(
-  s: Pick<SliceShape, 'nEmbd' | 'ff' | 'nExperts'>,
-  call: CallShape,
-  offsets: WeightOffsets,
-  nRowTiles = 0,
-): Uint32Array {
+/** What one part's dispatches cover: its experts [expertBegin, expertEnd) and, batched, its tiles [tileBegin, + nRowTiles). */
+export interface PartDispatch {
+  expertBegin: number;
+  expertEnd: number;
+  tileBegin: number;
+  nRowTiles: number;
+}
+
+/** The Shape uniform's bytes, written in SHAPE_FIELDS order (the WGSL struct's). */
+export function writeShapeUniform(s: Pick<SliceShape, 'nEmbd' | 'ff' | 'nExperts'>, call: CallShape, part: PartDispatch): Uint32Array {
   const values: Record<ShapeField, number> = {
     n_embd: s.nEmbd,
     ff: s.ff,
     n_tokens: call.nTokens,
     n_used: call.nUsed,
     n_experts: s.nExperts,
-    gate_byte_offset: offsets.gate,
-    up_byte_offset: offsets.up,
-    down_byte_offset: offsets.down,
-    n_row_tiles: nRowTiles,
+    n_row_tiles: part.nRowTiles,
+    expert_begin: part.expertBegin,
+    expert_end: part.expertEnd,
+    tile_begin: part.tileBegin,
   };
   return Uint32Array.from(SHAPE_FIELDS, (f) => values[f]);
+}
+
+/** Experts per weight binding when each matrix's bytes per expert are `bytesPerExpert` and a binding holds `limit`. */
+export function expertsPerPart(bytesPerExpert: Record<MatrixName, number>, limit: number): number {
+  // Whole experts only, and each part's buffer is padded to 4 bytes.
+  const fits = (b: number): number => {
+    let n = Math.floor(limit / b);
+    while (n > 0 && Math.ceil((n * b) / 4) * 4 > limit) n--;
+    return n;
+  };
+  return Math.min(...Object.values(bytesPerExpert).map(fits));
+}
+
+/** Expert ranges [begin, end) of the parts a slice of nExperts is split into, `perPart` experts each. */
+export function partRanges(nExperts: number, perPart: number): [number, number][] {
+  const parts: [number, number][] = [];
+  for (let b = 0; b < nExperts; b += perPart) parts.push([b, Math.min(nExperts, b + perPart)]);
+  return parts;
 }
 
 /**
@@ -192,8 +203,29 @@ export function foldDispatch(workgroups: number, maxPerDimension: number): [numb
 export type UpPass = 'fused' | 'gate' | 'up';
 const UP_PASS_CONSTANT: Record<UpPass, number> = { fused: 0, gate: 1, up: 2 };
 
-/** Shader feature set of a variant; 'base' needs nothing optional (f32 math, no subgroups, no shader-f16). */
-export type KernelFeatures = 'base';
+/**
+ * Shader feature set of a variant. 'base' needs nothing optional (f32 math, no subgroups, no shader-f16);
+ * 'subgroups' needs the device feature of that name and a subgroup layout confirmed by probeSubgroupLayout, and
+ * changes only the decode kernels' row reduction (reduce_subgroups.wgsl).
+ */
+export type KernelFeatures = 'base' | 'subgroups';
+
+/** Variants that differ from 'base' only in these kernels; the others are built as 'base' whatever is asked. */
+const FEATURE_KERNELS: Readonly<Record<KernelFeatures, readonly KernelName[]>> = {
+  base: [],
+  subgroups: ['expert_up', 'expert_down'],
+};
+
+/** The features a kernel is actually built with for a requested variant. */
+export function kernelVariant(kernel: KernelName, features: KernelFeatures): KernelFeatures {
+  return FEATURE_KERNELS[features].includes(kernel) ? features : 'base';
+}
+
+/** WebGPU device features a variant needs. */
+export const VARIANT_DEVICE_FEATURES: Readonly<Record<KernelFeatures, readonly GPUFeatureName[]>> = {
+  base: [],
+  subgroups: ['subgroups'],
+};
 
 export interface KernelTuning {
   /** Threads per workgroup; a power of two. */
@@ -218,19 +250,20 @@ export type PipelineKey =
  * (m: tile rows, n: tile columns); also the pipeline's label.
  */
 export function pipelineName(k: PipelineKey): string {
+  const f = kernelVariant(k.kernel, k.features);
   const wg = `wg${k.tuning.workgroupSize}`;
   const tiles = `${wg}m${k.tuning.tileRows}n${k.tuning.tileCols}`;
   switch (k.kernel) {
     case 'expert_up':
-      return `expert_up/${k.quant}/${k.pass}/${wg}r${k.tuning.rowsPerWorkgroup}/${k.features}`;
+      return `expert_up/${k.quant}/${k.pass}/${wg}r${k.tuning.rowsPerWorkgroup}/${f}`;
     case 'expert_down':
-      return `expert_down/${k.quant}/${wg}r${k.tuning.rowsPerWorkgroup}/${k.features}`;
+      return `expert_down/${k.quant}/${wg}r${k.tuning.rowsPerWorkgroup}/${f}`;
     case 'expert_combine':
-      return `expert_combine/${wg}/${k.features}`;
+      return `expert_combine/${wg}/${f}`;
     case 'expert_up_tiled':
-      return `expert_up_tiled/${k.quant}/${k.pass}/${tiles}/${k.features}`;
+      return `expert_up_tiled/${k.quant}/${k.pass}/${tiles}/${f}`;
     case 'expert_down_tiled':
-      return `expert_down_tiled/${k.quant}/${tiles}/${k.features}`;
+      return `expert_down_tiled/${k.quant}/${tiles}/${f}`;
   }
 }
 
@@ -247,11 +280,14 @@ export function tiledWorkgroupBytes(t: Pick<KernelTuning, 'tileRows' | 'tileCols
   return vec4 * (t.tileRows * TILE_K4 + 2 * t.tileCols * TILE_K4_PAD) + 4 * t.tileRows;
 }
 
-/** WGSL of a (kernel, quant) module: fixed files concatenated, nothing spliced. */
-export function moduleSource(kernel: KernelName, quant: QuantSnippet | null): string {
-  if (kernel === 'expert_combine') return [WGSL.common, WGSL.kernels.expert_combine].join('\n');
+/** WGSL of a (kernel, quant, features) module: fixed files concatenated, nothing spliced. */
+export function moduleSource(kernel: KernelName, quant: QuantSnippet | null, features: KernelFeatures = 'base'): string {
+  const variant = kernelVariant(kernel, features);
+  const enables = variant === 'subgroups' ? ['enable subgroups;'] : [];
+  if (kernel === 'expert_combine') return [...enables, WGSL.common, WGSL.kernels.expert_combine].join('\n');
   if (quant === null) throw new Error(`${kernel} needs a quant snippet`);
-  return [WGSL.common, WGSL.weights, WGSL.quant[quant], WGSL.kernels[kernel]].join('\n');
+  const reduce = kernel === 'expert_up' || kernel === 'expert_down' ? [WGSL.reduce[variant]] : [];
+  return [...enables, WGSL.common, WGSL.weights, WGSL.quant[quant], ...reduce, WGSL.kernels[kernel]].join('\n');
 }
 
 export function quantSnippet(type: GGMLType): QuantSnippet {
@@ -332,6 +368,7 @@ export class ExpertFfnKernels {
   private readonly pipelineLayouts: Readonly<Record<KernelName, GPUPipelineLayout>>;
   private readonly modules = new Map<string, GPUShaderModule>();
   private readonly pipelines = new Map<string, Promise<GPUComputePipeline>>();
+  private readonly probes = new Map<number, Promise<SubgroupLayout>>();
 
   constructor(private readonly device: GPUDevice) {
     const bgl = (label: string, entries: GPUBindGroupLayoutEntry[]): GPUBindGroupLayout =>
@@ -364,6 +401,19 @@ export class ExpertFfnKernels {
     };
   }
 
+  /**
+   * Whether this device's subgroups have the layout reduce_subgroups.wgsl needs for workgroups of `workgroupSize`
+   * (see subgroup_probe.wgsl): one small dispatch, once per device and size.
+   */
+  subgroupLayout(workgroupSize: number): Promise<SubgroupLayout> {
+    let p = this.probes.get(workgroupSize);
+    if (!p) {
+      p = probeSubgroupLayout(this.device, workgroupSize);
+      this.probes.set(workgroupSize, p);
+    }
+    return p;
+  }
+
   /** The pipeline of a variant, built once (concurrent callers share the build). */
   pipeline(key: PipelineKey): Promise<GPUComputePipeline> {
     const name = pipelineName(key);
@@ -378,7 +428,7 @@ export class ExpertFfnKernels {
 
   private async build(key: PipelineKey, name: string): Promise<GPUComputePipeline> {
     const quant = key.kernel === 'expert_combine' ? null : key.quant;
-    const module = await this.module(key.kernel, quant);
+    const module = await this.module(key.kernel, quant, kernelVariant(key.kernel, key.features));
     // Only the overrides a module declares: naming another one is a validation error.
     const constants: Record<string, number> = { WORKGROUP_SIZE: key.tuning.workgroupSize };
     if (key.kernel === 'expert_up' || key.kernel === 'expert_down') constants.ROWS_PER_WORKGROUP = key.tuning.rowsPerWorkgroup;
@@ -399,11 +449,11 @@ export class ExpertFfnKernels {
     }
   }
 
-  private async module(kernel: KernelName, quant: QuantSnippet | null): Promise<GPUShaderModule> {
-    const label = quant ? `${kernel}/${quant}` : kernel;
+  private async module(kernel: KernelName, quant: QuantSnippet | null, features: KernelFeatures): Promise<GPUShaderModule> {
+    const label = `${quant ? `${kernel}/${quant}` : kernel}/${features}`;
     const cached = this.modules.get(label);
     if (cached) return cached;
-    const module = this.device.createShaderModule({ label, code: moduleSource(kernel, quant) });
+    const module = this.device.createShaderModule({ label, code: moduleSource(kernel, quant, features) });
     const info = await module.getCompilationInfo();
     const errors = info.messages.filter((m) => m.type === 'error').map((m) => `${m.lineNum}:${m.linePos} ${m.message}`);
     if (errors.length > 0) {
@@ -427,4 +477,61 @@ export function tiledWorkgroups(nRowTiles: number, rows: number, tileCols: numbe
 /** Workgroups of expert_combine for a call (before folding). */
 export function combineWorkgroups(nTokens: number, nEmbd: number, workgroupSize: number): number {
   return Math.ceil((nTokens * nEmbd) / workgroupSize);
+}
+
+/** Outcome of the subgroup layout probe. */
+export interface SubgroupLayout {
+  usable: boolean;
+  /** The subgroup size seen (when the probe ran). */
+  subgroupSize?: number;
+  /** Why not usable, or what was confirmed. */
+  reason: string;
+}
+
+async function probeSubgroupLayout(device: GPUDevice, workgroupSize: number): Promise<SubgroupLayout> {
+  if (!device.features.has('subgroups')) return { usable: false, reason: "the device was created without the 'subgroups' feature" };
+  const F = GPU_FLAGS;
+  const bytes = workgroupSize * 8;
+  const out = device.createBuffer({ label: 'subgroup probe out', size: bytes, usage: F.BUFFER_STORAGE | F.BUFFER_COPY_SRC });
+  const read = device.createBuffer({ label: 'subgroup probe readback', size: bytes, usage: F.BUFFER_MAP_READ | F.BUFFER_COPY_DST });
+  try {
+    const module = device.createShaderModule({ label: 'subgroup_probe', code: ['enable subgroups;', WGSL.subgroupProbe].join('\n') });
+    const pipeline = await device.createComputePipelineAsync({
+      label: `subgroup_probe/wg${workgroupSize}`,
+      layout: 'auto',
+      compute: { module, entryPoint: 'main', constants: { WORKGROUP_SIZE: workgroupSize } },
+    });
+    const encoder = device.createCommandEncoder({ label: 'subgroup probe' });
+    const pass = encoder.beginComputePass({ label: 'subgroup probe' });
+    pass.setPipeline(pipeline);
+    pass.setBindGroup(0, device.createBindGroup({ label: 'subgroup probe', layout: pipeline.getBindGroupLayout(0), entries: [{ binding: 0, resource: { buffer: out } }] }));
+    pass.dispatchWorkgroups(1);
+    pass.end();
+    encoder.copyBufferToBuffer(out, 0, read, 0, bytes);
+    device.queue.submit([encoder.finish()]);
+    await read.mapAsync(F.MAP_MODE_READ);
+    const v = new Uint32Array(read.getMappedRange().slice(0));
+    read.unmap();
+    return judgeSubgroupLayout(v, workgroupSize);
+  } catch (e) {
+    return { usable: false, reason: `the probe failed: ${e instanceof Error ? e.message : String(e)}` };
+  } finally {
+    out.destroy();
+    read.destroy();
+  }
+}
+
+/** Pure verdict on probe output: pairs (subgroup invocation id, subgroup size) per local invocation index. */
+export function judgeSubgroupLayout(v: Uint32Array, workgroupSize: number): SubgroupLayout {
+  const size = v[1]!;
+  if (!isPow2(size)) return { usable: false, subgroupSize: size, reason: `subgroup size ${size} is not a power of two` };
+  for (let lid = 0; lid < workgroupSize; lid++) {
+    if (v[2 * lid + 1] !== size) {
+      return { usable: false, subgroupSize: size, reason: `subgroup sizes differ within a workgroup (${size} and ${v[2 * lid + 1]})` };
+    }
+    if (v[2 * lid] !== lid % size) {
+      return { usable: false, subgroupSize: size, reason: `invocation ${lid} is subgroup lane ${v[2 * lid]}, not ${lid % size}` };
+    }
+  }
+  return { usable: true, subgroupSize: size, reason: `subgroups of ${size} in local invocation order` };
 }

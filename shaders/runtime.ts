@@ -11,9 +11,12 @@
  * (pairs grouped by expert, tiled matrix–matrix products), as chooseRegime (regime-policy.ts) picks from the routing;
  * `compute(…, { regime })` forces one. Both give the same result up to f32 summation order.
  *
- * Create the device with the adapter's limits (`requiredLimits: { maxStorageBufferBindingSize: adapter.limits…,
- * maxBufferSize: … }`): a device gets only the WebGPU defaults (128 MiB per binding) otherwise.
+ * Weights live in GPU buffers by expert ranges ("parts", weight-parts.ts) so a slice larger than one storage binding
+ * still loads; the decode kernels use subgroup reductions where the device has them (kernelFeatures); after a device
+ * loss the runtime can rebuild itself on a new device (options.recovery).
  */
+import { GGUFError } from '../gguf/errors.ts';
+import { readExpertSliceStream } from '../gguf/expert-slice.ts';
 import { GGMLType } from '../gguf/quant-types.ts';
 import { BufferPool, type BufferPoolStats } from './buffer-pool.ts';
 import { ExpertRuntimeError, type MatrixName } from './errors.ts';
@@ -36,20 +39,23 @@ import {
   foldDispatch,
   quantSnippet,
   rowKernelWorkgroups,
-  sliceMatrixBytes,
   tiledWorkgroups,
   validateInputs,
   validateSlice,
   validateTuning,
   writeShapeUniform,
+  type KernelFeatures,
   type KernelTuning,
+  type PartDispatch,
   type SliceShape,
   type SliceTypes,
   type UpPass,
 } from './expert-ffn.ts';
+import { MATRICES, WeightWriter, createWeightParts, destroyWeightParts, planParts, type WeightPart } from './weight-parts.ts';
 
 export { ExpertRuntimeError } from './errors.ts';
 export { chooseRegime, DEFAULT_REGIME_POLICY, type Regime, type RegimeDecision, type RegimePolicy, type RegimeRequest } from './regime-policy.ts';
+export type { KernelFeatures } from './expert-ffn.ts';
 
 export interface ExpertSlice {
   nEmbd: number;
@@ -62,6 +68,11 @@ export interface ExpertSlice {
   up: Uint8Array;
   /** nExperts down matrices [nEmbd rows × ff]. */
   down: Uint8Array;
+}
+
+/** A mini-GGUF expert slice (gguf/expert-slice.ts) to stream into GPU buffers; open() is called again to rebuild. */
+export interface SliceStreamSource {
+  open(): Promise<ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>>;
 }
 
 export interface ExpertRuntimeOptions {
@@ -77,12 +88,36 @@ export interface ExpertRuntimeOptions {
   regimePolicy?: RegimePolicy;
   /** Caps workgroups per dispatch dimension below the device limit (tests use it to exercise 2-D folding). */
   maxWorkgroupsPerDimension?: number;
+  /**
+   * Caps the bytes of one weight binding below the device's limits, so a slice is split into more parts (WebGPU
+   * gives no device a lower maxStorageBufferBindingSize than its default, so tests of splitting lower it here).
+   */
+  maxBindingBytes?: number;
+  /**
+   * Kernel variant: 'auto' (default) uses 'subgroups' where the device has the feature and the layout probe passes,
+   * else 'base'; naming a variant the device cannot run throws FEATURE_UNAVAILABLE.
+   */
+  features?: KernelFeatures | 'auto';
+  /**
+   * Rebuilding after the device is lost: a new device is requested, the pipelines rebuilt and the weights uploaded
+   * again (from the same bytes, or by reopening the stream); calls wait for it and a call cut off by the loss is run
+   * again once. Without this option a lost device makes every later call fail with DEVICE_LOST.
+   */
+  recovery?: { requestDevice(): Promise<GPUDevice>; attempts?: number };
+  /** Reports device loss and recovery. */
+  onEvent?: (event: RuntimeEvent) => void;
   /** Prefix of every GPU object's label. */
   label?: string;
 }
 
+export type RuntimeEvent =
+  | { type: 'device-lost'; reason: string; message: string }
+  | { type: 'recovered'; attempt: number; ms: number }
+  | { type: 'recovery-failed'; attempts: number; message: string };
+
 /** What the hub needs to know to place work on this runtime. */
 export interface ExpertRuntimeCapabilities {
+  backend: 'webgpu';
   adapter: { vendor: string; architecture: string; device: string; description: string };
   limits: {
     maxStorageBufferBindingSize: number;
@@ -95,8 +130,12 @@ export interface ExpertRuntimeCapabilities {
   features: string[];
   /** Weight types the kernels read. */
   quantTypes: string[];
-  /** Kernel variants in use; later 'shader-f16' / 'subgroups' variants will be listed here. */
-  kernelFeatures: string[];
+  /** The kernel variant in use and why (e.g. the subgroup probe's verdict). */
+  kernelFeatures: KernelFeatures;
+  kernelFeaturesReason: string;
+  /** Bytes one weight binding may hold here, and the parts the slice's matrices are split into. */
+  maxBindingBytes: number;
+  weightParts: number;
   slice: { nEmbd: number; ff: number; nExperts: number; types: Record<MatrixName, string>; weightBytes: number };
 }
 
@@ -107,133 +146,116 @@ export interface ExpertRuntimeMemory {
   pool: BufferPoolStats;
 }
 
-/** Bytes a u32 byte offset in the kernels can address. */
-const U32_ADDRESSABLE = 2 ** 32 - 4;
-
 export interface ComputeOptions {
   /** 'auto' (default): the runtime's regime policy decides from the routing; otherwise that regime. */
   regime?: RegimeRequest;
 }
 
-interface Pipelines {
-  up: { pass: UpPass; pipeline: GPUComputePipeline }[];
-  down: GPUComputePipeline;
-  combine: GPUComputePipeline;
-}
-
-/** The batched regime's pipelines; built on the first batched call, so decode-only runtimes never compile them. */
-interface TiledPipelines {
-  up: { pass: UpPass; pipeline: GPUComputePipeline }[];
-  down: GPUComputePipeline;
-}
+/** Bytes a u32 byte offset in the kernels can address. */
+const U32_ADDRESSABLE = 2 ** 32 - 4;
+/** Longest wait, after a failed call, for the device's lost promise to tell whether the loss caused it. */
+const LOST_SETTLE_MS = 250;
 
 const typeName = (t: GGMLType): string => GGMLType[t] ?? String(t);
-const pad4 = (n: number): number => Math.ceil(n / 4) * 4;
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** The smallest of the limits that cap one binding, with its name. */
-function bindingLimit(limits: GPUSupportedLimits): { limit: number; limitName: string } {
+function bindingLimit(limits: GPUSupportedLimits, cap?: number): { limit: number; limitName: string } {
   const candidates: [string, number][] = [
     ['maxStorageBufferBindingSize', limits.maxStorageBufferBindingSize],
     ['maxBufferSize', limits.maxBufferSize],
     ['u32 byte addressing of the kernels', U32_ADDRESSABLE],
   ];
+  if (cap !== undefined) candidates.push(['the maxBindingBytes option', cap]);
   candidates.sort((a, b) => a[1] - b[1]);
   const [limitName, limit] = candidates[0]!;
   return { limit, limitName };
 }
 
+interface Settings {
+  tuning: KernelTuning;
+  policy: RegimePolicy;
+  maxWorkgroupsPerDimension: number | undefined;
+  maxBindingBytes: number | undefined;
+  features: KernelFeatures | 'auto';
+  label: string;
+}
+
+interface Pipelines {
+  up: { pass: UpPass; pipeline: GPUComputePipeline }[];
+  down: GPUComputePipeline;
+}
+
+/** Everything that lives on one device; rebuilt whole on a new device after a loss. */
+interface GpuState {
+  device: GPUDevice;
+  /** Devices the runtime requested itself (recovery) are destroyed with it. */
+  owned: boolean;
+  kernels: ExpertFfnKernels;
+  features: KernelFeatures;
+  featuresReason: string;
+  maxPerDimension: number;
+  decode: Pipelines;
+  combine: GPUComputePipeline;
+  /** The batched regime's pipelines, built on its first call. */
+  tiled: Promise<Pipelines> | null;
+  parts: WeightPart[];
+  pool: BufferPool;
+  lost: GPUDeviceLostInfo | null;
+}
+
 export class ExpertRuntime {
-  private readonly pool: BufferPool;
-  private weights: Record<MatrixName, GPUBuffer> | null;
-  private readonly weightBytes: number;
+  private state: GpuState;
   private disposed = false;
-  private lost: GPUDeviceLostInfo | null = null;
-  private tiled: Promise<TiledPipelines> | null = null;
+  /** Set when the device was lost and is not coming back. */
+  private failed: { reason: string; message: string } | null = null;
+  private recovering: Promise<void> | null = null;
 
   private constructor(
-    private readonly device: GPUDevice,
-    private readonly slice: SliceShape,
-    private readonly kernels: ExpertFfnKernels,
-    private readonly pipelines: Pipelines,
-    weights: Record<MatrixName, GPUBuffer>,
-    private readonly tuning: KernelTuning,
-    private readonly maxPerDimension: number,
-    private readonly label: string,
-    private readonly policy: RegimePolicy,
+    private readonly shape: SliceShape,
+    private readonly settings: Settings,
+    private readonly options: ExpertRuntimeOptions,
+    /** Where the weights come from again when the runtime rebuilds on a new device. */
+    private readonly source: { bytes: ExpertSlice } | { stream: SliceStreamSource },
+    state: GpuState,
   ) {
-    this.weights = weights;
-    this.weightBytes = weights.gate.size + weights.up.size + weights.down.size;
-    this.pool = new BufferPool(device, label);
-    void device.lost.then((info) => {
-      this.lost = info;
-    });
+    this.state = state;
+    this.watch(state);
   }
 
   /**
-   * Validates the slice, builds the pipelines its types need and uploads the quantized bytes (each matrix padded to
-   * 4 bytes). Throws ExpertRuntimeError: BAD_SHAPE / UNSUPPORTED_TYPE / BAD_SLICE_BYTES for a malformed slice,
-   * BINDING_TOO_LARGE when one matrix exceeds what one storage binding may hold on this device.
+   * Validates the slice, builds the pipelines its types need and uploads the quantized bytes, split into parts
+   * where a matrix exceeds one binding. Keeps a reference to the slice's arrays to upload them again after a device
+   * loss (with `recovery`). Throws ExpertRuntimeError: BAD_SHAPE / UNSUPPORTED_TYPE / BAD_SLICE_BYTES for a
+   * malformed slice, BINDING_TOO_LARGE when not even one expert fits a binding, BAD_OPTION, FEATURE_UNAVAILABLE.
+   *
+   * Create the device with the adapter's limits (`requiredLimits: { maxStorageBufferBindingSize: adapter.limits…,
+   * maxBufferSize: … }`) and its 'subgroups' feature where it has one: a device gets only the defaults otherwise.
    */
   static async create(device: GPUDevice, slice: ExpertSlice, options: ExpertRuntimeOptions = {}): Promise<ExpertRuntime> {
     const shape: SliceShape = { nEmbd: slice.nEmbd, ff: slice.ff, nExperts: slice.nExperts, types: { ...slice.types } };
     validateSlice(shape, slice);
-    const tuning: KernelTuning = {
-      workgroupSize: options.workgroupSize ?? 64,
-      rowsPerWorkgroup: options.rowsPerWorkgroup ?? 4,
-      tileRows: options.tileRows ?? 16,
-      tileCols: options.tileCols ?? 32,
-    };
-    validateTuning(tuning, device.limits);
-    const policy = options.regimePolicy ?? DEFAULT_REGIME_POLICY;
-    if (!(policy.minRowsPerExpert >= 0)) {
-      throw new ExpertRuntimeError('BAD_OPTION', { option: 'regimePolicy.minRowsPerExpert', value: policy.minRowsPerExpert, requirement: 'a number ≥ 0' },
-        `regimePolicy.minRowsPerExpert must be a number ≥ 0, got ${policy.minRowsPerExpert}`);
-    }
-    const deviceMax = device.limits.maxComputeWorkgroupsPerDimension;
-    const maxPerDimension = Math.min(options.maxWorkgroupsPerDimension ?? deviceMax, deviceMax);
-    if (!Number.isSafeInteger(maxPerDimension) || maxPerDimension < 1) {
-      throw new ExpertRuntimeError('BAD_OPTION', { option: 'maxWorkgroupsPerDimension', value: maxPerDimension, requirement: 'a positive integer' },
-        `maxWorkgroupsPerDimension must be a positive integer, got ${maxPerDimension}`);
-    }
-
-    // One matrix is one binding for now. Splitting a slice's matrix over several bindings (by expert ranges) can come
-    // later; until then a slice must be small enough, and the error says which limit it hit.
-    const { limit, limitName } = bindingLimit(device.limits);
-    const bytes = sliceMatrixBytes(shape);
-    for (const m of ['gate', 'up', 'down'] as const) {
-      if (pad4(bytes[m]) > limit) {
-        throw new ExpertRuntimeError('BINDING_TOO_LARGE', { matrix: m, bytes: bytes[m], limit, limitName },
-          `${m}: ${shape.nExperts} experts of ${typeName(shape.types[m])} are ${bytes[m]} bytes, over this device's ` +
-            `${limitName} of ${limit}; load fewer experts per slice (splitting a matrix over several bindings is not implemented yet)`);
-      }
-    }
-
-    const label = options.label ?? `expert-slice ${shape.nExperts}×[${shape.nEmbd}↔${shape.ff}]`;
-    const kernels = ExpertFfnKernels.forDevice(device);
-    const pipelines = await buildPipelines(kernels, shape.types, tuning);
-
-    const upload = (m: MatrixName, data: Uint8Array): GPUBuffer => {
-      const buffer = device.createBuffer({
-        label: `${label} ${m} weights (${typeName(shape.types[m])})`,
-        size: pad4(data.length),
-        usage: GPU_FLAGS.BUFFER_STORAGE | GPU_FLAGS.BUFFER_COPY_DST,
-        mappedAtCreation: true,
-      });
-      new Uint8Array(buffer.getMappedRange()).set(data);
-      buffer.unmap();
-      return buffer;
-    };
-    const weights = { gate: upload('gate', slice.gate), up: upload('up', slice.up), down: upload('down', slice.down) };
-    return new ExpertRuntime(device, shape, kernels, pipelines, weights, tuning, maxPerDimension, label, { ...policy });
+    const settings = makeSettings(shape, options);
+    const state = await bytesState(device, false, slice, shape, settings);
+    return new ExpertRuntime(shape, settings, options, { bytes: slice }, state);
   }
 
   /**
-   * The regime compute() would use for these ids under this runtime's policy (validated as by compute()).
+   * Streams a mini-GGUF expert slice (as the hub's /api/expert-shard serves it) into GPU buffers: only the header
+   * and a few bytes per matrix are held in memory. Errors as create(), plus BAD_SLICE_STREAM for a stream that is not
+   * a valid expert slice.
    */
+  static async load(device: GPUDevice, source: SliceStreamSource, options: ExpertRuntimeOptions = {}): Promise<ExpertRuntime> {
+    let settings: Settings | null = null;
+    const { shape, state } = await streamState(device, false, source, null, (shape) => (settings = makeSettings(shape, options)));
+    return new ExpertRuntime(shape, settings!, options, { stream: source }, state);
+  }
+
+  /** The regime compute() would use for these ids under this runtime's policy (validated as by compute()). */
   planRegime(ids: Int32Array, nTokens: number, nUsed: number): RegimeDecision {
     // Only the ids matter here; rows and probs are stand-ins of the right length.
-    validateInputs(this.slice, { nTokens, nUsed }, { rows: { length: nTokens * this.slice.nEmbd }, ids, probs: { length: nTokens * nUsed } });
-    return this.decide(expertCounts(ids, this.slice.nExperts), nTokens * nUsed);
+    validateInputs(this.shape, { nTokens, nUsed }, { rows: { length: nTokens * this.shape.nEmbd }, ids, probs: { length: nTokens * nUsed } });
+    return this.decide(expertCounts(ids, this.shape.nExperts), nTokens * nUsed);
   }
 
   /**
@@ -250,142 +272,31 @@ export class ExpertRuntime {
     options: ComputeOptions = {},
   ): Promise<Float32Array> {
     this.assertUsable();
-    const call = { nTokens, nUsed };
-    validateInputs(this.slice, call, { rows, ids, probs });
-    const { nEmbd, ff, nExperts } = this.slice;
-    const nPairs = nTokens * nUsed;
+    validateInputs(this.shape, { nTokens, nUsed }, { rows, ids, probs });
     const request = options.regime ?? 'auto';
-    const counts = request === 'decode' ? null : expertCounts(ids, nExperts);
-    const regime = this.resolveRegime(request, counts, nPairs);
+    const counts = expertCounts(ids, this.shape.nExperts);
+    const regime = this.resolveRegime(request, counts, nTokens * nUsed);
     if (nTokens === 0) return new Float32Array(0);
-    const groups = regime === 'batched' && counts ? groupByExpert(ids, counts, this.tuning.tileRows) : null;
-    const sizes = {
-      rows: nTokens * nEmbd * 4,
-      probs: nPairs * 4,
-      hidden: nPairs * ff * 4,
-      expertOut: nPairs * nEmbd * 4,
-      out: nTokens * nEmbd * 4,
-      // decode: ids; batched: the permutation (same size) and the tile list
-      ids: nPairs * 4,
-      tiles: groups ? groups.tiles.byteLength : 0,
-    };
-    const { limit, limitName } = bindingLimit(this.device.limits);
-    for (const [buffer, bytes] of Object.entries(sizes)) {
-      if (bytes > limit) {
-        throw new ExpertRuntimeError('BATCH_TOO_LARGE', { buffer, bytes, limit, limitName },
-          `${nTokens} tokens × ${nUsed} experts need a ${buffer} buffer of ${bytes} bytes, over ${limitName} = ${limit}; send fewer tokens per call`);
-      }
-    }
-    // Dispatch sizes before any GPU work, so DISPATCH_TOO_LARGE leaves nothing behind.
-    const { rowsPerWorkgroup, workgroupSize, tileCols } = this.tuning;
-    const fold = (workgroups: number): [number, number] => foldDispatch(workgroups, this.maxPerDimension);
-    const upDispatch = fold(groups ? tiledWorkgroups(groups.nTiles, ff, tileCols) : rowKernelWorkgroups(nPairs, ff, rowsPerWorkgroup));
-    const downDispatch = fold(groups ? tiledWorkgroups(groups.nTiles, nEmbd, tileCols) : rowKernelWorkgroups(nPairs, nEmbd, rowsPerWorkgroup));
-    const combineDispatch = fold(combineWorkgroups(nTokens, nEmbd, workgroupSize));
-    const tiled = groups ? await this.tiledPipelines() : null;
-    this.assertUsable(); // the pipelines may have been built while the runtime was disposed
-
-    const F = GPU_FLAGS;
-    const pool = this.pool;
-    const b = {
-      shape: pool.acquire(F.BUFFER_UNIFORM | F.BUFFER_COPY_DST, SHAPE_UNIFORM_BYTES, 'shape uniform'),
-      rows: pool.acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.rows, 'rows'),
-      ids: pool.acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.ids, groups ? 'pairs by expert' : 'ids'),
-      tiles: groups ? pool.acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.tiles, 'row tiles') : null,
-      probs: pool.acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.probs, 'probs'),
-      hidden: pool.acquire(F.BUFFER_STORAGE, sizes.hidden, 'hidden (silu(gate)·up)'),
-      expertOut: pool.acquire(F.BUFFER_STORAGE, sizes.expertOut, 'expert outputs'),
-      out: pool.acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_SRC, sizes.out, 'out'),
-      readback: pool.acquire(F.BUFFER_MAP_READ | F.BUFFER_COPY_DST, sizes.out, 'readback'),
-    };
-    const all = Object.values(b).filter((x): x is GPUBuffer => x !== null);
-    const w = this.weights!;
-    const device = this.device;
-    const q = device.queue;
-    // writeBuffer takes views of shared memory too ([AllowShared] in the IDL); @webgpu/types narrows it to ArrayBuffer.
-    const write = (buffer: GPUBuffer, data: ArrayBufferView): void => q.writeBuffer(buffer, 0, data as ArrayBufferView<ArrayBuffer>);
-    write(b.shape, writeShapeUniform(this.slice, call, { gate: 0, up: 0, down: 0 }, groups ? groups.nTiles : 0));
-    write(b.rows, rows);
-    write(b.ids, groups ? groups.perm : ids);
-    if (groups && b.tiles) write(b.tiles, groups.tiles);
-    write(b.probs, probs);
-
-    const range = (buffer: GPUBuffer, size: number): GPUBufferBinding => ({ buffer, offset: 0, size });
-    const bind = (kernel: keyof ExpertFfnKernels['layouts'], resources: GPUBindingResource[]): GPUBindGroup =>
-      device.createBindGroup({
-        label: `${this.label} ${kernel} bind group`,
-        layout: this.kernels.layouts[kernel],
-        entries: resources.map((resource, binding) => ({ binding, resource })),
-      });
-    const shape = range(b.shape, SHAPE_UNIFORM_BYTES);
-    device.pushErrorScope('out-of-memory');
-    device.pushErrorScope('validation');
-    const encoder = device.createCommandEncoder({ label: `${this.label} call (${regime})` });
-    const pass = encoder.beginComputePass({ label: `${this.label} expert-ffn (${regime})` });
-    let upGroup: GPUBindGroup;
-    let downGroup: GPUBindGroup;
-    let upPipelines: { pipeline: GPUComputePipeline }[];
-    let downPipeline: GPUComputePipeline;
-    if (tiled && b.tiles) {
-      const perm = range(b.ids, sizes.ids);
-      const tiles = range(b.tiles, sizes.tiles);
-      upGroup = bind('expert_up_tiled', [shape, { buffer: w.gate }, { buffer: w.up }, range(b.rows, sizes.rows), perm, tiles, range(b.hidden, sizes.hidden)]);
-      downGroup = bind('expert_down_tiled', [shape, { buffer: w.down }, range(b.hidden, sizes.hidden), perm, tiles, range(b.expertOut, sizes.expertOut)]);
-      upPipelines = tiled.up;
-      downPipeline = tiled.down;
-    } else {
-      const idsRange = range(b.ids, sizes.ids);
-      upGroup = bind('expert_up', [shape, { buffer: w.gate }, { buffer: w.up }, range(b.rows, sizes.rows), idsRange, range(b.hidden, sizes.hidden)]);
-      downGroup = bind('expert_down', [shape, { buffer: w.down }, range(b.hidden, sizes.hidden), idsRange, range(b.expertOut, sizes.expertOut)]);
-      upPipelines = this.pipelines.up;
-      downPipeline = this.pipelines.down;
-    }
-    for (const { pipeline } of upPipelines) {
-      pass.setPipeline(pipeline);
-      pass.setBindGroup(0, upGroup);
-      pass.dispatchWorkgroups(upDispatch[0], upDispatch[1]);
-    }
-    pass.setPipeline(downPipeline);
-    pass.setBindGroup(0, downGroup);
-    pass.dispatchWorkgroups(downDispatch[0], downDispatch[1]);
-    pass.setPipeline(this.pipelines.combine);
-    pass.setBindGroup(0, bind('expert_combine', [shape, range(b.expertOut, sizes.expertOut), range(b.probs, sizes.probs), range(b.out, sizes.out)]));
-    pass.dispatchWorkgroups(combineDispatch[0], combineDispatch[1]);
-    pass.end();
-    encoder.copyBufferToBuffer(b.out, 0, b.readback, 0, sizes.out);
-    q.submit([encoder.finish({ label: `${this.label} call commands` })]);
-    const validation = device.popErrorScope();
-    const oom = device.popErrorScope();
-
-    let ok = false;
-    try {
-      const mapped = b.readback.mapAsync(F.MAP_MODE_READ, 0, sizes.out);
-      const error = (await validation) ?? (await oom);
-      if (error) {
-        await mapped.catch(() => undefined);
-        throw new ExpertRuntimeError('GPU_ERROR', { message: error.message }, `${this.label}: WebGPU error in a compute call: ${error.message}`);
-      }
-      await mapped;
-      const out = new Float32Array(b.readback.getMappedRange(0, sizes.out).slice(0));
-      b.readback.unmap();
-      ok = true;
-      return out;
-    } catch (e) {
+    for (let attempt = 0; ; attempt++) {
+      if (this.recovering) await this.recovering;
       this.assertUsable();
-      throw e;
-    } finally {
-      // The readback has been mapped (or the call failed), so the GPU is done with every buffer of this call.
-      for (const buffer of all) {
-        if (ok) pool.release(buffer);
-        else pool.discard(buffer);
+      const state = this.state;
+      try {
+        return await this.run(state, { rows, ids, probs, nTokens, nUsed, counts, regime });
+      } catch (e) {
+        // A call cut off by a device loss runs once more on the rebuilt device.
+        if (attempt === 0 && this.options.recovery && !this.disposed && (await lostSoon(state))) continue;
+        throw e;
       }
     }
   }
 
   capabilities(): ExpertRuntimeCapabilities {
-    const l = this.device.limits;
-    const info = this.device.adapterInfo as Partial<GPUAdapterInfo> | undefined;
+    const st = this.state;
+    const l = st.device.limits;
+    const info = st.device.adapterInfo as Partial<GPUAdapterInfo> | undefined;
     return {
+      backend: 'webgpu',
       adapter: {
         vendor: info?.vendor ?? '',
         architecture: info?.architecture ?? '',
@@ -399,81 +310,451 @@ export class ExpertRuntime {
         maxComputeInvocationsPerWorkgroup: l.maxComputeInvocationsPerWorkgroup,
         maxComputeWorkgroupStorageSize: l.maxComputeWorkgroupStorageSize,
       },
-      features: [...this.device.features].sort(),
+      features: [...st.device.features].sort(),
       quantTypes: [...QUANT_SNIPPETS.keys()].map(typeName),
-      kernelFeatures: ['base'],
+      kernelFeatures: st.features,
+      kernelFeaturesReason: st.featuresReason,
+      maxBindingBytes: bindingLimit(l, this.settings.maxBindingBytes).limit,
+      weightParts: st.parts.length,
       slice: {
-        nEmbd: this.slice.nEmbd,
-        ff: this.slice.ff,
-        nExperts: this.slice.nExperts,
-        types: { gate: typeName(this.slice.types.gate), up: typeName(this.slice.types.up), down: typeName(this.slice.types.down) },
-        weightBytes: this.weightBytes,
+        nEmbd: this.shape.nEmbd,
+        ff: this.shape.ff,
+        nExperts: this.shape.nExperts,
+        types: { gate: typeName(this.shape.types.gate), up: typeName(this.shape.types.up), down: typeName(this.shape.types.down) },
+        weightBytes: weightBytes(st.parts),
       },
     };
   }
 
   memory(): ExpertRuntimeMemory {
-    const w = this.weights;
-    return {
-      weightBytes: w ? this.weightBytes : 0,
-      weightBuffers: w ? 3 : 0,
-      pool: this.pool.stats(),
-    };
+    const parts = this.disposed ? [] : this.state.parts;
+    return { weightBytes: weightBytes(parts), weightBuffers: parts.length * 3, pool: this.state.pool.stats() };
   }
 
-  /** Destroys the weight buffers and pooled buffers (buffers of calls still in flight go when those finish). Idempotent. */
+  /**
+   * Destroys the weight buffers and pooled buffers (buffers of calls still in flight go when those finish), and the
+   * devices the runtime requested itself. Idempotent.
+   */
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
-    if (this.weights) {
-      for (const buffer of Object.values(this.weights)) buffer.destroy();
-      this.weights = null;
+    releaseState(this.state);
+  }
+
+  private async run(st: GpuState, c: Call): Promise<Float32Array> {
+    const { nEmbd, ff } = this.shape;
+    const { nTokens, nUsed, counts } = c;
+    const nPairs = nTokens * nUsed;
+    const { tileRows, rowsPerWorkgroup, workgroupSize, tileCols } = this.settings.tuning;
+    const groups = c.regime === 'batched' ? groupByExpert(c.ids, counts, tileRows) : null;
+    const sizes = {
+      rows: nTokens * nEmbd * 4,
+      probs: nPairs * 4,
+      hidden: nPairs * ff * 4,
+      expertOut: nPairs * nEmbd * 4,
+      out: nTokens * nEmbd * 4,
+      // decode: ids; batched: the permutation (same size) and the tile list
+      ids: nPairs * 4,
+      tiles: groups ? groups.tiles.byteLength : 0,
+    };
+    const { limit, limitName } = bindingLimit(st.device.limits);
+    for (const [buffer, bytes] of Object.entries(sizes)) {
+      if (bytes > limit) {
+        throw new ExpertRuntimeError('BATCH_TOO_LARGE', { buffer, bytes, limit, limitName },
+          `${nTokens} tokens × ${nUsed} experts need a ${buffer} buffer of ${bytes} bytes, over ${limitName} = ${limit}; send fewer tokens per call`);
+      }
     }
-    this.pool.dispose();
+    // Each part dispatches only when some pair routes to its experts; batched, over its own tiles.
+    const parts = st.parts
+      .map((part) => ({ part, dispatch: partDispatch(part, counts, groups ? tilesPerExpert(counts, tileRows) : null) }))
+      .filter(({ dispatch }) => dispatch !== null) as { part: WeightPart; dispatch: PartDispatch }[];
+    // Dispatch sizes before any GPU work, so DISPATCH_TOO_LARGE leaves nothing behind.
+    const fold = (workgroups: number): [number, number] => foldDispatch(workgroups, st.maxPerDimension);
+    const dispatches = parts.map(({ dispatch }) => ({
+      up: fold(groups ? tiledWorkgroups(dispatch.nRowTiles, ff, tileCols) : rowKernelWorkgroups(nPairs, ff, rowsPerWorkgroup)),
+      down: fold(groups ? tiledWorkgroups(dispatch.nRowTiles, nEmbd, tileCols) : rowKernelWorkgroups(nPairs, nEmbd, rowsPerWorkgroup)),
+    }));
+    const combineDispatch = fold(combineWorkgroups(nTokens, nEmbd, workgroupSize));
+    const pipelines = groups ? await this.tiledPipelines(st) : st.decode;
+    this.assertUsable(); // the pipelines may have been built while the runtime was disposed
+
+    const F = GPU_FLAGS;
+    const pool = st.pool;
+    // One Shape per part (expert range, tiles) plus the combine's, at the uniform offset alignment.
+    const stride = Math.max(SHAPE_UNIFORM_BYTES, st.device.limits.minUniformBufferOffsetAlignment);
+    const nShapes = parts.length + 1;
+    const b = {
+      shape: pool.acquire(F.BUFFER_UNIFORM | F.BUFFER_COPY_DST, stride * nShapes, 'shape uniforms'),
+      rows: pool.acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.rows, 'rows'),
+      ids: pool.acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.ids, groups ? 'pairs by expert' : 'ids'),
+      tiles: groups ? pool.acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.tiles, 'row tiles') : null,
+      probs: pool.acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.probs, 'probs'),
+      hidden: pool.acquire(F.BUFFER_STORAGE, sizes.hidden, 'hidden (silu(gate)·up)'),
+      expertOut: pool.acquire(F.BUFFER_STORAGE, sizes.expertOut, 'expert outputs'),
+      out: pool.acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_SRC, sizes.out, 'out'),
+      readback: pool.acquire(F.BUFFER_MAP_READ | F.BUFFER_COPY_DST, sizes.out, 'readback'),
+    };
+    const all = Object.values(b).filter((x): x is GPUBuffer => x !== null);
+    const device = st.device;
+    const q = device.queue;
+    const label = this.settings.label;
+    // writeBuffer takes views of shared memory too ([AllowShared] in the IDL); @webgpu/types narrows it to ArrayBuffer.
+    const write = (buffer: GPUBuffer, data: ArrayBufferView, offset = 0): void =>
+      q.writeBuffer(buffer, offset, data as ArrayBufferView<ArrayBuffer>);
+    const call = { nTokens, nUsed };
+    parts.forEach(({ dispatch }, i) => write(b.shape, writeShapeUniform(this.shape, call, dispatch), i * stride));
+    const whole = { expertBegin: 0, expertEnd: this.shape.nExperts, tileBegin: 0, nRowTiles: 0 };
+    write(b.shape, writeShapeUniform(this.shape, call, whole), parts.length * stride);
+    write(b.rows, c.rows);
+    write(b.ids, groups ? groups.perm : c.ids);
+    if (groups && b.tiles) write(b.tiles, groups.tiles);
+    write(b.probs, c.probs);
+
+    const range = (buffer: GPUBuffer, size: number, offset = 0): GPUBufferBinding => ({ buffer, offset, size });
+    const bind = (kernel: keyof ExpertFfnKernels['layouts'], resources: GPUBindingResource[]): GPUBindGroup =>
+      device.createBindGroup({
+        label: `${label} ${kernel} bind group`,
+        layout: st.kernels.layouts[kernel],
+        entries: resources.map((resource, binding) => ({ binding, resource })),
+      });
+    const shapeOf = (i: number): GPUBufferBinding => range(b.shape, SHAPE_UNIFORM_BYTES, i * stride);
+    const rowsR = range(b.rows, sizes.rows);
+    const idsR = range(b.ids, sizes.ids);
+    const hiddenR = range(b.hidden, sizes.hidden);
+    const outR = range(b.expertOut, sizes.expertOut);
+    device.pushErrorScope('out-of-memory');
+    device.pushErrorScope('validation');
+    const encoder = device.createCommandEncoder({ label: `${label} call (${c.regime})` });
+    const pass = encoder.beginComputePass({ label: `${label} expert-ffn (${c.regime})` });
+    const run = (pipeline: GPUComputePipeline, group: GPUBindGroup, [x, y]: [number, number]): void => {
+      pass.setPipeline(pipeline);
+      pass.setBindGroup(0, group);
+      pass.dispatchWorkgroups(x, y);
+    };
+    parts.forEach(({ part }, i) => {
+      const w = part.buffers;
+      const upGroup = b.tiles
+        ? bind('expert_up_tiled', [shapeOf(i), { buffer: w.gate }, { buffer: w.up }, rowsR, idsR, range(b.tiles, sizes.tiles), hiddenR])
+        : bind('expert_up', [shapeOf(i), { buffer: w.gate }, { buffer: w.up }, rowsR, idsR, hiddenR]);
+      for (const { pipeline } of pipelines.up) run(pipeline, upGroup, dispatches[i]!.up);
+    });
+    parts.forEach(({ part }, i) => {
+      const w = part.buffers;
+      const downGroup = b.tiles
+        ? bind('expert_down_tiled', [shapeOf(i), { buffer: w.down }, hiddenR, idsR, range(b.tiles, sizes.tiles), outR])
+        : bind('expert_down', [shapeOf(i), { buffer: w.down }, hiddenR, idsR, outR]);
+      run(pipelines.down, downGroup, dispatches[i]!.down);
+    });
+    run(st.combine, bind('expert_combine', [shapeOf(parts.length), outR, range(b.probs, sizes.probs), range(b.out, sizes.out)]), combineDispatch);
+    pass.end();
+    encoder.copyBufferToBuffer(b.out, 0, b.readback, 0, sizes.out);
+    q.submit([encoder.finish({ label: `${label} call commands` })]);
+    const validation = device.popErrorScope();
+    const oom = device.popErrorScope();
+
+    let ok = false;
+    try {
+      const mapped = b.readback.mapAsync(F.MAP_MODE_READ, 0, sizes.out);
+      const error = (await validation) ?? (await oom);
+      if (error) {
+        await mapped.catch(() => undefined);
+        throw new ExpertRuntimeError('GPU_ERROR', { message: error.message }, `${label}: WebGPU error in a compute call: ${error.message}`);
+      }
+      await mapped;
+      const out = new Float32Array(b.readback.getMappedRange(0, sizes.out).slice(0));
+      b.readback.unmap();
+      ok = true;
+      return out;
+    } catch (e) {
+      if (st.lost) throw lostError(label, st.lost);
+      throw e;
+    } finally {
+      // The readback has been mapped (or the call failed), so the GPU is done with every buffer of this call.
+      for (const buffer of all) {
+        if (ok) pool.release(buffer);
+        else pool.discard(buffer);
+      }
+    }
   }
 
   private decide(counts: Uint32Array, nPairs: number): RegimeDecision {
-    const { nEmbd, ff } = this.slice;
-    return chooseRegime({ nPairs, usedExperts: usedExperts(counts), nEmbd, ff }, this.policy);
+    const { nEmbd, ff } = this.shape;
+    return chooseRegime({ nPairs, usedExperts: usedExperts(counts), nEmbd, ff }, this.settings.policy);
   }
 
-  /** counts: pairs per expert, for every request but 'decode'. */
-  private resolveRegime(request: RegimeRequest, counts: Uint32Array | null, nPairs: number): Regime {
+  private resolveRegime(request: RegimeRequest, counts: Uint32Array, nPairs: number): Regime {
     switch (request) {
       case 'auto':
-        return this.decide(counts ?? new Uint32Array(0), nPairs).regime;
+        return this.decide(counts, nPairs).regime;
       case 'decode':
         return 'decode';
       case 'batched':
-        if (!batchedSupported(this.slice)) {
+        if (!batchedSupported(this.shape)) {
           throw new ExpertRuntimeError('REGIME_UNAVAILABLE', { regime: request, reason: 'rows-not-quads' },
-            `${this.label}: the batched regime reads weights four elements at a time; nEmbd = ${this.slice.nEmbd} and ` +
-              `ff = ${this.slice.ff} must both be multiples of 4 (use 'decode' or 'auto')`);
+            `${this.settings.label}: the batched regime reads weights four elements at a time; nEmbd = ${this.shape.nEmbd} and ` +
+              `ff = ${this.shape.ff} must both be multiples of 4 (use 'decode' or 'auto')`);
         }
         return 'batched';
       default:
         throw new ExpertRuntimeError('REGIME_UNAVAILABLE', { regime: String(request), reason: 'unknown' },
-          `${this.label}: regime must be 'auto', 'decode' or 'batched', got ${String(request)}`);
+          `${this.settings.label}: regime must be 'auto', 'decode' or 'batched', got ${String(request)}`);
     }
   }
 
-  private tiledPipelines(): Promise<TiledPipelines> {
-    if (!this.tiled) {
-      const p = buildTiledPipelines(this.kernels, this.slice.types, this.tuning);
+  private tiledPipelines(st: GpuState): Promise<Pipelines> {
+    if (!st.tiled) {
+      const p = buildPipelines(st.kernels, this.shape.types, this.settings.tuning, 'base', 'tiled');
       p.catch(() => {
-        if (this.tiled === p) this.tiled = null; // a later call may retry
+        if (st.tiled === p) st.tiled = null; // a later call may retry
       });
-      this.tiled = p;
+      st.tiled = p;
     }
-    return this.tiled;
+    return st.tiled;
+  }
+
+  private watch(st: GpuState): void {
+    void st.device.lost.then((info) => {
+      st.lost = info;
+      if (this.disposed || st !== this.state) return;
+      this.emit({ type: 'device-lost', reason: info.reason, message: info.message });
+      if (!this.options.recovery) {
+        this.failed = { reason: info.reason, message: info.message };
+        return;
+      }
+      const p = this.recover(info).finally(() => {
+        if (this.recovering === p) this.recovering = null;
+      });
+      this.recovering = p;
+    });
+  }
+
+  /** Requests a new device and rebuilds on it, with a few attempts and a growing pause between them. */
+  private async recover(info: GPUDeviceLostInfo): Promise<void> {
+    const { requestDevice, attempts = 3 } = this.options.recovery!;
+    const started = Date.now();
+    let last = '';
+    for (let attempt = 1; attempt <= attempts && !this.disposed; attempt++) {
+      let device: GPUDevice | null = null;
+      try {
+        device = await requestDevice();
+        const source = this.source;
+        const st = 'bytes' in source
+          ? await bytesState(device, true, source.bytes, this.shape, this.settings)
+          : (await streamState(device, true, source.stream, this.shape, () => this.settings)).state;
+        if (this.disposed) {
+          releaseState(st);
+          return;
+        }
+        releaseState(this.state);
+        this.state = st;
+        this.watch(st);
+        this.emit({ type: 'recovered', attempt, ms: Date.now() - started });
+        return;
+      } catch (e) {
+        last = e instanceof Error ? e.message : String(e);
+        device?.destroy();
+        await sleep(Math.min(2000, 100 * 2 ** attempt));
+      }
+    }
+    if (this.disposed) return;
+    this.failed = { reason: info.reason, message: `${info.message}; recovery failed: ${last}` };
+    this.emit({ type: 'recovery-failed', attempts, message: last });
+  }
+
+  private emit(event: RuntimeEvent): void {
+    try {
+      this.options.onEvent?.(event);
+    } catch {
+      // a listener's error must not break recovery
+    }
   }
 
   private assertUsable(): void {
-    if (this.disposed) throw new ExpertRuntimeError('DISPOSED', {}, `${this.label}: used after dispose()`);
-    if (this.lost) {
-      throw new ExpertRuntimeError('DEVICE_LOST', { reason: this.lost.reason, message: this.lost.message },
-        `${this.label}: the GPU device was lost (${this.lost.reason}): ${this.lost.message}`);
+    if (this.disposed) throw new ExpertRuntimeError('DISPOSED', {}, `${this.settings.label}: used after dispose()`);
+    if (this.failed) throw lostError(this.settings.label, this.failed);
+  }
+}
+
+interface Call {
+  rows: Float32Array;
+  ids: Int32Array;
+  probs: Float32Array;
+  nTokens: number;
+  nUsed: number;
+  counts: Uint32Array;
+  regime: Regime;
+}
+
+function lostError(label: string, info: { reason: string; message: string }): ExpertRuntimeError {
+  return new ExpertRuntimeError('DEVICE_LOST', { reason: info.reason, message: info.message },
+    `${label}: the GPU device was lost (${info.reason}): ${info.message}`);
+}
+
+/** Whether the state's device is lost, waiting a moment for its lost promise (it may settle after the failure). */
+async function lostSoon(st: GpuState): Promise<boolean> {
+  if (st.lost) return true;
+  await Promise.race([st.device.lost, sleep(LOST_SETTLE_MS)]);
+  return st.lost !== null;
+}
+
+function weightBytes(parts: readonly WeightPart[]): number {
+  let n = 0;
+  for (const p of parts) for (const m of MATRICES) n += p.buffers[m].size;
+  return n;
+}
+
+/** Tiles each expert's pairs make in the batched regime, as groupByExpert cuts them. */
+function tilesPerExpert(counts: Uint32Array, tileRows: number): Uint32Array {
+  return counts.map((c) => Math.ceil(c / tileRows));
+}
+
+/** A part's dispatch, or null when no pair routes to its experts. */
+function partDispatch(part: WeightPart, counts: Uint32Array, tiles: Uint32Array | null): PartDispatch | null {
+  let pairs = 0;
+  for (let e = part.begin; e < part.end; e++) pairs += counts[e]!;
+  if (pairs === 0) return null;
+  if (!tiles) return { expertBegin: part.begin, expertEnd: part.end, tileBegin: 0, nRowTiles: 0 };
+  let tileBegin = 0;
+  for (let e = 0; e < part.begin; e++) tileBegin += tiles[e]!;
+  let nRowTiles = 0;
+  for (let e = part.begin; e < part.end; e++) nRowTiles += tiles[e]!;
+  return { expertBegin: part.begin, expertEnd: part.end, tileBegin, nRowTiles };
+}
+
+function makeSettings(shape: SliceShape, options: ExpertRuntimeOptions): Settings {
+  const tuning: KernelTuning = {
+    workgroupSize: options.workgroupSize ?? 64,
+    rowsPerWorkgroup: options.rowsPerWorkgroup ?? 4,
+    tileRows: options.tileRows ?? 16,
+    tileCols: options.tileCols ?? 32,
+  };
+  const policy = options.regimePolicy ?? DEFAULT_REGIME_POLICY;
+  if (!(policy.minRowsPerExpert >= 0)) {
+    throw new ExpertRuntimeError('BAD_OPTION', { option: 'regimePolicy.minRowsPerExpert', value: policy.minRowsPerExpert, requirement: 'a number ≥ 0' },
+      `regimePolicy.minRowsPerExpert must be a number ≥ 0, got ${policy.minRowsPerExpert}`);
+  }
+  const positive = (option: string, value: number | undefined): void => {
+    if (value !== undefined && (!Number.isSafeInteger(value) || value < 1)) {
+      throw new ExpertRuntimeError('BAD_OPTION', { option, value, requirement: 'a positive integer' }, `${option} must be a positive integer, got ${value}`);
     }
+  };
+  positive('maxWorkgroupsPerDimension', options.maxWorkgroupsPerDimension);
+  positive('maxBindingBytes', options.maxBindingBytes);
+  const features = options.features ?? 'auto';
+  if (!['auto', 'base', 'subgroups'].includes(features)) {
+    throw new ExpertRuntimeError('BAD_OPTION', { option: 'features', value: NaN, requirement: "'auto', 'base' or 'subgroups'" },
+      `features must be 'auto', 'base' or 'subgroups', got ${String(features)}`);
+  }
+  return {
+    tuning,
+    policy: { ...policy },
+    maxWorkgroupsPerDimension: options.maxWorkgroupsPerDimension,
+    maxBindingBytes: options.maxBindingBytes,
+    features,
+    label: options.label ?? `expert-slice ${shape.nExperts}×[${shape.nEmbd}↔${shape.ff}]`,
+  };
+}
+
+/** The variant to build: the one asked for, or with 'auto' the best this device runs. */
+async function chooseFeatures(kernels: ExpertFfnKernels, want: KernelFeatures | 'auto', workgroupSize: number): Promise<{ features: KernelFeatures; reason: string }> {
+  if (want === 'base') return { features: 'base', reason: 'asked for' };
+  const layout = await kernels.subgroupLayout(workgroupSize);
+  if (layout.usable) return { features: 'subgroups', reason: layout.reason };
+  if (want === 'subgroups') {
+    throw new ExpertRuntimeError('FEATURE_UNAVAILABLE', { feature: 'subgroups', reason: layout.reason },
+      `the 'subgroups' kernels cannot run on this device: ${layout.reason}`);
+  }
+  return { features: 'base', reason: `subgroups unused: ${layout.reason}` };
+}
+
+/** Pipelines and empty weight parts on `device`. */
+async function prepareState(device: GPUDevice, owned: boolean, shape: SliceShape, settings: Settings): Promise<GpuState> {
+  validateTuning(settings.tuning, device.limits);
+  const deviceMax = device.limits.maxComputeWorkgroupsPerDimension;
+  const maxPerDimension = Math.min(settings.maxWorkgroupsPerDimension ?? deviceMax, deviceMax);
+  const { limit, limitName } = bindingLimit(device.limits, settings.maxBindingBytes);
+  const ranges = planParts(shape, limit, limitName);
+  const kernels = ExpertFfnKernels.forDevice(device);
+  const { features, reason } = await chooseFeatures(kernels, settings.features, settings.tuning.workgroupSize);
+  const [decode, combine] = await Promise.all([
+    buildPipelines(kernels, shape.types, settings.tuning, features, 'decode'),
+    kernels.pipeline({ kernel: 'expert_combine', tuning: settings.tuning, features }),
+  ]);
+  return {
+    device, owned, kernels, features, featuresReason: reason, maxPerDimension, decode, combine, tiled: null,
+    parts: createWeightParts(device, shape, ranges, settings.label),
+    pool: new BufferPool(device, settings.label), lost: null,
+  };
+}
+
+/** Frees a state's buffers, and its device when the runtime requested it. */
+function releaseState(st: GpuState): void {
+  destroyWeightParts(st.parts);
+  st.pool.dispose();
+  if (st.owned) st.device.destroy();
+}
+
+/** A state holding the slice's bytes. */
+async function bytesState(device: GPUDevice, owned: boolean, slice: ExpertSlice, shape: SliceShape, settings: Settings): Promise<GpuState> {
+  const st = await prepareState(device, owned, shape, settings);
+  try {
+    const writer = new WeightWriter(device.queue, shape, st.parts);
+    for (const m of MATRICES) writer.write(m, 0, slice[m]);
+    writer.finish();
+    return st;
+  } catch (e) {
+    releaseState(st);
+    throw e;
+  }
+}
+
+const sameShape = (a: SliceShape, b: SliceShape): boolean =>
+  a.nEmbd === b.nEmbd && a.ff === b.ff && a.nExperts === b.nExperts &&
+  a.types.gate === b.types.gate && a.types.up === b.types.up && a.types.down === b.types.down;
+
+const describe = (s: SliceShape): string =>
+  `${s.nExperts} experts [${s.nEmbd}↔${s.ff}] of ${typeName(s.types.gate)}/${typeName(s.types.up)}/${typeName(s.types.down)}`;
+
+/**
+ * A state filled from a newly opened mini-GGUF slice stream: the header gives the shape (which must equal `expect`
+ * when rebuilding), then the tensor data goes straight into the weight buffers.
+ */
+async function streamState(
+  device: GPUDevice,
+  owned: boolean,
+  source: SliceStreamSource,
+  expect: SliceShape | null,
+  settingsFor: (shape: SliceShape) => Settings,
+): Promise<{ shape: SliceShape; state: GpuState }> {
+  let st: GpuState | null = null;
+  let writer: WeightWriter | null = null;
+  let shape: SliceShape | null = null;
+  try {
+    const stream = await source.open();
+    await readExpertSliceStream(stream, {
+      onHeader: async (info) => {
+        const s: SliceShape = { nEmbd: info.nEmbd, ff: info.ff, nExperts: info.expertEnd - info.expertBegin, types: { ...info.types } };
+        validateSlice(s, { gate: { length: info.bytes.gate }, up: { length: info.bytes.up }, down: { length: info.bytes.down } });
+        if (expect && !sameShape(expect, s)) {
+          throw new ExpertRuntimeError('BAD_SLICE_STREAM', { cause: 'changed', message: `holds ${describe(s)}` },
+            `the reopened slice stream holds ${describe(s)}, not ${describe(expect)}`);
+        }
+        shape = s;
+        st = await prepareState(device, owned, s, settingsFor(s));
+        writer = new WeightWriter(device.queue, s, st.parts);
+      },
+      onData: (matrix, offset, chunk) => {
+        writer!.write(matrix, offset, chunk);
+      },
+    });
+    writer!.finish();
+    return { shape: shape!, state: st! };
+  } catch (e) {
+    if (st) releaseState(st);
+    if (e instanceof GGUFError) {
+      throw new ExpertRuntimeError('BAD_SLICE_STREAM', { cause: e.code, message: e.message }, `the slice stream is not a valid expert slice: ${e.message}`);
+    }
+    throw e;
   }
 }
 
@@ -482,27 +763,21 @@ function upPasses(types: SliceTypes): { pass: UpPass; type: GGMLType }[] {
   return types.gate === types.up ? [{ pass: 'fused', type: types.gate }] : [{ pass: 'gate', type: types.gate }, { pass: 'up', type: types.up }];
 }
 
-async function buildTiledPipelines(kernels: ExpertFfnKernels, types: SliceTypes, tuning: KernelTuning): Promise<TiledPipelines> {
-  const features = 'base' as const;
+async function buildPipelines(
+  kernels: ExpertFfnKernels,
+  types: SliceTypes,
+  tuning: KernelTuning,
+  features: KernelFeatures,
+  regime: 'decode' | 'tiled',
+): Promise<Pipelines> {
+  const upKernel = regime === 'decode' ? 'expert_up' : 'expert_up_tiled';
+  const downKernel = regime === 'decode' ? 'expert_down' : 'expert_down_tiled';
   const [up, down] = await Promise.all([
     Promise.all(upPasses(types).map(async ({ pass, type }) => ({
       pass,
-      pipeline: await kernels.pipeline({ kernel: 'expert_up_tiled', quant: quantSnippet(type), pass, tuning, features }),
+      pipeline: await kernels.pipeline({ kernel: upKernel, quant: quantSnippet(type), pass, tuning, features }),
     }))),
-    kernels.pipeline({ kernel: 'expert_down_tiled', quant: quantSnippet(types.down), tuning, features }),
+    kernels.pipeline({ kernel: downKernel, quant: quantSnippet(types.down), tuning, features }),
   ]);
   return { up, down };
-}
-
-async function buildPipelines(kernels: ExpertFfnKernels, types: SliceTypes, tuning: KernelTuning): Promise<Pipelines> {
-  const features = 'base' as const;
-  const [up, down, combine] = await Promise.all([
-    Promise.all(upPasses(types).map(async ({ pass, type }) => ({
-      pass,
-      pipeline: await kernels.pipeline({ kernel: 'expert_up', quant: quantSnippet(type), pass, tuning, features }),
-    }))),
-    kernels.pipeline({ kernel: 'expert_down', quant: quantSnippet(types.down), tuning, features }),
-    kernels.pipeline({ kernel: 'expert_combine', tuning, features }),
-  ]);
-  return { up, down, combine };
 }

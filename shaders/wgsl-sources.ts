@@ -15,6 +15,10 @@ export interface WgslSources {
   readonly common: string;
   /** Readers of weight bytes; part of every module that reads quantized weights. */
   readonly weights: string;
+  /** row_sum of the decode kernels, by feature variant. */
+  readonly reduce: Readonly<{ base: string; subgroups: string }>;
+  /** The check of the subgroup layout reduce_subgroups.wgsl needs (run once per device). */
+  readonly subgroupProbe: string;
   readonly quant: Readonly<Record<QuantSnippet, string>>;
   readonly kernels: Readonly<Record<KernelName, string>>;
 }
@@ -22,6 +26,8 @@ export interface WgslSources {
 export const WGSL: WgslSources = {
   common: read('common.wgsl'),
   weights: read('weights.wgsl'),
+  reduce: { base: read('reduce.wgsl'), subgroups: read('reduce_subgroups.wgsl') },
+  subgroupProbe: read('subgroup_probe.wgsl'),
   quant: {
     f32: read('quant/f32.wgsl'),
     f16: read('quant/f16.wgsl'),

@@ -8,10 +8,13 @@ struct Shape {
   n_tokens: u32,
   n_used: u32,            // (token, expert) pairs per token
   n_experts: u32,         // experts in the slice
-  gate_byte_offset: u32,  // where expert 0's matrix starts inside its binding (a later slice may share a buffer)
-  up_byte_offset: u32,
-  down_byte_offset: u32,
-  n_row_tiles: u32,       // batched regime: entries of the tile list (0 in the decode regime)
+  n_row_tiles: u32,       // batched regime: tiles of this dispatch, tiles[tile_begin ..] (0 in the decode regime)
+  // The weight bindings hold experts [expert_begin, expert_end) of the slice: a slice too large for one binding is
+  // split by expert ranges into parts, and each part's dispatches skip the other parts' pairs (decode) or get only
+  // their own tiles (batched, whose tiles are sorted by expert).
+  expert_begin: u32,
+  expert_end: u32,
+  tile_begin: u32,
 }
 
 // IEEE binary16 bits (low 16 bits of `bits`) to f32, decoded by hand so no shader-f16 feature is needed.

@@ -1,6 +1,6 @@
 // Second half of a routed expert: for each (token, expert) pair p and output row r,
 //   y[p, r] = down_e[r] · h[p]      with e = ids[p]
-// Assembled as common.wgsl + weights.wgsl + one quant/*.wgsl (down's type) + this file.
+// Assembled as expert_up.wgsl is, with down's quant snippet.
 // Work split as in expert_up.wgsl: one workgroup per (pair, group of rows), threads of a row split its blocks.
 
 override WORKGROUP_SIZE: u32 = 64u;
@@ -20,8 +20,6 @@ fn load_act(i: u32) -> f32 {
   return h[i];
 }
 
-var<workgroup> partial: array<f32, WORKGROUP_SIZE>;
-
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(
   @builtin(workgroup_id) wid: vec3<u32>,
@@ -34,7 +32,11 @@ fn main(
     return; // padding of a folded 2-D dispatch; uniform across the workgroup
   }
   let pair = wg / groups_per_pair;
-  let expert = u32(ids[pair]);
+  let id = u32(ids[pair]);
+  if (id < shape.expert_begin || id >= shape.expert_end) {
+    return; // another part's expert (see Shape); uniform across the workgroup, which serves one pair
+  }
+  let expert = id - shape.expert_begin;
 
   let threads_per_row = WORKGROUP_SIZE / ROWS_PER_WORKGROUP;
   let lane = lid % threads_per_row;
@@ -44,22 +46,15 @@ fn main(
 
   var acc = 0.0;
   if (row < shape.n_embd) {
-    let row_byte = shape.down_byte_offset + (expert * shape.n_embd + row) * row_bytes;
+    let row_byte = (expert * shape.n_embd + row) * row_bytes;
     let act = pair * shape.ff;
     for (var b = lane; b < blocks_per_row; b += threads_per_row) {
       acc += block_dot(0u, row_byte + b * BLOCK_BYTES, act + b * BLOCK_SIZE);
     }
   }
-  partial[lid] = acc;
-  workgroupBarrier();
-  for (var s = threads_per_row / 2u; s > 0u; s >>= 1u) {
-    if (lane < s) {
-      partial[lid] += partial[lid + s];
-    }
-    workgroupBarrier();
-  }
+  let sum = row_sum(vec2<f32>(acc, 0.0), lid).x;
 
   if (lane == 0u && row < shape.n_embd) {
-    y[pair * shape.n_embd + row] = partial[lid];
+    y[pair * shape.n_embd + row] = sum;
   }
 }

@@ -52,11 +52,12 @@ fn main(
   if (wg >= shape.n_row_tiles * col_tiles) {
     return; // padding of a folded 2-D dispatch; uniform across the workgroup
   }
-  let tile = tiles[wg % shape.n_row_tiles];
+  let tile = tiles[shape.tile_begin + wg % shape.n_row_tiles];
+  let expert = tile.expert - shape.expert_begin; // this part's tiles only
   let col0 = (wg / shape.n_row_tiles) * TILE_COLS;
   let k_len = shape.ff;
   let row_bytes = (k_len / BLOCK_SIZE) * BLOCK_BYTES;
-  let expert_byte = shape.down_byte_offset + tile.expert * shape.n_embd * row_bytes;
+  let expert_byte = expert * shape.n_embd * row_bytes;
 
   for (var r = lid; r < TILE_ROWS; r += WORKGROUP_SIZE) {
     var p = 0u;

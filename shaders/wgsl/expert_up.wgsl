@@ -1,9 +1,11 @@
 // First half of a routed expert: for each (token, expert) pair p and hidden row r,
 //   h[p, r] = silu(gate_e[r] · x_t) · (up_e[r] · x_t)      with t = p / n_used, e = ids[p]
-// Assembled as common.wgsl + weights.wgsl + one quant/*.wgsl (the weight type) + this file.
+// Assembled as [enable directives] + common.wgsl + weights.wgsl + one quant/*.wgsl (the weight type) + a reduce snippet
+// + this file.
 //
 // One workgroup per (pair, group of ROWS_PER_WORKGROUP rows); the WORKGROUP_SIZE / ROWS_PER_WORKGROUP threads of a
-// row split its blocks and reduce through workgroup memory. Both overrides must be powers of two (checked in TS).
+// row split its blocks and add up their partial sums with row_sum, from reduce.wgsl or reduce_subgroups.wgsl (the
+// module's feature variant). Both overrides must be powers of two (checked in TS).
 //
 // PASS: 0 = fused (gate and up share the quant type, the usual case); when they differ the quant snippet can serve
 // only one of them, so TS runs PASS 1 (gate only: h = gate · x) with the gate type's module, then PASS 2
@@ -34,9 +36,6 @@ fn load_act(i: u32) -> f32 {
   return rows[i];
 }
 
-var<workgroup> partial_g: array<f32, WORKGROUP_SIZE>;
-var<workgroup> partial_u: array<f32, WORKGROUP_SIZE>;
-
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(
   @builtin(workgroup_id) wid: vec3<u32>,
@@ -50,7 +49,11 @@ fn main(
   }
   let pair = wg / groups_per_pair;
   let token = pair / shape.n_used;
-  let expert = u32(ids[pair]);
+  let id = u32(ids[pair]);
+  if (id < shape.expert_begin || id >= shape.expert_end) {
+    return; // another part's expert (see Shape); uniform across the workgroup, which serves one pair
+  }
+  let expert = id - shape.expert_begin;
 
   let threads_per_row = WORKGROUP_SIZE / ROWS_PER_WORKGROUP;
   let lane = lid % threads_per_row;
@@ -65,35 +68,26 @@ fn main(
     let act = token * shape.n_embd;
     for (var b = lane; b < blocks_per_row; b += threads_per_row) {
       if (PASS != 2u) {
-        g += block_dot(GATE, shape.gate_byte_offset + row_byte + b * BLOCK_BYTES, act + b * BLOCK_SIZE);
+        g += block_dot(GATE, row_byte + b * BLOCK_BYTES, act + b * BLOCK_SIZE);
       }
       if (PASS != 1u) {
-        u += block_dot(UP, shape.up_byte_offset + row_byte + b * BLOCK_BYTES, act + b * BLOCK_SIZE);
+        u += block_dot(UP, row_byte + b * BLOCK_BYTES, act + b * BLOCK_SIZE);
       }
     }
   }
-  partial_g[lid] = g;
-  partial_u[lid] = u;
-  workgroupBarrier();
-  for (var s = threads_per_row / 2u; s > 0u; s >>= 1u) {
-    if (lane < s) {
-      partial_g[lid] += partial_g[lid + s];
-      partial_u[lid] += partial_u[lid + s];
-    }
-    workgroupBarrier();
-  }
+  let sums = row_sum(vec2<f32>(g, u), lid); // gate, up
 
   if (lane == 0u && row < shape.ff) {
     let o = pair * shape.ff + row;
     switch (PASS) {
       case 1u: {
-        h[o] = partial_g[lid];
+        h[o] = sums.x;
       }
       case 2u: {
-        h[o] = silu(h[o]) * partial_u[lid];
+        h[o] = silu(h[o]) * sums.y;
       }
       default: {
-        h[o] = silu(partial_g[lid]) * partial_u[lid];
+        h[o] = silu(sums.x) * sums.y;
       }
     }
   }

@@ -75,11 +75,12 @@ fn main(
   if (wg >= shape.n_row_tiles * col_tiles) {
     return; // padding of a folded 2-D dispatch; uniform across the workgroup
   }
-  let tile = tiles[wg % shape.n_row_tiles];
+  let tile = tiles[shape.tile_begin + wg % shape.n_row_tiles];
+  let expert = tile.expert - shape.expert_begin; // this part's tiles only
   let col0 = (wg / shape.n_row_tiles) * TILE_COLS;
   let k_len = shape.n_embd;
   let row_bytes = (k_len / BLOCK_SIZE) * BLOCK_BYTES;
-  let expert_byte = tile.expert * shape.ff * row_bytes;
+  let expert_byte = expert * shape.ff * row_bytes;
 
   for (var r = lid; r < TILE_ROWS; r += WORKGROUP_SIZE) {
     var start = 0u;
@@ -116,10 +117,10 @@ fn main(
       if (col0 + c < shape.ff && k0 + kq < k_len) {
         let rb = expert_byte + (col0 + c) * row_bytes;
         if (PASS != 2u) {
-          g = weight_quad(GATE, shape.gate_byte_offset + rb, k0 + kq);
+          g = weight_quad(GATE, rb, k0 + kq);
         }
         if (PASS != 1u) {
-          u = weight_quad(UP, shape.up_byte_offset + rb, k0 + kq);
+          u = weight_quad(UP, rb, k0 + kq);
         }
       }
       ws_g[c * TILE_K4_PAD + kq / 4u] = g;

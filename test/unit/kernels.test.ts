@@ -15,7 +15,7 @@ import { GGMLType, requireQuantType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
 import { dequantize } from '../../gguf/dequantize.ts';
 import { expertFfnAccumulate, type ExpertMatrices } from '../../shaders/reference/expert-ffn.ts';
-import { ExpertRuntime, ExpertRuntimeError, type ExpertSlice } from '../../shaders/runtime.ts';
+import { ExpertRuntime, ExpertRuntimeError, type ExpertSlice, type RuntimeEvent } from '../../shaders/runtime.ts';
 import {
   SHAPE_FIELDS,
   TILED_WGSL_CONSTANTS,
@@ -28,7 +28,7 @@ import {
   type SliceTypes,
 } from '../../shaders/expert-ffn.ts';
 import { TILE_WORDS, expertCounts, groupByExpert, usedExperts } from '../../shaders/expert-groups.ts';
-import { chooseRegime, type RegimeDecision, type RoutingSnapshot } from '../../shaders/regime-policy.ts';
+import { batchedSupported, chooseRegime, type RegimeDecision, type RoutingSnapshot } from '../../shaders/regime-policy.ts';
 import { WGSL } from '../../shaders/wgsl-sources.ts';
 import type { ExpertRuntimeErrorCode } from '../../shaders/errors.ts';
 import { mulberry32 } from '../support/random.ts';
@@ -41,6 +41,7 @@ if (!process.env.VK_ICD_FILENAMES && existsSync(SWIFTSHADER_ICD)) process.env.VK
 // Device.
 
 let gpu: GPU;
+let adapter: GPUAdapter;
 let device: GPUDevice;
 const extraDevices: GPUDevice[] = [];
 let openError: unknown = null;
@@ -56,9 +57,18 @@ async function openGpu(): Promise<void> {
         `${SWIFTSHADER_ICD}) and run with VK_ICD_FILENAMES=${SWIFTSHADER_ICD}`,
     );
   }
-  // Ask for the adapter's binding limits: a device otherwise gets the WebGPU defaults (128 MiB per binding).
-  device = await a.requestDevice({
-    label: 'kernels.test device',
+  adapter = a;
+  device = await requestTestDevice(a, 'kernels.test device');
+}
+
+/**
+ * A device with the adapter's binding limits (a device otherwise gets the WebGPU defaults, 128 MiB per binding) and
+ * its 'subgroups' feature when it has one (SwiftShader does), so both kernel variants can run.
+ */
+function requestTestDevice(a: GPUAdapter, label: string): Promise<GPUDevice> {
+  return a.requestDevice({
+    label,
+    requiredFeatures: a.features.has('subgroups') ? ['subgroups'] : [],
     requiredLimits: {
       maxStorageBufferBindingSize: a.limits.maxStorageBufferBindingSize,
       maxBufferSize: a.limits.maxBufferSize,
@@ -262,27 +272,37 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
   });
 
   let seed = 1;
-  for (const { name, types, sizes } of GRID) {
-    for (const [nEmbd, ff, nExperts] of sizes) {
-      test(`decode: ${name} nEmbd=${nEmbd} ff=${ff} ${nExperts} experts matches the CPU reference`, async (t) => {
-        const { slice, experts } = makeSlice(types, nEmbd, ff, nExperts, seed++);
-        const rt = await ExpertRuntime.create(device, slice, { label: `test ${name}` });
-        try {
-          const bound = types.gate === T.F32 && types.up === T.F32 && types.down === T.F32 ? NMSE_MAX_F32 : NMSE_MAX;
-          for (const nTokens of N_TOKENS) {
-            for (const nUsed of N_USED) {
-              const c = makeCall(nEmbd, nExperts, nTokens, nUsed, seed++);
-              const got = await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed, { regime: 'decode' });
-              const e = nmse(got, reference(experts, c));
-              measured.set(`decode ${name}`, Math.max(measured.get(`decode ${name}`) ?? 0, e));
-              assert.ok(e <= bound && e <= NMSE_CONTRACT, `nTokens=${nTokens} nUsed=${nUsed}: NMSE ${e} > ${bound}`);
-            }
+  // Every decode case runs on both variants of the decode kernels: 'base' (workgroup-memory reduction) and
+  // 'subgroups' (shuffles), which needs the adapter's feature and a passing layout probe.
+  for (const features of ['base', 'subgroups'] as const) {
+    for (const { name, types, sizes } of GRID) {
+      for (const [nEmbd, ff, nExperts] of sizes) {
+        test(`decode (${features}): ${name} nEmbd=${nEmbd} ff=${ff} ${nExperts} experts matches the CPU reference`, async (t) => {
+          if (features === 'subgroups' && !device.features.has('subgroups')) {
+            t.skip("the adapter has no 'subgroups' feature; the base variant above covers this case");
+            return;
           }
-          t.diagnostic(`max NMSE ${measured.get(`decode ${name}`)?.toExponential(2)}`);
-        } finally {
-          rt.dispose();
-        }
-      });
+          const { slice, experts } = makeSlice(types, nEmbd, ff, nExperts, seed++);
+          const rt = await ExpertRuntime.create(device, slice, { label: `test ${name}`, features });
+          const key = `decode ${features} ${name}`;
+          try {
+            assert.equal(rt.capabilities().kernelFeatures, features);
+            const bound = types.gate === T.F32 && types.up === T.F32 && types.down === T.F32 ? NMSE_MAX_F32 : NMSE_MAX;
+            for (const nTokens of N_TOKENS) {
+              for (const nUsed of N_USED) {
+                const c = makeCall(nEmbd, nExperts, nTokens, nUsed, seed++);
+                const got = await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed, { regime: 'decode' });
+                const e = nmse(got, reference(experts, c));
+                measured.set(key, Math.max(measured.get(key) ?? 0, e));
+                assert.ok(e <= bound && e <= NMSE_CONTRACT, `nTokens=${nTokens} nUsed=${nUsed}: NMSE ${e} > ${bound}`);
+              }
+            }
+            t.diagnostic(`max NMSE ${measured.get(key)?.toExponential(2)}`);
+          } finally {
+            rt.dispose();
+          }
+        });
+      }
     }
   }
 
@@ -458,27 +478,154 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     }
   });
 
-  test('a slice whose matrix exceeds maxStorageBufferBindingSize is refused with the numbers', async () => {
-    // Asking for a lower limit (64 KiB) is allowed, but WebGPU grants at least the default (128 MiB), so the slice
-    // must exceed 128 MiB. Its arrays are zero-filled and never touched, so they cost address space, not memory.
-    // An adapter makes one device; the refusal needs a second adapter.
+  // Splitting: each matrix is cut by expert ranges into parts of at most maxBindingBytes. The cases: three parts of
+  // 2 + 2 + 1 experts; parts whose byte lengths are not multiples of 4 (Q4_0 rows of 18 bytes × 33 rows); one
+  // expert per part; and routing that leaves a part with no pairs. Split and whole slices run the same per-pair
+  // arithmetic, so their results must be bit-identical, and both match the reference.
+  const SPLIT_CASES: { name: string; types: SliceTypes; nEmbd: number; ff: number; nExperts: number; perPart: number }[] = [
+    { name: 'Q4_K', types: same(T.Q4_K), nEmbd: 256, ff: 256, nExperts: 5, perPart: 2 },
+    { name: 'Q4_0 + F16 down, unaligned parts', types: { gate: T.Q4_0, up: T.Q4_0, down: T.F16 }, nEmbd: 32, ff: 33, nExperts: 4, perPart: 1 },
+    { name: 'F32', types: same(T.F32), nEmbd: 64, ff: 32, nExperts: 6, perPart: 4 },
+  ];
+  for (const k of SPLIT_CASES) {
+    test(`split slice: ${k.name}, ${k.nExperts} experts in parts of ${k.perPart}, both regimes, same bits as one part`, async () => {
+      const { slice, experts } = makeSlice(k.types, k.nEmbd, k.ff, k.nExperts, seed++);
+      const bytes = sliceMatrixBytes(slice);
+      // The binding cap that fits exactly perPart experts of the largest matrix.
+      const perExpert = Math.max(bytes.gate, bytes.up, bytes.down) / k.nExperts;
+      const maxBindingBytes = Math.ceil((k.perPart * perExpert) / 4) * 4;
+      const split = await ExpertRuntime.create(device, slice, { maxBindingBytes, tileRows: 16 });
+      const whole = await ExpertRuntime.create(device, slice);
+      try {
+        const caps = split.capabilities();
+        assert.equal(caps.weightParts, Math.ceil(k.nExperts / k.perPart));
+        assert.equal(caps.maxBindingBytes, maxBindingBytes);
+        assert.equal(whole.capabilities().weightParts, 1);
+        assert.equal(split.memory().weightBuffers, 3 * caps.weightParts);
+        const regimes = batchedSupported(slice) ? (['decode', 'batched'] as const) : (['decode'] as const);
+        for (const regime of regimes) {
+          for (const [nTokens, nUsed] of [[3, 2], [16, 2]] as const) {
+            const c = makeCall(k.nEmbd, k.nExperts, nTokens, nUsed, seed++);
+            const a = await split.compute(c.rows, c.ids, c.probs, nTokens, nUsed, { regime });
+            const b = await whole.compute(c.rows, c.ids, c.probs, nTokens, nUsed, { regime });
+            assert.ok(sameBits(a, b), `${regime} ${nTokens}×${nUsed}: split and whole differ`);
+            assert.ok(nmse(a, reference(experts, c)) <= NMSE_MAX, `${regime} ${nTokens}×${nUsed}`);
+          }
+          // Every pair on the last expert: the other parts dispatch nothing.
+          const c = makeCall(k.nEmbd, k.nExperts, 4, 1, seed++);
+          c.ids.fill(k.nExperts - 1);
+          const a = await split.compute(c.rows, c.ids, c.probs, 4, 1, { regime });
+          assert.ok(sameBits(a, await whole.compute(c.rows, c.ids, c.probs, 4, 1, { regime })), `${regime}: one part only`);
+        }
+      } finally {
+        split.dispose();
+        whole.dispose();
+      }
+    });
+  }
+
+  test('an expert larger than one binding is refused with the numbers', async () => {
+    const { slice } = makeSlice(same(T.F32), 64, 32, 2, seed++);
+    await rejectsWith(ExpertRuntime.create(device, slice, { maxBindingBytes: 4096 }), 'BINDING_TOO_LARGE',
+      { matrix: 'gate', bytes: 64 * 32 * 4, limit: 4096, limitName: 'the maxBindingBytes option' });
+    // The device's own limit: a device with the WebGPU defaults (128 MiB per binding) and one F32 gate of 4096 ×
+    // 8224 (> 128 MiB). The arrays are zero-filled and never touched, so they cost address space, not memory.
     const second = await gpu.requestAdapter();
     assert.ok(second, 'requestAdapter() returned null for a second adapter');
-    const small = await second.requestDevice({ label: 'kernels.test low-limit device', requiredLimits: { maxStorageBufferBindingSize: 64 * 1024 } });
+    const small = await second.requestDevice({ label: 'kernels.test default-limit device' });
     extraDevices.push(small);
     const limit = small.limits.maxStorageBufferBindingSize;
-    assert.ok(limit >= 64 * 1024 && limit <= 128 * 1024 * 1024, `binding limit ${limit}`);
-    const nEmbd = 4096;
-    const ff = 2048;
     const types: SliceTypes = { gate: T.F32, up: T.Q4_0, down: T.Q4_0 };
-    const nExperts = Math.floor(limit / (nEmbd * ff * 4)) + 1; // one expert more than fits
-    const bytes = sliceMatrixBytes({ nEmbd, ff, nExperts, types });
-    const slice: ExpertSlice = {
-      nEmbd, ff, nExperts, types,
-      gate: new Uint8Array(bytes.gate), up: new Uint8Array(bytes.up), down: new Uint8Array(bytes.down),
-    };
-    await rejectsWith(ExpertRuntime.create(small, slice), 'BINDING_TOO_LARGE',
-      { matrix: 'gate', bytes: bytes.gate, limit, limitName: 'maxStorageBufferBindingSize' });
+    const big = { nEmbd: 4096, ff: 8224, nExperts: 1, types };
+    const bytes = sliceMatrixBytes(big);
+    assert.ok(bytes.gate > limit, `gate ${bytes.gate} vs ${limit}`);
+    await rejectsWith(
+      ExpertRuntime.create(small, { ...big, gate: new Uint8Array(bytes.gate), up: new Uint8Array(bytes.up), down: new Uint8Array(bytes.down) }),
+      'BINDING_TOO_LARGE', { matrix: 'gate', bytes: bytes.gate, limit, limitName: 'maxStorageBufferBindingSize' });
+    await rejectsWith(ExpertRuntime.create(device, slice, { maxBindingBytes: 0 }), 'BAD_OPTION');
+  });
+
+  test('features: auto picks subgroups where the probe passes, base without the feature; asking for a missing one throws', async (t) => {
+    const { slice } = makeSlice(same(T.Q8_0), 64, 32, 2, seed++);
+    const second = await gpu.requestAdapter();
+    assert.ok(second);
+    const plain = await second.requestDevice({ label: 'kernels.test device without subgroups' });
+    extraDevices.push(plain);
+    const rt = await ExpertRuntime.create(plain, slice);
+    try {
+      assert.equal(rt.capabilities().kernelFeatures, 'base');
+      assert.match(rt.capabilities().kernelFeaturesReason, /without the 'subgroups' feature/);
+    } finally {
+      rt.dispose();
+    }
+    await rejectsWith(ExpertRuntime.create(plain, slice, { features: 'subgroups' }), 'FEATURE_UNAVAILABLE');
+    if (!device.features.has('subgroups')) {
+      t.skip("the adapter has no 'subgroups' feature");
+      return;
+    }
+    const auto = await ExpertRuntime.create(device, slice);
+    try {
+      assert.equal(auto.capabilities().kernelFeatures, 'subgroups');
+      t.diagnostic(auto.capabilities().kernelFeaturesReason);
+    } finally {
+      auto.dispose();
+    }
+  });
+
+  test('device lost: reported, rebuilt on a new device, the interrupted and later calls served', async () => {
+    const { slice, experts } = makeSlice(same(T.Q4_K), 256, 256, 3, seed++);
+    const c = makeCall(256, 3, 4, 2, seed++);
+    const first = await requestTestDevice((await gpu.requestAdapter())!, 'kernels.test device to lose');
+    const events: RuntimeEvent[] = [];
+    const newDevices: GPUDevice[] = [];
+    const rt = await ExpertRuntime.create(first, slice, {
+      onEvent: (e) => events.push(e),
+      recovery: {
+        requestDevice: async () => {
+          const d = await requestTestDevice((await gpu.requestAdapter())!, 'kernels.test replacement device');
+          newDevices.push(d);
+          return d;
+        },
+      },
+    });
+    try {
+      const before = await rt.compute(c.rows, c.ids, c.probs, 4, 2);
+      const inFlight = rt.compute(c.rows, c.ids, c.probs, 4, 2);
+      first.destroy();
+      const after = await rt.compute(c.rows, c.ids, c.probs, 4, 2);
+      assert.ok(sameBits(await inFlight, before), 'the call in flight when the device went');
+      assert.ok(sameBits(after, before), 'a call after the loss');
+      assert.ok(nmse(after, reference(experts, c)) <= NMSE_MAX);
+      assert.deepEqual(events.map((e) => e.type), ['device-lost', 'recovered']);
+      assert.equal(newDevices.length, 1);
+      assert.equal(rt.memory().weightBuffers, 3);
+    } finally {
+      rt.dispose();
+    }
+    // The runtime requested the replacement, so dispose() destroys it.
+    const lost = await Promise.race([newDevices[0]!.lost.then((i) => i.reason), new Promise((r) => setTimeout(() => r('alive'), 2000))]);
+    assert.equal(lost, 'destroyed');
+  });
+
+  test('device lost without recovery, or with a recovery that fails: DEVICE_LOST, reported once', async () => {
+    const { slice } = makeSlice(same(T.F16), 64, 32, 2, seed++);
+    const c = makeCall(64, 2, 2, 1, seed++);
+    for (const recovery of [undefined, { requestDevice: () => Promise.reject(new Error('no adapter today')), attempts: 2 }]) {
+      const d = await requestTestDevice((await gpu.requestAdapter())!, 'kernels.test device to lose');
+      const events: RuntimeEvent[] = [];
+      const rt = await ExpertRuntime.create(d, slice, { onEvent: (e) => events.push(e), ...(recovery ? { recovery } : {}) });
+      try {
+        await rt.compute(c.rows, c.ids, c.probs, 2, 1);
+        d.destroy();
+        await rejectsWith(rt.compute(c.rows, c.ids, c.probs, 2, 1), 'DEVICE_LOST');
+        await rejectsWith(rt.compute(c.rows, c.ids, c.probs, 2, 1), 'DEVICE_LOST');
+        const expected = recovery ? ['device-lost', 'recovery-failed'] : ['device-lost'];
+        assert.deepEqual(events.map((e) => e.type), expected);
+        if (recovery) assert.deepEqual(events[1], { type: 'recovery-failed', attempts: 2, message: 'no adapter today' });
+      } finally {
+        rt.dispose();
+      }
+    }
   });
 
   test('dispose() destroys every buffer; a second dispose is harmless; use after dispose throws', async () => {
@@ -507,6 +654,10 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
       assert.deepEqual(caps.features, [...device.features].sort());
       assert.ok(caps.quantTypes.includes('Q6_K'));
       assert.deepEqual(caps.slice.types, { gate: 'Q6_K', up: 'Q6_K', down: 'Q6_K' });
+      assert.equal(caps.backend, 'webgpu');
+      assert.equal(caps.weightParts, 1);
+      assert.equal(caps.maxBindingBytes, Math.min(device.limits.maxStorageBufferBindingSize, device.limits.maxBufferSize, 2 ** 32 - 4));
+      assert.equal(caps.kernelFeatures, device.features.has('subgroups') ? 'subgroups' : 'base');
     } finally {
       rt.dispose();
     }
@@ -517,10 +668,8 @@ test('the shape uniform is written in the field order of the WGSL struct', () =>
   const body = /struct Shape \{([^}]*)\}/.exec(WGSL.common)?.[1] ?? '';
   const fields = [...body.matchAll(/^\s*(\w+)\s*:\s*u32/gm)].map((m) => m[1]);
   assert.deepEqual(fields, [...SHAPE_FIELDS]);
-  const u = writeShapeUniform({ nEmbd: 10, ff: 20, nExperts: 5 }, { nTokens: 3, nUsed: 2 }, { gate: 100, up: 200, down: 300 }, 7);
-  assert.deepEqual([...u], [10, 20, 3, 2, 5, 100, 200, 300, 7]);
-  // Decode writes no tile list.
-  assert.equal(writeShapeUniform({ nEmbd: 10, ff: 20, nExperts: 5 }, { nTokens: 3, nUsed: 2 }, { gate: 0, up: 0, down: 0 })[8], 0);
+  const u = writeShapeUniform({ nEmbd: 10, ff: 20, nExperts: 5 }, { nTokens: 3, nUsed: 2 }, { expertBegin: 2, expertEnd: 4, tileBegin: 6, nRowTiles: 7 });
+  assert.deepEqual([...u], [10, 20, 3, 2, 5, 7, 2, 4, 6]);
 });
 
 test('pipeline names say kernel, quant type, pass, tuning and features', () => {

@@ -1,0 +1,157 @@
+/**
+ * A slice's weights on the GPU: each matrix (gate, up, down) cut by expert ranges into parts that each fit one
+ * storage binding, and a writer that fills them from bytes arriving in order (a whole array, or a stream's chunks).
+ *
+ * All three matrices share the cut (part p holds experts [begin, end) of gate, up and down), so one part is one set of
+ * bind groups: expert_up binds gate and up of the same experts. Most slices are one part.
+ *
+ * @example
+ *   const parts = createWeightParts(device, shape, limit, label);
+ *   const w = new WeightWriter(device.queue, shape, parts);
+ *   w.write('gate', 0, bytes.subarray(0, 1000)); w.write('gate', 1000, bytes.subarray(1000)); …
+ *   w.finish(); // checks every byte arrived
+ */
+import { GGMLType } from '../gguf/quant-types.ts';
+import { ExpertRuntimeError, type MatrixName } from './errors.ts';
+import { GPU_FLAGS, expertsPerPart, partRanges, sliceMatrixBytes, type SliceShape } from './expert-ffn.ts';
+
+export const MATRICES: readonly MatrixName[] = ['gate', 'up', 'down'];
+
+export interface WeightPart {
+  /** Experts [begin, end) of the slice. */
+  begin: number;
+  end: number;
+  buffers: Record<MatrixName, GPUBuffer>;
+}
+
+const pad4 = (n: number): number => Math.ceil(n / 4) * 4;
+const typeName = (t: GGMLType): string => GGMLType[t] ?? String(t);
+
+/** Bytes of one expert's matrix, per matrix. */
+export function bytesPerExpert(shape: SliceShape): Record<MatrixName, number> {
+  const total = sliceMatrixBytes(shape);
+  return { gate: total.gate / shape.nExperts, up: total.up / shape.nExperts, down: total.down / shape.nExperts };
+}
+
+/**
+ * The expert ranges of a slice's parts when one binding holds `limit` bytes; throws BINDING_TOO_LARGE when not even
+ * one expert's matrix fits.
+ */
+export function planParts(shape: SliceShape, limit: number, limitName: string): [number, number][] {
+  const per = bytesPerExpert(shape);
+  for (const m of MATRICES) {
+    if (pad4(per[m]) > limit) {
+      throw new ExpertRuntimeError('BINDING_TOO_LARGE', { matrix: m, bytes: per[m], limit, limitName },
+        `${m}: one expert of ${typeName(shape.types[m])} is ${per[m]} bytes, over this device's ${limitName} of ${limit}; ` +
+          'an expert cannot be split over bindings, so this device cannot hold this model\'s experts');
+    }
+  }
+  return partRanges(shape.nExperts, expertsPerPart(per, limit));
+}
+
+/** Creates the (zeroed) weight buffers of every part. */
+export function createWeightParts(device: GPUDevice, shape: SliceShape, ranges: [number, number][], label: string): WeightPart[] {
+  const per = bytesPerExpert(shape);
+  return ranges.map(([begin, end]) => {
+    const name = ranges.length === 1 ? '' : ` part ${begin}..${end}`;
+    const make = (m: MatrixName): GPUBuffer =>
+      device.createBuffer({
+        label: `${label} ${m} weights (${typeName(shape.types[m])})${name}`,
+        size: pad4((end - begin) * per[m]),
+        usage: GPU_FLAGS.BUFFER_STORAGE | GPU_FLAGS.BUFFER_COPY_DST,
+      });
+    return { begin, end, buffers: { gate: make('gate'), up: make('up'), down: make('down') } };
+  });
+}
+
+export function destroyWeightParts(parts: readonly WeightPart[]): void {
+  for (const p of parts) for (const m of MATRICES) p.buffers[m].destroy();
+}
+
+/**
+ * Writes each matrix's bytes, in order and in any chunking, into its parts with queue.writeBuffer (which needs
+ * 4-byte multiples: up to 3 bytes wait for the next chunk, and a part's last word is padded with zeros). Nothing
+ * but those few bytes is kept: the queue copies each chunk before write() returns.
+ */
+export class WeightWriter {
+  private readonly per: Record<MatrixName, number>;
+  private readonly written: Record<MatrixName, number> = { gate: 0, up: 0, down: 0 };
+  private readonly carry: Record<MatrixName, Uint8Array<ArrayBuffer>> = { gate: new Uint8Array(4), up: new Uint8Array(4), down: new Uint8Array(4) };
+  private readonly expected: Record<MatrixName, number>;
+
+  constructor(
+    private readonly queue: GPUQueue,
+    private readonly shape: SliceShape,
+    private readonly parts: readonly WeightPart[],
+  ) {
+    this.per = bytesPerExpert(shape);
+    this.expected = sliceMatrixBytes(shape);
+  }
+
+  /** `chunk` holds matrix bytes [offset, offset + chunk.length); offsets must follow each other. Copies `chunk`. */
+  write(m: MatrixName, offset: number, chunk: Uint8Array): void {
+    if (offset !== this.written[m]) {
+      throw new ExpertRuntimeError('BAD_SLICE_BYTES', { matrix: m, expected: this.written[m], actual: offset },
+        `${m}: weight bytes must arrive in order: expected offset ${this.written[m]}, got ${offset}`);
+    }
+    if (offset + chunk.length > this.expected[m]) {
+      throw new ExpertRuntimeError('BAD_SLICE_BYTES', { matrix: m, expected: this.expected[m], actual: offset + chunk.length },
+        `${m}: ${this.shape.nExperts} experts need ${this.expected[m]} bytes, got at least ${offset + chunk.length}`);
+    }
+    let at = 0;
+    while (at < chunk.length) {
+      const pos = this.written[m];
+      const part = this.partOf(m, pos);
+      const partStart = part.begin * this.per[m];
+      const partEnd = part.end * this.per[m];
+      const n = Math.min(chunk.length - at, partEnd - pos);
+      this.put(m, part.buffers[m], pos - partStart, chunk.subarray(at, at + n), pos + n === partEnd);
+      this.written[m] = pos + n;
+      at += n;
+    }
+  }
+
+  /** Throws BAD_SLICE_BYTES unless every matrix got all its bytes. */
+  finish(): void {
+    for (const m of MATRICES) {
+      if (this.written[m] !== this.expected[m]) {
+        throw new ExpertRuntimeError('BAD_SLICE_BYTES', { matrix: m, expected: this.expected[m], actual: this.written[m] },
+          `${m}: ${this.shape.nExperts} experts need ${this.expected[m]} bytes, got ${this.written[m]}`);
+      }
+    }
+  }
+
+  private partOf(m: MatrixName, pos: number): WeightPart {
+    const expert = Math.floor(pos / this.per[m]);
+    return this.parts.find((p) => expert >= p.begin && expert < p.end)!;
+  }
+
+  /** Writes `bytes` at byte `at` of `buffer`, keeping the unaligned tail (flushed, zero-padded, at the part's end). */
+  private put(m: MatrixName, buffer: GPUBuffer, at: number, bytes: Uint8Array, partEnds: boolean): void {
+    const carry = this.carry[m];
+    const held = at % 4; // bytes of the current word already waiting in carry
+    let i = 0;
+    if (held > 0) {
+      const take = Math.min(4 - held, bytes.length);
+      carry.set(bytes.subarray(0, take), held);
+      i = take;
+      if (held + take === 4) this.queue.writeBuffer(buffer, at - held, carry);
+      else if (partEnds) this.flushTail(m, buffer, at - held, held + take);
+    }
+    const whole = (bytes.length - i) & ~3;
+    if (whole > 0) this.queue.writeBuffer(buffer, at + i, bytes as Uint8Array<ArrayBuffer>, i, whole);
+    i += whole;
+    const rest = bytes.length - i;
+    if (rest > 0) {
+      carry.set(bytes.subarray(i), 0);
+      if (partEnds) this.flushTail(m, buffer, at + i, rest);
+    }
+  }
+
+  /** Writes the part's last, partial word: `valid` bytes of carry, zeros after. */
+  private flushTail(m: MatrixName, buffer: GPUBuffer, wordStart: number, valid: number): void {
+    const carry = this.carry[m];
+    carry.fill(0, valid);
+    this.queue.writeBuffer(buffer, wordStart, carry);
+  }
+}

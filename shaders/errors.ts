@@ -34,6 +34,8 @@ export interface ExpertRuntimeErrorDetails {
   /** WebGPU reported a validation or out-of-memory error for a compute call. */
   GPU_ERROR: { message: string };
   DEVICE_LOST: { reason: string; message: string };
+  /** The expert engine found no backend that builds and computes here (each one's error by backend). */
+  NO_BACKEND: { errors: Partial<Record<'webgpu' | 'wasm', string>> };
   DISPOSED: Record<string, never>;
 }
 

@@ -1,0 +1,133 @@
+/**
+ * The volunteer's expert engine: one slice, computed by whichever backend is faster on this machine. On start it
+ * builds both — our WGSL kernels (ExpertRuntime on WebGPU) and the onnxruntime wasm fallback (OrtExpertFallback) —
+ * times each on a short call of the slice's own shape, keeps the faster (chooseBackend, ort/choose-backend.ts) and
+ * disposes the other. `report` says what was measured, what was picked and why, for the hub and the page.
+ *
+ * @example
+ *   const engine = await ExpertEngine.start(slice, {
+ *     webgpu: async (slice) => ({ runtime: await ExpertRuntime.create(device, slice), isFallbackAdapter }),
+ *     wasm: async (slice) => OrtExpertFallback.create(ort, slice),
+ *   });
+ *   engine.report; // { backend: 'wasm', reason: 'wasm is faster: …', measured: { webgpu: {…}, wasm: {…} }, errors: {} }
+ *   const out = await engine.compute(rows, ids, probs, nTokens, nUsed);
+ *
+ * Backends come as factories so the caller decides how each is loaded (which onnxruntime build, which adapter) and a
+ * machine without WebGPU simply passes none. A backend that fails to build or to compute is reported and left out.
+ */
+import { ExpertRuntimeError } from './errors.ts';
+import { chooseBackend, timeCompute, type Backend, type ExpertComputer, type MeasureCall, type Timing } from './ort/choose-backend.ts';
+import type { ExpertSlice } from './runtime.ts';
+
+/** A backend's runtime: ExpertRuntime and OrtExpertFallback both fit. */
+export interface EngineBackend extends ExpertComputer {
+  dispose(): void | Promise<void>;
+}
+
+export interface ExpertEngineOptions {
+  webgpu?: (slice: ExpertSlice) => Promise<{ runtime: EngineBackend; isFallbackAdapter: boolean }>;
+  wasm?: (slice: ExpertSlice) => Promise<EngineBackend>;
+  /** The timed call (default: 1 token × min(2, nExperts) experts, the decode shape a volunteer serves most). */
+  call?: Pick<MeasureCall, 'nTokens' | 'nUsed'>;
+  /** Untimed calls per backend before timing (default 1). */
+  warmup?: number;
+  /** Timed calls per backend, median counted (default 3). */
+  iterations?: number;
+  /** Clock in ms (default performance.now); tests pass their own. */
+  now?: () => number;
+}
+
+export interface EngineMeasurement {
+  msMedian: number;
+  gflops: number;
+}
+
+export interface EngineReport {
+  backend: Backend;
+  reason: string;
+  call: MeasureCall;
+  measured: Partial<Record<Backend, EngineMeasurement & { isFallbackAdapter?: boolean }>>;
+  /** Why a backend is missing from `measured`: not offered, failed to build, or failed to compute. */
+  errors: Partial<Record<Backend, string>>;
+}
+
+const message = (e: unknown): string => (e instanceof Error ? e.message : String(e));
+
+export class ExpertEngine {
+  private disposed = false;
+
+  private constructor(
+    private readonly runtime: EngineBackend,
+    readonly report: EngineReport,
+  ) {}
+
+  /**
+   * Builds the offered backends, measures them and keeps the faster. Throws ExpertRuntimeError NO_BACKEND when none
+   * could build and compute (the message lists each one's error).
+   */
+  static async start(slice: ExpertSlice, options: ExpertEngineOptions): Promise<ExpertEngine> {
+    const call: MeasureCall = {
+      nEmbd: slice.nEmbd,
+      ff: slice.ff,
+      nExperts: slice.nExperts,
+      nTokens: options.call?.nTokens ?? 1,
+      nUsed: options.call?.nUsed ?? Math.min(2, slice.nExperts),
+    };
+    const timing = { warmup: options.warmup ?? 1, iterations: options.iterations ?? 3, ...(options.now ? { now: options.now } : {}) };
+    const report: EngineReport = { backend: 'wasm', reason: '', call, measured: {}, errors: {} };
+    const built: Partial<Record<Backend, EngineBackend>> = {};
+
+    const run = async (backend: Backend, make: () => Promise<{ runtime: EngineBackend; isFallbackAdapter?: boolean }>): Promise<void> => {
+      let runtime: EngineBackend | undefined;
+      try {
+        const made = await make();
+        runtime = made.runtime;
+        const t: Timing = await timeCompute(runtime, call, timing);
+        const adapter = made.isFallbackAdapter === undefined ? {} : { isFallbackAdapter: made.isFallbackAdapter };
+        report.measured[backend] = { msMedian: t.msMedian, gflops: t.gflops, ...adapter };
+        built[backend] = runtime;
+      } catch (e) {
+        report.errors[backend] = message(e);
+        await runtime?.dispose();
+      }
+    };
+    // One after the other: timing both at once would have them compete for the same cores.
+    const { webgpu, wasm: ortWasm } = options;
+    if (webgpu) await run('webgpu', () => webgpu(slice));
+    else report.errors.webgpu = 'not offered (no WebGPU on this machine)';
+    if (ortWasm) await run('wasm', async () => ({ runtime: await ortWasm(slice) }));
+    else report.errors.wasm = 'not offered';
+
+    const gpu = report.measured.webgpu;
+    const wasm = report.measured.wasm;
+    if (!gpu && !wasm) {
+      const why = Object.entries(report.errors).map(([b, e]) => `${b}: ${e}`).join('; ');
+      throw new ExpertRuntimeError('NO_BACKEND', { errors: report.errors }, `no expert backend works here (${why})`);
+    }
+    const choice = chooseBackend({
+      ...(gpu ? { webgpu: { gflops: gpu.gflops, isFallbackAdapter: gpu.isFallbackAdapter ?? false } } : {}),
+      ...(wasm ? { wasm: { gflops: wasm.gflops } } : {}),
+    });
+    report.backend = choice.backend;
+    report.reason = choice.reason;
+    for (const [backend, runtime] of Object.entries(built) as [Backend, EngineBackend][]) {
+      if (backend !== choice.backend) await runtime.dispose();
+    }
+    return new ExpertEngine(built[choice.backend]!, report);
+  }
+
+  get backend(): Backend {
+    return this.report.backend;
+  }
+
+  compute(rows: Float32Array, ids: Int32Array, probs: Float32Array, nTokens: number, nUsed: number): Promise<Float32Array> {
+    if (this.disposed) return Promise.reject(new ExpertRuntimeError('DISPOSED', {}, 'expert engine: used after dispose()'));
+    return this.runtime.compute(rows, ids, probs, nTokens, nUsed);
+  }
+
+  async dispose(): Promise<void> {
+    if (this.disposed) return;
+    this.disposed = true;
+    await this.runtime.dispose();
+  }
+}

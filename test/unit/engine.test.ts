@@ -1,0 +1,123 @@
+/**
+ * ExpertEngine's start-up choice, with stand-in backends on a fake clock: which backend wins, what the report says,
+ * that the loser is disposed, and how build or compute failures are reported. (Real backends, both in one browser
+ * page, are exercised by test/integration/kernels-chromium.test.ts.)
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { GGMLType } from '../../gguf/quant-types.ts';
+import { ExpertEngine, type EngineBackend, type ExpertEngineOptions } from '../../shaders/engine.ts';
+import { ExpertRuntimeError } from '../../shaders/errors.ts';
+import type { ExpertSlice } from '../../shaders/runtime.ts';
+
+const slice: ExpertSlice = {
+  nEmbd: 64, ff: 32, nExperts: 4, types: { gate: GGMLType.F32, up: GGMLType.F32, down: GGMLType.F32 },
+  gate: new Uint8Array(4 * 64 * 32 * 4), up: new Uint8Array(4 * 64 * 32 * 4), down: new Uint8Array(4 * 64 * 32 * 4),
+};
+
+/** A backend whose every call takes `ms` on the shared fake clock and returns rows filled with `tag`. */
+function fake(clock: { t: number }, ms: number, tag: number, failCompute = false): EngineBackend & { disposed: number; calls: number } {
+  return {
+    disposed: 0,
+    calls: 0,
+    async compute(_rows, _ids, _probs, nTokens) {
+      this.calls++;
+      clock.t += ms;
+      if (failCompute) throw new Error(`backend ${tag} cannot compute`);
+      return new Float32Array(nTokens * slice.nEmbd).fill(tag);
+    },
+    dispose() {
+      this.disposed++;
+    },
+  };
+}
+
+function setup(gpuMs: number, wasmMs: number, isFallbackAdapter: boolean) {
+  const clock = { t: 0 };
+  const gpu = fake(clock, gpuMs, 1);
+  const wasm = fake(clock, wasmMs, 2);
+  const options: ExpertEngineOptions = {
+    webgpu: async () => ({ runtime: gpu, isFallbackAdapter }),
+    wasm: async () => wasm,
+    now: () => clock.t,
+    warmup: 1,
+    iterations: 3,
+  };
+  return { gpu, wasm, options };
+}
+
+const rows = new Float32Array(64);
+const ids = Int32Array.of(0, 1);
+const probs = Float32Array.of(0.5, 0.5);
+
+test('the faster backend wins, the other is disposed, and the report gives both measurements', async () => {
+  const cases: [string, number, number, boolean, 'webgpu' | 'wasm', RegExp][] = [
+    ['a GPU three times faster', 1, 3, false, 'webgpu', /WebGPU is faster/],
+    ['a software adapter slower than wasm', 40, 1, true, 'wasm', /wasm is faster: fallback \(software\) WebGPU adapter/],
+    ['a tie on a real GPU', 2, 2, false, 'webgpu', /a tie goes to the GPU/],
+    ['a tie on a software adapter', 2, 2, true, 'wasm', /must be faster to win/],
+  ];
+  for (const [what, gpuMs, wasmMs, fallback, winner, reason] of cases) {
+    const { gpu, wasm, options } = setup(gpuMs, wasmMs, fallback);
+    const engine = await ExpertEngine.start(slice, options);
+    assert.equal(engine.backend, winner, what);
+    assert.match(engine.report.reason, reason, what);
+    assert.deepEqual(engine.report.call, { nEmbd: 64, ff: 32, nExperts: 4, nTokens: 1, nUsed: 2 });
+    // 2 · 3 · 64 · 32 flops per pair, 2 pairs, over the median ms.
+    assert.equal(engine.report.measured.webgpu?.msMedian, gpuMs, what);
+    assert.equal(engine.report.measured.webgpu?.gflops, (2 * 3 * 64 * 32 * 2) / (gpuMs * 1e6));
+    assert.equal(engine.report.measured.webgpu?.isFallbackAdapter, fallback);
+    assert.equal(engine.report.measured.wasm?.msMedian, wasmMs, what);
+    assert.deepEqual(engine.report.errors, {});
+    assert.equal(gpu.calls, 4, 'one warm-up and three timed calls');
+    const [kept, dropped] = winner === 'webgpu' ? [gpu, wasm] : [wasm, gpu];
+    assert.equal(dropped.disposed, 1, `${what}: the loser is disposed`);
+    assert.equal(kept.disposed, 0);
+    assert.equal((await engine.compute(rows, ids, probs, 1, 2))[0], winner === 'webgpu' ? 1 : 2);
+    await engine.dispose();
+    await engine.dispose();
+    assert.equal(kept.disposed, 1, 'dispose() once, however often called');
+    await assert.rejects(engine.compute(rows, ids, probs, 1, 2), (e: unknown) => e instanceof ExpertRuntimeError && e.code === 'DISPOSED');
+  }
+});
+
+test('a backend that fails to build or to compute is reported and the other one serves', async () => {
+  const clock = { t: 0 };
+  const wasm = fake(clock, 5, 2);
+  const noGpu = await ExpertEngine.start(slice, {
+    webgpu: async () => {
+      throw new Error('requestAdapter() returned null');
+    },
+    wasm: async () => wasm,
+    now: () => clock.t,
+  });
+  assert.equal(noGpu.backend, 'wasm');
+  assert.match(noGpu.report.reason, /only wasm was measured/);
+  assert.deepEqual(noGpu.report.errors, { webgpu: 'requestAdapter() returned null' });
+
+  const broken = fake(clock, 1, 2, true);
+  const gpu = fake(clock, 9, 1);
+  const engine = await ExpertEngine.start(slice, { webgpu: async () => ({ runtime: gpu, isFallbackAdapter: false }), wasm: async () => broken, now: () => clock.t });
+  assert.equal(engine.backend, 'webgpu');
+  assert.deepEqual(engine.report.errors, { wasm: 'backend 2 cannot compute' });
+  assert.equal(broken.disposed, 1, 'a backend that failed is disposed');
+
+  const onlyWasm = await ExpertEngine.start(slice, { wasm: async () => fake(clock, 1, 2), now: () => clock.t });
+  assert.equal(onlyWasm.report.errors.webgpu, 'not offered (no WebGPU on this machine)');
+});
+
+test('no working backend: NO_BACKEND with every reason', async () => {
+  await assert.rejects(ExpertEngine.start(slice, {}), (e: unknown) =>
+    e instanceof ExpertRuntimeError && e.code === 'NO_BACKEND' && /webgpu: not offered/.test(e.message) && /wasm: not offered/.test(e.message));
+  const clock = { t: 0 };
+  await assert.rejects(
+    ExpertEngine.start(slice, {
+      webgpu: async () => ({ runtime: fake(clock, 1, 1, true), isFallbackAdapter: false }),
+      wasm: async () => {
+        throw new Error('no wasm');
+      },
+    }),
+    (e: unknown) => e instanceof ExpertRuntimeError && e.code === 'NO_BACKEND' &&
+      JSON.stringify(e.details) === JSON.stringify({ errors: { webgpu: 'backend 1 cannot compute', wasm: 'no wasm' } }),
+  );
+});

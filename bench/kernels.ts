@@ -7,14 +7,13 @@
  *   npm run bench:kernels -- --serve [--host 127.0.0.1 --port 8787]     prints a URL and waits; open it in a browser
  */
 import { createServer, type Server } from 'node:http';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { chromium } from 'playwright-core';
-import { CHROMIUM, CHROMIUM_ARGS, bundle } from '../test/support/browser.ts';
+import { CHROMIUM, CHROMIUM_ARGS, ORT_PREFIX, bundle, ortAsset } from '../test/support/browser.ts';
 import { DEFAULT_SHAPES, type BenchConfig, type BenchReport } from './browser/report.ts';
 
 const { values } = parseArgs({
@@ -30,7 +29,6 @@ const { values } = parseArgs({
   },
 });
 
-const ORT_PREFIX = '/ort/';
 const config: BenchConfig = {
   types: values.types.split(',').map((t) => t.trim()).filter(Boolean),
   shapes: DEFAULT_SHAPES,
@@ -40,7 +38,6 @@ const config: BenchConfig = {
   ortThreads: Number(values.threads),
 };
 
-const ortDist = dirname(createRequire(import.meta.url).resolve('onnxruntime-web/ort-wasm-simd-threaded.wasm'));
 const script = await bundle(fileURLToPath(new URL('./browser/kernels-bench-entry.ts', import.meta.url)));
 if (!script) throw new Error('bundling bench/browser/kernels-bench-entry.ts produced nothing');
 
@@ -57,13 +54,12 @@ const server: Server = createServer((req, res) => {
   if (path === '/main.js') {
     res.writeHead(200, { ...ISOLATION, 'content-type': 'text/javascript' }).end(script);
   } else if (path.startsWith(ORT_PREFIX)) {
-    const name = path.slice(ORT_PREFIX.length);
-    if (!/^ort-wasm-simd-threaded(\.[a-z]+)?\.(wasm|mjs)$/.test(name)) {
+    const asset = ortAsset(path);
+    if (!asset) {
       res.writeHead(404).end();
       return;
     }
-    const type = name.endsWith('.wasm') ? 'application/wasm' : 'text/javascript';
-    res.writeHead(200, { ...ISOLATION, 'content-type': type }).end(readFileSync(join(ortDist, name)));
+    res.writeHead(200, { ...ISOLATION, 'content-type': asset.type }).end(asset.body);
   } else if (path === '/' || path === '/index.html') {
     res.writeHead(200, { ...ISOLATION, 'content-type': 'text/html' }).end(html);
   } else {

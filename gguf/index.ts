@@ -9,3 +9,4 @@ export * from './quant-types.ts';
 export * from './half.ts';
 export * from './dequantize.ts';
 export * from './quantize.ts';
+export * from './expert-slice.ts';

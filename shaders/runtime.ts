@@ -16,7 +16,7 @@
  * loss the runtime can rebuild itself on a new device (options.recovery).
  */
 import { GGUFError } from '../gguf/errors.ts';
-import { readExpertSliceStream } from '../gguf/expert-slice.ts';
+import { ExpertSliceError, readExpertSliceStream } from '../gguf/expert-slice.ts';
 import { GGMLType } from '../gguf/quant-types.ts';
 import { BufferPool, type BufferPoolStats } from './buffer-pool.ts';
 import { ExpertRuntimeError, type MatrixName } from './errors.ts';
@@ -751,7 +751,7 @@ async function streamState(
     return { shape: shape!, state: st! };
   } catch (e) {
     if (st) releaseState(st);
-    if (e instanceof GGUFError) {
+    if (e instanceof GGUFError || e instanceof ExpertSliceError) {
       throw new ExpertRuntimeError('BAD_SLICE_STREAM', { cause: e.code, message: e.message }, `the slice stream is not a valid expert slice: ${e.message}`);
     }
     throw e;

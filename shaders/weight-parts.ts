@@ -42,7 +42,7 @@ export function planParts(shape: SliceShape, limit: number, limitName: string): 
   for (const m of MATRICES) {
     if (pad4(per[m]) > limit) {
       throw new ExpertRuntimeError('BINDING_TOO_LARGE', { matrix: m, bytes: per[m], limit, limitName },
-        `${m}: one expert of ${typeName(shape.types[m])} is ${per[m]} bytes, over this device's ${limitName} of ${limit}; ` +
+        `${m}: one expert of ${typeName(shape.types[m])} is ${per[m]} bytes, over the binding limit of ${limit} (${limitName}); ` +
           'an expert cannot be split over bindings, so this device cannot hold this model\'s experts');
     }
   }

@@ -3,9 +3,10 @@
  * WebGPU through SwiftShader, on a page served from loopback that runs a bundled entry module.
  */
 import { createServer, type Server } from 'node:http';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { build, type Plugin } from 'esbuild';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { WGSL } from '../../shaders/wgsl-sources.ts';
@@ -43,17 +44,41 @@ export async function bundle(entry: string): Promise<string> {
   return out.outputFiles[0]?.text ?? '';
 }
 
+/** Where pages find onnxruntime-web's wasm files (set `ort.env.wasm.wasmPaths` to it). */
+export const ORT_PREFIX = '/ort/';
+
+/**
+ * onnxruntime-web's runtime file for a request path under ORT_PREFIX (from node_modules/onnxruntime-web/dist), or
+ * null for any other name.
+ */
+export function ortAsset(path: string): { body: Buffer; type: string } | null {
+  if (!path.startsWith(ORT_PREFIX)) return null;
+  const name = path.slice(ORT_PREFIX.length);
+  if (!/^ort-wasm-simd-threaded(\.[a-z]+)?\.(wasm|mjs)$/.test(name)) return null;
+  const dist = dirname(createRequire(import.meta.url).resolve('onnxruntime-web/ort-wasm-simd-threaded.wasm'));
+  return { body: readFileSync(join(dist, name)), type: name.endsWith('.wasm') ? 'application/wasm' : 'text/javascript' };
+}
+
 export interface BrowserPage {
   page: Page;
   close(): Promise<void>;
 }
 
-/** Serves `script` on a blank page on loopback and opens it in a fresh headless Chromium profile. */
+/**
+ * Serves `script` on a blank page on loopback (with onnxruntime-web's wasm files under ORT_PREFIX) and opens it in a
+ * fresh headless Chromium profile.
+ */
 export async function openPage(script: string): Promise<BrowserPage> {
   const html = `<!doctype html><meta charset="utf-8"><title>expertswarm test</title><script type="module" src="/main.js"></script>`;
   const server: Server = createServer((req, res) => {
-    if (req.url === '/main.js') {
+    const path = (req.url ?? '/').split('?')[0]!;
+    const ort = ortAsset(path);
+    if (path === '/main.js') {
       res.writeHead(200, { 'content-type': 'text/javascript' }).end(script);
+    } else if (ort) {
+      res.writeHead(200, { 'content-type': ort.type }).end(ort.body);
+    } else if (path.startsWith(ORT_PREFIX)) {
+      res.writeHead(404).end();
     } else {
       res.writeHead(200, { 'content-type': 'text/html' }).end(html);
     }

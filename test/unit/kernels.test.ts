@@ -14,6 +14,10 @@ import { existsSync } from 'node:fs';
 import { GGMLType, requireQuantType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
 import { dequantize } from '../../gguf/dequantize.ts';
+import { planExpertSlice, writeExpertSlice } from '../../gguf/expert-slice.ts';
+import { bytesSource, readGGUF } from '../../gguf/reader.ts';
+import { GGUFValueType } from '../../gguf/types.ts';
+import { encodeGGUF, memorySink } from '../../gguf/writer.ts';
 import { expertFfnAccumulate, type ExpertMatrices } from '../../shaders/reference/expert-ffn.ts';
 import { ExpertRuntime, ExpertRuntimeError, type ExpertSlice, type RuntimeEvent } from '../../shaders/runtime.ts';
 import {
@@ -41,7 +45,6 @@ if (!process.env.VK_ICD_FILENAMES && existsSync(SWIFTSHADER_ICD)) process.env.VK
 // Device.
 
 let gpu: GPU;
-let adapter: GPUAdapter;
 let device: GPUDevice;
 const extraDevices: GPUDevice[] = [];
 let openError: unknown = null;
@@ -57,7 +60,6 @@ async function openGpu(): Promise<void> {
         `${SWIFTSHADER_ICD}) and run with VK_ICD_FILENAMES=${SWIFTSHADER_ICD}`,
     );
   }
-  adapter = a;
   device = await requestTestDevice(a, 'kernels.test device');
 }
 
@@ -140,6 +142,40 @@ function makeCall(nEmbd: number, nExperts: number, nTokens: number, nUsed: numbe
     for (let k = 0; k < nUsed; k++) probs[t * nUsed + k] = probs[t * nUsed + k]! / sum;
   }
   return { rows, ids, probs, nTokens, nUsed };
+}
+
+/** The mini-GGUF of experts [begin, end) of a one-layer model file holding `slice` as layer 0 (gguf/expert-slice.ts). */
+async function miniGGUF(slice: ExpertSlice, begin: number, end: number): Promise<Uint8Array> {
+  const { nEmbd, ff, nExperts, types } = slice;
+  const model = encodeGGUF({
+    metadata: { 'general.architecture': { type: GGUFValueType.STRING, value: 'qwen3moe' } },
+    tensors: [
+      { name: 'blk.0.ffn_gate_exps.weight', dims: [nEmbd, ff, nExperts], type: types.gate, data: slice.gate },
+      { name: 'blk.0.ffn_up_exps.weight', dims: [nEmbd, ff, nExperts], type: types.up, data: slice.up },
+      { name: 'blk.0.ffn_down_exps.weight', dims: [ff, nEmbd, nExperts], type: types.down, data: slice.down },
+    ],
+  });
+  const src = bytesSource(model);
+  const sink = memorySink();
+  await writeExpertSlice(src, planExpertSlice(await readGGUF(src), 0, begin, end), sink);
+  return sink.bytes();
+}
+
+/** `bytes` as a stream of seeded random chunks (1 byte to 2 KiB). */
+function chunked(bytes: Uint8Array, seed: number): ReadableStream<Uint8Array> {
+  const rand = mulberry32(seed);
+  let at = 0;
+  return new ReadableStream({
+    pull(controller) {
+      if (at >= bytes.length) {
+        controller.close();
+        return;
+      }
+      const n = 1 + Math.floor(rand() * 2048);
+      controller.enqueue(bytes.slice(at, at + n));
+      at += n;
+    },
+  });
 }
 
 function reference(experts: ExpertMatrices[], c: Call): Float64Array {
@@ -625,6 +661,64 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
       } finally {
         rt.dispose();
       }
+    }
+  });
+
+  test('load(): a mini-GGUF slice streamed in random chunks computes the same bits as create() from its bytes', async () => {
+    // A 6-expert layer in a model file; the slice is experts [1, 5) of it, as /api/expert-shard cuts it.
+    const whole = makeSlice({ gate: T.Q4_0, up: T.Q4_0, down: T.F16 }, 32, 33, 6, seed++); // odd byte lengths
+    const mini = await miniGGUF(whole.slice, 1, 5);
+    const part = (m: 'gate' | 'up' | 'down'): Uint8Array => {
+      const per = whole.slice[m].length / 6;
+      return whole.slice[m].subarray(per, 5 * per);
+    };
+    const bytes: ExpertSlice = { ...whole.slice, nExperts: 4, gate: part('gate'), up: part('up'), down: part('down') };
+    const c = makeCall(32, 4, 5, 2, seed++);
+    const fromBytes = await ExpertRuntime.create(device, bytes);
+    const expected = await fromBytes.compute(c.rows, c.ids, c.probs, 5, 2);
+    fromBytes.dispose();
+    assert.ok(nmse(expected, reference(whole.experts.slice(1, 5), c)) <= NMSE_MAX);
+    let opened = 0;
+    for (const [i, maxBindingBytes] of [undefined, 2112].entries()) {
+      const rt = await ExpertRuntime.load(device, { open: async () => (opened++, chunked(mini, seed + i)) }, maxBindingBytes ? { maxBindingBytes } : {});
+      try {
+        assert.equal(rt.capabilities().weightParts, maxBindingBytes ? 4 : 1);
+        assert.deepEqual(rt.capabilities().slice.types, { gate: 'Q4_0', up: 'Q4_0', down: 'F16' });
+        assert.ok(sameBits(await rt.compute(c.rows, c.ids, c.probs, 5, 2), expected), `maxBindingBytes ${maxBindingBytes}`);
+      } finally {
+        rt.dispose();
+      }
+    }
+    assert.equal(opened, 2);
+    // A cut stream, or a GGUF that is not a slice: BAD_SLICE_STREAM with the reader's code, nothing left behind.
+    for (const cut of [10, mini.length >> 1, mini.length - 1]) {
+      await rejectsWith(ExpertRuntime.load(device, { open: async () => chunked(mini.subarray(0, cut), cut) }), 'BAD_SLICE_STREAM');
+    }
+    const notSlice = encodeGGUF({ metadata: { 'general.architecture': { type: GGUFValueType.STRING, value: 'qwen3moe' } } });
+    await assert.rejects(ExpertRuntime.load(device, { open: async () => chunked(notSlice, 1) }), (e: unknown) =>
+      e instanceof ExpertRuntimeError && e.code === 'BAD_SLICE_STREAM' && (e.details as { cause: string }).cause === 'SLICE_NOT_A_SLICE');
+  });
+
+  test('load() with recovery reopens the stream after a device loss', async () => {
+    const whole = makeSlice(same(T.Q8_0), 64, 32, 3, seed++);
+    const mini = await miniGGUF(whole.slice, 0, 3);
+    const c = makeCall(64, 3, 3, 2, seed++);
+    const d = await requestTestDevice((await gpu.requestAdapter())!, 'kernels.test device to lose');
+    let opened = 0;
+    const events: string[] = [];
+    const rt = await ExpertRuntime.load(d, { open: async () => (opened++, chunked(mini, opened)) }, {
+      onEvent: (e) => events.push(e.type),
+      recovery: { requestDevice: async () => requestTestDevice((await gpu.requestAdapter())!, 'kernels.test replacement device') },
+    });
+    try {
+      const before = await rt.compute(c.rows, c.ids, c.probs, 3, 2);
+      assert.ok(nmse(before, reference(whole.experts, c)) <= NMSE_MAX);
+      d.destroy();
+      assert.ok(sameBits(await rt.compute(c.rows, c.ids, c.probs, 3, 2), before));
+      assert.deepEqual(events, ['device-lost', 'recovered']);
+      assert.equal(opened, 2);
+    } finally {
+      rt.dispose();
     }
   });
 

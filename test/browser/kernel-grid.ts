@@ -6,7 +6,7 @@ import { GGMLType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
 import { dequantize } from '../../gguf/dequantize.ts';
 import { expertFfnAccumulate, type ExpertMatrices } from '../../shaders/reference/expert-ffn.ts';
-import { ExpertRuntime, type Regime, type RegimeRequest } from '../../shaders/runtime.ts';
+import { ExpertRuntime, type KernelFeatures, type Regime, type RegimeRequest } from '../../shaders/runtime.ts';
 import { mulberry32 as rng } from '../support/random.ts';
 
 export interface GridCase {
@@ -18,12 +18,19 @@ export interface GridCase {
   nUsed: number;
   /** Kernels to run (default 'auto': the runtime's regime policy). */
   regime?: RegimeRequest;
+  /** Kernel variant (default 'auto'). */
+  features?: KernelFeatures | 'auto';
+  /** Caps one weight binding so the slice is split into parts. */
+  maxBindingBytes?: number;
 }
 
 export interface GridResult extends GridCase {
   typeName: string;
   /** The regime that ran (the policy's choice for 'auto'). */
   ran: Regime;
+  /** The kernel variant and the number of weight parts that ran. */
+  kernelFeatures: KernelFeatures;
+  weightParts: number;
   nmse: number;
   ms: number;
 }
@@ -51,7 +58,8 @@ export async function runGridCase(device: GPUDevice, c: GridCase, seed: number):
   const rt = await ExpertRuntime.create(device, {
     nEmbd: c.nEmbd, ff: c.ff, nExperts: c.nExperts, types: { gate: c.type, up: c.type, down: c.type },
     gate: gate.bytes, up: up.bytes, down: down.bytes,
-  });
+  }, { features: c.features ?? 'auto', ...(c.maxBindingBytes ? { maxBindingBytes: c.maxBindingBytes } : {}) });
+  const { kernelFeatures, weightParts } = rt.capabilities();
   const request = c.regime ?? 'auto';
   const ran = request === 'auto' ? rt.planRegime(ids, c.nTokens, c.nUsed).regime : request;
   const t0 = performance.now();
@@ -78,21 +86,31 @@ export async function runGridCase(device: GPUDevice, c: GridCase, seed: number):
       den += (y[i] as number) ** 2;
     }
   }
-  return { ...c, typeName: GGMLType[c.type] as string, ran, nmse: num / den, ms };
+  return { ...c, typeName: GGMLType[c.type] as string, ran, kernelFeatures, weightParts, nmse: num / den, ms };
 }
 
-/** Every kernel quant type, decode shapes (a few rows) small enough for SwiftShader. */
+/**
+ * Every kernel quant type, decode shapes (a few rows) small enough for SwiftShader, on both variants of the decode
+ * kernels ('subgroups' cases are skipped with a reason where the adapter lacks the feature).
+ */
 export const DECODE_GRID: GridCase[] = [
   GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K,
 ].flatMap((type): GridCase[] => {
   const k = type >= GGMLType.Q2_K && type <= GGMLType.Q6_K;
   const nEmbd = k ? 256 : 64;
   const ff = k ? 256 : 64;
-  return [
-    { type, nEmbd, ff, nExperts: 3, nTokens: 1, nUsed: 2, regime: 'decode' },
-    { type, nEmbd, ff, nExperts: 3, nTokens: 4, nUsed: 2, regime: 'decode' },
-  ];
+  return (['base', 'subgroups'] as const).flatMap((features): GridCase[] => [
+    { type, nEmbd, ff, nExperts: 3, nTokens: 1, nUsed: 2, regime: 'decode', features },
+    { type, nEmbd, ff, nExperts: 3, nTokens: 4, nUsed: 2, regime: 'decode', features },
+  ]);
 });
+
+/** Slices split over several weight bindings (one expert per part), in both regimes. */
+export const SPLIT_GRID: GridCase[] = [
+  { type: GGMLType.Q4_K, nEmbd: 256, ff: 256, nExperts: 4, nTokens: 3, nUsed: 2, regime: 'decode', maxBindingBytes: 256 * 144 },
+  { type: GGMLType.Q4_K, nEmbd: 256, ff: 256, nExperts: 4, nTokens: 16, nUsed: 4, regime: 'batched', maxBindingBytes: 256 * 144 },
+  { type: GGMLType.F16, nEmbd: 36, ff: 20, nExperts: 4, nTokens: 16, nUsed: 4, regime: 'batched', maxBindingBytes: 36 * 20 * 2 },
+];
 
 /**
  * Every kernel quant type in the batched regime (pairs grouped by expert, tiled kernels): 16 tokens × top-4 of 4

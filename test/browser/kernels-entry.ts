@@ -1,22 +1,64 @@
-/** Browser entry for the kernel grid: `window.runKernelGrid()` resolves with the adapter and the results. */
-import { BATCHED_GRID, DECODE_GRID, runGridCase, type GridResult } from './kernel-grid.ts';
+/**
+ * Browser entry for the kernel tests: `window.runKernelGrid()` runs the seeded grid (kernel-grid.ts) on the page's
+ * WebGPU adapter; `window.runEngineStart()` starts an ExpertEngine with both real backends (our kernels on WebGPU,
+ * onnxruntime-web's wasm served under /ort/) and reports its choice and the chosen backend's accuracy.
+ */
+import * as ort from 'onnxruntime-web';
+import { GGMLType } from '../../gguf/quant-types.ts';
+import { quantize } from '../../gguf/quantize.ts';
+import { dequantize } from '../../gguf/dequantize.ts';
+import { ExpertEngine, type EngineReport } from '../../shaders/engine.ts';
+import { OrtExpertFallback } from '../../shaders/ort/fallback.ts';
+import { expertFfnAccumulate } from '../../shaders/reference/expert-ffn.ts';
+import { ExpertRuntime, type ExpertSlice } from '../../shaders/runtime.ts';
+import { mulberry32 } from '../support/random.ts';
+import { BATCHED_GRID, DECODE_GRID, SPLIT_GRID, runGridCase, type GridCase, type GridResult } from './kernel-grid.ts';
+
+interface GridOutput {
+  adapter: Record<string, unknown> | null;
+  features: string[];
+  results: GridResult[];
+  skipped: { case: GridCase; reason: string }[];
+  error?: string;
+}
+
+interface EngineOutput {
+  report: EngineReport;
+  nmse: number;
+  error?: string;
+}
 
 declare global {
   interface Window {
-    runKernelGrid: (grid?: 'decode' | 'batched' | 'all') => Promise<{ adapter: Record<string, unknown> | null; features: string[]; results: GridResult[]; error?: string }>;
+    runKernelGrid: (grid?: 'decode' | 'batched' | 'split' | 'all') => Promise<GridOutput>;
+    runEngineStart: () => Promise<EngineOutput>;
   }
 }
 
-window.runKernelGrid = async (grid = 'all') => {
-  if (!navigator.gpu) return { adapter: null, features: [], results: [], error: 'navigator.gpu is missing (WebGPU disabled?)' };
+async function openDevice(): Promise<{ adapter: GPUAdapter; device: GPUDevice } | string> {
+  if (!navigator.gpu) return 'navigator.gpu is missing (WebGPU disabled?)';
   const adapter = await navigator.gpu.requestAdapter();
-  if (!adapter) return { adapter: null, features: [], results: [], error: 'requestAdapter() returned null' };
-  const device = await adapter.requestDevice();
+  if (!adapter) return 'requestAdapter() returned null';
+  const device = await adapter.requestDevice({ requiredFeatures: adapter.features.has('subgroups') ? ['subgroups'] : [] });
+  return { adapter, device };
+}
+
+window.runKernelGrid = async (grid = 'all') => {
+  const opened = await openDevice();
+  if (typeof opened === 'string') return { adapter: null, features: [], results: [], skipped: [], error: opened };
+  const { adapter, device } = opened;
   const results: GridResult[] = [];
+  const skipped: GridOutput['skipped'] = [];
   try {
     let seed = 1;
-    const cases = grid === 'decode' ? DECODE_GRID : grid === 'batched' ? BATCHED_GRID : [...DECODE_GRID, ...BATCHED_GRID];
-    for (const c of cases) results.push(await runGridCase(device, c, seed++));
+    const cases = { decode: DECODE_GRID, batched: BATCHED_GRID, split: SPLIT_GRID, all: [...DECODE_GRID, ...BATCHED_GRID, ...SPLIT_GRID] }[grid];
+    for (const c of cases) {
+      if (c.features === 'subgroups' && !device.features.has('subgroups')) {
+        skipped.push({ case: c, reason: "the adapter has no 'subgroups' feature" });
+        continue;
+      }
+      results.push(await runGridCase(device, c, seed++));
+    }
   } finally {
     device.destroy();
   }
@@ -25,5 +67,60 @@ window.runKernelGrid = async (grid = 'all') => {
     adapter: { vendor: info.vendor, architecture: info.architecture, description: info.description, isFallbackAdapter: (info as { isFallbackAdapter?: boolean }).isFallbackAdapter ?? null },
     features: [...adapter.features],
     results,
+    skipped,
   };
+};
+
+window.runEngineStart = async () => {
+  const r = mulberry32(77);
+  const nEmbd = 256;
+  const ff = 256;
+  const nExperts = 4;
+  const type = GGMLType.Q4_K;
+  const values = (n: number, scale: number): Float32Array => new Float32Array(n).map(() => (r() * 2 - 1) * scale);
+  const matrix = (n: number, scale: number): Uint8Array => quantize(type, values(n, scale));
+  const slice: ExpertSlice = {
+    nEmbd, ff, nExperts, types: { gate: type, up: type, down: type },
+    gate: matrix(nExperts * ff * nEmbd, 1 / 16), up: matrix(nExperts * ff * nEmbd, 1 / 16), down: matrix(nExperts * nEmbd * ff, 1 / 16),
+  };
+  ort.env.wasm.wasmPaths = '/ort/';
+  ort.env.wasm.numThreads = 1;
+  const opened = await openDevice();
+  const engine = await ExpertEngine.start(slice, {
+    ...(typeof opened === 'string' ? {} : {
+      webgpu: async (s: ExpertSlice) => ({
+        runtime: await ExpertRuntime.create(opened.device, s),
+        isFallbackAdapter: (opened.adapter.info as { isFallbackAdapter?: boolean }).isFallbackAdapter ?? false,
+      }),
+    }),
+    wasm: (s: ExpertSlice) => OrtExpertFallback.create(ort, s),
+  });
+  try {
+    // One decode call on the chosen backend against the float64 reference.
+    const rows = values(2 * nEmbd, 1);
+    const ids = Int32Array.of(0, 3, 2, 1);
+    const probs = Float32Array.of(0.7, 0.3, 0.6, 0.4);
+    const got = await engine.compute(rows, ids, probs, 2, 2);
+    const per = ff * nEmbd;
+    const deq = (b: Uint8Array): Float32Array => dequantize(type, b, nExperts * per);
+    const [g, u, d] = [deq(slice.gate), deq(slice.up), deq(slice.down)];
+    let num = 0;
+    let den = 0;
+    for (let t = 0; t < 2; t++) {
+      const y = new Float64Array(nEmbd);
+      for (let k = 0; k < 2; k++) {
+        const e = ids[t * 2 + k]!;
+        const m = { nEmbd, ff, gate: g.subarray(e * per, (e + 1) * per), up: u.subarray(e * per, (e + 1) * per), down: d.subarray(e * per, (e + 1) * per) };
+        expertFfnAccumulate(m, rows.subarray(t * nEmbd, (t + 1) * nEmbd), probs[t * 2 + k]!, y);
+      }
+      for (let i = 0; i < nEmbd; i++) {
+        num += (got[t * nEmbd + i]! - y[i]!) ** 2;
+        den += y[i]! ** 2;
+      }
+    }
+    return { report: engine.report, nmse: num / den };
+  } finally {
+    await engine.dispose();
+    if (typeof opened !== 'string') opened.device.destroy();
+  }
 };

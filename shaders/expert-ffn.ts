@@ -203,29 +203,26 @@ export function foldDispatch(workgroups: number, maxPerDimension: number): [numb
 export type UpPass = 'fused' | 'gate' | 'up';
 const UP_PASS_CONSTANT: Record<UpPass, number> = { fused: 0, gate: 1, up: 2 };
 
+/** Optional WebGPU features the kernels can use; each has its own device feature of the same name. */
+export type KernelFeature = 'subgroups' | 'shader-f16';
+
 /**
- * Shader feature set of a variant. 'base' needs nothing optional (f32 math, no subgroups, no shader-f16);
- * 'subgroups' needs the device feature of that name and a subgroup layout confirmed by probeSubgroupLayout, and
- * changes only the decode kernels' row reduction (reduce_subgroups.wgsl).
+ * The variant one kernel is built in. 'base' needs nothing optional (f32 math, no subgroups, no shader-f16);
+ * 'subgroups' changes the decode kernels' row reduction (reduce_subgroups.wgsl; also needs a subgroup layout
+ * confirmed by probeSubgroupLayout); 'shader-f16' stages the batched kernels' tiles in f16 (tile_f16.wgsl).
  */
-export type KernelFeatures = 'base' | 'subgroups';
+export type KernelVariant = 'base' | KernelFeature;
 
-/** Variants that differ from 'base' only in these kernels; the others are built as 'base' whatever is asked. */
-const FEATURE_KERNELS: Readonly<Record<KernelFeatures, readonly KernelName[]>> = {
-  base: [],
+/** Which kernels each feature changes; the others are built as 'base'. */
+const FEATURE_KERNELS: Readonly<Record<KernelFeature, readonly KernelName[]>> = {
   subgroups: ['expert_up', 'expert_down'],
+  'shader-f16': ['expert_up_tiled', 'expert_down_tiled'],
 };
 
-/** The features a kernel is actually built with for a requested variant. */
-export function kernelVariant(kernel: KernelName, features: KernelFeatures): KernelFeatures {
-  return FEATURE_KERNELS[features].includes(kernel) ? features : 'base';
+/** The variant `kernel` is built in when the runtime uses `features`. */
+export function kernelVariant(kernel: KernelName, features: readonly KernelFeature[]): KernelVariant {
+  return features.find((f) => FEATURE_KERNELS[f].includes(kernel)) ?? 'base';
 }
-
-/** WebGPU device features a variant needs. */
-export const VARIANT_DEVICE_FEATURES: Readonly<Record<KernelFeatures, readonly GPUFeatureName[]>> = {
-  base: [],
-  subgroups: ['subgroups'],
-};
 
 export interface KernelTuning {
   /** Threads per workgroup; a power of two. */
@@ -239,18 +236,18 @@ export interface KernelTuning {
 }
 
 export type PipelineKey =
-  | { kernel: 'expert_up'; quant: QuantSnippet; pass: UpPass; tuning: KernelTuning; features: KernelFeatures }
-  | { kernel: 'expert_down'; quant: QuantSnippet; tuning: KernelTuning; features: KernelFeatures }
-  | { kernel: 'expert_combine'; tuning: KernelTuning; features: KernelFeatures }
-  | { kernel: 'expert_up_tiled'; quant: QuantSnippet; pass: UpPass; tuning: KernelTuning; features: KernelFeatures }
-  | { kernel: 'expert_down_tiled'; quant: QuantSnippet; tuning: KernelTuning; features: KernelFeatures };
+  | { kernel: 'expert_up'; quant: QuantSnippet; pass: UpPass; tuning: KernelTuning; variant: KernelVariant }
+  | { kernel: 'expert_down'; quant: QuantSnippet; tuning: KernelTuning; variant: KernelVariant }
+  | { kernel: 'expert_combine'; tuning: KernelTuning; variant: KernelVariant }
+  | { kernel: 'expert_up_tiled'; quant: QuantSnippet; pass: UpPass; tuning: KernelTuning; variant: KernelVariant }
+  | { kernel: 'expert_down_tiled'; quant: QuantSnippet; tuning: KernelTuning; variant: KernelVariant };
 
 /**
  * Stable name of a variant, e.g. `expert_up/q4_k/fused/wg64r4/base` or `expert_down_tiled/q6_k/wg64m16n32/base`
  * (m: tile rows, n: tile columns); also the pipeline's label.
  */
 export function pipelineName(k: PipelineKey): string {
-  const f = kernelVariant(k.kernel, k.features);
+  const f = k.variant;
   const wg = `wg${k.tuning.workgroupSize}`;
   const tiles = `${wg}m${k.tuning.tileRows}n${k.tuning.tileCols}`;
   switch (k.kernel) {
@@ -280,14 +277,14 @@ export function tiledWorkgroupBytes(t: Pick<KernelTuning, 'tileRows' | 'tileCols
   return vec4 * (t.tileRows * TILE_K4 + 2 * t.tileCols * TILE_K4_PAD) + 4 * t.tileRows;
 }
 
-/** WGSL of a (kernel, quant, features) module: fixed files concatenated, nothing spliced. */
-export function moduleSource(kernel: KernelName, quant: QuantSnippet | null, features: KernelFeatures = 'base'): string {
-  const variant = kernelVariant(kernel, features);
-  const enables = variant === 'subgroups' ? ['enable subgroups;'] : [];
-  if (kernel === 'expert_combine') return [...enables, WGSL.common, WGSL.kernels.expert_combine].join('\n');
+/** WGSL of a (kernel, quant, variant) module: fixed files concatenated, nothing spliced. */
+export function moduleSource(kernel: KernelName, quant: QuantSnippet | null, variant: KernelVariant = 'base'): string {
+  const enables = variant === 'subgroups' ? ['enable subgroups;'] : variant === 'shader-f16' ? ['enable f16;'] : [];
+  if (kernel === 'expert_combine') return [WGSL.common, WGSL.kernels.expert_combine].join('\n');
   if (quant === null) throw new Error(`${kernel} needs a quant snippet`);
-  const reduce = kernel === 'expert_up' || kernel === 'expert_down' ? [WGSL.reduce[variant]] : [];
-  return [...enables, WGSL.common, WGSL.weights, WGSL.quant[quant], ...reduce, WGSL.kernels[kernel]].join('\n');
+  const decode = kernel === 'expert_up' || kernel === 'expert_down';
+  const helper = decode ? WGSL.reduce[variant === 'subgroups' ? 'subgroups' : 'base'] : WGSL.tile[variant === 'shader-f16' ? 'f16' : 'f32'];
+  return [...enables, WGSL.common, WGSL.weights, WGSL.quant[quant], helper, WGSL.kernels[kernel]].join('\n');
 }
 
 export function quantSnippet(type: GGMLType): QuantSnippet {
@@ -428,7 +425,7 @@ export class ExpertFfnKernels {
 
   private async build(key: PipelineKey, name: string): Promise<GPUComputePipeline> {
     const quant = key.kernel === 'expert_combine' ? null : key.quant;
-    const module = await this.module(key.kernel, quant, kernelVariant(key.kernel, key.features));
+    const module = await this.module(key.kernel, quant, key.variant);
     // Only the overrides a module declares: naming another one is a validation error.
     const constants: Record<string, number> = { WORKGROUP_SIZE: key.tuning.workgroupSize };
     if (key.kernel === 'expert_up' || key.kernel === 'expert_down') constants.ROWS_PER_WORKGROUP = key.tuning.rowsPerWorkgroup;
@@ -449,11 +446,11 @@ export class ExpertFfnKernels {
     }
   }
 
-  private async module(kernel: KernelName, quant: QuantSnippet | null, features: KernelFeatures): Promise<GPUShaderModule> {
-    const label = `${quant ? `${kernel}/${quant}` : kernel}/${features}`;
+  private async module(kernel: KernelName, quant: QuantSnippet | null, variant: KernelVariant): Promise<GPUShaderModule> {
+    const label = `${quant ? `${kernel}/${quant}` : kernel}/${variant}`;
     const cached = this.modules.get(label);
     if (cached) return cached;
-    const module = this.device.createShaderModule({ label, code: moduleSource(kernel, quant, features) });
+    const module = this.device.createShaderModule({ label, code: moduleSource(kernel, quant, variant) });
     const info = await module.getCompilationInfo();
     const errors = info.messages.filter((m) => m.type === 'error').map((m) => `${m.lineNum}:${m.linePos} ${m.message}`);
     if (errors.length > 0) {

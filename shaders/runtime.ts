@@ -44,7 +44,8 @@ import {
   validateSlice,
   validateTuning,
   writeShapeUniform,
-  type KernelFeatures,
+  kernelVariant,
+  type KernelFeature,
   type KernelTuning,
   type PartDispatch,
   type SliceShape,
@@ -55,7 +56,7 @@ import { MATRICES, WeightWriter, createWeightParts, destroyWeightParts, planPart
 
 export { ExpertRuntimeError } from './errors.ts';
 export { chooseRegime, DEFAULT_REGIME_POLICY, type Regime, type RegimeDecision, type RegimePolicy, type RegimeRequest } from './regime-policy.ts';
-export type { KernelFeatures } from './expert-ffn.ts';
+export type { KernelFeature } from './expert-ffn.ts';
 
 export interface ExpertSlice {
   nEmbd: number;
@@ -94,10 +95,12 @@ export interface ExpertRuntimeOptions {
    */
   maxBindingBytes?: number;
   /**
-   * Kernel variant: 'auto' (default) uses 'subgroups' where the device has the feature and the layout probe passes,
-   * else 'base'; naming a variant the device cannot run throws FEATURE_UNAVAILABLE.
+   * Optional features the kernels use: 'auto' (default) takes 'subgroups' (decode kernels) where the device has it
+   * and the layout probe passes, and 'shader-f16' (batched kernels) where the device has it; a list asks for exactly
+   * those ([] = base kernels only) and throws FEATURE_UNAVAILABLE for one the device cannot run.
+   * Create the device with the adapter's 'subgroups' and 'shader-f16' features for them to count.
    */
-  features?: KernelFeatures | 'auto';
+  features?: 'auto' | readonly KernelFeature[];
   /**
    * Rebuilding after the device is lost: a new device is requested, the pipelines rebuilt and the weights uploaded
    * again (from the same bytes, or by reopening the stream); calls wait for it and a call cut off by the loss is run
@@ -130,8 +133,8 @@ export interface ExpertRuntimeCapabilities {
   features: string[];
   /** Weight types the kernels read. */
   quantTypes: string[];
-  /** The kernel variant in use and why (e.g. the subgroup probe's verdict). */
-  kernelFeatures: KernelFeatures;
+  /** The optional features the kernels use (sorted), and why each is used or not (e.g. the subgroup probe's verdict). */
+  kernelFeatures: KernelFeature[];
   kernelFeaturesReason: string;
   /** Bytes one weight binding may hold here, and the parts the slice's matrices are split into. */
   maxBindingBytes: number;
@@ -177,7 +180,7 @@ interface Settings {
   policy: RegimePolicy;
   maxWorkgroupsPerDimension: number | undefined;
   maxBindingBytes: number | undefined;
-  features: KernelFeatures | 'auto';
+  features: 'auto' | readonly KernelFeature[];
   label: string;
 }
 
@@ -192,7 +195,7 @@ interface GpuState {
   /** Devices the runtime requested itself (recovery) are destroyed with it. */
   owned: boolean;
   kernels: ExpertFfnKernels;
-  features: KernelFeatures;
+  features: KernelFeature[];
   featuresReason: string;
   maxPerDimension: number;
   decode: Pipelines;
@@ -312,7 +315,7 @@ export class ExpertRuntime {
       },
       features: [...st.device.features].sort(),
       quantTypes: [...QUANT_SNIPPETS.keys()].map(typeName),
-      kernelFeatures: st.features,
+      kernelFeatures: [...st.features],
       kernelFeaturesReason: st.featuresReason,
       maxBindingBytes: bindingLimit(l, this.settings.maxBindingBytes).limit,
       weightParts: st.parts.length,
@@ -503,7 +506,7 @@ export class ExpertRuntime {
 
   private tiledPipelines(st: GpuState): Promise<Pipelines> {
     if (!st.tiled) {
-      const p = buildPipelines(st.kernels, this.shape.types, this.settings.tuning, 'base', 'tiled');
+      const p = buildPipelines(st.kernels, this.shape.types, this.settings.tuning, st.features, 'tiled');
       p.catch(() => {
         if (st.tiled === p) st.tiled = null; // a later call may retry
       });
@@ -641,9 +644,10 @@ function makeSettings(shape: SliceShape, options: ExpertRuntimeOptions): Setting
   positive('maxWorkgroupsPerDimension', options.maxWorkgroupsPerDimension);
   positive('maxBindingBytes', options.maxBindingBytes);
   const features = options.features ?? 'auto';
-  if (!['auto', 'base', 'subgroups'].includes(features)) {
-    throw new ExpertRuntimeError('BAD_OPTION', { option: 'features', value: NaN, requirement: "'auto', 'base' or 'subgroups'" },
-      `features must be 'auto', 'base' or 'subgroups', got ${String(features)}`);
+  const known: readonly string[] = ['subgroups', 'shader-f16'];
+  if (features !== 'auto' && !(Array.isArray(features) && features.every((f) => known.includes(f)))) {
+    throw new ExpertRuntimeError('BAD_OPTION', { option: 'features', value: NaN, requirement: "'auto' or a list of 'subgroups', 'shader-f16'" },
+      `features must be 'auto' or a list of 'subgroups', 'shader-f16', got ${JSON.stringify(features)}`);
   }
   return {
     tuning,
@@ -655,16 +659,41 @@ function makeSettings(shape: SliceShape, options: ExpertRuntimeOptions): Setting
   };
 }
 
-/** The variant to build: the one asked for, or with 'auto' the best this device runs. */
-async function chooseFeatures(kernels: ExpertFfnKernels, want: KernelFeatures | 'auto', workgroupSize: number): Promise<{ features: KernelFeatures; reason: string }> {
-  if (want === 'base') return { features: 'base', reason: 'asked for' };
-  const layout = await kernels.subgroupLayout(workgroupSize);
-  if (layout.usable) return { features: 'subgroups', reason: layout.reason };
-  if (want === 'subgroups') {
-    throw new ExpertRuntimeError('FEATURE_UNAVAILABLE', { feature: 'subgroups', reason: layout.reason },
-      `the 'subgroups' kernels cannot run on this device: ${layout.reason}`);
+/** The optional features to build with: those asked for, or with 'auto' every one this device runs. */
+async function chooseFeatures(
+  device: GPUDevice,
+  kernels: ExpertFfnKernels,
+  want: 'auto' | readonly KernelFeature[],
+  workgroupSize: number,
+): Promise<{ features: KernelFeature[]; reason: string }> {
+  const features: KernelFeature[] = [];
+  const reasons: string[] = [];
+  const unavailable = (feature: KernelFeature, reason: string): never => {
+    throw new ExpertRuntimeError('FEATURE_UNAVAILABLE', { feature, reason }, `the '${feature}' kernels cannot run on this device: ${reason}`);
+  };
+  const asked = (f: KernelFeature): boolean => want === 'auto' || want.includes(f);
+  if (asked('shader-f16')) {
+    if (device.features.has('shader-f16')) {
+      features.push('shader-f16');
+      reasons.push('shader-f16: the device has it (batched tiles in f16)');
+    } else if (want === 'auto') {
+      reasons.push("shader-f16 unused: the device was created without the 'shader-f16' feature");
+    } else {
+      unavailable('shader-f16', "the device was created without the 'shader-f16' feature");
+    }
   }
-  return { features: 'base', reason: `subgroups unused: ${layout.reason}` };
+  if (asked('subgroups')) {
+    const layout = await kernels.subgroupLayout(workgroupSize);
+    if (layout.usable) {
+      features.push('subgroups');
+      reasons.push(`subgroups: ${layout.reason}`);
+    } else if (want === 'auto') {
+      reasons.push(`subgroups unused: ${layout.reason}`);
+    } else {
+      unavailable('subgroups', layout.reason);
+    }
+  }
+  return { features, reason: reasons.join('; ') || 'base kernels asked for' };
 }
 
 /** Pipelines and empty weight parts on `device`. */
@@ -675,10 +704,10 @@ async function prepareState(device: GPUDevice, owned: boolean, shape: SliceShape
   const { limit, limitName } = bindingLimit(device.limits, settings.maxBindingBytes);
   const ranges = planParts(shape, limit, limitName);
   const kernels = ExpertFfnKernels.forDevice(device);
-  const { features, reason } = await chooseFeatures(kernels, settings.features, settings.tuning.workgroupSize);
+  const { features, reason } = await chooseFeatures(device, kernels, settings.features, settings.tuning.workgroupSize);
   const [decode, combine] = await Promise.all([
     buildPipelines(kernels, shape.types, settings.tuning, features, 'decode'),
-    kernels.pipeline({ kernel: 'expert_combine', tuning: settings.tuning, features }),
+    kernels.pipeline({ kernel: 'expert_combine', tuning: settings.tuning, variant: 'base' }),
   ]);
   return {
     device, owned, kernels, features, featuresReason: reason, maxPerDimension, decode, combine, tiled: null,
@@ -767,7 +796,7 @@ async function buildPipelines(
   kernels: ExpertFfnKernels,
   types: SliceTypes,
   tuning: KernelTuning,
-  features: KernelFeatures,
+  features: readonly KernelFeature[],
   regime: 'decode' | 'tiled',
 ): Promise<Pipelines> {
   const upKernel = regime === 'decode' ? 'expert_up' : 'expert_up_tiled';
@@ -775,9 +804,9 @@ async function buildPipelines(
   const [up, down] = await Promise.all([
     Promise.all(upPasses(types).map(async ({ pass, type }) => ({
       pass,
-      pipeline: await kernels.pipeline({ kernel: upKernel, quant: quantSnippet(type), pass, tuning, features }),
+      pipeline: await kernels.pipeline({ kernel: upKernel, quant: quantSnippet(type), pass, tuning, variant: kernelVariant(upKernel, features) }),
     }))),
-    kernels.pipeline({ kernel: downKernel, quant: quantSnippet(types.down), tuning, features }),
+    kernels.pipeline({ kernel: downKernel, quant: quantSnippet(types.down), tuning, variant: kernelVariant(downKernel, features) }),
   ]);
   return { up, down };
 }

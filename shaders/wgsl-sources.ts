@@ -17,6 +17,8 @@ export interface WgslSources {
   readonly weights: string;
   /** row_sum of the decode kernels, by feature variant. */
   readonly reduce: Readonly<{ base: string; subgroups: string }>;
+  /** Staged-tile types of the batched kernels, by variant. */
+  readonly tile: Readonly<{ f32: string; f16: string }>;
   /** The check of the subgroup layout reduce_subgroups.wgsl needs (run once per device). */
   readonly subgroupProbe: string;
   readonly quant: Readonly<Record<QuantSnippet, string>>;
@@ -27,6 +29,7 @@ export const WGSL: WgslSources = {
   common: read('common.wgsl'),
   weights: read('weights.wgsl'),
   reduce: { base: read('reduce.wgsl'), subgroups: read('reduce_subgroups.wgsl') },
+  tile: { f32: read('tile_f32.wgsl'), f16: read('tile_f16.wgsl') },
   subgroupProbe: read('subgroup_probe.wgsl'),
   quant: {
     f32: read('quant/f32.wgsl'),

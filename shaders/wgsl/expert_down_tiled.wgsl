@@ -1,7 +1,7 @@
 // Second half of a routed expert, batched regime: y[p, r] = down_e[r] · h[p] as in expert_down.wgsl, with the pairs
 // grouped by expert (perm, tiles) and one workgroup per TILE_ROWS × TILE_COLS block of y of one expert; each weight
 // element is decoded once per tile of pairs.
-// Assembled as common.wgsl + weights.wgsl + one quant/*.wgsl (down's type) + this file.
+// Assembled as expert_up_tiled.wgsl is, with down's quant snippet.
 // Work split, staging and checks as in expert_up_tiled.wgsl, with the reduction over ff (ff % 4 == 0) and n_embd
 // output rows.
 
@@ -34,11 +34,11 @@ fn weight_word(m: u32, i: u32) -> u32 {
 // The quant snippet's block_dot (decode kernels) reads activations through load_act; nothing here calls block_dot,
 // so this only completes the snippet's contract, over the staged activation tile.
 fn load_act(i: u32) -> f32 {
-  return xs[i / 4u][i % 4u];
+  return f32(xs[i / 4u][i % 4u]);
 }
 
-var<workgroup> xs: array<vec4<f32>, TILE_ROWS * TILE_K4>;
-var<workgroup> ws: array<vec4<f32>, TILE_COLS * TILE_K4_PAD>;
+var<workgroup> xs: array<tile_vec, TILE_ROWS * TILE_K4>;
+var<workgroup> ws: array<tile_vec, TILE_COLS * TILE_K4_PAD>;
 var<workgroup> pair_of: array<u32, TILE_ROWS>;
 
 @compute @workgroup_size(WORKGROUP_SIZE)
@@ -83,7 +83,7 @@ fn main(
         let a = pair_of[r] * k_len + k;
         v = vec4<f32>(h[a], h[a + 1u], h[a + 2u], h[a + 3u]);
       }
-      xs[i] = v;
+      xs[i] = to_tile(v);
     }
     for (var i = lid; i < TILE_COLS * TILE_K4; i += WORKGROUP_SIZE) {
       let c = i / TILE_K4;
@@ -92,7 +92,7 @@ fn main(
       if (col0 + c < shape.n_embd && k0 + kq < k_len) {
         w = weight_quad(0u, expert_byte + (col0 + c) * row_bytes, k0 + kq);
       }
-      ws[c * TILE_K4_PAD + kq / 4u] = w;
+      ws[c * TILE_K4_PAD + kq / 4u] = to_tile(w);
     }
     workgroupBarrier();
     for (var k = 0u; k < TILE_K4; k++) {
@@ -102,7 +102,7 @@ fn main(
         if (r >= tile.count) {
           break; // rows past the tile's pairs hold zeros; skip their arithmetic
         }
-        acc[i] += dot(w, xs[r * TILE_K4 + k]);
+        acc[i] += tile_dot(w, xs[r * TILE_K4 + k]);
       }
     }
     workgroupBarrier();

@@ -2,7 +2,8 @@
 // expert_up.wgsl, but with the pairs grouped by expert (TS sorts them: `perm` lists pair indices by expert, `tiles`
 // cuts each expert's run into tiles of at most TILE_ROWS pairs), so one workgroup computes a TILE_ROWS × TILE_COLS
 // block of h for one expert and decodes each weight element once for all the pairs of its tile.
-// Assembled as common.wgsl + weights.wgsl + one quant/*.wgsl (the weight type) + this file.
+// Assembled as [enable directives] + common.wgsl + weights.wgsl + one quant/*.wgsl (the weight type) + a tile snippet
+// (tile_f32.wgsl, or tile_f16.wgsl in the shader-f16 variant) + this file.
 //
 // Workgroup index: row tile fastest (tile = wg % n_row_tiles, column tile = wg / n_row_tiles), so neighbouring
 // workgroups of one expert read the same weight rows. Per step of TILE_K elements of the reduction (n_embd), the
@@ -56,12 +57,12 @@ fn weight_word(m: u32, i: u32) -> u32 {
 // The quant snippet's block_dot (decode kernels) reads activations through load_act; nothing here calls block_dot,
 // so this only completes the snippet's contract, over the staged activation tile.
 fn load_act(i: u32) -> f32 {
-  return xs[i / 4u][i % 4u];
+  return f32(xs[i / 4u][i % 4u]);
 }
 
-var<workgroup> xs: array<vec4<f32>, TILE_ROWS * TILE_K4>;
-var<workgroup> ws_g: array<vec4<f32>, TILE_COLS * TILE_K4_PAD>;
-var<workgroup> ws_u: array<vec4<f32>, TILE_COLS * TILE_K4_PAD>;
+var<workgroup> xs: array<tile_vec, TILE_ROWS * TILE_K4>;
+var<workgroup> ws_g: array<tile_vec, TILE_COLS * TILE_K4_PAD>;
+var<workgroup> ws_u: array<tile_vec, TILE_COLS * TILE_K4_PAD>;
 var<workgroup> act_start: array<u32, TILE_ROWS>; // where each tile row's activations start in `rows`
 
 @compute @workgroup_size(WORKGROUP_SIZE)
@@ -107,7 +108,7 @@ fn main(
         let a = act_start[r] + k;
         v = vec4<f32>(rows[a], rows[a + 1u], rows[a + 2u], rows[a + 3u]);
       }
-      xs[i] = v;
+      xs[i] = to_tile(v);
     }
     for (var i = lid; i < TILE_COLS * TILE_K4; i += WORKGROUP_SIZE) {
       let c = i / TILE_K4;
@@ -123,8 +124,8 @@ fn main(
           u = weight_quad(UP, rb, k0 + kq);
         }
       }
-      ws_g[c * TILE_K4_PAD + kq / 4u] = g;
-      ws_u[c * TILE_K4_PAD + kq / 4u] = u;
+      ws_g[c * TILE_K4_PAD + kq / 4u] = to_tile(g);
+      ws_u[c * TILE_K4_PAD + kq / 4u] = to_tile(u);
     }
     workgroupBarrier();
     for (var k = 0u; k < TILE_K4; k++) {
@@ -136,8 +137,8 @@ fn main(
           break; // rows past the tile's pairs hold zeros; skip their arithmetic
         }
         let x = xs[r * TILE_K4 + k];
-        acc_g[i] += dot(g, x);
-        acc_u[i] += dot(u, x);
+        acc_g[i] += tile_dot(g, x);
+        acc_u[i] += tile_dot(u, x);
       }
     }
     workgroupBarrier();

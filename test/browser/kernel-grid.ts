@@ -6,7 +6,7 @@ import { GGMLType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
 import { dequantize } from '../../gguf/dequantize.ts';
 import { expertFfnAccumulate, type ExpertMatrices } from '../../shaders/reference/expert-ffn.ts';
-import { ExpertRuntime, type KernelFeatures, type Regime, type RegimeRequest } from '../../shaders/runtime.ts';
+import { ExpertRuntime, type KernelFeature, type Regime, type RegimeRequest } from '../../shaders/runtime.ts';
 import { mulberry32 as rng } from '../support/random.ts';
 
 export interface GridCase {
@@ -18,8 +18,8 @@ export interface GridCase {
   nUsed: number;
   /** Kernels to run (default 'auto': the runtime's regime policy). */
   regime?: RegimeRequest;
-  /** Kernel variant (default 'auto'). */
-  features?: KernelFeatures | 'auto';
+  /** Optional kernel features (default 'auto'). */
+  features?: readonly KernelFeature[] | 'auto';
   /** Caps one weight binding so the slice is split into parts. */
   maxBindingBytes?: number;
 }
@@ -29,7 +29,7 @@ export interface GridResult extends GridCase {
   /** The regime that ran (the policy's choice for 'auto'). */
   ran: Regime;
   /** The kernel variant and the number of weight parts that ran. */
-  kernelFeatures: KernelFeatures;
+  kernelFeatures: KernelFeature[];
   weightParts: number;
   nmse: number;
   ms: number;
@@ -99,7 +99,8 @@ export const DECODE_GRID: GridCase[] = [
   const k = type >= GGMLType.Q2_K && type <= GGMLType.Q6_K;
   const nEmbd = k ? 256 : 64;
   const ff = k ? 256 : 64;
-  return (['base', 'subgroups'] as const).flatMap((features): GridCase[] => [
+  const variants: KernelFeature[][] = [[], ['subgroups']];
+  return variants.flatMap((features): GridCase[] => [
     { type, nEmbd, ff, nExperts: 3, nTokens: 1, nUsed: 2, regime: 'decode', features },
     { type, nEmbd, ff, nExperts: 3, nTokens: 4, nUsed: 2, regime: 'decode', features },
   ]);

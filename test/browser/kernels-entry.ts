@@ -39,7 +39,8 @@ async function openDevice(): Promise<{ adapter: GPUAdapter; device: GPUDevice } 
   if (!navigator.gpu) return 'navigator.gpu is missing (WebGPU disabled?)';
   const adapter = await navigator.gpu.requestAdapter();
   if (!adapter) return 'requestAdapter() returned null';
-  const device = await adapter.requestDevice({ requiredFeatures: adapter.features.has('subgroups') ? ['subgroups'] : [] });
+  const optional: GPUFeatureName[] = ['subgroups', 'shader-f16'];
+  const device = await adapter.requestDevice({ requiredFeatures: optional.filter((f) => adapter.features.has(f)) });
   return { adapter, device };
 }
 
@@ -53,8 +54,9 @@ window.runKernelGrid = async (grid = 'all') => {
     let seed = 1;
     const cases = { decode: DECODE_GRID, batched: BATCHED_GRID, split: SPLIT_GRID, all: [...DECODE_GRID, ...BATCHED_GRID, ...SPLIT_GRID] }[grid];
     for (const c of cases) {
-      if (c.features === 'subgroups' && !device.features.has('subgroups')) {
-        skipped.push({ case: c, reason: "the adapter has no 'subgroups' feature" });
+      const missing = c.features === 'auto' || !c.features ? undefined : c.features.find((f) => !device.features.has(f));
+      if (missing) {
+        skipped.push({ case: c, reason: `the adapter has no '${missing}' feature` });
         continue;
       }
       results.push(await runGridCase(device, c, seed++));

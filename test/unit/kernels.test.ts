@@ -24,6 +24,8 @@ import {
   SHAPE_FIELDS,
   TILED_WGSL_CONSTANTS,
   foldDispatch,
+  judgeSubgroupLayout,
+  kernelVariant,
   pipelineName,
   sliceMatrixBytes,
   tiledWorkgroups,
@@ -225,6 +227,9 @@ async function rejectsWith(p: Promise<unknown> | (() => unknown), code: ExpertRu
 const NMSE_MAX = 1e-9;
 // F32 weights: the same math with nothing decoded; keep it tighter still.
 const NMSE_MAX_F32 = 1e-10;
+// shader-f16 tiles round activations and decoded weights to f16 (11-bit significands) and sum each four products in
+// f16: relative error ~2^-11 per product, NMSE ~1e-7; 1e-5 leaves the same two orders of magnitude of room.
+const NMSE_MAX_F16 = 1e-5;
 // The contract for callers (the hub's verification), matching llama.cpp's mul_mat tolerance; every case must also
 // meet it, whichever of the bounds above applies.
 const NMSE_CONTRACT = 5e-4;
@@ -310,19 +315,20 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
   let seed = 1;
   // Every decode case runs on both variants of the decode kernels: 'base' (workgroup-memory reduction) and
   // 'subgroups' (shuffles), which needs the adapter's feature and a passing layout probe.
-  for (const features of ['base', 'subgroups'] as const) {
+  for (const variant of ['base', 'subgroups'] as const) {
+    const features = variant === 'base' ? [] : [variant];
     for (const { name, types, sizes } of GRID) {
       for (const [nEmbd, ff, nExperts] of sizes) {
-        test(`decode (${features}): ${name} nEmbd=${nEmbd} ff=${ff} ${nExperts} experts matches the CPU reference`, async (t) => {
-          if (features === 'subgroups' && !device.features.has('subgroups')) {
+        test(`decode (${variant}): ${name} nEmbd=${nEmbd} ff=${ff} ${nExperts} experts matches the CPU reference`, async (t) => {
+          if (variant === 'subgroups' && !device.features.has('subgroups')) {
             t.skip("the adapter has no 'subgroups' feature; the base variant above covers this case");
             return;
           }
           const { slice, experts } = makeSlice(types, nEmbd, ff, nExperts, seed++);
           const rt = await ExpertRuntime.create(device, slice, { label: `test ${name}`, features });
-          const key = `decode ${features} ${name}`;
+          const key = `decode ${variant} ${name}`;
           try {
-            assert.equal(rt.capabilities().kernelFeatures, features);
+            assert.deepEqual(rt.capabilities().kernelFeatures, features);
             const bound = types.gate === T.F32 && types.up === T.F32 && types.down === T.F32 ? NMSE_MAX_F32 : NMSE_MAX;
             for (const nTokens of N_TOKENS) {
               for (const nUsed of N_USED) {
@@ -342,14 +348,23 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     }
   }
 
-  for (const { name, types, sizes } of BATCHED_GRID) {
+  // The batched cases run on both variants of the tiled kernels: 'base' (f32 tiles) and 'shader-f16' (f16 tiles),
+  // which needs the adapter's feature (SwiftShader has none: skipped there with the reason).
+  for (const variant of ['base', 'shader-f16'] as const) {
+   const features = variant === 'base' ? [] : [variant];
+   for (const { name, types, sizes } of BATCHED_GRID) {
     for (const [shapeIndex, [nEmbd, ff]] of sizes.entries()) {
-      test(`batched: ${name} nEmbd=${nEmbd} ff=${ff} ${BATCHED_EXPERTS} experts matches the CPU reference${shapeIndex === 0 ? ', auto and decode' : ''}`, async (t) => {
+      const extra = variant === 'base' && shapeIndex === 0;
+      test(`batched (${variant}): ${name} nEmbd=${nEmbd} ff=${ff} ${BATCHED_EXPERTS} experts matches the CPU reference${extra ? ', auto and decode' : ''}`, async (t) => {
+        if (variant === 'shader-f16' && !device.features.has('shader-f16')) {
+          t.skip("the adapter has no 'shader-f16' feature; the base variant covers this case");
+          return;
+        }
         const { slice, experts } = makeSlice(types, nEmbd, ff, BATCHED_EXPERTS, seed++);
-        const rt = await ExpertRuntime.create(device, slice, { label: `test batched ${name}` });
-        const key = `batched ${name}`;
+        const rt = await ExpertRuntime.create(device, slice, { label: `test batched ${name}`, features });
+        const key = `batched ${variant} ${name}`;
         try {
-          const bound = types.gate === T.F32 && types.up === T.F32 && types.down === T.F32 ? NMSE_MAX_F32 : NMSE_MAX;
+          const bound = variant === 'shader-f16' ? NMSE_MAX_F16 : types.gate === T.F32 && types.up === T.F32 && types.down === T.F32 ? NMSE_MAX_F32 : NMSE_MAX;
           for (const nTokens of BATCHED_TOKENS) {
             for (const nUsed of BATCHED_USED) {
               const c = makeCall(nEmbd, BATCHED_EXPERTS, nTokens, nUsed, seed++);
@@ -362,7 +377,7 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
               const plan = rt.planRegime(c.ids, nTokens, nUsed);
               assert.equal(plan.regime, 'batched', `${what}: ${plan.reason}`);
               // The slower checks on each type's smallest call only (decode takes seconds for 256 pairs on SwiftShader).
-              if (shapeIndex === 0 && nTokens === BATCHED_TOKENS[0] && nUsed === BATCHED_USED[0]) {
+              if (extra && nTokens === BATCHED_TOKENS[0] && nUsed === BATCHED_USED[0]) {
                 assert.ok(sameBits(await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed), batched), `${what}: auto differs from batched`);
                 const decode = await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed, { regime: 'decode' });
                 const d = nmse(batched, decode);
@@ -376,6 +391,7 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
         }
       });
     }
+  }
   }
 
   test('batched: skewed routing, small tiles and a folded 2-D dispatch give the reference result', async () => {
@@ -589,19 +605,22 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     extraDevices.push(plain);
     const rt = await ExpertRuntime.create(plain, slice);
     try {
-      assert.equal(rt.capabilities().kernelFeatures, 'base');
+      assert.deepEqual(rt.capabilities().kernelFeatures, []);
       assert.match(rt.capabilities().kernelFeaturesReason, /without the 'subgroups' feature/);
     } finally {
       rt.dispose();
     }
-    await rejectsWith(ExpertRuntime.create(plain, slice, { features: 'subgroups' }), 'FEATURE_UNAVAILABLE');
+    await rejectsWith(ExpertRuntime.create(plain, slice, { features: ['subgroups'] }), 'FEATURE_UNAVAILABLE');
+    await rejectsWith(ExpertRuntime.create(plain, slice, { features: ['shader-f16'] }), 'FEATURE_UNAVAILABLE',
+      { feature: 'shader-f16', reason: "the device was created without the 'shader-f16' feature" });
+    await rejectsWith(ExpertRuntime.create(plain, slice, { features: ['fast-math' as 'subgroups'] }), 'BAD_OPTION');
     if (!device.features.has('subgroups')) {
       t.skip("the adapter has no 'subgroups' feature");
       return;
     }
     const auto = await ExpertRuntime.create(device, slice);
     try {
-      assert.equal(auto.capabilities().kernelFeatures, 'subgroups');
+      assert.ok(auto.capabilities().kernelFeatures.includes('subgroups'));
       t.diagnostic(auto.capabilities().kernelFeaturesReason);
     } finally {
       auto.dispose();
@@ -751,7 +770,8 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
       assert.equal(caps.backend, 'webgpu');
       assert.equal(caps.weightParts, 1);
       assert.equal(caps.maxBindingBytes, Math.min(device.limits.maxStorageBufferBindingSize, device.limits.maxBufferSize, 2 ** 32 - 4));
-      assert.equal(caps.kernelFeatures, device.features.has('subgroups') ? 'subgroups' : 'base');
+      const expected = (['shader-f16', 'subgroups'] as const).filter((f) => device.features.has(f));
+      assert.deepEqual(caps.kernelFeatures, expected);
     } finally {
       rt.dispose();
     }
@@ -768,10 +788,14 @@ test('the shape uniform is written in the field order of the WGSL struct', () =>
 
 test('pipeline names say kernel, quant type, pass, tuning and features', () => {
   const tuning: KernelTuning = { workgroupSize: 64, rowsPerWorkgroup: 4, tileRows: 16, tileCols: 32 };
-  const features = 'base' as const;
-  assert.equal(pipelineName({ kernel: 'expert_up', quant: 'q4_k', pass: 'fused', tuning, features }), 'expert_up/q4_k/fused/wg64r4/base');
-  assert.equal(pipelineName({ kernel: 'expert_up_tiled', quant: 'q4_k', pass: 'gate', tuning, features }), 'expert_up_tiled/q4_k/gate/wg64m16n32/base');
-  assert.equal(pipelineName({ kernel: 'expert_down_tiled', quant: 'q6_k', tuning, features }), 'expert_down_tiled/q6_k/wg64m16n32/base');
+  assert.equal(pipelineName({ kernel: 'expert_up', quant: 'q4_k', pass: 'fused', tuning, variant: 'subgroups' }), 'expert_up/q4_k/fused/wg64r4/subgroups');
+  assert.equal(pipelineName({ kernel: 'expert_up_tiled', quant: 'q4_k', pass: 'gate', tuning, variant: 'base' }), 'expert_up_tiled/q4_k/gate/wg64m16n32/base');
+  assert.equal(pipelineName({ kernel: 'expert_down_tiled', quant: 'q6_k', tuning, variant: 'shader-f16' }), 'expert_down_tiled/q6_k/wg64m16n32/shader-f16');
+  // Each feature changes its own kernels only.
+  assert.equal(kernelVariant('expert_up', ['shader-f16', 'subgroups']), 'subgroups');
+  assert.equal(kernelVariant('expert_down_tiled', ['shader-f16', 'subgroups']), 'shader-f16');
+  assert.equal(kernelVariant('expert_up_tiled', ['subgroups']), 'base');
+  assert.equal(kernelVariant('expert_combine', ['shader-f16', 'subgroups']), 'base');
 });
 
 test('the tiled kernels declare the Tile struct and constants that TS writes and checks against', () => {
@@ -821,6 +845,16 @@ test('chooseRegime: batched once pairs share experts enough, with the reason', (
   // A policy can move the threshold (e.g. a device where tiles pay off sooner).
   assert.equal(chooseRegime({ ...shape, nPairs: 16, usedExperts: 8 }, { minRowsPerExpert: 2 }).regime, 'batched');
   assert.equal(chooseRegime({ ...shape, nPairs: 16, usedExperts: 8 }).regime, 'decode');
+});
+
+test('the subgroup layout probe: lanes in local invocation order with one power-of-two size, or the reason', () => {
+  const probe = (size: number, lane: (lid: number) => number, sizeAt: (lid: number) => number = () => size): Uint32Array =>
+    Uint32Array.from({ length: 128 }, (_, i) => (i % 2 === 0 ? lane(i >> 1) : sizeAt(i >> 1)));
+  assert.deepEqual(judgeSubgroupLayout(probe(32, (l) => l % 32), 64), { usable: true, subgroupSize: 32, reason: 'subgroups of 32 in local invocation order' });
+  assert.equal(judgeSubgroupLayout(probe(4, (l) => l % 4), 64).usable, true);
+  assert.match(judgeSubgroupLayout(probe(24, (l) => l % 24), 64).reason, /not a power of two/);
+  assert.match(judgeSubgroupLayout(probe(16, (l) => 15 - (l % 16)), 64).reason, /invocation 0 is subgroup lane 15/);
+  assert.match(judgeSubgroupLayout(probe(16, (l) => l % 16, (l) => (l < 32 ? 16 : 32)), 64).reason, /sizes differ/);
 });
 
 test('dispatch folding', () => {

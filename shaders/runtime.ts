@@ -287,8 +287,10 @@ export class ExpertRuntime {
       try {
         return await this.run(state, { rows, ids, probs, nTokens, nUsed, counts, regime });
       } catch (e) {
-        // A call cut off by a device loss runs once more on the rebuilt device.
-        if (attempt === 0 && this.options.recovery && !this.disposed && (await lostSoon(state))) continue;
+        // A call cut off by a device loss runs once more on the rebuilt device. Refusals of the call itself
+        // (BATCH_TOO_LARGE, DISPATCH_TOO_LARGE…) are not losses and are not waited on.
+        const gpuFailure = !(e instanceof ExpertRuntimeError) || e.code === 'GPU_ERROR' || e.code === 'DEVICE_LOST';
+        if (attempt === 0 && gpuFailure && this.options.recovery && !this.disposed && (await lostSoon(state))) continue;
         throw e;
       }
     }

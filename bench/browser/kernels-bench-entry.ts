@@ -112,7 +112,9 @@ async function run(cfg: BenchConfig): Promise<BenchReport> {
       const info = adapter.info as GPUAdapterInfo & { isFallbackAdapter?: boolean };
       isFallbackAdapter = info.isFallbackAdapter ?? (adapter as { isFallbackAdapter?: boolean }).isFallbackAdapter ?? false;
       env.adapter = { vendor: info.vendor, architecture: info.architecture, description: info.description, isFallbackAdapter };
+      const optional: GPUFeatureName[] = ['subgroups', 'shader-f16'];
       device = await adapter.requestDevice({
+        requiredFeatures: optional.filter((f) => adapter.features.has(f)),
         requiredLimits: { maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize, maxBufferSize: adapter.limits.maxBufferSize },
       });
     }
@@ -134,16 +136,16 @@ async function run(cfg: BenchConfig): Promise<BenchReport> {
       const f32Bytes = shape.nExperts * 3 * shape.nEmbd * shape.ff * 4;
       const flops = callFlops(shape);
 
-      const backends: { name: BackendName; weightBytes: number; create: () => Promise<{ rt: ExpertComputer; dispose: () => unknown }> }[] = [
-        {
-          name: 'ours-webgpu',
-          weightBytes: touched * quantBytesPerExpert,
-          create: async () => {
-            if (!device) throw new Error('no WebGPU device');
-            const rt = await ExpertRuntime.create(device, data.slice);
-            return { rt, dispose: () => rt.dispose() };
-          },
-        },
+      type Handle = { rt: ExpertComputer; dispose: () => unknown; kernelFeatures?: string[] };
+      const oursWith = (features: 'auto' | []) => async (): Promise<Handle> => {
+        if (!device) throw new Error('no WebGPU device');
+        const rt = await ExpertRuntime.create(device, data.slice, { features });
+        return { rt, dispose: () => rt.dispose(), kernelFeatures: rt.capabilities().kernelFeatures };
+      };
+      const hasVariants = device !== null && (device.features.has('subgroups') || device.features.has('shader-f16'));
+      const backends: { name: BackendName; weightBytes: number; create: () => Promise<Handle> }[] = [
+        { name: 'ours-webgpu', weightBytes: touched * quantBytesPerExpert, create: oursWith('auto') },
+        ...(hasVariants ? [{ name: 'ours-base' as BackendName, weightBytes: touched * quantBytesPerExpert, create: oursWith([]) }] : []),
         ...(['webgpu', 'wasm'] as const).map((ep) => ({
           name: `ort-${ep}` as BackendName,
           // The ORT graph is dense: every expert's float32 weights are read on every call.
@@ -156,7 +158,7 @@ async function run(cfg: BenchConfig): Promise<BenchReport> {
       ];
 
       for (const b of backends) {
-        let handle: { rt: ExpertComputer; dispose: () => unknown } | null = null;
+        let handle: Handle | null = null;
         try {
           handle = await b.create();
           const { ms, out } = await timeCalls(handle.rt, shape, call, cfg);
@@ -164,6 +166,7 @@ async function run(cfg: BenchConfig): Promise<BenchReport> {
           rows.push({
             type: typeName, shape, backend: b.name, msMedian, msMin: Math.min(...ms), iterations: ms.length,
             gflops: flops / (msMedian * 1e6), gbps: b.weightBytes / (msMedian * 1e6), weightBytes: b.weightBytes, nmse: nmse(out, want),
+            ...(handle.kernelFeatures ? { kernelFeatures: handle.kernelFeatures } : {}),
           });
         } catch (e) {
           // A backend that cannot run this case (no device, EP missing, a kernel that fails to build) is skipped, with its reason.

@@ -1,6 +1,8 @@
 /** Config, results and the text report of the kernel benchmark (shared by the page and the Node driver). */
 
-export type BackendName = 'ours-webgpu' | 'ort-webgpu' | 'ort-wasm';
+/** ours-webgpu: our kernels with every optional feature the device has; ours-base: the same without any (only run
+ *  when the device has one, to show what the variants buy). */
+export type BackendName = 'ours-webgpu' | 'ours-base' | 'ort-webgpu' | 'ort-wasm';
 
 export interface BenchShape {
   label: string;
@@ -37,6 +39,8 @@ export interface BenchRow {
   weightBytes: number;
   /** Against the float64 CPU reference on the same dequantized weights. */
   nmse: number;
+  /** Our kernels: the optional features they used (empty for base and ORT). */
+  kernelFeatures?: string[];
 }
 
 export interface BenchReport {
@@ -85,8 +89,11 @@ export function formatReport(r: BenchReport): string {
         out.push(`  ${pad(x.backend, 12)} ${lpad(num(x.msMedian), 9)} ${lpad(num(x.msMin), 9)} ${lpad(num(x.gflops), 8)} ${lpad(num(x.gbps), 8)} ${lpad(num(x.weightBytes / 1e6), 8)} ${lpad(x.nmse.toExponential(1), 9)}`);
       }
       const ours = rows.find((x) => x.backend === 'ours-webgpu');
-      const ratios = ours ? rows.filter((x) => x.backend !== 'ours-webgpu').map((x) => `vs ${x.backend} ${num(x.msMedian / ours.msMedian)}×`) : [];
+      if (ours?.kernelFeatures?.length) out.push(`  ours-webgpu uses ${ours.kernelFeatures.join(' + ')}`);
+      const ratios = ours ? rows.filter((x) => x.backend.startsWith('ort-')).map((x) => `vs ${x.backend} ${num(x.msMedian / ours.msMedian)}×`) : [];
       if (ratios.length) out.push(`  ours/ORT speed (ORT ms ÷ ours ms; > 1 = ours faster): ${ratios.join(', ')}`);
+      const base = rows.find((x) => x.backend === 'ours-base');
+      if (ours && base) out.push(`  variants: base ms ÷ ours-webgpu ms = ${num(base.msMedian / ours.msMedian)}× (> 1 = the features help)`);
     }
   }
   if (r.notes.length) {

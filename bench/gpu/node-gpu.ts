@@ -1,7 +1,9 @@
 /**
  * Our WGSL expert FFN on whatever GPU Dawn finds through Vulkan (npm `webgpu`), at realistic MoE shapes:
  * qwen3-30B-A3B-like experts (n_embd 2048, expert ff 768, top-8), a slice of 16 experts.
- * Prints ms per call (median; each call includes upload of the rows and readback), GFLOP/s and weight GB/s.
+ * Prints ms per call (median; each call includes upload of the rows and readback), GFLOP/s and weight GB/s, for the
+ * kernels with every optional feature the adapter has ('subgroups', 'shader-f16') and for the base kernels side by
+ * side, with the NMSE between the two outputs (the f16 tiles' numbers checked on real hardware: expect ≤ 1e-5).
  * Used for the one-off run on a lent GPU machine (docs/kernels-bench.md); on SwiftShader it is very slow.
  *
  *   node --import tsx bench/gpu/node-gpu.ts [--quick]
@@ -20,14 +22,16 @@ if (!adapter) {
   console.log('no WebGPU adapter');
   process.exit(1);
 }
+const optional: GPUFeatureName[] = ['subgroups', 'shader-f16'];
 const device = await adapter.requestDevice({
+  requiredFeatures: optional.filter((f) => adapter.features.has(f)),
   requiredLimits: {
     maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
     maxBufferSize: adapter.limits.maxBufferSize,
   },
 });
 const info = adapter.info;
-console.log(`adapter: ${info.vendor} / ${info.architecture} / ${info.device} / ${info.description}`);
+console.log(`adapter: ${info.vendor} / ${info.architecture} / ${info.device} / ${info.description}; features: ${[...device.features].sort().join(' ')}`);
 
 const nEmbd = quick ? 256 : 2048;
 const ff = quick ? 256 : 768;
@@ -52,7 +56,12 @@ for (const type of [GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.F16]) 
   const gate = quantize(type, weights(nExperts * ff * nEmbd, 1));
   const up = quantize(type, weights(nExperts * ff * nEmbd, 2));
   const down = quantize(type, weights(nExperts * nEmbd * ff, 3));
-  const rt = await ExpertRuntime.create(device, { nEmbd, ff, nExperts, types: { gate: type, up: type, down: type }, gate, up, down });
+  const slice = { nEmbd, ff, nExperts, types: { gate: type, up: type, down: type }, gate, up, down };
+  const variants = [
+    { name: 'auto', rt: await ExpertRuntime.create(device, slice) },
+    { name: 'base', rt: await ExpertRuntime.create(device, slice, { features: [] }) },
+  ];
+  console.log(`${GGMLType[type]}: auto uses [${variants[0]!.rt.capabilities().kernelFeatures.join(', ')}] (${variants[0]!.rt.capabilities().kernelFeaturesReason})`);
   const prepS = (performance.now() - t0) / 1000;
   const bytesPerExpert = 2 * ff * rowByteSize(type, nEmbd) + nEmbd * rowByteSize(type, ff);
   for (const [name, nTokens, nUsed] of [['decode', 1, 8], ['decode', 4, 8], ['batched', 64, 8], ['batched', 512, 8]] as const) {
@@ -62,22 +71,34 @@ for (const type of [GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.F16]) 
     const probs = new Float32Array(nTokens * used).fill(1 / used);
     const rows = weights(nTokens * nEmbd, 7).map((x) => x * 40);
     const regime = name === 'decode' ? 'decode' : 'auto';
-    await rt.compute(rows, ids, probs, nTokens, used, { regime }); // compile + warm up
-    const times: number[] = [];
-    for (let i = 0; i < iterations; i++) {
-      const s = performance.now();
-      await rt.compute(rows, ids, probs, nTokens, used, { regime });
-      times.push(performance.now() - s);
+    const outs: Float32Array[] = [];
+    const medians: number[] = [];
+    for (const { name: variant, rt } of variants) {
+      outs.push(await rt.compute(rows, ids, probs, nTokens, used, { regime })); // compile + warm up
+      const times: number[] = [];
+      for (let i = 0; i < iterations; i++) {
+        const s = performance.now();
+        await rt.compute(rows, ids, probs, nTokens, used, { regime });
+        times.push(performance.now() - s);
+      }
+      const ms = median(times);
+      medians.push(ms);
+      const pairs = nTokens * used;
+      const distinct = new Set(ids).size;
+      const gflops = (pairs * 2 * 3 * nEmbd * ff) / (ms / 1000) / 1e9;
+      const gbs = (distinct * bytesPerExpert) / (ms / 1000) / 1e9;
+      const ran = regime === 'auto' ? rt.planRegime(ids, nTokens, used).regime : regime;
+      console.log(`${GGMLType[type]!.padEnd(5)} ${name.padEnd(7)} ${String(nTokens).padStart(4)} rows × top-${used} (${ran}, ${variant}): ${ms.toFixed(3)} ms/call (min ${Math.min(...times).toFixed(3)}), ${gflops.toFixed(1)} GFLOP/s, weights ${gbs.toFixed(1)} GB/s`);
     }
-    const ms = median(times);
-    const pairs = nTokens * used;
-    const distinct = new Set(ids).size;
-    const gflops = (pairs * 2 * 3 * nEmbd * ff) / (ms / 1000) / 1e9;
-    const gbs = (distinct * bytesPerExpert) / (ms / 1000) / 1e9;
-    const ran = regime === 'auto' ? rt.planRegime(ids, nTokens, used).regime : regime;
-    console.log(`${GGMLType[type]!.padEnd(5)} ${name.padEnd(7)} ${String(nTokens).padStart(4)} rows × top-${used} (${ran}): ${ms.toFixed(3)} ms/call (min ${Math.min(...times).toFixed(3)}), ${gflops.toFixed(1)} GFLOP/s, weights ${gbs.toFixed(1)} GB/s`);
+    let num = 0;
+    let den = 0;
+    for (let i = 0; i < outs[0]!.length; i++) {
+      num += (outs[0]![i]! - outs[1]![i]!) ** 2;
+      den += outs[1]![i]! ** 2;
+    }
+    console.log(`      auto vs base: NMSE ${(num / den).toExponential(2)}, base ms ÷ auto ms = ${(medians[1]! / medians[0]!).toFixed(2)}×`);
   }
-  rt.dispose();
+  for (const { rt } of variants) rt.dispose();
   console.log(`      (slice of ${nExperts} experts, ${((nExperts * bytesPerExpert) / 1e6).toFixed(1)} MB, quantized and uploaded in ${prepS.toFixed(1)} s)`);
 }
 device.destroy();

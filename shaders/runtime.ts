@@ -16,7 +16,7 @@
  * loss the runtime can rebuild itself on a new device (options.recovery).
  */
 import { GGUFError } from '../gguf/errors.ts';
-import { ExpertSliceError, readExpertSliceStream } from '../gguf/expert-slice.ts';
+import { ExpertSliceError, readExpertSliceBytes, readExpertSliceStream } from '../gguf/expert-slice.ts';
 import { GGMLType } from '../gguf/quant-types.ts';
 import { BufferPool, type BufferPoolStats } from './buffer-pool.ts';
 import { ExpertRuntimeError, type MatrixName } from './errors.ts';
@@ -252,6 +252,21 @@ export class ExpertRuntime {
     let settings: Settings | null = null;
     const { shape, state } = await streamState(device, false, source, null, (shape) => (settings = makeSettings(shape, options)));
     return new ExpertRuntime(shape, settings!, options, { stream: source }, state);
+  }
+
+  /**
+   * A whole mini-GGUF expert slice already in memory (an ArrayBuffer from fetch()): parsed, then as create() on its
+   * tensors' bytes (views, no copy). BAD_SLICE_STREAM for bytes that are not an expert slice.
+   */
+  static async fromGGUF(device: GPUDevice, bytes: Uint8Array | ArrayBuffer, options: ExpertRuntimeOptions = {}): Promise<ExpertRuntime> {
+    let parsed: Awaited<ReturnType<typeof readExpertSliceBytes>>;
+    try {
+      parsed = await readExpertSliceBytes(bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes));
+    } catch (e) {
+      throw sliceError(e);
+    }
+    const { info, gate, up, down } = parsed;
+    return ExpertRuntime.create(device, { nEmbd: info.nEmbd, ff: info.ff, nExperts: info.expertEnd - info.expertBegin, types: { ...info.types }, gate, up, down }, options);
   }
 
   /** The regime compute() would use for these ids under this runtime's policy (validated as by compute()). */
@@ -782,11 +797,16 @@ async function streamState(
     return { shape: shape!, state: st! };
   } catch (e) {
     if (st) releaseState(st);
-    if (e instanceof GGUFError || e instanceof ExpertSliceError) {
-      throw new ExpertRuntimeError('BAD_SLICE_STREAM', { cause: e.code, message: e.message }, `the slice stream is not a valid expert slice: ${e.message}`);
-    }
-    throw e;
+    throw sliceError(e);
   }
+}
+
+/** A slice reader's error as BAD_SLICE_STREAM (with its code as the cause); anything else unchanged. */
+function sliceError(e: unknown): unknown {
+  if (e instanceof GGUFError || e instanceof ExpertSliceError) {
+    return new ExpertRuntimeError('BAD_SLICE_STREAM', { cause: e.code, message: e.message }, `not a valid expert slice: ${e.message}`);
+  }
+  return e;
 }
 
 /** Gate and up usually share a type and run fused; otherwise each pass uses its own type's module. */

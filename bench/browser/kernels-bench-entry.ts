@@ -11,6 +11,7 @@ import { GGMLType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
 import { dequantize } from '../../gguf/dequantize.ts';
 import { expertFfnAccumulate } from '../../shaders/reference/expert-ffn.ts';
+import { requestExpertDevice } from '../../shaders/device.ts';
 import { ExpertRuntime, type ExpertSlice } from '../../shaders/runtime.ts';
 import { OrtExpertFallback } from '../../shaders/ort/fallback.ts';
 import { callFlops, chooseBackend, median, syntheticCall, type ExpertComputer } from '../../shaders/ort/choose-backend.ts';
@@ -105,18 +106,14 @@ async function run(cfg: BenchConfig): Promise<BenchReport> {
   if (!navigator.gpu) {
     notes.push('ours (WebGPU): navigator.gpu is missing (WebGPU disabled?)');
   } else {
-    const adapter = await navigator.gpu.requestAdapter({ powerPreference: 'high-performance' });
-    if (!adapter) {
+    const got = await requestExpertDevice(navigator.gpu, 'kernel bench device');
+    if (!got) {
       notes.push('ours (WebGPU): requestAdapter() returned null');
     } else {
-      const info = adapter.info as GPUAdapterInfo & { isFallbackAdapter?: boolean };
-      isFallbackAdapter = info.isFallbackAdapter ?? (adapter as { isFallbackAdapter?: boolean }).isFallbackAdapter ?? false;
+      const info = got.adapter.info;
+      isFallbackAdapter = got.isFallbackAdapter;
       env.adapter = { vendor: info.vendor, architecture: info.architecture, description: info.description, isFallbackAdapter };
-      const optional: GPUFeatureName[] = ['subgroups', 'shader-f16'];
-      device = await adapter.requestDevice({
-        requiredFeatures: optional.filter((f) => adapter.features.has(f)),
-        requiredLimits: { maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize, maxBufferSize: adapter.limits.maxBufferSize },
-      });
+      device = got.device;
     }
   }
 

@@ -11,25 +11,19 @@
 import { create, globals } from 'webgpu';
 import { GGMLType, rowByteSize } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
+import { requestExpertDevice } from '../../shaders/device.ts';
 import { ExpertRuntime } from '../../shaders/runtime.ts';
 import { median } from '../stats.ts';
 
 Object.assign(globalThis, globals);
 const quick = process.argv.includes('--quick');
 const gpu = create([]);
-const adapter = await gpu.requestAdapter({ powerPreference: 'high-performance' });
-if (!adapter) {
+const got = await requestExpertDevice(gpu, 'node-gpu bench device');
+if (!got) {
   console.log('no WebGPU adapter');
   process.exit(1);
 }
-const optional: GPUFeatureName[] = ['subgroups', 'shader-f16'];
-const device = await adapter.requestDevice({
-  requiredFeatures: optional.filter((f) => adapter.features.has(f)),
-  requiredLimits: {
-    maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
-    maxBufferSize: adapter.limits.maxBufferSize,
-  },
-});
+const { adapter, device } = got;
 const info = adapter.info;
 console.log(`adapter: ${info.vendor} / ${info.architecture} / ${info.device} / ${info.description}; features: ${[...device.features].sort().join(' ')}`);
 

@@ -7,6 +7,7 @@ import * as ort from 'onnxruntime-web';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
 import { dequantize } from '../../gguf/dequantize.ts';
+import { requestExpertDevice, type ExpertDevice } from '../../shaders/device.ts';
 import { ExpertEngine, type EngineReport } from '../../shaders/engine.ts';
 import { OrtExpertFallback } from '../../shaders/ort/fallback.ts';
 import { expertFfnAccumulate } from '../../shaders/reference/expert-ffn.ts';
@@ -35,13 +36,9 @@ declare global {
   }
 }
 
-async function openDevice(): Promise<{ adapter: GPUAdapter; device: GPUDevice } | string> {
+async function openDevice(): Promise<ExpertDevice | string> {
   if (!navigator.gpu) return 'navigator.gpu is missing (WebGPU disabled?)';
-  const adapter = await navigator.gpu.requestAdapter();
-  if (!adapter) return 'requestAdapter() returned null';
-  const optional: GPUFeatureName[] = ['subgroups', 'shader-f16'];
-  const device = await adapter.requestDevice({ requiredFeatures: optional.filter((f) => adapter.features.has(f)) });
-  return { adapter, device };
+  return (await requestExpertDevice(navigator.gpu, 'kernels-entry device')) ?? 'requestAdapter() returned null';
 }
 
 window.runKernelGrid = async (grid = 'all') => {
@@ -92,7 +89,7 @@ window.runEngineStart = async () => {
     ...(typeof opened === 'string' ? {} : {
       webgpu: async (s: ExpertSlice) => ({
         runtime: await ExpertRuntime.create(opened.device, s),
-        isFallbackAdapter: (opened.adapter.info as { isFallbackAdapter?: boolean }).isFallbackAdapter ?? false,
+        isFallbackAdapter: opened.isFallbackAdapter,
       }),
     }),
     wasm: (s: ExpertSlice) => OrtExpertFallback.create(ort, s),

@@ -19,6 +19,7 @@ import { bytesSource, readGGUF } from '../../gguf/reader.ts';
 import { GGUFValueType } from '../../gguf/types.ts';
 import { encodeGGUF, memorySink } from '../../gguf/writer.ts';
 import { expertFfnAccumulate, type ExpertMatrices } from '../../shaders/reference/expert-ffn.ts';
+import { requestExpertDevice } from '../../shaders/device.ts';
 import { ExpertRuntime, ExpertRuntimeError, type ExpertSlice, type RuntimeEvent } from '../../shaders/runtime.ts';
 import {
   SHAPE_FIELDS,
@@ -54,30 +55,21 @@ let openError: unknown = null;
 async function openGpu(): Promise<void> {
   const webgpu = await import('webgpu');
   Object.assign(globalThis, webgpu.globals);
+  // Module scope for the whole file: dawn.node frees its instance when this object is collected (docs/kernels.md).
   gpu = webgpu.create([]);
-  const a = await gpu.requestAdapter();
-  if (!a) {
+  device = await testDevice('kernels.test device');
+}
+
+/** A device as the runtime wants it (shaders/device.ts: adapter limits, 'subgroups' where SwiftShader has it). */
+async function testDevice(label: string): Promise<GPUDevice> {
+  const got = await requestExpertDevice(gpu, label);
+  if (!got) {
     throw new Error(
       'requestAdapter() returned null: no WebGPU adapter. Install libvulkan1 and Chromium (for its SwiftShader ICD at ' +
         `${SWIFTSHADER_ICD}) and run with VK_ICD_FILENAMES=${SWIFTSHADER_ICD}`,
     );
   }
-  device = await requestTestDevice(a, 'kernels.test device');
-}
-
-/**
- * A device with the adapter's binding limits (a device otherwise gets the WebGPU defaults, 128 MiB per binding) and
- * its 'subgroups' feature when it has one (SwiftShader does), so both kernel variants can run.
- */
-function requestTestDevice(a: GPUAdapter, label: string): Promise<GPUDevice> {
-  return a.requestDevice({
-    label,
-    requiredFeatures: a.features.has('subgroups') ? ['subgroups'] : [],
-    requiredLimits: {
-      maxStorageBufferBindingSize: a.limits.maxStorageBufferBindingSize,
-      maxBufferSize: a.limits.maxBufferSize,
-    },
-  });
+  return got.device;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -630,14 +622,14 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
   test('device lost: reported, rebuilt on a new device, the interrupted and later calls served', async () => {
     const { slice, experts } = makeSlice(same(T.Q4_K), 256, 256, 3, seed++);
     const c = makeCall(256, 3, 4, 2, seed++);
-    const first = await requestTestDevice((await gpu.requestAdapter())!, 'kernels.test device to lose');
+    const first = await testDevice('kernels.test device to lose');
     const events: RuntimeEvent[] = [];
     const newDevices: GPUDevice[] = [];
     const rt = await ExpertRuntime.create(first, slice, {
       onEvent: (e) => events.push(e),
       recovery: {
         requestDevice: async () => {
-          const d = await requestTestDevice((await gpu.requestAdapter())!, 'kernels.test replacement device');
+          const d = await testDevice('kernels.test replacement device');
           newDevices.push(d);
           return d;
         },
@@ -666,7 +658,7 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     const { slice } = makeSlice(same(T.F16), 64, 32, 2, seed++);
     const c = makeCall(64, 2, 2, 1, seed++);
     for (const recovery of [undefined, { requestDevice: () => Promise.reject(new Error('no adapter today')), attempts: 2 }]) {
-      const d = await requestTestDevice((await gpu.requestAdapter())!, 'kernels.test device to lose');
+      const d = await testDevice('kernels.test device to lose');
       const events: RuntimeEvent[] = [];
       const rt = await ExpertRuntime.create(d, slice, { onEvent: (e) => events.push(e), ...(recovery ? { recovery } : {}) });
       try {
@@ -683,7 +675,7 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     }
   });
 
-  test('load(): a mini-GGUF slice streamed in random chunks computes the same bits as create() from its bytes', async () => {
+  test('load() / fromGGUF(): a mini-GGUF slice, streamed in random chunks or in one buffer, computes the same bits as create()', async () => {
     // A 6-expert layer in a model file; the slice is experts [1, 5) of it, as /api/expert-shard cuts it.
     const whole = makeSlice({ gate: T.Q4_0, up: T.Q4_0, down: T.F16 }, 32, 33, 6, seed++); // odd byte lengths
     const mini = await miniGGUF(whole.slice, 1, 5);
@@ -709,6 +701,14 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
       }
     }
     assert.equal(opened, 2);
+    // The same file already in memory (an ArrayBuffer, as fetch() gives it).
+    const fromBuffer = await ExpertRuntime.fromGGUF(device, mini.slice().buffer);
+    try {
+      assert.ok(sameBits(await fromBuffer.compute(c.rows, c.ids, c.probs, 5, 2), expected), 'fromGGUF');
+    } finally {
+      fromBuffer.dispose();
+    }
+    await rejectsWith(ExpertRuntime.fromGGUF(device, mini.subarray(0, mini.length - 1)), 'BAD_SLICE_STREAM');
     // A cut stream, or a GGUF that is not a slice: BAD_SLICE_STREAM with the reader's code, nothing left behind.
     for (const cut of [10, mini.length >> 1, mini.length - 1]) {
       await rejectsWith(ExpertRuntime.load(device, { open: async () => chunked(mini.subarray(0, cut), cut) }), 'BAD_SLICE_STREAM');
@@ -722,12 +722,12 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     const whole = makeSlice(same(T.Q8_0), 64, 32, 3, seed++);
     const mini = await miniGGUF(whole.slice, 0, 3);
     const c = makeCall(64, 3, 3, 2, seed++);
-    const d = await requestTestDevice((await gpu.requestAdapter())!, 'kernels.test device to lose');
+    const d = await testDevice('kernels.test device to lose');
     let opened = 0;
     const events: string[] = [];
     const rt = await ExpertRuntime.load(d, { open: async () => (opened++, chunked(mini, opened)) }, {
       onEvent: (e) => events.push(e.type),
-      recovery: { requestDevice: async () => requestTestDevice((await gpu.requestAdapter())!, 'kernels.test replacement device') },
+      recovery: { requestDevice: async () => testDevice('kernels.test replacement device') },
     });
     try {
       const before = await rt.compute(c.rows, c.ids, c.probs, 3, 2);

@@ -1,0 +1,37 @@
+/**
+ * The GPUDevice the expert runtime wants: the adapter's own binding limits (a device otherwise gets the WebGPU
+ * defaults, 128 MiB per binding) and the optional features its kernel variants use ('subgroups', 'shader-f16'),
+ * where the adapter has them.
+ *
+ * @example
+ *   const got = await requestExpertDevice(navigator.gpu);   // or create([]) from the npm `webgpu` package in Node
+ *   if (got) { const rt = await ExpertRuntime.create(got.device, slice); … }
+ */
+import type { KernelFeature } from './expert-ffn.ts';
+
+const OPTIONAL_FEATURES: readonly KernelFeature[] = ['subgroups', 'shader-f16'];
+
+export interface ExpertDevice {
+  adapter: GPUAdapter;
+  device: GPUDevice;
+  /** A software adapter (SwiftShader, WARP…): the engine then prefers the wasm fallback unless WebGPU measures faster. */
+  isFallbackAdapter: boolean;
+}
+
+/** A device for the expert kernels from a fresh adapter, or null when there is no adapter. */
+export async function requestExpertDevice(gpu: GPU, label = 'expert device'): Promise<ExpertDevice | null> {
+  const adapter = await gpu.requestAdapter({ powerPreference: 'high-performance' });
+  if (!adapter) return null;
+  const device = await adapter.requestDevice({
+    label,
+    requiredFeatures: OPTIONAL_FEATURES.filter((f) => adapter.features.has(f)),
+    requiredLimits: {
+      maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
+      maxBufferSize: adapter.limits.maxBufferSize,
+    },
+  });
+  // Chromium reports it on adapter.info; older implementations on the adapter.
+  const info = adapter.info as GPUAdapterInfo & { isFallbackAdapter?: boolean };
+  const isFallbackAdapter = info.isFallbackAdapter ?? (adapter as { isFallbackAdapter?: boolean }).isFallbackAdapter ?? false;
+  return { adapter, device, isFallbackAdapter };
+}

@@ -22,6 +22,9 @@ export interface ExpertDevice {
 export async function requestExpertDevice(gpu: GPU, label = 'expert device'): Promise<ExpertDevice | null> {
   const adapter = await gpu.requestAdapter({ powerPreference: 'high-performance' });
   if (!adapter) return null;
+  // Chromium reports it on adapter.info; older implementations (no adapter.info before Chrome 127) on the adapter.
+  const info = (adapter as { info?: GPUAdapterInfo & { isFallbackAdapter?: boolean } }).info;
+  const isFallbackAdapter = info?.isFallbackAdapter ?? (adapter as { isFallbackAdapter?: boolean }).isFallbackAdapter ?? false;
   const device = await adapter.requestDevice({
     label,
     requiredFeatures: OPTIONAL_FEATURES.filter((f) => adapter.features.has(f)),
@@ -30,8 +33,5 @@ export async function requestExpertDevice(gpu: GPU, label = 'expert device'): Pr
       maxBufferSize: adapter.limits.maxBufferSize,
     },
   });
-  // Chromium reports it on adapter.info; older implementations on the adapter.
-  const info = adapter.info as GPUAdapterInfo & { isFallbackAdapter?: boolean };
-  const isFallbackAdapter = info.isFallbackAdapter ?? (adapter as { isFallbackAdapter?: boolean }).isFallbackAdapter ?? false;
   return { adapter, device, isFallbackAdapter };
 }

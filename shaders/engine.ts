@@ -31,8 +31,10 @@ export interface ExpertEngineOptions {
   call?: Pick<MeasureCall, 'nTokens' | 'nUsed'>;
   /** Untimed calls per backend before timing (default 1). */
   warmup?: number;
-  /** Timed calls per backend, median counted (default 3). */
+  /** Timed samples per backend, median counted (default 3). */
   iterations?: number;
+  /** A sample repeats the call for at least this long (default 2 ms; see timeCompute). */
+  minSampleMs?: number;
   /** Clock in ms (default performance.now); tests pass their own. */
   now?: () => number;
 }
@@ -52,6 +54,15 @@ export interface EngineReport {
 }
 
 const message = (e: unknown): string => (e instanceof Error ? e.message : String(e));
+
+/** Disposes a backend that is not kept; its failure to let go must not cost the engine the other one. */
+async function safeDispose(runtime: EngineBackend): Promise<void> {
+  try {
+    await runtime.dispose();
+  } catch {
+    // nothing more can be done with it
+  }
+}
 
 export class ExpertEngine {
   private disposed = false;
@@ -73,7 +84,19 @@ export class ExpertEngine {
       nTokens: options.call?.nTokens ?? 1,
       nUsed: options.call?.nUsed ?? Math.min(2, slice.nExperts),
     };
-    const timing = { warmup: options.warmup ?? 1, iterations: options.iterations ?? 3, ...(options.now ? { now: options.now } : {}) };
+    const timing = {
+      warmup: options.warmup ?? 1,
+      iterations: options.iterations ?? 3,
+      ...(options.minSampleMs !== undefined ? { minSampleMs: options.minSampleMs } : {}),
+      ...(options.now ? { now: options.now } : {}),
+    };
+    const check = (option: string, value: number, min: number): void => {
+      if (!(Number.isSafeInteger(value) && value >= min)) {
+        throw new ExpertRuntimeError('BAD_OPTION', { option, value, requirement: `an integer ≥ ${min}` }, `${option} must be an integer ≥ ${min}, got ${value}`);
+      }
+    };
+    check('iterations', timing.iterations, 1);
+    check('warmup', timing.warmup, 0);
     const report: EngineReport = { backend: 'wasm', reason: '', call, measured: {}, errors: {} };
     const built: Partial<Record<Backend, EngineBackend>> = {};
 
@@ -83,12 +106,13 @@ export class ExpertEngine {
         const made = await make();
         runtime = made.runtime;
         const t: Timing = await timeCompute(runtime, call, timing);
+        if (!(Number.isFinite(t.gflops) && t.gflops > 0)) throw new Error(`timing measured ${t.msMedian} ms per call: the clock did not advance`);
         const adapter = made.isFallbackAdapter === undefined ? {} : { isFallbackAdapter: made.isFallbackAdapter };
         report.measured[backend] = { msMedian: t.msMedian, gflops: t.gflops, ...adapter };
         built[backend] = runtime;
       } catch (e) {
         report.errors[backend] = message(e);
-        await runtime?.dispose();
+        if (runtime) await safeDispose(runtime);
       }
     };
     // One after the other: timing both at once would have them compete for the same cores.
@@ -101,6 +125,7 @@ export class ExpertEngine {
     const gpu = report.measured.webgpu;
     const wasm = report.measured.wasm;
     if (!gpu && !wasm) {
+      // (nothing was kept: every backend that failed was disposed above)
       const why = Object.entries(report.errors).map(([b, e]) => `${b}: ${e}`).join('; ');
       throw new ExpertRuntimeError('NO_BACKEND', { errors: report.errors }, `no expert backend works here (${why})`);
     }
@@ -111,7 +136,7 @@ export class ExpertEngine {
     report.backend = choice.backend;
     report.reason = choice.reason;
     for (const [backend, runtime] of Object.entries(built) as [Backend, EngineBackend][]) {
-      if (backend !== choice.backend) await runtime.dispose();
+      if (backend !== choice.backend) await safeDispose(runtime);
     }
     return new ExpertEngine(built[choice.backend]!, report);
   }

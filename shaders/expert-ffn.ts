@@ -488,7 +488,7 @@ export interface SubgroupLayout {
 async function probeSubgroupLayout(device: GPUDevice, workgroupSize: number): Promise<SubgroupLayout> {
   if (!device.features.has('subgroups')) return { usable: false, reason: "the device was created without the 'subgroups' feature" };
   const F = GPU_FLAGS;
-  const bytes = workgroupSize * 8;
+  const bytes = workgroupSize * 16;
   const out = device.createBuffer({ label: 'subgroup probe out', size: bytes, usage: F.BUFFER_STORAGE | F.BUFFER_COPY_SRC });
   const read = device.createBuffer({ label: 'subgroup probe readback', size: bytes, usage: F.BUFFER_MAP_READ | F.BUFFER_COPY_DST });
   try {
@@ -518,16 +518,16 @@ async function probeSubgroupLayout(device: GPUDevice, workgroupSize: number): Pr
   }
 }
 
-/** Pure verdict on probe output: pairs (subgroup invocation id, subgroup size) per local invocation index. */
+/** Pure verdict on probe output: (subgroup invocation id, subgroup size, smallest lid of the subgroup, 0) per lid. */
 export function judgeSubgroupLayout(v: Uint32Array, workgroupSize: number): SubgroupLayout {
   const size = v[1]!;
   if (!isPow2(size)) return { usable: false, subgroupSize: size, reason: `subgroup size ${size} is not a power of two` };
   for (let lid = 0; lid < workgroupSize; lid++) {
-    if (v[2 * lid + 1] !== size) {
-      return { usable: false, subgroupSize: size, reason: `subgroup sizes differ within a workgroup (${size} and ${v[2 * lid + 1]})` };
-    }
-    if (v[2 * lid] !== lid % size) {
-      return { usable: false, subgroupSize: size, reason: `invocation ${lid} is subgroup lane ${v[2 * lid]}, not ${lid % size}` };
+    const [lane, n, first] = [v[4 * lid]!, v[4 * lid + 1]!, v[4 * lid + 2]!];
+    if (n !== size) return { usable: false, subgroupSize: size, reason: `subgroup sizes differ within a workgroup (${size} and ${n})` };
+    if (lane !== lid % size) return { usable: false, subgroupSize: size, reason: `invocation ${lid} is subgroup lane ${lane}, not ${lid % size}` };
+    if (first !== lid - lane) {
+      return { usable: false, subgroupSize: size, reason: `invocation ${lid}'s subgroup starts at invocation ${first}, not ${lid - lane}: not a contiguous run` };
     }
   }
   return { usable: true, subgroupSize: size, reason: `subgroups of ${size} in local invocation order` };

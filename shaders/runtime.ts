@@ -39,6 +39,7 @@ import {
   foldDispatch,
   quantSnippet,
   rowKernelWorkgroups,
+  sliceMatrixBytes,
   tiledWorkgroups,
   validateInputs,
   validateSlice,
@@ -106,7 +107,13 @@ export interface ExpertRuntimeOptions {
    * again (from the same bytes, or by reopening the stream); calls wait for it and a call cut off by the loss is run
    * again once. Without this option a lost device makes every later call fail with DEVICE_LOST.
    */
-  recovery?: { requestDevice(): Promise<GPUDevice>; attempts?: number };
+  recovery?: {
+    requestDevice(): Promise<GPUDevice>;
+    /** Devices tried before giving up (default 3); a new device lost again before serving a call counts too. */
+    attempts?: number;
+    /** Longest one attempt (device, pipelines, weights) may take (default 60 s). */
+    attemptTimeoutMs?: number;
+  };
   /** Reports device loss and recovery. */
   onEvent?: (event: RuntimeEvent) => void;
   /** Prefix of every GPU object's label. */
@@ -162,6 +169,13 @@ const LOST_SETTLE_MS = 250;
 const typeName = (t: GGMLType): string => GGMLType[t] ?? String(t);
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
+/** `p`, or a rejection with `message` after `ms`. */
+function withTimeout<T>(p: Promise<T>, ms: number, message: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(message)), ms)));
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}
+
 /** The smallest of the limits that cap one binding, with its name. */
 function bindingLimit(limits: GPUSupportedLimits, cap?: number): { limit: number; limitName: string } {
   const candidates: [string, number][] = [
@@ -213,6 +227,11 @@ export class ExpertRuntime {
   /** Set when the device was lost and is not coming back. */
   private failed: { reason: string; message: string } | null = null;
   private recovering: Promise<void> | null = null;
+  /** Recovery attempts since the last call that a device served. */
+  private attemptsUsed = 0;
+  /** Resolves on dispose(), so calls waiting for a recovery return (with DISPOSED) at once. */
+  private readonly disposedSignal: Promise<void>;
+  private signalDisposed!: () => void;
 
   private constructor(
     private readonly shape: SliceShape,
@@ -223,6 +242,7 @@ export class ExpertRuntime {
     state: GpuState,
   ) {
     this.state = state;
+    this.disposedSignal = new Promise((r) => (this.signalDisposed = r));
     this.watch(state);
   }
 
@@ -296,11 +316,13 @@ export class ExpertRuntime {
     const regime = this.resolveRegime(request, counts, nTokens * nUsed);
     if (nTokens === 0) return new Float32Array(0);
     for (let attempt = 0; ; attempt++) {
-      if (this.recovering) await this.recovering;
+      if (this.recovering) await Promise.race([this.recovering, this.disposedSignal]);
       this.assertUsable();
       const state = this.state;
       try {
-        return await this.run(state, { rows, ids, probs, nTokens, nUsed, counts, regime });
+        const out = await this.run(state, { rows, ids, probs, nTokens, nUsed, counts, regime });
+        this.attemptsUsed = 0;
+        return out;
       } catch (e) {
         // A call cut off by a device loss runs once more on the rebuilt device. Refusals of the call itself
         // (BATCH_TOO_LARGE, DISPATCH_TOO_LARGE…) are not losses and are not waited on.
@@ -358,6 +380,7 @@ export class ExpertRuntime {
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
+    this.signalDisposed();
     releaseState(this.state);
   }
 
@@ -401,7 +424,8 @@ export class ExpertRuntime {
     const F = GPU_FLAGS;
     const pool = st.pool;
     // One Shape per part (expert range, tiles) plus the combine's, at the uniform offset alignment.
-    const stride = Math.max(SHAPE_UNIFORM_BYTES, st.device.limits.minUniformBufferOffsetAlignment);
+    const align = st.device.limits.minUniformBufferOffsetAlignment;
+    const stride = Math.ceil(SHAPE_UNIFORM_BYTES / align) * align;
     const nShapes = parts.length + 1;
     const b = {
       shape: pool.acquire(F.BUFFER_UNIFORM | F.BUFFER_COPY_DST, stride * nShapes, 'shape uniforms'),
@@ -523,7 +547,14 @@ export class ExpertRuntime {
 
   private tiledPipelines(st: GpuState): Promise<Pipelines> {
     if (!st.tiled) {
-      const p = buildPipelines(st.kernels, this.shape.types, this.settings.tuning, st.features, 'tiled');
+      const build = (f: readonly KernelFeature[]): Promise<Pipelines> => buildPipelines(st.kernels, this.shape.types, this.settings.tuning, f, 'tiled');
+      const p = build(st.features).catch((e: unknown) => {
+        // With 'auto', a driver that cannot build the f16 tiles gets the f32 ones instead.
+        if (!(this.settings.features === 'auto' && st.features.includes('shader-f16') && isCompileError(e))) throw e;
+        st.features = st.features.filter((f) => f !== 'shader-f16');
+        st.featuresReason += `; shader-f16 dropped: ${(e as Error).message}`;
+        return build(st.features);
+      });
       p.catch(() => {
         if (st.tiled === p) st.tiled = null; // a later call may retry
       });
@@ -548,19 +579,31 @@ export class ExpertRuntime {
     });
   }
 
-  /** Requests a new device and rebuilds on it, with a few attempts and a growing pause between them. */
+  /**
+   * Requests a new device and rebuilds on it: a few attempts (shared with any loss that follows before a call is
+   * served, so a device that arrives lost cannot loop), each bounded in time, with a growing pause between them.
+   */
   private async recover(info: GPUDeviceLostInfo): Promise<void> {
-    const { requestDevice, attempts = 3 } = this.options.recovery!;
+    const { requestDevice, attempts = 3, attemptTimeoutMs = 60_000 } = this.options.recovery!;
     const started = Date.now();
-    let last = '';
-    for (let attempt = 1; attempt <= attempts && !this.disposed; attempt++) {
-      let device: GPUDevice | null = null;
+    let last = 'no attempt left';
+    const rebuild = async (): Promise<GpuState> => {
+      const device = await requestDevice();
       try {
-        device = await requestDevice();
         const source = this.source;
-        const st = 'bytes' in source
+        return 'bytes' in source
           ? await bytesState(device, true, source.bytes, this.shape, this.settings)
           : (await streamState(device, true, source.stream, this.shape, () => this.settings)).state;
+      } catch (e) {
+        device.destroy();
+        throw e;
+      }
+    };
+    while (this.attemptsUsed < attempts && !this.disposed) {
+      const attempt = ++this.attemptsUsed;
+      const building = rebuild();
+      try {
+        const st = await withTimeout(building, attemptTimeoutMs, `recovery attempt ${attempt} took over ${attemptTimeoutMs} ms`);
         if (this.disposed) {
           releaseState(st);
           return;
@@ -572,8 +615,8 @@ export class ExpertRuntime {
         return;
       } catch (e) {
         last = e instanceof Error ? e.message : String(e);
-        device?.destroy();
-        await sleep(Math.min(2000, 100 * 2 ** attempt));
+        building.then(releaseState, () => undefined); // an attempt that finishes after its timeout is thrown away
+        if (this.attemptsUsed < attempts) await Promise.race([sleep(Math.min(2000, 100 * 2 ** attempt)), this.disposedSignal]);
       }
     }
     if (this.disposed) return;
@@ -721,17 +764,39 @@ async function prepareState(device: GPUDevice, owned: boolean, shape: SliceShape
   const { limit, limitName } = bindingLimit(device.limits, settings.maxBindingBytes);
   const ranges = planParts(shape, limit, limitName);
   const kernels = ExpertFfnKernels.forDevice(device);
-  const { features, reason } = await chooseFeatures(device, kernels, settings.features, settings.tuning.workgroupSize);
-  const [decode, combine] = await Promise.all([
-    buildPipelines(kernels, shape.types, settings.tuning, features, 'decode'),
+  const chosen = await chooseFeatures(device, kernels, settings.features, settings.tuning.workgroupSize);
+  let { features, reason } = chosen;
+  const build = (f: readonly KernelFeature[]) => Promise.all([
+    buildPipelines(kernels, shape.types, settings.tuning, f, 'decode'),
     kernels.pipeline({ kernel: 'expert_combine', tuning: settings.tuning, variant: 'base' }),
   ]);
+  let pipelines: Awaited<ReturnType<typeof build>>;
+  try {
+    pipelines = await build(features);
+  } catch (e) {
+    // With 'auto', a driver that cannot build the subgroup variant gets the base kernels instead.
+    if (!(settings.features === 'auto' && features.includes('subgroups') && isCompileError(e))) throw e;
+    features = features.filter((f) => f !== 'subgroups');
+    reason += `; subgroups dropped: ${(e as Error).message}`;
+    pipelines = await build(features);
+  }
+  const [decode, combine] = pipelines;
+  // Out of GPU memory only shows as an error scope's error (the buffers are invalid, not missing).
+  device.pushErrorScope('out-of-memory');
+  const parts = createWeightParts(device, shape, ranges, settings.label);
+  const oom = await device.popErrorScope();
+  if (oom) {
+    destroyWeightParts(parts);
+    const bytes = Object.values(sliceMatrixBytes(shape)).reduce((a, b) => a + b, 0);
+    throw new ExpertRuntimeError('GPU_ERROR', { message: oom.message }, `${settings.label}: no GPU memory for ${bytes} bytes of weights: ${oom.message}`);
+  }
   return {
-    device, owned, kernels, features, featuresReason: reason, maxPerDimension, decode, combine, tiled: null,
-    parts: createWeightParts(device, shape, ranges, settings.label),
+    device, owned, kernels, features, featuresReason: reason, maxPerDimension, decode, combine, tiled: null, parts,
     pool: new BufferPool(device, settings.label), lost: null,
   };
 }
+
+const isCompileError = (e: unknown): boolean => e instanceof ExpertRuntimeError && e.code === 'SHADER_COMPILE';
 
 /** Frees a state's buffers, and its device when the runtime requested it. */
 function releaseState(st: GpuState): void {

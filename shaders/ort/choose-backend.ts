@@ -1,6 +1,6 @@
 /**
  * Which backend computes a slice's experts on this machine: our WebGPU kernels (ExpertRuntime) or the onnxruntime
- * wasm fallback (OrtExpertFallback). A pure policy over measured throughput, plus a helper that measures it.
+ * wasm fallback (OrtExpertFallback). A pure policy over measured throughput, plus the timing ExpertEngine uses.
  *
  * Policy: the faster one wins. A tie goes to a real GPU adapter; a fallback (software) adapter such as SwiftShader only
  * wins when it is measured strictly faster. A backend that was not measured (or measured nothing usable) is
@@ -52,11 +52,19 @@ export interface MeasureCall {
 export interface MeasureOptions {
   /** Untimed calls first (pipeline / session warm-up; default 1). */
   warmup?: number;
-  /** Timed calls (default 5); the median counts. */
+  /** Timed samples (default 5); the median counts. */
   iterations?: number;
+  /**
+   * A sample repeats the call until at least this many ms have passed (default 2, at most 1000 calls), so a clock
+   * coarser than one call (browsers round performance.now() to 0.1–1 ms) still measures it.
+   */
+  minSampleMs?: number;
   /** Clock in ms (default performance.now). */
   now?: () => number;
 }
+
+/** Calls per sample at most, however fast the calls or coarse the clock. */
+const MAX_CALLS_PER_SAMPLE = 1000;
 
 export interface Timing {
   msMedian: number;
@@ -97,45 +105,33 @@ export function median(xs: readonly number[]): number {
   return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
 }
 
-/** Times compute() on one call shape. */
+/**
+ * Times compute() on one call shape: `iterations` samples, each the mean of as many calls as fill minSampleMs.
+ * gflops is not finite when even a full sample measured no time (a stopped clock): callers treat that as no
+ * measurement.
+ */
 export async function timeCompute(rt: ExpertComputer, c: MeasureCall, options: MeasureOptions = {}): Promise<Timing> {
   const now = options.now ?? (() => performance.now());
+  const iterations = options.iterations ?? 5;
+  const warmup = options.warmup ?? 1;
+  const minSampleMs = options.minSampleMs ?? 2;
+  if (!(Number.isSafeInteger(iterations) && iterations >= 1)) throw new RangeError(`timeCompute: iterations must be an integer ≥ 1, got ${iterations}`);
+  if (!(Number.isSafeInteger(warmup) && warmup >= 0)) throw new RangeError(`timeCompute: warmup must be an integer ≥ 0, got ${warmup}`);
+  if (!(minSampleMs >= 0)) throw new RangeError(`timeCompute: minSampleMs must be ≥ 0, got ${minSampleMs}`);
   const { rows, ids, probs } = syntheticCall(c);
-  for (let i = 0; i < (options.warmup ?? 1); i++) await rt.compute(rows, ids, probs, c.nTokens, c.nUsed);
+  for (let i = 0; i < warmup; i++) await rt.compute(rows, ids, probs, c.nTokens, c.nUsed);
   const ms: number[] = [];
-  for (let i = 0; i < (options.iterations ?? 5); i++) {
+  for (let i = 0; i < iterations; i++) {
     const t0 = now();
-    await rt.compute(rows, ids, probs, c.nTokens, c.nUsed);
-    ms.push(now() - t0);
+    let calls = 0;
+    let elapsed = 0;
+    do {
+      await rt.compute(rows, ids, probs, c.nTokens, c.nUsed);
+      calls++;
+      elapsed = now() - t0;
+    } while (elapsed < minSampleMs && calls < MAX_CALLS_PER_SAMPLE);
+    ms.push(elapsed / calls);
   }
   const msMedian = median(ms);
   return { msMedian, ms, gflops: callFlops(c) / (msMedian * 1e6) };
-}
-
-/**
- * Measures the backends given (each already created on the same slice) on one call shape and returns what
- * chooseBackend takes. A backend whose calls throw is left out (unavailable).
- */
-export async function measure(
-  backends: { webgpu?: { runtime: ExpertComputer; isFallbackAdapter: boolean }; wasm?: { runtime: ExpertComputer } },
-  call: MeasureCall,
-  options: MeasureOptions = {},
-): Promise<BackendMeasurements & { errors: Partial<Record<Backend, string>> }> {
-  const out: BackendMeasurements & { errors: Partial<Record<Backend, string>> } = { errors: {} };
-  if (backends.webgpu) {
-    try {
-      const t = await timeCompute(backends.webgpu.runtime, call, options);
-      out.webgpu = { gflops: t.gflops, isFallbackAdapter: backends.webgpu.isFallbackAdapter };
-    } catch (e) {
-      out.errors.webgpu = e instanceof Error ? e.message : String(e);
-    }
-  }
-  if (backends.wasm) {
-    try {
-      out.wasm = { gflops: (await timeCompute(backends.wasm.runtime, call, options)).gflops };
-    } catch (e) {
-      out.errors.wasm = e instanceof Error ? e.message : String(e);
-    }
-  }
-  return out;
 }

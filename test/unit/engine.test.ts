@@ -69,7 +69,8 @@ test('the faster backend wins, the other is disposed, and the report gives both 
     assert.equal(engine.report.measured.webgpu?.isFallbackAdapter, fallback);
     assert.equal(engine.report.measured.wasm?.msMedian, wasmMs, what);
     assert.deepEqual(engine.report.errors, {});
-    assert.equal(gpu.calls, 4, 'one warm-up and three timed calls');
+    // One warm-up, then three samples, each as many calls as fill the 2 ms minimum.
+    assert.equal(gpu.calls, 1 + 3 * Math.ceil(2 / gpuMs), 'calls made while timing');
     const [kept, dropped] = winner === 'webgpu' ? [gpu, wasm] : [wasm, gpu];
     assert.equal(dropped.disposed, 1, `${what}: the loser is disposed`);
     assert.equal(kept.disposed, 0);
@@ -104,6 +105,39 @@ test('a backend that fails to build or to compute is reported and the other one 
 
   const onlyWasm = await ExpertEngine.start(slice, { wasm: async () => fake(clock, 1, 2), now: () => clock.t });
   assert.equal(onlyWasm.report.errors.webgpu, 'not offered (no WebGPU on this machine)');
+});
+
+test('a clock coarser than a call still measures it; a stopped clock counts as no measurement', async () => {
+  // The GPU takes 0.1 ms a call, the clock ticks 1 ms every 10 calls (browsers round performance.now()); wasm 0.5 ms.
+  const clock = { t: 0 };
+  let gpuCalls = 0;
+  const gpu: EngineBackend = {
+    async compute(_r, _i, _p, nTokens) {
+      if (++gpuCalls % 10 === 0) clock.t += 1;
+      return new Float32Array(nTokens * slice.nEmbd);
+    },
+    dispose() {},
+  };
+  let wasmCalls = 0;
+  const wasm: EngineBackend = {
+    async compute(_r, _i, _p, nTokens) {
+      if (++wasmCalls % 2 === 0) clock.t += 1;
+      return new Float32Array(nTokens * slice.nEmbd);
+    },
+    dispose() {},
+  };
+  const engine = await ExpertEngine.start(slice, { webgpu: async () => ({ runtime: gpu, isFallbackAdapter: false }), wasm: async () => wasm, now: () => clock.t });
+  assert.equal(engine.backend, 'webgpu');
+  assert.ok(Math.abs(engine.report.measured.webgpu!.msMedian - 0.1) < 0.02, `${engine.report.measured.webgpu!.msMedian}`);
+  assert.ok(Math.abs(engine.report.measured.wasm!.msMedian - 0.5) < 0.1, `${engine.report.measured.wasm!.msMedian}`);
+  // A backend whose calls never move the clock is not measured: the other one serves.
+  const frozen = fake({ t: 0 }, 0, 1);
+  const c2 = { t: 0 };
+  const other = await ExpertEngine.start(slice, { webgpu: async () => ({ runtime: frozen, isFallbackAdapter: false }), wasm: async () => fake(c2, 3, 2), now: () => c2.t });
+  assert.equal(other.backend, 'wasm');
+  assert.match(other.report.errors.webgpu ?? '', /clock did not advance/);
+  assert.equal(frozen.disposed, 1);
+  await assert.rejects(ExpertEngine.start(slice, { wasm: async () => wasm, iterations: 0 }), (e: unknown) => e instanceof ExpertRuntimeError && e.code === 'BAD_OPTION');
 });
 
 test('no working backend: NO_BACKEND with every reason', async () => {

@@ -675,6 +675,79 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     }
   });
 
+  test('recovery is bounded: attempts time out, a device lost on arrival uses up the attempts, dispose() frees waiting calls', async () => {
+    const { slice } = makeSlice(same(T.Q8_0), 64, 32, 2, seed++);
+    const c = makeCall(64, 2, 2, 1, seed++);
+    const until = async (what: string, ok: () => boolean): Promise<void> => {
+      for (let i = 0; i < 200 && !ok(); i++) await new Promise((r) => setTimeout(r, 50));
+      assert.ok(ok(), what);
+    };
+    const never = (): Promise<GPUDevice> => new Promise(() => {});
+
+    // requestDevice() never answers: each attempt times out, then DEVICE_LOST.
+    let d = await testDevice('kernels.test device to lose');
+    let events: RuntimeEvent[] = [];
+    let rt = await ExpertRuntime.create(d, slice, { onEvent: (e) => events.push(e), recovery: { requestDevice: never, attempts: 2, attemptTimeoutMs: 150 } });
+    d.destroy();
+    await rejectsWith(rt.compute(c.rows, c.ids, c.probs, 2, 1), 'DEVICE_LOST');
+    assert.deepEqual(events.map((e) => e.type), ['device-lost', 'recovery-failed']);
+    assert.match((events[1] as { message: string }).message, /recovery attempt 2 took over 150 ms/);
+    rt.dispose();
+
+    // Every new device arrives lost: three attempts in all, not a loop.
+    d = await testDevice('kernels.test device to lose');
+    events = [];
+    let requested = 0;
+    rt = await ExpertRuntime.create(d, slice, {
+      onEvent: (e) => events.push(e),
+      recovery: {
+        requestDevice: async () => {
+          requested++;
+          const lost = await testDevice('kernels.test device lost on arrival');
+          lost.destroy();
+          return lost;
+        },
+      },
+    });
+    d.destroy();
+    await until('recovery gives up', () => events.some((e) => e.type === 'recovery-failed'));
+    assert.ok(requested <= 3, `${requested} devices requested`);
+    await rejectsWith(rt.compute(c.rows, c.ids, c.probs, 2, 1), 'DEVICE_LOST');
+    rt.dispose();
+
+    // A recovery that hangs (long timeout) and a call waiting on it: dispose() answers the call with DISPOSED.
+    d = await testDevice('kernels.test device to lose');
+    rt = await ExpertRuntime.create(d, slice, { recovery: { requestDevice: never, attemptTimeoutMs: 60_000 } });
+    d.destroy();
+    await new Promise((r) => setTimeout(r, 50));
+    const waiting = rt.compute(c.rows, c.ids, c.probs, 2, 1);
+    rt.dispose();
+    await rejectsWith(waiting, 'DISPOSED');
+  });
+
+  test('subgroups: rows narrower than, equal to and wider than a subgroup reduce alike', async (t) => {
+    if (!device.features.has('subgroups')) {
+      t.skip("the adapter has no 'subgroups' feature");
+      return;
+    }
+    const { slice, experts } = makeSlice(same(T.Q8_0), 256, 64, 3, seed++);
+    const c = makeCall(256, 3, 3, 2, seed++);
+    const want = reference(experts, c);
+    // 64 threads per workgroup: 4, 16 and 64 rows per workgroup → 16, 4 and 1 threads per row.
+    for (const rowsPerWorkgroup of [4, 16, 64]) {
+      const rt = await ExpertRuntime.create(device, slice, { rowsPerWorkgroup, features: ['subgroups'] });
+      const base = await ExpertRuntime.create(device, slice, { rowsPerWorkgroup, features: [] });
+      try {
+        const got = await rt.compute(c.rows, c.ids, c.probs, 3, 2, { regime: 'decode' });
+        assert.ok(nmse(got, want) <= NMSE_MAX, `${rowsPerWorkgroup} rows per workgroup`);
+        assert.ok(nmse(got, await base.compute(c.rows, c.ids, c.probs, 3, 2, { regime: 'decode' })) <= NMSE_MAX);
+      } finally {
+        rt.dispose();
+        base.dispose();
+      }
+    }
+  });
+
   test('load() / fromGGUF(): a mini-GGUF slice, streamed in random chunks or in one buffer, computes the same bits as create()', async () => {
     // A 6-expert layer in a model file; the slice is experts [1, 5) of it, as /api/expert-shard cuts it.
     const whole = makeSlice({ gate: T.Q4_0, up: T.Q4_0, down: T.F16 }, 32, 33, 6, seed++); // odd byte lengths
@@ -848,13 +921,18 @@ test('chooseRegime: batched once pairs share experts enough, with the reason', (
 });
 
 test('the subgroup layout probe: lanes in local invocation order with one power-of-two size, or the reason', () => {
-  const probe = (size: number, lane: (lid: number) => number, sizeAt: (lid: number) => number = () => size): Uint32Array =>
-    Uint32Array.from({ length: 128 }, (_, i) => (i % 2 === 0 ? lane(i >> 1) : sizeAt(i >> 1)));
+  // Per invocation: (lane, size, smallest lid of its subgroup, 0).
+  const probe = (size: number, lane: (lid: number) => number, sizeAt: (lid: number) => number = () => size,
+    first: (lid: number) => number = (lid) => lid - lane(lid)): Uint32Array =>
+    Uint32Array.from({ length: 64 * 4 }, (_, i) => [lane(i >> 2), sizeAt(i >> 2), first(i >> 2), 0][i % 4]!);
   assert.deepEqual(judgeSubgroupLayout(probe(32, (l) => l % 32), 64), { usable: true, subgroupSize: 32, reason: 'subgroups of 32 in local invocation order' });
   assert.equal(judgeSubgroupLayout(probe(4, (l) => l % 4), 64).usable, true);
   assert.match(judgeSubgroupLayout(probe(24, (l) => l % 24), 64).reason, /not a power of two/);
   assert.match(judgeSubgroupLayout(probe(16, (l) => 15 - (l % 16)), 64).reason, /invocation 0 is subgroup lane 15/);
   assert.match(judgeSubgroupLayout(probe(16, (l) => l % 16, (l) => (l < 32 ? 16 : 32)), 64).reason, /sizes differ/);
+  // Lanes in order but subgroups interleaved ({0,1,6,7} and {4,5,2,3}): the lane check alone would pass.
+  const interleaved = probe(4, (l) => l % 4, () => 4, (l) => [0, 0, 2, 2, 2, 2, 0, 0][l % 8]! + 8 * Math.floor(l / 8));
+  assert.match(judgeSubgroupLayout(interleaved, 64).reason, /not a contiguous run/);
 });
 
 test('dispatch folding', () => {

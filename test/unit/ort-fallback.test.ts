@@ -15,7 +15,7 @@ import { ExpertRuntimeError } from '../../shaders/errors.ts';
 import type { ExpertSlice } from '../../shaders/runtime.ts';
 import { DataType, Message, encodeModel, floatTensor, int64Tensor, node, valueInfo } from '../../shaders/ort/onnx-builder.ts';
 import { OrtExpertFallback, denseRoutingWeights } from '../../shaders/ort/fallback.ts';
-import { callFlops, chooseBackend, measure, type BackendMeasurements } from '../../shaders/ort/choose-backend.ts';
+import { chooseBackend, type BackendMeasurements } from '../../shaders/ort/choose-backend.ts';
 import { mulberry32 as rng } from '../support/random.ts';
 
 ort.env.wasm.numThreads = 1;
@@ -209,21 +209,4 @@ test('chooseBackend: the faster wins; a fallback adapter only when strictly fast
   }
   assert.throws(() => chooseBackend({}), RangeError);
   assert.throws(() => chooseBackend({ wasm: { gflops: -1 } }), RangeError);
-});
-
-test('measure times each backend and leaves out one that throws', async () => {
-  let clock = 0;
-  const slow = { compute: async (rows: Float32Array) => { clock += 4; return rows; } };
-  const fast = { compute: async (rows: Float32Array) => { clock += 1; return rows; } };
-  const broken = { compute: async (): Promise<Float32Array> => { throw new Error('no adapter'); } };
-  const call = { nEmbd: 8, ff: 8, nExperts: 4, nTokens: 2, nUsed: 2 };
-  const now = (): number => clock;
-  const m = await measure({ webgpu: { runtime: slow, isFallbackAdapter: true }, wasm: { runtime: fast } }, call, { now, iterations: 3 });
-  assert.equal(m.webgpu?.gflops, callFlops(call) / 4e6);
-  assert.equal(m.wasm?.gflops, callFlops(call) / 1e6);
-  assert.equal(chooseBackend(m).backend, 'wasm');
-  const m2 = await measure({ webgpu: { runtime: broken, isFallbackAdapter: false }, wasm: { runtime: fast } }, call, { now });
-  assert.equal(m2.webgpu, undefined);
-  assert.match(m2.errors.webgpu ?? '', /no adapter/);
-  assert.equal(chooseBackend(m2).backend, 'wasm');
 });

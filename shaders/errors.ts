@@ -13,6 +13,8 @@ export interface ExpertRuntimeErrorDetails {
   BAD_SLICE_BYTES: { matrix: MatrixName; expected: number; actual: number };
   /** One expert's matrix (`bytes`) is bigger than one storage binding (or one buffer) may be on this device. */
   BINDING_TOO_LARGE: { matrix: MatrixName; bytes: number; limit: number; limitName: string };
+  /** The slice's weights exceed the runtime's maxWeightBytes. */
+  SLICE_TOO_LARGE: { bytes: number; limit: number };
   /** A slice stream is not a valid mini-GGUF expert slice (cause: the GGUFError code), or changed when reopened. */
   BAD_SLICE_STREAM: { cause: string; message: string };
   /** The kernel variant asked for needs a device feature (or layout) this device lacks. */

@@ -96,6 +96,11 @@ export interface ExpertRuntimeOptions {
    */
   maxBindingBytes?: number;
   /**
+   * Refuses (SLICE_TOO_LARGE) a slice whose weights exceed this many bytes before allocating anything: the memory a
+   * volunteer agreed to give, and a guard against a stream header declaring a huge slice.
+   */
+  maxWeightBytes?: number;
+  /**
    * Optional features the kernels use: 'auto' (default) takes 'subgroups' (decode kernels) where the device has it
    * and the layout probe passes, and 'shader-f16' (batched kernels) where the device has it; a list asks for exactly
    * those ([] = base kernels only) and throws FEATURE_UNAVAILABLE for one the device cannot run.
@@ -194,6 +199,7 @@ interface Settings {
   policy: RegimePolicy;
   maxWorkgroupsPerDimension: number | undefined;
   maxBindingBytes: number | undefined;
+  maxWeightBytes: number | undefined;
   features: 'auto' | readonly KernelFeature[];
   label: string;
 }
@@ -427,72 +433,87 @@ export class ExpertRuntime {
     const align = st.device.limits.minUniformBufferOffsetAlignment;
     const stride = Math.ceil(SHAPE_UNIFORM_BYTES / align) * align;
     const nShapes = parts.length + 1;
-    const b = {
-      shape: pool.acquire(F.BUFFER_UNIFORM | F.BUFFER_COPY_DST, stride * nShapes, 'shape uniforms'),
-      rows: pool.acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.rows, 'rows'),
-      ids: pool.acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.ids, groups ? 'pairs by expert' : 'ids'),
-      tiles: groups ? pool.acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.tiles, 'row tiles') : null,
-      probs: pool.acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.probs, 'probs'),
-      hidden: pool.acquire(F.BUFFER_STORAGE, sizes.hidden, 'hidden (silu(gate)·up)'),
-      expertOut: pool.acquire(F.BUFFER_STORAGE, sizes.expertOut, 'expert outputs'),
-      out: pool.acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_SRC, sizes.out, 'out'),
-      readback: pool.acquire(F.BUFFER_MAP_READ | F.BUFFER_COPY_DST, sizes.out, 'readback'),
-    };
-    const all = Object.values(b).filter((x): x is GPUBuffer => x !== null);
     const device = st.device;
     const q = device.queue;
     const label = this.settings.label;
-    // writeBuffer takes views of shared memory too ([AllowShared] in the IDL); @webgpu/types narrows it to ArrayBuffer.
-    const write = (buffer: GPUBuffer, data: ArrayBufferView, offset = 0): void =>
-      q.writeBuffer(buffer, offset, data as ArrayBufferView<ArrayBuffer>);
-    const call = { nTokens, nUsed };
-    parts.forEach(({ dispatch }, i) => write(b.shape, writeShapeUniform(this.shape, call, dispatch), i * stride));
-    const whole = { expertBegin: 0, expertEnd: this.shape.nExperts, tileBegin: 0, nRowTiles: 0 };
-    write(b.shape, writeShapeUniform(this.shape, call, whole), parts.length * stride);
-    write(b.rows, c.rows);
-    write(b.ids, groups ? groups.perm : c.ids);
-    if (groups && b.tiles) write(b.tiles, groups.tiles);
-    write(b.probs, c.probs);
-
-    const range = (buffer: GPUBuffer, size: number, offset = 0): GPUBufferBinding => ({ buffer, offset, size });
-    const bind = (kernel: keyof ExpertFfnKernels['layouts'], resources: GPUBindingResource[]): GPUBindGroup =>
-      device.createBindGroup({
-        label: `${label} ${kernel} bind group`,
-        layout: st.kernels.layouts[kernel],
-        entries: resources.map((resource, binding) => ({ binding, resource })),
-      });
-    const shapeOf = (i: number): GPUBufferBinding => range(b.shape, SHAPE_UNIFORM_BYTES, i * stride);
-    const rowsR = range(b.rows, sizes.rows);
-    const idsR = range(b.ids, sizes.ids);
-    const hiddenR = range(b.hidden, sizes.hidden);
-    const outR = range(b.expertOut, sizes.expertOut);
+    // Everything from the first buffer to the submit runs inside two error scopes (a buffer that cannot be allocated
+    // is only reported there); a synchronous throw on the way pops them and gives the buffers back as failed.
     device.pushErrorScope('out-of-memory');
     device.pushErrorScope('validation');
-    const encoder = device.createCommandEncoder({ label: `${label} call (${c.regime})` });
-    const pass = encoder.beginComputePass({ label: `${label} expert-ffn (${c.regime})` });
-    const run = (pipeline: GPUComputePipeline, group: GPUBindGroup, [x, y]: [number, number]): void => {
-      pass.setPipeline(pipeline);
-      pass.setBindGroup(0, group);
-      pass.dispatchWorkgroups(x, y);
+    const acquired: GPUBuffer[] = [];
+    const acquire = (usage: GPUBufferUsageFlags, bytes: number, role: string): GPUBuffer => {
+      const buffer = pool.acquire(usage, bytes, role);
+      acquired.push(buffer);
+      return buffer;
     };
-    parts.forEach(({ part }, i) => {
-      const w = part.buffers;
-      const upGroup = b.tiles
-        ? bind('expert_up_tiled', [shapeOf(i), { buffer: w.gate }, { buffer: w.up }, rowsR, idsR, range(b.tiles, sizes.tiles), hiddenR])
-        : bind('expert_up', [shapeOf(i), { buffer: w.gate }, { buffer: w.up }, rowsR, idsR, hiddenR]);
-      for (const { pipeline } of pipelines.up) run(pipeline, upGroup, dispatches[i]!.up);
-    });
-    parts.forEach(({ part }, i) => {
-      const w = part.buffers;
-      const downGroup = b.tiles
-        ? bind('expert_down_tiled', [shapeOf(i), { buffer: w.down }, hiddenR, idsR, range(b.tiles, sizes.tiles), outR])
-        : bind('expert_down', [shapeOf(i), { buffer: w.down }, hiddenR, idsR, outR]);
-      run(pipelines.down, downGroup, dispatches[i]!.down);
-    });
-    run(st.combine, bind('expert_combine', [shapeOf(parts.length), outR, range(b.probs, sizes.probs), range(b.out, sizes.out)]), combineDispatch);
-    pass.end();
-    encoder.copyBufferToBuffer(b.out, 0, b.readback, 0, sizes.out);
-    q.submit([encoder.finish({ label: `${label} call commands` })]);
+    let b: Record<'shape' | 'rows' | 'ids' | 'probs' | 'hidden' | 'expertOut' | 'out' | 'readback', GPUBuffer> & { tiles: GPUBuffer | null };
+    try {
+      b = {
+        shape: acquire(F.BUFFER_UNIFORM | F.BUFFER_COPY_DST, stride * nShapes, 'shape uniforms'),
+        rows: acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.rows, 'rows'),
+        ids: acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.ids, groups ? 'pairs by expert' : 'ids'),
+        tiles: groups ? acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.tiles, 'row tiles') : null,
+        probs: acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.probs, 'probs'),
+        hidden: acquire(F.BUFFER_STORAGE, sizes.hidden, 'hidden (silu(gate)·up)'),
+        expertOut: acquire(F.BUFFER_STORAGE, sizes.expertOut, 'expert outputs'),
+        out: acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_SRC, sizes.out, 'out'),
+        readback: acquire(F.BUFFER_MAP_READ | F.BUFFER_COPY_DST, sizes.out, 'readback'),
+      };
+      // writeBuffer takes views of shared memory too ([AllowShared] in the IDL); @webgpu/types narrows it to ArrayBuffer.
+      const write = (buffer: GPUBuffer, data: ArrayBufferView, offset = 0): void =>
+        q.writeBuffer(buffer, offset, data as ArrayBufferView<ArrayBuffer>);
+      const call = { nTokens, nUsed };
+      parts.forEach(({ dispatch }, i) => write(b.shape, writeShapeUniform(this.shape, call, dispatch), i * stride));
+      const whole = { expertBegin: 0, expertEnd: this.shape.nExperts, tileBegin: 0, nRowTiles: 0 };
+      write(b.shape, writeShapeUniform(this.shape, call, whole), parts.length * stride);
+      write(b.rows, c.rows);
+      write(b.ids, groups ? groups.perm : c.ids);
+      if (groups && b.tiles) write(b.tiles, groups.tiles);
+      write(b.probs, c.probs);
+
+      const range = (buffer: GPUBuffer, size: number, offset = 0): GPUBufferBinding => ({ buffer, offset, size });
+      const bind = (kernel: keyof ExpertFfnKernels['layouts'], resources: GPUBindingResource[]): GPUBindGroup =>
+        device.createBindGroup({
+          label: `${label} ${kernel} bind group`,
+          layout: st.kernels.layouts[kernel],
+          entries: resources.map((resource, binding) => ({ binding, resource })),
+        });
+      const shapeOf = (i: number): GPUBufferBinding => range(b.shape, SHAPE_UNIFORM_BYTES, i * stride);
+      const rowsR = range(b.rows, sizes.rows);
+      const idsR = range(b.ids, sizes.ids);
+      const hiddenR = range(b.hidden, sizes.hidden);
+      const outR = range(b.expertOut, sizes.expertOut);
+      const encoder = device.createCommandEncoder({ label: `${label} call (${c.regime})` });
+      const pass = encoder.beginComputePass({ label: `${label} expert-ffn (${c.regime})` });
+      const run = (pipeline: GPUComputePipeline, group: GPUBindGroup, [x, y]: [number, number]): void => {
+        pass.setPipeline(pipeline);
+        pass.setBindGroup(0, group);
+        pass.dispatchWorkgroups(x, y);
+      };
+      parts.forEach(({ part }, i) => {
+        const w = part.buffers;
+        const upGroup = b.tiles
+          ? bind('expert_up_tiled', [shapeOf(i), { buffer: w.gate }, { buffer: w.up }, rowsR, idsR, range(b.tiles, sizes.tiles), hiddenR])
+          : bind('expert_up', [shapeOf(i), { buffer: w.gate }, { buffer: w.up }, rowsR, idsR, hiddenR]);
+        for (const { pipeline } of pipelines.up) run(pipeline, upGroup, dispatches[i]!.up);
+      });
+      parts.forEach(({ part }, i) => {
+        const w = part.buffers;
+        const downGroup = b.tiles
+          ? bind('expert_down_tiled', [shapeOf(i), { buffer: w.down }, hiddenR, idsR, range(b.tiles, sizes.tiles), outR])
+          : bind('expert_down', [shapeOf(i), { buffer: w.down }, hiddenR, idsR, outR]);
+        run(pipelines.down, downGroup, dispatches[i]!.down);
+      });
+      run(st.combine, bind('expert_combine', [shapeOf(parts.length), outR, range(b.probs, sizes.probs), range(b.out, sizes.out)]), combineDispatch);
+      pass.end();
+      encoder.copyBufferToBuffer(b.out, 0, b.readback, 0, sizes.out);
+      q.submit([encoder.finish({ label: `${label} call commands` })]);
+    } catch (e) {
+      void device.popErrorScope().catch(() => undefined);
+      void device.popErrorScope().catch(() => undefined);
+      for (const buffer of acquired) pool.discard(buffer);
+      throw e;
+    }
     const validation = device.popErrorScope();
     const oom = device.popErrorScope();
 
@@ -514,7 +535,7 @@ export class ExpertRuntime {
       throw e;
     } finally {
       // The readback has been mapped (or the call failed), so the GPU is done with every buffer of this call.
-      for (const buffer of all) {
+      for (const buffer of acquired) {
         if (ok) pool.release(buffer);
         else pool.discard(buffer);
       }
@@ -703,6 +724,7 @@ function makeSettings(shape: SliceShape, options: ExpertRuntimeOptions): Setting
   };
   positive('maxWorkgroupsPerDimension', options.maxWorkgroupsPerDimension);
   positive('maxBindingBytes', options.maxBindingBytes);
+  positive('maxWeightBytes', options.maxWeightBytes);
   const features = options.features ?? 'auto';
   const known: readonly string[] = ['subgroups', 'shader-f16'];
   if (features !== 'auto' && !(Array.isArray(features) && features.every((f) => known.includes(f)))) {
@@ -714,6 +736,7 @@ function makeSettings(shape: SliceShape, options: ExpertRuntimeOptions): Setting
     policy: { ...policy },
     maxWorkgroupsPerDimension: options.maxWorkgroupsPerDimension,
     maxBindingBytes: options.maxBindingBytes,
+    maxWeightBytes: options.maxWeightBytes,
     features,
     label: options.label ?? `expert-slice ${shape.nExperts}×[${shape.nEmbd}↔${shape.ff}]`,
   };
@@ -758,6 +781,11 @@ async function chooseFeatures(
 
 /** Pipelines and empty weight parts on `device`. */
 async function prepareState(device: GPUDevice, owned: boolean, shape: SliceShape, settings: Settings): Promise<GpuState> {
+  const total = Object.values(sliceMatrixBytes(shape)).reduce((a, b) => a + b, 0);
+  if (settings.maxWeightBytes !== undefined && total > settings.maxWeightBytes) {
+    throw new ExpertRuntimeError('SLICE_TOO_LARGE', { bytes: total, limit: settings.maxWeightBytes },
+      `${describe(shape)} weigh ${total} bytes, over maxWeightBytes = ${settings.maxWeightBytes}`);
+  }
   validateTuning(settings.tuning, device.limits);
   const deviceMax = device.limits.maxComputeWorkgroupsPerDimension;
   const maxPerDimension = Math.min(settings.maxWorkgroupsPerDimension ?? deviceMax, deviceMax);
@@ -787,8 +815,7 @@ async function prepareState(device: GPUDevice, owned: boolean, shape: SliceShape
   const oom = await device.popErrorScope();
   if (oom) {
     destroyWeightParts(parts);
-    const bytes = Object.values(sliceMatrixBytes(shape)).reduce((a, b) => a + b, 0);
-    throw new ExpertRuntimeError('GPU_ERROR', { message: oom.message }, `${settings.label}: no GPU memory for ${bytes} bytes of weights: ${oom.message}`);
+    throw new ExpertRuntimeError('GPU_ERROR', { message: oom.message }, `${settings.label}: no GPU memory for ${total} bytes of weights: ${oom.message}`);
   }
   return {
     device, owned, kernels, features, featuresReason: reason, maxPerDimension, decode, combine, tiled: null, parts,

@@ -786,6 +786,12 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     for (const cut of [10, mini.length >> 1, mini.length - 1]) {
       await rejectsWith(ExpertRuntime.load(device, { open: async () => chunked(mini.subarray(0, cut), cut) }), 'BAD_SLICE_STREAM');
     }
+    // A budget: refused from the header, before any weight is allocated or read.
+    let pulled = 0;
+    await rejectsWith(ExpertRuntime.load(device, { open: async () => { pulled++; return chunked(mini, 3); } }, { maxWeightBytes: 1000 }),
+      'SLICE_TOO_LARGE', { bytes: bytes.gate.length + bytes.up.length + bytes.down.length, limit: 1000 });
+    assert.equal(pulled, 1);
+    await rejectsWith(ExpertRuntime.create(device, bytes, { maxWeightBytes: 1000 }), 'SLICE_TOO_LARGE');
     const notSlice = encodeGGUF({ metadata: { 'general.architecture': { type: GGUFValueType.STRING, value: 'qwen3moe' } } });
     await assert.rejects(ExpertRuntime.load(device, { open: async () => chunked(notSlice, 1) }), (e: unknown) =>
       e instanceof ExpertRuntimeError && e.code === 'BAD_SLICE_STREAM' && (e.details as { cause: string }).cause === 'SLICE_NOT_A_SLICE');

@@ -50,6 +50,7 @@ let seed = 1;
 const t0 = performance.now();
 for (const type of TYPES) {
   for (const [nEmbd, ff] of quick ? shapes(type).slice(0, 2) : shapes(type)) {
+    console.log(`${GGMLType[type]} ${nEmbd}×${ff}… (${((performance.now() - t0) / 1000).toFixed(0)} s)`);
     for (const v of variants) {
       if (v.features.some((f) => !device.features.has(f))) continue;
       for (const nTokens of ROWS) {

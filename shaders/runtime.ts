@@ -12,8 +12,9 @@
  * `compute(…, { regime })` forces one. Both give the same result up to f32 summation order.
  *
  * Weights live in GPU buffers by expert ranges ("parts", weight-parts.ts) so a slice larger than one storage binding
- * still loads; the decode kernels use subgroup reductions where the device has them (kernelFeatures); after a device
- * loss the runtime can rebuild itself on a new device (options.recovery).
+ * still loads; the decode kernels use subgroup reductions and the batched kernels f16 tiles where the device has those
+ * features (options.features, capabilities().kernelFeatures); after a device loss the runtime can rebuild itself on a
+ * new device (options.recovery). The whole picture: docs/kernels.md.
  */
 import { GGUFError } from '../gguf/errors.ts';
 import { ExpertSliceError, readExpertSliceBytes, readExpertSliceStream } from '../gguf/expert-slice.ts';

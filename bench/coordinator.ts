@@ -13,14 +13,18 @@ import { join } from 'node:path';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir, cpus } from 'node:os';
 import { testModel } from '../test/support/models.ts';
-import { LINKCPP_SERVER, completeGreedy, startServer } from '../test/support/linkcpp.ts';
+import { completeGreedy, startServer } from '../test/support/linkcpp.ts';
 import { TestDispatcher } from '../test/support/test-dispatcher.ts';
 import { GGMLType } from '../gguf/quant-types.ts';
-import { median } from './stats.ts';
+import { median } from '../shaders/computer.ts';
 
 const root = fileURLToPath(new URL('../', import.meta.url));
 const { values } = parseArgs({
-  options: { rounds: { type: 'string', default: '20' }, tokens: { type: 'string', default: '256' }, 'dispatched-tokens': { type: 'string', default: '32' } },
+  options: {
+    rounds: { type: 'string', default: '20' },
+    tokens: { type: 'string', default: '256' },
+    'dispatched-tokens': { type: 'string', default: '32' },
+  },
 });
 const rounds = Number(values.rounds);
 const nPredict = Number(values.tokens);
@@ -28,12 +32,24 @@ const nPredict = Number(values.tokens);
 const nPredictDispatched = Number(values['dispatched-tokens']);
 
 for (const variant of ['stock', 'hooked']) {
-  const r = spawnSync('bash', [join(root, 'coordinator/build.sh')], { stdio: 'inherit', env: { ...process.env, LINKCPP_VARIANT: variant } });
+  const r = spawnSync('bash', [join(root, 'coordinator/build.sh')], {
+    stdio: 'inherit',
+    env: { ...process.env, LINKCPP_VARIANT: variant },
+  });
   if (r.status !== 0) process.exit(r.status ?? 1);
 }
 const STOCK = join(root, 'coordinator/bin-stock/linkcpp-server');
 
-const model = await testModel({ arch: 'qwen3moe', layers: 8, nEmbd: 512, ff: 512, nExpert: 32, nExpertUsed: 4, type: GGMLType.Q8_0, seed: 5 });
+const model = await testModel({
+  arch: 'qwen3moe',
+  layers: 8,
+  nEmbd: 512,
+  ff: 512,
+  nExpert: 32,
+  nExpertUsed: 4,
+  type: GGMLType.Q8_0,
+  seed: 5,
+});
 const prompt = 'The swarm serves a model that is too large for one machine.';
 
 async function tps(url: string, tokens: number): Promise<number> {
@@ -89,11 +105,15 @@ const remote = await pairwise(local.url, dispatched.url, nPredictDispatched).fin
 });
 
 const fmt = (xs: number[]): string => `${xs.map((x) => x.toFixed(1)).join(' ')} (median ${median(xs).toFixed(1)})`;
-console.log(`machine: ${cpus().length} × ${cpus()[0]?.model}; model: ${model.path} (qwen3moe Q8_0, 8 layers, n_embd 512, 32 experts, top-4)`);
+console.log(
+  `machine: ${cpus().length} × ${cpus()[0]?.model}; model: ${model.path} (qwen3moe Q8_0, 8 layers, n_embd 512, 32 experts, top-4)`,
+);
 console.log(`decode tokens/s, ${rounds} alternating pairs of requests on servers that stay up:`);
 console.log(`  stock build              ${fmt(atRest.a)}`);
 console.log(`  hook in, dispatch off    ${fmt(atRest.b)}`);
 console.log(`  local (--no-repack)      ${fmt(remote.a)}`);
 console.log(`  all layers dispatched    ${fmt(remote.b)}`);
-console.log(`at rest: hook compiled in, dispatch off / stock build = ${atRest.ratio.toFixed(3)} (median of per-pair ratios)  [goal ≥ 0.98]`);
+console.log(
+  `at rest: hook compiled in, dispatch off / stock build = ${atRest.ratio.toFixed(3)} (median of per-pair ratios)  [goal ≥ 0.98]`,
+);
 console.log(`every MoE layer dispatched to the TypeScript test dispatcher on loopback / local = ${remote.ratio.toFixed(3)}`);

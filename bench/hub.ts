@@ -30,8 +30,24 @@ const port = await freePort();
 const configFile = join(dir, 'hub.json');
 writeFileSync(configFile, JSON.stringify({ authRateLimit: { capacity: 1e9, refillPerSec: 1e9 } }));
 // The coordinator URL points nowhere: this measures the hub alone (its poller just fails fast).
-const hub = spawn(process.execPath, [join(root, 'bin/expertswarm.js'), 'hub', '--model', `bench=${model.path}`, '--coordinator-url',
-  'bench=http://127.0.0.1:9', '--port', String(port), '--state', dir, '--config', configFile], { stdio: ['ignore', 'pipe', 'inherit'] });
+const hub = spawn(
+  process.execPath,
+  [
+    join(root, 'bin/expertswarm.js'),
+    'hub',
+    '--model',
+    `bench=${model.path}`,
+    '--coordinator-url',
+    'bench=http://127.0.0.1:9',
+    '--port',
+    String(port),
+    '--state',
+    dir,
+    '--config',
+    configFile,
+  ],
+  { stdio: ['ignore', 'pipe', 'inherit'] },
+);
 const base = `http://127.0.0.1:${port}`;
 for (let i = 0; ; i++) {
   try {
@@ -44,11 +60,15 @@ for (let i = 0; ; i++) {
 
 const lat = new Map<string, number[]>();
 let errors = 0;
+// biome-ignore lint/suspicious/noExplicitAny: the endpoints' JSON, read field by field below
 async function call(name: string, path: string, body?: unknown, token?: string): Promise<any> {
   const t0 = performance.now();
   const r = await fetch(`${base}${path}`, {
     method: body === undefined ? 'GET' : 'POST',
-    headers: { ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...(token ? { authorization: `Bearer ${token}` } : {}) },
+    headers: {
+      ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+      ...(token ? { authorization: `Bearer ${token}` } : {}),
+    },
     ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
   });
   const json = await r.json();
@@ -59,25 +79,44 @@ async function call(name: string, path: string, body?: unknown, token?: string):
 
 async function pool<T>(items: T[], width: number, f: (x: T) => Promise<void>): Promise<void> {
   let next = 0;
-  await Promise.all(Array.from({ length: width }, async () => {
-    while (next < items.length) await f(items[next++] as T);
-  }));
+  await Promise.all(
+    Array.from({ length: width }, async () => {
+      while (next < items.length) await f(items[next++] as T);
+    }),
+  );
 }
 
-interface Vol { id: string; token: string; segment: [number, number, number] | null }
+interface Vol {
+  id: string;
+  token: string;
+  segment: [number, number, number] | null;
+}
 console.log(`logging in ${N} volunteers…`);
 const vols: Vol[] = [];
-await pool(Array.from({ length: N }, (_, i) => i), 64, async (i) => {
-  const { publicKey, privateKey } = generateKeyPairSync('ed25519');
-  const wallet = encodeBase58(new Uint8Array(Buffer.from(publicKey.export({ format: 'jwk' }).x as string, 'base64url')));
-  const c = await call('challenge', '/api/auth/challenge', { wallet });
-  const t = await call('node-token', '/api/auth/node-token', { wallet, nonce: c.nonce, signature: sign(null, Buffer.from(c.message), privateKey).toString('base64') });
-  const v: Vol = { id: `w${i}`, token: t.node_token, segment: null };
-  const a = await call('volunteer', '/api/expert-volunteer', { max_experts: 16, worker_id: v.id }, v.token);
-  if (a.assigned) v.segment = [a.layer, a.experts[0], a.experts[1]];
-  await call('coverage', '/api/expert-coverage', { worker_id: v.id, model: 'bench', n_layer: 8, n_expert: 64, segments: v.segment ? [v.segment] : [] }, v.token);
-  vols.push(v);
-});
+await pool(
+  Array.from({ length: N }, (_, i) => i),
+  64,
+  async (i) => {
+    const { publicKey, privateKey } = generateKeyPairSync('ed25519');
+    const wallet = encodeBase58(new Uint8Array(Buffer.from(publicKey.export({ format: 'jwk' }).x as string, 'base64url')));
+    const c = await call('challenge', '/api/auth/challenge', { wallet });
+    const t = await call('node-token', '/api/auth/node-token', {
+      wallet,
+      nonce: c.nonce,
+      signature: sign(null, Buffer.from(c.message), privateKey).toString('base64'),
+    });
+    const v: Vol = { id: `w${i}`, token: t.node_token, segment: null };
+    const a = await call('volunteer', '/api/expert-volunteer', { max_experts: 16, worker_id: v.id }, v.token);
+    if (a.assigned) v.segment = [a.layer, a.experts[0], a.experts[1]];
+    await call(
+      'coverage',
+      '/api/expert-coverage',
+      { worker_id: v.id, model: 'bench', n_layer: 8, n_expert: 64, segments: v.segment ? [v.segment] : [] },
+      v.token,
+    );
+    vols.push(v);
+  },
+);
 for (const k of lat.keys()) lat.set(k, []);
 
 function cpuTicks(pid: number): number {
@@ -85,7 +124,9 @@ function cpuTicks(pid: number): number {
   return Number(f[11]) + Number(f[12]); // utime + stime, in clock ticks
 }
 const TICKS = 100;
-console.log(`steady state for ${SECONDS} s: heartbeats every ${HEARTBEAT_MS / 1000} s each (${(N / (HEARTBEAT_MS / 1000)).toFixed(0)}/s), demand reads 20/s, volunteering 5/s`);
+console.log(
+  `steady state for ${SECONDS} s: heartbeats every ${HEARTBEAT_MS / 1000} s each (${(N / (HEARTBEAT_MS / 1000)).toFixed(0)}/s), demand reads 20/s, volunteering 5/s`,
+);
 const cpu0 = cpuTicks(hub.pid!);
 const t0 = performance.now();
 const end = t0 + SECONDS * 1000;
@@ -102,10 +143,18 @@ while (performance.now() < end) {
   while (nextVol < due) {
     const v = vols[nextVol % vols.length]!;
     nextVol++;
-    fire(call('coverage', '/api/expert-coverage', { worker_id: v.id, model: 'bench', n_layer: 8, n_expert: 64, segments: v.segment ? [v.segment] : [] }, v.token));
+    fire(
+      call(
+        'coverage',
+        '/api/expert-coverage',
+        { worker_id: v.id, model: 'bench', n_layer: 8, n_expert: 64, segments: v.segment ? [v.segment] : [] },
+        v.token,
+      ),
+    );
   }
   if (Math.random() < 0.2) fire(call('demand', '/api/expert-demand?model=bench'));
-  if (Math.random() < 0.05) fire(call('volunteer', '/api/expert-volunteer', { max_experts: 16 }, vols[Math.floor(Math.random() * vols.length)]!.token));
+  if (Math.random() < 0.05)
+    fire(call('volunteer', '/api/expert-volunteer', { max_experts: 16 }, vols[Math.floor(Math.random() * vols.length)]!.token));
   await new Promise((r) => setTimeout(r, 10));
 }
 await Promise.all(inflight);

@@ -30,7 +30,10 @@ const { values } = parseArgs({
 });
 
 const config: BenchConfig = {
-  types: values.types.split(',').map((t) => t.trim()).filter(Boolean),
+  types: values.types
+    .split(',')
+    .map((t) => t.trim())
+    .filter(Boolean),
   shapes: DEFAULT_SHAPES,
   warmup: Number(values.warmup),
   iterations: Number(values.iterations),
@@ -48,7 +51,11 @@ const html = `<!doctype html><meta charset="utf-8"><title>expertswarm kernel ben
 <script type="module" src="/main.js"></script>`;
 
 // Cross-origin isolation (COOP + COEP) gives the page SharedArrayBuffer, which onnxruntime's multi-threaded wasm needs.
-const ISOLATION = { 'cross-origin-opener-policy': 'same-origin', 'cross-origin-embedder-policy': 'require-corp', 'cache-control': 'no-store' };
+const ISOLATION = {
+  'cross-origin-opener-policy': 'same-origin',
+  'cross-origin-embedder-policy': 'require-corp',
+  'cache-control': 'no-store',
+};
 const server: Server = createServer((req, res) => {
   const path = (req.url ?? '/').split('?')[0]!;
   if (path === '/main.js') {
@@ -77,7 +84,12 @@ if (values.serve) {
   console.log('appears on the page and in its console. Ctrl-C to stop.');
 } else {
   const profile = mkdtempSync(join(tmpdir(), 'es-bench-chromium-'));
-  const context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS, timeout: 60_000 });
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: CHROMIUM_ARGS,
+    timeout: 60_000,
+  });
   try {
     const page = context.pages()[0] ?? (await context.newPage());
     page.on('pageerror', (e) => console.error(`page error: ${e.message}`));
@@ -88,7 +100,9 @@ if (values.serve) {
     await page.waitForFunction(() => typeof window.runKernelBench === 'function', undefined, { timeout: 30_000 });
     const t0 = performance.now();
     const report: BenchReport = await page.evaluate((cfg) => window.runKernelBench(cfg), config);
-    console.log(`expert FFN kernels in headless Chromium ${context.browser()?.version() ?? ''} (${((performance.now() - t0) / 1000).toFixed(1)} s)`);
+    console.log(
+      `expert FFN kernels in headless Chromium ${context.browser()?.version() ?? ''} (${((performance.now() - t0) / 1000).toFixed(1)} s)`,
+    );
     console.log(report.text);
     if (values.json) {
       const { writeFileSync } = await import('node:fs');

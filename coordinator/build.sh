@@ -67,7 +67,7 @@ stamp_file="$src/.linkcpp-stamp"
 if [ ! -f "$stamp_file" ] || [ "$(cat "$stamp_file")" != "$stamp_want" ]; then
   log "laying llama.cpp $llama_commit ($variant) in $src"
   rm -rf "$src"
-  git clone -q "$bundle" "$src"
+  git -c advice.detachedHead=false clone -q "$bundle" "$src"
   git -C "$src" -c advice.detachedHead=false checkout -q "$llama_commit"
   if [ "$variant" = hooked ]; then
     [ -d "$here/src" ] && cp -r "$here/src/." "$src/"

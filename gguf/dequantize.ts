@@ -11,15 +11,15 @@
  * Standard JS only (typed arrays): safe in browsers. `src` may be any Uint8Array view (unaligned
  * offsets fine); multi-byte fields are assembled from bytes, little-endian as GGUF stores them.
  */
-import { GGMLType, requireQuantType } from "./quant-types.ts";
-import { f16ToF32Table } from "./half.ts";
+import { GGMLType, requireQuantType, typeName } from './quant-types.ts';
+import { f16ToF32Table } from './half.ts';
 
 type Decoder = (src: Uint8Array, nBlocks: number, out: Float32Array, o: number) => void;
 
 const fround = Math.fround;
 
 /** Little-endian u16 at byte offset p. */
-function u16(src: Uint8Array, p: number): number {
+function _u16(src: Uint8Array, p: number): number {
   return src[p]! | (src[p + 1]! << 8);
 }
 
@@ -156,7 +156,9 @@ function decodeQ2_K(src: Uint8Array, nb: number, out: Float32Array, o: number): 
       const sc = src[p + s]!;
       const dl = fround(d * (sc & 15));
       const ml = fround(dmin * (sc >> 4));
-      const h = s >> 3, j = (s >> 1) & 3, k = s & 1;
+      const h = s >> 3,
+        j = (s >> 1) & 3,
+        k = s & 1;
       const q = p + 16 + 32 * h + 16 * k;
       const shift = 2 * j;
       for (let l = 0; l < 16; l++) out[o + l] = fround(dl * ((src[q + l]! >> shift) & 3)) - ml;
@@ -180,7 +182,9 @@ function decodeQ3_K(src: Uint8Array, nb: number, out: Float32Array, o: number): 
       const low = s < 8 ? src[sb + s]! & 15 : src[sb + s - 8]! >> 4;
       const high = (src[sb + 8 + (s & 3)]! >> (2 * (s >> 2))) & 3;
       const dl = fround(d * ((low | (high << 4)) - 32));
-      const h = s >> 3, j = (s >> 1) & 3, k = s & 1;
+      const h = s >> 3,
+        j = (s >> 1) & 3,
+        k = s & 1;
       const q = p + 32 + 32 * h + 16 * k;
       const hm = p + 16 * k;
       const shift = 2 * j;
@@ -305,17 +309,10 @@ export function canDequantize(type: GGMLType): boolean {
  * dequantize_row_* bit for bit. Throws RangeError for an unsupported type, an `n` that is not a
  * whole number of blocks, a too short `src`, or an `out` without room.
  */
-export function dequantize(
-  type: GGMLType,
-  src: Uint8Array,
-  n: number,
-  out?: Float32Array,
-  outOffset = 0,
-): Float32Array {
+export function dequantize(type: GGMLType, src: Uint8Array, n: number, out?: Float32Array, outOffset = 0): Float32Array {
   const decode = decoders.get(type);
   if (!decode) {
-    const name = (GGMLType as Record<number, string | undefined>)[type] ?? String(type);
-    throw new RangeError(`dequantize: unsupported type ${name} (${type})`);
+    throw new RangeError(`dequantize: unsupported type ${typeName(type)} (${type})`);
   }
   const info = requireQuantType(type);
   if (!Number.isSafeInteger(n) || n < 0) throw new RangeError(`dequantize ${info.name}: bad element count ${n}`);

@@ -1,7 +1,11 @@
 /**
- * The one error type of the GGUF toolkit. Every problem the reader finds in a file, and every misuse of the writer,
- * is a GGUFError with a machine-readable `code`; `offset` is the absolute byte offset in the file where the problem
- * was found, when there is one.
+ * GGUFError, the error of the GGUF container: every problem the reader finds in a file, every misuse of the writer,
+ * and every failure of a byte source or sink is a GGUFError with a machine-readable `code`; `offset` is the absolute
+ * byte offset in the file where the problem was found, when there is one.
+ *
+ * The toolkit throws two other kinds: ExpertSliceError (expert-slice.ts), for a slice request out of range or a valid
+ * GGUF that is not an expert slice, and RangeError for a caller's bad argument (a type quantize or dequantize does not
+ * support, a length that is not a whole number of blocks, a negative reader option).
  */
 
 export type GGUFErrorCode =

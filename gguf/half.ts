@@ -12,7 +12,7 @@ const scratchF32 = new Float32Array(1);
 const scratchU32 = new Uint32Array(scratchF32.buffer);
 
 /** 2^-24: value of the f16 mantissa LSB for subnormals (and exponent field 1). */
-const TWO_POW_M24 = 5.960464477539063e-8;
+const TWO_POW_M24 = 2 ** -24;
 
 /** Decodes an f16 bit pattern to a number (exact; every f16 is representable as a float32). */
 export function f16ToF32(bits: number): number {

@@ -10,3 +10,4 @@ export * from './half.ts';
 export * from './dequantize.ts';
 export * from './quantize.ts';
 export * from './expert-slice.ts';
+export * from './expert-slice-stream.ts';

@@ -35,7 +35,11 @@ export async function openFileSource(path: string): Promise<FileSource> {
       while (got < length) {
         const { bytesRead } = await fh.read(out, got, length - got, offset + got);
         if (bytesRead === 0) {
-          throw new GGUFError('GGUF_IO', `${path}: file ended after ${offset + got} bytes, expected ${size} (did it shrink?)`, offset + got);
+          throw new GGUFError(
+            'GGUF_IO',
+            `${path}: file ended after ${offset + got} bytes, expected ${size} (did it shrink?)`,
+            offset + got,
+          );
         }
         got += bytesRead;
       }

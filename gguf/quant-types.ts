@@ -133,6 +133,11 @@ export function tensorByteSize(type: GGMLType, rowLength: number, elements: numb
   return (elements / info.blockSize) * info.bytesPerBlock;
 }
 
+/** The ggml name of a type id ("Q4_K"), or the bare number for an id this table does not know: safe in error messages. */
+export function typeName(type: number): string {
+  return (GGMLType as unknown as Record<number, string | undefined>)[type] ?? String(type);
+}
+
 /** Bytes of one row of `rowLength` elements. */
 export function rowByteSize(type: GGMLType, rowLength: number): number {
   return tensorByteSize(type, rowLength, rowLength);

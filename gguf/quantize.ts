@@ -26,8 +26,8 @@
  * overflows) or below f16 resolution (d underflows to 0 or to a coarse
  * subnormal) lose precision; NaN/Inf inputs give valid but meaningless blocks.
  */
-import { GGMLType, requireQuantType } from "./quant-types.ts";
-import { f16ToF32, f32ToBf16, f32ToF16 } from "./half.ts";
+import { GGMLType, requireQuantType, typeName } from './quant-types.ts';
+import { f16ToF32, f32ToBf16, f32ToF16 } from './half.ts';
 
 type Encoder = (x: Float32Array, nBlocks: number, out: Uint8Array) => void;
 
@@ -87,7 +87,8 @@ function signedAbsMax(x: Float32Array, o: number, len: number): number {
 /** Q4_0 (quantize_row_q4_0_ref): d = max/-8, q = min(15, (int8)(x/d + 8.5)). */
 function encodeQ4_0(x: Float32Array, nb: number, out: Uint8Array): void {
   for (let b = 0; b < nb; b++) {
-    const o = 32 * b, p = 18 * b;
+    const o = 32 * b,
+      p = 18 * b;
     const d = fround(signedAbsMax(x, o, 32) / -8);
     const id = d ? fround(1 / d) : 0;
     putU16(out, p, f32ToF16(d));
@@ -114,7 +115,8 @@ function minMax(x: Float32Array, o: number): [number, number] {
 /** Q4_1 (quantize_row_q4_1_ref): d = (max-min)/15, m = min, q = min(15, (int8)((x-min)/d + 0.5)). */
 function encodeQ4_1(x: Float32Array, nb: number, out: Uint8Array): void {
   for (let b = 0; b < nb; b++) {
-    const o = 32 * b, p = 20 * b;
+    const o = 32 * b,
+      p = 20 * b;
     const [min, max] = minMax(x, o);
     const d = fround(fround(max - min) / 15);
     const id = d ? fround(1 / d) : 0;
@@ -131,7 +133,8 @@ function encodeQ4_1(x: Float32Array, nb: number, out: Uint8Array): void {
 /** Q5_0 (quantize_row_q5_0_ref): d = max/-16, q = min(31, (int8)(x/d + 16.5)). */
 function encodeQ5_0(x: Float32Array, nb: number, out: Uint8Array): void {
   for (let b = 0; b < nb; b++) {
-    const o = 32 * b, p = 22 * b;
+    const o = 32 * b,
+      p = 22 * b;
     const d = fround(signedAbsMax(x, o, 32) / -16);
     const id = d ? fround(1 / d) : 0;
     putU16(out, p, f32ToF16(d));
@@ -150,7 +153,8 @@ function encodeQ5_0(x: Float32Array, nb: number, out: Uint8Array): void {
 /** Q5_1 (quantize_row_q5_1_ref): d = (max-min)/31, m = min, q = (uint8)((x-min)/d + 0.5). */
 function encodeQ5_1(x: Float32Array, nb: number, out: Uint8Array): void {
   for (let b = 0; b < nb; b++) {
-    const o = 32 * b, p = 24 * b;
+    const o = 32 * b,
+      p = 24 * b;
     const [min, max] = minMax(x, o);
     const d = fround(fround(max - min) / 31);
     const id = d ? fround(1 / d) : 0;
@@ -171,11 +175,12 @@ function encodeQ5_1(x: Float32Array, nb: number, out: Uint8Array): void {
 /** Q8_0 (quantize_row_q8_0_ref): d = absmax/127, q = roundf(x/d). */
 function encodeQ8_0(x: Float32Array, nb: number, out: Uint8Array): void {
   for (let b = 0; b < nb; b++) {
-    const o = 32 * b, p = 34 * b;
+    const o = 32 * b,
+      p = 34 * b;
     let amax = 0;
     for (let j = 0; j < 32; j++) {
       const a = Math.abs(x[o + j]!);
-      amax = amax > a ? amax : a; // C MAX(amax, fabsf(v))
+      amax = Math.max(amax, a); // C MAX(amax, fabsf(v))
     }
     const d = fround(amax / 127);
     const id = d ? fround(1 / d) : 0;
@@ -197,7 +202,7 @@ function f16Up(v: number): number {
 }
 
 function clamp(v: number, lo: number, hi: number): number {
-  return v < lo ? lo : v > hi ? hi : v;
+  return v < lo ? lo : Math.min(v, hi);
 }
 
 interface AffineResult {
@@ -211,13 +216,24 @@ interface AffineResult {
  * `sc`/`mins`.
  */
 function quantizeAffine(
-  x: Float32Array, o: number, nSub: number, subLen: number, qmax: number, codeMax: number,
-  codes: Uint8Array, sc: Uint8Array, mins: Uint8Array, spanS: Float64Array, spanM: Float64Array,
+  x: Float32Array,
+  o: number,
+  nSub: number,
+  subLen: number,
+  qmax: number,
+  codeMax: number,
+  codes: Uint8Array,
+  sc: Uint8Array,
+  mins: Uint8Array,
+  spanS: Float64Array,
+  spanM: Float64Array,
 ): AffineResult {
   // 1. Per sub-block range [lo, hi] with lo <= 0 (the format can only subtract a min).
-  let maxS = 0, maxM = 0;
+  let maxS = 0,
+    maxM = 0;
   for (let s = 0; s < nSub; s++) {
-    let lo = 0, hi = -Infinity;
+    let lo = 0,
+      hi = -Infinity;
     for (let l = 0; l < subLen; l++) {
       const v = x[o + s * subLen + l]!;
       if (v < lo) lo = v;
@@ -231,12 +247,15 @@ function quantizeAffine(
   // 2. Super-block scales, rounded up so every sub-block's ideal code is <= codeMax.
   const dBits = f16Up(maxS / codeMax);
   const dminBits = f16Up(maxM / codeMax);
-  const d = f16ToF32(dBits), dmin = f16ToF32(dminBits);
+  const d = f16ToF32(dBits),
+    dmin = f16ToF32(dminBits);
   // 3. Per sub-block: search neighbouring (sc, m) codes for the least squared error.
   for (let s = 0; s < nSub; s++) {
     const base = o + s * subLen;
     const m0 = dmin > 0 ? clamp(Math.ceil(spanM[s]! / dmin), 0, codeMax) : 0;
-    let bestErr = Infinity, bestSc = 0, bestM = 0;
+    let bestErr = Infinity,
+      bestSc = 0,
+      bestM = 0;
     for (let m = Math.max(0, m0 - 1); m <= Math.min(codeMax, m0 + 1); m++) {
       const M = fround(dmin * m);
       const sc0 = d > 0 ? clamp(Math.round(spanS[s]! / d), 0, codeMax) : 0;
@@ -250,12 +269,17 @@ function quantizeAffine(
           const e = S * q - M - v;
           err += e * e;
         }
-        if (err < bestErr) { bestErr = err; bestSc = c; bestM = m; }
+        if (err < bestErr) {
+          bestErr = err;
+          bestSc = c;
+          bestM = m;
+        }
       }
     }
     sc[s] = bestSc;
     mins[s] = bestM;
-    const S = fround(d * bestSc), M = fround(dmin * bestM);
+    const S = fround(d * bestSc),
+      M = fround(dmin * bestM);
     const inv = S > 0 ? 1 / S : 0;
     for (let l = 0; l < subLen; l++) codes[s * subLen + l] = clamp(Math.round((x[base + l]! + M) * inv), 0, qmax);
   }
@@ -267,8 +291,16 @@ function quantizeAffine(
  * -codeMax..codeMax. Writes signed codes and sub-block scales; returns d as f16 bits.
  */
 function quantizeSymmetric(
-  x: Float32Array, o: number, nSub: number, subLen: number, qmin: number, qmax: number, codeMax: number,
-  codes: Int8Array, sc: Int8Array, scale: Float64Array,
+  x: Float32Array,
+  o: number,
+  nSub: number,
+  subLen: number,
+  qmin: number,
+  qmax: number,
+  codeMax: number,
+  codes: Int8Array,
+  sc: Int8Array,
+  scale: Float64Array,
 ): number {
   // 1. Per sub-block scale mapping the largest-magnitude value onto qmin (the longer side).
   let maxAbs = 0;
@@ -283,7 +315,8 @@ function quantizeSymmetric(
   for (let s = 0; s < nSub; s++) {
     const base = o + s * subLen;
     const c0 = d > 0 ? clamp(Math.round(scale[s]! / d), -codeMax, codeMax) : 0;
-    let bestErr = Infinity, best = 0;
+    let bestErr = Infinity,
+      best = 0;
     for (let c = Math.max(-codeMax, c0 - 2); c <= Math.min(codeMax, c0 + 2); c++) {
       const S = fround(d * c);
       const inv = S !== 0 ? 1 / S : 0;
@@ -293,7 +326,10 @@ function quantizeSymmetric(
         const e = S * clamp(Math.round(v * inv), qmin, qmax) - v;
         err += e * e;
       }
-      if (err < bestErr) { bestErr = err; best = c; }
+      if (err < bestErr) {
+        bestErr = err;
+        best = c;
+      }
     }
     sc[s] = best;
     const S = fround(d * best);
@@ -313,8 +349,11 @@ function packScaleMinK4(out: Uint8Array, p: number, sc: Uint8Array, mins: Uint8A
 }
 
 function encodeQ4_K(x: Float32Array, nb: number, out: Uint8Array): void {
-  const codes = new Uint8Array(256), sc = new Uint8Array(8), mins = new Uint8Array(8);
-  const spanS = new Float64Array(8), spanM = new Float64Array(8);
+  const codes = new Uint8Array(256),
+    sc = new Uint8Array(8),
+    mins = new Uint8Array(8);
+  const spanS = new Float64Array(8),
+    spanM = new Float64Array(8);
   for (let b = 0; b < nb; b++) {
     const p = 144 * b;
     const r = quantizeAffine(x, 256 * b, 8, 32, 15, 63, codes, sc, mins, spanS, spanM);
@@ -328,8 +367,11 @@ function encodeQ4_K(x: Float32Array, nb: number, out: Uint8Array): void {
 }
 
 function encodeQ5_K(x: Float32Array, nb: number, out: Uint8Array): void {
-  const codes = new Uint8Array(256), sc = new Uint8Array(8), mins = new Uint8Array(8);
-  const spanS = new Float64Array(8), spanM = new Float64Array(8);
+  const codes = new Uint8Array(256),
+    sc = new Uint8Array(8),
+    mins = new Uint8Array(8);
+  const spanS = new Float64Array(8),
+    spanM = new Float64Array(8);
   for (let b = 0; b < nb; b++) {
     const p = 176 * b;
     const r = quantizeAffine(x, 256 * b, 8, 32, 31, 63, codes, sc, mins, spanS, spanM);
@@ -349,8 +391,11 @@ function encodeQ5_K(x: Float32Array, nb: number, out: Uint8Array): void {
 }
 
 function encodeQ2_K(x: Float32Array, nb: number, out: Uint8Array): void {
-  const codes = new Uint8Array(256), sc = new Uint8Array(16), mins = new Uint8Array(16);
-  const spanS = new Float64Array(16), spanM = new Float64Array(16);
+  const codes = new Uint8Array(256),
+    sc = new Uint8Array(16),
+    mins = new Uint8Array(16);
+  const spanS = new Float64Array(16),
+    spanM = new Float64Array(16);
   for (let b = 0; b < nb; b++) {
     const p = 84 * b;
     const r = quantizeAffine(x, 256 * b, 16, 16, 3, 15, codes, sc, mins, spanS, spanM);
@@ -358,7 +403,10 @@ function encodeQ2_K(x: Float32Array, nb: number, out: Uint8Array): void {
     out.fill(0, p + 16, p + 80);
     // Element e = 128h + 32j + 16k + l -> bits 2j of qs[32h + 16k + l].
     for (let e = 0; e < 256; e++) {
-      const h = e >> 7, j = (e >> 5) & 3, k = (e >> 4) & 1, l = e & 15;
+      const h = e >> 7,
+        j = (e >> 5) & 3,
+        k = (e >> 4) & 1,
+        l = e & 15;
       out[p + 16 + 32 * h + 16 * k + l]! |= codes[e]! << (2 * j);
     }
     putU16(out, p + 80, r.d);
@@ -367,7 +415,9 @@ function encodeQ2_K(x: Float32Array, nb: number, out: Uint8Array): void {
 }
 
 function encodeQ3_K(x: Float32Array, nb: number, out: Uint8Array): void {
-  const codes = new Int8Array(256), sc = new Int8Array(16), scale = new Float64Array(16);
+  const codes = new Int8Array(256),
+    sc = new Int8Array(16),
+    scale = new Float64Array(16);
   for (let b = 0; b < nb; b++) {
     const p = 110 * b;
     const d = quantizeSymmetric(x, 256 * b, 16, 16, -4, 3, 31, codes, sc, scale);
@@ -375,7 +425,10 @@ function encodeQ3_K(x: Float32Array, nb: number, out: Uint8Array): void {
     // Element e = 128h + 32j + 16k + l: low 2 bits at bits 2j of qs[32h + 16k + l],
     // high bit (set for q >= 0) at bit 4h + j of hmask[16k + l]; stored value q + 4.
     for (let e = 0; e < 256; e++) {
-      const h = e >> 7, j = (e >> 5) & 3, k = (e >> 4) & 1, l = e & 15;
+      const h = e >> 7,
+        j = (e >> 5) & 3,
+        k = (e >> 4) & 1,
+        l = e & 15;
       const u = codes[e]! + 4;
       out[p + 32 + 32 * h + 16 * k + l]! |= (u & 3) << (2 * j);
       out[p + 16 * k + l]! |= (u >> 2) << (4 * h + j);
@@ -392,14 +445,18 @@ function encodeQ3_K(x: Float32Array, nb: number, out: Uint8Array): void {
 }
 
 function encodeQ6_K(x: Float32Array, nb: number, out: Uint8Array): void {
-  const codes = new Int8Array(256), sc = new Int8Array(16), scale = new Float64Array(16);
+  const codes = new Int8Array(256),
+    sc = new Int8Array(16),
+    scale = new Float64Array(16);
   for (let b = 0; b < nb; b++) {
     const p = 210 * b;
     const d = quantizeSymmetric(x, 256 * b, 16, 16, -32, 31, 127, codes, sc, scale);
     out.fill(0, p, p + 192);
     // Element e = 128h + 32j + l: nibble (j>>1) of ql[64h + 32(j&1) + l], bits 2j of qh[32h + l].
     for (let e = 0; e < 256; e++) {
-      const h = e >> 7, j = (e >> 5) & 3, l = e & 31;
+      const h = e >> 7,
+        j = (e >> 5) & 3,
+        l = e & 31;
       const u = codes[e]! + 32;
       out[p + 64 * h + 32 * (j & 1) + l]! |= (u & 15) << (4 * (j >> 1));
       out[p + 128 + 32 * h + l]! |= (u >> 4) << (2 * j);
@@ -438,8 +495,7 @@ export function canQuantize(type: GGMLType): boolean {
 export function quantize(type: GGMLType, src: Float32Array): Uint8Array {
   const encode = encoders.get(type);
   if (!encode) {
-    const name = (GGMLType as Record<number, string | undefined>)[type] ?? String(type);
-    throw new RangeError(`quantize: unsupported type ${name} (${type})`);
+    throw new RangeError(`quantize: unsupported type ${typeName(type)} (${type})`);
   }
   const info = requireQuantType(type);
   if (src.length % info.blockSize !== 0) {

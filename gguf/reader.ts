@@ -368,15 +368,32 @@ function readTypedSlow(c: Cursor, t: GGUFValueType, count: number): ArrayLike<nu
   for (let i = 0; i < count; i++) {
     const o = i * sz;
     switch (t) {
-      case GGUFValueType.UINT16: out[i] = dv.getUint16(o, true); break;
-      case GGUFValueType.INT16: out[i] = dv.getInt16(o, true); break;
-      case GGUFValueType.UINT32: out[i] = dv.getUint32(o, true); break;
-      case GGUFValueType.INT32: out[i] = dv.getInt32(o, true); break;
-      case GGUFValueType.FLOAT32: out[i] = dv.getFloat32(o, true); break;
-      case GGUFValueType.FLOAT64: out[i] = dv.getFloat64(o, true); break;
-      case GGUFValueType.UINT64: out[i] = dv.getBigUint64(o, true); break;
-      case GGUFValueType.INT64: out[i] = dv.getBigInt64(o, true); break;
-      default: out[i] = raw[o] as number;
+      case GGUFValueType.UINT16:
+        out[i] = dv.getUint16(o, true);
+        break;
+      case GGUFValueType.INT16:
+        out[i] = dv.getInt16(o, true);
+        break;
+      case GGUFValueType.UINT32:
+        out[i] = dv.getUint32(o, true);
+        break;
+      case GGUFValueType.INT32:
+        out[i] = dv.getInt32(o, true);
+        break;
+      case GGUFValueType.FLOAT32:
+        out[i] = dv.getFloat32(o, true);
+        break;
+      case GGUFValueType.FLOAT64:
+        out[i] = dv.getFloat64(o, true);
+        break;
+      case GGUFValueType.UINT64:
+        out[i] = dv.getBigUint64(o, true);
+        break;
+      case GGUFValueType.INT64:
+        out[i] = dv.getBigInt64(o, true);
+        break;
+      default:
+        out[i] = raw[o] as number;
     }
   }
   return out;
@@ -462,7 +479,11 @@ export async function readGGUF(src: ByteSource, opts: ReadGGUFOptions = {}): Pro
     );
   }
   if (nKv > lim.maxMetadataEntries) {
-    throw new GGUFError('GGUF_LIMIT', `header announces ${nKv} metadata entries, more than maxMetadataEntries (${lim.maxMetadataEntries})`, 16);
+    throw new GGUFError(
+      'GGUF_LIMIT',
+      `header announces ${nKv} metadata entries, more than maxMetadataEntries (${lim.maxMetadataEntries})`,
+      16,
+    );
   }
   if (nTensors > lim.maxTensors) {
     throw new GGUFError('GGUF_LIMIT', `header announces ${nTensors} tensors, more than maxTensors (${lim.maxTensors})`, 8);

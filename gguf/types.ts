@@ -73,15 +73,7 @@ export type GGUFArray = { [K in GGUFValueType]: GGUFArrayOf<K> }[GGUFValueType];
 export type GGUFValue = GGUFScalar | GGUFArray;
 
 /** Numeric typed arrays that hold numbers (not bigints). */
-export type GGUFNumberArray =
-  | Uint8Array
-  | Int8Array
-  | Uint16Array
-  | Int16Array
-  | Uint32Array
-  | Int32Array
-  | Float32Array
-  | Float64Array;
+export type GGUFNumberArray = Uint8Array | Int8Array | Uint16Array | Int16Array | Uint32Array | Int32Array | Float32Array | Float64Array;
 
 // ---------------------------------------------------------------------------------------------------------------
 // constructors
@@ -197,14 +189,18 @@ export function checkScalar(t: GGUFScalarType, v: unknown, what: string): number
   const range = INT_RANGES[t];
   if (range) {
     if (typeof v !== 'number' || !Number.isInteger(v) || v < range[0] || v > range[1]) {
-      throw new GGUFError('GGUF_BAD_VALUE', `${what}: ${String(v)} is not a valid ${valueTypeName(t)} (integer in [${range[0]}, ${range[1]}])`);
+      throw new GGUFError(
+        'GGUF_BAD_VALUE',
+        `${what}: ${String(v)} is not a valid ${valueTypeName(t)} (integer in [${range[0]}, ${range[1]}])`,
+      );
     }
     return v;
   }
   switch (t) {
     case GGUFValueType.FLOAT32:
     case GGUFValueType.FLOAT64:
-      if (typeof v !== 'number') throw new GGUFError('GGUF_BAD_VALUE', `${what}: expected a number for ${valueTypeName(t)}, got ${typeof v}`);
+      if (typeof v !== 'number')
+        throw new GGUFError('GGUF_BAD_VALUE', `${what}: expected a number for ${valueTypeName(t)}, got ${typeof v}`);
       return v;
     case GGUFValueType.UINT64:
     case GGUFValueType.INT64: {
@@ -390,7 +386,11 @@ export function metaString(h: GGUFMetadataHolder, key: string): string | undefin
 /** An array value (any item type), or with `itemType` just its items, checked to be of that type. */
 export function metaArray(h: GGUFMetadataHolder, key: string): GGUFArray | undefined;
 export function metaArray<T extends GGUFValueType>(h: GGUFMetadataHolder, key: string, itemType: T): GGUFArrayItems[T] | undefined;
-export function metaArray(h: GGUFMetadataHolder, key: string, itemType?: GGUFValueType): GGUFArray | GGUFArrayItems[GGUFValueType] | undefined {
+export function metaArray(
+  h: GGUFMetadataHolder,
+  key: string,
+  itemType?: GGUFValueType,
+): GGUFArray | GGUFArrayItems[GGUFValueType] | undefined {
   const v = h.metadata.get(key);
   if (v === undefined) return undefined;
   if (v.type !== GGUFValueType.ARRAY) throw wrongType(key, v, itemType === undefined ? 'an array' : `arr[${valueTypeName(itemType)}]`);

@@ -143,16 +143,36 @@ class ByteBuilder {
     const dv = this.dv;
     const o = this.len;
     switch (t) {
-      case GGUFValueType.UINT8: dv.setUint8(o, v as number); break;
-      case GGUFValueType.INT8: dv.setInt8(o, v as number); break;
-      case GGUFValueType.UINT16: dv.setUint16(o, v as number, true); break;
-      case GGUFValueType.INT16: dv.setInt16(o, v as number, true); break;
-      case GGUFValueType.UINT32: dv.setUint32(o, v as number, true); break;
-      case GGUFValueType.INT32: dv.setInt32(o, v as number, true); break;
-      case GGUFValueType.FLOAT32: dv.setFloat32(o, v as number, true); break;
-      case GGUFValueType.FLOAT64: dv.setFloat64(o, v as number, true); break;
-      case GGUFValueType.UINT64: dv.setBigUint64(o, v as bigint, true); break;
-      case GGUFValueType.INT64: dv.setBigInt64(o, v as bigint, true); break;
+      case GGUFValueType.UINT8:
+        dv.setUint8(o, v as number);
+        break;
+      case GGUFValueType.INT8:
+        dv.setInt8(o, v as number);
+        break;
+      case GGUFValueType.UINT16:
+        dv.setUint16(o, v as number, true);
+        break;
+      case GGUFValueType.INT16:
+        dv.setInt16(o, v as number, true);
+        break;
+      case GGUFValueType.UINT32:
+        dv.setUint32(o, v as number, true);
+        break;
+      case GGUFValueType.INT32:
+        dv.setInt32(o, v as number, true);
+        break;
+      case GGUFValueType.FLOAT32:
+        dv.setFloat32(o, v as number, true);
+        break;
+      case GGUFValueType.FLOAT64:
+        dv.setFloat64(o, v as number, true);
+        break;
+      case GGUFValueType.UINT64:
+        dv.setBigUint64(o, v as bigint, true);
+        break;
+      case GGUFValueType.INT64:
+        dv.setBigInt64(o, v as bigint, true);
+        break;
     }
     this.len += n;
   }
@@ -310,7 +330,10 @@ export class GGUFWriter {
       }
       const a = v.value;
       if (a === 0 || (a & (a - 1)) !== 0 || a > GGUF_MAX_ALIGNMENT) {
-        throw new GGUFError('GGUF_BAD_VALUE', `"${GGUF_KEY_ALIGNMENT}" is ${a}, expected a power of two between 1 and ${GGUF_MAX_ALIGNMENT}`);
+        throw new GGUFError(
+          'GGUF_BAD_VALUE',
+          `"${GGUF_KEY_ALIGNMENT}" is ${a}, expected a power of two between 1 and ${GGUF_MAX_ALIGNMENT}`,
+        );
       }
     }
     this.meta.set(key, v);
@@ -347,7 +370,10 @@ export class GGUFWriter {
     if (!info) throw new GGUFError('GGUF_BAD_TENSOR', `tensor "${name}": unknown ggml type id ${String(type)}`);
     const ne0 = dims[0] as number;
     if (ne0 % info.blockSize !== 0) {
-      throw new GGUFError('GGUF_BAD_TENSOR', `tensor "${name}": ${info.name} rows must be a multiple of ${info.blockSize} elements, ne0 is ${ne0}`);
+      throw new GGUFError(
+        'GGUF_BAD_TENSOR',
+        `tensor "${name}": ${info.name} rows must be a multiple of ${info.blockSize} elements, ne0 is ${ne0}`,
+      );
     }
     const byteLength = (elements / info.blockSize) * info.bytesPerBlock;
     if (!Number.isSafeInteger(byteLength)) throw new GGUFError('GGUF_BAD_TENSOR', `tensor "${name}": too large`);
@@ -360,7 +386,13 @@ export class GGUFWriter {
   /** Tensor infos with the offsets they will get (relative to the data section). */
   get tensors(): GGUFTensorInfo[] {
     const { offsets } = this.layout();
-    return this.pending.map((t, i) => ({ name: t.name, dims: [...t.dims], type: t.type, offset: offsets[i] as number, byteLength: t.byteLength }));
+    return this.pending.map((t, i) => ({
+      name: t.name,
+      dims: [...t.dims],
+      type: t.type,
+      offset: offsets[i] as number,
+      byteLength: t.byteLength,
+    }));
   }
 
   /** Absolute offset of the data section (= header bytes including padding). */
@@ -474,11 +506,17 @@ export class GGUFWriter {
     const t = this.pending[this.cur];
     if (!t) {
       const forName = name !== undefined ? ` for "${name}"` : '';
-      throw new GGUFError('GGUF_WRITER', `all ${this.pending.length} tensors are complete, but ${bytes.length} more bytes were written${forName}`);
+      throw new GGUFError(
+        'GGUF_WRITER',
+        `all ${this.pending.length} tensors are complete, but ${bytes.length} more bytes were written${forName}`,
+      );
     }
     if (name !== undefined && name !== t.name) {
       if (this.curWritten > 0) {
-        throw new GGUFError('GGUF_WRITER', `tensor "${t.name}" got only ${this.curWritten} of ${t.byteLength} bytes before data for "${name}"`);
+        throw new GGUFError(
+          'GGUF_WRITER',
+          `tensor "${t.name}" got only ${this.curWritten} of ${t.byteLength} bytes before data for "${name}"`,
+        );
       }
       const j = this.pending.findIndex((p) => p.name === name);
       if (j < 0) throw new GGUFError('GGUF_WRITER', `no tensor named "${name}" was declared`);

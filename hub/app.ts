@@ -7,12 +7,20 @@ import { HubError } from './errors.ts';
 import type { Hub } from './hub.ts';
 import { integer, object, optionalNumber, queryString, string } from './validate.ts';
 import { proxyJson } from './proxy.ts';
-import type { DeviceCapabilities } from './market/types.ts';
-
-const API_BODY_LIMIT = 64 * 1024;
-const OPENAI_BODY_LIMIT = 8 * 1024 * 1024;
-const MODEL_NAME_MAX = 256;
-const WORKER_ID_MAX = 128;
+import type { DeviceCapabilities, HeldRange } from './market/types.ts';
+import {
+  API_BODY_MAX_BYTES,
+  DEVICE_BYTES_MAX,
+  EVENTS_LISTED,
+  EXPERTS_MAX,
+  HELD_RANGE_NUMBER_LIMIT,
+  HELD_RANGES_MAX,
+  LAYERS_MAX,
+  MODEL_NAME_MAX_CHARS,
+  OFFER_EXPERTS_MAX,
+  OPENAI_BODY_MAX_BYTES,
+  WORKER_ID_MAX_CHARS,
+} from './limits.ts';
 
 function clientKey(req: FastifyRequest): string {
   const ip = req.ip;
@@ -25,30 +33,35 @@ function device(v: unknown): DeviceCapabilities | undefined {
   if (v === undefined) return undefined;
   const o = object(v, 'device');
   const out: DeviceCapabilities = {};
-  const big = 2 ** 50;
-  const a = optionalNumber(o, 'maxStorageBufferBindingSize', 0, big);
-  const b = optionalNumber(o, 'maxBufferSize', 0, big);
-  const c = optionalNumber(o, 'memoryBudgetBytes', 0, big);
+  const a = optionalNumber(o, 'maxStorageBufferBindingSize', 0, DEVICE_BYTES_MAX);
+  const b = optionalNumber(o, 'maxBufferSize', 0, DEVICE_BYTES_MAX);
+  const c = optionalNumber(o, 'memoryBudgetBytes', 0, DEVICE_BYTES_MAX);
   if (a !== undefined) out.maxStorageBufferBindingSize = a;
   if (b !== undefined) out.maxBufferSize = b;
   if (c !== undefined) out.memoryBudgetBytes = c;
   return out;
 }
 
-function segments(v: unknown): Array<[number, number, number]> {
+/** The `segments` field of a heartbeat: the worker's held ranges, shape-checked here, against the model by the hub. */
+function heldRanges(v: unknown): HeldRange[] {
   if (!Array.isArray(v)) throw new HubError('BODY_INVALID', 'segments must be an array of [layer, begin, end]');
-  if (v.length > 256) throw new HubError('TOO_MANY_SEGMENTS', `at most 256 segments per worker, got ${v.length}`);
-  return v.map((s, i) => {
-    if (!Array.isArray(s) || s.length !== 3 || !s.every((x) => typeof x === 'number' && Number.isInteger(x) && x >= 0 && x < 2 ** 31)) {
+  if (v.length > HELD_RANGES_MAX)
+    throw new HubError('TOO_MANY_SEGMENTS', `at most ${HELD_RANGES_MAX} segments per worker, got ${v.length}`);
+  return v.map((r, i) => {
+    if (
+      !Array.isArray(r) ||
+      r.length !== 3 ||
+      !r.every((x) => typeof x === 'number' && Number.isInteger(x) && x >= 0 && x < HELD_RANGE_NUMBER_LIMIT)
+    ) {
       throw new HubError('BODY_INVALID', `segments[${i}] must be [layer, begin, end] of non-negative integers`);
     }
-    return s as [number, number, number];
+    return r as HeldRange;
   });
 }
 
 export async function buildApp(hub: Hub): Promise<FastifyInstance> {
   // forceCloseConnections: a stopping hub ends streams still open (proxied generations) instead of waiting for them.
-  const app = Fastify({ bodyLimit: API_BODY_LIMIT, logger: false, trustProxy: false, forceCloseConnections: true });
+  const app = Fastify({ bodyLimit: API_BODY_MAX_BYTES, logger: false, trustProxy: false, forceCloseConnections: true });
   app.removeContentTypeParser('text/plain'); // the API speaks JSON only: anything else is a 415
 
   app.setErrorHandler((err: Error & { statusCode?: number; code?: string; validation?: unknown }, _req, reply) => {
@@ -56,10 +69,11 @@ export async function buildApp(hub: Hub): Promise<FastifyInstance> {
     if (err instanceof HubError) e = err;
     else if (err.statusCode === 413) e = new HubError('BODY_TOO_LARGE', 'the request body is too large');
     else if (err.statusCode === 415) e = new HubError('UNSUPPORTED_MEDIA_TYPE', 'send the body as application/json');
-    else if (err.code?.startsWith('FST_ERR_CTP') || err instanceof SyntaxError) e = new HubError('BODY_NOT_JSON', 'the body is not valid JSON');
+    else if (err.code?.startsWith('FST_ERR_CTP') || err instanceof SyntaxError)
+      e = new HubError('BODY_NOT_JSON', 'the body is not valid JSON');
     else if (err.statusCode && err.statusCode >= 400 && err.statusCode < 500) e = new HubError('BODY_INVALID', err.message);
     else {
-      hub.events.add('coordinator', null, `internal error: ${err.message}`);
+      hub.noteInternalError(err.message);
       e = new HubError('INTERNAL', 'internal error');
     }
     void reply.status(e.status).headers(e.headers).send(e.toJSON());
@@ -69,39 +83,28 @@ export async function buildApp(hub: Hub): Promise<FastifyInstance> {
     void reply.status(e.status).send(e.toJSON());
   });
 
-  const wallet = (req: FastifyRequest): string => hub.auth.authenticate(req.headers.authorization, hub.now());
+  const wallet = (req: FastifyRequest): string => hub.authenticate(req.headers.authorization);
 
-  app.get('/api/health', async () => ({
-    ok: true,
-    coordinators: hub.supervisor.status().map((c) => ({ model: c.name, state: c.state, restarts: c.restarts })),
-  }));
-  app.get('/metrics', async (_req, reply) => reply.type('text/plain; version=0.0.4').send(hub.metrics()));
-
-  app.post('/api/auth/challenge', async (req) => hub.auth.challenge(req.body, clientKey(req), hub.now()));
-  app.post('/api/auth/node-token', async (req) => {
-    const answer = hub.auth.nodeToken(req.body, clientKey(req), hub.now());
-    hub.state.touchVolunteer(answer.wallet, hub.now());
-    return answer;
+  app.get('/api/health', async () => hub.health());
+  app.get('/metrics', async (_req, reply) => {
+    const { contentType, text } = await hub.scrape();
+    return reply.type(contentType).send(text);
   });
+
+  app.post('/api/auth/challenge', async (req) => hub.challenge(req.body, clientKey(req)));
+  app.post('/api/auth/node-token', async (req) => hub.login(req.body, clientKey(req)));
 
   app.get('/api/expert-demand', async (req) => {
     const q = object(req.query, 'query', 'QUERY_INVALID');
-    const model = queryString(q, 'model', MODEL_NAME_MAX, '');
-    if (model && !hub.models.has(model)) throw new HubError('MODEL_UNKNOWN', `no model named "${model}" is served here`);
-    const models = hub.demand(model || undefined);
-    return {
-      target_replicas: Math.max(hub.config.saturation.targetBase, ...models.map((m) => m.target_replicas)),
-      recruiting: models.some((m) => m.recruiting),
-      models,
-    };
+    return hub.demandAnswer(queryString(q, 'model', MODEL_NAME_MAX_CHARS, ''));
   });
 
   app.post('/api/expert-volunteer', async (req) => {
     wallet(req);
     const b = object(req.body);
-    const model = string(b, 'model', MODEL_NAME_MAX, '');
-    const maxExperts = integer(b, 'max_experts', 0, 1 << 20, 0);
-    const workerId = b.worker_id === undefined ? undefined : string(b, 'worker_id', WORKER_ID_MAX);
+    const model = string(b, 'model', MODEL_NAME_MAX_CHARS, '');
+    const maxExperts = integer(b, 'max_experts', 0, OFFER_EXPERTS_MAX, 0);
+    const workerId = b.worker_id === undefined ? undefined : string(b, 'worker_id', WORKER_ID_MAX_CHARS);
     const dev = device(b.device);
     return hub.volunteer({ model, maxExperts, ...(dev ? { device: dev } : {}) }, workerId);
   });
@@ -109,43 +112,41 @@ export async function buildApp(hub: Hub): Promise<FastifyInstance> {
   app.post('/api/expert-coverage', async (req) => {
     const w = wallet(req);
     const b = object(req.body);
-    const workerId = string(b, 'worker_id', WORKER_ID_MAX);
+    const workerId = string(b, 'worker_id', WORKER_ID_MAX_CHARS);
     if (workerId.length === 0) throw new HubError('BODY_INVALID', 'worker_id must not be empty');
-    const model = string(b, 'model', MODEL_NAME_MAX);
+    const model = string(b, 'model', MODEL_NAME_MAX_CHARS);
     const shape = hub.shape(model);
-    const nLayer = integer(b, 'n_layer', 1, 4096);
-    const nExpert = integer(b, 'n_expert', 1, 4096);
+    const nLayer = integer(b, 'n_layer', 1, LAYERS_MAX);
+    const nExpert = integer(b, 'n_expert', 1, EXPERTS_MAX);
     if (nLayer !== shape.nLayer || nExpert !== shape.nExpert) {
-      throw new HubError('BODY_INVALID', `n_layer/n_expert (${nLayer}/${nExpert}) do not match ${model} (${shape.nLayer}/${shape.nExpert})`);
+      throw new HubError(
+        'BODY_INVALID',
+        `n_layer/n_expert (${nLayer}/${nExpert}) do not match ${model} (${shape.nLayer}/${shape.nExpert})`,
+      );
     }
-    hub.heartbeat(workerId, w, model, segments(b.segments));
-    return { ok: true, stale_after_s: Math.round(hub.config.staleMs / 1000) };
+    return hub.heartbeat(workerId, w, model, heldRanges(b.segments));
   });
 
   app.get('/api/moe/recruitment', async () => hub.recruitment());
 
   app.get('/api/expert-dispatch-map', async (req) => {
     const q = object(req.query, 'query', 'QUERY_INVALID');
-    const model = queryString(q, 'model', MODEL_NAME_MAX);
-    hub.shape(model);
-    return { model, rows: hub.dispatch.rows(model, hub.coverage, hub.now()) };
+    return hub.dispatchMap(queryString(q, 'model', MODEL_NAME_MAX_CHARS));
   });
 
-  app.get('/api/events', async () => ({ events: hub.events.recent(200) }));
+  app.get('/api/events', async () => ({ events: hub.recentEvents(EVENTS_LISTED) }));
 
   // OpenAI-compatible API, proxied to the model's coordinator.
   app.get('/v1/models', async () => ({
     object: 'list',
-    data: hub.modelNames().map((id) => ({ id, object: 'model', created: 0, owned_by: 'expertswarm' })),
+    data: hub.servedModels().map((id) => ({ id, object: 'model', created: 0, owned_by: 'expertswarm' })),
   }));
   for (const path of ['/v1/chat/completions', '/v1/completions']) {
-    app.post(path, { bodyLimit: OPENAI_BODY_LIMIT }, async (req, reply) => {
+    app.post(path, { bodyLimit: OPENAI_BODY_MAX_BYTES }, async (req, reply) => {
       const b = object(req.body);
-      const names = hub.modelNames();
-      const model = b.model === undefined && names.length === 1 ? (names[0] as string) : string(b, 'model', MODEL_NAME_MAX);
-      if (!hub.supervisor.has(model)) throw new HubError('MODEL_UNKNOWN', `no model named "${model}" is served here; GET /v1/models lists them`);
-      const url = hub.supervisor.available(model);
-      await proxyJson(reply, url, path, { ...b, model });
+      const names = hub.servedModels();
+      const model = b.model === undefined && names.length === 1 ? (names[0] as string) : string(b, 'model', MODEL_NAME_MAX_CHARS);
+      await proxyJson(reply, hub.coordinatorUrl(model), path, { ...b, model });
     });
   }
   return app;

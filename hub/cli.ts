@@ -7,27 +7,29 @@ import { readFileSync } from 'node:fs';
 import { Hub, defaultConfig, type HubConfig } from './hub.ts';
 import { buildApp } from './app.ts';
 
+const DEFAULTS = defaultConfig();
+
 export const USAGE = `usage: expertswarm hub --model PATH.gguf [--model NAME=PATH.gguf …] [options]
 
   --model [NAME=]PATH        serve this GGUF model: the hub starts and supervises a linkcpp-server for it
                              (NAME defaults to the file name without .gguf; it is the "model" of the API)
   --coordinator-url NAME=URL register an external llama-server-compatible coordinator (polled and proxied)
-  --port N                   HTTP port (default 8080; env EXPERTSWARM_PORT)
-  --host ADDR                listen address (default 127.0.0.1; env EXPERTSWARM_HOST)
-  --slots N                  inference slots per coordinator (default 4; env EXPERTSWARM_SLOTS)
-  --ctx N                    context tokens per slot (default 2048)
+  --port N                   HTTP port (default ${DEFAULTS.port}; env EXPERTSWARM_PORT)
+  --host ADDR                listen address (default ${DEFAULTS.host}; env EXPERTSWARM_HOST)
+  --slots N                  inference slots per coordinator (default ${DEFAULTS.slots}; env EXPERTSWARM_SLOTS)
+  --ctx N                    context tokens per slot (default ${DEFAULTS.ctxPerSlot})
   --threads N                CPU threads per coordinator (default: llama.cpp's choice)
-  --state DIR                durable state (SQLite) directory (default .cache/hub; env EXPERTSWARM_STATE)
+  --state DIR                durable state (SQLite) directory (default ${DEFAULTS.stateDir}; env EXPERTSWARM_STATE)
   --coordinator-bin PATH     linkcpp-server binary (default coordinator/bin/linkcpp-server)
-  --saturate-at N            busy slots at which a model counts as saturated (default 2)
-  --target-base N            target replicas per expert at rest (default 2)
-  --boost N                  extra replicas while saturated (default 1)
-  --poll-ms N                /slots poll interval (default 2000), --poll-timeout-ms N (default 1500)
-  --max-reading-age-ms N     older readings stop recruitment (default 30000)
-  --stale-ms N               coverage without heartbeat for this long is evicted (default 120000)
-  --grace-ms N               grace window of a new worker (default 15000)
-  --idle-ms N                idle timeout since a worker's last serve (default 20000)
-  --max-workers N            live worker cap (default 10000)
+  --saturate-at N            busy slots at which a model counts as saturated (default ${DEFAULTS.saturation.saturateAt})
+  --target-base N            target replicas per expert at rest (default ${DEFAULTS.saturation.targetBase})
+  --boost N                  extra replicas while saturated (default ${DEFAULTS.saturation.boost})
+  --poll-ms N                /slots poll interval (default ${DEFAULTS.poller.intervalMs}), --poll-timeout-ms N (default ${DEFAULTS.poller.timeoutMs})
+  --max-reading-age-ms N     older readings stop recruitment (default ${DEFAULTS.saturation.maxReadingAgeMs})
+  --stale-ms N               coverage without heartbeat for this long is evicted (default ${DEFAULTS.staleMs})
+  --grace-ms N               grace window of a new worker (default ${DEFAULTS.dispatch.graceMs})
+  --idle-ms N                idle timeout since a worker's last serve (default ${DEFAULTS.dispatch.idleMs})
+  --max-workers N            live worker cap (default ${DEFAULTS.maxWorkers})
   --config FILE              JSON file with any of: port, host, slots, ctxPerSlot, threads, stateDir, models
                              ([{path, name?}]), externals ([{name, url}])
   --help                     this text
@@ -53,12 +55,25 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
     options: {
       model: { type: 'string', multiple: true },
       'coordinator-url': { type: 'string', multiple: true },
-      port: { type: 'string' }, host: { type: 'string' }, slots: { type: 'string' }, ctx: { type: 'string' },
-      threads: { type: 'string' }, state: { type: 'string' }, 'coordinator-bin': { type: 'string' },
-      'saturate-at': { type: 'string' }, 'target-base': { type: 'string' }, boost: { type: 'string' },
-      'poll-ms': { type: 'string' }, 'poll-timeout-ms': { type: 'string' }, 'max-reading-age-ms': { type: 'string' },
-      'stale-ms': { type: 'string' }, 'grace-ms': { type: 'string' }, 'idle-ms': { type: 'string' },
-      'max-workers': { type: 'string' }, config: { type: 'string' }, help: { type: 'boolean', short: 'h' },
+      port: { type: 'string' },
+      host: { type: 'string' },
+      slots: { type: 'string' },
+      ctx: { type: 'string' },
+      threads: { type: 'string' },
+      state: { type: 'string' },
+      'coordinator-bin': { type: 'string' },
+      'saturate-at': { type: 'string' },
+      'target-base': { type: 'string' },
+      boost: { type: 'string' },
+      'poll-ms': { type: 'string' },
+      'poll-timeout-ms': { type: 'string' },
+      'max-reading-age-ms': { type: 'string' },
+      'stale-ms': { type: 'string' },
+      'grace-ms': { type: 'string' },
+      'idle-ms': { type: 'string' },
+      'max-workers': { type: 'string' },
+      config: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
     },
   });
   if (values.help) return 'help';
@@ -97,14 +112,17 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   return c;
 }
 
-export async function runHub(config: HubConfig, log: (line: string) => void = console.log): Promise<{ hub: Hub; close: () => Promise<void>; url: string }> {
+export async function runHub(
+  config: HubConfig,
+  log: (line: string) => void = console.log,
+): Promise<{ hub: Hub; close: () => Promise<void>; url: string }> {
   const hub = new Hub(config);
   await hub.load();
   const app = await buildApp(hub);
   const address = await app.listen({ port: config.port, host: config.host });
-  log(`[hub] API on ${address} — models: ${hub.modelNames().join(', ')}; starting coordinators…`);
+  log(`[hub] API on ${address} — models: ${hub.servedModels().join(', ')}; starting coordinators…`);
   await hub.start();
-  for (const c of hub.supervisor.status()) log(`[hub] coordinator ${c.name}: ${c.state}${c.url ? ` at ${c.url}` : ''}`);
+  for (const c of hub.coordinators()) log(`[hub] coordinator ${c.name}: ${c.state}${c.url ? ` at ${c.url}` : ''}`);
   return {
     hub,
     url: address,
@@ -121,7 +139,7 @@ export async function main(argv: string[]): Promise<number> {
     console.error(USAGE);
     return command === '--help' || command === '-h' ? 0 : 2;
   }
-  let config;
+  let config: HubConfig | 'help';
   try {
     config = parseHubArgs(rest);
   } catch (e) {

@@ -99,10 +99,16 @@ export class DispatchMap {
       const r = this.records.get(workerId);
       if (!r) continue;
       const state = workerState(r, nowMs, this.cfg);
-      for (const [layer, begin, end] of coverage.segmentsOf(workerId) ?? []) {
+      for (const [layer, begin, end] of coverage.heldRanges(workerId) ?? []) {
         rows.push({
-          worker_id: workerId, model, layer, experts: [begin, end], state,
-          last_serve_ms: r.lastServeMs, last_attach_ms: r.attachMs, latency_ms: r.latencyMs,
+          worker_id: workerId,
+          model,
+          layer,
+          experts: [begin, end],
+          state,
+          last_serve_ms: r.lastServeMs,
+          last_attach_ms: r.attachMs,
+          latency_ms: r.latencyMs,
         });
       }
     }

@@ -1,6 +1,7 @@
 /** A bounded in-memory log of recruitment events (saturation onset/end, recruit, release, evictions) for the dashboard. */
-export type HubEventKind =
-  | 'saturation-onset' | 'saturation-end' | 'recruit' | 'release' | 'evict' | 'coordinator' | 'quarantine';
+import { EVENTS_KEPT } from './limits.ts';
+
+export type HubEventKind = 'saturation-onset' | 'saturation-end' | 'recruit' | 'release' | 'evict' | 'coordinator' | 'quarantine';
 
 export interface HubEvent {
   atMs: number;
@@ -13,7 +14,7 @@ export class EventLog {
   private readonly ring: HubEvent[] = [];
   private seq = 0;
 
-  constructor(private readonly capacity = 1000) {}
+  constructor(private readonly capacity = EVENTS_KEPT) {}
 
   add(kind: HubEventKind, model: string | null, detail: string, atMs = Date.now()): void {
     this.ring.push({ atMs, kind, model, detail });

@@ -1,29 +1,32 @@
 /**
- * The hub: one object owning the registry, the market, the dispatch map, the coordinators and the durable state.
- * The HTTP layer (app.ts) is a thin shell over it.
+ * The hub: one object owning the registry, the market, the dispatch map, the coordinators and the durable store.
+ * Its parts are private; the HTTP layer (app.ts) and the CLI call only the methods below, one per thing they need.
  */
+import type { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { CoordinatorSupervisor } from './supervisor.ts';
+import { CoordinatorSupervisor, type CoordinatorStatus } from './supervisor.ts';
 import { DEFAULT_POLLER, SaturationPoller, type PollerOptions } from './poller.ts';
 import { CoverageStore } from './market/coverage.ts';
 import { modelDemand } from './market/demand.ts';
 import { chooseAssignment, type VolunteerAnswer, type VolunteerRequest } from './market/assign.ts';
 import { DEFAULT_SATURATION, effectiveTarget, saturationState, type SaturationConfig, type SaturationState } from './market/saturation.ts';
-import type { ModelDemand, ModelShape } from './market/types.ts';
-import { DEFAULT_DISPATCH, DispatchMap, type DispatchConfig } from './dispatch-map.ts';
-import { EventLog } from './events.ts';
-import { HubState } from './state.ts';
-import { NodeAuth } from './auth/index.ts';
+import type { HeldRange, ModelDemand, ModelShape } from './market/types.ts';
+import { DEFAULT_DISPATCH, DispatchMap, type DispatchConfig, type DispatchRow } from './dispatch-map.ts';
+import { EventLog, type HubEvent } from './events.ts';
+import { HubStore } from './store.ts';
+import { NodeAuth, type ChallengeReply, type NodeTokenReply } from './auth/index.ts';
 import { HubError } from './errors.ts';
 import { loadModelInfo, type ModelInfo } from './registry.ts';
-import { renderPrometheus, type MetricSample } from './metrics.ts';
+import { HubMetrics, type HubReadings } from './metrics.ts';
+import { AUTH_RATE_LIMIT, WORKER_STALE_MS, WORKERS_MAX } from './limits.ts';
 
 export const DEFAULT_COORDINATOR_BINARY = fileURLToPath(new URL('../coordinator/bin/linkcpp-server', import.meta.url));
 
 export interface HubConfig {
   host: string;
   port: number;
+  /** Directory of the durable store (hub.sqlite), `--state`; ':memory:' keeps it in memory (tests). */
   stateDir: string;
   models: Array<{ path: string; name?: string }>;
   externals: Array<{ name: string; url: string }>;
@@ -54,10 +57,10 @@ export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
     saturation: { ...DEFAULT_SATURATION },
     poller: { ...DEFAULT_POLLER },
     dispatch: { ...DEFAULT_DISPATCH },
-    staleMs: 120_000,
-    maxWorkers: 10_000,
+    staleMs: WORKER_STALE_MS,
+    maxWorkers: WORKERS_MAX,
     evictEveryMs: 5_000,
-    authRateLimit: { capacity: 30, refillPerSec: 0.5 },
+    authRateLimit: { ...AUTH_RATE_LIMIT },
     ...over,
   };
 }
@@ -74,33 +77,68 @@ export interface RecruitmentRow {
   age_s: number | null;
 }
 
+/** `GET /api/moe/recruitment`. */
+export interface RecruitmentAnswer {
+  saturate_at: number;
+  boost: number;
+  target_base: number;
+  models: RecruitmentRow[];
+}
+
+/** `GET /api/expert-demand`. */
+export interface DemandAnswer {
+  /** The highest target among the models listed (at least the base target). */
+  target_replicas: number;
+  recruiting: boolean;
+  models: ModelDemand[];
+}
+
+/** `POST /api/expert-coverage`. */
+export interface CoverageAnswer {
+  ok: true;
+  stale_after_s: number;
+}
+
+/** `GET /api/health`. */
+export interface HealthAnswer {
+  ok: true;
+  coordinators: Array<{ model: string; state: CoordinatorStatus['state']; restarts: number }>;
+}
+
 export class Hub {
-  readonly models = new Map<string, ModelInfo>();
-  readonly coverage: CoverageStore;
-  readonly dispatch: DispatchMap;
-  readonly events = new EventLog(1000);
-  readonly supervisor: CoordinatorSupervisor;
-  readonly poller: SaturationPoller;
-  readonly state: HubState;
-  readonly auth: NodeAuth;
-  readonly counters = { assignments: 0, refusals: 0, evictions: 0, heartbeats: 0 };
+  /** Models whose GGUF the hub read: the ones on the market. Every served model is a coordinator (`servedModels()`). */
+  private readonly marketModels = new Map<string, ModelInfo>();
+  private readonly coverage: CoverageStore;
+  private readonly dispatch: DispatchMap;
+  private readonly events = new EventLog();
+  private readonly supervisor: CoordinatorSupervisor;
+  private readonly poller: SaturationPoller;
+  private readonly store: HubStore;
+  private readonly auth: NodeAuth;
+  private readonly metrics: HubMetrics;
   private readonly recruitingNow = new Map<string, boolean>();
   private evictTimer: NodeJS.Timeout | null = null;
 
-  constructor(readonly config: HubConfig, private readonly clock: () => number = Date.now) {
+  constructor(
+    private readonly config: HubConfig,
+    private readonly clock: () => number = Date.now,
+  ) {
     this.coverage = new CoverageStore({ maxWorkers: config.maxWorkers });
     this.dispatch = new DispatchMap(config.dispatch);
-    this.state = new HubState(config.stateDir === ':memory:' ? ':memory:' : join(config.stateDir, 'hub.sqlite'));
-    this.auth = new NodeAuth({ secret: this.state.tokenSecret(), rateLimit: config.authRateLimit });
-    this.supervisor = new CoordinatorSupervisor((name, state, detail) => this.events.add('coordinator', name, `${state}: ${detail}`, this.clock()));
+    this.store = new HubStore(config.stateDir === ':memory:' ? ':memory:' : join(config.stateDir, 'hub.sqlite'));
+    this.auth = new NodeAuth({ secret: this.store.tokenSecret(), rateLimit: config.authRateLimit });
+    this.supervisor = new CoordinatorSupervisor((name, state, detail) =>
+      this.events.add('coordinator', name, `${state}: ${detail}`, this.now()),
+    );
     this.poller = new SaturationPoller(
       () => this.supervisor.names().map((name) => ({ name, url: this.supervisor.urlOf(name) })),
       config.poller,
       (name) => this.noteSaturation(name),
     );
+    this.metrics = new HubMetrics(() => this.readings());
   }
 
-  now(): number {
+  private now(): number {
     return this.clock();
   }
 
@@ -109,10 +147,10 @@ export class Hub {
     const externals = new Map(this.config.externals.map((e) => [e.name, e.url]));
     for (const m of this.config.models) {
       const info = await loadModelInfo(m.path, m.name);
-      if (this.models.has(info.model)) throw new Error(`two models are named ${info.model}; name one with NAME=PATH`);
-      this.models.set(info.model, info);
+      if (this.marketModels.has(info.model)) throw new Error(`two models are named ${info.model}; name one with NAME=PATH`);
+      this.marketModels.set(info.model, info);
       this.coverage.addModel(info);
-      this.state.recordModel(info.model, info.path, this.now());
+      this.store.recordModel(info.model, info.path, this.now());
       // A model whose coordinator runs elsewhere (--coordinator-url with the same name) is only described by its GGUF.
       const url = externals.get(info.model);
       if (url) {
@@ -121,14 +159,18 @@ export class Hub {
         continue;
       }
       this.supervisor.addManaged({
-        name: info.model, modelPath: info.path, binary: this.config.coordinatorBinary, slots: this.config.slots,
-        ctxPerSlot: this.config.ctxPerSlot, ...(this.config.threads ? { threads: this.config.threads } : {}),
+        name: info.model,
+        modelPath: info.path,
+        binary: this.config.coordinatorBinary,
+        slots: this.config.slots,
+        ctxPerSlot: this.config.ctxPerSlot,
+        ...(this.config.threads ? { threads: this.config.threads } : {}),
       });
     }
     // Coordinators without a GGUF here are polled and proxied, but their experts are not on the market.
     for (const [name, url] of externals) {
       this.supervisor.addExternal(name, url);
-      this.state.recordModel(name, null, this.now());
+      this.store.recordModel(name, null, this.now());
     }
   }
 
@@ -143,20 +185,59 @@ export class Hub {
     if (this.evictTimer) clearInterval(this.evictTimer);
     this.poller.stop();
     await this.supervisor.stop();
-    this.state.close();
+    this.store.close();
   }
 
-  modelNames(): string[] {
+  // --- models and coordinators
+
+  /** Every model served here (one coordinator each), market or not: what `/v1/models` lists. */
+  servedModels(): string[] {
     return this.supervisor.names();
   }
 
+  /** A market model's shape; throws MODEL_UNKNOWN for any other name. */
   shape(model: string): ModelShape {
-    const m = this.models.get(model);
+    const m = this.marketModels.get(model);
     if (!m) throw new HubError('MODEL_UNKNOWN', `no model named "${model}" is served here`);
     return m;
   }
 
-  saturation(model: string): SaturationState {
+  coordinators(): CoordinatorStatus[] {
+    return this.supervisor.status();
+  }
+
+  /** Where to proxy a model's OpenAI request now. Throws MODEL_UNKNOWN, or COORDINATOR_UNAVAILABLE (503 + Retry-After). */
+  coordinatorUrl(model: string): string {
+    if (!this.supervisor.has(model))
+      throw new HubError('MODEL_UNKNOWN', `no model named "${model}" is served here; GET /v1/models lists them`);
+    return this.supervisor.available(model);
+  }
+
+  health(): HealthAnswer {
+    return { ok: true, coordinators: this.coordinators().map((c) => ({ model: c.name, state: c.state, restarts: c.restarts })) };
+  }
+
+  // --- auth
+
+  challenge(body: unknown, client: string): ChallengeReply {
+    return this.auth.challenge(body, client, this.now());
+  }
+
+  /** Mints a node token and records the volunteer in the store. */
+  login(body: unknown, client: string): NodeTokenReply {
+    const answer = this.auth.nodeToken(body, client, this.now());
+    this.store.touchVolunteer(answer.wallet, this.now());
+    return answer;
+  }
+
+  /** The wallet of a market call's Authorization header; throws AUTH_*. */
+  authenticate(authorizationHeader: string | undefined): string {
+    return this.auth.authenticate(authorizationHeader, this.now());
+  }
+
+  // --- the market
+
+  private saturation(model: string): SaturationState {
     return saturationState(this.poller.reading(model), this.now(), this.config.saturation);
   }
 
@@ -165,106 +246,159 @@ export class Hub {
     const before = this.recruitingNow.get(model) ?? false;
     if (recruiting !== before) {
       this.recruitingNow.set(model, recruiting);
-      this.events.add(recruiting ? 'saturation-onset' : 'saturation-end', model, recruiting ? 'recruiting volunteers' : 'load passed', this.now());
+      this.events.add(
+        recruiting ? 'saturation-onset' : 'saturation-end',
+        model,
+        recruiting ? 'recruiting volunteers' : 'load passed',
+        this.now(),
+      );
     }
   }
 
-  demand(model?: string): ModelDemand[] {
-    const names = model ? [model] : [...this.models.keys()];
+  private demand(model?: string): ModelDemand[] {
+    const names = model ? [model] : [...this.marketModels.keys()];
     return names.map((name) => {
       const shape = this.shape(name);
       const recruiting = this.saturation(name).recruiting;
       const target = effectiveTarget(this.config.saturation, recruiting);
-      return modelDemand(shape, (layer) => this.coverage.replicaCounts(name, layer), target, recruiting, this.coverage.workerCount(name) > 0);
+      return modelDemand(
+        shape,
+        (layer) => this.coverage.replicaCounts(name, layer),
+        target,
+        recruiting,
+        this.coverage.workerCount(name) > 0,
+      );
     });
   }
 
+  /** One market model's demand, or every one's (`model` ''/undefined); throws MODEL_UNKNOWN. */
+  demandAnswer(model?: string): DemandAnswer {
+    const models = this.demand(model || undefined);
+    return {
+      target_replicas: Math.max(this.config.saturation.targetBase, ...models.map((m) => m.target_replicas)),
+      recruiting: models.some((m) => m.recruiting),
+      models,
+    };
+  }
+
   volunteer(request: VolunteerRequest, workerId: string | undefined): VolunteerAnswer {
-    if (request.model && !this.models.has(request.model)) throw new HubError('MODEL_UNKNOWN', `no model named "${request.model}" is served here`);
-    const held = workerId
-      ? (this.coverage.segmentsOf(workerId) ?? []).map(([layer, begin, end]) => ({ model: this.coverage.modelOf(workerId) ?? '', layer, begin, end }))
-      : [];
-    const answer = chooseAssignment(this.demand(request.model || undefined), this.models, { ...request, held });
+    if (request.model && !this.marketModels.has(request.model))
+      throw new HubError('MODEL_UNKNOWN', `no model named "${request.model}" is served here`);
+    const heldModel = workerId ? this.coverage.modelOf(workerId) : undefined;
+    const held = workerId && heldModel !== undefined ? { model: heldModel, ranges: this.coverage.heldRanges(workerId) ?? [] } : undefined;
+    const answer = chooseAssignment(this.demand(request.model || undefined), this.marketModels, { ...request, ...(held ? { held } : {}) });
     if (answer.assigned) {
-      this.counters.assignments++;
-      this.events.add('recruit', answer.model, `layer ${answer.layer} experts [${answer.experts[0]}, ${answer.experts[1]})${workerId ? ` to ${workerId}` : ''}`, this.now());
+      this.metrics.assigned();
+      this.events.add(
+        'recruit',
+        answer.model,
+        `layer ${answer.layer} experts [${answer.experts[0]}, ${answer.experts[1]})${workerId ? ` to ${workerId}` : ''}`,
+        this.now(),
+      );
     } else {
-      this.counters.refusals++;
+      this.metrics.refused();
     }
     return answer;
   }
 
-  heartbeat(workerId: string, wallet: string | null, model: string, segments: Array<[number, number, number]>): void {
-    const quarantined = this.state.quarantineReason(workerId) ?? (wallet ? this.state.quarantineReason(wallet) : undefined);
+  heartbeat(workerId: string, wallet: string | null, model: string, ranges: readonly HeldRange[]): CoverageAnswer {
+    const quarantined = this.store.quarantineReason(workerId) ?? (wallet ? this.store.quarantineReason(wallet) : undefined);
     if (quarantined) throw new HubError('WORKER_QUARANTINED', `this worker is quarantined: ${quarantined}`);
     const now = this.now();
-    this.coverage.heartbeat(workerId, model, segments, now);
+    this.coverage.heartbeat(workerId, model, ranges, now);
     this.dispatch.attach(workerId, wallet, now);
-    if (wallet) this.state.touchVolunteer(wallet, now);
-    this.counters.heartbeats++;
+    if (wallet) this.store.touchVolunteer(wallet, now);
+    this.metrics.heartbeat();
+    return { ok: true, stale_after_s: this.staleAfterS() };
   }
 
+  /** Drops workers without a heartbeat for `staleMs` (the timer calls this; tests call it after moving the clock). */
   evict(): string[] {
     const gone = this.coverage.evictStale(this.now(), this.config.staleMs);
     for (const w of gone) {
       this.dispatch.forget(w);
-      this.events.add('evict', null, `${w}: no heartbeat for ${Math.round(this.config.staleMs / 1000)} s`, this.now());
+      this.events.add('evict', null, `${w}: no heartbeat for ${this.staleAfterS()} s`, this.now());
     }
-    this.counters.evictions += gone.length;
+    this.metrics.evicted(gone.length);
     return gone;
   }
 
-  recruitment(): { saturate_at: number; boost: number; target_base: number; models: RecruitmentRow[] } {
+  private staleAfterS(): number {
+    return Math.round(this.config.staleMs / 1000);
+  }
+
+  recruitment(): RecruitmentAnswer {
     const cfg = this.config.saturation;
     return {
       saturate_at: cfg.saturateAt,
       boost: cfg.boost,
       target_base: cfg.targetBase,
-      models: this.modelNames().map((model) => {
+      models: this.servedModels().map((model) => {
         const s = this.saturation(model);
         return {
-          model, busy: s.busy, slots: s.slots, saturated: s.saturated, recruiting: s.recruiting,
-          base_target: cfg.targetBase, effective_target: effectiveTarget(cfg, s.recruiting),
-          expert_workers: this.models.has(model) ? this.coverage.workerCount(model) : 0, age_s: s.ageS,
+          model,
+          busy: s.busy,
+          slots: s.slots,
+          saturated: s.saturated,
+          recruiting: s.recruiting,
+          base_target: cfg.targetBase,
+          effective_target: effectiveTarget(cfg, s.recruiting),
+          expert_workers: this.marketModels.has(model) ? this.coverage.workerCount(model) : 0,
+          age_s: s.ageS,
         };
       }),
     };
   }
 
-  metrics(): string {
+  /** `GET /api/expert-dispatch-map`; throws MODEL_UNKNOWN. */
+  dispatchMap(model: string): { model: string; rows: DispatchRow[] } {
+    this.shape(model);
+    return { model, rows: this.dispatch.rows(model, this.coverage, this.now()) };
+  }
+
+  // --- volunteers' durable record (the dispatcher and verification write these; tests use them directly)
+
+  addCredit(wallet: string, pairs: number): void {
+    this.store.addCredit(wallet, pairs, this.now());
+  }
+
+  creditOf(wallet: string): number {
+    return this.store.volunteer(wallet)?.credit_pairs ?? 0;
+  }
+
+  /** Refuses every later heartbeat of `subject` (a worker id or a wallet) with WORKER_QUARANTINED. */
+  quarantine(subject: string, reason: string): void {
+    this.store.quarantine(subject, reason, this.now());
+  }
+
+  // --- observation
+
+  recentEvents(limit: number): HubEvent[] {
+    return this.events.recent(limit);
+  }
+
+  /** An error the HTTP layer could not attribute (answered 500 INTERNAL) goes to the event log. */
+  noteInternalError(message: string): void {
+    this.events.add('coordinator', null, `internal error: ${message}`, this.now());
+  }
+
+  /** `GET /metrics`: Prometheus text and its content type. */
+  async scrape(): Promise<{ contentType: string; text: string }> {
+    return { contentType: this.metrics.contentType, text: await this.metrics.render() };
+  }
+
+  private readings(): HubReadings {
     const now = this.now();
-    const rec = this.recruitment();
-    const perModel = (f: (r: RecruitmentRow) => number): MetricSample['values'] => rec.models.map((r) => ({ labels: { model: r.model }, value: f(r) }));
-    const workers: MetricSample['values'] = [];
-    for (const model of this.models.keys()) {
-      for (const [state, n] of Object.entries(this.dispatch.countByState(model, this.coverage, now))) workers.push({ labels: { model, state }, value: n });
-    }
-    const coord = this.supervisor.status();
-    return renderPrometheus([
-      { name: 'expertswarm_coordinator_busy_slots', help: 'Slots processing a request at the last poll.', type: 'gauge', values: perModel((r) => r.busy ?? NaN) },
-      { name: 'expertswarm_coordinator_slots', help: 'Slots of the coordinator.', type: 'gauge', values: perModel((r) => r.slots ?? NaN) },
-      { name: 'expertswarm_saturated', help: '1 while busy slots reach the threshold.', type: 'gauge', values: perModel((r) => Number(r.saturated)) },
-      { name: 'expertswarm_recruiting', help: '1 while the model recruits volunteers.', type: 'gauge', values: perModel((r) => Number(r.recruiting)) },
-      { name: 'expertswarm_target_replicas_base', help: 'Base target replicas per expert.', type: 'gauge', values: perModel((r) => r.base_target) },
-      { name: 'expertswarm_target_replicas_effective', help: 'Target replicas per expert now.', type: 'gauge', values: perModel((r) => r.effective_target) },
-      { name: 'expertswarm_reading_age_seconds', help: 'Age of the last saturation reading.', type: 'gauge', values: perModel((r) => r.age_s ?? NaN) },
-      { name: 'expertswarm_workers', help: 'Expert workers by dispatch state.', type: 'gauge', values: workers },
-      { name: 'expertswarm_assignments_total', help: 'Slices assigned to volunteers.', type: 'counter', values: [{ value: this.counters.assignments }] },
-      { name: 'expertswarm_volunteer_refusals_total', help: 'Volunteer requests answered assigned:false.', type: 'counter', values: [{ value: this.counters.refusals }] },
-      { name: 'expertswarm_heartbeats_total', help: 'Coverage heartbeats accepted.', type: 'counter', values: [{ value: this.counters.heartbeats }] },
-      { name: 'expertswarm_evictions_total', help: 'Workers evicted for missing heartbeats.', type: 'counter', values: [{ value: this.counters.evictions }] },
-      {
-        name: 'expertswarm_poll_failures_total', help: 'Saturation polls that got no reading.', type: 'counter',
-        values: this.modelNames().map((model) => ({ labels: { model }, value: this.poller.stats.get(model)?.failures ?? 0 })),
-      },
-      {
-        name: 'expertswarm_coordinator_restarts_total', help: 'Coordinator restarts after a crash.', type: 'counter',
-        values: coord.map((c) => ({ labels: { model: c.name }, value: c.restarts })),
-      },
-      {
-        name: 'expertswarm_coordinator_up', help: '1 while the coordinator takes requests.', type: 'gauge',
-        values: coord.map((c) => ({ labels: { model: c.name }, value: Number(c.state === 'ready' || c.state === 'external') })),
-      },
-    ]);
+    return {
+      recruitment: this.recruitment().models,
+      workers: [...this.marketModels.keys()].map((model) => ({ model, byState: this.dispatch.countByState(model, this.coverage, now) })),
+      pollFailures: this.servedModels().map((model) => ({ model, failures: this.poller.stats.get(model)?.failures ?? 0 })),
+      coordinators: this.coordinators(),
+    };
+  }
+
+  /** Test seam: the child process of a managed coordinator (tests kill it to check the restart path). */
+  coordinatorProcessForTests(model: string): ChildProcess | null {
+    return this.supervisor.processOf(model);
   }
 }

@@ -5,6 +5,7 @@
  * `saturationState` in market/saturation.ts.
  */
 import { parseMetricsProcessing, parseSlots, type SlotsReading } from './market/saturation.ts';
+import { COORDINATOR_REPLY_MAX_CHARS } from './limits.ts';
 
 export interface PollerOptions {
   intervalMs: number;
@@ -21,7 +22,7 @@ export interface PollStats {
 async function fetchText(url: string, timeoutMs: number): Promise<{ status: number; text: string }> {
   const r = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
   const text = await r.text();
-  return { status: r.status, text: text.length > 4_000_000 ? '' : text };
+  return { status: r.status, text: text.length > COORDINATOR_REPLY_MAX_CHARS ? '' : text };
 }
 
 export async function readSlots(baseUrl: string, timeoutMs: number, nowMs: () => number = Date.now): Promise<SlotsReading> {

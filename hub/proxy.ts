@@ -7,7 +7,16 @@ import { pipeline } from 'node:stream/promises';
 import type { FastifyReply } from 'fastify';
 import { HubError } from './errors.ts';
 
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'upgrade', 'proxy-connection', 'te', 'trailer', 'content-length']);
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'transfer-encoding',
+  'upgrade',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'content-length',
+]);
 /** A coordinator that sends nothing for this long (no token, no header) is given up on. */
 const IDLE_TIMEOUT_MS = 300_000;
 
@@ -17,7 +26,11 @@ export async function proxyJson(reply: FastifyReply, baseUrl: string, path: stri
   const upstream = await new Promise<{ res: IncomingMessage; abort: () => void }>((resolve, reject) => {
     const req = httpRequest(url, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'content-length': String(payload.length), accept: 'application/json, text/event-stream' },
+      headers: {
+        'content-type': 'application/json',
+        'content-length': String(payload.length),
+        accept: 'application/json, text/event-stream',
+      },
       timeout: IDLE_TIMEOUT_MS,
     });
     req.once('response', (res) => resolve({ res, abort: () => req.destroy() }));
@@ -25,7 +38,11 @@ export async function proxyJson(reply: FastifyReply, baseUrl: string, path: stri
     req.once('error', (e: NodeJS.ErrnoException) => {
       if (e instanceof HubError) reject(e);
       else if (e.code === 'ECONNREFUSED' || e.code === 'ECONNRESET') {
-        reject(new HubError('COORDINATOR_UNAVAILABLE', `the coordinator is not reachable (${e.code}); try again shortly`, { 'retry-after': '2' }));
+        reject(
+          new HubError('COORDINATOR_UNAVAILABLE', `the coordinator is not reachable (${e.code}); try again shortly`, {
+            'retry-after': '2',
+          }),
+        );
       } else reject(new HubError('COORDINATOR_ERROR', `the coordinator request failed: ${e.message}`));
     });
     req.end(payload);

@@ -45,7 +45,11 @@ export function describeModel(path: string, file: GGUFFile, name = modelNameFrom
       const per = [gate, up, down].map((t) => t.byteLength / (t.dims[2] as number));
       bytesPerExpert = per.reduce((a, b) => a + b, 0);
       maxMatrixBytesPerExpert = Math.max(...per);
-      expertTypes = { gate: GGMLType[gate.type] ?? String(gate.type), up: GGMLType[up.type] ?? String(up.type), down: GGMLType[down.type] ?? String(down.type) };
+      expertTypes = {
+        gate: GGMLType[gate.type] ?? String(gate.type),
+        up: GGMLType[up.type] ?? String(up.type),
+        down: GGMLType[down.type] ?? String(down.type),
+      };
     }
   }
   return {

@@ -38,7 +38,6 @@ const HEALTHY_RESET_MS = 60_000;
 const START_TIMEOUT_MS = 120_000;
 const LOG_LINES = 200;
 
-
 class Managed {
   state: CoordinatorState = 'starting';
   url: string | null = null;
@@ -62,8 +61,20 @@ class Managed {
     const port = await freePort();
     const s = this.spec;
     const args = [
-      '-m', s.modelPath, '--host', '127.0.0.1', '--port', String(port), '--alias', s.name,
-      '-np', String(s.slots), '-c', String(s.slots * s.ctxPerSlot), '--metrics', '--slots',
+      '-m',
+      s.modelPath,
+      '--host',
+      '127.0.0.1',
+      '--port',
+      String(port),
+      '--alias',
+      s.name,
+      '-np',
+      String(s.slots),
+      '-c',
+      String(s.slots * s.ctxPerSlot),
+      '--metrics',
+      '--slots',
       ...(s.threads ? ['-t', String(s.threads)] : []),
       ...(s.dispatchSocket ? ['--expert-dispatch', s.dispatchSocket] : []),
       ...(s.extraArgs ?? []),
@@ -196,9 +207,21 @@ export class CoordinatorSupervisor {
   status(): CoordinatorStatus[] {
     return [
       ...[...this.managed.values()].map((m) => ({
-        name: m.spec.name, url: m.url, state: m.state, restarts: m.restarts, pid: m.proc?.pid ?? null, lastExit: m.lastExit,
+        name: m.spec.name,
+        url: m.url,
+        state: m.state,
+        restarts: m.restarts,
+        pid: m.proc?.pid ?? null,
+        lastExit: m.lastExit,
       })),
-      ...[...this.external.entries()].map(([name, url]) => ({ name, url, state: 'external' as const, restarts: 0, pid: null, lastExit: null })),
+      ...[...this.external.entries()].map(([name, url]) => ({
+        name,
+        url,
+        state: 'external' as const,
+        restarts: 0,
+        pid: null,
+        lastExit: null,
+      })),
     ];
   }
 

@@ -6,7 +6,14 @@ export function object(v: unknown, what = 'body', code: ErrorCode = 'BODY_INVALI
   return v as Record<string, unknown>;
 }
 
-export function integer(o: Record<string, unknown>, key: string, min: number, max: number, fallback?: number, code: ErrorCode = 'BODY_INVALID'): number {
+export function integer(
+  o: Record<string, unknown>,
+  key: string,
+  min: number,
+  max: number,
+  fallback?: number,
+  code: ErrorCode = 'BODY_INVALID',
+): number {
   const v = o[key];
   if (v === undefined && fallback !== undefined) return fallback;
   if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
@@ -15,14 +22,27 @@ export function integer(o: Record<string, unknown>, key: string, min: number, ma
   return v;
 }
 
-export function optionalNumber(o: Record<string, unknown>, key: string, min: number, max: number, code: ErrorCode = 'BODY_INVALID'): number | undefined {
+export function optionalNumber(
+  o: Record<string, unknown>,
+  key: string,
+  min: number,
+  max: number,
+  code: ErrorCode = 'BODY_INVALID',
+): number | undefined {
   const v = o[key];
   if (v === undefined) return undefined;
-  if (typeof v !== 'number' || !Number.isFinite(v) || v < min || v > max) throw new HubError(code, `${key} must be a number in [${min}, ${max}]`);
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < min || v > max)
+    throw new HubError(code, `${key} must be a number in [${min}, ${max}]`);
   return v;
 }
 
-export function string(o: Record<string, unknown>, key: string, maxLength: number, fallback?: string, code: ErrorCode = 'BODY_INVALID'): string {
+export function string(
+  o: Record<string, unknown>,
+  key: string,
+  maxLength: number,
+  fallback?: string,
+  code: ErrorCode = 'BODY_INVALID',
+): string {
   const v = o[key];
   if (v === undefined && fallback !== undefined) return fallback;
   if (typeof v !== 'string' || v.length > maxLength) throw new HubError(code, `${key} must be a string of at most ${maxLength} characters`);
@@ -41,6 +61,7 @@ export function queryInt(q: Record<string, unknown>, key: string, min: number, m
 export function queryString(q: Record<string, unknown>, key: string, maxLength: number, fallback?: string): string {
   const v = q[key];
   if (v === undefined && fallback !== undefined) return fallback;
-  if (typeof v !== 'string' || v.length > maxLength) throw new HubError('QUERY_INVALID', `${key} must be a string of at most ${maxLength} characters`);
+  if (typeof v !== 'string' || v.length > maxLength)
+    throw new HubError('QUERY_INVALID', `${key} must be a string of at most ${maxLength} characters`);
   return v;
 }

@@ -32,10 +32,15 @@ if (!existsSync(demo)) {
 // Random weights emit arbitrary bytes; the example bans the byte tokens that are not valid UTF-8 alone.
 mkdirSync(demoDir, { recursive: true });
 const requestFile = join(demoDir, 'chat-request.json');
-writeFileSync(requestFile, JSON.stringify({
-  model: 'demo', messages: [{ role: 'user', content: 'Hello, swarm!' }], max_tokens: 32,
-  logit_bias: Object.fromEntries(buildVocabulary().nonUtf8Ids.map((id) => [String(id), -100])),
-}));
+writeFileSync(
+  requestFile,
+  JSON.stringify({
+    model: 'demo',
+    messages: [{ role: 'user', content: 'Hello, swarm!' }],
+    max_tokens: 32,
+    logit_bias: Object.fromEntries(buildVocabulary().nonUtf8Ids.map((id) => [String(id), -100])),
+  }),
+);
 
 const running = await runHub(
   defaultConfig({ port, host: '127.0.0.1', stateDir: join(root, '.cache/hub'), models: [{ path: demo, name: 'demo' }] }),

@@ -1,8 +1,9 @@
 /**
  * The volunteer's expert engine: one slice, computed by whichever backend is faster on this machine. On start it
  * builds both — our WGSL kernels (ExpertRuntime on WebGPU) and the onnxruntime wasm fallback (OrtExpertFallback) —
- * times each on a short call of the slice's own shape, keeps the faster (chooseBackend, ort/choose-backend.ts) and
- * disposes the other. `report` says what was measured, what was picked and why, for the hub and the page.
+ * times each on a short call of the slice's own shape (timeCompute, computer.ts), keeps the faster (chooseBackend,
+ * backend-choice.ts) and disposes the other. `report` says what was measured, what was picked and why, for the hub
+ * and the page.
  *
  * @example
  *   const engine = await ExpertEngine.start(slice, {
@@ -16,8 +17,9 @@
  * machine without WebGPU simply passes none. A backend that fails to build or to compute is reported and left out.
  */
 import { ExpertRuntimeError } from './errors.ts';
-import { chooseBackend, timeCompute, type Backend, type ExpertComputer, type MeasureCall, type Timing } from './ort/choose-backend.ts';
-import type { ExpertSlice } from './runtime.ts';
+import { chooseBackend, type Backend } from './backend-choice.ts';
+import { timeCompute, type ExpertComputer, type MeasureCall, type Timing } from './computer.ts';
+import type { ExpertSlice } from './slice.ts';
 
 /** A backend's runtime: ExpertRuntime and OrtExpertFallback both fit. */
 export interface EngineBackend extends ExpertComputer {
@@ -27,7 +29,7 @@ export interface EngineBackend extends ExpertComputer {
 export interface ExpertEngineOptions {
   webgpu?: (slice: ExpertSlice) => Promise<{ runtime: EngineBackend; isFallbackAdapter: boolean }>;
   wasm?: (slice: ExpertSlice) => Promise<EngineBackend>;
-  /** The timed call (default: 1 token × min(2, nExperts) experts, the decode shape a volunteer serves most). */
+  /** The timed call (default: 1 token × min(2, nExpert) experts, the decode shape a volunteer serves most). */
   call?: Pick<MeasureCall, 'nTokens' | 'nUsed'>;
   /** Untimed calls per backend before timing (default 1). */
   warmup?: number;
@@ -80,9 +82,9 @@ export class ExpertEngine {
     const call: MeasureCall = {
       nEmbd: slice.nEmbd,
       ff: slice.ff,
-      nExperts: slice.nExperts,
+      nExpert: slice.nExpert,
       nTokens: options.call?.nTokens ?? 1,
-      nUsed: options.call?.nUsed ?? Math.min(2, slice.nExperts),
+      nUsed: options.call?.nUsed ?? Math.min(2, slice.nExpert),
     };
     const timing = {
       warmup: options.warmup ?? 1,
@@ -92,7 +94,11 @@ export class ExpertEngine {
     };
     const check = (option: string, value: number, min: number): void => {
       if (!(Number.isSafeInteger(value) && value >= min)) {
-        throw new ExpertRuntimeError('BAD_OPTION', { option, value, requirement: `an integer ≥ ${min}` }, `${option} must be an integer ≥ ${min}, got ${value}`);
+        throw new ExpertRuntimeError(
+          'BAD_OPTION',
+          { option, value, requirement: `an integer ≥ ${min}` },
+          `${option} must be an integer ≥ ${min}, got ${value}`,
+        );
       }
     };
     check('iterations', timing.iterations, 1);
@@ -106,7 +112,8 @@ export class ExpertEngine {
         const made = await make();
         runtime = made.runtime;
         const t: Timing = await timeCompute(runtime, call, timing);
-        if (!(Number.isFinite(t.gflops) && t.gflops > 0)) throw new Error(`timing measured ${t.msMedian} ms per call: the clock did not advance`);
+        if (!(Number.isFinite(t.gflops) && t.gflops > 0))
+          throw new Error(`timing measured ${t.msMedian} ms per call: the clock did not advance`);
         const adapter = made.isFallbackAdapter === undefined ? {} : { isFallbackAdapter: made.isFallbackAdapter };
         report.measured[backend] = { msMedian: t.msMedian, gflops: t.gflops, ...adapter };
         built[backend] = runtime;
@@ -126,7 +133,9 @@ export class ExpertEngine {
     const wasm = report.measured.wasm;
     if (!gpu && !wasm) {
       // (nothing was kept: every backend that failed was disposed above)
-      const why = Object.entries(report.errors).map(([b, e]) => `${b}: ${e}`).join('; ');
+      const why = Object.entries(report.errors)
+        .map(([b, e]) => `${b}: ${e}`)
+        .join('; ');
       throw new ExpertRuntimeError('NO_BACKEND', { errors: report.errors }, `no expert backend works here (${why})`);
     }
     const choice = chooseBackend({

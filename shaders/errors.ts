@@ -1,18 +1,17 @@
 /**
  * The one error type of the expert runtime. Callers and tests match `code` (and read `details`), not the prose.
  */
-
-export type MatrixName = 'gate' | 'up' | 'down';
+import type { ExpertMatrix } from '../gguf/expert-slice.ts';
 
 export interface ExpertRuntimeErrorDetails {
-  /** The kernels cannot read this weight type (yet). */
-  UNSUPPORTED_TYPE: { matrix: MatrixName; type: number; typeName: string; supported: string[] };
+  /** The backend (WGSL kernels, or the onnxruntime fallback) cannot read this weight type (yet). */
+  UNSUPPORTED_TYPE: { matrix: ExpertMatrix; type: number; typeName: string; supported: string[] };
   /** A slice or call dimension is not a positive integer, or a row is not a whole number of blocks. */
   BAD_SHAPE: { field: string; value: number; requirement: string };
-  /** A weight matrix's bytes do not match nExperts × rows × rowBytes. */
-  BAD_SLICE_BYTES: { matrix: MatrixName; expected: number; actual: number };
+  /** A weight matrix's bytes do not match nExpert × rows × row bytes. */
+  BAD_SLICE_BYTES: { matrix: ExpertMatrix; expected: number; actual: number };
   /** One expert's matrix (`bytes`) is bigger than one storage binding (or one buffer) may be on this device. */
-  BINDING_TOO_LARGE: { matrix: MatrixName; bytes: number; limit: number; limitName: string };
+  BINDING_TOO_LARGE: { matrix: ExpertMatrix; bytes: number; limit: number; limitName: string };
   /** The slice's weights exceed the runtime's maxWeightBytes. */
   SLICE_TOO_LARGE: { bytes: number; limit: number };
   /** A slice stream is not a valid mini-GGUF expert slice (cause: the GGUFError code), or changed when reopened. */
@@ -22,7 +21,7 @@ export interface ExpertRuntimeErrorDetails {
   /** An input array of compute() has the wrong length. */
   BAD_INPUT: { input: 'rows' | 'ids' | 'probs'; expected: number; actual: number };
   /** ids[index] is not a local expert index of the slice. */
-  ID_OUT_OF_RANGE: { index: number; id: number; nExperts: number };
+  ID_OUT_OF_RANGE: { index: number; id: number; nExpert: number };
   /** A per-call buffer (activations, hidden, outputs) would exceed a device limit: send fewer tokens per call. */
   BATCH_TOO_LARGE: { buffer: string; bytes: number; limit: number; limitName: string };
   /** More workgroups than even a 2-D dispatch can name. */

@@ -3,80 +3,63 @@
  * dequantized copy): for each token t, out[t] = Σ_k probs[t,k] · down_e(silu(gate_e · x_t) ⊙ (up_e · x_t)).
  *
  * @example
- *   const rt = await ExpertRuntime.create(device, { nEmbd, ff, nExperts, types: { gate, up, down }, gate: g, up: u, down: d });
+ *   const rt = await ExpertRuntime.create(device, { nEmbd, ff, nExpert, types: { gate, up, down }, gate: g, up: u, down: d });
  *   const out = await rt.compute(rows, ids, probs, nTokens, nUsed); // Float32Array [nTokens × nEmbd]
  *   rt.dispose();
  *
  * Each call runs in the decode regime (one matrix–vector product per (token, expert) pair) or the batched regime
- * (pairs grouped by expert, tiled matrix–matrix products), as chooseRegime (regime-policy.ts) picks from the routing;
- * `compute(…, { regime })` forces one. Both give the same result up to f32 summation order.
+ * (pairs grouped by expert, matrix–matrix products over tiles of pairs), as chooseRegime (regime-policy.ts) picks
+ * from the routing; `compute(…, { regime })` forces one. Both give the same result up to f32 summation order.
  *
  * Weights live in GPU buffers by expert ranges ("parts", weight-parts.ts) so a slice larger than one storage binding
  * still loads; the decode kernels use subgroup reductions and the batched kernels f16 tiles where the device has those
  * features (options.features, capabilities().kernelFeatures); after a device loss the runtime can rebuild itself on a
  * new device (options.recovery). The whole picture: docs/kernels.md.
+ *
+ * This file is the API and the recovery; what lives on one device is device-state.ts, the pure plan of one call
+ * call-plan.ts, and carrying a plan out on the device call-run.ts.
  */
-import { GGUFError } from '../gguf/errors.ts';
-import { ExpertSliceError, readExpertSliceBytes, readExpertSliceStream } from '../gguf/expert-slice.ts';
-import { GGMLType } from '../gguf/quant-types.ts';
-import { BufferPool, type BufferPoolStats } from './buffer-pool.ts';
-import { ExpertRuntimeError, type MatrixName } from './errors.ts';
-import { expertCounts, groupByExpert, usedExperts } from './expert-groups.ts';
+import { readExpertSliceBytes, type ExpertMatrix } from '../gguf/expert-slice.ts';
+import { typeName } from '../gguf/quant-types.ts';
+import type { BufferPoolStats } from './buffer-pool.ts';
+import { bindingLimit, planCall, type PlannedCall } from './call-plan.ts';
+import { runPlan, type CallInputs } from './call-run.ts';
+import {
+  batchedPipelines,
+  bytesState,
+  lostError,
+  releaseState,
+  sliceError,
+  streamState,
+  weightBytes,
+  type GpuState,
+  type Settings,
+} from './device-state.ts';
+import { ExpertRuntimeError } from './errors.ts';
+import { expertCounts, usedExperts } from './expert-groups.ts';
 import {
   DEFAULT_REGIME_POLICY,
   batchedSupported,
   chooseRegime,
   type Regime,
   type RegimeDecision,
+  type RegimeRequest,
+  type RegimePolicy,
+} from './regime-policy.ts';
+import { KERNEL_TYPES, type KernelFeature, type KernelTuning } from './expert-ffn.ts';
+import { validateInputs, validateSlice, type ExpertSlice, type SliceShape, type SliceStreamSource } from './slice.ts';
+
+export { ExpertRuntimeError } from './errors.ts';
+export {
+  chooseRegime,
+  DEFAULT_REGIME_POLICY,
+  type Regime,
+  type RegimeDecision,
   type RegimePolicy,
   type RegimeRequest,
 } from './regime-policy.ts';
-import {
-  ExpertFfnKernels,
-  GPU_FLAGS,
-  QUANT_SNIPPETS,
-  SHAPE_UNIFORM_BYTES,
-  combineWorkgroups,
-  foldDispatch,
-  quantSnippet,
-  rowKernelWorkgroups,
-  sliceMatrixBytes,
-  tiledWorkgroups,
-  validateInputs,
-  validateSlice,
-  validateTuning,
-  writeShapeUniform,
-  kernelVariant,
-  type KernelFeature,
-  type KernelTuning,
-  type PartDispatch,
-  type SliceShape,
-  type SliceTypes,
-  type UpPass,
-} from './expert-ffn.ts';
-import { MATRICES, WeightWriter, createWeightParts, destroyWeightParts, planParts, type WeightPart } from './weight-parts.ts';
-
-export { ExpertRuntimeError } from './errors.ts';
-export { chooseRegime, DEFAULT_REGIME_POLICY, type Regime, type RegimeDecision, type RegimePolicy, type RegimeRequest } from './regime-policy.ts';
 export type { KernelFeature } from './expert-ffn.ts';
-
-export interface ExpertSlice {
-  nEmbd: number;
-  ff: number;
-  nExperts: number;
-  types: SliceTypes;
-  /** nExperts gate matrices [ff rows × nEmbd], consecutive, in their GGUF bytes. */
-  gate: Uint8Array;
-  /** nExperts up matrices [ff rows × nEmbd]. */
-  up: Uint8Array;
-  /** nExperts down matrices [nEmbd rows × ff]. */
-  down: Uint8Array;
-}
-
-/** A mini-GGUF expert slice (gguf/expert-slice.ts) to stream into GPU buffers; open() is called again to rebuild. */
-export interface SliceStreamSource {
-  open(): Promise<ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>>;
-}
+export type { ExpertSlice, SliceStreamSource } from './slice.ts';
 
 export interface ExpertRuntimeOptions {
   /** Threads per workgroup (power of two, default 64). */
@@ -152,7 +135,7 @@ export interface ExpertRuntimeCapabilities {
   /** Bytes one weight binding may hold here, and the parts the slice's matrices are split into. */
   maxBindingBytes: number;
   weightParts: number;
-  slice: { nEmbd: number; ff: number; nExperts: number; types: Record<MatrixName, string>; weightBytes: number };
+  slice: { nEmbd: number; ff: number; nExpert: number; types: Record<ExpertMatrix, string>; weightBytes: number };
 }
 
 export interface ExpertRuntimeMemory {
@@ -167,12 +150,9 @@ export interface ComputeOptions {
   regime?: RegimeRequest;
 }
 
-/** Bytes a u32 byte offset in the kernels can address. */
-const U32_ADDRESSABLE = 2 ** 32 - 4;
 /** Longest wait, after a failed call, for the device's lost promise to tell whether the loss caused it. */
 const LOST_SETTLE_MS = 250;
 
-const typeName = (t: GGMLType): string => GGMLType[t] ?? String(t);
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** `p`, or a rejection with `message` after `ms`. */
@@ -180,52 +160,6 @@ function withTimeout<T>(p: Promise<T>, ms: number, message: string): Promise<T> 
   let timer: ReturnType<typeof setTimeout> | undefined;
   const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(message)), ms)));
   return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
-}
-
-/** The smallest of the limits that cap one binding, with its name. */
-function bindingLimit(limits: GPUSupportedLimits, cap?: number): { limit: number; limitName: string } {
-  const candidates: [string, number][] = [
-    ['maxStorageBufferBindingSize', limits.maxStorageBufferBindingSize],
-    ['maxBufferSize', limits.maxBufferSize],
-    ['u32 byte addressing of the kernels', U32_ADDRESSABLE],
-  ];
-  if (cap !== undefined) candidates.push(['the maxBindingBytes option', cap]);
-  candidates.sort((a, b) => a[1] - b[1]);
-  const [limitName, limit] = candidates[0]!;
-  return { limit, limitName };
-}
-
-interface Settings {
-  tuning: KernelTuning;
-  policy: RegimePolicy;
-  maxWorkgroupsPerDimension: number | undefined;
-  maxBindingBytes: number | undefined;
-  maxWeightBytes: number | undefined;
-  features: 'auto' | readonly KernelFeature[];
-  label: string;
-}
-
-interface Pipelines {
-  up: { pass: UpPass; pipeline: GPUComputePipeline }[];
-  down: GPUComputePipeline;
-}
-
-/** Everything that lives on one device; rebuilt whole on a new device after a loss. */
-interface GpuState {
-  device: GPUDevice;
-  /** Devices the runtime requested itself (recovery) are destroyed with it. */
-  owned: boolean;
-  kernels: ExpertFfnKernels;
-  features: KernelFeature[];
-  featuresReason: string;
-  maxPerDimension: number;
-  decode: Pipelines;
-  combine: GPUComputePipeline;
-  /** The batched regime's pipelines, built on its first call. */
-  tiled: Promise<Pipelines> | null;
-  parts: WeightPart[];
-  pool: BufferPool;
-  lost: GPUDeviceLostInfo | null;
 }
 
 export class ExpertRuntime {
@@ -263,8 +197,8 @@ export class ExpertRuntime {
    * maxBufferSize: … }`) and its 'subgroups' feature where it has one: a device gets only the defaults otherwise.
    */
   static async create(device: GPUDevice, slice: ExpertSlice, options: ExpertRuntimeOptions = {}): Promise<ExpertRuntime> {
-    const shape: SliceShape = { nEmbd: slice.nEmbd, ff: slice.ff, nExperts: slice.nExperts, types: { ...slice.types } };
-    validateSlice(shape, slice);
+    const shape: SliceShape = { nEmbd: slice.nEmbd, ff: slice.ff, nExpert: slice.nExpert, types: { ...slice.types } };
+    validateSlice(shape, slice, KERNEL_TYPES);
     const settings = makeSettings(shape, options);
     const state = await bytesState(device, false, slice, shape, settings);
     return new ExpertRuntime(shape, settings, options, { bytes: slice }, state);
@@ -293,14 +227,22 @@ export class ExpertRuntime {
       throw sliceError(e);
     }
     const { info, gate, up, down } = parsed;
-    return ExpertRuntime.create(device, { nEmbd: info.nEmbd, ff: info.ff, nExperts: info.expertEnd - info.expertBegin, types: { ...info.types }, gate, up, down }, options);
+    return ExpertRuntime.create(
+      device,
+      { nEmbd: info.nEmbd, ff: info.ff, nExpert: info.expertEnd - info.expertBegin, types: { ...info.types }, gate, up, down },
+      options,
+    );
   }
 
   /** The regime compute() would use for these ids under this runtime's policy (validated as by compute()). */
   planRegime(ids: Int32Array, nTokens: number, nUsed: number): RegimeDecision {
     // Only the ids matter here; rows and probs are stand-ins of the right length.
-    validateInputs(this.shape, { nTokens, nUsed }, { rows: { length: nTokens * this.shape.nEmbd }, ids, probs: { length: nTokens * nUsed } });
-    return this.decide(expertCounts(ids, this.shape.nExperts), nTokens * nUsed);
+    validateInputs(
+      this.shape,
+      { nTokens, nUsed },
+      { rows: { length: nTokens * this.shape.nEmbd }, ids, probs: { length: nTokens * nUsed } },
+    );
+    return this.decide(expertCounts(ids, this.shape.nExpert), nTokens * nUsed);
   }
 
   /**
@@ -319,7 +261,7 @@ export class ExpertRuntime {
     this.assertUsable();
     validateInputs(this.shape, { nTokens, nUsed }, { rows, ids, probs });
     const request = options.regime ?? 'auto';
-    const counts = expertCounts(ids, this.shape.nExperts);
+    const counts = expertCounts(ids, this.shape.nExpert);
     const regime = this.resolveRegime(request, counts, nTokens * nUsed);
     if (nTokens === 0) return new Float32Array(0);
     for (let attempt = 0; ; attempt++) {
@@ -360,7 +302,7 @@ export class ExpertRuntime {
         maxComputeWorkgroupStorageSize: l.maxComputeWorkgroupStorageSize,
       },
       features: [...st.device.features].sort(),
-      quantTypes: [...QUANT_SNIPPETS.keys()].map(typeName),
+      quantTypes: KERNEL_TYPES.types.map(typeName),
       kernelFeatures: [...st.features],
       kernelFeaturesReason: st.featuresReason,
       maxBindingBytes: bindingLimit(l, this.settings.maxBindingBytes).limit,
@@ -368,7 +310,7 @@ export class ExpertRuntime {
       slice: {
         nEmbd: this.shape.nEmbd,
         ff: this.shape.ff,
-        nExperts: this.shape.nExperts,
+        nExpert: this.shape.nExpert,
         types: { gate: typeName(this.shape.types.gate), up: typeName(this.shape.types.up), down: typeName(this.shape.types.down) },
         weightBytes: weightBytes(st.parts),
       },
@@ -392,155 +334,21 @@ export class ExpertRuntime {
   }
 
   private async run(st: GpuState, c: Call): Promise<Float32Array> {
-    const { nEmbd, ff } = this.shape;
-    const { nTokens, nUsed, counts } = c;
-    const nPairs = nTokens * nUsed;
-    const { tileRows, rowsPerWorkgroup, workgroupSize, tileCols } = this.settings.tuning;
-    const groups = c.regime === 'batched' ? groupByExpert(c.ids, counts, tileRows) : null;
-    const sizes = {
-      rows: nTokens * nEmbd * 4,
-      probs: nPairs * 4,
-      hidden: nPairs * ff * 4,
-      expertOut: nPairs * nEmbd * 4,
-      out: nTokens * nEmbd * 4,
-      // decode: ids; batched: the permutation (same size) and the tile list
-      ids: nPairs * 4,
-      tiles: groups ? groups.tiles.byteLength : 0,
-    };
-    const { limit, limitName } = bindingLimit(st.device.limits);
-    for (const [buffer, bytes] of Object.entries(sizes)) {
-      if (bytes > limit) {
-        throw new ExpertRuntimeError('BATCH_TOO_LARGE', { buffer, bytes, limit, limitName },
-          `${nTokens} tokens × ${nUsed} experts need a ${buffer} buffer of ${bytes} bytes, over ${limitName} = ${limit}; send fewer tokens per call`);
-      }
-    }
-    // Each part dispatches only when some pair routes to its experts; batched, over its own tiles.
-    const parts = st.parts
-      .map((part) => ({ part, dispatch: partDispatch(part, counts, groups ? tilesPerExpert(counts, tileRows) : null) }))
-      .filter(({ dispatch }) => dispatch !== null) as { part: WeightPart; dispatch: PartDispatch }[];
-    // Dispatch sizes before any GPU work, so DISPATCH_TOO_LARGE leaves nothing behind.
-    const fold = (workgroups: number): [number, number] => foldDispatch(workgroups, st.maxPerDimension);
-    const dispatches = parts.map(({ dispatch }) => ({
-      up: fold(groups ? tiledWorkgroups(dispatch.nRowTiles, ff, tileCols) : rowKernelWorkgroups(nPairs, ff, rowsPerWorkgroup)),
-      down: fold(groups ? tiledWorkgroups(dispatch.nRowTiles, nEmbd, tileCols) : rowKernelWorkgroups(nPairs, nEmbd, rowsPerWorkgroup)),
-    }));
-    const combineDispatch = fold(combineWorkgroups(nTokens, nEmbd, workgroupSize));
-    const pipelines = groups ? await this.tiledPipelines(st) : st.decode;
+    // Sizes and dispatches before any GPU work, so BATCH_TOO_LARGE or DISPATCH_TOO_LARGE leaves nothing behind.
+    const plan = planCall(
+      this.shape,
+      c,
+      this.settings.tuning,
+      st.parts.map((p) => [p.begin, p.end] as const),
+      {
+        binding: bindingLimit(st.device.limits),
+        maxPerDimension: st.maxPerDimension,
+        uniformAlignment: st.device.limits.minUniformBufferOffsetAlignment,
+      },
+    );
+    const pipelines = plan.groups ? await batchedPipelines(st, this.shape.types, this.settings) : st.decode;
     this.assertUsable(); // the pipelines may have been built while the runtime was disposed
-
-    const F = GPU_FLAGS;
-    const pool = st.pool;
-    // One Shape per part (expert range, tiles) plus the combine's, at the uniform offset alignment.
-    const align = st.device.limits.minUniformBufferOffsetAlignment;
-    const stride = Math.ceil(SHAPE_UNIFORM_BYTES / align) * align;
-    const nShapes = parts.length + 1;
-    const device = st.device;
-    const q = device.queue;
-    const label = this.settings.label;
-    // Everything from the first buffer to the submit runs inside two error scopes (a buffer that cannot be allocated
-    // is only reported there); a synchronous throw on the way pops them and gives the buffers back as failed.
-    device.pushErrorScope('out-of-memory');
-    device.pushErrorScope('validation');
-    const acquired: GPUBuffer[] = [];
-    const acquire = (usage: GPUBufferUsageFlags, bytes: number, role: string): GPUBuffer => {
-      const buffer = pool.acquire(usage, bytes, role);
-      acquired.push(buffer);
-      return buffer;
-    };
-    let b: Record<'shape' | 'rows' | 'ids' | 'probs' | 'hidden' | 'expertOut' | 'out' | 'readback', GPUBuffer> & { tiles: GPUBuffer | null };
-    try {
-      b = {
-        shape: acquire(F.BUFFER_UNIFORM | F.BUFFER_COPY_DST, stride * nShapes, 'shape uniforms'),
-        rows: acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.rows, 'rows'),
-        ids: acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.ids, groups ? 'pairs by expert' : 'ids'),
-        tiles: groups ? acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.tiles, 'row tiles') : null,
-        probs: acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.probs, 'probs'),
-        hidden: acquire(F.BUFFER_STORAGE, sizes.hidden, 'hidden (silu(gate)·up)'),
-        expertOut: acquire(F.BUFFER_STORAGE, sizes.expertOut, 'expert outputs'),
-        out: acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_SRC, sizes.out, 'out'),
-        readback: acquire(F.BUFFER_MAP_READ | F.BUFFER_COPY_DST, sizes.out, 'readback'),
-      };
-      // writeBuffer takes views of shared memory too ([AllowShared] in the IDL); @webgpu/types narrows it to ArrayBuffer.
-      const write = (buffer: GPUBuffer, data: ArrayBufferView, offset = 0): void =>
-        q.writeBuffer(buffer, offset, data as ArrayBufferView<ArrayBuffer>);
-      const call = { nTokens, nUsed };
-      parts.forEach(({ dispatch }, i) => write(b.shape, writeShapeUniform(this.shape, call, dispatch), i * stride));
-      const whole = { expertBegin: 0, expertEnd: this.shape.nExperts, tileBegin: 0, nRowTiles: 0 };
-      write(b.shape, writeShapeUniform(this.shape, call, whole), parts.length * stride);
-      write(b.rows, c.rows);
-      write(b.ids, groups ? groups.perm : c.ids);
-      if (groups && b.tiles) write(b.tiles, groups.tiles);
-      write(b.probs, c.probs);
-
-      const range = (buffer: GPUBuffer, size: number, offset = 0): GPUBufferBinding => ({ buffer, offset, size });
-      const bind = (kernel: keyof ExpertFfnKernels['layouts'], resources: GPUBindingResource[]): GPUBindGroup =>
-        device.createBindGroup({
-          label: `${label} ${kernel} bind group`,
-          layout: st.kernels.layouts[kernel],
-          entries: resources.map((resource, binding) => ({ binding, resource })),
-        });
-      const shapeOf = (i: number): GPUBufferBinding => range(b.shape, SHAPE_UNIFORM_BYTES, i * stride);
-      const rowsR = range(b.rows, sizes.rows);
-      const idsR = range(b.ids, sizes.ids);
-      const hiddenR = range(b.hidden, sizes.hidden);
-      const outR = range(b.expertOut, sizes.expertOut);
-      const encoder = device.createCommandEncoder({ label: `${label} call (${c.regime})` });
-      const pass = encoder.beginComputePass({ label: `${label} expert-ffn (${c.regime})` });
-      const run = (pipeline: GPUComputePipeline, group: GPUBindGroup, [x, y]: [number, number]): void => {
-        pass.setPipeline(pipeline);
-        pass.setBindGroup(0, group);
-        pass.dispatchWorkgroups(x, y);
-      };
-      parts.forEach(({ part }, i) => {
-        const w = part.buffers;
-        const upGroup = b.tiles
-          ? bind('expert_up_tiled', [shapeOf(i), { buffer: w.gate }, { buffer: w.up }, rowsR, idsR, range(b.tiles, sizes.tiles), hiddenR])
-          : bind('expert_up', [shapeOf(i), { buffer: w.gate }, { buffer: w.up }, rowsR, idsR, hiddenR]);
-        for (const { pipeline } of pipelines.up) run(pipeline, upGroup, dispatches[i]!.up);
-      });
-      parts.forEach(({ part }, i) => {
-        const w = part.buffers;
-        const downGroup = b.tiles
-          ? bind('expert_down_tiled', [shapeOf(i), { buffer: w.down }, hiddenR, idsR, range(b.tiles, sizes.tiles), outR])
-          : bind('expert_down', [shapeOf(i), { buffer: w.down }, hiddenR, idsR, outR]);
-        run(pipelines.down, downGroup, dispatches[i]!.down);
-      });
-      run(st.combine, bind('expert_combine', [shapeOf(parts.length), outR, range(b.probs, sizes.probs), range(b.out, sizes.out)]), combineDispatch);
-      pass.end();
-      encoder.copyBufferToBuffer(b.out, 0, b.readback, 0, sizes.out);
-      q.submit([encoder.finish({ label: `${label} call commands` })]);
-    } catch (e) {
-      void device.popErrorScope().catch(() => undefined);
-      void device.popErrorScope().catch(() => undefined);
-      for (const buffer of acquired) pool.discard(buffer);
-      throw e;
-    }
-    const validation = device.popErrorScope();
-    const oom = device.popErrorScope();
-
-    let ok = false;
-    try {
-      const mapped = b.readback.mapAsync(F.MAP_MODE_READ, 0, sizes.out);
-      const error = (await validation) ?? (await oom);
-      if (error) {
-        await mapped.catch(() => undefined);
-        throw new ExpertRuntimeError('GPU_ERROR', { message: error.message }, `${label}: WebGPU error in a compute call: ${error.message}`);
-      }
-      await mapped;
-      const out = new Float32Array(b.readback.getMappedRange(0, sizes.out).slice(0));
-      b.readback.unmap();
-      ok = true;
-      return out;
-    } catch (e) {
-      if (st.lost) throw lostError(label, st.lost);
-      throw e;
-    } finally {
-      // The readback has been mapped (or the call failed), so the GPU is done with every buffer of this call.
-      for (const buffer of acquired) {
-        if (ok) pool.release(buffer);
-        else pool.discard(buffer);
-      }
-    }
+    return runPlan(st, pipelines, plan, c, this.settings.label);
   }
 
   private decide(counts: Uint32Array, nPairs: number): RegimeDecision {
@@ -556,33 +364,21 @@ export class ExpertRuntime {
         return 'decode';
       case 'batched':
         if (!batchedSupported(this.shape)) {
-          throw new ExpertRuntimeError('REGIME_UNAVAILABLE', { regime: request, reason: 'rows-not-quads' },
+          throw new ExpertRuntimeError(
+            'REGIME_UNAVAILABLE',
+            { regime: request, reason: 'rows-not-quads' },
             `${this.settings.label}: the batched regime reads weights four elements at a time; nEmbd = ${this.shape.nEmbd} and ` +
-              `ff = ${this.shape.ff} must both be multiples of 4 (use 'decode' or 'auto')`);
+              `ff = ${this.shape.ff} must both be multiples of 4 (use 'decode' or 'auto')`,
+          );
         }
         return 'batched';
       default:
-        throw new ExpertRuntimeError('REGIME_UNAVAILABLE', { regime: String(request), reason: 'unknown' },
-          `${this.settings.label}: regime must be 'auto', 'decode' or 'batched', got ${String(request)}`);
+        throw new ExpertRuntimeError(
+          'REGIME_UNAVAILABLE',
+          { regime: String(request), reason: 'unknown' },
+          `${this.settings.label}: regime must be 'auto', 'decode' or 'batched', got ${String(request)}`,
+        );
     }
-  }
-
-  private tiledPipelines(st: GpuState): Promise<Pipelines> {
-    if (!st.tiled) {
-      const build = (f: readonly KernelFeature[]): Promise<Pipelines> => buildPipelines(st.kernels, this.shape.types, this.settings.tuning, f, 'tiled');
-      const p = build(st.features).catch((e: unknown) => {
-        // With 'auto', a driver that cannot build the f16 tiles gets the f32 ones instead.
-        if (!(this.settings.features === 'auto' && st.features.includes('shader-f16') && isCompileError(e))) throw e;
-        st.features = st.features.filter((f) => f !== 'shader-f16');
-        st.featuresReason += `; shader-f16 dropped: ${(e as Error).message}`;
-        return build(st.features);
-      });
-      p.catch(() => {
-        if (st.tiled === p) st.tiled = null; // a later call may retry
-      });
-      st.tiled = p;
-    }
-    return st.tiled;
   }
 
   private watch(st: GpuState): void {
@@ -660,50 +456,14 @@ export class ExpertRuntime {
   }
 }
 
-interface Call {
-  rows: Float32Array;
-  ids: Int32Array;
-  probs: Float32Array;
-  nTokens: number;
-  nUsed: number;
-  counts: Uint32Array;
-  regime: Regime;
-}
-
-function lostError(label: string, info: { reason: string; message: string }): ExpertRuntimeError {
-  return new ExpertRuntimeError('DEVICE_LOST', { reason: info.reason, message: info.message },
-    `${label}: the GPU device was lost (${info.reason}): ${info.message}`);
-}
+/** One call as compute() hands it to run(): validated inputs, their routing counts and the regime. */
+type Call = PlannedCall & CallInputs;
 
 /** Whether the state's device is lost, waiting a moment for its lost promise (it may settle after the failure). */
 async function lostSoon(st: GpuState): Promise<boolean> {
   if (st.lost) return true;
   await Promise.race([st.device.lost, sleep(LOST_SETTLE_MS)]);
   return st.lost !== null;
-}
-
-function weightBytes(parts: readonly WeightPart[]): number {
-  let n = 0;
-  for (const p of parts) for (const m of MATRICES) n += p.buffers[m].size;
-  return n;
-}
-
-/** Tiles each expert's pairs make in the batched regime, as groupByExpert cuts them. */
-function tilesPerExpert(counts: Uint32Array, tileRows: number): Uint32Array {
-  return counts.map((c) => Math.ceil(c / tileRows));
-}
-
-/** A part's dispatch, or null when no pair routes to its experts. */
-function partDispatch(part: WeightPart, counts: Uint32Array, tiles: Uint32Array | null): PartDispatch | null {
-  let pairs = 0;
-  for (let e = part.begin; e < part.end; e++) pairs += counts[e]!;
-  if (pairs === 0) return null;
-  if (!tiles) return { expertBegin: part.begin, expertEnd: part.end, tileBegin: 0, nRowTiles: 0 };
-  let tileBegin = 0;
-  for (let e = 0; e < part.begin; e++) tileBegin += tiles[e]!;
-  let nRowTiles = 0;
-  for (let e = part.begin; e < part.end; e++) nRowTiles += tiles[e]!;
-  return { expertBegin: part.begin, expertEnd: part.end, tileBegin, nRowTiles };
 }
 
 function makeSettings(shape: SliceShape, options: ExpertRuntimeOptions): Settings {
@@ -714,13 +474,20 @@ function makeSettings(shape: SliceShape, options: ExpertRuntimeOptions): Setting
     tileCols: options.tileCols ?? 32,
   };
   const policy = options.regimePolicy ?? DEFAULT_REGIME_POLICY;
-  if (!(policy.minRowsPerExpert >= 0)) {
-    throw new ExpertRuntimeError('BAD_OPTION', { option: 'regimePolicy.minRowsPerExpert', value: policy.minRowsPerExpert, requirement: 'a number ≥ 0' },
-      `regimePolicy.minRowsPerExpert must be a number ≥ 0, got ${policy.minRowsPerExpert}`);
+  if (!(policy.minPairsPerExpert >= 0)) {
+    throw new ExpertRuntimeError(
+      'BAD_OPTION',
+      { option: 'regimePolicy.minPairsPerExpert', value: policy.minPairsPerExpert, requirement: 'a number ≥ 0' },
+      `regimePolicy.minPairsPerExpert must be a number ≥ 0, got ${policy.minPairsPerExpert}`,
+    );
   }
   const positive = (option: string, value: number | undefined): void => {
     if (value !== undefined && (!Number.isSafeInteger(value) || value < 1)) {
-      throw new ExpertRuntimeError('BAD_OPTION', { option, value, requirement: 'a positive integer' }, `${option} must be a positive integer, got ${value}`);
+      throw new ExpertRuntimeError(
+        'BAD_OPTION',
+        { option, value, requirement: 'a positive integer' },
+        `${option} must be a positive integer, got ${value}`,
+      );
     }
   };
   positive('maxWorkgroupsPerDimension', options.maxWorkgroupsPerDimension);
@@ -729,8 +496,11 @@ function makeSettings(shape: SliceShape, options: ExpertRuntimeOptions): Setting
   const features = options.features ?? 'auto';
   const known: readonly string[] = ['subgroups', 'shader-f16'];
   if (features !== 'auto' && !(Array.isArray(features) && features.every((f) => known.includes(f)))) {
-    throw new ExpertRuntimeError('BAD_OPTION', { option: 'features', value: NaN, requirement: "'auto' or a list of 'subgroups', 'shader-f16'" },
-      `features must be 'auto' or a list of 'subgroups', 'shader-f16', got ${JSON.stringify(features)}`);
+    throw new ExpertRuntimeError(
+      'BAD_OPTION',
+      { option: 'features', value: NaN, requirement: "'auto' or a list of 'subgroups', 'shader-f16'" },
+      `features must be 'auto' or a list of 'subgroups', 'shader-f16', got ${JSON.stringify(features)}`,
+    );
   }
   return {
     tuning,
@@ -739,189 +509,6 @@ function makeSettings(shape: SliceShape, options: ExpertRuntimeOptions): Setting
     maxBindingBytes: options.maxBindingBytes,
     maxWeightBytes: options.maxWeightBytes,
     features,
-    label: options.label ?? `expert-slice ${shape.nExperts}×[${shape.nEmbd}↔${shape.ff}]`,
+    label: options.label ?? `expert-slice ${shape.nExpert}×[${shape.nEmbd}↔${shape.ff}]`,
   };
-}
-
-/** The optional features to build with: those asked for, or with 'auto' every one this device runs. */
-async function chooseFeatures(
-  device: GPUDevice,
-  kernels: ExpertFfnKernels,
-  want: 'auto' | readonly KernelFeature[],
-  workgroupSize: number,
-): Promise<{ features: KernelFeature[]; reason: string }> {
-  const features: KernelFeature[] = [];
-  const reasons: string[] = [];
-  const unavailable = (feature: KernelFeature, reason: string): never => {
-    throw new ExpertRuntimeError('FEATURE_UNAVAILABLE', { feature, reason }, `the '${feature}' kernels cannot run on this device: ${reason}`);
-  };
-  const asked = (f: KernelFeature): boolean => want === 'auto' || want.includes(f);
-  if (asked('shader-f16')) {
-    if (device.features.has('shader-f16')) {
-      features.push('shader-f16');
-      reasons.push('shader-f16: the device has it (batched tiles in f16)');
-    } else if (want === 'auto') {
-      reasons.push("shader-f16 unused: the device was created without the 'shader-f16' feature");
-    } else {
-      unavailable('shader-f16', "the device was created without the 'shader-f16' feature");
-    }
-  }
-  if (asked('subgroups')) {
-    const layout = await kernels.subgroupLayout(workgroupSize);
-    if (layout.usable) {
-      features.push('subgroups');
-      reasons.push(`subgroups: ${layout.reason}`);
-    } else if (want === 'auto') {
-      reasons.push(`subgroups unused: ${layout.reason}`);
-    } else {
-      unavailable('subgroups', layout.reason);
-    }
-  }
-  return { features, reason: reasons.join('; ') || 'base kernels asked for' };
-}
-
-/** Pipelines and empty weight parts on `device`. */
-async function prepareState(device: GPUDevice, owned: boolean, shape: SliceShape, settings: Settings): Promise<GpuState> {
-  const total = Object.values(sliceMatrixBytes(shape)).reduce((a, b) => a + b, 0);
-  if (settings.maxWeightBytes !== undefined && total > settings.maxWeightBytes) {
-    throw new ExpertRuntimeError('SLICE_TOO_LARGE', { bytes: total, limit: settings.maxWeightBytes },
-      `${describe(shape)} weigh ${total} bytes, over maxWeightBytes = ${settings.maxWeightBytes}`);
-  }
-  validateTuning(settings.tuning, device.limits);
-  const deviceMax = device.limits.maxComputeWorkgroupsPerDimension;
-  const maxPerDimension = Math.min(settings.maxWorkgroupsPerDimension ?? deviceMax, deviceMax);
-  const { limit, limitName } = bindingLimit(device.limits, settings.maxBindingBytes);
-  const ranges = planParts(shape, limit, limitName);
-  const kernels = ExpertFfnKernels.forDevice(device);
-  const chosen = await chooseFeatures(device, kernels, settings.features, settings.tuning.workgroupSize);
-  let { features, reason } = chosen;
-  const build = (f: readonly KernelFeature[]) => Promise.all([
-    buildPipelines(kernels, shape.types, settings.tuning, f, 'decode'),
-    kernels.pipeline({ kernel: 'expert_combine', tuning: settings.tuning, variant: 'base' }),
-  ]);
-  let pipelines: Awaited<ReturnType<typeof build>>;
-  try {
-    pipelines = await build(features);
-  } catch (e) {
-    // With 'auto', a driver that cannot build the subgroup variant gets the base kernels instead.
-    if (!(settings.features === 'auto' && features.includes('subgroups') && isCompileError(e))) throw e;
-    features = features.filter((f) => f !== 'subgroups');
-    reason += `; subgroups dropped: ${(e as Error).message}`;
-    pipelines = await build(features);
-  }
-  const [decode, combine] = pipelines;
-  // Out of GPU memory only shows as an error scope's error (the buffers are invalid, not missing).
-  device.pushErrorScope('out-of-memory');
-  const parts = createWeightParts(device, shape, ranges, settings.label);
-  const oom = await device.popErrorScope();
-  if (oom) {
-    destroyWeightParts(parts);
-    throw new ExpertRuntimeError('GPU_ERROR', { message: oom.message }, `${settings.label}: no GPU memory for ${total} bytes of weights: ${oom.message}`);
-  }
-  return {
-    device, owned, kernels, features, featuresReason: reason, maxPerDimension, decode, combine, tiled: null, parts,
-    pool: new BufferPool(device, settings.label), lost: null,
-  };
-}
-
-const isCompileError = (e: unknown): boolean => e instanceof ExpertRuntimeError && e.code === 'SHADER_COMPILE';
-
-/** Frees a state's buffers, and its device when the runtime requested it. */
-function releaseState(st: GpuState): void {
-  destroyWeightParts(st.parts);
-  st.pool.dispose();
-  if (st.owned) st.device.destroy();
-}
-
-/** A state holding the slice's bytes. */
-async function bytesState(device: GPUDevice, owned: boolean, slice: ExpertSlice, shape: SliceShape, settings: Settings): Promise<GpuState> {
-  const st = await prepareState(device, owned, shape, settings);
-  try {
-    const writer = new WeightWriter(device.queue, shape, st.parts);
-    for (const m of MATRICES) writer.write(m, 0, slice[m]);
-    writer.finish();
-    return st;
-  } catch (e) {
-    releaseState(st);
-    throw e;
-  }
-}
-
-const sameShape = (a: SliceShape, b: SliceShape): boolean =>
-  a.nEmbd === b.nEmbd && a.ff === b.ff && a.nExperts === b.nExperts &&
-  a.types.gate === b.types.gate && a.types.up === b.types.up && a.types.down === b.types.down;
-
-const describe = (s: SliceShape): string =>
-  `${s.nExperts} experts [${s.nEmbd}↔${s.ff}] of ${typeName(s.types.gate)}/${typeName(s.types.up)}/${typeName(s.types.down)}`;
-
-/**
- * A state filled from a newly opened mini-GGUF slice stream: the header gives the shape (which must equal `expect`
- * when rebuilding), then the tensor data goes straight into the weight buffers.
- */
-async function streamState(
-  device: GPUDevice,
-  owned: boolean,
-  source: SliceStreamSource,
-  expect: SliceShape | null,
-  settingsFor: (shape: SliceShape) => Settings,
-): Promise<{ shape: SliceShape; state: GpuState }> {
-  let st: GpuState | null = null;
-  let writer: WeightWriter | null = null;
-  let shape: SliceShape | null = null;
-  try {
-    const stream = await source.open();
-    await readExpertSliceStream(stream, {
-      onHeader: async (info) => {
-        const s: SliceShape = { nEmbd: info.nEmbd, ff: info.ff, nExperts: info.expertEnd - info.expertBegin, types: { ...info.types } };
-        validateSlice(s, { gate: { length: info.bytes.gate }, up: { length: info.bytes.up }, down: { length: info.bytes.down } });
-        if (expect && !sameShape(expect, s)) {
-          throw new ExpertRuntimeError('BAD_SLICE_STREAM', { cause: 'changed', message: `holds ${describe(s)}` },
-            `the reopened slice stream holds ${describe(s)}, not ${describe(expect)}`);
-        }
-        shape = s;
-        st = await prepareState(device, owned, s, settingsFor(s));
-        writer = new WeightWriter(device.queue, s, st.parts);
-      },
-      onData: (matrix, offset, chunk) => {
-        writer!.write(matrix, offset, chunk);
-      },
-    });
-    writer!.finish();
-    return { shape: shape!, state: st! };
-  } catch (e) {
-    if (st) releaseState(st);
-    throw sliceError(e);
-  }
-}
-
-/** A slice reader's error as BAD_SLICE_STREAM (with its code as the cause); anything else unchanged. */
-function sliceError(e: unknown): unknown {
-  if (e instanceof GGUFError || e instanceof ExpertSliceError) {
-    return new ExpertRuntimeError('BAD_SLICE_STREAM', { cause: e.code, message: e.message }, `not a valid expert slice: ${e.message}`);
-  }
-  return e;
-}
-
-/** Gate and up usually share a type and run fused; otherwise each pass uses its own type's module. */
-function upPasses(types: SliceTypes): { pass: UpPass; type: GGMLType }[] {
-  return types.gate === types.up ? [{ pass: 'fused', type: types.gate }] : [{ pass: 'gate', type: types.gate }, { pass: 'up', type: types.up }];
-}
-
-async function buildPipelines(
-  kernels: ExpertFfnKernels,
-  types: SliceTypes,
-  tuning: KernelTuning,
-  features: readonly KernelFeature[],
-  regime: 'decode' | 'tiled',
-): Promise<Pipelines> {
-  const upKernel = regime === 'decode' ? 'expert_up' : 'expert_up_tiled';
-  const downKernel = regime === 'decode' ? 'expert_down' : 'expert_down_tiled';
-  const [up, down] = await Promise.all([
-    Promise.all(upPasses(types).map(async ({ pass, type }) => ({
-      pass,
-      pipeline: await kernels.pipeline({ kernel: upKernel, quant: quantSnippet(type), pass, tuning, variant: kernelVariant(upKernel, features) }),
-    }))),
-    kernels.pipeline({ kernel: downKernel, quant: quantSnippet(types.down), tuning, variant: kernelVariant(downKernel, features) }),
-  ]);
-  return { up, down };
 }

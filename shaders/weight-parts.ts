@@ -6,31 +6,48 @@
  * bind groups: expert_up binds gate and up of the same experts. Most slices are one part.
  *
  * @example
- *   const parts = createWeightParts(device, shape, limit, label);
+ *   const parts = createWeightParts(device, shape, planParts(shape, limit, limitName), label);
  *   const w = new WeightWriter(device.queue, shape, parts);
  *   w.write('gate', 0, bytes.subarray(0, 1000)); w.write('gate', 1000, bytes.subarray(1000)); …
  *   w.finish(); // checks every byte arrived
  */
-import { GGMLType } from '../gguf/quant-types.ts';
-import { ExpertRuntimeError, type MatrixName } from './errors.ts';
-import { GPU_FLAGS, expertsPerPart, partRanges, sliceMatrixBytes, type SliceShape } from './expert-ffn.ts';
-
-export const MATRICES: readonly MatrixName[] = ['gate', 'up', 'down'];
+import { EXPERT_MATRICES, type ExpertMatrix } from '../gguf/expert-slice.ts';
+import { typeName } from '../gguf/quant-types.ts';
+import { ExpertRuntimeError } from './errors.ts';
+import { GPU_FLAGS } from './gpu-flags.ts';
+import { sliceMatrixBytes, type SliceShape } from './slice.ts';
 
 export interface WeightPart {
   /** Experts [begin, end) of the slice. */
   begin: number;
   end: number;
-  buffers: Record<MatrixName, GPUBuffer>;
+  buffers: Record<ExpertMatrix, GPUBuffer>;
 }
 
 const pad4 = (n: number): number => Math.ceil(n / 4) * 4;
-const typeName = (t: GGMLType): string => GGMLType[t] ?? String(t);
 
 /** Bytes of one expert's matrix, per matrix. */
-export function bytesPerExpert(shape: SliceShape): Record<MatrixName, number> {
+export function bytesPerExpert(shape: SliceShape): Record<ExpertMatrix, number> {
   const total = sliceMatrixBytes(shape);
-  return { gate: total.gate / shape.nExperts, up: total.up / shape.nExperts, down: total.down / shape.nExperts };
+  return { gate: total.gate / shape.nExpert, up: total.up / shape.nExpert, down: total.down / shape.nExpert };
+}
+
+/** Experts per weight binding when each matrix's bytes per expert are `bytesPerExpert` and a binding holds `limit`. */
+export function expertsPerPart(bytesPerExpert: Record<ExpertMatrix, number>, limit: number): number {
+  // Whole experts only, and each part's buffer is padded to 4 bytes.
+  const fits = (b: number): number => {
+    let n = Math.floor(limit / b);
+    while (n > 0 && pad4(n * b) > limit) n--;
+    return n;
+  };
+  return Math.min(...Object.values(bytesPerExpert).map(fits));
+}
+
+/** Expert ranges [begin, end) of the parts a slice of nExpert is split into, `perPart` experts each. */
+export function partRanges(nExpert: number, perPart: number): [number, number][] {
+  const parts: [number, number][] = [];
+  for (let b = 0; b < nExpert; b += perPart) parts.push([b, Math.min(nExpert, b + perPart)]);
+  return parts;
 }
 
 /**
@@ -39,14 +56,17 @@ export function bytesPerExpert(shape: SliceShape): Record<MatrixName, number> {
  */
 export function planParts(shape: SliceShape, limit: number, limitName: string): [number, number][] {
   const per = bytesPerExpert(shape);
-  for (const m of MATRICES) {
+  for (const m of EXPERT_MATRICES) {
     if (pad4(per[m]) > limit) {
-      throw new ExpertRuntimeError('BINDING_TOO_LARGE', { matrix: m, bytes: per[m], limit, limitName },
+      throw new ExpertRuntimeError(
+        'BINDING_TOO_LARGE',
+        { matrix: m, bytes: per[m], limit, limitName },
         `${m}: one expert of ${typeName(shape.types[m])} is ${per[m]} bytes, over the binding limit of ${limit} (${limitName}); ` +
-          'an expert cannot be split over bindings, so this device cannot hold this model\'s experts');
+          "an expert cannot be split over bindings, so this device cannot hold this model's experts",
+      );
     }
   }
-  return partRanges(shape.nExperts, expertsPerPart(per, limit));
+  return partRanges(shape.nExpert, expertsPerPart(per, limit));
 }
 
 /** Creates the (zeroed) weight buffers of every part. */
@@ -54,7 +74,7 @@ export function createWeightParts(device: GPUDevice, shape: SliceShape, ranges: 
   const per = bytesPerExpert(shape);
   return ranges.map(([begin, end]) => {
     const name = ranges.length === 1 ? '' : ` part ${begin}..${end}`;
-    const make = (m: MatrixName): GPUBuffer =>
+    const make = (m: ExpertMatrix): GPUBuffer =>
       device.createBuffer({
         label: `${label} ${m} weights (${typeName(shape.types[m])})${name}`,
         size: pad4((end - begin) * per[m]),
@@ -65,7 +85,7 @@ export function createWeightParts(device: GPUDevice, shape: SliceShape, ranges: 
 }
 
 export function destroyWeightParts(parts: readonly WeightPart[]): void {
-  for (const p of parts) for (const m of MATRICES) p.buffers[m].destroy();
+  for (const p of parts) for (const m of EXPERT_MATRICES) p.buffers[m].destroy();
 }
 
 /**
@@ -74,10 +94,14 @@ export function destroyWeightParts(parts: readonly WeightPart[]): void {
  * but those few bytes is kept: the queue copies each chunk before write() returns.
  */
 export class WeightWriter {
-  private readonly per: Record<MatrixName, number>;
-  private readonly written: Record<MatrixName, number> = { gate: 0, up: 0, down: 0 };
-  private readonly carry: Record<MatrixName, Uint8Array<ArrayBuffer>> = { gate: new Uint8Array(4), up: new Uint8Array(4), down: new Uint8Array(4) };
-  private readonly expected: Record<MatrixName, number>;
+  private readonly per: Record<ExpertMatrix, number>;
+  private readonly written: Record<ExpertMatrix, number> = { gate: 0, up: 0, down: 0 };
+  private readonly carry: Record<ExpertMatrix, Uint8Array<ArrayBuffer>> = {
+    gate: new Uint8Array(4),
+    up: new Uint8Array(4),
+    down: new Uint8Array(4),
+  };
+  private readonly expected: Record<ExpertMatrix, number>;
 
   constructor(
     private readonly queue: GPUQueue,
@@ -89,14 +113,20 @@ export class WeightWriter {
   }
 
   /** `chunk` holds matrix bytes [offset, offset + chunk.length); offsets must follow each other. Copies `chunk`. */
-  write(m: MatrixName, offset: number, chunk: Uint8Array): void {
+  write(m: ExpertMatrix, offset: number, chunk: Uint8Array): void {
     if (offset !== this.written[m]) {
-      throw new ExpertRuntimeError('BAD_SLICE_BYTES', { matrix: m, expected: this.written[m], actual: offset },
-        `${m}: weight bytes must arrive in order: expected offset ${this.written[m]}, got ${offset}`);
+      throw new ExpertRuntimeError(
+        'BAD_SLICE_BYTES',
+        { matrix: m, expected: this.written[m], actual: offset },
+        `${m}: weight bytes must arrive in order: expected offset ${this.written[m]}, got ${offset}`,
+      );
     }
     if (offset + chunk.length > this.expected[m]) {
-      throw new ExpertRuntimeError('BAD_SLICE_BYTES', { matrix: m, expected: this.expected[m], actual: offset + chunk.length },
-        `${m}: ${this.shape.nExperts} experts need ${this.expected[m]} bytes, got at least ${offset + chunk.length}`);
+      throw new ExpertRuntimeError(
+        'BAD_SLICE_BYTES',
+        { matrix: m, expected: this.expected[m], actual: offset + chunk.length },
+        `${m}: ${this.shape.nExpert} experts need ${this.expected[m]} bytes, got at least ${offset + chunk.length}`,
+      );
     }
     let at = 0;
     while (at < chunk.length) {
@@ -113,21 +143,24 @@ export class WeightWriter {
 
   /** Throws BAD_SLICE_BYTES unless every matrix got all its bytes. */
   finish(): void {
-    for (const m of MATRICES) {
+    for (const m of EXPERT_MATRICES) {
       if (this.written[m] !== this.expected[m]) {
-        throw new ExpertRuntimeError('BAD_SLICE_BYTES', { matrix: m, expected: this.expected[m], actual: this.written[m] },
-          `${m}: ${this.shape.nExperts} experts need ${this.expected[m]} bytes, got ${this.written[m]}`);
+        throw new ExpertRuntimeError(
+          'BAD_SLICE_BYTES',
+          { matrix: m, expected: this.expected[m], actual: this.written[m] },
+          `${m}: ${this.shape.nExpert} experts need ${this.expected[m]} bytes, got ${this.written[m]}`,
+        );
       }
     }
   }
 
-  private partOf(m: MatrixName, pos: number): WeightPart {
+  private partOf(m: ExpertMatrix, pos: number): WeightPart {
     const expert = Math.floor(pos / this.per[m]);
     return this.parts.find((p) => expert >= p.begin && expert < p.end)!;
   }
 
   /** Writes `bytes` at byte `at` of `buffer`, keeping the unaligned tail (flushed, zero-padded, at the part's end). */
-  private put(m: MatrixName, buffer: GPUBuffer, at: number, bytes: Uint8Array, partEnds: boolean): void {
+  private put(m: ExpertMatrix, buffer: GPUBuffer, at: number, bytes: Uint8Array, partEnds: boolean): void {
     const carry = this.carry[m];
     const held = at % 4; // bytes of the current word already waiting in carry
     let i = 0;
@@ -149,7 +182,7 @@ export class WeightWriter {
   }
 
   /** Writes the part's last, partial word: `valid` bytes of carry, zeros after. */
-  private flushTail(m: MatrixName, buffer: GPUBuffer, wordStart: number, valid: number): void {
+  private flushTail(m: ExpertMatrix, buffer: GPUBuffer, wordStart: number, valid: number): void {
     const carry = this.carry[m];
     carry.fill(0, valid);
     this.queue.writeBuffer(buffer, wordStart, carry);

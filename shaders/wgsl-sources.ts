@@ -8,7 +8,7 @@ const read = (path: string): string => readFileSync(new URL(`./wgsl/${path}`, im
 
 /** Quant snippets by file stem (shaders/wgsl/quant/<stem>.wgsl). */
 export type QuantSnippet = 'f32' | 'f16' | 'bf16' | 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k';
-export type KernelName = 'expert_up' | 'expert_down' | 'expert_combine' | 'expert_up_tiled' | 'expert_down_tiled';
+export type KernelName = 'expert_up' | 'expert_down' | 'expert_combine' | 'expert_up_batched' | 'expert_down_batched';
 
 export interface WgslSources {
   /** Shape uniform and pure helpers; part of every module. */
@@ -45,7 +45,7 @@ export const WGSL: WgslSources = {
     expert_up: read('expert_up.wgsl'),
     expert_down: read('expert_down.wgsl'),
     expert_combine: read('expert_combine.wgsl'),
-    expert_up_tiled: read('expert_up_tiled.wgsl'),
-    expert_down_tiled: read('expert_down_tiled.wgsl'),
+    expert_up_batched: read('expert_up_batched.wgsl'),
+    expert_down_batched: read('expert_down_batched.wgsl'),
   },
 };

@@ -2,7 +2,7 @@
  * Writes a deterministic random-weight MoE model that llama.cpp loads.
  *
  *   npm run make-model -- --arch qwen3moe --layers 2 --n-embd 64 --n-expert 8 --n-expert-used 2 --ff 64 \
- *     --type q8_0 --seed 1 --out .models/tiny.gguf
+ *     --type q8_0 --seed 1 --out .cache/models/tiny.gguf
  *
  * Weights are drawn per tensor from a generator seeded by (seed, tensor name), so two files that differ only in
  * `--type` hold the same underlying weights, quantized differently.
@@ -62,7 +62,7 @@ function amplitude(t: TensorPlan): number {
     case 'router':
       return (2 * Math.sqrt(3)) / Math.sqrt(fanIn);
     case 'expert':
-      return (t.name.includes('ffn_down_exps') ? 0.1 : 1) * Math.sqrt(3) / Math.sqrt(fanIn);
+      return ((t.name.includes('ffn_down_exps') ? 0.1 : 1) * Math.sqrt(3)) / Math.sqrt(fanIn);
     default:
       return Math.sqrt(3) / Math.sqrt(fanIn);
   }

@@ -93,8 +93,15 @@ export function defaultConfig(partial: Partial<ModelConfig> & Pick<ModelConfig, 
 export function validateConfig(c: ModelConfig): string[] {
   const problems: string[] = [];
   const positive: Array<[string, number]> = [
-    ['layers', c.layers], ['n-embd', c.nEmbd], ['n-expert', c.nExpert], ['n-expert-used', c.nExpertUsed], ['ff', c.ff],
-    ['n-head', c.nHead], ['n-head-kv', c.nHeadKv], ['shared-ff', c.sharedFf], ['context', c.contextLength],
+    ['layers', c.layers],
+    ['n-embd', c.nEmbd],
+    ['n-expert', c.nExpert],
+    ['n-expert-used', c.nExpertUsed],
+    ['ff', c.ff],
+    ['n-head', c.nHead],
+    ['n-head-kv', c.nHeadKv],
+    ['shared-ff', c.sharedFf],
+    ['context', c.contextLength],
   ];
   for (const [name, v] of positive) {
     if (!Number.isInteger(v) || v <= 0) problems.push(`--${name} must be a positive integer, got ${v}`);
@@ -113,7 +120,11 @@ export function validateConfig(c: ModelConfig): string[] {
   if (!info) problems.push(`unknown type id ${c.type}`);
   else if (FILE_TYPE[c.type] === undefined) problems.push(`type ${info.name} is not supported by the generator`);
   else {
-    for (const [name, width] of [['n-embd', c.nEmbd], ['ff', c.ff], ['shared-ff', c.sharedFf]] as const) {
+    for (const [name, width] of [
+      ['n-embd', c.nEmbd],
+      ['ff', c.ff],
+      ['shared-ff', c.sharedFf],
+    ] as const) {
       if (width % info.blockSize !== 0) {
         problems.push(`--${name} (${width}) must be a multiple of ${info.name}'s block size ${info.blockSize}`);
       }

@@ -9,12 +9,12 @@
 import * as ort from 'onnxruntime-web';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
-import { dequantize } from '../../gguf/dequantize.ts';
-import { expertFfnAccumulate } from '../../shaders/reference/expert-ffn.ts';
+import { chooseBackend } from '../../shaders/backend-choice.ts';
+import { callFlops, median, syntheticCall, type ExpertComputer } from '../../shaders/computer.ts';
+import { dequantizeExperts, nmse, referenceCall } from '../../shaders/reference/expert-call.ts';
 import { requestExpertDevice } from '../../shaders/device.ts';
 import { ExpertRuntime, type ExpertSlice } from '../../shaders/runtime.ts';
 import { OrtExpertFallback } from '../../shaders/ort/fallback.ts';
-import { callFlops, chooseBackend, median, syntheticCall, type ExpertComputer } from '../../shaders/ort/choose-backend.ts';
 import { formatReport, type BackendName, type BenchConfig, type BenchReport, type BenchRow, type BenchShape } from './report.ts';
 import { mulberry32 as rng } from '../../test/support/random.ts';
 
@@ -24,55 +24,28 @@ declare global {
   }
 }
 
-
-interface SliceData {
-  slice: ExpertSlice;
-  values: { gate: Float32Array; up: Float32Array; down: Float32Array };
-}
-
-function makeSlice(type: GGMLType, s: BenchShape, seed: number): SliceData {
+function makeSlice(type: GGMLType, s: BenchShape, seed: number): ExpertSlice {
   const r = rng(seed);
-  const n = s.nExperts * s.nEmbd * s.ff;
-  const mat = (scale: number): Uint8Array => quantize(type, new Float32Array(n).map(() => (r() * 2 - 1) * scale));
+  const n = s.nExpert * s.nEmbd * s.ff;
+  const mat = (scale: number): Uint8Array =>
+    quantize(
+      type,
+      new Float32Array(n).map(() => (r() * 2 - 1) * scale),
+    );
   const gate = mat(1 / Math.sqrt(s.nEmbd));
   const up = mat(1 / Math.sqrt(s.nEmbd));
   const down = mat(1 / Math.sqrt(s.ff));
-  return {
-    slice: { nEmbd: s.nEmbd, ff: s.ff, nExperts: s.nExperts, types: { gate: type, up: type, down: type }, gate, up, down },
-    values: { gate: dequantize(type, gate, n), up: dequantize(type, up, n), down: dequantize(type, down, n) },
-  };
-}
-
-function reference(d: SliceData, s: BenchShape, call: ReturnType<typeof syntheticCall>): Float64Array {
-  const { nEmbd, ff } = s;
-  const per = nEmbd * ff;
-  const out = new Float64Array(s.nTokens * nEmbd);
-  for (let t = 0; t < s.nTokens; t++) {
-    const y = new Float64Array(nEmbd);
-    for (let k = 0; k < s.nUsed; k++) {
-      const e = call.ids[t * s.nUsed + k]!;
-      const sub = (m: Float32Array): Float32Array => m.subarray(e * per, (e + 1) * per);
-      expertFfnAccumulate({ nEmbd, ff, gate: sub(d.values.gate), up: sub(d.values.up), down: sub(d.values.down) },
-        call.rows.subarray(t * nEmbd, (t + 1) * nEmbd), call.probs[t * s.nUsed + k]!, y);
-    }
-    out.set(y, t * nEmbd);
-  }
-  return out;
-}
-
-function nmse(got: Float32Array, want: Float64Array): number {
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < want.length; i++) {
-    num += (got[i]! - want[i]!) ** 2;
-    den += want[i]! ** 2;
-  }
-  return num / den;
+  return { nEmbd: s.nEmbd, ff: s.ff, nExpert: s.nExpert, types: { gate: type, up: type, down: type }, gate, up, down };
 }
 
 const message = (e: unknown): string => (e instanceof Error ? e.message : String(e)).split('\n')[0]!.slice(0, 300);
 
-async function timeCalls(rt: ExpertComputer, s: BenchShape, call: ReturnType<typeof syntheticCall>, cfg: BenchConfig): Promise<{ ms: number[]; out: Float32Array }> {
+async function timeCalls(
+  rt: ExpertComputer,
+  s: BenchShape,
+  call: ReturnType<typeof syntheticCall>,
+  cfg: BenchConfig,
+): Promise<{ ms: number[]; out: Float32Array }> {
   let out: Float32Array = new Float32Array(0);
   for (let i = 0; i < cfg.warmup; i++) out = await rt.compute(call.rows, call.ids, call.probs, s.nTokens, s.nUsed);
   const ms: number[] = [];
@@ -92,7 +65,14 @@ function expertsTouched(ids: Int32Array): number {
 async function run(cfg: BenchConfig): Promise<BenchReport> {
   const notes: string[] = [];
   const rows: BenchRow[] = [];
-  const env: BenchReport['env'] = { userAgent: navigator.userAgent, hardwareConcurrency: navigator.hardwareConcurrency, crossOriginIsolated, ortVersion: ort.env.versions.web ?? '?', ortThreads: 1, adapter: null };
+  const env: BenchReport['env'] = {
+    userAgent: navigator.userAgent,
+    hardwareConcurrency: navigator.hardwareConcurrency,
+    crossOriginIsolated,
+    ortVersion: ort.env.versions.web ?? '?',
+    ortThreads: 1,
+    adapter: null,
+  };
 
   ort.env.wasm.wasmPaths = cfg.wasmPaths;
   ort.env.wasm.numThreads = cfg.ortThreads > 0 ? cfg.ortThreads : crossOriginIsolated ? Math.min(4, navigator.hardwareConcurrency) : 1;
@@ -125,18 +105,18 @@ async function run(cfg: BenchConfig): Promise<BenchReport> {
       continue;
     }
     for (const shape of cfg.shapes) {
-      const data = makeSlice(type, shape, seed++);
+      const slice = makeSlice(type, shape, seed++);
       const call = syntheticCall(shape, seed++);
-      const want = reference(data, shape, call);
+      const want = referenceCall(dequantizeExperts(slice), { ...call, nTokens: shape.nTokens, nUsed: shape.nUsed });
       const touched = expertsTouched(call.ids);
-      const quantBytesPerExpert = (data.slice.gate.length + data.slice.up.length + data.slice.down.length) / shape.nExperts;
-      const f32Bytes = shape.nExperts * 3 * shape.nEmbd * shape.ff * 4;
+      const quantBytesPerExpert = (slice.gate.length + slice.up.length + slice.down.length) / shape.nExpert;
+      const f32Bytes = shape.nExpert * 3 * shape.nEmbd * shape.ff * 4;
       const flops = callFlops(shape);
 
       type Handle = { rt: ExpertComputer; dispose: () => unknown; kernelFeatures?: string[] };
       const oursWith = (features: 'auto' | []) => async (): Promise<Handle> => {
         if (!device) throw new Error('no WebGPU device');
-        const rt = await ExpertRuntime.create(device, data.slice, { features });
+        const rt = await ExpertRuntime.create(device, slice, { features });
         return { rt, dispose: () => rt.dispose(), kernelFeatures: rt.capabilities().kernelFeatures };
       };
       const hasVariants = device !== null && (device.features.has('subgroups') || device.features.has('shader-f16'));
@@ -148,7 +128,7 @@ async function run(cfg: BenchConfig): Promise<BenchReport> {
           // The ORT graph is dense: every expert's float32 weights are read on every call.
           weightBytes: f32Bytes,
           create: async () => {
-            const rt = await OrtExpertFallback.create(ort, data.slice, { executionProviders: [ep] });
+            const rt = await OrtExpertFallback.create(ort, slice, { executionProviders: [ep] });
             return { rt, dispose: () => rt.dispose() };
           },
         })),
@@ -161,8 +141,16 @@ async function run(cfg: BenchConfig): Promise<BenchReport> {
           const { ms, out } = await timeCalls(handle.rt, shape, call, cfg);
           const msMedian = median(ms);
           rows.push({
-            type: typeName, shape, backend: b.name, msMedian, msMin: Math.min(...ms), iterations: ms.length,
-            gflops: flops / (msMedian * 1e6), gbps: b.weightBytes / (msMedian * 1e6), weightBytes: b.weightBytes, nmse: nmse(out, want),
+            type: typeName,
+            shape,
+            backend: b.name,
+            msMedian,
+            msMin: Math.min(...ms),
+            iterations: ms.length,
+            gflops: flops / (msMedian * 1e6),
+            gbps: b.weightBytes / (msMedian * 1e6),
+            weightBytes: b.weightBytes,
+            nmse: nmse(out, want),
             ...(handle.kernelFeatures ? { kernelFeatures: handle.kernelFeatures } : {}),
           });
         } catch (e) {
@@ -193,7 +181,13 @@ window.runKernelBench = async (config) => {
   try {
     return await run(config);
   } catch (e) {
-    const report: BenchReport = { config, env: null, rows: [], notes: [`bench failed: ${e instanceof Error ? e.stack ?? e.message : String(e)}`], text: '' };
+    const report: BenchReport = {
+      config,
+      env: null,
+      rows: [],
+      notes: [`bench failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`],
+      text: '',
+    };
     report.text = formatReport(report);
     return report;
   }

@@ -8,7 +8,7 @@ export interface BenchShape {
   label: string;
   nEmbd: number;
   ff: number;
-  nExperts: number;
+  nExpert: number;
   nTokens: number;
   nUsed: number;
 }
@@ -59,8 +59,8 @@ export interface BenchReport {
 }
 
 export const DEFAULT_SHAPES: BenchShape[] = [
-  { label: 'decode', nEmbd: 256, ff: 256, nExperts: 4, nTokens: 1, nUsed: 2 },
-  { label: 'batched', nEmbd: 256, ff: 256, nExperts: 4, nTokens: 64, nUsed: 2 },
+  { label: 'decode', nEmbd: 256, ff: 256, nExpert: 4, nTokens: 1, nUsed: 2 },
+  { label: 'batched', nEmbd: 256, ff: 256, nExpert: 4, nTokens: 64, nUsed: 2 },
 ];
 
 const pad = (s: string, n: number): string => (s.length >= n ? s : s + ' '.repeat(n - s.length));
@@ -72,8 +72,12 @@ export function formatReport(r: BenchReport): string {
   const e = r.env;
   if (e) {
     const a = e.adapter;
-    out.push(`adapter: ${a ? `${a.vendor || '?'} / ${a.architecture || '?'}${a.description ? ` (${a.description})` : ''}${a.isFallbackAdapter ? ', fallback adapter' : ''}` : 'none'}`);
-    out.push(`onnxruntime-web ${e.ortVersion}, wasm threads ${e.ortThreads} (cross-origin isolated: ${e.crossOriginIsolated}); ${e.hardwareConcurrency} logical CPUs`);
+    out.push(
+      `adapter: ${a ? `${a.vendor || '?'} / ${a.architecture || '?'}${a.description ? ` (${a.description})` : ''}${a.isFallbackAdapter ? ', fallback adapter' : ''}` : 'none'}`,
+    );
+    out.push(
+      `onnxruntime-web ${e.ortVersion}, wasm threads ${e.ortThreads} (cross-origin isolated: ${e.crossOriginIsolated}); ${e.hardwareConcurrency} logical CPUs`,
+    );
   }
   out.push('GFLOP/s counts 2·3·nEmbd·ff flops per routed (token, expert) pair; GB/s counts the weight bytes each backend reads per call:');
   out.push('  ours = quantized bytes of the routed experts; ORT = float32 weights of all experts (its graph is dense over the slice).');
@@ -83,14 +87,22 @@ export function formatReport(r: BenchReport): string {
       const rows = r.rows.filter((x) => x.type === type && x.shape.label === shape.label);
       if (rows.length === 0) continue;
       out.push('');
-      out.push(`${type} ${shape.label}: ${shape.nTokens} row${shape.nTokens === 1 ? '' : 's'} × top-${shape.nUsed} of ${shape.nExperts} experts, nEmbd=${shape.nEmbd} ff=${shape.ff}`);
-      out.push(`  ${pad('backend', 12)} ${lpad('ms/call', 9)} ${lpad('min ms', 9)} ${lpad('GFLOP/s', 8)} ${lpad('GB/s', 8)} ${lpad('MB read', 8)} ${lpad('NMSE', 9)}`);
+      out.push(
+        `${type} ${shape.label}: ${shape.nTokens} row${shape.nTokens === 1 ? '' : 's'} × top-${shape.nUsed} of ${shape.nExpert} experts, nEmbd=${shape.nEmbd} ff=${shape.ff}`,
+      );
+      out.push(
+        `  ${pad('backend', 12)} ${lpad('ms/call', 9)} ${lpad('min ms', 9)} ${lpad('GFLOP/s', 8)} ${lpad('GB/s', 8)} ${lpad('MB read', 8)} ${lpad('NMSE', 9)}`,
+      );
       for (const x of rows) {
-        out.push(`  ${pad(x.backend, 12)} ${lpad(num(x.msMedian), 9)} ${lpad(num(x.msMin), 9)} ${lpad(num(x.gflops), 8)} ${lpad(num(x.gbps), 8)} ${lpad(num(x.weightBytes / 1e6), 8)} ${lpad(x.nmse.toExponential(1), 9)}`);
+        out.push(
+          `  ${pad(x.backend, 12)} ${lpad(num(x.msMedian), 9)} ${lpad(num(x.msMin), 9)} ${lpad(num(x.gflops), 8)} ${lpad(num(x.gbps), 8)} ${lpad(num(x.weightBytes / 1e6), 8)} ${lpad(x.nmse.toExponential(1), 9)}`,
+        );
       }
       const ours = rows.find((x) => x.backend === 'ours-webgpu');
       if (ours?.kernelFeatures?.length) out.push(`  ours-webgpu uses ${ours.kernelFeatures.join(' + ')}`);
-      const ratios = ours ? rows.filter((x) => x.backend.startsWith('ort-')).map((x) => `vs ${x.backend} ${num(x.msMedian / ours.msMedian)}×`) : [];
+      const ratios = ours
+        ? rows.filter((x) => x.backend.startsWith('ort-')).map((x) => `vs ${x.backend} ${num(x.msMedian / ours.msMedian)}×`)
+        : [];
       if (ratios.length) out.push(`  ours/ORT speed (ORT ms ÷ ours ms; > 1 = ours faster): ${ratios.join(', ')}`);
       const base = rows.find((x) => x.backend === 'ours-base');
       if (ours && base) out.push(`  variants: base ms ÷ ours-webgpu ms = ${num(base.msMedian / ours.msMedian)}× (> 1 = the features help)`);

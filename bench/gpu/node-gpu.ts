@@ -11,9 +11,11 @@
 import { create, globals } from 'webgpu';
 import { GGMLType, rowByteSize } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
+import { median } from '../../shaders/computer.ts';
 import { requestExpertDevice } from '../../shaders/device.ts';
+import { mulberry32 } from '../../shaders/random.ts';
+import { nmse } from '../../shaders/reference/expert-call.ts';
 import { ExpertRuntime } from '../../shaders/runtime.ts';
-import { median } from '../stats.ts';
 
 Object.assign(globalThis, globals);
 const quick = process.argv.includes('--quick');
@@ -25,43 +27,44 @@ if (!got) {
 }
 const { adapter, device } = got;
 const info = adapter.info;
-console.log(`adapter: ${info.vendor} / ${info.architecture} / ${info.device} / ${info.description}; features: ${[...device.features].sort().join(' ')}`);
+console.log(
+  `adapter: ${info.vendor} / ${info.architecture} / ${info.device} / ${info.description}; features: ${[...device.features].sort().join(' ')}`,
+);
 
 const nEmbd = quick ? 256 : 2048;
 const ff = quick ? 256 : 768;
-const nExperts = quick ? 4 : 16;
+const nExpert = quick ? 4 : 16;
 const iterations = quick ? 3 : 20;
 
 function weights(n: number, seed: number): Float32Array {
-  const out = new Float32Array(n);
-  let s = seed >>> 0;
-  for (let i = 0; i < n; i++) {
-    s ^= s << 13;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    out[i] = ((s >>> 0) / 4294967296 - 0.5) * 0.05;
-  }
-  return out;
+  const r = mulberry32(seed);
+  return new Float32Array(n).map(() => (r() - 0.5) * 0.05);
 }
-
 
 for (const type of [GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.F16]) {
   const t0 = performance.now();
-  const gate = quantize(type, weights(nExperts * ff * nEmbd, 1));
-  const up = quantize(type, weights(nExperts * ff * nEmbd, 2));
-  const down = quantize(type, weights(nExperts * nEmbd * ff, 3));
-  const slice = { nEmbd, ff, nExperts, types: { gate: type, up: type, down: type }, gate, up, down };
+  const gate = quantize(type, weights(nExpert * ff * nEmbd, 1));
+  const up = quantize(type, weights(nExpert * ff * nEmbd, 2));
+  const down = quantize(type, weights(nExpert * nEmbd * ff, 3));
+  const slice = { nEmbd, ff, nExpert, types: { gate: type, up: type, down: type }, gate, up, down };
   const variants = [
     { name: 'auto', rt: await ExpertRuntime.create(device, slice) },
     { name: 'base', rt: await ExpertRuntime.create(device, slice, { features: [] }) },
   ];
-  console.log(`${GGMLType[type]}: auto uses [${variants[0]!.rt.capabilities().kernelFeatures.join(', ')}] (${variants[0]!.rt.capabilities().kernelFeaturesReason})`);
+  console.log(
+    `${GGMLType[type]}: auto uses [${variants[0]!.rt.capabilities().kernelFeatures.join(', ')}] (${variants[0]!.rt.capabilities().kernelFeaturesReason})`,
+  );
   const prepS = (performance.now() - t0) / 1000;
   const bytesPerExpert = 2 * ff * rowByteSize(type, nEmbd) + nEmbd * rowByteSize(type, ff);
-  for (const [name, nTokens, nUsed] of [['decode', 1, 8], ['decode', 4, 8], ['batched', 64, 8], ['batched', 512, 8]] as const) {
+  for (const [name, nTokens, nUsed] of [
+    ['decode', 1, 8],
+    ['decode', 4, 8],
+    ['batched', 64, 8],
+    ['batched', 512, 8],
+  ] as const) {
     if (quick && nTokens > 64) continue;
-    const used = Math.min(nUsed, nExperts);
-    const ids = new Int32Array(nTokens * used).map((_, i) => (i % used + Math.floor(i / used) * 3) % nExperts);
+    const used = Math.min(nUsed, nExpert);
+    const ids = new Int32Array(nTokens * used).map((_, i) => ((i % used) + Math.floor(i / used) * 3) % nExpert);
     const probs = new Float32Array(nTokens * used).fill(1 / used);
     const rows = weights(nTokens * nEmbd, 7).map((x) => x * 40);
     const regime = name === 'decode' ? 'decode' : 'auto';
@@ -82,18 +85,18 @@ for (const type of [GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.F16]) 
       const gflops = (pairs * 2 * 3 * nEmbd * ff) / (ms / 1000) / 1e9;
       const gbs = (distinct * bytesPerExpert) / (ms / 1000) / 1e9;
       const ran = regime === 'auto' ? rt.planRegime(ids, nTokens, used).regime : regime;
-      console.log(`${GGMLType[type]!.padEnd(5)} ${name.padEnd(7)} ${String(nTokens).padStart(4)} rows × top-${used} (${ran}, ${variant}): ${ms.toFixed(3)} ms/call (min ${Math.min(...times).toFixed(3)}), ${gflops.toFixed(1)} GFLOP/s, weights ${gbs.toFixed(1)} GB/s`);
+      console.log(
+        `${GGMLType[type]!.padEnd(5)} ${name.padEnd(7)} ${String(nTokens).padStart(4)} rows × top-${used} (${ran}, ${variant}): ${ms.toFixed(3)} ms/call (min ${Math.min(...times).toFixed(3)}), ${gflops.toFixed(1)} GFLOP/s, weights ${gbs.toFixed(1)} GB/s`,
+      );
     }
-    let num = 0;
-    let den = 0;
-    for (let i = 0; i < outs[0]!.length; i++) {
-      num += (outs[0]![i]! - outs[1]![i]!) ** 2;
-      den += outs[1]![i]! ** 2;
-    }
-    console.log(`      auto vs base: NMSE ${(num / den).toExponential(2)}, base ms ÷ auto ms = ${(medians[1]! / medians[0]!).toFixed(2)}×`);
+    console.log(
+      `      auto vs base: NMSE ${nmse(outs[0]!, outs[1]!).toExponential(2)}, base ms ÷ auto ms = ${(medians[1]! / medians[0]!).toFixed(2)}×`,
+    );
   }
   for (const { rt } of variants) rt.dispose();
-  console.log(`      (slice of ${nExperts} experts, ${((nExperts * bytesPerExpert) / 1e6).toFixed(1)} MB, quantized and uploaded in ${prepS.toFixed(1)} s)`);
+  console.log(
+    `      (slice of ${nExpert} experts, ${((nExpert * bytesPerExpert) / 1e6).toFixed(1)} MB, quantized and uploaded in ${prepS.toFixed(1)} s)`,
+  );
 }
 device.destroy();
 process.exit(0);

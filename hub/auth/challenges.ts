@@ -66,7 +66,11 @@ export class ChallengeStore {
   private readonly byWallet = new Map<string, string[]>();
 
   constructor({ ttlMs = 300_000, maxOutstanding = 50_000, maxPerWallet = 8 }: ChallengeStoreOptions = {}) {
-    for (const [name, v] of [['ttlMs', ttlMs], ['maxOutstanding', maxOutstanding], ['maxPerWallet', maxPerWallet]] as const) {
+    for (const [name, v] of [
+      ['ttlMs', ttlMs],
+      ['maxOutstanding', maxOutstanding],
+      ['maxPerWallet', maxPerWallet],
+    ] as const) {
       if (!Number.isSafeInteger(v) || v < 1) throw new RangeError(`ChallengeStore ${name} must be a positive integer`);
     }
     this.ttlMs = ttlMs;
@@ -86,7 +90,10 @@ export class ChallengeStore {
     const message = challengeMessage(wallet, nonce, nowMs);
 
     let mine = this.byWallet.get(wallet);
-    if (mine === undefined) this.byWallet.set(wallet, (mine = []));
+    if (mine === undefined) {
+      mine = [];
+      this.byWallet.set(wallet, mine);
+    }
     while (mine.length >= this.maxPerWallet) this.byNonce.delete(mine.shift()!);
     mine.push(nonce);
     this.byNonce.set(nonce, { wallet, issuedMs: nowMs, message });

@@ -9,6 +9,8 @@
  * the body and client IP in, and turns a thrown HubError into its reply.
  */
 import { HubError } from '../errors.ts';
+import { AUTH_RATE_LIMIT } from '../limits.ts';
+import { object } from '../validate.ts';
 import { ChallengeStore, type ChallengeStoreOptions } from './challenges.ts';
 import { RateLimiter } from './rate-limit.ts';
 import { DEFAULT_TOKEN_TTL_S, bearerToken, mintToken, verifyToken } from './tokens.ts';
@@ -16,12 +18,23 @@ import { decodeSignature, parseWallet, verifySignature } from './wallet.ts';
 
 export { BASE58_ALPHABET, BASE58_MAX_CHARS, decodeBase58, encodeBase58 } from './base58.ts';
 export {
-  SIGNATURE_BYTES, WALLET_BYTES, WALLET_MAX_CHARS, decodeSignature, ed25519PublicKey, parseWallet, verifySignature,
+  SIGNATURE_BYTES,
+  WALLET_BYTES,
+  WALLET_MAX_CHARS,
+  decodeSignature,
+  ed25519PublicKey,
+  parseWallet,
+  verifySignature,
 } from './wallet.ts';
 export { ChallengeStore, challengeMessage } from './challenges.ts';
 export type { Challenge, ChallengeStoreOptions } from './challenges.ts';
 export {
-  DEFAULT_TOKEN_TTL_S, TOKEN_MAX_CHARS, TOKEN_SECRET_MIN_BYTES, bearerToken, mintToken, verifyToken,
+  DEFAULT_TOKEN_TTL_S,
+  TOKEN_MAX_CHARS,
+  TOKEN_SECRET_MIN_BYTES,
+  bearerToken,
+  mintToken,
+  verifyToken,
 } from './tokens.ts';
 export type { MintedToken, VerifiedToken } from './tokens.ts';
 export { RateLimiter } from './rate-limit.ts';
@@ -44,8 +57,8 @@ export interface NodeAuthOptions {
   /** Options for the challenge store (nonce TTL, caps). */
   challenges?: ChallengeStoreOptions;
   /**
-   * Per-IP token bucket shared by both minting calls (a login costs 2 tokens). Default: burst 30, 0.5/s refill,
-   * 100 000 IPs tracked.
+   * Per-IP token bucket shared by both minting calls (a login costs 2 tokens). Default: AUTH_RATE_LIMIT (burst 30,
+   * 0.5/s refill) and the RateLimiter's 100 000 IPs tracked.
    */
   rateLimit?: { capacity?: number; refillPerSec?: number; maxKeys?: number };
 }
@@ -69,13 +82,6 @@ function field(body: Record<string, unknown>, name: keyof typeof BODY_CAPS): str
   return v;
 }
 
-function object(body: unknown): Record<string, unknown> {
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
-    throw new HubError('BODY_INVALID', 'body must be a JSON object');
-  }
-  return body as Record<string, unknown>;
-}
-
 export class NodeAuth {
   readonly challenges: ChallengeStore;
   readonly limiter: RateLimiter;
@@ -88,9 +94,9 @@ export class NodeAuth {
     mintToken(secret, 'x', 0, tokenTtlS); // fail fast on a short secret or a bad TTL
     this.challenges = new ChallengeStore(challenges);
     this.limiter = new RateLimiter({
-      capacity: rateLimit?.capacity ?? 30,
-      refillPerSec: rateLimit?.refillPerSec ?? 0.5,
-      maxKeys: rateLimit?.maxKeys ?? 100_000,
+      capacity: rateLimit?.capacity ?? AUTH_RATE_LIMIT.capacity,
+      refillPerSec: rateLimit?.refillPerSec ?? AUTH_RATE_LIMIT.refillPerSec,
+      ...(rateLimit?.maxKeys !== undefined ? { maxKeys: rateLimit.maxKeys } : {}),
     });
   }
 
@@ -135,4 +141,3 @@ export class NodeAuth {
     throw new HubError('RATE_LIMITED', `too many login requests; retry in ${retryS} s`, { 'Retry-After': String(retryS) });
   }
 }
-

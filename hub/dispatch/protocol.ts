@@ -21,7 +21,7 @@ export const DISPATCH_LIMITS = Object.freeze({
   maxRows: 8192,
   maxEmbd: 65536,
   maxUsed: 64,
-  maxModelName: 256,
+  maxModelDesc: 256,
   maxPayload: 256 * 1024 * 1024,
   maxQuietMs: 60_000,
 });
@@ -60,7 +60,8 @@ export interface Hello {
   nExpert: number;
   nExpertUsed: number;
   deadlineMs: number;
-  model: string;
+  /** llama.cpp's description of the model (llama_model_desc, e.g. "qwen3moe 30B.A3B Q4_K - Medium"), not the hub's name for it. */
+  modelDesc: string;
 }
 
 export interface DispatchRequest {
@@ -77,8 +78,8 @@ export interface DispatchRequest {
   rows: Float32Array;
   /** [nTokens × nUsed] expert ids chosen by the coordinator's router. */
   ids: Int32Array;
-  /** [nTokens × nUsed] router weights. */
-  weights: Float32Array;
+  /** [nTokens × nUsed] router probabilities of those experts, after the model's normalisation and scaling. */
+  probs: Float32Array;
 }
 
 interface ResponseBase {
@@ -112,6 +113,11 @@ function checkInt(name: string, v: number, min: number, max: number): void {
   }
 }
 
+/** Writes a payload's leading u32 fields, in order, right after the header. */
+function putU32s(view: DataView, fields: readonly number[]): void {
+  for (const [i, x] of fields.entries()) view.setUint32(HEADER_BYTES + 4 * i, x, true);
+}
+
 function frame(kind: FrameKind, seq: number, payloadBytes: number): { bytes: Uint8Array; view: DataView } {
   const bytes = new Uint8Array(HEADER_BYTES + payloadBytes);
   const view = new DataView(bytes.buffer);
@@ -142,10 +148,10 @@ export function decodeHeader(h: Uint8Array): FrameHeader {
 }
 
 export function encodeHello(h: Hello): Uint8Array {
-  const name = new TextEncoder().encode(h.model).subarray(0, DISPATCH_LIMITS.maxModelName);
-  const { bytes, view } = frame(FrameKind.Hello, 0, HELLO_FIXED + name.length);
-  [h.nLayer, h.nEmbd, h.nExpert, h.nExpertUsed, h.deadlineMs, name.length].forEach((x, i) => view.setUint32(HEADER_BYTES + 4 * i, x, true));
-  bytes.set(name, HEADER_BYTES + HELLO_FIXED);
+  const desc = new TextEncoder().encode(h.modelDesc).subarray(0, DISPATCH_LIMITS.maxModelDesc);
+  const { bytes, view } = frame(FrameKind.Hello, 0, HELLO_FIXED + desc.length);
+  putU32s(view, [h.nLayer, h.nEmbd, h.nExpert, h.nExpertUsed, h.deadlineMs, desc.length]);
+  bytes.set(desc, HEADER_BYTES + HELLO_FIXED);
   return bytes;
 }
 
@@ -153,12 +159,16 @@ export function decodeHello(payload: Uint8Array): Hello {
   if (payload.length < HELLO_FIXED) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'hello is too short');
   const v = new DataView(payload.buffer, payload.byteOffset, payload.length);
   const u = (i: number): number => v.getUint32(4 * i, true);
-  const nameLen = u(5);
-  checkInt('model name length', nameLen, 0, DISPATCH_LIMITS.maxModelName);
-  if (payload.length !== HELLO_FIXED + nameLen) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'hello length does not match its name');
+  const descLen = u(5);
+  checkInt('desc_len', descLen, 0, DISPATCH_LIMITS.maxModelDesc);
+  if (payload.length !== HELLO_FIXED + descLen) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'hello size does not match desc_len');
   const hello: Hello = {
-    nLayer: u(0), nEmbd: u(1), nExpert: u(2), nExpertUsed: u(3), deadlineMs: u(4),
-    model: new TextDecoder().decode(payload.subarray(HELLO_FIXED)),
+    nLayer: u(0),
+    nEmbd: u(1),
+    nExpert: u(2),
+    nExpertUsed: u(3),
+    deadlineMs: u(4),
+    modelDesc: new TextDecoder().decode(payload.subarray(HELLO_FIXED)),
   };
   checkInt('n_embd', hello.nEmbd, 1, DISPATCH_LIMITS.maxEmbd);
   checkInt('n_expert_used', hello.nExpertUsed, 0, DISPATCH_LIMITS.maxUsed);
@@ -176,19 +186,20 @@ export function encodeHelloAck(accepted: boolean, code = 0): Uint8Array {
 export function encodeRequest(r: DispatchRequest): Uint8Array {
   const payload = REQUEST_FIXED + 4 * (r.nTokens * r.nEmbd + 2 * r.nTokens * r.nUsed);
   const { bytes, view } = frame(FrameKind.Request, r.seq, payload);
-  [r.layer, r.nTokens, r.nEmbd, r.nUsed, r.deadlineUs, r.localNsPerPair].forEach((x, i) => view.setUint32(HEADER_BYTES + 4 * i, x, true));
+  putU32s(view, [r.layer, r.nTokens, r.nEmbd, r.nUsed, r.deadlineUs, r.localNsPerPair]);
   let o = HEADER_BYTES + REQUEST_FIXED;
   bytes.set(new Uint8Array(r.rows.buffer, r.rows.byteOffset, r.rows.byteLength), o);
   o += r.rows.byteLength;
   bytes.set(new Uint8Array(r.ids.buffer, r.ids.byteOffset, r.ids.byteLength), o);
   o += r.ids.byteLength;
-  bytes.set(new Uint8Array(r.weights.buffer, r.weights.byteOffset, r.weights.byteLength), o);
+  bytes.set(new Uint8Array(r.probs.buffer, r.probs.byteOffset, r.probs.byteLength), o);
   return bytes;
 }
 
 /** Decodes and range-checks a request payload. `nExpert` bounds the ids (router authority: we never choose, only check). */
 export function decodeRequest(header: FrameHeader, payload: Uint8Array, nExpert: number): DispatchRequest {
-  if (header.kind !== FrameKind.Request) throw new DispatchProtocolError('DISPATCH_BAD_KIND', `expected a request, got kind ${header.kind}`);
+  if (header.kind !== FrameKind.Request)
+    throw new DispatchProtocolError('DISPATCH_BAD_KIND', `expected a request, got kind ${header.kind}`);
   if (payload.length < REQUEST_FIXED) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'request is too short');
   const v = new DataView(payload.buffer, payload.byteOffset, payload.length);
   const u = (i: number): number => v.getUint32(4 * i, true);
@@ -197,16 +208,17 @@ export function decodeRequest(header: FrameHeader, payload: Uint8Array, nExpert:
   checkInt('n_embd', nEmbd, 1, DISPATCH_LIMITS.maxEmbd);
   checkInt('n_used', nUsed, 1, DISPATCH_LIMITS.maxUsed);
   const want = REQUEST_FIXED + 4 * (nTokens * nEmbd + 2 * nTokens * nUsed);
-  if (payload.length !== want) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `request of ${payload.length} bytes, expected ${want}`);
+  if (payload.length !== want)
+    throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `request of ${payload.length} bytes, expected ${want}`);
   // Copy into fresh aligned buffers: the payload may sit at any offset of a pooled buffer.
   const body = payload.slice(REQUEST_FIXED);
   const rows = new Float32Array(body.buffer, 0, nTokens * nEmbd);
   const ids = new Int32Array(body.buffer, 4 * nTokens * nEmbd, nTokens * nUsed);
-  const weights = new Float32Array(body.buffer, 4 * (nTokens * nEmbd + nTokens * nUsed), nTokens * nUsed);
+  const probs = new Float32Array(body.buffer, 4 * (nTokens * nEmbd + nTokens * nUsed), nTokens * nUsed);
   for (const id of ids) {
     if (id < 0 || id >= nExpert) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `expert id ${id} outside [0, ${nExpert})`);
   }
-  return { seq: header.seq, layer, nTokens, nEmbd, nUsed, deadlineUs, localNsPerPair, rows, ids, weights };
+  return { seq: header.seq, layer, nTokens, nEmbd, nUsed, deadlineUs, localNsPerPair, rows, ids, probs };
 }
 
 export function encodeResponse(r: DispatchResponse): Uint8Array {
@@ -221,12 +233,13 @@ export function encodeResponse(r: DispatchResponse): Uint8Array {
     bytes.set(r.served, HEADER_BYTES + RESPONSE_FIXED);
     bytes.set(new Uint8Array(r.sums.buffer, r.sums.byteOffset, r.sums.byteLength), HEADER_BYTES + RESPONSE_FIXED + pad4(pairs));
   }
-  [r.layer, r.nTokens, r.nUsed, r.mode === 'local' ? 0 : 1, r.quietMs, served].forEach((x, i) => view.setUint32(HEADER_BYTES + 4 * i, x, true));
+  putU32s(view, [r.layer, r.nTokens, r.nUsed, r.mode === 'local' ? 0 : 1, r.quietMs, served]);
   return bytes;
 }
 
 export function decodeResponse(header: FrameHeader, payload: Uint8Array, nEmbd: number): DispatchResponse {
-  if (header.kind !== FrameKind.Response) throw new DispatchProtocolError('DISPATCH_BAD_KIND', `expected a response, got kind ${header.kind}`);
+  if (header.kind !== FrameKind.Response)
+    throw new DispatchProtocolError('DISPATCH_BAD_KIND', `expected a response, got kind ${header.kind}`);
   if (payload.length < RESPONSE_FIXED) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'response is too short');
   const v = new DataView(payload.buffer, payload.byteOffset, payload.length);
   const u = (i: number): number => v.getUint32(4 * i, true);
@@ -242,7 +255,12 @@ export function decodeResponse(header: FrameHeader, payload: Uint8Array, nEmbd: 
     throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'served answer of the wrong size');
   }
   const body = payload.slice(RESPONSE_FIXED);
-  return { ...base, mode: 'served', served: body.subarray(0, pairs), sums: new Float32Array(body.buffer, pad4(pairs), base.nTokens * nEmbd) };
+  return {
+    ...base,
+    mode: 'served',
+    served: body.subarray(0, pairs),
+    sums: new Float32Array(body.buffer, pad4(pairs), base.nTokens * nEmbd),
+  };
 }
 
 /**

@@ -5,13 +5,13 @@
  *   chooseAssignment([demandOfA, demandOfB], shapes, { model: '', maxExperts: 64, device, held })
  *
  * Ranking, best first: higher scarcity, then the wider free range, then the lowest model name, layer and begin
- * (so equal inputs always give the same answer). Only segments with scarcity > 0 are offered. Parts the volunteer
- * already holds are cut out of each segment first, and every free piece competes on its own: the volunteer never
- * gets an overlap with what it holds, and among equally wide pieces the first (lowest begin) wins.
+ * (so equal inputs always give the same answer). Only demand segments with scarcity > 0 are offered. Ranges the
+ * volunteer already holds are cut out of each segment first, and every free piece competes on its own: the volunteer
+ * never gets an overlap with what it holds, and among equally wide pieces the first (lowest begin) wins.
  * The winner is clipped to `[begin, min(end, begin + maxExperts, begin + device capacity))`.
  *
  * Request validation throws HubError (BODY_INVALID, MODEL_UNKNOWN); market outcomes ("nothing wanted", "device too
- * small") are answers, `{assigned: false, reason}`.
+ * small") are answers, `{assigned: false, code, reason}`: a stable `RefusalCode` to match and a sentence to read.
  */
 import { HubError } from '../errors.ts';
 import type { DeviceCapabilities, ExpertRange, HeldRange, ModelDemand, ModelShape } from './types.ts';
@@ -22,8 +22,8 @@ export interface VolunteerRequest {
   /** 0 or missing = no limit. */
   maxExperts?: number;
   device?: DeviceCapabilities;
-  /** What this volunteer already holds; never offered again. */
-  held?: HeldRange[];
+  /** What this volunteer already holds (its coverage: ranges of one model); never offered again. */
+  held?: { model: string; ranges: readonly HeldRange[] };
 }
 
 export interface Assignment {
@@ -40,14 +40,33 @@ export interface Assignment {
   n_expert: number;
 }
 
+/** Why the device cannot take one expert of a model. */
+export type DeviceRefusalCode =
+  /** One expert matrix is larger than the device's maxStorageBufferBindingSize. */
+  | 'binding-too-small'
+  /** One expert matrix is larger than the device's maxBufferSize. */
+  | 'buffer-too-small'
+  /** memoryBudgetBytes is less than one whole expert. */
+  | 'budget-too-small';
+
+/** Why a volunteer is offered nothing. Callers and tests match the code; `reason` says it to a person. */
+export type RefusalCode =
+  /** No expert of the asked model (or of any model) is below its target replicas. */
+  | 'nothing-wanted'
+  /** Everything below target is already held by this volunteer. */
+  | 'already-held'
+  /** Something is wanted, but no model with a wanted piece fits the device; the code says which limit. */
+  | DeviceRefusalCode;
+
 export interface Refusal {
   assigned: false;
+  code: RefusalCode;
   reason: string;
 }
 
 export type VolunteerAnswer = Assignment | Refusal;
 
-export type DeviceFit = { fits: true; experts: number } | { fits: false; reason: string };
+export type DeviceFit = { fits: true; experts: number } | { fits: false; code: DeviceRefusalCode; reason: string };
 
 interface Candidate {
   model: string;
@@ -64,7 +83,7 @@ export function chooseAssignment(
   shapes: ReadonlyMap<string, ModelShape>,
   request: VolunteerRequest = {},
 ): VolunteerAnswer {
-  const { model = '', maxExperts = 0, device, held = [] } = request;
+  const { model = '', maxExperts = 0, device, held } = request;
   checkRequest(model, maxExperts, device);
   if (model !== '' && !demands.some((d) => d.model === model)) {
     throw new HubError('MODEL_UNKNOWN', `model ${JSON.stringify(model)} is not served here; GET /v1/models lists the names`);
@@ -79,9 +98,13 @@ export function chooseAssignment(
     const shape = shapes.get(demand.model);
     if (!shape) continue; // no shape, no n_embd to hand out: not offerable
     let fit = fitOf.get(demand.model);
-    if (!fit) fitOf.set(demand.model, (fit = deviceFit(shape, device)));
+    if (!fit) {
+      fit = deviceFit(shape, device);
+      fitOf.set(demand.model, fit);
+    }
+    const heldOfModel = held?.model === demand.model ? held.ranges : [];
     for (const { layer, segments } of demand.layers) {
-      const heldHere = held.filter((h) => h.model === demand.model && h.layer === layer);
+      const heldHere = heldOfModel.filter(([l]) => l === layer).map(([, begin, end]) => ({ begin, end }));
       for (const seg of segments) {
         if (!(seg.scarcity > 0)) continue;
         scarceSeen = true;
@@ -95,11 +118,14 @@ export function chooseAssignment(
   }
 
   const scope = model === '' ? 'any served model' : JSON.stringify(model);
-  if (!scarceSeen) return { assigned: false, reason: `no expert of ${scope} is below its target replicas` };
-  if (!best) return { assigned: false, reason: `this volunteer already holds every expert of ${scope} that is below target` };
+  if (!scarceSeen) return { assigned: false, code: 'nothing-wanted', reason: `no expert of ${scope} is below its target replicas` };
+  if (!best)
+    return { assigned: false, code: 'already-held', reason: `this volunteer already holds every expert of ${scope} that is below target` };
   if (!bestFitting) {
-    const fit = fitOf.get(best.model);
-    return { assigned: false, reason: fit && !fit.fits ? fit.reason : 'no wanted slice fits this device' };
+    // Had best's own model fit, best itself would be bestFitting: so its model is one the device cannot take.
+    const fit = fitOf.get(best.model)!;
+    if (fit.fits) throw new Error('chooseAssignment: the best candidate fits the device but was not chosen');
+    return { assigned: false, code: fit.code, reason: fit.reason };
   }
 
   const c = bestFitting;
@@ -109,9 +135,16 @@ export function chooseAssignment(
   if (maxExperts > 0) width = Math.min(width, maxExperts);
   if (fit.fits) width = Math.min(width, fit.experts);
   return {
-    assigned: true, model: c.model, layer: c.layer, experts: [c.begin, c.begin + width],
-    scarcity: c.scarcity, replicas: c.replicas, target: c.target,
-    n_embd: shape.nEmbd, n_layer: shape.nLayer, n_expert: shape.nExpert,
+    assigned: true,
+    model: c.model,
+    layer: c.layer,
+    experts: [c.begin, c.begin + width],
+    scarcity: c.scarcity,
+    replicas: c.replicas,
+    target: c.target,
+    n_embd: shape.nEmbd,
+    n_layer: shape.nLayer,
+    n_expert: shape.nExpert,
   };
 }
 
@@ -123,17 +156,29 @@ export function deviceFit(shape: ModelShape, device: DeviceCapabilities | undefi
   const matrix = shape.maxMatrixBytesPerExpert;
   const binding = device?.maxStorageBufferBindingSize;
   if (binding !== undefined && matrix > binding) {
-    return { fits: false, reason: `one expert matrix of ${shape.model} is ${matrix} bytes, above this device's maxStorageBufferBindingSize of ${binding}` };
+    return {
+      fits: false,
+      code: 'binding-too-small',
+      reason: `one expert matrix of ${shape.model} is ${matrix} bytes, above this device's maxStorageBufferBindingSize of ${binding}`,
+    };
   }
   const buffer = device?.maxBufferSize;
   if (buffer !== undefined && matrix > buffer) {
-    return { fits: false, reason: `one expert matrix of ${shape.model} is ${matrix} bytes, above this device's maxBufferSize of ${buffer}` };
+    return {
+      fits: false,
+      code: 'buffer-too-small',
+      reason: `one expert matrix of ${shape.model} is ${matrix} bytes, above this device's maxBufferSize of ${buffer}`,
+    };
   }
   const budget = device?.memoryBudgetBytes;
   if (budget === undefined) return { fits: true, experts: Infinity };
   const experts = Math.floor(budget / shape.bytesPerExpert);
   if (experts < 1) {
-    return { fits: false, reason: `memoryBudgetBytes ${budget} is less than one expert of ${shape.model} (${shape.bytesPerExpert} bytes)` };
+    return {
+      fits: false,
+      code: 'budget-too-small',
+      reason: `memoryBudgetBytes ${budget} is less than one expert of ${shape.model} (${shape.bytesPerExpert} bytes)`,
+    };
   }
   return { fits: true, experts };
 }

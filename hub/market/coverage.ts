@@ -7,33 +7,28 @@
  *   store.heartbeat('w1', 'tiny-moe', [[1, 0, 64]], Date.now());
  *   store.replicaCounts('tiny-moe', 1); // Int32Array(nExpert): 1 for experts 0..63, 0 after
  *
- * Replica counts are kept as one difference array per (model, MoE layer): a heartbeat costs O(its segments) and a
- * read costs O(nExpert), independent of the number of workers (10,000 workers heartbeating every 15 s is ~670
+ * Replica counts are kept as one difference array per (model, MoE layer): a heartbeat costs O(its held ranges) and
+ * a read costs O(nExpert), independent of the number of workers (10,000 workers heartbeating every 15 s is ~670
  * heartbeats a second).
  *
- * Overlapping (or touching) segments of one worker on one layer are merged, not rejected: a worker holds an expert
- * or it doesn't, so the union is the truthful reading and the worker counts once per expert. `segmentsOf` returns
- * the merged form, sorted by layer then begin.
+ * Overlapping (or touching) held ranges of one worker on one layer are merged, not rejected: a worker holds an expert
+ * or it doesn't, so the union is the truthful reading and the worker counts once per expert. `heldRanges` returns
+ * the merged form, sorted by layer then begin. The caps (workers, ranges per heartbeat, worker id length, stale
+ * time) are in ../limits.ts.
  */
 import { HubError } from '../errors.ts';
-import type { CoverageSegment, ModelShape } from './types.ts';
-
-export const COVERAGE_LIMITS = Object.freeze({
-  maxSegmentsPerWorker: 256,
-  maxWorkers: 10_000,
-  maxWorkerIdLength: 128,
-  staleMs: 120_000,
-});
+import { HELD_RANGES_MAX, WORKER_ID_MAX_CHARS, WORKER_STALE_MS, WORKERS_MAX } from '../limits.ts';
+import type { HeldRange, ModelShape } from './types.ts';
 
 export interface CoverageOptions {
-  /** New workers beyond this many are refused with TOO_MANY_WORKERS (default 10,000). */
+  /** New workers beyond this many are refused with TOO_MANY_WORKERS (default WORKERS_MAX). */
   maxWorkers?: number;
 }
 
 interface WorkerEntry {
   model: string;
   /** Merged, sorted by layer then begin. */
-  segments: CoverageSegment[];
+  ranges: HeldRange[];
   lastSeenMs: number;
 }
 
@@ -51,7 +46,7 @@ export class CoverageStore {
   #workers = new Map<string, WorkerEntry>();
 
   constructor(options: CoverageOptions = {}) {
-    const maxWorkers = options.maxWorkers ?? COVERAGE_LIMITS.maxWorkers;
+    const maxWorkers = options.maxWorkers ?? WORKERS_MAX;
     if (!Number.isInteger(maxWorkers) || maxWorkers < 0) throw new RangeError(`maxWorkers must be an integer ≥ 0, got ${maxWorkers}`);
     this.maxWorkers = maxWorkers;
   }
@@ -67,7 +62,12 @@ export class CoverageStore {
     if (old) for (const id of [...old.workers]) this.remove(id);
     const diff = new Map<number, Int32Array>();
     for (const layer of shape.moeLayers) diff.set(layer, new Int32Array(shape.nExpert + 1));
-    this.#models.set(shape.model, { shape: { ...shape, moeLayers: [...shape.moeLayers] }, moe: new Set(shape.moeLayers), diff, workers: new Set() });
+    this.#models.set(shape.model, {
+      shape: { ...shape, moeLayers: [...shape.moeLayers] },
+      moe: new Set(shape.moeLayers),
+      diff,
+      workers: new Set(),
+    });
   }
 
   shape(model: string): ModelShape | undefined {
@@ -84,37 +84,37 @@ export class CoverageStore {
   }
 
   /**
-   * Replaces `workerId`'s coverage with `segments` (`[layer, begin, end]`, experts `[begin, end)`) and marks it
+   * Replaces `workerId`'s coverage with `ranges` (`[layer, begin, end]`, experts `[begin, end)`) and marks it
    * live at `nowMs`. Everything is validated before anything changes, so a refused heartbeat leaves the old
    * coverage in place. An empty list is allowed: the worker is live but serves nothing yet.
-   * Returns the merged segments as stored.
+   * Returns the merged ranges as stored. (Messages name the wire field, `segments`.)
    */
-  heartbeat(workerId: string, model: string, segments: ReadonlyArray<readonly [number, number, number]>, nowMs: number): CoverageSegment[] {
+  heartbeat(workerId: string, model: string, ranges: ReadonlyArray<Readonly<HeldRange>>, nowMs: number): HeldRange[] {
     checkNow(nowMs);
-    if (typeof workerId !== 'string' || workerId.length === 0 || workerId.length > COVERAGE_LIMITS.maxWorkerIdLength) {
-      throw new HubError('BODY_INVALID', `worker_id must be a non-empty string of at most ${COVERAGE_LIMITS.maxWorkerIdLength} characters`);
+    if (typeof workerId !== 'string' || workerId.length === 0 || workerId.length > WORKER_ID_MAX_CHARS) {
+      throw new HubError('BODY_INVALID', `worker_id must be a non-empty string of at most ${WORKER_ID_MAX_CHARS} characters`);
     }
     const entry = this.#models.get(model);
     if (!entry) throw new HubError('MODEL_UNKNOWN', `model ${JSON.stringify(model)} is not served here; GET /v1/models lists the names`);
-    if (!Array.isArray(segments)) throw new HubError('BODY_INVALID', 'segments must be an array of [layer, begin, end]');
-    if (segments.length > COVERAGE_LIMITS.maxSegmentsPerWorker) {
-      throw new HubError('TOO_MANY_SEGMENTS', `a worker may report at most ${COVERAGE_LIMITS.maxSegmentsPerWorker} segments, got ${segments.length}`);
+    if (!Array.isArray(ranges)) throw new HubError('BODY_INVALID', 'segments must be an array of [layer, begin, end]');
+    if (ranges.length > HELD_RANGES_MAX) {
+      throw new HubError('TOO_MANY_SEGMENTS', `a worker may report at most ${HELD_RANGES_MAX} segments, got ${ranges.length}`);
     }
-    const merged = mergeSegments(segments.map((s, i) => checkSegment(entry, s, i)));
+    const merged = mergeRanges(ranges.map((r, i) => checkHeldRange(entry, r, i)));
     const old = this.#workers.get(workerId);
     if (!old && this.#workers.size >= this.maxWorkers) {
       throw new HubError('TOO_MANY_WORKERS', `the hub already tracks ${this.maxWorkers} workers; retry later`, { 'Retry-After': '60' });
     }
 
     if (old) this.#unindex(workerId, old);
-    const worker: WorkerEntry = { model, segments: merged, lastSeenMs: nowMs };
+    const worker: WorkerEntry = { model, ranges: merged, lastSeenMs: nowMs };
     this.#workers.set(workerId, worker);
     this.#index(workerId, worker, entry);
-    return merged.map((s) => [...s]);
+    return merged.map((r) => [...r]);
   }
 
   /** Drops every worker whose last heartbeat is `staleMs` or more before `nowMs`; returns their ids. */
-  evictStale(nowMs: number, staleMs: number = COVERAGE_LIMITS.staleMs): string[] {
+  evictStale(nowMs: number, staleMs: number = WORKER_STALE_MS): string[] {
     checkNow(nowMs);
     const evicted: string[] = [];
     for (const [id, w] of this.#workers) if (nowMs - w.lastSeenMs >= staleMs) evicted.push(id);
@@ -153,9 +153,9 @@ export class CoverageStore {
     return this.#models.get(model)?.workers.size ?? 0;
   }
 
-  /** The worker's merged coverage, or undefined if it is not live. */
-  segmentsOf(workerId: string): CoverageSegment[] | undefined {
-    return this.#workers.get(workerId)?.segments.map((s) => [...s]);
+  /** The worker's merged held ranges, or undefined if it is not live. */
+  heldRanges(workerId: string): HeldRange[] | undefined {
+    return this.#workers.get(workerId)?.ranges.map((r) => [...r]);
   }
 
   /** The model a live worker serves. */
@@ -169,7 +169,7 @@ export class CoverageStore {
 
   #index(id: string, w: WorkerEntry, entry: ModelEntry): void {
     entry.workers.add(id);
-    for (const [layer, begin, end] of w.segments) {
+    for (const [layer, begin, end] of w.ranges) {
       const diff = entry.diff.get(layer)!;
       diff[begin]! += 1;
       diff[end]! -= 1;
@@ -180,7 +180,7 @@ export class CoverageStore {
     const entry = this.#models.get(w.model);
     if (!entry) return;
     entry.workers.delete(id);
-    for (const [layer, begin, end] of w.segments) {
+    for (const [layer, begin, end] of w.ranges) {
       const diff = entry.diff.get(layer)!;
       diff[begin]! -= 1;
       diff[end]! += 1;
@@ -188,14 +188,17 @@ export class CoverageStore {
   }
 }
 
-function checkSegment(entry: ModelEntry, s: unknown, i: number): CoverageSegment {
-  if (!Array.isArray(s) || s.length !== 3 || !s.every((v) => Number.isSafeInteger(v))) {
+function checkHeldRange(entry: ModelEntry, r: unknown, i: number): HeldRange {
+  if (!Array.isArray(r) || r.length !== 3 || !r.every((v) => Number.isSafeInteger(v))) {
     throw new HubError('BODY_INVALID', `segments[${i}] must be [layer, begin, end] with integers`);
   }
-  const [layer, begin, end] = s as [number, number, number];
+  const [layer, begin, end] = r as HeldRange;
   const { shape } = entry;
   if (!entry.moe.has(layer)) {
-    throw new HubError('LAYER_NOT_MOE', `segments[${i}]: layer ${layer} of ${shape.model} holds no routed experts (MoE layers: ${shape.moeLayers.join(', ')})`);
+    throw new HubError(
+      'LAYER_NOT_MOE',
+      `segments[${i}]: layer ${layer} of ${shape.model} holds no routed experts (MoE layers: ${shape.moeLayers.join(', ')})`,
+    );
   }
   if (begin < 0 || begin >= end || end > shape.nExpert) {
     throw new HubError('RANGE_OUT_OF_BOUNDS', `segments[${i}]: experts [${begin}, ${end}) must satisfy 0 ≤ begin < end ≤ ${shape.nExpert}`);
@@ -203,10 +206,10 @@ function checkSegment(entry: ModelEntry, s: unknown, i: number): CoverageSegment
   return [layer, begin, end];
 }
 
-/** Union of the segments per layer, sorted by layer then begin; touching ranges join. */
-function mergeSegments(segments: CoverageSegment[]): CoverageSegment[] {
-  const sorted = [...segments].sort((a, b) => a[0] - b[0] || a[1] - b[1]);
-  const out: CoverageSegment[] = [];
+/** Union of the held ranges per layer, sorted by layer then begin; touching ranges join. */
+function mergeRanges(ranges: HeldRange[]): HeldRange[] {
+  const sorted = [...ranges].sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+  const out: HeldRange[] = [];
   for (const [layer, begin, end] of sorted) {
     const last = out[out.length - 1];
     if (last && last[0] === layer && begin <= last[2]) last[2] = Math.max(last[2], end);
@@ -236,7 +239,13 @@ function checkShape(s: ModelShape): void {
 }
 
 function sameShape(a: ModelShape, b: ModelShape): boolean {
-  return a.nLayer === b.nLayer && a.nExpert === b.nExpert && a.nEmbd === b.nEmbd && a.bytesPerExpert === b.bytesPerExpert
-    && a.maxMatrixBytesPerExpert === b.maxMatrixBytesPerExpert
-    && a.moeLayers.length === b.moeLayers.length && a.moeLayers.every((l, i) => l === b.moeLayers[i]);
+  return (
+    a.nLayer === b.nLayer &&
+    a.nExpert === b.nExpert &&
+    a.nEmbd === b.nEmbd &&
+    a.bytesPerExpert === b.bytesPerExpert &&
+    a.maxMatrixBytesPerExpert === b.maxMatrixBytesPerExpert &&
+    a.moeLayers.length === b.moeLayers.length &&
+    a.moeLayers.every((l, i) => l === b.moeLayers[i])
+  );
 }

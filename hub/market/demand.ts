@@ -44,13 +44,15 @@ export function modelDemand(
   const head = { model: shape.model, n_layer: shape.nLayer, n_expert: shape.nExpert, target_replicas: target, recruiting };
   // Idle and unheld: the coordinator serves it alone; recruiting nobody keeps quiet models quiet.
   if (!hasWorkers && !recruiting) return { ...head, layers: [] };
-  const layers: LayerDemand[] = [...shape.moeLayers].sort((a, b) => a - b).map((layer) => {
-    // Without workers every count is 0 by definition; don't trust a caller's array to say otherwise.
-    const counts = hasWorkers ? countsOfLayer(layer) : new Int32Array(shape.nExpert);
-    if (counts.length !== shape.nExpert) {
-      throw new RangeError(`replica counts of ${shape.model} layer ${layer} have ${counts.length} entries, expected ${shape.nExpert}`);
-    }
-    return { layer, segments: layerSegments(counts, target) };
-  });
+  const layers: LayerDemand[] = [...shape.moeLayers]
+    .sort((a, b) => a - b)
+    .map((layer) => {
+      // Without workers every count is 0 by definition; don't trust a caller's array to say otherwise.
+      const counts = hasWorkers ? countsOfLayer(layer) : new Int32Array(shape.nExpert);
+      if (counts.length !== shape.nExpert) {
+        throw new RangeError(`replica counts of ${shape.model} layer ${layer} have ${counts.length} entries, expected ${shape.nExpert}`);
+      }
+      return { layer, segments: layerSegments(counts, target) };
+    });
   return { ...head, layers };
 }

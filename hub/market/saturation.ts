@@ -9,6 +9,7 @@
  * memory), and a reading of unknown source never recruits.
  */
 import { HubError } from '../errors.ts';
+import { COORDINATOR_SLOTS_MAX } from '../limits.ts';
 
 export interface SlotsReading {
   atMs: number;
@@ -35,6 +36,21 @@ export const DEFAULT_SATURATION: Readonly<SaturationConfig> = Object.freeze({
   boost: 1,
 });
 
+/** Why a model is or is not recruiting. Callers and tests match the code; `reason` says it to a person. */
+export type SaturationCode =
+  /** The poller has no reading of this coordinator yet. */
+  | 'no-reading'
+  /** Neither /slots nor /metrics answered usefully: slot usage unknown, never recruits. */
+  | 'source-unknown'
+  /** The reading has no busy count. */
+  | 'no-busy-count'
+  /** Busy slots below the threshold. */
+  | 'not-saturated'
+  /** Saturated, but the reading is older than maxReadingAgeMs: the coordinator may be gone. */
+  | 'reading-stale'
+  /** Saturated on a fresh reading: recruiting. */
+  | 'recruiting';
+
 export interface SaturationState {
   busy: number | null;
   slots: number | null;
@@ -42,27 +58,32 @@ export interface SaturationState {
   recruiting: boolean;
   /** Age of the reading in seconds (0.1 s resolution); null without a reading. */
   ageS: number | null;
+  code: SaturationCode;
   reason: string;
 }
 
-/** Largest slot array accepted from /slots (a real server has a handful). */
-export const MAX_SLOTS = 4096;
-
 export function saturationState(reading: SlotsReading | undefined, nowMs: number, cfg: SaturationConfig): SaturationState {
-  if (!reading) return { busy: null, slots: null, saturated: false, recruiting: false, ageS: null, reason: 'no reading yet' };
+  if (!reading)
+    return { busy: null, slots: null, saturated: false, recruiting: false, ageS: null, code: 'no-reading', reason: 'no reading yet' };
   const { busy, slots } = reading;
   // A reading from the future (clock step) is treated as brand new rather than rejected.
   const ageMs = Math.max(0, nowMs - reading.atMs);
   const ageS = Math.round(ageMs / 100) / 10;
   const saturated = busy !== null && busy >= cfg.saturateAt;
   const base = { busy, slots, saturated, ageS };
-  if (reading.source === 'unknown') return { ...base, recruiting: false, reason: 'slot usage unknown: never recruits' };
-  if (busy === null) return { ...base, recruiting: false, reason: 'no busy count in the reading' };
-  if (!saturated) return { ...base, recruiting: false, reason: `busy ${busy} < ${cfg.saturateAt}: not saturated` };
+  if (reading.source === 'unknown')
+    return { ...base, recruiting: false, code: 'source-unknown', reason: 'slot usage unknown: never recruits' };
+  if (busy === null) return { ...base, recruiting: false, code: 'no-busy-count', reason: 'no busy count in the reading' };
+  if (!saturated) return { ...base, recruiting: false, code: 'not-saturated', reason: `busy ${busy} < ${cfg.saturateAt}: not saturated` };
   if (ageMs > cfg.maxReadingAgeMs) {
-    return { ...base, recruiting: false, reason: `saturated, but the reading is ${ageS} s old (> ${cfg.maxReadingAgeMs / 1000} s): stale` };
+    return {
+      ...base,
+      recruiting: false,
+      code: 'reading-stale',
+      reason: `saturated, but the reading is ${ageS} s old (> ${cfg.maxReadingAgeMs / 1000} s): stale`,
+    };
   }
-  return { ...base, recruiting: true, reason: `busy ${busy} ≥ ${cfg.saturateAt}: recruiting` };
+  return { ...base, recruiting: true, code: 'recruiting', reason: `busy ${busy} ≥ ${cfg.saturateAt}: recruiting` };
 }
 
 /** Target replicas: the base, plus the boost while recruiting. */
@@ -76,7 +97,9 @@ export function effectiveTarget(cfg: SaturationConfig, recruiting: boolean): num
  */
 export function parseSlots(json: unknown): { busy: number; slots: number } {
   if (!Array.isArray(json)) throw new HubError('COORDINATOR_ERROR', 'GET /slots did not return an array of slots');
-  if (json.length > MAX_SLOTS) throw new HubError('COORDINATOR_ERROR', `GET /slots returned ${json.length} slots (more than ${MAX_SLOTS})`);
+  if (json.length > COORDINATOR_SLOTS_MAX) {
+    throw new HubError('COORDINATOR_ERROR', `GET /slots returned ${json.length} slots (more than ${COORDINATOR_SLOTS_MAX})`);
+  }
   let busy = 0;
   for (const [i, slot] of json.entries()) {
     if (typeof slot !== 'object' || slot === null || Array.isArray(slot)) {
@@ -103,7 +126,8 @@ export function parseMetricsProcessing(text: string): number | null {
     // name, optional {labels}, value, optional timestamp
     const m = /^llamacpp:requests_processing(\{[^}]*\})?\s+(\S+)(\s+-?\d+)?$/.exec(line);
     if (!m) {
-      if (/^llamacpp:requests_processing(?:[\s{]|$)/.test(line)) throw new HubError('COORDINATOR_ERROR', `GET /metrics: malformed sample ${JSON.stringify(line.slice(0, 120))}`);
+      if (/^llamacpp:requests_processing(?:[\s{]|$)/.test(line))
+        throw new HubError('COORDINATOR_ERROR', `GET /metrics: malformed sample ${JSON.stringify(line.slice(0, 120))}`);
       continue; // another metric sharing the prefix
     }
     const value = Number(m[2]);

@@ -34,7 +34,7 @@ export interface DeviceCapabilities {
   memoryBudgetBytes?: number;
 }
 
-/** A maximal run of experts with the same live replica count; `experts` is `[begin, end)`. */
+/** A demand segment: a maximal run of experts with the same live replica count; `experts` is `[begin, end)`. */
 export interface Segment {
   experts: [number, number];
   replicas: number;
@@ -58,13 +58,9 @@ export interface ModelDemand {
   layers: LayerDemand[];
 }
 
-/** A slice a volunteer already holds (from its coverage), `[begin, end)` of one layer. */
-export interface HeldRange {
-  model: string;
-  layer: number;
-  begin: number;
-  end: number;
-}
-
-/** One coverage segment as heartbeats carry it: `[layer, begin, end]`, experts `[begin, end)`. */
-export type CoverageSegment = [layer: number, begin: number, end: number];
+/**
+ * Experts a worker holds on one layer, as heartbeats carry them (an entry of `segments` in `POST /api/expert-coverage`):
+ * `[layer, begin, end]`, experts `[begin, end)`. Not a demand `Segment`: this is what one worker has, not a run of
+ * the market's replica counts.
+ */
+export type HeldRange = [layer: number, begin: number, end: number];

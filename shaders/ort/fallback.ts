@@ -5,7 +5,7 @@
  *
  * The weights are dequantized to float32 (gguf/dequantize.ts, bit-exact with ggml) and become initializers of an ONNX
  * graph built here (expert-ffn-graph.ts); the slice thus costs 4 bytes per weight in memory, and the graph runs every
- * expert of the slice on every row (routing weights are a dense [T × nExperts] input, zero where unrouted).
+ * expert of the slice on every row (the router probs are a dense [T × nExpert] input, zero where unrouted).
  *
  * @example
  *   import * as ort from 'onnxruntime-web';
@@ -17,12 +17,11 @@
  * The `ort` module is a parameter so the caller picks the build (onnxruntime-web, its /wasm or /webgpu entry, or
  * onnxruntime-node) and configures `ort.env` (threads, wasmPaths) before the first session.
  */
-import { GGMLType, requireQuantType } from '../../gguf/quant-types.ts';
+import { GGMLType } from '../../gguf/quant-types.ts';
 import { canDequantize, dequantize } from '../../gguf/dequantize.ts';
-import { ExpertRuntimeError, type MatrixName } from '../errors.ts';
-import type { ExpertSlice } from '../runtime.ts';
+import { ExpertRuntimeError } from '../errors.ts';
+import { validateInputs, validateSlice, type ExpertSlice, type SupportedTypes } from '../slice.ts';
 import { EXPERT_FFN_INPUTS, EXPERT_FFN_OUTPUT, buildExpertFfnModel } from './expert-ffn-graph.ts';
-import { validateInputs } from '../expert-ffn.ts';
 
 /** The part of an onnxruntime module (web or node) the fallback uses. */
 export interface OrtTensorLike {
@@ -37,7 +36,10 @@ export interface OrtSessionLike {
 export interface OrtModuleLike {
   Tensor: new (type: 'float32', data: Float32Array, dims: readonly number[]) => OrtTensorLike;
   InferenceSession: {
-    create(model: Uint8Array, options?: { executionProviders?: string[]; graphOptimizationLevel?: 'disabled' | 'basic' | 'extended' | 'all' }): Promise<OrtSessionLike>;
+    create(
+      model: Uint8Array,
+      options?: { executionProviders?: string[]; graphOptimizationLevel?: 'disabled' | 'basic' | 'extended' | 'all' },
+    ): Promise<OrtSessionLike>;
   };
 }
 
@@ -50,66 +52,24 @@ export interface OrtExpertFallbackOptions {
   label?: string;
 }
 
-const typeName = (t: number): string => (GGMLType as Record<number, string | undefined>)[t] ?? String(t);
-
 /** Types the fallback reads: every type gguf/dequantize.ts decodes. */
 export function fallbackQuantTypes(): GGMLType[] {
   return (Object.values(GGMLType).filter((v) => typeof v === 'number') as GGMLType[]).filter((t) => canDequantize(t));
 }
 
-function requirePositiveInt(field: string, value: number): void {
-  if (!Number.isSafeInteger(value) || value <= 0) {
-    throw new ExpertRuntimeError('BAD_SHAPE', { field, value, requirement: 'a positive integer' }, `${field} must be a positive integer, got ${value}`);
-  }
-}
+/** The weight types the fallback reads, for validateSlice (slice.ts): the same checks as ExpertRuntime's otherwise. */
+export const FALLBACK_TYPES: SupportedTypes = { types: fallbackQuantTypes(), cannot: 'the onnxruntime fallback cannot dequantize' };
 
-/**
- * Checks a slice like ExpertRuntime does (BAD_SHAPE, UNSUPPORTED_TYPE, BAD_SLICE_BYTES), except that the supported
- * types are those the CPU dequantizer decodes.
- */
-export function validateFallbackSlice(s: ExpertSlice): void {
-  requirePositiveInt('nEmbd', s.nEmbd);
-  requirePositiveInt('ff', s.ff);
-  requirePositiveInt('nExperts', s.nExperts);
-  const expected: Partial<Record<MatrixName, number>> = {};
-  for (const m of ['gate', 'up', 'down'] as const) {
-    const t = s.types[m];
-    if (!canDequantize(t)) {
-      const supported = fallbackQuantTypes().map(typeName);
-      throw new ExpertRuntimeError('UNSUPPORTED_TYPE', { matrix: m, type: t, typeName: typeName(t), supported },
-        `${m}: the onnxruntime fallback cannot dequantize ${typeName(t)} weights (supported: ${supported.join(', ')})`);
-    }
-    const rowLength = m === 'down' ? s.ff : s.nEmbd;
-    const rows = m === 'down' ? s.nEmbd : s.ff;
-    const info = requireQuantType(t);
-    if (rowLength % info.blockSize !== 0) {
-      const field = m === 'down' ? 'ff' : 'nEmbd';
-      throw new ExpertRuntimeError('BAD_SHAPE', { field, value: rowLength, requirement: `a multiple of ${info.blockSize} (${m} is ${typeName(t)})` },
-        `${field} = ${rowLength} is not a whole number of ${typeName(t)} blocks of ${info.blockSize} (${m} rows)`);
-    }
-    expected[m] = s.nExperts * rows * (rowLength / info.blockSize) * info.bytesPerBlock;
-  }
-  for (const m of ['gate', 'up', 'down'] as const) {
-    if (s[m].length !== expected[m]) {
-      throw new ExpertRuntimeError('BAD_SLICE_BYTES', { matrix: m, expected: expected[m]!, actual: s[m].length },
-        `${m}: ${s.nExperts} experts of ${typeName(s.types[m])} need ${expected[m]} bytes, got ${s[m].length}`);
-    }
-  }
-}
-
-/** Checks one compute() call: the very checks of ExpertRuntime, so both engines refuse the same calls alike. */
-export { validateInputs as validateFallbackInputs };
-
-/** The dense [nTokens × nExperts] routing weights of a call (a pair routed twice to one expert adds up, as in the sum). */
-export function denseRoutingWeights(ids: Int32Array, probs: Float32Array, nTokens: number, nUsed: number, nExperts: number): Float32Array {
-  const w = new Float32Array(nTokens * nExperts);
+/** The dense [nTokens × nExpert] router probs of a call (a pair routed twice to one expert adds up, as in the sum). */
+export function denseProbs(ids: Int32Array, probs: Float32Array, nTokens: number, nUsed: number, nExpert: number): Float32Array {
+  const p = new Float32Array(nTokens * nExpert);
   for (let t = 0; t < nTokens; t++) {
     for (let k = 0; k < nUsed; k++) {
       const i = t * nUsed + k;
-      w[t * nExperts + ids[i]!] = w[t * nExperts + ids[i]!]! + probs[i]!;
+      p[t * nExpert + ids[i]!] = p[t * nExpert + ids[i]!]! + probs[i]!;
     }
   }
-  return w;
+  return p;
 }
 
 export class OrtExpertFallback {
@@ -119,7 +79,7 @@ export class OrtExpertFallback {
   private constructor(
     private readonly ort: OrtModuleLike,
     session: OrtSessionLike,
-    readonly shape: { nEmbd: number; ff: number; nExperts: number },
+    readonly shape: { nEmbd: number; ff: number; nExpert: number },
     /** Bytes of the serialized ONNX model (≈ 4 bytes per weight). */
     readonly modelBytes: number,
     readonly executionProviders: readonly string[],
@@ -134,23 +94,27 @@ export class OrtExpertFallback {
    * errors (a missing execution provider, out of memory) propagate as they are.
    */
   static async create(ort: OrtModuleLike, slice: ExpertSlice, options: OrtExpertFallbackOptions = {}): Promise<OrtExpertFallback> {
-    validateFallbackSlice(slice);
-    const { nEmbd, ff, nExperts } = slice;
-    const n = nExperts * nEmbd * ff;
+    validateSlice(slice, slice, FALLBACK_TYPES);
+    const { nEmbd, ff, nExpert } = slice;
+    const n = nExpert * nEmbd * ff;
     let model: Uint8Array | null = buildExpertFfnModel({
-      nEmbd, ff, nExperts,
+      nEmbd,
+      ff,
+      nExpert,
       gate: dequantize(slice.types.gate, slice.gate, n),
       up: dequantize(slice.types.up, slice.up, n),
       down: dequantize(slice.types.down, slice.down, n),
     });
     const modelBytes = model.length;
     const executionProviders = options.executionProviders ?? ['wasm'];
-    const sessionOptions: { executionProviders: string[]; graphOptimizationLevel?: 'disabled' | 'basic' | 'extended' | 'all' } = { executionProviders };
+    const sessionOptions: { executionProviders: string[]; graphOptimizationLevel?: 'disabled' | 'basic' | 'extended' | 'all' } = {
+      executionProviders,
+    };
     if (options.graphOptimizationLevel) sessionOptions.graphOptimizationLevel = options.graphOptimizationLevel;
     const session = await ort.InferenceSession.create(model, sessionOptions);
     model = null;
-    const label = options.label ?? `ort expert-slice ${nExperts}×[${nEmbd}↔${ff}] (${executionProviders.join(',')})`;
-    return new OrtExpertFallback(ort, session, { nEmbd, ff, nExperts }, modelBytes, executionProviders, label);
+    const label = options.label ?? `ort expert-slice ${nExpert}×[${nEmbd}↔${ff}] (${executionProviders.join(',')})`;
+    return new OrtExpertFallback(ort, session, { nEmbd, ff, nExpert }, modelBytes, executionProviders, label);
   }
 
   /**
@@ -159,12 +123,12 @@ export class OrtExpertFallback {
    */
   async compute(rows: Float32Array, ids: Int32Array, probs: Float32Array, nTokens: number, nUsed: number): Promise<Float32Array> {
     if (this.disposed || !this.session) throw new ExpertRuntimeError('DISPOSED', {}, `${this.label}: used after dispose()`);
-    const { nEmbd, nExperts } = this.shape;
+    const { nEmbd, nExpert } = this.shape;
     validateInputs(this.shape, { nTokens, nUsed }, { rows, ids, probs });
     if (nTokens === 0) return new Float32Array(0);
     const x = new this.ort.Tensor('float32', rows, [nTokens, nEmbd]);
-    const w = new this.ort.Tensor('float32', denseRoutingWeights(ids, probs, nTokens, nUsed, nExperts), [nTokens, nExperts]);
-    const result = await this.session.run({ [EXPERT_FFN_INPUTS.rows]: x, [EXPERT_FFN_INPUTS.weights]: w });
+    const p = new this.ort.Tensor('float32', denseProbs(ids, probs, nTokens, nUsed, nExpert), [nTokens, nExpert]);
+    const result = await this.session.run({ [EXPERT_FFN_INPUTS.rows]: x, [EXPERT_FFN_INPUTS.probs]: p });
     const y = result[EXPERT_FFN_OUTPUT];
     if (!y || !(y.data instanceof Float32Array) || y.data.length !== nTokens * nEmbd) {
       throw new Error(`${this.label}: onnxruntime returned no float32 [${nTokens} × ${nEmbd}] output`);

@@ -179,7 +179,9 @@ export class Message {
   packedFloats(field: number, values: readonly number[]): this {
     const body = new Uint8Array(values.length * 4);
     const view = new DataView(body.buffer);
-    values.forEach((v, i) => view.setFloat32(i * 4, v, true));
+    values.forEach((v, i) => {
+      view.setFloat32(i * 4, v, true);
+    });
     return this.bytes(field, body);
   }
 
@@ -255,7 +257,9 @@ export function int64Tensor(name: string, dims: readonly number[], data: readonl
   checkElements(name, dims, data.length);
   const raw = new Uint8Array(data.length * 8);
   const view = new DataView(raw.buffer);
-  data.forEach((v, i) => view.setBigInt64(i * 8, BigInt(v), true));
+  data.forEach((v, i) => {
+    view.setBigInt64(i * 8, BigInt(v), true);
+  });
   return { name, dataType: DataType.INT64, dims, raw };
 }
 
@@ -266,7 +270,12 @@ function checkElements(name: string, dims: readonly number[], n: number): void {
   }
 }
 
-export function node(opType: string, inputs: readonly string[], outputs: readonly string[], extra: Omit<NodeSpec, 'opType' | 'inputs' | 'outputs'> = {}): NodeSpec {
+export function node(
+  opType: string,
+  inputs: readonly string[],
+  outputs: readonly string[],
+  extra: Omit<NodeSpec, 'opType' | 'inputs' | 'outputs'> = {},
+): NodeSpec {
   return { opType, inputs, outputs, ...extra };
 }
 

@@ -1,13 +1,13 @@
 // Shared by every expert kernel: the shape uniform and pure helpers (no storage access, so every module can include it).
 
-// Shapes of one expert-FFN call. The TS writer (writeShapeUniform in shaders/expert-ffn.ts) writes these fields in this
+// Shapes of one expert-FFN call. The TS writer (writeShapeUniform in shaders/call-plan.ts) writes these fields in this
 // exact order, one u32 each; keep the two in step.
 struct Shape {
   n_embd: u32,            // model width: row length of gate/up, row count of down
   ff: u32,                // expert hidden width: row count of gate/up, row length of down
   n_tokens: u32,
   n_used: u32,            // (token, expert) pairs per token
-  n_experts: u32,         // experts in the slice
+  n_expert: u32,          // experts in the slice
   n_row_tiles: u32,       // batched regime: tiles of this dispatch, tiles[tile_begin ..] (0 in the decode regime)
   // The weight bindings hold experts [expert_begin, expert_end) of the slice: a slice too large for one binding is
   // split by expert ranges into parts, and each part's dispatches skip the other parts' pairs (decode) or get only

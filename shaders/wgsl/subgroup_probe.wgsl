@@ -1,7 +1,7 @@
 // Checks the subgroup layout reduce_subgroups.wgsl relies on: run once per device with the decode kernels'
-// workgroup size; TS reads out[lid] = (subgroup invocation id, subgroup size, smallest lid of the subgroup) and
-// requires id == lid % size and smallest == lid - id, with one power-of-two size for the whole workgroup (subgroups
-// are contiguous, ordered runs of local invocations). Assembled as `enable subgroups;` + this file.
+// workgroup size; TS (subgroup-probe.ts) reads out[lid] = (subgroup invocation id, subgroup size, smallest lid of the
+// subgroup) and requires id == lid % size and smallest == lid - id, with one power-of-two size for the whole workgroup
+// (subgroups are contiguous, ordered runs of local invocations). Assembled as `enable subgroups;` + this file.
 
 override WORKGROUP_SIZE: u32 = 64u;
 

@@ -63,7 +63,7 @@ fn k4_min(p: vec4<u32>, j: u32) -> f32 {
 }
 
 // Scale and min of sub-block j (0..7) alone, read from the 12 scale bytes at `byte` (same packing as above); the
-// tiled kernels decode one sub-block at a time and need only one pair.
+// batched kernels decode one sub-block at a time and need only one pair.
 fn k4_scale_min(m: u32, byte: u32, j: u32) -> vec2<f32> {
   if (j < 4u) {
     return vec2<f32>(f32(w_u8(m, byte + j) & 63u), f32(w_u8(m, byte + j + 4u) & 63u));

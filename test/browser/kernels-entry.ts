@@ -6,11 +6,10 @@
 import * as ort from 'onnxruntime-web';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
-import { dequantize } from '../../gguf/dequantize.ts';
 import { requestExpertDevice, type ExpertDevice } from '../../shaders/device.ts';
 import { ExpertEngine, type EngineReport } from '../../shaders/engine.ts';
 import { OrtExpertFallback } from '../../shaders/ort/fallback.ts';
-import { expertFfnAccumulate } from '../../shaders/reference/expert-ffn.ts';
+import { dequantizeExperts, nmse, referenceCall } from '../../shaders/reference/expert-call.ts';
 import { ExpertRuntime, type ExpertSlice } from '../../shaders/runtime.ts';
 import { mulberry32 } from '../support/random.ts';
 import { BATCHED_GRID, DECODE_GRID, SPLIT_GRID, runGridCase, type GridCase, type GridResult } from './kernel-grid.ts';
@@ -49,7 +48,9 @@ window.runKernelGrid = async (grid = 'all') => {
   const skipped: GridOutput['skipped'] = [];
   try {
     let seed = 1;
-    const cases = { decode: DECODE_GRID, batched: BATCHED_GRID, split: SPLIT_GRID, all: [...DECODE_GRID, ...BATCHED_GRID, ...SPLIT_GRID] }[grid];
+    const cases = { decode: DECODE_GRID, batched: BATCHED_GRID, split: SPLIT_GRID, all: [...DECODE_GRID, ...BATCHED_GRID, ...SPLIT_GRID] }[
+      grid
+    ];
     for (const c of cases) {
       const missing = c.features === 'auto' || !c.features ? undefined : c.features.find((f) => !device.features.has(f));
       if (missing) {
@@ -63,7 +64,12 @@ window.runKernelGrid = async (grid = 'all') => {
   }
   const info = adapter.info;
   return {
-    adapter: { vendor: info.vendor, architecture: info.architecture, description: info.description, isFallbackAdapter: (info as { isFallbackAdapter?: boolean }).isFallbackAdapter ?? null },
+    adapter: {
+      vendor: info.vendor,
+      architecture: info.architecture,
+      description: info.description,
+      isFallbackAdapter: (info as { isFallbackAdapter?: boolean }).isFallbackAdapter ?? null,
+    },
     features: [...adapter.features],
     results,
     skipped,
@@ -74,24 +80,31 @@ window.runEngineStart = async () => {
   const r = mulberry32(77);
   const nEmbd = 256;
   const ff = 256;
-  const nExperts = 4;
+  const nExpert = 4;
   const type = GGMLType.Q4_K;
   const values = (n: number, scale: number): Float32Array => new Float32Array(n).map(() => (r() * 2 - 1) * scale);
   const matrix = (n: number, scale: number): Uint8Array => quantize(type, values(n, scale));
   const slice: ExpertSlice = {
-    nEmbd, ff, nExperts, types: { gate: type, up: type, down: type },
-    gate: matrix(nExperts * ff * nEmbd, 1 / 16), up: matrix(nExperts * ff * nEmbd, 1 / 16), down: matrix(nExperts * nEmbd * ff, 1 / 16),
+    nEmbd,
+    ff,
+    nExpert,
+    types: { gate: type, up: type, down: type },
+    gate: matrix(nExpert * ff * nEmbd, 1 / 16),
+    up: matrix(nExpert * ff * nEmbd, 1 / 16),
+    down: matrix(nExpert * nEmbd * ff, 1 / 16),
   };
   ort.env.wasm.wasmPaths = '/ort/';
   ort.env.wasm.numThreads = 1;
   const opened = await openDevice();
   const engine = await ExpertEngine.start(slice, {
-    ...(typeof opened === 'string' ? {} : {
-      webgpu: async (s: ExpertSlice) => ({
-        runtime: await ExpertRuntime.create(opened.device, s),
-        isFallbackAdapter: opened.isFallbackAdapter,
-      }),
-    }),
+    ...(typeof opened === 'string'
+      ? {}
+      : {
+          webgpu: async (s: ExpertSlice) => ({
+            runtime: await ExpertRuntime.create(opened.device, s),
+            isFallbackAdapter: opened.isFallbackAdapter,
+          }),
+        }),
     wasm: (s: ExpertSlice) => OrtExpertFallback.create(ort, s),
   });
   try {
@@ -100,24 +113,8 @@ window.runEngineStart = async () => {
     const ids = Int32Array.of(0, 3, 2, 1);
     const probs = Float32Array.of(0.7, 0.3, 0.6, 0.4);
     const got = await engine.compute(rows, ids, probs, 2, 2);
-    const per = ff * nEmbd;
-    const deq = (b: Uint8Array): Float32Array => dequantize(type, b, nExperts * per);
-    const [g, u, d] = [deq(slice.gate), deq(slice.up), deq(slice.down)];
-    let num = 0;
-    let den = 0;
-    for (let t = 0; t < 2; t++) {
-      const y = new Float64Array(nEmbd);
-      for (let k = 0; k < 2; k++) {
-        const e = ids[t * 2 + k]!;
-        const m = { nEmbd, ff, gate: g.subarray(e * per, (e + 1) * per), up: u.subarray(e * per, (e + 1) * per), down: d.subarray(e * per, (e + 1) * per) };
-        expertFfnAccumulate(m, rows.subarray(t * nEmbd, (t + 1) * nEmbd), probs[t * 2 + k]!, y);
-      }
-      for (let i = 0; i < nEmbd; i++) {
-        num += (got[t * nEmbd + i]! - y[i]!) ** 2;
-        den += y[i]! ** 2;
-      }
-    }
-    return { report: engine.report, nmse: num / den };
+    const want = referenceCall(dequantizeExperts(slice), { rows, ids, probs, nTokens: 2, nUsed: 2 });
+    return { report: engine.report, nmse: nmse(got, want) };
   } finally {
     await engine.dispose();
     if (typeof opened !== 'string') opened.device.destroy();

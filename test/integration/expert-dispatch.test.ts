@@ -101,7 +101,12 @@ for (const arch of ARCHITECTURES) {
         assert.deepEqual([...d.stats.layersServed].sort(), moeLayers(m), 'every MoE layer (and only those) was served remotely');
         assert.equal(d.stats.notServedPairs, 0);
         for (let pos = 0; pos < 8; pos++) {
-          const c = logitCosine(want.raw.completion_probabilities as TopLogprobs, got.raw.completion_probabilities as TopLogprobs, pos, nVocab);
+          const c = logitCosine(
+            want.raw.completion_probabilities as TopLogprobs,
+            got.raw.completion_probabilities as TopLogprobs,
+            pos,
+            nVocab,
+          );
           assert.ok(c >= 0.999, `position ${pos}: logit cosine ${c}`);
         }
       });
@@ -130,9 +135,15 @@ test('half of the pairs served, the rest reported not served → same tokens, bo
     await withDispatch(m, 'half', async (server, d) => {
       const got = await completeGreedy(server.url, PROMPT, 64, m.ban);
       assert.deepEqual(got.tokens, want.tokens, arch);
-      assert.ok(d.stats.servedPairs > 0 && d.stats.notServedPairs > 0, `${arch}: served ${d.stats.servedPairs}, not served ${d.stats.notServedPairs}`);
+      assert.ok(
+        d.stats.servedPairs > 0 && d.stats.notServedPairs > 0,
+        `${arch}: served ${d.stats.servedPairs}, not served ${d.stats.notServedPairs}`,
+      );
       // The coordinator measured its own cost for the pairs it computed and reports it in later requests.
-      assert.ok(d.stats.localCosts.some((ns) => ns > 0), 'local cost per pair reported');
+      assert.ok(
+        d.stats.localCosts.some((ns) => ns > 0),
+        'local cost per pair reported',
+      );
     });
   }
 });
@@ -142,30 +153,43 @@ for (const behaviour of ['stall', 'die', 'garbage'] as const) {
     const m = await testModel({ arch: 'qwen3moe', ...small });
     const want = await baseline(m, 64);
     const deadlineMs = 200;
-    await withDispatch(m, behaviour, async (server, d) => {
-      const t0 = performance.now();
-      const got = await completeGreedy(server.url, PROMPT, 64, m.ban);
-      const ms = performance.now() - t0;
-      assert.deepEqual(got.tokens, want.tokens);
-      const bound = deadlineMs * moeLayers(m).length + 3000;
-      assert.ok(ms < bound, `request took ${ms.toFixed(0)} ms, bound ${bound} ms`);
-      assert.ok(d.stats.requests >= 1, 'the dispatcher was asked');
-      const again = await completeGreedy(server.url, PROMPT, 16, m.ban);
-      assert.deepEqual(again.tokens, want.tokens.slice(0, 16), 'the server keeps serving');
-      const incidents = server.log().split('\n').filter((l) => l.includes('computing experts locally until it recovers'));
-      assert.ok(incidents.length >= 1 && incidents.length <= 2, `logged ${incidents.length} times:\n${incidents.join('\n')}`);
-    }, { deadlineMs });
+    await withDispatch(
+      m,
+      behaviour,
+      async (server, d) => {
+        const t0 = performance.now();
+        const got = await completeGreedy(server.url, PROMPT, 64, m.ban);
+        const ms = performance.now() - t0;
+        assert.deepEqual(got.tokens, want.tokens);
+        const bound = deadlineMs * moeLayers(m).length + 3000;
+        assert.ok(ms < bound, `request took ${ms.toFixed(0)} ms, bound ${bound} ms`);
+        assert.ok(d.stats.requests >= 1, 'the dispatcher was asked');
+        const again = await completeGreedy(server.url, PROMPT, 16, m.ban);
+        assert.deepEqual(again.tokens, want.tokens.slice(0, 16), 'the server keeps serving');
+        const incidents = server
+          .log()
+          .split('\n')
+          .filter((l) => l.includes('computing experts locally until it recovers'));
+        assert.ok(incidents.length >= 1 && incidents.length <= 2, `logged ${incidents.length} times:\n${incidents.join('\n')}`);
+      },
+      { deadlineMs },
+    );
   });
 }
 
 test('a dispatcher that answers "local" with a quiet window is not asked again during it', async () => {
   const m = await testModel({ arch: 'qwen3moe', ...small });
   const want = await baseline(m, 32);
-  await withDispatch(m, 'local', async (server, d) => {
-    const got = await completeGreedy(server.url, PROMPT, 32, m.ban);
-    assert.deepEqual(got.tokens, want.tokens);
-    assert.equal(d.stats.requests, moeLayers(m).length, 'one request per MoE layer, then quiet');
-  }, { quietMs: 60_000 });
+  await withDispatch(
+    m,
+    'local',
+    async (server, d) => {
+      const got = await completeGreedy(server.url, PROMPT, 32, m.ban);
+      assert.deepEqual(got.tokens, want.tokens);
+      assert.equal(d.stats.requests, moeLayers(m).length, 'one request per MoE layer, then quiet');
+    },
+    { quietMs: 60_000 },
+  );
 });
 
 test('no dispatcher listening: the coordinator serves alone and says so once', async () => {
@@ -176,7 +200,10 @@ test('no dispatcher listening: the coordinator serves alone and says so once', a
     const got = await completeGreedy(server.url, PROMPT, 16, m.ban);
     assert.deepEqual(got.tokens, want.tokens);
     await new Promise((r) => setTimeout(r, 1500)); // a few background reconnect attempts
-    const lines = server.log().split('\n').filter((l) => l.includes('expert-dispatch: cannot connect'));
+    const lines = server
+      .log()
+      .split('\n')
+      .filter((l) => l.includes('expert-dispatch: cannot connect'));
     assert.equal(lines.length, 1, lines.join('\n'));
   } finally {
     await server.stop();
@@ -185,20 +212,25 @@ test('no dispatcher listening: the coordinator serves alone and says so once', a
 
 test('4 slots generating concurrently with dispatch on: all complete; /slots, /health, /metrics as stock', async () => {
   const m = await testModel({ arch: 'qwen2moe', ...small });
-  await withDispatch(m, 'all', async (server, d) => {
-    const prompts = ['The swarm serves', 'hello world', 'A volunteer opens a page', 'numbers 1 2 3'];
-    const outs = await Promise.all(prompts.map((p) => completeGreedy(server.url, p, 32, m.ban)));
-    for (const o of outs) assert.equal(o.tokens.length, 32);
-    assert.ok(d.stats.servedPairs > 0);
-    const health = await fetch(`${server.url}/health`);
-    assert.equal(health.status, 200);
-    const slots = (await (await fetch(`${server.url}/slots`)).json()) as Array<{ id: number; is_processing: boolean }>;
-    assert.equal(slots.length, 4);
-    assert.ok(slots.every((s) => s.is_processing === false));
-    const metrics = await (await fetch(`${server.url}/metrics`)).text();
-    assert.match(metrics, /llamacpp:tokens_predicted_total \d+/);
-    // The same prompt alone, with dispatch on, gives the same tokens as in the concurrent batch.
-    const alone = await completeGreedy(server.url, prompts[0] as string, 32, m.ban);
-    assert.deepEqual(alone.tokens, outs[0]?.tokens);
-  }, { slots: 4, args: ['--metrics'] });
+  await withDispatch(
+    m,
+    'all',
+    async (server, d) => {
+      const prompts = ['The swarm serves', 'hello world', 'A volunteer opens a page', 'numbers 1 2 3'];
+      const outs = await Promise.all(prompts.map((p) => completeGreedy(server.url, p, 32, m.ban)));
+      for (const o of outs) assert.equal(o.tokens.length, 32);
+      assert.ok(d.stats.servedPairs > 0);
+      const health = await fetch(`${server.url}/health`);
+      assert.equal(health.status, 200);
+      const slots = (await (await fetch(`${server.url}/slots`)).json()) as Array<{ id: number; is_processing: boolean }>;
+      assert.equal(slots.length, 4);
+      assert.ok(slots.every((s) => s.is_processing === false));
+      const metrics = await (await fetch(`${server.url}/metrics`)).text();
+      assert.match(metrics, /llamacpp:tokens_predicted_total \d+/);
+      // The same prompt alone, with dispatch on, gives the same tokens as in the concurrent batch.
+      const alone = await completeGreedy(server.url, prompts[0] as string, 32, m.ban);
+      assert.deepEqual(alone.tokens, outs[0]?.tokens);
+    },
+    { slots: 4, args: ['--metrics'] },
+  );
 });

@@ -22,14 +22,29 @@ test('auth: a good login, a replayed nonce, a wrong signature, an expired token'
     assert.equal(good.json.wallet, v.wallet);
     assert.ok(good.json.expires_in > 0);
     const token = good.json.node_token as string;
-    assert.equal((await t.call('POST', '/api/expert-volunteer', {}, token)).status, 200);
+    const nothing = await t.call('POST', '/api/expert-volunteer', {}, token);
+    assert.equal(nothing.status, 200);
+    assert.deepEqual(
+      [nothing.json.assigned, nothing.json.code],
+      [false, 'nothing-wanted'],
+      'an idle model wants nobody; the refusal carries its code',
+    );
+    assert.equal(typeof nothing.json.reason, 'string');
 
-    const replay = await t.call('POST', '/api/auth/node-token', { wallet: v.wallet, nonce: c.json.nonce, signature: v.sign(c.json.message) });
+    const replay = await t.call('POST', '/api/auth/node-token', {
+      wallet: v.wallet,
+      nonce: c.json.nonce,
+      signature: v.sign(c.json.message),
+    });
     assert.deepEqual([replay.status, replay.json.code], [401, 'AUTH_NONCE_UNKNOWN']);
 
     const c2 = await t.call('POST', '/api/auth/challenge', { wallet: v.wallet });
     const other = newVolunteer();
-    const wrong = await t.call('POST', '/api/auth/node-token', { wallet: v.wallet, nonce: c2.json.nonce, signature: other.sign(c2.json.message) });
+    const wrong = await t.call('POST', '/api/auth/node-token', {
+      wallet: v.wallet,
+      nonce: c2.json.nonce,
+      signature: other.sign(c2.json.message),
+    });
     assert.deepEqual([wrong.status, wrong.json.code], [401, 'AUTH_BAD_SIGNATURE']);
 
     t.clock.now += 2 * 86_400_000;
@@ -41,8 +56,13 @@ test('auth: a good login, a replayed nonce, a wrong signature, an expired token'
   }
 });
 
-test('market through the API: the brief\'s example, dense layers, eviction after 120 s', async () => {
-  const t = await testHub({ models: [{ path: wide.path, name: 'wide' }, { path: dense.path, name: 'dense' }] });
+test("market through the API: the brief's example, dense layers, eviction after 120 s", async () => {
+  const t = await testHub({
+    models: [
+      { path: wide.path, name: 'wide' },
+      { path: dense.path, name: 'dense' },
+    ],
+  });
   try {
     const token = await t.login(newVolunteer());
     const beat = (worker: string, model: string, segments: number[][], n: { n_layer: number; n_expert: number }) =>
@@ -65,7 +85,14 @@ test('market through the API: the brief\'s example, dense layers, eviction after
     const got = await t.call('POST', '/api/expert-volunteer', { model: 'wide', max_experts: 64 }, token);
     assert.equal(got.status, 200);
     assert.deepEqual(
-      { assigned: got.json.assigned, model: got.json.model, layer: got.json.layer, experts: got.json.experts, scarcity: got.json.scarcity, n_expert: got.json.n_expert },
+      {
+        assigned: got.json.assigned,
+        model: got.json.model,
+        layer: got.json.layer,
+        experts: got.json.experts,
+        scarcity: got.json.scarcity,
+        n_expert: got.json.n_expert,
+      },
       { assigned: true, model: 'wide', layer: 0, experts: [128, 192], scarcity: 0.5, n_expert: 256 },
     );
 
@@ -73,7 +100,10 @@ test('market through the API: the brief\'s example, dense layers, eviction after
     const denseN = { n_layer: 3, n_expert: 16 };
     assert.equal((await beat('F', 'dense', [[1, 0, 16]], denseN)).status, 200);
     const dd = await t.call('GET', '/api/expert-demand?model=dense');
-    assert.deepEqual(dd.json.models[0].layers.map((l: { layer: number }) => l.layer), [1, 2]);
+    assert.deepEqual(
+      dd.json.models[0].layers.map((l: { layer: number }) => l.layer),
+      [1, 2],
+    );
     const bad = await beat('G', 'dense', [[0, 0, 16]], denseN);
     assert.deepEqual([bad.status, bad.json.code], [400, 'LAYER_NOT_MOE']);
 
@@ -88,16 +118,47 @@ test('market through the API: the brief\'s example, dense layers, eviction after
     assert.deepEqual(gone.sort(), ['B', 'C', 'D', 'E', 'F'], 'everyone silent for 120 s is evicted, A (heard 1 s ago) stays');
     const after = await t.call('GET', '/api/expert-demand?model=wide');
     const l0 = after.json.models[0].layers.find((l: { layer: number }) => l.layer === 0);
-    assert.deepEqual(l0.segments.map((s: { replicas: number }) => s.replicas), [1, 0]);
+    assert.deepEqual(
+      l0.segments.map((s: { replicas: number }) => s.replicas),
+      [1, 0],
+    );
     const metrics = await t.call('GET', '/metrics');
-    assert.match(String(metrics.json), /expertswarm_evictions_total 5/);
+    const text = String(metrics.json);
+    assert.match(text, /^expertswarm_evictions_total 5$/m);
+    assert.match(text, /^expertswarm_workers\{model="wide",state="joining"\} 1$/m, 'A is past its grace window and never served');
+    assert.match(text, /^expertswarm_heartbeats_total 7$/m, 'A, B, C, D, E, F and A again; G was refused');
+    assert.deepEqual(
+      [...text.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map((m) => `${m[1]} ${m[2]}`),
+      [
+        'expertswarm_coordinator_busy_slots gauge',
+        'expertswarm_coordinator_slots gauge',
+        'expertswarm_saturated gauge',
+        'expertswarm_recruiting gauge',
+        'expertswarm_target_replicas_base gauge',
+        'expertswarm_target_replicas_effective gauge',
+        'expertswarm_reading_age_seconds gauge',
+        'expertswarm_workers gauge',
+        'expertswarm_assignments_total counter',
+        'expertswarm_volunteer_refusals_total counter',
+        'expertswarm_heartbeats_total counter',
+        'expertswarm_evictions_total counter',
+        'expertswarm_poll_failures_total counter',
+        'expertswarm_coordinator_restarts_total counter',
+        'expertswarm_coordinator_up gauge',
+      ],
+    );
   } finally {
     await t.close();
   }
 });
 
 test('≥ 20 malformed bodies per market endpoint get the right status and code; the hub stays healthy', async () => {
-  const t = await testHub({ models: [{ path: wide.path, name: 'wide' }, { path: dense.path, name: 'dense' }] });
+  const t = await testHub({
+    models: [
+      { path: wide.path, name: 'wide' },
+      { path: dense.path, name: 'dense' },
+    ],
+  });
   try {
     const token = await t.login(newVolunteer());
     const json = (v: unknown) => ({ payload: JSON.stringify(v), contentType: 'application/json' });
@@ -140,7 +201,12 @@ test('≥ 20 malformed bodies per market endpoint get the right status and code;
       ['string n_expert', { body: { ...ok, n_expert: '256' } }, 400, 'BODY_INVALID'],
       ['segments not an array', { body: { ...ok, segments: 'all' } }, 400, 'BODY_INVALID'],
       ['segments object', { body: { ...ok, segments: { 0: [0, 0, 1] } } }, 400, 'BODY_INVALID'],
-      ['300 segments', { body: { ...ok, segments: Array.from({ length: 300 }, (_, i) => [0, i % 256, (i % 256) + 1]) } }, 400, 'TOO_MANY_SEGMENTS'],
+      [
+        '300 segments',
+        { body: { ...ok, segments: Array.from({ length: 300 }, (_, i) => [0, i % 256, (i % 256) + 1]) } },
+        400,
+        'TOO_MANY_SEGMENTS',
+      ],
       ['short segment', { body: { ...ok, segments: [[0, 1]] } }, 400, 'BODY_INVALID'],
       ['negative begin', { body: { ...ok, segments: [[0, -1, 2]] } }, 400, 'BODY_INVALID'],
       ['begin after end', { body: { ...ok, segments: [[0, 5, 3]] } }, 400, 'RANGE_OUT_OF_BOUNDS'],
@@ -207,14 +273,19 @@ test('durable state: the token secret and volunteers survive a restart', async (
     const v = newVolunteer();
     const a = await testHub({ stateDir: dir, models: [{ path: wide.path, name: 'wide' }] });
     const token = await a.login(v);
-    a.hub.state.addCredit(v.wallet, 42, a.clock.now);
-    a.hub.state.quarantine('bad-worker', 'failed spot checks', a.clock.now);
+    a.hub.addCredit(v.wallet, 42);
+    a.hub.quarantine('bad-worker', 'failed spot checks');
     await a.close();
     const b = await testHub({ stateDir: dir, models: [{ path: wide.path, name: 'wide' }] });
     try {
       assert.equal((await b.call('POST', '/api/expert-volunteer', {}, token)).status, 200, 'token minted before the restart still valid');
-      assert.equal(b.hub.state.volunteer(v.wallet)?.credit_pairs, 42);
-      const q = await b.call('POST', '/api/expert-coverage', { worker_id: 'bad-worker', model: 'wide', n_layer: 2, n_expert: 256, segments: [] }, token);
+      assert.equal(b.hub.creditOf(v.wallet), 42);
+      const q = await b.call(
+        'POST',
+        '/api/expert-coverage',
+        { worker_id: 'bad-worker', model: 'wide', n_layer: 2, n_expert: 256, segments: [] },
+        token,
+      );
       assert.deepEqual([q.status, q.json.code], [403, 'WORKER_QUARANTINED']);
     } finally {
       await b.close();

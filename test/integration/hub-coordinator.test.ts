@@ -31,10 +31,11 @@ async function hangingServer(): Promise<{ url: string; close: () => Promise<void
   const port = (s.address() as { port: number }).port;
   return {
     url: `http://127.0.0.1:${port}`,
-    close: () => new Promise((r) => {
-      for (const c of sockets) c.destroy();
-      s.close(() => r());
-    }),
+    close: () =>
+      new Promise((r) => {
+        for (const c of sockets) c.destroy();
+        s.close(() => r());
+      }),
   };
 }
 
@@ -56,7 +57,11 @@ async function waitFor<T>(what: string, timeoutMs: number, f: () => Promise<T | 
 test('poller: saturated within one poll interval under 4 concurrent requests, back after they end; a hanging coordinator delays nobody', async () => {
   const hang = await hangingServer();
   const config = defaultConfig({
-    port: 0, stateDir, slots: 4, ctxPerSlot: 4096, models: [{ path: model.path, name: 'tiny' }],
+    port: 0,
+    stateDir,
+    slots: 4,
+    ctxPerSlot: 4096,
+    models: [{ path: model.path, name: 'tiny' }],
     externals: [{ name: 'hung', url: hang.url }],
   });
   const running = await runHub(config, () => {});
@@ -70,12 +75,23 @@ test('poller: saturated within one poll interval under 4 concurrent requests, ba
       fetch(`${running.url}/v1/completions`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'tiny', prompt: `request ${i}: The swarm serves`, max_tokens: 3000, ignore_eos: true, stream: true, logit_bias: banBias }),
+        body: JSON.stringify({
+          model: 'tiny',
+          prompt: `request ${i}: The swarm serves`,
+          max_tokens: 3000,
+          ignore_eos: true,
+          stream: true,
+          logit_bias: banBias,
+        }),
         signal: a.signal,
-      }).then(async (r) => {
-        const reader = r.body!.getReader();
-        while (!(await reader.read()).done) { /* drain until aborted */ }
-      }).catch(() => {}),
+      })
+        .then(async (r) => {
+          const reader = r.body!.getReader();
+          while (!(await reader.read()).done) {
+            /* drain until aborted */
+          }
+        })
+        .catch(() => {}),
     );
     const sat = await waitFor('saturation', 3 * interval, async () => {
       const m = (await recruitment(running.url)).get('tiny');
@@ -113,13 +129,23 @@ test('poller: saturated within one poll interval under 4 concurrent requests, ba
 });
 
 test('the openai client streams a chat completion through the hub; a killed coordinator is restarted, 503 meanwhile', async () => {
-  const running = await runHub(defaultConfig({ port: 0, stateDir, slots: 2, ctxPerSlot: 1024, models: [{ path: model.path, name: 'tiny' }] }), () => {});
+  const running = await runHub(
+    defaultConfig({ port: 0, stateDir, slots: 2, ctxPerSlot: 1024, models: [{ path: model.path, name: 'tiny' }] }),
+    () => {},
+  );
   try {
     const client = new OpenAI({ baseURL: `${running.url}/v1`, apiKey: 'unused', maxRetries: 0 });
     const models = await client.models.list();
-    assert.deepEqual(models.data.map((m) => m.id), ['tiny']);
+    assert.deepEqual(
+      models.data.map((m) => m.id),
+      ['tiny'],
+    );
     const stream = await client.chat.completions.create({
-      model: 'tiny', messages: [{ role: 'user', content: 'hello world' }], max_tokens: 12, stream: true, logit_bias: banBias,
+      model: 'tiny',
+      messages: [{ role: 'user', content: 'hello world' }],
+      max_tokens: 12,
+      stream: true,
+      logit_bias: banBias,
     });
     let chunks = 0;
     let finish: string | null = null;
@@ -130,14 +156,18 @@ test('the openai client streams a chat completion through the hub; a killed coor
     assert.ok(chunks >= 2, `${chunks} chunks: the answer arrived as a stream`);
     assert.ok(finish === 'length' || finish === 'stop', `finish_reason ${finish}`);
 
-    await assert.rejects(client.chat.completions.create({ model: 'nope', messages: [{ role: 'user', content: 'x' }] }), (e: { status?: number }) => e.status === 404);
+    await assert.rejects(
+      client.chat.completions.create({ model: 'nope', messages: [{ role: 'user', content: 'x' }] }),
+      (e: { status?: number }) => e.status === 404,
+    );
 
-    const proc = running.hub.supervisor.processOf('tiny');
+    const proc = running.hub.coordinatorProcessForTests('tiny');
     assert.ok(proc);
     proc.kill('SIGKILL');
     const down = await waitFor('503 while restarting', 5000, async () => {
       const r = await fetch(`${running.url}/v1/chat/completions`, {
-        method: 'POST', headers: { 'content-type': 'application/json' },
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ model: 'tiny', messages: [{ role: 'user', content: 'x' }], max_tokens: 1 }),
       });
       return r.status === 503 ? r : undefined;
@@ -147,12 +177,17 @@ test('the openai client streams a chat completion through the hub; a killed coor
     // Until its exit is noticed the old coordinator still reads 'ready' (requests then fail with connection refused,
     // also a 503): wait for the restart itself.
     await waitFor('the coordinator back', 30_000, async () => {
-      const s = running.hub.supervisor.status()[0];
+      const s = running.hub.coordinators()[0];
       return s?.state === 'ready' && s.restarts === 1 ? true : undefined;
     });
-    const again = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'hello' }], max_tokens: 4, logit_bias: banBias });
+    const again = await client.chat.completions.create({
+      model: 'tiny',
+      messages: [{ role: 'user', content: 'hello' }],
+      max_tokens: 4,
+      logit_bias: banBias,
+    });
     assert.ok(['length', 'stop'].includes(again.choices[0]?.finish_reason ?? ''));
-    assert.equal(running.hub.supervisor.status()[0]?.restarts, 1);
+    assert.equal(running.hub.coordinators()[0]?.restarts, 1);
   } finally {
     await running.close();
   }
@@ -161,18 +196,25 @@ test('the openai client streams a chat completion through the hub; a killed coor
 test('an external llama-server-compatible coordinator (--coordinator-url) is polled and proxied', async () => {
   const { startServer } = await import('../support/linkcpp.ts');
   const external = await startServer({ model: model.path, slots: 2 });
-  const running = await runHub(defaultConfig({
-    port: 0, stateDir, models: [{ path: model.path, name: 'ext' }], externals: [{ name: 'ext', url: external.url }],
-  }), () => {});
+  const running = await runHub(
+    defaultConfig({
+      port: 0,
+      stateDir,
+      models: [{ path: model.path, name: 'ext' }],
+      externals: [{ name: 'ext', url: external.url }],
+    }),
+    () => {},
+  );
   try {
-    assert.equal(running.hub.supervisor.status()[0]?.state, 'external', 'the hub did not start a coordinator of its own');
+    assert.equal(running.hub.coordinators()[0]?.state, 'external', 'the hub did not start a coordinator of its own');
     const seen = await waitFor('a /slots reading', 5000, async () => {
       const m = (await recruitment(running.url)).get('ext');
       return m && m.slots !== null ? m : undefined;
     });
     assert.equal(seen.value.slots, 2);
     const r = await fetch(`${running.url}/v1/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' },
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ model: 'ext', prompt: 'The swarm', max_tokens: 4, logit_bias: banBias }),
     });
     assert.equal(r.status, 200);

@@ -22,14 +22,19 @@ async function withPage<T>(run: (page: BrowserPage['page']) => Promise<T>): Prom
   }
 }
 
-test('every expert kernel and variant, decode and batched, whole and split, matches the CPU reference in headless Chromium', { timeout: 600_000 }, async (t) => {
+test('every expert kernel and variant, decode and batched, whole and split, matches the CPU reference in headless Chromium', {
+  timeout: 600_000,
+}, async (t) => {
   const out = await withPage((page) => page.evaluate(() => window.runKernelGrid('all')));
   assert.equal(out.error, undefined, out.error);
   assert.ok(out.adapter, 'Chromium gave a WebGPU adapter');
   for (const s of out.skipped) t.diagnostic(`skipped ${JSON.stringify(s.case.features)} ${s.case.type}: ${s.reason}`);
   assert.equal(out.results.length + out.skipped.length, DECODE_GRID.length + BATCHED_GRID.length + SPLIT_GRID.length);
   for (const r of out.results) {
-    assert.ok(r.nmse <= 1e-9, `${r.typeName} ${r.nEmbd}×${r.ff}, ${r.nTokens} rows × ${r.nUsed} experts (${r.kernelFeatures}, ${r.weightParts} parts): NMSE ${r.nmse}`);
+    assert.ok(
+      r.nmse <= 1e-9,
+      `${r.typeName} ${r.nEmbd}×${r.ff}, ${r.nTokens} rows × ${r.nUsed} experts (${r.kernelFeatures}, ${r.weightParts} parts): NMSE ${r.nmse}`,
+    );
     if (r.features && r.features !== 'auto') assert.deepEqual(r.kernelFeatures, r.features);
   }
   const all = ['BF16', 'F16', 'F32', 'Q4_0', 'Q4_K', 'Q5_K', 'Q6_K', 'Q8_0'];
@@ -38,14 +43,23 @@ test('every expert kernel and variant, decode and batched, whole and split, matc
     assert.deepEqual([...types].sort(), all, `${regime} regime covers every type`);
   }
   const decode = out.results.filter((r) => r.ran === 'decode');
-  assert.ok(decode.some((r) => r.kernelFeatures.length === 0), 'the base decode variant ran');
-  if (out.features.includes('subgroups')) assert.ok(decode.some((r) => r.kernelFeatures.includes('subgroups')), 'the subgroups variant ran');
+  assert.ok(
+    decode.some((r) => r.kernelFeatures.length === 0),
+    'the base decode variant ran',
+  );
+  if (out.features.includes('subgroups'))
+    assert.ok(
+      decode.some((r) => r.kernelFeatures.includes('subgroups')),
+      'the subgroups variant ran',
+    );
   const split = out.results.filter((r) => r.maxBindingBytes);
   assert.equal(split.length, SPLIT_GRID.length);
-  for (const r of split) assert.equal(r.weightParts, r.nExperts, 'one expert per part');
+  for (const r of split) assert.equal(r.weightParts, r.nExpert, 'one expert per part');
 });
 
-test('the expert engine measures our WebGPU kernels and onnxruntime wasm in the page and keeps the faster', { timeout: 300_000 }, async (t) => {
+test('the expert engine measures our WebGPU kernels and onnxruntime wasm in the page and keeps the faster', {
+  timeout: 300_000,
+}, async (t) => {
   const out = await withPage((page) => page.evaluate(() => window.runEngineStart()));
   const r = out.report;
   t.diagnostic(`${r.backend}: ${r.reason}`);

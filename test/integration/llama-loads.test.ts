@@ -1,5 +1,6 @@
 /**
- * llama.cpp (our linkcpp-server build) loads every generated architecture × quant type and generates tokens.
+ * llama.cpp (our linkcpp-server build) loads every generated architecture × the quant types in TYPES (the ones the
+ * kernels read; q4_1, q5_0 and q5_1 are left to quant-vs-llama) and generates tokens.
  * Runs one server at a time: on a 2-core machine parallel servers only slow each other down.
  */
 import { test } from 'node:test';
@@ -18,7 +19,17 @@ for (const arch of ARCHITECTURES) {
     test(`llama.cpp loads and runs ${arch} ${GGMLType[type]}`, async () => {
       // K-quants need rows that are whole 256-element super-blocks.
       const width = type >= GGMLType.Q2_K && type <= GGMLType.Q6_K ? 256 : 64;
-      const model = await testModel({ arch, layers: 3, nEmbd: width, ff: width, sharedFf: width, nExpert: 8, nExpertUsed: 2, type, seed: 11 });
+      const model = await testModel({
+        arch,
+        layers: 3,
+        nEmbd: width,
+        ff: width,
+        sharedFf: width,
+        nExpert: 8,
+        nExpertUsed: 2,
+        type,
+        seed: 11,
+      });
       const file = await readGGUFFile(model.path);
       const expertTensor = file.tensors.find((t) => t.name.endsWith('ffn_up_exps.weight'));
       assert.equal(expertTensor?.type, type, 'expert tensors carry the requested type');

@@ -74,7 +74,18 @@ test.after(() => rm(dir, { recursive: true, force: true }));
 
 const base = { arch: 'qwen3moe' as const, layers: 1, nEmbd: 256, ff: 256, nExpert: 4, nExpertUsed: 2, seed: 5 };
 
-const OURS = [GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K];
+const OURS = [
+  GGMLType.F16,
+  GGMLType.BF16,
+  GGMLType.Q8_0,
+  GGMLType.Q4_0,
+  GGMLType.Q4_1,
+  GGMLType.Q5_0,
+  GGMLType.Q5_1,
+  GGMLType.Q4_K,
+  GGMLType.Q5_K,
+  GGMLType.Q6_K,
+];
 for (const type of OURS) {
   test(`llama.cpp dequantizes our ${GGMLType[type]} exactly as we do`, async () => {
     const model = await testModel({ ...base, type });
@@ -144,7 +155,9 @@ for (const [type, ftype, bound] of THEIRS) {
           const info = requireQuantType(type);
           for (let i = 0; i < ourBytes.length; i++) {
             if (ourBytes[i] !== theirBytes[i]) {
-              assert.fail(`${t.name}: byte ${i} (block ${Math.floor(i / info.bytesPerBlock)}) differs: ours ${ourBytes[i]} llama.cpp ${theirBytes[i]}`);
+              assert.fail(
+                `${t.name}: byte ${i} (block ${Math.floor(i / info.bytesPerBlock)}) differs: ours ${ourBytes[i]} llama.cpp ${theirBytes[i]}`,
+              );
             }
           }
         }

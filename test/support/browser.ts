@@ -38,8 +38,14 @@ const inlineWgsl: Plugin = {
 
 export async function bundle(entry: string): Promise<string> {
   const out = await build({
-    entryPoints: [entry], bundle: true, write: false, format: 'esm', platform: 'browser', target: 'es2022',
-    plugins: [inlineWgsl], logLevel: 'silent',
+    entryPoints: [entry],
+    bundle: true,
+    write: false,
+    format: 'esm',
+    platform: 'browser',
+    target: 'es2022',
+    plugins: [inlineWgsl],
+    logLevel: 'silent',
   });
   return out.outputFiles[0]?.text ?? '';
 }
@@ -88,7 +94,12 @@ export async function openPage(script: string): Promise<BrowserPage> {
   const profile = mkdtempSync(join(tmpdir(), 'es-chromium-'));
   let context: BrowserContext | undefined;
   try {
-    context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS, timeout: 60_000 });
+    context = await chromium.launchPersistentContext(profile, {
+      executablePath: CHROMIUM,
+      headless: true,
+      args: CHROMIUM_ARGS,
+      timeout: 60_000,
+    });
     const page = context.pages()[0] ?? (await context.newPage());
     await page.goto(`http://127.0.0.1:${port}/`);
     return {

@@ -5,6 +5,7 @@ import { openFileSource } from '../../gguf/node-io.ts';
 import { readGGUF } from '../../gguf/reader.ts';
 import type { GGUFFile, GGUFTensorInfo } from '../../gguf/types.ts';
 import { dequantize } from '../../gguf/dequantize.ts';
+import { expertTensorName, type ExpertMatrix } from '../../gguf/expert-slice.ts';
 import type { ExpertMatrices } from '../../shaders/reference/expert-ffn.ts';
 
 export class ExpertStore {
@@ -24,8 +25,8 @@ export class ExpertStore {
     return this.src.close();
   }
 
-  private tensor(layer: number, which: 'gate' | 'up' | 'down'): GGUFTensorInfo {
-    const name = `blk.${layer}.ffn_${which}_exps.weight`;
+  private tensor(layer: number, matrix: ExpertMatrix): GGUFTensorInfo {
+    const name = expertTensorName(layer, matrix);
     const t = this.file.tensors.find((x) => x.name === name);
     if (!t) throw new RangeError(`layer ${layer} has no routed experts (${name} missing)`);
     return t;

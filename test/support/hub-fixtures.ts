@@ -25,12 +25,19 @@ export interface TestHub {
   hub: Hub;
   app: FastifyInstance;
   clock: { now: number };
-  call(method: 'GET' | 'POST', url: string, body?: unknown, token?: string, raw?: { payload: string; contentType: string }): Promise<{ status: number; json: any; headers: Record<string, unknown> }>;
+  call(
+    method: 'GET' | 'POST',
+    url: string,
+    body?: unknown,
+    token?: string,
+    raw?: { payload: string; contentType: string },
+    // biome-ignore lint/suspicious/noExplicitAny: any JSON answer; tests read the fields they assert
+  ): Promise<{ status: number; json: any; headers: Record<string, unknown> }>;
   login(v: Volunteer): Promise<string>;
   close(): Promise<void>;
 }
 
-/** A hub over the given models with no coordinator started: the market, auth and state, driven in-process. */
+/** A hub over the given models with no coordinator started: the market, auth and durable store, driven in-process. */
 export async function testHub(over: Partial<HubConfig>): Promise<TestHub> {
   const clock = { now: 1_800_000_000_000 };
   const hub = new Hub(defaultConfig({ stateDir: ':memory:', ...over }), () => clock.now);
@@ -57,7 +64,10 @@ export async function testHub(over: Partial<HubConfig>): Promise<TestHub> {
     return { status: r.statusCode, json, headers: r.headers };
   };
   return {
-    hub, app, clock, call,
+    hub,
+    app,
+    clock,
+    call,
     async login(v) {
       const c = await call('POST', '/api/auth/challenge', { wallet: v.wallet });
       if (c.status !== 200) throw new Error(`challenge: ${c.status} ${JSON.stringify(c.json)}`);

@@ -37,9 +37,20 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   const port = await freePort();
   const slots = o.slots ?? 1;
   const args = [
-    '-m', o.model, '--host', '127.0.0.1', '--port', String(port),
-    '-c', String((o.ctx ?? 512) * slots), '-np', String(slots), '-t', String(o.threads ?? 2),
-    '--no-warmup', ...(o.args ?? []),
+    '-m',
+    o.model,
+    '--host',
+    '127.0.0.1',
+    '--port',
+    String(port),
+    '-c',
+    String((o.ctx ?? 512) * slots),
+    '-np',
+    String(slots),
+    '-t',
+    String(o.threads ?? 2),
+    '--no-warmup',
+    ...(o.args ?? []),
   ];
   const proc = spawn(binary, args, { env: { ...process.env, ...o.env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let logText = '';
@@ -92,8 +103,16 @@ export async function completeGreedy(
   extra: Record<string, unknown> = {},
 ): Promise<Completion> {
   const body = {
-    prompt, n_predict: nPredict, temperature: 0, top_k: 1, seed: 1, cache_prompt: false, ignore_eos: true,
-    return_tokens: true, logit_bias: ban.map((id) => [id, false]), ...extra,
+    prompt,
+    n_predict: nPredict,
+    temperature: 0,
+    top_k: 1,
+    seed: 1,
+    cache_prompt: false,
+    ignore_eos: true,
+    return_tokens: true,
+    logit_bias: ban.map((id) => [id, false]),
+    ...extra,
   };
   const r = await fetch(`${url}/completion`, {
     method: 'POST',

@@ -1,17 +1,2 @@
-/** Seeded pseudo-random numbers for tests and benchmarks (mulberry32): the same seed gives the same data everywhere. */
-export function mulberry32Uint(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return (t ^ (t >>> 14)) >>> 0;
-  };
-}
-
-/** Uniform in [0, 1). */
-export function mulberry32(seed: number): () => number {
-  const next = mulberry32Uint(seed);
-  return () => next() / 4294967296;
-}
+/** Seeded pseudo-random numbers for tests and benchmarks: the engine's mulberry32 (shaders/random.ts), one implementation. */
+export { mulberry32, mulberry32Uint } from '../../shaders/random.ts';

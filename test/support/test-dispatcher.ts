@@ -6,12 +6,19 @@
 import { createServer, type Server, type Socket } from 'node:net';
 import { rm } from 'node:fs/promises';
 import {
-  FrameKind, FrameReader, decodeHello, decodeRequest, encodeHelloAck, encodeResponse, type DispatchRequest, type Hello,
+  FrameKind,
+  FrameReader,
+  decodeHello,
+  decodeRequest,
+  encodeHelloAck,
+  encodeResponse,
+  type DispatchRequest,
+  type Hello,
 } from '../../hub/dispatch/protocol.ts';
 import { expertFfnAccumulate } from '../../shaders/reference/expert-ffn.ts';
 import { ExpertStore } from './expert-store.ts';
 
-/** `wrong-expert` serves every pair with the next expert's weights: a negative control for the exactness checks. */
+/** `wrong-expert` serves every pair with the next expert's matrices: a negative control for the exactness checks. */
 export type DispatcherBehaviour = 'all' | 'half' | 'none' | 'local' | 'stall' | 'die' | 'garbage' | 'wrong-expert';
 
 export interface DispatcherStats {
@@ -31,7 +38,13 @@ export class TestDispatcher {
   /** Round activations as llama.cpp's CPU backend does (so results track its numbers, not just the exact math). */
   llamaNumerics = true;
   readonly stats: DispatcherStats = {
-    hellos: [], requests: 0, servedPairs: 0, notServedPairs: 0, layersServed: new Set(), localCosts: [], protocolErrors: [],
+    hellos: [],
+    requests: 0,
+    servedPairs: 0,
+    notServedPairs: 0,
+    layersServed: new Set(),
+    localCosts: [],
+    protocolErrors: [],
   };
   private sockets = new Set<Socket>();
   private nExpert = 0;
@@ -81,7 +94,7 @@ export class TestDispatcher {
     let nExpert = 0;
     let queue = Promise.resolve();
     s.on('data', (chunk) => {
-      let frames;
+      let frames: ReturnType<typeof reader.push>;
       try {
         frames = reader.push(chunk);
       } catch (e) {
@@ -149,7 +162,7 @@ export class TestDispatcher {
           continue;
         }
         const id = this.behaviour === 'wrong-expert' ? ((r.ids[p] as number) + 1) % this.nExpert : (r.ids[p] as number);
-        expertFfnAccumulate(await this.store.expert(r.layer, id), x, r.weights[p] as number, acc, this.llamaNumerics);
+        expertFfnAccumulate(await this.store.expert(r.layer, id), x, r.probs[p] as number, acc, this.llamaNumerics);
         served[p] = 1;
         this.stats.servedPairs++;
       }

@@ -7,8 +7,17 @@ import assert from 'node:assert/strict';
 import { createHmac, generateKeyPairSync, randomBytes, sign, type KeyObject } from 'node:crypto';
 import { isHubError, type ErrorCode } from '../../hub/errors.ts';
 import {
-  ChallengeStore, NodeAuth, RateLimiter, bearerToken, challengeMessage, decodeBase58, encodeBase58, mintToken,
-  parseWallet, verifySignature, verifyToken,
+  ChallengeStore,
+  NodeAuth,
+  RateLimiter,
+  bearerToken,
+  challengeMessage,
+  decodeBase58,
+  encodeBase58,
+  mintToken,
+  parseWallet,
+  verifySignature,
+  verifyToken,
 } from '../../hub/auth/index.ts';
 import { LinkedMap } from '../../hub/auth/linked-map.ts';
 
@@ -39,7 +48,9 @@ function volunteer(): Volunteer {
   const der = publicKey.export({ format: 'der', type: 'spki' });
   assert.deepEqual(new Uint8Array(der.subarray(der.length - 32)), raw);
   return {
-    wallet: encodeBase58(raw), raw, privateKey,
+    wallet: encodeBase58(raw),
+    raw,
+    privateKey,
     sign: (message) => sign(null, Buffer.from(message, 'utf8'), privateKey).toString('base64'),
   };
 }
@@ -97,8 +108,22 @@ describe('wallets and signatures', () => {
     const v = volunteer();
     assert.deepEqual(parseWallet(v.wallet), v.raw);
     assert.deepEqual(parseWallet('1'.repeat(32)), new Uint8Array(32));
-    for (const bad of [undefined, null, 42, {}, [], '', '1'.repeat(31), '1'.repeat(33), encodeBase58(new Uint8Array(33).fill(9)),
-      v.wallet.slice(0, -5), `${v.wallet.slice(0, -1)}0`, `${v.wallet}2`, 'z'.repeat(45), 'z'.repeat(44)]) {
+    for (const bad of [
+      undefined,
+      null,
+      42,
+      {},
+      [],
+      '',
+      '1'.repeat(31),
+      '1'.repeat(33),
+      encodeBase58(new Uint8Array(33).fill(9)),
+      v.wallet.slice(0, -5),
+      `${v.wallet.slice(0, -1)}0`,
+      `${v.wallet}2`,
+      'z'.repeat(45),
+      'z'.repeat(44),
+    ]) {
       throwsCode(() => parseWallet(bad), 'AUTH_BAD_WALLET');
     }
   });
@@ -115,8 +140,20 @@ describe('wallets and signatures', () => {
     const flipped = Buffer.from(sig, 'base64');
     flipped[10]! ^= 1;
     assert.equal(verifySignature(v.raw, msg, flipped.toString('base64')), false);
-    for (const bad of [undefined, 5, '', sig.slice(4), `${sig}AAAA`, ` ${sig}`, `${sig}\n`, `-${sig.slice(1)}`, `_${sig.slice(1)}`, // base64url-only characters (a random signature's base64url form may equal its base64)
-      Buffer.alloc(63).toString('base64'), Buffer.alloc(65).toString('base64'), `${sig.slice(0, 85)}B==`]) {
+    for (const bad of [
+      undefined,
+      5,
+      '',
+      sig.slice(4),
+      `${sig}AAAA`,
+      ` ${sig}`,
+      `${sig}\n`,
+      `-${sig.slice(1)}`,
+      `_${sig.slice(1)}`, // base64url-only characters (a random signature's base64url form may equal its base64)
+      Buffer.alloc(63).toString('base64'),
+      Buffer.alloc(65).toString('base64'),
+      `${sig.slice(0, 85)}B==`,
+    ]) {
       throwsCode(() => verifySignature(v.raw, msg, bad), 'AUTH_BAD_SIGNATURE');
     }
   });
@@ -151,19 +188,28 @@ describe('login flow', () => {
     const v = volunteer();
     const other = volunteer();
     const c1 = a.challenge({ wallet: v.wallet }, 'ip', T0);
-    throwsCode(() => a.nodeToken({ wallet: v.wallet, nonce: c1.nonce, signature: v.sign(`${c1.message}x`) }, 'ip', T0), 'AUTH_BAD_SIGNATURE');
+    throwsCode(
+      () => a.nodeToken({ wallet: v.wallet, nonce: c1.nonce, signature: v.sign(`${c1.message}x`) }, 'ip', T0),
+      'AUTH_BAD_SIGNATURE',
+    );
     throwsCode(() => a.nodeToken({ wallet: v.wallet, nonce: c1.nonce, signature: v.sign(c1.message) }, 'ip', T0), 'AUTH_NONCE_UNKNOWN');
     const c2 = a.challenge({ wallet: v.wallet }, 'ip', T0);
     throwsCode(() => a.nodeToken({ wallet: v.wallet, nonce: c2.nonce, signature: other.sign(c2.message) }, 'ip', T0), 'AUTH_BAD_SIGNATURE');
     const c3 = a.challenge({ wallet: v.wallet }, 'ip', T0);
-    throwsCode(() => a.nodeToken({ wallet: other.wallet, nonce: c3.nonce, signature: other.sign(c3.message) }, 'ip', T0), 'AUTH_NONCE_UNKNOWN');
+    throwsCode(
+      () => a.nodeToken({ wallet: other.wallet, nonce: c3.nonce, signature: other.sign(c3.message) }, 'ip', T0),
+      'AUTH_NONCE_UNKNOWN',
+    );
   });
   it("another wallet's nonce is unknown and stays usable by its owner", () => {
     const a = auth();
     const v = volunteer();
     const other = volunteer();
     const c = a.challenge({ wallet: v.wallet }, 'ip', T0);
-    throwsCode(() => a.nodeToken({ wallet: other.wallet, nonce: c.nonce, signature: other.sign(c.message) }, 'ip', T0), 'AUTH_NONCE_UNKNOWN');
+    throwsCode(
+      () => a.nodeToken({ wallet: other.wallet, nonce: c.nonce, signature: other.sign(c.message) }, 'ip', T0),
+      'AUTH_NONCE_UNKNOWN',
+    );
     assert.equal(a.nodeToken({ wallet: v.wallet, nonce: c.nonce, signature: v.sign(c.message) }, 'ip', T0).wallet, v.wallet);
   });
   it('an expired nonce is refused, then unknown', () => {
@@ -204,7 +250,9 @@ describe('login flow', () => {
       `${ver}.${payload}`,
       `${ver}.${payload}.${mac}.x`,
       `${token} `,
-      '', 'v1..', 'x'.repeat(2000),
+      '',
+      'v1..',
+      'x'.repeat(2000),
       mintToken(new Uint8Array(32).fill(8), v.wallet, T0).token,
       mintToken(randomBytes(32), v.wallet, T0).token,
     ];
@@ -234,8 +282,18 @@ describe('bearer header', () => {
   });
   it('missing → AUTH_REQUIRED, malformed → AUTH_TOKEN_INVALID', () => {
     for (const h of [undefined, '', '   ']) throwsCode(() => bearerToken(h), 'AUTH_REQUIRED');
-    for (const h of ['Bearer', 'Bearer ', 'abc.def', 'Basic dXNlcjpwYXNz', 'Bearer a b', 'Bearerabc', 'Token abc',
-      `Bearer ${'a'.repeat(1100)}`, 'Bearer ab\u00e9', 'Bearer a\nb']) {
+    for (const h of [
+      'Bearer',
+      'Bearer ',
+      'abc.def',
+      'Basic dXNlcjpwYXNz',
+      'Bearer a b',
+      'Bearerabc',
+      'Token abc',
+      `Bearer ${'a'.repeat(1100)}`,
+      'Bearer ab\u00e9',
+      'Bearer a\nb',
+    ]) {
       throwsCode(() => bearerToken(h), 'AUTH_TOKEN_INVALID');
     }
     const a = auth();
@@ -247,14 +305,21 @@ describe('bearer header', () => {
 describe('rate limiting', () => {
   it('token bucket: burst, refusal, refill', () => {
     const rl = new RateLimiter({ capacity: 3, refillPerSec: 2 });
-    assert.deepEqual([1, 2, 3, 4].map(() => rl.take('a', T0)), [true, true, true, false]);
+    assert.deepEqual(
+      [1, 2, 3, 4].map(() => rl.take('a', T0)),
+      [true, true, true, false],
+    );
     assert.equal(rl.take('b', T0), true, 'keys are independent');
     assert.equal(rl.waitMs('a', T0), 500);
     assert.equal(rl.take('a', T0 + 499), false);
     assert.equal(rl.take('a', T0 + 500), true);
     assert.equal(rl.take('a', T0 + 500), false);
     assert.equal(rl.take('a', T0 - 10_000), false, 'a clock stepping back refills nothing');
-    assert.deepEqual([1, 2, 3, 4].map(() => rl.take('a', T0 + 60_000)), [true, true, true, false], 'refill caps at capacity');
+    assert.deepEqual(
+      [1, 2, 3, 4].map(() => rl.take('a', T0 + 60_000)),
+      [true, true, true, false],
+      'refill caps at capacity',
+    );
   });
   it('keeps at most maxKeys buckets, evicting the least recently used', () => {
     const rl = new RateLimiter({ capacity: 1, refillPerSec: 0.001, maxKeys: 100 });
@@ -270,12 +335,15 @@ describe('rate limiting', () => {
     const a = new NodeAuth({ secret: SECRET, rateLimit: { capacity: 5, refillPerSec: 0.5 } });
     const v = volunteer();
     for (let i = 0; i < 5; i++) a.challenge({ wallet: v.wallet }, '1.2.3.4', T0);
-    assert.throws(() => a.challenge({ wallet: v.wallet }, '1.2.3.4', T0), (e: unknown) => {
-      assert.ok(isHubError(e, 'RATE_LIMITED'));
-      assert.equal(e.status, 429);
-      assert.equal(e.headers['Retry-After'], '2');
-      return true;
-    });
+    assert.throws(
+      () => a.challenge({ wallet: v.wallet }, '1.2.3.4', T0),
+      (e: unknown) => {
+        assert.ok(isHubError(e, 'RATE_LIMITED'));
+        assert.equal(e.status, 429);
+        assert.equal(e.headers['Retry-After'], '2');
+        return true;
+      },
+    );
     throwsCode(() => a.nodeToken({}, '1.2.3.4', T0), 'RATE_LIMITED');
     throwsCode(() => a.challenge(null, '1.2.3.4', T0 + 1999), 'RATE_LIMITED');
     assert.equal(a.challenge({ wallet: v.wallet }, '5.6.7.8', T0).nonce.length, 64, 'other IPs unaffected');
@@ -324,7 +392,11 @@ describe('body validation', () => {
   it(`challenge: ${challengeCases.length} malformed bodies`, () => {
     assert.ok(challengeCases.length >= 20);
     for (const [body, code] of challengeCases) {
-      assert.throws(() => a.challenge(body, 'ip', T0), (e: unknown) => isHubError(e, code), `${JSON.stringify(body)?.slice(0, 80)} → ${code}`);
+      assert.throws(
+        () => a.challenge(body, 'ip', T0),
+        (e: unknown) => isHubError(e, code),
+        `${JSON.stringify(body)?.slice(0, 80)} → ${code}`,
+      );
     }
   });
 
@@ -365,7 +437,11 @@ describe('body validation', () => {
   it(`node-token: ${tokenCases.length} malformed bodies`, () => {
     assert.ok(tokenCases.length >= 20);
     for (const [body, code] of tokenCases) {
-      assert.throws(() => a.nodeToken(body, 'ip', T0), (e: unknown) => isHubError(e, code), `${JSON.stringify(body)?.slice(0, 80)} → ${code}`);
+      assert.throws(
+        () => a.nodeToken(body, 'ip', T0),
+        (e: unknown) => isHubError(e, code),
+        `${JSON.stringify(body)?.slice(0, 80)} → ${code}`,
+      );
     }
     // None of those burnt the good nonce; extra fields are ignored.
     assert.equal(a.nodeToken({ ...base, extra: 'ignored' }, 'ip', T0).wallet, v.wallet);

@@ -1,8 +1,20 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  DISPATCH_LIMITS, DispatchProtocolError, FrameKind, FrameReader, HEADER_BYTES, decodeHeader, decodeHello, decodeRequest,
-  decodeResponse, encodeHello, encodeHelloAck, encodeRequest, encodeResponse, type DispatchRequest,
+  DISPATCH_LIMITS,
+  DispatchProtocolError,
+  FrameKind,
+  FrameReader,
+  HEADER_BYTES,
+  decodeHeader,
+  decodeHello,
+  decodeRequest,
+  decodeResponse,
+  encodeHello,
+  encodeHelloAck,
+  encodeRequest,
+  encodeResponse,
+  type DispatchRequest,
 } from '../../hub/dispatch/protocol.ts';
 
 function request(over: Partial<DispatchRequest> = {}): DispatchRequest {
@@ -10,10 +22,16 @@ function request(over: Partial<DispatchRequest> = {}): DispatchRequest {
   const nEmbd = over.nEmbd ?? 4;
   const nUsed = over.nUsed ?? 2;
   return {
-    seq: 7, layer: 5, nTokens, nEmbd, nUsed, deadlineUs: 250_000, localNsPerPair: 1234,
+    seq: 7,
+    layer: 5,
+    nTokens,
+    nEmbd,
+    nUsed,
+    deadlineUs: 250_000,
+    localNsPerPair: 1234,
     rows: Float32Array.from({ length: nTokens * nEmbd }, (_, i) => i * 0.5 - 1),
     ids: Int32Array.from({ length: nTokens * nUsed }, (_, i) => i % 8),
-    weights: Float32Array.from({ length: nTokens * nUsed }, (_, i) => 1 / (i + 1)),
+    probs: Float32Array.from({ length: nTokens * nUsed }, (_, i) => 1 / (i + 1)),
     ...over,
   };
 }
@@ -23,7 +41,7 @@ function split(bytes: Uint8Array): { header: ReturnType<typeof decodeHeader>; pa
 }
 
 test('hello, ack, request and both responses round-trip', () => {
-  const hello = { nLayer: 4, nEmbd: 64, nExpert: 8, nExpertUsed: 2, deadlineMs: 250, model: 'qwen3moe ?B Q8_0 — ünïcode' };
+  const hello = { nLayer: 4, nEmbd: 64, nExpert: 8, nExpertUsed: 2, deadlineMs: 250, modelDesc: 'qwen3moe ?B Q8_0 — ünïcode' };
   const h = split(encodeHello(hello));
   assert.equal(h.header.kind, FrameKind.Hello);
   assert.deepEqual(decodeHello(h.payload), hello);
@@ -42,8 +60,14 @@ test('hello, ack, request and both responses round-trip', () => {
   assert.deepEqual(decodeResponse(lf.header, lf.payload, 4), local);
 
   const served = {
-    seq: 7, layer: 5, nTokens: 3, nUsed: 2, quietMs: 0, mode: 'served' as const,
-    served: Uint8Array.of(1, 0, 0, 1, 1, 1), sums: Float32Array.from({ length: 12 }, (_, i) => i / 3),
+    seq: 7,
+    layer: 5,
+    nTokens: 3,
+    nUsed: 2,
+    quietMs: 0,
+    mode: 'served' as const,
+    served: Uint8Array.of(1, 0, 0, 1, 1, 1),
+    sums: Float32Array.from({ length: 12 }, (_, i) => i / 3),
   };
   const sf = split(encodeResponse(served));
   assert.equal(sf.payload.length, 24 + 8 + 48, 'flags padded to 4 bytes');
@@ -56,7 +80,11 @@ test('FrameReader reassembles frames from any chunking', () => {
     const reader = new FrameReader();
     const frames = [];
     for (let o = 0; o < stream.length; o += size) frames.push(...reader.push(stream.subarray(o, o + size)));
-    assert.deepEqual(frames.map((f) => f.header.seq), [7, 8], `chunks of ${size}`);
+    assert.deepEqual(
+      frames.map((f) => f.header.seq),
+      [7, 8],
+      `chunks of ${size}`,
+    );
     assert.equal(decodeRequest(frames[1]!.header, frames[1]!.payload, 8).nTokens, 1);
   }
 });
@@ -92,10 +120,13 @@ const BAD: Array<[string, Uint8Array, string, 'header' | 'request']> = [
 
 for (const [name, bytes, code, stage] of BAD) {
   test(`rejects a frame with ${name}: ${code}`, () => {
-    assert.throws(() => {
-      const header = decodeHeader(bytes.subarray(0, HEADER_BYTES));
-      if (stage === 'request') decodeRequest(header, bytes.subarray(HEADER_BYTES), 8);
-    }, (e: unknown) => e instanceof DispatchProtocolError && e.code === code);
+    assert.throws(
+      () => {
+        const header = decodeHeader(bytes.subarray(0, HEADER_BYTES));
+        if (stage === 'request') decodeRequest(header, bytes.subarray(HEADER_BYTES), 8);
+      },
+      (e: unknown) => e instanceof DispatchProtocolError && e.code === code,
+    );
   });
 }
 
@@ -104,12 +135,23 @@ test('a truncated request and a short hello are refused', () => {
   assert.throws(() => decodeRequest(r.header, r.payload.subarray(0, 20), 8), { code: 'DISPATCH_BAD_FRAME' });
   assert.throws(() => decodeRequest(r.header, r.payload.subarray(0, r.payload.length - 4), 8), { code: 'DISPATCH_BAD_FRAME' });
   assert.throws(() => decodeHello(new Uint8Array(10)), { code: 'DISPATCH_BAD_FRAME' });
-  const long = encodeHello({ nLayer: 1, nEmbd: 1, nExpert: 1, nExpertUsed: 1, deadlineMs: 1, model: 'x'.repeat(300) });
-  assert.equal(decodeHello(long.subarray(HEADER_BYTES)).model.length, DISPATCH_LIMITS.maxModelName, 'names are capped when written');
+  const long = encodeHello({ nLayer: 1, nEmbd: 1, nExpert: 1, nExpertUsed: 1, deadlineMs: 1, modelDesc: 'x'.repeat(300) });
+  assert.equal(decodeHello(long.subarray(HEADER_BYTES)).modelDesc.length, DISPATCH_LIMITS.maxModelDesc, 'descriptions are capped');
 });
 
 test('responses: wrong kind, bad mode, bad sizes and quiet windows out of range are refused', () => {
-  const ok = split(encodeResponse({ seq: 1, layer: 0, nTokens: 1, nUsed: 2, quietMs: 0, mode: 'served', served: Uint8Array.of(1, 1), sums: new Float32Array(4) }));
+  const ok = split(
+    encodeResponse({
+      seq: 1,
+      layer: 0,
+      nTokens: 1,
+      nUsed: 2,
+      quietMs: 0,
+      mode: 'served',
+      served: Uint8Array.of(1, 1),
+      sums: new Float32Array(4),
+    }),
+  );
   assert.throws(() => decodeResponse({ ...ok.header, kind: FrameKind.Request }, ok.payload, 4), { code: 'DISPATCH_BAD_KIND' });
   assert.throws(() => decodeResponse(ok.header, ok.payload, 5), { code: 'DISPATCH_BAD_FRAME' });
   const badMode = ok.payload.slice();
@@ -118,6 +160,21 @@ test('responses: wrong kind, bad mode, bad sizes and quiet windows out of range 
   const badQuiet = ok.payload.slice();
   new DataView(badQuiet.buffer).setUint32(16, DISPATCH_LIMITS.maxQuietMs + 1, true);
   assert.throws(() => decodeResponse(ok.header, badQuiet, 4), { code: 'DISPATCH_BAD_FRAME' });
-  assert.throws(() => encodeResponse({ seq: 1, layer: 0, nTokens: 1, nUsed: 2, quietMs: 0, mode: 'served', served: Uint8Array.of(1), sums: new Float32Array(4) }), { code: 'DISPATCH_BAD_FRAME' });
-  assert.throws(() => encodeResponse({ seq: 1, layer: 0, nTokens: 1, nUsed: 2, quietMs: -1, mode: 'local' }), { code: 'DISPATCH_BAD_FRAME' });
+  assert.throws(
+    () =>
+      encodeResponse({
+        seq: 1,
+        layer: 0,
+        nTokens: 1,
+        nUsed: 2,
+        quietMs: 0,
+        mode: 'served',
+        served: Uint8Array.of(1),
+        sums: new Float32Array(4),
+      }),
+    { code: 'DISPATCH_BAD_FRAME' },
+  );
+  assert.throws(() => encodeResponse({ seq: 1, layer: 0, nTokens: 1, nUsed: 2, quietMs: -1, mode: 'local' }), {
+    code: 'DISPATCH_BAD_FRAME',
+  });
 });

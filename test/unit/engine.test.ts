@@ -1,18 +1,24 @@
 /**
  * ExpertEngine's start-up choice, with stand-in backends on a fake clock: which backend wins, what the report says,
- * that the loser is disposed, and how build or compute failures are reported. (Real backends, both in one browser
- * page, are exercised by test/integration/kernels-chromium.test.ts.)
+ * that the loser is disposed, and how build or compute failures are reported; and the policy itself (chooseBackend)
+ * as a table. (Real backends, both in one browser page, are exercised by test/integration/kernels-chromium.test.ts.)
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { GGMLType } from '../../gguf/quant-types.ts';
+import { chooseBackend, type BackendMeasurements } from '../../shaders/backend-choice.ts';
 import { ExpertEngine, type EngineBackend, type ExpertEngineOptions } from '../../shaders/engine.ts';
 import { ExpertRuntimeError } from '../../shaders/errors.ts';
 import type { ExpertSlice } from '../../shaders/runtime.ts';
 
 const slice: ExpertSlice = {
-  nEmbd: 64, ff: 32, nExperts: 4, types: { gate: GGMLType.F32, up: GGMLType.F32, down: GGMLType.F32 },
-  gate: new Uint8Array(4 * 64 * 32 * 4), up: new Uint8Array(4 * 64 * 32 * 4), down: new Uint8Array(4 * 64 * 32 * 4),
+  nEmbd: 64,
+  ff: 32,
+  nExpert: 4,
+  types: { gate: GGMLType.F32, up: GGMLType.F32, down: GGMLType.F32 },
+  gate: new Uint8Array(4 * 64 * 32 * 4),
+  up: new Uint8Array(4 * 64 * 32 * 4),
+  down: new Uint8Array(4 * 64 * 32 * 4),
 };
 
 /** A backend whose every call takes `ms` on the shared fake clock and returns rows filled with `tag`. */
@@ -62,7 +68,7 @@ test('the faster backend wins, the other is disposed, and the report gives both 
     const engine = await ExpertEngine.start(slice, options);
     assert.equal(engine.backend, winner, what);
     assert.match(engine.report.reason, reason, what);
-    assert.deepEqual(engine.report.call, { nEmbd: 64, ff: 32, nExperts: 4, nTokens: 1, nUsed: 2 });
+    assert.deepEqual(engine.report.call, { nEmbd: 64, ff: 32, nExpert: 4, nTokens: 1, nUsed: 2 });
     // 2 · 3 · 64 · 32 flops per pair, 2 pairs, over the median ms.
     assert.equal(engine.report.measured.webgpu?.msMedian, gpuMs, what);
     assert.equal(engine.report.measured.webgpu?.gflops, (2 * 3 * 64 * 32 * 2) / (gpuMs * 1e6));
@@ -98,7 +104,11 @@ test('a backend that fails to build or to compute is reported and the other one 
 
   const broken = fake(clock, 1, 2, true);
   const gpu = fake(clock, 9, 1);
-  const engine = await ExpertEngine.start(slice, { webgpu: async () => ({ runtime: gpu, isFallbackAdapter: false }), wasm: async () => broken, now: () => clock.t });
+  const engine = await ExpertEngine.start(slice, {
+    webgpu: async () => ({ runtime: gpu, isFallbackAdapter: false }),
+    wasm: async () => broken,
+    now: () => clock.t,
+  });
   assert.equal(engine.backend, 'webgpu');
   assert.deepEqual(engine.report.errors, { wasm: 'backend 2 cannot compute' });
   assert.equal(broken.disposed, 1, 'a backend that failed is disposed');
@@ -126,23 +136,40 @@ test('a clock coarser than a call still measures it; a stopped clock counts as n
     },
     dispose() {},
   };
-  const engine = await ExpertEngine.start(slice, { webgpu: async () => ({ runtime: gpu, isFallbackAdapter: false }), wasm: async () => wasm, now: () => clock.t });
+  const engine = await ExpertEngine.start(slice, {
+    webgpu: async () => ({ runtime: gpu, isFallbackAdapter: false }),
+    wasm: async () => wasm,
+    now: () => clock.t,
+  });
   assert.equal(engine.backend, 'webgpu');
   assert.ok(Math.abs(engine.report.measured.webgpu!.msMedian - 0.1) < 0.02, `${engine.report.measured.webgpu!.msMedian}`);
   assert.ok(Math.abs(engine.report.measured.wasm!.msMedian - 0.5) < 0.1, `${engine.report.measured.wasm!.msMedian}`);
   // A backend whose calls never move the clock is not measured: the other one serves.
   const frozen = fake({ t: 0 }, 0, 1);
   const c2 = { t: 0 };
-  const other = await ExpertEngine.start(slice, { webgpu: async () => ({ runtime: frozen, isFallbackAdapter: false }), wasm: async () => fake(c2, 3, 2), now: () => c2.t });
+  const other = await ExpertEngine.start(slice, {
+    webgpu: async () => ({ runtime: frozen, isFallbackAdapter: false }),
+    wasm: async () => fake(c2, 3, 2),
+    now: () => c2.t,
+  });
   assert.equal(other.backend, 'wasm');
   assert.match(other.report.errors.webgpu ?? '', /clock did not advance/);
   assert.equal(frozen.disposed, 1);
-  await assert.rejects(ExpertEngine.start(slice, { wasm: async () => wasm, iterations: 0 }), (e: unknown) => e instanceof ExpertRuntimeError && e.code === 'BAD_OPTION');
+  await assert.rejects(
+    ExpertEngine.start(slice, { wasm: async () => wasm, iterations: 0 }),
+    (e: unknown) => e instanceof ExpertRuntimeError && e.code === 'BAD_OPTION',
+  );
 });
 
 test('no working backend: NO_BACKEND with every reason', async () => {
-  await assert.rejects(ExpertEngine.start(slice, {}), (e: unknown) =>
-    e instanceof ExpertRuntimeError && e.code === 'NO_BACKEND' && /webgpu: not offered/.test(e.message) && /wasm: not offered/.test(e.message));
+  await assert.rejects(
+    ExpertEngine.start(slice, {}),
+    (e: unknown) =>
+      e instanceof ExpertRuntimeError &&
+      e.code === 'NO_BACKEND' &&
+      /webgpu: not offered/.test(e.message) &&
+      /wasm: not offered/.test(e.message),
+  );
   const clock = { t: 0 };
   await assert.rejects(
     ExpertEngine.start(slice, {
@@ -151,7 +178,31 @@ test('no working backend: NO_BACKEND with every reason', async () => {
         throw new Error('no wasm');
       },
     }),
-    (e: unknown) => e instanceof ExpertRuntimeError && e.code === 'NO_BACKEND' &&
+    (e: unknown) =>
+      e instanceof ExpertRuntimeError &&
+      e.code === 'NO_BACKEND' &&
       JSON.stringify(e.details) === JSON.stringify({ errors: { webgpu: 'backend 1 cannot compute', wasm: 'no wasm' } }),
   );
+});
+
+test('chooseBackend: the faster wins; a fallback adapter only when strictly faster', () => {
+  const table: [BackendMeasurements, 'webgpu' | 'wasm'][] = [
+    [{ webgpu: { gflops: 50, isFallbackAdapter: false }, wasm: { gflops: 5 } }, 'webgpu'],
+    [{ webgpu: { gflops: 2, isFallbackAdapter: false }, wasm: { gflops: 5 } }, 'wasm'],
+    [{ webgpu: { gflops: 5, isFallbackAdapter: false }, wasm: { gflops: 5 } }, 'webgpu'],
+    [{ webgpu: { gflops: 5, isFallbackAdapter: true }, wasm: { gflops: 5 } }, 'wasm'],
+    [{ webgpu: { gflops: 1, isFallbackAdapter: true }, wasm: { gflops: 5 } }, 'wasm'],
+    [{ webgpu: { gflops: 9, isFallbackAdapter: true }, wasm: { gflops: 5 } }, 'webgpu'],
+    [{ webgpu: { gflops: 1, isFallbackAdapter: true } }, 'webgpu'],
+    [{ wasm: { gflops: 1 } }, 'wasm'],
+    [{ webgpu: { gflops: NaN, isFallbackAdapter: false }, wasm: { gflops: 1 } }, 'wasm'],
+    [{ webgpu: { gflops: 3, isFallbackAdapter: false }, wasm: { gflops: 0 } }, 'webgpu'],
+  ];
+  for (const [m, want] of table) {
+    const got = chooseBackend(m);
+    assert.equal(got.backend, want, `${JSON.stringify(m)}: ${got.reason}`);
+    assert.ok(got.reason.length > 0);
+  }
+  assert.throws(() => chooseBackend({}), RangeError);
+  assert.throws(() => chooseBackend({ wasm: { gflops: -1 } }), RangeError);
 });

@@ -20,7 +20,6 @@ import {
   expertTensorName,
   planExpertSlice,
   readExpertSliceBytes,
-  readExpertSliceStream,
   writeExpertSlice,
 } from '../../gguf/expert-slice.ts';
 import type {
@@ -29,8 +28,9 @@ import type {
   ExpertSliceInfo,
   ExpertSliceMatrixPlan,
   ExpertSlicePlan,
-  ReadExpertSliceLimits,
 } from '../../gguf/expert-slice.ts';
+import { readExpertSliceStream } from '../../gguf/expert-slice-stream.ts';
+import type { ReadExpertSliceLimits } from '../../gguf/expert-slice-stream.ts';
 import { openFileSource } from '../../gguf/node-io.ts';
 import { mulberry32, mulberry32Uint } from '../support/random.ts';
 import { testModel } from '../support/models.ts';
@@ -160,10 +160,7 @@ interface Collected {
 }
 
 /** Reads a stream, checking each matrix arrives whole, in order, without gaps, and only after onHeader. */
-async function collect(
-  stream: ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>,
-  limits?: ReadExpertSliceLimits,
-): Promise<Collected> {
+async function collect(stream: ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>, limits?: ReadExpertSliceLimits): Promise<Collected> {
   let out: Record<ExpertMatrix, Uint8Array> | undefined;
   const filled = { gate: 0, up: 0, down: 0 };
   const order: ExpertMatrix[] = [];
@@ -248,7 +245,10 @@ describe('planExpertSlice', () => {
       { layer: plan.layer, b: plan.expertBegin, e: plan.expertEnd, n: plan.nExpertTotal, nEmbd: plan.nEmbd, ff: plan.ff },
       { layer: 1, b: 2, e: 5, n: 8, nEmbd: 64, ff: 32 },
     );
-    assert.deepEqual(plan.matrices.map((x) => x.matrix), ['gate', 'up', 'down']);
+    assert.deepEqual(
+      plan.matrices.map((x) => x.matrix),
+      ['gate', 'up', 'down'],
+    );
     for (const x of plan.matrices) {
       const t = findTensor(m.file, x.name);
       assert.ok(t);
@@ -257,7 +257,14 @@ describe('planExpertSlice', () => {
       assert.equal(x.end - x.start, 3 * x.bytesPerExpert);
       assert.equal(plan.bytes[x.matrix], x.end - x.start);
     }
-    assert.deepEqual(plan.matrices.map((x) => x.dims), [[64, 32, 3], [64, 32, 3], [32, 64, 3]]);
+    assert.deepEqual(
+      plan.matrices.map((x) => x.dims),
+      [
+        [64, 32, 3],
+        [64, 32, 3],
+        [32, 64, 3],
+      ],
+    );
     assert.deepEqual(Object.fromEntries(plan.metadata.map(([k, v]) => [k, v.value])), {
       'general.architecture': 'qwen3moe',
       'expertswarm.slice.version': 1,
@@ -285,7 +292,11 @@ describe('planExpertSlice', () => {
       ['NaN layer', Number.NaN, 0, 2, 'SLICE_BAD_RANGE', /layer/],
     ];
     for (const [what, layer, b, e, code, msg] of cases) {
-      assert.throws(() => planExpertSlice(m.file, layer, b, e), (err) => isCode(err, code, msg), what);
+      assert.throws(
+        () => planExpertSlice(m.file, layer, b, e),
+        (err) => isCode(err, code, msg),
+        what,
+      );
     }
   });
 
@@ -300,7 +311,11 @@ describe('planExpertSlice', () => {
     ];
     for (const [what, spec, msg] of cases) {
       const m = await makeModel({ nEmbd: 64, ff: 32, nExpert: 8, ...spec });
-      assert.throws(() => planExpertSlice(m.file, 1, 0, 2), (e) => isCode(e, 'SLICE_BAD_TENSORS', msg), what);
+      assert.throws(
+        () => planExpertSlice(m.file, 1, 0, 2),
+        (e) => isCode(e, 'SLICE_BAD_TENSORS', msg),
+        what,
+      );
     }
   });
 });
@@ -309,7 +324,12 @@ describe('writeExpertSlice', () => {
   for (const [name, spec] of MODELS) {
     it(`copies experts byte for byte (${name})`, async () => {
       const m = await makeModel(spec);
-      for (const [b, e] of [[2, 5], [0, spec.nExpert], [spec.nExpert - 1, spec.nExpert], [0, 1]] as const) {
+      for (const [b, e] of [
+        [2, 5],
+        [0, spec.nExpert],
+        [spec.nExpert - 1, spec.nExpert],
+        [0, 1],
+      ] as const) {
         const { plan, bytes } = await sliceOf(m, b, e);
         assert.equal(bytes.length, expertSliceByteLength(plan));
         const got = await readExpertSliceBytes(bytes);
@@ -318,9 +338,15 @@ describe('writeExpertSlice', () => {
         }
         const { bytes: _, ...info } = got.info;
         assert.deepEqual(info, {
-          layer: 1, expertBegin: b, expertEnd: e, nExpertTotal: spec.nExpert, nEmbd: spec.nEmbd, ff: spec.ff,
+          layer: 1,
+          expertBegin: b,
+          expertEnd: e,
+          nExpertTotal: spec.nExpert,
+          nEmbd: spec.nEmbd,
+          ff: spec.ff,
           types: { gate: GGMLType.F32, up: GGMLType.F32, down: GGMLType.F32, ...spec.types },
-          architecture: 'qwen3moe', modelName: 'tiny-test',
+          architecture: 'qwen3moe',
+          modelName: 'tiny-test',
         });
         assert.deepEqual(got.info.bytes, plan.bytes);
         // A valid GGUF: the tensors keep their names and types, ne2 becomes the range width.
@@ -339,10 +365,19 @@ describe('writeExpertSlice', () => {
     const plan = planExpertSlice(m.file, 1, 1, 5);
     const inner = bytesSource(m.bytes);
     const reads: number[] = [];
-    const spy: ByteSource = { size: inner.size, read: (o, n) => (reads.push(n), inner.read(o, n)) };
+    const spy: ByteSource = {
+      size: inner.size,
+      read: (o, n) => {
+        reads.push(n);
+        return inner.read(o, n);
+      },
+    };
     const small = await writeSlice(spy, plan, 1000);
     assert.ok(Math.max(...reads) <= 1000);
-    assert.equal(reads.reduce((a, b) => a + b, 0), plan.bytes.gate + plan.bytes.up + plan.bytes.down);
+    assert.equal(
+      reads.reduce((a, b) => a + b, 0),
+      plan.bytes.gate + plan.bytes.up + plan.bytes.down,
+    );
     assert.deepEqual(small, await writeSlice(inner, plan));
   });
 
@@ -553,7 +588,15 @@ describe('readExpertSliceStream', () => {
           finished = true;
         }
       }
-      await assert.rejects(readExpertSliceStream(gen(), { onHeader: () => { throw boom; }, onData: () => {} }), (e) => e === boom);
+      await assert.rejects(
+        readExpertSliceStream(gen(), {
+          onHeader: () => {
+            throw boom;
+          },
+          onData: () => {},
+        }),
+        (e) => e === boom,
+      );
       assert.ok(finished, 'the iterator was not closed');
     });
   });

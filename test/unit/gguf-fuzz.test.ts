@@ -4,20 +4,24 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { GGMLType, GGUFError, GGUFValueType, arr, bool, bytesSource, encodeGGUF, f32, i64, readGGUF, str, u32, u64, u8 } from '../../gguf/index.ts';
+import {
+  GGMLType,
+  GGUFError,
+  GGUFValueType,
+  arr,
+  bool,
+  bytesSource,
+  encodeGGUF,
+  f32,
+  i64,
+  readGGUF,
+  str,
+  u32,
+  u64,
+  u8,
+} from '../../gguf/index.ts';
 import type { GGUFFile } from '../../gguf/index.ts';
-
-/** mulberry32 */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 } from '../support/random.ts';
 
 interface Field {
   pos: number;
@@ -104,7 +108,10 @@ function baseFiles(): Uint8Array[] {
         ['tokenizer.ggml.scores', arr(GGUFValueType.FLOAT32, [0, -1, -2, -3, -4, -5])],
         ['tokenizer.ggml.token_type', arr(GGUFValueType.INT32, [1, 1, 1, 1, 1, 3])],
         ['tokenizer.ggml.merges', arr(GGUFValueType.STRING, ['a b', 'Ġ t'])],
-        ['x.nested', arr(GGUFValueType.ARRAY, [arr(GGUFValueType.UINT16, [1, 2]), arr(GGUFValueType.STRING, ['q']), arr(GGUFValueType.ARRAY, [])])],
+        [
+          'x.nested',
+          arr(GGUFValueType.ARRAY, [arr(GGUFValueType.UINT16, [1, 2]), arr(GGUFValueType.STRING, ['q']), arr(GGUFValueType.ARRAY, [])]),
+        ],
         ['x.bools', arr(GGUFValueType.BOOL, [true, false])],
         ['x.u64s', arr(GGUFValueType.UINT64, [1n, 2n])],
       ],
@@ -118,11 +125,35 @@ function baseFiles(): Uint8Array[] {
   ];
 }
 
-const INTERESTING_U64: bigint[] = [0n, 1n, 2n, 3n, 4n, 5n, 8n, 31n, 32n, 33n, 63n, 64n, 255n, 256n, 1000n, 2n ** 31n, 2n ** 32n - 1n, 2n ** 32n, 2n ** 40n, 2n ** 53n, 2n ** 53n + 1n, 2n ** 63n, 2n ** 64n - 1n];
+const INTERESTING_U64: bigint[] = [
+  0n,
+  1n,
+  2n,
+  3n,
+  4n,
+  5n,
+  8n,
+  31n,
+  32n,
+  33n,
+  63n,
+  64n,
+  255n,
+  256n,
+  1000n,
+  2n ** 31n,
+  2n ** 32n - 1n,
+  2n ** 32n,
+  2n ** 40n,
+  2n ** 53n,
+  2n ** 53n + 1n,
+  2n ** 63n,
+  2n ** 64n - 1n,
+];
 
 function mutate(src: Uint8Array, fields: Field[], rnd: () => number): Uint8Array {
   let b = src.slice();
-  const pick = <T,>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
   const n = 1 + Math.floor(rnd() * 3);
   for (let m = 0; m < n; m++) {
     const kind = Math.floor(rnd() * 7);
@@ -158,7 +189,11 @@ function mutate(src: Uint8Array, fields: Field[], rnd: () => number): Uint8Array
         const f = pick(fields);
         if (f.pos > b.length) break;
         const ins = new Uint8Array(8);
-        new DataView(ins.buffer).setBigUint64(0, BigInt.asUintN(64, rnd() < 0.5 ? pick(INTERESTING_U64) : BigInt(Math.floor(rnd() * 2 ** 48))), true);
+        new DataView(ins.buffer).setBigUint64(
+          0,
+          BigInt.asUintN(64, rnd() < 0.5 ? pick(INTERESTING_U64) : BigInt(Math.floor(rnd() * 2 ** 48))),
+          true,
+        );
         const next = new Uint8Array(b.length + 8);
         next.set(b.subarray(0, f.pos));
         next.set(ins, f.pos);
@@ -215,7 +250,7 @@ function checkConsistent(f: GGUFFile, size: number): void {
 
 describe('GGUF reader fuzz', () => {
   it('3000 mutated files: success is self-consistent, failure is a GGUFError; fast and bounded memory', { timeout: 30_000 }, async () => {
-    const rnd = prng(0x5eed1234);
+    const rnd = mulberry32(0x5eed1234);
     const bases = baseFiles();
     const fields = bases.map(fieldPositions);
     for (const b of bases) checkConsistent(await readGGUF(bytesSource(b)), b.length);
@@ -238,7 +273,9 @@ describe('GGUF reader fuzz', () => {
         ok++;
       } catch (e) {
         if (!(e instanceof GGUFError)) {
-          assert.fail(`iteration ${i}: non-GGUFError ${String(e)}\n${e instanceof Error ? e.stack : ''}\nfile: ${Buffer.from(bytes).toString('hex')}`);
+          assert.fail(
+            `iteration ${i}: non-GGUFError ${String(e)}\n${e instanceof Error ? e.stack : ''}\nfile: ${Buffer.from(bytes).toString('hex')}`,
+          );
         }
         codes.set(e.code, (codes.get(e.code) ?? 0) + 1);
       }
@@ -248,7 +285,9 @@ describe('GGUF reader fuzz', () => {
     maxHeapGrowth = Math.max(maxHeapGrowth, process.memoryUsage().heapUsed - heap0);
     const elapsed = performance.now() - t0;
     // Diagnostics for whoever reads the test log.
-    console.log(`fuzz: ${N} files in ${elapsed.toFixed(0)} ms (slowest ${slowest.toFixed(1)} ms), ${ok} parsed, errors ${JSON.stringify(Object.fromEntries(codes))}, max heap growth ${(maxHeapGrowth / 1e6).toFixed(1)} MB`);
+    console.log(
+      `fuzz: ${N} files in ${elapsed.toFixed(0)} ms (slowest ${slowest.toFixed(1)} ms), ${ok} parsed, errors ${JSON.stringify(Object.fromEntries(codes))}, max heap growth ${(maxHeapGrowth / 1e6).toFixed(1)} MB`,
+    );
     assert.ok(ok > 0 && codes.size >= 4, 'the mutations reach both success and several error kinds');
     assert.ok(slowest < 1000, `one file took ${slowest} ms`);
     assert.ok(maxHeapGrowth < 100e6, `heap grew by ${maxHeapGrowth} bytes`);

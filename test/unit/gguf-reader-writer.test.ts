@@ -295,7 +295,13 @@ describe('GGUF round trip', () => {
     await w.writeHeader(sink);
     await w.finish(sink);
     const f = await readGGUF(bytesSource(sink.bytes()));
-    assert.deepEqual([...f.metadata.entries()], [['b', u8(1)], ['a', str('x')]]);
+    assert.deepEqual(
+      [...f.metadata.entries()],
+      [
+        ['b', u8(1)],
+        ['a', str('x')],
+      ],
+    );
     assert.equal(f.tensors.length, 0);
   });
 
@@ -419,7 +425,10 @@ describe('GGUF writer misuse', () => {
     throwsCode(() => w.set('x', str('\uD800')), 'GGUF_BAD_VALUE', /surrogate/);
     throwsCode(() => w.set('', u8(1)), 'GGUF_BAD_VALUE');
     throwsCode(() => arr(GGUFValueType.UINT8, [1, 300]), 'GGUF_BAD_VALUE');
-    throwsCode(() => w.set('x', { type: GGUFValueType.ARRAY, itemType: GGUFValueType.UINT8, value: new Int8Array(1) } as unknown as GGUFValue), 'GGUF_BAD_VALUE');
+    throwsCode(
+      () => w.set('x', { type: GGUFValueType.ARRAY, itemType: GGUFValueType.UINT8, value: new Int8Array(1) } as unknown as GGUFValue),
+      'GGUF_BAD_VALUE',
+    );
     throwsCode(() => w.set('general.alignment', u32(48)), 'GGUF_BAD_VALUE', /power of two/);
     throwsCode(() => w.set('general.alignment', u32(0)), 'GGUF_BAD_VALUE');
     throwsCode(() => w.set('general.alignment', u64(64)), 'GGUF_BAD_VALUE', /must be u32/);
@@ -464,7 +473,13 @@ describe('GGUF writer misuse', () => {
     await w.finish(sink);
     await rejectsCode(w.writeTensorData(sink, new Uint8Array(1)), 'GGUF_WRITER', /after finish/);
     const f = await readGGUF(bytesSource(sink.bytes()));
-    assert.deepEqual(f.tensors.map((t) => [t.name, t.offset]), [['a', 0], ['b', 32]]);
+    assert.deepEqual(
+      f.tensors.map((t) => [t.name, t.offset]),
+      [
+        ['a', 0],
+        ['b', 32],
+      ],
+    );
   });
 
   it('a failing sink puts the writer in a failed state', async () => {
@@ -492,46 +507,216 @@ describe('GGUF writer misuse', () => {
 
 describe('GGUF reader rejects corrupted files', () => {
   /** One tensor, no metadata: name "w" at 32, n_dims at 33, ne0 at 37, ne1 at 45, type at 53, offset at 57. */
-  const oneTensor = (): Uint8Array =>
-    encodeGGUF({ tensors: [{ name: 'w', dims: [32, 2], type: GGMLType.F32, data: filled(256, 5) }] });
+  const oneTensor = (): Uint8Array => encodeGGUF({ tensors: [{ name: 'w', dims: [32, 2], type: GGMLType.F32, data: filled(256, 5) }] });
   /** One key "a" holding arr[u8] of 3: key len at 24, type at 33, item type at 37, count at 41, items at 49. */
   const oneArray = (): Uint8Array => encodeGGUF({ metadata: [['a', arr(GGUFValueType.UINT8, [1, 2, 3])]] });
 
   const cases: Array<[string, () => Uint8Array, GGUFErrorCode, RegExp?, ReadGGUFOptions?]> = [
     ['empty file', () => new Uint8Array(0), 'GGUF_TRUNCATED'],
-    ['bad magic', () => { const b = oneTensor(); b[3] = 0x47; return b; }, 'GGUF_BAD_MAGIC', /expected magic "GGUF"/],
-    ['version 0', () => { const b = oneTensor(); setU32(b, 4, 0); return b; }, 'GGUF_BAD_VERSION'],
+    [
+      'bad magic',
+      () => {
+        const b = oneTensor();
+        b[3] = 0x47;
+        return b;
+      },
+      'GGUF_BAD_MAGIC',
+      /expected magic "GGUF"/,
+    ],
+    [
+      'version 0',
+      () => {
+        const b = oneTensor();
+        setU32(b, 4, 0);
+        return b;
+      },
+      'GGUF_BAD_VERSION',
+    ],
     ['version 1', () => new Raw().header(1, 0, 0).build(), 'GGUF_BAD_VERSION', /version 1 is not supported/],
-    ['version 999', () => { const b = oneTensor(); setU32(b, 4, 999); return b; }, 'GGUF_BAD_VERSION', /999/],
-    ['byte-swapped version 3', () => { const b = oneTensor(); setU32(b, 4, 0x03000000); return b; }, 'GGUF_BAD_VERSION', /byte-swapped/],
-    ['n_tensors 2^40', () => { const b = oneTensor(); setU64(b, 8, 2n ** 40n); return b; }, 'GGUF_TRUNCATED', /1099511627776 tensors/],
-    ['n_tensors negative', () => { const b = oneTensor(); setU64(b, 8, -1n); return b; }, 'GGUF_TRUNCATED'],
-    ['n_kv 2^40', () => { const b = oneArray(); setU64(b, 16, 2n ** 40n); return b; }, 'GGUF_TRUNCATED', /metadata entries/],
-    ['key length larger than the file', () => { const b = oneArray(); setU64(b, 24, 10_000); return b; }, 'GGUF_TRUNCATED', /length 10000/],
-    ['key length 2^63', () => { const b = oneArray(); setU64(b, 24, 2n ** 63n); return b; }, 'GGUF_TRUNCATED'],
-    ['array count 2^40', () => { const b = oneArray(); setU64(b, 41, 2n ** 40n); return b; }, 'GGUF_TRUNCATED', /1099511627776 u8 items/],
-    ['array count 2^64-1', () => { const b = oneArray(); setU64(b, 41, -1n); return b; }, 'GGUF_TRUNCATED'],
+    [
+      'version 999',
+      () => {
+        const b = oneTensor();
+        setU32(b, 4, 999);
+        return b;
+      },
+      'GGUF_BAD_VERSION',
+      /999/,
+    ],
+    [
+      'byte-swapped version 3',
+      () => {
+        const b = oneTensor();
+        setU32(b, 4, 0x03000000);
+        return b;
+      },
+      'GGUF_BAD_VERSION',
+      /byte-swapped/,
+    ],
+    [
+      'n_tensors 2^40',
+      () => {
+        const b = oneTensor();
+        setU64(b, 8, 2n ** 40n);
+        return b;
+      },
+      'GGUF_TRUNCATED',
+      /1099511627776 tensors/,
+    ],
+    [
+      'n_tensors negative',
+      () => {
+        const b = oneTensor();
+        setU64(b, 8, -1n);
+        return b;
+      },
+      'GGUF_TRUNCATED',
+    ],
+    [
+      'n_kv 2^40',
+      () => {
+        const b = oneArray();
+        setU64(b, 16, 2n ** 40n);
+        return b;
+      },
+      'GGUF_TRUNCATED',
+      /metadata entries/,
+    ],
+    [
+      'key length larger than the file',
+      () => {
+        const b = oneArray();
+        setU64(b, 24, 10_000);
+        return b;
+      },
+      'GGUF_TRUNCATED',
+      /length 10000/,
+    ],
+    [
+      'key length 2^63',
+      () => {
+        const b = oneArray();
+        setU64(b, 24, 2n ** 63n);
+        return b;
+      },
+      'GGUF_TRUNCATED',
+    ],
+    [
+      'array count 2^40',
+      () => {
+        const b = oneArray();
+        setU64(b, 41, 2n ** 40n);
+        return b;
+      },
+      'GGUF_TRUNCATED',
+      /1099511627776 u8 items/,
+    ],
+    [
+      'array count 2^64-1',
+      () => {
+        const b = oneArray();
+        setU64(b, 41, -1n);
+        return b;
+      },
+      'GGUF_TRUNCATED',
+    ],
     ['array count over maxArrayItems', () => oneArray(), 'GGUF_LIMIT', /maxArrayItems/, { maxArrayItems: 2 }],
-    ['unknown value type', () => { const b = oneArray(); setU32(b, 33, 13); return b; }, 'GGUF_BAD_VALUE', /unknown value type id 13/],
-    ['unknown array item type', () => { const b = oneArray(); setU32(b, 37, 0xffffffff); return b; }, 'GGUF_BAD_VALUE', /unknown value type id -1/],
-    ['bad UTF-8 in a key', () => { const b = oneArray(); b[32] = 0xff; return b; }, 'GGUF_BAD_VALUE', /UTF-8/],
-    ['bad UTF-8 in a string value', () => { const b = encodeGGUF({ metadata: [['k', str('abcé')]] }); b[indexOfBytes(b, 'abc') + 4] = 0x41; return b; }, 'GGUF_BAD_VALUE', /"k".*UTF-8/],
+    [
+      'unknown value type',
+      () => {
+        const b = oneArray();
+        setU32(b, 33, 13);
+        return b;
+      },
+      'GGUF_BAD_VALUE',
+      /unknown value type id 13/,
+    ],
+    [
+      'unknown array item type',
+      () => {
+        const b = oneArray();
+        setU32(b, 37, 0xffffffff);
+        return b;
+      },
+      'GGUF_BAD_VALUE',
+      /unknown value type id -1/,
+    ],
+    [
+      'bad UTF-8 in a key',
+      () => {
+        const b = oneArray();
+        b[32] = 0xff;
+        return b;
+      },
+      'GGUF_BAD_VALUE',
+      /UTF-8/,
+    ],
+    [
+      'bad UTF-8 in a string value',
+      () => {
+        const b = encodeGGUF({ metadata: [['k', str('abcé')]] });
+        b[indexOfBytes(b, 'abc') + 4] = 0x41;
+        return b;
+      },
+      'GGUF_BAD_VALUE',
+      /"k".*UTF-8/,
+    ],
     [
       'bad UTF-8 in a string array item',
-      () => { const b = encodeGGUF({ metadata: [['toks', arr(GGUFValueType.STRING, ['ok', 'zzzz'])]] }); b.set([0xc3, 0x28], indexOfBytes(b, 'zzzz')); return b; },
+      () => {
+        const b = encodeGGUF({ metadata: [['toks', arr(GGUFValueType.STRING, ['ok', 'zzzz'])]] });
+        b.set([0xc3, 0x28], indexOfBytes(b, 'zzzz'));
+        return b;
+      },
       'GGUF_BAD_VALUE',
       /"toks".*item 1.*UTF-8/,
     ],
-    ['bad UTF-8 in a tensor name', () => { const b = oneTensor(); b[32] = 0x80; return b; }, 'GGUF_BAD_VALUE', /tensor 0 of 1.*UTF-8/],
+    [
+      'bad UTF-8 in a tensor name',
+      () => {
+        const b = oneTensor();
+        b[32] = 0x80;
+        return b;
+      },
+      'GGUF_BAD_VALUE',
+      /tensor 0 of 1.*UTF-8/,
+    ],
     ['empty key', () => new Raw().header(3, 0, 1).str('').u32(GGUFValueType.UINT8).u8(1).build(), 'GGUF_BAD_VALUE', /empty/],
     [
       'duplicate key',
-      () => { const b = encodeGGUF({ metadata: [['k1', u8(1)], ['k2', u8(2)]] }); b[indexOfBytes(b, 'k2') + 1] = 0x31; return b; },
+      () => {
+        const b = encodeGGUF({
+          metadata: [
+            ['k1', u8(1)],
+            ['k2', u8(2)],
+          ],
+        });
+        b[indexOfBytes(b, 'k2') + 1] = 0x31;
+        return b;
+      },
       'GGUF_BAD_VALUE',
       /duplicate key "k1"/,
     ],
-    ['string over maxStringBytes', () => encodeGGUF({ metadata: [['k', str('x'.repeat(100))]] }), 'GGUF_LIMIT', /maxStringBytes/, { maxStringBytes: 99 }],
-    ['too many entries for maxMetadataEntries', () => encodeGGUF({ metadata: [['a', u8(1)], ['b', u8(1)]] }), 'GGUF_LIMIT', /maxMetadataEntries/, { maxMetadataEntries: 1 }],
+    [
+      'string over maxStringBytes',
+      () => encodeGGUF({ metadata: [['k', str('x'.repeat(100))]] }),
+      'GGUF_LIMIT',
+      /maxStringBytes/,
+      { maxStringBytes: 99 },
+    ],
+    [
+      'too many entries for maxMetadataEntries',
+      () =>
+        encodeGGUF({
+          metadata: [
+            ['a', u8(1)],
+            ['b', u8(1)],
+          ],
+        }),
+      'GGUF_LIMIT',
+      /maxMetadataEntries/,
+      { maxMetadataEntries: 1 },
+    ],
     ['too many tensors for maxTensors', oneTensor, 'GGUF_LIMIT', /maxTensors/, { maxTensors: 0 }],
     [
       'arrays nested deeper than maxArrayDepth',
@@ -540,25 +725,160 @@ describe('GGUF reader rejects corrupted files', () => {
       /maxArrayDepth/,
       { maxArrayDepth: 2 },
     ],
-    ['alignment 0', () => { const b = encodeGGUF({ alignment: 64 }); setU32(b, 53, 0); return b; }, 'GGUF_BAD_VALUE', /general\.alignment.*power of two/],
-    ['alignment 48', () => { const b = encodeGGUF({ alignment: 64 }); setU32(b, 53, 48); return b; }, 'GGUF_BAD_VALUE', /power of two/],
-    ['alignment 2^31', () => { const b = encodeGGUF({ alignment: 64 }); setU32(b, 53, 2 ** 31); return b; }, 'GGUF_BAD_VALUE'],
-    ['alignment of type u64', () => new Raw().header(3, 0, 1).str('general.alignment').u32(GGUFValueType.UINT64).u64(32).build(), 'GGUF_BAD_VALUE', /must be u32/],
-    ['tensor with 0 dims', () => { const b = oneTensor(); setU32(b, 33, 0); return b; }, 'GGUF_BAD_TENSOR', /0 dimensions/],
-    ['tensor with 5 dims', () => { const b = oneTensor(); setU32(b, 33, 5); return b; }, 'GGUF_BAD_TENSOR', /5 dimensions/],
-    ['tensor dim 0', () => { const b = oneTensor(); setU64(b, 45, 0); return b; }, 'GGUF_BAD_TENSOR', /dimension 1 is 0/],
-    ['tensor dim negative', () => { const b = oneTensor(); setU64(b, 45, -1n); return b; }, 'GGUF_BAD_TENSOR', /dimension 1 is -1/],
-    ['tensor elements over 2^53', () => { const b = oneTensor(); setU64(b, 37, 2 ** 32); setU64(b, 45, 2 ** 30); return b; }, 'GGUF_BAD_TENSOR', /2\^53/],
-    ['unknown tensor type id', () => { const b = oneTensor(); setU32(b, 53, 99); return b; }, 'GGUF_BAD_TENSOR', /unknown ggml type id 99/],
-    ['removed tensor type id 4', () => { const b = oneTensor(); setU32(b, 53, 4); return b; }, 'GGUF_BAD_TENSOR', /unknown ggml type id 4/],
-    ['row not a multiple of the block size', () => { const b = oneTensor(); setU32(b, 53, GGMLType.Q4_K); return b; }, 'GGUF_BAD_TENSOR', /multiple of 256/],
-    ['tensor offset out of the file', () => { const b = oneTensor(); setU64(b, 57, 1 << 20); return b; }, 'GGUF_TRUNCATED', /beyond the end/],
-    ['tensor offset 2^63', () => { const b = oneTensor(); setU64(b, 57, 2n ** 63n); return b; }, 'GGUF_TRUNCATED'],
-    ['misaligned tensor offset', () => { const b = oneTensor(); setU64(b, 57, 4); return b; }, 'GGUF_BAD_TENSOR', /not a multiple of the alignment 32/],
+    [
+      'alignment 0',
+      () => {
+        const b = encodeGGUF({ alignment: 64 });
+        setU32(b, 53, 0);
+        return b;
+      },
+      'GGUF_BAD_VALUE',
+      /general\.alignment.*power of two/,
+    ],
+    [
+      'alignment 48',
+      () => {
+        const b = encodeGGUF({ alignment: 64 });
+        setU32(b, 53, 48);
+        return b;
+      },
+      'GGUF_BAD_VALUE',
+      /power of two/,
+    ],
+    [
+      'alignment 2^31',
+      () => {
+        const b = encodeGGUF({ alignment: 64 });
+        setU32(b, 53, 2 ** 31);
+        return b;
+      },
+      'GGUF_BAD_VALUE',
+    ],
+    [
+      'alignment of type u64',
+      () => new Raw().header(3, 0, 1).str('general.alignment').u32(GGUFValueType.UINT64).u64(32).build(),
+      'GGUF_BAD_VALUE',
+      /must be u32/,
+    ],
+    [
+      'tensor with 0 dims',
+      () => {
+        const b = oneTensor();
+        setU32(b, 33, 0);
+        return b;
+      },
+      'GGUF_BAD_TENSOR',
+      /0 dimensions/,
+    ],
+    [
+      'tensor with 5 dims',
+      () => {
+        const b = oneTensor();
+        setU32(b, 33, 5);
+        return b;
+      },
+      'GGUF_BAD_TENSOR',
+      /5 dimensions/,
+    ],
+    [
+      'tensor dim 0',
+      () => {
+        const b = oneTensor();
+        setU64(b, 45, 0);
+        return b;
+      },
+      'GGUF_BAD_TENSOR',
+      /dimension 1 is 0/,
+    ],
+    [
+      'tensor dim negative',
+      () => {
+        const b = oneTensor();
+        setU64(b, 45, -1n);
+        return b;
+      },
+      'GGUF_BAD_TENSOR',
+      /dimension 1 is -1/,
+    ],
+    [
+      'tensor elements over 2^53',
+      () => {
+        const b = oneTensor();
+        setU64(b, 37, 2 ** 32);
+        setU64(b, 45, 2 ** 30);
+        return b;
+      },
+      'GGUF_BAD_TENSOR',
+      /2\^53/,
+    ],
+    [
+      'unknown tensor type id',
+      () => {
+        const b = oneTensor();
+        setU32(b, 53, 99);
+        return b;
+      },
+      'GGUF_BAD_TENSOR',
+      /unknown ggml type id 99/,
+    ],
+    [
+      'removed tensor type id 4',
+      () => {
+        const b = oneTensor();
+        setU32(b, 53, 4);
+        return b;
+      },
+      'GGUF_BAD_TENSOR',
+      /unknown ggml type id 4/,
+    ],
+    [
+      'row not a multiple of the block size',
+      () => {
+        const b = oneTensor();
+        setU32(b, 53, GGMLType.Q4_K);
+        return b;
+      },
+      'GGUF_BAD_TENSOR',
+      /multiple of 256/,
+    ],
+    [
+      'tensor offset out of the file',
+      () => {
+        const b = oneTensor();
+        setU64(b, 57, 1 << 20);
+        return b;
+      },
+      'GGUF_TRUNCATED',
+      /beyond the end/,
+    ],
+    [
+      'tensor offset 2^63',
+      () => {
+        const b = oneTensor();
+        setU64(b, 57, 2n ** 63n);
+        return b;
+      },
+      'GGUF_TRUNCATED',
+    ],
+    [
+      'misaligned tensor offset',
+      () => {
+        const b = oneTensor();
+        setU64(b, 57, 4);
+        return b;
+      },
+      'GGUF_BAD_TENSOR',
+      /not a multiple of the alignment 32/,
+    ],
     [
       'duplicate tensor name',
       () => {
-        const b = encodeGGUF({ tensors: [{ name: 'tA', dims: [4], type: GGMLType.F32, data: new Uint8Array(16) }, { name: 'tB', dims: [4], type: GGMLType.F32, data: new Uint8Array(16) }] });
+        const b = encodeGGUF({
+          tensors: [
+            { name: 'tA', dims: [4], type: GGMLType.F32, data: new Uint8Array(16) },
+            { name: 'tB', dims: [4], type: GGMLType.F32, data: new Uint8Array(16) },
+          ],
+        });
         b[indexOfBytes(b, 'tB') + 1] = 0x41;
         return b;
       },
@@ -568,7 +888,12 @@ describe('GGUF reader rejects corrupted files', () => {
     [
       'overlapping tensors',
       () => {
-        const b = encodeGGUF({ tensors: [{ name: 'tA', dims: [4], type: GGMLType.F32, data: new Uint8Array(16) }, { name: 'tB', dims: [4], type: GGMLType.F32, data: new Uint8Array(16) }] });
+        const b = encodeGGUF({
+          tensors: [
+            { name: 'tA', dims: [4], type: GGMLType.F32, data: new Uint8Array(16) },
+            { name: 'tB', dims: [4], type: GGMLType.F32, data: new Uint8Array(16) },
+          ],
+        });
         setU64(b, indexOfBytes(b, 'tB') + 2 + 4 + 8 + 4, 0);
         return b;
       },

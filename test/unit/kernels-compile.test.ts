@@ -37,8 +37,8 @@ function keys(): PipelineKey[] {
       out.push({ kernel: 'expert_down', quant, tuning, variant });
     }
     for (const variant of ['base', 'shader-f16'] as KernelVariant[]) {
-      for (const pass of ['fused', 'gate', 'up'] as const) out.push({ kernel: 'expert_up_tiled', quant, pass, tuning, variant });
-      out.push({ kernel: 'expert_down_tiled', quant, tuning, variant });
+      for (const pass of ['fused', 'gate', 'up'] as const) out.push({ kernel: 'expert_up_batched', quant, pass, tuning, variant });
+      out.push({ kernel: 'expert_down_batched', quant, tuning, variant });
     }
   }
   out.push({ kernel: 'expert_combine', tuning, variant: 'base' });
@@ -55,7 +55,7 @@ test('every kernel, quant type and variant builds a pipeline (Tint validation on
 });
 
 test('the check bites: a variant module without its enable directive is rejected with the line', async () => {
-  const source = moduleSource('expert_down_tiled', 'q4_k', 'shader-f16').replace('enable f16;', '');
+  const source = moduleSource('expert_down_batched', 'q4_k', 'shader-f16').replace('enable f16;', '');
   const module = device.createShaderModule({ label: 'broken f16 module', code: source });
   const errors = (await module.getCompilationInfo()).messages.filter((m) => m.type === 'error');
   assert.ok(errors.length > 0, 'f16 used without `enable f16;` must not compile');

@@ -2,20 +2,19 @@
  * The onnxruntime fallback of the expert FFN (shaders/ort/*), run on onnxruntime-web's wasm backend in Node:
  * the hand-written ONNX encoder round-trips through onnxruntime, the expert graph matches the CPU reference for every
  * kernel quant type (NMSE ≤ 1e-9: the weights are dequantized exactly and the graph computes in f32, so only f32
- * rounding remains), malformed slices and calls throw ExpertRuntime's error codes, and the backend policy table.
+ * rounding remains), and malformed slices and calls throw ExpertRuntime's error codes. (The backend policy,
+ * chooseBackend, is tabled in engine.test.ts.)
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as ort from 'onnxruntime-web';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
-import { dequantize } from '../../gguf/dequantize.ts';
-import { expertFfnAccumulate } from '../../shaders/reference/expert-ffn.ts';
+import { dequantizeExperts, nmse, referenceCall } from '../../shaders/reference/expert-call.ts';
 import { ExpertRuntimeError } from '../../shaders/errors.ts';
-import type { ExpertSlice } from '../../shaders/runtime.ts';
+import { validateInputs, type ExpertSlice } from '../../shaders/slice.ts';
 import { DataType, Message, encodeModel, floatTensor, int64Tensor, node, valueInfo } from '../../shaders/ort/onnx-builder.ts';
-import { OrtExpertFallback, denseRoutingWeights } from '../../shaders/ort/fallback.ts';
-import { chooseBackend, type BackendMeasurements } from '../../shaders/ort/choose-backend.ts';
+import { OrtExpertFallback, denseProbs } from '../../shaders/ort/fallback.ts';
 import { mulberry32 as rng } from '../support/random.ts';
 
 ort.env.wasm.numThreads = 1;
@@ -69,64 +68,38 @@ test('an encoded model round-trips through onnxruntime with the right numbers', 
 });
 
 const TYPES = [GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K];
-const SHAPE = { nEmbd: 256, ff: 256, nExperts: 4 };
+const SHAPE = { nEmbd: 256, ff: 256, nExpert: 4 };
 
-function makeSlice(type: GGMLType, seed: number): { slice: ExpertSlice; values: Record<'gate' | 'up' | 'down', Float32Array> } {
-  const { nEmbd, ff, nExperts } = SHAPE;
+function makeSlice(type: GGMLType, seed: number): ExpertSlice {
+  const { nEmbd, ff, nExpert } = SHAPE;
   const r = rng(seed);
-  const n = nExperts * nEmbd * ff;
+  const n = nExpert * nEmbd * ff;
   const gate = quantize(type, uniform(n, r, 1 / Math.sqrt(nEmbd)));
   const up = quantize(type, uniform(n, r, 1 / Math.sqrt(nEmbd)));
   const down = quantize(type, uniform(n, r, 1 / Math.sqrt(ff)));
-  return {
-    slice: { nEmbd, ff, nExperts, types: { gate: type, up: type, down: type }, gate, up, down },
-    values: { gate: dequantize(type, gate, n), up: dequantize(type, up, n), down: dequantize(type, down, n) },
-  };
-}
-
-function reference(values: Record<'gate' | 'up' | 'down', Float32Array>, rows: Float32Array, ids: Int32Array, probs: Float32Array, nTokens: number, nUsed: number): Float64Array {
-  const { nEmbd, ff } = SHAPE;
-  const per = nEmbd * ff;
-  const out = new Float64Array(nTokens * nEmbd);
-  for (let t = 0; t < nTokens; t++) {
-    const y = new Float64Array(nEmbd);
-    for (let k = 0; k < nUsed; k++) {
-      const e = ids[t * nUsed + k]!;
-      const sub = (m: Float32Array): Float32Array => m.subarray(e * per, (e + 1) * per);
-      expertFfnAccumulate({ nEmbd, ff, gate: sub(values.gate), up: sub(values.up), down: sub(values.down) }, rows.subarray(t * nEmbd, (t + 1) * nEmbd), probs[t * nUsed + k]!, y);
-    }
-    out.set(y, t * nEmbd);
-  }
-  return out;
-}
-
-function nmse(got: Float32Array, want: Float64Array): number {
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < want.length; i++) {
-    num += (got[i]! - want[i]!) ** 2;
-    den += want[i]! ** 2;
-  }
-  return num / den;
+  return { nEmbd, ff, nExpert, types: { gate: type, up: type, down: type }, gate, up, down };
 }
 
 test('OrtExpertFallback matches the CPU reference for every kernel quant type', { timeout: 120_000 }, async (t) => {
   let seed = 11;
   for (const type of TYPES) {
     const name = GGMLType[type];
-    const { slice, values } = makeSlice(type, seed++);
+    const slice = makeSlice(type, seed++);
+    const experts = dequantizeExperts(slice);
     const fb = await OrtExpertFallback.create(ort, slice);
     try {
       for (const nTokens of [1, 8]) {
         const nUsed = 2;
         const r = rng(seed++);
         const rows = uniform(nTokens * SHAPE.nEmbd, r, 1);
-        const ids = new Int32Array(nTokens * nUsed).map((_, i) => (i * 7 + Math.floor(i / nUsed)) % SHAPE.nExperts);
+        const ids = new Int32Array(nTokens * nUsed).map((_, i) => (i * 7 + Math.floor(i / nUsed)) % SHAPE.nExpert);
         const probs = uniform(nTokens * nUsed, r, 0.5).map((p) => Math.abs(p) + 0.1);
         const got = await fb.compute(rows, ids, probs, nTokens, nUsed);
         assert.equal(got.length, nTokens * SHAPE.nEmbd);
-        const e = nmse(got, reference(values, rows, ids, probs, nTokens, nUsed));
-        t.diagnostic(`${name} ${SHAPE.nEmbd}×${SHAPE.ff}, ${nTokens} rows × ${nUsed} of ${SHAPE.nExperts} experts: NMSE ${e.toExponential(2)}`);
+        const e = nmse(got, referenceCall(experts, { rows, ids, probs, nTokens, nUsed }));
+        t.diagnostic(
+          `${name} ${SHAPE.nEmbd}×${SHAPE.ff}, ${nTokens} rows × ${nUsed} of ${SHAPE.nExpert} experts: NMSE ${e.toExponential(2)}`,
+        );
         assert.ok(e <= 1e-9, `${name}, ${nTokens} rows: NMSE ${e}`);
       }
     } finally {
@@ -135,21 +108,24 @@ test('OrtExpertFallback matches the CPU reference for every kernel quant type', 
   }
 });
 
-test('routing weights: dense, zero where unrouted, a repeated expert adds up', () => {
-  const w = denseRoutingWeights(new Int32Array([2, 0, 1, 1]), new Float32Array([0.25, 0.75, 0.5, 0.5]), 2, 2, 3);
-  assert.deepEqual([...w], [0.75, 0, 0.25, 0, 1, 0]);
+test('router probs: dense, zero where unrouted, a repeated expert adds up', () => {
+  const p = denseProbs(new Int32Array([2, 0, 1, 1]), new Float32Array([0.25, 0.75, 0.5, 0.5]), 2, 2, 3);
+  assert.deepEqual([...p], [0.75, 0, 0.25, 0, 1, 0]);
 });
 
 async function expectCode(p: Promise<unknown> | (() => unknown), code: string): Promise<void> {
-  await assert.rejects(async () => (typeof p === 'function' ? p() : p), (e: unknown) => {
-    assert.ok(e instanceof ExpertRuntimeError, `expected ExpertRuntimeError ${code}, got ${String(e)}`);
-    assert.equal(e.code, code, e.message);
-    return true;
-  });
+  await assert.rejects(
+    async () => (typeof p === 'function' ? p() : p),
+    (e: unknown) => {
+      assert.ok(e instanceof ExpertRuntimeError, `expected ExpertRuntimeError ${code}, got ${String(e)}`);
+      assert.equal(e.code, code, e.message);
+      return true;
+    },
+  );
 }
 
 test('malformed slices and calls throw ExpertRuntime error codes', { timeout: 60_000 }, async () => {
-  const { slice } = makeSlice(GGMLType.Q8_0, 3);
+  const slice = makeSlice(GGMLType.Q8_0, 3);
   await expectCode(OrtExpertFallback.create(ort, { ...slice, nEmbd: 0 }), 'BAD_SHAPE');
   await expectCode(OrtExpertFallback.create(ort, { ...slice, nEmbd: 250 }), 'BAD_SHAPE'); // not whole Q8_0 blocks
   await expectCode(OrtExpertFallback.create(ort, { ...slice, types: { ...slice.types, up: 999 as GGMLType } }), 'UNSUPPORTED_TYPE');
@@ -173,8 +149,7 @@ test('malformed slices and calls throw ExpertRuntime error codes', { timeout: 60
   ];
   for (const [call, code] of bad) await expectCode(call, code);
 
-  // The same calls fail with the same codes in ExpertRuntime's own validation (loaded lazily: it reads the WGSL files).
-  const { validateInputs } = await import('../../shaders/expert-ffn.ts');
+  // The same calls fail with the same codes in the validation ExpertRuntime runs (slice.ts, shared by both).
   const cases: [Float32Array, Int32Array, Float32Array, number, number, string][] = [
     [rows.subarray(1), ids, probs, 2, 2, 'BAD_INPUT'],
     [rows, new Int32Array([0, 1, 4, 0]), probs, 2, 2, 'ID_OUT_OF_RANGE'],
@@ -187,26 +162,4 @@ test('malformed slices and calls throw ExpertRuntime error codes', { timeout: 60
   await fb.dispose();
   await fb.dispose();
   await expectCode(fb.compute(rows, ids, probs, 2, 2), 'DISPOSED');
-});
-
-test('chooseBackend: the faster wins; a fallback adapter only when strictly faster', () => {
-  const table: [BackendMeasurements, 'webgpu' | 'wasm'][] = [
-    [{ webgpu: { gflops: 50, isFallbackAdapter: false }, wasm: { gflops: 5 } }, 'webgpu'],
-    [{ webgpu: { gflops: 2, isFallbackAdapter: false }, wasm: { gflops: 5 } }, 'wasm'],
-    [{ webgpu: { gflops: 5, isFallbackAdapter: false }, wasm: { gflops: 5 } }, 'webgpu'],
-    [{ webgpu: { gflops: 5, isFallbackAdapter: true }, wasm: { gflops: 5 } }, 'wasm'],
-    [{ webgpu: { gflops: 1, isFallbackAdapter: true }, wasm: { gflops: 5 } }, 'wasm'],
-    [{ webgpu: { gflops: 9, isFallbackAdapter: true }, wasm: { gflops: 5 } }, 'webgpu'],
-    [{ webgpu: { gflops: 1, isFallbackAdapter: true } }, 'webgpu'],
-    [{ wasm: { gflops: 1 } }, 'wasm'],
-    [{ webgpu: { gflops: NaN, isFallbackAdapter: false }, wasm: { gflops: 1 } }, 'wasm'],
-    [{ webgpu: { gflops: 3, isFallbackAdapter: false }, wasm: { gflops: 0 } }, 'webgpu'],
-  ];
-  for (const [m, want] of table) {
-    const got = chooseBackend(m);
-    assert.equal(got.backend, want, `${JSON.stringify(m)}: ${got.reason}`);
-    assert.ok(got.reason.length > 0);
-  }
-  assert.throws(() => chooseBackend({}), RangeError);
-  assert.throws(() => chooseBackend({ wasm: { gflops: -1 } }), RangeError);
 });

@@ -6,12 +6,12 @@
  * converters (gcc -O2, x86-64, no FMA), fed with the same mulberry32 streams as below, and hashed the
  * outputs with FNV-1a 32. They pin bit-exactness with ggml; the hand-built blocks pin the layouts.
  */
-import { test } from "node:test";
-import assert from "node:assert/strict";
-import { GGMLType, QK_K, requireQuantType } from "../../gguf/quant-types.ts";
-import { bf16ToF32, f16ToF32, f16ToF32Table, f32ToBf16, f32ToF16 } from "../../gguf/half.ts";
-import { canDequantize, dequantize } from "../../gguf/dequantize.ts";
-import { canQuantize, quantize } from "../../gguf/quantize.ts";
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { GGMLType, QK_K, requireQuantType } from '../../gguf/quant-types.ts';
+import { bf16ToF32, f16ToF32, f16ToF32Table, f32ToBf16, f32ToF16 } from '../../gguf/half.ts';
+import { canDequantize, dequantize } from '../../gguf/dequantize.ts';
+import { canQuantize, quantize } from '../../gguf/quantize.ts';
 import { mulberry32Uint as mulberry32 } from '../support/random.ts';
 
 // ---------------------------------------------------------------------------------------------
@@ -24,7 +24,8 @@ function gaussian(n: number, seed: number, scale = 1, outliers = false): Float32
   const r = mulberry32(seed);
   const x = new Float32Array(n);
   for (let i = 0; i < n; i++) {
-    const u = 1 - r() / 4294967296, v = r() / 4294967296;
+    const u = 1 - r() / 4294967296,
+      v = r() / 4294967296;
     let g = Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * v) * scale;
     if (outliers && r() % 100 === 0) g *= 10;
     x[i] = g;
@@ -69,35 +70,64 @@ const QUANT_TYPES = [...REF_TYPES, ...K_TYPES];
 // ---------------------------------------------------------------------------------------------
 // half.ts
 
-test("f16ToF32 special values", () => {
+test('f16ToF32 special values', () => {
   const cases: Array<[number, number]> = [
-    [0x0000, 0], [0x8000, -0], [0x3c00, 1], [0xbc00, -1], [0xc000, -2], [0x3800, 0.5],
-    [0x3555, 0.333251953125], [0x7bff, 65504], [0xfbff, -65504], [0x0400, 2 ** -14],
-    [0x0001, 2 ** -24], [0x8001, -(2 ** -24)], [0x03ff, 1023 * 2 ** -24], [0x7c00, Infinity], [0xfc00, -Infinity],
+    [0x0000, 0],
+    [0x8000, -0],
+    [0x3c00, 1],
+    [0xbc00, -1],
+    [0xc000, -2],
+    [0x3800, 0.5],
+    [0x3555, 0.333251953125],
+    [0x7bff, 65504],
+    [0xfbff, -65504],
+    [0x0400, 2 ** -14],
+    [0x0001, 2 ** -24],
+    [0x8001, -(2 ** -24)],
+    [0x03ff, 1023 * 2 ** -24],
+    [0x7c00, Infinity],
+    [0xfc00, -Infinity],
   ];
   for (const [h, v] of cases) assert.ok(Object.is(f16ToF32(h), v), `0x${h.toString(16)} -> ${f16ToF32(h)}, expected ${v}`);
   for (const h of [0x7c01, 0x7e00, 0x7fff, 0xfc01, 0xfe00]) assert.ok(Number.isNaN(f16ToF32(h)));
 });
 
-test("f32ToF16 special values and rounding", () => {
+test('f32ToF16 special values and rounding', () => {
   const cases: Array<[number, number]> = [
-    [0, 0x0000], [-0, 0x8000], [1, 0x3c00], [-2, 0xc000], [0.1, 0x2e66], [65504, 0x7bff],
-    [65519.99, 0x7bff], [65520, 0x7c00], [-65520, 0xfc00], [1e9, 0x7c00], [Infinity, 0x7c00], [-Infinity, 0xfc00],
-    [NaN, 0x7e00], [2 ** -14, 0x0400], [2 ** -24, 0x0001],
+    [0, 0x0000],
+    [-0, 0x8000],
+    [1, 0x3c00],
+    [-2, 0xc000],
+    [0.1, 0x2e66],
+    [65504, 0x7bff],
+    [65519.99, 0x7bff],
+    [65520, 0x7c00],
+    [-65520, 0xfc00],
+    [1e9, 0x7c00],
+    [Infinity, 0x7c00],
+    [-Infinity, 0xfc00],
+    [NaN, 0x7e00],
+    [2 ** -14, 0x0400],
+    [2 ** -24, 0x0001],
     [2 ** -25, 0x0000], // tie between 0 and the smallest subnormal: even (0)
-    [1.5 * 2 ** -25, 0x0001], [3 * 2 ** -25, 0x0002], // tie between 1 and 2 ulps: even (2)
+    [1.5 * 2 ** -25, 0x0001],
+    [3 * 2 ** -25, 0x0002], // tie between 1 and 2 ulps: even (2)
     [5 * 2 ** -25, 0x0002], // tie between 2 and 3 ulps: even (2)
-    [2 ** -26, 0x0000], [1e-10, 0x0000], [-1e-10, 0x8000],
-    [(1023.5) * 2 ** -24, 0x0400], // largest subnormal + half ulp: rounds (even) into the smallest normal
-    [1 + 2 ** -11, 0x3c00], [1 + 3 * 2 ** -11, 0x3c02], [1 + 2 ** -11 + 2 ** -20, 0x3c01],
+    [2 ** -26, 0x0000],
+    [1e-10, 0x0000],
+    [-1e-10, 0x8000],
+    [1023.5 * 2 ** -24, 0x0400], // largest subnormal + half ulp: rounds (even) into the smallest normal
+    [1 + 2 ** -11, 0x3c00],
+    [1 + 3 * 2 ** -11, 0x3c02],
+    [1 + 2 ** -11 + 2 ** -20, 0x3c01],
   ];
   for (const [x, h] of cases) assert.equal(f32ToF16(x), h, `${x} -> 0x${f32ToF16(x).toString(16)}, expected 0x${h.toString(16)}`);
 });
 
-test("f16: exhaustive round trip over all 65536 bit patterns; lookup table agrees", () => {
+test('f16: exhaustive round trip over all 65536 bit patterns; lookup table agrees', () => {
   const table = f16ToF32Table();
   assert.equal(table.length, 65536);
-  assert.equal(f16ToF32Table(), table, "table is built once");
+  assert.equal(f16ToF32Table(), table, 'table is built once');
   for (let h = 0; h < 65536; h++) {
     const v = f16ToF32(h);
     const isNaN16 = (h & 0x7c00) === 0x7c00 && (h & 0x3ff) !== 0;
@@ -108,19 +138,20 @@ test("f16: exhaustive round trip over all 65536 bit patterns; lookup table agree
       assert.ok((back & 0x7c00) === 0x7c00 && (back & 0x3ff) !== 0, `NaN stays NaN (0x${back.toString(16)})`);
     } else {
       assert.ok(Object.is(table[h], v), `table[0x${h.toString(16)}]`);
-      assert.equal(Math.fround(v), v, "every half is a float32");
+      assert.equal(Math.fround(v), v, 'every half is a float32');
       assert.equal(f32ToF16(v), h, `round trip 0x${h.toString(16)}`);
     }
   }
 });
 
-test("f32ToF16: every midpoint between adjacent halves rounds to even, and its float neighbours to the nearer", () => {
-  const f = new Float32Array(1), u = new Uint32Array(f.buffer);
+test('f32ToF16: every midpoint between adjacent halves rounds to even, and its float neighbours to the nearer', () => {
+  const f = new Float32Array(1),
+    u = new Uint32Array(f.buffer);
   for (let h = 0; h < 0x7c00; h++) {
     const lo = f16ToF32(h);
     const hi = h === 0x7bff ? 65536 : f16ToF32(h + 1); // 65536: where the next half would be
     const mid = (lo + hi) / 2;
-    assert.equal(Math.fround(mid), mid, "midpoints are float32s");
+    assert.equal(Math.fround(mid), mid, 'midpoints are float32s');
     const even = (h & 1) === 0 ? h : h + 1;
     for (const sign of [0, 0x8000]) {
       const s = sign ? -1 : 1;
@@ -134,21 +165,36 @@ test("f32ToF16: every midpoint between adjacent halves rounds to even, and its f
   }
 });
 
-test("bf16 conversions: special values, rounding, exhaustive round trip", () => {
+test('bf16 conversions: special values, rounding, exhaustive round trip', () => {
   const dec: Array<[number, number]> = [
-    [0x0000, 0], [0x8000, -0], [0x3f80, 1], [0xc000, -2], [0x7f80, Infinity], [0xff80, -Infinity],
-    [0x7f7f, 3.3895313892515355e38], [0x0001, 2 ** -133], [0x0080, 2 ** -126],
+    [0x0000, 0],
+    [0x8000, -0],
+    [0x3f80, 1],
+    [0xc000, -2],
+    [0x7f80, Infinity],
+    [0xff80, -Infinity],
+    [0x7f7f, 3.3895313892515355e38],
+    [0x0001, 2 ** -133],
+    [0x0080, 2 ** -126],
   ];
   for (const [h, v] of dec) assert.ok(Object.is(bf16ToF32(h), v), `0x${h.toString(16)}`);
   assert.ok(Number.isNaN(bf16ToF32(0x7fc0)) && Number.isNaN(bf16ToF32(0xff81)));
   const enc: Array<[number, number]> = [
-    [1, 0x3f80], [-0, 0x8000], [1 + 2 ** -8, 0x3f80], [1 + 3 * 2 ** -8, 0x3f82], [1 + 2 ** -8 + 2 ** -20, 0x3f81],
+    [1, 0x3f80],
+    [-0, 0x8000],
+    [1 + 2 ** -8, 0x3f80],
+    [1 + 3 * 2 ** -8, 0x3f82],
+    [1 + 2 ** -8 + 2 ** -20, 0x3f81],
     [3.4028234663852886e38, 0x7f80], // FLT_MAX rounds up to infinity, as in ggml
-    [Infinity, 0x7f80], [-Infinity, 0xff80], [2 ** -133, 0x0001], [2 ** -149, 0x0000], [-3.5, 0xc060],
+    [Infinity, 0x7f80],
+    [-Infinity, 0xff80],
+    [2 ** -133, 0x0001],
+    [2 ** -149, 0x0000],
+    [-3.5, 0xc060],
   ];
   for (const [x, h] of enc) assert.equal(f32ToBf16(x), h, `${x}`);
   const nan = f32ToBf16(NaN);
-  assert.ok((nan & 0x7f80) === 0x7f80 && (nan & 0x40) !== 0, "NaN encodes as a quiet NaN");
+  assert.ok((nan & 0x7f80) === 0x7f80 && (nan & 0x40) !== 0, 'NaN encodes as a quiet NaN');
   for (let h = 0; h < 65536; h++) {
     const v = bf16ToF32(h);
     if ((h & 0x7f80) === 0x7f80 && (h & 0x7f) !== 0) assert.ok(Number.isNaN(v) && Number.isNaN(bf16ToF32(f32ToBf16(v))));
@@ -156,11 +202,14 @@ test("bf16 conversions: special values, rounding, exhaustive round trip", () => 
   }
 });
 
-test("ggml golden: fp32->fp16 and fp32->bf16 on 2^18 random float bit patterns; fp16->fp32 table bits", () => {
+test('ggml golden: fp32->fp16 and fp32->bf16 on 2^18 random float bit patterns; fp16->fp32 table bits', () => {
   const r = mulberry32(777);
-  const u = new Uint32Array(1), f = new Float32Array(u.buffer);
-  const a = new Uint16Array(1), b = new Uint16Array(1);
-  let h16 = 2166136261, hbf = 2166136261;
+  const u = new Uint32Array(1),
+    f = new Float32Array(u.buffer);
+  const a = new Uint16Array(1),
+    b = new Uint16Array(1);
+  let h16 = 2166136261,
+    hbf = 2166136261;
   for (let i = 0; i < 1 << 18; i++) {
     let v = r();
     if (i & 1) v = ((v & 0x8fffffff) | 0x30000000) >>> 0; // half of them near the f16 range
@@ -180,61 +229,67 @@ test("ggml golden: fp32->fp16 and fp32->bf16 on 2^18 random float bit patterns; 
 // ---------------------------------------------------------------------------------------------
 // dequantize: hand-built blocks.
 
-test("dequantize F32 / F16 / BF16", () => {
+test('dequantize F32 / F16 / BF16', () => {
   const f32 = new Uint8Array(new Float32Array([1.5, -2, 3.25e-30, Infinity]).buffer);
-  assertArrayEqual(dequantize(GGMLType.F32, f32, 4), [1.5, -2, 3.25e-30, Infinity], "F32");
+  assertArrayEqual(dequantize(GGMLType.F32, f32, 4), [1.5, -2, 3.25e-30, Infinity], 'F32');
   const f16 = block(8, { 0: 0x3c00, 2: 0xc000, 4: 0x0001, 6: 0x7bff });
-  assertArrayEqual(dequantize(GGMLType.F16, f16, 4), [1, -2, 2 ** -24, 65504], "F16");
+  assertArrayEqual(dequantize(GGMLType.F16, f16, 4), [1, -2, 2 ** -24, 65504], 'F16');
   const bf16 = block(6, { 0: 0x3f80, 2: 0xc060, 4: 0x0080 });
-  assertArrayEqual(dequantize(GGMLType.BF16, bf16, 3), [1, -3.5, 2 ** -126], "BF16");
+  assertArrayEqual(dequantize(GGMLType.BF16, bf16, 3), [1, -3.5, 2 ** -126], 'BF16');
   const nan = dequantize(GGMLType.F16, block(2, { 0: 0x7e00 }), 1);
   assert.ok(Number.isNaN(nan[0]));
 });
 
-test("dequantize Q4_0: d = 0.5, nibbles 0..15", () => {
+test('dequantize Q4_0: d = 0.5, nibbles 0..15', () => {
   // byte j: low nibble = element j = j, high nibble = element j+16 = 15 - j
   const b = block(18, { 0: 0x3800 });
   for (let j = 0; j < 16; j++) b[2 + j] = j | ((15 - j) << 4);
   const expected = [];
   for (let j = 0; j < 16; j++) expected[j] = (j - 8) * 0.5;
   for (let j = 0; j < 16; j++) expected[16 + j] = (7 - j) * 0.5;
-  assertArrayEqual(dequantize(GGMLType.Q4_0, b, 32), expected, "Q4_0");
+  assertArrayEqual(dequantize(GGMLType.Q4_0, b, 32), expected, 'Q4_0');
 });
 
-test("dequantize Q4_1: d = 0.25, m = -1", () => {
+test('dequantize Q4_1: d = 0.25, m = -1', () => {
   const b = block(20, { 0: 0x3400, 2: 0xbc00 });
   for (let j = 0; j < 16; j++) b[4 + j] = j | ((15 - j) << 4);
   const expected = [];
   for (let j = 0; j < 16; j++) expected[j] = j * 0.25 - 1;
   for (let j = 0; j < 16; j++) expected[16 + j] = (15 - j) * 0.25 - 1;
-  assertArrayEqual(dequantize(GGMLType.Q4_1, b, 32), expected, "Q4_1");
+  assertArrayEqual(dequantize(GGMLType.Q4_1, b, 32), expected, 'Q4_1');
 });
 
-test("dequantize Q5_0: d = 1, 5th bits from qh", () => {
+test('dequantize Q5_0: d = 1, 5th bits from qh', () => {
   // qh bit 0 (element 0) and bit 31 (element 31) set; qs[0] = 0x21: element 0 low 1, element 16 low 2;
   // qs[15] = 0xf3: element 15 low 3, element 31 low 15. Everything else 0 -> -16.
   const b = block(22, { 0: 0x3c00 }, { 2: 0x01, 5: 0x80, 6: 0x21, 21: 0xf3 });
   const expected = new Array<number>(32).fill(-16);
-  expected[0] = 1; expected[16] = -14; expected[15] = -13; expected[31] = 15;
-  assertArrayEqual(dequantize(GGMLType.Q5_0, b, 32), expected, "Q5_0");
+  expected[0] = 1;
+  expected[16] = -14;
+  expected[15] = -13;
+  expected[31] = 15;
+  assertArrayEqual(dequantize(GGMLType.Q5_0, b, 32), expected, 'Q5_0');
 });
 
-test("dequantize Q5_1: d = 0.5, m = 2, 5th bits from qh", () => {
+test('dequantize Q5_1: d = 0.5, m = 2, 5th bits from qh', () => {
   // qh = 0x00010002: element 1 and element 16 have the 5th bit.
   const b = block(24, { 0: 0x3800, 2: 0x4000 }, { 4: 0x02, 6: 0x01, 8: 0x5f, 9: 0x03 });
   const expected = new Array<number>(32).fill(2);
   expected[0] = 15 * 0.5 + 2; // qs[0] low
   expected[16] = (5 + 16) * 0.5 + 2; // qs[0] high + 5th bit
   expected[1] = (3 + 16) * 0.5 + 2; // qs[1] low + 5th bit
-  assertArrayEqual(dequantize(GGMLType.Q5_1, b, 32), expected, "Q5_1");
+  assertArrayEqual(dequantize(GGMLType.Q5_1, b, 32), expected, 'Q5_1');
 });
 
-test("dequantize Q8_0: d = 0.125, int8 quants", () => {
+test('dequantize Q8_0: d = 0.125, int8 quants', () => {
   const qs = [-128, 127, 0, 1, -1, 64, -64, 5];
   const b = block(34, { 0: 0x3000 });
   const expected = new Array<number>(32).fill(0);
-  qs.forEach((q, j) => { b[2 + j] = q & 255; expected[j] = q * 0.125; });
-  assertArrayEqual(dequantize(GGMLType.Q8_0, b, 32), expected, "Q8_0");
+  qs.forEach((q, j) => {
+    b[2 + j] = q & 255;
+    expected[j] = q * 0.125;
+  });
+  assertArrayEqual(dequantize(GGMLType.Q8_0, b, 32), expected, 'Q8_0');
   // two blocks in a row
   const two = new Uint8Array(68);
   two.set(b, 0);
@@ -244,7 +299,7 @@ test("dequantize Q8_0: d = 0.125, int8 quants", () => {
   assert.equal(y[1], 127 * 0.125);
 });
 
-test("dequantize Q2_K: scales/mins per 16, 2-bit quants", () => {
+test('dequantize Q2_K: scales/mins per 16, 2-bit quants', () => {
   // d = 1, dmin = 0.5; sub-block s: scale s, min 15 - s; every qs byte 0b11100100 so the code at
   // shift 2j is j: element e = 128h + 32j + 16k + l has code j = (e >> 5) & 3.
   const b = block(84, { 80: 0x3c00, 82: 0x3800 });
@@ -255,7 +310,7 @@ test("dequantize Q2_K: scales/mins per 16, 2-bit quants", () => {
     const s = e >> 4;
     expected[e] = s * ((e >> 5) & 3) - 0.5 * (15 - s);
   }
-  assertArrayEqual(dequantize(GGMLType.Q2_K, b, 256), expected, "Q2_K pattern");
+  assertArrayEqual(dequantize(GGMLType.Q2_K, b, 256), expected, 'Q2_K pattern');
   // A single code: qs[16 + 5] (block byte 16 + 21) bits 2..3 = 3 -> element 32*1 + 16*1 + 5 = 53
   // (sub-block 3: scale 2, min 1); d = 0.5, dmin = 1.
   const one = block(84, { 80: 0x3800, 82: 0x3c00 }, { 3: 0x12, 37: 0x0c });
@@ -265,17 +320,21 @@ test("dequantize Q2_K: scales/mins per 16, 2-bit quants", () => {
   assert.equal(y[48 + 128], 0);
 });
 
-test("dequantize Q3_K: 6-bit signed scales, 2 low bits + high bit", () => {
+test('dequantize Q3_K: 6-bit signed scales, 2 low bits + high bit', () => {
   // Scales: all stored values 33 (sc = 1): low nibbles 1 -> bytes 0..7 = 0x11; high 2 bits 2 -> 0xaa.
   // byte 0 = 0x1f: scale 0 low nibble 15; byte 8 = 0xab: scale 0 high bits 3 -> 63 -> sc 31.
   // byte 11 = 0x2a: scale 15 (i&3 = 3, shift 6) high bits 0 -> stored 1 -> sc -31.
   const b = block(110, { 108: 0x3800 }); // d = 0.5
   b.fill(0x11, 96, 104);
   b.fill(0xaa, 104, 108);
-  b[96] = 0x1f; b[104] = 0xab; b[107] = 0x2a;
+  b[96] = 0x1f;
+  b[104] = 0xab;
+  b[107] = 0x2a;
   // hmask 0 and qs 0 -> q = -4 everywhere, except:
-  b[32] = 0x03; b[0] = 0x01; // element 0: low 3, high bit 0 of hmask[0] set -> q = 3
-  b[32 + 32 + 16 + 15] = 0x80; b[31] = 0x80; // element 255: low bits 6..7 = 2, hmask[31] bit 7 -> q = 2
+  b[32] = 0x03;
+  b[0] = 0x01; // element 0: low 3, high bit 0 of hmask[0] set -> q = 3
+  b[32 + 32 + 16 + 15] = 0x80;
+  b[31] = 0x80; // element 255: low bits 6..7 = 2, hmask[31] bit 7 -> q = 2
   const y = dequantize(GGMLType.Q3_K, b, 256);
   assert.equal(y[0], 0.5 * 31 * 3);
   assert.equal(y[1], 0.5 * 31 * -4);
@@ -304,38 +363,42 @@ const K4_SC = [1, 2, 3, 4, 63, 17, 32, 48];
 const K4_M = [5, 6, 7, 8, 63, 33, 0, 16];
 const K4_SCALE_BYTES = [0xc1, 0x42, 0x83, 0xc4, 0xc5, 0x86, 0x07, 0x48, 0xff, 0x11, 0x00, 0x00];
 
-test("dequantize Q4_K: packed 6-bit scales and mins", () => {
+test('dequantize Q4_K: packed 6-bit scales and mins', () => {
   const b = block(144, { 0: 0x3800, 2: 0x3400 }); // d = 0.5, dmin = 0.25
   b.set(K4_SCALE_BYTES, 4);
   // qs[32p + l]: low nibble -> sub-block 2p element l (code l & 15), high -> sub-block 2p+1 (15 - (l & 15)).
   for (let p = 0; p < 4; p++) for (let l = 0; l < 32; l++) b[16 + 32 * p + l] = (l & 15) | ((15 - (l & 15)) << 4);
   const expected = [];
   for (let e = 0; e < 256; e++) {
-    const s = e >> 5, l = e & 31;
+    const s = e >> 5,
+      l = e & 31;
     const q = s & 1 ? 15 - (l & 15) : l & 15;
     expected[e] = 0.5 * K4_SC[s]! * q - 0.25 * K4_M[s]!;
   }
-  assertArrayEqual(dequantize(GGMLType.Q4_K, b, 256), expected, "Q4_K");
+  assertArrayEqual(dequantize(GGMLType.Q4_K, b, 256), expected, 'Q4_K');
 });
 
-test("dequantize Q5_K: packed scales, 4 low bits + 5th bit from qh", () => {
+test('dequantize Q5_K: packed scales, 4 low bits + 5th bit from qh', () => {
   const b = block(176, { 0: 0x3800, 2: 0x3400 });
   b.set(K4_SCALE_BYTES, 4);
   for (let l = 0; l < 32; l++) b[16 + l] = l & 1 ? 0xaa : 0x55; // bit s set when s and l have the same parity
   for (let p = 0; p < 4; p++) for (let l = 0; l < 32; l++) b[48 + 32 * p + l] = (l & 15) | ((15 - (l & 15)) << 4);
   const expected = [];
   for (let e = 0; e < 256; e++) {
-    const s = e >> 5, l = e & 31;
+    const s = e >> 5,
+      l = e & 31;
     const q = (s & 1 ? 15 - (l & 15) : l & 15) + ((s & 1) === (l & 1) ? 16 : 0);
     expected[e] = 0.5 * K4_SC[s]! * q - 0.25 * K4_M[s]!;
   }
-  assertArrayEqual(dequantize(GGMLType.Q5_K, b, 256), expected, "Q5_K");
+  assertArrayEqual(dequantize(GGMLType.Q5_K, b, 256), expected, 'Q5_K');
 });
 
-test("dequantize Q6_K: int8 scales per 16, 4 low bits + 2 high bits", () => {
+test('dequantize Q6_K: int8 scales per 16, 4 low bits + 2 high bits', () => {
   const scales = [-128, -70, -61, -1, 0, 1, 9, 18, 27, 36, 45, 54, -9, -18, 100, 127];
   const b = block(210, { 208: 0x3400 }); // d = 0.25
-  scales.forEach((s, i) => { b[192 + i] = s & 255; });
+  scales.forEach((s, i) => {
+    b[192 + i] = s & 255;
+  });
   // All quants 0 (q = -32) except:
   b[0] = 0xf5; // element 0 low 5, element 64 low 15
   b[128] = 0xe4; // high bits: element 0 -> 0, 32 -> 1, 64 -> 2, 96 -> 3
@@ -355,9 +418,14 @@ test("dequantize Q6_K: int8 scales per 16, 4 low bits + 2 high bits", () => {
 
   // Every element a distinct (element, code) pair: code u = (5e + 3) & 63, packed per the layout.
   const c = block(210, { 208: 0x3c00 });
-  scales.forEach((s, i) => { c[192 + i] = s & 255; });
+  scales.forEach((s, i) => {
+    c[192 + i] = s & 255;
+  });
   for (let e = 0; e < 256; e++) {
-    const h = e >> 7, j = (e >> 5) & 3, l = e & 31, u = (5 * e + 3) & 63;
+    const h = e >> 7,
+      j = (e >> 5) & 3,
+      l = e & 31,
+      u = (5 * e + 3) & 63;
     c[64 * h + 32 * (j & 1) + l]! |= (u & 15) << (4 * (j >> 1));
     c[128 + 32 * h + l]! |= (u >> 4) << (2 * j);
   }
@@ -365,7 +433,7 @@ test("dequantize Q6_K: int8 scales per 16, 4 low bits + 2 high bits", () => {
   for (let e = 0; e < 256; e++) assert.equal(z[e], scales[e >> 4]! * (((5 * e + 3) & 63) - 32), `element ${e}`);
 });
 
-test("ggml golden: dequantize random blocks of every quant type bit for bit", () => {
+test('ggml golden: dequantize random blocks of every quant type bit for bit', () => {
   const golden: Array<[GGMLType, number[], number, number]> = [
     [GGMLType.Q4_0, [0], 3755900048, 1936385702],
     [GGMLType.Q4_1, [0, 2], 3194483237, 2301944138],
@@ -399,7 +467,7 @@ test("ggml golden: dequantize random blocks of every quant type bit for bit", ()
   });
 });
 
-test("dequantize reads unaligned views and honours out/outOffset", () => {
+test('dequantize reads unaligned views and honours out/outOffset', () => {
   const x = gaussian(512, 5);
   for (const type of [GGMLType.F32, GGMLType.F16, GGMLType.BF16, ...QUANT_TYPES]) {
     const q = quantize(type, x);
@@ -412,7 +480,7 @@ test("dequantize reads unaligned views and honours out/outOffset", () => {
     const ret = dequantize(type, q, 512, out, 50);
     assert.equal(ret, out);
     assert.deepEqual(out.subarray(50, 562), ref);
-    assert.ok(out.subarray(0, 50).every((v) => v === 7) && out.subarray(562).every((v) => v === 7), "outside untouched");
+    assert.ok(out.subarray(0, 50).every((v) => v === 7) && out.subarray(562).every((v) => v === 7), 'outside untouched');
     // fewer elements than the source holds
     const bs = requireQuantType(type).blockSize;
     const n = type === GGMLType.F32 || type === GGMLType.F16 || type === GGMLType.BF16 ? 7 : bs;
@@ -423,7 +491,7 @@ test("dequantize reads unaligned views and honours out/outOffset", () => {
 // ---------------------------------------------------------------------------------------------
 // quantize: ggml reference algorithms, byte for byte.
 
-test("ggml golden: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 quantize_row_*_ref bytes and dequantized values", () => {
+test('ggml golden: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 quantize_row_*_ref bytes and dequantized values', () => {
   // Irwin-Hall (sum of 4 uniforms) values, per-block scale 2^k/64 with k in 0..12: built with the
   // exact same double arithmetic as the C generator, so the float inputs are identical.
   const N = 4096;
@@ -435,7 +503,7 @@ test("ggml golden: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 quantize_row_*_ref bytes and dequant
     if (i % 32 === 0) sc = (1 << (r() % 13)) / 64;
     x[i] = (unif() + unif() + unif() + unif() - 2) * sc;
   }
-  assert.equal(fnv1a(bytesOf(x)), 387129428, "input data");
+  assert.equal(fnv1a(bytesOf(x)), 387129428, 'input data');
   const golden: Array<[GGMLType, number, number]> = [
     [GGMLType.Q4_0, 1002545490, 2086413337],
     [GGMLType.Q4_1, 80082753, 1504050811],
@@ -451,12 +519,13 @@ test("ggml golden: Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 quantize_row_*_ref bytes and dequant
   }
 });
 
-test("ggml golden: reference quantizers on grid data (small integers x awkward scales: many rounding ties)", () => {
+test('ggml golden: reference quantizers on grid data (small integers x awkward scales: many rounding ties)', () => {
   const N = 4096;
   const scales = [0.1, 0.3, 1 / 3, 7, 1, 0.0625];
   const r = mulberry32(2024);
   const x = new Float32Array(N);
-  let s = 1, off = 0;
+  let s = 1,
+    off = 0;
   for (let i = 0; i < N; i++) {
     if (i % 32 === 0) {
       s = scales[r() % 6]!;
@@ -464,7 +533,7 @@ test("ggml golden: reference quantizers on grid data (small integers x awkward s
     }
     x[i] = ((r() % 33) - 16 + off) * s;
   }
-  assert.equal(fnv1a(bytesOf(x)), 3294825219, "input data");
+  assert.equal(fnv1a(bytesOf(x)), 3294825219, 'input data');
   const golden: Array<[GGMLType, number, number]> = [
     [GGMLType.Q4_0, 2745338533, 3131060660],
     [GGMLType.Q4_1, 141333734, 2621669687],
@@ -479,29 +548,33 @@ test("ggml golden: reference quantizers on grid data (small integers x awkward s
   }
 });
 
-test("quantize Q8_0 rounds half away from zero (C roundf)", () => {
+test('quantize Q8_0 rounds half away from zero (C roundf)', () => {
   const x = new Float32Array(32);
   const vals = [127, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 126.5, -126.5, 0.49999997, -0.49999997];
-  vals.forEach((v, i) => { x[i] = v; });
+  vals.forEach((v, i) => {
+    x[i] = v;
+  });
   const q = quantize(GGMLType.Q8_0, x); // amax 127 -> d = 1
   assert.equal(q[0]! | (q[1]! << 8), 0x3c00);
   const expected = [127, 1, -1, 2, -2, 3, -3, 127, -127, 0, 0];
-  expected.forEach((e, i) => assert.equal((q[2 + i]! << 24) >> 24, e, `element ${i} (${vals[i]})`));
+  for (const [i, e] of expected.entries()) assert.equal((q[2 + i]! << 24) >> 24, e, `element ${i} (${vals[i]})`);
 });
 
-test("quantize Q4_0 follows the reference: d = max/-8, q = min(15, trunc(x/d + 8.5))", () => {
+test('quantize Q4_0 follows the reference: d = max/-8, q = min(15, trunc(x/d + 8.5))', () => {
   const x = new Float32Array(32);
   const vals = [-8, 7, 7.6, -0.5, 0.49, 0.5, 3.9, -7.6];
-  vals.forEach((v, i) => { x[i] = v; });
+  vals.forEach((v, i) => {
+    x[i] = v;
+  });
   const q = quantize(GGMLType.Q4_0, x); // max = -8 -> d = 1, id = 1
   assert.equal(q[0]! | (q[1]! << 8), 0x3c00);
   // d = max/-8 = +1 because the largest-magnitude value is -8, so q = min(15, trunc(x + 8.5))
   const codes = [0, 15, 15, 8, 8, 9, 12, 0];
-  codes.forEach((c, i) => assert.equal(q[2 + i]! & 15, c, `element ${i} (${vals[i]})`));
-  assert.equal(q[2 + 8]! & 15, 8, "zeros map to 8");
+  for (const [i, c] of codes.entries()) assert.equal(q[2 + i]! & 15, c, `element ${i} (${vals[i]})`);
+  assert.equal(q[2 + 8]! & 15, 8, 'zeros map to 8');
 });
 
-test("quantize F32 / F16 / BF16 write little-endian bits", () => {
+test('quantize F32 / F16 / BF16 write little-endian bits', () => {
   const x = new Float32Array([1, -2, 0.1, 65520, NaN, 2 ** -25]);
   assert.deepEqual([...quantize(GGMLType.F32, x.subarray(0, 2))], [0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0]);
   assert.deepEqual([...quantize(GGMLType.F16, x)], [0x00, 0x3c, 0x00, 0xc0, 0x66, 0x2e, 0x00, 0x7c, 0x00, 0x7e, 0x00, 0x00]);
@@ -554,9 +627,12 @@ function errors(type: GGMLType, x: Float32Array): { nmse: number; rel: number; y
   const n = x.length;
   const y = dequantize(type, quantize(type, x), n);
   const bs = requireQuantType(type).blockSize;
-  let e2 = 0, x2 = 0, rel = 0;
+  let e2 = 0,
+    x2 = 0,
+    rel = 0;
   for (let b = 0; b < n; b += bs) {
-    let amax = 0, emax = 0;
+    let amax = 0,
+      emax = 0;
     for (let i = b; i < b + bs; i++) {
       const e = y[i]! - x[i]!;
       e2 += e * e;
@@ -593,7 +669,13 @@ for (const type of QUANT_TYPES) {
 test("K-quants: error within 10% of ggml's own reference quantizers (ggml ref NMSE measured on the same data)", () => {
   // ggml quantize_row_*_ref NMSE on Irwin-Hall data (sum of 4 uniforms - 2), measured with the C
   // harness: Q2_K 8.35e-2, Q3_K 2.15e-2, Q4_K 4.75e-3, Q5_K 1.21e-3, Q6_K 2.88e-4.
-  const ggml = new Map([[GGMLType.Q2_K, 8.35e-2], [GGMLType.Q3_K, 2.15e-2], [GGMLType.Q4_K, 4.75e-3], [GGMLType.Q5_K, 1.21e-3], [GGMLType.Q6_K, 2.88e-4]]);
+  const ggml = new Map([
+    [GGMLType.Q2_K, 8.35e-2],
+    [GGMLType.Q3_K, 2.15e-2],
+    [GGMLType.Q4_K, 4.75e-3],
+    [GGMLType.Q5_K, 1.21e-3],
+    [GGMLType.Q6_K, 2.88e-4],
+  ]);
   const N = 65536;
   const r = mulberry32(99);
   const u = () => (r() >>> 8) / 16777216;
@@ -605,11 +687,14 @@ test("K-quants: error within 10% of ggml's own reference quantizers (ggml ref NM
   }
 });
 
-test("all-zero blocks decode to zeros; constant blocks decode to the constant", () => {
+test('all-zero blocks decode to zeros; constant blocks decode to the constant', () => {
   for (const type of QUANT_TYPES) {
     const bs = requireQuantType(type).blockSize;
     const zeros = dequantize(type, quantize(type, new Float32Array(2 * bs)), 2 * bs);
-    assert.ok(zeros.every((v) => v === 0), `${GGMLType[type]} zeros`);
+    assert.ok(
+      zeros.every((v) => v === 0),
+      `${GGMLType[type]} zeros`,
+    );
     for (const c of [0.7, -3.25, 1000, -0.3, 1]) {
       const y = dequantize(type, quantize(type, new Float32Array(bs).fill(c)), bs);
       // Only f16 rounding of d/m (2^-11) and of rounded-up K-quant scales (2^-10) remain. (Smaller
@@ -621,7 +706,7 @@ test("all-zero blocks decode to zeros; constant blocks decode to the constant", 
   }
 });
 
-test("blocks with huge or tiny magnitudes stay finite and bounded", () => {
+test('blocks with huge or tiny magnitudes stay finite and bounded', () => {
   for (const type of QUANT_TYPES) {
     const name = GGMLType[type];
     const bs = requireQuantType(type).blockSize;
@@ -659,23 +744,32 @@ test("blocks with huge or tiny magnitudes stay finite and bounded", () => {
 // ---------------------------------------------------------------------------------------------
 // Arguments.
 
-test("supported type sets", () => {
+test('supported type sets', () => {
   const all = [GGMLType.F32, GGMLType.F16, GGMLType.BF16, ...QUANT_TYPES];
   for (const t of all) {
     assert.ok(canDequantize(t), `canDequantize ${GGMLType[t]}`);
     assert.ok(canQuantize(t), `canQuantize ${GGMLType[t]}`);
   }
-  for (const t of [GGMLType.Q8_1, GGMLType.Q8_K, GGMLType.IQ2_XXS, GGMLType.IQ4_NL, GGMLType.I8, GGMLType.F64, GGMLType.MXFP4, 999 as GGMLType]) {
+  for (const t of [
+    GGMLType.Q8_1,
+    GGMLType.Q8_K,
+    GGMLType.IQ2_XXS,
+    GGMLType.IQ4_NL,
+    GGMLType.I8,
+    GGMLType.F64,
+    GGMLType.MXFP4,
+    999 as GGMLType,
+  ]) {
     assert.equal(canDequantize(t), false, `canDequantize ${t}`);
     assert.equal(canQuantize(t), false, `canQuantize ${t}`);
   }
 });
 
-test("bad arguments throw RangeError", () => {
+test('bad arguments throw RangeError', () => {
   const q40 = new Uint8Array(18 * 2);
-  assert.throws(() => dequantize(GGMLType.Q4_0, q40, 31), { name: "RangeError", message: /31.*32/ });
-  assert.throws(() => dequantize(GGMLType.Q4_0, q40, 96), { name: "RangeError", message: /54.*36/ });
-  assert.throws(() => dequantize(GGMLType.Q6_K, new Uint8Array(209), 256), { name: "RangeError", message: /210.*209/ });
+  assert.throws(() => dequantize(GGMLType.Q4_0, q40, 31), { name: 'RangeError', message: /31.*32/ });
+  assert.throws(() => dequantize(GGMLType.Q4_0, q40, 96), { name: 'RangeError', message: /54.*36/ });
+  assert.throws(() => dequantize(GGMLType.Q6_K, new Uint8Array(209), 256), { name: 'RangeError', message: /210.*209/ });
   assert.throws(() => dequantize(GGMLType.Q4_K, new Uint8Array(144), 255), RangeError);
   assert.throws(() => dequantize(GGMLType.F32, new Uint8Array(7), 2), RangeError);
   assert.throws(() => dequantize(GGMLType.Q4_0, q40, -32), RangeError);
@@ -683,9 +777,9 @@ test("bad arguments throw RangeError", () => {
   assert.throws(() => dequantize(GGMLType.Q4_0, q40, 32, new Float32Array(31)), RangeError);
   assert.throws(() => dequantize(GGMLType.Q4_0, q40, 32, new Float32Array(40), 9), RangeError);
   assert.throws(() => dequantize(GGMLType.Q4_0, q40, 32, undefined, -1), RangeError);
-  assert.throws(() => dequantize(GGMLType.IQ2_XXS, new Uint8Array(66), 256), { name: "RangeError", message: /IQ2_XXS/ });
+  assert.throws(() => dequantize(GGMLType.IQ2_XXS, new Uint8Array(66), 256), { name: 'RangeError', message: /IQ2_XXS/ });
   assert.throws(() => dequantize(999 as GGMLType, q40, 32), RangeError);
-  assert.throws(() => quantize(GGMLType.Q8_0, new Float32Array(33)), { name: "RangeError", message: /33.*32/ });
+  assert.throws(() => quantize(GGMLType.Q8_0, new Float32Array(33)), { name: 'RangeError', message: /33.*32/ });
   assert.throws(() => quantize(GGMLType.Q4_K, new Float32Array(128)), RangeError);
   assert.throws(() => quantize(GGMLType.Q8_1, new Float32Array(32)), RangeError);
   assert.throws(() => quantize(999 as GGMLType, new Float32Array(32)), RangeError);

@@ -2,33 +2,78 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { isHubError } from '../../hub/errors.ts';
 import {
-  DEFAULT_SATURATION, effectiveTarget, parseMetricsProcessing, parseSlots, saturationState, type SlotsReading,
+  DEFAULT_SATURATION,
+  effectiveTarget,
+  parseMetricsProcessing,
+  parseSlots,
+  saturationState,
+  type SaturationCode,
+  type SlotsReading,
 } from '../../hub/market/saturation.ts';
+import { COORDINATOR_SLOTS_MAX } from '../../hub/limits.ts';
 
 const cfg = DEFAULT_SATURATION;
-const reading = (busy: number | null, atMs = 0, source: SlotsReading['source'] = 'slots', slots: number | null = 4): SlotsReading => ({ atMs, busy, slots, source });
+const reading = (busy: number | null, atMs = 0, source: SlotsReading['source'] = 'slots', slots: number | null = 4): SlotsReading => ({
+  atMs,
+  busy,
+  slots,
+  source,
+});
 
 test('saturationState: saturated at busy ≥ 2, recruiting only while the reading is fresh and known', () => {
-  const table: Array<{ name: string; r: SlotsReading | undefined; now: number; saturated: boolean; recruiting: boolean; ageS: number | null; reason: RegExp }> = [
-    { name: 'no reading', r: undefined, now: 0, saturated: false, recruiting: false, ageS: null, reason: /no reading/ },
-    { name: 'idle', r: reading(0), now: 1000, saturated: false, recruiting: false, ageS: 1, reason: /not saturated/ },
-    { name: 'busy 1', r: reading(1), now: 0, saturated: false, recruiting: false, ageS: 0, reason: /busy 1 < 2/ },
-    { name: 'busy 2', r: reading(2), now: 0, saturated: true, recruiting: true, ageS: 0, reason: /recruiting/ },
-    { name: 'busy 4 at 30 s', r: reading(4), now: 30_000, saturated: true, recruiting: true, ageS: 30, reason: /recruiting/ },
-    { name: 'busy 4 at 30.001 s: stale', r: reading(4), now: 30_001, saturated: true, recruiting: false, ageS: 30, reason: /stale/ },
-    { name: 'busy 4 at 45 s: stale', r: reading(4), now: 45_000, saturated: true, recruiting: false, ageS: 45, reason: /45 s old/ },
-    { name: 'metrics source recruits', r: reading(3, 0, 'metrics', null), now: 2000, saturated: true, recruiting: true, ageS: 2, reason: /recruiting/ },
-    { name: 'unknown source never recruits', r: reading(null, 0, 'unknown', null), now: 0, saturated: false, recruiting: false, ageS: 0, reason: /unknown/ },
-    { name: 'unknown with a busy count', r: reading(9, 0, 'unknown'), now: 0, saturated: true, recruiting: false, ageS: 0, reason: /never recruits/ },
-    { name: 'slots without busy', r: reading(null), now: 0, saturated: false, recruiting: false, ageS: 0, reason: /no busy/ },
-    { name: 'reading from the future', r: reading(2, 5000), now: 0, saturated: true, recruiting: true, ageS: 0, reason: /recruiting/ },
+  const table: Array<{
+    name: string;
+    r: SlotsReading | undefined;
+    now: number;
+    saturated: boolean;
+    recruiting: boolean;
+    ageS: number | null;
+    code: SaturationCode;
+  }> = [
+    { name: 'no reading', r: undefined, now: 0, saturated: false, recruiting: false, ageS: null, code: 'no-reading' },
+    { name: 'idle', r: reading(0), now: 1000, saturated: false, recruiting: false, ageS: 1, code: 'not-saturated' },
+    { name: 'busy 1', r: reading(1), now: 0, saturated: false, recruiting: false, ageS: 0, code: 'not-saturated' },
+    { name: 'busy 2', r: reading(2), now: 0, saturated: true, recruiting: true, ageS: 0, code: 'recruiting' },
+    { name: 'busy 4 at 30 s', r: reading(4), now: 30_000, saturated: true, recruiting: true, ageS: 30, code: 'recruiting' },
+    { name: 'busy 4 at 30.001 s: stale', r: reading(4), now: 30_001, saturated: true, recruiting: false, ageS: 30, code: 'reading-stale' },
+    { name: 'busy 4 at 45 s: stale', r: reading(4), now: 45_000, saturated: true, recruiting: false, ageS: 45, code: 'reading-stale' },
+    {
+      name: 'metrics source recruits',
+      r: reading(3, 0, 'metrics', null),
+      now: 2000,
+      saturated: true,
+      recruiting: true,
+      ageS: 2,
+      code: 'recruiting',
+    },
+    {
+      name: 'unknown source never recruits',
+      r: reading(null, 0, 'unknown', null),
+      now: 0,
+      saturated: false,
+      recruiting: false,
+      ageS: 0,
+      code: 'source-unknown',
+    },
+    {
+      name: 'unknown with a busy count',
+      r: reading(9, 0, 'unknown'),
+      now: 0,
+      saturated: true,
+      recruiting: false,
+      ageS: 0,
+      code: 'source-unknown',
+    },
+    { name: 'slots without busy', r: reading(null), now: 0, saturated: false, recruiting: false, ageS: 0, code: 'no-busy-count' },
+    { name: 'reading from the future', r: reading(2, 5000), now: 0, saturated: true, recruiting: true, ageS: 0, code: 'recruiting' },
   ];
   for (const t of table) {
     const s = saturationState(t.r, t.now, cfg);
     assert.equal(s.saturated, t.saturated, t.name);
     assert.equal(s.recruiting, t.recruiting, t.name);
     assert.equal(s.ageS, t.ageS, t.name);
-    assert.match(s.reason, t.reason, t.name);
+    assert.equal(s.code, t.code, t.name);
+    assert.ok(s.reason.length > 0, `${t.name}: a sentence says why`);
     assert.equal(s.busy, t.r?.busy ?? null, t.name);
   }
   assert.equal(saturationState(reading(2), 0, { ...cfg, saturateAt: 3 }).recruiting, false);
@@ -52,16 +97,33 @@ test('target: base 2, boosted to 3 while saturated, back to base when busy drops
 
 test('parseSlots: counts is_processing, throws on anything else', () => {
   const slots = [
-    { id: 0, is_processing: true, n_ctx: 4096 }, { id: 1, is_processing: false }, { id: 2, is_processing: true, extra: {} },
+    { id: 0, is_processing: true, n_ctx: 4096 },
+    { id: 1, is_processing: false },
+    { id: 2, is_processing: true, extra: {} },
   ];
   assert.deepEqual(parseSlots(slots), { busy: 2, slots: 3 });
   assert.deepEqual(parseSlots([]), { busy: 0, slots: 0 });
+  assert.equal(parseSlots(Array.from({ length: COORDINATOR_SLOTS_MAX }, () => ({ is_processing: false }))).slots, COORDINATOR_SLOTS_MAX);
   const bad: unknown[] = [
-    null, {}, 'slots', 3, [null], [1], [[true]], [{ id: 0 }], [{ is_processing: 1 }], [{ is_processing: 'true' }],
-    [{ is_processing: true }, { state: 1 }], Array.from({ length: 5000 }, () => ({ is_processing: false })),
+    null,
+    {},
+    'slots',
+    3,
+    [null],
+    [1],
+    [[true]],
+    [{ id: 0 }],
+    [{ is_processing: 1 }],
+    [{ is_processing: 'true' }],
+    [{ is_processing: true }, { state: 1 }],
+    Array.from({ length: COORDINATOR_SLOTS_MAX + 1 }, () => ({ is_processing: false })),
   ];
   for (const b of bad) {
-    assert.throws(() => parseSlots(b), (e) => isHubError(e, 'COORDINATOR_ERROR'), JSON.stringify(b)?.slice(0, 60));
+    assert.throws(
+      () => parseSlots(b),
+      (e) => isHubError(e, 'COORDINATOR_ERROR'),
+      JSON.stringify(b)?.slice(0, 60),
+    );
   }
 });
 
@@ -86,7 +148,17 @@ test('parseMetricsProcessing: reads llamacpp:requests_processing from Prometheus
     ['llamacpp:requests_deferred 4', null],
   ];
   for (const [t, want] of table) assert.equal(parseMetricsProcessing(t), want, JSON.stringify(t).slice(0, 60));
-  for (const t of ['llamacpp:requests_processing', 'llamacpp:requests_processing abc', 'llamacpp:requests_processing -1', 'llamacpp:requests_processing NaN', 'llamacpp:requests_processing +Inf']) {
-    assert.throws(() => parseMetricsProcessing(t), (e) => isHubError(e, 'COORDINATOR_ERROR'), t);
+  for (const t of [
+    'llamacpp:requests_processing',
+    'llamacpp:requests_processing abc',
+    'llamacpp:requests_processing -1',
+    'llamacpp:requests_processing NaN',
+    'llamacpp:requests_processing +Inf',
+  ]) {
+    assert.throws(
+      () => parseMetricsProcessing(t),
+      (e) => isHubError(e, 'COORDINATOR_ERROR'),
+      t,
+    );
   }
 });

@@ -1,10 +1,10 @@
 // Expertswarm expert dispatch (see llama-expert-dispatch.h and docs/dispatch-protocol.md).
 //
 // Per dispatched MoE layer the graph holds three custom ops:
-//   remote  (1 thread)   sends rows + top-k ids + router weights, waits until the layer's deadline at most, and
-//                        writes what the dispatcher served: partial sums and a served flag per (token, slot);
+//   remote  (1 thread)   sends rows + top-k ids + router probs, waits until the layer's deadline at most, and
+//                        writes what the dispatcher served: partial sums and a served flag per (token, k) pair;
 //   up      (all threads) gate/up projections + SiLU for the pairs that were not served;
-//   down    (all threads) down projection of those pairs, weighted and added to the served partial sums.
+//   down    (all threads) down projection of those pairs, scaled by their probs and added to the served partial sums.
 // The local ops use ggml's CPU type traits (activation conversion to the weight's vec_dot type, then vec_dot per
 // weight row), as ggml's own matrix multiplication does, so any quant type the CPU backend handles works here.
 // Whatever goes wrong with the dispatcher (absent, slow, dead, garbage), the pairs are computed locally.
@@ -48,7 +48,7 @@ constexpr uint32_t XD_MODE_SERVED = 1;
 constexpr uint32_t XD_MAX_ROWS     = 8192;
 constexpr uint32_t XD_MAX_EMBD     = 65536;
 constexpr uint32_t XD_MAX_USED     = 64;
-constexpr uint32_t XD_MAX_NAME     = 256;
+constexpr uint32_t XD_MAX_DESC     = 256;
 constexpr uint32_t XD_MAX_PAYLOAD  = 256u << 20;
 constexpr uint32_t XD_MAX_QUIET_MS = 60000;
 
@@ -223,15 +223,15 @@ struct llama_expert_dispatch {
         }
         const int64_t deadline = now_us() + XD_CONNECT_TIMEOUT_US;
         std::vector<char> hello;
-        const uint32_t name_len = (uint32_t) std::min<size_t>(info.name.size(), XD_MAX_NAME);
-        put_header(hello, XD_HELLO, 0, (uint32_t) (XD_HELLO_FIXED + name_len));
+        const uint32_t desc_len = (uint32_t) std::min<size_t>(info.desc.size(), XD_MAX_DESC);
+        put_header(hello, XD_HELLO, 0, (uint32_t) (XD_HELLO_FIXED + desc_len));
         put_u32(hello, (uint32_t) info.n_layer);
         put_u32(hello, (uint32_t) info.n_embd);
         put_u32(hello, (uint32_t) info.n_expert);
         put_u32(hello, (uint32_t) info.n_expert_used);
         put_u32(hello, (uint32_t) deadline_ms);
-        put_u32(hello, name_len);
-        hello.insert(hello.end(), info.name.data(), info.name.data() + name_len);
+        put_u32(hello, desc_len);
+        hello.insert(hello.end(), info.desc.data(), info.desc.data() + desc_len);
         uint32_t payload = 0;
         char ack[XD_HELLO_ACK_BYTES];
         if (!write_all(s, hello.data(), hello.size(), deadline, err) ||
@@ -289,7 +289,7 @@ struct llama_expert_dispatch {
     }
 
     // One request/response for a layer. On return `dst` holds the served partial sums and flags (zeros if none).
-    void exchange(llama_xd_layer & L, const ggml_tensor * x, const ggml_tensor * ids, const ggml_tensor * w, float * dst) {
+    void exchange(llama_xd_layer & L, const ggml_tensor * x, const ggml_tensor * ids, const ggml_tensor * probs, float * dst) {
         const uint32_t n_embd = (uint32_t) x->ne[0];
         const uint32_t n_tok  = (uint32_t) x->ne[1];
         const uint32_t n_used = (uint32_t) ids->ne[0];
@@ -315,12 +315,12 @@ struct llama_expert_dispatch {
         req.resize(XD_HEADER_BYTES + payload);
         float   * rows = (float *) (req.data() + o);
         int32_t * idb  = (int32_t *) (rows + (size_t) n_tok * n_embd);
-        float   * wb   = (float *) (idb + (size_t) n_tok * n_used);
+        float   * pb   = (float *) (idb + (size_t) n_tok * n_used);
         for (uint32_t t = 0; t < n_tok; ++t) {
             memcpy(rows + (size_t) t * n_embd, (const char *) x->data + t * x->nb[1], 4 * (size_t) n_embd);
             for (uint32_t k = 0; k < n_used; ++k) {
                 idb[(size_t) t * n_used + k] = *(const int32_t *) ((const char *) ids->data + k * ids->nb[0] + t * ids->nb[1]);
-                wb [(size_t) t * n_used + k] = *(const float   *) ((const char *) w->data   + k * w->nb[1]   + t * w->nb[2]);
+                pb [(size_t) t * n_used + k] = *(const float   *) ((const char *) probs->data + k * probs->nb[1] + t * probs->nb[2]);
             }
         }
 
@@ -351,12 +351,12 @@ struct llama_expert_dispatch {
                 drop_locked("garbage frame (served answer of the wrong size)");
                 return;
             }
-            const uint8_t * mask = (const uint8_t *) (p + XD_RESPONSE_FIXED);
+            const uint8_t * served = (const uint8_t *) (p + XD_RESPONSE_FIXED);
             const float   * sums = (const float *) (p + XD_RESPONSE_FIXED + pad4(n_pairs));
             size_t count = 0;
             for (size_t i = 0; i < n_pairs; ++i) {
-                if (mask[i] > 1) { drop_locked("garbage frame (served flag not 0 or 1)"); return; }
-                count += mask[i];
+                if (served[i] > 1) { drop_locked("garbage frame (served flag not 0 or 1)"); return; }
+                count += served[i];
             }
             if (count != n_served) { drop_locked("garbage frame (served count does not match the flags)"); return; }
             for (size_t i = 0; i < (size_t) n_tok * n_embd; ++i) {
@@ -366,7 +366,7 @@ struct llama_expert_dispatch {
             }
             for (uint32_t t = 0; t < n_tok; ++t) {
                 memcpy(dst + t * stride, (const char *) sums + 4 * (size_t) t * n_embd, 4 * (size_t) n_embd);
-                for (uint32_t k = 0; k < n_used; ++k) dst[t * stride + n_embd + k] = mask[(size_t) t * n_used + k] ? 1.0f : 0.0f;
+                for (uint32_t k = 0; k < n_used; ++k) dst[t * stride + n_embd + k] = served[(size_t) t * n_used + k] ? 1.0f : 0.0f;
             }
         } else {
             drop_locked("garbage frame (unknown mode " + std::to_string(mode) + ")");
@@ -409,11 +409,11 @@ void remote_op(ggml_tensor * dst, int ith, int nth, void * ud) {
     GGML_UNUSED(nth);
     if (ith != 0) return;
     auto * L = (llama_xd_layer *) ud;
-    const ggml_tensor * x = dst->src[0], * ids = dst->src[1], * w = dst->src[2];
+    const ggml_tensor * x = dst->src[0], * ids = dst->src[1], * probs = dst->src[2];
     memset(dst->data, 0, ggml_nbytes(dst));
     if (x->ne[1] > XD_MAX_ROWS || x->ne[0] > XD_MAX_EMBD || ids->ne[0] > XD_MAX_USED) return;
     if (!L->xd->connected) return;
-    L->xd->exchange(*L, x, ids, w, (float *) dst->data);
+    L->xd->exchange(*L, x, ids, probs, (float *) dst->data);
 }
 
 // H[:, k, t] = silu(gate_e · x_t) ⊙ (up_e · x_t) for every pair (t, k) that was not served.
@@ -461,11 +461,11 @@ void local_up_op(ggml_tensor * dst, int ith, int nth, void * ud) {
     if (ith == 0) L->up_ns = (now_us() - t0) * 1000;
 }
 
-// out[:, t] = served partial sum + Σ over local pairs of weight · (down_e · H[:, k, t]); threads split output rows.
+// out[:, t] = served partial sum + Σ over local pairs of prob · (down_e · H[:, k, t]); threads split output rows.
 void local_down_op(ggml_tensor * dst, int ith, int nth, void * ud) {
     auto * L = (llama_xd_layer *) ud;
     const int64_t t0 = ith == 0 ? now_us() : 0;
-    const ggml_tensor * H = dst->src[0], * ids = dst->src[1], * R = dst->src[2], * w = dst->src[3], * down = dst->src[4];
+    const ggml_tensor * H = dst->src[0], * ids = dst->src[1], * R = dst->src[2], * probs = dst->src[3], * down = dst->src[4];
     const int64_t ff = down->ne[0], n_embd = down->ne[1], n_used = ids->ne[0], n_tok = ids->ne[1];
     const int64_t per = (n_embd + nth - 1) / nth;
     const int64_t r0 = std::min(n_embd, per * ith), r1 = std::min(n_embd, r0 + per);
@@ -482,12 +482,12 @@ void local_down_op(ggml_tensor * dst, int ith, int nth, void * ud) {
             if (r0 >= r1) continue;
             const float * h = (const float *) ((const char *) H->data + k * H->nb[1] + t * H->nb[2]);
             const void * hq = hd.convert(h, ff);
-            const float wk = *(const float *) ((const char *) w->data + k * w->nb[1] + t * w->nb[2]);
+            const float pk = *(const float *) ((const char *) probs->data + k * probs->nb[1] + t * probs->nb[2]);
             const char * d_base = (const char *) down->data + pair_expert(ids, t, k) * down->nb[2];
             for (int64_t r = r0; r < r1; ++r) {
                 float d;
                 hd.wt->vec_dot((int) ff, &d, 0, d_base + r * down->nb[1], 0, hq, 0, 1);
-                out[r] += d * wk;
+                out[r] += d * pk;
             }
         }
     }
@@ -558,7 +558,7 @@ void llama_xd_note_unsupported(const char * what) {
 
 ggml_tensor * llama_xd_build_moe(
         ggml_context * ctx, llama_expert_dispatch * xd, int il,
-        ggml_tensor * cur, ggml_tensor * selected, ggml_tensor * weights,
+        ggml_tensor * cur, ggml_tensor * selected, ggml_tensor * probs,
         ggml_tensor * gate_exps, ggml_tensor * up_exps, ggml_tensor * down_exps) {
     if (xd == nullptr || il < 0 || il >= LLAMA_XD_MAX_LAYERS) return nullptr;
     if (!standard_layout(gate_exps) || !standard_layout(up_exps) || !standard_layout(down_exps)) {
@@ -569,7 +569,7 @@ ggml_tensor * llama_xd_build_moe(
         llama_xd_note_unsupported("expert weight type has no CPU dot product");
         return nullptr;
     }
-    if (cur->type != GGML_TYPE_F32 || weights->type != GGML_TYPE_F32 || selected->type != GGML_TYPE_I32 ||
+    if (cur->type != GGML_TYPE_F32 || probs->type != GGML_TYPE_F32 || selected->type != GGML_TYPE_I32 ||
         cur->nb[0] != sizeof(float) || up_exps->ne[1] != gate_exps->ne[1] || down_exps->ne[0] != gate_exps->ne[1]) {
         llama_xd_note_unsupported("unexpected MoE tensor shapes");
         return nullptr;
@@ -577,7 +577,7 @@ ggml_tensor * llama_xd_build_moe(
     llama_xd_layer * L = &xd->layers[il];
     const int64_t n_embd = cur->ne[0], n_tok = cur->ne[1], n_used = selected->ne[0], ff = gate_exps->ne[1];
 
-    ggml_tensor * a_remote[3] = { cur, selected, weights };
+    ggml_tensor * a_remote[3] = { cur, selected, probs };
     ggml_tensor * R = ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd + n_used, n_tok, 1, 1, a_remote, 3, remote_op, 1, L);
     ggml_format_name(R, "xd_remote-%d", il);
 
@@ -585,7 +585,7 @@ ggml_tensor * llama_xd_build_moe(
     ggml_tensor * H = ggml_custom_4d(ctx, GGML_TYPE_F32, ff, n_used, n_tok, 1, a_up, 5, local_up_op, GGML_N_TASKS_MAX, L);
     ggml_format_name(H, "xd_local_up-%d", il);
 
-    ggml_tensor * a_down[5] = { H, selected, R, weights, down_exps };
+    ggml_tensor * a_down[5] = { H, selected, R, probs, down_exps };
     ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd, n_tok, 1, 1, a_down, 5, local_down_op, GGML_N_TASKS_MAX, L);
     ggml_format_name(out, "xd_local_down-%d", il);
     return out;

@@ -1,5 +1,7 @@
 // Expertswarm expert dispatch: hands the routed-expert FFN of MoE layers to an external dispatcher over a local socket
 // and computes whatever the dispatcher did not serve locally. Wire format: docs/dispatch-protocol.md (version 1).
+// Not part of llama.cpp: coordinator/src/ is an overlay that coordinator/build.sh copies onto llama.cpp's tree
+// (coordinator/README.md); llama.cpp's own files are changed only by coordinator/patches/.
 #pragma once
 
 #include "ggml.h"
@@ -16,7 +18,7 @@ typedef std::bitset<LLAMA_XD_MAX_LAYERS> llama_xd_mask;
 struct llama_expert_dispatch;
 
 struct llama_xd_model_info {
-    std::string name;
+    std::string desc; // llama_model_desc(), e.g. "qwen3moe 30B.A3B Q4_K - Medium"
     int32_t n_layer       = 0;
     int32_t n_embd        = 0;
     int32_t n_expert      = 0;
@@ -36,10 +38,11 @@ void llama_xd_note_unsupported(const char * what);
 // Replaces the routed-expert FFN of layer `il`:
 //   cur      [n_embd, n_tokens]          normed rows
 //   selected [n_used, n_tokens] i32      top-k expert ids (router authority: decided here, never by a worker)
-//   weights  [1, n_used, n_tokens]       router weights, already normalised/scaled
+//   probs    [1, n_used, n_tokens]       router probabilities of those experts, already normalised/scaled
+//                                        (llama.cpp's build_moe_ffn calls them `weights`)
 //   *_exps   [.., .., n_expert]          expert matrices (standard ggml layout, not repacked)
-// Returns Σ_k weights[k] · down_k(silu(gate_k · x) ⊙ (up_k · x)) per token, [n_embd, n_tokens].
+// Returns Σ_k probs[k] · down_k(silu(gate_k · x) ⊙ (up_k · x)) per token, [n_embd, n_tokens].
 ggml_tensor * llama_xd_build_moe(
         ggml_context * ctx, llama_expert_dispatch * xd, int il,
-        ggml_tensor * cur, ggml_tensor * selected, ggml_tensor * weights,
+        ggml_tensor * cur, ggml_tensor * selected, ggml_tensor * probs,
         ggml_tensor * gate_exps, ggml_tensor * up_exps, ggml_tensor * down_exps);

@@ -6,7 +6,7 @@
 //   `wb`; the kernel provides `load_act` (and `weight_word`, see weights.wgsl). Used by the decode kernels.
 //   weight_quad(m, rb, e): the values of elements e..e+3 of the row of matrix `m` starting at byte `rb`, e a
 //   multiple of 4 (four elements never straddle a block of 32 or 256; with 1-element blocks they are 4 blocks).
-//   Used by the tiled kernels, which stage decoded weights in workgroup memory; needs only `weight_word`.
+//   Used by the batched kernels, which stage decoded weights in workgroup memory; needs only `weight_word`.
 const BLOCK_SIZE: u32 = 1u;
 const BLOCK_BYTES: u32 = 4u;
 

@@ -1,6 +1,6 @@
 /**
- * The hub's durable state in one SQLite file: settings (the token secret), models served, volunteer identities,
- * lifetime credit (expert-token pairs served) and the quarantine list. Live coverage stays in memory.
+ * The hub's durable store, one SQLite file (in --state DIR): settings (the token secret), models served, volunteer
+ * identities, lifetime credit (expert-token pairs served) and the quarantine list. Live coverage stays in memory.
  */
 import Database from 'better-sqlite3';
 import { randomBytes } from 'node:crypto';
@@ -15,7 +15,7 @@ CREATE TABLE IF NOT EXISTS volunteers (wallet TEXT PRIMARY KEY, first_seen_ms IN
 CREATE TABLE IF NOT EXISTS quarantine (subject TEXT PRIMARY KEY, reason TEXT NOT NULL, since_ms INTEGER NOT NULL);
 `;
 
-export class HubState {
+export class HubStore {
   private readonly db: Database.Database;
   private readonly stmts;
 
@@ -32,7 +32,9 @@ export class HubState {
         'INSERT INTO models (name, path, first_seen_ms, last_seen_ms) VALUES (?, ?, ?, ?) ' +
           'ON CONFLICT(name) DO UPDATE SET path = excluded.path, last_seen_ms = excluded.last_seen_ms',
       ),
-      models: this.db.prepare<[], { name: string; path: string | null; first_seen_ms: number }>('SELECT name, path, first_seen_ms FROM models ORDER BY name'),
+      models: this.db.prepare<[], { name: string; path: string | null; first_seen_ms: number }>(
+        'SELECT name, path, first_seen_ms FROM models ORDER BY name',
+      ),
       touchVolunteer: this.db.prepare(
         'INSERT INTO volunteers (wallet, first_seen_ms, last_seen_ms) VALUES (?, ?, ?) ON CONFLICT(wallet) DO UPDATE SET last_seen_ms = excluded.last_seen_ms',
       ),

@@ -1,42 +1,30 @@
 /**
- * Expert-FFN WGSL kernels (shaders/) against the CPU reference (shaders/reference/expert-ffn.ts), on a real WebGPU
+ * Expert-FFN WGSL kernels (shaders/) against the CPU reference (shaders/reference/expert-call.ts), on a real WebGPU
  * device: SwiftShader (Chromium's CPU Vulkan driver) through the `webgpu` npm package. No adapter is a failure, not a
  * skip: CI installs libvulkan1 and Chromium's SwiftShader ICD for this file.
  *
  * Weights are random floats quantized with gguf/quantize.ts, so the kernels read real llama.cpp block layouts; the
  * reference runs on the same weights dequantized (exact math, no ggml activation rounding). Both regimes are
- * covered: decode (a matrix–vector product per pair) and batched (pairs grouped by expert, tiled kernels), each
+ * covered: decode (a matrix–vector product per pair) and batched (pairs grouped by expert, batched kernels), each
  * against the reference, against each other, and through the auto policy.
  */
 import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { GGMLType, requireQuantType } from '../../gguf/quant-types.ts';
+import { GGMLType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
-import { dequantize } from '../../gguf/dequantize.ts';
 import { planExpertSlice, writeExpertSlice } from '../../gguf/expert-slice.ts';
 import { bytesSource, readGGUF } from '../../gguf/reader.ts';
 import { GGUFValueType } from '../../gguf/types.ts';
 import { encodeGGUF, memorySink } from '../../gguf/writer.ts';
-import { expertFfnAccumulate, type ExpertMatrices } from '../../shaders/reference/expert-ffn.ts';
+import type { ExpertMatrices } from '../../shaders/reference/expert-ffn.ts';
+import { dequantizeExperts, nmse, referenceCall } from '../../shaders/reference/expert-call.ts';
 import { requestExpertDevice } from '../../shaders/device.ts';
 import { ExpertRuntime, ExpertRuntimeError, type ExpertSlice, type RuntimeEvent } from '../../shaders/runtime.ts';
-import {
-  SHAPE_FIELDS,
-  TILED_WGSL_CONSTANTS,
-  foldDispatch,
-  judgeSubgroupLayout,
-  kernelVariant,
-  pipelineName,
-  sliceMatrixBytes,
-  tiledWorkgroups,
-  writeShapeUniform,
-  type KernelTuning,
-  type SliceTypes,
-} from '../../shaders/expert-ffn.ts';
-import { TILE_WORDS, expertCounts, groupByExpert, usedExperts } from '../../shaders/expert-groups.ts';
-import { batchedSupported, chooseRegime, type RegimeDecision, type RoutingSnapshot } from '../../shaders/regime-policy.ts';
-import { WGSL } from '../../shaders/wgsl-sources.ts';
+import { batchedWorkgroups, foldDispatch } from '../../shaders/call-plan.ts';
+import { sliceMatrixBytes, type SliceTypes } from '../../shaders/slice.ts';
+import { expertCounts, groupByExpert } from '../../shaders/expert-groups.ts';
+import { batchedSupported, type RegimeDecision } from '../../shaders/regime-policy.ts';
 import type { ExpertRuntimeErrorCode } from '../../shaders/errors.ts';
 import { mulberry32 } from '../support/random.ts';
 
@@ -75,7 +63,6 @@ async function testDevice(label: string): Promise<GPUDevice> {
 // ---------------------------------------------------------------------------------------------
 // Seeded data.
 
-
 function gaussian(n: number, rand: () => number, scale: number): Float32Array {
   const x = new Float32Array(n);
   for (let i = 0; i < n; i++) x[i] = Math.sqrt(-2 * Math.log(1 - rand())) * Math.cos(2 * Math.PI * rand()) * scale;
@@ -88,26 +75,14 @@ interface TestSlice {
   experts: ExpertMatrices[];
 }
 
-function makeSlice(types: SliceTypes, nEmbd: number, ff: number, nExperts: number, seed: number): TestSlice {
+function makeSlice(types: SliceTypes, nEmbd: number, ff: number, nExpert: number, seed: number): TestSlice {
   const rand = mulberry32(seed);
   // Scales keep gate·x, up·x and the outputs around 1, as in a trained model.
-  const gate = quantize(types.gate, gaussian(nExperts * ff * nEmbd, rand, 1 / Math.sqrt(nEmbd)));
-  const up = quantize(types.up, gaussian(nExperts * ff * nEmbd, rand, 1 / Math.sqrt(nEmbd)));
-  const down = quantize(types.down, gaussian(nExperts * nEmbd * ff, rand, 1 / Math.sqrt(ff)));
-  const slice: ExpertSlice = { nEmbd, ff, nExperts, types, gate, up, down };
-  const per = (b: Uint8Array): number => b.length / nExperts;
-  const experts: ExpertMatrices[] = [];
-  for (let e = 0; e < nExperts; e++) {
-    const part = (t: GGMLType, b: Uint8Array, n: number): Float32Array => dequantize(t, b.subarray(e * per(b), (e + 1) * per(b)), n);
-    experts.push({
-      nEmbd,
-      ff,
-      gate: part(types.gate, gate, ff * nEmbd),
-      up: part(types.up, up, ff * nEmbd),
-      down: part(types.down, down, nEmbd * ff),
-    });
-  }
-  return { slice, experts };
+  const gate = quantize(types.gate, gaussian(nExpert * ff * nEmbd, rand, 1 / Math.sqrt(nEmbd)));
+  const up = quantize(types.up, gaussian(nExpert * ff * nEmbd, rand, 1 / Math.sqrt(nEmbd)));
+  const down = quantize(types.down, gaussian(nExpert * nEmbd * ff, rand, 1 / Math.sqrt(ff)));
+  const slice: ExpertSlice = { nEmbd, ff, nExpert, types, gate, up, down };
+  return { slice, experts: dequantizeExperts(slice) };
 }
 
 interface Call {
@@ -119,13 +94,13 @@ interface Call {
 }
 
 /** Random rows, distinct experts per token (as top-k routing picks them), softmax-like positive weights. */
-function makeCall(nEmbd: number, nExperts: number, nTokens: number, nUsed: number, seed: number): Call {
+function makeCall(nEmbd: number, nExpert: number, nTokens: number, nUsed: number, seed: number): Call {
   const rand = mulberry32(seed);
   const rows = gaussian(nTokens * nEmbd, rand, 1);
   const ids = new Int32Array(nTokens * nUsed);
   const probs = new Float32Array(nTokens * nUsed);
   for (let t = 0; t < nTokens; t++) {
-    const pool = Array.from({ length: nExperts }, (_, i) => i);
+    const pool = Array.from({ length: nExpert }, (_, i) => i);
     let sum = 0;
     for (let k = 0; k < nUsed; k++) {
       const [e] = pool.splice(Math.floor(rand() * pool.length), 1);
@@ -140,13 +115,13 @@ function makeCall(nEmbd: number, nExperts: number, nTokens: number, nUsed: numbe
 
 /** The mini-GGUF of experts [begin, end) of a one-layer model file holding `slice` as layer 0 (gguf/expert-slice.ts). */
 async function miniGGUF(slice: ExpertSlice, begin: number, end: number): Promise<Uint8Array> {
-  const { nEmbd, ff, nExperts, types } = slice;
+  const { nEmbd, ff, nExpert, types } = slice;
   const model = encodeGGUF({
     metadata: { 'general.architecture': { type: GGUFValueType.STRING, value: 'qwen3moe' } },
     tensors: [
-      { name: 'blk.0.ffn_gate_exps.weight', dims: [nEmbd, ff, nExperts], type: types.gate, data: slice.gate },
-      { name: 'blk.0.ffn_up_exps.weight', dims: [nEmbd, ff, nExperts], type: types.up, data: slice.up },
-      { name: 'blk.0.ffn_down_exps.weight', dims: [ff, nEmbd, nExperts], type: types.down, data: slice.down },
+      { name: 'blk.0.ffn_gate_exps.weight', dims: [nEmbd, ff, nExpert], type: types.gate, data: slice.gate },
+      { name: 'blk.0.ffn_up_exps.weight', dims: [nEmbd, ff, nExpert], type: types.up, data: slice.up },
+      { name: 'blk.0.ffn_down_exps.weight', dims: [ff, nEmbd, nExpert], type: types.down, data: slice.down },
     ],
   });
   const src = bytesSource(model);
@@ -172,39 +147,16 @@ function chunked(bytes: Uint8Array, seed: number): ReadableStream<Uint8Array> {
   });
 }
 
-function reference(experts: ExpertMatrices[], c: Call): Float64Array {
-  const nEmbd = experts[0]!.nEmbd;
-  const out = new Float64Array(c.nTokens * nEmbd);
-  for (let t = 0; t < c.nTokens; t++) {
-    const x = c.rows.subarray(t * nEmbd, (t + 1) * nEmbd);
-    const y = new Float64Array(nEmbd);
-    for (let k = 0; k < c.nUsed; k++) {
-      expertFfnAccumulate(experts[c.ids[t * c.nUsed + k]!]!, x, c.probs[t * c.nUsed + k]!, y);
-    }
-    out.set(y, t * nEmbd);
-  }
-  return out;
-}
-
-/** Normalised mean squared error Σ(a−b)²/Σb², as llama.cpp's test-backend-ops compares ops with the CPU. */
-function nmse(a: Float32Array, b: Float64Array | Float32Array): number {
-  assert.equal(a.length, b.length);
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < b.length; i++) {
-    num += (a[i]! - b[i]!) ** 2;
-    den += b[i]! ** 2;
-  }
-  return num / den;
-}
-
 async function rejectsWith(p: Promise<unknown> | (() => unknown), code: ExpertRuntimeErrorCode, details?: object): Promise<void> {
-  await assert.rejects(async () => (typeof p === 'function' ? p() : p), (e: unknown) => {
-    assert.ok(e instanceof ExpertRuntimeError, `expected ExpertRuntimeError, got ${String(e)}`);
-    assert.equal(e.code, code, e.message);
-    if (details) assert.deepEqual(e.details, details);
-    return true;
-  });
+  await assert.rejects(
+    async () => (typeof p === 'function' ? p() : p),
+    (e: unknown) => {
+      assert.ok(e instanceof ExpertRuntimeError, `expected ExpertRuntimeError, got ${String(e)}`);
+      assert.equal(e.code, code, e.message);
+      if (details) assert.deepEqual(e.details, details);
+      return true;
+    },
+  );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -228,8 +180,14 @@ const NMSE_CONTRACT = 5e-4;
 
 const T = GGMLType;
 const same = (t: GGMLType): SliceTypes => ({ gate: t, up: t, down: t });
-const FLOAT_SIZES: [number, number, number][] = [[64, 32, 2], [128, 64, 3]]; // nEmbd, ff, nExperts
-const K_SIZES: [number, number, number][] = [[256, 256, 2], [512, 256, 3]];
+const FLOAT_SIZES: [number, number, number][] = [
+  [64, 32, 2],
+  [128, 64, 3],
+]; // nEmbd, ff, nExpert
+const K_SIZES: [number, number, number][] = [
+  [256, 256, 2],
+  [512, 256, 3],
+];
 
 const GRID: { name: string; types: SliceTypes; sizes: [number, number, number][] }[] = [
   { name: 'F32', types: same(T.F32), sizes: FLOAT_SIZES },
@@ -253,9 +211,18 @@ const N_USED = [1, 2];
 // blocks. Same tolerances as decode, for the same reason: weights decoded exactly, activations in f32, so only the
 // f32 summation error remains (in another order than decode's).
 const BATCHED_EXPERTS = 4;
-const BATCHED_FLOAT_SIZES: [number, number][] = [[36, 20], [96, 64]]; // nEmbd, ff
-const BATCHED_32_SIZES: [number, number][] = [[64, 32], [96, 64]];
-const BATCHED_K_SIZES: [number, number][] = [[256, 256], [512, 256]];
+const BATCHED_FLOAT_SIZES: [number, number][] = [
+  [36, 20],
+  [96, 64],
+]; // nEmbd, ff
+const BATCHED_32_SIZES: [number, number][] = [
+  [64, 32],
+  [96, 64],
+];
+const BATCHED_K_SIZES: [number, number][] = [
+  [256, 256],
+  [512, 256],
+];
 const BATCHED_GRID: { name: string; types: SliceTypes; sizes: [number, number][] }[] = [
   { name: 'F32', types: same(T.F32), sizes: BATCHED_FLOAT_SIZES },
   { name: 'F16', types: same(T.F16), sizes: BATCHED_FLOAT_SIZES },
@@ -265,7 +232,7 @@ const BATCHED_GRID: { name: string; types: SliceTypes; sizes: [number, number][]
   { name: 'Q4_K', types: same(T.Q4_K), sizes: BATCHED_K_SIZES },
   { name: 'Q5_K', types: same(T.Q5_K), sizes: BATCHED_K_SIZES },
   { name: 'Q6_K', types: same(T.Q6_K), sizes: BATCHED_K_SIZES },
-  // gate and up of different types: the two-pass expert_up_tiled path
+  // gate and up of different types: the two-pass expert_up_batched path
   { name: 'mix Q4_K/Q5_K/Q6_K', types: { gate: T.Q4_K, up: T.Q5_K, down: T.Q6_K }, sizes: [[256, 256]] },
 ];
 const BATCHED_TOKENS = [16, 64];
@@ -310,13 +277,13 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
   for (const variant of ['base', 'subgroups'] as const) {
     const features = variant === 'base' ? [] : [variant];
     for (const { name, types, sizes } of GRID) {
-      for (const [nEmbd, ff, nExperts] of sizes) {
-        test(`decode (${variant}): ${name} nEmbd=${nEmbd} ff=${ff} ${nExperts} experts matches the CPU reference`, async (t) => {
+      for (const [nEmbd, ff, nExpert] of sizes) {
+        test(`decode (${variant}): ${name} nEmbd=${nEmbd} ff=${ff} ${nExpert} experts matches the CPU reference`, async (t) => {
           if (variant === 'subgroups' && !device.features.has('subgroups')) {
             t.skip("the adapter has no 'subgroups' feature; the base variant above covers this case");
             return;
           }
-          const { slice, experts } = makeSlice(types, nEmbd, ff, nExperts, seed++);
+          const { slice, experts } = makeSlice(types, nEmbd, ff, nExpert, seed++);
           const rt = await ExpertRuntime.create(device, slice, { label: `test ${name}`, features });
           const key = `decode ${variant} ${name}`;
           try {
@@ -324,9 +291,9 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
             const bound = types.gate === T.F32 && types.up === T.F32 && types.down === T.F32 ? NMSE_MAX_F32 : NMSE_MAX;
             for (const nTokens of N_TOKENS) {
               for (const nUsed of N_USED) {
-                const c = makeCall(nEmbd, nExperts, nTokens, nUsed, seed++);
+                const c = makeCall(nEmbd, nExpert, nTokens, nUsed, seed++);
                 const got = await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed, { regime: 'decode' });
-                const e = nmse(got, reference(experts, c));
+                const e = nmse(got, referenceCall(experts, c));
                 measured.set(key, Math.max(measured.get(key) ?? 0, e));
                 assert.ok(e <= bound && e <= NMSE_CONTRACT, `nTokens=${nTokens} nUsed=${nUsed}: NMSE ${e} > ${bound}`);
               }
@@ -340,50 +307,58 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     }
   }
 
-  // The batched cases run on both variants of the tiled kernels: 'base' (f32 tiles) and 'shader-f16' (f16 tiles),
+  // The batched cases run on both variants of the batched kernels: 'base' (f32 tiles) and 'shader-f16' (f16 tiles),
   // which needs the adapter's feature (SwiftShader has none: skipped there with the reason).
   for (const variant of ['base', 'shader-f16'] as const) {
-   const features = variant === 'base' ? [] : [variant];
-   for (const { name, types, sizes } of BATCHED_GRID) {
-    for (const [shapeIndex, [nEmbd, ff]] of sizes.entries()) {
-      const extra = variant === 'base' && shapeIndex === 0;
-      test(`batched (${variant}): ${name} nEmbd=${nEmbd} ff=${ff} ${BATCHED_EXPERTS} experts matches the CPU reference${extra ? ', auto and decode' : ''}`, async (t) => {
-        if (variant === 'shader-f16' && !device.features.has('shader-f16')) {
-          t.skip("the adapter has no 'shader-f16' feature; the base variant covers this case");
-          return;
-        }
-        const { slice, experts } = makeSlice(types, nEmbd, ff, BATCHED_EXPERTS, seed++);
-        const rt = await ExpertRuntime.create(device, slice, { label: `test batched ${name}`, features });
-        const key = `batched ${variant} ${name}`;
-        try {
-          const bound = variant === 'shader-f16' ? NMSE_MAX_F16 : types.gate === T.F32 && types.up === T.F32 && types.down === T.F32 ? NMSE_MAX_F32 : NMSE_MAX;
-          for (const nTokens of BATCHED_TOKENS) {
-            for (const nUsed of BATCHED_USED) {
-              const c = makeCall(nEmbd, BATCHED_EXPERTS, nTokens, nUsed, seed++);
-              const what = `nTokens=${nTokens} nUsed=${nUsed}`;
-              const batched = await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed, { regime: 'batched' });
-              const e = nmse(batched, reference(experts, c));
-              measured.set(key, Math.max(measured.get(key) ?? 0, e));
-              assert.ok(e <= bound && e <= NMSE_CONTRACT, `${what}: NMSE ${e} > ${bound}`);
-              // At least 8 pairs per used expert: the policy picks batched, and 'auto' runs exactly that.
-              const plan = rt.planRegime(c.ids, nTokens, nUsed);
-              assert.equal(plan.regime, 'batched', `${what}: ${plan.reason}`);
-              // The slower checks on each type's smallest call only (decode takes seconds for 256 pairs on SwiftShader).
-              if (extra && nTokens === BATCHED_TOKENS[0] && nUsed === BATCHED_USED[0]) {
-                assert.ok(sameBits(await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed), batched), `${what}: auto differs from batched`);
-                const decode = await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed, { regime: 'decode' });
-                const d = nmse(batched, decode);
-                assert.ok(d <= REGIMES_NMSE_MAX, `${what}: batched vs decode NMSE ${d}`);
+    const features = variant === 'base' ? [] : [variant];
+    for (const { name, types, sizes } of BATCHED_GRID) {
+      for (const [shapeIndex, [nEmbd, ff]] of sizes.entries()) {
+        const extra = variant === 'base' && shapeIndex === 0;
+        test(`batched (${variant}): ${name} nEmbd=${nEmbd} ff=${ff} ${BATCHED_EXPERTS} experts matches the CPU reference${extra ? ', auto and decode' : ''}`, async (t) => {
+          if (variant === 'shader-f16' && !device.features.has('shader-f16')) {
+            t.skip("the adapter has no 'shader-f16' feature; the base variant covers this case");
+            return;
+          }
+          const { slice, experts } = makeSlice(types, nEmbd, ff, BATCHED_EXPERTS, seed++);
+          const rt = await ExpertRuntime.create(device, slice, { label: `test batched ${name}`, features });
+          const key = `batched ${variant} ${name}`;
+          try {
+            const bound =
+              variant === 'shader-f16'
+                ? NMSE_MAX_F16
+                : types.gate === T.F32 && types.up === T.F32 && types.down === T.F32
+                  ? NMSE_MAX_F32
+                  : NMSE_MAX;
+            for (const nTokens of BATCHED_TOKENS) {
+              for (const nUsed of BATCHED_USED) {
+                const c = makeCall(nEmbd, BATCHED_EXPERTS, nTokens, nUsed, seed++);
+                const what = `nTokens=${nTokens} nUsed=${nUsed}`;
+                const batched = await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed, { regime: 'batched' });
+                const e = nmse(batched, referenceCall(experts, c));
+                measured.set(key, Math.max(measured.get(key) ?? 0, e));
+                assert.ok(e <= bound && e <= NMSE_CONTRACT, `${what}: NMSE ${e} > ${bound}`);
+                // At least 8 pairs per used expert: the policy picks batched, and 'auto' runs exactly that.
+                const plan = rt.planRegime(c.ids, nTokens, nUsed);
+                assert.equal(plan.regime, 'batched', `${what}: ${plan.reason}`);
+                // The slower checks on each type's smallest call only (decode takes seconds for 256 pairs on SwiftShader).
+                if (extra && nTokens === BATCHED_TOKENS[0] && nUsed === BATCHED_USED[0]) {
+                  assert.ok(
+                    sameBits(await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed), batched),
+                    `${what}: auto differs from batched`,
+                  );
+                  const decode = await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed, { regime: 'decode' });
+                  const d = nmse(batched, decode);
+                  assert.ok(d <= REGIMES_NMSE_MAX, `${what}: batched vs decode NMSE ${d}`);
+                }
               }
             }
+            t.diagnostic(`max NMSE ${measured.get(key)?.toExponential(2)}`);
+          } finally {
+            rt.dispose();
           }
-          t.diagnostic(`max NMSE ${measured.get(key)?.toExponential(2)}`);
-        } finally {
-          rt.dispose();
-        }
-      });
+        });
+      }
     }
-  }
   }
 
   test('batched: skewed routing, small tiles and a folded 2-D dispatch give the reference result', async () => {
@@ -399,14 +374,14 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     const groups = groupByExpert(c.ids, expertCounts(c.ids, 4), tuning.tileRows);
     assert.equal(groups.nTiles, 11);
     // up: 11 tiles × 96/16 = 66 workgroups → 10 × 7 (4 padding); down: 11 × 64/16 = 44 → 9 × 5 (1 padding)
-    assert.deepEqual(foldDispatch(tiledWorkgroups(11, 96, 16), 10), [10, 7]);
-    assert.deepEqual(foldDispatch(tiledWorkgroups(11, 64, 16), 10), [9, 5]);
+    assert.deepEqual(foldDispatch(batchedWorkgroups(11, 96, 16), 10), [10, 7]);
+    assert.deepEqual(foldDispatch(batchedWorkgroups(11, 64, 16), 10), [9, 5]);
     const rt = await ExpertRuntime.create(device, slice, { ...tuning, maxWorkgroupsPerDimension: 10 });
     // Decode on default tuning (its 80 pairs × 96/4 row groups would not fold into 10 × 10).
     const rtDecode = await ExpertRuntime.create(device, slice);
     try {
       const batched = await rt.compute(c.rows, c.ids, c.probs, 40, 2, { regime: 'batched' });
-      assert.ok(nmse(batched, reference(experts, c)) <= NMSE_MAX);
+      assert.ok(nmse(batched, referenceCall(experts, c)) <= NMSE_MAX);
       const decode = await rtDecode.compute(c.rows, c.ids, c.probs, 40, 2, { regime: 'decode' });
       assert.ok(nmse(batched, decode) <= REGIMES_NMSE_MAX);
     } finally {
@@ -415,22 +390,27 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     }
   });
 
-  test('auto runs what the policy plans; a slice the tiled kernels cannot read stays on decode', async () => {
+  test('auto runs what the policy plans; a slice the batched kernels cannot read stays on decode', async () => {
     const { slice, experts } = makeSlice(same(T.F16), 64, 32, 4, 701);
     const rt = await ExpertRuntime.create(device, slice);
     try {
       const few = makeCall(64, 4, 3, 1, 702); // 3 pairs on up to 3 experts: ~1 per expert
       const many = makeCall(64, 4, 16, 2, 703); // 32 pairs on 4 experts
-      const cases: [Call, RegimeDecision['regime']][] = [[few, 'decode'], [many, 'batched']];
+      const cases: [Call, RegimeDecision['regime']][] = [
+        [few, 'decode'],
+        [many, 'batched'],
+      ];
       for (const [c, regime] of cases) {
         assert.equal(rt.planRegime(c.ids, c.nTokens, c.nUsed).regime, regime);
         const auto = await rt.compute(c.rows, c.ids, c.probs, c.nTokens, c.nUsed);
         const forced = await rt.compute(c.rows, c.ids, c.probs, c.nTokens, c.nUsed, { regime });
         assert.ok(sameBits(auto, forced), `auto differs from ${regime}`);
-        assert.ok(nmse(auto, reference(experts, c)) <= NMSE_MAX);
+        assert.ok(nmse(auto, referenceCall(experts, c)) <= NMSE_MAX);
       }
-      await rejectsWith(rt.compute(many.rows, many.ids, many.probs, 16, 2, { regime: 'fast' as 'auto' }), 'REGIME_UNAVAILABLE',
-        { regime: 'fast', reason: 'unknown' });
+      await rejectsWith(rt.compute(many.rows, many.ids, many.probs, 16, 2, { regime: 'fast' as 'auto' }), 'REGIME_UNAVAILABLE', {
+        regime: 'fast',
+        reason: 'unknown',
+      });
     } finally {
       rt.dispose();
     }
@@ -439,10 +419,12 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     const rtOdd = await ExpertRuntime.create(device, odd.slice);
     try {
       const c = makeCall(30, 2, 16, 2, 705);
-      assert.deepEqual(rtOdd.planRegime(c.ids, 16, 2), { regime: 'decode', reason: 'rows-not-quads', rowsPerExpert: 16 });
-      assert.ok(nmse(await rtOdd.compute(c.rows, c.ids, c.probs, 16, 2), reference(odd.experts, c)) <= NMSE_MAX_F32);
-      await rejectsWith(rtOdd.compute(c.rows, c.ids, c.probs, 16, 2, { regime: 'batched' }), 'REGIME_UNAVAILABLE',
-        { regime: 'batched', reason: 'rows-not-quads' });
+      assert.deepEqual(rtOdd.planRegime(c.ids, 16, 2), { regime: 'decode', reason: 'rows-not-quads', pairsPerExpert: 16 });
+      assert.ok(nmse(await rtOdd.compute(c.rows, c.ids, c.probs, 16, 2), referenceCall(odd.experts, c)) <= NMSE_MAX_F32);
+      await rejectsWith(rtOdd.compute(c.rows, c.ids, c.probs, 16, 2, { regime: 'batched' }), 'REGIME_UNAVAILABLE', {
+        regime: 'batched',
+        reason: 'rows-not-quads',
+      });
     } finally {
       rtOdd.dispose();
     }
@@ -457,7 +439,7 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     try {
       const c = makeCall(128, 3, 5, 2, 102);
       const got = await rt.compute(c.rows, c.ids, c.probs, c.nTokens, c.nUsed, { regime: 'decode' });
-      assert.ok(nmse(got, reference(experts, c)) <= NMSE_MAX);
+      assert.ok(nmse(got, referenceCall(experts, c)) <= NMSE_MAX);
     } finally {
       rt.dispose();
     }
@@ -469,7 +451,9 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     try {
       const calls = [makeCall(64, 4, 3, 2, 202), makeCall(64, 4, 8, 2, 203), makeCall(64, 4, 3, 2, 204)];
       const outs = await Promise.all(calls.map((c) => rt.compute(c.rows, c.ids, c.probs, c.nTokens, c.nUsed)));
-      outs.forEach((o, i) => assert.ok(nmse(o, reference(experts, calls[i]!)) <= NMSE_MAX, `call ${i}`));
+      outs.forEach((o, i) => {
+        assert.ok(nmse(o, referenceCall(experts, calls[i]!)) <= NMSE_MAX, `call ${i}`);
+      });
       // Recycled only after completion: nothing is left in use, and a later call reuses the pooled buffers.
       const before = rt.memory().pool;
       assert.equal(before.inUse, 0);
@@ -487,33 +471,68 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     try {
       const c = makeCall(64, 2, 3, 2, 302);
       const cases: [string, () => Promise<unknown>, ExpertRuntimeErrorCode, object][] = [
-        ['id = nExperts', () => rt.compute(c.rows, Int32Array.of(0, 1, 1, 0, 2, 0), c.probs, 3, 2), 'ID_OUT_OF_RANGE', { index: 4, id: 2, nExperts: 2 }],
-        ['negative id', () => rt.compute(c.rows, Int32Array.of(0, -1, 1, 0, 1, 0), c.probs, 3, 2), 'ID_OUT_OF_RANGE', { index: 1, id: -1, nExperts: 2 }],
-        ['short rows', () => rt.compute(c.rows.subarray(1), c.ids, c.probs, 3, 2), 'BAD_INPUT', { input: 'rows', expected: 192, actual: 191 }],
+        [
+          'id = nExpert',
+          () => rt.compute(c.rows, Int32Array.of(0, 1, 1, 0, 2, 0), c.probs, 3, 2),
+          'ID_OUT_OF_RANGE',
+          { index: 4, id: 2, nExpert: 2 },
+        ],
+        [
+          'negative id',
+          () => rt.compute(c.rows, Int32Array.of(0, -1, 1, 0, 1, 0), c.probs, 3, 2),
+          'ID_OUT_OF_RANGE',
+          { index: 1, id: -1, nExpert: 2 },
+        ],
+        [
+          'short rows',
+          () => rt.compute(c.rows.subarray(1), c.ids, c.probs, 3, 2),
+          'BAD_INPUT',
+          { input: 'rows', expected: 192, actual: 191 },
+        ],
         ['ids for another nUsed', () => rt.compute(c.rows, c.ids, c.probs, 3, 1), 'BAD_INPUT', { input: 'ids', expected: 3, actual: 6 }],
         ['long probs', () => rt.compute(c.rows, c.ids, new Float32Array(7), 3, 2), 'BAD_INPUT', { input: 'probs', expected: 6, actual: 7 }],
-        ['nUsed = 0', () => rt.compute(c.rows, c.ids, c.probs, 3, 0), 'BAD_SHAPE', { field: 'nUsed', value: 0, requirement: 'a positive integer' }],
-        ['fractional nTokens', () => rt.compute(c.rows, c.ids, c.probs, 2.5, 2), 'BAD_SHAPE', { field: 'nTokens', value: 2.5, requirement: 'an integer ≥ 0' }],
+        [
+          'nUsed = 0',
+          () => rt.compute(c.rows, c.ids, c.probs, 3, 0),
+          'BAD_SHAPE',
+          { field: 'nUsed', value: 0, requirement: 'a positive integer' },
+        ],
+        [
+          'fractional nTokens',
+          () => rt.compute(c.rows, c.ids, c.probs, 2.5, 2),
+          'BAD_SHAPE',
+          { field: 'nTokens', value: 2.5, requirement: 'an integer ≥ 0' },
+        ],
       ];
       for (const [what, call, code, details] of cases) {
         await rejectsWith(call, code, details).catch((e: unknown) => assert.fail(`${what}: ${String(e)}`));
       }
       // A slice that does not fit its own shape, or a type the kernels cannot read.
-      await rejectsWith(ExpertRuntime.create(device, { ...slice, down: slice.down.subarray(1) }), 'BAD_SLICE_BYTES',
-        { matrix: 'down', expected: slice.down.length, actual: slice.down.length - 1 });
+      await rejectsWith(ExpertRuntime.create(device, { ...slice, down: slice.down.subarray(1) }), 'BAD_SLICE_BYTES', {
+        matrix: 'down',
+        expected: slice.down.length,
+        actual: slice.down.length - 1,
+      });
       await rejectsWith(ExpertRuntime.create(device, { ...slice, types: { ...slice.types, up: T.Q2_K } }), 'UNSUPPORTED_TYPE');
       await rejectsWith(ExpertRuntime.create(device, { ...slice, types: same(T.Q4_K) }), 'BAD_SHAPE');
       await rejectsWith(ExpertRuntime.create(device, slice, { workgroupSize: 48 }), 'BAD_OPTION');
       // Tiles: tileCols must divide the workgroup; each thread holds tileRows / (64 / tileCols) ≤ 16 rows.
       // 16 × 64 needs 20 KiB of workgroup memory, over the default 16 KiB this device has.
       const tiles: [number, number, string][] = [
-        [13, 32, 'tileRows'], [1, 32, 'tileRows'], [32, 64, 'tileRows'], [16, 128, 'tileCols'], [16, 24, 'tileCols'], [16, 64, 'tileCols'],
+        [13, 32, 'tileRows'],
+        [1, 32, 'tileRows'],
+        [32, 64, 'tileRows'],
+        [16, 128, 'tileCols'],
+        [16, 24, 'tileCols'],
+        [16, 64, 'tileCols'],
       ];
       assert.equal(device.limits.maxComputeWorkgroupStorageSize, 16384);
       for (const [tileRows, tileCols, option] of tiles) {
-        await assert.rejects(ExpertRuntime.create(device, slice, { tileRows, tileCols }), (e: unknown) =>
-          e instanceof ExpertRuntimeError && e.code === 'BAD_OPTION' && (e.details as { option: string }).option === option,
-        `tileRows=${tileRows} tileCols=${tileCols} should be refused for ${option}`);
+        await assert.rejects(
+          ExpertRuntime.create(device, slice, { tileRows, tileCols }),
+          (e: unknown) => e instanceof ExpertRuntimeError && e.code === 'BAD_OPTION' && (e.details as { option: string }).option === option,
+          `tileRows=${tileRows} tileCols=${tileCols} should be refused for ${option}`,
+        );
       }
       // The runtime still works after all that.
       await rt.compute(c.rows, c.ids, c.probs, 3, 2);
@@ -526,38 +545,48 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
   // 2 + 2 + 1 experts; parts whose byte lengths are not multiples of 4 (Q4_0 rows of 18 bytes × 33 rows); one
   // expert per part; and routing that leaves a part with no pairs. Split and whole slices run the same per-pair
   // arithmetic, so their results must be bit-identical, and both match the reference.
-  const SPLIT_CASES: { name: string; types: SliceTypes; nEmbd: number; ff: number; nExperts: number; perPart: number }[] = [
-    { name: 'Q4_K', types: same(T.Q4_K), nEmbd: 256, ff: 256, nExperts: 5, perPart: 2 },
-    { name: 'Q4_0 + F16 down, unaligned parts', types: { gate: T.Q4_0, up: T.Q4_0, down: T.F16 }, nEmbd: 32, ff: 33, nExperts: 4, perPart: 1 },
-    { name: 'F32', types: same(T.F32), nEmbd: 64, ff: 32, nExperts: 6, perPart: 4 },
+  const SPLIT_CASES: { name: string; types: SliceTypes; nEmbd: number; ff: number; nExpert: number; perPart: number }[] = [
+    { name: 'Q4_K', types: same(T.Q4_K), nEmbd: 256, ff: 256, nExpert: 5, perPart: 2 },
+    {
+      name: 'Q4_0 + F16 down, unaligned parts',
+      types: { gate: T.Q4_0, up: T.Q4_0, down: T.F16 },
+      nEmbd: 32,
+      ff: 33,
+      nExpert: 4,
+      perPart: 1,
+    },
+    { name: 'F32', types: same(T.F32), nEmbd: 64, ff: 32, nExpert: 6, perPart: 4 },
   ];
   for (const k of SPLIT_CASES) {
-    test(`split slice: ${k.name}, ${k.nExperts} experts in parts of ${k.perPart}, both regimes, same bits as one part`, async () => {
-      const { slice, experts } = makeSlice(k.types, k.nEmbd, k.ff, k.nExperts, seed++);
+    test(`split slice: ${k.name}, ${k.nExpert} experts in parts of ${k.perPart}, both regimes, same bits as one part`, async () => {
+      const { slice, experts } = makeSlice(k.types, k.nEmbd, k.ff, k.nExpert, seed++);
       const bytes = sliceMatrixBytes(slice);
       // The binding cap that fits exactly perPart experts of the largest matrix.
-      const perExpert = Math.max(bytes.gate, bytes.up, bytes.down) / k.nExperts;
+      const perExpert = Math.max(bytes.gate, bytes.up, bytes.down) / k.nExpert;
       const maxBindingBytes = Math.ceil((k.perPart * perExpert) / 4) * 4;
       const split = await ExpertRuntime.create(device, slice, { maxBindingBytes, tileRows: 16 });
       const whole = await ExpertRuntime.create(device, slice);
       try {
         const caps = split.capabilities();
-        assert.equal(caps.weightParts, Math.ceil(k.nExperts / k.perPart));
+        assert.equal(caps.weightParts, Math.ceil(k.nExpert / k.perPart));
         assert.equal(caps.maxBindingBytes, maxBindingBytes);
         assert.equal(whole.capabilities().weightParts, 1);
         assert.equal(split.memory().weightBuffers, 3 * caps.weightParts);
         const regimes = batchedSupported(slice) ? (['decode', 'batched'] as const) : (['decode'] as const);
         for (const regime of regimes) {
-          for (const [nTokens, nUsed] of [[3, 2], [16, 2]] as const) {
-            const c = makeCall(k.nEmbd, k.nExperts, nTokens, nUsed, seed++);
+          for (const [nTokens, nUsed] of [
+            [3, 2],
+            [16, 2],
+          ] as const) {
+            const c = makeCall(k.nEmbd, k.nExpert, nTokens, nUsed, seed++);
             const a = await split.compute(c.rows, c.ids, c.probs, nTokens, nUsed, { regime });
             const b = await whole.compute(c.rows, c.ids, c.probs, nTokens, nUsed, { regime });
             assert.ok(sameBits(a, b), `${regime} ${nTokens}×${nUsed}: split and whole differ`);
-            assert.ok(nmse(a, reference(experts, c)) <= NMSE_MAX, `${regime} ${nTokens}×${nUsed}`);
+            assert.ok(nmse(a, referenceCall(experts, c)) <= NMSE_MAX, `${regime} ${nTokens}×${nUsed}`);
           }
           // Every pair on the last expert: the other parts dispatch nothing.
-          const c = makeCall(k.nEmbd, k.nExperts, 4, 1, seed++);
-          c.ids.fill(k.nExperts - 1);
+          const c = makeCall(k.nEmbd, k.nExpert, 4, 1, seed++);
+          c.ids.fill(k.nExpert - 1);
           const a = await split.compute(c.rows, c.ids, c.probs, 4, 1, { regime });
           assert.ok(sameBits(a, await whole.compute(c.rows, c.ids, c.probs, 4, 1, { regime })), `${regime}: one part only`);
         }
@@ -570,8 +599,12 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
 
   test('an expert larger than one binding is refused with the numbers', async () => {
     const { slice } = makeSlice(same(T.F32), 64, 32, 2, seed++);
-    await rejectsWith(ExpertRuntime.create(device, slice, { maxBindingBytes: 4096 }), 'BINDING_TOO_LARGE',
-      { matrix: 'gate', bytes: 64 * 32 * 4, limit: 4096, limitName: 'the maxBindingBytes option' });
+    await rejectsWith(ExpertRuntime.create(device, slice, { maxBindingBytes: 4096 }), 'BINDING_TOO_LARGE', {
+      matrix: 'gate',
+      bytes: 64 * 32 * 4,
+      limit: 4096,
+      limitName: 'the maxBindingBytes option',
+    });
     // The device's own limit: a device with the WebGPU defaults (128 MiB per binding) and one F32 gate of 4096 ×
     // 8224 (> 128 MiB). The arrays are zero-filled and never touched, so they cost address space, not memory.
     const second = await gpu.requestAdapter();
@@ -580,12 +613,19 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     extraDevices.push(small);
     const limit = small.limits.maxStorageBufferBindingSize;
     const types: SliceTypes = { gate: T.F32, up: T.Q4_0, down: T.Q4_0 };
-    const big = { nEmbd: 4096, ff: 8224, nExperts: 1, types };
+    const big = { nEmbd: 4096, ff: 8224, nExpert: 1, types };
     const bytes = sliceMatrixBytes(big);
     assert.ok(bytes.gate > limit, `gate ${bytes.gate} vs ${limit}`);
     await rejectsWith(
-      ExpertRuntime.create(small, { ...big, gate: new Uint8Array(bytes.gate), up: new Uint8Array(bytes.up), down: new Uint8Array(bytes.down) }),
-      'BINDING_TOO_LARGE', { matrix: 'gate', bytes: bytes.gate, limit, limitName: 'maxStorageBufferBindingSize' });
+      ExpertRuntime.create(small, {
+        ...big,
+        gate: new Uint8Array(bytes.gate),
+        up: new Uint8Array(bytes.up),
+        down: new Uint8Array(bytes.down),
+      }),
+      'BINDING_TOO_LARGE',
+      { matrix: 'gate', bytes: bytes.gate, limit, limitName: 'maxStorageBufferBindingSize' },
+    );
     await rejectsWith(ExpertRuntime.create(device, slice, { maxBindingBytes: 0 }), 'BAD_OPTION');
   });
 
@@ -603,8 +643,10 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
       rt.dispose();
     }
     await rejectsWith(ExpertRuntime.create(plain, slice, { features: ['subgroups'] }), 'FEATURE_UNAVAILABLE');
-    await rejectsWith(ExpertRuntime.create(plain, slice, { features: ['shader-f16'] }), 'FEATURE_UNAVAILABLE',
-      { feature: 'shader-f16', reason: "the device was created without the 'shader-f16' feature" });
+    await rejectsWith(ExpertRuntime.create(plain, slice, { features: ['shader-f16'] }), 'FEATURE_UNAVAILABLE', {
+      feature: 'shader-f16',
+      reason: "the device was created without the 'shader-f16' feature",
+    });
     await rejectsWith(ExpertRuntime.create(plain, slice, { features: ['fast-math' as 'subgroups'] }), 'BAD_OPTION');
     if (!device.features.has('subgroups')) {
       t.skip("the adapter has no 'subgroups' feature");
@@ -642,8 +684,11 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
       const after = await rt.compute(c.rows, c.ids, c.probs, 4, 2);
       assert.ok(sameBits(await inFlight, before), 'the call in flight when the device went');
       assert.ok(sameBits(after, before), 'a call after the loss');
-      assert.ok(nmse(after, reference(experts, c)) <= NMSE_MAX);
-      assert.deepEqual(events.map((e) => e.type), ['device-lost', 'recovered']);
+      assert.ok(nmse(after, referenceCall(experts, c)) <= NMSE_MAX);
+      assert.deepEqual(
+        events.map((e) => e.type),
+        ['device-lost', 'recovered'],
+      );
       assert.equal(newDevices.length, 1);
       assert.equal(rt.memory().weightBuffers, 3);
     } finally {
@@ -667,7 +712,10 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
         await rejectsWith(rt.compute(c.rows, c.ids, c.probs, 2, 1), 'DEVICE_LOST');
         await rejectsWith(rt.compute(c.rows, c.ids, c.probs, 2, 1), 'DEVICE_LOST');
         const expected = recovery ? ['device-lost', 'recovery-failed'] : ['device-lost'];
-        assert.deepEqual(events.map((e) => e.type), expected);
+        assert.deepEqual(
+          events.map((e) => e.type),
+          expected,
+        );
         if (recovery) assert.deepEqual(events[1], { type: 'recovery-failed', attempts: 2, message: 'no adapter today' });
       } finally {
         rt.dispose();
@@ -687,10 +735,16 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     // requestDevice() never answers: each attempt times out, then DEVICE_LOST.
     let d = await testDevice('kernels.test device to lose');
     let events: RuntimeEvent[] = [];
-    let rt = await ExpertRuntime.create(d, slice, { onEvent: (e) => events.push(e), recovery: { requestDevice: never, attempts: 2, attemptTimeoutMs: 150 } });
+    let rt = await ExpertRuntime.create(d, slice, {
+      onEvent: (e) => events.push(e),
+      recovery: { requestDevice: never, attempts: 2, attemptTimeoutMs: 150 },
+    });
     d.destroy();
     await rejectsWith(rt.compute(c.rows, c.ids, c.probs, 2, 1), 'DEVICE_LOST');
-    assert.deepEqual(events.map((e) => e.type), ['device-lost', 'recovery-failed']);
+    assert.deepEqual(
+      events.map((e) => e.type),
+      ['device-lost', 'recovery-failed'],
+    );
     assert.match((events[1] as { message: string }).message, /recovery attempt 2 took over 150 ms/);
     rt.dispose();
 
@@ -732,7 +786,7 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     }
     const { slice, experts } = makeSlice(same(T.Q8_0), 256, 64, 3, seed++);
     const c = makeCall(256, 3, 3, 2, seed++);
-    const want = reference(experts, c);
+    const want = referenceCall(experts, c);
     // 64 threads per workgroup: 4, 16 and 64 rows per workgroup → 16, 4 and 1 threads per row.
     for (const rowsPerWorkgroup of [4, 16, 64]) {
       const rt = await ExpertRuntime.create(device, slice, { rowsPerWorkgroup, features: ['subgroups'] });
@@ -756,15 +810,24 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
       const per = whole.slice[m].length / 6;
       return whole.slice[m].subarray(per, 5 * per);
     };
-    const bytes: ExpertSlice = { ...whole.slice, nExperts: 4, gate: part('gate'), up: part('up'), down: part('down') };
+    const bytes: ExpertSlice = { ...whole.slice, nExpert: 4, gate: part('gate'), up: part('up'), down: part('down') };
     const c = makeCall(32, 4, 5, 2, seed++);
     const fromBytes = await ExpertRuntime.create(device, bytes);
     const expected = await fromBytes.compute(c.rows, c.ids, c.probs, 5, 2);
     fromBytes.dispose();
-    assert.ok(nmse(expected, reference(whole.experts.slice(1, 5), c)) <= NMSE_MAX);
+    assert.ok(nmse(expected, referenceCall(whole.experts.slice(1, 5), c)) <= NMSE_MAX);
     let opened = 0;
     for (const [i, maxBindingBytes] of [undefined, 2112].entries()) {
-      const rt = await ExpertRuntime.load(device, { open: async () => (opened++, chunked(mini, seed + i)) }, maxBindingBytes ? { maxBindingBytes } : {});
+      const rt = await ExpertRuntime.load(
+        device,
+        {
+          open: async () => {
+            opened++;
+            return chunked(mini, seed + i);
+          },
+        },
+        maxBindingBytes ? { maxBindingBytes } : {},
+      );
       try {
         assert.equal(rt.capabilities().weightParts, maxBindingBytes ? 4 : 1);
         assert.deepEqual(rt.capabilities().slice.types, { gate: 'Q4_0', up: 'Q4_0', down: 'F16' });
@@ -788,13 +851,28 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     }
     // A budget: refused from the header, before any weight is allocated or read.
     let pulled = 0;
-    await rejectsWith(ExpertRuntime.load(device, { open: async () => { pulled++; return chunked(mini, 3); } }, { maxWeightBytes: 1000 }),
-      'SLICE_TOO_LARGE', { bytes: bytes.gate.length + bytes.up.length + bytes.down.length, limit: 1000 });
+    await rejectsWith(
+      ExpertRuntime.load(
+        device,
+        {
+          open: async () => {
+            pulled++;
+            return chunked(mini, 3);
+          },
+        },
+        { maxWeightBytes: 1000 },
+      ),
+      'SLICE_TOO_LARGE',
+      { bytes: bytes.gate.length + bytes.up.length + bytes.down.length, limit: 1000 },
+    );
     assert.equal(pulled, 1);
     await rejectsWith(ExpertRuntime.create(device, bytes, { maxWeightBytes: 1000 }), 'SLICE_TOO_LARGE');
     const notSlice = encodeGGUF({ metadata: { 'general.architecture': { type: GGUFValueType.STRING, value: 'qwen3moe' } } });
-    await assert.rejects(ExpertRuntime.load(device, { open: async () => chunked(notSlice, 1) }), (e: unknown) =>
-      e instanceof ExpertRuntimeError && e.code === 'BAD_SLICE_STREAM' && (e.details as { cause: string }).cause === 'SLICE_NOT_A_SLICE');
+    await assert.rejects(
+      ExpertRuntime.load(device, { open: async () => chunked(notSlice, 1) }),
+      (e: unknown) =>
+        e instanceof ExpertRuntimeError && e.code === 'BAD_SLICE_STREAM' && (e.details as { cause: string }).cause === 'SLICE_NOT_A_SLICE',
+    );
   });
 
   test('load() with recovery reopens the stream after a device loss', async () => {
@@ -804,13 +882,22 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     const d = await testDevice('kernels.test device to lose');
     let opened = 0;
     const events: string[] = [];
-    const rt = await ExpertRuntime.load(d, { open: async () => (opened++, chunked(mini, opened)) }, {
-      onEvent: (e) => events.push(e.type),
-      recovery: { requestDevice: async () => testDevice('kernels.test replacement device') },
-    });
+    const rt = await ExpertRuntime.load(
+      d,
+      {
+        open: async () => {
+          opened++;
+          return chunked(mini, opened);
+        },
+      },
+      {
+        onEvent: (e) => events.push(e.type),
+        recovery: { requestDevice: async () => testDevice('kernels.test replacement device') },
+      },
+    );
     try {
       const before = await rt.compute(c.rows, c.ids, c.probs, 3, 2);
-      assert.ok(nmse(before, reference(whole.experts, c)) <= NMSE_MAX);
+      assert.ok(nmse(before, referenceCall(whole.experts, c)) <= NMSE_MAX);
       d.destroy();
       assert.ok(sameBits(await rt.compute(c.rows, c.ids, c.probs, 3, 2), before));
       assert.deepEqual(events, ['device-lost', 'recovered']);
@@ -855,105 +942,4 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
       rt.dispose();
     }
   });
-});
-
-test('the shape uniform is written in the field order of the WGSL struct', () => {
-  const body = /struct Shape \{([^}]*)\}/.exec(WGSL.common)?.[1] ?? '';
-  const fields = [...body.matchAll(/^\s*(\w+)\s*:\s*u32/gm)].map((m) => m[1]);
-  assert.deepEqual(fields, [...SHAPE_FIELDS]);
-  const u = writeShapeUniform({ nEmbd: 10, ff: 20, nExperts: 5 }, { nTokens: 3, nUsed: 2 }, { expertBegin: 2, expertEnd: 4, tileBegin: 6, nRowTiles: 7 });
-  assert.deepEqual([...u], [10, 20, 3, 2, 5, 7, 2, 4, 6]);
-});
-
-test('pipeline names say kernel, quant type, pass, tuning and features', () => {
-  const tuning: KernelTuning = { workgroupSize: 64, rowsPerWorkgroup: 4, tileRows: 16, tileCols: 32 };
-  assert.equal(pipelineName({ kernel: 'expert_up', quant: 'q4_k', pass: 'fused', tuning, variant: 'subgroups' }), 'expert_up/q4_k/fused/wg64r4/subgroups');
-  assert.equal(pipelineName({ kernel: 'expert_up_tiled', quant: 'q4_k', pass: 'gate', tuning, variant: 'base' }), 'expert_up_tiled/q4_k/gate/wg64m16n32/base');
-  assert.equal(pipelineName({ kernel: 'expert_down_tiled', quant: 'q6_k', tuning, variant: 'shader-f16' }), 'expert_down_tiled/q6_k/wg64m16n32/shader-f16');
-  // Each feature changes its own kernels only.
-  assert.equal(kernelVariant('expert_up', ['shader-f16', 'subgroups']), 'subgroups');
-  assert.equal(kernelVariant('expert_down_tiled', ['shader-f16', 'subgroups']), 'shader-f16');
-  assert.equal(kernelVariant('expert_up_tiled', ['subgroups']), 'base');
-  assert.equal(kernelVariant('expert_combine', ['shader-f16', 'subgroups']), 'base');
-});
-
-test('the tiled kernels declare the Tile struct and constants that TS writes and checks against', () => {
-  for (const k of ['expert_up_tiled', 'expert_down_tiled'] as const) {
-    const src = WGSL.kernels[k];
-    const body = /struct Tile \{([^}]*)\}/.exec(src)?.[1] ?? '';
-    assert.deepEqual([...body.matchAll(/^\s*(\w+)\s*:\s*u32/gm)].map((m) => m[1]), ['expert', 'first', 'count'], k);
-    for (const [name, value] of Object.entries(TILED_WGSL_CONSTANTS)) {
-      assert.match(src, new RegExp(`^const ${name}: u32 = ${value}u;`, 'm'), `${k}: ${name}`);
-    }
-  }
-  assert.equal(TILE_WORDS, 3);
-});
-
-test('groupByExpert: a stable sort of the pairs by expert, cut into tiles', () => {
-  // 6 tokens × top-2 over 4 experts; expert 1 unused.
-  const ids = Int32Array.of(0, 2, 2, 0, 3, 0, 0, 2, 2, 3, 0, 2);
-  const counts = expertCounts(ids, 4);
-  assert.deepEqual([...counts], [5, 0, 5, 2]);
-  assert.equal(usedExperts(counts), 3);
-  const g = groupByExpert(ids, counts, 2);
-  assert.deepEqual([...g.perm], [0, 3, 5, 6, 10, 1, 2, 7, 8, 11, 4, 9]);
-  assert.deepEqual([...g.offsets], [0, 5, 5, 10, 12]);
-  // (expert, first, count); 5 pairs in tiles of 2 → 2 + 2 + 1
-  assert.deepEqual([...g.tiles], [0, 0, 2, 0, 2, 2, 0, 4, 1, 2, 5, 2, 2, 7, 2, 2, 9, 1, 3, 10, 2]);
-  assert.equal(g.nTiles, 7);
-  const one = groupByExpert(ids, counts, 16);
-  assert.deepEqual([...one.tiles], [0, 0, 5, 2, 5, 5, 3, 10, 2]);
-  const empty = groupByExpert(new Int32Array(0), new Uint32Array(4), 16);
-  assert.deepEqual([empty.nTiles, empty.perm.length, [...empty.offsets]], [0, 0, [0, 0, 0, 0, 0]]);
-});
-
-test('chooseRegime: batched once pairs share experts enough, with the reason', () => {
-  const shape = { nEmbd: 2048, ff: 768 };
-  const rows: [string, RoutingSnapshot, RegimeDecision][] = [
-    ['generation: 1 token × top-8', { ...shape, nPairs: 8, usedExperts: 8 }, { regime: 'decode', reason: 'few-rows-per-expert', rowsPerExpert: 1 }],
-    ['short prompt spread over many experts', { ...shape, nPairs: 256, usedExperts: 100 }, { regime: 'decode', reason: 'few-rows-per-expert', rowsPerExpert: 2.56 }],
-    ['just below the threshold', { ...shape, nPairs: 39, usedExperts: 10 }, { regime: 'decode', reason: 'few-rows-per-expert', rowsPerExpert: 3.9 }],
-    ['at the threshold', { ...shape, nPairs: 40, usedExperts: 10 }, { regime: 'batched', reason: 'rows-share-experts', rowsPerExpert: 4 }],
-    ['prompt of 512 × top-8 over 128 experts', { ...shape, nPairs: 4096, usedExperts: 128 }, { regime: 'batched', reason: 'rows-share-experts', rowsPerExpert: 32 }],
-    ['every pair on one expert', { ...shape, nPairs: 64, usedExperts: 1 }, { regime: 'batched', reason: 'rows-share-experts', rowsPerExpert: 64 }],
-    ['empty call', { ...shape, nPairs: 0, usedExperts: 0 }, { regime: 'decode', reason: 'empty', rowsPerExpert: 0 }],
-    ['nEmbd not whole quads', { nEmbd: 30, ff: 64, nPairs: 512, usedExperts: 4 }, { regime: 'decode', reason: 'rows-not-quads', rowsPerExpert: 128 }],
-    ['ff not whole quads', { nEmbd: 64, ff: 22, nPairs: 512, usedExperts: 4 }, { regime: 'decode', reason: 'rows-not-quads', rowsPerExpert: 128 }],
-  ];
-  for (const [what, snapshot, expected] of rows) assert.deepEqual(chooseRegime(snapshot), expected, what);
-  // A policy can move the threshold (e.g. a device where tiles pay off sooner).
-  assert.equal(chooseRegime({ ...shape, nPairs: 16, usedExperts: 8 }, { minRowsPerExpert: 2 }).regime, 'batched');
-  assert.equal(chooseRegime({ ...shape, nPairs: 16, usedExperts: 8 }).regime, 'decode');
-});
-
-test('the subgroup layout probe: lanes in local invocation order with one power-of-two size, or the reason', () => {
-  // Per invocation: (lane, size, smallest lid of its subgroup, 0).
-  const probe = (size: number, lane: (lid: number) => number, sizeAt: (lid: number) => number = () => size,
-    first: (lid: number) => number = (lid) => lid - lane(lid)): Uint32Array =>
-    Uint32Array.from({ length: 64 * 4 }, (_, i) => [lane(i >> 2), sizeAt(i >> 2), first(i >> 2), 0][i % 4]!);
-  assert.deepEqual(judgeSubgroupLayout(probe(32, (l) => l % 32), 64), { usable: true, subgroupSize: 32, reason: 'subgroups of 32 in local invocation order' });
-  assert.equal(judgeSubgroupLayout(probe(4, (l) => l % 4), 64).usable, true);
-  assert.match(judgeSubgroupLayout(probe(24, (l) => l % 24), 64).reason, /not a power of two/);
-  assert.match(judgeSubgroupLayout(probe(16, (l) => 15 - (l % 16)), 64).reason, /invocation 0 is subgroup lane 15/);
-  assert.match(judgeSubgroupLayout(probe(16, (l) => l % 16, (l) => (l < 32 ? 16 : 32)), 64).reason, /sizes differ/);
-  // Lanes in order but subgroups interleaved ({0,1,6,7} and {4,5,2,3}): the lane check alone would pass.
-  const interleaved = probe(4, (l) => l % 4, () => 4, (l) => [0, 0, 2, 2, 2, 2, 0, 0][l % 8]! + 8 * Math.floor(l / 8));
-  assert.match(judgeSubgroupLayout(interleaved, 64).reason, /not a contiguous run/);
-});
-
-test('dispatch folding', () => {
-  assert.deepEqual(foldDispatch(1, 65535), [1, 1]);
-  assert.deepEqual(foldDispatch(65535, 65535), [65535, 1]);
-  assert.deepEqual(foldDispatch(65536, 65535), [32768, 2]);
-  assert.deepEqual(foldDispatch(200_000, 65535), [50000, 4]);
-  assert.throws(() => foldDispatch(65535 * 65535 + 1, 65535), (e: unknown) => e instanceof ExpertRuntimeError && e.code === 'DISPATCH_TOO_LARGE');
-});
-
-test('the block table agrees with the quant snippets', () => {
-  for (const [stem, type] of [['q8_0', T.Q8_0], ['q4_0', T.Q4_0], ['q4_k', T.Q4_K], ['q5_k', T.Q5_K], ['q6_k', T.Q6_K], ['f16', T.F16], ['bf16', T.BF16], ['f32', T.F32]] as const) {
-    const src = WGSL.quant[stem];
-    const info = requireQuantType(type);
-    assert.match(src, new RegExp(`const BLOCK_SIZE: u32 = ${info.blockSize}u;`), stem);
-    assert.match(src, new RegExp(`const BLOCK_BYTES: u32 = ${info.bytesPerBlock}u;`), stem);
-  }
 });

@@ -1,8 +1,8 @@
 // Second half of a routed expert, batched regime: y[p, r] = down_e[r] · h[p] as in expert_down.wgsl, with the pairs
 // grouped by expert (perm, tiles) and one workgroup per TILE_ROWS × TILE_COLS block of y of one expert; each weight
 // element is decoded once per tile of pairs.
-// Assembled as expert_up_tiled.wgsl is, with down's quant snippet.
-// Work split, staging and checks as in expert_up_tiled.wgsl, with the reduction over ff (ff % 4 == 0) and n_embd
+// Assembled as expert_up_batched.wgsl is, with down's quant snippet.
+// Work split, staging and checks as in expert_up_batched.wgsl, with the reduction over ff (ff % 4 == 0) and n_embd
 // output rows.
 
 override WORKGROUP_SIZE: u32 = 64u;

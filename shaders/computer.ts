@@ -1,40 +1,9 @@
 /**
- * Which backend computes a slice's experts on this machine: our WebGPU kernels (ExpertRuntime) or the onnxruntime
- * wasm fallback (OrtExpertFallback). A pure policy over measured throughput, plus the timing ExpertEngine uses.
- *
- * Policy: the faster one wins. A tie goes to a real GPU adapter; a fallback (software) adapter such as SwiftShader only
- * wins when it is measured strictly faster. A backend that was not measured (or measured nothing usable) is
- * unavailable; with one backend left it wins; with none, chooseBackend throws.
+ * What the engine's backends have in common — `ExpertComputer`, anything with ExpertRuntime's compute()
+ * (ExpertRuntime, OrtExpertFallback) — and how ExpertEngine times one on a call shape: a deterministic synthetic call,
+ * the flops it asks for, the median of timed samples.
  */
-
-export type Backend = 'webgpu' | 'wasm';
-
-export interface BackendMeasurements {
-  webgpu?: { gflops: number; isFallbackAdapter: boolean };
-  wasm?: { gflops: number };
-}
-
-export interface BackendChoice {
-  backend: Backend;
-  reason: string;
-}
-
-const usable = (g: number | undefined): g is number => typeof g === 'number' && Number.isFinite(g) && g > 0;
-const fmt = (g: number): string => `${g.toPrecision(3)} GFLOP/s`;
-
-export function chooseBackend(m: BackendMeasurements): BackendChoice {
-  const gpu = m.webgpu && usable(m.webgpu.gflops) ? m.webgpu : undefined;
-  const wasm = m.wasm && usable(m.wasm.gflops) ? m.wasm : undefined;
-  const adapter = gpu?.isFallbackAdapter ? 'fallback (software) WebGPU adapter' : 'WebGPU adapter';
-  if (!gpu && !wasm) throw new RangeError('chooseBackend: no backend has a usable measurement');
-  if (!wasm) return { backend: 'webgpu', reason: `only the ${adapter} was measured (${fmt(gpu!.gflops)})` };
-  if (!gpu) return { backend: 'wasm', reason: `only wasm was measured (${fmt(wasm.gflops)})` };
-  const vs = `${adapter} ${fmt(gpu.gflops)} vs wasm ${fmt(wasm.gflops)}`;
-  if (gpu.gflops > wasm.gflops) return { backend: 'webgpu', reason: `WebGPU is faster: ${vs}` };
-  if (gpu.gflops === wasm.gflops && !gpu.isFallbackAdapter) return { backend: 'webgpu', reason: `a tie goes to the GPU: ${vs}` };
-  if (gpu.gflops === wasm.gflops) return { backend: 'wasm', reason: `a fallback adapter must be faster to win, it ties: ${vs}` };
-  return { backend: 'wasm', reason: `wasm is faster: ${vs}` };
-}
+import { mulberry32 } from './random.ts';
 
 /** Anything with ExpertRuntime's compute() (ExpertRuntime, OrtExpertFallback). */
 export interface ExpertComputer {
@@ -44,7 +13,7 @@ export interface ExpertComputer {
 export interface MeasureCall {
   nEmbd: number;
   ff: number;
-  nExperts: number;
+  nExpert: number;
   nTokens: number;
   nUsed: number;
 }
@@ -80,24 +49,21 @@ export function callFlops(c: Pick<MeasureCall, 'nEmbd' | 'ff' | 'nTokens' | 'nUs
 
 /** A deterministic call: rows in [-1, 1), each token routed to nUsed distinct experts with probs summing to 1. */
 export function syntheticCall(c: MeasureCall, seed = 1): { rows: Float32Array; ids: Int32Array; probs: Float32Array } {
-  let s = seed >>> 0;
-  const r = (): number => {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    return s / 4294967296;
-  };
+  const r = mulberry32(seed);
   const rows = new Float32Array(c.nTokens * c.nEmbd).map(() => r() * 2 - 1);
   const ids = new Int32Array(c.nTokens * c.nUsed);
   const probs = new Float32Array(c.nTokens * c.nUsed);
   for (let t = 0; t < c.nTokens; t++) {
-    const start = Math.floor(r() * c.nExperts);
+    const start = Math.floor(r() * c.nExpert);
     for (let k = 0; k < c.nUsed; k++) {
-      ids[t * c.nUsed + k] = (start + k) % c.nExperts;
+      ids[t * c.nUsed + k] = (start + k) % c.nExpert;
       probs[t * c.nUsed + k] = 1 / c.nUsed;
     }
   }
   return { rows, ids, probs };
 }
 
+/** The median (the mean of the two middle values for an even count; NaN for none). */
 export function median(xs: readonly number[]): number {
   if (xs.length === 0) return NaN;
   const s = [...xs].sort((a, b) => a - b);
@@ -115,7 +81,8 @@ export async function timeCompute(rt: ExpertComputer, c: MeasureCall, options: M
   const iterations = options.iterations ?? 5;
   const warmup = options.warmup ?? 1;
   const minSampleMs = options.minSampleMs ?? 2;
-  if (!(Number.isSafeInteger(iterations) && iterations >= 1)) throw new RangeError(`timeCompute: iterations must be an integer ≥ 1, got ${iterations}`);
+  if (!(Number.isSafeInteger(iterations) && iterations >= 1))
+    throw new RangeError(`timeCompute: iterations must be an integer ≥ 1, got ${iterations}`);
   if (!(Number.isSafeInteger(warmup) && warmup >= 0)) throw new RangeError(`timeCompute: warmup must be an integer ≥ 0, got ${warmup}`);
   if (!(minSampleMs >= 0)) throw new RangeError(`timeCompute: minSampleMs must be ≥ 0, got ${minSampleMs}`);
   const { rows, ids, probs } = syntheticCall(c);

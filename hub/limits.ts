@@ -1,0 +1,47 @@
+/**
+ * Every size cap and default bound of the hub, in one place. The HTTP edge (app.ts), the market's CoverageStore, the
+ * poller and the Hub's defaults read them from here; none of them restates a number. Each limit exists so that one
+ * client, volunteer or coordinator cannot make the hub allocate or scan without bound.
+ *
+ * Auth's own wire caps (wallet, nonce, signature and token lengths) live beside their parsers in auth/.
+ */
+
+// HTTP bodies
+/** Body of any `/api/*` request; larger → 413 BODY_TOO_LARGE. */
+export const API_BODY_MAX_BYTES = 64 * 1024;
+/** Body of `/v1/chat/completions` and `/v1/completions` (chat histories and prompts are long). */
+export const OPENAI_BODY_MAX_BYTES = 8 * 1024 * 1024;
+
+// fields of the market endpoints
+/** A model name in a body or query. */
+export const MODEL_NAME_MAX_CHARS = 256;
+/** A volunteer's `worker_id`. */
+export const WORKER_ID_MAX_CHARS = 128;
+/** `max_experts` of `POST /api/expert-volunteer` (0 = no limit). */
+export const OFFER_EXPERTS_MAX = 2 ** 20;
+/** Each byte count of a volunteer's `device` (2^50 B = 1 PiB: above any GPU, still an exact double). */
+export const DEVICE_BYTES_MAX = 2 ** 50;
+/** `n_layer` and `n_expert` a heartbeat may state (checked against the model before anything else). */
+export const LAYERS_MAX = 4096;
+export const EXPERTS_MAX = 4096;
+/** Held ranges in one heartbeat (the `segments` of `POST /api/expert-coverage`); more → TOO_MANY_SEGMENTS. */
+export const HELD_RANGES_MAX = 256;
+/** Every number of a held range `[layer, begin, end]` is below this (exclusive): they index Int32 arrays. */
+export const HELD_RANGE_NUMBER_LIMIT = 2 ** 31;
+
+// live state
+/** Live workers tracked at once; a new one beyond this gets 503 TOO_MANY_WORKERS (default of --max-workers). */
+export const WORKERS_MAX = 10_000;
+/** A worker without a heartbeat for this long is evicted (default of --stale-ms). */
+export const WORKER_STALE_MS = 120_000;
+/** Recruitment events kept in memory, and how many of the newest `GET /api/events` lists. */
+export const EVENTS_KEPT = 1000;
+export const EVENTS_LISTED = 200;
+/** Per-client token bucket shared by both login calls (a login costs 2 tokens). */
+export const AUTH_RATE_LIMIT: Readonly<{ capacity: number; refillPerSec: number }> = Object.freeze({ capacity: 30, refillPerSec: 0.5 });
+
+// what coordinators send back
+/** Slots accepted from a coordinator's `GET /slots` (a real server has a handful). */
+export const COORDINATOR_SLOTS_MAX = 4096;
+/** A `/slots` or `/metrics` reply longer than this is dropped unparsed (a long /slots falls back to /metrics). */
+export const COORDINATOR_REPLY_MAX_CHARS = 4_000_000;

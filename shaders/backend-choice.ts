@@ -1,0 +1,37 @@
+/**
+ * Which backend computes a slice's experts on this machine: our WebGPU kernels (ExpertRuntime) or the onnxruntime
+ * wasm fallback (OrtExpertFallback). A pure policy over measured throughput (computer.ts times the backends).
+ *
+ * Policy: the faster one wins. A tie goes to a real GPU adapter; a fallback (software) adapter such as SwiftShader only
+ * wins when it is measured strictly faster. A backend that was not measured (or measured nothing usable) is
+ * unavailable; with one backend left it wins; with none, chooseBackend throws.
+ */
+
+export type Backend = 'webgpu' | 'wasm';
+
+export interface BackendMeasurements {
+  webgpu?: { gflops: number; isFallbackAdapter: boolean };
+  wasm?: { gflops: number };
+}
+
+export interface BackendChoice {
+  backend: Backend;
+  reason: string;
+}
+
+const usable = (g: number | undefined): g is number => typeof g === 'number' && Number.isFinite(g) && g > 0;
+const fmt = (g: number): string => `${g.toPrecision(3)} GFLOP/s`;
+
+export function chooseBackend(m: BackendMeasurements): BackendChoice {
+  const gpu = m.webgpu && usable(m.webgpu.gflops) ? m.webgpu : undefined;
+  const wasm = m.wasm && usable(m.wasm.gflops) ? m.wasm : undefined;
+  const adapter = gpu?.isFallbackAdapter ? 'fallback (software) WebGPU adapter' : 'WebGPU adapter';
+  if (!gpu && !wasm) throw new RangeError('chooseBackend: no backend has a usable measurement');
+  if (!wasm) return { backend: 'webgpu', reason: `only the ${adapter} was measured (${fmt(gpu!.gflops)})` };
+  if (!gpu) return { backend: 'wasm', reason: `only wasm was measured (${fmt(wasm.gflops)})` };
+  const vs = `${adapter} ${fmt(gpu.gflops)} vs wasm ${fmt(wasm.gflops)}`;
+  if (gpu.gflops > wasm.gflops) return { backend: 'webgpu', reason: `WebGPU is faster: ${vs}` };
+  if (gpu.gflops === wasm.gflops && !gpu.isFallbackAdapter) return { backend: 'webgpu', reason: `a tie goes to the GPU: ${vs}` };
+  if (gpu.gflops === wasm.gflops) return { backend: 'wasm', reason: `a fallback adapter must be faster to win, it ties: ${vs}` };
+  return { backend: 'wasm', reason: `wasm is faster: ${vs}` };
+}

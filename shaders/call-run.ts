@@ -1,0 +1,134 @@
+/**
+ * Carries out one planned call (call-plan.ts) on a device state (device-state.ts): per-call buffers from the state's
+ * pool, the inputs and Shape uniforms written, one bind group per kernel and part, the dispatches in one compute
+ * pass, and the output read back. Everything from the first buffer to the submit runs inside an out-of-memory and a
+ * validation error scope, so a failure there is GPU_ERROR and gives every buffer back.
+ */
+import { SHAPE_UNIFORM_BYTES, type CallPlan } from './call-plan.ts';
+import { lostError, type GpuState, type Pipelines } from './device-state.ts';
+import { ExpertRuntimeError } from './errors.ts';
+import type { ExpertFfnKernels } from './expert-ffn.ts';
+import { GPU_FLAGS } from './gpu-flags.ts';
+
+/** The call's inputs, validated (slice.ts validateInputs) and of the sizes the plan was made for. */
+export interface CallInputs {
+  rows: Float32Array;
+  ids: Int32Array;
+  probs: Float32Array;
+}
+
+/** Runs `plan` with the regime's `pipelines` on `st`; returns out [nTokens × nEmbd]. `label` prefixes GPU objects. */
+export async function runPlan(st: GpuState, pipelines: Pipelines, plan: CallPlan, c: CallInputs, label: string): Promise<Float32Array> {
+  const F = GPU_FLAGS;
+  const pool = st.pool;
+  const { sizes, groups, uniformStride: stride } = plan;
+  const device = st.device;
+  const q = device.queue;
+  // Everything from the first buffer to the submit runs inside two error scopes (a buffer that cannot be allocated
+  // is only reported there); a synchronous throw on the way pops them and gives the buffers back as failed.
+  device.pushErrorScope('out-of-memory');
+  device.pushErrorScope('validation');
+  const acquired: GPUBuffer[] = [];
+  const acquire = (usage: GPUBufferUsageFlags, bytes: number, role: string): GPUBuffer => {
+    const buffer = pool.acquire(usage, bytes, role);
+    acquired.push(buffer);
+    return buffer;
+  };
+  let b: Record<'shape' | 'rows' | 'ids' | 'probs' | 'hidden' | 'expertOut' | 'out' | 'readback', GPUBuffer> & { tiles: GPUBuffer | null };
+  try {
+    b = {
+      shape: acquire(F.BUFFER_UNIFORM | F.BUFFER_COPY_DST, stride * plan.uniforms.length, 'shape uniforms'),
+      rows: acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.rows, 'rows'),
+      ids: acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.ids, groups ? 'pairs by expert' : 'ids'),
+      tiles: groups ? acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.tiles, 'row tiles') : null,
+      probs: acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.probs, 'probs'),
+      hidden: acquire(F.BUFFER_STORAGE, sizes.hidden, 'hidden (silu(gate)·up)'),
+      expertOut: acquire(F.BUFFER_STORAGE, sizes.expertOut, 'expert outputs'),
+      out: acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_SRC, sizes.out, 'out'),
+      readback: acquire(F.BUFFER_MAP_READ | F.BUFFER_COPY_DST, sizes.out, 'readback'),
+    };
+    // writeBuffer takes views of shared memory too ([AllowShared] in the IDL); @webgpu/types narrows it to ArrayBuffer.
+    const write = (buffer: GPUBuffer, data: ArrayBufferView, offset = 0): void =>
+      q.writeBuffer(buffer, offset, data as ArrayBufferView<ArrayBuffer>);
+    plan.uniforms.forEach((u, i) => {
+      write(b.shape, u, i * stride);
+    });
+    write(b.rows, c.rows);
+    write(b.ids, groups ? groups.perm : c.ids);
+    if (groups && b.tiles) write(b.tiles, groups.tiles);
+    write(b.probs, c.probs);
+
+    const range = (buffer: GPUBuffer, size: number, offset = 0): GPUBufferBinding => ({ buffer, offset, size });
+    const bind = (kernel: keyof ExpertFfnKernels['layouts'], resources: GPUBindingResource[]): GPUBindGroup =>
+      device.createBindGroup({
+        label: `${label} ${kernel} bind group`,
+        layout: st.kernels.layouts[kernel],
+        entries: resources.map((resource, binding) => ({ binding, resource })),
+      });
+    const shapeOf = (i: number): GPUBufferBinding => range(b.shape, SHAPE_UNIFORM_BYTES, i * stride);
+    const rowsR = range(b.rows, sizes.rows);
+    const idsR = range(b.ids, sizes.ids);
+    const hiddenR = range(b.hidden, sizes.hidden);
+    const outR = range(b.expertOut, sizes.expertOut);
+    const encoder = device.createCommandEncoder({ label: `${label} call (${plan.regime})` });
+    const pass = encoder.beginComputePass({ label: `${label} expert-ffn (${plan.regime})` });
+    const run = (pipeline: GPUComputePipeline, group: GPUBindGroup, [x, y]: [number, number]): void => {
+      pass.setPipeline(pipeline);
+      pass.setBindGroup(0, group);
+      pass.dispatchWorkgroups(x, y);
+    };
+    plan.parts.forEach((p, i) => {
+      const w = st.parts[p.index]!.buffers;
+      const upGroup = b.tiles
+        ? bind('expert_up_batched', [shapeOf(i), { buffer: w.gate }, { buffer: w.up }, rowsR, idsR, range(b.tiles, sizes.tiles), hiddenR])
+        : bind('expert_up', [shapeOf(i), { buffer: w.gate }, { buffer: w.up }, rowsR, idsR, hiddenR]);
+      for (const { pipeline } of pipelines.up) run(pipeline, upGroup, p.up);
+    });
+    plan.parts.forEach((p, i) => {
+      const w = st.parts[p.index]!.buffers;
+      const downGroup = b.tiles
+        ? bind('expert_down_batched', [shapeOf(i), { buffer: w.down }, hiddenR, idsR, range(b.tiles, sizes.tiles), outR])
+        : bind('expert_down', [shapeOf(i), { buffer: w.down }, hiddenR, idsR, outR]);
+      run(pipelines.down, downGroup, p.down);
+    });
+    run(
+      st.combine,
+      bind('expert_combine', [shapeOf(plan.parts.length), outR, range(b.probs, sizes.probs), range(b.out, sizes.out)]),
+      plan.combine,
+    );
+    pass.end();
+    encoder.copyBufferToBuffer(b.out, 0, b.readback, 0, sizes.out);
+    q.submit([encoder.finish({ label: `${label} call commands` })]);
+  } catch (e) {
+    void device.popErrorScope().catch(() => undefined);
+    void device.popErrorScope().catch(() => undefined);
+    for (const buffer of acquired) pool.discard(buffer);
+    throw e;
+  }
+  const validation = device.popErrorScope();
+  const oom = device.popErrorScope();
+
+  let ok = false;
+  try {
+    const mapped = b.readback.mapAsync(F.MAP_MODE_READ, 0, sizes.out);
+    const error = (await validation) ?? (await oom);
+    if (error) {
+      await mapped.catch(() => undefined);
+      throw new ExpertRuntimeError('GPU_ERROR', { message: error.message }, `${label}: WebGPU error in a compute call: ${error.message}`);
+    }
+    await mapped;
+    const out = new Float32Array(b.readback.getMappedRange(0, sizes.out).slice(0));
+    b.readback.unmap();
+    ok = true;
+    return out;
+  } catch (e) {
+    if (st.lost) throw lostError(label, st.lost);
+    throw e;
+  } finally {
+    // The readback has been mapped (or the call failed), so the GPU is done with every buffer of this call.
+    for (const buffer of acquired) {
+      if (ok) pool.release(buffer);
+      else pool.discard(buffer);
+    }
+  }
+}

@@ -1,0 +1,333 @@
+/**
+ * Everything of an ExpertRuntime that lives on one device (`GpuState`): the chosen kernel features, the pipelines,
+ * the weight buffers (split into parts, filled from bytes or a slice stream) and the per-call buffer pool. A state is
+ * built whole on a device, released whole, and built again on a new device after a loss (runtime.ts's recovery).
+ */
+import { GGUFError } from '../gguf/errors.ts';
+import { EXPERT_MATRICES, ExpertSliceError } from '../gguf/expert-slice.ts';
+import { readExpertSliceStream } from '../gguf/expert-slice-stream.ts';
+import { typeName, type GGMLType } from '../gguf/quant-types.ts';
+import { BufferPool } from './buffer-pool.ts';
+import { bindingLimit } from './call-plan.ts';
+import { ExpertRuntimeError } from './errors.ts';
+import {
+  ExpertFfnKernels,
+  KERNEL_TYPES,
+  kernelVariant,
+  quantSnippet,
+  validateTuning,
+  type KernelFeature,
+  type KernelTuning,
+  type UpPass,
+} from './expert-ffn.ts';
+import type { Regime, RegimePolicy } from './regime-policy.ts';
+import { sliceMatrixBytes, validateSlice, type ExpertSlice, type SliceShape, type SliceStreamSource, type SliceTypes } from './slice.ts';
+import { WeightWriter, createWeightParts, destroyWeightParts, planParts, type WeightPart } from './weight-parts.ts';
+
+/** The runtime's options, checked (runtime.ts makeSettings): what every device state is built with. */
+export interface Settings {
+  tuning: KernelTuning;
+  policy: RegimePolicy;
+  maxWorkgroupsPerDimension: number | undefined;
+  maxBindingBytes: number | undefined;
+  maxWeightBytes: number | undefined;
+  features: 'auto' | readonly KernelFeature[];
+  label: string;
+}
+
+/** The up pipelines (one per up pass) and the down pipeline of one regime. */
+export interface Pipelines {
+  up: { pass: UpPass; pipeline: GPUComputePipeline }[];
+  down: GPUComputePipeline;
+}
+
+/** Everything that lives on one device; rebuilt whole on a new device after a loss. */
+export interface GpuState {
+  device: GPUDevice;
+  /** Devices the runtime requested itself (recovery) are destroyed with it. */
+  owned: boolean;
+  kernels: ExpertFfnKernels;
+  features: KernelFeature[];
+  featuresReason: string;
+  maxPerDimension: number;
+  decode: Pipelines;
+  combine: GPUComputePipeline;
+  /** The batched regime's pipelines, built on its first call. */
+  batched: Promise<Pipelines> | null;
+  parts: WeightPart[];
+  pool: BufferPool;
+  lost: GPUDeviceLostInfo | null;
+}
+
+/** DEVICE_LOST for a runtime (`label`) whose device went (`info`: GPUDeviceLostInfo, or the runtime's record of it). */
+export function lostError(label: string, info: { reason: string; message: string }): ExpertRuntimeError {
+  return new ExpertRuntimeError(
+    'DEVICE_LOST',
+    { reason: info.reason, message: info.message },
+    `${label}: the GPU device was lost (${info.reason}): ${info.message}`,
+  );
+}
+
+/** Bytes of the weight buffers of `parts`. */
+export function weightBytes(parts: readonly WeightPart[]): number {
+  let n = 0;
+  for (const p of parts) for (const m of EXPERT_MATRICES) n += p.buffers[m].size;
+  return n;
+}
+
+/** The optional features to build with: those asked for, or with 'auto' every one this device runs. */
+async function chooseFeatures(
+  device: GPUDevice,
+  kernels: ExpertFfnKernels,
+  want: 'auto' | readonly KernelFeature[],
+  workgroupSize: number,
+): Promise<{ features: KernelFeature[]; reason: string }> {
+  const features: KernelFeature[] = [];
+  const reasons: string[] = [];
+  const unavailable = (feature: KernelFeature, reason: string): never => {
+    throw new ExpertRuntimeError(
+      'FEATURE_UNAVAILABLE',
+      { feature, reason },
+      `the '${feature}' kernels cannot run on this device: ${reason}`,
+    );
+  };
+  const asked = (f: KernelFeature): boolean => want === 'auto' || want.includes(f);
+  if (asked('shader-f16')) {
+    if (device.features.has('shader-f16')) {
+      features.push('shader-f16');
+      reasons.push('shader-f16: the device has it (batched tiles in f16)');
+    } else if (want === 'auto') {
+      reasons.push("shader-f16 unused: the device was created without the 'shader-f16' feature");
+    } else {
+      unavailable('shader-f16', "the device was created without the 'shader-f16' feature");
+    }
+  }
+  if (asked('subgroups')) {
+    const layout = await kernels.subgroupLayout(workgroupSize);
+    if (layout.usable) {
+      features.push('subgroups');
+      reasons.push(`subgroups: ${layout.reason}`);
+    } else if (want === 'auto') {
+      reasons.push(`subgroups unused: ${layout.reason}`);
+    } else {
+      unavailable('subgroups', layout.reason);
+    }
+  }
+  return { features, reason: reasons.join('; ') || 'base kernels asked for' };
+}
+
+/** Pipelines and empty weight parts on `device`. */
+async function prepareState(device: GPUDevice, owned: boolean, shape: SliceShape, settings: Settings): Promise<GpuState> {
+  const total = Object.values(sliceMatrixBytes(shape)).reduce((a, b) => a + b, 0);
+  if (settings.maxWeightBytes !== undefined && total > settings.maxWeightBytes) {
+    throw new ExpertRuntimeError(
+      'SLICE_TOO_LARGE',
+      { bytes: total, limit: settings.maxWeightBytes },
+      `${describe(shape)} weigh ${total} bytes, over maxWeightBytes = ${settings.maxWeightBytes}`,
+    );
+  }
+  validateTuning(settings.tuning, device.limits);
+  const deviceMax = device.limits.maxComputeWorkgroupsPerDimension;
+  const maxPerDimension = Math.min(settings.maxWorkgroupsPerDimension ?? deviceMax, deviceMax);
+  const { limit, limitName } = bindingLimit(device.limits, settings.maxBindingBytes);
+  const ranges = planParts(shape, limit, limitName);
+  const kernels = ExpertFfnKernels.forDevice(device);
+  const chosen = await chooseFeatures(device, kernels, settings.features, settings.tuning.workgroupSize);
+  let { features, reason } = chosen;
+  const build = (f: readonly KernelFeature[]) =>
+    Promise.all([
+      buildPipelines(kernels, shape.types, settings.tuning, f, 'decode'),
+      kernels.pipeline({ kernel: 'expert_combine', tuning: settings.tuning, variant: 'base' }),
+    ]);
+  let pipelines: Awaited<ReturnType<typeof build>>;
+  try {
+    pipelines = await build(features);
+  } catch (e) {
+    // With 'auto', a driver that cannot build the subgroup variant gets the base kernels instead.
+    if (!(settings.features === 'auto' && features.includes('subgroups') && isCompileError(e))) throw e;
+    features = features.filter((f) => f !== 'subgroups');
+    reason += `; subgroups dropped: ${(e as Error).message}`;
+    pipelines = await build(features);
+  }
+  const [decode, combine] = pipelines;
+  // Out of GPU memory only shows as an error scope's error (the buffers are invalid, not missing).
+  device.pushErrorScope('out-of-memory');
+  const parts = createWeightParts(device, shape, ranges, settings.label);
+  const oom = await device.popErrorScope();
+  if (oom) {
+    destroyWeightParts(parts);
+    throw new ExpertRuntimeError(
+      'GPU_ERROR',
+      { message: oom.message },
+      `${settings.label}: no GPU memory for ${total} bytes of weights: ${oom.message}`,
+    );
+  }
+  return {
+    device,
+    owned,
+    kernels,
+    features,
+    featuresReason: reason,
+    maxPerDimension,
+    decode,
+    combine,
+    batched: null,
+    parts,
+    pool: new BufferPool(device, settings.label),
+    lost: null,
+  };
+}
+
+const isCompileError = (e: unknown): boolean => e instanceof ExpertRuntimeError && e.code === 'SHADER_COMPILE';
+
+/** Frees a state's buffers, and its device when the runtime requested it. */
+export function releaseState(st: GpuState): void {
+  destroyWeightParts(st.parts);
+  st.pool.dispose();
+  if (st.owned) st.device.destroy();
+}
+
+/** A state holding the slice's bytes. */
+export async function bytesState(
+  device: GPUDevice,
+  owned: boolean,
+  slice: ExpertSlice,
+  shape: SliceShape,
+  settings: Settings,
+): Promise<GpuState> {
+  const st = await prepareState(device, owned, shape, settings);
+  try {
+    const writer = new WeightWriter(device.queue, shape, st.parts);
+    for (const m of EXPERT_MATRICES) writer.write(m, 0, slice[m]);
+    writer.finish();
+    return st;
+  } catch (e) {
+    releaseState(st);
+    throw e;
+  }
+}
+
+const sameShape = (a: SliceShape, b: SliceShape): boolean =>
+  a.nEmbd === b.nEmbd &&
+  a.ff === b.ff &&
+  a.nExpert === b.nExpert &&
+  a.types.gate === b.types.gate &&
+  a.types.up === b.types.up &&
+  a.types.down === b.types.down;
+
+const describe = (s: SliceShape): string =>
+  `${s.nExpert} experts [${s.nEmbd}↔${s.ff}] of ${typeName(s.types.gate)}/${typeName(s.types.up)}/${typeName(s.types.down)}`;
+
+/**
+ * A state filled from a newly opened mini-GGUF slice stream: the header gives the shape (which must equal `expect`
+ * when rebuilding), then the tensor data goes straight into the weight buffers.
+ */
+export async function streamState(
+  device: GPUDevice,
+  owned: boolean,
+  source: SliceStreamSource,
+  expect: SliceShape | null,
+  settingsFor: (shape: SliceShape) => Settings,
+): Promise<{ shape: SliceShape; state: GpuState }> {
+  let st: GpuState | null = null;
+  let writer: WeightWriter | null = null;
+  let shape: SliceShape | null = null;
+  try {
+    const stream = await source.open();
+    await readExpertSliceStream(stream, {
+      onHeader: async (info) => {
+        const s: SliceShape = { nEmbd: info.nEmbd, ff: info.ff, nExpert: info.expertEnd - info.expertBegin, types: { ...info.types } };
+        validateSlice(
+          s,
+          { gate: { length: info.bytes.gate }, up: { length: info.bytes.up }, down: { length: info.bytes.down } },
+          KERNEL_TYPES,
+        );
+        if (expect && !sameShape(expect, s)) {
+          throw new ExpertRuntimeError(
+            'BAD_SLICE_STREAM',
+            { cause: 'changed', message: `holds ${describe(s)}` },
+            `the reopened slice stream holds ${describe(s)}, not ${describe(expect)}`,
+          );
+        }
+        shape = s;
+        st = await prepareState(device, owned, s, settingsFor(s));
+        writer = new WeightWriter(device.queue, s, st.parts);
+      },
+      onData: (matrix, offset, chunk) => {
+        writer!.write(matrix, offset, chunk);
+      },
+    });
+    writer!.finish();
+    return { shape: shape!, state: st! };
+  } catch (e) {
+    if (st) releaseState(st);
+    throw sliceError(e);
+  }
+}
+
+/** A slice reader's error as BAD_SLICE_STREAM (with its code as the cause); anything else unchanged. */
+export function sliceError(e: unknown): unknown {
+  if (e instanceof GGUFError || e instanceof ExpertSliceError) {
+    return new ExpertRuntimeError('BAD_SLICE_STREAM', { cause: e.code, message: e.message }, `not a valid expert slice: ${e.message}`);
+  }
+  return e;
+}
+
+/** Gate and up usually share a type and run fused; otherwise each pass uses its own type's module. */
+function upPasses(types: SliceTypes): { pass: UpPass; type: GGMLType }[] {
+  return types.gate === types.up
+    ? [{ pass: 'fused', type: types.gate }]
+    : [
+        { pass: 'gate', type: types.gate },
+        { pass: 'up', type: types.up },
+      ];
+}
+
+async function buildPipelines(
+  kernels: ExpertFfnKernels,
+  types: SliceTypes,
+  tuning: KernelTuning,
+  features: readonly KernelFeature[],
+  regime: Regime,
+): Promise<Pipelines> {
+  const upKernel = regime === 'decode' ? 'expert_up' : 'expert_up_batched';
+  const downKernel = regime === 'decode' ? 'expert_down' : 'expert_down_batched';
+  const [up, down] = await Promise.all([
+    Promise.all(
+      upPasses(types).map(async ({ pass, type }) => ({
+        pass,
+        pipeline: await kernels.pipeline({
+          kernel: upKernel,
+          quant: quantSnippet(type),
+          pass,
+          tuning,
+          variant: kernelVariant(upKernel, features),
+        }),
+      })),
+    ),
+    kernels.pipeline({ kernel: downKernel, quant: quantSnippet(types.down), tuning, variant: kernelVariant(downKernel, features) }),
+  ]);
+  return { up, down };
+}
+
+/**
+ * The batched regime's pipelines on this state, built on the first batched call (concurrent calls share the build; a
+ * failed build is retried by a later call). With 'auto' features, a driver that cannot build the f16 tiles gets the
+ * f32 ones instead, and the state records it.
+ */
+export function batchedPipelines(st: GpuState, types: SliceTypes, settings: Settings): Promise<Pipelines> {
+  if (!st.batched) {
+    const build = (f: readonly KernelFeature[]): Promise<Pipelines> => buildPipelines(st.kernels, types, settings.tuning, f, 'batched');
+    const p = build(st.features).catch((e: unknown) => {
+      if (!(settings.features === 'auto' && st.features.includes('shader-f16') && isCompileError(e))) throw e;
+      st.features = st.features.filter((f) => f !== 'shader-f16');
+      st.featuresReason += `; shader-f16 dropped: ${(e as Error).message}`;
+      return build(st.features);
+    });
+    p.catch(() => {
+      if (st.batched === p) st.batched = null; // a later call may retry
+    });
+    st.batched = p;
+  }
+  return st.batched;
+}

@@ -5,6 +5,14 @@
  */
 import { mulberry32 } from './random.ts';
 
+/**
+ * How a backend rounds. 'exact': float math on the dequantized weights (right for any coordinator whose numerics are
+ * unknown). 'llama': activations are first rounded to the weight type's vec-dot type exactly as llama.cpp's CPU backend
+ * does (Q8_0 / Q8_K blocks, F16, BF16; shaders/reference/ggml-activations.ts), both before gate/up and before down,
+ * so an honest worker agrees with a llama.cpp CPU coordinator's own result to float-summation precision.
+ */
+export type Numerics = 'exact' | 'llama';
+
 /** Anything with ExpertRuntime's compute() (ExpertRuntime, OrtExpertFallback). */
 export interface ExpertComputer {
   compute(rows: Float32Array, ids: Int32Array, probs: Float32Array, nTokens: number, nUsed: number): Promise<Float32Array>;

@@ -3,7 +3,7 @@
 # Offline after the one `npm pack`; CPU-only; ccache kept outside the clone so CI and later runs reuse it.
 # Idempotent: with nothing changed, a second run only asks cmake whether anything is out of date (seconds).
 #
-#   coordinator/build.sh            # build (or refresh) coordinator/bin/linkcpp-server and linkcpp-quantize
+#   coordinator/build.sh            # build (or refresh) coordinator/bin/linkcpp-server, linkcpp-quantize, linkcpp-expert-ref
 #   LINKCPP_VARIANT=stock coordinator/build.sh   # same source without our patches -> coordinator/bin-stock/ (benchmarks)
 set -euo pipefail
 
@@ -25,6 +25,13 @@ case "$variant" in
   *) echo "build.sh: LINKCPP_VARIANT must be hooked or stock, not '$variant'" >&2; exit 2 ;;
 esac
 mkdir -p "$cache_root" "$work" "$bin"
+# One build per variant at a time: `npm test` runs this script, and two runs laying or building the same tree at once
+# break each other. A second run waits for the first, then finds little or nothing left to do.
+exec 9>"$work/.lock-$variant"
+if ! flock -n 9; then
+  printf '[build:coordinator] another build of %s is running; waiting for it\n' "$variant"
+  flock 9
+fi
 export CCACHE_DIR=${CCACHE_DIR:-$cache_root/ccache}
 export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
 # Source paths differ between clones (CI clones elsewhere); let ccache hit across them.
@@ -59,16 +66,30 @@ patches=()
 if [ "$variant" = hooked ]; then
   while IFS= read -r p; do patches+=("$p"); done < <(find "$here/patches" -name '*.patch' | sort)
 fi
-# The stamp names everything the source tree depends on; a change re-lays the tree from the bundle.
+# The stamp names everything the source tree depends on (the commit, every patch, every overlay file under src/); a
+# change re-lays the tree.
 stamp_want=$( { echo "$llama_commit $variant"; for p in "${patches[@]}"; do sha256sum "$p"; done; \
                 if [ "$variant" = hooked ] && [ -d "$here/src" ]; then find "$here/src" -type f -print0 | sort -z | xargs -0 -r sha256sum; fi; } \
               | sha256sum | cut -d' ' -f1)
 stamp_file="$src/.linkcpp-stamp"
 if [ ! -f "$stamp_file" ] || [ "$(cat "$stamp_file")" != "$stamp_want" ]; then
-  log "laying llama.cpp $llama_commit ($variant) in $src"
-  rm -rf "$src"
-  git -c advice.detachedHead=false clone -q "$bundle" "$src"
-  git -C "$src" -c advice.detachedHead=false checkout -q "$llama_commit"
+  kept="$work/.kept-$variant"
+  : > "$kept"
+  if [ -d "$src/.git" ] && git -C "$src" rev-parse -q --verify "$llama_commit^{commit}" >/dev/null 2>&1; then
+    # Re-lay in place. Files our patches and overlay touched are restored and laid again, and those whose content comes
+    # out the same get their old mtime back, so make recompiles only what really changed (an overlay edit: one file).
+    log "re-laying llama.cpp $llama_commit ($variant) in $src"
+    while IFS= read -r -d '' f; do
+      [ -f "$src/$f" ] && printf '%s %s %s\0' "$(sha256sum < "$src/$f" | cut -d' ' -f1)" "$(stat -c %Y "$src/$f")" "$f" >> "$kept"
+    done < <(git -C "$src" ls-files -z -m -o --exclude-standard)
+    git -C "$src" -c advice.detachedHead=false checkout -q -f "$llama_commit"
+    git -C "$src" clean -q -f -d -x
+  else
+    log "laying llama.cpp $llama_commit ($variant) in $src"
+    rm -rf "$src"
+    git -c advice.detachedHead=false clone -q "$bundle" "$src"
+    git -C "$src" -c advice.detachedHead=false checkout -q "$llama_commit"
+  fi
   if [ "$variant" = hooked ]; then
     [ -d "$here/src" ] && cp -r "$here/src/." "$src/"
     for p in "${patches[@]}"; do
@@ -76,6 +97,11 @@ if [ ! -f "$stamp_file" ] || [ "$(cat "$stamp_file")" != "$stamp_want" ]; then
       git -C "$src" apply --whitespace=nowarn "$p"
     done
   fi
+  while IFS= read -r -d '' line; do
+    sum=${line%% *}; rest=${line#* }; mtime=${rest%% *}; f=${rest#* }
+    if [ -f "$src/$f" ] && [ "$(sha256sum < "$src/$f" | cut -d' ' -f1)" = "$sum" ]; then touch -m -d "@$mtime" "$src/$f"; fi
+  done < "$kept"
+  rm -f "$kept"
   echo "$stamp_want" > "$stamp_file"
 fi
 
@@ -100,9 +126,16 @@ if [ ! -f "$build/CMakeCache.txt" ] || [ "$(cat "$flags_file" 2>/dev/null)" != "
 fi
 
 jobs=${LINKCPP_JOBS:-$(nproc)}
-log "building llama-server and llama-quantize with $jobs jobs"
-cmake --build "$build" --target llama-server llama-quantize -j "$jobs" >"$work/build-$variant.log" 2>&1 \
+targets=(llama-server llama-quantize)
+[ "$variant" = hooked ] && targets+=(linkcpp-expert-ref)
+log "building ${targets[*]} with $jobs jobs"
+cmake --build "$build" --target "${targets[@]}" -j "$jobs" >"$work/build-$variant.log" 2>&1 \
   || { tail -60 "$work/build-$variant.log" >&2; exit 1; }
-install -m 0755 "$build/bin/llama-server" "$bin/linkcpp-server.tmp" && mv "$bin/linkcpp-server.tmp" "$bin/linkcpp-server"
-install -m 0755 "$build/bin/llama-quantize" "$bin/linkcpp-quantize.tmp" && mv "$bin/linkcpp-quantize.tmp" "$bin/linkcpp-quantize"
+# Install only what changed (an unchanged binary keeps its file, so a server started from it meanwhile is not disturbed).
+install_bin() {
+  if ! cmp -s "$1" "$2"; then install -m 0755 "$1" "$2.tmp" && mv "$2.tmp" "$2"; fi
+}
+install_bin "$build/bin/llama-server" "$bin/linkcpp-server"
+install_bin "$build/bin/llama-quantize" "$bin/linkcpp-quantize"
+[ "$variant" = hooked ] && install_bin "$build/bin/linkcpp-expert-ref" "$bin/linkcpp-expert-ref"
 log "done in $(( $(date +%s) - t0 )) s: $bin/linkcpp-server"

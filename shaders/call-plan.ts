@@ -1,25 +1,33 @@
 /**
- * The plan of one compute call: everything the slice's shape, the call's routing, the tuning, the weight parts and
- * the device limits decide, with no GPU — the per-call buffer sizes (BATCH_TOO_LARGE past a binding), the batched
- * regime's grouping of pairs by expert, which weight parts dispatch and with how many workgroups (folded into 2-D;
- * DISPATCH_TOO_LARGE), and the Shape uniform of each dispatch. call-run.ts carries a plan out on a device;
- * test/unit/call-plan.test.ts tables it.
+ * The plan of one compute call: everything the slice's shape, the call's routing, the tuning, the weight parts, the
+ * numerics and the device limits decide, with no GPU — the per-call buffer sizes (BATCH_TOO_LARGE past a binding),
+ * the batched regime's grouping of pairs by expert, which weight parts dispatch and with how many workgroups (folded
+ * into 2-D; DISPATCH_TOO_LARGE), the activation roundings of llama numerics, and the uniform of each dispatch.
+ * call-run.ts carries a plan out on a device; test/unit/call-plan.test.ts tables it.
  *
- * Per call (nPairs = nTokens · nUsed), for each part p that some pair routes to:
- *   up      expert_up / expert_up_batched       h[nPairs × ff]       (one dispatch per up pass)
- *   down    expert_down / expert_down_batched   y[nPairs × nEmbd]
+ * Per call (nPairs = nTokens · nUsed):
+ *   [llama]  round_activations                   the rows, per the gate and up types' vec-dot types (callRounding)
+ * for each part p that some pair routes to:
+ *   up       expert_up(_q8) / expert_up_batched  h[nPairs × ff]       (one dispatch per up pass)
+ *   [llama]  round_activations                   h, per the down type's vec-dot type (once, after every part's up)
+ * for each such part:
+ *   down     expert_down(_q8) / …_batched        y[nPairs × nEmbd]
  * then once:
- *   combine expert_combine                      out[nTokens × nEmbd] = Σ_k prob · y
+ *   combine  expert_combine                      out[nTokens × nEmbd] = Σ_k prob · y
  *
  * @example
  *   const plan = planCall(shape, { ids, counts, nTokens, nUsed, regime }, tuning, [[0, 8]], limits);
  *   plan.sizes.hidden; plan.parts[0].up; plan.uniforms;   // bytes, [x, y] workgroups, Shape uniforms
  */
+import type { ExpertMatrix } from '../gguf/expert-slice.ts';
+import type { Numerics } from './computer.ts';
 import { ExpertRuntimeError } from './errors.ts';
 import { groupByExpert, type ExpertGroups } from './expert-groups.ts';
-import type { KernelTuning } from './expert-ffn.ts';
+import { INT8_SNIPPETS, type IntegerDot, type KernelTuning } from './expert-ffn.ts';
+import { vecDotType } from './reference/ggml-activations.ts';
 import type { Regime } from './regime-policy.ts';
-import type { CallShape, SliceShape } from './slice.ts';
+import { ROUND_BLOCK, roundModeOf, roundWorkgroups, writeRoundParams, type RoundMode } from './round-activations.ts';
+import type { CallShape, SliceShape, SliceTypes } from './slice.ts';
 
 /** Bytes a u32 byte offset in the kernels can address. */
 const U32_ADDRESSABLE = 2 ** 32 - 4;
@@ -131,12 +139,66 @@ function partDispatch([begin, end]: readonly [number, number], counts: Uint32Arr
   return { expertBegin: begin, expertEnd: end, tileBegin, nRowTiles };
 }
 
-/** A call as the planner sees it: its shape, routing (ids and their per-expert counts) and the regime that serves it. */
+/** One activation rounding: ggml's rounding `mode` (round_activations.wgsl), with the packed int8 output or not. */
+export interface RoundStep {
+  mode: RoundMode;
+  /** The int8 kernels read the packed quants and scales (main_packed); otherwise the float kernels read the values. */
+  packed: boolean;
+}
+
+/** How a call's activations are rounded before each matrix; null: as they are (exact numerics, or F32 weights). */
+export interface CallRounding {
+  gate: RoundStep | null;
+  up: RoundStep | null;
+  down: RoundStep | null;
+}
+
+/** No rounding anywhere: exact numerics. */
+export const NO_ROUNDING: CallRounding = { gate: null, up: null, down: null };
+
+/**
+ * The roundings a call needs: none in exact numerics; in llama numerics, before each matrix whose vec-dot type is not
+ * F32, ggml's rounding for that type (roundModeOf(vecDotType(type))). `integerDot` (the runtime's, see IntegerDot)
+ * decides whether the decode regime's kernels read packed int8: the up step when gate and up both have an integer
+ * block dot (INT8_SNIPPETS) and round alike, the down step when down has one. The batched regime always reads values.
+ */
+export function callRounding(types: SliceTypes, numerics: Numerics, regime: Regime, integerDot: IntegerDot): CallRounding {
+  if (numerics === 'exact') return NO_ROUNDING;
+  const mode = (m: ExpertMatrix): RoundMode | null => {
+    const r = roundModeOf(vecDotType(types[m]));
+    return r === 'f32' ? null : r;
+  };
+  const int8 = regime === 'decode' && integerDot !== 'float';
+  const [g, u, d] = [mode('gate'), mode('up'), mode('down')];
+  const upPacked = int8 && INT8_SNIPPETS.has(types.gate) && INT8_SNIPPETS.has(types.up) && g === u;
+  const step = (m: RoundMode | null, packed: boolean): RoundStep | null => (m ? { mode: m, packed } : null);
+  return { gate: step(g, upPacked), up: step(u, upPacked), down: step(d, int8 && INT8_SNIPPETS.has(types.down)) };
+}
+
+/** A call as the planner sees it: its shape, routing (ids and their per-expert counts), the regime that serves it and its roundings. */
 export interface PlannedCall extends CallShape {
   ids: Int32Array;
   /** Pairs per expert of the slice (expertCounts). */
   counts: Uint32Array;
   regime: Regime;
+  /** callRounding's answer (default NO_ROUNDING: exact numerics). */
+  rounding?: CallRounding;
+}
+
+/** One round_activations dispatch of a call. */
+export interface PlannedRound {
+  /** What it rounds: the call's rows (before gate and/or up) or the hidden vectors h (before down). */
+  input: 'rows' | 'hidden';
+  /** The matrices whose kernels read the result. */
+  for: ExpertMatrix[];
+  mode: RoundMode;
+  packed: boolean;
+  nRows: number;
+  rowLen: number;
+  /** Workgroups (x, y), folded into 2-D. */
+  workgroups: [number, number];
+  /** Bytes of its outputs: the rounded values, and when packed the int8 quants (one byte each) and the f32 scales. */
+  bytes: { values: number; qs: number; scales: number };
 }
 
 /** The device limits a call must fit. */
@@ -181,10 +243,49 @@ export interface CallPlan {
   parts: PlannedPart[];
   /** Workgroups (x, y) of expert_combine. */
   combine: [number, number];
-  /** Bytes from one Shape uniform to the next in the uniform buffer (SHAPE_UNIFORM_BYTES rounded up to the alignment). */
+  /** The roundings the kernels read (callRounding), and their dispatches: the rows' (0, 1 or 2) first, then h's (0 or 1). */
+  rounding: CallRounding;
+  rounds: PlannedRound[];
+  /** Bytes from one uniform to the next in the uniform buffer (SHAPE_UNIFORM_BYTES rounded up to the alignment). */
   uniformStride: number;
-  /** The Shape uniform of each planned part, in order, then the combine's (the whole slice): uniforms.length · uniformStride bytes. */
+  /**
+   * The Shape uniform of each planned part, in order, then the combine's (the whole slice), then each round's
+   * RoundParams (writeRoundParams): uniforms.length · uniformStride bytes.
+   */
   uniforms: Uint32Array[];
+}
+
+/** The round_activations dispatches of a call with `rounding`: one per distinct rounding of the rows, then h's. */
+function planRounds(
+  shape: Pick<SliceShape, 'nEmbd' | 'ff'>,
+  nTokens: number,
+  nPairs: number,
+  rounding: CallRounding,
+  fold: (workgroups: number) => [number, number],
+): PlannedRound[] {
+  const round = (input: PlannedRound['input'], f: ExpertMatrix[], step: RoundStep, nRows: number, rowLen: number): PlannedRound => {
+    const n = nRows * rowLen;
+    return {
+      input,
+      for: f,
+      mode: step.mode,
+      packed: step.packed,
+      nRows,
+      rowLen,
+      workgroups: fold(roundWorkgroups(n)),
+      bytes: { values: n * 4, qs: step.packed ? n : 0, scales: step.packed ? (n / ROUND_BLOCK[step.mode]) * 4 : 0 },
+    };
+  };
+  const out: PlannedRound[] = [];
+  const { gate, up, down } = rounding;
+  if (gate && up && gate.mode === up.mode && gate.packed === up.packed) {
+    out.push(round('rows', ['gate', 'up'], gate, nTokens, shape.nEmbd));
+  } else {
+    if (gate) out.push(round('rows', ['gate'], gate, nTokens, shape.nEmbd));
+    if (up) out.push(round('rows', ['up'], up, nTokens, shape.nEmbd));
+  }
+  if (down) out.push(round('hidden', ['down'], down, nPairs, shape.ff));
+  return out;
 }
 
 /**
@@ -212,8 +313,16 @@ export function planCall(
     ids: nPairs * 4,
     tiles: groups ? groups.tiles.byteLength : 0,
   };
+  const fold = (workgroups: number): [number, number] => foldDispatch(workgroups, limits.maxPerDimension);
+  const rounding = call.rounding ?? NO_ROUNDING;
+  const rounds = planRounds(shape, nTokens, nPairs, rounding, fold);
   const { limit, limitName } = limits.binding;
-  for (const [buffer, bytes] of Object.entries(sizes)) {
+  const buffers: [string, number][] = Object.entries(sizes);
+  for (const r of rounds) {
+    const name = `rounded ${r.input} (${r.mode})`;
+    buffers.push([`${name} values`, r.bytes.values], [`${name} quants`, r.bytes.qs], [`${name} scales`, r.bytes.scales]);
+  }
+  for (const [buffer, bytes] of buffers) {
     if (bytes > limit) {
       throw new ExpertRuntimeError(
         'BATCH_TOO_LARGE',
@@ -224,7 +333,6 @@ export function planCall(
   }
   // Each part dispatches only when some pair routes to its experts; batched, over its own tiles.
   const tiles = groups ? tilesPerExpert(counts, tileRows) : null;
-  const fold = (workgroups: number): [number, number] => foldDispatch(workgroups, limits.maxPerDimension);
   const planned: PlannedPart[] = [];
   parts.forEach((range, index) => {
     const dispatch = partDispatch(range, counts, tiles);
@@ -245,7 +353,13 @@ export function planCall(
     sizes,
     parts: planned,
     combine,
+    rounding,
+    rounds,
     uniformStride: Math.ceil(SHAPE_UNIFORM_BYTES / align) * align,
-    uniforms: [...planned.map((p) => writeShapeUniform(shape, call, p.dispatch)), writeShapeUniform(shape, call, whole)],
+    uniforms: [
+      ...planned.map((p) => writeShapeUniform(shape, call, p.dispatch)),
+      writeShapeUniform(shape, call, whole),
+      ...rounds.map((r) => writeRoundParams(r.nRows, r.rowLen)),
+    ],
   };
 }

@@ -1,14 +1,27 @@
 /**
  * Carries out one planned call (call-plan.ts) on a device state (device-state.ts): per-call buffers from the state's
- * pool, the inputs and Shape uniforms written, one bind group per kernel and part, the dispatches in one compute
- * pass, and the output read back. Everything from the first buffer to the submit runs inside an out-of-memory and a
+ * pool, the inputs and uniforms written, one bind group per kernel and part, the dispatches in one compute pass (in
+ * llama numerics the activation roundings too: the rows before the up kernels, h before the down kernels), and the
+ * output read back. Everything from the first buffer to the submit runs inside an out-of-memory and a
  * validation error scope, so a failure there is GPU_ERROR and gives every buffer back.
  */
+import type { ExpertMatrix } from '../gguf/expert-slice.ts';
 import { SHAPE_UNIFORM_BYTES, type CallPlan } from './call-plan.ts';
-import { lostError, type GpuState, type Pipelines } from './device-state.ts';
+import { lostError, roundKey, type GpuState, type Pipelines } from './device-state.ts';
 import { ExpertRuntimeError } from './errors.ts';
 import type { ExpertFfnKernels } from './expert-ffn.ts';
 import { GPU_FLAGS } from './gpu-flags.ts';
+import { ROUND_PARAMS_FIELDS } from './round-activations.ts';
+
+/** Bytes of the RoundParams uniform (round_activations.wgsl). */
+const ROUND_UNIFORM_BYTES = ROUND_PARAMS_FIELDS.length * 4;
+
+/** One rounding's output buffers in a call. */
+interface RoundBuffers {
+  values: GPUBufferBinding;
+  qs: GPUBufferBinding | null;
+  scales: GPUBufferBinding | null;
+}
 
 /** The call's inputs, validated (slice.ts validateInputs) and of the sizes the plan was made for. */
 export interface CallInputs {
@@ -57,6 +70,24 @@ export async function runPlan(st: GpuState, pipelines: Pipelines, plan: CallPlan
     write(b.ids, groups ? groups.perm : c.ids);
     if (groups && b.tiles) write(b.tiles, groups.tiles);
     write(b.probs, c.probs);
+    // llama numerics: each rounding's outputs (values; packed: int8 quants and scales too).
+    const rounded: RoundBuffers[] = plan.rounds.map((r) => {
+      const what = `rounded ${r.input} (${r.mode})`;
+      const out = (bytes: number, role: string): GPUBufferBinding => ({
+        buffer: acquire(F.BUFFER_STORAGE, bytes, `${what} ${role}`),
+        offset: 0,
+        size: Math.max(4, Math.ceil(bytes / 4) * 4),
+      });
+      return {
+        values: out(r.bytes.values, 'values'),
+        qs: r.packed ? out(r.bytes.qs, 'quants') : null,
+        scales: r.packed ? out(r.bytes.scales, 'scales') : null,
+      };
+    });
+    const roundedFor = (m: ExpertMatrix): RoundBuffers | null => {
+      const i = plan.rounds.findIndex((r) => r.for.includes(m));
+      return i < 0 ? null : rounded[i]!;
+    };
 
     const range = (buffer: GPUBuffer, size: number, offset = 0): GPUBufferBinding => ({ buffer, offset, size });
     const bind = (kernel: keyof ExpertFfnKernels['layouts'], resources: GPUBindingResource[]): GPUBindGroup =>
@@ -77,18 +108,67 @@ export async function runPlan(st: GpuState, pipelines: Pipelines, plan: CallPlan
       pass.setBindGroup(0, group);
       pass.dispatchWorkgroups(x, y);
     };
-    plan.parts.forEach((p, i) => {
-      const w = st.parts[p.index]!.buffers;
-      const upGroup = b.tiles
-        ? bind('expert_up_batched', [shapeOf(i), { buffer: w.gate }, { buffer: w.up }, rowsR, idsR, range(b.tiles, sizes.tiles), hiddenR])
-        : bind('expert_up', [shapeOf(i), { buffer: w.gate }, { buffer: w.up }, rowsR, idsR, hiddenR]);
-      for (const { pipeline } of pipelines.up) run(pipeline, upGroup, p.up);
+    const firstRound = plan.parts.length + 1; // the RoundParams uniforms follow the parts' and the combine's Shapes
+    const runRound = (i: number): void => {
+      const r = plan.rounds[i]!;
+      const out = rounded[i]!;
+      const input = r.input === 'rows' ? rowsR : hiddenR;
+      const entries: GPUBindGroupEntry[] = [
+        { binding: 0, resource: range(b.shape, ROUND_UNIFORM_BYTES, (firstRound + i) * stride) },
+        { binding: 1, resource: input },
+        { binding: 2, resource: out.values },
+      ];
+      if (out.qs && out.scales) entries.push({ binding: 3, resource: out.qs }, { binding: 4, resource: out.scales });
+      const group = device.createBindGroup({
+        label: `${label} round_activations (${r.input}, ${r.mode}) bind group`,
+        layout: st.round.bindGroupLayouts[r.packed ? 'packed' : 'main'],
+        entries,
+      });
+      run(pipelines.round.get(roundKey(r))!, group, r.workgroups);
+    };
+    plan.rounds.forEach((r, i) => {
+      if (r.input === 'rows') runRound(i);
     });
     plan.parts.forEach((p, i) => {
       const w = st.parts[p.index]!.buffers;
-      const downGroup = b.tiles
-        ? bind('expert_down_batched', [shapeOf(i), { buffer: w.down }, hiddenR, idsR, range(b.tiles, sizes.tiles), outR])
-        : bind('expert_down', [shapeOf(i), { buffer: w.down }, hiddenR, idsR, outR]);
+      for (const { pass: upPass, pipeline } of pipelines.up) {
+        // The rows each pass reads: rounded for its matrix (fused: gate and up round alike), or as they are.
+        const act = roundedFor(upPass === 'up' ? 'up' : 'gate');
+        let group: GPUBindGroup;
+        if (act?.qs && act.scales) {
+          group = bind('expert_up_q8', [shapeOf(i), { buffer: w.gate }, { buffer: w.up }, act.qs, idsR, hiddenR, act.scales]);
+        } else {
+          const rows = act?.values ?? rowsR;
+          group = b.tiles
+            ? bind('expert_up_batched', [
+                shapeOf(i),
+                { buffer: w.gate },
+                { buffer: w.up },
+                rows,
+                idsR,
+                range(b.tiles, sizes.tiles),
+                hiddenR,
+              ])
+            : bind('expert_up', [shapeOf(i), { buffer: w.gate }, { buffer: w.up }, rows, idsR, hiddenR]);
+        }
+        run(pipeline, group, p.up);
+      }
+    });
+    plan.rounds.forEach((r, i) => {
+      if (r.input === 'hidden') runRound(i);
+    });
+    const downAct = roundedFor('down');
+    plan.parts.forEach((p, i) => {
+      const w = st.parts[p.index]!.buffers;
+      let downGroup: GPUBindGroup;
+      if (downAct?.qs && downAct.scales) {
+        downGroup = bind('expert_down_q8', [shapeOf(i), { buffer: w.down }, downAct.qs, idsR, outR, downAct.scales]);
+      } else {
+        const hidden = downAct?.values ?? hiddenR;
+        downGroup = b.tiles
+          ? bind('expert_down_batched', [shapeOf(i), { buffer: w.down }, hidden, idsR, range(b.tiles, sizes.tiles), outR])
+          : bind('expert_down', [shapeOf(i), { buffer: w.down }, hidden, idsR, outR]);
+      }
       run(pipelines.down, downGroup, p.down);
     });
     run(

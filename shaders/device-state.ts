@@ -8,19 +8,25 @@ import { EXPERT_MATRICES, ExpertSliceError } from '../gguf/expert-slice.ts';
 import { readExpertSliceStream } from '../gguf/expert-slice-stream.ts';
 import { typeName, type GGMLType } from '../gguf/quant-types.ts';
 import { BufferPool } from './buffer-pool.ts';
-import { bindingLimit } from './call-plan.ts';
+import { bindingLimit, callRounding, type CallRounding, type RoundStep } from './call-plan.ts';
+import type { Numerics } from './computer.ts';
 import { ExpertRuntimeError } from './errors.ts';
 import {
   ExpertFfnKernels,
+  INT8_SNIPPETS,
   KERNEL_TYPES,
+  PACKED_DOT_LANGUAGE_FEATURE,
   kernelVariant,
   quantSnippet,
   validateTuning,
+  type Int8Dot,
+  type IntegerDot,
   type KernelFeature,
   type KernelTuning,
   type UpPass,
 } from './expert-ffn.ts';
 import type { Regime, RegimePolicy } from './regime-policy.ts';
+import { roundKernels, type RoundKernels } from './round-activations.ts';
 import { sliceMatrixBytes, validateSlice, type ExpertSlice, type SliceShape, type SliceStreamSource, type SliceTypes } from './slice.ts';
 import { WeightWriter, createWeightParts, destroyWeightParts, planParts, type WeightPart } from './weight-parts.ts';
 
@@ -32,14 +38,32 @@ export interface Settings {
   maxBindingBytes: number | undefined;
   maxWeightBytes: number | undefined;
   features: 'auto' | readonly KernelFeature[];
+  numerics: Numerics;
+  integerDot: 'auto' | IntegerDot;
   label: string;
 }
 
-/** The up pipelines (one per up pass) and the down pipeline of one regime. */
+/**
+ * The up pipelines (one per up pass) and the down pipeline of one regime, with the roundings they read (llama
+ * numerics) and the round_activations pipelines that make them.
+ */
 export interface Pipelines {
   up: { pass: UpPass; pipeline: GPUComputePipeline }[];
   down: GPUComputePipeline;
+  /** callRounding for this regime: where a step is packed, its kernel is the int8 one (expert_up_q8 / expert_down_q8). */
+  rounding: CallRounding;
+  /** round_activations pipelines by roundKey(step). */
+  round: Map<string, GPUComputePipeline>;
 }
+
+/** Key of a rounding's pipeline in Pipelines.round. */
+export const roundKey = (step: RoundStep): string => `${step.mode}${step.packed ? '/packed' : ''}`;
+
+/**
+ * What an 'auto' integerDot falls back to where dot4I8Packed is missing: the float kernels on rounded values, which
+ * measured as fast as or faster than the unpacked int8 kernels on SwiftShader (docs/kernels.md).
+ */
+export const INTEGER_DOT_FALLBACK: IntegerDot = 'float';
 
 /** Everything that lives on one device; rebuilt whole on a new device after a loss. */
 export interface GpuState {
@@ -47,8 +71,12 @@ export interface GpuState {
   /** Devices the runtime requested itself (recovery) are destroyed with it. */
   owned: boolean;
   kernels: ExpertFfnKernels;
+  round: RoundKernels;
   features: KernelFeature[];
   featuresReason: string;
+  /** llama numerics: how the decode regime's 8-bit dot products run, and why ('float' in exact numerics). */
+  integerDot: IntegerDot;
+  integerDotReason: string;
   maxPerDimension: number;
   decode: Pipelines;
   combine: GPUComputePipeline;
@@ -132,22 +160,41 @@ async function prepareState(device: GPUDevice, owned: boolean, shape: SliceShape
   const { limit, limitName } = bindingLimit(device.limits, settings.maxBindingBytes);
   const ranges = planParts(shape, limit, limitName);
   const kernels = ExpertFfnKernels.forDevice(device);
+  const round = roundKernels(device);
   const chosen = await chooseFeatures(device, kernels, settings.features, settings.tuning.workgroupSize);
   let { features, reason } = chosen;
-  const build = (f: readonly KernelFeature[]) =>
+  let { dot: integerDot, reason: dotReason } = chooseIntegerDot(shape.types, settings);
+  const build = (f: readonly KernelFeature[], dot: IntegerDot) =>
     Promise.all([
-      buildPipelines(kernels, shape.types, settings.tuning, f, 'decode'),
+      buildPipelines(kernels, round, shape.types, settings, f, 'decode', dot),
       kernels.pipeline({ kernel: 'expert_combine', tuning: settings.tuning, variant: 'base' }),
     ]);
   let pipelines: Awaited<ReturnType<typeof build>>;
-  try {
-    pipelines = await build(features);
-  } catch (e) {
-    // With 'auto', a driver that cannot build the subgroup variant gets the base kernels instead.
-    if (!(settings.features === 'auto' && features.includes('subgroups') && isCompileError(e))) throw e;
-    features = features.filter((f) => f !== 'subgroups');
-    reason += `; subgroups dropped: ${(e as Error).message}`;
-    pipelines = await build(features);
+  for (;;) {
+    try {
+      pipelines = await build(features, integerDot);
+      break;
+    } catch (e) {
+      if (!isCompileError(e)) throw e;
+      const failed = (e as ExpertRuntimeError<'SHADER_COMPILE'>).details.pipeline;
+      // With 'auto', a driver that cannot build dot4I8Packed gets the fallback, and one that cannot build the
+      // subgroup variant the base kernels.
+      if (settings.integerDot === 'auto' && integerDot === 'packed' && failed.endsWith('/packed')) {
+        integerDot = INTEGER_DOT_FALLBACK;
+        dotReason = `${INTEGER_DOT_FALLBACK}: dot4I8Packed failed to build (${(e as Error).message})`;
+      } else if (settings.integerDot === 'packed' && failed.endsWith('/packed')) {
+        throw new ExpertRuntimeError(
+          'FEATURE_UNAVAILABLE',
+          { feature: PACKED_DOT_LANGUAGE_FEATURE, reason: (e as Error).message },
+          `the packed int8 kernels cannot run on this device: ${(e as Error).message}`,
+        );
+      } else if (settings.features === 'auto' && features.includes('subgroups')) {
+        features = features.filter((f) => f !== 'subgroups');
+        reason += `; subgroups dropped: ${(e as Error).message}`;
+      } else {
+        throw e;
+      }
+    }
   }
   const [decode, combine] = pipelines;
   // Out of GPU memory only shows as an error scope's error (the buffers are invalid, not missing).
@@ -166,8 +213,11 @@ async function prepareState(device: GPUDevice, owned: boolean, shape: SliceShape
     device,
     owned,
     kernels,
+    round,
     features,
     featuresReason: reason,
+    integerDot,
+    integerDotReason: dotReason,
     maxPerDimension,
     decode,
     combine,
@@ -283,31 +333,67 @@ function upPasses(types: SliceTypes): { pass: UpPass; type: GGMLType }[] {
       ];
 }
 
+/**
+ * How the decode regime's 8-bit dot products run (llama numerics), before any pipeline is built: the asked-for
+ * integerDot, or with 'auto' dot4I8Packed unless the page's navigator.gpu.wgslLanguageFeatures lacks it (in Node the
+ * build decides: prepareState falls back when the packed pipelines fail). 'packed' asked for and missing throws
+ * FEATURE_UNAVAILABLE.
+ */
+function chooseIntegerDot(types: SliceTypes, settings: Settings): { dot: IntegerDot; reason: string } {
+  if (settings.numerics === 'exact') return { dot: 'float', reason: 'exact numerics: activations are not rounded' };
+  const names = `${typeName(types.gate)}/${typeName(types.up)}/${typeName(types.down)}`;
+  if (![types.gate, types.up, types.down].some((t) => INT8_SNIPPETS.has(t)))
+    return { dot: 'float', reason: `${names} weights have no 8-bit activations: the float kernels read the rounded values` };
+  const want = settings.integerDot;
+  if (want === 'float' || want === 'unpacked') return { dot: want, reason: `${want}: asked for` };
+  const features = (globalThis as { navigator?: { gpu?: { wgslLanguageFeatures?: ReadonlySet<string> } } }).navigator?.gpu
+    ?.wgslLanguageFeatures;
+  if (features && !features.has(PACKED_DOT_LANGUAGE_FEATURE)) {
+    const why = `navigator.gpu.wgslLanguageFeatures lacks ${PACKED_DOT_LANGUAGE_FEATURE}`;
+    if (want === 'packed') {
+      throw new ExpertRuntimeError('FEATURE_UNAVAILABLE', { feature: PACKED_DOT_LANGUAGE_FEATURE, reason: why }, `dot4I8Packed: ${why}`);
+    }
+    return { dot: INTEGER_DOT_FALLBACK, reason: `${INTEGER_DOT_FALLBACK}: ${why}` };
+  }
+  return { dot: 'packed', reason: want === 'packed' ? 'packed: asked for' : `packed: dot4I8Packed (${PACKED_DOT_LANGUAGE_FEATURE})` };
+}
+
 async function buildPipelines(
   kernels: ExpertFfnKernels,
+  round: RoundKernels,
   types: SliceTypes,
-  tuning: KernelTuning,
+  settings: Settings,
   features: readonly KernelFeature[],
   regime: Regime,
+  integerDot: IntegerDot,
 ): Promise<Pipelines> {
-  const upKernel = regime === 'decode' ? 'expert_up' : 'expert_up_batched';
-  const downKernel = regime === 'decode' ? 'expert_down' : 'expert_down_batched';
-  const [up, down] = await Promise.all([
+  const { tuning } = settings;
+  const rounding = callRounding(types, settings.numerics, regime, integerDot);
+  const dot: Int8Dot = integerDot === 'packed' ? 'packed' : 'unpacked';
+  const int8 = (t: GGMLType) => INT8_SNIPPETS.get(t)!;
+  const upKernel = regime === 'decode' ? (rounding.gate?.packed ? 'expert_up_q8' : 'expert_up') : 'expert_up_batched';
+  const downKernel = regime === 'decode' ? (rounding.down?.packed ? 'expert_down_q8' : 'expert_down') : 'expert_down_batched';
+  const upPipeline = (pass: UpPass, type: GGMLType): Promise<GPUComputePipeline> =>
+    upKernel === 'expert_up_q8'
+      ? kernels.pipeline({ kernel: upKernel, quant: int8(type), pass, tuning, variant: kernelVariant(upKernel, features), dot })
+      : kernels.pipeline({ kernel: upKernel, quant: quantSnippet(type), pass, tuning, variant: kernelVariant(upKernel, features) });
+  const downPipeline = (): Promise<GPUComputePipeline> =>
+    downKernel === 'expert_down_q8'
+      ? kernels.pipeline({ kernel: downKernel, quant: int8(types.down), tuning, variant: kernelVariant(downKernel, features), dot })
+      : kernels.pipeline({ kernel: downKernel, quant: quantSnippet(types.down), tuning, variant: kernelVariant(downKernel, features) });
+  const steps = [rounding.gate, rounding.up, rounding.down].filter((r): r is RoundStep => r !== null);
+  const keys = [...new Set(steps.map(roundKey))];
+  const [up, down, roundPipelines] = await Promise.all([
+    Promise.all(upPasses(types).map(async ({ pass, type }) => ({ pass, pipeline: await upPipeline(pass, type) }))),
+    downPipeline(),
     Promise.all(
-      upPasses(types).map(async ({ pass, type }) => ({
-        pass,
-        pipeline: await kernels.pipeline({
-          kernel: upKernel,
-          quant: quantSnippet(type),
-          pass,
-          tuning,
-          variant: kernelVariant(upKernel, features),
-        }),
-      })),
+      keys.map(async (k) => {
+        const step = steps.find((r) => roundKey(r) === k)!;
+        return [k, await round.pipeline(step.mode, step.packed)] as const;
+      }),
     ),
-    kernels.pipeline({ kernel: downKernel, quant: quantSnippet(types.down), tuning, variant: kernelVariant(downKernel, features) }),
   ]);
-  return { up, down };
+  return { up, down, rounding, round: new Map(roundPipelines) };
 }
 
 /**
@@ -317,7 +403,8 @@ async function buildPipelines(
  */
 export function batchedPipelines(st: GpuState, types: SliceTypes, settings: Settings): Promise<Pipelines> {
   if (!st.batched) {
-    const build = (f: readonly KernelFeature[]): Promise<Pipelines> => buildPipelines(st.kernels, types, settings.tuning, f, 'batched');
+    const build = (f: readonly KernelFeature[]): Promise<Pipelines> =>
+      buildPipelines(st.kernels, st.round, types, settings, f, 'batched', st.integerDot);
     const p = build(st.features).catch((e: unknown) => {
       if (!(settings.features === 'auto' && st.features.includes('shader-f16') && isCompileError(e))) throw e;
       st.features = st.features.filter((f) => f !== 'shader-f16');

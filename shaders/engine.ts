@@ -15,20 +15,36 @@
  *
  * Backends come as factories so the caller decides how each is loaded (which onnxruntime build, which adapter) and a
  * machine without WebGPU simply passes none. A backend that fails to build or to compute is reported and left out.
+ *
+ * `numerics` (default 'exact'; 'llama' when the coordinator is a llama.cpp CPU one, as its assignment says) is handed
+ * to both factories, which build their backend with it (`ExpertRuntime.create(device, slice, { numerics })`,
+ * `OrtExpertFallback.create(ort, slice, { numerics })`); a backend that reports other numerics is left out.
  */
 import { ExpertRuntimeError } from './errors.ts';
 import { chooseBackend, type Backend } from './backend-choice.ts';
-import { timeCompute, type ExpertComputer, type MeasureCall, type Timing } from './computer.ts';
+import { timeCompute, type ExpertComputer, type MeasureCall, type Numerics, type Timing } from './computer.ts';
 import type { ExpertSlice } from './slice.ts';
 
 /** A backend's runtime: ExpertRuntime and OrtExpertFallback both fit. */
 export interface EngineBackend extends ExpertComputer {
   dispose(): void | Promise<void>;
+  /** The numerics it computes in, where it says (ExpertRuntime does): checked against the engine's. */
+  readonly numerics?: Numerics;
+}
+
+/** What the engine asks of each backend it builds. */
+export interface BackendOptions {
+  numerics: Numerics;
 }
 
 export interface ExpertEngineOptions {
-  webgpu?: (slice: ExpertSlice) => Promise<{ runtime: EngineBackend; isFallbackAdapter: boolean }>;
-  wasm?: (slice: ExpertSlice) => Promise<EngineBackend>;
+  webgpu?: (slice: ExpertSlice, options: BackendOptions) => Promise<{ runtime: EngineBackend; isFallbackAdapter: boolean }>;
+  wasm?: (slice: ExpertSlice, options: BackendOptions) => Promise<EngineBackend>;
+  /**
+   * How both backends round activations (default 'exact'): 'llama' to agree with a llama.cpp CPU coordinator to
+   * float-summation precision (docs/kernels.md). Passed to the factories.
+   */
+  numerics?: Numerics;
   /** The timed call (default: 1 token × min(2, nExpert) experts, the decode shape a volunteer serves most). */
   call?: Pick<MeasureCall, 'nTokens' | 'nUsed'>;
   /** Untimed calls per backend before timing (default 1). */
@@ -48,6 +64,8 @@ export interface EngineMeasurement {
 
 export interface EngineReport {
   backend: Backend;
+  /** The numerics both backends were built with. */
+  numerics: Numerics;
   reason: string;
   call: MeasureCall;
   measured: Partial<Record<Backend, EngineMeasurement & { isFallbackAdapter?: boolean }>>;
@@ -103,7 +121,16 @@ export class ExpertEngine {
     };
     check('iterations', timing.iterations, 1);
     check('warmup', timing.warmup, 0);
-    const report: EngineReport = { backend: 'wasm', reason: '', call, measured: {}, errors: {} };
+    const numerics = options.numerics ?? 'exact';
+    if (numerics !== 'exact' && numerics !== 'llama') {
+      throw new ExpertRuntimeError(
+        'BAD_OPTION',
+        { option: 'numerics', value: NaN, requirement: "'exact' or 'llama'" },
+        `numerics must be 'exact' or 'llama', got ${JSON.stringify(numerics)}`,
+      );
+    }
+    const backendOptions: BackendOptions = { numerics };
+    const report: EngineReport = { backend: 'wasm', numerics, reason: '', call, measured: {}, errors: {} };
     const built: Partial<Record<Backend, EngineBackend>> = {};
 
     const run = async (backend: Backend, make: () => Promise<{ runtime: EngineBackend; isFallbackAdapter?: boolean }>): Promise<void> => {
@@ -111,6 +138,8 @@ export class ExpertEngine {
       try {
         const made = await make();
         runtime = made.runtime;
+        if (runtime.numerics !== undefined && runtime.numerics !== numerics)
+          throw new Error(`it was built with '${runtime.numerics}' numerics, not the '${numerics}' asked for`);
         const t: Timing = await timeCompute(runtime, call, timing);
         if (!(Number.isFinite(t.gflops) && t.gflops > 0))
           throw new Error(`timing measured ${t.msMedian} ms per call: the clock did not advance`);
@@ -124,9 +153,9 @@ export class ExpertEngine {
     };
     // One after the other: timing both at once would have them compete for the same cores.
     const { webgpu, wasm: ortWasm } = options;
-    if (webgpu) await run('webgpu', () => webgpu(slice));
+    if (webgpu) await run('webgpu', () => webgpu(slice, backendOptions));
     else report.errors.webgpu = 'not offered (no WebGPU on this machine)';
-    if (ortWasm) await run('wasm', async () => ({ runtime: await ortWasm(slice) }));
+    if (ortWasm) await run('wasm', async () => ({ runtime: await ortWasm(slice, backendOptions) }));
     else report.errors.wasm = 'not offered';
 
     const gpu = report.measured.webgpu;

@@ -10,7 +10,7 @@ import { ExpertRuntimeError } from './errors.ts';
 import { GPU_FLAGS } from './gpu-flags.ts';
 import type { SupportedTypes } from './slice.ts';
 import { probeSubgroupLayout, type SubgroupLayout } from './subgroup-probe.ts';
-import { WGSL, type KernelName, type QuantSnippet } from './wgsl-sources.ts';
+import { WGSL, type Int8Quant, type KernelName, type QuantSnippet } from './wgsl-sources.ts';
 
 /** Weight types the kernels read, with their quant snippet. */
 export const QUANT_SNIPPETS: ReadonlyMap<GGMLType, QuantSnippet> = new Map<GGMLType, QuantSnippet>([
@@ -23,6 +23,32 @@ export const QUANT_SNIPPETS: ReadonlyMap<GGMLType, QuantSnippet> = new Map<GGMLT
   [GGMLType.Q5_K, 'q5_k'],
   [GGMLType.Q6_K, 'q6_k'],
 ]);
+
+/** Weight types with an integer block dot against 8-bit activations (llama numerics; wgsl/int8/), with their snippet. */
+export const INT8_SNIPPETS: ReadonlyMap<GGMLType, Int8Quant> = new Map<GGMLType, Int8Quant>([
+  [GGMLType.Q8_0, 'q8_0'],
+  [GGMLType.Q4_0, 'q4_0'],
+  [GGMLType.Q4_K, 'q4_k'],
+  [GGMLType.Q5_K, 'q5_k'],
+  [GGMLType.Q6_K, 'q6_k'],
+]);
+
+/**
+ * How the int8 kernels (expert_up_q8, expert_down_q8) multiply four int8 pairs: 'packed' with WGSL's dot4I8Packed
+ * (the packed_4x8_integer_dot_product language feature), 'unpacked' by sign-extending the bytes and multiplying in
+ * i32 where that feature is missing. Both are exact.
+ */
+export type Int8Dot = 'packed' | 'unpacked';
+
+/**
+ * How a runtime in llama numerics computes the dot products of 8-bit-rounded activations in the decode regime: with
+ * the int8 kernels ('packed' or 'unpacked', see Int8Dot), or 'float': the rounded values through the float kernels
+ * (the same result up to f32 summation order; always the batched regime's way).
+ */
+export type IntegerDot = Int8Dot | 'float';
+
+/** The WGSL language feature the 'packed' int8 kernels need. */
+export const PACKED_DOT_LANGUAGE_FEATURE = 'packed_4x8_integer_dot_product';
 
 /** The weight types the kernels read, for validateSlice (slice.ts). */
 export const KERNEL_TYPES: SupportedTypes = { types: [...QUANT_SNIPPETS.keys()], cannot: 'the expert kernels cannot read' };
@@ -44,7 +70,7 @@ export type KernelVariant = 'base' | KernelFeature;
 
 /** Which kernels each feature changes; the others are built as 'base'. */
 const FEATURE_KERNELS: Readonly<Record<KernelFeature, readonly KernelName[]>> = {
-  subgroups: ['expert_up', 'expert_down'],
+  subgroups: ['expert_up', 'expert_down', 'expert_up_q8', 'expert_down_q8'],
   'shader-f16': ['expert_up_batched', 'expert_down_batched'],
 };
 
@@ -69,11 +95,13 @@ export type PipelineKey =
   | { kernel: 'expert_down'; quant: QuantSnippet; tuning: KernelTuning; variant: KernelVariant }
   | { kernel: 'expert_combine'; tuning: KernelTuning; variant: KernelVariant }
   | { kernel: 'expert_up_batched'; quant: QuantSnippet; pass: UpPass; tuning: KernelTuning; variant: KernelVariant }
-  | { kernel: 'expert_down_batched'; quant: QuantSnippet; tuning: KernelTuning; variant: KernelVariant };
+  | { kernel: 'expert_down_batched'; quant: QuantSnippet; tuning: KernelTuning; variant: KernelVariant }
+  | { kernel: 'expert_up_q8'; quant: Int8Quant; pass: UpPass; tuning: KernelTuning; variant: KernelVariant; dot: Int8Dot }
+  | { kernel: 'expert_down_q8'; quant: Int8Quant; tuning: KernelTuning; variant: KernelVariant; dot: Int8Dot };
 
 /**
- * Stable name of a variant, e.g. `expert_up/q4_k/fused/wg64r4/base` or `expert_down_batched/q6_k/wg64m16n32/base`
- * (m: tile rows, n: tile columns); also the pipeline's label.
+ * Stable name of a variant, e.g. `expert_up/q4_k/fused/wg64r4/base`, `expert_down_batched/q6_k/wg64m16n32/base`
+ * (m: tile rows, n: tile columns) or `expert_up_q8/q4_k/fused/wg64r4/subgroups/packed`; also the pipeline's label.
  */
 export function pipelineName(k: PipelineKey): string {
   const f = k.variant;
@@ -90,6 +118,10 @@ export function pipelineName(k: PipelineKey): string {
       return `expert_up_batched/${k.quant}/${k.pass}/${tiles}/${f}`;
     case 'expert_down_batched':
       return `expert_down_batched/${k.quant}/${tiles}/${f}`;
+    case 'expert_up_q8':
+      return `expert_up_q8/${k.quant}/${k.pass}/${wg}r${k.tuning.rowsPerWorkgroup}/${f}/${k.dot}`;
+    case 'expert_down_q8':
+      return `expert_down_q8/${k.quant}/${wg}r${k.tuning.rowsPerWorkgroup}/${f}/${k.dot}`;
   }
 }
 
@@ -106,11 +138,28 @@ export function batchedWorkgroupBytes(t: Pick<KernelTuning, 'tileRows' | 'tileCo
   return vec4 * (t.tileRows * TILE_K4 + 2 * t.tileCols * TILE_K4_PAD) + 4 * t.tileRows;
 }
 
-/** WGSL of a (kernel, quant, variant) module: fixed files concatenated, nothing spliced. */
-export function moduleSource(kernel: KernelName, quant: QuantSnippet | null, variant: KernelVariant = 'base'): string {
+/**
+ * WGSL of a (kernel, quant, variant) module: fixed files concatenated, nothing spliced. The int8 kernels
+ * (expert_up_q8, expert_down_q8) also take the integer dot's form (`dot`, default 'unpacked').
+ */
+export function moduleSource(
+  kernel: KernelName,
+  quant: QuantSnippet | null,
+  variant: KernelVariant = 'base',
+  dot: Int8Dot = 'unpacked',
+): string {
   const enables = variant === 'subgroups' ? ['enable subgroups;'] : variant === 'shader-f16' ? ['enable f16;'] : [];
   if (kernel === 'expert_combine') return [WGSL.common, WGSL.kernels.expert_combine].join('\n');
   if (quant === null) throw new Error(`${kernel} needs a quant snippet`);
+  if (kernel === 'expert_up_q8' || kernel === 'expert_down_q8') {
+    const int8 = WGSL.int8[quant as Int8Quant];
+    if (!int8) throw new Error(`${kernel}: no integer block dot for ${quant}`);
+    const requires = dot === 'packed' ? [`requires ${PACKED_DOT_LANGUAGE_FEATURE};`] : [];
+    const reduce = WGSL.reduce[variant === 'subgroups' ? 'subgroups' : 'base'];
+    return [...requires, ...enables, WGSL.common, WGSL.weights, WGSL.quant[quant], WGSL.dot[dot], int8, reduce, WGSL.kernels[kernel]].join(
+      '\n',
+    );
+  }
   const decode = kernel === 'expert_up' || kernel === 'expert_down';
   const helper = decode ? WGSL.reduce[variant === 'subgroups' ? 'subgroups' : 'base'] : WGSL.tile[variant === 'shader-f16' ? 'f16' : 'f32'];
   return [...enables, WGSL.common, WGSL.weights, WGSL.quant[quant], helper, WGSL.kernels[kernel]].join('\n');
@@ -238,6 +287,25 @@ export class ExpertFfnKernels {
         storage(4, 'read-only-storage'),
         storage(5, 'storage'),
       ]),
+      // uniform, gate_w, up_w, act_qs, ids, h, act_d
+      expert_up_q8: bgl('expert_up_q8 bind group layout', [
+        uniform,
+        storage(1, 'read-only-storage'),
+        storage(2, 'read-only-storage'),
+        storage(3, 'read-only-storage'),
+        storage(4, 'read-only-storage'),
+        storage(5, 'storage'),
+        storage(6, 'read-only-storage'),
+      ]),
+      // uniform, down_w, act_qs, ids, y, act_d
+      expert_down_q8: bgl('expert_down_q8 bind group layout', [
+        uniform,
+        storage(1, 'read-only-storage'),
+        storage(2, 'read-only-storage'),
+        storage(3, 'read-only-storage'),
+        storage(4, 'storage'),
+        storage(5, 'read-only-storage'),
+      ]),
     };
     const pl = (k: KernelName): GPUPipelineLayout =>
       device.createPipelineLayout({ label: `${k} pipeline layout`, bindGroupLayouts: [this.layouts[k]] });
@@ -247,6 +315,8 @@ export class ExpertFfnKernels {
       expert_combine: pl('expert_combine'),
       expert_up_batched: pl('expert_up_batched'),
       expert_down_batched: pl('expert_down_batched'),
+      expert_up_q8: pl('expert_up_q8'),
+      expert_down_q8: pl('expert_down_q8'),
     };
   }
 
@@ -277,15 +347,18 @@ export class ExpertFfnKernels {
 
   private async build(key: PipelineKey, name: string): Promise<GPUComputePipeline> {
     const quant = key.kernel === 'expert_combine' ? null : key.quant;
-    const module = await this.module(key.kernel, quant, key.variant);
+    const dot = key.kernel === 'expert_up_q8' || key.kernel === 'expert_down_q8' ? key.dot : null;
+    const module = await this.module(key.kernel, quant, key.variant, dot);
     // Only the overrides a module declares: naming another one is a validation error.
     const constants: Record<string, number> = { WORKGROUP_SIZE: key.tuning.workgroupSize };
-    if (key.kernel === 'expert_up' || key.kernel === 'expert_down') constants.ROWS_PER_WORKGROUP = key.tuning.rowsPerWorkgroup;
+    if (key.kernel === 'expert_up' || key.kernel === 'expert_down' || key.kernel === 'expert_up_q8' || key.kernel === 'expert_down_q8')
+      constants.ROWS_PER_WORKGROUP = key.tuning.rowsPerWorkgroup;
     if (key.kernel === 'expert_up_batched' || key.kernel === 'expert_down_batched') {
       constants.TILE_ROWS = key.tuning.tileRows;
       constants.TILE_COLS = key.tuning.tileCols;
     }
-    if (key.kernel === 'expert_up' || key.kernel === 'expert_up_batched') constants.PASS = UP_PASS_CONSTANT[key.pass];
+    if (key.kernel === 'expert_up' || key.kernel === 'expert_up_batched' || key.kernel === 'expert_up_q8')
+      constants.PASS = UP_PASS_CONSTANT[key.pass];
     try {
       return await this.device.createComputePipelineAsync({
         label: name,
@@ -298,11 +371,16 @@ export class ExpertFfnKernels {
     }
   }
 
-  private async module(kernel: KernelName, quant: QuantSnippet | null, variant: KernelVariant): Promise<GPUShaderModule> {
-    const label = `${quant ? `${kernel}/${quant}` : kernel}/${variant}`;
+  private async module(
+    kernel: KernelName,
+    quant: QuantSnippet | null,
+    variant: KernelVariant,
+    dot: Int8Dot | null,
+  ): Promise<GPUShaderModule> {
+    const label = `${quant ? `${kernel}/${quant}` : kernel}/${variant}${dot ? `/${dot}` : ''}`;
     const cached = this.modules.get(label);
     if (cached) return cached;
-    const module = this.device.createShaderModule({ label, code: moduleSource(kernel, quant, variant) });
+    const module = this.device.createShaderModule({ label, code: moduleSource(kernel, quant, variant, dot ?? undefined) });
     const info = await module.getCompilationInfo();
     const errors = info.messages.filter((m) => m.type === 'error').map((m) => `${m.lineNum}:${m.linePos} ${m.message}`);
     if (errors.length > 0) {

@@ -1,20 +1,17 @@
 /**
  * TS side of wgsl/round_activations.wgsl: ggml's activation rounding (shaders/reference/ggml-activations.ts) on the
- * GPU, bit for bit. `roundActivationsGpu(device, mode, rows, nRows, rowLen)` returns the rounded rows as f32 and, for
- * the Q8 modes, the int8 quants packed four to a u32 (as WGSL's pack4xI8 packs them) with the f32 scale per block.
- * Pipelines are built once per device and mode.
- *
- * Browser-safe (no node: imports), so the WGSL text is handed in once with setRoundActivationsWgsl(): Node reads
- * shaders/wgsl/round_activations.wgsl, a browser build imports it with `?raw`. (When this joins the runtime, the file
- * belongs in wgsl-sources.ts beside the other kernels and this hook goes away.)
+ * GPU, bit for bit. The runtime's llama numerics dispatch it inside a call (call-run.ts, with `roundKernels(device)`'s
+ * layouts and pipelines); `roundActivationsGpu(device, mode, rows, nRows, rowLen)` runs it alone and returns the
+ * rounded rows as f32 and, for the Q8 modes, the int8 quants packed four to a u32 (as WGSL's pack4xI8 packs them) with
+ * the f32 scale per block. Pipelines are built once per device and mode.
  *
  * @example
- *   setRoundActivationsWgsl(readFileSync(new URL('./wgsl/round_activations.wgsl', import.meta.url), 'utf8'));
  *   const { values, qs, d } = await roundActivationsGpu(device, roundModeOf(vecDotType(GGMLType.Q4_K)), x, nTokens, nEmbd);
  */
 import { GGMLType } from '../gguf/quant-types.ts';
 import { ExpertRuntimeError } from './errors.ts';
 import { GPU_FLAGS } from './gpu-flags.ts';
+import { WGSL } from './wgsl-sources.ts';
 
 /** ggml vec-dot types whose rounding the kernel reproduces. */
 export type RoundMode = 'f32' | 'f16' | 'bf16' | 'q8_0' | 'q8_k';
@@ -71,11 +68,23 @@ export interface RoundOptions {
   packed?: boolean;
 }
 
-let wgsl: string | undefined;
+/** Workgroups of one rounding dispatch over `elements` values (before folding into 2-D): one invocation per quad. */
+export function roundWorkgroups(elements: number): number {
+  return Math.ceil(Math.ceil(elements / 4) / ROUND_WORKGROUP_SIZE);
+}
 
-/** Hands in the text of shaders/wgsl/round_activations.wgsl (once per process; pipelines already built stay). */
-export function setRoundActivationsWgsl(code: string): void {
-  wgsl = code;
+/** The rounding kernel on one device: its bind group layouts and its pipelines by mode (for the runtime's calls). */
+export interface RoundKernels {
+  /** uniform, x, values (main); + qs, scales (main_packed). */
+  bindGroupLayouts: { main: GPUBindGroupLayout; packed: GPUBindGroupLayout };
+  /** The pipeline of `mode` (`packed`: main_packed, Q8 modes only), built once per device. */
+  pipeline(mode: RoundMode, packed: boolean): Promise<GPUComputePipeline>;
+}
+
+/** The device's shared rounding kernels. */
+export function roundKernels(device: GPUDevice): RoundKernels {
+  const k = kernelsFor(device);
+  return { bindGroupLayouts: k.bindGroupLayouts, pipeline: (mode, packed) => pipelineFor(device, k, mode, packed) };
 }
 
 interface DeviceKernels {
@@ -116,6 +125,7 @@ function kernelsFor(device: GPUDevice): DeviceKernels {
 }
 
 async function pipelineFor(device: GPUDevice, k: DeviceKernels, mode: RoundMode, packed: boolean): Promise<GPUComputePipeline> {
+  if (packed && mode !== 'q8_0' && mode !== 'q8_k') throw new RangeError(`round_activations: no packed output for ${mode}`);
   const name = `round_activations/${mode}${packed ? '/packed' : ''}`;
   let p = k.pipelines.get(name);
   if (!p) {
@@ -128,9 +138,7 @@ async function pipelineFor(device: GPUDevice, k: DeviceKernels, mode: RoundMode,
 
 async function build(device: GPUDevice, k: DeviceKernels, mode: RoundMode, packed: boolean, name: string): Promise<GPUComputePipeline> {
   if (!k.module) {
-    if (wgsl === undefined)
-      throw new Error('round-activations: call setRoundActivationsWgsl() with shaders/wgsl/round_activations.wgsl first');
-    const module = device.createShaderModule({ label: 'round_activations', code: wgsl });
+    const module = device.createShaderModule({ label: 'round_activations', code: WGSL.roundActivations });
     const info = await module.getCompilationInfo();
     const errors = info.messages.filter((m) => m.type === 'error').map((m) => `${m.lineNum}:${m.linePos} ${m.message}`);
     if (errors.length > 0) {
@@ -191,7 +199,7 @@ export async function roundActivationsGpu(
   const pipeline = await pipelineFor(device, k, mode, packed);
 
   // Invocations own 4 elements each; workgroups beyond maxComputeWorkgroupsPerDimension fold into 2-D.
-  const groups = Math.ceil(Math.ceil(n / 4) / ROUND_WORKGROUP_SIZE);
+  const groups = roundWorkgroups(n);
   const maxDim = device.limits.maxComputeWorkgroupsPerDimension;
   const gx = Math.min(groups, maxDim);
   const gy = Math.ceil(groups / gx);

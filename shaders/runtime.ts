@@ -11,6 +11,12 @@
  * (pairs grouped by expert, matrix–matrix products over tiles of pairs), as chooseRegime (regime-policy.ts) picks
  * from the routing; `compute(…, { regime })` forces one. Both give the same result up to f32 summation order.
  *
+ * Numerics (options.numerics): 'exact' (default) computes the float math on the dequantized weights; 'llama' first
+ * rounds the activations as llama.cpp's CPU backend does for each weight type (the rows before gate/up, h before
+ * down; round_activations.wgsl), so the result agrees with a llama.cpp CPU coordinator's to float-summation
+ * precision. In the decode regime the 8-bit activations meet the quantized weights in integer dot products
+ * (dot4I8Packed where WGSL has it; options.integerDot, capabilities().integerDot).
+ *
  * Weights live in GPU buffers by expert ranges ("parts", weight-parts.ts) so a slice larger than one storage binding
  * still loads; the decode kernels use subgroup reductions and the batched kernels f16 tiles where the device has those
  * features (options.features, capabilities().kernelFeatures); after a device loss the runtime can rebuild itself on a
@@ -22,7 +28,8 @@
 import { readExpertSliceBytes, type ExpertMatrix } from '../gguf/expert-slice.ts';
 import { typeName } from '../gguf/quant-types.ts';
 import type { BufferPoolStats } from './buffer-pool.ts';
-import { bindingLimit, planCall, type PlannedCall } from './call-plan.ts';
+import { bindingLimit, callRounding, planCall, type PlannedCall } from './call-plan.ts';
+import type { Numerics } from './computer.ts';
 import { runPlan, type CallInputs } from './call-run.ts';
 import {
   batchedPipelines,
@@ -46,7 +53,7 @@ import {
   type RegimeRequest,
   type RegimePolicy,
 } from './regime-policy.ts';
-import { KERNEL_TYPES, type KernelFeature, type KernelTuning } from './expert-ffn.ts';
+import { KERNEL_TYPES, type IntegerDot, type KernelFeature, type KernelTuning } from './expert-ffn.ts';
 import { validateInputs, validateSlice, type ExpertSlice, type SliceShape, type SliceStreamSource } from './slice.ts';
 
 export { ExpertRuntimeError } from './errors.ts';
@@ -58,7 +65,8 @@ export {
   type RegimePolicy,
   type RegimeRequest,
 } from './regime-policy.ts';
-export type { KernelFeature } from './expert-ffn.ts';
+export type { IntegerDot, KernelFeature } from './expert-ffn.ts';
+export type { Numerics } from './computer.ts';
 export type { ExpertSlice, SliceStreamSource } from './slice.ts';
 
 export interface ExpertRuntimeOptions {
@@ -91,6 +99,20 @@ export interface ExpertRuntimeOptions {
    * Create the device with the adapter's 'subgroups' and 'shader-f16' features for them to count.
    */
   features?: 'auto' | readonly KernelFeature[];
+  /**
+   * How activations are rounded: 'exact' (default; float math on the dequantized weights, for a coordinator whose
+   * numerics are unknown) or 'llama' (as llama.cpp's CPU backend rounds them for each weight type, so the result
+   * agrees with a llama.cpp CPU coordinator's own to float-summation precision). See docs/kernels.md.
+   */
+  numerics?: Numerics;
+  /**
+   * llama numerics, decode regime: how 8-bit activations meet the weights. 'packed': int8 kernels with WGSL's
+   * dot4I8Packed (the packed_4x8_integer_dot_product language feature; FEATURE_UNAVAILABLE where it is missing);
+   * 'unpacked': the same kernels multiplying sign-extended bytes in i32; 'float': the rounded values through the float
+   * kernels. 'auto' (default): 'packed' where the feature is, else 'float'. All give the same result up to f32
+   * summation order ('packed' and 'unpacked' the same bits).
+   */
+  integerDot?: 'auto' | IntegerDot;
   /**
    * Rebuilding after the device is lost: a new device is requested, the pipelines rebuilt and the weights uploaded
    * again (from the same bytes, or by reopening the stream); calls wait for it and a call cut off by the loss is run
@@ -132,6 +154,11 @@ export interface ExpertRuntimeCapabilities {
   /** The optional features the kernels use (sorted), and why each is used or not (e.g. the subgroup probe's verdict). */
   kernelFeatures: KernelFeature[];
   kernelFeaturesReason: string;
+  /** How activations are rounded (the numerics option). */
+  numerics: Numerics;
+  /** llama numerics: how the decode regime's 8-bit dot products run (null in exact numerics), and why. */
+  integerDot: IntegerDot | null;
+  integerDotReason: string;
   /** Bytes one weight binding may hold here, and the parts the slice's matrices are split into. */
   maxBindingBytes: number;
   weightParts: number;
@@ -282,6 +309,11 @@ export class ExpertRuntime {
     }
   }
 
+  /** How this runtime rounds activations (the numerics option). */
+  get numerics(): Numerics {
+    return this.settings.numerics;
+  }
+
   capabilities(): ExpertRuntimeCapabilities {
     const st = this.state;
     const l = st.device.limits;
@@ -305,6 +337,9 @@ export class ExpertRuntime {
       quantTypes: KERNEL_TYPES.types.map(typeName),
       kernelFeatures: [...st.features],
       kernelFeaturesReason: st.featuresReason,
+      numerics: this.settings.numerics,
+      integerDot: this.settings.numerics === 'exact' ? null : st.integerDot,
+      integerDotReason: st.integerDotReason,
       maxBindingBytes: bindingLimit(l, this.settings.maxBindingBytes).limit,
       weightParts: st.parts.length,
       slice: {
@@ -335,9 +370,10 @@ export class ExpertRuntime {
 
   private async run(st: GpuState, c: Call): Promise<Float32Array> {
     // Sizes and dispatches before any GPU work, so BATCH_TOO_LARGE or DISPATCH_TOO_LARGE leaves nothing behind.
+    const rounding = callRounding(this.shape.types, this.settings.numerics, c.regime, st.integerDot);
     const plan = planCall(
       this.shape,
-      c,
+      { ...c, rounding },
       this.settings.tuning,
       st.parts.map((p) => [p.begin, p.end] as const),
       {
@@ -502,9 +538,27 @@ function makeSettings(shape: SliceShape, options: ExpertRuntimeOptions): Setting
       `features must be 'auto' or a list of 'subgroups', 'shader-f16', got ${JSON.stringify(features)}`,
     );
   }
+  const numerics = options.numerics ?? 'exact';
+  if (numerics !== 'exact' && numerics !== 'llama') {
+    throw new ExpertRuntimeError(
+      'BAD_OPTION',
+      { option: 'numerics', value: NaN, requirement: "'exact' or 'llama'" },
+      `numerics must be 'exact' or 'llama', got ${JSON.stringify(numerics)}`,
+    );
+  }
+  const integerDot = options.integerDot ?? 'auto';
+  if (!['auto', 'packed', 'unpacked', 'float'].includes(integerDot)) {
+    throw new ExpertRuntimeError(
+      'BAD_OPTION',
+      { option: 'integerDot', value: NaN, requirement: "'auto', 'packed', 'unpacked' or 'float'" },
+      `integerDot must be 'auto', 'packed', 'unpacked' or 'float', got ${JSON.stringify(integerDot)}`,
+    );
+  }
   return {
     tuning,
     policy: { ...policy },
+    numerics,
+    integerDot,
     maxWorkgroupsPerDimension: options.maxWorkgroupsPerDimension,
     maxBindingBytes: options.maxBindingBytes,
     maxWeightBytes: options.maxWeightBytes,

@@ -8,7 +8,16 @@ const read = (path: string): string => readFileSync(new URL(`./wgsl/${path}`, im
 
 /** Quant snippets by file stem (shaders/wgsl/quant/<stem>.wgsl). */
 export type QuantSnippet = 'f32' | 'f16' | 'bf16' | 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k';
-export type KernelName = 'expert_up' | 'expert_down' | 'expert_combine' | 'expert_up_batched' | 'expert_down_batched';
+/** Quant snippets that also have an integer block dot against 8-bit activations (shaders/wgsl/int8/<stem>.wgsl). */
+export type Int8Quant = 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k';
+export type KernelName =
+  | 'expert_up'
+  | 'expert_down'
+  | 'expert_combine'
+  | 'expert_up_batched'
+  | 'expert_down_batched'
+  | 'expert_up_q8'
+  | 'expert_down_q8';
 
 export interface WgslSources {
   /** Shape uniform and pure helpers; part of every module. */
@@ -22,6 +31,11 @@ export interface WgslSources {
   /** The check of the subgroup layout reduce_subgroups.wgsl needs (run once per device). */
   readonly subgroupProbe: string;
   readonly quant: Readonly<Record<QuantSnippet, string>>;
+  /** llama numerics: the integer block dots (int8/<quant>.wgsl) and dot_i8 with or without dot4I8Packed. */
+  readonly int8: Readonly<Record<Int8Quant, string>>;
+  readonly dot: Readonly<{ packed: string; unpacked: string }>;
+  /** ggml's activation rounding (a standalone module: shaders/round-activations.ts). */
+  readonly roundActivations: string;
   readonly kernels: Readonly<Record<KernelName, string>>;
 }
 
@@ -41,11 +55,22 @@ export const WGSL: WgslSources = {
     q5_k: read('quant/q5_k.wgsl'),
     q6_k: read('quant/q6_k.wgsl'),
   },
+  int8: {
+    q8_0: read('int8/q8_0.wgsl'),
+    q4_0: read('int8/q4_0.wgsl'),
+    q4_k: read('int8/q4_k.wgsl'),
+    q5_k: read('int8/q5_k.wgsl'),
+    q6_k: read('int8/q6_k.wgsl'),
+  },
+  dot: { packed: read('int8/dot_packed.wgsl'), unpacked: read('int8/dot_unpacked.wgsl') },
+  roundActivations: read('round_activations.wgsl'),
   kernels: {
     expert_up: read('expert_up.wgsl'),
     expert_down: read('expert_down.wgsl'),
     expert_combine: read('expert_combine.wgsl'),
     expert_up_batched: read('expert_up_batched.wgsl'),
     expert_down_batched: read('expert_down_batched.wgsl'),
+    expert_up_q8: read('expert_up_q8.wgsl'),
+    expert_down_q8: read('expert_down_q8.wgsl'),
   },
 };

@@ -1,7 +1,8 @@
 /**
- * Browser entry of `npm run bench:kernels`: on one page, times our WGSL expert FFN (ExpertRuntime on WebGPU) against
- * onnxruntime-web's 'webgpu' and 'wasm' execution providers on the same slices and calls, and checks every backend's
- * output against the CPU reference.
+ * Browser entry of `npm run bench:kernels`: on one page, times our WGSL expert FFN (ExpertRuntime on WebGPU) in exact
+ * and in llama numerics (float and int8 dot products) against onnxruntime-web's 'webgpu' and 'wasm' execution
+ * providers on the same slices and calls, and checks every backend's output against the CPU reference of its
+ * numerics.
  *
  * `window.runKernelBench(config)` resolves with the results and the printed report; opened with `?auto=1` (the
  * `--serve` mode, for a desktop browser) the page runs it itself and shows the report.
@@ -107,22 +108,35 @@ async function run(cfg: BenchConfig): Promise<BenchReport> {
     for (const shape of cfg.shapes) {
       const slice = makeSlice(type, shape, seed++);
       const call = syntheticCall(shape, seed++);
-      const want = referenceCall(dequantizeExperts(slice), { ...call, nTokens: shape.nTokens, nUsed: shape.nUsed });
+      const experts = dequantizeExperts(slice);
+      const want = referenceCall(experts, { ...call, nTokens: shape.nTokens, nUsed: shape.nUsed });
+      const wantLlama = referenceCall(experts, { ...call, nTokens: shape.nTokens, nUsed: shape.nUsed }, 'llama');
       const touched = expertsTouched(call.ids);
       const quantBytesPerExpert = (slice.gate.length + slice.up.length + slice.down.length) / shape.nExpert;
       const f32Bytes = shape.nExpert * 3 * shape.nEmbd * shape.ff * 4;
       const flops = callFlops(shape);
 
-      type Handle = { rt: ExpertComputer; dispose: () => unknown; kernelFeatures?: string[] };
-      const oursWith = (features: 'auto' | []) => async (): Promise<Handle> => {
+      type Handle = { rt: ExpertComputer; dispose: () => unknown; kernelFeatures?: string[]; integerDot?: string | null; llama?: boolean };
+      const oursWith = (features: 'auto' | [], llama?: 'float' | 'auto') => async (): Promise<Handle> => {
         if (!device) throw new Error('no WebGPU device');
-        const rt = await ExpertRuntime.create(device, slice, { features });
-        return { rt, dispose: () => rt.dispose(), kernelFeatures: rt.capabilities().kernelFeatures };
+        const rt = await ExpertRuntime.create(device, slice, {
+          features,
+          ...(llama ? { numerics: 'llama' as const, integerDot: llama } : {}),
+        });
+        const caps = rt.capabilities();
+        return {
+          rt,
+          dispose: () => rt.dispose(),
+          kernelFeatures: caps.kernelFeatures,
+          ...(llama ? { integerDot: caps.integerDot, llama: true } : {}),
+        };
       };
       const hasVariants = device !== null && (device.features.has('subgroups') || device.features.has('shader-f16'));
       const backends: { name: BackendName; weightBytes: number; create: () => Promise<Handle> }[] = [
         { name: 'ours-webgpu', weightBytes: touched * quantBytesPerExpert, create: oursWith('auto') },
         ...(hasVariants ? [{ name: 'ours-base' as BackendName, weightBytes: touched * quantBytesPerExpert, create: oursWith([]) }] : []),
+        { name: 'ours-llama-float', weightBytes: touched * quantBytesPerExpert, create: oursWith('auto', 'float') },
+        { name: 'ours-llama-int8', weightBytes: touched * quantBytesPerExpert, create: oursWith('auto', 'auto') },
         ...(['webgpu', 'wasm'] as const).map((ep) => ({
           name: `ort-${ep}` as BackendName,
           // The ORT graph is dense: every expert's float32 weights are read on every call.
@@ -150,8 +164,9 @@ async function run(cfg: BenchConfig): Promise<BenchReport> {
             gflops: flops / (msMedian * 1e6),
             gbps: b.weightBytes / (msMedian * 1e6),
             weightBytes: b.weightBytes,
-            nmse: nmse(out, want),
+            nmse: nmse(out, handle.llama ? wantLlama : want),
             ...(handle.kernelFeatures ? { kernelFeatures: handle.kernelFeatures } : {}),
+            ...(handle.llama ? { integerDot: handle.integerDot ?? null } : {}),
           });
         } catch (e) {
           // A backend that cannot run this case (no device, EP missing, a kernel that fails to build) is skipped, with its reason.

@@ -3,7 +3,11 @@
  * qwen3-30B-A3B-like experts (n_embd 2048, expert ff 768, top-8), a slice of 16 experts.
  * Prints ms per call (median; each call includes upload of the rows and readback), GFLOP/s and weight GB/s, for the
  * kernels with every optional feature the adapter has ('subgroups', 'shader-f16') and for the base kernels side by
- * side, with the NMSE between the two outputs (the f16 tiles' numbers checked on real hardware: expect ≤ 1e-5).
+ * side, with the NMSE between the two outputs (the f16 tiles' numbers checked on real hardware: expect ≤ 1e-5); and
+ * numerics side by side: exact vs llama with the float kernels on rounded values (integerDot 'float') vs llama with
+ * int8 dot products (integerDot 'auto': dot4I8Packed where WGSL has it), times and ratios, with the llama results'
+ * NMSE against the reference with ggml's rounding on the decode shapes (compareLlama; the batched shapes are too
+ * large for the CPU reference).
  * Used for the one-off run on a lent GPU machine (docs/kernels-bench.md); on SwiftShader it is very slow.
  *
  *   node --import tsx bench/gpu/node-gpu.ts [--quick]
@@ -14,12 +18,15 @@ import { quantize } from '../../gguf/quantize.ts';
 import { median } from '../../shaders/computer.ts';
 import { requestExpertDevice } from '../../shaders/device.ts';
 import { mulberry32 } from '../../shaders/random.ts';
-import { nmse } from '../../shaders/reference/expert-call.ts';
+import { dequantizeExperts, nmse } from '../../shaders/reference/expert-call.ts';
+import { compareLlama } from '../../shaders/reference/llama-ties.ts';
 import { ExpertRuntime } from '../../shaders/runtime.ts';
 
 Object.assign(globalThis, globals);
 const quick = process.argv.includes('--quick');
 const gpu = create([]);
+// dawn.node frees its instance when this object is garbage-collected, even while its device is in use (docs/kernels.md).
+(globalThis as { expertswarmGpu?: GPU }).expertswarmGpu = gpu;
 const got = await requestExpertDevice(gpu, 'node-gpu bench device');
 if (!got) {
   console.log('no WebGPU adapter');
@@ -50,9 +57,13 @@ for (const type of [GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.F16]) 
   const variants = [
     { name: 'auto', rt: await ExpertRuntime.create(device, slice) },
     { name: 'base', rt: await ExpertRuntime.create(device, slice, { features: [] }) },
+    { name: 'llama float', rt: await ExpertRuntime.create(device, slice, { numerics: 'llama', integerDot: 'float' }) },
+    { name: 'llama int8', rt: await ExpertRuntime.create(device, slice, { numerics: 'llama' }) },
   ];
+  const experts = dequantizeExperts(slice);
   console.log(
-    `${GGMLType[type]}: auto uses [${variants[0]!.rt.capabilities().kernelFeatures.join(', ')}] (${variants[0]!.rt.capabilities().kernelFeaturesReason})`,
+    `${GGMLType[type]}: auto uses [${variants[0]!.rt.capabilities().kernelFeatures.join(', ')}] (${variants[0]!.rt.capabilities().kernelFeaturesReason}); ` +
+      `llama int8 runs integerDot '${variants[3]!.rt.capabilities().integerDot}' (${variants[3]!.rt.capabilities().integerDotReason})`,
   );
   const prepS = (performance.now() - t0) / 1000;
   const bytesPerExpert = 2 * ff * rowByteSize(type, nEmbd) + nEmbd * rowByteSize(type, ff);
@@ -92,6 +103,20 @@ for (const type of [GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.F16]) 
     console.log(
       `      auto vs base: NMSE ${nmse(outs[0]!, outs[1]!).toExponential(2)}, base ms ÷ auto ms = ${(medians[1]! / medians[0]!).toFixed(2)}×`,
     );
+    const [exactMs, floatMs, int8Ms] = [medians[0]!, medians[2]!, medians[3]!];
+    let accuracy = `llama float vs int8 NMSE ${nmse(outs[2]!, outs[3]!).toExponential(2)}`;
+    if (nTokens * used <= 32) {
+      const c = { rows, ids, probs, nTokens, nUsed: used };
+      const [f, i] = [compareLlama(experts, c, outs[2]!), compareLlama(experts, c, outs[3]!)];
+      accuracy +=
+        `; vs the rounded reference: float NMSE ${f.nmse.toExponential(2)} (beyond ties ${f.beyondTies.toExponential(2)}), ` +
+        `int8 ${i.nmse.toExponential(2)} (${i.beyondTies.toExponential(2)}); exact ${compareLlama(experts, c, outs[0]!).nmse.toExponential(2)}`;
+    }
+    console.log(
+      `      numerics: exact ${exactMs.toFixed(3)} ms, llama float ${floatMs.toFixed(3)} ms (${(floatMs / exactMs).toFixed(2)}× exact), ` +
+        `llama int8 ${int8Ms.toFixed(3)} ms (${(int8Ms / exactMs).toFixed(2)}× exact); float ms ÷ int8 ms = ${(floatMs / int8Ms).toFixed(2)}×`,
+    );
+    console.log(`      ${accuracy}`);
   }
   for (const { rt } of variants) rt.dispose();
   console.log(

@@ -5,6 +5,7 @@
  * Every frame: a 16-byte little-endian header {magic "EXDP", version u16, kind u16, seq u32, payload u32}, then
  * the payload. Sizes are capped before anything is allocated.
  */
+import type { Numerics } from '../../shaders/computer.ts';
 
 export const DISPATCH_MAGIC = 0x50445845;
 export const DISPATCH_VERSION = 1;
@@ -26,7 +27,7 @@ export const DISPATCH_LIMITS = Object.freeze({
   maxQuietMs: 60_000,
 });
 
-const HELLO_FIXED = 24;
+const HELLO_FIXED = 28;
 const HELLO_ACK_BYTES = 8;
 const REQUEST_FIXED = 24;
 const RESPONSE_FIXED = 24;
@@ -36,7 +37,8 @@ export type DispatchErrorCode =
   | 'DISPATCH_BAD_VERSION'
   | 'DISPATCH_BAD_KIND'
   | 'DISPATCH_TOO_LARGE'
-  | 'DISPATCH_BAD_FRAME';
+  | 'DISPATCH_BAD_FRAME'
+  | 'DISPATCH_BAD_NUMERICS';
 
 export class DispatchProtocolError extends Error {
   constructor(
@@ -46,6 +48,19 @@ export class DispatchProtocolError extends Error {
     super(`${code}: ${message}`);
     this.name = 'DispatchProtocolError';
   }
+}
+
+/**
+ * HELLO's `numerics` field on the wire: how the coordinator computes the pairs it keeps, so workers can round as it
+ * does (docs/numerics.md). 0 = unknown / exact float math, 1 = llama.cpp's CPU backend (activations converted to each
+ * weight type's vec_dot type before the dot products; linkcpp-server always sends 1).
+ */
+export const NUMERICS_WIRE: Readonly<Record<Numerics, number>> = Object.freeze({ exact: 0, llama: 1 });
+
+function numericsFromWire(v: number): Numerics {
+  if (v === NUMERICS_WIRE.exact) return 'exact';
+  if (v === NUMERICS_WIRE.llama) return 'llama';
+  throw new DispatchProtocolError('DISPATCH_BAD_NUMERICS', `numerics ${v} is neither 0 (exact) nor 1 (llama)`);
 }
 
 export interface FrameHeader {
@@ -60,6 +75,8 @@ export interface Hello {
   nExpert: number;
   nExpertUsed: number;
   deadlineMs: number;
+  /** How the coordinator computes the pairs it keeps; workers serving it round the same way. */
+  numerics: Numerics;
   /** llama.cpp's description of the model (llama_model_desc, e.g. "qwen3moe 30B.A3B Q4_K - Medium"), not the hub's name for it. */
   modelDesc: string;
 }
@@ -150,7 +167,7 @@ export function decodeHeader(h: Uint8Array): FrameHeader {
 export function encodeHello(h: Hello): Uint8Array {
   const desc = new TextEncoder().encode(h.modelDesc).subarray(0, DISPATCH_LIMITS.maxModelDesc);
   const { bytes, view } = frame(FrameKind.Hello, 0, HELLO_FIXED + desc.length);
-  putU32s(view, [h.nLayer, h.nEmbd, h.nExpert, h.nExpertUsed, h.deadlineMs, desc.length]);
+  putU32s(view, [h.nLayer, h.nEmbd, h.nExpert, h.nExpertUsed, h.deadlineMs, NUMERICS_WIRE[h.numerics], desc.length]);
   bytes.set(desc, HEADER_BYTES + HELLO_FIXED);
   return bytes;
 }
@@ -159,7 +176,7 @@ export function decodeHello(payload: Uint8Array): Hello {
   if (payload.length < HELLO_FIXED) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'hello is too short');
   const v = new DataView(payload.buffer, payload.byteOffset, payload.length);
   const u = (i: number): number => v.getUint32(4 * i, true);
-  const descLen = u(5);
+  const descLen = u(6);
   checkInt('desc_len', descLen, 0, DISPATCH_LIMITS.maxModelDesc);
   if (payload.length !== HELLO_FIXED + descLen) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'hello size does not match desc_len');
   const hello: Hello = {
@@ -168,6 +185,7 @@ export function decodeHello(payload: Uint8Array): Hello {
     nExpert: u(2),
     nExpertUsed: u(3),
     deadlineMs: u(4),
+    numerics: numericsFromWire(u(5)),
     modelDesc: new TextDecoder().decode(payload.subarray(HELLO_FIXED)),
   };
   checkInt('n_embd', hello.nEmbd, 1, DISPATCH_LIMITS.maxEmbd);

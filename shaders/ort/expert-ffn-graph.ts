@@ -1,6 +1,6 @@
 /**
- * The expert FFN of one slice as an ONNX graph of standard operators (opset 17), with the weights as dequantized
- * float32 initializers:
+ * The expert FFN of one slice as ONNX graphs of standard operators (opset 17), with the weights as dequantized
+ * float32 initializers. The whole FFN in one graph ('exact' numerics):
  *
  *   inputs  x [T, nEmbd]      the token rows
  *           p [T, nExpert]    dense router probs: probs[t,k] at column ids[t,k], 0 elsewhere
@@ -9,6 +9,12 @@
  *   per expert e:  g_e = x · Gᵀ_e   u_e = x · Uᵀ_e                      (MatMul with pre-transposed initializers)
  *                  h_e = Sigmoid(g_e) ⊙ g_e ⊙ u_e                        (silu(g) ⊙ u)
  *                  y  += (h_e · Dᵀ_e) ⊙ p[:, e]                          (Gather of column e with indices [e] → [T, 1])
+ *
+ * and in two halves where 'llama' numerics computes and rounds h_e outside the graph (fallback.ts):
+ *
+ *   up    inputs xg, xu [T, nEmbd] (the rows rounded for gate's and for up's vec-dot type)
+ *         outputs g.e = xg · Gᵀ_e, u.e = xu · Uᵀ_e [T, ff]
+ *   down  inputs h.e [T, ff] (silu(g) ⊙ u rounded for down's vec-dot type), p [T, nExpert]  →  output y [T, nEmbd]
  *
  * One graph serves every routing of the slice, so every expert runs on every row and unrouted ones are multiplied
  * by 0: the work is nExpert/nUsed times what routing needs. Skipping unrouted experts (one session per expert, or
@@ -38,8 +44,30 @@ export interface DenseExpertSlice {
   down: Float32Array;
 }
 
+/** What the up half reads. */
+export type DenseUpSlice = Pick<DenseExpertSlice, 'nEmbd' | 'ff' | 'nExpert' | 'gate' | 'up'>;
+/** What the down half reads. */
+export type DenseDownSlice = Pick<DenseExpertSlice, 'nEmbd' | 'ff' | 'nExpert' | 'down'>;
+
+/** The whole graph's inputs; its output (and the down half's) is EXPERT_FFN_OUTPUT. */
 export const EXPERT_FFN_INPUTS = { rows: 'x', probs: 'p' } as const;
 export const EXPERT_FFN_OUTPUT = 'y';
+/** The up half's inputs: the rows as gate multiplies them, and as up does. */
+export const EXPERT_UP_INPUTS = { gateRows: 'xg', upRows: 'xu' } as const;
+/** The down half's probs input (beside hiddenName(e) for each expert). */
+export const EXPERT_DOWN_INPUTS = { probs: 'p' } as const;
+
+/** The up half's outputs for expert e, [T, ff] each: the gate and up products. */
+export function gateName(e: number): string {
+  return `g.${e}`;
+}
+export function upName(e: number): string {
+  return `u.${e}`;
+}
+/** Expert e's hidden vectors [T, ff]: an input of the down half. */
+export function hiddenName(e: number): string {
+  return `h.${e}`;
+}
 
 /** The transpose of a row-major [rows × cols] matrix. */
 export function transpose(m: Float32Array, rows: number, cols: number): Float32Array {
@@ -52,54 +80,130 @@ export function transpose(m: Float32Array, rows: number, cols: number): Float32A
   return out;
 }
 
-/** The ModelProto bytes of the slice's expert FFN (see the module comment for inputs and outputs). */
-export function buildExpertFfnModel(s: DenseExpertSlice, options: ModelOptions = {}): Uint8Array {
-  const { nEmbd, ff, nExpert } = s;
-  const per = nEmbd * ff;
+function checkMatrices(fn: string, s: Partial<DenseExpertSlice> & Pick<DenseExpertSlice, 'nEmbd' | 'ff' | 'nExpert'>): void {
+  const per = s.nEmbd * s.ff;
   for (const m of ['gate', 'up', 'down'] as const) {
-    if (s[m].length !== nExpert * per) {
-      throw new RangeError(`buildExpertFfnModel: ${m} has ${s[m].length} values, expected ${nExpert} × ${ff} × ${nEmbd}`);
+    const values = s[m];
+    if (values && values.length !== s.nExpert * per) {
+      throw new RangeError(`${fn}: ${m} has ${values.length} values, expected ${s.nExpert} × ${s.ff} × ${s.nEmbd}`);
     }
   }
+}
+
+/** Nodes and initializers of a graph under construction. */
+interface GraphParts {
+  nodes: NodeSpec[];
+  initializers: TensorSpec[];
+}
+
+/** Expert e's gate and up products, g = xg · Gᵀ_e and u = xu · Uᵀ_e, written to `gOut` and `uOut`. */
+function addGateUp(g: GraphParts, s: DenseUpSlice, e: number, xg: string, xu: string, gOut: string, uOut: string): void {
+  const { nEmbd, ff } = s;
+  const per = nEmbd * ff;
+  const G = `gate_t.${e}`;
+  const U = `up_t.${e}`;
+  g.initializers.push(
+    floatTensor(G, [nEmbd, ff], transpose(s.gate.subarray(e * per, (e + 1) * per), ff, nEmbd)),
+    floatTensor(U, [nEmbd, ff], transpose(s.up.subarray(e * per, (e + 1) * per), ff, nEmbd)),
+  );
+  g.nodes.push(node('MatMul', [xg, G], [gOut], { name: `e${e}.gate` }), node('MatMul', [xu, U], [uOut], { name: `e${e}.up` }));
+}
+
+/** Expert e's hidden vectors in the graph: h = Sigmoid(g) ⊙ g ⊙ u of x, written to `h`. */
+function addHidden(g: GraphParts, s: DenseUpSlice, e: number, x: string, h: string): void {
+  const v = (name: string): string => `e${e}.${name}`;
+  addGateUp(g, s, e, x, x, v('g'), v('u'));
+  g.nodes.push(
+    node('Sigmoid', [v('g')], [v('sig')], { name: v('sigmoid') }),
+    node('Mul', [v('sig'), v('g')], [v('silu')], { name: v('silu') }),
+    node('Mul', [v('silu'), v('u')], [h], { name: v('hidden') }),
+  );
+}
+
+/**
+ * Expert e's share of y: (h · Dᵀ_e) ⊙ p[:, e], added to the running sum `acc` (the first expert starts it, the last
+ * writes EXPERT_FFN_OUTPUT). Returns the name of the sum so far.
+ */
+function addDown(g: GraphParts, s: DenseDownSlice, e: number, h: string, p: string, acc: string): string {
+  const { nEmbd, ff, nExpert } = s;
+  const per = nEmbd * ff;
+  const D = `down_t.${e}`;
+  const idx = `expert_index.${e}`;
+  g.initializers.push(
+    floatTensor(D, [ff, nEmbd], transpose(s.down.subarray(e * per, (e + 1) * per), nEmbd, ff)),
+    int64Tensor(idx, [1], [e]),
+  );
+  const v = (name: string): string => `e${e}.${name}`;
+  const sum = e === nExpert - 1 ? EXPERT_FFN_OUTPUT : `acc.${e}`;
+  const scaled = e === 0 ? sum : v('scaled');
+  g.nodes.push(
+    node('MatMul', [h, D], [v('d')], { name: v('down') }),
+    node('Gather', [p, idx], [v('prob')], { name: v('routing_column'), attributes: [{ name: 'axis', type: 'int', value: 1 }] }),
+    node('Mul', [v('d'), v('prob')], [scaled], { name: v('scale') }),
+  );
+  if (e > 0) g.nodes.push(node('Add', [acc, scaled], [sum], { name: v('accumulate') }));
+  return sum;
+}
+
+/** The ModelProto bytes of the slice's whole expert FFN (see the module comment for inputs and outputs). */
+export function buildExpertFfnModel(s: DenseExpertSlice, options: ModelOptions = {}): Uint8Array {
+  const { nEmbd, ff, nExpert } = s;
+  checkMatrices('buildExpertFfnModel', s);
   const { rows: x, probs: p } = EXPERT_FFN_INPUTS;
-  const nodes: NodeSpec[] = [];
-  const initializers: TensorSpec[] = [];
+  const g: GraphParts = { nodes: [], initializers: [] };
   let acc = '';
   for (let e = 0; e < nExpert; e++) {
-    const slice = (m: Float32Array): Float32Array => m.subarray(e * per, (e + 1) * per);
-    const G = `gate_t.${e}`;
-    const U = `up_t.${e}`;
-    const D = `down_t.${e}`;
-    const idx = `expert_index.${e}`;
-    initializers.push(
-      floatTensor(G, [nEmbd, ff], transpose(slice(s.gate), ff, nEmbd)),
-      floatTensor(U, [nEmbd, ff], transpose(slice(s.up), ff, nEmbd)),
-      floatTensor(D, [ff, nEmbd], transpose(slice(s.down), nEmbd, ff)),
-      int64Tensor(idx, [1], [e]),
-    );
-    const v = (name: string): string => `e${e}.${name}`;
-    const last = e === nExpert - 1;
-    const sum = last ? EXPERT_FFN_OUTPUT : `acc.${e}`;
-    const scaled = e === 0 ? sum : v('scaled');
-    nodes.push(
-      node('MatMul', [x, G], [v('g')], { name: v('gate') }),
-      node('MatMul', [x, U], [v('u')], { name: v('up') }),
-      node('Sigmoid', [v('g')], [v('sig')], { name: v('sigmoid') }),
-      node('Mul', [v('sig'), v('g')], [v('silu')], { name: v('silu') }),
-      node('Mul', [v('silu'), v('u')], [v('h')], { name: v('hidden') }),
-      node('MatMul', [v('h'), D], [v('d')], { name: v('down') }),
-      node('Gather', [p, idx], [v('prob')], { name: v('routing_column'), attributes: [{ name: 'axis', type: 'int', value: 1 }] }),
-      node('Mul', [v('d'), v('prob')], [scaled], { name: v('scale') }),
-    );
-    if (e > 0) nodes.push(node('Add', [acc, scaled], [sum], { name: v('accumulate') }));
-    acc = sum;
+    addHidden(g, s, e, x, `e${e}.h`);
+    acc = addDown(g, s, e, `e${e}.h`, p, acc);
   }
   return encodeModel(
     {
       name: `expert_ffn_${nExpert}x${nEmbd}x${ff}`,
-      nodes,
-      initializers,
+      ...g,
       inputs: [valueInfo(x, DataType.FLOAT, ['T', nEmbd]), valueInfo(p, DataType.FLOAT, ['T', nExpert])],
+      outputs: [valueInfo(EXPERT_FFN_OUTPUT, DataType.FLOAT, ['T', nEmbd])],
+    },
+    options,
+  );
+}
+
+/** The ModelProto bytes of the up half: gate and up rows (xg, xu) → each expert's products gateName(e), upName(e). */
+export function buildExpertUpModel(s: DenseUpSlice, options: ModelOptions = {}): Uint8Array {
+  const { nEmbd, ff, nExpert } = s;
+  checkMatrices('buildExpertUpModel', s);
+  const { gateRows: xg, upRows: xu } = EXPERT_UP_INPUTS;
+  const g: GraphParts = { nodes: [], initializers: [] };
+  for (let e = 0; e < nExpert; e++) addGateUp(g, s, e, xg, xu, gateName(e), upName(e));
+  return encodeModel(
+    {
+      name: `expert_up_${nExpert}x${nEmbd}x${ff}`,
+      ...g,
+      inputs: [valueInfo(xg, DataType.FLOAT, ['T', nEmbd]), valueInfo(xu, DataType.FLOAT, ['T', nEmbd])],
+      outputs: Array.from({ length: nExpert }, (_, e) => [
+        valueInfo(gateName(e), DataType.FLOAT, ['T', ff]),
+        valueInfo(upName(e), DataType.FLOAT, ['T', ff]),
+      ]).flat(),
+    },
+    options,
+  );
+}
+
+/** The ModelProto bytes of the down half: each expert's hidden vectors hiddenName(e) and the dense probs p → y. */
+export function buildExpertDownModel(s: DenseDownSlice, options: ModelOptions = {}): Uint8Array {
+  const { nEmbd, ff, nExpert } = s;
+  checkMatrices('buildExpertDownModel', s);
+  const { probs: p } = EXPERT_DOWN_INPUTS;
+  const g: GraphParts = { nodes: [], initializers: [] };
+  let acc = '';
+  for (let e = 0; e < nExpert; e++) acc = addDown(g, s, e, hiddenName(e), p, acc);
+  return encodeModel(
+    {
+      name: `expert_down_${nExpert}x${nEmbd}x${ff}`,
+      ...g,
+      inputs: [
+        ...Array.from({ length: nExpert }, (_, e) => valueInfo(hiddenName(e), DataType.FLOAT, ['T', ff])),
+        valueInfo(p, DataType.FLOAT, ['T', nExpert]),
+      ],
       outputs: [valueInfo(EXPERT_FFN_OUTPUT, DataType.FLOAT, ['T', nEmbd])],
     },
     options,

@@ -61,6 +61,13 @@ fn k4_scale(p: vec4<u32>, j: u32) -> f32 {
 fn k4_min(p: vec4<u32>, j: u32) -> f32 {
   return f32(byte_of(select(p.z, p.w, j >= 4u), j & 3u));
 }
+// The same as integers (the int8 snippets keep their sums in i32).
+fn k4_scale_i(p: vec4<u32>, j: u32) -> i32 {
+  return i32(byte_of(select(p.x, p.y, j >= 4u), j & 3u));
+}
+fn k4_min_i(p: vec4<u32>, j: u32) -> i32 {
+  return i32(byte_of(select(p.z, p.w, j >= 4u), j & 3u));
+}
 
 // Scale and min of sub-block j (0..7) alone, read from the 12 scale bytes at `byte` (same packing as above); the
 // batched kernels decode one sub-block at a time and need only one pair.
@@ -72,6 +79,15 @@ fn k4_scale_min(m: u32, byte: u32, j: u32) -> vec2<f32> {
   let sc = (q & 15u) | ((w_u8(m, byte + j - 4u) >> 6u) << 4u);
   let mn = (q >> 4u) | ((w_u8(m, byte + j) >> 6u) << 4u);
   return vec2<f32>(f32(sc), f32(mn));
+}
+
+// Four int8 ones, packed: dot_i8(I8_ONES, a) is the sum of a's four int8 values.
+const I8_ONES: u32 = 0x01010101u;
+
+// Per byte, q - bias as two's complement int8, for bytes q and bias below 128 (weight quants 0..15 minus 8, 0..63
+// minus 32): the high bit of each byte lends the borrow, so no byte borrows from its neighbour.
+fn bytes_minus(q: u32, bias: u32) -> u32 {
+  return ((q | 0x80808080u) - bias) ^ 0x80808080u;
 }
 
 // The four bytes of a word as unsigned values (byte 0 first).

@@ -1,11 +1,21 @@
 /**
  * A small seeded grid of expert-FFN cases run on whatever GPUDevice it is given (headless Chromium here, the same
- * code as in Node), each compared with the CPU reference by NMSE.
+ * code as in Node), each compared with the CPU reference by NMSE: exact numerics against the exact reference, llama
+ * numerics against the reference with ggml's rounding (compareLlama: also the NMSE beyond the ties of h).
  */
 import { GGMLType, typeName } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
 import { dequantizeExperts, nmse, referenceCall } from '../../shaders/reference/expert-call.ts';
-import { ExpertRuntime, type ExpertSlice, type KernelFeature, type Regime, type RegimeRequest } from '../../shaders/runtime.ts';
+import { compareLlama } from '../../shaders/reference/llama-ties.ts';
+import {
+  ExpertRuntime,
+  type ExpertSlice,
+  type IntegerDot,
+  type KernelFeature,
+  type Numerics,
+  type Regime,
+  type RegimeRequest,
+} from '../../shaders/runtime.ts';
 import { mulberry32 as rng } from '../support/random.ts';
 
 export interface GridCase {
@@ -21,6 +31,12 @@ export interface GridCase {
   features?: readonly KernelFeature[] | 'auto';
   /** Caps one weight binding so the slice is split into parts. */
   maxBindingBytes?: number;
+  /** Default 'exact'. */
+  numerics?: Numerics;
+  /** llama numerics: the runtime's integerDot option (default 'auto'). */
+  integerDot?: 'auto' | IntegerDot;
+  /** Also compare with the other numerics' reference (a negative check: exact results against the rounded one). */
+  crossCheck?: boolean;
 }
 
 export interface GridResult extends GridCase {
@@ -30,7 +46,15 @@ export interface GridResult extends GridCase {
   /** The kernel variant and the number of weight parts that ran. */
   kernelFeatures: KernelFeature[];
   weightParts: number;
+  /** llama numerics: how the decode kernels' 8-bit dot products ran (capabilities().integerDot; null in exact numerics). */
+  ranIntegerDot: IntegerDot | null;
+  /** Against the reference of the case's numerics. */
   nmse: number;
+  /** llama numerics: the NMSE beyond the ties of h (compareLlama), and the ties. */
+  beyondTies?: number;
+  ties?: number;
+  /** crossCheck: an exact case's result against the rounded reference (its NMSE beyond ties). */
+  vsLlama?: number;
   ms: number;
 }
 
@@ -59,11 +83,14 @@ export async function runGridCase(device: GPUDevice, c: GridCase, seed: number):
     up,
     down,
   };
+  const numerics = c.numerics ?? 'exact';
   const rt = await ExpertRuntime.create(device, slice, {
     features: c.features ?? 'auto',
+    numerics,
+    ...(c.integerDot ? { integerDot: c.integerDot } : {}),
     ...(c.maxBindingBytes ? { maxBindingBytes: c.maxBindingBytes } : {}),
   });
-  const { kernelFeatures, weightParts } = rt.capabilities();
+  const { kernelFeatures, weightParts, integerDot: ranIntegerDot } = rt.capabilities();
   const request = c.regime ?? 'auto';
   const ran = request === 'auto' ? rt.planRegime(ids, c.nTokens, c.nUsed).regime : request;
   const t0 = performance.now();
@@ -71,8 +98,16 @@ export async function runGridCase(device: GPUDevice, c: GridCase, seed: number):
   const ms = performance.now() - t0;
   rt.dispose();
 
-  const want = referenceCall(dequantizeExperts(slice), { rows, ids, probs, nTokens: c.nTokens, nUsed: c.nUsed });
-  return { ...c, typeName: typeName(c.type), ran, kernelFeatures, weightParts, nmse: nmse(got, want), ms };
+  const experts = dequantizeExperts(slice);
+  const call = { rows, ids, probs, nTokens: c.nTokens, nUsed: c.nUsed };
+  const base = { ...c, typeName: typeName(c.type), ran, kernelFeatures, weightParts, ranIntegerDot, ms };
+  if (numerics === 'llama') {
+    const r = compareLlama(experts, call, got);
+    return { ...base, nmse: r.nmse, beyondTies: r.beyondTies, ties: r.ties };
+  }
+  const result: GridResult = { ...base, nmse: nmse(got, referenceCall(experts, call)) };
+  if (c.crossCheck) result.vsLlama = compareLlama(experts, call, got).beyondTies;
+  return result;
 }
 
 /**
@@ -129,3 +164,59 @@ export const BATCHED_GRID: GridCase[] = [
     return [{ type, nEmbd, ff, nExpert: 4, nTokens: 16, nUsed: 4, regime: 'batched' }];
   })
   .concat([{ type: GGMLType.Q4_K, nEmbd: 256, ff: 256, nExpert: 4, nTokens: 32, nUsed: 2, regime: 'auto' }]);
+
+const ALL_TYPES = [
+  GGMLType.F32,
+  GGMLType.F16,
+  GGMLType.BF16,
+  GGMLType.Q8_0,
+  GGMLType.Q4_0,
+  GGMLType.Q4_K,
+  GGMLType.Q5_K,
+  GGMLType.Q6_K,
+] as const;
+const INT8 = new Set<GGMLType>([GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]);
+
+/**
+ * llama numerics: every type in the decode regime (every integer-dot path for the 8-bit types: dot4I8Packed, its
+ * unpacked fallback, the float kernels on rounded values) and in the batched regime, split slices in both regimes,
+ * and the negative check: exact numerics on Q8_0 and Q4_K against the rounded reference (crossCheck).
+ */
+export const LLAMA_GRID: GridCase[] = [
+  ...ALL_TYPES.flatMap((type): GridCase[] => {
+    const k = type >= GGMLType.Q2_K && type <= GGMLType.Q6_K;
+    const block32 = type === GGMLType.Q8_0 || type === GGMLType.Q4_0;
+    const [nEmbd, ff] = k ? [256, 256] : block32 ? [64, 96] : [36, 20];
+    const paths: ('auto' | IntegerDot)[] = INT8.has(type) ? ['packed', 'unpacked', 'float'] : ['auto'];
+    return [
+      ...paths.map(
+        (integerDot): GridCase => ({ type, nEmbd, ff, nExpert: 3, nTokens: 4, nUsed: 2, regime: 'decode', numerics: 'llama', integerDot }),
+      ),
+      { type, nEmbd, ff, nExpert: 4, nTokens: 16, nUsed: 4, regime: 'batched', numerics: 'llama' },
+    ];
+  }),
+  {
+    type: GGMLType.Q4_K,
+    nEmbd: 256,
+    ff: 256,
+    nExpert: 4,
+    nTokens: 3,
+    nUsed: 2,
+    regime: 'decode',
+    maxBindingBytes: 256 * 144,
+    numerics: 'llama',
+  },
+  {
+    type: GGMLType.Q4_K,
+    nEmbd: 256,
+    ff: 256,
+    nExpert: 4,
+    nTokens: 16,
+    nUsed: 4,
+    regime: 'batched',
+    maxBindingBytes: 256 * 144,
+    numerics: 'llama',
+  },
+  { type: GGMLType.Q8_0, nEmbd: 64, ff: 96, nExpert: 4, nTokens: 4, nUsed: 2, regime: 'decode', crossCheck: true },
+  { type: GGMLType.Q4_K, nEmbd: 256, ff: 256, nExpert: 4, nTokens: 16, nUsed: 4, regime: 'batched', crossCheck: true },
+];

@@ -1,7 +1,8 @@
 /**
  * Browser entry for the kernel tests: `window.runKernelGrid()` runs the seeded grid (kernel-grid.ts) on the page's
- * WebGPU adapter; `window.runEngineStart()` starts an ExpertEngine with both real backends (our kernels on WebGPU,
- * onnxruntime-web's wasm served under /ort/) and reports its choice and the chosen backend's accuracy.
+ * WebGPU adapter ('llama': the llama-numerics grid); `window.runEngineStart(numerics)` starts an ExpertEngine with both
+ * real backends (our kernels on WebGPU, onnxruntime-web's wasm served under /ort/) in those numerics and reports its
+ * choice and the chosen backend's accuracy against the reference of the same numerics.
  */
 import * as ort from 'onnxruntime-web';
 import { GGMLType } from '../../gguf/quant-types.ts';
@@ -10,13 +11,16 @@ import { requestExpertDevice, type ExpertDevice } from '../../shaders/device.ts'
 import { ExpertEngine, type EngineReport } from '../../shaders/engine.ts';
 import { OrtExpertFallback } from '../../shaders/ort/fallback.ts';
 import { dequantizeExperts, nmse, referenceCall } from '../../shaders/reference/expert-call.ts';
-import { ExpertRuntime, type ExpertSlice } from '../../shaders/runtime.ts';
+import { compareLlama } from '../../shaders/reference/llama-ties.ts';
+import { ExpertRuntime, type ExpertSlice, type Numerics } from '../../shaders/runtime.ts';
 import { mulberry32 } from '../support/random.ts';
-import { BATCHED_GRID, DECODE_GRID, SPLIT_GRID, runGridCase, type GridCase, type GridResult } from './kernel-grid.ts';
+import { BATCHED_GRID, DECODE_GRID, LLAMA_GRID, SPLIT_GRID, runGridCase, type GridCase, type GridResult } from './kernel-grid.ts';
 
 interface GridOutput {
   adapter: Record<string, unknown> | null;
   features: string[];
+  /** navigator.gpu.wgslLanguageFeatures. */
+  wgslLanguageFeatures: string[];
   results: GridResult[];
   skipped: { case: GridCase; reason: string }[];
   error?: string;
@@ -25,13 +29,15 @@ interface GridOutput {
 interface EngineOutput {
   report: EngineReport;
   nmse: number;
+  /** llama numerics: the NMSE beyond the ties of h (compareLlama). */
+  beyondTies?: number;
   error?: string;
 }
 
 declare global {
   interface Window {
-    runKernelGrid: (grid?: 'decode' | 'batched' | 'split' | 'all') => Promise<GridOutput>;
-    runEngineStart: () => Promise<EngineOutput>;
+    runKernelGrid: (grid?: 'decode' | 'batched' | 'split' | 'all' | 'llama') => Promise<GridOutput>;
+    runEngineStart: (numerics?: Numerics) => Promise<EngineOutput>;
   }
 }
 
@@ -42,19 +48,29 @@ async function openDevice(): Promise<ExpertDevice | string> {
 
 window.runKernelGrid = async (grid = 'all') => {
   const opened = await openDevice();
-  if (typeof opened === 'string') return { adapter: null, features: [], results: [], skipped: [], error: opened };
+  const languageFeatures = [...(navigator.gpu?.wgslLanguageFeatures ?? [])];
+  if (typeof opened === 'string')
+    return { adapter: null, features: [], wgslLanguageFeatures: languageFeatures, results: [], skipped: [], error: opened };
   const { adapter, device } = opened;
   const results: GridResult[] = [];
   const skipped: GridOutput['skipped'] = [];
   try {
     let seed = 1;
-    const cases = { decode: DECODE_GRID, batched: BATCHED_GRID, split: SPLIT_GRID, all: [...DECODE_GRID, ...BATCHED_GRID, ...SPLIT_GRID] }[
-      grid
-    ];
+    const cases = {
+      decode: DECODE_GRID,
+      batched: BATCHED_GRID,
+      split: SPLIT_GRID,
+      all: [...DECODE_GRID, ...BATCHED_GRID, ...SPLIT_GRID],
+      llama: LLAMA_GRID,
+    }[grid];
     for (const c of cases) {
       const missing = c.features === 'auto' || !c.features ? undefined : c.features.find((f) => !device.features.has(f));
       if (missing) {
         skipped.push({ case: c, reason: `the adapter has no '${missing}' feature` });
+        continue;
+      }
+      if (c.integerDot === 'packed' && !languageFeatures.includes('packed_4x8_integer_dot_product')) {
+        skipped.push({ case: c, reason: 'navigator.gpu.wgslLanguageFeatures lacks packed_4x8_integer_dot_product' });
         continue;
       }
       results.push(await runGridCase(device, c, seed++));
@@ -71,12 +87,13 @@ window.runKernelGrid = async (grid = 'all') => {
       isFallbackAdapter: (info as { isFallbackAdapter?: boolean }).isFallbackAdapter ?? null,
     },
     features: [...adapter.features],
+    wgslLanguageFeatures: languageFeatures,
     results,
     skipped,
   };
 };
 
-window.runEngineStart = async () => {
+window.runEngineStart = async (numerics: Numerics = 'exact') => {
   const r = mulberry32(77);
   const nEmbd = 256;
   const ff = 256;
@@ -97,15 +114,16 @@ window.runEngineStart = async () => {
   ort.env.wasm.numThreads = 1;
   const opened = await openDevice();
   const engine = await ExpertEngine.start(slice, {
+    numerics,
     ...(typeof opened === 'string'
       ? {}
       : {
-          webgpu: async (s: ExpertSlice) => ({
-            runtime: await ExpertRuntime.create(opened.device, s),
+          webgpu: async (s, o) => ({
+            runtime: await ExpertRuntime.create(opened.device, s, { numerics: o.numerics }),
             isFallbackAdapter: opened.isFallbackAdapter,
           }),
         }),
-    wasm: (s: ExpertSlice) => OrtExpertFallback.create(ort, s),
+    wasm: (s, o) => OrtExpertFallback.create(ort, s, { numerics: o.numerics }),
   });
   try {
     // One decode call on the chosen backend against the float64 reference.
@@ -113,8 +131,13 @@ window.runEngineStart = async () => {
     const ids = Int32Array.of(0, 3, 2, 1);
     const probs = Float32Array.of(0.7, 0.3, 0.6, 0.4);
     const got = await engine.compute(rows, ids, probs, 2, 2);
-    const want = referenceCall(dequantizeExperts(slice), { rows, ids, probs, nTokens: 2, nUsed: 2 });
-    return { report: engine.report, nmse: nmse(got, want) };
+    const call = { rows, ids, probs, nTokens: 2, nUsed: 2 };
+    const experts = dequantizeExperts(slice);
+    if (numerics === 'llama') {
+      const r = compareLlama(experts, call, got);
+      return { report: engine.report, nmse: r.nmse, beyondTies: r.beyondTies };
+    }
+    return { report: engine.report, nmse: nmse(got, referenceCall(experts, call)) };
   } finally {
     await engine.dispose();
     if (typeof opened !== 'string') opened.device.destroy();

@@ -25,7 +25,6 @@ import {
   ROUND_PARAMS_FIELDS,
   roundActivationsGpu,
   roundModeOf,
-  setRoundActivationsWgsl,
   writeRoundParams,
   type RoundMode,
 } from '../../shaders/round-activations.ts';
@@ -58,7 +57,6 @@ async function openGpu(): Promise<void> {
     );
   }
   device = got.device;
-  setRoundActivationsWgsl(WGSL_TEXT);
 }
 
 // ---------------------------------------------------------------------------------------------

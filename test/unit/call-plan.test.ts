@@ -2,11 +2,24 @@
  * The plan of one compute call (shaders/call-plan.ts), with no GPU: per-call buffer sizes, which weight parts
  * dispatch (an idle part dispatches nothing; batched, each part gets its own run of tiles), workgroup counts folded
  * into 2-D, the Shape uniforms and their stride, the refusals (BATCH_TOO_LARGE, DISPATCH_TOO_LARGE) and the binding
- * limit the sizes are checked against. The GPU runs of the same plans are in kernels.test.ts.
+ * limit the sizes are checked against; and llama numerics: which roundings a call needs (callRounding) and their
+ * dispatches, buffers and RoundParams uniforms. The GPU runs of the same plans are in kernels.test.ts.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { bindingLimit, planCall, type CallPlan, type PlanLimits, type PlannedCall } from '../../shaders/call-plan.ts';
+import { GGMLType } from '../../gguf/quant-types.ts';
+import {
+  NO_ROUNDING,
+  bindingLimit,
+  callRounding,
+  planCall,
+  type CallPlan,
+  type CallRounding,
+  type PlanLimits,
+  type PlannedCall,
+} from '../../shaders/call-plan.ts';
+import type { IntegerDot } from '../../shaders/expert-ffn.ts';
+import type { SliceTypes } from '../../shaders/slice.ts';
 import { ExpertRuntimeError } from '../../shaders/errors.ts';
 import type { KernelTuning } from '../../shaders/expert-ffn.ts';
 import { expertCounts } from '../../shaders/expert-groups.ts';
@@ -233,4 +246,166 @@ test('bindingLimit: the smallest of the limits that cap one binding, with its na
     ],
   ];
   for (const [what, limits, cap, expected] of rows) assert.deepEqual(bindingLimit(limits, cap), expected, what);
+});
+
+const T = GGMLType;
+const same = (t: GGMLType): SliceTypes => ({ gate: t, up: t, down: t });
+
+test('callRounding: which activations llama numerics rounds, how, and which the int8 kernels read packed', () => {
+  const q = (mode: string, packed: boolean) => ({ mode, packed });
+  const rows: [string, SliceTypes, 'exact' | 'llama', 'decode' | 'batched', IntegerDot, CallRounding][] = [
+    ['exact numerics: nothing', same(T.Q4_K), 'exact', 'decode', 'packed', NO_ROUNDING],
+    [
+      'Q8_0, decode, packed: Q8_0 blocks, int8 up and down',
+      same(T.Q8_0),
+      'llama',
+      'decode',
+      'packed',
+      { gate: q('q8_0', true), up: q('q8_0', true), down: q('q8_0', true) } as CallRounding,
+    ],
+    [
+      'Q4_0, decode, unpacked: the same plan (the kernels differ only in dot_i8)',
+      same(T.Q4_0),
+      'llama',
+      'decode',
+      'unpacked',
+      { gate: q('q8_0', true), up: q('q8_0', true), down: q('q8_0', true) } as CallRounding,
+    ],
+    [
+      'Q4_K, decode, float: Q8_K values through the float kernels',
+      same(T.Q4_K),
+      'llama',
+      'decode',
+      'float',
+      { gate: q('q8_k', false), up: q('q8_k', false), down: q('q8_k', false) } as CallRounding,
+    ],
+    [
+      'Q6_K, batched: values, whatever integerDot says',
+      same(T.Q6_K),
+      'llama',
+      'batched',
+      'packed',
+      { gate: q('q8_k', false), up: q('q8_k', false), down: q('q8_k', false) } as CallRounding,
+    ],
+    [
+      'Q4_K/Q5_K/Q6_K: gate and up round alike, two int8 passes',
+      { gate: T.Q4_K, up: T.Q5_K, down: T.Q6_K },
+      'llama',
+      'decode',
+      'packed',
+      { gate: q('q8_k', true), up: q('q8_k', true), down: q('q8_k', true) } as CallRounding,
+    ],
+    [
+      'Q8_0 gate, Q4_K up: they round differently, so the up step reads values; down Q8_0 is packed',
+      { gate: T.Q8_0, up: T.Q4_K, down: T.Q8_0 },
+      'llama',
+      'decode',
+      'packed',
+      { gate: q('q8_0', false), up: q('q8_k', false), down: q('q8_0', true) } as CallRounding,
+    ],
+    [
+      'F16 / BF16 / Q8_0: half roundings (values), a packed down',
+      { gate: T.F16, up: T.BF16, down: T.Q8_0 },
+      'llama',
+      'decode',
+      'packed',
+      { gate: q('f16', false), up: q('bf16', false), down: q('q8_0', true) } as CallRounding,
+    ],
+    ['F32: no rounding in either numerics', same(T.F32), 'llama', 'decode', 'packed', NO_ROUNDING],
+    [
+      'F16 down after Q4_0 gate/up: the rows packed, h to f16',
+      { gate: T.Q4_0, up: T.Q4_0, down: T.F16 },
+      'llama',
+      'decode',
+      'packed',
+      { gate: q('q8_0', true), up: q('q8_0', true), down: q('f16', false) } as CallRounding,
+    ],
+  ];
+  for (const [what, types, numerics, regime, integerDot, expected] of rows) {
+    assert.deepEqual(callRounding(types, numerics, regime, integerDot), expected, what);
+  }
+});
+
+test('planCall with roundings: the round_activations dispatches, their buffers and RoundParams uniforms', () => {
+  const K_SHAPE = { nEmbd: 256, ff: 512, nExpert: 4 };
+  const rows: [string, typeof SHAPE, PlannedCall, Partial<PlanLimits>, object[], number[][]][] = [
+    [
+      'Q8_0 decode, packed: the rows once (gate and up), h once; quants 1 byte and a scale per 32',
+      SHAPE,
+      { ...call('decode', 3, 2, [0, 1, 2, 3, 1, 2]), rounding: callRounding(same(T.Q8_0), 'llama', 'decode', 'packed') },
+      {},
+      [
+        // input, for, mode, packed, nRows, rowLen, workgroups, bytes
+        ['rows', ['gate', 'up'], 'q8_0', true, 3, 64, [1, 1], { values: 768, qs: 192, scales: 24 }],
+        ['hidden', ['down'], 'q8_0', true, 6, 32, [1, 1], { values: 768, qs: 192, scales: 24 }],
+      ],
+      [
+        [3, 64],
+        [6, 32],
+      ],
+    ],
+    [
+      'F16 gate, BF16 up, Q8_0 down: two roundings of the rows (values), h packed',
+      SHAPE,
+      { ...call('decode', 2, 1, [1, 3]), rounding: callRounding({ gate: T.F16, up: T.BF16, down: T.Q8_0 }, 'llama', 'decode', 'packed') },
+      {},
+      [
+        ['rows', ['gate'], 'f16', false, 2, 64, [1, 1], { values: 512, qs: 0, scales: 0 }],
+        ['rows', ['up'], 'bf16', false, 2, 64, [1, 1], { values: 512, qs: 0, scales: 0 }],
+        ['hidden', ['down'], 'q8_0', true, 2, 32, [1, 1], { values: 256, qs: 64, scales: 8 }],
+      ],
+      [
+        [2, 64],
+        [2, 64],
+        [2, 32],
+      ],
+    ],
+    [
+      'Q4_K batched, 64 rows × top-2, 16 workgroups per dimension: values only; 64 and 256 workgroups fold into 2-D',
+      K_SHAPE,
+      {
+        ...call(
+          'batched',
+          64,
+          2,
+          Array.from({ length: 128 }, (_, i) => i % 4),
+        ),
+        rounding: callRounding(same(T.Q4_K), 'llama', 'batched', 'packed'),
+      },
+      // combine: 64 × 256 / 64 = 256 workgroups fit 16 × 16 at most
+      { maxPerDimension: 16 },
+      [
+        // 64 × 256 / 4 / 64 = 64 workgroups → 16 × 4; 128 × 512 → 256 → 16 × 16
+        ['rows', ['gate', 'up'], 'q8_k', false, 64, 256, [16, 4], { values: 65536, qs: 0, scales: 0 }],
+        ['hidden', ['down'], 'q8_k', false, 128, 512, [16, 16], { values: 262144, qs: 0, scales: 0 }],
+      ],
+      [
+        [64, 256],
+        [128, 512],
+      ],
+    ],
+    ['exact numerics: no round dispatch, no extra uniform', SHAPE, call('decode', 3, 2, [0, 1, 2, 3, 1, 2]), {}, [], []],
+  ];
+  for (const [what, shape, c, limits, rounds, params] of rows) {
+    const plan = planCall(shape, c, TUNING, [[0, 4]], { ...LIMITS, ...limits });
+    assert.deepEqual(
+      plan.rounds.map((r) => [r.input, r.for, r.mode, r.packed, r.nRows, r.rowLen, r.workgroups, r.bytes]),
+      rounds,
+      what,
+    );
+    assert.deepEqual(plan.rounding, c.rounding ?? NO_ROUNDING, what);
+    // Uniforms: one Shape per planned part, the combine's, then one RoundParams per round.
+    assert.equal(plan.uniforms.length, plan.parts.length + 1 + rounds.length, what);
+    assert.deepEqual(
+      plan.uniforms.slice(plan.parts.length + 1).map((u) => [...u]),
+      params,
+      what,
+    );
+    // A rounding's outputs are never larger than its input (values: the same bytes; quants a quarter; scales less),
+    // so the plain buffers' BATCH_TOO_LARGE check covers them.
+    for (const r of plan.rounds) {
+      assert.equal(r.bytes.values, r.input === 'rows' ? plan.sizes.rows : plan.sizes.hidden, what);
+      assert.ok(r.bytes.qs <= r.bytes.values / 4 && r.bytes.scales <= r.bytes.qs, what);
+    }
+  }
 });

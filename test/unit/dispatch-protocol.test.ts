@@ -6,6 +6,7 @@ import {
   FrameKind,
   FrameReader,
   HEADER_BYTES,
+  NUMERICS_WIRE,
   decodeHeader,
   decodeHello,
   decodeRequest,
@@ -41,10 +42,20 @@ function split(bytes: Uint8Array): { header: ReturnType<typeof decodeHeader>; pa
 }
 
 test('hello, ack, request and both responses round-trip', () => {
-  const hello = { nLayer: 4, nEmbd: 64, nExpert: 8, nExpertUsed: 2, deadlineMs: 250, modelDesc: 'qwen3moe ?B Q8_0 — ünïcode' };
+  const hello = {
+    nLayer: 4,
+    nEmbd: 64,
+    nExpert: 8,
+    nExpertUsed: 2,
+    deadlineMs: 250,
+    numerics: 'llama' as const,
+    modelDesc: 'qwen3moe ?B Q8_0 — ünïcode',
+  };
   const h = split(encodeHello(hello));
   assert.equal(h.header.kind, FrameKind.Hello);
   assert.deepEqual(decodeHello(h.payload), hello);
+  const exact = { ...hello, numerics: 'exact' as const };
+  assert.deepEqual(decodeHello(split(encodeHello(exact)).payload), exact);
 
   const ack = split(encodeHelloAck(false, 3));
   assert.equal(ack.header.kind, FrameKind.HelloAck);
@@ -135,7 +146,15 @@ test('a truncated request and a short hello are refused', () => {
   assert.throws(() => decodeRequest(r.header, r.payload.subarray(0, 20), 8), { code: 'DISPATCH_BAD_FRAME' });
   assert.throws(() => decodeRequest(r.header, r.payload.subarray(0, r.payload.length - 4), 8), { code: 'DISPATCH_BAD_FRAME' });
   assert.throws(() => decodeHello(new Uint8Array(10)), { code: 'DISPATCH_BAD_FRAME' });
-  const long = encodeHello({ nLayer: 1, nEmbd: 1, nExpert: 1, nExpertUsed: 1, deadlineMs: 1, modelDesc: 'x'.repeat(300) });
+  const long = encodeHello({
+    nLayer: 1,
+    nEmbd: 1,
+    nExpert: 1,
+    nExpertUsed: 1,
+    deadlineMs: 1,
+    numerics: 'llama',
+    modelDesc: 'x'.repeat(300),
+  });
   assert.equal(decodeHello(long.subarray(HEADER_BYTES)).modelDesc.length, DISPATCH_LIMITS.maxModelDesc, 'descriptions are capped');
 });
 
@@ -177,4 +196,26 @@ test('responses: wrong kind, bad mode, bad sizes and quiet windows out of range 
   assert.throws(() => encodeResponse({ seq: 1, layer: 0, nTokens: 1, nUsed: 2, quietMs: -1, mode: 'local' }), {
     code: 'DISPATCH_BAD_FRAME',
   });
+});
+
+test('hello layout: numerics is the u32 before desc_len (as linkcpp-server writes it); other values are refused', () => {
+  const hello = { nLayer: 3, nEmbd: 32, nExpert: 4, nExpertUsed: 2, deadlineMs: 100, numerics: 'llama' as const, modelDesc: 'abc' };
+  const { payload } = split(encodeHello(hello));
+  const v = new DataView(payload.buffer, payload.byteOffset, payload.length);
+  assert.equal(payload.length, 28 + 3, '7 u32 fields, then the description');
+  assert.deepEqual(
+    Array.from({ length: 7 }, (_, i) => v.getUint32(4 * i, true)),
+    [3, 32, 4, 2, 100, NUMERICS_WIRE.llama, 3],
+  );
+  assert.deepEqual(NUMERICS_WIRE, { exact: 0, llama: 1 });
+  for (const bad of [2, 7, 0xffffffff]) {
+    const p = payload.slice();
+    new DataView(p.buffer).setUint32(20, bad, true);
+    assert.throws(() => decodeHello(p), { code: 'DISPATCH_BAD_NUMERICS' }, `numerics ${bad}`);
+  }
+  // the pre-numerics layout (24 fixed bytes) no longer decodes: a coordinator without the field is refused, not misread
+  const old = new Uint8Array(24 + 3);
+  const ov = new DataView(old.buffer);
+  for (const [i, x] of [3, 32, 4, 2, 100, 3].entries()) ov.setUint32(4 * i, x, true);
+  assert.throws(() => decodeHello(old), DispatchProtocolError);
 });

@@ -4,17 +4,24 @@
  * kernel quant type (NMSE ≤ 1e-9: the weights are dequantized exactly and the graph computes in f32, so only f32
  * rounding remains), and malformed slices and calls throw ExpertRuntime's error codes. (The backend policy,
  * chooseBackend, is tabled in engine.test.ts.)
+ *
+ * 'llama' numerics: against the reference with ggml's activation rounding (referenceCall(…, 'llama')) for every
+ * type the fallback reads and a slice of three different vec-dot types, NMSE ≤ 1e-9; 'exact' numerics must miss that
+ * reference by orders of magnitude (so a fallback that ignores the option fails here). The test prints both modes'
+ * NMSE per type and their times on the benchmark's decode and batched shapes. The ggml rounding of h itself, given h
+ * only within float32 error, is tested on hard data in ort-llama-rounding.test.ts.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as ort from 'onnxruntime-web';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
-import { dequantizeExperts, nmse, referenceCall } from '../../shaders/reference/expert-call.ts';
+import { dequantizeExperts, nmse, referenceCall, type RoutedCall } from '../../shaders/reference/expert-call.ts';
+import { syntheticCall, timeCompute, type Numerics } from '../../shaders/computer.ts';
 import { ExpertRuntimeError } from '../../shaders/errors.ts';
-import { validateInputs, type ExpertSlice } from '../../shaders/slice.ts';
+import { validateInputs, type ExpertSlice, type SliceTypes } from '../../shaders/slice.ts';
 import { DataType, Message, encodeModel, floatTensor, int64Tensor, node, valueInfo } from '../../shaders/ort/onnx-builder.ts';
-import { OrtExpertFallback, denseProbs } from '../../shaders/ort/fallback.ts';
+import { OrtExpertFallback, denseProbs, fallbackQuantTypes, sliceVecDotTypes } from '../../shaders/ort/fallback.ts';
 import { mulberry32 as rng } from '../support/random.ts';
 
 ort.env.wasm.numThreads = 1;
@@ -70,14 +77,15 @@ test('an encoded model round-trips through onnxruntime with the right numbers', 
 const TYPES = [GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K];
 const SHAPE = { nEmbd: 256, ff: 256, nExpert: 4 };
 
-function makeSlice(type: GGMLType, seed: number): ExpertSlice {
-  const { nEmbd, ff, nExpert } = SHAPE;
+function makeSlice(type: GGMLType | SliceTypes, seed: number, shape: { nEmbd: number; ff: number; nExpert: number } = SHAPE): ExpertSlice {
+  const { nEmbd, ff, nExpert } = shape;
+  const types = typeof type === 'number' ? { gate: type, up: type, down: type } : type;
   const r = rng(seed);
   const n = nExpert * nEmbd * ff;
-  const gate = quantize(type, uniform(n, r, 1 / Math.sqrt(nEmbd)));
-  const up = quantize(type, uniform(n, r, 1 / Math.sqrt(nEmbd)));
-  const down = quantize(type, uniform(n, r, 1 / Math.sqrt(ff)));
-  return { nEmbd, ff, nExpert, types: { gate: type, up: type, down: type }, gate, up, down };
+  const gate = quantize(types.gate, uniform(n, r, 1 / Math.sqrt(nEmbd)));
+  const up = quantize(types.up, uniform(n, r, 1 / Math.sqrt(nEmbd)));
+  const down = quantize(types.down, uniform(n, r, 1 / Math.sqrt(ff)));
+  return { nEmbd, ff, nExpert, types, gate, up, down };
 }
 
 test('OrtExpertFallback matches the CPU reference for every kernel quant type', { timeout: 120_000 }, async (t) => {
@@ -108,6 +116,110 @@ test('OrtExpertFallback matches the CPU reference for every kernel quant type', 
   }
 });
 
+/** The existing grid's call: nTokens rows in [-1, 1), each routed to 2 of the slice's experts with probs in [0.1, 0.6). */
+function gridCall(nTokens: number, seed: number): RoutedCall {
+  const nUsed = 2;
+  const r = rng(seed);
+  const rows = uniform(nTokens * SHAPE.nEmbd, r, 1);
+  const ids = new Int32Array(nTokens * nUsed).map((_, i) => (i * 7 + Math.floor(i / nUsed)) % SHAPE.nExpert);
+  const probs = uniform(nTokens * nUsed, r, 0.5).map((p) => Math.abs(p) + 0.1);
+  return { rows, ids, probs, nTokens, nUsed };
+}
+
+const typesName = (t: SliceTypes): string =>
+  t.gate === t.up && t.up === t.down ? GGMLType[t.gate]! : `${GGMLType[t.gate]}/${GGMLType[t.up]}/${GGMLType[t.down]}`;
+
+/** 'llama' numerics against the rounded reference: float summation error only. */
+const LLAMA_BOUND = 1e-9;
+/** 'exact' numerics against the rounded reference must be at least this far off where rounding applies. */
+const EXACT_MISS = 1e-8;
+
+test("numerics 'llama' matches the reference with ggml's activation rounding for every fallback type; 'exact' does not", {
+  timeout: 300_000,
+}, async (t) => {
+  const cases: SliceTypes[] = fallbackQuantTypes().map((type) => ({ gate: type, up: type, down: type }));
+  // Three different vec-dot types (Q8_K, Q8_0, BF16): the gate and up rows are rounded differently, h differently again.
+  cases.push({ gate: GGMLType.Q4_K, up: GGMLType.Q5_0, down: GGMLType.BF16 });
+  let seed = 101;
+  for (const types of cases) {
+    const name = typesName(types);
+    const slice = makeSlice(types, seed++);
+    const experts = dequantizeExperts(slice);
+    const vdt = sliceVecDotTypes(types);
+    const rounds = vdt.gate !== GGMLType.F32 || vdt.up !== GGMLType.F32 || vdt.down !== GGMLType.F32;
+    const llama = await OrtExpertFallback.create(ort, slice, { numerics: 'llama' });
+    const exact = await OrtExpertFallback.create(ort, slice);
+    try {
+      assert.equal(llama.numerics, 'llama');
+      assert.equal(exact.numerics, 'exact');
+      assert.equal(exact.refinedValues, 0);
+      let worstLlama = 0;
+      let bestExact = Infinity;
+      for (const nTokens of [1, 8]) {
+        const c = gridCall(nTokens, seed++);
+        const want = referenceCall(experts, c, 'llama');
+        const gotLlama = await llama.compute(c.rows, c.ids, c.probs, c.nTokens, c.nUsed);
+        const gotExact = await exact.compute(c.rows, c.ids, c.probs, c.nTokens, c.nUsed);
+        const eL = nmse(gotLlama, want);
+        const eX = nmse(gotExact, want);
+        worstLlama = Math.max(worstLlama, eL);
+        bestExact = Math.min(bestExact, eX);
+        assert.ok(eL <= LLAMA_BOUND, `${name}, ${nTokens} rows: llama numerics NMSE ${eL} against the rounded reference`);
+        if (rounds) {
+          assert.ok(eX > EXACT_MISS, `${name}, ${nTokens} rows: exact numerics within ${EXACT_MISS} of the rounded reference (${eX})`);
+        } else {
+          // Nothing to round (F32 vec-dot types): llama runs exact's graph, bit for bit.
+          assert.deepEqual(gotLlama, gotExact);
+        }
+      }
+      t.diagnostic(
+        `${name} ${SHAPE.nEmbd}×${SHAPE.ff}, 1 and 8 rows × 2 of ${SHAPE.nExpert}: NMSE against the rounded reference, ` +
+          `llama ≤ ${worstLlama.toExponential(2)} (${llama.refinedValues} values of h recomputed), exact ≥ ${bestExact.toExponential(2)}`,
+      );
+    } finally {
+      await llama.dispose();
+      await exact.dispose();
+    }
+  }
+});
+
+test("numerics 'exact' vs 'llama': time on the benchmark's decode and batched shapes (printed, not asserted)", {
+  timeout: 120_000,
+}, async (t) => {
+  for (const type of [GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.BF16, GGMLType.F16]) {
+    const slice = makeSlice(type, 7);
+    const fbs = {
+      exact: await OrtExpertFallback.create(ort, slice),
+      llama: await OrtExpertFallback.create(ort, slice, { numerics: 'llama' }),
+    };
+    try {
+      for (const [label, nTokens] of [
+        ['decode', 1],
+        ['batched', 64],
+      ] as const) {
+        const call = { ...SHAPE, nTokens, nUsed: 2 };
+        // Alternating, the best of three: this machine is shared, and the least disturbed sample is the fairest.
+        const ms = { exact: Infinity, llama: Infinity };
+        for (let round = 0; round < 3; round++) {
+          for (const mode of ['exact', 'llama'] as const) {
+            ms[mode] = Math.min(ms[mode], (await timeCompute(fbs[mode], call, { iterations: 1, minSampleMs: 30 })).msMedian);
+          }
+        }
+        t.diagnostic(
+          `${GGMLType[type]} ${label} ${nTokens}×2 of ${SHAPE.nExpert} at ${SHAPE.nEmbd}×${SHAPE.ff}: ` +
+            `exact ${ms.exact.toFixed(3)} ms, llama ${ms.llama.toFixed(3)} ms (×${(ms.llama / ms.exact).toFixed(2)})`,
+        );
+      }
+      const c = syntheticCall({ ...SHAPE, nTokens: 4, nUsed: 2 }, 3);
+      const e = nmse(await fbs.llama.compute(c.rows, c.ids, c.probs, 4, 2), await fbs.exact.compute(c.rows, c.ids, c.probs, 4, 2));
+      assert.ok(e < 1e-2, `${GGMLType[type]}: llama vs exact NMSE ${e}`);
+    } finally {
+      await fbs.exact.dispose();
+      await fbs.llama.dispose();
+    }
+  }
+});
+
 test('router probs: dense, zero where unrouted, a repeated expert adds up', () => {
   const p = denseProbs(new Int32Array([2, 0, 1, 1]), new Float32Array([0.25, 0.75, 0.5, 0.5]), 2, 2, 3);
   assert.deepEqual([...p], [0.75, 0, 0.25, 0, 1, 0]);
@@ -130,6 +242,7 @@ test('malformed slices and calls throw ExpertRuntime error codes', { timeout: 60
   await expectCode(OrtExpertFallback.create(ort, { ...slice, nEmbd: 250 }), 'BAD_SHAPE'); // not whole Q8_0 blocks
   await expectCode(OrtExpertFallback.create(ort, { ...slice, types: { ...slice.types, up: 999 as GGMLType } }), 'UNSUPPORTED_TYPE');
   await expectCode(OrtExpertFallback.create(ort, { ...slice, down: slice.down.subarray(1) }), 'BAD_SLICE_BYTES');
+  await expectCode(OrtExpertFallback.create(ort, slice, { numerics: 'ggml' as Numerics }), 'BAD_OPTION');
 
   const fb = await OrtExpertFallback.create(ort, slice);
   const { nEmbd } = SHAPE;

@@ -1,12 +1,16 @@
 // Expertswarm expert dispatch (see llama-expert-dispatch.h and docs/dispatch-protocol.md).
 //
-// Per dispatched MoE layer the graph holds three custom ops:
-//   remote  (1 thread)   sends rows + top-k ids + router probs, waits until the layer's deadline at most, and
-//                        writes what the dispatcher served: partial sums and a served flag per (token, k) pair;
-//   up      (all threads) gate/up projections + SiLU for the pairs that were not served;
-//   down    (all threads) down projection of those pairs, scaled by their probs and added to the served partial sums.
+// Per dispatched MoE layer the graph holds three custom ops and one of ggml's:
+//   remote   (1 thread)    sends rows + top-k ids + router probs, waits until the layer's deadline at most, and
+//                          writes what the dispatcher served: partial sums and a served flag per (token, k) pair;
+//   gate_up  (all threads) gate and up projections for the pairs that were not served;
+//   swiglu   (ggml's op)   silu(gate) ⊙ up, the very op llama.cpp's stock MoE graph uses;
+//   down     (all threads) down projection of those pairs, scaled by their probs and added to the served partial sums.
 // The local ops use ggml's CPU type traits (activation conversion to the weight's vec_dot type, then vec_dot per
-// weight row), as ggml's own matrix multiplication does, so any quant type the CPU backend handles works here.
+// weight row), as ggml's own mul_mat_id does, so any quant type the CPU backend handles works here, and the pairs
+// computed here come out bit for bit as the stock graph (dispatch off) computes them. llama_xd_compute_pairs builds
+// the same graph without the remote op; linkcpp-expert-ref (coordinator/src/tools/) runs it: the native reference a
+// worker is judged against.
 // Whatever goes wrong with the dispatcher (absent, slow, dead, garbage), the pairs are computed locally.
 
 #include "llama-expert-dispatch.h"
@@ -53,7 +57,7 @@ constexpr uint32_t XD_MAX_PAYLOAD  = 256u << 20;
 constexpr uint32_t XD_MAX_QUIET_MS = 60000;
 
 constexpr size_t XD_HEADER_BYTES     = 16;
-constexpr size_t XD_HELLO_FIXED      = 24;
+constexpr size_t XD_HELLO_FIXED      = 28;
 constexpr size_t XD_HELLO_ACK_BYTES  = 8;
 constexpr size_t XD_REQUEST_FIXED    = 24;
 constexpr size_t XD_RESPONSE_FIXED   = 24;
@@ -230,6 +234,7 @@ struct llama_expert_dispatch {
         put_u32(hello, (uint32_t) info.n_expert);
         put_u32(hello, (uint32_t) info.n_expert_used);
         put_u32(hello, (uint32_t) deadline_ms);
+        put_u32(hello, LLAMA_XD_NUMERICS_LLAMA); // the local path rounds as ggml's CPU backend does
         put_u32(hello, desc_len);
         hello.insert(hello.end(), info.desc.data(), info.desc.data() + desc_len);
         uint32_t payload = 0;
@@ -381,6 +386,12 @@ struct llama_expert_dispatch {
 
 namespace {
 
+#if defined(__GNUC__)
+#define XD_NOINLINE __attribute__((noinline))
+#else
+#define XD_NOINLINE
+#endif
+
 struct vec_dot_input {
     const ggml_type_traits_cpu * wt = nullptr; // weight type traits
     ggml_type vt = GGML_TYPE_F32;              // vec_dot type of the activations
@@ -396,6 +407,34 @@ struct vec_dot_input {
         return buf.data();
     }
 };
+
+// The two dot-product kernels of the local ops (not inlined: every caller runs the same machine code).
+
+// g[r] = gate_e[r] · x and u[r] = up_e[r] · x for r in [r0, r1); xg / xu: x in the gate's / up's vec_dot type.
+XD_NOINLINE void gate_up_rows(const ggml_tensor * gate, const ggml_tensor * up, int32_t e, const void * xg, const void * xu,
+                              int64_t r0, int64_t r1, float * g, float * u) {
+    const int n = (int) gate->ne[0];
+    const ggml_type_traits_cpu * tg = ggml_get_type_traits_cpu(gate->type);
+    const ggml_type_traits_cpu * tu = ggml_get_type_traits_cpu(up->type);
+    const char * g_base = (const char *) gate->data + e * gate->nb[2];
+    const char * u_base = (const char *) up->data + e * up->nb[2];
+    for (int64_t r = r0; r < r1; ++r) {
+        tg->vec_dot(n, &g[r], 0, g_base + r * gate->nb[1], 0, xg, 0, 1);
+        tu->vec_dot(n, &u[r], 0, u_base + r * up->nb[1], 0, xu, 0, 1);
+    }
+}
+
+// out[r] += prob · (down_e[r] · h) for r in [r0, r1); hq: h in the down matrix's vec_dot type.
+XD_NOINLINE void down_rows(const ggml_tensor * down, int32_t e, const void * hq, float prob, int64_t r0, int64_t r1, float * out) {
+    const int n = (int) down->ne[0];
+    const ggml_type_traits_cpu * td = ggml_get_type_traits_cpu(down->type);
+    const char * d_base = (const char *) down->data + e * down->nb[2];
+    for (int64_t r = r0; r < r1; ++r) {
+        float d;
+        td->vec_dot(n, &d, 0, d_base + r * down->nb[1], 0, hq, 0, 1);
+        out[r] += d * prob;
+    }
+}
 
 inline bool pair_is_local(const ggml_tensor * R, int64_t n_embd, int64_t t, int64_t k) {
     return *(const float *) ((const char *) R->data + t * R->nb[1] + (n_embd + k) * sizeof(float)) == 0.0f;
@@ -416,15 +455,24 @@ void remote_op(ggml_tensor * dst, int ith, int nth, void * ud) {
     L->xd->exchange(*L, x, ids, probs, (float *) dst->data);
 }
 
-// H[:, k, t] = silu(gate_e · x_t) ⊙ (up_e · x_t) for every pair (t, k) that was not served.
-void local_up_op(ggml_tensor * dst, int ith, int nth, void * ud) {
+// GU[:, k, t] = [gate_e · x_t | up_e · x_t] (two halves of ff) for every pair (t, k) that was not served; zeros for
+// the served ones (the swiglu op after this one runs over every pair; the down op reads only the local ones).
+void local_gate_up_op(ggml_tensor * dst, int ith, int nth, void * ud) {
     auto * L = (llama_xd_layer *) ud;
     const int64_t t0 = ith == 0 ? now_us() : 0;
     const ggml_tensor * x = dst->src[0], * ids = dst->src[1], * R = dst->src[2], * gate = dst->src[3], * up = dst->src[4];
     const int64_t n_embd = x->ne[0], n_tok = x->ne[1], n_used = ids->ne[0], ff = gate->ne[1];
 
-    int64_t n_local = 0;
-    for (int64_t t = 0; t < n_tok; ++t) for (int64_t k = 0; k < n_used; ++k) n_local += pair_is_local(R, n_embd, t, k);
+    int64_t n_local = 0, n_pairs = 0;
+    for (int64_t t = 0; t < n_tok; ++t) {
+        for (int64_t k = 0; k < n_used; ++k, ++n_pairs) {
+            if (pair_is_local(R, n_embd, t, k)) {
+                ++n_local;
+            } else if (n_pairs % nth == ith) {
+                memset((char *) dst->data + k * dst->nb[1] + t * dst->nb[2], 0, 2 * ff * sizeof(float));
+            }
+        }
+    }
     const int64_t total = n_local * ff;
     const int64_t per = (total + nth - 1) / nth;
     const int64_t a = std::min(total, per * ith), b = std::min(total, a + per);
@@ -444,21 +492,13 @@ void local_up_op(ggml_tensor * dst, int ith, int nth, void * ud) {
                     xu_row = up->type == gate->type ? xg_row : xu.convert(xr, n_embd);
                     cached_t = t;
                 }
-                const int32_t e = pair_expert(ids, t, k);
-                const char * g_base = (const char *) gate->data + e * gate->nb[2];
-                const char * u_base = (const char *) up->data + e * up->nb[2];
-                float * h = (float *) ((char *) dst->data + k * dst->nb[1] + t * dst->nb[2]);
-                for (int64_t r = r0; r < r1; ++r) {
-                    float g, u;
-                    xg.wt->vec_dot((int) n_embd, &g, 0, g_base + r * gate->nb[1], 0, xg_row, 0, 1);
-                    xu.wt->vec_dot((int) n_embd, &u, 0, u_base + r * up->nb[1], 0, xu_row, 0, 1);
-                    h[r] = g / (1.0f + expf(-g)) * u;
-                }
+                float * gu = (float *) ((char *) dst->data + k * dst->nb[1] + t * dst->nb[2]);
+                gate_up_rows(gate, up, pair_expert(ids, t, k), xg_row, xu_row, r0, r1, gu, gu + ff);
             }
             ++p;
         }
     }
-    if (ith == 0) L->up_ns = (now_us() - t0) * 1000;
+    if (ith == 0 && L != nullptr) L->up_ns = (now_us() - t0) * 1000;
 }
 
 // out[:, t] = served partial sum + Σ over local pairs of prob · (down_e · H[:, k, t]); threads split output rows.
@@ -483,15 +523,10 @@ void local_down_op(ggml_tensor * dst, int ith, int nth, void * ud) {
             const float * h = (const float *) ((const char *) H->data + k * H->nb[1] + t * H->nb[2]);
             const void * hq = hd.convert(h, ff);
             const float pk = *(const float *) ((const char *) probs->data + k * probs->nb[1] + t * probs->nb[2]);
-            const char * d_base = (const char *) down->data + pair_expert(ids, t, k) * down->nb[2];
-            for (int64_t r = r0; r < r1; ++r) {
-                float d;
-                hd.wt->vec_dot((int) ff, &d, 0, d_base + r * down->nb[1], 0, hq, 0, 1);
-                out[r] += d * pk;
-            }
+            down_rows(down, pair_expert(ids, t, k), hq, pk, r0, r1, out);
         }
     }
-    if (ith == 0 && n_local > 0) {
+    if (ith == 0 && n_local > 0 && L != nullptr) {
         const int64_t ns = L->up_ns + (now_us() - t0) * 1000;
         const uint32_t cur = (uint32_t) std::min<int64_t>(ns / n_local, UINT32_MAX);
         const uint32_t old = L->local_ns_per_pair.load();
@@ -513,7 +548,81 @@ bool cpu_dot_supported(ggml_type type) {
     return tr->vec_dot_type == GGML_TYPE_F32 || ggml_get_type_traits_cpu(tr->vec_dot_type)->from_float != nullptr;
 }
 
+// The local part of a dispatched layer: gate/up for the pairs R marks not served, ggml's swiglu, down + served partial
+// sums. R: [n_embd + n_used, n_tok], the served partial sums then a served flag per pair (all zero: every pair local).
+// L: the layer whose cost per pair is measured (null: not measured).
+ggml_tensor * build_local(ggml_context * ctx, llama_xd_layer * L, int il, ggml_tensor * cur, ggml_tensor * selected,
+                          ggml_tensor * probs, ggml_tensor * R, ggml_tensor * gate_exps, ggml_tensor * up_exps,
+                          ggml_tensor * down_exps) {
+    const int64_t n_embd = cur->ne[0], n_tok = cur->ne[1], n_used = selected->ne[0], ff = gate_exps->ne[1];
+
+    ggml_tensor * a_gu[5] = { cur, selected, R, gate_exps, up_exps };
+    ggml_tensor * GU = ggml_custom_4d(ctx, GGML_TYPE_F32, 2 * ff, n_used, n_tok, 1, a_gu, 5, local_gate_up_op, GGML_N_TASKS_MAX, L);
+    ggml_format_name(GU, "xd_local_gate_up-%d", il);
+
+    // the same split views and op as llama.cpp's stock MoE graph with fused gate_up experts
+    ggml_tensor * G = ggml_view_3d(ctx, GU, ff, n_used, n_tok, GU->nb[1], GU->nb[2], 0);
+    ggml_tensor * U = ggml_view_3d(ctx, GU, ff, n_used, n_tok, GU->nb[1], GU->nb[2], ff * GU->nb[0]);
+    ggml_tensor * H = ggml_swiglu_split(ctx, G, U);
+    ggml_format_name(H, "xd_local_swiglu-%d", il);
+
+    ggml_tensor * a_down[5] = { H, selected, R, probs, down_exps };
+    ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd, n_tok, 1, 1, a_down, 5, local_down_op, GGML_N_TASKS_MAX, L);
+    ggml_format_name(out, "xd_local_down-%d", il);
+    return out;
+}
+
 } // namespace
+
+bool llama_xd_experts_supported(const ggml_tensor * gate, const ggml_tensor * up, const ggml_tensor * down, std::string * why) {
+    auto fail = [why](const char * what) {
+        if (why != nullptr) *why = what;
+        return false;
+    };
+    if (gate == nullptr || up == nullptr || down == nullptr || gate->data == nullptr || up->data == nullptr || down->data == nullptr) {
+        return fail("expert matrices missing");
+    }
+    if (!cpu_dot_supported(gate->type) || !cpu_dot_supported(up->type) || !cpu_dot_supported(down->type)) {
+        return fail("expert weight type has no CPU dot product");
+    }
+    const int64_t n_embd = gate->ne[0], ff = gate->ne[1], n_expert = gate->ne[2];
+    const bool shapes_ok =
+        up->ne[0] == n_embd && up->ne[1] == ff && up->ne[2] == n_expert &&
+        down->ne[0] == ff && down->ne[1] == n_embd && down->ne[2] == n_expert &&
+        gate->ne[3] == 1 && up->ne[3] == 1 && down->ne[3] == 1 &&
+        ggml_is_contiguous(gate) && ggml_is_contiguous(up) && ggml_is_contiguous(down);
+    if (!shapes_ok) return fail("unexpected MoE tensor shapes");
+    return true;
+}
+
+bool llama_xd_compute_pairs(const ggml_tensor * gate, const ggml_tensor * up, const ggml_tensor * down,
+                            const float * rows, const int32_t * ids, const float * probs, int64_t n_tokens, int64_t n_used,
+                            float * sums, int n_threads) {
+    const int64_t n_embd = gate->ne[0], ff = gate->ne[1];
+    const size_t data = sizeof(float) * (size_t) (n_embd * n_tokens * 2 + (n_embd + n_used) * n_tokens + 3 * ff * n_used * n_tokens) +
+                        2 * sizeof(float) * (size_t) (n_used * n_tokens);
+    ggml_init_params params = { /*mem_size =*/ data + 16 * ggml_tensor_overhead() + ggml_graph_overhead() + (1u << 20),
+                                /*mem_buffer =*/ nullptr, /*no_alloc =*/ false };
+    ggml_context * ctx = ggml_init(params);
+    if (ctx == nullptr) return false;
+    ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_embd, n_tokens);
+    ggml_tensor * sel = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, n_used, n_tokens);
+    ggml_tensor * pr = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 1, n_used, n_tokens);
+    ggml_tensor * R = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_embd + n_used, n_tokens);
+    memcpy(x->data, rows, ggml_nbytes(x));
+    memcpy(sel->data, ids, ggml_nbytes(sel));
+    memcpy(pr->data, probs, ggml_nbytes(pr));
+    memset(R->data, 0, ggml_nbytes(R)); // nothing served: every pair computed here
+    // the graph only reads the weights; the casts let them be graph sources
+    ggml_tensor * out = build_local(ctx, nullptr, -1, x, sel, pr, R, const_cast<ggml_tensor *>(gate), const_cast<ggml_tensor *>(up),
+                                    const_cast<ggml_tensor *>(down));
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    const bool ok = ggml_graph_compute_with_ctx(ctx, gf, std::max(1, n_threads)) == GGML_STATUS_SUCCESS;
+    if (ok) memcpy(sums, out->data, ggml_nbytes(out));
+    ggml_free(ctx);
+    return ok;
+}
 
 llama_expert_dispatch * llama_xd_init(const char * path, int32_t deadline_ms, const llama_xd_model_info & info) {
     auto * xd = new llama_expert_dispatch();
@@ -565,28 +674,21 @@ ggml_tensor * llama_xd_build_moe(
         llama_xd_note_unsupported("expert weights are repacked or not in host memory");
         return nullptr;
     }
-    if (!cpu_dot_supported(gate_exps->type) || !cpu_dot_supported(up_exps->type) || !cpu_dot_supported(down_exps->type)) {
-        llama_xd_note_unsupported("expert weight type has no CPU dot product");
+    std::string why;
+    if (!llama_xd_experts_supported(gate_exps, up_exps, down_exps, &why)) {
+        llama_xd_note_unsupported(why.c_str());
         return nullptr;
     }
     if (cur->type != GGML_TYPE_F32 || probs->type != GGML_TYPE_F32 || selected->type != GGML_TYPE_I32 ||
-        cur->nb[0] != sizeof(float) || up_exps->ne[1] != gate_exps->ne[1] || down_exps->ne[0] != gate_exps->ne[1]) {
+        cur->nb[0] != sizeof(float) || cur->ne[0] != gate_exps->ne[0]) {
         llama_xd_note_unsupported("unexpected MoE tensor shapes");
         return nullptr;
     }
     llama_xd_layer * L = &xd->layers[il];
-    const int64_t n_embd = cur->ne[0], n_tok = cur->ne[1], n_used = selected->ne[0], ff = gate_exps->ne[1];
+    const int64_t n_embd = cur->ne[0], n_tok = cur->ne[1], n_used = selected->ne[0];
 
     ggml_tensor * a_remote[3] = { cur, selected, probs };
     ggml_tensor * R = ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd + n_used, n_tok, 1, 1, a_remote, 3, remote_op, 1, L);
     ggml_format_name(R, "xd_remote-%d", il);
-
-    ggml_tensor * a_up[5] = { cur, selected, R, gate_exps, up_exps };
-    ggml_tensor * H = ggml_custom_4d(ctx, GGML_TYPE_F32, ff, n_used, n_tok, 1, a_up, 5, local_up_op, GGML_N_TASKS_MAX, L);
-    ggml_format_name(H, "xd_local_up-%d", il);
-
-    ggml_tensor * a_down[5] = { H, selected, R, probs, down_exps };
-    ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd, n_tok, 1, 1, a_down, 5, local_down_op, GGML_N_TASKS_MAX, L);
-    ggml_format_name(out, "xd_local_down-%d", il);
-    return out;
+    return build_local(ctx, L, il, cur, selected, probs, R, gate_exps, up_exps, down_exps);
 }

@@ -12,6 +12,12 @@
 
 #define LLAMA_XD_MAX_LAYERS 512
 
+// What the HELLO frame's `numerics` field says about how this coordinator computes experts (docs/dispatch-protocol.md):
+// 1 = llama.cpp CPU backend rounding (activations converted to each weight type's vec_dot type before the dot products,
+// llama_xd_compute_pairs below). 0 would mean unknown / exact float math; this coordinator never sends it.
+#define LLAMA_XD_NUMERICS_EXACT 0
+#define LLAMA_XD_NUMERICS_LLAMA 1
+
 // Layers whose next graph should take the dispatch path. Part of the graph parameters, so a change rebuilds the graph.
 typedef std::bitset<LLAMA_XD_MAX_LAYERS> llama_xd_mask;
 
@@ -46,3 +52,21 @@ ggml_tensor * llama_xd_build_moe(
         ggml_context * ctx, llama_expert_dispatch * xd, int il,
         ggml_tensor * cur, ggml_tensor * selected, ggml_tensor * probs,
         ggml_tensor * gate_exps, ggml_tensor * up_exps, ggml_tensor * down_exps);
+
+// Whether the dispatch path's local computation covers these expert matrices: CPU dot products for their types, gate and
+// up [n_embd, ff, n_expert], down [ff, n_embd, n_expert], contiguous rows. On false, `why` says what is wrong.
+bool llama_xd_experts_supported(const ggml_tensor * gate_exps, const ggml_tensor * up_exps, const ggml_tensor * down_exps,
+                                std::string * why);
+
+// The coordinator's local computation of routed-expert pairs, on its own:
+//   sums[t] = Σ_k probs[t·n_used + k] · down_e(silu(gate_e · x_t) ⊙ (up_e · x_t)),  e = ids[t·n_used + k], x_t = rows[t]
+// rows [n_tokens × n_embd] f32, ids/probs [n_tokens × n_used], sums [n_tokens × n_embd] f32 (overwritten).
+// It builds and runs (with ggml's CPU backend, n_threads threads) the very graph llama_xd_build_moe builds for a
+// dispatched layer, less the remote op: nothing served, every pair computed locally. The values do not depend on the
+// thread count. The local ops reproduce llama.cpp's stock MoE graph bit for bit (vec_dot per weight row after
+// from_float to the vec_dot type, ggml's swiglu op, the product with the probs, the adds in k order), so these are
+// also the sums the coordinator computes with dispatch off. linkcpp-expert-ref calls this. False if ggml fails.
+// Preconditions: llama_xd_experts_supported(...) and every id in [0, n_expert).
+bool llama_xd_compute_pairs(const ggml_tensor * gate_exps, const ggml_tensor * up_exps, const ggml_tensor * down_exps,
+                            const float * rows, const int32_t * ids, const float * probs, int64_t n_tokens, int64_t n_used,
+                            float * sums, int n_threads = 1);

@@ -1,0 +1,192 @@
+// Expertswarm: linkcpp-expert-ref computes routed-expert pairs of one MoE layer exactly as linkcpp-server computes the
+// pairs a dispatcher did not serve: it calls llama_xd_compute_pairs (src/llama-expert-dispatch.cpp), which runs the
+// dispatch path's own local graph. Tests judge workers against it. Not part of llama.cpp: an overlay file that
+// coordinator/build.sh copies onto llama.cpp's tree. Usage and formats: coordinator/README.md.
+//
+//   linkcpp-expert-ref -m MODEL.gguf [-i IN] [-o OUT] [-t N]   # IN / OUT default to stdin / stdout ('-'); N threads (1)
+//   linkcpp-expert-ref -m MODEL.gguf --info             # JSON: n_embd, ff, n_expert, the layers with routed experts
+//
+// Input: records until end of file, all little-endian:
+//   u32 layer, u32 n_tokens, u32 n_used, f32 rows[n_tokens·n_embd], i32 ids[n_tokens·n_used], f32 probs[n_tokens·n_used]
+// Output: per record, f32 sums[n_tokens·n_embd] with sums[t] = Σ_k probs[t,k] · expert_{ids[t,k]}(rows[t]), flushed.
+// Only the three expert tensors of a layer are read from the file (on first use of that layer). The sums do not
+// depend on the thread count.
+
+#include "llama-expert-dispatch.h"
+
+#include "ggml-cpu.h"
+#include "ggml.h"
+#include "gguf.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr uint32_t MAX_TOKENS = 1u << 16;
+
+[[noreturn]] void die(const std::string & msg) {
+    fprintf(stderr, "linkcpp-expert-ref: %s\n", msg.c_str());
+    exit(1);
+}
+
+struct layer_experts {
+    ggml_tensor * gate = nullptr, * up = nullptr, * down = nullptr;
+    std::vector<std::unique_ptr<char, decltype(&free)>> data;
+};
+
+struct model_file {
+    std::string path;
+    gguf_context * gguf = nullptr;
+    ggml_context * meta = nullptr;
+    std::map<uint32_t, layer_experts> layers;
+
+    explicit model_file(const std::string & p) : path(p) {
+        gguf_init_params params = { /*no_alloc =*/ true, /*ctx =*/ &meta };
+        gguf = gguf_init_from_file(p.c_str(), params);
+        if (gguf == nullptr) die("cannot read GGUF " + p);
+    }
+
+    ~model_file() {
+        if (meta) ggml_free(meta);
+        if (gguf) gguf_free(gguf);
+    }
+
+    ggml_tensor * tensor(uint32_t il, const char * what) const {
+        const std::string name = "blk." + std::to_string(il) + ".ffn_" + what + "_exps.weight";
+        return ggml_get_tensor(meta, name.c_str());
+    }
+
+    // Reads a tensor's bytes from the file into memory owned by `into`.
+    void load(ggml_tensor * t, layer_experts & into) const {
+        const int64_t id = gguf_find_tensor(gguf, t->name);
+        if (id < 0) die(std::string("tensor ") + t->name + " not in the file");
+        const size_t n = ggml_nbytes(t);
+        char * buf = (char *) aligned_alloc(64, (n + 63) & ~size_t(63));
+        if (buf == nullptr) die("out of memory");
+        into.data.emplace_back(buf, &free);
+        FILE * f = fopen(path.c_str(), "rb");
+        if (f == nullptr) die("cannot open " + path);
+        const long long off = (long long) (gguf_get_data_offset(gguf) + gguf_get_tensor_offset(gguf, id));
+        const bool ok = fseeko(f, (off_t) off, SEEK_SET) == 0 && fread(buf, 1, n, f) == n;
+        fclose(f);
+        if (!ok) die(std::string("cannot read tensor ") + t->name);
+        t->data = buf;
+    }
+
+    const layer_experts & experts(uint32_t il) {
+        auto it = layers.find(il);
+        if (it != layers.end()) return it->second;
+        layer_experts & L = layers[il];
+        L.gate = tensor(il, "gate");
+        L.up = tensor(il, "up");
+        L.down = tensor(il, "down");
+        if (!L.gate || !L.up || !L.down) die("layer " + std::to_string(il) + " has no routed experts (blk.N.ffn_{gate,up,down}_exps)");
+        load(L.gate, L);
+        load(L.up, L);
+        load(L.down, L);
+        std::string why;
+        if (!llama_xd_experts_supported(L.gate, L.up, L.down, &why)) die("layer " + std::to_string(il) + ": " + why);
+        return L;
+    }
+};
+
+void info(model_file & m) {
+    std::string layers;
+    int64_t n_embd = 0, ff = 0, n_expert = 0;
+    for (uint32_t il = 0; il < 4096; ++il) {
+        const ggml_tensor * g = m.tensor(il, "gate"), * u = m.tensor(il, "up"), * d = m.tensor(il, "down");
+        if (!g || !u || !d) continue;
+        n_embd = g->ne[0], ff = g->ne[1], n_expert = g->ne[2];
+        char buf[256];
+        snprintf(buf, sizeof(buf), "%s{\"layer\":%u,\"gate\":\"%s\",\"up\":\"%s\",\"down\":\"%s\"}", layers.empty() ? "" : ",", il,
+                 ggml_type_name(g->type), ggml_type_name(u->type), ggml_type_name(d->type));
+        layers += buf;
+    }
+    printf("{\"n_embd\":%lld,\"ff\":%lld,\"n_expert\":%lld,\"numerics\":%d,\"layers\":[%s]}\n", (long long) n_embd, (long long) ff,
+           (long long) n_expert, LLAMA_XD_NUMERICS_LLAMA, layers.c_str());
+}
+
+// Reads exactly n bytes; false at a clean end of input (nothing read), dies on a partial read.
+bool read_exact(FILE * f, void * p, size_t n, bool eof_ok) {
+    const size_t got = fread(p, 1, n, f);
+    if (got == n) return true;
+    if (got == 0 && eof_ok && feof(f)) return false;
+    die("input ends inside a record");
+}
+
+int run(model_file & m, FILE * in, FILE * out, int n_threads) {
+    std::vector<float> rows, probs, sums;
+    std::vector<int32_t> ids;
+    for (;;) {
+        uint32_t head[3];
+        if (!read_exact(in, head, sizeof(head), true)) return 0;
+        const uint32_t il = head[0], n_tok = head[1], n_used = head[2];
+        const layer_experts & L = m.experts(il);
+        const int64_t n_embd = L.gate->ne[0], n_expert = L.gate->ne[2];
+        if (n_tok < 1 || n_tok > MAX_TOKENS) die("n_tokens " + std::to_string(n_tok) + " outside [1, " + std::to_string(MAX_TOKENS) + "]");
+        if (n_used < 1 || n_used > n_expert) die("n_used " + std::to_string(n_used) + " outside [1, n_expert]");
+        rows.resize((size_t) n_tok * n_embd);
+        ids.resize((size_t) n_tok * n_used);
+        probs.resize((size_t) n_tok * n_used);
+        sums.resize((size_t) n_tok * n_embd);
+        read_exact(in, rows.data(), rows.size() * sizeof(float), false);
+        read_exact(in, ids.data(), ids.size() * sizeof(int32_t), false);
+        read_exact(in, probs.data(), probs.size() * sizeof(float), false);
+        for (int32_t e : ids) {
+            if (e < 0 || e >= n_expert) die("expert id " + std::to_string(e) + " outside [0, " + std::to_string(n_expert) + ")");
+        }
+        if (!llama_xd_compute_pairs(L.gate, L.up, L.down, rows.data(), ids.data(), probs.data(), n_tok, n_used, sums.data(), n_threads)) {
+            die("ggml could not compute the graph");
+        }
+        if (fwrite(sums.data(), sizeof(float), sums.size(), out) != sums.size() || fflush(out) != 0) die("cannot write the output");
+    }
+}
+
+void usage() {
+    fprintf(stderr,
+            "usage: linkcpp-expert-ref -m MODEL.gguf [-i IN] [-o OUT] [-t THREADS]   (IN / OUT: files, '-' = stdin / stdout,\n"
+            "       the default; THREADS: 1 by default, the sums do not depend on it)\n"
+            "       linkcpp-expert-ref -m MODEL.gguf --info\n"
+            "input records: u32 layer, u32 n_tokens, u32 n_used, f32 rows[n_tokens*n_embd], i32 ids[n_tokens*n_used],\n"
+            "               f32 probs[n_tokens*n_used]; output per record: f32 sums[n_tokens*n_embd]\n");
+}
+
+} // namespace
+
+int main(int argc, char ** argv) {
+    std::string model, in_path = "-", out_path = "-";
+    bool want_info = false;
+    int n_threads = 1;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) { usage(); die(a + " needs a value"); }
+            return argv[++i];
+        };
+        if (a == "-m" || a == "--model") model = value();
+        else if (a == "-i" || a == "--input") in_path = value();
+        else if (a == "-o" || a == "--output") out_path = value();
+        else if (a == "-t" || a == "--threads") n_threads = std::max(1, std::min(256, atoi(value().c_str())));
+        else if (a == "--info") want_info = true;
+        else if (a == "-h" || a == "--help") { usage(); return 0; }
+        else { usage(); die("unknown argument " + a); }
+    }
+    if (model.empty()) { usage(); die("-m MODEL.gguf is required"); }
+    ggml_cpu_init();
+    model_file m(model);
+    if (want_info) { info(m); return 0; }
+    FILE * in = in_path == "-" ? stdin : fopen(in_path.c_str(), "rb");
+    if (in == nullptr) die("cannot open " + in_path);
+    FILE * out = out_path == "-" ? stdout : fopen(out_path.c_str(), "wb");
+    if (out == nullptr) die("cannot create " + out_path);
+    const int rc = run(m, in, out, n_threads);
+    if (out != stdout && fclose(out) != 0) die("cannot write " + out_path);
+    return rc;
+}

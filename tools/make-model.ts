@@ -44,13 +44,14 @@ function fillUniform(out: Float32Array, state: number, amplitude: number): numbe
 /**
  * Amplitude of a tensor's uniform weights. Matrices get unit-variance outputs for unit-variance inputs (√3/√fan_in);
  * the output projection is scaled up so that logits are far apart; norms are all ones. The routed experts' down
- * projection is scaled down (0.1): llama.cpp rounds activations to 8 bits before quantized dot products, so two
- * correct implementations that differ by one float ulp can round one activation differently, and a random-weight
- * model amplifies that into other greedy tokens. A quieter expert branch keeps such rounding-level differences below
- * the greedy margins while a wrong expert still moves the logits far (see the negative control in
- * test/integration/expert-dispatch.test.ts).
+ * projection is multiplied by `expertScale` (ModelConfig). Its default 0.1 makes the expert branch quiet: llama.cpp
+ * rounds activations to 8 bits before quantized dot products, so two implementations that differ by one float ulp can
+ * round one activation differently, and a quiet branch keeps such differences below the greedy margins. A quiet branch
+ * also hides real errors in the experts (a dropped expert barely moves the logits), so the tests that judge expert
+ * outputs (test/integration/expert-dispatch.test.ts) use a loud one and compare against workers that round as
+ * llama.cpp does.
  */
-function amplitude(t: TensorPlan): number {
+function amplitude(t: TensorPlan, expertScale: number): number {
   const fanIn = t.dims[0] as number;
   switch (t.role) {
     case 'norm':
@@ -62,19 +63,19 @@ function amplitude(t: TensorPlan): number {
     case 'router':
       return (2 * Math.sqrt(3)) / Math.sqrt(fanIn);
     case 'expert':
-      return ((t.name.includes('ffn_down_exps') ? 0.1 : 1) * Math.sqrt(3)) / Math.sqrt(fanIn);
+      return ((t.name.includes('ffn_down_exps') ? expertScale : 1) * Math.sqrt(3)) / Math.sqrt(fanIn);
     default:
       return Math.sqrt(3) / Math.sqrt(fanIn);
   }
 }
 
 /** Streams one tensor's bytes in chunks of whole rows. */
-async function* tensorChunks(t: TensorPlan, seed: number): AsyncGenerator<Uint8Array> {
+async function* tensorChunks(t: TensorPlan, seed: number, expertScale: number): AsyncGenerator<Uint8Array> {
   const rowLength = t.dims[0] as number;
   const total = t.dims.reduce((a, b) => a * b, 1);
   const rowsPerChunk = Math.max(1, Math.floor(CHUNK_ELEMENTS / rowLength));
   let state = hashName(seed, t.name);
-  const amp = amplitude(t);
+  const amp = amplitude(t, expertScale);
   for (let done = 0; done < total; ) {
     const n = Math.min(rowsPerChunk * rowLength, total - done);
     const values = new Float32Array(n);
@@ -124,7 +125,7 @@ export async function makeModel(config: ModelConfig, path: string): Promise<Made
   };
   await w.writeHeader(counting);
   for (const t of plan.tensors) {
-    for await (const chunk of tensorChunks(t, config.seed)) await w.writeTensorData(counting, chunk);
+    for await (const chunk of tensorChunks(t, config.seed, config.expertScale)) await w.writeTensorData(counting, chunk);
   }
   await w.finish(counting);
   await sink.close?.();
@@ -134,7 +135,10 @@ export async function makeModel(config: ModelConfig, path: string): Promise<Made
 
 const USAGE = `usage: npm run make-model -- --arch <${ARCHITECTURES.join('|')}> [--layers N] [--n-embd E]
        [--n-expert X] [--n-expert-used K] [--ff F] [--shared-ff S] [--dense-leading D] [--n-head H] [--n-head-kv H]
-       [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k] [--seed S] --out file.gguf`;
+       [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k] [--seed S] [--expert-scale A] --out file.gguf
+
+  --expert-scale A   amplitude of the routed experts' down projection relative to unit variance (default 0.1: a quiet
+                     expert branch; 1 or more makes errors in the experts visible in the logits)`;
 
 async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({
@@ -152,6 +156,7 @@ async function main(argv: string[]): Promise<number> {
       'n-head-kv': { type: 'string' },
       type: { type: 'string', default: 'f32' },
       seed: { type: 'string', default: '1' },
+      'expert-scale': { type: 'string' },
       out: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -170,21 +175,22 @@ async function main(argv: string[]): Promise<number> {
     console.error(`unknown --type ${values.type}\n${USAGE}`);
     return 2;
   }
-  const int = (v: string | undefined): number | undefined => (v === undefined ? undefined : Number(v));
+  const num = (v: string | undefined): number | undefined => (v === undefined ? undefined : Number(v));
   const partial: Partial<ModelConfig> & { arch: ArchName } = { arch: values.arch as ArchName, type: type.type };
   const set = <K extends keyof ModelConfig>(k: K, v: ModelConfig[K] | undefined): void => {
     if (v !== undefined) partial[k] = v;
   };
-  set('layers', int(values.layers));
-  set('nEmbd', int(values['n-embd']));
-  set('nExpert', int(values['n-expert']));
-  set('nExpertUsed', int(values['n-expert-used']));
-  set('ff', int(values.ff));
-  set('sharedFf', int(values['shared-ff']));
-  set('denseLeading', int(values['dense-leading']));
-  set('nHead', int(values['n-head']));
-  set('nHeadKv', int(values['n-head-kv']));
-  set('seed', int(values.seed));
+  set('layers', num(values.layers));
+  set('nEmbd', num(values['n-embd']));
+  set('nExpert', num(values['n-expert']));
+  set('nExpertUsed', num(values['n-expert-used']));
+  set('ff', num(values.ff));
+  set('sharedFf', num(values['shared-ff']));
+  set('denseLeading', num(values['dense-leading']));
+  set('nHead', num(values['n-head']));
+  set('nHeadKv', num(values['n-head-kv']));
+  set('seed', num(values.seed));
+  set('expertScale', num(values['expert-scale']));
   const t0 = performance.now();
   try {
     const made = await makeModel(defaultConfig(partial), values.out);

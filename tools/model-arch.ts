@@ -27,6 +27,13 @@ export interface ModelConfig {
   /** Width of the shared expert (qwen2moe) or of one shared expert (deepseek: ff × count). */
   sharedFf: number;
   contextLength: number;
+  /**
+   * Loudness of the routed-expert branch: a multiplier on the amplitude of the routed experts' down projection
+   * (1 = the unit-variance amplitude every other matrix gets). The default 0.1 keeps the branch quiet (see
+   * make-model.ts); tests that judge expert outputs through the logits use a loud branch (≥ 1), so that an error in
+   * the experts moves the logits as much as an error in any other matrix would.
+   */
+  expertScale: number;
 }
 
 /** How a tensor's weights are drawn; also decides its type. */
@@ -83,6 +90,7 @@ export function defaultConfig(partial: Partial<ModelConfig> & Pick<ModelConfig, 
     denseLeading: partial.arch === 'deepseek' ? 1 : 0,
     sharedFf: partial.sharedFf ?? partial.ff ?? 64,
     contextLength: 4096,
+    expertScale: 0.1,
     ...partial,
     nEmbd,
     nHead,
@@ -107,6 +115,9 @@ export function validateConfig(c: ModelConfig): string[] {
     if (!Number.isInteger(v) || v <= 0) problems.push(`--${name} must be a positive integer, got ${v}`);
   }
   if (!Number.isInteger(c.seed) || c.seed < 0) problems.push(`--seed must be a non-negative integer, got ${c.seed}`);
+  if (!Number.isFinite(c.expertScale) || c.expertScale <= 0 || c.expertScale > 100) {
+    problems.push(`--expert-scale must be a number in (0, 100], got ${c.expertScale}`);
+  }
   if (c.nExpertUsed > c.nExpert) problems.push(`--n-expert-used (${c.nExpertUsed}) exceeds --n-expert (${c.nExpert})`);
   if (c.nExpert > 512) problems.push(`--n-expert ${c.nExpert} exceeds llama.cpp's limit of 512`);
   if (c.nEmbd % c.nHead !== 0) problems.push(`--n-embd (${c.nEmbd}) must be divisible by --n-head (${c.nHead})`);

@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { testModel } from '../support/models.ts';
 import { LINKCPP_QUANTIZE } from '../support/linkcpp.ts';
-import { GGMLType, requireQuantType } from '../../gguf/quant-types.ts';
+import { GGMLType, requireQuantType, rowByteSize } from '../../gguf/quant-types.ts';
 import { openFileSource } from '../../gguf/node-io.ts';
 import { readGGUF } from '../../gguf/reader.ts';
 import type { GGUFFile, GGUFTensorInfo } from '../../gguf/types.ts';
@@ -59,6 +59,7 @@ function assertBitEqual(ours: Float32Array, theirs: Float32Array, what: string):
 }
 
 function nmse(approx: Float32Array, exact: Float32Array): number {
+  assert.equal(approx.length, exact.length, 'NMSE of arrays of different lengths');
   let num = 0;
   let den = 0;
   for (let i = 0; i < exact.length; i++) {
@@ -99,6 +100,7 @@ for (const type of OURS) {
         if (t.type !== type) continue;
         const u = theirs.file.tensors.find((x) => x.name === t.name);
         assert.equal(u?.type, GGMLType.F32, `${t.name} became F32`);
+        assert.deepEqual(u?.dims, t.dims, `${t.name}: dims`);
         const mine = dequantize(type, await ours.bytes(t), elements(t));
         const ref = new Float32Array((await theirs.bytes(u!)).slice().buffer);
         assertBitEqual(mine, ref, t.name);
@@ -146,12 +148,23 @@ for (const [type, ftype, bound] of THEIRS) {
         const d = deq.file.tensors.find((x) => x.name === t.name)!;
         const theirBytes = await quant.bytes(t);
         const source = new Float32Array((await src.bytes(s)).slice().buffer);
+        assert.equal(
+          theirBytes.length,
+          rowByteSize(type, t.dims[0] as number) * (elements(t) / (t.dims[0] as number)),
+          `${t.name}: byte length`,
+        );
+        assert.equal(source.length, elements(t), `${t.name}: F32 source length`);
         const mine = dequantize(type, theirBytes, elements(t));
         assertBitEqual(mine, new Float32Array((await deq.bytes(d)).slice().buffer), t.name);
         const e = nmse(mine, source);
         assert.ok(e < bound, `${t.name}: NMSE ${e.toExponential(2)} ≥ ${bound}`);
         if (BYTE_IDENTICAL.has(type)) {
           const ourBytes = quantize(type, source);
+          assert.equal(
+            ourBytes.length,
+            theirBytes.length,
+            `${t.name}: our quantizer wrote ${ourBytes.length} bytes, llama.cpp ${theirBytes.length}`,
+          );
           const info = requireQuantType(type);
           for (let i = 0; i < ourBytes.length; i++) {
             if (ourBytes[i] !== theirBytes[i]) {

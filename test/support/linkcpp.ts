@@ -125,3 +125,15 @@ export async function completeGreedy(
   const raw = JSON.parse(text) as Record<string, unknown>;
   return { tokens: raw.tokens as number[], content: raw.content as string, raw };
 }
+
+/** The server's tokens for `text` as a completion prompt would get them (special tokens added as the model says). */
+export async function tokenize(url: string, text: string): Promise<number[]> {
+  const r = await fetch(`${url}/tokenize`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ content: text, add_special: true }),
+    signal: AbortSignal.timeout(10_000),
+  });
+  if (!r.ok) throw new Error(`/tokenize answered ${r.status}`);
+  return ((await r.json()) as { tokens: number[] }).tokens;
+}

@@ -8,20 +8,12 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ExpertFfnKernels, moduleSource, type KernelTuning, type KernelVariant, type PipelineKey } from '../../shaders/expert-ffn.ts';
 import type { QuantSnippet } from '../../shaders/wgsl-sources.ts';
+import { nullDevice } from '../support/dawn-null.ts';
 
-// Kept for the whole file: dawn.node frees its instance once this object is garbage-collected, even while a device
-// made from it is alive, and the process then crashes (see docs/kernels.md).
-let gpu: GPU;
 let device: GPUDevice;
 
 before(async () => {
-  const webgpu = await import('webgpu');
-  Object.assign(globalThis, webgpu.globals);
-  gpu = webgpu.create(['backend=null']);
-  const adapter = await gpu.requestAdapter();
-  assert.ok(adapter, "Dawn's Null backend gave no adapter");
-  for (const f of ['shader-f16', 'subgroups'] as const) assert.ok(adapter.features.has(f), `the Null adapter lacks ${f}`);
-  device = await adapter.requestDevice({ label: 'kernels-compile null device', requiredFeatures: ['shader-f16', 'subgroups'] });
+  ({ device } = await nullDevice('kernels-compile null device', ['shader-f16', 'subgroups']));
 });
 
 after(() => device?.destroy());

@@ -19,19 +19,14 @@ import {
   type PipelineKey,
 } from '../../shaders/expert-ffn.ts';
 import { roundKernels, type RoundMode } from '../../shaders/round-activations.ts';
+import { nullDevice } from '../support/dawn-null.ts';
 
-// Kept for the whole file: dawn.node frees its instance once this object is garbage-collected (docs/kernels.md).
 let gpu: GPU;
 let device: GPUDevice;
 
 before(async () => {
-  const webgpu = await import('webgpu');
-  Object.assign(globalThis, webgpu.globals);
-  gpu = webgpu.create(['backend=null']);
-  const adapter = await gpu.requestAdapter();
-  assert.ok(adapter, "Dawn's Null backend gave no adapter");
+  ({ gpu, device } = await nullDevice('kernels-int8-compile null device', ['subgroups']));
   assert.ok(gpu.wgslLanguageFeatures.has(PACKED_DOT_LANGUAGE_FEATURE), `Dawn lacks ${PACKED_DOT_LANGUAGE_FEATURE}`);
-  device = await adapter.requestDevice({ label: 'kernels-int8-compile null device', requiredFeatures: ['subgroups'] });
 });
 
 after(() => device?.destroy());

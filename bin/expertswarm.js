@@ -1,7 +1,13 @@
 #!/usr/bin/env node
-// `npx expertswarm hub …` — the hub is TypeScript, run through tsx's loader.
+// `npx expertswarm hub …` / `npx expertswarm volunteer …` — TypeScript, run through tsx's loader.
 import { register } from 'tsx/esm/api';
 
 register();
-const { main } = await import('../hub/cli.ts');
-process.exitCode = await main(process.argv.slice(2));
+const [command, ...rest] = process.argv.slice(2);
+if (command === 'volunteer') {
+  const { main } = await import('../volunteer/node/cli.ts');
+  process.exitCode = await main(rest);
+} else {
+  const { main } = await import('../hub/cli.ts');
+  process.exitCode = await main(process.argv.slice(2));
+}

@@ -7,6 +7,8 @@ import { HubError } from './errors.ts';
 import type { Hub } from './hub.ts';
 import { integer, object, optionalNumber, queryString, string } from './validate.ts';
 import { proxyJson } from './proxy.ts';
+import { registerPages, type PagesOptions } from './pages.ts';
+import { registerShardRoutes } from './shards.ts';
 import type { DeviceCapabilities, HeldRange } from './market/types.ts';
 import {
   API_BODY_MAX_BYTES,
@@ -59,7 +61,7 @@ function heldRanges(v: unknown): HeldRange[] {
   });
 }
 
-export async function buildApp(hub: Hub): Promise<FastifyInstance> {
+export async function buildApp(hub: Hub, pages: PagesOptions = {}): Promise<FastifyInstance> {
   // forceCloseConnections: a stopping hub ends streams still open (proxied generations) instead of waiting for them.
   const app = Fastify({ bodyLimit: API_BODY_MAX_BYTES, logger: false, trustProxy: false, forceCloseConnections: true });
   app.removeContentTypeParser('text/plain'); // the API speaks JSON only: anything else is a 415
@@ -129,6 +131,8 @@ export async function buildApp(hub: Hub): Promise<FastifyInstance> {
 
   app.get('/api/moe/recruitment', async () => hub.recruitment());
 
+  registerShardRoutes(app, hub, { clientKey, server: hub.shardServer() }); // GET|HEAD /api/expert-shard and Kvasir's alias
+
   app.get('/api/expert-dispatch-map', async (req) => {
     const q = object(req.query, 'query', 'QUERY_INVALID');
     return hub.dispatchMap(queryString(q, 'model', MODEL_NAME_MAX_CHARS));
@@ -149,5 +153,7 @@ export async function buildApp(hub: Hub): Promise<FastifyInstance> {
       await proxyJson(reply, hub.coordinatorUrl(model), path, { ...b, model });
     });
   }
+  hub.attachVolunteers(app.server); // WebSocket /api/volunteer (volunteer/wire.ts)
+  await registerPages(app, pages); // / the volunteer page (web/, `npm run build:web`), /assets/
   return app;
 }

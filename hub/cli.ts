@@ -6,6 +6,8 @@ import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { Hub, defaultConfig, type HubConfig } from './hub.ts';
 import { buildApp } from './app.ts';
+import { DISPATCH_MODES, type DispatchMode } from './dispatch/policy.ts';
+import { DEFAULT_CHANNEL } from './volunteers/channel.ts';
 
 const DEFAULTS = defaultConfig();
 
@@ -30,6 +32,11 @@ export const USAGE = `usage: expertswarm hub --model PATH.gguf [--model NAME=PAT
   --grace-ms N               grace window of a new worker (default ${DEFAULTS.dispatch.graceMs})
   --idle-ms N                idle timeout since a worker's last serve (default ${DEFAULTS.dispatch.idleMs})
   --max-workers N            live worker cap (default ${DEFAULTS.maxWorkers})
+  --dispatch MODE            auto: Layer 1 decides per worker (default); always: every pair a live worker covers goes
+                             to it (tests, benchmarks); off: the coordinator computes everything
+  --dispatch-socket NAME=PATH  the dispatcher socket an external coordinator of NAME connects to
+                             (start it with --expert-dispatch PATH); managed coordinators get one each
+  --heartbeat-ms N           volunteer heartbeat interval (default ${DEFAULT_CHANNEL.heartbeatMs})
   --config FILE              JSON file with any of: port, host, slots, ctxPerSlot, threads, stateDir, models
                              ([{path, name?}]), externals ([{name, url}])
   --help                     this text
@@ -72,6 +79,9 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
       'grace-ms': { type: 'string' },
       'idle-ms': { type: 'string' },
       'max-workers': { type: 'string' },
+      dispatch: { type: 'string' },
+      'dispatch-socket': { type: 'string', multiple: true },
+      'heartbeat-ms': { type: 'string' },
       config: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -104,6 +114,17 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
     const i = m.indexOf('=');
     c.models.push(i > 0 && !m.slice(0, i).includes('/') ? { name: m.slice(0, i), path: m.slice(i + 1) } : { path: m });
   }
+  if (values.dispatch !== undefined) {
+    if (!(DISPATCH_MODES as readonly string[]).includes(values.dispatch))
+      throw new Error(`--dispatch must be one of ${DISPATCH_MODES.join(', ')}, got "${values.dispatch}"`);
+    c.dispatchMode = values.dispatch as DispatchMode;
+  }
+  for (const d of values['dispatch-socket'] ?? []) {
+    const [name, path] = pair(d, '--dispatch-socket');
+    c.dispatchSockets.push({ name, path });
+  }
+  const heartbeatMs = int(values['heartbeat-ms'], '--heartbeat-ms', 1000);
+  if (heartbeatMs !== undefined) c.channel = { ...c.channel, heartbeatMs, idleTimeoutMs: 3 * heartbeatMs };
   for (const u of values['coordinator-url'] ?? []) {
     const [name, url] = pair(u, '--coordinator-url');
     c.externals.push({ name, url });

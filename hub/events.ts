@@ -1,7 +1,18 @@
 /** A bounded in-memory log of recruitment events (saturation onset/end, recruit, release, evictions) for the dashboard. */
 import { EVENTS_KEPT } from './limits.ts';
 
-export type HubEventKind = 'saturation-onset' | 'saturation-end' | 'recruit' | 'release' | 'evict' | 'coordinator' | 'quarantine';
+export type HubEventKind =
+  | 'saturation-onset'
+  | 'saturation-end'
+  | 'recruit'
+  | 'release'
+  | 'evict'
+  | 'coordinator'
+  | 'quarantine'
+  | 'volunteer-join'
+  | 'volunteer-leave'
+  | 'load-failed'
+  | 'dispatch';
 
 export interface HubEvent {
   atMs: number;

@@ -3,6 +3,9 @@
  * Its parts are private; the HTTP layer (app.ts) and the CLI call only the methods below, one per thing they need.
  */
 import type { ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import type { Server } from 'node:http';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { CoordinatorSupervisor, type CoordinatorStatus } from './supervisor.ts';
@@ -20,6 +23,11 @@ import { HubError } from './errors.ts';
 import { loadModelInfo, type ModelInfo } from './registry.ts';
 import { HubMetrics, type HubReadings } from './metrics.ts';
 import { AUTH_RATE_LIMIT, WORKER_STALE_MS, WORKERS_MAX } from './limits.ts';
+import { ShardServer } from './shards.ts';
+import { DispatchMetrics, ModelDispatcher, type DispatcherEvents } from './dispatch/dispatcher.ts';
+import type { DispatchMode } from './dispatch/policy.ts';
+import { DEFAULT_CHANNEL, VolunteerChannel, type ChannelHost, type ChannelOptions } from './volunteers/channel.ts';
+import type { Numerics } from '../shaders/computer.ts';
 
 export const DEFAULT_COORDINATOR_BINARY = fileURLToPath(new URL('../coordinator/bin/linkcpp-server', import.meta.url));
 
@@ -42,6 +50,12 @@ export interface HubConfig {
   evictEveryMs: number;
   /** Per-client token bucket on the auth endpoints. */
   authRateLimit: { capacity: number; refillPerSec: number };
+  /** `--dispatch`: auto (Layer 1 decides), always (every covered pair to a worker), off (the coordinator alone). */
+  dispatchMode: DispatchMode;
+  /** `--dispatch-socket NAME=PATH`: where an external coordinator's dispatcher listens (managed ones get their own). */
+  dispatchSockets: Array<{ name: string; path: string }>;
+  /** The volunteer channel's timings and caps. */
+  channel: Partial<ChannelOptions>;
 }
 
 export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
@@ -61,6 +75,9 @@ export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
     maxWorkers: WORKERS_MAX,
     evictEveryMs: 5_000,
     authRateLimit: { ...AUTH_RATE_LIMIT },
+    dispatchMode: 'auto',
+    dispatchSockets: [],
+    channel: {},
     ...over,
   };
 }
@@ -118,6 +135,18 @@ export class Hub {
   private readonly metrics: HubMetrics;
   private readonly recruitingNow = new Map<string, boolean>();
   private evictTimer: NodeJS.Timeout | null = null;
+  private readonly shards: ShardServer;
+  private readonly channel: VolunteerChannel;
+  private readonly dispatchMetrics: DispatchMetrics;
+  private readonly dispatchers = new Map<string, ModelDispatcher>();
+  /** Where each model's dispatcher listens. */
+  private readonly dispatchPaths = new Map<string, string>();
+  /** How each model's coordinator computes, from its dispatch HELLO. */
+  private readonly numericsOf = new Map<string, Numerics>();
+  /** Served pairs not yet written to the store, by wallet (flushed once a second). */
+  private readonly creditDue = new Map<string, number>();
+  private creditTimer: NodeJS.Timeout | null = null;
+  private socketDir: string | null = null;
 
   constructor(
     private readonly config: HubConfig,
@@ -136,6 +165,9 @@ export class Hub {
       (name) => this.noteSaturation(name),
     );
     this.metrics = new HubMetrics(() => this.readings());
+    this.dispatchMetrics = new DispatchMetrics(this.metrics.registry);
+    this.shards = new ShardServer(this);
+    this.channel = new VolunteerChannel(this.channelHost(), { ...DEFAULT_CHANNEL, maxConnections: config.maxWorkers, ...config.channel }, clock);
   }
 
   private now(): number {
@@ -156,11 +188,14 @@ export class Hub {
       if (url) {
         this.supervisor.addExternal(info.model, url);
         externals.delete(info.model);
+        const socket = this.config.dispatchSockets.find((d) => d.name === info.model);
+        if (socket) this.dispatchPaths.set(info.model, socket.path);
         continue;
       }
       this.supervisor.addManaged({
         name: info.model,
         modelPath: info.path,
+        dispatchSocket: this.socketFor(info.model),
         binary: this.config.coordinatorBinary,
         slots: this.config.slots,
         ctxPerSlot: this.config.ctxPerSlot,
@@ -175,7 +210,10 @@ export class Hub {
   }
 
   async start(): Promise<void> {
+    for (const [model, socketPath] of this.dispatchPaths) await this.startDispatcher(model, socketPath);
     await this.supervisor.start();
+    this.creditTimer = setInterval(() => this.flushCredit(), 1_000);
+    this.creditTimer.unref();
     this.poller.start();
     this.evictTimer = setInterval(() => this.evict(), this.config.evictEveryMs);
     this.evictTimer.unref();
@@ -183,9 +221,109 @@ export class Hub {
 
   async stop(): Promise<void> {
     if (this.evictTimer) clearInterval(this.evictTimer);
+    if (this.creditTimer) clearInterval(this.creditTimer);
     this.poller.stop();
+    await this.channel.close();
     await this.supervisor.stop();
+    for (const d of this.dispatchers.values()) await d.close();
+    this.dispatchers.clear();
+    if (this.socketDir) rmSync(this.socketDir, { recursive: true, force: true });
+    this.flushCredit();
     this.store.close();
+  }
+
+  // --- dispatch (Layer 1) and the volunteer channel
+
+  /** A managed coordinator's dispatch socket: in a private temporary directory (unix socket paths are short). */
+  private socketFor(model: string): string {
+    if (!this.socketDir) {
+      this.socketDir = mkdtempSync(join(tmpdir(), 'xs-'));
+      mkdirSync(this.socketDir, { recursive: true, mode: 0o700 });
+    }
+    const path = join(this.socketDir, `${this.dispatchPaths.size}.sock`);
+    this.dispatchPaths.set(model, path);
+    return path;
+  }
+
+  private async startDispatcher(model: string, socketPath: string): Promise<void> {
+    const events: DispatcherEvents = {
+      onServe: (workerId, atMs, latencyMs, pairs) => {
+        this.dispatch.recordServe(workerId, atMs, latencyMs);
+        const wallet = this.dispatch.record(workerId)?.wallet;
+        if (wallet) this.creditDue.set(wallet, (this.creditDue.get(wallet) ?? 0) + pairs);
+      },
+      onBench: (workerId, benched) =>
+        this.events.add('dispatch', model, `${workerId} ${benched ? 'benched: keeps missing deadlines' : 'back: answered in time'}`, this.now()),
+      onCoordinator: (event, detail) => {
+        if (event !== 'closed' && event !== 'connected') this.events.add('coordinator', model, `dispatch ${event}: ${detail}`, this.now());
+      },
+    };
+    const d = await ModelDispatcher.listen({
+      model,
+      socketPath,
+      directory: this.channel.directory(model),
+      mode: this.config.dispatchMode,
+      policy: { ...this.config.dispatch, saturateAt: this.config.saturation.saturateAt, maxReadingAgeMs: this.config.saturation.maxReadingAgeMs },
+      saturation: () => this.poller.reading(model),
+      record: (workerId) => this.dispatch.record(workerId),
+      metrics: this.dispatchMetrics,
+      events,
+      acceptHello: (hello) => {
+        this.numericsOf.set(model, hello.numerics);
+        return 0;
+      },
+      clock: this.clock,
+    });
+    this.dispatchers.set(model, d);
+  }
+
+  /** Hands `/api/volunteer` upgrades on the HTTP server to the volunteer channel. */
+  attachVolunteers(server: Server): void {
+    this.channel.attach(server);
+  }
+
+  shardServer(): ShardServer {
+    return this.shards;
+  }
+
+  /** Tells a worker over its channel that its slice is no longer needed. */
+  releaseWorker(workerId: string, reason: string): boolean {
+    return this.channel.release(workerId, 'NOT_NEEDED', reason);
+  }
+
+  private flushCredit(): void {
+    if (this.creditDue.size === 0) return;
+    const due = [...this.creditDue];
+    this.creditDue.clear();
+    for (const [wallet, pairs] of due) {
+      this.store.addCredit(wallet, pairs, this.now());
+      this.channel.credit(wallet, this.creditOf(wallet));
+    }
+  }
+
+  private channelHost(): ChannelHost {
+    return {
+      authenticate: (authorization) => this.authenticate(authorization),
+      quarantineReason: (workerId, wallet) => this.store.quarantineReason(workerId) ?? this.store.quarantineReason(wallet),
+      offer: (workerId, request) => this.volunteer(request, workerId),
+      shard: async (model, layer, begin, end) => {
+        const s = await this.shards.open({ model, layer, expertBegin: begin, expertEnd: end });
+        return { bytes: s.length, digest: `sha256:${s.digest}` };
+      },
+      // linkcpp-server always computes as llama.cpp's CPU backend; the HELLO says so once it connected.
+      numerics: (model) => this.numericsOf.get(model) ?? 'llama',
+      reserve: (workerId, model, ranges) => this.coverage.heartbeat(workerId, model, ranges, this.now()),
+      serving: (workerId, wallet, model, ranges) => {
+        this.heartbeat(workerId, wallet, model, ranges);
+      },
+      forget: (workerId) => {
+        this.coverage.remove(workerId);
+        this.dispatch.forget(workerId);
+        for (const d of this.dispatchers.values()) d.forget(workerId);
+      },
+      creditOf: (wallet) => this.creditOf(wallet),
+      event: (kind, model, detail) => this.events.add(kind, model, detail, this.now()),
+    };
   }
 
   // --- models and coordinators
@@ -197,6 +335,13 @@ export class Hub {
 
   /** A market model's shape; throws MODEL_UNKNOWN for any other name. */
   shape(model: string): ModelShape {
+    const m = this.marketModels.get(model);
+    if (!m) throw new HubError('MODEL_UNKNOWN', `no model named "${model}" is served here`);
+    return m;
+  }
+
+  /** A market model's registry record (its GGUF's path and shape), for the shard server; throws MODEL_UNKNOWN. */
+  modelInfo(model: string): Readonly<ModelInfo> {
     const m = this.marketModels.get(model);
     if (!m) throw new HubError('MODEL_UNKNOWN', `no model named "${model}" is served here`);
     return m;
@@ -242,6 +387,8 @@ export class Hub {
   }
 
   private noteSaturation(model: string): void {
+    // Every reading may change demand: idle volunteers on the channel are offered slices at once.
+    this.channel.demandChanged();
     const recruiting = this.saturation(model).recruiting;
     const before = this.recruitingNow.get(model) ?? false;
     if (recruiting !== before) {
@@ -394,6 +541,7 @@ export class Hub {
       workers: [...this.marketModels.keys()].map((model) => ({ model, byState: this.dispatch.countByState(model, this.coverage, now) })),
       pollFailures: this.servedModels().map((model) => ({ model, failures: this.poller.stats.get(model)?.failures ?? 0 })),
       coordinators: this.coordinators(),
+      volunteers: this.channel.countByState(),
     };
   }
 

@@ -40,6 +40,24 @@ export const EVENTS_LISTED = 200;
 /** Per-client token bucket shared by both login calls (a login costs 2 tokens). */
 export const AUTH_RATE_LIMIT: Readonly<{ capacity: number; refillPerSec: number }> = Object.freeze({ capacity: 30, refillPerSec: 0.5 });
 
+// the shard server (shards.ts)
+/** Shard downloads in flight per wallet (node token); one more → 429 RATE_LIMITED with Retry-After. */
+export const SHARD_DOWNLOADS_PER_WALLET = 2;
+/** Shard downloads in flight per client IP (IPv6: per /64): several volunteers may share one NAT. */
+export const SHARD_DOWNLOADS_PER_IP = 8;
+/** Shard downloads in flight hub-wide; one more → 503 SHARDS_BUSY with Retry-After. */
+export const SHARD_DOWNLOADS_MAX = 64;
+/** Retry-After (s) of both refusals: a download slot frees when some download ends, which is not predictable. */
+export const SHARD_RETRY_AFTER_S = 2;
+/** Slice digests (and byte lengths) remembered, least recently used dropped first: ~100 B each. */
+export const SHARD_DIGESTS_KEPT = 4096;
+/** A slice up to this size is kept whole in memory once read; a larger one is streamed from the model file each time. */
+export const SHARD_MEMORY_SLICE_MAX_BYTES = 4 * 1024 * 1024;
+/** Bytes of those in-memory slices, least recently used dropped first. */
+export const SHARD_MEMORY_CACHE_BYTES = 64 * 1024 * 1024;
+/** Bytes per read of the model file while streaming or hashing a slice (also the most buffered per download). */
+export const SHARD_READ_CHUNK_BYTES = 256 * 1024;
+
 // what coordinators send back
 /** Slots accepted from a coordinator's `GET /slots` (a real server has a handful). */
 export const COORDINATOR_SLOTS_MAX = 4096;

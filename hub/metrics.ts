@@ -20,6 +20,8 @@ export interface HubReadings {
   workers: Array<{ model: string; byState: Record<WorkerState, number> }>;
   pollFailures: Array<{ model: string; failures: number }>;
   coordinators: CoordinatorStatus[];
+  /** Open volunteer channels by connection state. */
+  volunteers: Record<string, number>;
 }
 
 export class HubMetrics {
@@ -62,6 +64,16 @@ export class HubMetrics {
         for (const { model, byState } of readings().workers) {
           for (const [state, n] of Object.entries(byState)) this.set({ model, state }, n);
         }
+      },
+    });
+    new Gauge({
+      name: 'expertswarm_volunteers_connected',
+      help: 'Volunteer channels open, by state (hello, waiting, loading, serving, paused).',
+      labelNames: ['state'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [state, n] of Object.entries(readings().volunteers)) this.set({ state }, n);
       },
     });
     this.assignments = new Counter({ name: 'expertswarm_assignments_total', help: 'Slices assigned to volunteers.', registers });

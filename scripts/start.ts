@@ -1,7 +1,8 @@
 /**
- * `npm start`: the main job. Builds the coordinator if needed, generates the demo MoE model on first run
- * (.cache/demo/, never committed), and starts the hub, which starts and supervises the demo model's coordinator.
- * The volunteer page, the widget and the dashboard join here when they land.
+ * `npm start`: the main job. Builds the coordinator if needed and the pages (web/ → web/dist, a second or two),
+ * generates the demo MoE model on first run (.cache/demo/, never committed), and starts the hub, which serves the
+ * volunteer page and starts and supervises the demo model's coordinator. The widget and the dashboard join here
+ * when they land.
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
@@ -21,6 +22,9 @@ const demo = join(demoDir, 'demo-qwen3moe-q8_0.gguf');
 
 const build = spawnSync('bash', [join(root, 'coordinator/build.sh')], { stdio: 'inherit' });
 if (build.status !== 0) process.exit(build.status ?? 1);
+// Always rebuilt: cheap, and a stale build would hide a change to web/.
+const pages = spawnSync('npm', ['run', '--silent', 'build:web'], { cwd: root, stdio: 'inherit' });
+if (pages.status !== 0) process.exit(pages.status ?? 1);
 
 if (!existsSync(demo)) {
   console.log(`[start] generating the demo model ${demo}`);
@@ -48,7 +52,8 @@ const running = await runHub(
 );
 console.log(`
 [start] running: the hub on ${running.url} with one coordinator (linkcpp-server) serving the demo model "demo"
-[start] not yet here: the volunteer page, the join widget and the dashboard (later issues)
+[start] volunteer page: ${running.url}/
+[start] not yet here: the join widget and the dashboard (later issues)
 [start] API: ${running.url}/v1/models · ${running.url}/api/expert-demand · ${running.url}/api/moe/recruitment · ${running.url}/metrics
 [start] try:  curl -s ${running.url}/v1/chat/completions -H 'content-type: application/json' -d @${requestFile}
 [start] Ctrl-C stops everything.`);

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The project's one test command (README: `npm test`; .ci/run calls it too).
-# 1. typecheck, 2. format + lint (biome), 3. build the coordinator if needed (ccache makes a rebuild cheap),
-# 4. node's test runner over test/**.test.ts. `npm run test:unit` is the fast loop: test/unit/ only, no build.
+# 1. typecheck (the Node tree with tsc, the pages in web/ with svelte-check), 2. format + lint (biome), 3. build the
+# coordinator if needed (ccache makes a rebuild cheap), 4. node's test runner over test/**.test.ts (the page tests
+# build web/ themselves, into temporary folders). `npm run test:unit` is the fast loop: test/unit/ only, no build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "== typecheck"
 npx tsc -p tsconfig.json --noEmit
+npx svelte-check --tsconfig web/tsconfig.json --fail-on-warnings --output machine
 echo "== format and lint (biome ci; npm run format fixes what it can)"
 npm run --silent lint
 echo "== coordinator build"

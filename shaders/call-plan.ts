@@ -23,10 +23,10 @@ import type { ExpertMatrix } from '../gguf/expert-slice.ts';
 import type { Numerics } from './computer.ts';
 import { ExpertRuntimeError } from './errors.ts';
 import { groupByExpert, type ExpertGroups } from './expert-groups.ts';
-import { INT8_SNIPPETS, type IntegerDot, type KernelTuning } from './expert-ffn.ts';
+import { INT8_LANES, INT8_SNIPPETS, type IntegerDot, type KernelTuning } from './expert-ffn.ts';
 import { vecDotType } from './reference/ggml-activations.ts';
 import type { Regime } from './regime-policy.ts';
-import { ROUND_BLOCK, roundModeOf, roundWorkgroups, writeRoundParams, type RoundMode } from './round-activations.ts';
+import { roundModeOf, roundScaleBytes, roundWorkgroups, writeRoundParams, type RoundMode } from './round-activations.ts';
 import type { CallShape, SliceShape, SliceTypes } from './slice.ts';
 
 /** Bytes a u32 byte offset in the kernels can address. */
@@ -109,6 +109,11 @@ export function foldDispatch(workgroups: number, maxPerDimension: number): [numb
 /** Workgroups of expert_up / expert_down for a call (before folding). */
 export function rowKernelWorkgroups(nPairs: number, rows: number, rowsPerWorkgroup: number): number {
   return nPairs * Math.ceil(rows / rowsPerWorkgroup);
+}
+
+/** Weight rows per workgroup of the int8 kernels: workgroupSize / INT8_LANES, whatever rowsPerWorkgroup says. */
+export function int8RowsPerWorkgroup(workgroupSize: number): number {
+  return workgroupSize / INT8_LANES;
 }
 
 /** Workgroups of expert_up_batched / expert_down_batched (before folding): every row tile × every column tile of `rows`. */
@@ -197,7 +202,7 @@ export interface PlannedRound {
   rowLen: number;
   /** Workgroups (x, y), folded into 2-D. */
   workgroups: [number, number];
-  /** Bytes of its outputs: the rounded values, and when packed the int8 quants (one byte each) and the f32 scales. */
+  /** Bytes of its outputs: the rounded values, and when packed the int8 quants (one byte each) and the scales (Q8_K: and bsums). */
   bytes: { values: number; qs: number; scales: number };
 }
 
@@ -273,7 +278,7 @@ function planRounds(
       nRows,
       rowLen,
       workgroups: fold(roundWorkgroups(n)),
-      bytes: { values: n * 4, qs: step.packed ? n : 0, scales: step.packed ? (n / ROUND_BLOCK[step.mode]) * 4 : 0 },
+      bytes: { values: n * 4, qs: step.packed ? n : 0, scales: step.packed ? roundScaleBytes(step.mode as 'q8_0' | 'q8_k', n) : 0 },
     };
   };
   const out: PlannedRound[] = [];
@@ -334,14 +339,17 @@ export function planCall(
   // Each part dispatches only when some pair routes to its experts; batched, over its own tiles.
   const tiles = groups ? tilesPerExpert(counts, tileRows) : null;
   const planned: PlannedPart[] = [];
+  // Decode rows per workgroup: the int8 kernels (a packed rounding before them) have their own.
+  const upRows = rounding.gate?.packed ? int8RowsPerWorkgroup(workgroupSize) : rowsPerWorkgroup;
+  const downRows = rounding.down?.packed ? int8RowsPerWorkgroup(workgroupSize) : rowsPerWorkgroup;
   parts.forEach((range, index) => {
     const dispatch = partDispatch(range, counts, tiles);
     if (!dispatch) return;
     planned.push({
       index,
       dispatch,
-      up: fold(groups ? batchedWorkgroups(dispatch.nRowTiles, ff, tileCols) : rowKernelWorkgroups(nPairs, ff, rowsPerWorkgroup)),
-      down: fold(groups ? batchedWorkgroups(dispatch.nRowTiles, nEmbd, tileCols) : rowKernelWorkgroups(nPairs, nEmbd, rowsPerWorkgroup)),
+      up: fold(groups ? batchedWorkgroups(dispatch.nRowTiles, ff, tileCols) : rowKernelWorkgroups(nPairs, ff, upRows)),
+      down: fold(groups ? batchedWorkgroups(dispatch.nRowTiles, nEmbd, tileCols) : rowKernelWorkgroups(nPairs, nEmbd, downRows)),
     });
   });
   const combine = fold(combineWorkgroups(nTokens, nEmbd, workgroupSize));

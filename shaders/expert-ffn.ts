@@ -34,6 +34,13 @@ export const INT8_SNIPPETS: ReadonlyMap<GGMLType, Int8Quant> = new Map<GGMLType,
 ]);
 
 /**
+ * Invocations per weight row in the int8 kernels (expert_up_q8 / expert_down_q8): one per lane of ggml's 8-float
+ * accumulator, so that each lane's float chain runs as the CPU's does (wgsl/int8/q8_0.wgsl); a workgroup serves
+ * workgroupSize / INT8_LANES rows (call-plan.ts int8RowsPerWorkgroup).
+ */
+export const INT8_LANES = 8;
+
+/**
  * How the int8 kernels (expert_up_q8, expert_down_q8) multiply four int8 pairs: 'packed' with WGSL's dot4I8Packed
  * (the packed_4x8_integer_dot_product language feature), 'unpacked' by sign-extending the bytes and multiplying in
  * i32 where that feature is missing. Both are exact.
@@ -101,7 +108,8 @@ export type PipelineKey =
 
 /**
  * Stable name of a variant, e.g. `expert_up/q4_k/fused/wg64r4/base`, `expert_down_batched/q6_k/wg64m16n32/base`
- * (m: tile rows, n: tile columns) or `expert_up_q8/q4_k/fused/wg64r4/subgroups/packed`; also the pipeline's label.
+ * (m: tile rows, n: tile columns) or `expert_up_q8/q4_k/fused/wg64/subgroups/packed` (8 invocations per row, so
+ * no rows-per-workgroup); also the pipeline's label.
  */
 export function pipelineName(k: PipelineKey): string {
   const f = k.variant;
@@ -119,9 +127,9 @@ export function pipelineName(k: PipelineKey): string {
     case 'expert_down_batched':
       return `expert_down_batched/${k.quant}/${tiles}/${f}`;
     case 'expert_up_q8':
-      return `expert_up_q8/${k.quant}/${k.pass}/${wg}r${k.tuning.rowsPerWorkgroup}/${f}/${k.dot}`;
+      return `expert_up_q8/${k.quant}/${k.pass}/${wg}/${f}/${k.dot}`;
     case 'expert_down_q8':
-      return `expert_down_q8/${k.quant}/${wg}r${k.tuning.rowsPerWorkgroup}/${f}/${k.dot}`;
+      return `expert_down_q8/${k.quant}/${wg}/${f}/${k.dot}`;
   }
 }
 
@@ -155,10 +163,19 @@ export function moduleSource(
     const int8 = WGSL.int8[quant as Int8Quant];
     if (!int8) throw new Error(`${kernel}: no integer block dot for ${quant}`);
     const requires = dot === 'packed' ? [`requires ${PACKED_DOT_LANGUAGE_FEATURE};`] : [];
-    const reduce = WGSL.reduce[variant === 'subgroups' ? 'subgroups' : 'base'];
-    return [...requires, ...enables, WGSL.common, WGSL.weights, WGSL.quant[quant], WGSL.dot[dot], int8, reduce, WGSL.kernels[kernel]].join(
-      '\n',
-    );
+    const lanes = WGSL.lanes[variant === 'subgroups' ? 'subgroups' : 'base'];
+    return [
+      ...requires,
+      ...enables,
+      WGSL.common,
+      WGSL.weights,
+      WGSL.ggmlMath,
+      WGSL.quant[quant],
+      WGSL.dot[dot],
+      int8,
+      lanes,
+      WGSL.kernels[kernel],
+    ].join('\n');
   }
   const decode = kernel === 'expert_up' || kernel === 'expert_down';
   const helper = decode ? WGSL.reduce[variant === 'subgroups' ? 'subgroups' : 'base'] : WGSL.tile[variant === 'shader-f16' ? 'f16' : 'f32'];
@@ -179,11 +196,14 @@ export function validateTuning(t: KernelTuning, limits: GPUSupportedLimits): voi
     throw new ExpertRuntimeError('BAD_OPTION', { option, value, requirement }, `${option} = ${value} must be ${requirement}`);
   };
   const maxWg = Math.min(limits.maxComputeInvocationsPerWorkgroup, limits.maxComputeWorkgroupSizeX);
-  if (!isPow2(t.workgroupSize) || t.workgroupSize > maxWg) bad('workgroupSize', t.workgroupSize, `a power of two ≤ ${maxWg}`);
+  // At least one row of the int8 kernels (INT8_LANES invocations each).
+  if (!isPow2(t.workgroupSize) || t.workgroupSize < INT8_LANES || t.workgroupSize > maxWg) {
+    bad('workgroupSize', t.workgroupSize, `a power of two from ${INT8_LANES} to ${maxWg}`);
+  }
   if (!isPow2(t.rowsPerWorkgroup) || t.rowsPerWorkgroup > t.workgroupSize) {
     bad('rowsPerWorkgroup', t.rowsPerWorkgroup, `a power of two ≤ workgroupSize (${t.workgroupSize})`);
   }
-  const wgBytes = 2 * 4 * t.workgroupSize; // expert_up's two partial-sum arrays
+  const wgBytes = 4 * 4 * t.workgroupSize; // expert_up_q8's lane sums (vec4 per invocation), the most of the decode kernels
   if (wgBytes > limits.maxComputeWorkgroupStorageSize) {
     bad('workgroupSize', t.workgroupSize, `small enough for ${limits.maxComputeWorkgroupStorageSize} B of workgroup memory`);
   }
@@ -351,8 +371,7 @@ export class ExpertFfnKernels {
     const module = await this.module(key.kernel, quant, key.variant, dot);
     // Only the overrides a module declares: naming another one is a validation error.
     const constants: Record<string, number> = { WORKGROUP_SIZE: key.tuning.workgroupSize };
-    if (key.kernel === 'expert_up' || key.kernel === 'expert_down' || key.kernel === 'expert_up_q8' || key.kernel === 'expert_down_q8')
-      constants.ROWS_PER_WORKGROUP = key.tuning.rowsPerWorkgroup;
+    if (key.kernel === 'expert_up' || key.kernel === 'expert_down') constants.ROWS_PER_WORKGROUP = key.tuning.rowsPerWorkgroup;
     if (key.kernel === 'expert_up_batched' || key.kernel === 'expert_down_batched') {
       constants.TILE_ROWS = key.tuning.tileRows;
       constants.TILE_COLS = key.tuning.tileCols;

@@ -22,6 +22,17 @@ export const ROUND_MODE_CONSTANT: Readonly<Record<RoundMode, number>> = { f32: 0
 /** Elements per scale block: a row must be a whole number of them. */
 export const ROUND_BLOCK: Readonly<Record<RoundMode, number>> = { f32: 1, f16: 1, bf16: 1, q8_0: 32, q8_k: 256 };
 
+/**
+ * u32 words of main_packed's `scales` output per block: the scale, and for Q8_K the block's 16 bsums (sums of 16
+ * quants, i32) after every block's scale (round_activations.wgsl).
+ */
+export const ROUND_SCALE_WORDS: Readonly<Record<'q8_0' | 'q8_k', number>> = { q8_0: 1, q8_k: 17 };
+
+/** Bytes of main_packed's `scales` output for `elements` values in `mode`. */
+export function roundScaleBytes(mode: 'q8_0' | 'q8_k', elements: number): number {
+  return (elements / ROUND_BLOCK[mode]) * ROUND_SCALE_WORDS[mode] * 4;
+}
+
 /** The `WORKGROUP_SIZE` override: a multiple of every mode's invocations per block (Q8_K: 64). */
 export const ROUND_WORKGROUP_SIZE = 64;
 
@@ -61,6 +72,8 @@ export interface RoundedActivations {
   qs?: Uint32Array;
   /** Q8 modes (unless `packed: false`): one scale per block, as the CPU multiplies with it (Q8_0: f16-rounded). */
   d?: Float32Array;
+  /** Q8_K (unless `packed: false`): block_q8_K's bsums, the sums of each 16 consecutive quants. */
+  bsums?: Int32Array;
 }
 
 export interface RoundOptions {
@@ -193,7 +206,9 @@ export async function roundActivationsGpu(
   const packed = isQ8 && options.packed !== false;
   const n = nRows * rowLen;
   if (n === 0)
-    return packed ? { values: new Float32Array(0), qs: new Uint32Array(0), d: new Float32Array(0) } : { values: new Float32Array(0) };
+    return packed
+      ? { values: new Float32Array(0), qs: new Uint32Array(0), d: new Float32Array(0), ...(mode === 'q8_k' ? { bsums: new Int32Array(0) } : {}) }
+      : { values: new Float32Array(0) };
 
   const k = kernelsFor(device);
   const pipeline = await pipelineFor(device, k, mode, packed);
@@ -214,7 +229,7 @@ export async function roundActivationsGpu(
   const F = GPU_FLAGS;
   const valueBytes = n * 4;
   const qsBytes = packed ? n : 0; // one byte per element
-  const dBytes = packed ? (n / ROUND_BLOCK[mode]) * 4 : 0;
+  const dBytes = packed ? roundScaleBytes(mode, n) : 0;
   const made: GPUBuffer[] = [];
   const buffer = (label: string, size: number, usage: number): GPUBuffer => {
     const b = device.createBuffer({ label, size: Math.max(4, Math.ceil(size / 4) * 4), usage });
@@ -265,7 +280,10 @@ export async function roundActivationsGpu(
     read.unmap();
     const values = new Float32Array(bytes, 0, n);
     if (!packed) return { values };
-    return { values, qs: new Uint32Array(bytes, valueBytes, n / 4), d: new Float32Array(bytes, valueBytes + qsBytes, dBytes / 4) };
+    const nBlocks = n / ROUND_BLOCK[mode];
+    const got: RoundedActivations = { values, qs: new Uint32Array(bytes, valueBytes, n / 4), d: new Float32Array(bytes, valueBytes + qsBytes, nBlocks) };
+    if (mode === 'q8_k') got.bsums = new Int32Array(bytes, valueBytes + qsBytes + nBlocks * 4, nBlocks * 16);
+    return got;
   } finally {
     for (const b of made) b.destroy();
   }

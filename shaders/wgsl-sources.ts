@@ -26,6 +26,10 @@ export interface WgslSources {
   readonly weights: string;
   /** row_sum of the decode kernels, by feature variant. */
   readonly reduce: Readonly<{ base: string; subgroups: string }>;
+  /** lane_sum of the int8 kernels (ggml's horizontal sum of its 8 float lanes), by feature variant. */
+  readonly lanes: Readonly<{ base: string; subgroups: string }>;
+  /** ggml's float steps bit for bit (fused multiply-add, division, swiglu); part of the int8 kernels. */
+  readonly ggmlMath: string;
   /** Staged-tile types of the batched kernels, by variant. */
   readonly tile: Readonly<{ f32: string; f16: string }>;
   /** The check of the subgroup layout reduce_subgroups.wgsl needs (run once per device). */
@@ -43,6 +47,8 @@ export const WGSL: WgslSources = {
   common: read('common.wgsl'),
   weights: read('weights.wgsl'),
   reduce: { base: read('reduce.wgsl'), subgroups: read('reduce_subgroups.wgsl') },
+  lanes: { base: read('lanes.wgsl'), subgroups: read('lanes_subgroups.wgsl') },
+  ggmlMath: read('ggml_math.wgsl'),
   tile: { f32: read('tile_f32.wgsl'), f16: read('tile_f16.wgsl') },
   subgroupProbe: read('subgroup_probe.wgsl'),
   quant: {

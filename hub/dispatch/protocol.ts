@@ -4,6 +4,10 @@
  *
  * Every frame: a 16-byte little-endian header {magic "EXDP", version u16, kind u16, seq u32, payload u32}, then
  * the payload. Sizes are capped before anything is allocated.
+ *
+ * Audit: a RESPONSE may flag pairs it did not serve as audited; the coordinator computes them (as it computes every
+ * pair not served) and reports their sums in an AUDIT frame with the request's seq, the trusted reference a worker's
+ * answer for the same pairs is held against (probation, spot checks).
  */
 import type { Numerics } from '../../shaders/computer.ts';
 
@@ -16,6 +20,8 @@ export enum FrameKind {
   HelloAck = 2,
   Request = 3,
   Response = 4,
+  /** Coordinator → dispatcher after a RESPONSE that asked for audits: the audited pairs' sums. Nothing answers it. */
+  Audit = 5,
 }
 
 export const DISPATCH_LIMITS = Object.freeze({
@@ -30,7 +36,8 @@ export const DISPATCH_LIMITS = Object.freeze({
 const HELLO_FIXED = 28;
 const HELLO_ACK_BYTES = 8;
 const REQUEST_FIXED = 24;
-const RESPONSE_FIXED = 24;
+const RESPONSE_FIXED = 28;
+const AUDIT_FIXED = 16;
 
 export type DispatchErrorCode =
   | 'DISPATCH_BAD_MAGIC'
@@ -38,7 +45,9 @@ export type DispatchErrorCode =
   | 'DISPATCH_BAD_KIND'
   | 'DISPATCH_TOO_LARGE'
   | 'DISPATCH_BAD_FRAME'
-  | 'DISPATCH_BAD_NUMERICS';
+  | 'DISPATCH_BAD_NUMERICS'
+  /** Audit flags that are not 0/1, do not add up to n_audit, or mark a served pair (the coordinator drops such a frame). */
+  | 'DISPATCH_BAD_AUDIT';
 
 export class DispatchProtocolError extends Error {
   constructor(
@@ -106,6 +115,12 @@ interface ResponseBase {
   nUsed: number;
   /** Asks the coordinator not to dispatch this layer for this long (0 = ask again next time). */
   quietMs: number;
+  /**
+   * `audit[t·nUsed + k]` = 1 asks the coordinator to report its own sum over the flagged pairs (an AUDIT frame after
+   * the layer). Only pairs not served may be flagged: the coordinator computes exactly those. Absent (or all 0) = none;
+   * decoding leaves it out when n_audit is 0.
+   */
+  audit?: Uint8Array;
 }
 
 /** "Compute everything locally." */
@@ -121,6 +136,22 @@ export interface ServedResponse extends ResponseBase {
 }
 
 export type DispatchResponse = LocalResponse | ServedResponse;
+
+/**
+ * The coordinator's own sums of the pairs a RESPONSE flagged for audit, per row t: Σ over audited k, in k order, of
+ * probs[t,k] · expert_{ids[t,k]}(rows[t]), computed as it computes every pair it keeps (bit for bit its stock
+ * arithmetic). Rows without audited pairs are 0.
+ */
+export interface DispatchAudit {
+  /** The seq of the REQUEST (and RESPONSE) it belongs to. */
+  seq: number;
+  layer: number;
+  nTokens: number;
+  /** How many pairs the sums cover (the RESPONSE's n_audit). */
+  nAudit: number;
+  /** [nTokens × nEmbd]. */
+  sums: Float32Array;
+}
 
 const pad4 = (n: number): number => (n + 3) & ~3;
 
@@ -239,22 +270,56 @@ export function decodeRequest(header: FrameHeader, payload: Uint8Array, nExpert:
   return { seq: header.seq, layer, nTokens, nEmbd, nUsed, deadlineUs, localNsPerPair, rows, ids, probs };
 }
 
+/** Counts the 1s of a flag array; anything but 0/1 is refused with `code`. */
+function countFlags(flags: Uint8Array, what: string, code: DispatchErrorCode): number {
+  let n = 0;
+  for (const f of flags) {
+    if (f > 1) throw new DispatchProtocolError(code, `${what} flag ${f} is neither 0 nor 1`);
+    n += f;
+  }
+  return n;
+}
+
+/** Refuses audit flags on served pairs: the coordinator computes (and so can audit) only the pairs it was not given. */
+function checkAuditDisjoint(audit: Uint8Array, served: Uint8Array | undefined): void {
+  if (!served) return;
+  for (let i = 0; i < audit.length; i++) {
+    if (audit[i] === 1 && served[i] === 1) throw new DispatchProtocolError('DISPATCH_BAD_AUDIT', `pair ${i} is both served and audited`);
+  }
+}
+
+/**
+ * RESPONSE payload: 28 fixed bytes {layer, n_tokens, n_used, mode, quiet_ms, n_served, n_audit}, then served u8[pairs]
+ * padded to 4 (mode 1), audit u8[pairs] padded to 4 (n_audit > 0), sums f32[n_tokens·n_embd] (mode 1).
+ */
 export function encodeResponse(r: DispatchResponse): Uint8Array {
   checkInt('quiet_ms', r.quietMs, 0, DISPATCH_LIMITS.maxQuietMs);
   const pairs = r.nTokens * r.nUsed;
-  const payload = r.mode === 'local' ? RESPONSE_FIXED : RESPONSE_FIXED + pad4(pairs) + r.sums.byteLength;
-  const { bytes, view } = frame(FrameKind.Response, r.seq, payload);
-  let served = 0;
+  let nServed = 0;
   if (r.mode === 'served') {
     if (r.served.length !== pairs) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'served flags do not cover every pair');
-    for (const f of r.served) served += f;
-    bytes.set(r.served, HEADER_BYTES + RESPONSE_FIXED);
-    bytes.set(new Uint8Array(r.sums.buffer, r.sums.byteOffset, r.sums.byteLength), HEADER_BYTES + RESPONSE_FIXED + pad4(pairs));
+    nServed = countFlags(r.served, 'served', 'DISPATCH_BAD_FRAME');
   }
-  putU32s(view, [r.layer, r.nTokens, r.nUsed, r.mode === 'local' ? 0 : 1, r.quietMs, served]);
+  let nAudit = 0;
+  if (r.audit) {
+    if (r.audit.length !== pairs) throw new DispatchProtocolError('DISPATCH_BAD_AUDIT', 'audit flags do not cover every pair');
+    nAudit = countFlags(r.audit, 'audit', 'DISPATCH_BAD_AUDIT');
+    checkAuditDisjoint(r.audit, r.mode === 'served' ? r.served : undefined);
+  }
+  const auditAt = RESPONSE_FIXED + (r.mode === 'served' ? pad4(pairs) : 0);
+  const sumsAt = auditAt + (nAudit > 0 ? pad4(pairs) : 0);
+  const payload = sumsAt + (r.mode === 'served' ? r.sums.byteLength : 0);
+  const { bytes, view } = frame(FrameKind.Response, r.seq, payload);
+  if (r.mode === 'served') {
+    bytes.set(r.served, HEADER_BYTES + RESPONSE_FIXED);
+    bytes.set(new Uint8Array(r.sums.buffer, r.sums.byteOffset, r.sums.byteLength), HEADER_BYTES + sumsAt);
+  }
+  if (r.audit && nAudit > 0) bytes.set(r.audit, HEADER_BYTES + auditAt);
+  putU32s(view, [r.layer, r.nTokens, r.nUsed, r.mode === 'local' ? 0 : 1, r.quietMs, nServed, nAudit]);
   return bytes;
 }
 
+/** Decodes and checks a response as the coordinator does (sizes, flags, counts), for a coordinator of width `nEmbd`. */
 export function decodeResponse(header: FrameHeader, payload: Uint8Array, nEmbd: number): DispatchResponse {
   if (header.kind !== FrameKind.Response)
     throw new DispatchProtocolError('DISPATCH_BAD_KIND', `expected a response, got kind ${header.kind}`);
@@ -262,23 +327,64 @@ export function decodeResponse(header: FrameHeader, payload: Uint8Array, nEmbd: 
   const v = new DataView(payload.buffer, payload.byteOffset, payload.length);
   const u = (i: number): number => v.getUint32(4 * i, true);
   const base = { seq: header.seq, layer: u(0), nTokens: u(1), nUsed: u(2), quietMs: u(4) };
+  const [mode, nServed, nAudit] = [u(3), u(5), u(6)];
+  checkInt('n_tokens', base.nTokens, 1, DISPATCH_LIMITS.maxRows);
+  checkInt('n_used', base.nUsed, 1, DISPATCH_LIMITS.maxUsed);
   checkInt('quiet_ms', base.quietMs, 0, DISPATCH_LIMITS.maxQuietMs);
-  if (u(3) === 0) {
-    if (payload.length !== RESPONSE_FIXED) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'a local answer carries no data');
-    return { ...base, mode: 'local' };
-  }
-  if (u(3) !== 1) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `unknown mode ${u(3)}`);
+  if (mode !== 0 && mode !== 1) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `unknown mode ${mode}`);
   const pairs = base.nTokens * base.nUsed;
-  if (payload.length !== RESPONSE_FIXED + pad4(pairs) + 4 * base.nTokens * nEmbd) {
-    throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'served answer of the wrong size');
+  if (mode === 0 && nServed !== 0) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'a local answer serves no pair');
+  if (nAudit > pairs) throw new DispatchProtocolError('DISPATCH_BAD_AUDIT', `n_audit ${nAudit} exceeds the ${pairs} pairs`);
+  const auditAt = RESPONSE_FIXED + (mode === 1 ? pad4(pairs) : 0);
+  const sumsAt = auditAt + (nAudit > 0 ? pad4(pairs) : 0);
+  const want = sumsAt + (mode === 1 ? 4 * base.nTokens * nEmbd : 0);
+  if (payload.length !== want) {
+    throw new DispatchProtocolError(
+      'DISPATCH_BAD_FRAME',
+      `${mode === 1 ? 'served' : 'local'} answer of ${payload.length} bytes, expected ${want}`,
+    );
   }
-  const body = payload.slice(RESPONSE_FIXED);
-  return {
-    ...base,
-    mode: 'served',
-    served: body.subarray(0, pairs),
-    sums: new Float32Array(body.buffer, pad4(pairs), base.nTokens * nEmbd),
-  };
+  // Copy into a fresh aligned buffer: the payload may sit at any offset of a pooled buffer.
+  const body = payload.slice();
+  const served = mode === 1 ? body.subarray(RESPONSE_FIXED, RESPONSE_FIXED + pairs) : undefined;
+  if (served && countFlags(served, 'served', 'DISPATCH_BAD_FRAME') !== nServed) {
+    throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `n_served ${nServed} does not match the served flags`);
+  }
+  const audit = nAudit > 0 ? body.subarray(auditAt, auditAt + pairs) : undefined;
+  if (audit) {
+    if (countFlags(audit, 'audit', 'DISPATCH_BAD_AUDIT') !== nAudit) {
+      throw new DispatchProtocolError('DISPATCH_BAD_AUDIT', `n_audit ${nAudit} does not match the audit flags`);
+    }
+    checkAuditDisjoint(audit, served);
+  }
+  const withAudit = audit ? { audit } : {};
+  if (!served) return { ...base, ...withAudit, mode: 'local' };
+  return { ...base, ...withAudit, mode: 'served', served, sums: new Float32Array(body.buffer, sumsAt, base.nTokens * nEmbd) };
+}
+
+/** AUDIT payload: {layer, n_tokens, n_audit, reserved 0} then sums f32[n_tokens·n_embd]. Written by the coordinator. */
+export function encodeAudit(a: DispatchAudit): Uint8Array {
+  checkInt('n_tokens', a.nTokens, 1, DISPATCH_LIMITS.maxRows);
+  checkInt('n_audit', a.nAudit, 1, a.nTokens * DISPATCH_LIMITS.maxUsed);
+  const { bytes, view } = frame(FrameKind.Audit, a.seq, AUDIT_FIXED + a.sums.byteLength);
+  putU32s(view, [a.layer, a.nTokens, a.nAudit, 0]);
+  bytes.set(new Uint8Array(a.sums.buffer, a.sums.byteOffset, a.sums.byteLength), HEADER_BYTES + AUDIT_FIXED);
+  return bytes;
+}
+
+/** Decodes an AUDIT frame from a coordinator of width `nEmbd`; which request it answers is the caller's to match (seq). */
+export function decodeAudit(header: FrameHeader, payload: Uint8Array, nEmbd: number): DispatchAudit {
+  if (header.kind !== FrameKind.Audit) throw new DispatchProtocolError('DISPATCH_BAD_KIND', `expected an audit, got kind ${header.kind}`);
+  if (payload.length < AUDIT_FIXED) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'audit is too short');
+  const v = new DataView(payload.buffer, payload.byteOffset, payload.length);
+  const u = (i: number): number => v.getUint32(4 * i, true);
+  const [layer, nTokens, nAudit, reserved] = [u(0), u(1), u(2), u(3)];
+  checkInt('n_tokens', nTokens, 1, DISPATCH_LIMITS.maxRows);
+  checkInt('n_audit', nAudit, 1, nTokens * DISPATCH_LIMITS.maxUsed);
+  if (reserved !== 0) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `audit reserved field ${reserved}, expected 0`);
+  const want = AUDIT_FIXED + 4 * nTokens * nEmbd;
+  if (payload.length !== want) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `audit of ${payload.length} bytes, expected ${want}`);
+  return { seq: header.seq, layer, nTokens, nAudit, sums: new Float32Array(payload.slice(AUDIT_FIXED).buffer) };
 }
 
 /**

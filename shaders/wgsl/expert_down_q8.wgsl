@@ -1,18 +1,20 @@
-// expert_down.wgsl with integer dot products (llama numerics, decode regime):
+// expert_down.wgsl with integer dot products, bit for bit as llama.cpp's CPU backend (llama numerics, decode regime):
 //   y[p, r] = down_e[r] · h[p]      with e = ids[p]
 // where h[p] is the hidden vector as llama.cpp's CPU backend rounds it for the down type, given as
-// round_activations.wgsl's main_packed output (act_qs, act_d; see expert_up_q8.wgsl). Assembled as expert_up_q8.wgsl
-// is, with down's snippets; work split as in expert_down.wgsl.
+// round_activations.wgsl's main_packed output (act_qs, act_d; see expert_up_q8.wgsl). Assembled and computed as
+// expert_up_q8.wgsl is, with down's snippets; work split as there.
 
 override WORKGROUP_SIZE: u32 = 64u;
-override ROWS_PER_WORKGROUP: u32 = 4u;
+const LANES: u32 = 8u;
 
 @group(0) @binding(0) var<uniform> shape: Shape;
 @group(0) @binding(1) var<storage, read> down_w: array<u32>;
 @group(0) @binding(2) var<storage, read> act_qs: array<u32>;  // [n_tokens · n_used × ff / 4] int8 quants, packed
 @group(0) @binding(3) var<storage, read> ids: array<i32>;     // [n_tokens × n_used]
 @group(0) @binding(4) var<storage, read_write> y: array<f32>; // [n_tokens · n_used × n_embd]
-@group(0) @binding(5) var<storage, read> act_d: array<f32>;   // [n_tokens · n_used × ff / BLOCK_SIZE] scales
+@group(0) @binding(5) var<storage, read> act_d: array<u32>;   // f32 scales [n_tokens · n_used × ff / BLOCK_SIZE], Q8_K: then bsums
+
+var<private> act_blocks: u32;
 
 fn weight_word(m: u32, i: u32) -> u32 {
   return down_w[i];
@@ -23,12 +25,16 @@ fn act_q(i: u32) -> u32 {
 }
 
 fn act_scale(i: u32) -> f32 {
-  return act_d[i];
+  return bitcast<f32>(act_d[i]);
 }
 
-// The quant snippet's float block_dot is not called here; load_act completes its contract with the rounded value.
+fn act_bsum(i: u32, k: u32) -> i32 {
+  return bitcast<i32>(act_d[act_blocks + 16u * i + k]);
+}
+
+// The quant snippet's float block_dot is not called here; load_act completes its contract.
 fn load_act(i: u32) -> f32 {
-  return f32(extractBits(i32(act_qs[i / 4u]), (i % 4u) * 8u, 8u)) * act_d[i / BLOCK_SIZE];
+  return f32(extractBits(i32(act_qs[i / 4u]), (i % 4u) * 8u, 8u)) * act_scale(i / BLOCK_SIZE);
 }
 
 @compute @workgroup_size(WORKGROUP_SIZE)
@@ -37,7 +43,9 @@ fn main(
   @builtin(num_workgroups) nwg: vec3<u32>,
   @builtin(local_invocation_index) lid: u32,
 ) {
-  let groups_per_pair = (shape.n_embd + ROWS_PER_WORKGROUP - 1u) / ROWS_PER_WORKGROUP;
+  opaque_init(shape.n_embd);
+  let rows_per_group = WORKGROUP_SIZE / LANES;
+  let groups_per_pair = (shape.n_embd + rows_per_group - 1u) / rows_per_group;
   let wg = linear_workgroup(wid, nwg);
   if (wg >= shape.n_tokens * shape.n_used * groups_per_pair) {
     return; // padding of a folded 2-D dispatch; uniform across the workgroup
@@ -49,23 +57,26 @@ fn main(
   }
   let expert = id - shape.expert_begin;
 
-  let threads_per_row = WORKGROUP_SIZE / ROWS_PER_WORKGROUP;
-  let lane = lid % threads_per_row;
-  let row = (wg % groups_per_pair) * ROWS_PER_WORKGROUP + lid / threads_per_row;
+  let l = lid % LANES;
+  let row = (wg % groups_per_pair) * rows_per_group + lid / LANES;
   let blocks_per_row = shape.ff / BLOCK_SIZE;
   let row_bytes = blocks_per_row * BLOCK_BYTES;
+  act_blocks = shape.n_tokens * shape.n_used * blocks_per_row;
 
-  var acc = 0.0;
+  var acc = vec4<f32>(opaque(0.0)); // lane l's accumulator and its mins' (.z, .w unused)
   if (row < shape.n_embd) {
     let row_byte = (expert * shape.n_embd + row) * row_bytes;
     let act_block = pair * blocks_per_row;
-    for (var b = lane; b < blocks_per_row; b += threads_per_row) {
-      acc += block_dot_q8(0u, row_byte + b * BLOCK_BYTES, (act_block + b) * (BLOCK_SIZE / 4u), act_block + b);
+    for (var b = 0u; b < blocks_per_row; b++) {
+      let wb = row_byte + b * BLOCK_BYTES;
+      let da = act_block + b;
+      acc.x = fma_rn(lane_scale(0u, wb, da), f32(lane_dot(0u, wb, da * (BLOCK_SIZE / 4u), da, l)), acc.x);
+      acc.y = min_step(0u, wb, da, l, acc.y);
     }
   }
-  let sum = row_sum(vec2<f32>(acc, 0.0), lid).x;
+  let sums = lane_sum(acc, lid);
 
-  if (lane == 0u && row < shape.n_embd) {
-    y[pair * shape.n_embd + row] = sum;
+  if (l == 0u && row < shape.n_embd) {
+    y[pair * shape.n_embd + row] = select(sums.x, sums.x + sums.y, MIN_SUM);
   }
 }

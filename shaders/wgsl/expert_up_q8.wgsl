@@ -1,18 +1,21 @@
-// expert_up.wgsl with integer dot products (llama numerics, decode regime): the same
-//   h[p, r] = silu(gate_e[r] · x_t) · (up_e[r] · x_t)      with t = p / n_used, e = ids[p]
+// expert_up.wgsl with integer dot products, bit for bit as llama.cpp's CPU backend (llama numerics, decode regime):
+//   h[p, r] = swiglu(gate_e[r] · x_t, up_e[r] · x_t)      with t = p / n_used, e = ids[p]
 // where x_t is token t's row as llama.cpp's CPU backend rounds it for the weight type (Q8_0 blocks of 32 for Q8_0 /
 // Q4_0 weights, Q8_K blocks of 256 for the K-quants), given as round_activations.wgsl's main_packed output: int8
-// quants packed four to a word (act_qs) and one f32 scale per block (act_d). Each weight block meets its activation
-// block in i32 (int8/<quant>.wgsl's block_dot_q8, on dot_i8: dot4I8Packed, or its unpacked fallback) and only the
-// block scales are multiplied in f32, as ggml's vec_dot does.
+// quants packed four to a word (act_qs), one f32 scale per block and, for Q8_K, the bsums after the scales (act_d).
+// Each dot product is ggml's x86 AVX2 vec_dot step for step: one invocation per lane of its 8-float accumulator
+// (int8/<quant>.wgsl says which integer products land in which lane), each lane's fused multiply-adds over the row's
+// blocks in order (fma_rn, ggml_math.wgsl), the lanes added as hsum_float_8 (lanes.wgsl); then swiglu with ggml's
+// own expf and division. So h equals the coordinator's h to the last bit (test/gpu/ggml-exact.test.ts).
 // Assembled as [requires packed_4x8_integer_dot_product;] + [enable subgroups;] + common.wgsl + weights.wgsl +
-// quant/<q>.wgsl (BLOCK_SIZE, BLOCK_BYTES) + int8/dot_packed.wgsl or int8/dot_unpacked.wgsl + int8/<q>.wgsl + a reduce
-// snippet + this file. Work split, PASS and the part check as in expert_up.wgsl; gate and up share the activations
-// (TS uses this kernel only when their types round activations alike).
+// ggml_math.wgsl + quant/<q>.wgsl (BLOCK_SIZE, BLOCK_BYTES) + int8/dot_packed.wgsl or int8/dot_unpacked.wgsl +
+// int8/<q>.wgsl + lanes.wgsl or lanes_subgroups.wgsl + this file. Work split: a workgroup serves one (token, expert)
+// pair and WORKGROUP_SIZE / LANES rows of it (call-plan.ts int8RowsPerWorkgroup); PASS and the part check as in
+// expert_up.wgsl; gate and up share the activations (TS uses this kernel only when their types round alike).
 
 override WORKGROUP_SIZE: u32 = 64u;
-override ROWS_PER_WORKGROUP: u32 = 4u;
 override PASS: u32 = 0u;
+const LANES: u32 = 8u;
 
 @group(0) @binding(0) var<uniform> shape: Shape;
 @group(0) @binding(1) var<storage, read> gate_w: array<u32>;
@@ -20,10 +23,13 @@ override PASS: u32 = 0u;
 @group(0) @binding(3) var<storage, read> act_qs: array<u32>; // [n_tokens × n_embd / 4] int8 quants, packed
 @group(0) @binding(4) var<storage, read> ids: array<i32>;    // [n_tokens × n_used], local expert index in the slice
 @group(0) @binding(5) var<storage, read_write> h: array<f32>; // [n_tokens · n_used × ff]
-@group(0) @binding(6) var<storage, read> act_d: array<f32>;  // [n_tokens × n_embd / BLOCK_SIZE] scales
+@group(0) @binding(6) var<storage, read> act_d: array<u32>;  // f32 scales [n_tokens × n_embd / BLOCK_SIZE], Q8_K: then bsums
 
 const GATE = 0u;
 const UP = 1u;
+
+// Activation blocks of the call: where the bsums start in act_d.
+var<private> act_blocks: u32;
 
 fn weight_word(m: u32, i: u32) -> u32 {
   if (m == GATE) {
@@ -37,12 +43,16 @@ fn act_q(i: u32) -> u32 {
 }
 
 fn act_scale(i: u32) -> f32 {
-  return act_d[i];
+  return bitcast<f32>(act_d[i]);
 }
 
-// The quant snippet's float block_dot is not called here; load_act completes its contract with the rounded value.
+fn act_bsum(i: u32, k: u32) -> i32 {
+  return bitcast<i32>(act_d[act_blocks + 16u * i + k]);
+}
+
+// The quant snippet's float block_dot is not called here; load_act completes its contract.
 fn load_act(i: u32) -> f32 {
-  return f32(extractBits(i32(act_qs[i / 4u]), (i % 4u) * 8u, 8u)) * act_d[i / BLOCK_SIZE];
+  return f32(extractBits(i32(act_qs[i / 4u]), (i % 4u) * 8u, 8u)) * act_scale(i / BLOCK_SIZE);
 }
 
 @compute @workgroup_size(WORKGROUP_SIZE)
@@ -51,7 +61,9 @@ fn main(
   @builtin(num_workgroups) nwg: vec3<u32>,
   @builtin(local_invocation_index) lid: u32,
 ) {
-  let groups_per_pair = (shape.ff + ROWS_PER_WORKGROUP - 1u) / ROWS_PER_WORKGROUP;
+  opaque_init(shape.n_embd);
+  let rows_per_group = WORKGROUP_SIZE / LANES;
+  let groups_per_pair = (shape.ff + rows_per_group - 1u) / rows_per_group;
   let wg = linear_workgroup(wid, nwg);
   if (wg >= shape.n_tokens * shape.n_used * groups_per_pair) {
     return; // padding of a folded 2-D dispatch; uniform across the workgroup
@@ -64,40 +76,50 @@ fn main(
   }
   let expert = id - shape.expert_begin;
 
-  let threads_per_row = WORKGROUP_SIZE / ROWS_PER_WORKGROUP;
-  let lane = lid % threads_per_row;
-  let row = (wg % groups_per_pair) * ROWS_PER_WORKGROUP + lid / threads_per_row;
+  let l = lid % LANES;
+  let row = (wg % groups_per_pair) * rows_per_group + lid / LANES;
   let blocks_per_row = shape.n_embd / BLOCK_SIZE;
   let row_bytes = blocks_per_row * BLOCK_BYTES;
+  act_blocks = shape.n_tokens * blocks_per_row;
 
-  var g = 0.0;
-  var u = 0.0;
+  // Lane l's accumulators: gate, gate's mins, up, up's mins.
+  var acc = vec4<f32>(opaque(0.0));
   if (row < shape.ff) {
     let row_byte = (expert * shape.ff + row) * row_bytes;
     let act_block = token * blocks_per_row; // scale index of the token's first block
-    for (var b = lane; b < blocks_per_row; b += threads_per_row) {
-      let qa = (act_block + b) * (BLOCK_SIZE / 4u);
+    for (var b = 0u; b < blocks_per_row; b++) {
+      let wb = row_byte + b * BLOCK_BYTES;
+      let da = act_block + b;
+      let qa = da * (BLOCK_SIZE / 4u);
       if (PASS != 2u) {
-        g += block_dot_q8(GATE, row_byte + b * BLOCK_BYTES, qa, act_block + b);
+        acc.x = fma_rn(lane_scale(GATE, wb, da), f32(lane_dot(GATE, wb, qa, da, l)), acc.x);
+        acc.y = min_step(GATE, wb, da, l, acc.y);
       }
       if (PASS != 1u) {
-        u += block_dot_q8(UP, row_byte + b * BLOCK_BYTES, qa, act_block + b);
+        acc.z = fma_rn(lane_scale(UP, wb, da), f32(lane_dot(UP, wb, qa, da, l)), acc.z);
+        acc.w = min_step(UP, wb, da, l, acc.w);
       }
     }
   }
-  let sums = row_sum(vec2<f32>(g, u), lid); // gate, up
+  let sums = lane_sum(acc, lid);
 
-  if (lane == 0u && row < shape.ff) {
+  if (l == 0u && row < shape.ff) {
+    var g = sums.x;
+    var u = sums.z;
+    if (MIN_SUM) {
+      g = sums.x + sums.y;
+      u = sums.z + sums.w;
+    }
     let o = pair * shape.ff + row;
     switch (PASS) {
       case 1u: {
-        h[o] = sums.x;
+        h[o] = g;
       }
       case 2u: {
-        h[o] = silu(h[o]) * sums.y;
+        h[o] = ggml_swiglu(h[o], u);
       }
       default: {
-        h[o] = silu(sums.x) * sums.y;
+        h[o] = ggml_swiglu(g, u);
       }
     }
   }

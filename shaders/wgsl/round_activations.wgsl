@@ -27,7 +27,9 @@
 //   main_packed  MODE 3/4 only: also the int8 quants and the per-block scale for packed int8 dot products:
 //                qs[i / 4] holds elements i..i+3 as pack4xI8 would (element i in the low byte, two's complement),
 //                scales[block] the f32 bits of d as the CPU multiplies with it: Q8_0 the f16-rounded d (+inf when it
-//                overflows f16), Q8_K the f32 d = 1 / iscale (negative when the block's signed max is positive).
+//                overflows f16), Q8_K the f32 d = 1 / iscale (negative when the block's signed max is positive);
+//                Q8_K also its bsums after all the blocks' scales: scales[n_blocks + 16 · block + k] the sum of
+//                quants 16k .. 16k + 15 as i32 bits (block_q8_K's bsums, which ggml's K-quant dot products read).
 //
 // Threads and blocks: every invocation owns one quad (4 consecutive elements); a scale block is BLOCK / 4 consecutive
 // invocations (8 for Q8_0, 64 for Q8_K; WORKGROUP_SIZE must be a multiple, TS uses 64), whose largest |x| is found by
@@ -66,11 +68,13 @@ struct RoundParams {
 @group(0) @binding(1) var<storage, read> x: array<u32>;                // [n_rows × row_len] f32 bits
 @group(0) @binding(2) var<storage, read_write> values: array<u32>;     // [n_rows × row_len] f32 bits
 @group(0) @binding(3) var<storage, read_write> qs: array<u32>;         // main_packed: [n_rows × row_len / 4]
-@group(0) @binding(4) var<storage, read_write> scales: array<u32>;     // main_packed: [n_rows × row_len / BLOCK]
+@group(0) @binding(4) var<storage, read_write> scales: array<u32>;     // main_packed: [n_rows × row_len / BLOCK] (Q8_K: × 17)
 
 // Per invocation: the largest |x| bits of its part of the block, and (element index in the block << 1) | sign.
 var<workgroup> red_abs: array<u32, WORKGROUP_SIZE>;
 var<workgroup> red_pos: array<u32, WORKGROUP_SIZE>;
+// main_packed, Q8_K: each invocation's sum of its four quants.
+var<workgroup> quad_sums: array<i32, WORKGROUP_SIZE>;
 
 fn block_len() -> u32 {
   switch MODE {
@@ -420,6 +424,16 @@ fn main_packed(
   @builtin(local_invocation_index) lid: u32,
 ) {
   let r = round_quad(wid, nwg, lid);
+  if (MODE == MODE_Q8_K) {
+    // bsums: four consecutive invocations hold 16 consecutive quants (a workgroup holds whole blocks).
+    quad_sums[lid] = r.q[0] + r.q[1] + r.q[2] + r.q[3];
+    workgroupBarrier();
+    if (r.count != 0u && lid % 4u == 0u) {
+      let n_blocks = params.n_rows * (params.row_len / 256u);
+      let bsum = quad_sums[lid] + quad_sums[lid + 1u] + quad_sums[lid + 2u] + quad_sums[lid + 3u];
+      scales[n_blocks + r.base / 16u] = bitcast<u32>(bsum);
+    }
+  }
   if (r.count == 0u) {
     return;
   }

@@ -138,6 +138,7 @@ test("market through the API: the brief's example, dense layers, eviction after 
         'expertswarm_target_replicas_effective gauge',
         'expertswarm_reading_age_seconds gauge',
         'expertswarm_workers gauge',
+        'expertswarm_volunteers_connected gauge',
         'expertswarm_assignments_total counter',
         'expertswarm_volunteer_refusals_total counter',
         'expertswarm_heartbeats_total counter',
@@ -145,6 +146,9 @@ test("market through the API: the brief's example, dense layers, eviction after 
         'expertswarm_poll_failures_total counter',
         'expertswarm_coordinator_restarts_total counter',
         'expertswarm_coordinator_up gauge',
+        'expertswarm_dispatch_pairs_total counter',
+        'expertswarm_dispatch_requests_total counter',
+        'expertswarm_dispatch_roundtrip_seconds histogram',
       ],
     );
   } finally {

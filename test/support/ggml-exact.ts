@@ -12,8 +12,13 @@
  * the coordinator does has no such noise, so the tests can hold it to "identical logits" and catch a 1 % error by
  * orders of magnitude (test/integration/expert-dispatch.test.ts measures both).
  *
- * Types: F32, F16, Q8_0, Q4_0, Q4_K (the dispatch grid's). Row lengths must be multiples of 32 (F32/F16) or of the
- * type's block.
+ * Types: F32, F16, Q8_0, Q4_0, Q4_K (the dispatch grid's; checked against the coordinator there), Q5_K and Q6_K
+ * (checked against the coordinator's own local computation, linkcpp-expert-ref, in numerics-vs-coordinator.test.ts).
+ * Row lengths must be multiples of 32 (F32/F16) or of the type's block.
+ *
+ * Besides the dispatcher backend (GgmlExactBackend, over a GGUF file), `ggmlHidden`, `ggmlExpertOut` and
+ * `ggmlLayerSums` compute from experts in memory (the expert-slice layout), for the WGSL kernels' bit-exactness
+ * tests (test/gpu/ggml-exact.test.ts).
  */
 import { openFileSource } from '../../gguf/node-io.ts';
 import { readGGUF } from '../../gguf/reader.ts';
@@ -159,6 +164,8 @@ function toVecDot(type: GGMLType, x: Float32Array): Activation {
     case GGMLType.Q4_0:
       return { kind: 'q', q: quantizeQ8_0(x) };
     case GGMLType.Q4_K:
+    case GGMLType.Q5_K:
+    case GGMLType.Q6_K:
       return { kind: 'q', q: quantizeQ8_K(x) };
     default:
       throw new RangeError(`ggml-exact: no bit-exact dot product for ${GGMLType[type] ?? type}`);
@@ -267,6 +274,80 @@ function dotQ4K(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
   return f32(hsum8(acc) + m);
 }
 
+/**
+ * ggml_vec_dot_q5_K_q8_K: the lanes as in Q4_K with each quant's 5th bit from qh (bit 2j of qh[t] for the low nibble
+ * of qs[32j + t], bit 2j + 1 for the high one); the mins are one scalar per block, Σ_s min[s]·(bsum pair of s),
+ * summs = fma(dmin, that, summs) (GCC contracts `summs += dmin * …`: vfmadd231ss in the build); hsum8(acc) + summs.
+ */
+function dotQ5K(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
+  const acc = LANES.fill(0);
+  let summs = 0;
+  const view = new DataView(w.buffer, w.byteOffset, w.byteLength);
+  const bsums = y.bsums as Int32Array;
+  const sc = SC;
+  const mn = MN;
+  for (let b = 0; b < n / 256; b++) {
+    const o = wOff + b * 176;
+    const yd = y.d[b] as number;
+    const d = f32(yd * f16ToF32(view.getUint16(o, true)));
+    const dmin = f32(-yd * f16ToF32(view.getUint16(o + 2, true)));
+    for (let j = 0; j < 8; j++) [sc[j], mn[j]] = scaleMinK4(j, w, o + 4);
+    let mins = 0;
+    for (let k = 0; k < 8; k++) mins += (mn[k] as number) * ((bsums[16 * b + 2 * k] as number) + (bsums[16 * b + 2 * k + 1] as number));
+    summs = fma32(dmin, mins, summs);
+    for (let l = 0; l < 8; l++) {
+      let lane = 0;
+      for (let j = 0; j < 4; j++) {
+        let lo = 0;
+        let hi = 0;
+        for (let t = 4 * l; t < 4 * l + 4; t++) {
+          const byte = w[o + 48 + 32 * j + t] as number;
+          const hb = w[o + 16 + t] as number;
+          lo += ((byte & 0xf) | (((hb >> (2 * j)) & 1) << 4)) * (y.qs[256 * b + 64 * j + t] as number);
+          hi += ((byte >> 4) | (((hb >> (2 * j + 1)) & 1) << 4)) * (y.qs[256 * b + 64 * j + 32 + t] as number);
+        }
+        lane += (sc[2 * j] as number) * lo + (sc[2 * j + 1] as number) * hi;
+      }
+      acc[l] = fma32(d, lane, acc[l] as number);
+    }
+  }
+  return f32(hsum8(acc) + summs);
+}
+
+/**
+ * ggml_vec_dot_q6_K_q8_K: unsigned quants (0..63); for each half h and 32-element run k, lane l gets
+ * scale[8h + 2k + (l ≥ 4)] · Σ(bytes 4l..4l+3 of the run × activations), then loses 32·(scale[2l]·bsum[2l] +
+ * scale[2l+1]·bsum[2l+1]) (q8sclsub); acc = fma(y.d·x.d, f32(lane), acc); hsum8.
+ */
+function dotQ6K(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
+  const acc = LANES.fill(0);
+  const view = new DataView(w.buffer, w.byteOffset, w.byteLength);
+  const bsums = y.bsums as Int32Array;
+  for (let b = 0; b < n / 256; b++) {
+    const o = wOff + b * 210;
+    const d = f32((y.d[b] as number) * f16ToF32(view.getUint16(o + 208, true)));
+    const sc = (i: number): number => view.getInt8(o + 192 + i);
+    for (let l = 0; l < 8; l++) {
+      let lane = 0;
+      for (let h = 0; h < 2; h++) {
+        for (let k = 0; k < 4; k++) {
+          let s = 0;
+          for (let t = 4 * l; t < 4 * l + 4; t++) {
+            const ql = w[o + 64 * h + 32 * (k & 1) + t] as number;
+            const qh = w[o + 128 + 32 * h + t] as number;
+            const q = ((ql >> (4 * (k >> 1))) & 0xf) | (((qh >> (2 * k)) & 3) << 4);
+            s += q * (y.qs[256 * b + 128 * h + 32 * k + t] as number);
+          }
+          lane += sc(8 * h + 2 * k + (l >= 4 ? 1 : 0)) * s;
+        }
+      }
+      lane -= 32 * (sc(2 * l) * (bsums[16 * b + 2 * l] as number) + sc(2 * l + 1) * (bsums[16 * b + 2 * l + 1] as number));
+      acc[l] = fma32(d, f32(lane), acc[l] as number); // _mm256_cvtepi32_ps rounds lanes past 2^24
+    }
+  }
+  return hsum8(acc);
+}
+
 /** A matrix as the dot products read it: float rows for F32/F16 (decoded once), the GGUF bytes otherwise. */
 type Weights = { type: GGMLType; bytes: Uint8Array; floats?: Float32Array };
 
@@ -292,6 +373,10 @@ function vecDot(w: Weights, r: number, a: Activation, n: number): number {
       return dotQ32(w.type, w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     case GGMLType.Q4_K:
       return dotQ4K(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
+    case GGMLType.Q5_K:
+      return dotQ5K(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
+    case GGMLType.Q6_K:
+      return dotQ6K(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     default:
       throw new RangeError(`ggml-exact: no bit-exact dot product for ${GGMLType[w.type] ?? w.type}`);
   }
@@ -335,6 +420,127 @@ export function ggmlExpf(x: number): number {
 export function ggmlSwiglu(g: number, u: number): number {
   const silu = f32(g / f32(1 + ggmlExpf(f32(0 - g))));
   return f32(silu * u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// One expert and one layer, from matrices in memory.
+
+/** One expert's three matrices as the dot products read them. */
+interface ExpertWeights {
+  types: Record<ExpertMatrix, GGMLType>;
+  nEmbd: number;
+  ff: number;
+  gate: Weights;
+  up: Weights;
+  down: Weights;
+}
+
+/** h = ggml_vec_swiglu_f32(gate·x, up·x), x converted to the gate's (and up's) vec_dot type first. */
+function hiddenOf(e: ExpertWeights, x: Float32Array): Float32Array {
+  const { nEmbd, ff, types } = e;
+  const xg = toVecDot(types.gate, x);
+  const xu = types.up === types.gate ? xg : toVecDot(types.up, x);
+  const h = new Float32Array(ff);
+  for (let r = 0; r < ff; r++) h[r] = ggmlSwiglu(vecDot(e.gate, r, xg, nEmbd), vecDot(e.up, r, xu, nEmbd));
+  return h;
+}
+
+/** down · h, h converted to down's vec_dot type first. */
+function downOf(e: ExpertWeights, h: Float32Array): Float32Array {
+  const { nEmbd, ff, types } = e;
+  const hd = toVecDot(types.down, h);
+  const out = new Float32Array(nEmbd);
+  for (let r = 0; r < nEmbd; r++) out[r] = vecDot(e.down, r, hd, ff);
+  return out;
+}
+
+/**
+ * Σ_k probs·expert as the stock graph sums it: each expert's output times its weight (ggml_mul), then the experts
+ * added in k order (ggml_add of the views). Pairs with probability 0 are left out (the dispatcher's "not served").
+ */
+async function sumsOf(
+  expertOut: (expert: number, x: Float32Array) => Promise<Float32Array> | Float32Array,
+  rows: Float32Array,
+  ids: Int32Array,
+  probs: Float32Array,
+  nTokens: number,
+  nUsed: number,
+): Promise<Float32Array> {
+  const nEmbd = rows.length / nTokens;
+  const sums = new Float32Array(nTokens * nEmbd);
+  for (let t = 0; t < nTokens; t++) {
+    const x = rows.subarray(t * nEmbd, (t + 1) * nEmbd);
+    const acc = sums.subarray(t * nEmbd, (t + 1) * nEmbd);
+    let first = true;
+    for (let k = 0; k < nUsed; k++) {
+      const p = probs[t * nUsed + k] as number;
+      if (p === 0) continue;
+      const y = await expertOut(ids[t * nUsed + k] as number, x);
+      for (let i = 0; i < nEmbd; i++) {
+        const w = f32((y[i] as number) * p);
+        acc[i] = first ? w : f32((acc[i] as number) + w);
+      }
+      first = false;
+    }
+  }
+  return sums;
+}
+
+/** A layer's routed experts in memory: each matrix's bytes for experts [0, nExpert) back to back (expert-slice layout). */
+export interface ExactExperts {
+  types: Record<ExpertMatrix, GGMLType>;
+  nEmbd: number;
+  ff: number;
+  gate: Uint8Array;
+  up: Uint8Array;
+  down: Uint8Array;
+}
+
+function expertWeightsOf(e: ExactExperts, expert: number): ExpertWeights {
+  const one = (m: ExpertMatrix, rows: number, rowLen: number): Weights => {
+    const per = rows * rowByteSize(e.types[m], rowLen);
+    return weights(e.types[m], e[m].subarray(expert * per, (expert + 1) * per));
+  };
+  return {
+    types: e.types,
+    nEmbd: e.nEmbd,
+    ff: e.ff,
+    gate: one('gate', e.ff, e.nEmbd),
+    up: one('up', e.ff, e.nEmbd),
+    down: one('down', e.nEmbd, e.ff),
+  };
+}
+
+/** h of `expert` for one row x, bit for bit as the coordinator computes it (before down's rounding of h). */
+export function ggmlHidden(e: ExactExperts, expert: number, x: Float32Array): Float32Array {
+  return hiddenOf(expertWeightsOf(e, expert), x);
+}
+
+/** down(h) of `expert` for one row x, bit for bit as the coordinator computes it. */
+export function ggmlExpertOut(e: ExactExperts, expert: number, x: Float32Array): Float32Array {
+  const w = expertWeightsOf(e, expert);
+  return downOf(w, hiddenOf(w, x));
+}
+
+/** A layer's sums over the pairs of a call (rows [nTokens × nEmbd], ids and probs [nTokens × nUsed]), bit for bit. */
+export function ggmlLayerSums(
+  e: ExactExperts,
+  rows: Float32Array,
+  ids: Int32Array,
+  probs: Float32Array,
+  nTokens: number,
+  nUsed: number,
+): Promise<Float32Array> {
+  const cache = new Map<number, ExpertWeights>();
+  const of = (expert: number): ExpertWeights => {
+    let w = cache.get(expert);
+    if (!w) {
+      w = expertWeightsOf(e, expert);
+      cache.set(expert, w);
+    }
+    return w;
+  };
+  return sumsOf((expert, x) => downOf(of(expert), hiddenOf(of(expert), x)), rows, ids, probs, nTokens, nUsed);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -404,48 +610,19 @@ export class GgmlExactBackend implements ExpertBackend {
   /** down_e(swiglu(gate_e·x, up_e·x)) for one row, as mul_mat_id + ggml_vec_swiglu_f32 + mul_mat_id compute it. */
   async expertOut(layer: number, expert: number, x: Float32Array): Promise<Float32Array> {
     const { nEmbd, ff, types } = this.layer(layer);
-    const gate = await this.expertWeights(layer, 'gate', expert);
-    const up = await this.expertWeights(layer, 'up', expert);
-    const down = await this.expertWeights(layer, 'down', expert);
-    const xg = toVecDot(types.gate, x);
-    const xu = types.up === types.gate ? xg : toVecDot(types.up, x);
-    const h = new Float32Array(ff);
-    for (let r = 0; r < ff; r++) h[r] = ggmlSwiglu(vecDot(gate, r, xg, nEmbd), vecDot(up, r, xu, nEmbd));
-    const hd = toVecDot(types.down, h);
-    const out = new Float32Array(nEmbd);
-    for (let r = 0; r < nEmbd; r++) out[r] = vecDot(down, r, hd, ff);
-    return out;
+    const w: ExpertWeights = {
+      types,
+      nEmbd,
+      ff,
+      gate: await this.expertWeights(layer, 'gate', expert),
+      up: await this.expertWeights(layer, 'up', expert),
+      down: await this.expertWeights(layer, 'down', expert),
+    };
+    return downOf(w, hiddenOf(w, x));
   }
 
-  /**
-   * Σ_k probs·expert as the stock graph sums it: each expert's output times its weight (ggml_mul), then the experts
-   * added in k order (ggml_add of the views). Pairs with probability 0 are left out (the dispatcher's "not served").
-   */
-  async layerSums(
-    layer: number,
-    rows: Float32Array,
-    ids: Int32Array,
-    probs: Float32Array,
-    nTokens: number,
-    nUsed: number,
-  ): Promise<Float32Array> {
-    const nEmbd = rows.length / nTokens;
-    const sums = new Float32Array(nTokens * nEmbd);
-    for (let t = 0; t < nTokens; t++) {
-      const x = rows.subarray(t * nEmbd, (t + 1) * nEmbd);
-      const acc = sums.subarray(t * nEmbd, (t + 1) * nEmbd);
-      let first = true;
-      for (let k = 0; k < nUsed; k++) {
-        const p = probs[t * nUsed + k] as number;
-        if (p === 0) continue;
-        const y = await this.expertOut(layer, ids[t * nUsed + k] as number, x);
-        for (let i = 0; i < nEmbd; i++) {
-          const w = f32((y[i] as number) * p);
-          acc[i] = first ? w : f32((acc[i] as number) + w);
-        }
-        first = false;
-      }
-    }
-    return sums;
+  /** The layer's sums as the stock graph computes them (sumsOf). */
+  layerSums(layer: number, rows: Float32Array, ids: Int32Array, probs: Float32Array, nTokens: number, nUsed: number): Promise<Float32Array> {
+    return sumsOf((expert, x) => this.expertOut(layer, expert, x), rows, ids, probs, nTokens, nUsed);
   }
 }

@@ -6,23 +6,29 @@
  * pairs, to answer "local", to stall, to die mid-frame, or to send garbage; and, as negative controls for the
  * exactness checks, to serve wrong experts, to drop one routed expert per token while reporting it served, to scale
  * its sums by 1.01, or to stop serving after the prompt. It records every request it answered and every protocol
- * error it met, so tests can count them.
+ * error it met, so tests can count them. With `audit` set it also asks the coordinator to audit pairs it did not
+ * serve (docs/dispatch-protocol.md) and records every AUDIT frame with the request it belongs to.
  */
 import { createServer, type Server, type Socket } from 'node:net';
 import { rm } from 'node:fs/promises';
 import {
   FrameKind,
   FrameReader,
+  HEADER_BYTES,
+  decodeAudit,
   decodeHello,
   decodeRequest,
   encodeHelloAck,
   encodeResponse,
   type DispatchRequest,
+  type DispatchResponse,
+  type FrameHeader,
   type Hello,
 } from '../../hub/dispatch/protocol.ts';
 import { expertFfnAccumulate } from '../../shaders/reference/expert-ffn.ts';
 import { ExpertStore } from './expert-store.ts';
 import { GgmlExactBackend } from './ggml-exact.ts';
+import { mulberry32 } from './random.ts';
 
 /**
  * - `all` / `half` / `none`: serve every / every other / no pair (the rest reported not served).
@@ -49,6 +55,35 @@ export type DispatcherBehaviour =
   | 'drop-one'
   | 'sums-x1.01'
   | 'prompt-only';
+
+/**
+ * Which pairs a response asks the coordinator to audit (report its own sums of). Only pairs the dispatcher did not
+ * serve, except for the negative control:
+ * - `all-unserved`: every pair not served;
+ * - a number f in [0, 1]: each pair not served with probability f (seeded: the same run asks for the same pairs);
+ * - a function of (token, k): the pairs not served for which it says true (e.g. `(t, k) => k === 0`);
+ * - `served-too`: every pair, served ones included. Invalid wherever a pair is served: the coordinator must drop the
+ *   connection and compute locally (the encoder refuses such a frame, so it is forged here).
+ */
+export type AuditPolicy = 'all-unserved' | 'served-too' | number | ((t: number, k: number) => boolean);
+
+/** One AUDIT frame with the request it answers and the flags that asked for it. */
+export interface AuditRecord {
+  seq: number;
+  layer: number;
+  nTokens: number;
+  nEmbd: number;
+  nUsed: number;
+  nAudit: number;
+  /** [nTokens × nUsed] the audit flags the response carried. */
+  flags: Uint8Array;
+  /** The request's rows, ids and probs. */
+  rows: Float32Array;
+  ids: Int32Array;
+  probs: Float32Array;
+  /** The coordinator's sums over the audited pairs, [nTokens × nEmbd]. */
+  sums: Float32Array;
+}
 
 /** Computes one layer's routed-expert sums: out[t] = Σ_k probs[t,k] · expert_{ids[t,k]}(rows[t]). */
 export interface ExpertBackend {
@@ -101,9 +136,10 @@ export interface RequestRecord {
   /** The deadline and local cost the coordinator sent (protocol fields the computation does not use). */
   deadlineUs: number;
   localNsPerPair: number;
-  /** Pairs reported served / not served in the answer. */
+  /** Pairs reported served / not served in the answer, and how many of the latter it asked to audit. */
   served: number;
   notServed: number;
+  audited: number;
   /** RMS of the rows and of the sums sent back (0 when nothing was served). */
   rowsRms: number;
   sumsRms: number;
@@ -123,6 +159,9 @@ export interface DispatcherStats {
   protocolErrors: string[];
   /** Every answered request, in order. */
   log: RequestRecord[];
+  /** Responses that asked for an audit, and the AUDIT frames received, in order. */
+  auditsAsked: number;
+  audits: AuditRecord[];
 }
 
 function rms(v: Float32Array): number {
@@ -136,6 +175,8 @@ export class TestDispatcher {
   quietMs = 0;
   /** Keep each request's rows and sums in the log (for measurements). */
   capture = false;
+  /** Which pairs to ask the coordinator to audit; none when undefined. */
+  audit: AuditPolicy | undefined;
   /** What computes the experts: the coordinator's arithmetic bit for bit unless replaced (the caller closes its own). */
   backend: ExpertBackend;
   readonly stats: DispatcherStats = {
@@ -147,6 +188,8 @@ export class TestDispatcher {
     localCosts: [],
     protocolErrors: [],
     log: [],
+    auditsAsked: 0,
+    audits: [],
   };
   private sockets = new Set<Socket>();
   private nExpert = 0;
@@ -154,6 +197,7 @@ export class TestDispatcher {
   private lastLayer = Number.POSITIVE_INFINITY;
   private promptEvaluation = false;
   private store: ExpertStore | undefined;
+  private auditRandom = mulberry32(0x5eed);
 
   private constructor(
     readonly path: string,
@@ -216,6 +260,15 @@ export class TestDispatcher {
     return this.stats.log.slice(mark);
   }
 
+  /**
+   * What `backend` (the coordinator's arithmetic bit for bit by default) computes for an audit's pairs: the same
+   * request with every pair not flagged left out.
+   */
+  async auditReference(a: AuditRecord, backend: ExpertBackend = this.exact): Promise<Float32Array> {
+    const probs = a.probs.map((p, i) => (a.flags[i] === 1 ? p : 0));
+    return backend.layerSums(a.layer, a.rows, a.ids, probs, a.nTokens, a.nUsed);
+  }
+
   private serve(s: Socket): void {
     this.sockets.add(s);
     s.on('close', () => this.sockets.delete(s));
@@ -223,6 +276,8 @@ export class TestDispatcher {
     const reader = new FrameReader();
     let nExpert = 0;
     let queue = Promise.resolve();
+    // Responses of this connection that asked for an audit, by seq, until their AUDIT arrives.
+    const pending = new Map<number, { r: DispatchRequest; flags: Uint8Array }>();
     s.on('data', (chunk) => {
       let frames: ReturnType<typeof reader.push>;
       try {
@@ -242,8 +297,10 @@ export class TestDispatcher {
               this.nExpert = hello.nExpert;
               this.stats.hellos.push(hello);
               s.write(encodeHelloAck(true));
+            } else if (header.kind === FrameKind.Audit) {
+              this.receiveAudit(header, payload, pending);
             } else {
-              await this.answer(s, decodeRequest(header, payload, nExpert));
+              await this.answer(s, decodeRequest(header, payload, nExpert), pending);
             }
           } catch (e) {
             this.stats.protocolErrors.push((e as Error).message);
@@ -254,7 +311,87 @@ export class TestDispatcher {
     });
   }
 
-  private record(r: DispatchRequest, served: number, sums: Float32Array | null): void {
+  /** Matches an AUDIT frame with the response that asked for it; anything unexpected is a protocol error. */
+  private receiveAudit(header: FrameHeader, payload: Uint8Array, pending: Map<number, { r: DispatchRequest; flags: Uint8Array }>): void {
+    const asked = pending.get(header.seq);
+    if (!asked) throw new Error(`AUDIT for seq ${header.seq}, which asked for none`);
+    pending.delete(header.seq);
+    const { r, flags } = asked;
+    const a = decodeAudit(header, payload, r.nEmbd);
+    const nAudit = flags.reduce((n, f) => n + f, 0);
+    if (a.layer !== r.layer || a.nTokens !== r.nTokens || a.nAudit !== nAudit) {
+      throw new Error(`AUDIT ${JSON.stringify({ ...a, sums: undefined })} does not match its request (layer ${r.layer}, ${nAudit} pairs)`);
+    }
+    this.stats.audits.push({
+      seq: a.seq,
+      layer: a.layer,
+      nTokens: a.nTokens,
+      nEmbd: r.nEmbd,
+      nUsed: r.nUsed,
+      nAudit: a.nAudit,
+      flags,
+      rows: r.rows,
+      ids: r.ids,
+      probs: r.probs,
+      sums: a.sums,
+    });
+  }
+
+  /** Audit flags for a response under the current policy; null when it asks for none. */
+  private auditFlags(r: DispatchRequest, served: Uint8Array | null): Uint8Array | null {
+    const policy = this.audit;
+    if (policy === undefined) return null;
+    const flags = new Uint8Array(r.nTokens * r.nUsed);
+    for (let p = 0; p < flags.length; p++) {
+      const isServed = served?.[p] === 1;
+      if (policy === 'served-too') flags[p] = 1;
+      else if (isServed) continue;
+      else if (policy === 'all-unserved') flags[p] = 1;
+      else if (typeof policy === 'number') flags[p] = this.auditRandom() < policy ? 1 : 0;
+      else flags[p] = policy(Math.floor(p / r.nUsed), p % r.nUsed) ? 1 : 0;
+    }
+    return flags.some((f) => f === 1) ? flags : null;
+  }
+
+  /**
+   * Writes a response, asking for the audits the policy says and remembering them. `served-too` is refused by the
+   * encoder wherever a pair is served, so that frame is forged: encoded without audit flags, then the flags spliced in
+   * where docs/dispatch-protocol.md puts them (after the served flags) and n_audit set.
+   */
+  private respond(
+    s: Socket,
+    r: DispatchRequest,
+    response: DispatchResponse,
+    pending: Map<number, { r: DispatchRequest; flags: Uint8Array }>,
+  ): number {
+    const flags = this.auditFlags(r, response.mode === 'served' ? response.served : null);
+    if (!flags) {
+      s.write(encodeResponse(response));
+      return 0;
+    }
+    const nAudit = flags.reduce((n, f) => n + f, 0);
+    this.stats.auditsAsked++;
+    pending.set(r.seq, { r, flags });
+    const valid = response.mode !== 'served' || !flags.some((f, i) => f === 1 && response.served[i] === 1);
+    if (valid) {
+      s.write(encodeResponse({ ...response, audit: flags }));
+      return nAudit;
+    }
+    const plain = encodeResponse(response);
+    const padded = (flags.length + 3) & ~3;
+    const at = HEADER_BYTES + 28 + padded; // fixed part, then the served flags
+    const forged = new Uint8Array(plain.length + padded);
+    forged.set(plain.subarray(0, at));
+    forged.set(flags, at);
+    forged.set(plain.subarray(at), at + padded);
+    const v = new DataView(forged.buffer);
+    v.setUint32(12, forged.length - HEADER_BYTES, true);
+    v.setUint32(HEADER_BYTES + 24, nAudit, true);
+    s.write(forged);
+    return nAudit;
+  }
+
+  private record(r: DispatchRequest, served: number, sums: Float32Array | null, audited = 0): void {
     this.stats.log.push({
       layer: r.layer,
       nTokens: r.nTokens,
@@ -264,13 +401,14 @@ export class TestDispatcher {
       localNsPerPair: r.localNsPerPair,
       served,
       notServed: r.nTokens * r.nUsed - served,
+      audited,
       rowsRms: rms(r.rows),
       sumsRms: sums ? rms(sums) : 0,
       ...(this.capture ? { rows: r.rows.slice(), ...(sums ? { sums: sums.slice() } : {}) } : {}),
     });
   }
 
-  private async answer(s: Socket, r: DispatchRequest): Promise<void> {
+  private async answer(s: Socket, r: DispatchRequest, pending: Map<number, { r: DispatchRequest; flags: Uint8Array }>): Promise<void> {
     this.stats.requests++;
     this.stats.localCosts.push(r.localNsPerPair);
     const base = { seq: r.seq, layer: r.layer, nTokens: r.nTokens, nUsed: r.nUsed, quietMs: this.quietMs };
@@ -295,13 +433,11 @@ export class TestDispatcher {
       case 'prompt-only':
         if (!generationStep) break;
         this.stats.notServedPairs += r.nTokens * r.nUsed;
-        this.record(r, 0, null);
-        s.write(encodeResponse({ ...base, mode: 'local', quietMs: 0 }));
+        this.record(r, 0, null, this.respond(s, r, { ...base, mode: 'local', quietMs: 0 }, pending));
         return;
       case 'local':
         this.stats.notServedPairs += r.nTokens * r.nUsed;
-        this.record(r, 0, null);
-        s.write(encodeResponse({ ...base, mode: 'local' }));
+        this.record(r, 0, null, this.respond(s, r, { ...base, mode: 'local' }, pending));
         return;
     }
     const pairs = r.nTokens * r.nUsed;
@@ -326,7 +462,6 @@ export class TestDispatcher {
     this.stats.servedPairs += nServed;
     this.stats.notServedPairs += pairs - nServed;
     if (nServed > 0) this.stats.layersServed.add(r.layer);
-    this.record(r, nServed, sums);
-    s.write(encodeResponse({ ...base, mode: 'served', served, sums }));
+    this.record(r, nServed, sums, this.respond(s, r, { ...base, mode: 'served', served, sums }, pending));
   }
 }

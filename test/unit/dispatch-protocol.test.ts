@@ -7,15 +7,19 @@ import {
   FrameReader,
   HEADER_BYTES,
   NUMERICS_WIRE,
+  decodeAudit,
   decodeHeader,
   decodeHello,
   decodeRequest,
   decodeResponse,
+  encodeAudit,
   encodeHello,
   encodeHelloAck,
   encodeRequest,
   encodeResponse,
   type DispatchRequest,
+  type DispatchResponse,
+  type FrameHeader,
 } from '../../hub/dispatch/protocol.ts';
 
 function request(over: Partial<DispatchRequest> = {}): DispatchRequest {
@@ -81,7 +85,7 @@ test('hello, ack, request and both responses round-trip', () => {
     sums: Float32Array.from({ length: 12 }, (_, i) => i / 3),
   };
   const sf = split(encodeResponse(served));
-  assert.equal(sf.payload.length, 24 + 8 + 48, 'flags padded to 4 bytes');
+  assert.equal(sf.payload.length, 28 + 8 + 48, 'flags padded to 4 bytes');
   assert.deepEqual(decodeResponse(sf.header, sf.payload, 4), served);
 });
 
@@ -219,3 +223,183 @@ test('hello layout: numerics is the u32 before desc_len (as linkcpp-server write
   for (const [i, x] of [3, 32, 4, 2, 100, 3].entries()) ov.setUint32(4 * i, x, true);
   assert.throws(() => decodeHello(old), DispatchProtocolError);
 });
+
+// ---- audit: RESPONSE's audit flags and the AUDIT frame ----
+
+/** A 3-token × 2-used response for a coordinator of width 4; `over` replaces fields. */
+function response(over: Partial<DispatchResponse> & { mode?: 'local' | 'served' } = {}): DispatchResponse {
+  const base = { seq: 9, layer: 2, nTokens: 3, nUsed: 2, quietMs: 0 };
+  if (over.mode === 'local') return { ...base, ...over, mode: 'local' } as DispatchResponse;
+  return {
+    ...base,
+    mode: 'served',
+    served: Uint8Array.of(1, 0, 0, 1, 0, 0),
+    sums: Float32Array.from({ length: 12 }, (_, i) => i - 5),
+    ...over,
+  } as DispatchResponse;
+}
+
+test('responses with audit flags round-trip; n_audit is the u32 at offset 24 and the flags follow the served flags', () => {
+  const served = response({ audit: Uint8Array.of(0, 1, 1, 0, 0, 1) });
+  const sf = split(encodeResponse(served));
+  const v = new DataView(sf.payload.buffer, sf.payload.byteOffset, sf.payload.length);
+  assert.equal(sf.payload.length, 28 + 8 + 8 + 48, 'fixed, served flags, audit flags (each padded to 4), sums');
+  assert.deepEqual(
+    Array.from({ length: 7 }, (_, i) => v.getUint32(4 * i, true)),
+    [2, 3, 2, 1, 0, 2, 3],
+  );
+  assert.deepEqual([...sf.payload.subarray(28 + 8, 28 + 8 + 6)], [0, 1, 1, 0, 0, 1]);
+  assert.equal(v.getFloat32(28 + 16, true), -5, 'sums after both flag arrays');
+  assert.deepEqual(decodeResponse(sf.header, sf.payload, 4), served);
+
+  // LOCAL with audit flags: the dispatcher sent the pairs to a worker in shadow and wants the trusted sums.
+  const local = response({ mode: 'local', quietMs: 100, audit: Uint8Array.of(1, 1, 0, 0, 1, 1) });
+  const lf = split(encodeResponse(local));
+  assert.equal(lf.payload.length, 28 + 8);
+  assert.deepEqual(decodeResponse(lf.header, lf.payload, 4), local);
+
+  // all-zero audit flags are "no audit": nothing on the wire, nothing decoded
+  const none = split(encodeResponse(response({ audit: new Uint8Array(6) })));
+  assert.equal(none.payload.length, 28 + 8 + 48);
+  assert.equal(decodeResponse(none.header, none.payload, 4).audit, undefined);
+});
+
+test('an AUDIT frame round-trips with its request seq; its layout is {layer, n_tokens, n_audit, 0} then the sums', () => {
+  const audit = { seq: 41, layer: 3, nTokens: 2, nAudit: 3, sums: Float32Array.from({ length: 8 }, (_, i) => i * 0.25) };
+  const bytes = encodeAudit(audit);
+  const f = split(bytes);
+  assert.deepEqual(f.header, { kind: FrameKind.Audit, seq: 41, payloadBytes: 16 + 32 });
+  const v = new DataView(f.payload.buffer, f.payload.byteOffset, f.payload.length);
+  assert.deepEqual(
+    [0, 1, 2, 3].map((i) => v.getUint32(4 * i, true)),
+    [3, 2, 3, 0],
+  );
+  assert.deepEqual(decodeAudit(f.header, f.payload, 4), audit);
+  // a FrameReader passes AUDIT frames through like any other kind
+  const frames = new FrameReader().push(new Uint8Array([...bytes, ...encodeRequest(request())]));
+  assert.deepEqual(
+    frames.map((x) => x.header.kind),
+    [FrameKind.Audit, FrameKind.Request],
+  );
+});
+
+interface Framed {
+  header: FrameHeader;
+  payload: Uint8Array;
+}
+
+/** A valid response (served, three pairs audited, unless `base` says otherwise), its payload changed by `mut`. */
+function auditedPayload(
+  mut: (p: Uint8Array, v: DataView) => void,
+  base: DispatchResponse = response({ audit: Uint8Array.of(0, 1, 1, 0, 0, 1) }),
+): Framed {
+  const f = split(encodeResponse(base));
+  const p = f.payload.slice();
+  mut(p, new DataView(p.buffer));
+  return { header: f.header, payload: p };
+}
+
+const SERVED_AT = 28;
+const AUDIT_AT = 28 + 8;
+const BAD_RESPONSES: Array<[string, Framed, string]> = [
+  [
+    'an audit flag of 2',
+    auditedPayload((p) => {
+      p[AUDIT_AT + 1] = 2;
+    }),
+    'DISPATCH_BAD_AUDIT',
+  ],
+  [
+    'an audited pair that is also served',
+    auditedPayload((p, v) => {
+      p[AUDIT_AT] = 1;
+      v.setUint32(24, 4, true);
+    }),
+    'DISPATCH_BAD_AUDIT',
+  ],
+  ['n_audit larger than the flags say', auditedPayload((_, v) => v.setUint32(24, 4, true)), 'DISPATCH_BAD_AUDIT'],
+  ['n_audit smaller than the flags say', auditedPayload((_, v) => v.setUint32(24, 2, true)), 'DISPATCH_BAD_AUDIT'],
+  ['n_audit over the pair count', auditedPayload((_, v) => v.setUint32(24, 7, true)), 'DISPATCH_BAD_AUDIT'],
+  ['n_audit 0 with the flags still there (size)', auditedPayload((_, v) => v.setUint32(24, 0, true)), 'DISPATCH_BAD_FRAME'],
+  ['n_audit > 0 without the flags (size)', auditedPayload((_, v) => v.setUint32(24, 1, true), response()), 'DISPATCH_BAD_FRAME'],
+  [
+    'a served flag of 2',
+    auditedPayload((p) => {
+      p[SERVED_AT] = 2;
+    }),
+    'DISPATCH_BAD_FRAME',
+  ],
+  ['n_served not matching the flags', auditedPayload((_, v) => v.setUint32(20, 1, true)), 'DISPATCH_BAD_FRAME'],
+  ['mode 2', auditedPayload((_, v) => v.setUint32(12, 2, true)), 'DISPATCH_BAD_FRAME'],
+  ['n_tokens 0', auditedPayload((_, v) => v.setUint32(4, 0, true)), 'DISPATCH_BAD_FRAME'],
+  ['n_tokens over the cap', auditedPayload((_, v) => v.setUint32(4, DISPATCH_LIMITS.maxRows + 1, true)), 'DISPATCH_BAD_FRAME'],
+  [
+    'n_used over the cap (pairs would overflow the padding math)',
+    auditedPayload((_, v) => v.setUint32(8, 0x10000, true)),
+    'DISPATCH_BAD_FRAME',
+  ],
+  [
+    'a local answer claiming served pairs',
+    auditedPayload((_, v) => v.setUint32(20, 1, true), response({ mode: 'local', audit: Uint8Array.of(1, 0, 0, 0, 0, 0) })),
+    'DISPATCH_BAD_FRAME',
+  ],
+  [
+    'a local answer with audit flags cut off',
+    ((): Framed => {
+      const f = split(encodeResponse(response({ mode: 'local', audit: Uint8Array.of(1, 0, 0, 0, 0, 0) })));
+      return { header: f.header, payload: f.payload.subarray(0, 28) };
+    })(),
+    'DISPATCH_BAD_FRAME',
+  ],
+];
+
+for (const [name, { header, payload }, code] of BAD_RESPONSES) {
+  test(`rejects a response with ${name}: ${code}`, () => {
+    assert.throws(
+      () => decodeResponse(header, payload, 4),
+      (e: unknown) => e instanceof DispatchProtocolError && e.code === code,
+    );
+  });
+}
+
+test('encodeResponse refuses audits the coordinator would refuse', () => {
+  const bad: Array<[string, DispatchResponse]> = [
+    ['audit flags for too few pairs', response({ audit: Uint8Array.of(0, 1) })],
+    ['an audit flag of 2', response({ audit: Uint8Array.of(0, 2, 0, 0, 0, 0) })],
+    ['an audited pair that is also served', response({ audit: Uint8Array.of(1, 0, 0, 0, 0, 0) })],
+  ];
+  for (const [name, r] of bad) assert.throws(() => encodeResponse(r), { code: 'DISPATCH_BAD_AUDIT' }, name);
+});
+
+function auditFrame(mut: (v: DataView) => void, nEmbd = 4): Framed {
+  const f = split(encodeAudit({ seq: 5, layer: 1, nTokens: 2, nAudit: 2, sums: new Float32Array(2 * nEmbd) }));
+  const p = f.payload.slice();
+  mut(new DataView(p.buffer));
+  return { header: f.header, payload: p };
+}
+
+const BAD_AUDITS: Array<[string, Framed, number, string]> = [
+  [
+    'the wrong kind',
+    { ...auditFrame(() => {}), header: { ...auditFrame(() => {}).header, kind: FrameKind.Response } },
+    4,
+    'DISPATCH_BAD_KIND',
+  ],
+  ['a short payload', { ...auditFrame(() => {}), payload: new Uint8Array(12) }, 4, 'DISPATCH_BAD_FRAME'],
+  ['reserved not 0', auditFrame((v) => v.setUint32(12, 1, true)), 4, 'DISPATCH_BAD_FRAME'],
+  ['n_tokens 0', auditFrame((v) => v.setUint32(4, 0, true)), 4, 'DISPATCH_BAD_FRAME'],
+  ['n_tokens over the cap', auditFrame((v) => v.setUint32(4, DISPATCH_LIMITS.maxRows + 1, true)), 4, 'DISPATCH_BAD_FRAME'],
+  ['n_audit 0 (an audit of nothing is never sent)', auditFrame((v) => v.setUint32(8, 0, true)), 4, 'DISPATCH_BAD_FRAME'],
+  ['n_audit over n_tokens × max n_used', auditFrame((v) => v.setUint32(8, 2 * DISPATCH_LIMITS.maxUsed + 1, true)), 4, 'DISPATCH_BAD_FRAME'],
+  ['n_tokens disagreeing with the size', auditFrame((v) => v.setUint32(4, 3, true)), 4, 'DISPATCH_BAD_FRAME'],
+  ['another width than the coordinator said', auditFrame(() => {}), 8, 'DISPATCH_BAD_FRAME'],
+];
+
+for (const [name, { header, payload }, nEmbd, code] of BAD_AUDITS) {
+  test(`rejects an audit with ${name}: ${code}`, () => {
+    assert.throws(
+      () => decodeAudit(header, payload, nEmbd),
+      (e: unknown) => e instanceof DispatchProtocolError && e.code === code,
+    );
+  });
+}

@@ -1,11 +1,15 @@
 // Expertswarm expert dispatch (see llama-expert-dispatch.h and docs/dispatch-protocol.md).
 //
-// Per dispatched MoE layer the graph holds three custom ops and one of ggml's:
+// Per dispatched MoE layer the graph holds four custom ops and one of ggml's:
 //   remote   (1 thread)    sends rows + top-k ids + router probs, waits until the layer's deadline at most, and
-//                          writes what the dispatcher served: partial sums and a served flag per (token, k) pair;
+//                          writes what the dispatcher answered: partial sums and a flag per (token, k) pair (served,
+//                          local, or local and audited);
 //   gate_up  (all threads) gate and up projections for the pairs that were not served;
 //   swiglu   (ggml's op)   silu(gate) ⊙ up, the very op llama.cpp's stock MoE graph uses;
-//   down     (all threads) down projection of those pairs, scaled by their probs and added to the served partial sums.
+//   down     (all threads) down projection of those pairs, scaled by their probs and added to the served partial sums;
+//                          the audited ones are also summed on their own (a second plane of its output);
+//   audit    (1 thread)    in place on the layer's output: sends the audited pairs' sums (AUDIT frame) when the
+//                          dispatcher asked for any, and waits for nothing.
 // The local ops use ggml's CPU type traits (activation conversion to the weight's vec_dot type, then vec_dot per
 // weight row), as ggml's own mul_mat_id does, so any quant type the CPU backend handles works here, and the pairs
 // computed here come out bit for bit as the stock graph (dispatch off) computes them. llama_xd_compute_pairs builds
@@ -46,6 +50,7 @@ constexpr uint16_t XD_HELLO       = 1;
 constexpr uint16_t XD_HELLO_ACK   = 2;
 constexpr uint16_t XD_REQUEST     = 3;
 constexpr uint16_t XD_RESPONSE    = 4;
+constexpr uint16_t XD_AUDIT       = 5;
 constexpr uint32_t XD_MODE_LOCAL  = 0;
 constexpr uint32_t XD_MODE_SERVED = 1;
 
@@ -60,11 +65,22 @@ constexpr size_t XD_HEADER_BYTES     = 16;
 constexpr size_t XD_HELLO_FIXED      = 28;
 constexpr size_t XD_HELLO_ACK_BYTES  = 8;
 constexpr size_t XD_REQUEST_FIXED    = 24;
-constexpr size_t XD_RESPONSE_FIXED   = 24;
+constexpr size_t XD_RESPONSE_FIXED   = 28;
+constexpr size_t XD_AUDIT_FIXED      = 16;
 
+// A pair's flag in the remote op's output (after the partial sums): how the rest of the layer treats it.
+constexpr float XD_PAIR_LOCAL   = 0.0f; // computed here
+constexpr float XD_PAIR_SERVED  = 1.0f; // in the dispatcher's partial sums
+constexpr float XD_PAIR_AUDITED = 2.0f; // computed here, and its sum reported back (AUDIT)
+
+// A dispatcher that accepts but never acknowledges HELLO costs one such wait per attempt, then a backoff.
 constexpr int64_t XD_CONNECT_TIMEOUT_US = 1000 * 1000;
+// Between failed connection attempts (whatever failed: no socket, refused, hung up, mute): short at first so a
+// dispatcher that starts late is found promptly, at most 2 s so that an absent one costs nothing while idle.
 constexpr int64_t XD_BACKOFF_MIN_MS     = 100;
 constexpr int64_t XD_BACKOFF_MAX_MS     = 2000;
+// While connected the connector only waits for a drop; drops notify it, this bounds the wait all the same.
+constexpr int64_t XD_CONNECTED_POLL_MS  = 1000;
 // After a failed exchange no layer is dispatched for a cool-down that doubles per consecutive failure, so a stalled
 // dispatcher costs at most one deadline per incident instead of one per layer and token.
 constexpr int64_t XD_COOLDOWN_MIN_MS    = 1000;
@@ -159,6 +175,11 @@ struct llama_xd_layer {
     std::atomic<int64_t>  quiet_until_us{0};
     std::atomic<uint32_t> local_ns_per_pair{0}; // EMA of wall time per locally computed pair (0 = unknown)
     int64_t up_ns = 0;                          // written by the up op's thread 0, read by the down op's thread 0
+    // The audit the dispatcher asked for in this evaluation of the layer: written by the remote op, read by the audit
+    // op of the same graph (ggml's barrier between ops orders them). audit_pairs 0: nothing to report.
+    uint32_t audit_pairs = 0;
+    uint32_t audit_seq = 0;
+    uint64_t audit_conn = 0; // the connection the request went out on: a seq means nothing on another one
 };
 
 struct llama_expert_dispatch {
@@ -166,9 +187,10 @@ struct llama_expert_dispatch {
     int32_t deadline_ms = 250;
     llama_xd_model_info info;
 
-    std::mutex io_mu; // one exchange at a time; guards fd, seq, buffers
+    std::mutex io_mu; // one exchange at a time; guards fd, seq, conn_gen, buffers
     int fd = -1;
     uint32_t seq = 0;
+    uint64_t conn_gen = 0; // counts connections, so an audit is never sent on a later one than its request
     std::vector<char> req;
     std::vector<char> resp;
 
@@ -210,6 +232,12 @@ struct llama_expert_dispatch {
         suspended_until_us = now_us() + cooldown_ms * 1000;
         cooldown_ms = std::min(cooldown_ms * 2, XD_COOLDOWN_MAX_MS);
         incident(why);
+        wake_connector();
+    }
+
+    // Wakes the connector thread. Taking cv_mu first means the wake-up cannot fall between its check and its wait.
+    void wake_connector() {
+        { std::lock_guard<std::mutex> lk(cv_mu); }
         cv.notify_all();
     }
 
@@ -257,39 +285,50 @@ struct llama_expert_dispatch {
         return s;
     }
 
+    // Keeps a connection up without ever spinning: every path through the loop either connects (bounded by the
+    // connect timeout) or sleeps on the condition variable for a bounded time that only stop() cuts short, so an
+    // absent, refusing or mute dispatcher costs a few wake-ups per second at most.
     void connector_loop() {
         int64_t backoff_ms = XD_BACKOFF_MIN_MS;
+        std::unique_lock<std::mutex> lk(cv_mu);
         while (!stopping) {
-            const int64_t suspended_ms = (suspended_until_us.load() - now_us()) / 1000;
-            if (!connected && suspended_ms > 0) {
-                // cooling down after a failure: reconnecting now would only stall the next layer again
-                std::unique_lock<std::mutex> lk(cv_mu);
-                cv.wait_for(lk, std::chrono::milliseconds(suspended_ms), [&] { return stopping.load(); });
+            if (connected) {
+                // a drop (drop_locked) wakes us; nothing else to do meanwhile
+                cv.wait_for(lk, std::chrono::milliseconds(XD_CONNECTED_POLL_MS), [&] { return stopping.load() || !connected.load(); });
                 continue;
             }
-            if (!connected) {
-                std::string err;
-                const int s = try_connect(err);
-                if (s >= 0) {
-                    {
-                        std::lock_guard<std::mutex> lk(io_mu);
-                        fd = s;
-                        connected = true;
-                    }
-                    backoff_ms = XD_BACKOFF_MIN_MS;
-                    std::lock_guard<std::mutex> lk(log_mu);
-                    if (!ever_connected) {
-                        LLAMA_LOG_INFO("expert-dispatch: connected to dispatcher at %s\n", path.c_str());
-                        ever_connected = true;
-                    }
-                } else {
-                    incident(err);
-                }
+            const int64_t cool_us = suspended_until_us.load() - now_us();
+            if (cool_us > 0) {
+                // cooling down after a failed exchange: reconnecting now would only stall the next layer again
+                cv.wait_for(lk, std::chrono::microseconds(cool_us), [&] { return stopping.load(); });
+                continue;
             }
-            std::unique_lock<std::mutex> lk(cv_mu);
-            const int64_t wait_ms = connected ? 1000 : backoff_ms;
-            cv.wait_for(lk, std::chrono::milliseconds(wait_ms), [&] { return stopping.load() || !connected.load(); });
-            if (!connected) backoff_ms = std::min(backoff_ms * 2, XD_BACKOFF_MAX_MS);
+            lk.unlock(); // never hold cv_mu while taking io_mu: drop_locked takes them the other way round
+            std::string err;
+            const int s = try_connect(err);
+            if (s >= 0) {
+                {
+                    std::lock_guard<std::mutex> io(io_mu);
+                    fd = s;
+                    ++conn_gen;
+                    connected = true;
+                }
+                backoff_ms = XD_BACKOFF_MIN_MS;
+                std::lock_guard<std::mutex> lg(log_mu);
+                if (!ever_connected) {
+                    LLAMA_LOG_INFO("expert-dispatch: connected to dispatcher at %s\n", path.c_str());
+                    ever_connected = true;
+                }
+            } else {
+                incident(err);
+            }
+            lk.lock();
+            if (s < 0) {
+                // The predicate is `stopping` alone: a disconnected state must not end the wait early (that was a
+                // tight retry loop burning a core while the dispatcher was absent).
+                cv.wait_for(lk, std::chrono::milliseconds(backoff_ms), [&] { return stopping.load(); });
+                backoff_ms = std::min(backoff_ms * 2, XD_BACKOFF_MAX_MS);
+            }
         }
     }
 
@@ -343,44 +382,89 @@ struct llama_expert_dispatch {
         const char * p = resp.data();
         const uint32_t r_layer = get_u32(p), r_tok = get_u32(p + 4), r_used = get_u32(p + 8);
         const uint32_t mode = get_u32(p + 12), quiet_ms = get_u32(p + 16), n_served = get_u32(p + 20);
+        const uint32_t n_audit = get_u32(p + 24);
         if (r_layer != (uint32_t) L.il || r_tok != n_tok || r_used != n_used) {
             drop_locked("garbage frame (response does not match the request)");
             return;
         }
         if (quiet_ms > XD_MAX_QUIET_MS) { drop_locked("garbage frame (quiet_ms out of range)"); return; }
-        if (mode == XD_MODE_LOCAL) {
-            if (rlen != XD_RESPONSE_FIXED || n_served != 0) { drop_locked("garbage frame (local answer with data)"); return; }
-        } else if (mode == XD_MODE_SERVED) {
-            const size_t n_pairs = (size_t) n_tok * n_used;
-            if (rlen != XD_RESPONSE_FIXED + pad4(n_pairs) + 4 * (size_t) n_tok * n_embd) {
-                drop_locked("garbage frame (served answer of the wrong size)");
-                return;
-            }
-            const uint8_t * served = (const uint8_t *) (p + XD_RESPONSE_FIXED);
-            const float   * sums = (const float *) (p + XD_RESPONSE_FIXED + pad4(n_pairs));
-            size_t count = 0;
-            for (size_t i = 0; i < n_pairs; ++i) {
-                if (served[i] > 1) { drop_locked("garbage frame (served flag not 0 or 1)"); return; }
-                count += served[i];
-            }
-            if (count != n_served) { drop_locked("garbage frame (served count does not match the flags)"); return; }
+        if (mode != XD_MODE_LOCAL && mode != XD_MODE_SERVED) {
+            drop_locked("garbage frame (unknown mode " + std::to_string(mode) + ")");
+            return;
+        }
+        const size_t n_pairs = (size_t) n_tok * n_used;
+        const bool   is_served = mode == XD_MODE_SERVED;
+        if (!is_served && n_served != 0) { drop_locked("garbage frame (local answer with served pairs)"); return; }
+        if (n_audit > n_pairs) { drop_locked("garbage frame (audit count out of range)"); return; }
+        // fixed part | served u8[n_pairs] pad 4 (SERVED) | audit u8[n_pairs] pad 4 (n_audit > 0) | sums (SERVED)
+        const size_t served_at = XD_RESPONSE_FIXED;
+        const size_t audit_at  = served_at + (is_served ? pad4(n_pairs) : 0);
+        const size_t sums_at   = audit_at + (n_audit > 0 ? pad4(n_pairs) : 0);
+        if (rlen != sums_at + (is_served ? 4 * (size_t) n_tok * n_embd : 0)) {
+            drop_locked(is_served ? "garbage frame (served answer of the wrong size)" : "garbage frame (local answer of the wrong size)");
+            return;
+        }
+        const uint8_t * served = is_served   ? (const uint8_t *) (p + served_at) : nullptr;
+        const uint8_t * audit  = n_audit > 0 ? (const uint8_t *) (p + audit_at)  : nullptr;
+        const float   * sums   = is_served   ? (const float *)   (p + sums_at)   : nullptr;
+        size_t count_served = 0, count_audit = 0;
+        for (size_t i = 0; i < n_pairs; ++i) {
+            const uint8_t s = served ? served[i] : 0, a = audit ? audit[i] : 0;
+            if (s > 1) { drop_locked("garbage frame (served flag not 0 or 1)"); return; }
+            if (a > 1) { drop_locked("garbage frame (audit flag not 0 or 1)"); return; }
+            // an audit asks for the coordinator's own sum of a pair it computes; a served pair it does not compute
+            if (s && a) { drop_locked("garbage frame (audited pair also served)"); return; }
+            count_served += s;
+            count_audit  += a;
+        }
+        if (count_served != n_served) { drop_locked("garbage frame (served count does not match the flags)"); return; }
+        if (count_audit != n_audit) { drop_locked("garbage frame (audit count does not match the flags)"); return; }
+        if (sums != nullptr) {
             for (size_t i = 0; i < (size_t) n_tok * n_embd; ++i) {
                 float v;
                 memcpy(&v, sums + i, 4);
                 if (!std::isfinite(v)) { drop_locked("garbage frame (non-finite partial sum)"); return; }
             }
-            for (uint32_t t = 0; t < n_tok; ++t) {
-                memcpy(dst + t * stride, (const char *) sums + 4 * (size_t) t * n_embd, 4 * (size_t) n_embd);
-                for (uint32_t k = 0; k < n_used; ++k) dst[t * stride + n_embd + k] = served[(size_t) t * n_used + k] ? 1.0f : 0.0f;
+        }
+        // dst holds zeros (remote_op cleared it): partial sums stay 0 and flags XD_PAIR_LOCAL unless said otherwise
+        for (uint32_t t = 0; t < n_tok; ++t) {
+            if (sums != nullptr) memcpy(dst + t * stride, (const char *) sums + 4 * (size_t) t * n_embd, 4 * (size_t) n_embd);
+            for (uint32_t k = 0; k < n_used; ++k) {
+                const size_t i = (size_t) t * n_used + k;
+                dst[t * stride + n_embd + k] = served && served[i] ? XD_PAIR_SERVED : audit && audit[i] ? XD_PAIR_AUDITED : XD_PAIR_LOCAL;
             }
-        } else {
-            drop_locked("garbage frame (unknown mode " + std::to_string(mode) + ")");
-            return;
+        }
+        if (n_audit > 0) {
+            L.audit_pairs = n_audit;
+            L.audit_seq   = my_seq;
+            L.audit_conn  = conn_gen;
         }
         if (quiet_ms > 0) L.quiet_until_us = now_us() + (int64_t) quiet_ms * 1000;
         cooldown_ms = XD_COOLDOWN_MIN_MS;
         lk.unlock();
         healthy();
+    }
+
+    // Sends the audited pairs' sums of the layer's last exchange (AUDIT, the request's seq), and waits for nothing:
+    // no answer is expected; the write itself is bounded by the deadline like every other.
+    void send_audit(const llama_xd_layer & L, uint32_t n_audit, const float * sums, uint32_t n_embd, uint32_t n_tok) {
+        std::unique_lock<std::mutex> lk(io_mu);
+        // the connection dropped (and maybe came back) since the request: the dispatcher holds no request to match
+        if (fd < 0 || conn_gen != L.audit_conn) return;
+        const size_t sums_bytes = 4 * (size_t) n_tok * n_embd;
+        if (XD_AUDIT_FIXED + sums_bytes > XD_MAX_PAYLOAD) return; // cannot happen: its REQUEST was larger
+        const int64_t deadline = now_us() + (int64_t) deadline_ms * 1000;
+        std::vector<char> head;
+        put_header(head, XD_AUDIT, L.audit_seq, (uint32_t) (XD_AUDIT_FIXED + sums_bytes));
+        put_u32(head, (uint32_t) L.il);
+        put_u32(head, n_tok);
+        put_u32(head, n_audit);
+        put_u32(head, 0); // reserved
+        std::string err;
+        if (!write_all(fd, head.data(), head.size(), deadline, err) ||
+            !write_all(fd, (const char *) sums, sums_bytes, deadline, err)) {
+            drop_locked("sending an audit: " + err);
+        }
     }
 };
 
@@ -424,20 +508,29 @@ XD_NOINLINE void gate_up_rows(const ggml_tensor * gate, const ggml_tensor * up, 
     }
 }
 
-// out[r] += prob · (down_e[r] · h) for r in [r0, r1); hq: h in the down matrix's vec_dot type.
-XD_NOINLINE void down_rows(const ggml_tensor * down, int32_t e, const void * hq, float prob, int64_t r0, int64_t r1, float * out) {
+// out[r] += prob · (down_e[r] · h) for r in [r0, r1), and the same term added to audit[r] when audit is not null;
+// hq: h in the down matrix's vec_dot type. The product is rounded once and that float added to both, so an audited
+// pair contributes to the audit sum exactly what it contributes to the layer's output.
+XD_NOINLINE void down_rows(const ggml_tensor * down, int32_t e, const void * hq, float prob, int64_t r0, int64_t r1, float * out,
+                           float * audit) {
     const int n = (int) down->ne[0];
     const ggml_type_traits_cpu * td = ggml_get_type_traits_cpu(down->type);
     const char * d_base = (const char *) down->data + e * down->nb[2];
     for (int64_t r = r0; r < r1; ++r) {
         float d;
         td->vec_dot(n, &d, 0, d_base + r * down->nb[1], 0, hq, 0, 1);
-        out[r] += d * prob;
+        const float term = d * prob;
+        out[r] += term;
+        if (audit != nullptr) audit[r] += term;
     }
 }
 
+inline float pair_flag(const ggml_tensor * R, int64_t n_embd, int64_t t, int64_t k) {
+    return *(const float *) ((const char *) R->data + t * R->nb[1] + (n_embd + k) * sizeof(float));
+}
+
 inline bool pair_is_local(const ggml_tensor * R, int64_t n_embd, int64_t t, int64_t k) {
-    return *(const float *) ((const char *) R->data + t * R->nb[1] + (n_embd + k) * sizeof(float)) == 0.0f;
+    return pair_flag(R, n_embd, t, k) != XD_PAIR_SERVED;
 }
 
 inline int32_t pair_expert(const ggml_tensor * ids, int64_t t, int64_t k) {
@@ -449,6 +542,7 @@ void remote_op(ggml_tensor * dst, int ith, int nth, void * ud) {
     if (ith != 0) return;
     auto * L = (llama_xd_layer *) ud;
     const ggml_tensor * x = dst->src[0], * ids = dst->src[1], * probs = dst->src[2];
+    L->audit_pairs = 0; // an audit belongs to this evaluation's exchange only
     memset(dst->data, 0, ggml_nbytes(dst));
     if (x->ne[1] > XD_MAX_ROWS || x->ne[0] > XD_MAX_EMBD || ids->ne[0] > XD_MAX_USED) return;
     if (!L->xd->connected) return;
@@ -502,6 +596,8 @@ void local_gate_up_op(ggml_tensor * dst, int ith, int nth, void * ud) {
 }
 
 // out[:, t] = served partial sum + Σ over local pairs of prob · (down_e · H[:, k, t]); threads split output rows.
+// With a second plane (dst->ne[2] == 2, dispatched layers): plane 1 [:, t] = Σ over the audited pairs alone, in k order
+// from zero, each term the very float added to plane 0.
 void local_down_op(ggml_tensor * dst, int ith, int nth, void * ud) {
     auto * L = (llama_xd_layer *) ud;
     const int64_t t0 = ith == 0 ? now_us() : 0;
@@ -509,21 +605,25 @@ void local_down_op(ggml_tensor * dst, int ith, int nth, void * ud) {
     const int64_t ff = down->ne[0], n_embd = down->ne[1], n_used = ids->ne[0], n_tok = ids->ne[1];
     const int64_t per = (n_embd + nth - 1) / nth;
     const int64_t r0 = std::min(n_embd, per * ith), r1 = std::min(n_embd, r0 + per);
+    const bool audit_plane = dst->ne[2] == 2;
 
     vec_dot_input hd(down->type);
     int64_t n_local = 0;
     for (int64_t t = 0; t < n_tok; ++t) {
         float * out = (float *) ((char *) dst->data + t * dst->nb[1]);
+        float * audit = audit_plane ? (float *) ((char *) dst->data + dst->nb[2] + t * dst->nb[1]) : nullptr;
         const float * partial = (const float *) ((const char *) R->data + t * R->nb[1]);
         for (int64_t r = r0; r < r1; ++r) out[r] = partial[r];
+        if (audit != nullptr) for (int64_t r = r0; r < r1; ++r) audit[r] = 0.0f;
         for (int64_t k = 0; k < n_used; ++k) {
-            if (!pair_is_local(R, n_embd, t, k)) continue;
+            const float flag = pair_flag(R, n_embd, t, k);
+            if (flag == XD_PAIR_SERVED) continue;
             ++n_local;
             if (r0 >= r1) continue;
             const float * h = (const float *) ((const char *) H->data + k * H->nb[1] + t * H->nb[2]);
             const void * hq = hd.convert(h, ff);
             const float pk = *(const float *) ((const char *) probs->data + k * probs->nb[1] + t * probs->nb[2]);
-            down_rows(down, pair_expert(ids, t, k), hq, pk, r0, r1, out);
+            down_rows(down, pair_expert(ids, t, k), hq, pk, r0, r1, out, flag == XD_PAIR_AUDITED ? audit : nullptr);
         }
     }
     if (ith == 0 && n_local > 0 && L != nullptr) {
@@ -532,6 +632,19 @@ void local_down_op(ggml_tensor * dst, int ith, int nth, void * ud) {
         const uint32_t old = L->local_ns_per_pair.load();
         L->local_ns_per_pair = old == 0 ? cur : (uint32_t) (((uint64_t) old * 7 + cur) / 8);
     }
+}
+
+// In place on the layer's output (a view of the down op's plane 0), so it runs after the down op and before anything
+// that reads the output: sends the audited pairs' sums (plane 1) when this evaluation's exchange asked for an audit.
+void audit_op(ggml_tensor * dst, int ith, int nth, void * ud) {
+    GGML_UNUSED(nth);
+    if (ith != 0) return;
+    auto * L = (llama_xd_layer *) ud;
+    if (L->audit_pairs == 0) return;
+    const uint32_t n_audit = L->audit_pairs;
+    L->audit_pairs = 0;
+    const ggml_tensor * D = dst->src[1];
+    L->xd->send_audit(*L, n_audit, (const float *) ((const char *) D->data + D->nb[2]), (uint32_t) D->ne[0], (uint32_t) D->ne[1]);
 }
 
 bool standard_layout(const ggml_tensor * t) {
@@ -549,11 +662,12 @@ bool cpu_dot_supported(ggml_type type) {
 }
 
 // The local part of a dispatched layer: gate/up for the pairs R marks not served, ggml's swiglu, down + served partial
-// sums. R: [n_embd + n_used, n_tok], the served partial sums then a served flag per pair (all zero: every pair local).
-// L: the layer whose cost per pair is measured (null: not measured).
+// sums. R: [n_embd + n_used, n_tok], the served partial sums then a flag per pair (XD_PAIR_*; all zero: every pair
+// local). L: the layer whose cost per pair is measured (null: not measured). Returns [n_embd, n_tok, 1], or with
+// `audit_plane` [n_embd, n_tok, 2]: plane 0 the output, plane 1 the audited pairs' sums.
 ggml_tensor * build_local(ggml_context * ctx, llama_xd_layer * L, int il, ggml_tensor * cur, ggml_tensor * selected,
                           ggml_tensor * probs, ggml_tensor * R, ggml_tensor * gate_exps, ggml_tensor * up_exps,
-                          ggml_tensor * down_exps) {
+                          ggml_tensor * down_exps, bool audit_plane) {
     const int64_t n_embd = cur->ne[0], n_tok = cur->ne[1], n_used = selected->ne[0], ff = gate_exps->ne[1];
 
     ggml_tensor * a_gu[5] = { cur, selected, R, gate_exps, up_exps };
@@ -567,7 +681,8 @@ ggml_tensor * build_local(ggml_context * ctx, llama_xd_layer * L, int il, ggml_t
     ggml_format_name(H, "xd_local_swiglu-%d", il);
 
     ggml_tensor * a_down[5] = { H, selected, R, probs, down_exps };
-    ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd, n_tok, 1, 1, a_down, 5, local_down_op, GGML_N_TASKS_MAX, L);
+    ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd, n_tok, audit_plane ? 2 : 1, 1, a_down, 5, local_down_op,
+                                       GGML_N_TASKS_MAX, L);
     ggml_format_name(out, "xd_local_down-%d", il);
     return out;
 }
@@ -615,7 +730,7 @@ bool llama_xd_compute_pairs(const ggml_tensor * gate, const ggml_tensor * up, co
     memset(R->data, 0, ggml_nbytes(R)); // nothing served: every pair computed here
     // the graph only reads the weights; the casts let them be graph sources
     ggml_tensor * out = build_local(ctx, nullptr, -1, x, sel, pr, R, const_cast<ggml_tensor *>(gate), const_cast<ggml_tensor *>(up),
-                                    const_cast<ggml_tensor *>(down));
+                                    const_cast<ggml_tensor *>(down), /*audit_plane =*/ false);
     ggml_cgraph * gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, out);
     const bool ok = ggml_graph_compute_with_ctx(ctx, gf, std::max(1, n_threads)) == GGML_STATUS_SUCCESS;
@@ -642,7 +757,7 @@ llama_expert_dispatch * llama_xd_init(const char * path, int32_t deadline_ms, co
 void llama_xd_free(llama_expert_dispatch * xd) {
     if (xd == nullptr) return;
     xd->stopping = true;
-    xd->cv.notify_all();
+    xd->wake_connector();
     if (xd->connector.joinable()) xd->connector.join();
     if (xd->fd >= 0) ::close(xd->fd);
     delete xd;
@@ -690,5 +805,12 @@ ggml_tensor * llama_xd_build_moe(
     ggml_tensor * a_remote[3] = { cur, selected, probs };
     ggml_tensor * R = ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd + n_used, n_tok, 1, 1, a_remote, 3, remote_op, 1, L);
     ggml_format_name(R, "xd_remote-%d", il);
-    return build_local(ctx, L, il, cur, selected, probs, R, gate_exps, up_exps, down_exps);
+    ggml_tensor * D = build_local(ctx, L, il, cur, selected, probs, R, gate_exps, up_exps, down_exps, /*audit_plane =*/ true);
+    // The output is plane 0 of D; the audit op runs in place on it, so the layer's output depends on the audit op and
+    // every graph that dispatches the layer sends its audits, at no copy.
+    ggml_tensor * out = ggml_view_2d(ctx, D, n_embd, n_tok, D->nb[1], 0);
+    ggml_tensor * a_audit[1] = { D };
+    ggml_tensor * res = ggml_custom_inplace(ctx, out, a_audit, 1, audit_op, 1, L);
+    ggml_format_name(res, "xd_audit-%d", il);
+    return res;
 }

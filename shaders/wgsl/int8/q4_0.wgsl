@@ -1,12 +1,18 @@
-// Q4_0 weights × Q8_0 activations, integer dot product (llama numerics). Weight layout: quant/q4_0.wgsl; interface:
-// int8/q8_0.wgsl. Word j of qs holds elements 4j..4j+3 in its low nibbles and 16+4j.. in its high nibbles; the
-// weight quants q - 8 are formed per byte (bytes_minus) so one dot_i8 takes four of them.
-fn block_dot_q8(m: u32, wb: u32, qa: u32, da: u32) -> f32 {
-  var s = 0i;
-  for (var j = 0u; j < 4u; j++) {
-    let q = w_u32(m, wb + 2u + 4u * j);
-    s += dot_i8(bytes_minus(q & 0x0f0f0f0fu, 0x08080808u), act_q(qa + j));
-    s += dot_i8(bytes_minus((q >> 4u) & 0x0f0f0f0fu, 0x08080808u), act_q(qa + 4u + j));
-  }
-  return (w_f16(m, wb) * act_scale(da)) * f32(s);
+// Q4_0 weights × Q8_0 activations in ggml's lane order (llama numerics). Weight layout: quant/q4_0.wgsl; interface:
+// int8/q8_0.wgsl. bytes_from_nibbles_32 puts elements 0..15 (low nibbles) in bytes 0..15 and 16..31 (high nibbles)
+// in bytes 16..31, so lane l < 4 holds low nibbles 4l .. 4l + 3 and lane l >= 4 the high nibbles of bytes
+// 4(l - 4) ..; the quants q - 8 are formed per byte (bytes_minus) so one dot_i8 takes four of them.
+const MIN_SUM = false;
+
+fn lane_dot(m: u32, wb: u32, qa: u32, da: u32, l: u32) -> i32 {
+  let q = (w_u32(m, wb + 2u + 4u * (l & 3u)) >> (4u * (l >> 2u))) & 0x0f0f0f0fu;
+  return dot_i8(bytes_minus(q, 0x08080808u), act_q(qa + l));
+}
+
+fn lane_scale(m: u32, wb: u32, da: u32) -> f32 {
+  return w_f16(m, wb) * act_scale(da);
+}
+
+fn min_step(m: u32, wb: u32, da: u32, l: u32, acc: f32) -> f32 {
+  return acc;
 }

@@ -1,0 +1,949 @@
+/**
+ * The Layer-1 dispatcher's I/O shell for one model: a unix socket server that the model's coordinator
+ * (`linkcpp-server --expert-dispatch PATH`) connects to, speaking docs/dispatch-protocol.md. Per REQUEST it takes a
+ * snapshot (the layer's worker links, their measured speed, the poller's saturation reading — never awaited), asks
+ * the Layer-1 policy (policy.ts) about each worker, plans the pairs (plan.ts), sends each chosen worker one work item
+ * through its `WorkerLink`, waits for the answers until each worker's deadline, sums the partials and answers SERVED
+ * with the served flags — or LOCAL at once when nothing was dispatched (it never waits for nothing).
+ *
+ *   const d = await ModelDispatcher.listen({ model: 'qwen3', socketPath, directory, mode: 'auto',
+ *     saturation: () => poller.reading('qwen3'), record: (id) => dispatchMap.record(id),
+ *     metrics: dispatchMetrics, events: { onServe: (id, atMs, ms) => dispatchMap.recordServe(id, atMs, ms) } });
+ *   ...; await d.close();
+ *
+ * A pair is never lost: a timeout, a failed or closed link, a wrong-sized or non-finite answer all leave the pair
+ * "not served", and the coordinator computes it. Answers after their deadline are dropped and counted (late).
+ *
+ * Coordinator connections: one at a time. A new connection REPLACES the current one (whose request in flight, if
+ * any, is abandoned): the coordinator only reconnects after it has given up on its connection (a timeout or an
+ * invalid frame on its side), possibly before this side has seen the old one close, so refusing the newcomer would
+ * lock the coordinator out until then. The socket file is mode 0600: only this user can connect.
+ *
+ * Bounds: frame sizes (protocol caps, then the HELLO's shape: no frame may exceed the largest valid REQUEST); bytes
+ * buffered from the coordinator (one frame); bytes written and not yet read by it; one request in flight (the
+ * coordinator sends one at a time; a second is a protocol violation); HELLO within `helloTimeoutMs`; every worker
+ * wait within the coordinator's deadline less a margin, capped (plan.ts `requestBudgetMs`).
+ */
+import { constants as fsConstants } from 'node:fs';
+import { access, chmod, rm } from 'node:fs/promises';
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { performance } from 'node:perf_hooks';
+import { Counter, Histogram, type Registry } from 'prom-client';
+import { type WorkerRecord, workerState } from '../dispatch-map.ts';
+import type { SlotsReading } from '../market/saturation.ts';
+import {
+  DISPATCH_LIMITS,
+  DispatchProtocolError,
+  type DispatchRequest,
+  type FrameHeader,
+  FrameKind,
+  FrameReader,
+  HEADER_BYTES,
+  type Hello,
+  decodeHello,
+  decodeRequest,
+  encodeHelloAck,
+  encodeResponse,
+} from './protocol.ts';
+import {
+  DEFAULT_DEADLINES,
+  type DeadlineConfig,
+  type LatencyModel,
+  type PlanWorker,
+  type RequestPlan,
+  checkPartial,
+  expectedRoundTripMs,
+  gatherRows,
+  latencyLine,
+  mergePartials,
+  newLatencyModel,
+  observeRoundTrip,
+  planRequest,
+  requestBudgetMs,
+  workerDeadlineMs,
+} from './plan.ts';
+import {
+  DEFAULT_LAYER_ONE,
+  DISPATCH_MODES,
+  type DispatchMode,
+  type LayerOneConfig,
+  type PolicyReason,
+  type SaturationSnapshot,
+  layerOnePolicy,
+} from './policy.ts';
+import type { WorkItem, WorkerDirectory, WorkerLink } from './worker-link.ts';
+
+/** The link contract, also importable from here (hub/volunteers/channel.ts does). */
+export type { WorkItem, WorkerDirectory, WorkerLink };
+
+// ---------------------------------------------------------------------------------------------
+// What the hub plugs in (besides the links and directory of worker-link.ts)
+
+/** What the dispatcher reads of the hub's dispatch-map record (hub/dispatch-map.ts `DispatchMap.record`). */
+export type WorkerRecordView = Pick<WorkerRecord, 'attachMs' | 'lastServeMs' | 'released' | 'quarantined'>;
+
+export type CoordinatorEvent =
+  /** A coordinator connected (`detail`: whether it replaced another connection). */
+  | 'connected'
+  /** HELLO accepted (`detail`: the model description). */
+  | 'hello'
+  /** HELLO refused by `acceptHello`. */
+  | 'refused'
+  /** The connection broke a protocol rule and was dropped (`detail`: the error). */
+  | 'protocol-error'
+  | 'closed';
+
+export type MissKind = 'timeout' | 'error' | 'wrong-size' | 'non-finite';
+
+/** One answered REQUEST (for tracing and measurements); times in ms from the REQUEST's arrival. */
+export interface ResponseSummary {
+  seq: number;
+  layer: number;
+  pairs: number;
+  served: number;
+  fallback: number;
+  rejected: number;
+  mode: 'local' | 'served';
+  /** Workers a work item went to. */
+  workers: number;
+  /** Until the work items were handed to the links. */
+  dispatchMs: number;
+  /** Until the last answer (or deadline) that the response waited for. */
+  settledMs: number;
+  /** Until the response was written. */
+  totalMs: number;
+}
+
+/** Callbacks the hub hooks into the DispatchMap, the event log and the dashboards. All optional; none may throw. */
+export interface DispatcherEvents {
+  /** A worker answered in time with a valid partial: `DispatchMap.recordServe(workerId, atMs, latencyMs)`. */
+  onServe?(workerId: string, atMs: number, latencyMs: number, pairs: number): void;
+  /** A work item not served: timed out, failed, or answered with a wrong-sized or non-finite partial. */
+  onMiss?(workerId: string, kind: MissKind, consecutive: number): void;
+  /** A worker was benched (true) or came back (false). */
+  onBench?(workerId: string, benched: boolean): void;
+  /** An answer came after its deadline and was dropped. */
+  onLate?(workerId: string, pairs: number, lateByMs: number): void;
+  onCoordinator?(event: CoordinatorEvent, detail: string): void;
+  onResponse?(summary: ResponseSummary): void;
+}
+
+/**
+ * The AUDIT extension's seam. An audit holds one worker's answer against the coordinator's own sums: the
+ * dispatcher withholds the chosen work items' partials from the RESPONSE, flags their pairs "audited" (so the
+ * coordinator computes them, as it computes every pair not served, and reports their per-row sums in an AUDIT frame)
+ * and compares. Given the answered items of one request (`answered[i]` for `plan.workers[i]`), the chooser returns
+ * the indices of the items to audit (default: none). At most one item per row is audited (the coordinator reports
+ * one sum per row), later ones that share a row with an earlier one are skipped.
+ *
+ * What is in place: the choice, the withholding and the mask (`finish`). What the extension adds: the mask in the
+ * RESPONSE (`encodeResponse({ ..., audit })`), keeping the withheld partials by seq, and an `onFrame` case for the
+ * AUDIT frame that compares and reports. Until then an audited item's pairs are simply computed by the coordinator.
+ */
+export type AuditChooser = (ctx: {
+  seq: number;
+  layer: number;
+  plan: RequestPlan;
+  workerIds: readonly string[];
+  answered: readonly boolean[];
+}) => readonly number[] | null;
+
+// ---------------------------------------------------------------------------------------------
+// Metrics
+
+/**
+ * The dispatcher's Prometheus metrics; one instance per registry, shared by every model's dispatcher.
+ * `expertswarm_dispatch_pairs_total{model,outcome}`: every routed pair once, when its REQUEST is answered — served (in
+ * the sums), fallback (the coordinator computes it: no eligible worker, a timeout, a failed link) or rejected (a
+ * worker answered in time with a wrong-sized or non-finite partial); plus `late` for the pairs of an answer that came
+ * after its deadline (already counted as fallback). So served / (served + fallback + rejected) is the share of routed
+ * pairs the swarm computed.
+ */
+export class DispatchMetrics {
+  readonly pairs: Counter<'model' | 'outcome'>;
+  readonly requests: Counter<'model' | 'mode'>;
+  readonly roundtrip: Histogram<'model'>;
+
+  constructor(registry: Registry) {
+    const registers = [registry];
+    this.pairs = new Counter({
+      name: 'expertswarm_dispatch_pairs_total',
+      help: 'Routed (token, expert) pairs by outcome: served, fallback, rejected; late counts answers after their deadline.',
+      labelNames: ['model', 'outcome'],
+      registers,
+    });
+    this.requests = new Counter({
+      name: 'expertswarm_dispatch_requests_total',
+      help: 'Coordinator requests answered, by mode: local (nothing served) or served.',
+      labelNames: ['model', 'mode'],
+      registers,
+    });
+    this.roundtrip = new Histogram({
+      name: 'expertswarm_dispatch_roundtrip_seconds',
+      help: 'From a dispatched request to its answer, as the dispatcher sees it.',
+      labelNames: ['model'],
+      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5],
+      registers,
+    });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Options and state
+
+export interface DispatcherLimits {
+  /** A connection that has not said HELLO after this long is dropped. */
+  helloTimeoutMs: number;
+  /** Bytes written to the coordinator and not yet read by it; beyond this the connection is dropped. */
+  maxUnreadBytes: number;
+  /** Workers whose statistics are kept; beyond this the longest unseen is forgotten. */
+  maxTrackedWorkers: number;
+}
+
+export const DEFAULT_DISPATCHER_LIMITS: Readonly<DispatcherLimits> = Object.freeze({
+  helloTimeoutMs: 10_000,
+  maxUnreadBytes: DISPATCH_LIMITS.maxPayload + HEADER_BYTES,
+  maxTrackedWorkers: 10_000,
+});
+
+export interface ModelDispatcherOptions {
+  /** The hub's name of the model (metrics label). */
+  model: string;
+  socketPath: string;
+  directory: WorkerDirectory;
+  /** `--dispatch`; changeable later through `mode`. */
+  mode?: DispatchMode;
+  policy?: Partial<LayerOneConfig>;
+  deadlines?: Partial<DeadlineConfig>;
+  limits?: Partial<DispatcherLimits>;
+  /** The poller's latest reading of this model's coordinator (`SaturationPoller.reading`); must not block. */
+  saturation?: () => SlotsReading | undefined;
+  /** The worker's dispatch-map record (`DispatchMap.record`): attach time, released, quarantined. */
+  record?: (workerId: string) => WorkerRecordView | undefined;
+  metrics?: DispatchMetrics;
+  events?: DispatcherEvents;
+  /** Decides whether to serve this coordinator: 0 accepts, any other value refuses with that code. */
+  acceptHello?: (hello: Hello) => number;
+  /**
+   * `quiet_ms` asked for in a LOCAL answer when the layer has no live worker link or the mode is off, so the
+   * coordinator builds its stock graph meanwhile (0: none). A worker joining waits at most this long for its first
+   * request. Default 1000.
+   */
+  quietMs?: number;
+  chooseAudit?: AuditChooser;
+  /** Wall clock (ms) for attach / serve times; the dispatch map's clock. */
+  clock?: () => number;
+}
+
+/** What the dispatcher has measured of one worker. */
+export interface WorkerDispatchStats {
+  readonly workerId: string;
+  firstSeenMs: number;
+  lastSeenMs: number;
+  lastServeMs: number | null;
+  latency: LatencyModel;
+  servedItems: number;
+  servedPairs: number;
+  misses: number;
+  consecutiveMisses: number;
+  rejected: number;
+  lateAnswers: number;
+  benchedAtMs: number | null;
+  lastProbeMs: number | null;
+  /** Items sent and not settled yet (late ones included). */
+  outstanding: number;
+}
+
+export interface DispatcherTotals {
+  connections: number;
+  protocolErrors: number;
+  requests: number;
+  localRequests: number;
+  servedRequests: number;
+  /**
+   * served + fallback + rejected = every routed pair; late ⊆ fallback (answers after their deadline); audited ⊆
+   * fallback (answered, withheld for an audit: the coordinator computed them).
+   */
+  pairs: { served: number; fallback: number; rejected: number; late: number; audited: number };
+  /** Policy decisions by reason, per (worker, request). */
+  decisions: Partial<Record<PolicyReason, number>>;
+}
+
+const PENDING = 0;
+const ANSWERED = 1;
+const TIMED_OUT = 2;
+const FAILED = 3;
+
+interface InFlight {
+  readonly conn: Connection;
+  readonly req: DispatchRequest;
+  readonly plan: RequestPlan;
+  readonly links: WorkerLink[];
+  readonly stats: WorkerDispatchStats[];
+  readonly partials: Array<Float32Array | null>;
+  readonly state: Uint8Array;
+  readonly rejectedPairs: number[];
+  readonly timers: Array<NodeJS.Timeout | undefined>;
+  readonly arrivedAt: number;
+  dispatchedAt: number;
+  settledAt: number;
+  remaining: number;
+  abandoned: boolean;
+}
+
+interface Connection {
+  readonly socket: Socket;
+  readonly reader: FrameReader;
+  hello: Hello | null;
+  /** Bytes received and not yet returned as a frame. */
+  buffered: number;
+  maxFrameBytes: number;
+  helloTimer: NodeJS.Timeout | undefined;
+  inFlight: InFlight | null;
+  closed: boolean;
+}
+
+export const DEFAULT_QUIET_MS = 1000;
+
+/** REQUEST's fixed fields (docs/dispatch-protocol.md). */
+const REQUEST_FIXED_BYTES = 24;
+/** HELLO's fixed fields. */
+const HELLO_FIXED_BYTES = 28;
+
+function largestRequestFrame(nEmbd: number): number {
+  const r = DISPATCH_LIMITS.maxRows;
+  return HEADER_BYTES + Math.min(DISPATCH_LIMITS.maxPayload, REQUEST_FIXED_BYTES + 4 * (r * nEmbd + 2 * r * DISPATCH_LIMITS.maxUsed));
+}
+
+/** Resolves true when something accepts connections at `path` (a live dispatcher must not be unlinked). */
+function socketIsLive(path: string, timeoutMs = 500): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = connect(path);
+    const done = (live: boolean): void => {
+      clearTimeout(t);
+      s.destroy();
+      resolve(live);
+    };
+    const t = setTimeout(() => done(false), timeoutMs);
+    s.once('connect', () => done(true));
+    s.once('error', () => done(false));
+  });
+}
+
+function countCovered(ids: Int32Array, n: number, begin: number, end: number): number {
+  let c = 0;
+  for (let p = 0; p < n; p++) {
+    const e = ids[p] as number;
+    if (e >= begin && e < end) c++;
+  }
+  return c;
+}
+
+export class ModelDispatcher {
+  mode: DispatchMode;
+  readonly totals: DispatcherTotals = {
+    connections: 0,
+    protocolErrors: 0,
+    requests: 0,
+    localRequests: 0,
+    servedRequests: 0,
+    pairs: { served: 0, fallback: 0, rejected: 0, late: 0, audited: 0 },
+    decisions: {},
+  };
+  private readonly policyCfg: LayerOneConfig;
+  private readonly deadlineCfg: DeadlineConfig;
+  private readonly limits: DispatcherLimits;
+  private readonly workers = new Map<string, WorkerDispatchStats>();
+  private readonly clock: () => number;
+  private readonly events: DispatcherEvents;
+  private conn: Connection | null = null;
+  /** Every open socket (a refused or replaced one may still be closing): close() destroys them all. */
+  private readonly sockets = new Set<Socket>();
+  private lastHello: Hello | null = null;
+  private closing = false;
+  /** Reused for workerState: the policy runs per worker per request. */
+  private readonly scratch: WorkerRecord = {
+    workerId: '',
+    wallet: null,
+    attachMs: 0,
+    lastServeMs: null,
+    latencyMs: null,
+    released: false,
+    quarantined: false,
+  };
+
+  private constructor(
+    private readonly opts: ModelDispatcherOptions,
+    private readonly server: Server,
+  ) {
+    this.mode = opts.mode ?? 'auto';
+    if (!DISPATCH_MODES.includes(this.mode)) throw new RangeError(`dispatch mode ${String(this.mode)} is not one of ${DISPATCH_MODES}`);
+    this.policyCfg = { ...DEFAULT_LAYER_ONE, ...opts.policy };
+    this.deadlineCfg = { ...DEFAULT_DEADLINES, ...opts.deadlines };
+    this.limits = { ...DEFAULT_DISPATCHER_LIMITS, ...opts.limits };
+    this.clock = opts.clock ?? Date.now;
+    this.events = opts.events ?? {};
+  }
+
+  /**
+   * Listens on `socketPath`: a stale socket file is removed first (a live one — another dispatcher answering there —
+   * is an error, not stolen), and the new one gets mode 0600.
+   */
+  static async listen(opts: ModelDispatcherOptions): Promise<ModelDispatcher> {
+    const path = opts.socketPath;
+    if (
+      await access(path, fsConstants.F_OK).then(
+        () => true,
+        () => false,
+      )
+    ) {
+      if (await socketIsLive(path)) throw new Error(`${path} is in use by another dispatcher`);
+      await rm(path, { force: true });
+    }
+    const server = createServer({ allowHalfOpen: false });
+    const d = new ModelDispatcher(opts, server);
+    server.on('connection', (s) => d.onConnection(s));
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(path, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    server.on('error', () => {}); // a listening unix server has nothing left to fail on but accept errors
+    await chmod(path, 0o600);
+    return d;
+  }
+
+  get socketPath(): string {
+    return this.opts.socketPath;
+  }
+
+  /** The connected coordinator's HELLO (the last one, after it disconnects); null before any. */
+  get hello(): Hello | null {
+    return this.lastHello;
+  }
+
+  get connected(): boolean {
+    return this.conn?.hello != null;
+  }
+
+  workerStats(workerId: string): Readonly<WorkerDispatchStats> | undefined {
+    return this.workers.get(workerId);
+  }
+
+  allWorkerStats(): IterableIterator<Readonly<WorkerDispatchStats>> {
+    return this.workers.values();
+  }
+
+  /** Whether the worker is benched now (missed `benchAfterMisses` deadlines in a row, no answer in time since). */
+  isBenched(workerId: string): boolean {
+    return (this.workers.get(workerId)?.benchedAtMs ?? null) !== null;
+  }
+
+  /** Drops what the dispatcher measured of a worker (the hub evicted it). */
+  forget(workerId: string): void {
+    this.workers.delete(workerId);
+  }
+
+  async close(): Promise<void> {
+    this.closing = true;
+    if (this.conn) this.drop(this.conn, null);
+    for (const s of this.sockets) s.destroy();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+    await rm(this.opts.socketPath, { force: true });
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Connection
+
+  private onConnection(socket: Socket): void {
+    if (this.closing) {
+      socket.destroy();
+      return;
+    }
+    this.sockets.add(socket);
+    socket.once('close', () => this.sockets.delete(socket));
+    const replaced = this.conn !== null;
+    if (this.conn) this.drop(this.conn, null);
+    const conn: Connection = {
+      socket,
+      reader: new FrameReader(),
+      hello: null,
+      buffered: 0,
+      maxFrameBytes: HEADER_BYTES + HELLO_FIXED_BYTES + DISPATCH_LIMITS.maxModelDesc,
+      helloTimer: undefined,
+      inFlight: null,
+      closed: false,
+    };
+    this.conn = conn;
+    this.totals.connections++;
+    conn.helloTimer = setTimeout(
+      () => this.violation(conn, `no HELLO within ${this.limits.helloTimeoutMs} ms`),
+      this.limits.helloTimeoutMs,
+    );
+    socket.on('data', (chunk: Buffer) => this.onData(conn, chunk));
+    socket.on('error', () => socket.destroy());
+    socket.on('close', () => this.onClose(conn));
+    this.emitCoordinator('connected', replaced ? 'replaced the previous connection' : '');
+  }
+
+  private onData(conn: Connection, chunk: Buffer): void {
+    if (conn.closed) return;
+    conn.buffered += chunk.length;
+    let frames: ReturnType<FrameReader['push']>;
+    try {
+      frames = conn.reader.push(chunk);
+    } catch (e) {
+      this.violation(conn, (e as Error).message);
+      return;
+    }
+    for (const { header, payload } of frames) {
+      conn.buffered -= HEADER_BYTES + payload.length;
+      if (conn.closed) return;
+      try {
+        this.onFrame(conn, header, payload);
+      } catch (e) {
+        this.violation(conn, e instanceof DispatchProtocolError ? e.message : `internal error: ${(e as Error).message}`);
+        return;
+      }
+    }
+    if (conn.buffered > conn.maxFrameBytes) {
+      this.violation(conn, `DISPATCH_TOO_LARGE: more than ${conn.maxFrameBytes} bytes buffered for one frame`);
+    }
+  }
+
+  private onFrame(conn: Connection, header: FrameHeader, payload: Uint8Array): void {
+    switch (header.kind) {
+      case FrameKind.Hello: {
+        if (conn.hello) throw new DispatchProtocolError('DISPATCH_BAD_KIND', 'a second HELLO on one connection');
+        const hello = decodeHello(payload);
+        clearTimeout(conn.helloTimer);
+        const code = this.opts.acceptHello?.(hello) ?? 0;
+        if (code !== 0) {
+          conn.socket.end(encodeHelloAck(false, code), () => conn.socket.destroy());
+          conn.closed = true;
+          this.emitCoordinator('refused', `code ${code}: ${hello.modelDesc}`);
+          return;
+        }
+        conn.hello = hello;
+        this.lastHello = hello;
+        conn.maxFrameBytes = largestRequestFrame(hello.nEmbd);
+        this.write(conn, encodeHelloAck(true));
+        this.emitCoordinator('hello', hello.modelDesc);
+        return;
+      }
+      case FrameKind.Request: {
+        const hello = conn.hello;
+        if (!hello) throw new DispatchProtocolError('DISPATCH_BAD_KIND', 'a REQUEST before HELLO');
+        if (conn.inFlight)
+          throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `REQUEST ${header.seq} while ${conn.inFlight.req.seq} is in flight`);
+        const req = decodeRequest(header, payload, hello.nExpert);
+        if (req.nEmbd !== hello.nEmbd)
+          throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `n_embd ${req.nEmbd}, HELLO said ${hello.nEmbd}`);
+        if (req.layer >= hello.nLayer) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `layer ${req.layer} of ${hello.nLayer}`);
+        this.onRequest(conn, req);
+        return;
+      }
+      // The AUDIT extension adds its case here: look the awaiting audit up by seq and hand the trusted sums on.
+      default:
+        throw new DispatchProtocolError('DISPATCH_BAD_KIND', `frame kind ${header.kind} is not sent by a coordinator`);
+    }
+  }
+
+  private violation(conn: Connection, message: string): void {
+    if (conn.closed) return;
+    this.totals.protocolErrors++;
+    this.drop(conn, message);
+  }
+
+  /** Closes a connection; its request in flight (if any) is abandoned: the coordinator computes every pair of it. */
+  private drop(conn: Connection, error: string | null): void {
+    if (!conn.closed) {
+      conn.closed = true;
+      conn.socket.destroy();
+    }
+    this.cleanup(conn);
+    if (error !== null) this.emitCoordinator('protocol-error', error);
+  }
+
+  private onClose(conn: Connection): void {
+    conn.closed = true;
+    this.cleanup(conn);
+    this.emitCoordinator('closed', '');
+  }
+
+  private cleanup(conn: Connection): void {
+    clearTimeout(conn.helloTimer);
+    const f = conn.inFlight;
+    if (f && !f.abandoned) {
+      f.abandoned = true;
+      for (const t of f.timers) clearTimeout(t);
+      conn.inFlight = null;
+    }
+    if (this.conn === conn) this.conn = null;
+  }
+
+  private write(conn: Connection, bytes: Uint8Array): void {
+    if (conn.closed) return;
+    conn.socket.write(bytes);
+    if (conn.socket.writableLength > this.limits.maxUnreadBytes) {
+      this.violation(conn, `the coordinator left more than ${this.limits.maxUnreadBytes} bytes unread`);
+    }
+  }
+
+  private emitCoordinator(event: CoordinatorEvent, detail: string): void {
+    this.events.onCoordinator?.(event, detail);
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Requests
+
+  private stats(workerId: string, nowMs: number): WorkerDispatchStats {
+    let s = this.workers.get(workerId);
+    if (!s) {
+      if (this.workers.size >= this.limits.maxTrackedWorkers) this.evictOldest();
+      s = {
+        workerId,
+        firstSeenMs: nowMs,
+        lastSeenMs: nowMs,
+        lastServeMs: null,
+        latency: newLatencyModel(),
+        servedItems: 0,
+        servedPairs: 0,
+        misses: 0,
+        consecutiveMisses: 0,
+        rejected: 0,
+        lateAnswers: 0,
+        benchedAtMs: null,
+        lastProbeMs: null,
+        outstanding: 0,
+      };
+      this.workers.set(workerId, s);
+    }
+    s.lastSeenMs = nowMs;
+    return s;
+  }
+
+  private evictOldest(): void {
+    let oldest: WorkerDispatchStats | undefined;
+    for (const s of this.workers.values()) if (!oldest || s.lastSeenMs < oldest.lastSeenMs) oldest = s;
+    if (oldest) this.workers.delete(oldest.workerId);
+  }
+
+  private saturationSnapshot(nowMs: number): SaturationSnapshot | null {
+    const r = this.opts.saturation?.();
+    if (!r || r.source === 'unknown') return null;
+    return { busy: r.busy, slots: r.slots, ageMs: Math.max(0, nowMs - r.atMs) };
+  }
+
+  private answerLocal(conn: Connection, req: DispatchRequest, quietMs: number, arrivedAt: number): void {
+    const pairs = req.nTokens * req.nUsed;
+    this.write(conn, encodeResponse({ seq: req.seq, layer: req.layer, nTokens: req.nTokens, nUsed: req.nUsed, mode: 'local', quietMs }));
+    this.totals.localRequests++;
+    this.totals.pairs.fallback += pairs;
+    const m = this.opts.metrics;
+    if (m) {
+      m.requests.inc({ model: this.opts.model, mode: 'local' });
+      m.pairs.inc({ model: this.opts.model, outcome: 'fallback' }, pairs);
+    }
+    if (this.events.onResponse) {
+      const ms = performance.now() - arrivedAt;
+      this.events.onResponse({
+        seq: req.seq,
+        layer: req.layer,
+        pairs,
+        served: 0,
+        fallback: pairs,
+        rejected: 0,
+        mode: 'local',
+        workers: 0,
+        dispatchMs: ms,
+        settledMs: ms,
+        totalMs: ms,
+      });
+    }
+  }
+
+  private onRequest(conn: Connection, req: DispatchRequest): void {
+    const arrivedAt = performance.now();
+    const nowMs = this.clock();
+    this.totals.requests++;
+    const quiet = Math.min(this.opts.quietMs ?? DEFAULT_QUIET_MS, DISPATCH_LIMITS.maxQuietMs);
+    if (this.mode === 'off') {
+      this.answerLocal(conn, req, quiet, arrivedAt);
+      return;
+    }
+    const links = this.opts.directory.workersFor(req.layer);
+    const budgetMs = requestBudgetMs(req.deadlineUs, this.deadlineCfg);
+    if (links.length === 0 || budgetMs <= 0) {
+      this.answerLocal(conn, req, links.length === 0 ? quiet : 0, arrivedAt);
+      return;
+    }
+
+    const saturation = this.saturationSnapshot(nowMs);
+    const nPairs = req.nTokens * req.nUsed;
+    const nExpert = (conn.hello as Hello).nExpert;
+    const planWorkers: PlanWorker[] = [];
+    const chosen: WorkerLink[] = [];
+    const chosenStats: WorkerDispatchStats[] = [];
+    const probes: boolean[] = [];
+    const cfg = this.policyCfg;
+    for (const link of links) {
+      if (link.layer !== req.layer || !(link.begin >= 0 && link.begin < link.end && link.end <= nExpert)) continue;
+      const covered = countCovered(req.ids, nPairs, link.begin, link.end);
+      if (covered === 0) continue;
+      const st = this.stats(link.workerId, nowMs);
+      const rec = this.opts.record?.(link.workerId);
+      const r = this.scratch;
+      r.attachMs = rec?.attachMs ?? st.firstSeenMs;
+      r.lastServeMs = st.lastServeMs ?? rec?.lastServeMs ?? null;
+      r.released = rec?.released ?? false;
+      r.quarantined = rec?.quarantined ?? false;
+      const decision = layerOnePolicy(
+        {
+          mode: this.mode,
+          nowMs,
+          worker: {
+            state: workerState(r, nowMs, cfg),
+            expectedMs: expectedRoundTripMs(st.latency, covered),
+            benchedAtMs: st.benchedAtMs,
+            lastProbeMs: st.lastProbeMs,
+          },
+          pairs: covered,
+          localNsPerPair: req.localNsPerPair,
+          saturation,
+        },
+        cfg,
+      );
+      this.totals.decisions[decision.reason] = (this.totals.decisions[decision.reason] ?? 0) + 1;
+      if (!decision.dispatch) continue;
+      const line = latencyLine(st.latency);
+      planWorkers.push({
+        begin: link.begin,
+        end: link.end,
+        // Its queue: what the link reports, or the items this dispatcher sent and has not seen settle (late ones).
+        queueMs: line === null ? 0 : Math.max(link.inFlight, st.outstanding) * st.latency.ms,
+        overheadMs: line === null ? null : line.overheadMs,
+        perPairMs: line === null ? 0 : line.perPairMs,
+      });
+      chosen.push(link);
+      chosenStats.push(st);
+      probes.push(decision.reason === 'bench-probe');
+    }
+    const plan = planRequest(req, planWorkers);
+    // Declined or uncovered: no quiet window, the next token may route to experts a worker holds.
+    if (plan.dispatchedPairs === 0) {
+      this.answerLocal(conn, req, 0, arrivedAt);
+      return;
+    }
+
+    const n = plan.workers.length;
+    const f: InFlight = {
+      conn,
+      req,
+      plan,
+      links: new Array(n),
+      stats: new Array(n),
+      partials: new Array(n).fill(null),
+      state: new Uint8Array(n),
+      rejectedPairs: new Array(n).fill(0),
+      timers: new Array(n),
+      arrivedAt,
+      dispatchedAt: 0,
+      settledAt: 0,
+      remaining: n,
+      abandoned: false,
+    };
+    conn.inFlight = f;
+    for (let i = 0; i < n; i++) {
+      const wp = plan.workers[i] as (typeof plan.workers)[number];
+      const link = chosen[wp.worker] as WorkerLink;
+      const st = chosenStats[wp.worker] as WorkerDispatchStats;
+      f.links[i] = link;
+      f.stats[i] = st;
+      if (probes[wp.worker]) st.lastProbeMs = nowMs;
+      const deadlineMs = workerDeadlineMs(wp.expectedMs, budgetMs, this.deadlineCfg);
+      const work: WorkItem = {
+        layer: req.layer,
+        nEmbd: req.nEmbd,
+        rows: gatherRows(wp, req.rows, req.nEmbd),
+        nRows: wp.nRows,
+        nPairs: wp.nPairs,
+        pairRow: wp.pairRow,
+        pairExpert: wp.pairExpert,
+        pairWeight: wp.pairWeight,
+      };
+      const sentAt = performance.now();
+      st.outstanding++;
+      let answer: Promise<Float32Array>;
+      try {
+        answer = link.compute(work, deadlineMs);
+      } catch (e) {
+        answer = Promise.reject(e);
+      }
+      f.timers[i] = setTimeout(() => this.onTimeout(f, i), deadlineMs);
+      Promise.resolve(answer).then(
+        (partial) => this.onAnswer(f, i, partial, sentAt, sentAt + deadlineMs),
+        () => this.onFailure(f, i),
+      );
+    }
+    f.dispatchedAt = performance.now();
+  }
+
+  private onAnswer(f: InFlight, i: number, partial: Float32Array, sentAt: number, deadlineAt: number): void {
+    const st = f.stats[i] as WorkerDispatchStats;
+    const wp = f.plan.workers[i] as (typeof f.plan.workers)[number];
+    st.outstanding--;
+    const now = performance.now();
+    // Timers of an abandoned request are cleared: its deadlines are judged by the clock.
+    if (f.state[i] === TIMED_OUT || (f.state[i] === PENDING && f.abandoned && now > deadlineAt)) {
+      f.state[i] = TIMED_OUT;
+      st.lateAnswers++;
+      this.totals.pairs.late += wp.nPairs;
+      this.opts.metrics?.pairs.inc({ model: this.opts.model, outcome: 'late' }, wp.nPairs);
+      this.events.onLate?.(st.workerId, wp.nPairs, now - deadlineAt);
+      return;
+    }
+    if (f.state[i] !== PENDING) return;
+    clearTimeout(f.timers[i]);
+    const verdict = checkPartial(wp, partial, f.req.nEmbd);
+    if (verdict !== 'ok') {
+      f.state[i] = FAILED;
+      f.rejectedPairs[i] = wp.nPairs;
+      st.rejected++;
+      this.miss(st, verdict);
+    } else {
+      f.state[i] = ANSWERED;
+      f.partials[i] = partial;
+      this.served(st, wp.nPairs, now - sentAt);
+    }
+    this.settle(f);
+  }
+
+  private onTimeout(f: InFlight, i: number): void {
+    if (f.state[i] !== PENDING) return;
+    f.state[i] = TIMED_OUT;
+    this.miss(f.stats[i] as WorkerDispatchStats, 'timeout');
+    this.settle(f);
+  }
+
+  private onFailure(f: InFlight, i: number): void {
+    const st = f.stats[i] as WorkerDispatchStats;
+    st.outstanding--;
+    if (f.state[i] !== PENDING) return;
+    clearTimeout(f.timers[i]);
+    f.state[i] = FAILED;
+    this.miss(st, 'error');
+    this.settle(f);
+  }
+
+  private served(st: WorkerDispatchStats, pairs: number, latencyMs: number): void {
+    const atMs = this.clock();
+    st.lastServeMs = atMs;
+    st.servedItems++;
+    st.servedPairs += pairs;
+    st.consecutiveMisses = 0;
+    observeRoundTrip(st.latency, pairs, latencyMs);
+    if (st.benchedAtMs !== null) {
+      st.benchedAtMs = null;
+      st.lastProbeMs = null;
+      this.events.onBench?.(st.workerId, false);
+    }
+    this.events.onServe?.(st.workerId, atMs, latencyMs, pairs);
+  }
+
+  private miss(st: WorkerDispatchStats, kind: MissKind): void {
+    st.misses++;
+    st.consecutiveMisses++;
+    this.events.onMiss?.(st.workerId, kind, st.consecutiveMisses);
+    if (st.benchedAtMs === null && st.consecutiveMisses >= this.policyCfg.benchAfterMisses) {
+      st.benchedAtMs = this.clock();
+      st.lastProbeMs = null;
+      this.events.onBench?.(st.workerId, true);
+    }
+  }
+
+  /**
+   * The AUDIT seam (see `AuditChooser`): takes the chosen answered items' partials out of `f.partials` (so they are
+   * not served) and returns the audit flags of their pairs, or null when nothing is audited.
+   */
+  private withholdAudited(f: InFlight): { mask: Uint8Array; items: number[]; held: Float32Array[]; pairs: number } | null {
+    const choose = this.opts.chooseAudit;
+    if (!choose) return null;
+    const answered = f.partials.map((p) => p !== null);
+    if (!answered.includes(true)) return null;
+    const chosen = choose({ seq: f.req.seq, layer: f.req.layer, plan: f.plan, workerIds: f.links.map((l) => l.workerId), answered });
+    if (!chosen || chosen.length === 0) return null;
+    const mask = new Uint8Array(f.req.nTokens * f.req.nUsed);
+    const rowTaken = new Uint8Array(f.req.nTokens);
+    const items: number[] = [];
+    const held: Float32Array[] = [];
+    let pairs = 0;
+    for (const i of chosen) {
+      const wp = f.plan.workers[i];
+      const partial = f.partials[i];
+      if (!wp || !partial || wp.rowToken.some((t) => rowTaken[t] === 1)) continue;
+      for (const t of wp.rowToken) rowTaken[t] = 1;
+      for (const p of wp.pairIndex) mask[p] = 1;
+      items.push(i);
+      held.push(partial);
+      pairs += wp.nPairs;
+      f.partials[i] = null;
+    }
+    return items.length === 0 ? null : { mask, items, held, pairs };
+  }
+
+  /** One work item settled; answers the coordinator once none is pending. */
+  private settle(f: InFlight): void {
+    if (--f.remaining > 0 || f.abandoned) return;
+    f.settledAt = performance.now();
+    this.finish(f);
+  }
+
+  private finish(f: InFlight): void {
+    const { conn, req, plan } = f;
+    conn.inFlight = null;
+    const pairs = req.nTokens * req.nUsed;
+    const served = new Uint8Array(pairs);
+    const sums = new Float32Array(req.nTokens * req.nEmbd);
+    const audit = this.withholdAudited(f);
+    const nServed = mergePartials(plan, f.partials, req.nEmbd, served, sums);
+    let rejected = 0;
+    for (const r of f.rejectedPairs) rejected += r;
+    const fallback = pairs - nServed - rejected;
+    const mode = nServed > 0 ? 'served' : 'local';
+    if (audit) this.totals.pairs.audited += audit.pairs; // the AUDIT extension sends audit.mask with the RESPONSE
+    const base = { seq: req.seq, layer: req.layer, nTokens: req.nTokens, nUsed: req.nUsed, quietMs: 0 };
+    this.write(conn, encodeResponse(nServed > 0 ? { ...base, mode: 'served', served, sums } : { ...base, mode: 'local' }));
+    const end = performance.now();
+    const t = this.totals;
+    if (nServed > 0) t.servedRequests++;
+    else t.localRequests++;
+    t.pairs.served += nServed;
+    t.pairs.fallback += fallback;
+    t.pairs.rejected += rejected;
+    const m = this.opts.metrics;
+    if (m) {
+      const model = this.opts.model;
+      m.requests.inc({ model, mode });
+      if (nServed > 0) m.pairs.inc({ model, outcome: 'served' }, nServed);
+      if (fallback > 0) m.pairs.inc({ model, outcome: 'fallback' }, fallback);
+      if (rejected > 0) m.pairs.inc({ model, outcome: 'rejected' }, rejected);
+      m.roundtrip.observe({ model }, (end - f.arrivedAt) / 1000);
+    }
+    this.events.onResponse?.({
+      seq: req.seq,
+      layer: req.layer,
+      pairs,
+      served: nServed,
+      fallback,
+      rejected,
+      mode,
+      workers: plan.workers.length,
+      dispatchMs: f.dispatchedAt - f.arrivedAt,
+      settledMs: f.settledAt - f.arrivedAt,
+      totalMs: end - f.arrivedAt,
+    });
+  }
+}

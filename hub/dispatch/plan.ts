@@ -1,0 +1,334 @@
+/**
+ * Per-request planning for the Layer-1 dispatcher, pure: which worker computes which (token, expert) pair of one
+ * REQUEST, the work item each chosen worker gets, how long to wait for it, and how the partial sums come back
+ * together. It runs per MoE layer per evaluated token, so it works on typed arrays and allocates nothing per pair.
+ *
+ *   const plan = planRequest(req, workers);             // workers: the layer's eligible replicas, in a fixed order
+ *   for (const w of plan.workers) send(w.worker, gatherRows(w, req.rows, req.nEmbd), w);
+ *   const served = new Uint8Array(nPairs), sums = new Float32Array(nTokens * nEmbd);
+ *   const n = mergePartials(plan, results, req.nEmbd, served, sums);   // results[i] for plan.workers[i], null = none
+ *
+ * Conventions: expert ranges are `[begin, end)`; pair `p = t·nUsed + k` indexes ids/probs/served; a work item's
+ * pairs name a compact row (the worker's rows are the request's rows it needs, deduplicated, in token order) and the
+ * worker's LOCAL expert id (expert − begin).
+ */
+
+/** One replica that may take pairs of this request (the dispatcher has already applied the Layer-1 policy). */
+export interface PlanWorker {
+  /** Experts `[begin, end)` of the layer this worker holds. */
+  begin: number;
+  end: number;
+  /** Time until it can start on new work (its queue of unfinished items), ms. */
+  queueMs: number;
+  /** Fixed cost of one round trip, ms; null while unmeasured (then it is planned optimistically: a fair first try). */
+  overheadMs: number | null;
+  /** Marginal cost of one more pair, ms. */
+  perPairMs: number;
+}
+
+/** One chosen worker's work item, and where its pairs sit in the request. */
+export interface WorkerPlan {
+  /** Index of the worker in the list given to planRequest. */
+  readonly worker: number;
+  readonly nRows: number;
+  /** Compact row → the request's token index, ascending. */
+  readonly rowToken: Uint32Array;
+  readonly nPairs: number;
+  /** Per pair: compact row index. */
+  readonly pairRow: Uint32Array;
+  /** Per pair: local expert id (expert − begin). */
+  readonly pairExpert: Uint16Array;
+  /** Per pair: the router weight (prob). */
+  readonly pairWeight: Float32Array;
+  /** Per pair: its position t·nUsed + k in the request. */
+  readonly pairIndex: Uint32Array;
+  /** Expected time until its answer, ms (null when the worker is unmeasured). */
+  readonly expectedMs: number | null;
+}
+
+export interface RequestPlan {
+  /** Chosen workers, in the order of the list given to planRequest (which is the order partials are summed in). */
+  readonly workers: readonly WorkerPlan[];
+  /** Pairs handed to some worker. */
+  readonly dispatchedPairs: number;
+}
+
+export interface PlanRequestInput {
+  nTokens: number;
+  nUsed: number;
+  ids: Int32Array;
+  probs: Float32Array;
+}
+
+/** A local expert id travels as u16: a worker's range may not be wider than this. */
+export const MAX_RANGE_WIDTH = 65_536;
+
+const EMPTY_PLAN: RequestPlan = Object.freeze({ workers: Object.freeze([]) as readonly WorkerPlan[], dispatchedPairs: 0 });
+
+// Scratch reused across calls (never returned): the choice per pair, and per-worker counters.
+let choice = new Int32Array(64);
+let counts = new Int32Array(8);
+let rows = new Int32Array(8);
+let lastToken = new Int32Array(8);
+
+function ensureScratch(nPairs: number, nWorkers: number): void {
+  if (choice.length < nPairs) choice = new Int32Array(Math.max(nPairs, choice.length * 2));
+  if (counts.length < nWorkers) {
+    const n = Math.max(nWorkers, counts.length * 2);
+    counts = new Int32Array(n);
+    rows = new Int32Array(n);
+    lastToken = new Int32Array(n);
+  }
+}
+
+/** Expected finish of a worker after it is given `pairs` pairs. */
+function finishMs(w: PlanWorker, pairs: number): number {
+  return w.queueMs + (w.overheadMs ?? 0) + pairs * w.perPairMs;
+}
+
+/**
+ * For every pair, at most one worker whose range holds its expert: among replicas the one with the lowest expected
+ * finish time, updated as pairs are assigned so the load spreads (ties → the earlier worker in the list). Pairs no
+ * worker covers stay with the coordinator.
+ */
+export function planRequest(req: PlanRequestInput, workers: readonly PlanWorker[]): RequestPlan {
+  const nPairs = req.nTokens * req.nUsed;
+  const nW = workers.length;
+  if (nW === 0 || nPairs === 0) return EMPTY_PLAN;
+  ensureScratch(nPairs, nW);
+  counts.fill(0, 0, nW);
+  rows.fill(0, 0, nW);
+  lastToken.fill(-1, 0, nW);
+  const { ids, nUsed } = req;
+  let dispatched = 0;
+  for (let p = 0; p < nPairs; p++) {
+    const e = ids[p] as number;
+    const t = (p / nUsed) | 0;
+    let best = -1;
+    let bestFinish = Number.POSITIVE_INFINITY;
+    for (let w = 0; w < nW; w++) {
+      const W = workers[w] as PlanWorker;
+      if (e < W.begin || e >= W.end || W.end - W.begin > MAX_RANGE_WIDTH) continue;
+      const f = finishMs(W, (counts[w] as number) + 1);
+      if (f < bestFinish) {
+        bestFinish = f;
+        best = w;
+      }
+    }
+    choice[p] = best;
+    if (best < 0) continue;
+    dispatched++;
+    counts[best] = (counts[best] as number) + 1;
+    // Pairs come in token order, so a worker's rows are deduplicated by remembering the last token it got.
+    if (lastToken[best] !== t) {
+      lastToken[best] = t;
+      rows[best] = (rows[best] as number) + 1;
+    }
+  }
+  if (dispatched === 0) return EMPTY_PLAN;
+
+  const plans: WorkerPlan[] = [];
+  const slot = new Int32Array(nW).fill(-1);
+  for (let w = 0; w < nW; w++) {
+    const n = counts[w] as number;
+    if (n === 0) continue;
+    const W = workers[w] as PlanWorker;
+    slot[w] = plans.length;
+    plans.push({
+      worker: w,
+      nRows: rows[w] as number,
+      rowToken: new Uint32Array(rows[w] as number),
+      nPairs: n,
+      pairRow: new Uint32Array(n),
+      pairExpert: new Uint16Array(n),
+      pairWeight: new Float32Array(n),
+      pairIndex: new Uint32Array(n),
+      expectedMs: W.overheadMs === null ? null : finishMs(W, n),
+    });
+  }
+  // Second pass: fill the work items. counts/rows/lastToken become fill cursors.
+  counts.fill(0, 0, nW);
+  rows.fill(0, 0, nW);
+  lastToken.fill(-1, 0, nW);
+  const { probs } = req;
+  for (let p = 0; p < nPairs; p++) {
+    const w = choice[p] as number;
+    if (w < 0) continue;
+    const wp = plans[slot[w] as number] as WorkerPlan;
+    const t = (p / nUsed) | 0;
+    if (lastToken[w] !== t) {
+      lastToken[w] = t;
+      wp.rowToken[rows[w] as number] = t;
+      rows[w] = (rows[w] as number) + 1;
+    }
+    const i = counts[w] as number;
+    counts[w] = i + 1;
+    wp.pairRow[i] = (rows[w] as number) - 1;
+    wp.pairExpert[i] = (ids[p] as number) - (workers[w] as PlanWorker).begin;
+    wp.pairWeight[i] = probs[p] as number;
+    wp.pairIndex[i] = p;
+  }
+  return { workers: plans, dispatchedPairs: dispatched };
+}
+
+/**
+ * The rows a work item carries, `[nRows × nEmbd]`. When the worker needs every token's row the request's own array
+ * is returned (no copy): callers must not write to it.
+ */
+export function gatherRows(wp: WorkerPlan, requestRows: Float32Array, nEmbd: number): Float32Array {
+  if (wp.nRows * nEmbd === requestRows.length) return requestRows; // every row, in order (rowToken is ascending)
+  const out = new Float32Array(wp.nRows * nEmbd);
+  for (let r = 0; r < wp.nRows; r++) {
+    const t = wp.rowToken[r] as number;
+    out.set(requestRows.subarray(t * nEmbd, (t + 1) * nEmbd), r * nEmbd);
+  }
+  return out;
+}
+
+export type PartialVerdict = 'ok' | 'wrong-size' | 'non-finite';
+
+/** A worker's answer must hold one finite f32 per (row, feature) of its work item. */
+export function checkPartial(wp: WorkerPlan, partial: unknown, nEmbd: number): PartialVerdict {
+  if (!(partial instanceof Float32Array) || partial.length !== wp.nRows * nEmbd) return 'wrong-size';
+  // x − x is 0 for a finite x and NaN for NaN and ±∞; one NaN makes the sum NaN. No branch in the loop.
+  let z = 0;
+  const n = partial.length;
+  for (let i = 0; i < n; i++) {
+    const x = partial[i] as number;
+    z += x - x;
+  }
+  return z === 0 ? 'ok' : 'non-finite';
+}
+
+let written = new Uint8Array(64);
+
+/**
+ * Adds the accepted partials into `sums` ([nTokens × nEmbd]) and sets `served` for their pairs. A row's first
+ * partial is copied and later ones are added, per row in plan order — a fixed order, so the same answers always give
+ * the same sums; a worker's partial already sums several pairs, so the result agrees with the coordinator's k-order
+ * sum to float-summation precision (bit for bit when a row has at most two pairs: a + b = b + a). Rows no partial
+ * reaches are left as they are (zero in a fresh array). Returns the count of served pairs.
+ * `partials[i]` answers `plan.workers[i]`; null means not served (timed out, failed or rejected).
+ */
+export function mergePartials(
+  plan: RequestPlan,
+  partials: ReadonlyArray<Float32Array | null>,
+  nEmbd: number,
+  served: Uint8Array,
+  sums: Float32Array,
+): number {
+  const nTokens = sums.length / nEmbd;
+  if (written.length < nTokens) written = new Uint8Array(Math.max(nTokens, written.length * 2));
+  written.fill(0, 0, nTokens);
+  let nServed = 0;
+  for (let i = 0; i < plan.workers.length; i++) {
+    const part = partials[i];
+    if (!part) continue;
+    const wp = plan.workers[i] as WorkerPlan;
+    for (let r = 0; r < wp.nRows; r++) {
+      const t = wp.rowToken[r] as number;
+      const o = t * nEmbd;
+      const s = r * nEmbd;
+      if (written[t] === 0) {
+        written[t] = 1;
+        sums.set(part.subarray(s, s + nEmbd), o);
+        continue;
+      }
+      for (let j = 0; j < nEmbd; j++) sums[o + j] = (sums[o + j] as number) + (part[s + j] as number);
+    }
+    for (let q = 0; q < wp.nPairs; q++) served[wp.pairIndex[q] as number] = 1;
+    nServed += wp.nPairs;
+  }
+  return nServed;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deadlines
+
+export interface DeadlineConfig {
+  /** Kept back from the coordinator's deadline for the answer's trip and the coordinator's read, ms. */
+  marginMs: number;
+  /** The margin is at least this fraction of the coordinator's deadline. */
+  marginFraction: number;
+  /** No wait is longer than this, ms (the architecture's per-layer cap). */
+  capMs: number;
+  /** A measured worker gets at least this long, ms. */
+  floorMs: number;
+  /** …and otherwise this many times its expected time. */
+  latencyFactor: number;
+}
+
+export const DEFAULT_DEADLINES: Readonly<DeadlineConfig> = Object.freeze({
+  marginMs: 10,
+  marginFraction: 0.1,
+  capMs: 250,
+  floorMs: 20,
+  latencyFactor: 3,
+});
+
+/** How long the dispatcher may wait at most for a request whose coordinator waits `deadlineUs`, ms (≤ 0: not at all). */
+export function requestBudgetMs(deadlineUs: number, cfg: DeadlineConfig = DEFAULT_DEADLINES): number {
+  const coordinatorMs = deadlineUs / 1000;
+  return Math.min(cfg.capMs, coordinatorMs - Math.max(cfg.marginMs, cfg.marginFraction * coordinatorMs));
+}
+
+/**
+ * One worker's wait within the request's budget: `latencyFactor ×` its expected time, at least `floorMs`; an
+ * unmeasured worker gets the whole budget (its fair first try must be able to succeed).
+ */
+export function workerDeadlineMs(expectedMs: number | null, budgetMs: number, cfg: DeadlineConfig = DEFAULT_DEADLINES): number {
+  if (expectedMs === null) return budgetMs;
+  return Math.min(budgetMs, Math.max(cfg.floorMs, cfg.latencyFactor * expectedMs));
+}
+
+// ---------------------------------------------------------------------------------------------
+// A worker's speed
+
+/**
+ * A worker's round-trip cost as `overhead + pairs × perPair`, fitted online: exponentially weighted means of the pairs
+ * and of the round trip (and their product and square) give a least-squares line. While the sizes seen hardly vary
+ * (decode only: one token, the same count of pairs) the line is undetermined and the whole round trip is charged per
+ * pair — pessimistic for a large request, which is the safe side.
+ */
+export interface LatencyModel {
+  /** Round trips observed. */
+  n: number;
+  /** EWMA of the round trip, ms (what the dispatch map and dashboards show as the worker's latency). */
+  ms: number;
+  pairs: number;
+  pairs2: number;
+  pairsMs: number;
+}
+
+export const LATENCY_ALPHA = 0.2;
+
+export function newLatencyModel(): LatencyModel {
+  return { n: 0, ms: 0, pairs: 0, pairs2: 0, pairsMs: 0 };
+}
+
+export function observeRoundTrip(m: LatencyModel, pairs: number, ms: number, alpha = LATENCY_ALPHA): void {
+  const a = m.n === 0 ? 1 : alpha;
+  m.ms += a * (ms - m.ms);
+  m.pairs += a * (pairs - m.pairs);
+  m.pairs2 += a * (pairs * pairs - m.pairs2);
+  m.pairsMs += a * (pairs * ms - m.pairsMs);
+  m.n++;
+}
+
+/** `{overheadMs, perPairMs}` of the fitted line; null before the first observation. */
+export function latencyLine(m: LatencyModel): { overheadMs: number; perPairMs: number } | null {
+  if (m.n === 0) return null;
+  const variance = m.pairs2 - m.pairs * m.pairs;
+  if (variance > 0.01 * m.pairs * m.pairs + 1e-9) {
+    const slope = (m.pairsMs - m.pairs * m.ms) / variance;
+    const overhead = m.ms - slope * m.pairs;
+    if (slope >= 0 && overhead >= 0) return { overheadMs: overhead, perPairMs: slope };
+  }
+  return { overheadMs: 0, perPairMs: m.pairs > 0 ? m.ms / m.pairs : m.ms };
+}
+
+/** Expected round trip for `pairs` pairs, ms; null before the first observation. */
+export function expectedRoundTripMs(m: LatencyModel, pairs: number): number | null {
+  const line = latencyLine(m);
+  return line === null ? null : line.overheadMs + pairs * line.perPairMs;
+}

@@ -1,0 +1,588 @@
+/**
+ * The hub's end of the volunteer channel (`/api/volunteer`, docs/volunteer-channel.md, volunteer/wire.ts): one
+ * WebSocket per volunteer, opened by the volunteer. It authenticates the hello, pushes assignments the moment the
+ * market has demand (idle volunteers hold the channel open; nobody polls), turns `loaded` and heartbeats into
+ * coverage, and is the dispatcher's way to the workers: each serving connection is a `WorkerLink`.
+ *
+ *   const channel = new VolunteerChannel(host, { heartbeatMs: 15_000 });
+ *   channel.attach(app.server);                         // handles the upgrade of /api/volunteer
+ *   new ModelDispatcher({ directory: channel.directory('qwen3moe'), … });
+ *   channel.demandChanged();                            // after a poller reading: assigns idle volunteers at once
+ *
+ * Assignments reserve their range in the coverage store while the slice downloads and loads, so one round of demand
+ * is not answered by every idle volunteer downloading the same slice; a volunteer that does not load in time is
+ * released (LOAD_TIMEOUT) and its reservation dropped. A worker is attached to the dispatch map (its grace window
+ * starts) only once it says `loaded`.
+ */
+import type { IncomingMessage, Server } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { WebSocketServer, type RawData, type WebSocket } from 'ws';
+import {
+  CLOSE_CODES,
+  VOLUNTEER_LIMITS,
+  VOLUNTEER_PATH,
+  VOLUNTEER_WIRE_VERSION,
+  VolunteerWireError,
+  closeReason,
+  decodeResult,
+  decodeWorkFailed,
+  encodeHubMessage,
+  encodeWork,
+  parseClientMessage,
+  peekFrame,
+  type Assign,
+  type CloseName,
+  type Hello,
+  type HubMessage,
+  type ReleaseCode,
+  type WireEncoding,
+} from '../../volunteer/wire.ts';
+import type { Numerics } from '../../shaders/computer.ts';
+import type { VolunteerAnswer, VolunteerRequest } from '../market/assign.ts';
+import type { HeldRange } from '../market/types.ts';
+import type { WorkItem, WorkerDirectory, WorkerLink } from '../dispatch/worker-link.ts';
+
+/** What the channel needs of the hub (the Hub implements it; tests may pass their own). */
+export interface ChannelHost {
+  /** The wallet of a node token; throws (HubError AUTH_*) for a bad one. */
+  authenticate(authorization: string): string;
+  /** Why this worker or wallet is quarantined, or undefined. */
+  quarantineReason(workerId: string, wallet: string): string | undefined;
+  /** The market's answer for one idle volunteer (POST /api/expert-volunteer's logic). */
+  offer(workerId: string, request: VolunteerRequest): VolunteerAnswer;
+  /** Size and `sha256:<hex>` of a slice (the shard server's). */
+  shard(model: string, layer: number, begin: number, end: number): Promise<{ bytes: number; digest: string }>;
+  /** How the model's coordinator computes (from its dispatch HELLO; 'llama' for linkcpp-server). */
+  numerics(model: string): Numerics;
+  /** Counts a range as held in the coverage store (no dispatch-map attach): an assignment being loaded. */
+  reserve(workerId: string, model: string, ranges: readonly HeldRange[]): void;
+  /** A worker serves these ranges (coverage + dispatch map, as a heartbeat). Throws when it may not (quarantine). */
+  serving(workerId: string, wallet: string, model: string, ranges: readonly HeldRange[]): void;
+  /** The worker is gone: drop its coverage and dispatch record. */
+  forget(workerId: string): void;
+  creditOf(wallet: string): number;
+  event(kind: 'volunteer-join' | 'volunteer-leave' | 'release' | 'load-failed', model: string | null, detail: string): void;
+}
+
+export interface ChannelOptions {
+  heartbeatMs: number;
+  /** Nothing from the volunteer for this long closes with IDLE_TIMEOUT. */
+  idleTimeoutMs: number;
+  helloTimeoutMs: number;
+  /** An assignment not loaded within this is released (LOAD_TIMEOUT). */
+  loadTimeoutMs: number;
+  maxConnections: number;
+  /** How results travel (rows are always f32: the coordinator's own rows, so llama numerics stay exact). */
+  resultEncoding: WireEncoding;
+  /** A pending work item is forgotten after this long even if the dispatcher stopped waiting long ago. */
+  forgetWorkMs: number;
+  /** Control messages per second a volunteer may send (burst = 4×). */
+  controlPerSec: number;
+}
+
+export const DEFAULT_CHANNEL: Readonly<ChannelOptions> = Object.freeze({
+  heartbeatMs: 15_000,
+  idleTimeoutMs: 45_000,
+  helloTimeoutMs: 10_000,
+  loadTimeoutMs: 120_000,
+  maxConnections: 10_000,
+  resultEncoding: 'f32',
+  forgetWorkMs: 30_000,
+  controlPerSec: 20,
+});
+
+export type ConnectionState = 'hello' | 'waiting' | 'loading' | 'serving' | 'paused';
+
+interface Pending {
+  resolve(sums: Float32Array): void;
+  reject(e: Error): void;
+  nRows: number;
+  nEmbd: number;
+  encoding: WireEncoding;
+  timer: NodeJS.Timeout;
+}
+
+class WorkError extends Error {}
+
+/** One volunteer's connection. While it serves, it is the dispatcher's link to that worker. */
+class Connection implements WorkerLink {
+  state: ConnectionState = 'hello';
+  workerId = '';
+  wallet = '';
+  hello: Hello | null = null;
+  assign: Assign | null = null;
+  paused = false;
+  /** Set after a slice did not fit: offer at most this many experts next time (0 = no limit). */
+  maxExperts = 0;
+  unfit = false;
+  inFlight = 0;
+  private nextWorkId = 1;
+  readonly pending = new Map<number, Pending>();
+  lastHeardMs: number;
+  tokens: number;
+  tokensAtMs: number;
+  loadTimer: NodeJS.Timeout | null = null;
+
+  constructor(
+    readonly ws: WebSocket,
+    readonly remote: string,
+    private readonly channel: VolunteerChannel,
+    nowMs: number,
+  ) {
+    this.lastHeardMs = nowMs;
+    this.tokens = channel.options.controlPerSec * 4;
+    this.tokensAtMs = nowMs;
+  }
+
+  get layer(): number {
+    return this.assign?.layer ?? -1;
+  }
+  get begin(): number {
+    return this.assign?.experts[0] ?? 0;
+  }
+  get end(): number {
+    return this.assign?.experts[1] ?? 0;
+  }
+
+  send(m: HubMessage): void {
+    if (this.ws.readyState === this.ws.OPEN) this.ws.send(encodeHubMessage(m));
+  }
+
+  compute(work: WorkItem, deadlineMs: number): Promise<Float32Array> {
+    const a = this.assign;
+    if (!a || this.state !== 'serving') return Promise.reject(new WorkError('not serving'));
+    const workId = this.nextWorkId;
+    this.nextWorkId = this.nextWorkId >= 0xffffffff ? 1 : this.nextWorkId + 1;
+    const encoding = this.channel.options.resultEncoding;
+    const frame = encodeWork({
+      workId,
+      assignmentId: a.assignmentId,
+      nRows: work.nRows,
+      nEmbd: work.nEmbd,
+      rows: work.rows.length === work.nRows * work.nEmbd ? work.rows : work.rows.subarray(0, work.nRows * work.nEmbd),
+      rowIndex: Uint16Array.from(work.pairRow.subarray(0, work.nPairs)),
+      localExpert: work.pairExpert.subarray(0, work.nPairs),
+      weight: work.pairWeight.subarray(0, work.nPairs),
+      rowEncoding: 'f32',
+      resultEncoding: encoding,
+    });
+    return new Promise<Float32Array>((resolve, reject) => {
+      const forgetMs = Math.max(deadlineMs * 4, this.channel.options.forgetWorkMs);
+      const timer = setTimeout(() => this.settle(workId)?.reject(new WorkError('no answer')), forgetMs);
+      timer.unref();
+      this.pending.set(workId, { resolve, reject, nRows: work.nRows, nEmbd: work.nEmbd, encoding, timer });
+      this.inFlight++;
+      this.ws.send(frame, (err) => {
+        if (err) this.settle(workId)?.reject(err);
+      });
+    });
+  }
+
+  settle(workId: number): Pending | undefined {
+    const p = this.pending.get(workId);
+    if (!p) return undefined;
+    this.pending.delete(workId);
+    clearTimeout(p.timer);
+    this.inFlight--;
+    return p;
+  }
+
+  failAll(why: string): void {
+    for (const id of [...this.pending.keys()]) this.settle(id)?.reject(new WorkError(why));
+  }
+
+  /** Token bucket for control messages. */
+  allowControl(nowMs: number): boolean {
+    const rate = this.channel.options.controlPerSec;
+    this.tokens = Math.min(rate * 4, this.tokens + ((nowMs - this.tokensAtMs) / 1000) * rate);
+    this.tokensAtMs = nowMs;
+    if (this.tokens < 1) return false;
+    this.tokens--;
+    return true;
+  }
+}
+
+export class VolunteerChannel {
+  readonly options: ChannelOptions;
+  private readonly wss: WebSocketServer;
+  private readonly byWorker = new Map<string, Connection>();
+  private readonly all = new Set<Connection>();
+  private nextAssignment = 1;
+  /** Serving links per model and layer, rebuilt when a connection starts or stops serving. */
+  private readonly links = new Map<string, Map<number, Connection[]>>();
+  private assigning = false;
+  private assignAgain = false;
+  private readonly sweep: NodeJS.Timeout;
+  private closed = false;
+
+  constructor(
+    private readonly host: ChannelHost,
+    options: Partial<ChannelOptions> = {},
+    private readonly now: () => number = Date.now,
+  ) {
+    this.options = { ...DEFAULT_CHANNEL, ...options };
+    this.wss = new WebSocketServer({ noServer: true, maxPayload: VOLUNTEER_LIMITS.maxFrameBytes, perMessageDeflate: false });
+    this.sweep = setInterval(() => this.closeIdle(), Math.min(5_000, this.options.idleTimeoutMs / 3));
+    this.sweep.unref();
+  }
+
+  /** Takes over the upgrade of `/api/volunteer` on the hub's HTTP server; other upgrades are refused. */
+  attach(server: Server): void {
+    server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+      const path = (req.url ?? '').split('?')[0];
+      if (path !== VOLUNTEER_PATH || this.closed) {
+        socket.end('HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+        return;
+      }
+      this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws, req.socket.remoteAddress ?? ''));
+    });
+  }
+
+  /** The dispatcher's view of one model's serving workers. */
+  directory(model: string): WorkerDirectory {
+    return { workersFor: (layer) => this.links.get(model)?.get(layer) ?? [] };
+  }
+
+  /** Connections by state (for the metrics gauge). */
+  countByState(): Record<ConnectionState, number> {
+    const out: Record<ConnectionState, number> = { hello: 0, waiting: 0, loading: 0, serving: 0, paused: 0 };
+    for (const c of this.all) out[c.state]++;
+    return out;
+  }
+
+  /** Tells the worker its slice is no longer needed; it frees the memory and waits again. Returns whether it held one. */
+  release(workerId: string, code: ReleaseCode, reason: string): boolean {
+    const c = this.byWorker.get(workerId);
+    if (!c?.assign) return false;
+    c.send({ type: 'release', assignmentId: c.assign.assignmentId, code, reason });
+    this.host.event('release', c.assign.model, `${workerId}: ${code} (${reason})`);
+    this.dropAssignment(c);
+    c.state = c.paused ? 'paused' : 'waiting';
+    this.demandChanged();
+    return true;
+  }
+
+  /** Pushes credit totals to a wallet's connections. */
+  credit(wallet: string, total: number): void {
+    for (const c of this.all) if (c.wallet === wallet) c.send({ type: 'credit', credit: total });
+  }
+
+  /**
+   * The market may have changed (a reading, a worker came or went): offer every idle volunteer a slice, best-suited
+   * first (fastest measured backend, then the largest budget). One round at a time; a call during a round runs
+   * another after it.
+   */
+  demandChanged(): void {
+    if (this.closed) return;
+    if (this.assigning) {
+      this.assignAgain = true;
+      return;
+    }
+    this.assigning = true;
+    void this.assignRound()
+      .catch(() => {})
+      .finally(() => {
+        this.assigning = false;
+        if (this.assignAgain) {
+          this.assignAgain = false;
+          setImmediate(() => this.demandChanged());
+        }
+      });
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    clearInterval(this.sweep);
+    for (const c of this.all) this.closeWith(c, 'SHUTTING_DOWN', 'the hub is stopping');
+    await new Promise<void>((resolve) => this.wss.close(() => resolve()));
+  }
+
+  // --- connections
+
+  private accept(ws: WebSocket, remote: string): void {
+    const c = new Connection(ws, remote, this, this.now());
+    if (this.all.size >= this.options.maxConnections) {
+      ws.close(CLOSE_CODES.OVER_CAPACITY.code, closeReason(`the hub holds ${this.options.maxConnections} volunteers`));
+      return;
+    }
+    this.all.add(c);
+    const helloTimer = setTimeout(() => {
+      if (c.state === 'hello') this.closeWith(c, 'HELLO_TIMEOUT', `no hello within ${this.options.helloTimeoutMs} ms`);
+    }, this.options.helloTimeoutMs);
+    helloTimer.unref();
+    ws.on('message', (data: RawData, isBinary: boolean) => {
+      c.lastHeardMs = this.now();
+      try {
+        const bytes = toBytes(data);
+        if (isBinary) this.onBinary(c, bytes);
+        else this.onText(c, bytes);
+      } catch (e) {
+        if (e instanceof VolunteerWireError) this.closeWith(c, e.code, e.message);
+        else this.closeWith(c, 'INTERNAL_ERROR', e instanceof Error ? e.message : String(e));
+      }
+    });
+    ws.on('error', () => {});
+    ws.on('close', () => {
+      clearTimeout(helloTimer);
+      this.gone(c);
+    });
+  }
+
+  private closeWith(c: Connection, name: CloseName, message: string): void {
+    if (c.ws.readyState === c.ws.OPEN || c.ws.readyState === c.ws.CONNECTING) c.ws.close(CLOSE_CODES[name].code, closeReason(message));
+    // A peer that never completes the closing handshake is cut off.
+    setTimeout(() => c.ws.terminate(), 2_000).unref();
+  }
+
+  private gone(c: Connection): void {
+    if (!this.all.delete(c)) return;
+    c.failAll('the volunteer disconnected');
+    if (c.workerId && this.byWorker.get(c.workerId) === c) {
+      this.byWorker.delete(c.workerId);
+      this.dropAssignment(c);
+      this.host.forget(c.workerId);
+      this.host.event('volunteer-leave', null, c.workerId);
+      this.demandChanged();
+    }
+  }
+
+  private closeIdle(): void {
+    const t = this.now();
+    for (const c of this.all) {
+      if (c.state !== 'hello' && t - c.lastHeardMs > this.options.idleTimeoutMs) {
+        this.closeWith(c, 'IDLE_TIMEOUT', `nothing heard for ${this.options.idleTimeoutMs} ms`);
+      }
+    }
+  }
+
+  private onText(c: Connection, bytes: Uint8Array): void {
+    if (c.state !== 'hello' && !c.allowControl(this.now())) throw new VolunteerWireError('RATE_LIMITED', 'too many control messages');
+    const m = parseClientMessage(bytes);
+    if (c.state === 'hello') {
+      if (m.type !== 'hello') throw new VolunteerWireError('UNEXPECTED_MESSAGE', `expected hello, got ${m.type}`);
+      this.onHello(c, m);
+      return;
+    }
+    switch (m.type) {
+      case 'hello':
+        throw new VolunteerWireError('UNEXPECTED_MESSAGE', 'a second hello');
+      case 'loaded':
+        return this.onLoaded(c, m.assignmentId, m.ready);
+      case 'load_failed': {
+        if (!c.assign || c.assign.assignmentId !== m.assignmentId) return;
+        const a = c.assign;
+        this.host.event('load-failed', a.model, `${c.workerId}: ${m.code} ${m.message}`);
+        if (m.code === 'DOES_NOT_FIT') {
+          const width = a.experts[1] - a.experts[0];
+          c.maxExperts = Math.floor(width / 2);
+          if (c.maxExperts === 0) c.unfit = true;
+        } else c.unfit = true; // nothing this volunteer can serve until it reconnects
+        this.dropAssignment(c);
+        c.state = c.paused ? 'paused' : 'waiting';
+        this.demandChanged();
+        return;
+      }
+      case 'heartbeat':
+        // Coverage follows what the hub assigned and the worker said it loaded; the heartbeat keeps it fresh.
+        if (c.state === 'serving' && c.assign) {
+          const a = c.assign;
+          const holds = m.coverage.some(([l, b, e]) => l === a.layer && b === a.experts[0] && e === a.experts[1]);
+          if (!holds) throw new VolunteerWireError('UNEXPECTED_MESSAGE', 'a serving worker reported coverage without its slice');
+          this.refresh(c);
+        } else if (c.state === 'loading' && c.assign) {
+          this.host.reserve(c.workerId, c.assign.model, [[c.assign.layer, c.assign.experts[0], c.assign.experts[1]]]);
+        }
+        return;
+      case 'pause':
+        c.paused = true;
+        if (c.state === 'serving' || c.state === 'waiting') {
+          const wasServing = c.state === 'serving';
+          c.state = 'paused';
+          if (wasServing) this.rebuildLinks(c.assign?.model);
+        }
+        return;
+      case 'resume':
+        c.paused = false;
+        if (c.state === 'paused') {
+          c.state = c.assign ? 'serving' : 'waiting';
+          if (c.assign) this.rebuildLinks(c.assign.model);
+          else this.demandChanged();
+        }
+        return;
+      case 'leave':
+        c.ws.close(1000, 'left');
+        return;
+      case 'ping':
+        c.send({ type: 'pong', id: m.id });
+        return;
+      case 'pong':
+        return;
+    }
+  }
+
+  private onHello(c: Connection, h: Hello): void {
+    if (h.version !== VOLUNTEER_WIRE_VERSION) {
+      throw new VolunteerWireError('UNSUPPORTED_VERSION', `this hub speaks version ${VOLUNTEER_WIRE_VERSION}, got ${h.version}`);
+    }
+    let wallet: string;
+    try {
+      wallet = this.host.authenticate(`Bearer ${h.token}`);
+    } catch (e) {
+      throw new VolunteerWireError('BAD_TOKEN', e instanceof Error ? e.message : 'bad token');
+    }
+    const quarantined = this.host.quarantineReason(h.workerId, wallet);
+    if (quarantined) throw new VolunteerWireError('QUARANTINED', quarantined);
+    const old = this.byWorker.get(h.workerId);
+    if (old && old !== c) {
+      this.closeWith(old, 'REPLACED', 'a newer connection with this worker id took over');
+      this.gone(old);
+    }
+    c.workerId = h.workerId;
+    c.wallet = wallet;
+    c.hello = h;
+    c.paused = false;
+    c.state = 'waiting';
+    this.byWorker.set(h.workerId, c);
+    c.send({
+      type: 'welcome',
+      version: VOLUNTEER_WIRE_VERSION,
+      workerId: h.workerId,
+      heartbeatMs: this.options.heartbeatMs,
+      idleTimeoutMs: this.options.idleTimeoutMs,
+      encoding: this.options.resultEncoding,
+      credit: this.host.creditOf(wallet),
+    });
+    this.host.event('volunteer-join', null, `${h.workerId} (${h.device.webgpu ? (h.device.adapter?.description || 'WebGPU') : 'no WebGPU'}; ${h.agent || 'client'})`);
+    this.demandChanged();
+  }
+
+  private onLoaded(c: Connection, assignmentId: number, ready: boolean): void {
+    const a = c.assign;
+    if (!a || a.assignmentId !== assignmentId || c.state !== 'loading') return; // a stale loaded (released meanwhile)
+    if (c.loadTimer) clearTimeout(c.loadTimer);
+    c.loadTimer = null;
+    try {
+      this.host.serving(c.workerId, c.wallet, a.model, [[a.layer, a.experts[0], a.experts[1]]]);
+    } catch (e) {
+      this.closeWith(c, 'QUARANTINED', e instanceof Error ? e.message : String(e));
+      return;
+    }
+    c.state = ready && !c.paused ? 'serving' : 'paused';
+    this.rebuildLinks(a.model);
+  }
+
+  private refresh(c: Connection): void {
+    const a = c.assign;
+    if (!a) return;
+    try {
+      this.host.serving(c.workerId, c.wallet, a.model, [[a.layer, a.experts[0], a.experts[1]]]);
+    } catch (e) {
+      this.closeWith(c, 'QUARANTINED', e instanceof Error ? e.message : String(e));
+    }
+  }
+
+  private onBinary(c: Connection, bytes: Uint8Array): void {
+    if (c.state === 'hello') throw new VolunteerWireError('UNEXPECTED_MESSAGE', 'a binary frame before hello');
+    const { kind, workId } = peekFrame(bytes);
+    if (kind === 'work') throw new VolunteerWireError('BAD_FRAME', 'volunteers do not send work frames');
+    const p = c.pending.get(workId);
+    // An answer to work the hub already gave up on (or never sent) is dropped; the dispatcher has counted it.
+    if (!p) return;
+    if (kind === 'work_failed') {
+      const f = decodeWorkFailed(bytes);
+      c.settle(workId)?.reject(new WorkError(`${f.code}: ${f.message}`));
+      return;
+    }
+    const r = decodeResult(bytes, { workId, nRows: p.nRows, nEmbd: p.nEmbd, encoding: p.encoding });
+    c.settle(workId)?.resolve(r.sums);
+  }
+
+  // --- assignments
+
+  private dropAssignment(c: Connection): void {
+    if (c.loadTimer) clearTimeout(c.loadTimer);
+    c.loadTimer = null;
+    const a = c.assign;
+    if (!a) return;
+    c.assign = null;
+    c.failAll('released');
+    this.host.forget(c.workerId);
+    this.rebuildLinks(a.model);
+  }
+
+  private rebuildLinks(model: string | undefined): void {
+    if (!model) return;
+    const byLayer = new Map<number, Connection[]>();
+    for (const c of this.all) {
+      if (c.state !== 'serving' || c.assign?.model !== model) continue;
+      const list = byLayer.get(c.assign.layer) ?? [];
+      list.push(c);
+      byLayer.set(c.assign.layer, list);
+    }
+    // A stable order (the dispatcher sums partials in it): by first expert, then worker id.
+    for (const list of byLayer.values()) list.sort((x, y) => x.begin - y.begin || (x.workerId < y.workerId ? -1 : 1));
+    this.links.set(model, byLayer);
+  }
+
+  private async assignRound(): Promise<void> {
+    const idle = [...this.all].filter((c) => c.state === 'waiting' && !c.unfit && c.hello);
+    idle.sort((x, y) => speed(y) - speed(x) || budget(y) - budget(x) || (x.workerId < y.workerId ? -1 : 1));
+    for (const c of idle) {
+      if (c.state !== 'waiting' || !this.all.has(c)) continue;
+      const h = c.hello as Hello;
+      const answer = this.host.offer(c.workerId, {
+        model: h.model,
+        maxExperts: c.maxExperts > 0 ? (h.maxExperts > 0 ? Math.min(h.maxExperts, c.maxExperts) : c.maxExperts) : h.maxExperts,
+        device: {
+          ...(h.device.limits ?? {}),
+          memoryBudgetBytes: h.device.memoryBudgetBytes,
+        },
+      });
+      if (!answer.assigned) continue;
+      const ranges: HeldRange[] = [[answer.layer, answer.experts[0], answer.experts[1]]];
+      // Reserve before the first await: the next volunteer in this round must see this range as taken.
+      this.host.reserve(c.workerId, answer.model, ranges);
+      c.state = 'loading';
+      let shard: { bytes: number; digest: string };
+      try {
+        shard = await this.host.shard(answer.model, answer.layer, answer.experts[0], answer.experts[1]);
+      } catch {
+        this.host.forget(c.workerId);
+        c.state = 'waiting';
+        continue;
+      }
+      if (!this.all.has(c) || c.state !== 'loading') {
+        if (!this.all.has(c)) this.host.forget(c.workerId);
+        continue;
+      }
+      const assign: Assign = {
+        type: 'assign',
+        assignmentId: this.nextAssignment++,
+        model: answer.model,
+        layer: answer.layer,
+        experts: [answer.experts[0], answer.experts[1]],
+        nEmbd: answer.n_embd,
+        nExpert: answer.n_expert,
+        numerics: this.host.numerics(answer.model),
+        shardUrl: `/api/expert-shard?model=${encodeURIComponent(answer.model)}&layer=${answer.layer}&expert_begin=${answer.experts[0]}&expert_end=${answer.experts[1]}`,
+        shardBytes: shard.bytes,
+        shardDigest: shard.digest,
+      };
+      c.assign = assign;
+      c.loadTimer = setTimeout(() => {
+        if (c.assign === assign && c.state === 'loading') this.release(c.workerId, 'LOAD_TIMEOUT', `not loaded within ${this.options.loadTimeoutMs} ms`);
+      }, this.options.loadTimeoutMs);
+      c.loadTimer.unref();
+      c.send(assign);
+    }
+  }
+}
+
+const speed = (c: Connection): number => c.hello?.device.gflops ?? 0;
+const budget = (c: Connection): number => c.hello?.device.memoryBudgetBytes ?? 0;
+
+function toBytes(data: RawData): Uint8Array {
+  if (Array.isArray(data)) return new Uint8Array(Buffer.concat(data));
+  if (data instanceof ArrayBuffer) return new Uint8Array(data);
+  return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+}

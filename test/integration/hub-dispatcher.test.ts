@@ -1,0 +1,741 @@
+/**
+ * The hub's Layer-1 dispatcher (hub/dispatch/dispatcher.ts) on its unix socket.
+ *
+ * 1. Against a scripted coordinator (the protocol module's encoders on a plain socket): the connection rules (0600,
+ *    stale vs live socket file, HELLO first, one request in flight, a second connection replaces the first, size
+ *    caps), LOCAL answers, sums and served flags, timeouts → fallback and late, wrong-sized / NaN answers →
+ *    rejected, benching and probing, metrics; and the dispatcher's added latency per round trip with instant
+ *    workers (printed, not asserted).
+ * 2. Against the real coordinator (linkcpp-server --expert-dispatch) on a generated model, with in-process workers
+ *    that compute their slices with GgmlExactBackend (the coordinator's own arithmetic, bit for bit): two workers
+ *    split each MoE layer's experts; `--dispatch always` → a 32-token greedy completion identical to the stock
+ *    server's, ≥ 90 % of routed pairs served; a worker that never answers → identical tokens, its pairs fall back,
+ *    it is benched; workers answering a wrong size or NaN → rejected, identical tokens.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
+import { connect, createServer, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { Registry } from 'prom-client';
+import { DispatchMetrics, ModelDispatcher, type ModelDispatcherOptions, type ResponseSummary } from '../../hub/dispatch/dispatcher.ts';
+import type { WorkItem, WorkerLink } from '../../hub/dispatch/worker-link.ts';
+import {
+  type DispatchRequest,
+  type DispatchResponse,
+  FrameKind,
+  FrameReader,
+  type Hello,
+  decodeResponse,
+  encodeHello,
+  encodeRequest,
+} from '../../hub/dispatch/protocol.ts';
+import { completeGreedy, startServer } from '../support/linkcpp.ts';
+import { testModel, type TestModel } from '../support/models.ts';
+import { GgmlExactBackend } from '../support/ggml-exact.ts';
+import { FALLBACK_LINE } from '../support/dispatch-checks.ts';
+import { planModel } from '../../tools/model-arch.ts';
+import { buildVocabulary } from '../../tools/tokenizer.ts';
+import { GGMLType } from '../../gguf/quant-types.ts';
+
+const dir = await mkdtemp(join(tmpdir(), 'es-hd-'));
+after(() => rm(dir, { recursive: true, force: true }));
+let sockets = 0;
+const sockPath = (): string => join(dir, `d${sockets++}.sock`);
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+// ---------------------------------------------------------------------------------------------
+// Test doubles
+
+/** A worker link whose answers a function decides. */
+class FnLink implements WorkerLink {
+  inFlight = 0;
+  calls = 0;
+  constructor(
+    readonly workerId: string,
+    readonly layer: number,
+    readonly begin: number,
+    readonly end: number,
+    private readonly fn: (w: WorkItem, link: FnLink) => Promise<Float32Array>,
+  ) {}
+
+  compute(work: WorkItem): Promise<Float32Array> {
+    this.calls++;
+    this.inFlight++;
+    const p = this.fn(work, this);
+    p.then(
+      () => this.inFlight--,
+      () => this.inFlight--,
+    );
+    return p;
+  }
+}
+
+/** Answers each row with Σ weight·(local expert + 1), nEmbd times: easy to check. */
+const simple = (w: WorkItem): Promise<Float32Array> => {
+  const out = new Float32Array(w.nRows * w.nEmbd);
+  for (let q = 0; q < w.nPairs; q++) {
+    const r = w.pairRow[q] as number;
+    for (let i = 0; i < w.nEmbd; i++)
+      out[r * w.nEmbd + i] = (out[r * w.nEmbd + i] as number) + (w.pairWeight[q] as number) * ((w.pairExpert[q] as number) + 1);
+  }
+  return Promise.resolve(out);
+};
+const poke = (s: Float32Array, i: number, x: number): Float32Array => {
+  s[i] = x;
+  return s;
+};
+const never = (): Promise<Float32Array> => new Promise(() => {});
+const after_ = (ms: number) => (w: WorkItem) => sleep(ms).then(() => simple(w));
+
+/** A directory over a mutable list of links. */
+class Links {
+  list: WorkerLink[] = [];
+  workersFor(layer: number): readonly WorkerLink[] {
+    return this.list.filter((l) => l.layer === layer);
+  }
+}
+
+/** A scripted coordinator: HELLO, then one REQUEST at a time, reading each RESPONSE. */
+class ScriptedCoordinator {
+  private readonly reader = new FrameReader();
+  private waiting: ((f: { kind: FrameKind; payload: Uint8Array; seq: number }) => void) | null = null;
+  private readonly queue: Array<{ kind: FrameKind; payload: Uint8Array; seq: number }> = [];
+  closed = false;
+  seq = 0;
+
+  private constructor(
+    readonly socket: Socket,
+    readonly hello: Hello,
+  ) {
+    socket.on('data', (chunk) => {
+      for (const { header, payload } of this.reader.push(chunk)) {
+        const f = { kind: header.kind, payload, seq: header.seq };
+        if (this.waiting) {
+          const w = this.waiting;
+          this.waiting = null;
+          w(f);
+        } else this.queue.push(f);
+      }
+    });
+    socket.on('close', () => {
+      this.closed = true;
+    });
+    socket.on('error', () => {});
+  }
+
+  static async connect(path: string, hello: Partial<Hello> = {}, sayHello = true): Promise<ScriptedCoordinator> {
+    const socket = connect(path);
+    await new Promise<void>((resolve, reject) => {
+      socket.once('connect', resolve);
+      socket.once('error', reject);
+    });
+    const h: Hello = {
+      nLayer: 4,
+      nEmbd: 8,
+      nExpert: 16,
+      nExpertUsed: 4,
+      deadlineMs: 250,
+      numerics: 'llama',
+      modelDesc: 'scripted',
+      ...hello,
+    };
+    const c = new ScriptedCoordinator(socket, h);
+    if (sayHello) {
+      socket.write(encodeHello(h));
+      const ack = await c.next();
+      assert.equal(ack.kind, FrameKind.HelloAck);
+      assert.equal(new DataView(ack.payload.buffer, ack.payload.byteOffset).getUint32(0, true), 1, 'HELLO accepted');
+    }
+    return c;
+  }
+
+  next(timeoutMs = 2000): Promise<{ kind: FrameKind; payload: Uint8Array; seq: number }> {
+    const q = this.queue.shift();
+    if (q) return Promise.resolve(q);
+    return new Promise((resolve, reject) => {
+      const t = setTimeout(() => reject(new Error('no frame in time')), timeoutMs);
+      this.waiting = (f) => {
+        clearTimeout(t);
+        resolve(f);
+      };
+    });
+  }
+
+  request(r: Partial<DispatchRequest> & { ids: Int32Array }): DispatchRequest {
+    const nUsed = r.nUsed ?? this.hello.nExpertUsed;
+    const nTokens = r.nTokens ?? r.ids.length / nUsed;
+    const nEmbd = this.hello.nEmbd;
+    return {
+      seq: ++this.seq,
+      layer: 0,
+      nTokens,
+      nEmbd,
+      nUsed,
+      deadlineUs: this.hello.deadlineMs * 1000,
+      localNsPerPair: 0,
+      rows: r.rows ?? Float32Array.from({ length: nTokens * nEmbd }, (_, i) => i / 7),
+      probs: r.probs ?? Float32Array.from({ length: nTokens * nUsed }, (_, i) => 0.5 + i / 8),
+      ...r,
+    };
+  }
+
+  async send(r: DispatchRequest, timeoutMs = 2000): Promise<DispatchResponse> {
+    this.socket.write(encodeRequest(r));
+    const f = await this.next(timeoutMs);
+    assert.equal(f.kind, FrameKind.Response);
+    assert.equal(f.seq, r.seq);
+    return decodeResponse({ kind: f.kind, seq: f.seq, payloadBytes: f.payload.length }, f.payload, this.hello.nEmbd);
+  }
+
+  /** Writes a pre-encoded REQUEST and resolves when the RESPONSE frame is in (not decoded: for timing). */
+  async sendRaw(bytes: Uint8Array): Promise<FrameKind> {
+    this.socket.write(bytes);
+    return (await this.next()).kind;
+  }
+
+  async waitClosed(timeoutMs = 2000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (!this.closed) {
+      if (Date.now() > deadline) throw new Error('the dispatcher did not close the connection');
+      await sleep(5);
+    }
+  }
+
+  close(): void {
+    this.socket.destroy();
+  }
+}
+
+async function dispatcher(links: Links, o: Partial<ModelDispatcherOptions> = {}): Promise<ModelDispatcher> {
+  return ModelDispatcher.listen({ model: 'm', socketPath: sockPath(), directory: links, mode: 'always', ...o });
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Against a scripted coordinator
+
+describe('ModelDispatcher against a scripted coordinator', () => {
+  test('socket: 0600, a stale file is replaced, a live one is refused', async () => {
+    const path = sockPath();
+    await writeFile(path, 'stale');
+    const d = await ModelDispatcher.listen({ model: 'm', socketPath: path, directory: new Links() });
+    try {
+      assert.equal((await stat(path)).mode & 0o777, 0o600);
+      await assert.rejects(ModelDispatcher.listen({ model: 'm', socketPath: path, directory: new Links() }), /in use/);
+    } finally {
+      await d.close();
+    }
+    await assert.rejects(stat(path), 'close removes the socket file');
+  });
+
+  test('LOCAL at once when nothing can be dispatched, with a quiet window when no worker is there', async () => {
+    const links = new Links();
+    const d = await dispatcher(links, { quietMs: 700 });
+    const c = await ScriptedCoordinator.connect(d.socketPath);
+    try {
+      let r = await c.send(c.request({ ids: Int32Array.of(0, 1, 2, 3) }));
+      assert.deepEqual([r.mode, r.quietMs], ['local', 700], 'no worker on the layer');
+      links.list = [new FnLink('a', 0, 12, 16, simple)];
+      r = await c.send(c.request({ ids: Int32Array.of(0, 1, 2, 3) }));
+      assert.deepEqual([r.mode, r.quietMs], ['local', 0], 'a worker, but none of its experts routed: no quiet window');
+      d.mode = 'off';
+      r = await c.send(c.request({ ids: Int32Array.of(12, 13, 14, 15) }));
+      assert.deepEqual([r.mode, r.quietMs], ['local', 700], 'mode off');
+      d.mode = 'always';
+      r = await c.send(c.request({ ids: Int32Array.of(12, 13, 14, 15), deadlineUs: 5_000 }));
+      assert.equal(r.mode, 'local', 'a coordinator deadline too short to dispatch in');
+      assert.equal(d.totals.localRequests, 4);
+      assert.equal(d.totals.pairs.fallback, 16);
+    } finally {
+      c.close();
+      await d.close();
+    }
+  });
+
+  test('sums and served flags from two workers; pairs nobody holds stay with the coordinator', async () => {
+    const links = new Links();
+    links.list = [new FnLink('a', 0, 0, 4, simple), new FnLink('b', 0, 4, 8, simple), new FnLink('c', 1, 0, 16, simple)];
+    const registry = new Registry();
+    const d = await dispatcher(links, { metrics: new DispatchMetrics(registry) });
+    const c = await ScriptedCoordinator.connect(d.socketPath);
+    try {
+      // 2 tokens × 4 used: token 0 → 1 (a), 5 (b), 9 (none), 2 (a); token 1 → 7 (b), 6 (b), 15 (none), 0 (a).
+      const req = c.request({ ids: Int32Array.of(1, 5, 9, 2, 7, 6, 15, 0) });
+      const r = await c.send(req);
+      assert.equal(r.mode, 'served');
+      if (r.mode !== 'served') return;
+      assert.deepEqual([...r.served], [1, 1, 0, 1, 1, 1, 0, 1]);
+      const p = req.probs;
+      const want0 = (p[0] as number) * 2 + (p[3] as number) * 3 + (p[1] as number) * 2; // a: experts 1, 2 → local 1, 2; b: 5 → 1
+      const want1 = (p[7] as number) * 1 + ((p[4] as number) * 4 + (p[5] as number) * 3); // a: 0 → 1; b: 7, 6 → 4, 3
+      for (let i = 0; i < 8; i++) {
+        assert.ok(Math.abs((r.sums[i] as number) - want0) < 1e-5, `token 0 feature ${i}: ${r.sums[i]} vs ${want0}`);
+        assert.ok(Math.abs((r.sums[8 + i] as number) - want1) < 1e-5, `token 1 feature ${i}`);
+      }
+      assert.deepEqual(d.totals.pairs, { served: 6, fallback: 2, rejected: 0, late: 0, audited: 0 });
+      assert.equal(d.workerStats('a')?.servedPairs, 3);
+      assert.equal(d.workerStats('b')?.servedItems, 1);
+      const text = await registry.metrics();
+      assert.match(text, /expertswarm_dispatch_pairs_total\{model="m",outcome="served"\} 6/);
+      assert.match(text, /expertswarm_dispatch_pairs_total\{model="m",outcome="fallback"\} 2/);
+      assert.match(text, /expertswarm_dispatch_requests_total\{model="m",mode="served"\} 1/);
+      assert.match(text, /expertswarm_dispatch_roundtrip_seconds_count\{model="m"\} 1/);
+    } finally {
+      c.close();
+      await d.close();
+    }
+  });
+
+  test('timeouts fall back, late answers are counted, a worker that keeps missing is benched and probed back', async () => {
+    const links = new Links();
+    let slowMs = 400;
+    const slow = new FnLink('slow', 0, 0, 8, (w) => sleep(slowMs).then(() => simple(w)));
+    links.list = [slow, new FnLink('ok', 0, 8, 16, simple)];
+    const benches: Array<[string, boolean]> = [];
+    const late: string[] = [];
+    const d = await dispatcher(links, {
+      policy: { benchAfterMisses: 3, probeEveryMs: 300, probeMaxPairs: 4 },
+      deadlines: { capMs: 60, floorMs: 30 },
+      events: { onBench: (id, b) => benches.push([id, b]), onLate: (id) => late.push(id) },
+    });
+    const c = await ScriptedCoordinator.connect(d.socketPath);
+    try {
+      const ids = Int32Array.of(1, 9, 2, 10);
+      for (let i = 0; i < 3; i++) {
+        const t0 = performance.now();
+        const r = await c.send(c.request({ ids }));
+        const ms = performance.now() - t0;
+        assert.ok(ms >= 55 && ms < 200, `answered at the 60 ms budget, not later: ${ms.toFixed(0)} ms`);
+        assert.equal(r.mode, 'served');
+        if (r.mode === 'served') assert.deepEqual([...r.served], [0, 1, 0, 1], 'the slow worker’s pairs are not served');
+      }
+      assert.deepEqual(benches, [['slow', true]]);
+      assert.ok(d.isBenched('slow'));
+      // Benched: not dispatched (the request is answered as fast as the other worker).
+      const t0 = performance.now();
+      const r = await c.send(c.request({ ids }));
+      assert.ok(performance.now() - t0 < 40, 'a benched worker is not waited for');
+      assert.equal(r.mode, 'served');
+      assert.equal(slow.calls, 3);
+      await sleep(450); // the late answers arrive; the probe becomes due
+      assert.deepEqual(late, ['slow', 'slow', 'slow']);
+      assert.equal(d.totals.pairs.late, 6);
+      // The probe: it answers in time now and leaves the bench.
+      slowMs = 1;
+      const probe = await c.send(c.request({ ids }));
+      assert.equal(slow.calls, 4, 'probed once');
+      if (probe.mode === 'served') assert.deepEqual([...probe.served], [1, 1, 1, 1]);
+      assert.deepEqual(benches, [
+        ['slow', true],
+        ['slow', false],
+      ]);
+      assert.equal(d.isBenched('slow'), false);
+      assert.equal(d.totals.pairs.fallback, 8, '3 timeouts × 2 pairs, and 2 pairs kept local while benched');
+    } finally {
+      c.close();
+      await d.close();
+    }
+  });
+
+  test('wrong-sized, non-finite and failed answers are rejected or fall back; the pairs are not lost', async () => {
+    const links = new Links();
+    links.list = [
+      new FnLink('short', 0, 0, 4, (w) => Promise.resolve(new Float32Array(w.nRows * w.nEmbd - 1))),
+      new FnLink('nan', 0, 4, 8, (w) => simple(w).then((s) => poke(s, 3, Number.NaN))),
+      new FnLink('inf', 0, 8, 12, (w) => simple(w).then((s) => poke(s, 0, Number.POSITIVE_INFINITY))),
+      new FnLink('throws', 0, 12, 14, () => Promise.reject(new Error('tab closed'))),
+      new FnLink('good', 0, 14, 16, simple),
+    ];
+    const misses: string[] = [];
+    const d = await dispatcher(links, { events: { onMiss: (id, kind) => misses.push(`${id}:${kind}`) } });
+    const c = await ScriptedCoordinator.connect(d.socketPath);
+    try {
+      const r = await c.send(c.request({ ids: Int32Array.of(0, 5, 9, 13, 15, 1, 2, 3) }));
+      assert.equal(r.mode, 'served');
+      if (r.mode === 'served') assert.deepEqual([...r.served], [0, 0, 0, 0, 1, 0, 0, 0]);
+      assert.deepEqual(misses.sort(), ['inf:non-finite', 'nan:non-finite', 'short:wrong-size', 'throws:error']);
+      assert.deepEqual(d.totals.pairs, { served: 1, fallback: 1, rejected: 6, late: 0, audited: 0 });
+      // Nothing valid at all → LOCAL.
+      const l = await c.send(c.request({ ids: Int32Array.of(0, 5, 9, 13) }));
+      assert.equal(l.mode, 'local');
+    } finally {
+      c.close();
+      await d.close();
+    }
+  });
+
+  test('audit seam: a chosen answered item is withheld (one per row), its pairs left to the coordinator', async () => {
+    const links = new Links();
+    links.list = [new FnLink('a', 0, 0, 4, simple), new FnLink('b', 0, 4, 8, simple), new FnLink('c', 0, 8, 12, simple)];
+    const seen: Array<{ workerIds: readonly string[]; answered: readonly boolean[] }> = [];
+    const d = await dispatcher(links, {
+      chooseAudit: (ctx) => {
+        seen.push({ workerIds: ctx.workerIds, answered: ctx.answered });
+        return [0, 1]; // a, then b — b shares token 0 with a, so only a is audited
+      },
+    });
+    const c = await ScriptedCoordinator.connect(d.socketPath);
+    try {
+      const r = await c.send(c.request({ ids: Int32Array.of(1, 5, 9, 13) }));
+      assert.equal(r.mode, 'served');
+      if (r.mode === 'served') assert.deepEqual([...r.served], [0, 1, 1, 0], 'a’s pair withheld for its audit');
+      assert.deepEqual(seen, [{ workerIds: ['a', 'b', 'c'], answered: [true, true, true] }]);
+      assert.deepEqual(d.totals.pairs, { served: 2, fallback: 2, rejected: 0, late: 0, audited: 1 });
+    } finally {
+      c.close();
+      await d.close();
+    }
+  });
+
+  test('protocol rules: HELLO first, one request in flight, size caps, a second connection replaces the first', async () => {
+    const links = new Links();
+    links.list = [new FnLink('w', 0, 0, 16, after_(50))];
+    const events: string[] = [];
+    const d = await dispatcher(links, { events: { onCoordinator: (e) => events.push(e) } });
+    try {
+      // A REQUEST before HELLO.
+      const early = await ScriptedCoordinator.connect(d.socketPath, {}, false);
+      early.socket.write(encodeRequest(early.request({ ids: Int32Array.of(0, 1, 2, 3) })));
+      await early.waitClosed();
+      // Junk.
+      const junk = await ScriptedCoordinator.connect(d.socketPath, {}, false);
+      junk.socket.write(new Uint8Array(32).fill(7));
+      await junk.waitClosed();
+      // A frame larger than any valid REQUEST of this shape (header says 64 MiB; n_embd 8 allows ~4.5 MB).
+      const big = await ScriptedCoordinator.connect(d.socketPath);
+      const hdr = new Uint8Array(16);
+      const v = new DataView(hdr.buffer);
+      v.setUint32(0, 0x50445845, true);
+      v.setUint16(4, 1, true);
+      v.setUint16(6, FrameKind.Request, true);
+      v.setUint32(8, 1, true);
+      v.setUint32(12, 64 * 1024 * 1024, true);
+      big.socket.write(hdr);
+      big.socket.write(new Uint8Array(5 * 1024 * 1024));
+      await big.waitClosed();
+      // Two requests at once.
+      const eager = await ScriptedCoordinator.connect(d.socketPath);
+      eager.socket.write(encodeRequest(eager.request({ ids: Int32Array.of(0, 1, 2, 3) })));
+      eager.socket.write(encodeRequest(eager.request({ ids: Int32Array.of(0, 1, 2, 3) })));
+      await eager.waitClosed();
+      // A layer past n_layer.
+      const far = await ScriptedCoordinator.connect(d.socketPath);
+      far.socket.write(encodeRequest(far.request({ ids: Int32Array.of(0, 1, 2, 3), layer: 4 })));
+      await far.waitClosed();
+      assert.equal(d.totals.protocolErrors, 5);
+      // Replacement: the first connection is closed, its request abandoned; the second is served.
+      const first = await ScriptedCoordinator.connect(d.socketPath);
+      first.socket.write(encodeRequest(first.request({ ids: Int32Array.of(0, 1, 2, 3) })));
+      await sleep(10);
+      const second = await ScriptedCoordinator.connect(d.socketPath);
+      await first.waitClosed();
+      const r = await second.send(second.request({ ids: Int32Array.of(0, 1, 2, 3) }));
+      assert.equal(r.mode, 'served');
+      assert.ok(d.connected);
+      second.close();
+      assert.ok(events.includes('protocol-error') && events.includes('hello') && events.includes('closed'));
+    } finally {
+      await d.close();
+    }
+  });
+
+  test('HELLO refused by acceptHello; a silent connection is dropped after the HELLO timeout', async () => {
+    const d = await dispatcher(new Links(), { acceptHello: (h) => (h.modelDesc === 'wanted' ? 0 : 7), limits: { helloTimeoutMs: 100 } });
+    try {
+      const c = await ScriptedCoordinator.connect(d.socketPath, {}, false);
+      c.socket.write(encodeHello({ ...c.hello, modelDesc: 'other' }));
+      const ack = await c.next();
+      const v = new DataView(ack.payload.buffer, ack.payload.byteOffset);
+      assert.deepEqual([v.getUint32(0, true), v.getUint32(4, true)], [0, 7]);
+      await c.waitClosed();
+      const ok = await ScriptedCoordinator.connect(d.socketPath, { modelDesc: 'wanted' });
+      assert.equal(d.hello?.modelDesc, 'wanted');
+      ok.close();
+      const silent = await ScriptedCoordinator.connect(d.socketPath, {}, false);
+      await silent.waitClosed(1000);
+    } finally {
+      await d.close();
+    }
+  });
+
+  test('auto mode: a worker past its grace window that never served is never dispatched; a newcomer is', async () => {
+    const links = new Links();
+    let now = 1_000_000;
+    const attach = new Map([
+      ['old', now - 60_000],
+      ['new', now - 1_000],
+    ]);
+    links.list = [new FnLink('old', 0, 0, 8, simple), new FnLink('new', 0, 8, 16, simple)];
+    const d = await dispatcher(links, {
+      mode: 'auto',
+      clock: () => now,
+      record: (id) => ({ attachMs: attach.get(id) ?? now, lastServeMs: null, released: false, quarantined: false }),
+    });
+    const c = await ScriptedCoordinator.connect(d.socketPath);
+    try {
+      const r = await c.send(c.request({ ids: Int32Array.of(1, 9, 2, 10) }));
+      if (r.mode === 'served') assert.deepEqual([...r.served], [0, 1, 0, 1]);
+      else assert.fail('the newcomer serves');
+      assert.equal(d.totals.decisions['never-served'], 1);
+      assert.equal(d.totals.decisions.grace, 1);
+      // 25 s later at rest: 'new' served 25 s ago (> idle 20 s) → idle, no longer dispatched.
+      now += 25_000;
+      const l = await c.send(c.request({ ids: Int32Array.of(1, 9, 2, 10) }));
+      assert.equal(l.mode, 'local');
+      assert.equal(d.totals.decisions['idle-at-rest'], 1);
+    } finally {
+      c.close();
+      await d.close();
+    }
+  });
+
+  test('added latency per round trip with instant workers (printed, not asserted)', async (t) => {
+    // Realistic decode shape: n_embd 2048, 128 experts, top-8, one token; two workers split the experts.
+    const nEmbd = 2048;
+    const links = new Links();
+    const zeros = new Map<number, Float32Array>();
+    const instant = (w: WorkItem): Promise<Float32Array> => {
+      let z = zeros.get(w.nRows);
+      if (!z) {
+        z = new Float32Array(w.nRows * w.nEmbd);
+        zeros.set(w.nRows, z);
+      }
+      return Promise.resolve(z);
+    };
+    links.list = [new FnLink('a', 0, 0, 64, instant), new FnLink('b', 0, 64, 128, instant)];
+    const inside: number[] = [];
+    const phases: Array<[number, number]> = [];
+    const d = await dispatcher(links, {
+      events: {
+        onResponse: (s: ResponseSummary) => {
+          inside.push(s.totalMs * 1000);
+          phases.push([s.dispatchMs * 1000, s.settledMs * 1000]);
+        },
+      },
+    });
+    const c = await ScriptedCoordinator.connect(d.socketPath, { nEmbd, nExpert: 128, nExpertUsed: 8 });
+    // The floor: the same socket with a server that answers LOCAL without looking (decode + encode only).
+    const floorPath = sockPath();
+    const echo = createServer((s) => {
+      const reader = new FrameReader();
+      const local = new Uint8Array(40);
+      s.on('data', (chunk) => {
+        for (const { header } of reader.push(chunk)) {
+          local.set(new Uint8Array(16), 0);
+          const v = new DataView(local.buffer);
+          v.setUint32(0, 0x50445845, true);
+          v.setUint16(4, 1, true);
+          v.setUint16(6, FrameKind.Response, true);
+          v.setUint32(8, header.seq, true);
+          v.setUint32(12, 24, true);
+          s.write(local);
+        }
+      });
+    });
+    await new Promise<void>((r) => echo.listen(floorPath, r));
+    const floorSock = connect(floorPath);
+    await new Promise((r) => floorSock.once('connect', r));
+    const floorReader = new FrameReader();
+    let floorWaiter: (() => void) | null = null;
+    floorSock.on('data', (chunk) => {
+      if (floorReader.push(chunk).length > 0) floorWaiter?.();
+    });
+    try {
+      const ids = Int32Array.of(3, 17, 40, 77, 90, 101, 120, 127);
+      const n = 3000;
+      const rtt: number[] = [];
+      const floor: number[] = [];
+      for (let i = 0; i < n + 300; i++) {
+        // Encoded before the clock starts, on both paths; the answers are not decoded: only the round trips are timed.
+        const bytes = encodeRequest(c.request({ ids }));
+        const t0 = performance.now();
+        assert.equal(await c.sendRaw(bytes), FrameKind.Response);
+        const us = (performance.now() - t0) * 1000;
+        const t1 = performance.now();
+        await new Promise<void>((resolve) => {
+          floorWaiter = resolve;
+          floorSock.write(bytes);
+        });
+        const fus = (performance.now() - t1) * 1000;
+        if (i >= 300) {
+          rtt.push(us);
+          floor.push(fus);
+        }
+      }
+      assert.equal(d.totals.servedRequests, n + 300);
+      const pct = (xs: number[], q: number): number =>
+        [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))] as number;
+      const ins = inside.slice(-n);
+      const ph = phases.slice(-n);
+      const added = rtt.map((x, i) => x - (floor[i] as number));
+      t.diagnostic(
+        `dispatcher, 1 token × top-8, n_embd ${nEmbd}, 2 instant workers (${n} round trips): ` +
+          `inside (REQUEST decoded → RESPONSE written) p50 ${pct(ins, 0.5).toFixed(0)} µs p99 ${pct(ins, 0.99).toFixed(0)} µs ` +
+          `[work items handed out at p50 ${pct(
+            ph.map((x) => x[0]),
+            0.5,
+          ).toFixed(0)} µs, answers in at ${pct(
+            ph.map((x) => x[1]),
+            0.5,
+          ).toFixed(0)} µs]; ` +
+          `coordinator-side round trip p50 ${pct(rtt, 0.5).toFixed(0)} µs p99 ${pct(rtt, 0.99).toFixed(0)} µs; ` +
+          `a LOCAL echo on the same kind of socket (the transport floor) p50 ${pct(floor, 0.5).toFixed(0)} µs p99 ${pct(floor, 0.99).toFixed(0)} µs; ` +
+          `added over the floor p50 ${pct(added, 0.5).toFixed(0)} µs p99 ${pct(added, 0.99).toFixed(0)} µs`,
+      );
+    } finally {
+      floorSock.destroy();
+      echo.close();
+      c.close();
+      await d.close();
+    }
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// 2. Against the real coordinator
+
+/** A worker computing its slice as the coordinator does (GgmlExactBackend), pair by pair in the order given. */
+function exactWorker(
+  backend: GgmlExactBackend,
+  id: string,
+  layer: number,
+  begin: number,
+  end: number,
+  fault: 'none' | 'silent' | 'short' | 'nan' = 'none',
+): FnLink {
+  const f32 = Math.fround;
+  return new FnLink(id, layer, begin, end, async (w) => {
+    if (fault === 'silent') return never();
+    const out = new Float32Array(w.nRows * w.nEmbd);
+    const first = new Uint8Array(w.nRows).fill(1);
+    for (let q = 0; q < w.nPairs; q++) {
+      const r = w.pairRow[q] as number;
+      const y = await backend.expertOut(layer, begin + (w.pairExpert[q] as number), w.rows.subarray(r * w.nEmbd, (r + 1) * w.nEmbd));
+      const p = w.pairWeight[q] as number;
+      const o = r * w.nEmbd;
+      for (let i = 0; i < w.nEmbd; i++) {
+        const v = f32((y[i] as number) * p);
+        out[o + i] = first[r] ? v : f32((out[o + i] as number) + v);
+      }
+      first[r] = 0;
+    }
+    if (fault === 'short') return out.subarray(0, out.length - 1);
+    if (fault === 'nan') out[0] = Number.NaN;
+    return out;
+  });
+}
+
+describe('ModelDispatcher with linkcpp-server', () => {
+  const N = 32;
+  const PROMPT = 'The swarm serves';
+  let m: TestModel;
+  let moe: number[];
+  let want: number[];
+  let backend: GgmlExactBackend;
+  let d: ModelDispatcher;
+  let server: Awaited<ReturnType<typeof startServer>>;
+  const links = new Links();
+  const registry = new Registry();
+  let benched: string[] = [];
+
+  before(async () => {
+    // Top-2 of 8 experts: a row's sum has at most two terms, so any split between workers adds up bit for bit.
+    m = await testModel({
+      arch: 'qwen3moe',
+      layers: 3,
+      nEmbd: 64,
+      ff: 64,
+      sharedFf: 64,
+      nExpert: 8,
+      nExpertUsed: 2,
+      type: GGMLType.Q8_0,
+      seed: 23,
+      expertScale: 2,
+    });
+    moe = planModel(m.config, buildVocabulary().tokens.length).moeLayers;
+    const stock = await startServer({ model: m.path, args: ['--no-repack'] });
+    try {
+      want = (await completeGreedy(stock.url, PROMPT, N, m.ban)).tokens;
+    } finally {
+      await stock.stop();
+    }
+    assert.equal(want.length, N);
+    backend = await GgmlExactBackend.open(m.path);
+    d = await ModelDispatcher.listen({
+      model: 'qwen3moe-test',
+      socketPath: sockPath(),
+      directory: links,
+      mode: 'always',
+      metrics: new DispatchMetrics(registry),
+      events: { onBench: (id, b) => b && benched.push(id) },
+    });
+    server = await startServer({ model: m.path, args: ['--expert-dispatch', d.socketPath, '--expert-dispatch-deadline-ms', '1000'] });
+    const deadline = Date.now() + 10_000;
+    while (!d.connected) {
+      if (Date.now() > deadline) throw new Error(`the coordinator did not say HELLO:\n${server.log().slice(-2000)}`);
+      await sleep(20);
+    }
+  });
+
+  after(async () => {
+    await server?.stop();
+    await d?.close();
+    await backend?.close();
+  });
+
+  /** One completion with the given workers; returns its tokens and the dispatcher's pair counts during it. */
+  async function run(list: WorkerLink[]): Promise<{ tokens: number[]; served: number; fallback: number; rejected: number; log: string }> {
+    links.list = list;
+    const before = { ...d.totals.pairs };
+    const logMark = server.log().length;
+    const got = await completeGreedy(server.url, PROMPT, N, m.ban);
+    const p = d.totals.pairs;
+    return {
+      tokens: got.tokens,
+      served: p.served - before.served,
+      fallback: p.fallback - before.fallback,
+      rejected: p.rejected - before.rejected,
+      log: server.log().slice(logMark),
+    };
+  }
+
+  const split = (tag: string, faults: Record<string, 'silent' | 'short' | 'nan'> = {}): WorkerLink[] =>
+    moe.flatMap((layer) => [
+      exactWorker(backend, `${tag}-L${layer}-lo`, layer, 0, 4, faults[`${layer}-lo`] ?? 'none'),
+      exactWorker(backend, `${tag}-L${layer}-hi`, layer, 4, 8, faults[`${layer}-hi`] ?? 'none'),
+    ]);
+
+  test('--dispatch always, two workers per MoE layer: identical tokens, ≥ 90 % of routed pairs served', async (t) => {
+    const r = await run(split('honest'));
+    assert.deepEqual(r.tokens, want, 'token ids identical to the stock server');
+    const routed = r.served + r.fallback + r.rejected;
+    t.diagnostic(`served ${r.served} of ${routed} routed pairs (${((100 * r.served) / routed).toFixed(1)} %)`);
+    assert.ok(routed > 0 && r.served >= 0.9 * routed, `served ${r.served} of ${routed}`);
+    assert.doesNotMatch(r.log, FALLBACK_LINE, 'the coordinator never had to fall back');
+    const text = await registry.metrics();
+    assert.match(text, /expertswarm_dispatch_pairs_total\{model="qwen3moe-test",outcome="served"\} [1-9]/);
+  });
+
+  test('a worker that never answers: identical tokens, its pairs fall back, it is benched', async () => {
+    benched = [];
+    const layer = moe[0] as number;
+    const r = await run(split('silent', { [`${layer}-hi`]: 'silent' }));
+    assert.deepEqual(r.tokens, want);
+    assert.ok(r.fallback > 0, 'the silent worker’s pairs fell back');
+    assert.ok(r.served > 0);
+    assert.deepEqual(benched, [`silent-L${layer}-hi`]);
+    assert.ok(d.isBenched(`silent-L${layer}-hi`));
+    assert.doesNotMatch(r.log, FALLBACK_LINE, 'answered before the coordinator’s deadline every time');
+  });
+
+  test('workers answering a wrong size or NaN: rejected, identical tokens', async () => {
+    const [l0, l1] = moe as [number, number];
+    const r = await run(split('faulty', { [`${l0}-lo`]: 'short', [`${l1 ?? l0}-hi`]: 'nan' }));
+    assert.deepEqual(r.tokens, want);
+    assert.ok(r.rejected > 0, 'answers rejected');
+    assert.ok(r.served > 0, 'the honest workers still served');
+    assert.doesNotMatch(r.log, FALLBACK_LINE, 'the dispatcher answered in time, with valid frames');
+  });
+});

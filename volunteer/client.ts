@@ -1,0 +1,567 @@
+/**
+ * The volunteer client: one UI-free module behind the volunteer page, the widget's frame and the headless volunteer
+ * (`npx expertswarm volunteer`). It runs in browsers and in Node; the caller hands in what differs (WebSocket, the
+ * compute environment, where keys and slices are kept).
+ *
+ *   const client = createVolunteerClient({ hubUrl: location.origin, environment, identity, cache, WebSocket });
+ *   client.on('state', render);
+ *   joinButton.onclick = () => client.join({ memoryBudgetBytes: 512 << 20 });   // consent: nothing is fetched before
+ *
+ * One life: join → log in (ed25519 challenge) → dial `/api/volunteer` → hello → welcome → wait. The hub pushes
+ * `assign` when a model needs replicas: the client takes the slice from its cache or downloads it (progress, digest
+ * check), starts the engine (WebGPU or wasm, whichever measures faster), says `loaded` and serves work frames one at
+ * a time, heartbeating what it serves. `release` frees the engine and it waits again. A dropped channel frees the
+ * engine too (the hub forgets a worker with its connection) and the client dials again with jittered backoff; the
+ * slice stays in the cache, so the next assignment of it costs no download.
+ */
+import { reconnectDelayMs } from './backoff.ts';
+import { openEngine, probeDevice, type ComputeEnvironment, type OpenedEngine } from './engine-open.ts';
+import { VolunteerError, errorMessage, type VolunteerErrorCode } from './errors.ts';
+import { loadIdentity, login, type IdentityStore, type NodeToken } from './identity.ts';
+import type { ShardCache } from './shard-cache.ts';
+import { downloadShard } from './shard-download.ts';
+import {
+  emptyStats,
+  type DeviceReport,
+  type SliceAssignment,
+  type VolunteerControls,
+  type VolunteerEvents,
+  type VolunteerState,
+  type VolunteerStats,
+} from './state.ts';
+import {
+  CLOSE_CODES,
+  VOLUNTEER_PATH,
+  VOLUNTEER_WIRE_VERSION,
+  VolunteerWireError,
+  closeName,
+  closeReason,
+  decodeWork,
+  encodeClientMessage,
+  encodeResult,
+  encodeWorkFailed,
+  parseHubMessage,
+  type Assign,
+  type ClientMessage,
+  type LoadFailedCode,
+  type WorkFailedCode,
+  type WorkFrame,
+} from './wire.ts';
+import type { ExpertSlice } from '../shaders/slice.ts';
+
+/** The part of the WebSocket API the client uses: the browser's and npm `ws`'s both fit. */
+export interface SocketLike {
+  binaryType: string;
+  readonly readyState: number;
+  send(data: string | Uint8Array): void;
+  close(code?: number, reason?: string): void;
+  onopen: ((ev: unknown) => void) | null;
+  onmessage: ((ev: { data: unknown }) => void) | null;
+  onclose: ((ev: { code: number; reason: string }) => void) | null;
+  onerror: ((ev: unknown) => void) | null;
+}
+
+export type SocketFactory = new (url: string) => SocketLike;
+
+export interface VolunteerClientOptions {
+  /** The hub's origin, e.g. `http://127.0.0.1:8080`. */
+  hubUrl: string;
+  /** What computes: called once, after the user joins (nothing is probed or fetched before consent). */
+  environment: () => Promise<ComputeEnvironment>;
+  identity: IdentityStore;
+  cache: ShardCache;
+  WebSocket: SocketFactory;
+  /** Stable per tab (or per process): a second connection with the same id replaces the first. */
+  workerId: string;
+  /** Preferred model ('' = any). */
+  model?: string;
+  maxExperts?: number;
+  /** e.g. "page/0.1.0". */
+  agent?: string;
+  fetch?: typeof fetch;
+  random?: () => number;
+  now?: () => number;
+}
+
+const DEFAULT_BUDGET = 512 * 2 ** 20;
+/** After a failed or released slice, back to waiting after this long (so the state is readable). */
+const SETTLE_MS = 1_500;
+/** A `later` close code waits at least this long. */
+const LATER_MS = 60_000;
+const RATE_WINDOW_MS = 10_000;
+const OPEN = 1;
+
+type Listener<K extends keyof VolunteerEvents> = (value: VolunteerEvents[K]) => void;
+
+interface Held {
+  assign: Assign;
+  slice: SliceAssignment;
+  opened: OpenedEngine;
+}
+
+const LOAD_CODES: Partial<Record<VolunteerErrorCode, LoadFailedCode>> = {
+  SHARD_HTTP: 'DOWNLOAD_FAILED',
+  SHARD_NETWORK: 'DOWNLOAD_FAILED',
+  SHARD_TOO_LARGE: 'DOWNLOAD_FAILED',
+  SHARD_DIGEST_MISMATCH: 'DIGEST_MISMATCH',
+  SLICE_DOES_NOT_FIT: 'DOES_NOT_FIT',
+  NO_BACKEND: 'NO_BACKEND',
+};
+
+export function createVolunteerClient(options: VolunteerClientOptions): VolunteerControls {
+  return new VolunteerClient(options);
+}
+
+class VolunteerClient implements VolunteerControls {
+  state: VolunteerState = { kind: 'idle' };
+  device: DeviceReport | null = null;
+  stats: VolunteerStats = emptyStats();
+
+  private readonly listeners: { [K in keyof VolunteerEvents]: Set<Listener<K>> } = { state: new Set(), device: new Set(), stats: new Set() };
+  private readonly now: () => number;
+  private readonly random: () => number;
+  private env: ComputeEnvironment | null = null;
+  private gpuDevice: Awaited<ReturnType<typeof probeDevice>>['device'] = null;
+  private token: NodeToken | null = null;
+  private socket: SocketLike | null = null;
+  private attempt = 0;
+  private budget = DEFAULT_BUDGET;
+  private joined = false;
+  private paused = false;
+  private held: Held | null = null;
+  /** The assignment being downloaded or started; a release or a newer assign cancels it. */
+  private loading: { assignmentId: number; abort: AbortController } | null = null;
+  private timers = new Set<ReturnType<typeof setTimeout>>();
+  private heartbeatTimer: ReturnType<typeof setInterval> | null = null;
+  /** Work frames are computed one at a time, in arrival order. */
+  private queue: Promise<void> = Promise.resolve();
+  private queued = 0;
+  private recent: Array<{ atMs: number; pairs: number }> = [];
+
+  constructor(private readonly o: VolunteerClientOptions) {
+    this.now = o.now ?? (() => Date.now());
+    this.random = o.random ?? Math.random;
+  }
+
+  // --- controls
+
+  join(options: { memoryBudgetBytes?: number } = {}): void {
+    if (options.memoryBudgetBytes !== undefined) this.budget = options.memoryBudgetBytes;
+    if (this.joined) return;
+    this.joined = true;
+    this.paused = false;
+    this.attempt = 0;
+    void this.connect();
+  }
+
+  pause(): void {
+    if (!this.joined || this.paused) return;
+    this.paused = true;
+    this.send({ type: 'pause' });
+    this.setState({ kind: 'paused', slice: this.held?.slice ?? null });
+  }
+
+  resume(): void {
+    if (!this.joined || !this.paused) return;
+    this.paused = false;
+    this.send({ type: 'resume' });
+    this.setState(this.held ? { kind: 'serving', slice: this.held.slice, backend: this.held.opened.engine.report.backend } : { kind: 'waiting' });
+  }
+
+  async leave(): Promise<void> {
+    this.joined = false;
+    for (const t of this.timers) clearTimeout(t);
+    this.timers.clear();
+    this.stopHeartbeat();
+    this.loading?.abort.abort();
+    this.loading = null;
+    const s = this.socket;
+    this.socket = null;
+    if (s) {
+      if (s.readyState === OPEN) s.send(encodeClientMessage({ type: 'leave' }));
+      s.onclose = null;
+      s.close(1000, 'left');
+    }
+    await this.dropEngine();
+    this.setState({ kind: 'left' });
+  }
+
+  on<K extends keyof VolunteerEvents>(event: K, listener: Listener<K>): () => void {
+    (this.listeners[event] as Set<Listener<K>>).add(listener);
+    const current = { state: this.state, device: this.device, stats: this.stats }[event];
+    if (current !== null) listener(current as VolunteerEvents[K]);
+    return () => (this.listeners[event] as Set<Listener<K>>).delete(listener);
+  }
+
+  // --- events
+
+  private emit<K extends keyof VolunteerEvents>(event: K, value: VolunteerEvents[K]): void {
+    for (const l of this.listeners[event] as Set<Listener<K>>) {
+      try {
+        l(value);
+      } catch {
+        // a listener's failure is the page's problem, never the client's
+      }
+    }
+  }
+
+  private setState(s: VolunteerState): void {
+    this.state = s;
+    this.emit('state', s);
+  }
+
+  private setDevice(d: DeviceReport): void {
+    this.device = d;
+    this.emit('device', d);
+  }
+
+  private setStats(patch: Partial<VolunteerStats>): void {
+    this.stats = { ...this.stats, ...patch };
+    this.emit('stats', this.stats);
+  }
+
+  private later(ms: number, f: () => void): void {
+    const t = setTimeout(() => {
+      this.timers.delete(t);
+      f();
+    }, ms);
+    this.timers.add(t);
+  }
+
+  // --- the channel
+
+  private async connect(): Promise<void> {
+    if (!this.joined) return;
+    this.setState({ kind: 'connecting', attempt: this.attempt + 1 });
+    try {
+      if (!this.env) {
+        this.env = await this.o.environment();
+        const probed = await probeDevice(this.env, this.budget);
+        this.gpuDevice = probed.device;
+        this.setDevice(probed.report);
+      } else if (this.device && this.device.memoryBudgetBytes !== this.budget) {
+        this.setDevice({ ...this.device, memoryBudgetBytes: this.budget });
+      }
+      if (!this.token || this.token.renewAtMs <= this.now()) {
+        this.token = await login(this.o.hubUrl, await loadIdentity(this.o.identity), this.o.fetch ?? fetch, this.now());
+      }
+    } catch (e) {
+      this.retry(`cannot reach the hub: ${errorMessage(e)}`);
+      return;
+    }
+    if (!this.joined) return;
+    const url = new URL(VOLUNTEER_PATH, this.o.hubUrl);
+    url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+    let s: SocketLike;
+    try {
+      s = new this.o.WebSocket(url.toString());
+    } catch (e) {
+      this.retry(`cannot open the channel: ${errorMessage(e)}`);
+      return;
+    }
+    s.binaryType = 'arraybuffer';
+    this.socket = s;
+    s.onopen = () => this.sendHello();
+    s.onmessage = (ev) => this.onMessage(ev.data);
+    s.onerror = () => {};
+    s.onclose = (ev) => {
+      if (this.socket !== s) return;
+      this.socket = null;
+      void this.onClosed(ev.code, ev.reason);
+    };
+  }
+
+  private sendHello(): void {
+    const d = this.device;
+    this.send({
+      type: 'hello',
+      version: VOLUNTEER_WIRE_VERSION,
+      token: this.token?.token ?? '',
+      workerId: this.o.workerId,
+      device: {
+        webgpu: d?.webgpu ?? false,
+        adapter: d?.adapter ?? null,
+        limits: d?.limits ?? null,
+        features: d?.features ?? [],
+        backend: d?.backend ?? null,
+        gflops: d?.gflops ?? null,
+        memoryBudgetBytes: this.budget,
+      },
+      numerics: ['exact', 'llama'],
+      encodings: ['f32', 'f16'],
+      model: this.o.model ?? '',
+      maxExperts: this.o.maxExperts ?? 0,
+      agent: this.o.agent ?? '',
+    });
+  }
+
+  private send(m: ClientMessage): void {
+    const s = this.socket;
+    if (s && s.readyState === OPEN) s.send(encodeClientMessage(m));
+  }
+
+  private sendBinary(bytes: Uint8Array): void {
+    const s = this.socket;
+    if (s && s.readyState === OPEN) s.send(bytes);
+  }
+
+  private retry(reason: string, atLeastMs = 0): void {
+    if (!this.joined) return;
+    this.attempt++;
+    const ms = Math.max(atLeastMs, reconnectDelayMs(this.attempt, this.random));
+    this.setState({ kind: 'retrying', inSeconds: Math.ceil(ms / 1000), reason, attempt: this.attempt });
+    this.later(ms, () => void this.connect());
+  }
+
+  private async onClosed(code: number, reason: string): Promise<void> {
+    this.stopHeartbeat();
+    this.loading?.abort.abort();
+    this.loading = null;
+    await this.dropEngine();
+    if (!this.joined) return;
+    const name = closeName(code);
+    const entry = name ? CLOSE_CODES[name] : undefined;
+    const why = entry ? `${name}: ${reason || entry.meaning}` : `the channel closed (${code})`;
+    if (entry?.then === 'stop') {
+      this.joined = false;
+      this.setState({ kind: 'failed', code: 'HUB_REFUSED', message: why, retrying: false });
+      return;
+    }
+    if (entry?.then === 'new-token') this.token = null;
+    this.retry(why, entry?.then === 'later' ? LATER_MS : 0);
+  }
+
+  private fail(e: VolunteerWireError): void {
+    const s = this.socket;
+    if (s) s.close(e.closeCode, closeReason(e.message));
+  }
+
+  private onMessage(data: unknown): void {
+    try {
+      if (typeof data === 'string') {
+        this.onControl(data);
+        return;
+      }
+      const bytes = data instanceof ArrayBuffer ? new Uint8Array(data) : ArrayBuffer.isView(data) ? new Uint8Array(data.buffer, data.byteOffset, data.byteLength) : null;
+      if (!bytes) throw new VolunteerWireError('BAD_FRAME', 'a binary message must be bytes');
+      this.onWork(bytes);
+    } catch (e) {
+      if (e instanceof VolunteerWireError) this.fail(e);
+      else this.fail(new VolunteerWireError('INTERNAL_ERROR', errorMessage(e)));
+    }
+  }
+
+  private onControl(text: string): void {
+    const m = parseHubMessage(text);
+    switch (m.type) {
+      case 'welcome':
+        this.attempt = 0;
+        this.setStats({ credit: m.credit });
+        this.startHeartbeat(m.heartbeatMs);
+        this.setState(this.paused ? { kind: 'paused', slice: null } : { kind: 'waiting' });
+        if (this.paused) this.send({ type: 'pause' });
+        return;
+      case 'assign':
+        void this.load(m);
+        return;
+      case 'release':
+        void this.release(m.assignmentId, m.reason);
+        return;
+      case 'credit':
+        this.setStats({ credit: m.credit });
+        return;
+      case 'ping':
+        this.send({ type: 'pong', id: m.id });
+        return;
+      case 'pong':
+        return;
+    }
+  }
+
+  private startHeartbeat(ms: number): void {
+    this.stopHeartbeat();
+    this.heartbeatTimer = setInterval(() => this.heartbeat(), ms);
+  }
+
+  private stopHeartbeat(): void {
+    if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
+    this.heartbeatTimer = null;
+  }
+
+  /** Only what is loaded and serving counts as coverage. */
+  private heartbeat(): void {
+    const h = this.held;
+    this.send({
+      type: 'heartbeat',
+      model: h ? h.assign.model : '',
+      coverage: h ? [[h.assign.layer, h.assign.experts[0], h.assign.experts[1]]] : [],
+      paused: this.paused,
+      stats: { pairsServed: this.stats.pairsServed, queueDepth: this.queued },
+    });
+  }
+
+  // --- slices
+
+  private async load(a: Assign): Promise<void> {
+    this.loading?.abort.abort();
+    await this.dropEngine();
+    const abort = new AbortController();
+    this.loading = { assignmentId: a.assignmentId, abort };
+    const slice: SliceAssignment = { model: a.model, layer: a.layer, experts: [a.experts[0], a.experts[1]], bytes: a.shardBytes, digest: a.shardDigest };
+    const current = (): boolean => this.loading?.assignmentId === a.assignmentId && !abort.signal.aborted;
+    try {
+      let bytes = await this.o.cache.get(a.shardDigest).catch(() => null);
+      const fromCache = bytes !== null && bytes.length === a.shardBytes;
+      if (!fromCache) {
+        bytes = null;
+        this.setState({ kind: 'downloading', slice, loadedBytes: 0, totalBytes: a.shardBytes, fromCache: false });
+        let lastEmit = 0;
+        bytes = await downloadShard({
+          url: new URL(a.shardUrl, this.o.hubUrl).toString(),
+          token: this.token?.token ?? '',
+          bytes: a.shardBytes,
+          digest: a.shardDigest,
+          signal: abort.signal,
+          ...(this.o.fetch ? { fetch: this.o.fetch } : {}),
+          onProgress: (loadedBytes, totalBytes) => {
+            const t = this.now();
+            if (loadedBytes < totalBytes && t - lastEmit < 100) return;
+            lastEmit = t;
+            if (current()) this.setState({ kind: 'downloading', slice, loadedBytes, totalBytes, fromCache: false });
+          },
+        });
+        await this.o.cache.put(a.shardDigest, bytes).catch(() => {});
+      } else {
+        this.setState({ kind: 'downloading', slice, loadedBytes: a.shardBytes, totalBytes: a.shardBytes, fromCache: true });
+      }
+      if (!current()) return;
+      this.setState({ kind: 'starting', slice });
+      const env = this.env as ComputeEnvironment;
+      const opened = await openEngine(bytes as Uint8Array, a.numerics, env, this.gpuDevice, this.budget);
+      if (!current()) {
+        await opened.engine.dispose();
+        return;
+      }
+      if (opened.layer !== a.layer || opened.expertBegin !== a.experts[0] || opened.expertEnd !== a.experts[1]) {
+        await opened.engine.dispose();
+        throw new VolunteerError('SHARD_DIGEST_MISMATCH', `the slice holds layer ${opened.layer} [${opened.expertBegin}, ${opened.expertEnd}), not what was assigned`);
+      }
+      this.loading = null;
+      this.held = { assign: a, slice, opened };
+      const report = opened.engine.report;
+      const gflops = report.measured[report.backend]?.gflops ?? 0;
+      if (this.device) this.setDevice({ ...this.device, backend: report.backend, backendReason: report.reason, gflops });
+      this.send({ type: 'loaded', assignmentId: a.assignmentId, ready: !this.paused, backend: report.backend, gflops: Number.isFinite(gflops) ? gflops : 0 });
+      this.heartbeat();
+      this.setState(this.paused ? { kind: 'paused', slice } : { kind: 'serving', slice, backend: report.backend });
+    } catch (e) {
+      if (!current()) return;
+      this.loading = null;
+      const code: VolunteerErrorCode = e instanceof VolunteerError ? e.code : 'NO_BACKEND';
+      this.send({ type: 'load_failed', assignmentId: a.assignmentId, code: LOAD_CODES[code] ?? 'ENGINE_FAILED', message: errorMessage(e).slice(0, 500) });
+      this.setState({ kind: 'failed', code, message: errorMessage(e), retrying: true });
+      this.later(SETTLE_MS, () => {
+        if (this.joined && this.state.kind === 'failed') this.setState(this.paused ? { kind: 'paused', slice: null } : { kind: 'waiting' });
+      });
+    }
+  }
+
+  private async release(assignmentId: number, reason: string): Promise<void> {
+    if (this.loading?.assignmentId === assignmentId) {
+      this.loading.abort.abort();
+      this.loading = null;
+    }
+    const h = this.held;
+    if (!h || h.assign.assignmentId !== assignmentId) return;
+    await this.dropEngine();
+    this.heartbeat();
+    this.setState({ kind: 'released', slice: h.slice, reason });
+    this.later(SETTLE_MS, () => {
+      if (this.joined && this.state.kind === 'released') this.setState(this.paused ? { kind: 'paused', slice: null } : { kind: 'waiting' });
+    });
+  }
+
+  private async dropEngine(): Promise<void> {
+    const h = this.held;
+    this.held = null;
+    if (!h) return;
+    // Frames already queued finish first: disposing under a running compute would fail it.
+    await this.queue.catch(() => {});
+    await h.opened.engine.dispose().catch(() => {});
+  }
+
+  // --- work
+
+  private onWork(bytes: Uint8Array): void {
+    const arrived = this.now();
+    const h = this.held;
+    const frame = decodeWork(bytes, h ? { sliceWidth: h.opened.slice.nExpert } : {});
+    // The frame's arrays may be views of the received buffer; they are used before it could be reused.
+    if (!h || frame.assignmentId !== h.assign.assignmentId) return this.refuse(frame.workId, 'NOT_LOADED', 'no loaded slice has this assignment');
+    if (this.paused) return this.refuse(frame.workId, 'PAUSED', 'the volunteer paused');
+    this.queued++;
+    this.queue = this.queue.then(async () => {
+      try {
+        const sums = await compute(h.opened.engine, h.opened.slice, frame);
+        let finite = true;
+        for (let i = 0; i < sums.length; i++) if (!Number.isFinite(sums[i] as number)) finite = false;
+        if (!finite) return this.refuse(frame.workId, 'COMPUTE_ERROR', 'the backend produced sums that are not finite');
+        const computeUs = Math.round((this.now() - arrived) * 1000);
+        this.sendBinary(encodeResult({ workId: frame.workId, nRows: frame.nRows, nEmbd: frame.nEmbd, sums, encoding: frame.resultEncoding, computeUs }));
+        this.served(frame.nPairs, this.now() - arrived);
+      } catch (e) {
+        this.refuse(frame.workId, 'COMPUTE_ERROR', errorMessage(e));
+      } finally {
+        this.queued--;
+      }
+    });
+  }
+
+  private refuse(workId: number, code: WorkFailedCode, message: string): void {
+    this.sendBinary(encodeWorkFailed({ workId, code, message }));
+  }
+
+  private served(pairs: number, latencyMs: number): void {
+    const t = this.now();
+    this.recent.push({ atMs: t, pairs });
+    while (this.recent.length > 0 && (this.recent[0] as { atMs: number }).atMs < t - RATE_WINDOW_MS) this.recent.shift();
+    const inWindow = this.recent.reduce((s, r) => s + r.pairs, 0);
+    this.setStats({
+      pairsServed: this.stats.pairsServed + pairs,
+      workFrames: this.stats.workFrames + 1,
+      lastLatencyMs: latencyMs,
+      pairsPerSec: inWindow / (RATE_WINDOW_MS / 1000),
+    });
+  }
+}
+
+/**
+ * The reduce form (pairs of row, local expert, weight) as the engine's call shape (rows × nUsed ids and probs): each
+ * row's pairs in arrival order, rows with fewer pairs padded with weight-0 pairs of an expert the row already uses
+ * (adding a +0 or −0 product changes no sum).
+ */
+export function compute(engine: OpenedEngine['engine'], slice: ExpertSlice, f: WorkFrame): Promise<Float32Array> {
+  const counts = new Uint32Array(f.nRows);
+  for (let p = 0; p < f.nPairs; p++) {
+    const r = f.rowIndex[p] as number;
+    counts[r] = (counts[r] as number) + 1;
+  }
+  let nUsed = 1;
+  for (let r = 0; r < f.nRows; r++) nUsed = Math.max(nUsed, counts[r] as number);
+  const ids = new Int32Array(f.nRows * nUsed);
+  const probs = new Float32Array(f.nRows * nUsed);
+  const fill = new Uint32Array(f.nRows);
+  for (let p = 0; p < f.nPairs; p++) {
+    const r = f.rowIndex[p] as number;
+    const k = fill[r] as number;
+    fill[r] = k + 1;
+    ids[r * nUsed + k] = f.localExpert[p] as number;
+    probs[r * nUsed + k] = f.weight[p] as number;
+  }
+  for (let r = 0; r < f.nRows; r++) {
+    const first = (fill[r] as number) > 0 ? (ids[r * nUsed] as number) : 0;
+    for (let k = fill[r] as number; k < nUsed; k++) ids[r * nUsed + k] = first;
+  }
+  if (f.nEmbd !== slice.nEmbd) throw new VolunteerError('COMPUTE_FAILED', `work rows have ${f.nEmbd} values, the slice ${slice.nEmbd}`);
+  return engine.compute(f.rows, ids, probs, f.nRows, nUsed);
+}

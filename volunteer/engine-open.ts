@@ -1,0 +1,107 @@
+/**
+ * From a downloaded slice to a running ExpertEngine, on whatever this machine has: WebGPU (navigator.gpu in a
+ * browser, npm `webgpu` in Node), onnxruntime's wasm fallback, or both (the engine measures and keeps the faster).
+ * Browser-safe: the caller hands in its GPU object and its onnxruntime module.
+ */
+import { readExpertSliceBytes } from '../gguf/expert-slice.ts';
+import { requestExpertDevice, type ExpertDevice } from '../shaders/device.ts';
+import { ExpertEngine, type ExpertEngineOptions } from '../shaders/engine.ts';
+import { OrtExpertFallback, type OrtModuleLike } from '../shaders/ort/fallback.ts';
+import { ExpertRuntime, type ExpertSlice, type Numerics } from '../shaders/runtime.ts';
+import { VolunteerError, errorMessage } from './errors.ts';
+import type { DeviceReport } from './state.ts';
+
+export type BackendChoice = 'auto' | 'webgpu' | 'wasm';
+
+export interface ComputeEnvironment {
+  /** `navigator.gpu`, or `create([])` of npm `webgpu`; null where there is none. */
+  gpu: GPU | null;
+  /** onnxruntime-web, its wasm paths already set; null to go without the fallback. */
+  ort: OrtModuleLike | null;
+  backend: BackendChoice;
+}
+
+/** The wasm fallback keeps each weight as an f32 (shaders/ort/onnx-graph.ts): its memory per slice. */
+export function wasmBytesFor(slice: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'nExpert'>): number {
+  return 3 * slice.nExpert * slice.ff * slice.nEmbd * 4;
+}
+
+/** Opens the device once per client (a GPUDevice outlives the slices it computes) and describes it for the page. */
+export async function probeDevice(env: ComputeEnvironment, memoryBudgetBytes: number): Promise<{ report: DeviceReport; device: ExpertDevice | null }> {
+  let device: ExpertDevice | null = null;
+  let why = '';
+  if (env.backend !== 'wasm') {
+    if (!env.gpu) why = 'no WebGPU in this browser';
+    else {
+      try {
+        device = await requestExpertDevice(env.gpu, 'expertswarm volunteer');
+        if (!device) why = 'WebGPU found no adapter';
+      } catch (e) {
+        why = `WebGPU failed: ${errorMessage(e)}`;
+      }
+    }
+  }
+  const info = device?.adapter.info;
+  const report: DeviceReport = {
+    webgpu: device !== null,
+    adapter: info
+      ? { vendor: info.vendor, architecture: info.architecture, description: info.description, isFallbackAdapter: device?.isFallbackAdapter ?? false }
+      : null,
+    limits: device
+      ? { maxStorageBufferBindingSize: device.device.limits.maxStorageBufferBindingSize, maxBufferSize: device.device.limits.maxBufferSize }
+      : null,
+    features: device ? [...device.device.features].map(String).sort() : [],
+    memoryBudgetBytes,
+    backend: null,
+    backendReason: device ? 'measured on the first slice' : env.backend === 'wasm' ? 'wasm chosen by the user' : `${why} → wasm`,
+    gflops: null,
+  };
+  return { report, device };
+}
+
+export interface OpenedEngine {
+  engine: ExpertEngine;
+  slice: ExpertSlice;
+  layer: number;
+  expertBegin: number;
+  expertEnd: number;
+}
+
+/**
+ * Parses the slice, drops the backends it does not fit, and starts the engine. Throws VolunteerError
+ * SLICE_DOES_NOT_FIT or NO_BACKEND.
+ */
+export async function openEngine(
+  bytes: Uint8Array,
+  numerics: Numerics,
+  env: ComputeEnvironment,
+  device: ExpertDevice | null,
+  memoryBudgetBytes: number,
+): Promise<OpenedEngine> {
+  const { info, gate, up, down } = await readExpertSliceBytes(bytes);
+  const slice: ExpertSlice = { nEmbd: info.nEmbd, ff: info.ff, nExpert: info.expertEnd - info.expertBegin, types: { ...info.types }, gate, up, down };
+  const gpuBytes = gate.length + up.length + down.length;
+  const useGpu = device !== null && env.backend !== 'wasm' && gpuBytes <= memoryBudgetBytes;
+  const useWasm = env.ort !== null && env.backend !== 'webgpu' && wasmBytesFor(slice) <= memoryBudgetBytes;
+  if (!useGpu && !useWasm) {
+    const need = device && env.backend !== 'wasm' ? gpuBytes : wasmBytesFor(slice);
+    throw new VolunteerError(
+      'SLICE_DOES_NOT_FIT',
+      `the slice needs ${mb(need)} MB and the memory budget is ${mb(memoryBudgetBytes)} MB${device || env.backend === 'wasm' ? '' : ' (no WebGPU: the wasm fallback keeps f32 weights)'}`,
+    );
+  }
+  const options: ExpertEngineOptions = { numerics };
+  if (useGpu && device) {
+    options.webgpu = async (s, o) => ({ runtime: await ExpertRuntime.create(device.device, s, { numerics: o.numerics, label: `layer ${info.layer}` }), isFallbackAdapter: device.isFallbackAdapter });
+  }
+  const ort = env.ort;
+  if (useWasm && ort) options.wasm = async (s, o) => OrtExpertFallback.create(ort, s, { numerics: o.numerics });
+  try {
+    const engine = await ExpertEngine.start(slice, options);
+    return { engine, slice, layer: info.layer, expertBegin: info.expertBegin, expertEnd: info.expertEnd };
+  } catch (e) {
+    throw new VolunteerError('NO_BACKEND', `no backend could compute the slice: ${errorMessage(e)}`);
+  }
+}
+
+const mb = (bytes: number): string => (bytes / 2 ** 20).toFixed(1);

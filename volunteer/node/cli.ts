@@ -1,0 +1,164 @@
+/**
+ * `npx expertswarm volunteer --hub URL`: the volunteer client in Node, for machines that help without a browser
+ * (GPU servers: npm `webgpu` is Dawn), printing one status line per second.
+ */
+import { randomUUID } from 'node:crypto';
+import { parseArgs } from 'node:util';
+import { WebSocket } from 'ws';
+import { createVolunteerClient, type SocketFactory } from '../client.ts';
+import type { BackendChoice } from '../engine-open.ts';
+import type { VolunteerControls, VolunteerState } from '../state.ts';
+import { FileShardCache, DEFAULT_SHARD_CACHE_DIR } from './file-cache.ts';
+import { FileIdentityStore, DEFAULT_IDENTITY_FILE, nodeEnvironment } from './environment.ts';
+
+export const VOLUNTEER_USAGE = `usage: expertswarm volunteer --hub URL [options]
+
+  --hub URL                the hub's address, e.g. http://127.0.0.1:8080
+  --model NAME             serve only this model (default: whichever needs help)
+  --budget-mb N            memory lent to one slice, MiB (default 2048)
+  --max-experts N          widest slice to take (default: no limit)
+  --backend B              auto | webgpu | wasm (default auto: both measured, the faster kept)
+  --worker-id ID           stable id of this volunteer (default: a new one per run)
+  --identity FILE          ed25519 key file, made on first run (default ${DEFAULT_IDENTITY_FILE})
+  --cache DIR              slice cache (default ${DEFAULT_SHARD_CACHE_DIR})
+  --quiet                  no status line
+  --help                   this text
+`;
+
+export interface VolunteerArgs {
+  hub: string;
+  model: string;
+  budgetBytes: number;
+  maxExperts: number;
+  backend: BackendChoice;
+  workerId: string;
+  identity: string;
+  cache: string;
+  quiet: boolean;
+}
+
+export function parseVolunteerArgs(argv: string[]): VolunteerArgs | 'help' {
+  const { values } = parseArgs({
+    args: argv,
+    strict: true,
+    options: {
+      hub: { type: 'string' },
+      model: { type: 'string' },
+      'budget-mb': { type: 'string' },
+      'max-experts': { type: 'string' },
+      backend: { type: 'string' },
+      'worker-id': { type: 'string' },
+      identity: { type: 'string' },
+      cache: { type: 'string' },
+      quiet: { type: 'boolean' },
+      help: { type: 'boolean' },
+    },
+  });
+  if (values.help) return 'help';
+  if (!values.hub) throw new Error('--hub URL is required');
+  const hub = new URL(values.hub);
+  if (hub.protocol !== 'http:' && hub.protocol !== 'https:') throw new Error(`--hub must be an http(s) URL, got ${values.hub}`);
+  const int = (v: string | undefined, name: string, def: number, min: number): number => {
+    if (v === undefined) return def;
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < min) throw new Error(`${name} must be an integer ≥ ${min}, got "${v}"`);
+    return n;
+  };
+  const backend = values.backend ?? 'auto';
+  if (backend !== 'auto' && backend !== 'webgpu' && backend !== 'wasm') throw new Error(`--backend must be auto, webgpu or wasm, got "${backend}"`);
+  return {
+    hub: hub.origin,
+    model: values.model ?? '',
+    budgetBytes: int(values['budget-mb'], '--budget-mb', 2048, 1) * 2 ** 20,
+    maxExperts: int(values['max-experts'], '--max-experts', 0, 0),
+    backend,
+    workerId: values['worker-id'] ?? `node-${randomUUID()}`,
+    identity: values.identity ?? DEFAULT_IDENTITY_FILE,
+    cache: values.cache ?? DEFAULT_SHARD_CACHE_DIR,
+    quiet: values.quiet ?? false,
+  };
+}
+
+/** The status line of a state, as the page says it in words. */
+export function describeState(s: VolunteerState): string {
+  switch (s.kind) {
+    case 'idle':
+      return 'idle';
+    case 'connecting':
+      return `connecting (attempt ${s.attempt})`;
+    case 'retrying':
+      return `hub unreachable (${s.reason}); retrying in ${s.inSeconds} s`;
+    case 'waiting':
+      return 'waiting for demand';
+    case 'downloading':
+      return `${s.fromCache ? 'cached' : 'downloading'} ${s.slice.model} layer ${s.slice.layer} [${s.slice.experts[0]}, ${s.slice.experts[1]}) ${Math.round((100 * s.loadedBytes) / Math.max(1, s.totalBytes))}%`;
+    case 'starting':
+      return `starting the engine for ${s.slice.model} layer ${s.slice.layer}`;
+    case 'serving':
+      return `serving ${s.slice.model} layer ${s.slice.layer} [${s.slice.experts[0]}, ${s.slice.experts[1]}) on ${s.backend}`;
+    case 'paused':
+      return 'paused';
+    case 'released':
+      return `released: ${s.reason}`;
+    case 'failed':
+      return `failed ${s.code}: ${s.message}${s.retrying ? '' : ' (not retrying)'}`;
+    case 'left':
+      return 'left';
+  }
+}
+
+export function startVolunteer(a: VolunteerArgs): VolunteerControls {
+  const client = createVolunteerClient({
+    hubUrl: a.hub,
+    environment: () => nodeEnvironment(a.backend),
+    identity: new FileIdentityStore(a.identity),
+    cache: new FileShardCache(a.cache),
+    WebSocket: WebSocket as unknown as SocketFactory,
+    workerId: a.workerId,
+    model: a.model,
+    maxExperts: a.maxExperts,
+    agent: `headless/${process.version}`,
+  });
+  client.join({ memoryBudgetBytes: a.budgetBytes });
+  return client;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  let args: VolunteerArgs | 'help';
+  try {
+    args = parseVolunteerArgs(argv);
+  } catch (e) {
+    process.stderr.write(`${e instanceof Error ? e.message : String(e)}\n\n${VOLUNTEER_USAGE}`);
+    return 2;
+  }
+  if (args === 'help') {
+    process.stdout.write(VOLUNTEER_USAGE);
+    return 0;
+  }
+  const a = args;
+  const client = startVolunteer(a);
+  const timer = a.quiet
+    ? null
+    : setInterval(() => {
+        const s = client.stats;
+        const d = client.device;
+        process.stdout.write(
+          `[volunteer ${a.workerId}] ${describeState(client.state)} · pairs ${s.pairsServed} (${s.pairsPerSec.toFixed(1)}/s) · last ${s.lastLatencyMs === null ? '-' : `${s.lastLatencyMs.toFixed(1)} ms`} · credit ${s.credit}${d?.backend ? ` · ${d.backend} ${d.gflops?.toFixed(2) ?? '?'} GFLOP/s` : ''}\n`,
+        );
+      }, 1000);
+  return new Promise<number>((resolve) => {
+    const stop = (): void => {
+      if (timer) clearInterval(timer);
+      void client.leave().then(() => resolve(0));
+    };
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+    client.on('state', (s) => {
+      if (s.kind === 'failed' && !s.retrying) {
+        if (timer) clearInterval(timer);
+        process.stderr.write(`[volunteer] ${describeState(s)}\n`);
+        resolve(1);
+      }
+    });
+  });
+}

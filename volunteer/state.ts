@@ -1,0 +1,91 @@
+/**
+ * What the volunteer client tells its user interface: the states it moves through and the numbers it keeps. The
+ * page, the widget's frame and the headless volunteer render these and nothing else; they never look inside the
+ * client. Browser-safe (no Node imports).
+ *
+ *   client.on('state', (s) => { if (s.kind === 'retrying') show(`hub unreachable, retrying in ${s.inSeconds} s`); });
+ */
+import type { Backend } from '../shaders/backend-choice.ts';
+
+/** The slice the hub assigned: `experts` is `[begin, end)` of `layer`. */
+export interface SliceAssignment {
+  model: string;
+  layer: number;
+  experts: [number, number];
+  /** The slice's size in bytes, as the hub announced it. */
+  bytes: number;
+  digest: string;
+}
+
+export type VolunteerState =
+  /** Not joined yet: nothing is downloaded before the user consents (`join()`). */
+  | { kind: 'idle' }
+  | { kind: 'connecting'; attempt: number }
+  /** The hub could not be reached or dropped the channel; the client dials again by itself. */
+  | { kind: 'retrying'; inSeconds: number; reason: string; attempt: number }
+  /** Connected, holding nothing: the hub pushes an assignment when a model needs more replicas. */
+  | { kind: 'waiting' }
+  | { kind: 'downloading'; slice: SliceAssignment; loadedBytes: number; totalBytes: number; fromCache: boolean }
+  /** Building the engine and measuring WebGPU against the wasm fallback. */
+  | { kind: 'starting'; slice: SliceAssignment }
+  | { kind: 'serving'; slice: SliceAssignment; backend: Backend }
+  /** Paused by the user: holds its slice, serves nothing until `resume()`. */
+  | { kind: 'paused'; slice: SliceAssignment | null }
+  /** The hub no longer needs the slice: GPU memory freed, back to waiting shortly. */
+  | { kind: 'released'; slice: SliceAssignment; reason: string }
+  /** Something this device cannot do (slice does not fit, no backend computes); `code` is stable. */
+  | { kind: 'failed'; code: string; message: string; retrying: boolean }
+  /** Left by the user (`leave()`): channel closed, memory freed. */
+  | { kind: 'left' };
+
+export type VolunteerStateKind = VolunteerState['kind'];
+
+/** The device as the client found it, and which backend it chose and why. */
+export interface DeviceReport {
+  webgpu: boolean;
+  adapter: { vendor: string; architecture: string; description: string; isFallbackAdapter: boolean } | null;
+  limits: { maxStorageBufferBindingSize: number; maxBufferSize: number } | null;
+  features: string[];
+  /** The memory the volunteer lends (bytes). */
+  memoryBudgetBytes: number;
+  backend: Backend | null;
+  /** Why that backend (e.g. "no WebGPU in this browser", "webgpu is faster: 3.1 vs 0.8 GFLOP/s"). */
+  backendReason: string;
+  /** The chosen backend's measured speed on this slice, GFLOP/s (null before the first measurement). */
+  gflops: number | null;
+}
+
+export interface VolunteerStats {
+  pairsServed: number;
+  /** Over the last 10 s. */
+  pairsPerSec: number;
+  workFrames: number;
+  lastLatencyMs: number | null;
+  /** Pairs served under this wallet as the hub counts them, durable across sessions. */
+  credit: number;
+}
+
+export interface VolunteerEvents {
+  state: VolunteerState;
+  device: DeviceReport;
+  stats: VolunteerStats;
+}
+
+export function emptyStats(): VolunteerStats {
+  return { pairsServed: 0, pairsPerSec: 0, workFrames: 0, lastLatencyMs: null, credit: 0 };
+}
+
+/** What a user interface may do with the client: the page, the widget's frame and the headless volunteer use only this. */
+export interface VolunteerControls {
+  readonly state: VolunteerState;
+  readonly device: DeviceReport | null;
+  readonly stats: VolunteerStats;
+  /** The user consents: dial the hub, announce the device, wait for an assignment. */
+  join(options?: { memoryBudgetBytes?: number }): void;
+  pause(): void;
+  resume(): void;
+  /** Close the channel and free GPU memory. */
+  leave(): Promise<void>;
+  /** Returns the function that unsubscribes. The listener is called at once with the current value. */
+  on<K extends keyof VolunteerEvents>(event: K, listener: (value: VolunteerEvents[K]) => void): () => void;
+}

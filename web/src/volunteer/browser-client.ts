@@ -1,0 +1,49 @@
+/**
+ * The real volunteer client (volunteer/client.ts) as this page runs it: the browser's WebGPU, onnxruntime-web's wasm
+ * fallback (its runtime file is a hashed asset of this build), the key pair in localStorage, slices in the Cache API,
+ * one worker id per tab. The client builds the environment only after join(), so onnxruntime-web, a large chunk, is
+ * not even fetched before the visitor consents.
+ */
+import ortWasmUrl from 'onnxruntime-web/ort-wasm-simd-threaded.wasm?url';
+import type { OrtModuleLike } from '../../../shaders/ort/fallback.ts';
+import { createVolunteerClient as createClient, type SocketFactory } from '../../../volunteer/client.ts';
+import type { ComputeEnvironment } from '../../../volunteer/engine-open.ts';
+import { LocalStorageIdentityStore } from '../../../volunteer/identity.ts';
+import { defaultBrowserCache } from '../../../volunteer/shard-cache.ts';
+import type { VolunteerControls } from '../../../volunteer/state.ts';
+
+const WORKER_ID_KEY = 'expertswarm.worker-id';
+
+/** Stable across reloads of this tab (sessionStorage), distinct between tabs: the hub replaces a reloaded tab's old connection. */
+function tabWorkerId(): string {
+  try {
+    const known = sessionStorage.getItem(WORKER_ID_KEY);
+    if (known) return known;
+    const id = `page-${crypto.randomUUID()}`;
+    sessionStorage.setItem(WORKER_ID_KEY, id);
+    return id;
+  } catch {
+    return `page-${crypto.randomUUID()}`;
+  }
+}
+
+async function browserEnvironment(): Promise<ComputeEnvironment> {
+  const ort = await import('onnxruntime-web/wasm');
+  ort.env.wasm.wasmPaths = { wasm: ortWasmUrl };
+  // Threads need cross-origin isolation, which a page that others embed cannot count on.
+  ort.env.wasm.numThreads = 1;
+  return { gpu: navigator.gpu ?? null, ort: ort as unknown as OrtModuleLike, backend: 'auto' };
+}
+
+export function createVolunteerClient({ hubUrl }: { hubUrl: string }): VolunteerControls {
+  return createClient({
+    hubUrl,
+    environment: browserEnvironment,
+    identity: new LocalStorageIdentityStore(),
+    cache: defaultBrowserCache(),
+    // The DOM's handler types take `Event`s where SocketLike's take `unknown`: the same object, typed stricter.
+    WebSocket: WebSocket as unknown as SocketFactory,
+    workerId: tabWorkerId(),
+    agent: 'page/0.1.0',
+  });
+}

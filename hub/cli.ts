@@ -6,6 +6,7 @@ import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { Hub, defaultConfig, type HubConfig } from './hub.ts';
 import { buildApp } from './app.ts';
+import type { PagesOptions } from './pages.ts';
 import { DISPATCH_MODES, type DispatchMode } from './dispatch/policy.ts';
 import { DEFAULT_CHANNEL } from './volunteers/channel.ts';
 
@@ -33,7 +34,8 @@ export const USAGE = `usage: expertswarm hub --model PATH.gguf [--model NAME=PAT
   --idle-ms N                idle timeout since a worker's last serve (default ${DEFAULTS.dispatch.idleMs})
   --max-workers N            live worker cap (default ${DEFAULTS.maxWorkers})
   --dispatch MODE            auto: Layer 1 decides per worker (default); always: every pair a live worker covers goes
-                             to it (tests, benchmarks); off: the coordinator computes everything
+                             to it, and the market recruits the base target even at rest (tests, benchmarks);
+                             off: the coordinator computes everything
   --dispatch-socket NAME=PATH  the dispatcher socket an external coordinator of NAME connects to
                              (start it with --expert-dispatch PATH); managed coordinators get one each
   --heartbeat-ms N           volunteer heartbeat interval (default ${DEFAULT_CHANNEL.heartbeatMs})
@@ -136,10 +138,11 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
 export async function runHub(
   config: HubConfig,
   log: (line: string) => void = console.log,
+  pages: PagesOptions = {},
 ): Promise<{ hub: Hub; close: () => Promise<void>; url: string }> {
   const hub = new Hub(config);
   await hub.load();
-  const app = await buildApp(hub);
+  const app = await buildApp(hub, pages);
   const address = await app.listen({ port: config.port, host: config.host });
   log(`[hub] API on ${address} — models: ${hub.servedModels().join(', ')}; starting coordinators…`);
   await hub.start();

@@ -37,6 +37,8 @@ export const ERRORS = {
   COORDINATOR_UNAVAILABLE: 503,
   COORDINATOR_TIMEOUT: 504,
   COORDINATOR_ERROR: 502,
+  // pages
+  PAGES_NOT_BUILT: 503,
   // anything else
   INTERNAL: 500,
 } as const;

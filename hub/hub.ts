@@ -167,7 +167,11 @@ export class Hub {
     this.metrics = new HubMetrics(() => this.readings());
     this.dispatchMetrics = new DispatchMetrics(this.metrics.registry);
     this.shards = new ShardServer(this);
-    this.channel = new VolunteerChannel(this.channelHost(), { ...DEFAULT_CHANNEL, maxConnections: config.maxWorkers, ...config.channel }, clock);
+    this.channel = new VolunteerChannel(
+      this.channelHost(),
+      { ...DEFAULT_CHANNEL, maxConnections: config.maxWorkers, ...config.channel },
+      clock,
+    );
   }
 
   private now(): number {
@@ -253,7 +257,12 @@ export class Hub {
         if (wallet) this.creditDue.set(wallet, (this.creditDue.get(wallet) ?? 0) + pairs);
       },
       onBench: (workerId, benched) =>
-        this.events.add('dispatch', model, `${workerId} ${benched ? 'benched: keeps missing deadlines' : 'back: answered in time'}`, this.now()),
+        this.events.add(
+          'dispatch',
+          model,
+          `${workerId} ${benched ? 'benched: keeps missing deadlines' : 'back: answered in time'}`,
+          this.now(),
+        ),
       onCoordinator: (event, detail) => {
         if (event !== 'closed' && event !== 'connected') this.events.add('coordinator', model, `dispatch ${event}: ${detail}`, this.now());
       },
@@ -263,7 +272,11 @@ export class Hub {
       socketPath,
       directory: this.channel.directory(model),
       mode: this.config.dispatchMode,
-      policy: { ...this.config.dispatch, saturateAt: this.config.saturation.saturateAt, maxReadingAgeMs: this.config.saturation.maxReadingAgeMs },
+      policy: {
+        ...this.config.dispatch,
+        saturateAt: this.config.saturation.saturateAt,
+        maxReadingAgeMs: this.config.saturation.maxReadingAgeMs,
+      },
       saturation: () => this.poller.reading(model),
       record: (workerId) => this.dispatch.record(workerId),
       metrics: this.dispatchMetrics,
@@ -412,7 +425,8 @@ export class Hub {
         shape,
         (layer) => this.coverage.replicaCounts(name, layer),
         target,
-        recruiting,
+        // `--dispatch always` sends every covered pair to a worker, load or not: it wants its base replicas at rest too.
+        recruiting || this.config.dispatchMode === 'always',
         this.coverage.workerCount(name) > 0,
       );
     });

@@ -13,6 +13,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { HubError } from './errors.ts';
 import fastifyStatic from '@fastify/static';
 import type { FastifyInstance } from 'fastify';
 
@@ -54,13 +55,8 @@ export async function registerPages(app: FastifyInstance, options: PagesOptions 
   for (const [route, file] of Object.entries(PAGE_ROUTES)) {
     app.get(route, async (_req, reply) => {
       if (!existsSync(join(dir, file))) {
-        return reply
-          .code(503)
-          .header('cache-control', 'no-store')
-          .send({
-            error: `the hub's pages are not built (${file}): run \`npm run build:web\` where the hub runs`,
-            code: 'PAGES_NOT_BUILT',
-          });
+        const e = new HubError('PAGES_NOT_BUILT', `the hub's pages are not built (${file}): run \`npm run build:web\` where the hub runs`);
+        return reply.code(e.status).header('cache-control', 'no-store').send(e.toJSON());
       }
       return reply
         .header('cache-control', PAGE_CACHE_CONTROL)

@@ -117,7 +117,11 @@ class VolunteerClient implements VolunteerControls {
   device: DeviceReport | null = null;
   stats: VolunteerStats = emptyStats();
 
-  private readonly listeners: { [K in keyof VolunteerEvents]: Set<Listener<K>> } = { state: new Set(), device: new Set(), stats: new Set() };
+  private readonly listeners: { [K in keyof VolunteerEvents]: Set<Listener<K>> } = {
+    state: new Set(),
+    device: new Set(),
+    stats: new Set(),
+  };
   private readonly now: () => number;
   private readonly random: () => number;
   private env: ComputeEnvironment | null = null;
@@ -165,7 +169,9 @@ class VolunteerClient implements VolunteerControls {
     if (!this.joined || !this.paused) return;
     this.paused = false;
     this.send({ type: 'resume' });
-    this.setState(this.held ? { kind: 'serving', slice: this.held.slice, backend: this.held.opened.engine.report.backend } : { kind: 'waiting' });
+    this.setState(
+      this.held ? { kind: 'serving', slice: this.held.slice, backend: this.held.opened.engine.report.backend } : { kind: 'waiting' },
+    );
   }
 
   async leave(): Promise<void> {
@@ -342,7 +348,12 @@ class VolunteerClient implements VolunteerControls {
         this.onControl(data);
         return;
       }
-      const bytes = data instanceof ArrayBuffer ? new Uint8Array(data) : ArrayBuffer.isView(data) ? new Uint8Array(data.buffer, data.byteOffset, data.byteLength) : null;
+      const bytes =
+        data instanceof ArrayBuffer
+          ? new Uint8Array(data)
+          : ArrayBuffer.isView(data)
+            ? new Uint8Array(data.buffer, data.byteOffset, data.byteLength)
+            : null;
       if (!bytes) throw new VolunteerWireError('BAD_FRAME', 'a binary message must be bytes');
       this.onWork(bytes);
     } catch (e) {
@@ -407,7 +418,13 @@ class VolunteerClient implements VolunteerControls {
     await this.dropEngine();
     const abort = new AbortController();
     this.loading = { assignmentId: a.assignmentId, abort };
-    const slice: SliceAssignment = { model: a.model, layer: a.layer, experts: [a.experts[0], a.experts[1]], bytes: a.shardBytes, digest: a.shardDigest };
+    const slice: SliceAssignment = {
+      model: a.model,
+      layer: a.layer,
+      experts: [a.experts[0], a.experts[1]],
+      bytes: a.shardBytes,
+      digest: a.shardDigest,
+    };
     const current = (): boolean => this.loading?.assignmentId === a.assignmentId && !abort.signal.aborted;
     try {
       let bytes = await this.o.cache.get(a.shardDigest).catch(() => null);
@@ -444,21 +461,35 @@ class VolunteerClient implements VolunteerControls {
       }
       if (opened.layer !== a.layer || opened.expertBegin !== a.experts[0] || opened.expertEnd !== a.experts[1]) {
         await opened.engine.dispose();
-        throw new VolunteerError('SHARD_DIGEST_MISMATCH', `the slice holds layer ${opened.layer} [${opened.expertBegin}, ${opened.expertEnd}), not what was assigned`);
+        throw new VolunteerError(
+          'SHARD_DIGEST_MISMATCH',
+          `the slice holds layer ${opened.layer} [${opened.expertBegin}, ${opened.expertEnd}), not what was assigned`,
+        );
       }
       this.loading = null;
       this.held = { assign: a, slice, opened };
       const report = opened.engine.report;
       const gflops = report.measured[report.backend]?.gflops ?? 0;
       if (this.device) this.setDevice({ ...this.device, backend: report.backend, backendReason: report.reason, gflops });
-      this.send({ type: 'loaded', assignmentId: a.assignmentId, ready: !this.paused, backend: report.backend, gflops: Number.isFinite(gflops) ? gflops : 0 });
+      this.send({
+        type: 'loaded',
+        assignmentId: a.assignmentId,
+        ready: !this.paused,
+        backend: report.backend,
+        gflops: Number.isFinite(gflops) ? gflops : 0,
+      });
       this.heartbeat();
       this.setState(this.paused ? { kind: 'paused', slice } : { kind: 'serving', slice, backend: report.backend });
     } catch (e) {
       if (!current()) return;
       this.loading = null;
       const code: VolunteerErrorCode = e instanceof VolunteerError ? e.code : 'NO_BACKEND';
-      this.send({ type: 'load_failed', assignmentId: a.assignmentId, code: LOAD_CODES[code] ?? 'ENGINE_FAILED', message: errorMessage(e).slice(0, 500) });
+      this.send({
+        type: 'load_failed',
+        assignmentId: a.assignmentId,
+        code: LOAD_CODES[code] ?? 'ENGINE_FAILED',
+        message: errorMessage(e).slice(0, 500),
+      });
       this.setState({ kind: 'failed', code, message: errorMessage(e), retrying: true });
       this.later(SETTLE_MS, () => {
         if (this.joined && this.state.kind === 'failed') this.setState(this.paused ? { kind: 'paused', slice: null } : { kind: 'waiting' });
@@ -497,8 +528,14 @@ class VolunteerClient implements VolunteerControls {
     const h = this.held;
     const frame = decodeWork(bytes, h ? { sliceWidth: h.opened.slice.nExpert } : {});
     // The frame's arrays may be views of the received buffer; they are used before it could be reused.
-    if (!h || frame.assignmentId !== h.assign.assignmentId) return this.refuse(frame.workId, 'NOT_LOADED', 'no loaded slice has this assignment');
-    if (this.paused) return this.refuse(frame.workId, 'PAUSED', 'the volunteer paused');
+    if (!h || frame.assignmentId !== h.assign.assignmentId) {
+      this.refuse(frame.workId, 'NOT_LOADED', 'no loaded slice has this assignment');
+      return;
+    }
+    if (this.paused) {
+      this.refuse(frame.workId, 'PAUSED', 'the volunteer paused');
+      return;
+    }
     this.queued++;
     this.queue = this.queue.then(async () => {
       try {
@@ -507,7 +544,9 @@ class VolunteerClient implements VolunteerControls {
         for (let i = 0; i < sums.length; i++) if (!Number.isFinite(sums[i] as number)) finite = false;
         if (!finite) return this.refuse(frame.workId, 'COMPUTE_ERROR', 'the backend produced sums that are not finite');
         const computeUs = Math.round((this.now() - arrived) * 1000);
-        this.sendBinary(encodeResult({ workId: frame.workId, nRows: frame.nRows, nEmbd: frame.nEmbd, sums, encoding: frame.resultEncoding, computeUs }));
+        this.sendBinary(
+          encodeResult({ workId: frame.workId, nRows: frame.nRows, nEmbd: frame.nEmbd, sums, encoding: frame.resultEncoding, computeUs }),
+        );
         this.served(frame.nPairs, this.now() - arrived);
       } catch (e) {
         this.refuse(frame.workId, 'COMPUTE_ERROR', errorMessage(e));

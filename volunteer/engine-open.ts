@@ -27,7 +27,10 @@ export function wasmBytesFor(slice: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'nExpert'
 }
 
 /** Opens the device once per client (a GPUDevice outlives the slices it computes) and describes it for the page. */
-export async function probeDevice(env: ComputeEnvironment, memoryBudgetBytes: number): Promise<{ report: DeviceReport; device: ExpertDevice | null }> {
+export async function probeDevice(
+  env: ComputeEnvironment,
+  memoryBudgetBytes: number,
+): Promise<{ report: DeviceReport; device: ExpertDevice | null }> {
   let device: ExpertDevice | null = null;
   let why = '';
   if (env.backend !== 'wasm') {
@@ -45,7 +48,12 @@ export async function probeDevice(env: ComputeEnvironment, memoryBudgetBytes: nu
   const report: DeviceReport = {
     webgpu: device !== null,
     adapter: info
-      ? { vendor: info.vendor, architecture: info.architecture, description: info.description, isFallbackAdapter: device?.isFallbackAdapter ?? false }
+      ? {
+          vendor: info.vendor,
+          architecture: info.architecture,
+          description: info.description,
+          isFallbackAdapter: device?.isFallbackAdapter ?? false,
+        }
       : null,
     limits: device
       ? { maxStorageBufferBindingSize: device.device.limits.maxStorageBufferBindingSize, maxBufferSize: device.device.limits.maxBufferSize }
@@ -79,7 +87,15 @@ export async function openEngine(
   memoryBudgetBytes: number,
 ): Promise<OpenedEngine> {
   const { info, gate, up, down } = await readExpertSliceBytes(bytes);
-  const slice: ExpertSlice = { nEmbd: info.nEmbd, ff: info.ff, nExpert: info.expertEnd - info.expertBegin, types: { ...info.types }, gate, up, down };
+  const slice: ExpertSlice = {
+    nEmbd: info.nEmbd,
+    ff: info.ff,
+    nExpert: info.expertEnd - info.expertBegin,
+    types: { ...info.types },
+    gate,
+    up,
+    down,
+  };
   const gpuBytes = gate.length + up.length + down.length;
   const useGpu = device !== null && env.backend !== 'wasm' && gpuBytes <= memoryBudgetBytes;
   const useWasm = env.ort !== null && env.backend !== 'webgpu' && wasmBytesFor(slice) <= memoryBudgetBytes;
@@ -92,7 +108,10 @@ export async function openEngine(
   }
   const options: ExpertEngineOptions = { numerics };
   if (useGpu && device) {
-    options.webgpu = async (s, o) => ({ runtime: await ExpertRuntime.create(device.device, s, { numerics: o.numerics, label: `layer ${info.layer}` }), isFallbackAdapter: device.isFallbackAdapter });
+    options.webgpu = async (s, o) => ({
+      runtime: await ExpertRuntime.create(device.device, s, { numerics: o.numerics, label: `layer ${info.layer}` }),
+      isFallbackAdapter: device.isFallbackAdapter,
+    });
   }
   const ort = env.ort;
   if (useWasm && ort) options.wasm = async (s, o) => OrtExpertFallback.create(ort, s, { numerics: o.numerics });

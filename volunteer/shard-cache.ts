@@ -12,7 +12,8 @@ export interface ShardCache {
 const DIGEST = /^sha256:[0-9a-f]{64}$/;
 
 export function checkDigest(digest: string): string {
-  if (!DIGEST.test(digest)) throw new RangeError(`a shard digest is "sha256:" and 64 lowercase hex digits, got ${JSON.stringify(digest.slice(0, 80))}`);
+  if (!DIGEST.test(digest))
+    throw new RangeError(`a shard digest is "sha256:" and 64 lowercase hex digits, got ${JSON.stringify(digest.slice(0, 80))}`);
   return digest;
 }
 
@@ -49,7 +50,10 @@ export class BrowserShardCache implements ShardCache {
 
   async put(digest: string, bytes: Uint8Array): Promise<void> {
     const cache = await caches.open(this.cacheName);
-    await cache.put(this.key(digest), new Response(bytes as Uint8Array<ArrayBuffer>, { headers: { 'content-type': 'application/octet-stream' } }));
+    await cache.put(
+      this.key(digest),
+      new Response(bytes as Uint8Array<ArrayBuffer>, { headers: { 'content-type': 'application/octet-stream' } }),
+    );
   }
 
   async delete(digest: string): Promise<void> {

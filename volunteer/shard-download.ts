@@ -65,7 +65,8 @@ export async function downloadShard(d: ShardDownload): Promise<Uint8Array> {
     }
   }
   const digest = await sha256Digest(out);
-  if (digest !== d.digest) throw new VolunteerError('SHARD_DIGEST_MISMATCH', `the slice hashes to ${digest}, the hub announced ${d.digest}`);
+  if (digest !== d.digest)
+    throw new VolunteerError('SHARD_DIGEST_MISMATCH', `the slice hashes to ${digest}, the hub announced ${d.digest}`);
   return out;
 }
 

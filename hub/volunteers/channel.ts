@@ -280,7 +280,9 @@ export class VolunteerChannel {
     }
     this.assigning = true;
     void this.assignRound()
-      .catch(() => {})
+      .catch((e: unknown) =>
+        this.host.event('load-failed', null, `assigning volunteers failed: ${e instanceof Error ? e.message : String(e)}`),
+      )
       .finally(() => {
         this.assigning = false;
         if (this.assignAgain) {
@@ -367,7 +369,8 @@ export class VolunteerChannel {
       case 'hello':
         throw new VolunteerWireError('UNEXPECTED_MESSAGE', 'a second hello');
       case 'loaded':
-        return this.onLoaded(c, m.assignmentId, m.ready);
+        this.onLoaded(c, m.assignmentId, m.ready);
+        return;
       case 'load_failed': {
         if (!c.assign || c.assign.assignmentId !== m.assignmentId) return;
         const a = c.assign;
@@ -452,7 +455,11 @@ export class VolunteerChannel {
       encoding: this.options.resultEncoding,
       credit: this.host.creditOf(wallet),
     });
-    this.host.event('volunteer-join', null, `${h.workerId} (${h.device.webgpu ? (h.device.adapter?.description || 'WebGPU') : 'no WebGPU'}; ${h.agent || 'client'})`);
+    this.host.event(
+      'volunteer-join',
+      null,
+      `${h.workerId} (${h.device.webgpu ? h.device.adapter?.description || 'WebGPU' : 'no WebGPU'}; ${h.agent || 'client'})`,
+    );
     this.demandChanged();
   }
 
@@ -570,7 +577,8 @@ export class VolunteerChannel {
       };
       c.assign = assign;
       c.loadTimer = setTimeout(() => {
-        if (c.assign === assign && c.state === 'loading') this.release(c.workerId, 'LOAD_TIMEOUT', `not loaded within ${this.options.loadTimeoutMs} ms`);
+        if (c.assign === assign && c.state === 'loading')
+          this.release(c.workerId, 'LOAD_TIMEOUT', `not loaded within ${this.options.loadTimeoutMs} ms`);
       }, this.options.loadTimeoutMs);
       c.loadTimer.unref();
       c.send(assign);

@@ -755,7 +755,7 @@ describe('round_activations.wgsl: ggml activation rounding, bit for bit', { conc
     }
   });
 
-  test('q8_0, q8_k: the values-only entry point and the packed one agree, and qs packs as pack4xI8', async () => {
+  test('q8_0, q8_k: the values-only entry point and the packed one agree, qs packs as pack4xI8, q8_k has its bsums', async () => {
     const x = randomRows(99).subarray(0, 8 * 1024);
     for (const mode of ['q8_0', 'q8_k'] as const) {
       const a = await roundActivationsGpu(device, mode, x, 8, 1024, { packed: false });
@@ -770,6 +770,18 @@ describe('round_activations.wgsl: ggml activation rounding, bit for bit', { conc
           ((g.q[4 * i]! & 0xff) | ((g.q[4 * i + 1]! & 0xff) << 8) | ((g.q[4 * i + 2]! & 0xff) << 16) | ((g.q[4 * i + 3]! & 0xff) << 24)) >>>
           0;
         if (b.qs[i] !== want) assert.fail(`${mode} qs[${i}] = ${hex(b.qs[i]!)}, want ${hex(want)}`);
+      }
+      // block_q8_K's bsums (the K-quant int8 kernels read them): the sum of each 16 consecutive quants.
+      if (mode === 'q8_0') {
+        assert.equal(b.bsums, undefined);
+        continue;
+      }
+      assert.ok(b.bsums);
+      assert.equal(b.bsums.length, x.length / 16);
+      for (let j = 0; j < b.bsums.length; j++) {
+        let want = 0;
+        for (let i = 16 * j; i < 16 * j + 16; i++) want += g.q[i]!;
+        if (b.bsums[j] !== want) assert.fail(`bsums[${j}] = ${b.bsums[j]}, want ${want}`);
       }
     }
   });

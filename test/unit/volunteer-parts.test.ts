@@ -29,7 +29,12 @@ test('reconnect backoff: doubles per attempt within [step/2, step), capped, neve
     [40, 0, 15_000],
     [40, 1, 30_000],
   ];
-  for (const [attempt, random, ms] of table) assert.equal(reconnectDelayMs(attempt, () => random), ms, `attempt ${attempt}, random ${random}`);
+  for (const [attempt, random, ms] of table)
+    assert.equal(
+      reconnectDelayMs(attempt, () => random),
+      ms,
+      `attempt ${attempt}, random ${random}`,
+    );
   assert.throws(() => reconnectDelayMs(0, Math.random), RangeError);
 });
 

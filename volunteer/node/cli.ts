@@ -65,7 +65,8 @@ export function parseVolunteerArgs(argv: string[]): VolunteerArgs | 'help' {
     return n;
   };
   const backend = values.backend ?? 'auto';
-  if (backend !== 'auto' && backend !== 'webgpu' && backend !== 'wasm') throw new Error(`--backend must be auto, webgpu or wasm, got "${backend}"`);
+  if (backend !== 'auto' && backend !== 'webgpu' && backend !== 'wasm')
+    throw new Error(`--backend must be auto, webgpu or wasm, got "${backend}"`);
   return {
     hub: hub.origin,
     model: values.model ?? '',

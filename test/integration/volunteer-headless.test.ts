@@ -1,0 +1,85 @@
+/**
+ * The data path end to end with headless volunteers (`npx expertswarm volunteer`, the same client as the page, in
+ * Node): a hub with its real coordinator (linkcpp-server), two volunteer processes that the market assigns one MoE
+ * layer each over the channel, `--dispatch always`; 64-token greedy completions through `/v1/completions` give the
+ * token ids of the same hub with `--dispatch off`, and the metrics show the volunteers served ≥ 90% of routed pairs.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { GGMLType } from '../../gguf/quant-types.ts';
+import { testModel, type TestModel } from '../support/models.ts';
+import { completionIds, pairOutcomes, spawnVolunteer, startSwarmHub, waitForCoverage } from '../support/swarm.ts';
+
+const N = 64;
+const PROMPT = 'The swarm serves';
+/** The routed branch as loud as in the dispatch grid (test/integration/expert-dispatch.test.ts, LOUD). */
+const LOUD = 2;
+
+const MODELS = [
+  {
+    name: 'qwen3moe Q4_K',
+    config: {
+      arch: 'qwen3moe',
+      layers: 2,
+      nEmbd: 256,
+      ff: 256,
+      nExpert: 8,
+      nExpertUsed: 2,
+      type: GGMLType.Q4_K,
+      seed: 31,
+      expertScale: LOUD,
+    },
+  },
+  {
+    name: 'deepseek Q8_0',
+    config: {
+      arch: 'deepseek',
+      layers: 3,
+      nEmbd: 128,
+      ff: 128,
+      sharedFf: 128,
+      nExpert: 8,
+      nExpertUsed: 2,
+      type: GGMLType.Q8_0,
+      seed: 32,
+      expertScale: LOUD,
+    },
+  },
+] as const;
+
+async function baseline(m: TestModel): Promise<number[]> {
+  const hub = await startSwarmHub(m.path, 'off');
+  try {
+    return await completionIds(hub.url, hub.model, PROMPT, N, m.ban);
+  } finally {
+    await hub.close();
+  }
+}
+
+for (const { name, config } of MODELS) {
+  test(`two headless volunteers serve ${name}: tokens identical to --dispatch off, ≥ 90% of routed pairs served`, {
+    timeout: 600_000,
+  }, async () => {
+    const m = await testModel(config);
+    const want = await baseline(m);
+    assert.equal(want.length, N);
+    assert.ok(new Set(want).size >= 16, `the baseline must not collapse: ${new Set(want).size} distinct tokens`);
+    const hub = await startSwarmHub(m.path, 'always');
+    const vols = [spawnVolunteer(hub.url, 'h0'), spawnVolunteer(hub.url, 'h1')];
+    try {
+      const moeLayers = Array.from({ length: config.layers }, (_, i) => i).filter((l) => config.arch !== 'deepseek' || l >= 1);
+      const rows = await waitForCoverage(hub.url, hub.model, moeLayers, config.nExpert, 1);
+      assert.deepEqual(new Set(rows.map((r) => r.worker_id)), new Set(['h0', 'h1']), 'the market gave each volunteer a slice');
+      const got = await completionIds(hub.url, hub.model, PROMPT, N, m.ban);
+      assert.deepEqual(got, want);
+      const o = await pairOutcomes(hub.url, hub.model);
+      const routed = (o.served as number) + (o.fallback as number) + (o.rejected as number);
+      assert.ok(routed >= N * moeLayers.length * config.nExpertUsed, `every routed pair is counted: ${JSON.stringify(o)}`);
+      assert.ok((o.served as number) >= 0.9 * routed, `volunteers served ${o.served} of ${routed} routed pairs`);
+      assert.equal(o.rejected, 0);
+    } finally {
+      for (const v of vols) await v.stop();
+      await hub.close();
+    }
+  });
+}

@@ -1,0 +1,160 @@
+/**
+ * The whole system on loopback for end-to-end tests: a hub (in this process) with its real coordinator, volunteers
+ * as separate processes (`npx expertswarm volunteer`) or browser tabs, and the readings the tests assert: token ids
+ * of greedy completions through `/v1/completions`, the dispatch map, and the Prometheus counters.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { runHub } from '../../hub/cli.ts';
+import { defaultConfig, type Hub, type HubConfig } from '../../hub/hub.ts';
+import type { DispatchMode } from '../../hub/dispatch/policy.ts';
+import type { PagesOptions } from '../../hub/pages.ts';
+
+const BIN = fileURLToPath(new URL('../../bin/expertswarm.js', import.meta.url));
+
+export interface SwarmHub {
+  hub: Hub;
+  url: string;
+  model: string;
+  close(): Promise<void>;
+}
+
+export async function startSwarmHub(
+  modelPath: string,
+  dispatch: DispatchMode,
+  over: Partial<HubConfig> = {},
+  model = 'm',
+  pages: PagesOptions = {},
+): Promise<SwarmHub> {
+  const config = defaultConfig({
+    port: 0,
+    stateDir: ':memory:',
+    models: [{ path: modelPath, name: model }],
+    dispatchMode: dispatch,
+    slots: 1,
+    channel: { heartbeatMs: 1000, idleTimeoutMs: 10_000 },
+    ...over,
+  });
+  config.saturation.targetBase = over.saturation?.targetBase ?? 1;
+  const running = await runHub(config, () => {}, pages);
+  return { hub: running.hub, url: running.url, model, close: running.close };
+}
+
+/** Greedy token ids through the hub's OpenAI API; `ban` keeps the random-weight model's output valid UTF-8. */
+export async function completionIds(url: string, model: string, prompt: string, n: number, ban: number[]): Promise<number[]> {
+  const r = await fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      model,
+      prompt,
+      max_tokens: n,
+      temperature: 0,
+      seed: 1,
+      ignore_eos: true,
+      logprobs: 1,
+      logit_bias: Object.fromEntries(ban.map((id) => [String(id), -100])),
+    }),
+    signal: AbortSignal.timeout(300_000),
+  });
+  const text = await r.text();
+  if (!r.ok) throw new Error(`/v1/completions answered ${r.status}: ${text.slice(0, 400)}`);
+  const json = JSON.parse(text) as { choices: Array<{ logprobs?: { content?: Array<{ id: number }> } }> };
+  return (json.choices[0]?.logprobs?.content ?? []).map((t) => t.id);
+}
+
+export interface MapRow {
+  worker_id: string;
+  layer: number;
+  experts: [number, number];
+  state: string;
+}
+
+export async function dispatchMap(url: string, model: string): Promise<MapRow[]> {
+  const r = await fetch(`${url}/api/expert-dispatch-map?model=${encodeURIComponent(model)}`);
+  return ((await r.json()) as { rows: MapRow[] }).rows;
+}
+
+/** Waits until every (MoE layer, expert) has at least `replicas` serving workers. */
+export async function waitForCoverage(
+  url: string,
+  model: string,
+  moeLayers: readonly number[],
+  nExpert: number,
+  replicas: number,
+  timeoutMs = 120_000,
+): Promise<MapRow[]> {
+  const until = Date.now() + timeoutMs;
+  let rows: MapRow[] = [];
+  while (Date.now() < until) {
+    rows = await dispatchMap(url, model);
+    const covered = moeLayers.every((layer) => {
+      const counts = new Int32Array(nExpert);
+      for (const r of rows) if (r.layer === layer) for (let e = r.experts[0]; e < r.experts[1]; e++) counts[e] = (counts[e] as number) + 1;
+      return counts.every((c) => c >= replicas);
+    });
+    if (covered) return rows;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  throw new Error(`coverage not reached in ${timeoutMs} ms: ${JSON.stringify(rows)}`);
+}
+
+/** `expertswarm_dispatch_pairs_total{model,outcome}` by outcome. */
+export async function pairOutcomes(url: string, model: string): Promise<Record<string, number>> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const out: Record<string, number> = { served: 0, fallback: 0, late: 0, rejected: 0 };
+  for (const m of text.matchAll(/^expertswarm_dispatch_pairs_total\{model="([^"]+)",outcome="(\w+)"\} (\S+)$/gm)) {
+    if (m[1] === model) out[m[2] as string] = Number(m[3]);
+  }
+  return out;
+}
+
+export interface HeadlessVolunteer {
+  proc: ChildProcess;
+  output(): string;
+  stop(): Promise<void>;
+}
+
+/** `npx expertswarm volunteer` as its own process, with its own key and slice cache. */
+export function spawnVolunteer(hubUrl: string, workerId: string, args: string[] = []): HeadlessVolunteer {
+  const dir = mkdtempSync(join(tmpdir(), 'xs-vol-'));
+  const proc = spawn(
+    process.execPath,
+    [
+      BIN,
+      'volunteer',
+      '--hub',
+      hubUrl,
+      '--worker-id',
+      workerId,
+      '--identity',
+      join(dir, 'key.json'),
+      '--cache',
+      join(dir, 'shards'),
+      ...args,
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let out = '';
+  const keep = (d: Buffer): void => {
+    out = (out + d.toString()).slice(-20_000);
+  };
+  proc.stdout?.on('data', keep);
+  proc.stderr?.on('data', keep);
+  return {
+    proc,
+    output: () => out,
+    stop: async () => {
+      if (proc.exitCode === null) {
+        const exited = new Promise((r) => proc.once('exit', r));
+        proc.kill('SIGTERM');
+        await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))]);
+        if (proc.exitCode === null) proc.kill('SIGKILL');
+      }
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}

@@ -9,6 +9,8 @@ import { integer, object, optionalNumber, queryString, string } from './validate
 import { proxyJson } from './proxy.ts';
 import { registerPages, type PagesOptions } from './pages.ts';
 import { registerShardRoutes } from './shards.ts';
+import { BASE58_MAX_CHARS } from './auth/base58.ts';
+import { parseWallet } from './auth/wallet.ts';
 import type { DeviceCapabilities, HeldRange } from './market/types.ts';
 import {
   API_BODY_MAX_BYTES,
@@ -139,6 +141,12 @@ export async function buildApp(hub: Hub, pages: PagesOptions = {}): Promise<Fast
   });
 
   app.get('/api/events', async () => ({ events: hub.recentEvents(EVENTS_LISTED) }));
+  app.get('/api/credit', async (req) => {
+    const q = object(req.query, 'query', 'QUERY_INVALID');
+    const w = queryString(q, 'wallet', BASE58_MAX_CHARS);
+    parseWallet(w); // AUTH_BAD_WALLET for anything that is not a wallet
+    return hub.creditAnswer(w);
+  });
 
   // OpenAI-compatible API, proxied to the model's coordinator.
   app.get('/v1/models', async () => ({

@@ -523,6 +523,13 @@ export class Hub {
     this.store.addCredit(wallet, pairs, this.now());
   }
 
+  /** `GET /api/credit?wallet=`: a volunteer's lifetime credit (pairs served), durable; 0 for an unknown wallet. */
+  creditAnswer(wallet: string): { wallet: string; credit_pairs: number; first_seen_ms: number | null; last_seen_ms: number | null } {
+    this.flushCredit();
+    const v = this.store.volunteer(wallet);
+    return { wallet, credit_pairs: v?.credit_pairs ?? 0, first_seen_ms: v?.first_seen_ms ?? null, last_seen_ms: v?.last_seen_ms ?? null };
+  }
+
   creditOf(wallet: string): number {
     return this.store.volunteer(wallet)?.credit_pairs ?? 0;
   }

@@ -116,6 +116,7 @@ class VolunteerClient implements VolunteerControls {
   state: VolunteerState = { kind: 'idle' };
   device: DeviceReport | null = null;
   stats: VolunteerStats = emptyStats();
+  wallet: string | null = null;
 
   private readonly listeners: { [K in keyof VolunteerEvents]: Set<Listener<K>> } = {
     state: new Set(),
@@ -250,6 +251,7 @@ class VolunteerClient implements VolunteerControls {
       }
       if (!this.token || this.token.renewAtMs <= this.now()) {
         this.token = await login(this.o.hubUrl, await loadIdentity(this.o.identity), this.o.fetch ?? fetch, this.now());
+        this.wallet = this.token.wallet;
       }
     } catch (e) {
       this.retry(`cannot reach the hub: ${errorMessage(e)}`);

@@ -80,6 +80,8 @@ export interface VolunteerControls {
   readonly state: VolunteerState;
   readonly device: DeviceReport | null;
   readonly stats: VolunteerStats;
+  /** The volunteer's wallet (base58 ed25519 public key) once it logged in: its credit is kept under it. */
+  readonly wallet: string | null;
   /** The user consents: dial the hub, announce the device, wait for an assignment. */
   join(options?: { memoryBudgetBytes?: number }): void;
   pause(): void;

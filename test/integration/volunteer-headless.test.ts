@@ -77,6 +77,16 @@ for (const { name, config } of MODELS) {
       assert.ok(routed >= N * moeLayers.length * config.nExpertUsed, `every routed pair is counted: ${JSON.stringify(o)}`);
       assert.ok((o.served as number) >= 0.9 * routed, `volunteers served ${o.served} of ${routed} routed pairs`);
       assert.equal(o.rejected, 0);
+      // Credit: every served pair is credited to the wallet of the volunteer that computed it, durably.
+      let credited = 0;
+      for (const v of vols) {
+        const wallet = /wallet (\w+)/.exec(v.output())?.[1];
+        assert.ok(wallet, `the volunteer prints its wallet: ${v.output().slice(-300)}`);
+        const c = (await (await fetch(`${hub.url}/api/credit?wallet=${wallet}`)).json()) as { credit_pairs: number };
+        assert.ok(c.credit_pairs > 0, `${wallet} has credit`);
+        credited += c.credit_pairs;
+      }
+      assert.equal(credited, o.served, 'credit = pairs served');
     } finally {
       for (const v of vols) await v.stop();
       await hub.close();

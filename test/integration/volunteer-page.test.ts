@@ -19,12 +19,12 @@ import { fileURLToPath } from 'node:url';
 import { AxeBuilder } from '@axe-core/playwright';
 import type { FastifyInstance } from 'fastify';
 import { chromium, type BrowserContext, type Locator, type Page } from 'playwright-core';
-import { build } from 'vite';
 import { buildApp } from '../../hub/app.ts';
 import { defaultConfig, Hub } from '../../hub/hub.ts';
 import type { DeviceReport, SliceAssignment, VolunteerState } from '../../volunteer/state.ts';
 import type { FakeCall } from '../../web/test-entry/fake-client-factory.ts';
 import { CHROMIUM, CHROMIUM_ARGS } from '../support/browser.ts';
+import { buildPages } from '../support/pages-build.ts';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const ARTIFACTS = join(root, '.cache/artifacts/volunteer-page');
@@ -33,18 +33,6 @@ const PHONE = { width: 360, height: 740 };
 const MIB = 1024 * 1024;
 /** The states axe also checks at phone size. */
 const PHONE_AXE = new Set(['idle', 'downloading', 'serving-webgpu', 'paused', 'failed-slice-does-not-fit']);
-
-/** Builds web/ with its own vite config into a fresh folder; `test` swaps in the scripted fake client. */
-async function buildPages(mode: 'production' | 'test'): Promise<string> {
-  const outDir = mkdtempSync(join(tmpdir(), `es-web-${mode}-`));
-  await build({
-    configFile: join(root, 'web/vite.config.ts'),
-    mode,
-    logLevel: 'warn',
-    build: { outDir, emptyOutDir: true },
-  });
-  return outDir;
-}
 
 interface Served {
   url: string;

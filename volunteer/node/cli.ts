@@ -144,7 +144,7 @@ export async function main(argv: string[]): Promise<number> {
         const s = client.stats;
         const d = client.device;
         process.stdout.write(
-          `[volunteer ${a.workerId}] ${describeState(client.state)} · pairs ${s.pairsServed} (${s.pairsPerSec.toFixed(1)}/s) · last ${s.lastLatencyMs === null ? '-' : `${s.lastLatencyMs.toFixed(1)} ms`} · credit ${s.credit}${d?.backend ? ` · ${d.backend} ${d.gflops?.toFixed(2) ?? '?'} GFLOP/s` : ''}\n`,
+          `[volunteer ${a.workerId}] ${describeState(client.state)}${client.wallet ? ` · wallet ${client.wallet}` : ''} · pairs ${s.pairsServed} (${s.pairsPerSec.toFixed(1)}/s) · last ${s.lastLatencyMs === null ? '-' : `${s.lastLatencyMs.toFixed(1)} ms`} · credit ${s.credit}${d?.backend ? ` · ${d.backend} ${d.gflops?.toFixed(2) ?? '?'} GFLOP/s` : ''}\n`,
         );
       }, 1000);
   return new Promise<number>((resolve) => {

@@ -26,6 +26,7 @@ export class ScriptedVolunteerClient implements VolunteerControls {
   state: VolunteerState = { kind: 'idle' };
   device: DeviceReport | null = null;
   stats: VolunteerStats = emptyStats();
+  wallet: string | null = null;
   readonly calls: FakeCall[] = [];
   readonly hubUrl: string;
   readonly #listeners: Listeners = { state: new Set(), device: new Set(), stats: new Set() };

@@ -1,0 +1,351 @@
+/**
+ * The product's first complete use, end to end with real parts on loopback: a hub (with its real coordinator,
+ * linkcpp-server) serving a fresh production build of the volunteer page at `/`, and headless Chromium tabs (Debian's
+ * /usr/bin/chromium via playwright-core, each in a fresh browser context: its own key, worker id and slice cache)
+ * that open the page and press its Join button, as a visitor does. The market assigns each tab its slice over the
+ * channel; the tab downloads it, starts WebGPU (SwiftShader) or the wasm fallback, and serves.
+ *
+ * 1. `--dispatch always`, target 1: two tabs cover the two MoE layers; a 64-token greedy completion through
+ *    `/v1/completions` gives the token ids of the same hub with `--dispatch off`, and ≥ 90% of routed pairs were
+ *    `served` (deepseek Q8_0 and qwen3moe Q4_K).
+ * 2. Target 2, four tabs: every layer has two replicas; closing one tab mid-generation leaves the tokens identical
+ *    and its layer's pairs go on to the other replica.
+ * 3. A browser without WebGPU (no `--enable-unsafe-webgpu`, no Dawn flags) serves through the wasm fallback, and the
+ *    page says so; tokens identical.
+ *
+ * A screenshot of the serving page per case goes to .cache/artifacts/volunteer-chromium/ (ignored by git).
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { GGMLType } from '../../gguf/quant-types.ts';
+import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
+import type { ModelConfig } from '../../tools/model-arch.ts';
+import { CHROMIUM, CHROMIUM_ARGS } from '../support/browser.ts';
+import { testModel, type TestModel } from '../support/models.ts';
+import { buildPages } from '../support/pages-build.ts';
+import { completionIds, pairOutcomes, startSwarmHub, waitForCoverage, type MapRow, type SwarmHub } from '../support/swarm.ts';
+
+const root = fileURLToPath(new URL('../../', import.meta.url));
+const ARTIFACTS = join(root, '.cache/artifacts/volunteer-chromium');
+const N = 64;
+const PROMPT = 'The swarm serves';
+/** The routed branch as loud as in the dispatch grid (test/integration/expert-dispatch.test.ts, LOUD). */
+const LOUD = 2;
+/** How long a tab may take from Join to serving (onnxruntime's wasm, SwiftShader's shader compiles, on 2 busy cores). */
+const SERVE_MS = 150_000;
+const WORKER_ID_KEY = 'expertswarm.worker-id';
+
+/** The two models of test/integration/volunteer-headless.test.ts: two MoE layers each. */
+const QWEN_Q4K: Partial<ModelConfig> & Pick<ModelConfig, 'arch'> = {
+  arch: 'qwen3moe',
+  layers: 2,
+  nEmbd: 256,
+  ff: 256,
+  nExpert: 8,
+  nExpertUsed: 2,
+  type: GGMLType.Q4_K,
+  seed: 31,
+  expertScale: LOUD,
+};
+const DEEPSEEK_Q8: Partial<ModelConfig> & Pick<ModelConfig, 'arch'> = {
+  arch: 'deepseek',
+  layers: 3,
+  nEmbd: 128,
+  ff: 128,
+  sharedFf: 128,
+  nExpert: 8,
+  nExpertUsed: 2,
+  type: GGMLType.Q8_0,
+  seed: 32,
+  expertScale: LOUD,
+};
+
+/** deepseek's first layer is dense (leading_dense_block_count 1); every other layer routes. */
+function moeLayersOf(m: TestModel): number[] {
+  return Array.from({ length: m.config.layers }, (_, i) => i).filter((l) => m.config.arch !== 'deepseek' || l >= 1);
+}
+
+/** With WebGPU on SwiftShader (test/support/browser.ts), and the same browser without WebGPU and its Dawn flags. */
+const WEBGPU_ARGS = [...CHROMIUM_ARGS, '--headless=new'];
+const NO_WEBGPU_ARGS = [
+  ...CHROMIUM_ARGS.filter((a) => !a.startsWith('--enable-unsafe-webgpu') && !a.startsWith('--enable-dawn-features')),
+  '--headless=new',
+];
+
+let pagesDir = '';
+let webgpuBrowser: Browser | undefined;
+let plainBrowser: Browser | undefined;
+const baselines = new Map<string, Promise<number[]>>();
+
+before(async () => {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  pagesDir = await buildPages('production');
+});
+
+after(async () => {
+  await webgpuBrowser?.close().catch(() => {});
+  await plainBrowser?.close().catch(() => {});
+  if (pagesDir) rmSync(pagesDir, { recursive: true, force: true });
+});
+
+async function launch(args: string[]): Promise<Browser> {
+  return chromium.launch({ executablePath: CHROMIUM, headless: true, args, timeout: 60_000 });
+}
+
+async function gpuBrowser(): Promise<Browser> {
+  webgpuBrowser ??= await launch(WEBGPU_ARGS);
+  return webgpuBrowser;
+}
+
+async function noGpuBrowser(): Promise<Browser> {
+  plainBrowser ??= await launch(NO_WEBGPU_ARGS);
+  return plainBrowser;
+}
+
+/** The tokens of the same hub with `--dispatch off` (once per model per run). */
+function baseline(m: TestModel): Promise<number[]> {
+  let b = baselines.get(m.path);
+  if (!b) {
+    b = (async () => {
+      const hub = await startSwarmHub(m.path, 'off');
+      try {
+        const ids = await completionIds(hub.url, hub.model, PROMPT, N, m.ban);
+        assert.equal(ids.length, N);
+        assert.ok(new Set(ids).size >= 16, `the baseline must not collapse: ${new Set(ids).size} distinct tokens`);
+        return ids;
+      } finally {
+        await hub.close();
+      }
+    })();
+    baselines.set(m.path, b);
+  }
+  return b;
+}
+
+interface Tab {
+  name: string;
+  context: BrowserContext;
+  page: Page;
+  workerId: string;
+  /** Uncaught script errors on the page. */
+  errors: string[];
+  closed: boolean;
+}
+
+/** A fresh browser context on the hub's page `/`, joined with the page's own Join button. */
+async function openTab(browser: Browser, url: string, name: string): Promise<Tab> {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  try {
+    const page = await context.newPage();
+    const errors: string[] = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    await page.goto(`${url}/`);
+    await page.getByRole('button', { name: 'Join' }).click();
+    const workerId = await page.evaluate((key) => sessionStorage.getItem(key) ?? '', WORKER_ID_KEY);
+    assert.match(workerId, /^page-/, `${name}: the page keeps its worker id in sessionStorage`);
+    return { name, context, page, workerId, errors, closed: false };
+  } catch (e) {
+    await context.close().catch(() => {});
+    throw e;
+  }
+}
+
+async function closeTab(t: Tab): Promise<void> {
+  if (t.closed) return;
+  t.closed = true;
+  await t.context.close().catch(() => {});
+}
+
+const title = async (p: Page): Promise<string> => (await p.locator('#state-title').textContent()) ?? '';
+
+/** Waits until the page says it serves; returns its headline ("Serving with WebGPU" / "… WebAssembly (wasm)"). */
+async function waitServing(t: Tab): Promise<string> {
+  try {
+    await t.page.waitForFunction(() => /^Serving with /.test(document.querySelector('#state-title')?.textContent ?? ''), null, {
+      timeout: SERVE_MS,
+      polling: 250,
+    });
+  } catch (e) {
+    const detail = await t.page
+      .locator('#state-detail')
+      .textContent()
+      .catch(() => '');
+    throw new Error(`${t.name} never served: "${await title(t.page).catch(() => '?')}" ${detail} ${t.errors.join(' | ')} (${e})`);
+  }
+  return title(t.page);
+}
+
+/** The page's own report: the backend it chose and why, and the pairs it served. */
+async function pageReport(t: Tab): Promise<{ title: string; why: string; pairs: number }> {
+  const rows = await t.page.locator('#device-rows .row').allInnerTexts();
+  const why = rows.find((r) => r.startsWith('Why'))?.replace(/^Why\s*/, '') ?? '';
+  const pairs = Number(((await t.page.locator('#stat-pairs').textContent()) ?? '').replace(/,/g, '')) || 0;
+  return { title: await title(t.page), why, pairs };
+}
+
+async function screenshot(t: Tab, file: string): Promise<void> {
+  await t.page.screenshot({ path: join(ARTIFACTS, file), fullPage: true });
+}
+
+/** Tabs opened one after another (a busy 2-core machine starts them faster in turn than all at once). */
+async function openTabs(browsers: Browser[], url: string, tabs: Tab[]): Promise<void> {
+  for (const [i, b] of browsers.entries()) tabs.push(await openTab(b, url, `tab ${i}`));
+}
+
+function routedOf(o: Record<string, number>): number {
+  return (o.served as number) + (o.fallback as number) + (o.rejected as number);
+}
+
+function layerOf(rows: MapRow[], workerId: string): number[] {
+  return [...new Set(rows.filter((r) => r.worker_id === workerId).map((r) => r.layer))].sort();
+}
+
+/** Case 1: two tabs, target 1, each holding one MoE layer; identical tokens and ≥ 90% served. */
+async function twoTabsServe(config: typeof DEEPSEEK_Q8, shot: string): Promise<string> {
+  const started = Date.now();
+  const m = await testModel(config);
+  const want = await baseline(m);
+  const browser = await gpuBrowser();
+  let hub: SwarmHub | undefined;
+  const tabs: Tab[] = [];
+  try {
+    hub = await startSwarmHub(m.path, 'always', {}, 'm', { dir: pagesDir });
+    const moe = moeLayersOf(m);
+    await openTabs([browser, browser], hub.url, tabs);
+    const rows = await waitForCoverage(hub.url, hub.model, moe, m.config.nExpert, 1, SERVE_MS);
+    assert.deepEqual(new Set(rows.map((r) => r.worker_id)), new Set(tabs.map((t) => t.workerId)), 'the market gave each tab a slice');
+    const titles: string[] = [];
+    for (const t of tabs) titles.push(await waitServing(t));
+    const ready = Date.now();
+    const got = await completionIds(hub.url, hub.model, PROMPT, N, m.ban);
+    const genMs = Date.now() - ready;
+    const o = await pairOutcomes(hub.url, hub.model);
+    const routed = routedOf(o);
+    const reports = await Promise.all(tabs.map(pageReport));
+    await screenshot(tabs[0] as Tab, shot);
+    const summary = tabs
+      .map((t, i) => `${t.name} layer ${layerOf(rows, t.workerId)}: ${titles[i]} (${reports[i]?.why}), ${reports[i]?.pairs} pairs`)
+      .join('; ');
+    const line = `served ${o.served}/${routed} (${((100 * (o.served as number)) / Math.max(1, routed)).toFixed(1)}%), fallback ${o.fallback}, late ${o.late}; tabs serving ${((ready - started) / 1000).toFixed(1)} s after start, ${N} tokens in ${(genMs / 1000).toFixed(1)} s; ${summary}`;
+    console.log(`[volunteer-chromium] ${config.arch} ${GGMLType[config.type as GGMLType]}: ${line}`);
+    assert.deepEqual(got, want, `tokens identical to --dispatch off (${line})`);
+    assert.ok(routed >= N * moe.length * m.config.nExpertUsed, `every routed pair is counted: ${JSON.stringify(o)}`);
+    assert.ok((o.served as number) >= 0.9 * routed, `tabs served ≥ 90% of routed pairs: ${line}`);
+    assert.equal(o.rejected, 0);
+    for (const [i, t] of tabs.entries()) assert.ok((reports[i]?.pairs ?? 0) > 0, `${t.name} counts the pairs it served`);
+    for (const t of tabs) assert.deepEqual(t.errors, [], `${t.name}: no script errors`);
+    return line;
+  } finally {
+    for (const t of tabs) await closeTab(t);
+    await hub?.close();
+  }
+}
+
+test('two Chromium tabs joined on the page serve deepseek Q8_0: tokens identical to --dispatch off, ≥ 90% served', {
+  timeout: 420_000,
+}, async () => {
+  await twoTabsServe(DEEPSEEK_Q8, 'deepseek-q8_0-serving.png');
+});
+
+test('two Chromium tabs joined on the page serve qwen3moe Q4_K: tokens identical to --dispatch off, ≥ 90% served', {
+  timeout: 420_000,
+}, async () => {
+  await twoTabsServe(QWEN_Q4K, 'qwen3moe-q4_k-serving.png');
+});
+
+test('two replicas per layer: closing a tab mid-generation keeps the tokens, its layer goes on with the other replica', {
+  timeout: 420_000,
+}, async () => {
+  const m = await testModel(DEEPSEEK_Q8);
+  const want = await baseline(m);
+  const browser = await gpuBrowser();
+  let hub: SwarmHub | undefined;
+  const tabs: Tab[] = [];
+  try {
+    hub = await startSwarmHub(m.path, 'always', { saturation: { ...DEFAULT_SATURATION, targetBase: 2 } }, 'm', { dir: pagesDir });
+    const moe = moeLayersOf(m);
+    await openTabs([browser, browser, browser, browser], hub.url, tabs);
+    const rows = await waitForCoverage(hub.url, hub.model, moe, m.config.nExpert, 2, SERVE_MS);
+    for (const t of tabs) await waitServing(t);
+    const layer = moe[0] as number;
+    const holders = tabs.filter((t) => layerOf(rows, t.workerId).includes(layer));
+    assert.equal(holders.length, 2, `two tabs hold layer ${layer}: ${JSON.stringify(rows)}`);
+    const [victim, survivor] = holders as [Tab, Tab];
+
+    let done = false;
+    const started = Date.now();
+    const request = completionIds(hub.url, hub.model, PROMPT, N, m.ban).finally(() => {
+      done = true;
+    });
+    // Mid-generation: once the prompt and a few decoded tokens were served, before the request is answered.
+    const perToken = moe.length * m.config.nExpertUsed;
+    while (!done && ((await pairOutcomes(hub.url, hub.model)).served as number) < 12 * perToken) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.ok(!done, 'the request was still generating when the tab closed');
+    const atClose = await pairOutcomes(hub.url, hub.model);
+    const survivorBefore = (await pageReport(survivor)).pairs;
+    const closeMs = Date.now() - started;
+    await closeTab(victim);
+    const got = await request;
+    const genMs = Date.now() - started;
+    const o = await pairOutcomes(hub.url, hub.model);
+    const routed = routedOf(o);
+    const survivorAfter = (await pageReport(survivor)).pairs;
+    await screenshot(survivor, 'two-replicas-after-close.png');
+    const line = `closed ${victim.name} (layer ${layer}) at ${(closeMs / 1000).toFixed(1)} s with ${atClose.served} pairs served; request done in ${(genMs / 1000).toFixed(1)} s; served ${o.served}/${routed} (${((100 * (o.served as number)) / Math.max(1, routed)).toFixed(1)}%), fallback ${o.fallback}, late ${o.late}; surviving replica ${survivor.name} served ${survivorBefore} → ${survivorAfter} pairs`;
+    console.log(`[volunteer-chromium] two replicas: ${line}`);
+    assert.deepEqual(got, want, `tokens identical to --dispatch off (${line})`);
+    assert.ok((o.served as number) >= 0.7 * routed, `served pairs keep flowing after the close: ${line}`);
+    assert.ok(survivorAfter > survivorBefore, `the other replica of layer ${layer} serves after the close: ${line}`);
+    assert.equal(o.rejected, 0);
+    const left = await waitForCoverage(hub.url, hub.model, moe, m.config.nExpert, 1, 30_000);
+    assert.ok(!left.some((r) => r.worker_id === victim.workerId), 'the closed tab left the dispatch map');
+    for (const t of tabs) assert.deepEqual(t.errors, [], `${t.name}: no script errors`);
+  } finally {
+    for (const t of tabs) await closeTab(t);
+    await hub?.close();
+  }
+});
+
+test('a tab whose browser has no WebGPU serves through the wasm fallback, and the page says so: tokens identical', {
+  timeout: 420_000,
+}, async () => {
+  const m = await testModel(DEEPSEEK_Q8);
+  const want = await baseline(m);
+  const plain = await noGpuBrowser();
+  let hub: SwarmHub | undefined;
+  const tabs: Tab[] = [];
+  try {
+    hub = await startSwarmHub(m.path, 'always', {}, 'm', { dir: pagesDir });
+    const moe = moeLayersOf(m);
+    await openTabs([plain, plain], hub.url, tabs);
+    const rows = await waitForCoverage(hub.url, hub.model, moe, m.config.nExpert, 1, SERVE_MS);
+    assert.deepEqual(new Set(rows.map((r) => r.worker_id)), new Set(tabs.map((t) => t.workerId)), 'the market gave each tab a slice');
+    for (const t of tabs) {
+      assert.equal(await waitServing(t), 'Serving with WebAssembly (wasm)');
+      assert.match((await t.page.locator('#state-detail').textContent()) ?? '', /^No WebGPU in this browser/);
+      assert.match((await t.page.locator('#device-rows').textContent()) ?? '', /not available in this browser/);
+    }
+    const ready = Date.now();
+    const got = await completionIds(hub.url, hub.model, PROMPT, N, m.ban);
+    const genMs = Date.now() - ready;
+    const o = await pairOutcomes(hub.url, hub.model);
+    const routed = routedOf(o);
+    const reports = await Promise.all(tabs.map(pageReport));
+    await screenshot(tabs[0] as Tab, 'no-webgpu-wasm-serving.png');
+    const line = `served ${o.served}/${routed} (${((100 * (o.served as number)) / Math.max(1, routed)).toFixed(1)}%), fallback ${o.fallback}, late ${o.late}; ${N} tokens in ${(genMs / 1000).toFixed(1)} s; ${reports.map((r, i) => `tab ${i}: ${r.why}, ${r.pairs} pairs`).join('; ')}`;
+    console.log(`[volunteer-chromium] no WebGPU: ${line}`);
+    assert.deepEqual(got, want, `tokens identical to --dispatch off (${line})`);
+    assert.ok((o.served as number) >= 0.9 * routed, `the wasm tabs served ≥ 90% of routed pairs: ${line}`);
+    for (const [i, t] of tabs.entries()) assert.ok((reports[i]?.pairs ?? 0) > 0, `${t.name} served through wasm`);
+    for (const t of tabs) assert.deepEqual(t.errors, [], `${t.name}: no script errors`);
+  } finally {
+    for (const t of tabs) await closeTab(t);
+    await hub?.close();
+  }
+});

@@ -94,6 +94,8 @@ export const DEFAULT_CHANNEL: Readonly<ChannelOptions> = Object.freeze({
 export type ConnectionState = 'hello' | 'waiting' | 'loading' | 'serving' | 'paused';
 
 interface Pending {
+  /** When the frame was handed to the socket (performance.now(), ms). */
+  sentAt: number;
   resolve(sums: Float32Array): void;
   reject(e: Error): void;
   nRows: number;
@@ -170,7 +172,7 @@ class Connection implements WorkerLink {
       const forgetMs = Math.max(deadlineMs * 4, this.channel.options.forgetWorkMs);
       const timer = setTimeout(() => this.settle(workId)?.reject(new WorkError('no answer')), forgetMs);
       timer.unref();
-      this.pending.set(workId, { resolve, reject, nRows: work.nRows, nEmbd: work.nEmbd, encoding, timer });
+      this.pending.set(workId, { sentAt: performance.now(), resolve, reject, nRows: work.nRows, nEmbd: work.nEmbd, encoding, timer });
       this.inFlight++;
       this.ws.send(frame, (err) => {
         if (err) this.settle(workId)?.reject(err);
@@ -214,6 +216,11 @@ export class VolunteerChannel {
   private assignAgain = false;
   private readonly sweep: NodeJS.Timeout;
   private closed = false;
+  /**
+   * Called for every result in time or not: the round trip from handing the frame to the socket to decoding the
+   * answer (ms), and the worker's own time on it (µs, as it reports). Benchmarks take the hub's share from these.
+   */
+  onResult: ((workerId: string, roundTripMs: number, computeUs: number) => void) | null = null;
 
   constructor(
     private readonly host: ChannelHost,
@@ -501,6 +508,7 @@ export class VolunteerChannel {
       return;
     }
     const r = decodeResult(bytes, { workId, nRows: p.nRows, nEmbd: p.nEmbd, encoding: p.encoding });
+    this.onResult?.(c.workerId, performance.now() - p.sentAt, r.computeUs);
     c.settle(workId)?.resolve(r.sums);
   }
 

@@ -38,6 +38,8 @@ export const USAGE = `usage: expertswarm hub --model PATH.gguf [--model NAME=PAT
                              off: the coordinator computes everything
   --dispatch-socket NAME=PATH  the dispatcher socket an external coordinator of NAME connects to
                              (start it with --expert-dispatch PATH); managed coordinators get one each
+  --audit-rate R             share of workers' answers held against the coordinator's own sums (default 0; the
+                             audited pairs are computed by the coordinator; results in /api/expert-dispatch-map)
   --heartbeat-ms N           volunteer heartbeat interval (default ${DEFAULT_CHANNEL.heartbeatMs})
   --config FILE              JSON file with any of: port, host, slots, ctxPerSlot, threads, stateDir, models
                              ([{path, name?}]), externals ([{name, url}])
@@ -84,6 +86,7 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
       dispatch: { type: 'string' },
       'dispatch-socket': { type: 'string', multiple: true },
       'heartbeat-ms': { type: 'string' },
+      'audit-rate': { type: 'string' },
       config: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -124,6 +127,11 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   for (const d of values['dispatch-socket'] ?? []) {
     const [name, path] = pair(d, '--dispatch-socket');
     c.dispatchSockets.push({ name, path });
+  }
+  if (values['audit-rate'] !== undefined) {
+    const r = Number(values['audit-rate']);
+    if (!(r >= 0 && r <= 1)) throw new Error(`--audit-rate must be a number in [0, 1], got "${values['audit-rate']}"`);
+    c.auditRate = r;
   }
   const heartbeatMs = int(values['heartbeat-ms'], '--heartbeat-ms', 1000);
   if (heartbeatMs !== undefined) c.channel = { ...c.channel, heartbeatMs, idleTimeoutMs: 3 * heartbeatMs };

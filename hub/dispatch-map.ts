@@ -24,7 +24,17 @@ export interface WorkerRecord {
   latencyMs: number | null;
   released: boolean;
   quarantined: boolean;
+  /** Answers held against the coordinator's own sums (AUDIT), and their NMSE. */
+  audits: number;
+  auditNmseLast: number | null;
+  auditNmseMax: number | null;
 }
+
+/**
+ * An audited answer whose NMSE against the coordinator's own sums exceeds this is a mismatch. An honest worker in
+ * llama numerics agrees to float-summation precision (≤ 1e-9 measured, docs/numerics.md); sums 1% off give 1e-4.
+ */
+export const AUDIT_MISMATCH_NMSE = 1e-6;
 
 /**
  * quarantined and released are final; a worker that served recently is proven, one that served long ago is idle;
@@ -46,6 +56,9 @@ export interface DispatchRow {
   last_serve_ms: number | null;
   last_attach_ms: number;
   latency_ms: number | null;
+  audits: number;
+  audit_nmse_last: number | null;
+  audit_nmse_max: number | null;
 }
 
 export class DispatchMap {
@@ -57,7 +70,18 @@ export class DispatchMap {
   attach(workerId: string, wallet: string | null, nowMs: number): WorkerRecord {
     let r = this.records.get(workerId);
     if (!r) {
-      r = { workerId, wallet, attachMs: nowMs, lastServeMs: null, latencyMs: null, released: false, quarantined: false };
+      r = {
+        workerId,
+        wallet,
+        attachMs: nowMs,
+        lastServeMs: null,
+        latencyMs: null,
+        released: false,
+        quarantined: false,
+        audits: 0,
+        auditNmseLast: null,
+        auditNmseMax: null,
+      };
       this.records.set(workerId, r);
     }
     return r;
@@ -68,6 +92,14 @@ export class DispatchMap {
     if (!r) return;
     r.lastServeMs = nowMs;
     r.latencyMs = r.latencyMs === null ? latencyMs : r.latencyMs * 0.8 + latencyMs * 0.2;
+  }
+
+  recordAudit(workerId: string, nmse: number): void {
+    const r = this.records.get(workerId);
+    if (!r) return;
+    r.audits++;
+    r.auditNmseLast = nmse;
+    r.auditNmseMax = r.auditNmseMax === null ? nmse : Math.max(r.auditNmseMax, nmse);
   }
 
   setReleased(workerId: string, released: boolean): void {
@@ -109,6 +141,9 @@ export class DispatchMap {
           last_serve_ms: r.lastServeMs,
           last_attach_ms: r.attachMs,
           latency_ms: r.latencyMs,
+          audits: r.audits,
+          audit_nmse_last: r.auditNmseLast,
+          audit_nmse_max: r.auditNmseMax,
         });
       }
     }

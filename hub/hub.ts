@@ -15,7 +15,8 @@ import { modelDemand } from './market/demand.ts';
 import { chooseAssignment, type VolunteerAnswer, type VolunteerRequest } from './market/assign.ts';
 import { DEFAULT_SATURATION, effectiveTarget, saturationState, type SaturationConfig, type SaturationState } from './market/saturation.ts';
 import type { HeldRange, ModelDemand, ModelShape } from './market/types.ts';
-import { DEFAULT_DISPATCH, DispatchMap, type DispatchConfig, type DispatchRow } from './dispatch-map.ts';
+import { AUDIT_MISMATCH_NMSE, DEFAULT_DISPATCH, DispatchMap, type DispatchConfig, type DispatchRow } from './dispatch-map.ts';
+import { Counter } from 'prom-client';
 import { EventLog, type HubEvent } from './events.ts';
 import { HubStore } from './store.ts';
 import { NodeAuth, type ChallengeReply, type NodeTokenReply } from './auth/index.ts';
@@ -24,7 +25,7 @@ import { loadModelInfo, type ModelInfo } from './registry.ts';
 import { HubMetrics, type HubReadings } from './metrics.ts';
 import { AUTH_RATE_LIMIT, WORKER_STALE_MS, WORKERS_MAX } from './limits.ts';
 import { ShardServer } from './shards.ts';
-import { DispatchMetrics, ModelDispatcher, type DispatcherEvents } from './dispatch/dispatcher.ts';
+import { DispatchMetrics, ModelDispatcher, type AuditChooser, type DispatcherEvents, type ResponseSummary } from './dispatch/dispatcher.ts';
 import type { DispatchMode } from './dispatch/policy.ts';
 import { DEFAULT_CHANNEL, VolunteerChannel, type ChannelHost, type ChannelOptions } from './volunteers/channel.ts';
 import type { Numerics } from '../shaders/computer.ts';
@@ -56,6 +57,11 @@ export interface HubConfig {
   dispatchSockets: Array<{ name: string; path: string }>;
   /** The volunteer channel's timings and caps. */
   channel: Partial<ChannelOptions>;
+  /**
+   * `--audit-rate`: the share of answered work items the dispatcher withholds and holds against the coordinator's own
+   * sums (their pairs are computed by the coordinator). 0 = none, 1 = every item (tests).
+   */
+  auditRate: number;
 }
 
 export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
@@ -78,6 +84,7 @@ export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
     dispatchMode: 'auto',
     dispatchSockets: [],
     channel: {},
+    auditRate: 0,
     ...over,
   };
 }
@@ -122,6 +129,17 @@ export interface HealthAnswer {
   coordinators: Array<{ model: string; state: CoordinatorStatus['state']; restarts: number }>;
 }
 
+/** What a measurement may watch of one model's data path (`Hub.observeDispatch`; bench/dispatch.ts). */
+export interface DispatchObserver {
+  /** Every REQUEST the model's dispatcher answered: its ResponseSummary (times in ms from the REQUEST's arrival). */
+  onResponse?(summary: ResponseSummary): void;
+  /**
+   * Every result a worker of this model sent over the volunteer channel, in time or not: the round trip from handing
+   * the work frame to the socket to decoding the answer (ms), and the worker's own time on it (µs, as it reports).
+   */
+  onResult?(workerId: string, roundTripMs: number, computeUs: number): void;
+}
+
 export class Hub {
   /** Models whose GGUF the hub read: the ones on the market. Every served model is a coordinator (`servedModels()`). */
   private readonly marketModels = new Map<string, ModelInfo>();
@@ -138,7 +156,10 @@ export class Hub {
   private readonly shards: ShardServer;
   private readonly channel: VolunteerChannel;
   private readonly dispatchMetrics: DispatchMetrics;
+  private readonly auditCounter: Counter<'model' | 'result'>;
   private readonly dispatchers = new Map<string, ModelDispatcher>();
+  /** Each dispatcher's event hooks: `observeDispatch` adds and removes its onResponse here. */
+  private readonly dispatcherEvents = new Map<string, DispatcherEvents>();
   /** Where each model's dispatcher listens. */
   private readonly dispatchPaths = new Map<string, string>();
   /** How each model's coordinator computes, from its dispatch HELLO. */
@@ -166,6 +187,12 @@ export class Hub {
     );
     this.metrics = new HubMetrics(() => this.readings());
     this.dispatchMetrics = new DispatchMetrics(this.metrics.registry);
+    this.auditCounter = new Counter({
+      name: 'expertswarm_audits_total',
+      help: "Workers' answers held against the coordinator's own sums, by result (match: NMSE within AUDIT_MISMATCH_NMSE).",
+      labelNames: ['model', 'result'],
+      registers: [this.metrics.registry],
+    });
     this.shards = new ShardServer(this);
     this.channel = new VolunteerChannel(
       this.channelHost(),
@@ -263,6 +290,18 @@ export class Hub {
           `${workerId} ${benched ? 'benched: keeps missing deadlines' : 'back: answered in time'}`,
           this.now(),
         ),
+      onAudit: (workerId, result) => {
+        this.dispatch.recordAudit(workerId, result.nmse);
+        const match = result.nmse <= AUDIT_MISMATCH_NMSE;
+        this.auditCounter.inc({ model, result: match ? 'match' : 'mismatch' });
+        if (!match)
+          this.events.add(
+            'dispatch',
+            model,
+            `${workerId} audit mismatch on layer ${result.layer}: NMSE ${result.nmse.toExponential(2)}`,
+            this.now(),
+          );
+      },
       onCoordinator: (event, detail) => {
         if (event !== 'closed' && event !== 'connected') this.events.add('coordinator', model, `dispatch ${event}: ${detail}`, this.now());
       },
@@ -281,6 +320,7 @@ export class Hub {
       record: (workerId) => this.dispatch.record(workerId),
       metrics: this.dispatchMetrics,
       events,
+      ...(this.config.auditRate > 0 ? { chooseAudit: auditChooser(this.config.auditRate) } : {}),
       acceptHello: (hello) => {
         this.numericsOf.set(model, hello.numerics);
         return 0;
@@ -288,6 +328,31 @@ export class Hub {
       clock: this.clock,
     });
     this.dispatchers.set(model, d);
+    this.dispatcherEvents.set(model, events);
+  }
+
+  /**
+   * Measurement seam: `observer` sees `model`'s dispatcher responses and its workers' channel results until the
+   * returned function is called. One observer at a time (a second replaces the first). Unobserved, neither hook is
+   * set, so the data path pays nothing for it.
+   *
+   *   const stop = hub.observeDispatch('m', { onResult: (id, rtMs, us) => overheadUs.push(rtMs * 1000 - us) });
+   */
+  observeDispatch(model: string, observer: DispatchObserver): () => void {
+    const events = this.dispatcherEvents.get(model);
+    if (!events) throw new HubError('MODEL_UNKNOWN', `no dispatcher for "${model}" (unknown model, or the hub has not started)`);
+    const { onResponse, onResult } = observer;
+    if (onResponse) events.onResponse = onResponse;
+    else delete events.onResponse;
+    this.channel.onResult = onResult
+      ? (workerId, roundTripMs, computeUs) => {
+          if (this.coverage.modelOf(workerId) === model) onResult(workerId, roundTripMs, computeUs);
+        }
+      : null;
+    return () => {
+      if (events.onResponse === onResponse) delete events.onResponse;
+      this.channel.onResult = null;
+    };
   }
 
   /** Hands `/api/volunteer` upgrades on the HTTP server to the volunteer channel. */
@@ -570,4 +635,15 @@ export class Hub {
   coordinatorProcessForTests(model: string): ChildProcess | null {
     return this.supervisor.processOf(model);
   }
+}
+
+/** Audits each answered work item with probability `rate` (the dispatcher keeps at most one per row). */
+function auditChooser(rate: number): AuditChooser {
+  return ({ answered }) => {
+    const chosen: number[] = [];
+    answered.forEach((ok, i) => {
+      if (ok && (rate >= 1 || Math.random() < rate)) chosen.push(i);
+    });
+    return chosen;
+  };
 }

@@ -60,10 +60,11 @@ export interface Pipelines {
 export const roundKey = (step: RoundStep): string => `${step.mode}${step.packed ? '/packed' : ''}`;
 
 /**
- * What an 'auto' integerDot falls back to where dot4I8Packed is missing: the float kernels on rounded values, which
- * measured as fast as or faster than the unpacked int8 kernels on SwiftShader (docs/kernels.md).
+ * What an 'auto' integerDot falls back to where dot4I8Packed is missing: the unpacked int8 kernels, which compute as
+ * the coordinator does bit for bit like the packed ones (the float kernels agree only to f32 summation order, and an
+ * element of h near a rounding boundary can then round the other way; docs/numerics.md).
  */
-export const INTEGER_DOT_FALLBACK: IntegerDot = 'float';
+export const INTEGER_DOT_FALLBACK: IntegerDot = 'unpacked';
 
 /** Everything that lives on one device; rebuilt whole on a new device after a loss. */
 export interface GpuState {

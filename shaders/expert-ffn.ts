@@ -43,7 +43,8 @@ export const INT8_LANES = 8;
 /**
  * How the int8 kernels (expert_up_q8, expert_down_q8) multiply four int8 pairs: 'packed' with WGSL's dot4I8Packed
  * (the packed_4x8_integer_dot_product language feature), 'unpacked' by sign-extending the bytes and multiplying in
- * i32 where that feature is missing. Both are exact.
+ * i32 where that feature is missing. Both are exact, and both kernels follow ggml's x86 vec_dot lane by lane, so
+ * their results are the coordinator's bit for bit.
  */
 export type Int8Dot = 'packed' | 'unpacked';
 

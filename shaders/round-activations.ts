@@ -207,7 +207,12 @@ export async function roundActivationsGpu(
   const n = nRows * rowLen;
   if (n === 0)
     return packed
-      ? { values: new Float32Array(0), qs: new Uint32Array(0), d: new Float32Array(0), ...(mode === 'q8_k' ? { bsums: new Int32Array(0) } : {}) }
+      ? {
+          values: new Float32Array(0),
+          qs: new Uint32Array(0),
+          d: new Float32Array(0),
+          ...(mode === 'q8_k' ? { bsums: new Int32Array(0) } : {}),
+        }
       : { values: new Float32Array(0) };
 
   const k = kernelsFor(device);
@@ -281,7 +286,11 @@ export async function roundActivationsGpu(
     const values = new Float32Array(bytes, 0, n);
     if (!packed) return { values };
     const nBlocks = n / ROUND_BLOCK[mode];
-    const got: RoundedActivations = { values, qs: new Uint32Array(bytes, valueBytes, n / 4), d: new Float32Array(bytes, valueBytes + qsBytes, nBlocks) };
+    const got: RoundedActivations = {
+      values,
+      qs: new Uint32Array(bytes, valueBytes, n / 4),
+      d: new Float32Array(bytes, valueBytes + qsBytes, nBlocks),
+    };
     if (mode === 'q8_k') got.bsums = new Int32Array(bytes, valueBytes + qsBytes + nBlocks * 4, nBlocks * 16);
     return got;
   } finally {

@@ -15,7 +15,9 @@
  * rounds the activations as llama.cpp's CPU backend does for each weight type (the rows before gate/up, h before
  * down; round_activations.wgsl), so the result agrees with a llama.cpp CPU coordinator's to float-summation
  * precision. In the decode regime the 8-bit activations meet the quantized weights in integer dot products
- * (dot4I8Packed where WGSL has it; options.integerDot, capabilities().integerDot).
+ * (dot4I8Packed where WGSL has it; options.integerDot, capabilities().integerDot) that follow ggml's x86 vec_dot lane
+ * by lane, down to its fused multiply-adds and swiglu: for Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights the result is the
+ * coordinator's bit for bit.
  *
  * Weights live in GPU buffers by expert ranges ("parts", weight-parts.ts) so a slice larger than one storage binding
  * still loads; the decode kernels use subgroup reductions and the batched kernels f16 tiles where the device has those
@@ -109,8 +111,8 @@ export interface ExpertRuntimeOptions {
    * llama numerics, decode regime: how 8-bit activations meet the weights. 'packed': int8 kernels with WGSL's
    * dot4I8Packed (the packed_4x8_integer_dot_product language feature; FEATURE_UNAVAILABLE where it is missing);
    * 'unpacked': the same kernels multiplying sign-extended bytes in i32; 'float': the rounded values through the float
-   * kernels. 'auto' (default): 'packed' where the feature is, else 'float'. All give the same result up to f32
-   * summation order ('packed' and 'unpacked' the same bits).
+   * kernels. 'auto' (default): 'packed' where the feature is, else 'unpacked'. 'packed' and 'unpacked' compute as the
+   * coordinator's CPU does, bit for bit; 'float' agrees to f32 summation order (docs/numerics.md).
    */
   integerDot?: 'auto' | IntegerDot;
   /**

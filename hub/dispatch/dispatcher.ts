@@ -40,6 +40,7 @@ import {
   FrameReader,
   HEADER_BYTES,
   type Hello,
+  decodeAudit,
   decodeHello,
   decodeRequest,
   encodeHelloAck,
@@ -126,6 +127,8 @@ export interface DispatcherEvents {
   onLate?(workerId: string, pairs: number, lateByMs: number): void;
   onCoordinator?(event: CoordinatorEvent, detail: string): void;
   onResponse?(summary: ResponseSummary): void;
+  /** A worker's withheld answer compared with the coordinator's own sums for the same pairs. */
+  onAudit?(workerId: string, result: AuditResult): void;
 }
 
 /**
@@ -300,7 +303,25 @@ interface Connection {
   maxFrameBytes: number;
   helloTimer: NodeJS.Timeout | undefined;
   inFlight: InFlight | null;
+  /** Withheld partials waiting for the coordinator's AUDIT frame of the same seq. */
+  awaitingAudit: AwaitingAudit | null;
   closed: boolean;
+}
+
+interface AwaitingAudit {
+  seq: number;
+  layer: number;
+  items: Array<{ workerId: string; rowToken: ArrayLike<number>; nRows: number; nPairs: number; partial: Float32Array }>;
+}
+
+/** One worker's answer held against the coordinator's own sums (AUDIT frame). */
+export interface AuditResult {
+  layer: number;
+  seq: number;
+  rows: number;
+  pairs: number;
+  /** Σ(worker − coordinator)² / Σ coordinator² over the audited rows (0 when both are 0). */
+  nmse: number;
 }
 
 export const DEFAULT_QUIET_MS = 1000;
@@ -370,6 +391,9 @@ export class ModelDispatcher {
     latencyMs: null,
     released: false,
     quarantined: false,
+    audits: 0,
+    auditNmseLast: null,
+    auditNmseMax: null,
   };
 
   private constructor(
@@ -474,6 +498,7 @@ export class ModelDispatcher {
       maxFrameBytes: HEADER_BYTES + HELLO_FIXED_BYTES + DISPATCH_LIMITS.maxModelDesc,
       helloTimer: undefined,
       inFlight: null,
+      awaitingAudit: null,
       closed: false,
     };
     this.conn = conn;
@@ -539,13 +564,25 @@ export class ModelDispatcher {
         if (conn.inFlight)
           throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `REQUEST ${header.seq} while ${conn.inFlight.req.seq} is in flight`);
         const req = decodeRequest(header, payload, hello.nExpert);
+        // The coordinator sends AUDIT before its next REQUEST; one still awaited was not sent (it dropped the layer).
+        conn.awaitingAudit = null;
         if (req.nEmbd !== hello.nEmbd)
           throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `n_embd ${req.nEmbd}, HELLO said ${hello.nEmbd}`);
         if (req.layer >= hello.nLayer) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `layer ${req.layer} of ${hello.nLayer}`);
         this.onRequest(conn, req);
         return;
       }
-      // The AUDIT extension adds its case here: look the awaiting audit up by seq and hand the trusted sums on.
+      case FrameKind.Audit: {
+        const hello = conn.hello;
+        const waiting = conn.awaitingAudit;
+        if (!hello || !waiting || waiting.seq !== header.seq)
+          throw new DispatchProtocolError('DISPATCH_BAD_KIND', `an AUDIT (seq ${header.seq}) nobody asked for`);
+        conn.awaitingAudit = null;
+        const a = decodeAudit(header, payload, hello.nEmbd);
+        if (a.layer !== waiting.layer) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `AUDIT of layer ${a.layer}, asked for ${waiting.layer}`);
+        for (const it of waiting.items) this.events.onAudit?.(it.workerId, compareAudit(it, a.sums, hello.nEmbd, a.layer, a.seq));
+        return;
+      }
       default:
         throw new DispatchProtocolError('DISPATCH_BAD_KIND', `frame kind ${header.kind} is not sent by a coordinator`);
     }
@@ -913,8 +950,18 @@ export class ModelDispatcher {
     for (const r of f.rejectedPairs) rejected += r;
     const fallback = pairs - nServed - rejected;
     const mode = nServed > 0 ? 'served' : 'local';
-    if (audit) this.totals.pairs.audited += audit.pairs; // the AUDIT extension sends audit.mask with the RESPONSE
-    const base = { seq: req.seq, layer: req.layer, nTokens: req.nTokens, nUsed: req.nUsed, quietMs: 0 };
+    const base = { seq: req.seq, layer: req.layer, nTokens: req.nTokens, nUsed: req.nUsed, quietMs: 0, ...(audit ? { audit: audit.mask } : {}) };
+    if (audit) {
+      this.totals.pairs.audited += audit.pairs;
+      conn.awaitingAudit = {
+        seq: req.seq,
+        layer: req.layer,
+        items: audit.items.map((i, j) => {
+          const wp = plan.workers[i] as RequestPlan['workers'][number];
+          return { workerId: (f.links[i] as WorkerLink).workerId, rowToken: wp.rowToken, nRows: wp.nRows, nPairs: wp.nPairs, partial: audit.held[j] as Float32Array };
+        }),
+      };
+    }
     this.write(conn, encodeResponse(nServed > 0 ? { ...base, mode: 'served', served, sums } : { ...base, mode: 'local' }));
     const end = performance.now();
     const t = this.totals;
@@ -946,4 +993,26 @@ export class ModelDispatcher {
       totalMs: end - f.arrivedAt,
     });
   }
+}
+
+/** NMSE of one worker's partial (its compact rows) against the coordinator's audited sums (one per token row). */
+function compareAudit(
+  it: { rowToken: ArrayLike<number>; nRows: number; nPairs: number; partial: Float32Array },
+  trusted: Float32Array,
+  nEmbd: number,
+  layer: number,
+  seq: number,
+): AuditResult {
+  let err = 0;
+  let ref = 0;
+  for (let r = 0; r < it.nRows; r++) {
+    const t = it.rowToken[r] as number;
+    for (let i = 0; i < nEmbd; i++) {
+      const want = trusted[t * nEmbd + i] as number;
+      const d = (it.partial[r * nEmbd + i] as number) - want;
+      err += d * d;
+      ref += want * want;
+    }
+  }
+  return { layer, seq, rows: it.nRows, pairs: it.nPairs, nmse: ref > 0 ? err / ref : err > 0 ? Number.POSITIVE_INFINITY : 0 };
 }

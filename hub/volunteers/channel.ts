@@ -38,7 +38,7 @@ import {
   type WireEncoding,
 } from '../../volunteer/wire.ts';
 import type { Numerics } from '../../shaders/computer.ts';
-import type { VolunteerAnswer, VolunteerRequest } from '../market/assign.ts';
+import type { Assignment, VolunteerAnswer, VolunteerRequest } from '../market/assign.ts';
 import type { HeldRange } from '../market/types.ts';
 import type { WorkItem, WorkerDirectory, WorkerLink } from '../dispatch/worker-link.ts';
 
@@ -212,9 +212,13 @@ export class VolunteerChannel {
   private nextAssignment = 1;
   /** Serving links per model and layer, rebuilt when a connection starts or stops serving. */
   private readonly links = new Map<string, Map<number, Connection[]>>();
+  /** Connections holding an assignment, by model: what a rebuild of the links looks through (not every connection). */
+  private readonly assigned = new Map<string, Set<Connection>>();
   private assigning = false;
-  private assignAgain = false;
+  /** Whom the next round offers a slice: every idle volunteer once the market may have changed, else newcomers only. */
+  private offerTo: Set<Connection> | 'all' | null = null;
   private readonly sweep: NodeJS.Timeout;
+  private readonly pinger: NodeJS.Timeout;
   private closed = false;
   /**
    * Called for every result in time or not: the round trip from handing the frame to the socket to decoding the
@@ -231,6 +235,10 @@ export class VolunteerChannel {
     this.wss = new WebSocketServer({ noServer: true, maxPayload: VOLUNTEER_LIMITS.maxFrameBytes, perMessageDeflate: false });
     this.sweep = setInterval(() => this.closeIdle(), Math.min(5_000, this.options.idleTimeoutMs / 3));
     this.sweep.unref();
+    // Protocol pings keep a volunteer alive whose page cannot send (a background tab's timers are throttled to a
+    // minute): its browser answers them without any JavaScript, and a pong counts as heard.
+    this.pinger = setInterval(() => this.pingAll(), this.options.heartbeatMs);
+    this.pinger.unref();
   }
 
   /** Takes over the upgrade of `/api/volunteer` on the hub's HTTP server; other upgrades are refused. */
@@ -280,28 +288,41 @@ export class VolunteerChannel {
    * another after it.
    */
   demandChanged(): void {
+    this.offerRound('all');
+  }
+
+  /**
+   * A volunteer that just became idle (hello, resume) while the market did not change is offered a slice alone: the
+   * others were offered theirs when it last changed, and a round over all of them per hello makes 10,000 joining
+   * volunteers cost 10,000²/2 offers.
+   */
+  private offerRound(who: Connection | 'all'): void {
     if (this.closed) return;
-    if (this.assigning) {
-      this.assignAgain = true;
-      return;
-    }
+    if (who === 'all') this.offerTo = 'all';
+    else if (this.offerTo === null) this.offerTo = new Set([who]);
+    else if (this.offerTo !== 'all') this.offerTo.add(who);
+    if (!this.assigning) this.nextRound();
+  }
+
+  private nextRound(): void {
+    const who = this.offerTo;
+    this.offerTo = null;
+    if (!who || this.closed) return;
     this.assigning = true;
-    void this.assignRound()
+    void this.assignRound(who === 'all' ? this.all : who)
       .catch((e: unknown) =>
         this.host.event('load-failed', null, `assigning volunteers failed: ${e instanceof Error ? e.message : String(e)}`),
       )
       .finally(() => {
         this.assigning = false;
-        if (this.assignAgain) {
-          this.assignAgain = false;
-          setImmediate(() => this.demandChanged());
-        }
+        if (this.offerTo) setImmediate(() => this.nextRound());
       });
   }
 
   async close(): Promise<void> {
     this.closed = true;
     clearInterval(this.sweep);
+    clearInterval(this.pinger);
     for (const c of this.all) this.closeWith(c, 'SHUTTING_DOWN', 'the hub is stopping');
     await new Promise<void>((resolve) => this.wss.close(() => resolve()));
   }
@@ -330,6 +351,9 @@ export class VolunteerChannel {
         else this.closeWith(c, 'INTERNAL_ERROR', e instanceof Error ? e.message : String(e));
       }
     });
+    ws.on('pong', () => {
+      c.lastHeardMs = this.now();
+    });
     ws.on('error', () => {});
     ws.on('close', () => {
       clearTimeout(helloTimer);
@@ -347,12 +371,17 @@ export class VolunteerChannel {
     if (!this.all.delete(c)) return;
     c.failAll('the volunteer disconnected');
     if (c.workerId && this.byWorker.get(c.workerId) === c) {
+      const held = c.assign !== null || c.state === 'loading'; // only a slice given up changes what the market wants
       this.byWorker.delete(c.workerId);
       this.dropAssignment(c);
       this.host.forget(c.workerId);
       this.host.event('volunteer-leave', null, c.workerId);
-      this.demandChanged();
+      if (held) this.demandChanged();
     }
+  }
+
+  private pingAll(): void {
+    for (const c of this.all) if (c.state !== 'hello' && c.ws.readyState === c.ws.OPEN) c.ws.ping();
   }
 
   private closeIdle(): void {
@@ -416,7 +445,7 @@ export class VolunteerChannel {
         if (c.state === 'paused') {
           c.state = c.assign ? 'serving' : 'waiting';
           if (c.assign) this.rebuildLinks(c.assign.model);
-          else this.demandChanged();
+          else this.offerRound(c);
         }
         return;
       case 'leave':
@@ -467,7 +496,7 @@ export class VolunteerChannel {
       null,
       `${h.workerId} (${h.device.webgpu ? h.device.adapter?.description || 'WebGPU' : 'no WebGPU'}; ${h.agent || 'client'})`,
     );
-    this.demandChanged();
+    this.offerRound(c);
   }
 
   private onLoaded(c: Connection, assignmentId: number, ready: boolean): void {
@@ -520,6 +549,7 @@ export class VolunteerChannel {
     const a = c.assign;
     if (!a) return;
     c.assign = null;
+    this.assigned.get(a.model)?.delete(c);
     c.failAll('released');
     this.host.forget(c.workerId);
     this.rebuildLinks(a.model);
@@ -528,7 +558,7 @@ export class VolunteerChannel {
   private rebuildLinks(model: string | undefined): void {
     if (!model) return;
     const byLayer = new Map<number, Connection[]>();
-    for (const c of this.all) {
+    for (const c of this.assigned.get(model) ?? []) {
       if (c.state !== 'serving' || c.assign?.model !== model) continue;
       const list = byLayer.get(c.assign.layer) ?? [];
       list.push(c);
@@ -539,60 +569,102 @@ export class VolunteerChannel {
     this.links.set(model, byLayer);
   }
 
-  private async assignRound(): Promise<void> {
-    const idle = [...this.all].filter((c) => c.state === 'waiting' && !c.unfit && c.hello);
+  private async assignRound(candidates: Iterable<Connection>): Promise<void> {
+    const idle = [...candidates].filter((c) => c.state === 'waiting' && !c.unfit && c.hello);
     idle.sort((x, y) => speed(y) - speed(x) || budget(y) - budget(x) || (x.workerId < y.workerId ? -1 : 1));
+    // Models ('' = any) of which nothing is wanted: assignments in this round only lower demand, so a later volunteer
+    // asking for one of them would be refused too, whatever its device.
+    const nothingWanted = new Set<string>();
+    const chosen: Array<{ c: Connection; answer: Assignment }> = [];
     for (const c of idle) {
       if (c.state !== 'waiting' || !this.all.has(c)) continue;
       const h = c.hello as Hello;
-      const answer = this.host.offer(c.workerId, {
-        model: h.model,
-        maxExperts: c.maxExperts > 0 ? (h.maxExperts > 0 ? Math.min(h.maxExperts, c.maxExperts) : c.maxExperts) : h.maxExperts,
-        device: {
-          ...(h.device.limits ?? {}),
-          memoryBudgetBytes: h.device.memoryBudgetBytes,
-        },
-      });
-      if (!answer.assigned) continue;
+      if (nothingWanted.has('') || nothingWanted.has(h.model)) continue;
+      let answer: VolunteerAnswer;
+      try {
+        answer = this.host.offer(c.workerId, {
+          model: h.model,
+          maxExperts: c.maxExperts > 0 ? (h.maxExperts > 0 ? Math.min(h.maxExperts, c.maxExperts) : c.maxExperts) : h.maxExperts,
+          device: {
+            ...(h.device.limits ?? {}),
+            memoryBudgetBytes: h.device.memoryBudgetBytes,
+          },
+        });
+      } catch (e) {
+        // The market refuses this request itself (a model not served here): nothing can be offered to it until it
+        // reconnects, and the volunteers after it in this round are still offered theirs.
+        c.unfit = true;
+        this.host.event('load-failed', null, `${c.workerId}: cannot be offered a slice: ${e instanceof Error ? e.message : String(e)}`);
+        continue;
+      }
+      if (!answer.assigned) {
+        if (answer.code === 'nothing-wanted') nothingWanted.add(h.model);
+        continue;
+      }
       const ranges: HeldRange[] = [[answer.layer, answer.experts[0], answer.experts[1]]];
       // Reserve before the first await: the next volunteer in this round must see this range as taken.
-      this.host.reserve(c.workerId, answer.model, ranges);
-      c.state = 'loading';
-      let shard: { bytes: number; digest: string };
       try {
-        shard = await this.host.shard(answer.model, answer.layer, answer.experts[0], answer.experts[1]);
-      } catch {
-        this.host.forget(c.workerId);
-        c.state = 'waiting';
+        this.host.reserve(c.workerId, answer.model, ranges);
+      } catch (e) {
+        // The coverage store is full (TOO_MANY_WORKERS): this one waits for the next round.
+        this.host.event('load-failed', answer.model, `${c.workerId}: not reserved: ${e instanceof Error ? e.message : String(e)}`);
         continue;
       }
-      if (!this.all.has(c) || c.state !== 'loading') {
-        if (!this.all.has(c)) this.host.forget(c.workerId);
-        continue;
-      }
-      const assign: Assign = {
-        type: 'assign',
-        assignmentId: this.nextAssignment++,
-        model: answer.model,
-        layer: answer.layer,
-        experts: [answer.experts[0], answer.experts[1]],
-        nEmbd: answer.n_embd,
-        nExpert: answer.n_expert,
-        numerics: this.host.numerics(answer.model),
-        shardUrl: `/api/expert-shard?model=${encodeURIComponent(answer.model)}&layer=${answer.layer}&expert_begin=${answer.experts[0]}&expert_end=${answer.experts[1]}`,
-        shardBytes: shard.bytes,
-        shardDigest: shard.digest,
-      };
-      c.assign = assign;
-      c.loadTimer = setTimeout(() => {
-        if (c.assign === assign && c.state === 'loading')
-          this.release(c.workerId, 'LOAD_TIMEOUT', `not loaded within ${this.options.loadTimeoutMs} ms`);
-      }, this.options.loadTimeoutMs);
-      c.loadTimer.unref();
-      c.send(assign);
+      c.state = 'loading';
+      chosen.push({ c, answer });
     }
+    // Every range of this round is reserved: the shards' sizes and digests (one read of each slice not yet known) are
+    // looked up a few at a time, and each volunteer is sent its assignment as soon as its own is known.
+    let next = 0;
+    const lane = async (): Promise<void> => {
+      while (next < chosen.length) {
+        const { c, answer } = chosen[next++]!;
+        await this.sendAssignment(c, answer);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(SHARD_LOOKUPS, chosen.length) }, lane));
+  }
+
+  private async sendAssignment(c: Connection, answer: Assignment): Promise<void> {
+    let shard: { bytes: number; digest: string };
+    try {
+      shard = await this.host.shard(answer.model, answer.layer, answer.experts[0], answer.experts[1]);
+    } catch {
+      this.host.forget(c.workerId);
+      if (c.state === 'loading') c.state = 'waiting';
+      return;
+    }
+    if (!this.all.has(c) || c.state !== 'loading') {
+      if (!this.all.has(c)) this.host.forget(c.workerId);
+      return;
+    }
+    const assign: Assign = {
+      type: 'assign',
+      assignmentId: this.nextAssignment++,
+      model: answer.model,
+      layer: answer.layer,
+      experts: [answer.experts[0], answer.experts[1]],
+      nEmbd: answer.n_embd,
+      nExpert: answer.n_expert,
+      numerics: this.host.numerics(answer.model),
+      shardUrl: `/api/expert-shard?model=${encodeURIComponent(answer.model)}&layer=${answer.layer}&expert_begin=${answer.experts[0]}&expert_end=${answer.experts[1]}`,
+      shardBytes: shard.bytes,
+      shardDigest: shard.digest,
+    };
+    c.assign = assign;
+    const holders = this.assigned.get(assign.model) ?? new Set<Connection>();
+    this.assigned.set(assign.model, holders.add(c));
+    c.loadTimer = setTimeout(() => {
+      if (c.assign === assign && c.state === 'loading')
+        this.release(c.workerId, 'LOAD_TIMEOUT', `not loaded within ${this.options.loadTimeoutMs} ms`);
+    }, this.options.loadTimeoutMs);
+    c.loadTimer.unref();
+    c.send(assign);
   }
 }
+
+/** Shard lookups at once in a round (each may open and read the model file once). */
+const SHARD_LOOKUPS = 8;
 
 const speed = (c: Connection): number => c.hello?.device.gflops ?? 0;
 const budget = (c: Connection): number => c.hello?.device.memoryBudgetBytes ?? 0;

@@ -114,7 +114,16 @@ const INT8_TYPES = [...INT8_SNIPPETS.keys()];
 const same = (t: GGMLType): SliceTypes => ({ gate: t, up: t, down: t });
 const isK = (t: GGMLType): boolean => t === GGMLType.Q4_K || t === GGMLType.Q5_K || t === GGMLType.Q6_K;
 /** One block per row and several (K-quants: 256 and 512; Q8_0/Q4_0: 32 and 96). */
-const widths = (t: GGMLType): [number, number][] => (isK(t) ? [[256, 256], [512, 256]] : [[32, 32], [96, 64]]);
+const widths = (t: GGMLType): [number, number][] =>
+  isK(t)
+    ? [
+        [256, 256],
+        [512, 256],
+      ]
+    : [
+        [32, 32],
+        [96, 64],
+      ];
 
 function packedDot(): boolean {
   return gpu.wgslLanguageFeatures.has('packed_4x8_integer_dot_product');
@@ -130,7 +139,13 @@ describe('the int8 kernels compute as ggml does, bit for bit', () => {
         // Identity down needs nEmbd = ff; h is read through it untouched (F32 down: no rounding of h).
         const fused = experts({ gate: type, up: type, down: GGMLType.F32 }, width, width, 3, seed++, true);
         // Gate and up of different types that round alike (Q8_0 / Q4_0; Q4_K / Q6_K): the two-pass up kernel.
-        const other = isK(type) ? (type === GGMLType.Q6_K ? GGMLType.Q4_K : GGMLType.Q6_K) : type === GGMLType.Q8_0 ? GGMLType.Q4_0 : GGMLType.Q8_0;
+        const other = isK(type)
+          ? type === GGMLType.Q6_K
+            ? GGMLType.Q4_K
+            : GGMLType.Q6_K
+          : type === GGMLType.Q8_0
+            ? GGMLType.Q4_0
+            : GGMLType.Q8_0;
         const split = experts({ gate: type, up: other, down: GGMLType.F32 }, width, width, 3, seed++, true);
         const call = makeCall(width, 3, 5, 1, seed++);
         for (const slice of [fused, split]) {
@@ -178,7 +193,7 @@ describe('the int8 kernels compute as ggml does, bit for bit', () => {
 
 describe("ggml_math.wgsl: ggml's float steps element by element", () => {
   /** Runs `expr` (WGSL over x, y, z) on each triple of `input`; the module has ggml_math.wgsl and opaque_init called. */
-  async function evaluate(expr: string, input: Float32Array): Promise<Float32Array> {
+  async function evaluate(expr: string, input: Float32Array<ArrayBuffer>): Promise<Float32Array> {
     const n = input.length / 3;
     const code = `${WGSL.ggmlMath}
 @group(0) @binding(0) var<storage, read> a: array<f32>;
@@ -194,7 +209,11 @@ describe("ggml_math.wgsl: ggml's float steps element by element", () => {
   o[i] = ${expr};
 }`;
     const module = device.createShaderModule({ label: 'ggml_math test', code });
-    const pipeline = await device.createComputePipelineAsync({ label: 'ggml_math test', layout: 'auto', compute: { module, entryPoint: 'main' } });
+    const pipeline = await device.createComputePipelineAsync({
+      label: 'ggml_math test',
+      layout: 'auto',
+      compute: { module, entryPoint: 'main' },
+    });
     const usage = GPUBufferUsage;
     const inBuf = device.createBuffer({ size: input.byteLength, usage: usage.STORAGE | usage.COPY_DST });
     const outBuf = device.createBuffer({ size: n * 4, usage: usage.STORAGE | usage.COPY_SRC });
@@ -226,14 +245,20 @@ describe("ggml_math.wgsl: ggml's float steps element by element", () => {
   }
 
   /** Triples where a·b + c cancels (the product's low bits decide), of every magnitude, some on exact ties. */
-  function fmaInputs(n: number, seed: number): Float32Array {
+  function fmaInputs(n: number, seed: number): Float32Array<ArrayBuffer> {
     const rand = mulberry32(seed);
     const v = new Float32Array(3 * n);
     for (let i = 0; i < n; i++) {
       const a = Math.fround((rand() - 0.5) * 2 ** Math.floor(rand() * 40 - 20));
-      const b = i % 4 === 0 ? Math.fround(Math.floor((rand() - 0.5) * 2 ** 20)) : Math.fround((rand() - 0.5) * 2 ** Math.floor(rand() * 40 - 20));
+      const b =
+        i % 4 === 0 ? Math.fround(Math.floor((rand() - 0.5) * 2 ** 20)) : Math.fround((rand() - 0.5) * 2 ** Math.floor(rand() * 40 - 20));
       const p = Math.fround(a * b);
-      const c = [() => -p, () => -p * (1 + (rand() - 0.5) * 2 ** -20), () => (rand() - 0.5) * 2 ** Math.floor(rand() * 40 - 20), () => -p / 2][i % 4]!();
+      const c = [
+        () => -p,
+        () => -p * (1 + (rand() - 0.5) * 2 ** -20),
+        () => (rand() - 0.5) * 2 ** Math.floor(rand() * 40 - 20),
+        () => -p / 2,
+      ][i % 4]!();
       v.set([a, b, c], 3 * i);
     }
     return v;

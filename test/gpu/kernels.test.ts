@@ -623,30 +623,35 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
       assert.ok(sameBits(await plain.compute(c.rows, c.ids, c.probs, 3, 2), await exactFloat.compute(c.rows, c.ids, c.probs, 3, 2)));
       const caps = auto.capabilities();
       // SwiftShader through Dawn has the packed_4x8_integer_dot_product language feature: 'auto' takes it.
-      assert.equal(caps.integerDot, gpu.wgslLanguageFeatures.has('packed_4x8_integer_dot_product') ? 'packed' : 'float');
-      assert.match(caps.integerDotReason, /packed|float/);
+      assert.equal(caps.integerDot, gpu.wgslLanguageFeatures.has('packed_4x8_integer_dot_product') ? 'packed' : 'unpacked');
+      assert.match(caps.integerDotReason, /packed/);
     } finally {
       plain.dispose();
       exactFloat.dispose();
       auto.dispose();
     }
-    // A page whose navigator.gpu.wgslLanguageFeatures lacks the packed dot: 'auto' takes the float kernels, 'packed'
-    // is refused, 'unpacked' still builds.
+    // A page whose navigator.gpu.wgslLanguageFeatures lacks the packed dot: 'auto' takes the unpacked int8 kernels
+    // (bit for bit the packed ones' result, as the coordinator computes), 'packed' is refused, 'float' still builds.
     const had = Object.getOwnPropertyDescriptor(globalThis, 'navigator');
     Object.defineProperty(globalThis, 'navigator', { value: { gpu: { wgslLanguageFeatures: new Set<string>() } }, configurable: true });
     try {
       const noPacked = await ExpertRuntime.create(device, slice, { numerics: 'llama' });
       const unpacked = await ExpertRuntime.create(device, slice, { numerics: 'llama', integerDot: 'unpacked' });
+      const float = await ExpertRuntime.create(device, slice, { numerics: 'llama', integerDot: 'float' });
       try {
-        assert.equal(noPacked.capabilities().integerDot, 'float');
+        assert.equal(noPacked.capabilities().integerDot, 'unpacked');
         assert.match(noPacked.capabilities().integerDotReason, /wgslLanguageFeatures lacks packed_4x8_integer_dot_product/);
         assert.equal(unpacked.capabilities().integerDot, 'unpacked');
+        assert.equal(float.capabilities().integerDot, 'float');
         const a = await noPacked.compute(c.rows, c.ids, c.probs, 3, 2, { regime: 'decode' });
         const b = await unpacked.compute(c.rows, c.ids, c.probs, 3, 2, { regime: 'decode' });
-        assert.ok(nmse(a, b) <= NMSE_MAX, 'the float and unpacked paths agree');
+        const f = await float.compute(c.rows, c.ids, c.probs, 3, 2, { regime: 'decode' });
+        assert.ok(sameBits(a, b), 'the fallback is the unpacked path');
+        assert.ok(nmse(f, b) <= NMSE_MAX, 'the float and unpacked paths agree');
       } finally {
         noPacked.dispose();
         unpacked.dispose();
+        float.dispose();
       }
       await rejectsWith(ExpertRuntime.create(device, slice, { numerics: 'llama', integerDot: 'packed' }), 'FEATURE_UNAVAILABLE', {
         feature: 'packed_4x8_integer_dot_product',

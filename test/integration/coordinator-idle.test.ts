@@ -1,8 +1,9 @@
 /**
  * A coordinator started with `--expert-dispatch` must cost nothing while its dispatcher is missing or mute: the
  * connector thread backs off (100 ms doubling to 2 s) and every HELLO wait is bounded, so an idle server stays idle.
- * Regression test for a connector that retried in a tight loop while disconnected (a whole core burnt idle, decode
- * at 0.10× on 2 cores) and ~60 % of a core against a dispatcher that accepts but never answers HELLO.
+ * Regression test for a connector that retried without sleeping after every failed attempt: idle, it burnt most of a
+ * core with nobody listening and against a socket that listens but never accepts, and slowed decoding on 2 cores
+ * several-fold.
  *
  * Per case the real linkcpp-server runs on a generated model; once healthy it idles IDLE_MS and its CPU time is read
  * from /proc/<pid>/stat (utime + stime): it must stay under MAX_IDLE_SHARE of one core. Then a real dispatcher
@@ -29,8 +30,10 @@ after(() => rm(dir, { recursive: true, force: true }));
 const IDLE_MS = 5000;
 const SETTLE_MS = 500;
 /**
- * Largest CPU share of one core an idle coordinator may use. Measured after the fix: ≤ 0.4 % in every case (the
- * connector wakes a few times a second at most); before it, 100 % with nobody listening, ~60 % against a mute one.
+ * Largest CPU share of one core an idle coordinator may use. Measured on 2 shared cores after the fix: ≤ 0.4 % in every
+ * case, as without --expert-dispatch (the connector wakes a few times a second at most). Before it: 72–95 % with
+ * nobody listening, 29–83 % against a listener that never accepts (less when other processes held the cores);
+ * against a listener that accepts and stays mute, 0.2 % (each attempt slept in the bounded HELLO wait).
  */
 const MAX_IDLE_SHARE = 0.05;
 /** A dispatcher that appears must get HELLO within this: the backoff's 2 s ceiling plus the handshake, with room. */

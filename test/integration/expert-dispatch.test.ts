@@ -71,12 +71,6 @@ const EXACT_BOUND = 1e-12;
 function wgslBound(type: GGMLType): number {
   return type === GGMLType.F32 || type === GGMLType.F16 ? 1e-6 : 1e-3;
 }
-/**
- * Grid cases where the WGSL runtime's tokens leave stock's (measured: qwen3moe Q4_K from position 20, olmoe Q4_K
- * from 19), for the flips above. Their WGSL check runs as a todo until the kernels compute as ggml does (the order
- * and rounding are spelled out in test/support/ggml-exact.ts, which is bit-exact in every case).
- */
-const WGSL_TOKENS_DIVERGE = new Set(['qwen3moe/Q4_K', 'olmoe/Q4_K']);
 /** Routed-expert output RMS / residual RMS at position 0 must reach this at every measured layer (see LOUD). */
 const MIN_LOUDNESS = 0.15;
 
@@ -255,10 +249,7 @@ for (const arch of ARCHITECTURES) {
 
             d.behaviour = 'all';
             d.backend = gpu;
-            const todo = WGSL_TOKENS_DIVERGE.has(`${arch}/${GGMLType[type]}`)
-              ? 'WGSL llama numerics are not bit-exact: a flipped 8-bit rounding changes the tokens here'
-              : undefined;
-            await t.test("WGSL runtime, llama numerics: stock's tokens, every request served", { todo }, async (st) => {
+            await t.test("WGSL runtime, llama numerics: stock's tokens, every request served", async (st) => {
               const w = await dispatchedRun(server, d, m, want, wgslBound(type));
               st.diagnostic(`wgsl: max 1−cos ${fmt(w.maxDistance)}${w.tokensEqual ? '' : ', tokens differ'}`);
               assert.deepEqual(w.failures, [], `${d.backend.name}: ${w.failures.join('\n')}`);

@@ -12,9 +12,12 @@
  *   ts-llama    the TypeScript reference with ggml's activation rounding (shaders/reference/expert-ffn.ts)
  *   ts-exact    the TypeScript reference in exact math (what an 'exact'-numerics worker computes)
  *   wgsl        ExpertRuntime { numerics: 'llama' } on Node's WebGPU (Dawn on SwiftShader), decode and batched kernels
+ *   wgsl-int8   the same runtime with every call in the decode regime: for the weight types with int8 kernels
+ *               (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), which compute as ggml's vec_dot does lane by lane, must be
+ *               bit-identical
  *   wasm        OrtExpertFallback { numerics: 'llama' } on onnxruntime-web's wasm backend
- *   ggml-exact  test/support/ggml-exact.ts, the TypeScript emulation of ggml's CPU arithmetic (its types only):
- *               must be bit-identical
+ *   ggml-exact  test/support/ggml-exact.ts, the TypeScript emulation of ggml's CPU arithmetic (its types: all but
+ *               BF16): must be bit-identical
  * The 'llama' paths must agree to float-summation precision but for rare one-step differences in the hidden
  * vector's rounding (bounds below), and exact math must fall clearly outside, so the check can fail. Measured
  * numbers are printed per type and path (docs/numerics.md).
@@ -451,13 +454,32 @@ const wgslPath = slicePath('wgsl', async (slice) => {
   };
 });
 
+/** Weight types whose int8 kernels compute as ggml does, bit for bit (the decode regime's expert_up_q8 / expert_down_q8). */
+const INT8_EXACT_TYPES = new Set<GGMLType>([GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]);
+
+const wgslInt8Path = slicePath('wgsl-int8', async (slice) => {
+  const rt = await ExpertRuntime.create(await device(), slice, { numerics: 'llama' });
+  return {
+    compute: (c) => rt.compute(c.rows, c.ids, c.probs, c.nTokens, c.nUsed, { regime: 'decode' }),
+    dispose: () => rt.dispose(),
+  };
+});
+
 const wasmPath = slicePath('wasm', async (slice) => {
   const fb = await OrtExpertFallback.create(ort, slice, { numerics: 'llama' });
   return { compute: (c) => fb.compute(c.rows, c.ids, c.probs, c.nTokens, c.nUsed), dispose: () => fb.dispose() };
 });
 
 /** The types ggml-exact.ts emulates. */
-const GGML_EXACT_TYPES = new Set<GGMLType>([GGMLType.F32, GGMLType.F16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K]);
+const GGML_EXACT_TYPES = new Set<GGMLType>([
+  GGMLType.F32,
+  GGMLType.F16,
+  GGMLType.Q8_0,
+  GGMLType.Q4_0,
+  GGMLType.Q4_K,
+  GGMLType.Q5_K,
+  GGMLType.Q6_K,
+]);
 
 const ggmlExactPath: WorkerPath = {
   name: 'ggml-exact',
@@ -472,7 +494,14 @@ const ggmlExactPath: WorkerPath = {
 };
 
 function pathsFor(type: GGMLType): WorkerPath[] {
-  return [tsPath('llama'), tsPath('exact'), wgslPath, wasmPath, ...(GGML_EXACT_TYPES.has(type) ? [ggmlExactPath] : [])];
+  return [
+    tsPath('llama'),
+    tsPath('exact'),
+    wgslPath,
+    ...(INT8_EXACT_TYPES.has(type) ? [wgslInt8Path] : []),
+    wasmPath,
+    ...(GGML_EXACT_TYPES.has(type) ? [ggmlExactPath] : []),
+  ];
 }
 
 /** NMSE of each token's row (a call's NMSE hides one token's outlier among many, and lets a decode call weigh as much as a batch). */
@@ -575,6 +604,8 @@ for (const type of TYPES) {
       );
       if (p === ggmlExactPath) {
         assert.equal(differing.get(p.name), 0, 'ggml-exact.ts and the coordinator must agree bit for bit');
+      } else if (p === wgslInt8Path) {
+        assert.equal(differing.get(p.name), 0, 'the int8 kernels and the coordinator must agree bit for bit');
       } else if (p.numerics === 'llama') {
         assert.ok(s.median <= MEDIAN_BOUND, `${p.name}: median per-token NMSE ${s.median} exceeds ${MEDIAN_BOUND}`);
         assert.ok(

@@ -622,7 +622,14 @@ export class GgmlExactBackend implements ExpertBackend {
   }
 
   /** The layer's sums as the stock graph computes them (sumsOf). */
-  layerSums(layer: number, rows: Float32Array, ids: Int32Array, probs: Float32Array, nTokens: number, nUsed: number): Promise<Float32Array> {
+  layerSums(
+    layer: number,
+    rows: Float32Array,
+    ids: Int32Array,
+    probs: Float32Array,
+    nTokens: number,
+    nUsed: number,
+  ): Promise<Float32Array> {
     return sumsOf((expert, x) => this.expertOut(layer, expert, x), rows, ids, probs, nTokens, nUsed);
   }
 }

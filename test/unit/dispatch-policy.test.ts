@@ -28,6 +28,9 @@ function worker(
     latencyMs: null,
     released: r.released ?? false,
     quarantined: r.quarantined ?? false,
+    audits: 0,
+    auditNmseLast: null,
+    auditNmseMax: null,
   };
   return { state: workerState(record, NOW, cfg), expectedMs: null, benchedAtMs: null, lastProbeMs: null, ...m };
 }
@@ -149,6 +152,9 @@ test('Layer-1 policy: configurable thresholds', () => {
       latencyMs: null,
       released: false,
       quarantined: false,
+      audits: 0,
+      auditNmseLast: null,
+      auditNmseMax: null,
     };
     return { state: workerState(record, NOW, tight), expectedMs: 1, benchedAtMs: null, lastProbeMs: null };
   };

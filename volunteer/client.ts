@@ -79,6 +79,11 @@ export interface VolunteerClientOptions {
   /** e.g. "page/0.1.0". */
   agent?: string;
   fetch?: typeof fetch;
+  /**
+   * Negative-control seam for verification tests: changes each result's sums before they are sent (a dishonest or
+   * broken volunteer). Never set by the page or the headless volunteer.
+   */
+  tamper?: (sums: Float32Array) => void;
   random?: () => number;
   now?: () => number;
 }
@@ -545,6 +550,7 @@ class VolunteerClient implements VolunteerControls {
         let finite = true;
         for (let i = 0; i < sums.length; i++) if (!Number.isFinite(sums[i] as number)) finite = false;
         if (!finite) return this.refuse(frame.workId, 'COMPUTE_ERROR', 'the backend produced sums that are not finite');
+        this.o.tamper?.(sums);
         const computeUs = Math.round((this.now() - arrived) * 1000);
         this.sendBinary(
           encodeResult({ workId: frame.workId, nRows: frame.nRows, nEmbd: frame.nEmbd, sums, encoding: frame.resultEncoding, computeUs }),

@@ -579,7 +579,8 @@ export class ModelDispatcher {
           throw new DispatchProtocolError('DISPATCH_BAD_KIND', `an AUDIT (seq ${header.seq}) nobody asked for`);
         conn.awaitingAudit = null;
         const a = decodeAudit(header, payload, hello.nEmbd);
-        if (a.layer !== waiting.layer) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `AUDIT of layer ${a.layer}, asked for ${waiting.layer}`);
+        if (a.layer !== waiting.layer)
+          throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `AUDIT of layer ${a.layer}, asked for ${waiting.layer}`);
         for (const it of waiting.items) this.events.onAudit?.(it.workerId, compareAudit(it, a.sums, hello.nEmbd, a.layer, a.seq));
         return;
       }
@@ -950,7 +951,14 @@ export class ModelDispatcher {
     for (const r of f.rejectedPairs) rejected += r;
     const fallback = pairs - nServed - rejected;
     const mode = nServed > 0 ? 'served' : 'local';
-    const base = { seq: req.seq, layer: req.layer, nTokens: req.nTokens, nUsed: req.nUsed, quietMs: 0, ...(audit ? { audit: audit.mask } : {}) };
+    const base = {
+      seq: req.seq,
+      layer: req.layer,
+      nTokens: req.nTokens,
+      nUsed: req.nUsed,
+      quietMs: 0,
+      ...(audit ? { audit: audit.mask } : {}),
+    };
     if (audit) {
       this.totals.pairs.audited += audit.pairs;
       conn.awaitingAudit = {
@@ -958,7 +966,13 @@ export class ModelDispatcher {
         layer: req.layer,
         items: audit.items.map((i, j) => {
           const wp = plan.workers[i] as RequestPlan['workers'][number];
-          return { workerId: (f.links[i] as WorkerLink).workerId, rowToken: wp.rowToken, nRows: wp.nRows, nPairs: wp.nPairs, partial: audit.held[j] as Float32Array };
+          return {
+            workerId: (f.links[i] as WorkerLink).workerId,
+            rowToken: wp.rowToken,
+            nRows: wp.nRows,
+            nPairs: wp.nPairs,
+            partial: audit.held[j] as Float32Array,
+          };
         }),
       };
     }

@@ -719,8 +719,6 @@ test('pushed assignments: shard digest, the reservation, DOES_NOT_FIT, loaded â†
       ['v1', 0, [0, 8]],
       ['v2', 1, [0, 4]],
     ]);
-    // A heartbeat that does not list the slice it serves is a protocol violation, not a coverage update.
-    // (Checked below on a throwaway volunteer, v3, once it serves.)
 
     // The rest of layer 1 goes to the next volunteer; after that nothing is wanted and a fourth one waits.
     const v3 = await join(h, token, 'v3');

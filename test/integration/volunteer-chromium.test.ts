@@ -354,10 +354,14 @@ test('two replicas per layer: closing a tab mid-generation keeps the tokens, its
     const routed = routedOf(o);
     const survivorAfter = (await pageReport(survivor)).pairs;
     await screenshot(survivor, 'two-replicas-after-close.png');
-    const line = `closed ${victim.name} (layer ${layer}) at ${(closeMs / 1000).toFixed(1)} s with ${atClose.served} pairs served (${victimPairs} by it); request done in ${(genMs / 1000).toFixed(1)} s; served ${o.served}/${routed} (${((100 * (o.served as number)) / Math.max(1, routed)).toFixed(1)}%), fallback ${o.fallback}, late ${o.late}; surviving replica ${survivor.name} served ${survivorBefore} → ${survivorAfter} pairs`;
+    const line = `closed ${victim.name} (layer ${layer}) at ${(closeMs / 1000).toFixed(1)} s with ${atClose.served} pairs served (${victimPairs} by it); request done in ${(genMs / 1000).toFixed(1)} s; served ${o.served}/${routed} (${((100 * (o.served as number)) / Math.max(1, routed)).toFixed(1)}%) of the routed pairs the hub was asked for (≥ ${N * perToken} in the request), fallback ${o.fallback}, late ${o.late}; surviving replica ${survivor.name} served ${survivorBefore} → ${survivorAfter} pairs`;
     console.log(`[volunteer-chromium] two replicas: ${line}`);
     assert.deepEqual(got, want, `tokens identical to --dispatch off (${line})`);
+    // Shares of what the hub was asked for. On an overloaded machine the hub can miss the coordinator's own deadline
+    // (250 ms); the coordinator then computes locally for a cool-down without asking (never blocked, never wrong), so
+    // those pairs are not counted at all: the second bound keeps that from passing as "all served".
     assert.ok((o.served as number) >= 0.7 * routed, `served pairs keep flowing after the close: ${line}`);
+    assert.ok((o.served as number) >= 0.5 * N * perToken, `most of the request's pairs were served: ${line}`);
     assert.ok(survivorAfter > (survivorBefore as number), `the other replica of layer ${layer} serves after the close: ${line}`);
     assert.equal(o.rejected, 0);
     const gone = Date.now() + 30_000;

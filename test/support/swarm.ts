@@ -71,6 +71,9 @@ export interface MapRow {
   layer: number;
   experts: [number, number];
   state: string;
+  audits: number;
+  audit_nmse_last: number | null;
+  audit_nmse_max: number | null;
 }
 
 export async function dispatchMap(url: string, model: string): Promise<MapRow[]> {

@@ -38,6 +38,8 @@ export const USAGE = `usage: expertswarm hub --model PATH.gguf [--model NAME=PAT
                              off: the coordinator computes everything
   --dispatch-socket NAME=PATH  the dispatcher socket an external coordinator of NAME connects to
                              (start it with --expert-dispatch PATH); managed coordinators get one each
+  --dispatch-deadline-ms N   per-layer wait of a managed coordinator for its dispatcher, and the cap of the
+                             dispatcher's wait for workers (default ${DEFAULTS.dispatchDeadlineMs})
   --audit-rate R             share of workers' answers held against the coordinator's own sums (default 0; the
                              audited pairs are computed by the coordinator; results in /api/expert-dispatch-map)
   --heartbeat-ms N           volunteer heartbeat interval (default ${DEFAULT_CHANNEL.heartbeatMs})
@@ -87,6 +89,7 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
       'dispatch-socket': { type: 'string', multiple: true },
       'heartbeat-ms': { type: 'string' },
       'audit-rate': { type: 'string' },
+      'dispatch-deadline-ms': { type: 'string' },
       config: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -133,6 +136,7 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
     if (!(r >= 0 && r <= 1)) throw new Error(`--audit-rate must be a number in [0, 1], got "${values['audit-rate']}"`);
     c.auditRate = r;
   }
+  set('dispatchDeadlineMs', int(values['dispatch-deadline-ms'], '--dispatch-deadline-ms', 1));
   const heartbeatMs = int(values['heartbeat-ms'], '--heartbeat-ms', 1000);
   if (heartbeatMs !== undefined) c.channel = { ...c.channel, heartbeatMs, idleTimeoutMs: 3 * heartbeatMs };
   for (const u of values['coordinator-url'] ?? []) {

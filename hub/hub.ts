@@ -62,6 +62,11 @@ export interface HubConfig {
    * sums (their pairs are computed by the coordinator). 0 = none, 1 = every item (tests).
    */
   auditRate: number;
+  /**
+   * `--dispatch-deadline-ms`: how long a managed coordinator waits for the dispatcher per MoE layer (its
+   * `--expert-dispatch-deadline-ms`), and the cap of the dispatcher's own wait. Default 250.
+   */
+  dispatchDeadlineMs: number;
 }
 
 export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
@@ -85,6 +90,7 @@ export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
     dispatchSockets: [],
     channel: {},
     auditRate: 0,
+    dispatchDeadlineMs: 250,
     ...over,
   };
 }
@@ -227,6 +233,7 @@ export class Hub {
         name: info.model,
         modelPath: info.path,
         dispatchSocket: this.socketFor(info.model),
+        extraArgs: ['--expert-dispatch-deadline-ms', String(this.config.dispatchDeadlineMs)],
         binary: this.config.coordinatorBinary,
         slots: this.config.slots,
         ctxPerSlot: this.config.ctxPerSlot,
@@ -311,6 +318,7 @@ export class Hub {
       socketPath,
       directory: this.channel.directory(model),
       mode: this.config.dispatchMode,
+      deadlines: { capMs: this.config.dispatchDeadlineMs },
       policy: {
         ...this.config.dispatch,
         saturateAt: this.config.saturation.saturateAt,

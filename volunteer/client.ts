@@ -22,6 +22,7 @@ import type { ShardCache } from './shard-cache.ts';
 import { downloadShard } from './shard-download.ts';
 import {
   emptyStats,
+  type BackendPreference,
   type DeviceReport,
   type SliceAssignment,
   type VolunteerControls,
@@ -66,8 +67,11 @@ export type SocketFactory = new (url: string) => SocketLike;
 export interface VolunteerClientOptions {
   /** The hub's origin, e.g. `http://127.0.0.1:8080`. */
   hubUrl: string;
-  /** What computes: called once, after the user joins (nothing is probed or fetched before consent). */
-  environment: () => Promise<ComputeEnvironment>;
+  /**
+   * What computes, with the backend the user chose: called after the user joins (nothing is probed or fetched before
+   * consent), again only when a later join asks for another backend.
+   */
+  environment: (backend: BackendPreference) => Promise<ComputeEnvironment>;
   identity: IdentityStore;
   cache: ShardCache;
   WebSocket: SocketFactory;
@@ -136,6 +140,7 @@ class VolunteerClient implements VolunteerControls {
   private socket: SocketLike | null = null;
   private attempt = 0;
   private budget = DEFAULT_BUDGET;
+  private backend: BackendPreference = 'auto';
   private joined = false;
   private paused = false;
   private held: Held | null = null;
@@ -155,9 +160,16 @@ class VolunteerClient implements VolunteerControls {
 
   // --- controls
 
-  join(options: { memoryBudgetBytes?: number } = {}): void {
-    if (options.memoryBudgetBytes !== undefined) this.budget = options.memoryBudgetBytes;
+  join(options: { memoryBudgetBytes?: number; backend?: BackendPreference } = {}): void {
     if (this.joined) return;
+    if (options.memoryBudgetBytes !== undefined) this.budget = options.memoryBudgetBytes;
+    const backend = options.backend ?? 'auto';
+    if (backend !== this.backend) {
+      this.backend = backend;
+      this.env = null; // probed again with the new choice
+      this.gpuDevice?.device.destroy();
+      this.gpuDevice = null;
+    }
     this.joined = true;
     this.paused = false;
     this.attempt = 0;
@@ -247,7 +259,7 @@ class VolunteerClient implements VolunteerControls {
     this.setState({ kind: 'connecting', attempt: this.attempt + 1 });
     try {
       if (!this.env) {
-        this.env = await this.o.environment();
+        this.env = await this.o.environment(this.backend);
         const probed = await probeDevice(this.env, this.budget);
         this.gpuDevice = probed.device;
         this.setDevice(probed.report);

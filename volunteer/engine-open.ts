@@ -9,9 +9,9 @@ import { ExpertEngine, type ExpertEngineOptions } from '../shaders/engine.ts';
 import { OrtExpertFallback, type OrtModuleLike } from '../shaders/ort/fallback.ts';
 import { ExpertRuntime, type ExpertSlice, type Numerics } from '../shaders/runtime.ts';
 import { VolunteerError, errorMessage } from './errors.ts';
-import type { DeviceReport } from './state.ts';
+import type { BackendPreference, DeviceReport } from './state.ts';
 
-export type BackendChoice = 'auto' | 'webgpu' | 'wasm';
+export type BackendChoice = BackendPreference;
 
 export interface ComputeEnvironment {
   /** `navigator.gpu`, or `create([])` of npm `webgpu`; null where there is none. */

@@ -40,6 +40,9 @@ export type VolunteerState =
 
 export type VolunteerStateKind = VolunteerState['kind'];
 
+/** Which backend the volunteer computes with: 'auto' measures both and keeps the faster. */
+export type BackendPreference = 'auto' | Backend;
+
 /** The device as the client found it, and which backend it chose and why. */
 export interface DeviceReport {
   webgpu: boolean;
@@ -83,7 +86,7 @@ export interface VolunteerControls {
   /** The volunteer's wallet (base58 ed25519 public key) once it logged in: its credit is kept under it. */
   readonly wallet: string | null;
   /** The user consents: dial the hub, announce the device, wait for an assignment. */
-  join(options?: { memoryBudgetBytes?: number }): void;
+  join(options?: { memoryBudgetBytes?: number; backend?: BackendPreference }): void;
   pause(): void;
   resume(): void;
   /** Close the channel and free GPU memory. */

@@ -218,7 +218,6 @@ export class VolunteerChannel {
   /** Whom the next round offers a slice: every idle volunteer once the market may have changed, else newcomers only. */
   private offerTo: Set<Connection> | 'all' | null = null;
   private readonly sweep: NodeJS.Timeout;
-  private readonly pinger: NodeJS.Timeout;
   private closed = false;
   /**
    * Called for every result in time or not: the round trip from handing the frame to the socket to decoding the
@@ -233,12 +232,8 @@ export class VolunteerChannel {
   ) {
     this.options = { ...DEFAULT_CHANNEL, ...options };
     this.wss = new WebSocketServer({ noServer: true, maxPayload: VOLUNTEER_LIMITS.maxFrameBytes, perMessageDeflate: false });
-    this.sweep = setInterval(() => this.closeIdle(), Math.min(5_000, this.options.idleTimeoutMs / 3));
+    this.sweep = setInterval(() => this.sweepIdle(), Math.min(5_000, this.options.idleTimeoutMs / 3));
     this.sweep.unref();
-    // Protocol pings keep a volunteer alive whose page cannot send (a background tab's timers are throttled to a
-    // minute): its browser answers them without any JavaScript, and a pong counts as heard.
-    this.pinger = setInterval(() => this.pingAll(), this.options.heartbeatMs);
-    this.pinger.unref();
   }
 
   /** Takes over the upgrade of `/api/volunteer` on the hub's HTTP server; other upgrades are refused. */
@@ -322,7 +317,6 @@ export class VolunteerChannel {
   async close(): Promise<void> {
     this.closed = true;
     clearInterval(this.sweep);
-    clearInterval(this.pinger);
     for (const c of this.all) this.closeWith(c, 'SHUTTING_DOWN', 'the hub is stopping');
     await new Promise<void>((resolve) => this.wss.close(() => resolve()));
   }
@@ -380,16 +374,19 @@ export class VolunteerChannel {
     }
   }
 
-  private pingAll(): void {
-    for (const c of this.all) if (c.state !== 'hello' && c.ws.readyState === c.ws.OPEN) c.ws.ping();
-  }
-
-  private closeIdle(): void {
+  /**
+   * Closes connections silent for idleTimeoutMs, and pings those quiet for heartbeatMs: a volunteer whose page cannot
+   * send (a background tab's timers are throttled to a minute) stays, because its browser answers protocol pings
+   * without any JavaScript and a pong counts as heard. Volunteers that heartbeat are not pinged: 10,000 pings at once
+   * stall the hub for about a second on a loaded 2-core machine (bench/hub.ts).
+   */
+  private sweepIdle(): void {
     const t = this.now();
     for (const c of this.all) {
-      if (c.state !== 'hello' && t - c.lastHeardMs > this.options.idleTimeoutMs) {
-        this.closeWith(c, 'IDLE_TIMEOUT', `nothing heard for ${this.options.idleTimeoutMs} ms`);
-      }
+      if (c.state === 'hello') continue;
+      const quiet = t - c.lastHeardMs;
+      if (quiet > this.options.idleTimeoutMs) this.closeWith(c, 'IDLE_TIMEOUT', `nothing heard for ${this.options.idleTimeoutMs} ms`);
+      else if (quiet >= this.options.heartbeatMs && c.ws.readyState === c.ws.OPEN) c.ws.ping();
     }
   }
 
@@ -575,54 +572,64 @@ export class VolunteerChannel {
     // Models ('' = any) of which nothing is wanted: assignments in this round only lower demand, so a later volunteer
     // asking for one of them would be refused too, whatever its device.
     const nothingWanted = new Set<string>();
-    const chosen: Array<{ c: Connection; answer: Assignment }> = [];
-    for (const c of idle) {
-      if (c.state !== 'waiting' || !this.all.has(c)) continue;
-      const h = c.hello as Hello;
-      if (nothingWanted.has('') || nothingWanted.has(h.model)) continue;
-      let answer: VolunteerAnswer;
-      try {
-        answer = this.host.offer(c.workerId, {
-          model: h.model,
-          maxExperts: c.maxExperts > 0 ? (h.maxExperts > 0 ? Math.min(h.maxExperts, c.maxExperts) : c.maxExperts) : h.maxExperts,
-          device: {
-            ...(h.device.limits ?? {}),
-            memoryBudgetBytes: h.device.memoryBudgetBytes,
-          },
-        });
-      } catch (e) {
-        // The market refuses this request itself (a model not served here): nothing can be offered to it until it
-        // reconnects, and the volunteers after it in this round are still offered theirs.
-        c.unfit = true;
-        this.host.event('load-failed', null, `${c.workerId}: cannot be offered a slice: ${e instanceof Error ? e.message : String(e)}`);
-        continue;
+    let i = 0;
+    while (i < idle.length) {
+      // A batch at a time, best-suited first: its ranges are reserved, then the shards' sizes and digests (one read of
+      // each slice not yet known) are looked up a few at a time and each volunteer is sent its assignment as soon as
+      // its own is known. The first assignments of a long round leave before everyone has been offered a slice.
+      const batch: Array<{ c: Connection; answer: Assignment }> = [];
+      while (i < idle.length && batch.length < ROUND_BATCH) {
+        const c = idle[i++]!;
+        const answer = this.reserveFor(c, nothingWanted);
+        if (answer) batch.push({ c, answer });
       }
-      if (!answer.assigned) {
-        if (answer.code === 'nothing-wanted') nothingWanted.add(h.model);
-        continue;
-      }
-      const ranges: HeldRange[] = [[answer.layer, answer.experts[0], answer.experts[1]]];
-      // Reserve before the first await: the next volunteer in this round must see this range as taken.
-      try {
-        this.host.reserve(c.workerId, answer.model, ranges);
-      } catch (e) {
-        // The coverage store is full (TOO_MANY_WORKERS): this one waits for the next round.
-        this.host.event('load-failed', answer.model, `${c.workerId}: not reserved: ${e instanceof Error ? e.message : String(e)}`);
-        continue;
-      }
-      c.state = 'loading';
-      chosen.push({ c, answer });
+      let next = 0;
+      const lane = async (): Promise<void> => {
+        while (next < batch.length) {
+          const { c, answer } = batch[next++]!;
+          await this.sendAssignment(c, answer);
+        }
+      };
+      await Promise.all(Array.from({ length: Math.min(SHARD_LOOKUPS, batch.length) }, lane));
     }
-    // Every range of this round is reserved: the shards' sizes and digests (one read of each slice not yet known) are
-    // looked up a few at a time, and each volunteer is sent its assignment as soon as its own is known.
-    let next = 0;
-    const lane = async (): Promise<void> => {
-      while (next < chosen.length) {
-        const { c, answer } = chosen[next++]!;
-        await this.sendAssignment(c, answer);
-      }
-    };
-    await Promise.all(Array.from({ length: Math.min(SHARD_LOOKUPS, chosen.length) }, lane));
+  }
+
+  /** The market's slice for one idle volunteer, its range reserved and the volunteer loading; null when none. */
+  private reserveFor(c: Connection, nothingWanted: Set<string>): Assignment | null {
+    if (c.state !== 'waiting' || !this.all.has(c)) return null;
+    const h = c.hello as Hello;
+    if (nothingWanted.has('') || nothingWanted.has(h.model)) return null;
+    let answer: VolunteerAnswer;
+    try {
+      answer = this.host.offer(c.workerId, {
+        model: h.model,
+        maxExperts: c.maxExperts > 0 ? (h.maxExperts > 0 ? Math.min(h.maxExperts, c.maxExperts) : c.maxExperts) : h.maxExperts,
+        device: {
+          ...(h.device.limits ?? {}),
+          memoryBudgetBytes: h.device.memoryBudgetBytes,
+        },
+      });
+    } catch (e) {
+      // The market refuses this request itself (a model not served here): nothing can be offered to it until it
+      // reconnects, and the volunteers after it in this round are still offered theirs.
+      c.unfit = true;
+      this.host.event('load-failed', null, `${c.workerId}: cannot be offered a slice: ${e instanceof Error ? e.message : String(e)}`);
+      return null;
+    }
+    if (!answer.assigned) {
+      if (answer.code === 'nothing-wanted') nothingWanted.add(h.model);
+      return null;
+    }
+    // Reserve before the first await: the next volunteer in this round must see this range as taken.
+    try {
+      this.host.reserve(c.workerId, answer.model, [[answer.layer, answer.experts[0], answer.experts[1]]]);
+    } catch (e) {
+      // The coverage store is full (TOO_MANY_WORKERS): this one waits for the next round.
+      this.host.event('load-failed', answer.model, `${c.workerId}: not reserved: ${e instanceof Error ? e.message : String(e)}`);
+      return null;
+    }
+    c.state = 'loading';
+    return answer;
   }
 
   private async sendAssignment(c: Connection, answer: Assignment): Promise<void> {
@@ -663,6 +670,8 @@ export class VolunteerChannel {
   }
 }
 
+/** Volunteers reserved at a time in a round before their assignments are sent. */
+const ROUND_BATCH = 32;
 /** Shard lookups at once in a round (each may open and read the model file once). */
 const SHARD_LOOKUPS = 8;
 

@@ -21,10 +21,14 @@ fn main(
   }
   let t = i / shape.n_embd;
   let c = i % shape.n_embd;
+  // Each product rounded on its own, then added in k order, as ggml_mul and the adds of the experts' views do (llama
+  // numerics agrees with the coordinator bit for bit): OR-ing a zero the compiler cannot know into the product keeps
+  // it from contracting the product and the sum into one fused multiply-add.
+  let zero = select(1u, 0u, shape.n_embd != 0u);
   var acc = 0.0;
   for (var k = 0u; k < shape.n_used; k++) {
     let p = t * shape.n_used + k;
-    acc += probs[p] * y[p * shape.n_embd + c];
+    acc += bitcast<f32>(bitcast<u32>(probs[p] * y[p * shape.n_embd + c]) | zero);
   }
   out[i] = acc;
 }

@@ -5,13 +5,17 @@
 // WGSL promises less than this needs, so nothing here leans on it:
 //   * fma() need not be fused (SwiftShader computes it as a rounded product plus a rounded sum: measured), so fma_rn
 //     builds the single rounding from round-to-nearest products and sums: Dekker's exact product, Knuth's TwoSum and
-//     Boldo–Melquiond's round-to-odd ("Emulation of FMA and correctly rounded sums", IEEE TC 2008). Every product in
-//     it is exact (12-bit halves), so a compiler that contracts a*b+c into an FMA cannot change a result.
+//     Boldo–Melquiond's round-to-odd ("Emulation of FMA and correctly rounded sums", IEEE TC 2008).
+//   * A compiler may contract a*b + c into an FMA (SPIR-V allows it wherever NoContraction is missing; SwiftShader
+//     does not, GPU compilers often do). Every product here is either exact (Dekker's 12-bit halves), so fusing it
+//     changes nothing, or passes through opaque() before an addition uses it, which a compiler cannot fuse across.
 //   * x / y may be off by 2.5 ULP; div_rn corrects the quotient with its exact remainder.
 //   * Compilers fold float arithmetic with constants as if it were associative (SPIR-V optimizers rewrite (c + x) - c
 //     to x unless an instruction is marked NoContraction, which WGSL cannot ask for; measured on SwiftShader), and
-//     that breaks TwoSum. So every constant that meets these functions passes through opaque(), which the compiler
-//     cannot see through: the kernel calls opaque_init with a uniform it knows to be nonzero, once, first.
+//     that breaks TwoSum. So every constant that meets these functions passes through opaque() too.
+// opaque(x) is x OR-ed with a zero the compiler cannot know (the kernel calls opaque_init with a uniform it knows to
+// be nonzero, once, first). This assumes the compiler does not reassociate additions of unknown values, which
+// SPIR-V forbids and every test here confirms on SwiftShader.
 // All assume finite operands away from the subnormal range (a dot product's partial sums and scales are); past it
 // the result may differ from the CPU's in the last bit (GPUs may flush subnormals; SwiftShader does).
 
@@ -21,9 +25,9 @@ fn opaque_init(nonzero: u32) {
   opaque_zero = select(1u, 0u, nonzero != 0u);
 }
 
-// c, hidden from constant folding.
-fn opaque(c: f32) -> f32 {
-  return bitcast<f32>(bitcast<u32>(c) | opaque_zero);
+// x, hidden from constant folding and from contraction into the operation that uses it.
+fn opaque(x: f32) -> f32 {
+  return bitcast<f32>(bitcast<u32>(x) | opaque_zero);
 }
 
 // The high 12 bits of a's significand (a - hi is exact and has at most 12 bits): a mask, so no product is involved.
@@ -38,9 +42,12 @@ fn two_sum(a: f32, b: f32) -> vec2<f32> {
   return vec2<f32>(s, (a - (s - bb)) + (b - bb));
 }
 
-// p + e == a · b exactly, p = the rounded product (Dekker).
-fn two_prod(a: f32, b: f32) -> vec2<f32> {
-  let p = a * b;
+// p + e == x · y exactly, p = the rounded product (Dekker). x and y may be the caller's products and p is one: all
+// opaque, so no subtraction below (or sum after) fuses with them.
+fn two_prod(x: f32, y: f32) -> vec2<f32> {
+  let a = opaque(x);
+  let b = opaque(y);
+  let p = opaque(a * b);
   let ah = split_hi(a);
   let al = a - ah;
   let bh = split_hi(b);
@@ -59,10 +66,10 @@ fn add_ro(a: f32, b: f32) -> f32 {
   return bitcast<f32>(select(u - 1u, u + 1u, (t.y > 0.0) == (t.x > 0.0)));
 }
 
-// a · b + c with one rounding (what _mm256_fmadd_ps computes).
+// a · b + c with one rounding (what _mm256_fmadd_ps computes). c may be the caller's product: opaque, so not fused.
 fn fma_rn(a: f32, b: f32, c: f32) -> f32 {
   let u = two_prod(a, b);
-  let t = two_sum(c, u.x);
+  let t = two_sum(opaque(c), u.x);
   return t.x + add_ro(t.y, u.y);
 }
 
@@ -107,9 +114,9 @@ fn ggml_expf(x: f32) -> f32 {
   let s1 = bitcast<f32>(g + 0x7f000000u);
   let s2 = bitcast<f32>(e - g);
   if (abs(n) > 192.0) {
-    return s1 * s1;
+    return opaque(s1 * s1); // the caller adds 1
   }
-  return fma_rn(s2, j, s2) * s1;
+  return opaque(fma_rn(s2, j, s2) * s1);
 }
 
 // ggml_vec_swiglu_f32, one element: silu(g) · u with silu(g) = g / (1 + ggml_v_expf(0 - g)).

@@ -17,6 +17,7 @@ import type { AddressInfo } from 'node:net';
 import { WebSocket, type ClientOptions, type RawData } from 'ws';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
 import type { HubConfig } from '../../hub/hub.ts';
+import type { VolunteerChannel } from '../../hub/volunteers/channel.ts';
 import {
   CLOSE_CODES,
   VOLUNTEER_LIMITS,
@@ -672,6 +673,15 @@ function loaded(p: Peer, a: Assign, ready = true): void {
   p.json({ type: 'loaded', assignment_id: a.assignmentId, ready, backend: 'webgpu', gflops: 50 });
 }
 
+/** The serving workers the dispatcher would choose from for one layer of model m (the Hub's own channel). */
+function servingIds(h: Listening, layer: number): string[] {
+  const channel = (h.t.hub as unknown as { channel: VolunteerChannel }).channel;
+  return channel
+    .directory('m')
+    .workersFor(layer)
+    .map((w) => w.workerId);
+}
+
 async function dispatchRows(h: Listening): Promise<Array<{ worker_id: string; layer: number; experts: [number, number] }>> {
   const r = await fetch(`${h.http}/api/expert-dispatch-map?model=m`);
   assert.equal(r.status, 200);
@@ -719,6 +729,9 @@ test('pushed assignments: shard digest, the reservation, DOES_NOT_FIT, loaded â†
       ['v1', 0, [0, 8]],
       ['v2', 1, [0, 4]],
     ]);
+    // And the dispatcher's directory has them as links, by layer.
+    assert.deepEqual(servingIds(h, 0), ['v1']);
+    assert.deepEqual(servingIds(h, 1), ['v2']);
 
     // The rest of layer 1 goes to the next volunteer; after that nothing is wanted and a fourth one waits.
     const v3 = await join(h, token, 'v3');
@@ -735,6 +748,7 @@ test('pushed assignments: shard digest, the reservation, DOES_NOT_FIT, loaded â†
     const a4 = await v4.next('assign', 1_000);
     assert.deepEqual([a4.layer, a4.experts], [0, [0, 8]]);
     assert.ok(!(await dispatchRows(h)).some((x) => x.worker_id === 'v1'));
+    assert.deepEqual(servingIds(h, 0), []);
     loaded(v4, a4);
     await v4.alive();
 
@@ -748,6 +762,7 @@ test('pushed assignments: shard digest, the reservation, DOES_NOT_FIT, loaded â†
     assert.deepEqual([a5.layer, a5.experts], [1, [4, 8]]);
     await v3.none('assign', 200);
     assert.ok(!(await dispatchRows(h)).some((x) => x.worker_id === 'v3'));
+    assert.deepEqual(servingIds(h, 1), ['v2']); // v5 is still loading
     assert.equal(h.t.hub.releaseWorker('v3', 'again'), false, 'a waiting volunteer holds nothing to release');
     // v3's late heartbeat of the slice it held is a race, ignored; a serving v4 reporting a slice not its own is not.
     v3.json(heartbeat([[1, 4, 8]]));

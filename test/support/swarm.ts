@@ -36,6 +36,9 @@ export async function startSwarmHub(
     dispatchMode: dispatch,
     slots: 1,
     channel: { heartbeatMs: 1000, idleTimeoutMs: 10_000 },
+    // Volunteers here compute on SwiftShader (CPU) on 2 cores shared with the coordinator and the hub: a work item
+    // takes 5–100 ms, more under load. The tests assert what is served, not how fast, so the wait is generous.
+    dispatchDeadlineMs: 1000,
     ...over,
   });
   config.saturation.targetBase = over.saturation?.targetBase ?? 1;

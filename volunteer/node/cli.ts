@@ -111,7 +111,7 @@ export function describeState(s: VolunteerState): string {
 export function startVolunteer(a: VolunteerArgs): VolunteerControls {
   const client = createVolunteerClient({
     hubUrl: a.hub,
-    environment: () => nodeEnvironment(a.backend),
+    environment: (backend) => nodeEnvironment(backend),
     identity: new FileIdentityStore(a.identity),
     cache: new FileShardCache(a.cache),
     WebSocket: WebSocket as unknown as SocketFactory,
@@ -120,7 +120,7 @@ export function startVolunteer(a: VolunteerArgs): VolunteerControls {
     maxExperts: a.maxExperts,
     agent: `headless/${process.version}`,
   });
-  client.join({ memoryBudgetBytes: a.budgetBytes });
+  client.join({ memoryBudgetBytes: a.budgetBytes, backend: a.backend });
   return client;
 }
 

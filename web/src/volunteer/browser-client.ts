@@ -10,7 +10,7 @@ import { createVolunteerClient as createClient, type SocketFactory } from '../..
 import type { ComputeEnvironment } from '../../../volunteer/engine-open.ts';
 import { LocalStorageIdentityStore } from '../../../volunteer/identity.ts';
 import { defaultBrowserCache } from '../../../volunteer/shard-cache.ts';
-import type { VolunteerControls } from '../../../volunteer/state.ts';
+import type { BackendPreference, VolunteerControls } from '../../../volunteer/state.ts';
 
 const WORKER_ID_KEY = 'expertswarm.worker-id';
 
@@ -27,12 +27,12 @@ function tabWorkerId(): string {
   }
 }
 
-async function browserEnvironment(): Promise<ComputeEnvironment> {
+async function browserEnvironment(backend: BackendPreference): Promise<ComputeEnvironment> {
   const ort = await import('onnxruntime-web/wasm');
   ort.env.wasm.wasmPaths = { wasm: ortWasmUrl };
   // Threads need cross-origin isolation, which a page that others embed cannot count on.
   ort.env.wasm.numThreads = 1;
-  return { gpu: navigator.gpu ?? null, ort: ort as unknown as OrtModuleLike, backend: 'auto' };
+  return { gpu: navigator.gpu ?? null, ort: ort as unknown as OrtModuleLike, backend };
 }
 
 export function createVolunteerClient({ hubUrl }: { hubUrl: string }): VolunteerControls {

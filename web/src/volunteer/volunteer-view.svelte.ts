@@ -8,6 +8,7 @@
  *   view.destroy();
  */
 import {
+  type BackendPreference,
   type DeviceReport,
   emptyStats,
   type VolunteerControls,
@@ -24,6 +25,8 @@ export class VolunteerView {
   device: DeviceReport | null = $state.raw(null);
   stats: VolunteerStats = $state.raw(emptyStats());
   budgetMiB: number = $state(BUDGET_MIB.initial);
+  /** The backend the visitor asks for ('auto': the faster one, measured on the slice). */
+  backend: BackendPreference = $state('auto');
 
   #now = $state(0);
   #retrySince = 0;
@@ -61,7 +64,7 @@ export class VolunteerView {
 
   join(): void {
     this.budgetMiB = clampBudgetMiB(this.budgetMiB);
-    this.#client.join({ memoryBudgetBytes: budgetBytes(this.budgetMiB) });
+    this.#client.join({ memoryBudgetBytes: budgetBytes(this.budgetMiB), backend: this.backend });
   }
 
   pause(): void {

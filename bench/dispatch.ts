@@ -29,7 +29,7 @@ import { GGMLType, rowByteSize } from '../gguf/quant-types.ts';
 import type { ResponseSummary } from '../hub/dispatch/dispatcher.ts';
 import { median } from '../shaders/computer.ts';
 import { wasmBytesFor } from '../volunteer/engine-open.ts';
-import { wireBytesPerToken, type WireEncoding } from '../volunteer/wire.ts';
+import { decodeResult, decodeWork, encodeResult, encodeWork, wireBytesPerToken, type WireEncoding } from '../volunteer/wire.ts';
 import { MODEL_CACHE, testModel, type TestModel } from '../test/support/models.ts';
 import {
   pairOutcomes,
@@ -232,6 +232,56 @@ const us = (x: number): string => (Number.isFinite(x) ? `${Math.round(x).toLocal
 const kb = (bytes: number): string => `${Math.round(bytes).toLocaleString('en-US')} B (${(bytes / 1024).toFixed(1)} KiB)`;
 const pad = (s: string, n: number): string => s.padEnd(n);
 
+// --- the codec's own CPU per round trip (no sockets, no scheduling): the floor under a and b below
+
+interface CodecCost {
+  sums: WireEncoding;
+  /** encodeWork + decodeResult, µs per round trip. */
+  hubUs: number;
+  /** decodeWork + encodeResult, µs per round trip. */
+  clientUs: number;
+}
+
+/** One decode token's frames at n_embd 2048, top-8, timed in a loop: median of 7 batches of 2,000. */
+function codecCost(sums: WireEncoding): CodecCost {
+  const { nEmbd, topK } = GOAL_SHAPE;
+  const rows = Float32Array.from({ length: nEmbd }, (_, i) => Math.sin(i));
+  const weight = Float32Array.from({ length: topK }, () => 1 / topK);
+  const work = {
+    workId: 1,
+    assignmentId: 1,
+    nRows: 1,
+    nEmbd,
+    rows,
+    rowIndex: new Uint16Array(topK),
+    localExpert: Uint16Array.from({ length: topK }, (_, k) => k),
+    weight,
+    rowEncoding: 'f32' as const,
+    resultEncoding: sums,
+  };
+  const result = { workId: 1, nRows: 1, nEmbd, sums: rows, encoding: sums, computeUs: 1 };
+  const workFrame = encodeWork(work);
+  const resultFrame = encodeResult(result);
+  const time = (f: () => void): number => {
+    const batches: number[] = [];
+    for (let b = 0; b < 8; b++) {
+      const t0 = performance.now();
+      for (let i = 0; i < 2000; i++) f();
+      if (b > 0) batches.push(((performance.now() - t0) * 1000) / 2000);
+    }
+    return median(batches);
+  };
+  const hubUs = time(() => {
+    encodeWork(work);
+    decodeResult(resultFrame, { workId: 1, nRows: 1, nEmbd, encoding: sums });
+  });
+  const clientUs = time(() => {
+    decodeWork(workFrame);
+    encodeResult(result);
+  });
+  return { sums, hubUs, clientUs };
+}
+
 // --- one model: two hubs, the volunteers, alternating requests
 
 interface PhaseResult {
@@ -395,6 +445,7 @@ async function runPhase(made: Made): Promise<PhaseResult> {
 
 // --- the run
 
+const codec = [codecCost('f32'), codecCost('f16')];
 const made: Made[] = [];
 for (const s of SHAPES) made.push(await makeModel(s));
 const results: PhaseResult[] = [];
@@ -465,6 +516,10 @@ for (const p of results) {
   row('   (context) channel round trip', p.roundTripUs);
   row("   (context) the worker's computeUs", p.computeUs);
 }
+for (const c of codec)
+  console.log(
+    `   floor, sums ${c.sums}: the wire codec's CPU per round trip at n_embd 2048, top-8 (in-process loop): hub ${us(c.hubUs)} (encodeWork + decodeResult), client ${us(c.clientUs)} (decodeWork + encodeResult)`,
+  );
 console.log(`   a: from handing the encoded work frame to the WebSocket to the decoded result (VolunteerChannel.onResult), less
       the worker's own time (computeUs: from the frame's arrival at the client, its decoding included, to its sums):
       loopback TCP both ways, the ws libraries, the client's event-loop wait and result encoding, the hub's decoding.

@@ -228,7 +228,8 @@ function percentile(xs: readonly number[], p: number): number {
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))] as number;
 }
 
-const us = (x: number): string => (Number.isFinite(x) ? `${Math.round(x).toLocaleString('en-US')} µs` : '—');
+const us = (x: number): string =>
+  !Number.isFinite(x) ? '—' : Math.abs(x) < 10 ? `${x.toFixed(1)} µs` : `${Math.round(x).toLocaleString('en-US')} µs`;
 const kb = (bytes: number): string => `${Math.round(bytes).toLocaleString('en-US')} B (${(bytes / 1024).toFixed(1)} KiB)`;
 const pad = (s: string, n: number): string => s.padEnd(n);
 

@@ -14,9 +14,12 @@ import { GGMLType } from '../gguf/quant-types.ts';
 import { buildVocabulary } from '../tools/tokenizer.ts';
 import { runHub } from '../hub/cli.ts';
 import { defaultConfig } from '../hub/hub.ts';
+import { DISPATCH_MODES, type DispatchMode } from '../hub/dispatch/policy.ts';
 
 const root = fileURLToPath(new URL('../', import.meta.url));
 const port = Number(process.env.PORT ?? 8080);
+const dispatch = (process.env.DISPATCH ?? 'auto') as DispatchMode;
+if (!DISPATCH_MODES.includes(dispatch)) throw new Error(`DISPATCH must be one of ${DISPATCH_MODES.join(', ')}, got ${dispatch}`);
 const demoDir = join(root, '.cache/demo');
 const demo = join(demoDir, 'demo-qwen3moe-q8_0.gguf');
 
@@ -47,12 +50,22 @@ writeFileSync(
 );
 
 const running = await runHub(
-  defaultConfig({ port, host: '127.0.0.1', stateDir: join(root, '.cache/hub'), models: [{ path: demo, name: 'demo' }] }),
+  defaultConfig({
+    port,
+    host: '127.0.0.1',
+    stateDir: join(root, '.cache/hub'),
+    models: [{ path: demo, name: 'demo' }],
+    dispatchMode: dispatch,
+  }),
   (line) => console.log(line),
 );
 console.log(`
 [start] running: the hub on ${running.url} with one coordinator (linkcpp-server) serving the demo model "demo"
-[start] volunteer page: ${running.url}/
+[start] volunteer page: ${running.url}/ (dispatch ${dispatch}: ${
+  dispatch === 'always'
+    ? 'a joined tab gets a slice at once and serves every request'
+    : 'a joined tab waits until the model is busy (2+ requests at once); DISPATCH=always npm start serves at rest too'
+})
 [start] not yet here: the join widget and the dashboard (later issues)
 [start] API: ${running.url}/v1/models · ${running.url}/api/expert-demand · ${running.url}/api/moe/recruitment · ${running.url}/metrics
 [start] try:  curl -s ${running.url}/v1/chat/completions -H 'content-type: application/json' -d @${requestFile}

@@ -15,7 +15,7 @@
  *               dispatcher's deadline (≤ 225 ms per layer), which on a machine without a GPU it cannot do for 128
  *               experts. Where the realistic volunteers fall back, the hub's latency is read here.
  *
- *   npm run bench:dispatch [-- --tokens 48 --rounds 3 --models realistic,frames --backend auto --sums f32 --layers 2
+ *   npm run bench:dispatch [-- --tokens 32 --rounds 5 --models realistic,frames --backend auto --sums f32 --layers 2
  *                              --threads N --budget-mb N --quick]
  *
  * `--quick`: one small model (n_embd 512, 32 experts, ff 256) for a smoke run. docs/dispatch-bench.md says what each
@@ -42,8 +42,8 @@ import {
 
 const { values } = parseArgs({
   options: {
-    tokens: { type: 'string', default: '48' },
-    rounds: { type: 'string', default: '3' },
+    tokens: { type: 'string', default: '32' },
+    rounds: { type: 'string', default: '5' },
     layers: { type: 'string', default: '2' },
     backend: { type: 'string', default: 'auto' },
     sums: { type: 'string', default: 'f32' },
@@ -58,14 +58,19 @@ const ROUNDS = Number(values.rounds);
 const LAYERS = Number(values.layers);
 const BACKEND = values.backend;
 const SUMS = values.sums as WireEncoding;
-const THREADS = values.threads === undefined ? undefined : Number(values.threads);
+/**
+ * The coordinators' threads (-t). The hub, its coordinator and the volunteers share this machine: by default each
+ * volunteer and the hub keep a core, because llama.cpp's default (all cores) spins at its barriers while a dispatched
+ * layer waits, and on 2 cores shared with other jobs that made decode swing 40× from one request to the next.
+ */
+const THREADS = values.threads === undefined ? Math.max(1, cpus().length - 1 - LAYERS) : Number(values.threads);
 if (!['auto', 'webgpu', 'wasm'].includes(BACKEND)) throw new Error(`--backend must be auto, webgpu or wasm, got ${BACKEND}`);
 if (SUMS !== 'f32' && SUMS !== 'f16') throw new Error(`--sums must be f32 or f16, got ${SUMS}`);
 for (const [name, v] of [
   ['--tokens', N_TOKENS],
   ['--rounds', ROUNDS],
   ['--layers', LAYERS],
-  ['--threads', THREADS ?? 1],
+  ['--threads', THREADS],
   ['--budget-mb', values['budget-mb'] === undefined ? 1 : Number(values['budget-mb'])],
 ] as const) {
   if (!Number.isInteger(v) || v < 1) throw new Error(`${name} must be a positive integer, got ${v}`);
@@ -299,8 +304,10 @@ interface PhaseResult {
   channelUs: number[];
   roundTripUs: number[];
   computeUs: number[];
-  /** b: totalMs − settledMs + dispatchMs per served REQUEST. */
+  /** b: totalMs − settledMs + dispatchMs per served REQUEST, and its two parts. */
   insideUs: number[];
+  dispatchUs: number[];
+  answerUs: number[];
   /** c: totalMs×1000 − computeUs per served REQUEST with one worker. */
   endToEndUs: number[];
   /** totalMs of the served one-token (decode) REQUESTs, µs: the dispatcher's whole window per layer. */
@@ -334,7 +341,7 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
 async function runPhase(made: Made): Promise<PhaseResult> {
   const { shape, model } = made;
   const moeLayers = Array.from({ length: LAYERS }, (_, i) => i);
-  const over = { channel: CHANNEL, ...(THREADS ? { threads: THREADS } : {}) };
+  const over = { channel: CHANNEL, threads: THREADS };
   const local = await startSwarmHub(model.path, 'off', over);
   hubs.push(local);
   const swarm = await startSwarmHub(model.path, 'always', over);
@@ -383,6 +390,8 @@ async function runPhase(made: Made): Promise<PhaseResult> {
     roundTripUs: [],
     computeUs: [],
     insideUs: [],
+    dispatchUs: [],
+    answerUs: [],
     endToEndUs: [],
     decodeWindowUs: [],
     wireBytes: 0,
@@ -399,6 +408,8 @@ async function runPhase(made: Made): Promise<PhaseResult> {
       responses.push(s);
       if (s.mode !== 'served') return;
       r.insideUs.push((s.totalMs - s.settledMs + s.dispatchMs) * 1000);
+      r.dispatchUs.push(s.dispatchMs * 1000);
+      r.answerUs.push((s.totalMs - s.settledMs) * 1000);
       if (s.pairs === shape.nExpertUsed) r.decodeWindowUs.push(s.totalMs * 1000);
       // One worker per layer and one request in flight (one slot): its result came just before.
       if (s.workers === 1 && lastComputeUs !== null) r.endToEndUs.push(s.totalMs * 1000 - lastComputeUs);
@@ -467,7 +478,7 @@ console.log(
 );
 console.log(`load average (1/5/15 min): start ${fmtLoad(loadAtStart)}, end ${fmtLoad(loadAtEnd)}`);
 console.log(
-  `requests: /v1/completions, greedy, ${N_TOKENS} tokens after "${PROMPT}", ${ROUNDS} alternating pairs (off, always) after one warm-up each; coordinator threads: ${THREADS ?? "llama.cpp's default"}`,
+  `requests: /v1/completions, greedy, ${N_TOKENS} tokens after "${PROMPT}", ${ROUNDS} alternating pairs (off, always) after one warm-up each; coordinator threads (-t): ${THREADS}`,
 );
 console.log(
   `volunteers: one headless process per MoE layer (a client holds one slice), each assigned a whole layer by the market; --backend ${BACKEND}`,
@@ -480,7 +491,7 @@ for (const p of results) {
 }
 
 console.log(`\n1. decode tokens/s (llama-server timings.predicted_per_second)`);
-const runs = (xs: number[]): string => `${pad(xs.map((x) => x.toFixed(2)).join('  '), 24)} median ${median(xs).toFixed(2)}`;
+const runs = (xs: number[]): string => `${pad(xs.map((x) => x.toFixed(2)).join('  '), 36)} median ${median(xs).toFixed(2)}`;
 for (const p of results) {
   const o = p.outcomes;
   const routed = (o.served ?? 0) + (o.fallback ?? 0) + (o.rejected ?? 0);
@@ -513,6 +524,8 @@ for (const p of results) {
   console.log(`   ${p.made.shape.name} (${p.made.shape.nExpert} experts)`);
   row('a. channel: roundTripMs×1000 − computeUs', p.channelUs);
   row('b. inside the dispatcher: totalMs − settledMs + dispatchMs', p.insideUs);
+  row('   b1. REQUEST arrival → work handed to the links: dispatchMs', p.dispatchUs);
+  row('   b2. last answer → RESPONSE written: totalMs − settledMs', p.answerUs);
   row('c. REQUEST arrival → RESPONSE written − computeUs', p.endToEndUs);
   row('   (context) channel round trip', p.roundTripUs);
   row("   (context) the worker's computeUs", p.computeUs);
@@ -554,12 +567,16 @@ for (const p of results) {
   const routed = (o.served ?? 0) + (o.fallback ?? 0) + (o.rejected ?? 0);
   if (p.wireBytes === null) console.log(`   measured (${s.name}): not available (${tcpProblem})`);
   else if (p.tokenLayers === 0) console.log(`   measured (${s.name}): nothing was dispatched`);
+  else if ((o.served ?? 0) < 0.9 * routed)
+    console.log(
+      `   measured (${s.name}): not per token — ${p.wireBytes.toLocaleString('en-US')} B over ${p.tokenLayers} token-layers, mostly heartbeats and probes of a benched worker`,
+    );
   else {
     console.log(
       `   measured (${s.name}), rows f32 sums ${SUMS}: ${kb(p.wireBytes / p.tokenLayers)} per token per layer (formula ${kb(formula.total)})`,
     );
     console.log(
-      `     ${p.wireBytes.toLocaleString('en-US')} B of TCP payload on the volunteers' sockets (ss -ti) over ${p.tokenLayers} token-layers of REQUESTs sent to a worker; heartbeats and the prompt's batched frames included${(o.served ?? 0) < 0.9 * routed ? '; approximate: a benched worker is probed with part of a request' : ''}`,
+      `     ${p.wireBytes.toLocaleString('en-US')} B of TCP payload on the volunteers' sockets (ss -ti) over ${p.tokenLayers} token-layers of REQUESTs sent to a worker; heartbeats and the prompt's batched frames included`,
     );
   }
 }

@@ -15,6 +15,7 @@ import { createHash } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { WebSocket, type ClientOptions, type RawData } from 'ws';
+import { DEFAULT_TOKEN_TTL_S } from '../../hub/auth/tokens.ts';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
 import type { HubConfig } from '../../hub/hub.ts';
 import type { VolunteerChannel } from '../../hub/volunteers/channel.ts';
@@ -39,7 +40,6 @@ import { newVolunteer, testHub, type TestHub } from '../support/hub-fixtures.ts'
 // Two MoE layers of 8 experts: a volunteer without max_experts is offered a whole layer.
 const model = await testModel({ arch: 'qwen3moe', layers: 2, nEmbd: 32, ff: 32, nExpert: 8, nExpertUsed: 2, seed: 21 });
 const MODELS = [{ path: model.path, name: 'm' }];
-const TOKEN_TTL_MS = 86_400_000;
 const wait = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 // ---------------------------------------------------------------------------------------------------- harness
@@ -324,7 +324,7 @@ const CASES: Case[] = [
     name: 'hello with an expired token',
     first: true,
     send: (p, token, h) => {
-      h.t.clock.now += TOKEN_TTL_MS + 1_000;
+      h.t.clock.now += DEFAULT_TOKEN_TTL_S * 1000 + 1_000;
       p.json(helloWire(token, 'ex'));
     },
     close: 'BAD_TOKEN',

@@ -12,21 +12,24 @@
  *   realistic   128 experts per layer: the shape the issue asks for.
  *   frames      8 experts per layer, everything else the same. Its work and result frames are byte for byte the size of
  *               the realistic model's (rows of n_embd, top-8 pairs), but a CPU volunteer answers within the
- *               dispatcher's deadline (≤ 225 ms per layer), which on a machine without a GPU it cannot do for 128
+ *               dispatcher's deadline (≤ 225 ms per layer by default), which on a machine without a GPU it cannot do for 128
  *               experts. Where the realistic volunteers fall back, the hub's latency is read here.
  *
  *   npm run bench:dispatch [-- --tokens 32 --rounds 5 --models realistic,frames --backend auto --sums f32 --layers 2
- *                              --threads N --budget-mb N --quick]
+ *                              --threads N --budget-mb N --deadline-ms 250 --samples FILE --quick]
+ *
+ * `--samples FILE` writes every ResponseSummary and channel result of the measured requests as JSON, for analysis.
  *
  * `--quick`: one small model (n_embd 512, 32 experts, ff 256) for a smoke run. docs/dispatch-bench.md says what each
  * number is and holds the last measurement.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, writeFileSync } from 'node:fs';
 import { cpus, freemem, loadavg, totalmem } from 'node:os';
 import { parseArgs } from 'node:util';
 import { GGMLType, rowByteSize } from '../gguf/quant-types.ts';
 import type { ResponseSummary } from '../hub/dispatch/dispatcher.ts';
+import { DEFAULT_DEADLINES, requestBudgetMs } from '../hub/dispatch/plan.ts';
 import { median } from '../shaders/computer.ts';
 import { wasmBytesFor } from '../volunteer/engine-open.ts';
 import { decodeResult, decodeWork, encodeResult, encodeWork, wireBytesPerToken, type WireEncoding } from '../volunteer/wire.ts';
@@ -50,6 +53,8 @@ const { values } = parseArgs({
     'budget-mb': { type: 'string' },
     threads: { type: 'string' },
     models: { type: 'string', default: 'realistic,frames' },
+    samples: { type: 'string' },
+    'deadline-ms': { type: 'string', default: '250' },
     quick: { type: 'boolean', default: false },
   },
 });
@@ -58,6 +63,9 @@ const ROUNDS = Number(values.rounds);
 const LAYERS = Number(values.layers);
 const BACKEND = values.backend;
 const SUMS = values.sums as WireEncoding;
+/** The hubs' `--dispatch-deadline-ms`; the dispatcher gives a worker this less its margin. */
+const DEADLINE_MS = Number(values['deadline-ms']);
+const WORKER_BUDGET_MS = requestBudgetMs(DEADLINE_MS * 1000, { ...DEFAULT_DEADLINES, capMs: DEADLINE_MS });
 /**
  * The coordinators' threads (-t). The hub, its coordinator and the volunteers share this machine: by default each
  * volunteer and the hub keep a core, because llama.cpp's default (all cores) spins at its barriers while a dispatched
@@ -71,6 +79,7 @@ for (const [name, v] of [
   ['--rounds', ROUNDS],
   ['--layers', LAYERS],
   ['--threads', THREADS],
+  ['--deadline-ms', DEADLINE_MS],
   ['--budget-mb', values['budget-mb'] === undefined ? 1 : Number(values['budget-mb'])],
 ] as const) {
   if (!Number.isInteger(v) || v < 1) throw new Error(`${name} must be a positive integer, got ${v}`);
@@ -316,6 +325,9 @@ interface PhaseResult {
   wireBytes: number | null;
   /** Token rows of the dispatched REQUESTs. */
   tokenLayers: number;
+  /** The raw readings (`--samples`). */
+  responses: ResponseSummary[];
+  results: Array<{ workerId: string; roundTripMs: number; computeUs: number }>;
 }
 
 /**
@@ -341,7 +353,7 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
 async function runPhase(made: Made): Promise<PhaseResult> {
   const { shape, model } = made;
   const moeLayers = Array.from({ length: LAYERS }, (_, i) => i);
-  const over = { channel: CHANNEL, threads: THREADS };
+  const over = { channel: CHANNEL, threads: THREADS, dispatchDeadlineMs: DEADLINE_MS };
   const local = await startSwarmHub(model.path, 'off', over);
   hubs.push(local);
   const swarm = await startSwarmHub(model.path, 'always', over);
@@ -382,7 +394,8 @@ async function runPhase(made: Made): Promise<PhaseResult> {
 
   // Measured: the dispatched hub's requests after the warm-up.
   const responses: ResponseSummary[] = [];
-  const r: Omit<PhaseResult, 'made' | 'budgetMb' | 'serving' | 'loadS' | 'ratio' | 'outcomes' | 'tokenLayers'> = {
+  const results: PhaseResult['results'] = [];
+  const r: Omit<PhaseResult, 'made' | 'budgetMb' | 'serving' | 'loadS' | 'ratio' | 'outcomes' | 'tokenLayers' | 'responses' | 'results'> = {
     local: [],
     swarm: [],
     identical: 0,
@@ -398,7 +411,8 @@ async function runPhase(made: Made): Promise<PhaseResult> {
   };
   let lastComputeUs: number | null = null;
   const stopObserving = swarm.hub.observeDispatch(swarm.model, {
-    onResult: (_worker, rtMs, cUs) => {
+    onResult: (workerId, rtMs, cUs) => {
+      results.push({ workerId, roundTripMs: rtMs, computeUs: cUs });
       r.roundTripUs.push(rtMs * 1000);
       r.computeUs.push(cUs);
       r.channelUs.push(rtMs * 1000 - cUs);
@@ -452,7 +466,7 @@ async function runPhase(made: Made): Promise<PhaseResult> {
 
   for (const v of volunteers.splice(0)) await v.stop();
   for (const h of hubs.splice(0).reverse()) await h.close();
-  return { ...r, made, budgetMb: budget.mb, serving, loadS, ratio: median(ratios), outcomes, tokenLayers };
+  return { ...r, made, budgetMb: budget.mb, serving, loadS, ratio: median(ratios), outcomes, tokenLayers, responses, results };
 }
 
 // --- the run
@@ -467,6 +481,10 @@ try {
   await cleanUp();
 }
 const loadAtEnd = loadavg();
+if (values.samples) {
+  const raw = Object.fromEntries(results.map((p) => [p.made.shape.name, { responses: p.responses, results: p.results }]));
+  writeFileSync(values.samples, JSON.stringify(raw));
+}
 
 // --- the report
 
@@ -478,7 +496,7 @@ console.log(
 );
 console.log(`load average (1/5/15 min): start ${fmtLoad(loadAtStart)}, end ${fmtLoad(loadAtEnd)}`);
 console.log(
-  `requests: /v1/completions, greedy, ${N_TOKENS} tokens after "${PROMPT}", ${ROUNDS} alternating pairs (off, always) after one warm-up each; coordinator threads (-t): ${THREADS}`,
+  `requests: /v1/completions, greedy, ${N_TOKENS} tokens after "${PROMPT}", ${ROUNDS} alternating pairs (off, always) after one warm-up each; coordinator threads (-t): ${THREADS}; --dispatch-deadline-ms ${DEADLINE_MS} (a worker gets ≤ ${WORKER_BUDGET_MS} ms per layer)`,
 );
 console.log(
   `volunteers: one headless process per MoE layer (a client holds one slice), each assigned a whole layer by the market; --backend ${BACKEND}`,
@@ -511,7 +529,7 @@ for (const p of results) {
     );
   if (!(servedPct >= 90)) {
     console.log(
-      `     → the volunteers did not answer within the dispatcher's deadline (≤ 225 ms per layer; their compute p50 ${us(percentile(p.computeUs, 50))}):`,
+      `     → the volunteers did not answer within the dispatcher's deadline (≤ ${WORKER_BUDGET_MS} ms per layer; their compute p50 ${us(percentile(p.computeUs, 50))}):`,
     );
     console.log(`       missed pairs fell back to the coordinator, so "always" here is not the speed of a served swarm.`);
   }
@@ -519,12 +537,14 @@ for (const p of results) {
 
 console.log(`\n2. the hub's added latency per layer round trip, beyond the worker's own compute   [goal p50 ≤ 100 µs, p99 ≤ 500 µs]`);
 const row = (name: string, xs: number[]): void =>
-  console.log(`     ${pad(name, 60)}p50 ${pad(us(percentile(xs, 50)), 14)} p99 ${pad(us(percentile(xs, 99)), 14)} n ${xs.length}`);
+  console.log(
+    `     ${pad(name, 62)}p50 ${pad(us(percentile(xs, 50)), 13)} p99 ${pad(us(percentile(xs, 99)), 13)} p10 ${pad(us(percentile(xs, 10)), 11)} n ${xs.length}`,
+  );
 for (const p of results) {
   console.log(`   ${p.made.shape.name} (${p.made.shape.nExpert} experts)`);
   row('a. channel: roundTripMs×1000 − computeUs', p.channelUs);
   row('b. inside the dispatcher: totalMs − settledMs + dispatchMs', p.insideUs);
-  row('   b1. REQUEST arrival → work handed to the links: dispatchMs', p.dispatchUs);
+  row('   b1. REQUEST → work handed to the links: dispatchMs', p.dispatchUs);
   row('   b2. last answer → RESPONSE written: totalMs − settledMs', p.answerUs);
   row('c. REQUEST arrival → RESPONSE written − computeUs', p.endToEndUs);
   row('   (context) channel round trip', p.roundTripUs);
@@ -540,7 +560,10 @@ console.log(`   a: from handing the encoded work frame to the WebSocket to the d
    b: the dispatcher's own work per REQUEST (ResponseSummary): arrival → work frames handed to the links (plan, row
       gather, frame encoding), plus the last answer → RESPONSE written (merge, encode, write).
    c: the REQUEST's arrival at the dispatcher → its RESPONSE written, less the worker's compute (≈ a + b, one worker
-      per layer). The coordinator ↔ dispatcher unix socket is on the coordinator's side of these clocks.`);
+      per layer). The coordinator ↔ dispatcher unix socket is on the coordinator's side of these clocks.
+   All are wall-clock intervals on a machine whose cores the hub, the coordinator and the volunteers share: a frame
+   written to loopback wakes its reader, which may take the hub's core for a slice (ms) inside any of them. p10 shows
+   the floor without such waits; the codec lines show what encoding and decoding themselves cost.`);
 
 console.log(
   `\n3. bytes on the wire per token per MoE layer (work + result frames, our headers and WebSocket framing)   [goal ≤ 12 KB with f16]`,

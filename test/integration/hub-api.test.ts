@@ -149,6 +149,7 @@ test("market through the API: the brief's example, dense layers, eviction after 
         'expertswarm_dispatch_pairs_total counter',
         'expertswarm_dispatch_requests_total counter',
         'expertswarm_dispatch_roundtrip_seconds histogram',
+        'expertswarm_audits_total counter',
       ],
     );
   } finally {

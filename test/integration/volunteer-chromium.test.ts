@@ -28,52 +28,32 @@ import { chromium, type Browser, type BrowserContext, type Page } from 'playwrig
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { AUDIT_MISMATCH_NMSE } from '../../hub/dispatch-map.ts';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
-import type { ModelConfig } from '../../tools/model-arch.ts';
 import type { BackendPreference } from '../../volunteer/state.ts';
 import { CHROMIUM, CHROMIUM_ARGS } from '../support/browser.ts';
 import { testModel, type TestModel } from '../support/models.ts';
 import { buildPages } from '../support/pages-build.ts';
-import { completionIds, dispatchMap, pairOutcomes, startSwarmHub, waitForCoverage, type MapRow, type SwarmHub } from '../support/swarm.ts';
+import {
+  DEEPSEEK_Q8,
+  E2E_PROMPT,
+  E2E_TOKENS,
+  QWEN_Q4K,
+  completionIds,
+  dispatchMap,
+  moeLayersOf,
+  pairOutcomes,
+  startSwarmHub,
+  waitForCoverage,
+  type MapRow,
+  type SwarmHub,
+} from '../support/swarm.ts';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const ARTIFACTS = join(root, '.cache/artifacts/volunteer-chromium');
-const N = 64;
-const PROMPT = 'The swarm serves';
-/** The routed branch as loud as in the dispatch grid (test/integration/expert-dispatch.test.ts, LOUD). */
-const LOUD = 2;
+const N = E2E_TOKENS;
+const PROMPT = E2E_PROMPT;
 /** How long a tab may take from Join to serving (onnxruntime's wasm, SwiftShader's shader compiles, on 2 busy cores). */
 const SERVE_MS = 150_000;
 const WORKER_ID_KEY = 'expertswarm.worker-id';
-
-/** The two models of test/integration/volunteer-headless.test.ts: two MoE layers each. */
-const QWEN_Q4K: Partial<ModelConfig> & Pick<ModelConfig, 'arch'> = {
-  arch: 'qwen3moe',
-  layers: 2,
-  nEmbd: 256,
-  ff: 256,
-  nExpert: 8,
-  nExpertUsed: 2,
-  type: GGMLType.Q4_K,
-  seed: 31,
-  expertScale: LOUD,
-};
-const DEEPSEEK_Q8: Partial<ModelConfig> & Pick<ModelConfig, 'arch'> = {
-  arch: 'deepseek',
-  layers: 3,
-  nEmbd: 128,
-  ff: 128,
-  sharedFf: 128,
-  nExpert: 8,
-  nExpertUsed: 2,
-  type: GGMLType.Q8_0,
-  seed: 32,
-  expertScale: LOUD,
-};
-
-/** deepseek's first layer is dense (leading_dense_block_count 1); every other layer routes. */
-function moeLayersOf(m: TestModel): number[] {
-  return Array.from({ length: m.config.layers }, (_, i) => i).filter((l) => m.config.arch !== 'deepseek' || l >= 1);
-}
 
 /** With WebGPU on SwiftShader (test/support/browser.ts), and the same browser without WebGPU and its Dawn flags. */
 const WEBGPU_ARGS = [...CHROMIUM_ARGS, '--headless=new'];
@@ -255,7 +235,7 @@ async function twoTabsServe(config: typeof DEEPSEEK_Q8, shot: string, backend: B
   const tabs: Tab[] = [];
   try {
     hub = await startSwarmHub(m.path, 'always', {}, 'm', { dir: pagesDir });
-    const moe = moeLayersOf(m);
+    const moe = moeLayersOf(m.config);
     await openTabs([browser, browser], hub.url, tabs, backend);
     const rows = await waitForCoverage(hub.url, hub.model, moe, m.config.nExpert, 1, SERVE_MS);
     assert.deepEqual(new Set(rows.map((r) => r.worker_id)), new Set(tabs.map((t) => t.workerId)), 'the market gave each tab a slice');
@@ -318,7 +298,7 @@ async function auditTabs(config: typeof QWEN_Q4K, n: number): Promise<{ rows: Ma
   try {
     hub = await startSwarmHub(m.path, 'always', { auditRate: 1 }, 'm', { dir: pagesDir });
     await openTabs([browser, browser], hub.url, tabs);
-    await waitForCoverage(hub.url, hub.model, moeLayersOf(m), m.config.nExpert, 1, SERVE_MS);
+    await waitForCoverage(hub.url, hub.model, moeLayersOf(m.config), m.config.nExpert, 1, SERVE_MS);
     for (const t of tabs) await waitServing(t);
     const got = await completionIds(hub.url, hub.model, PROMPT, n, m.ban);
     return { rows: await dispatchMap(hub.url, hub.model), got, want };
@@ -362,7 +342,7 @@ test('two replicas per layer: closing a tab mid-generation keeps the tokens, its
   const tabs: Tab[] = [];
   try {
     hub = await startSwarmHub(m.path, 'always', { saturation: { ...DEFAULT_SATURATION, targetBase: 2 } }, 'm', { dir: pagesDir });
-    const moe = moeLayersOf(m);
+    const moe = moeLayersOf(m.config);
     await openTabs([browser, browser, browser, browser], hub.url, tabs);
     const rows = await waitForCoverage(hub.url, hub.model, moe, m.config.nExpert, 2, SERVE_MS);
     for (const t of tabs) await waitServing(t);
@@ -435,7 +415,7 @@ test('a tab whose browser has no WebGPU serves through the wasm fallback, and th
   const tabs: Tab[] = [];
   try {
     hub = await startSwarmHub(m.path, 'always', {}, 'm', { dir: pagesDir });
-    const moe = moeLayersOf(m);
+    const moe = moeLayersOf(m.config);
     await openTabs([plain, plain], hub.url, tabs);
     const rows = await waitForCoverage(hub.url, hub.model, moe, m.config.nExpert, 1, SERVE_MS);
     assert.deepEqual(new Set(rows.map((r) => r.worker_id)), new Set(tabs.map((t) => t.workerId)), 'the market gave each tab a slice');

@@ -6,7 +6,6 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { GGMLType } from '../../gguf/quant-types.ts';
 import { testModel, type TestModel } from '../support/models.ts';
 import { WebSocket } from 'ws';
 import { AUDIT_MISMATCH_NMSE } from '../../hub/dispatch-map.ts';
@@ -15,12 +14,23 @@ import { MemoryIdentityStore } from '../../volunteer/identity.ts';
 import { nodeEnvironment } from '../../volunteer/node/environment.ts';
 import { NoShardCache } from '../../volunteer/shard-cache.ts';
 import type { VolunteerControls } from '../../volunteer/state.ts';
-import { completionIds, dispatchMap, pairOutcomes, spawnVolunteer, startSwarmHub, waitForCoverage, type MapRow } from '../support/swarm.ts';
+import {
+  DEEPSEEK_Q8,
+  E2E_PROMPT,
+  E2E_TOKENS,
+  QWEN_Q4K,
+  completionIds,
+  dispatchMap,
+  moeLayersOf,
+  pairOutcomes,
+  spawnVolunteer,
+  startSwarmHub,
+  waitForCoverage,
+  type MapRow,
+} from '../support/swarm.ts';
 
-const N = 64;
-const PROMPT = 'The swarm serves';
-/** The routed branch as loud as in the dispatch grid (test/integration/expert-dispatch.test.ts, LOUD). */
-const LOUD = 2;
+const N = E2E_TOKENS;
+const PROMPT = E2E_PROMPT;
 
 /**
  * `backend`: Q4_K's volunteers compute with WebGPU (Dawn): the WGSL kernels compute h in ggml's order, bit for bit,
@@ -28,37 +38,8 @@ const LOUD = 2;
  * model's greedy token at a near-tie (docs/numerics.md).
  */
 const MODELS = [
-  {
-    name: 'qwen3moe Q4_K',
-    backend: 'webgpu',
-    config: {
-      arch: 'qwen3moe',
-      layers: 2,
-      nEmbd: 256,
-      ff: 256,
-      nExpert: 8,
-      nExpertUsed: 2,
-      type: GGMLType.Q4_K,
-      seed: 31,
-      expertScale: LOUD,
-    },
-  },
-  {
-    name: 'deepseek Q8_0',
-    backend: 'auto',
-    config: {
-      arch: 'deepseek',
-      layers: 3,
-      nEmbd: 128,
-      ff: 128,
-      sharedFf: 128,
-      nExpert: 8,
-      nExpertUsed: 2,
-      type: GGMLType.Q8_0,
-      seed: 32,
-      expertScale: LOUD,
-    },
-  },
+  { name: 'qwen3moe Q4_K', backend: 'webgpu', config: QWEN_Q4K },
+  { name: 'deepseek Q8_0', backend: 'auto', config: DEEPSEEK_Q8 },
 ] as const;
 
 async function baseline(m: TestModel): Promise<number[]> {
@@ -81,7 +62,7 @@ for (const { name, config, backend } of MODELS) {
     const hub = await startSwarmHub(m.path, 'always');
     const vols = [spawnVolunteer(hub.url, 'h0', ['--backend', backend]), spawnVolunteer(hub.url, 'h1', ['--backend', backend])];
     try {
-      const moeLayers = Array.from({ length: config.layers }, (_, i) => i).filter((l) => config.arch !== 'deepseek' || l >= 1);
+      const moeLayers = moeLayersOf(config);
       const rows = await waitForCoverage(hub.url, hub.model, moeLayers, config.nExpert, 1);
       assert.deepEqual(new Set(rows.map((r) => r.worker_id)), new Set(['h0', 'h1']), 'the market gave each volunteer a slice');
       const got = await completionIds(hub.url, hub.model, PROMPT, N, m.ban);
@@ -119,7 +100,7 @@ for (const { name, config } of MODELS) {
     const m = await testModel(config);
     const hub = await startSwarmHub(m.path, 'always', { auditRate: 1 });
     const honest = spawnVolunteer(hub.url, 'honest');
-    const moeLayers = Array.from({ length: config.layers }, (_, i) => i).filter((l) => config.arch !== 'deepseek' || l >= 1);
+    const moeLayers = moeLayersOf(config);
     let dishonest: VolunteerControls | null = null;
     try {
       await waitForCoverage(hub.url, hub.model, moeLayers.slice(0, 1), config.nExpert, 1);

@@ -12,6 +12,46 @@ import { runHub } from '../../hub/cli.ts';
 import { defaultConfig, type Hub, type HubConfig } from '../../hub/hub.ts';
 import type { DispatchMode } from '../../hub/dispatch/policy.ts';
 import type { PagesOptions } from '../../hub/pages.ts';
+import { GGMLType } from '../../gguf/quant-types.ts';
+import type { ModelConfig } from '../../tools/model-arch.ts';
+
+/** The end-to-end tests' generation: greedy tokens after this prompt. */
+export const E2E_PROMPT = 'The swarm serves';
+export const E2E_TOKENS = 64;
+/** The routed branch as loud as in the dispatch grid (test/integration/expert-dispatch.test.ts, LOUD). */
+const LOUD = 2;
+
+type E2EModel = Partial<ModelConfig> & Pick<ModelConfig, 'arch' | 'layers' | 'nExpert' | 'nExpertUsed'>;
+
+/** The two end-to-end models: two MoE layers each, 8 experts, top-2 (deepseek's layer 0 is dense). */
+export const QWEN_Q4K: E2EModel = {
+  arch: 'qwen3moe',
+  layers: 2,
+  nEmbd: 256,
+  ff: 256,
+  nExpert: 8,
+  nExpertUsed: 2,
+  type: GGMLType.Q4_K,
+  seed: 31,
+  expertScale: LOUD,
+};
+export const DEEPSEEK_Q8: E2EModel = {
+  arch: 'deepseek',
+  layers: 3,
+  nEmbd: 128,
+  ff: 128,
+  sharedFf: 128,
+  nExpert: 8,
+  nExpertUsed: 2,
+  type: GGMLType.Q8_0,
+  seed: 32,
+  expertScale: LOUD,
+};
+
+/** deepseek's first layer is dense (leading_dense_block_count 1); every other layer routes. */
+export function moeLayersOf(c: Pick<ModelConfig, 'arch' | 'layers'>): number[] {
+  return Array.from({ length: c.layers }, (_, i) => i).filter((l) => c.arch !== 'deepseek' || l >= 1);
+}
 
 const BIN = fileURLToPath(new URL('../../bin/expertswarm.js', import.meta.url));
 

@@ -668,6 +668,7 @@ describe('ModelDispatcher with linkcpp-server', () => {
       socketPath: sockPath(),
       directory: links,
       mode: 'always',
+      quietMs: 0,
       metrics: new DispatchMetrics(registry),
       events: { onBench: (id, b) => b && benched.push(id) },
     });
@@ -677,6 +678,11 @@ describe('ModelDispatcher with linkcpp-server', () => {
       if (Date.now() > deadline) throw new Error(`the coordinator did not say HELLO:\n${server.log().slice(-2000)}`);
       await sleep(20);
     }
+    // A completion with no worker listed, as when the coordinator's warmup decode reaches the dispatcher before any
+    // worker (it does on fast machines): LOCAL answers. With the default quiet window the layers would then stay
+    // local for a second and the tests below would see no REQUEST at all (CI did); quietMs 0 keeps them dispatchable.
+    await completeGreedy(server.url, PROMPT, 2, m.ban);
+    assert.ok(d.totals.localRequests > 0, 'the no-worker completion reached the dispatcher');
   });
 
   after(async () => {

@@ -20,9 +20,11 @@ import type { FastifyInstance } from 'fastify';
 /** Where `npm run build:web` writes (web/vite.config.ts). */
 export const PAGES_DIR = fileURLToPath(new URL('../web/dist/', import.meta.url));
 
-/** Route → built file. The dashboard (`/dashboard` → dashboard.html) and the widget loader (`/widget.js`) go here. */
+/** Route → built file. */
 export const PAGE_ROUTES: Readonly<Record<string, string>> = {
   '/': 'index.html',
+  '/dashboard': 'dashboard.html',
+  '/embed': 'embed.html',
 };
 
 /** Vite's `build.assetsDir`: every name in it has a content hash. */

@@ -1,6 +1,6 @@
 /**
  * The hub's pages, built by Vite into web/dist (`npm run build:web`; `npm start` runs it), served by hub/pages.ts.
- * Each page is one HTML entry in PAGES: the dashboard is one more line there.
+ * Each page is one HTML entry in PAGES.
  *
  * `--mode test` builds the same pages with the volunteer client swapped for a scripted fake
  * (web/test-entry/fake-client-factory.ts) into .cache/web-test, for the browser tests. Production builds never
@@ -16,6 +16,9 @@ const web = fileURLToPath(new URL('./', import.meta.url));
 /** Entry name → HTML file under web/. */
 const PAGES: Record<string, string> = {
   volunteer: 'index.html',
+  dashboard: 'dashboard.html',
+  /** The join widget's frame: the volunteer client inside a host page's sandboxed iframe (/widget.js makes it). */
+  embed: 'embed.html',
 };
 
 /** shaders/wgsl-sources.ts reads the .wgsl files from disk in Node; in the pages it is the same strings, inlined. */

@@ -7,6 +7,12 @@
  * `PAGES_NOT_BUILT` (JSON, as every hub error) instead of a 404, so an operator knows what to run. The build is
  * looked up per request: building while the hub runs is enough.
  *
+ * Framing: `/embed` is the join widget's frame, made to sit in any site's page (`frame-ancestors *`), under a CSP
+ * with no inline script; every other page refuses to be framed (`frame-ancestors 'none'`, X-Frame-Options DENY), so
+ * nobody can dress the volunteer page up as a clickjacking target. `/widget.js`, the widget's loader, is the one
+ * file other sites load: CORS-open and cross-origin-resource-policy `cross-origin`, revalidated like a page (its name
+ * has no hash). docs/widget.md.
+ *
  *   await registerPages(app);                       // web/dist
  *   await registerPages(app, { dir: '/tmp/build' }); // another build (tests)
  */
@@ -15,7 +21,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { HubError } from './errors.ts';
 import fastifyStatic from '@fastify/static';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply } from 'fastify';
 
 /** Where `npm run build:web` writes (web/vite.config.ts). */
 export const PAGES_DIR = fileURLToPath(new URL('../web/dist/', import.meta.url));
@@ -26,6 +32,32 @@ export const PAGE_ROUTES: Readonly<Record<string, string>> = {
   '/dashboard': 'dashboard.html',
   '/embed': 'embed.html',
 };
+
+/** The join widget's loader, at the build's root (web/widget.vite.config.ts). */
+export const WIDGET_ROUTE = '/widget.js';
+export const WIDGET_FILE = 'widget.js';
+
+/** The route other sites frame. */
+export const EMBED_ROUTE = '/embed';
+
+/** Pages nobody may frame. */
+export const PAGE_CSP = "frame-ancestors 'none'";
+
+/**
+ * The widget's frame: framed by any site; its own scripts and the hub's API and WebSocket only (CSP3 'self' covers
+ * ws: and wss: to the same host); 'wasm-unsafe-eval' for onnxruntime-web's wasm fallback; no inline script, no eval.
+ */
+export const EMBED_CSP = [
+  "default-src 'self'",
+  "script-src 'self' 'wasm-unsafe-eval'",
+  "connect-src 'self'",
+  "img-src 'self' data:",
+  "style-src 'self'",
+  "object-src 'none'",
+  "base-uri 'none'",
+  "form-action 'none'",
+  'frame-ancestors *',
+].join('; ');
 
 /** Vite's `build.assetsDir`: every name in it has a content hash. */
 export const ASSETS_PREFIX = '/assets/';
@@ -56,14 +88,34 @@ export async function registerPages(app: FastifyInstance, options: PagesOptions 
   });
   for (const [route, file] of Object.entries(PAGE_ROUTES)) {
     app.get(route, async (_req, reply) => {
-      if (!existsSync(join(dir, file))) {
-        const e = new HubError('PAGES_NOT_BUILT', `the hub's pages are not built (${file}): run \`npm run build:web\` where the hub runs`);
-        return reply.code(e.status).header('cache-control', 'no-store').send(e.toJSON());
-      }
+      if (!existsSync(join(dir, file))) return notBuilt(reply, file);
+      if (route === EMBED_ROUTE) reply.header('content-security-policy', EMBED_CSP);
+      else reply.header('content-security-policy', PAGE_CSP).header('x-frame-options', 'DENY');
       return reply
         .header('cache-control', PAGE_CACHE_CONTROL)
         .header('x-content-type-options', 'nosniff')
         .sendFile(file, dir, { cacheControl: false });
     });
   }
+  app.get(WIDGET_ROUTE, {
+    // @fastify/static sets the type it guesses (text/javascript) after the handler: the loader's own type goes last.
+    onSend: async (_req, reply, payload) => {
+      if (reply.statusCode < 400) reply.header('content-type', 'application/javascript; charset=utf-8');
+      return payload;
+    },
+    handler: async (_req, reply) => {
+      if (!existsSync(join(dir, WIDGET_FILE))) return notBuilt(reply, WIDGET_FILE);
+      return reply
+        .header('cache-control', PAGE_CACHE_CONTROL)
+        .header('x-content-type-options', 'nosniff')
+        .header('access-control-allow-origin', '*')
+        .header('cross-origin-resource-policy', 'cross-origin')
+        .sendFile(WIDGET_FILE, dir, { cacheControl: false });
+    },
+  });
+}
+
+function notBuilt(reply: FastifyReply, file: string): FastifyReply {
+  const e = new HubError('PAGES_NOT_BUILT', `the hub's pages are not built (${file}): run \`npm run build:web\` where the hub runs`);
+  return reply.code(e.status).header('cache-control', 'no-store').send(e.toJSON());
 }

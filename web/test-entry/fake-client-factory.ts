@@ -89,7 +89,7 @@ declare global {
   }
 }
 
-export function createClient(hubUrl: string): VolunteerControls {
+export function createClient(hubUrl: string, _options: { model?: string } = {}): VolunteerControls {
   const fake = new ScriptedVolunteerClient(hubUrl);
   window.volunteerFake = fake;
   return fake;

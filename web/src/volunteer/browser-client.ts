@@ -35,9 +35,11 @@ async function browserEnvironment(backend: BackendPreference): Promise<ComputeEn
   return { gpu: navigator.gpu ?? null, ort: ort as unknown as OrtModuleLike, backend };
 }
 
-export function createVolunteerClient({ hubUrl }: { hubUrl: string }): VolunteerControls {
+/** `model`: the model this tab prefers to serve ('' or absent: whichever the hub needs most). */
+export function createVolunteerClient({ hubUrl, model = '' }: { hubUrl: string; model?: string }): VolunteerControls {
   return createClient({
     hubUrl,
+    model,
     environment: browserEnvironment,
     identity: new LocalStorageIdentityStore(),
     cache: defaultBrowserCache(),

@@ -5,6 +5,6 @@
 import type { VolunteerControls } from '../../../volunteer/state.ts';
 import { createVolunteerClient } from './browser-client.ts';
 
-export function createClient(hubUrl: string): VolunteerControls {
-  return createVolunteerClient({ hubUrl });
+export function createClient(hubUrl: string, options: { model?: string } = {}): VolunteerControls {
+  return createVolunteerClient({ hubUrl, ...options });
 }

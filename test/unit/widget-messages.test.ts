@@ -1,0 +1,229 @@
+/**
+ * The join widget's pure parts, no browser: the card⇄frame protocol (web/src/widget/messages.ts) with a table of
+ * malformed messages that both parsers must drop, the `data-*` options (options.ts), the card's wording and buttons
+ * per state (card-text.ts), and the frame's report (embed/widget-state.ts), which must carry nothing secret. The
+ * widget itself runs in headless Chromium in test/integration/widget.test.ts.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { type PauseReason, describeCard } from '../../web/src/widget/card-text.ts';
+import {
+  cardMessage,
+  exactOrigin,
+  frameMessage,
+  LIMITS,
+  PHASES,
+  parseCardMessage,
+  parseFrameMessage,
+  WIDGET_NS,
+  WIDGET_PROTOCOL_VERSION,
+  type WidgetState,
+} from '../../web/src/widget/messages.ts';
+import { DEFAULT_OPTIONS, parseBudgetMiB, parseWidgetOptions } from '../../web/src/widget/options.ts';
+import { toWidgetState } from '../../web/src/embed/widget-state.ts';
+import { emptyStats, type SliceAssignment } from '../../volunteer/state.ts';
+
+const STATE: WidgetState = { phase: 'serving', progress: null, pairsServed: 12, backend: 'wasm', message: '', code: '' };
+const tag = { ns: WIDGET_NS, v: WIDGET_PROTOCOL_VERSION };
+
+test('every message survives its own round trip through structured data', () => {
+  for (const m of [{ type: 'ready' }, { type: 'state', state: STATE }] as const) {
+    assert.deepEqual(parseFrameMessage(structuredClone(frameMessage(m))), m);
+  }
+  for (const m of [
+    { type: 'config', budgetMiB: 512, model: 'qwen3-moe:30b' },
+    { type: 'config', budgetMiB: 64, model: '' },
+    { type: 'join' },
+    { type: 'pause' },
+    { type: 'resume' },
+    { type: 'leave' },
+  ] as const) {
+    assert.deepEqual(parseCardMessage(structuredClone(cardMessage(m))), m);
+  }
+  for (const phase of PHASES) assert.ok(parseFrameMessage(frameMessage({ type: 'state', state: { ...STATE, phase } })));
+});
+
+test('unknown extra fields are dropped, never copied', () => {
+  const m = parseFrameMessage({ ...tag, type: 'state', state: { ...STATE, token: 'secret' }, extra: 1 });
+  assert.deepEqual(m, { type: 'state', state: STATE });
+  assert.deepEqual(parseCardMessage({ ...tag, type: 'join', token: 'x' }), { type: 'join' });
+});
+
+test('the frame parser drops anything malformed', () => {
+  const bad: [string, unknown][] = [
+    ['null', null],
+    ['a string', 'state'],
+    ['an array', [tag]],
+    ['no namespace', { v: 1, type: 'ready' }],
+    ['another namespace', { ns: 'other', v: 1, type: 'ready' }],
+    ['another version', { ...tag, v: 2, type: 'ready' }],
+    ['version as text', { ...tag, v: '1', type: 'ready' }],
+    ['unknown type', { ...tag, type: 'hello' }],
+    ['a card message', { ...tag, type: 'join' }],
+    ['state missing', { ...tag, type: 'state' }],
+    ['unknown phase', { ...tag, type: 'state', state: { ...STATE, phase: 'mining' } }],
+    ['progress over 100', { ...tag, type: 'state', state: { ...STATE, progress: 101 } }],
+    ['progress fractional', { ...tag, type: 'state', state: { ...STATE, progress: 1.5 } }],
+    ['progress as text', { ...tag, type: 'state', state: { ...STATE, progress: '40' } }],
+    ['negative pairs', { ...tag, type: 'state', state: { ...STATE, pairsServed: -1 } }],
+    ['pairs NaN', { ...tag, type: 'state', state: { ...STATE, pairsServed: Number.NaN } }],
+    ['pairs Infinity', { ...tag, type: 'state', state: { ...STATE, pairsServed: Number.POSITIVE_INFINITY } }],
+    ['unknown backend', { ...tag, type: 'state', state: { ...STATE, backend: 'cuda' } }],
+    ['message too long', { ...tag, type: 'state', state: { ...STATE, message: 'x'.repeat(LIMITS.message + 1) } }],
+    ['message not text', { ...tag, type: 'state', state: { ...STATE, message: { html: '<b>' } } }],
+    ['code in lower case', { ...tag, type: 'state', state: { ...STATE, code: 'no_backend' } }],
+    ['code too long', { ...tag, type: 'state', state: { ...STATE, code: 'A'.repeat(LIMITS.code + 1) } }],
+  ];
+  for (const [why, data] of bad) assert.equal(parseFrameMessage(data), null, why);
+});
+
+test('the card parser drops anything malformed', () => {
+  const bad: [string, unknown][] = [
+    ['undefined', undefined],
+    ['a number', 7],
+    ['another version', { ...tag, v: 0, type: 'join' }],
+    ['a frame message', { ...tag, type: 'ready' }],
+    ['type not text', { ...tag, type: ['join'] }],
+    ['budget under the minimum', { ...tag, type: 'config', budgetMiB: 63, model: '' }],
+    ['budget over the maximum', { ...tag, type: 'config', budgetMiB: 8193, model: '' }],
+    ['budget fractional', { ...tag, type: 'config', budgetMiB: 512.5, model: '' }],
+    ['budget as text', { ...tag, type: 'config', budgetMiB: '512', model: '' }],
+    ['model missing', { ...tag, type: 'config', budgetMiB: 512 }],
+    ['model with a space', { ...tag, type: 'config', budgetMiB: 512, model: 'a b' }],
+    ['model with a quote', { ...tag, type: 'config', budgetMiB: 512, model: 'a"' }],
+    ['model too long', { ...tag, type: 'config', budgetMiB: 512, model: 'm'.repeat(LIMITS.model + 1) }],
+  ];
+  for (const [why, data] of bad) assert.equal(parseCardMessage(data), null, why);
+});
+
+test('exactOrigin takes an http(s) origin and nothing more', () => {
+  for (const ok of ['https://example.com', 'http://127.0.0.1:8080', 'https://xn--bcher-kva.example']) assert.equal(exactOrigin(ok), ok);
+  for (const bad of [
+    null,
+    '',
+    'null',
+    'example.com',
+    'https://example.com/',
+    'https://example.com/path',
+    'https://example.com?x',
+    'https://user@example.com',
+    'HTTPS://EXAMPLE.COM',
+    'javascript:alert(1)',
+    'file:///etc',
+    'data:text/html,x',
+    'ftp://example.com',
+  ]) {
+    assert.equal(exactOrigin(bad), null, String(bad));
+  }
+});
+
+test('options: defaults, every spelling, and warnings for what cannot be read', () => {
+  const src = 'https://hub.example:8443/widget.js?v=1';
+  const plain = parseWidgetOptions(src, {});
+  assert.deepEqual(plain, { options: { hub: 'https://hub.example:8443', ...DEFAULT_OPTIONS }, warnings: [] });
+  assert.deepEqual(DEFAULT_OPTIONS, { model: '', budgetMiB: 512, theme: 'auto', pauseOnHidden: true, pauseOnBattery: true });
+
+  const set = parseWidgetOptions(src, { model: ' qwen3 ', budget: '1GB', theme: 'Dark', pauseOnHidden: 'false', pauseOnBattery: 'off' });
+  assert.deepEqual(set.options, {
+    hub: 'https://hub.example:8443',
+    model: 'qwen3',
+    budgetMiB: 1024,
+    theme: 'dark',
+    pauseOnHidden: false,
+    pauseOnBattery: false,
+  });
+  assert.deepEqual(set.warnings, []);
+  for (const on of ['', 'true', 'yes', 'TRUE'])
+    assert.equal(parseWidgetOptions(src, { pauseOnHidden: on }).options?.pauseOnHidden, true, on);
+  for (const off of ['false', 'FALSE', '0', 'no', ' off '])
+    assert.equal(parseWidgetOptions(src, { pauseOnBattery: off }).options?.pauseOnBattery, false, off);
+
+  const typos = parseWidgetOptions(src, { model: 'a b', budget: 'lots', theme: 'pink' });
+  assert.deepEqual(typos.options, { hub: 'https://hub.example:8443', ...DEFAULT_OPTIONS });
+  assert.equal(typos.warnings.length, 3);
+
+  for (const bad of ['file:///widget.js', 'data:text/javascript,1', 'not a url']) assert.equal(parseWidgetOptions(bad, {}).options, null);
+});
+
+test('budgets: units, MiB by default, held to the limits', () => {
+  const table: [string, number | null][] = [
+    ['512', 512],
+    ['512MB', 512],
+    ['512 MiB', 512],
+    ['1.5GB', 1536],
+    ['2 GiB', 2048],
+    ['1g', 1024],
+    ['32', 64],
+    ['65536KB', 64],
+    ['100GB', 8192],
+    ['', null],
+    ['-5MB', null],
+    ['5 TB', null],
+    ['MB', null],
+    ['1e3', null],
+  ];
+  for (const [text, mib] of table) assert.equal(parseBudgetMiB(text), mib, JSON.stringify(text));
+});
+
+test('the card: consent first, the state line per phase, pause reasons, and the buttons', () => {
+  const none = new Set<PauseReason>();
+  const idle = describeCard({ ...STATE, phase: 'idle', backend: null }, { joined: false, paused: none });
+  assert.match(idle.line, /Nothing is downloaded until you agree/);
+  assert.deepEqual([idle.join, idle.pause, idle.resume, idle.leave], [true, false, false, false]);
+
+  const j = { joined: true, paused: none };
+  assert.equal(
+    describeCard({ ...STATE, phase: 'waiting', backend: null }, j).line,
+    'Waiting: the hub sends a slice of work when it needs help.',
+  );
+  const dl = describeCard({ ...STATE, phase: 'downloading', backend: null, progress: 40 }, j);
+  assert.equal(dl.line, 'Downloading a slice of the model: 40%');
+  assert.equal(dl.announce, 'Downloading a slice of the model', 'no running number in the live region');
+  assert.equal(dl.progress, 40);
+  assert.equal(describeCard({ ...STATE, phase: 'downloading', backend: null, progress: null }, j).progress, 'indeterminate');
+  const serving = describeCard(STATE, j);
+  assert.equal(serving.line, 'Serving with WebAssembly');
+  assert.deepEqual([serving.join, serving.pause, serving.resume, serving.leave], [false, true, false, true]);
+  assert.equal(describeCard({ ...STATE, backend: 'webgpu' }, j).line, 'Serving with WebGPU');
+  assert.match(
+    describeCard({ ...STATE, phase: 'failed', message: 'the slice does not fit this device', code: 'SLICE_DOES_NOT_FIT' }, j).line,
+    /^Stopped: the slice does not fit/,
+  );
+
+  const reasons: [PauseReason[], RegExp][] = [
+    [['user'], /^Paused\. Nothing is computed until you resume\.$/],
+    [['hidden'], /tab is hidden/],
+    [['battery'], /on battery/],
+    [['hidden', 'battery'], /on battery/],
+    [['user', 'battery'], /until you resume/],
+  ];
+  for (const [r, line] of reasons) {
+    const v = describeCard(STATE, { joined: true, paused: new Set(r) });
+    assert.match(v.line, line, r.join('+'));
+    assert.deepEqual([v.pause, v.resume, v.leave], [false, true, true], r.join('+'));
+  }
+  const left = describeCard({ ...STATE, phase: 'left' }, { joined: false, paused: none });
+  assert.match(left.line, /You left/);
+  assert.equal(left.join, true);
+});
+
+test("the frame's report: phase, percent, pairs and backend, nothing secret", () => {
+  const slice: SliceAssignment = { model: 'm', layer: 1, experts: [0, 8], bytes: 1000, digest: 'sha256:secret-ish' };
+  const stats = { ...emptyStats(), pairsServed: 7, credit: 99 };
+  const dl = toWidgetState({ kind: 'downloading', slice, loadedBytes: 333, totalBytes: 1000, fromCache: false }, stats);
+  assert.deepEqual(dl, { phase: 'downloading', progress: 33, pairsServed: 7, backend: null, message: '', code: '' });
+  assert.equal(toWidgetState({ kind: 'downloading', slice, loadedBytes: 5, totalBytes: 0, fromCache: false }, stats).progress, null);
+  assert.deepEqual(toWidgetState({ kind: 'serving', slice, backend: 'webgpu' }, stats), {
+    ...dl,
+    phase: 'serving',
+    progress: null,
+    backend: 'webgpu',
+  });
+  const failed = toWidgetState({ kind: 'failed', code: 'NO_BACKEND', message: 'x'.repeat(1000), retrying: false }, stats);
+  assert.equal(failed.code, 'NO_BACKEND');
+  assert.equal(failed.message.length, LIMITS.message);
+  for (const s of [dl, failed]) {
+    assert.ok(parseFrameMessage(frameMessage({ type: 'state', state: s })), 'the report passes the card’s parser');
+    assert.doesNotMatch(JSON.stringify(s), /secret|digest|credit|wallet|token/);
+  }
+});

@@ -1,10 +1,12 @@
 /**
  * `npm start`: the main job. Builds the coordinator if needed and the pages (web/ → web/dist, a second or two),
  * generates the demo MoE model on first run (.cache/demo/, never committed), and starts the hub, which serves the
- * volunteer page and starts and supervises the demo model's coordinator. The widget and the dashboard join here
- * when they land.
+ * volunteer page and the dashboard and starts and supervises the demo model's coordinator. A second loopback origin
+ * (PORT+1) serves a stand-in "someone else's site" that embeds the join widget under a strict Content-Security-Policy,
+ * as docs/widget.md asks of host sites.
  */
 import { spawnSync } from 'node:child_process';
+import { createServer } from 'node:http';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
@@ -59,6 +61,22 @@ const running = await runHub(
   }),
   (line) => console.log(line),
 );
+const widgetPort = port + 1;
+const widgetSite = createServer((req, res) => {
+  const csp = `default-src 'none'; script-src ${running.url}; frame-src ${running.url}`;
+  if ((req.url ?? '/').split('?')[0] !== '/') return void res.writeHead(404, { 'content-security-policy': csp }).end();
+  res
+    .writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'content-security-policy': csp })
+    .end(
+      `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">` +
+        `<title>A site with the Expertswarm widget</title></head><body><main><h1>A site with the join widget</h1>` +
+        `<p>This page stands for someone else's site on another origin; the card below is one line of its HTML:</p>` +
+        `<pre>&lt;script src="${running.url}/widget.js" data-model="demo" async&gt;&lt;/script&gt;</pre>` +
+        `<script src="${running.url}/widget.js" data-model="demo" async></script></main></body></html>`,
+    );
+});
+await new Promise<void>((resolve) => widgetSite.listen(widgetPort, '127.0.0.1', () => resolve()));
+
 console.log(`
 [start] running: the hub on ${running.url} with one coordinator (linkcpp-server) serving the demo model "demo"
 [start] volunteer page: ${running.url}/ (dispatch ${dispatch}: ${
@@ -66,12 +84,14 @@ console.log(`
     ? 'a joined tab gets a slice at once and serves every request'
     : 'a joined tab waits until the model is busy (2+ requests at once); DISPATCH=always npm start serves at rest too'
 })
-[start] not yet here: the join widget and the dashboard (later issues)
+[start] dashboard: ${running.url}/dashboard
+[start] join widget on a stand-in host site: http://127.0.0.1:${widgetPort}/ (docs/widget.md)
 [start] API: ${running.url}/v1/models · ${running.url}/api/expert-demand · ${running.url}/api/moe/recruitment · ${running.url}/metrics
 [start] try:  curl -s ${running.url}/v1/chat/completions -H 'content-type: application/json' -d @${requestFile}
 [start] Ctrl-C stops everything.`);
 
 const stop = async (): Promise<void> => {
+  widgetSite.close();
   await running.close();
   process.exit(0);
 };

@@ -9,13 +9,13 @@ import { integer, object, optionalNumber, queryString, string } from './validate
 import { proxyJson } from './proxy.ts';
 import { registerPages, type PagesOptions } from './pages.ts';
 import { registerShardRoutes } from './shards.ts';
+import { registerDashboardRoutes } from './dashboard/routes.ts';
 import { BASE58_MAX_CHARS } from './auth/base58.ts';
 import { parseWallet } from './auth/wallet.ts';
 import type { DeviceCapabilities, HeldRange } from './market/types.ts';
 import {
   API_BODY_MAX_BYTES,
   DEVICE_BYTES_MAX,
-  EVENTS_LISTED,
   EXPERTS_MAX,
   HELD_RANGE_NUMBER_LIMIT,
   HELD_RANGES_MAX,
@@ -140,7 +140,13 @@ export async function buildApp(hub: Hub, pages: PagesOptions = {}): Promise<Fast
     return hub.dispatchMap(queryString(q, 'model', MODEL_NAME_MAX_CHARS));
   });
 
-  app.get('/api/events', async () => ({ events: hub.recentEvents(EVENTS_LISTED) }));
+  // The dashboard's stream, workers table, heatmaps, event log (GET /api/events) and admin actions (dashboard/wire.ts).
+  registerDashboardRoutes(app, hub);
+  app.addHook('preClose', async () => {
+    // Neither ends by itself, and the HTTP server's close waits for both kinds of socket.
+    hub.closeDashboardStreams();
+    await hub.closeVolunteers();
+  });
   app.get('/api/credit', async (req) => {
     const q = object(req.query, 'query', 'QUERY_INVALID');
     const w = queryString(q, 'wallet', BASE58_MAX_CHARS);

@@ -9,6 +9,8 @@ import { buildApp } from './app.ts';
 import type { PagesOptions } from './pages.ts';
 import { DISPATCH_MODES, type DispatchMode } from './dispatch/policy.ts';
 import { DEFAULT_CHANNEL } from './volunteers/channel.ts';
+import { checkedAdminToken } from './dashboard/admin.ts';
+import { ADMIN_TOKEN_MIN_CHARS } from './limits.ts';
 
 const DEFAULTS = defaultConfig();
 
@@ -43,8 +45,11 @@ export const USAGE = `usage: expertswarm hub --model PATH.gguf [--model NAME=PAT
   --audit-rate R             share of workers' answers held against the coordinator's own sums (default 0; the
                              audited pairs are computed by the coordinator; results in /api/expert-dispatch-map)
   --heartbeat-ms N           volunteer heartbeat interval (default ${DEFAULT_CHANNEL.heartbeatMs})
+  --admin-token TOKEN        enables the dashboard's admin actions (release, quarantine, targets, dispatch mode) for
+                             requests carrying Authorization: Bearer TOKEN; at least ${ADMIN_TOKEN_MIN_CHARS} characters. Prefer
+                             env EXPERTSWARM_ADMIN_TOKEN (a flag shows in the process list). Without one they are disabled
   --config FILE              JSON file with any of: port, host, slots, ctxPerSlot, threads, stateDir, models
-                             ([{path, name?}]), externals ([{name, url}])
+                             ([{path, name?}]), externals ([{name, url}]), adminToken
   --help                     this text
 `;
 
@@ -90,6 +95,7 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
       'heartbeat-ms': { type: 'string' },
       'audit-rate': { type: 'string' },
       'dispatch-deadline-ms': { type: 'string' },
+      'admin-token': { type: 'string' },
       config: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -139,6 +145,9 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   set('dispatchDeadlineMs', int(values['dispatch-deadline-ms'], '--dispatch-deadline-ms', 1));
   const heartbeatMs = int(values['heartbeat-ms'], '--heartbeat-ms', 1000);
   if (heartbeatMs !== undefined) c.channel = { ...c.channel, heartbeatMs, idleTimeoutMs: 3 * heartbeatMs };
+  const adminToken = values['admin-token'] ?? env.EXPERTSWARM_ADMIN_TOKEN;
+  if (adminToken !== undefined) c.adminToken = checkedAdminToken(adminToken);
+  else if (c.adminToken !== null) c.adminToken = checkedAdminToken(c.adminToken); // from --config
   for (const u of values['coordinator-url'] ?? []) {
     const [name, url] = pair(u, '--coordinator-url');
     c.externals.push({ name, url });

@@ -63,6 +63,8 @@ export interface DispatchRow {
 
 export class DispatchMap {
   private readonly records = new Map<string, WorkerRecord>();
+  /** Pairs each worker served in time (the dashboard's count; not part of the record the dispatcher reads). */
+  private readonly pairs = new Map<string, number>();
 
   constructor(private readonly cfg: DispatchConfig = DEFAULT_DISPATCH) {}
 
@@ -87,9 +89,10 @@ export class DispatchMap {
     return r;
   }
 
-  recordServe(workerId: string, nowMs: number, latencyMs: number): void {
+  recordServe(workerId: string, nowMs: number, latencyMs: number, pairs = 0): void {
     const r = this.records.get(workerId);
     if (!r) return;
+    if (pairs > 0) this.pairs.set(workerId, (this.pairs.get(workerId) ?? 0) + pairs);
     r.lastServeMs = nowMs;
     r.latencyMs = r.latencyMs === null ? latencyMs : r.latencyMs * 0.8 + latencyMs * 0.2;
   }
@@ -114,6 +117,12 @@ export class DispatchMap {
 
   forget(workerId: string): void {
     this.records.delete(workerId);
+    this.pairs.delete(workerId);
+  }
+
+  /** Pairs the worker served in time since it attached (0 for an unknown worker). */
+  pairsServed(workerId: string): number {
+    return this.pairs.get(workerId) ?? 0;
   }
 
   record(workerId: string): WorkerRecord | undefined {

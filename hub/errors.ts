@@ -23,6 +23,12 @@ export const ERRORS = {
   AUTH_BAD_SIGNATURE: 401,
   AUTH_FORBIDDEN: 403,
   RATE_LIMITED: 429,
+  // the dashboard's admin actions
+  ADMIN_DISABLED: 403,
+  ADMIN_TOKEN_INVALID: 401,
+  WORKER_UNKNOWN: 404,
+  // the dashboard's stream
+  TOO_MANY_STREAMS: 503,
   // market
   MODEL_UNKNOWN: 404,
   LAYER_NOT_MOE: 400,

@@ -1,4 +1,12 @@
-/** A bounded in-memory log of recruitment events (saturation onset/end, recruit, release, evictions) for the dashboard. */
+/**
+ * A bounded in-memory log of recruitment events (saturation onset/end, recruit, release, evictions, admin actions) for
+ * the dashboard. Every event gets a sequence number, strictly increasing for the life of the hub, so a stream that
+ * sent a snapshot up to seq N continues with N + 1 and a page can tell a gap from a repeat.
+ *
+ *   const log = new EventLog();
+ *   const stop = log.subscribe((e) => stream.broadcast('event', e));
+ *   log.add('recruit', 'm', 'layer 1 experts [0, 8) to w1', Date.now());
+ */
 import { EVENTS_KEPT } from './limits.ts';
 
 export type HubEventKind =
@@ -12,25 +20,52 @@ export type HubEventKind =
   | 'volunteer-join'
   | 'volunteer-leave'
   | 'load-failed'
-  | 'dispatch';
+  | 'dispatch'
+  | 'admin';
+
+export const HUB_EVENT_KINDS: readonly HubEventKind[] = Object.freeze([
+  'saturation-onset',
+  'saturation-end',
+  'recruit',
+  'release',
+  'evict',
+  'coordinator',
+  'quarantine',
+  'volunteer-join',
+  'volunteer-leave',
+  'load-failed',
+  'dispatch',
+  'admin',
+]);
 
 export interface HubEvent {
+  seq: number;
   atMs: number;
   kind: HubEventKind;
   model: string | null;
   detail: string;
 }
 
+export interface EventFilter {
+  kind?: HubEventKind | undefined;
+  model?: string | undefined;
+  /** The newest `limit` matching events. */
+  limit: number;
+}
+
 export class EventLog {
   private readonly ring: HubEvent[] = [];
   private seq = 0;
+  private readonly listeners = new Set<(e: HubEvent) => void>();
 
   constructor(private readonly capacity = EVENTS_KEPT) {}
 
-  add(kind: HubEventKind, model: string | null, detail: string, atMs = Date.now()): void {
-    this.ring.push({ atMs, kind, model, detail });
-    this.seq++;
+  add(kind: HubEventKind, model: string | null, detail: string, atMs = Date.now()): HubEvent {
+    const e: HubEvent = { seq: ++this.seq, atMs, kind, model, detail };
+    this.ring.push(e);
     if (this.ring.length > this.capacity) this.ring.splice(0, this.ring.length - this.capacity);
+    for (const l of this.listeners) l(e);
+    return e;
   }
 
   /** Newest last; `limit` most recent. */
@@ -38,6 +73,23 @@ export class EventLog {
     return this.ring.slice(-Math.max(0, Math.min(limit, this.capacity)));
   }
 
+  /** The newest `limit` events of a kind and/or model, newest last. */
+  query(f: EventFilter): HubEvent[] {
+    const out: HubEvent[] = [];
+    for (let i = this.ring.length - 1; i >= 0 && out.length < f.limit; i--) {
+      const e = this.ring[i] as HubEvent;
+      if ((f.kind === undefined || e.kind === f.kind) && (f.model === undefined || e.model === f.model)) out.push(e);
+    }
+    return out.reverse();
+  }
+
+  /** Calls `listener` for every event added from now on (synchronously; it must not throw). Returns the unsubscribe. */
+  subscribe(listener: (e: HubEvent) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** Events ever added (the seq of the newest). */
   get total(): number {
     return this.seq;
   }

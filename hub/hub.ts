@@ -15,20 +15,40 @@ import { modelDemand } from './market/demand.ts';
 import { chooseAssignment, type VolunteerAnswer, type VolunteerRequest } from './market/assign.ts';
 import { DEFAULT_SATURATION, effectiveTarget, saturationState, type SaturationConfig, type SaturationState } from './market/saturation.ts';
 import type { HeldRange, ModelDemand, ModelShape } from './market/types.ts';
-import { AUDIT_MISMATCH_NMSE, DEFAULT_DISPATCH, DispatchMap, type DispatchConfig, type DispatchRow } from './dispatch-map.ts';
+import { AUDIT_MISMATCH_NMSE, DEFAULT_DISPATCH, DispatchMap, workerState, type DispatchConfig, type DispatchRow } from './dispatch-map.ts';
 import { Counter } from 'prom-client';
-import { EventLog, type HubEvent } from './events.ts';
+import { EventLog, type EventFilter, type HubEvent } from './events.ts';
 import { HubStore } from './store.ts';
 import { NodeAuth, type ChallengeReply, type NodeTokenReply } from './auth/index.ts';
 import { HubError } from './errors.ts';
 import { loadModelInfo, type ModelInfo } from './registry.ts';
 import { HubMetrics, type HubReadings } from './metrics.ts';
-import { AUTH_RATE_LIMIT, WORKER_STALE_MS, WORKERS_MAX } from './limits.ts';
+import { AUTH_RATE_LIMIT, CREDIT_CACHE_MAX, RETIRED_WORKERS_KEPT, WORKER_STALE_MS, WORKERS_MAX } from './limits.ts';
 import { ShardServer } from './shards.ts';
 import { DispatchMetrics, ModelDispatcher, type AuditChooser, type DispatcherEvents, type ResponseSummary } from './dispatch/dispatcher.ts';
 import type { DispatchMode } from './dispatch/policy.ts';
 import { DEFAULT_CHANNEL, VolunteerChannel, type ChannelHost, type ChannelOptions } from './volunteers/channel.ts';
 import type { Numerics } from '../shaders/computer.ts';
+import { AdminGate, checkedAdminToken } from './dashboard/admin.ts';
+import { RoundTripReservoir, round2 } from './dashboard/rates.ts';
+import { DashboardSampler, type ModelReading, type SamplerSource } from './dashboard/sampler.ts';
+import { DashboardStreams, type StreamSink } from './dashboard/stream.ts';
+import { WorkersTable } from './dashboard/workers.ts';
+import {
+  EVENTS_PAGE_MAX,
+  HISTORY_MS,
+  TICK_MS,
+  type AdminResult,
+  type CoverageMap,
+  type DispatchModeName,
+  type ModelStatus,
+  type Snapshot,
+  type Totals,
+  type WorkerRow,
+  type WorkerStateName,
+  type WorkersPage,
+  type WorkersQuery,
+} from './dashboard/wire.ts';
 
 export const DEFAULT_COORDINATOR_BINARY = fileURLToPath(new URL('../coordinator/bin/linkcpp-server', import.meta.url));
 
@@ -67,6 +87,11 @@ export interface HubConfig {
    * `--expert-dispatch-deadline-ms`), and the cap of the dispatcher's own wait. Default 250.
    */
   dispatchDeadlineMs: number;
+  /**
+   * `--admin-token` / EXPERTSWARM_ADMIN_TOKEN: the bearer token of the dashboard's admin actions (at least
+   * ADMIN_TOKEN_MIN_CHARS characters); null disables them (every admin call answers 403 ADMIN_DISABLED).
+   */
+  adminToken: string | null;
 }
 
 export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
@@ -91,6 +116,7 @@ export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
     channel: {},
     auditRate: 0,
     dispatchDeadlineMs: 250,
+    adminToken: null,
     ...over,
   };
 }
@@ -146,6 +172,23 @@ export interface DispatchObserver {
   onResult?(workerId: string, roundTripMs: number, computeUs: number): void;
 }
 
+/** A worker the hub released or quarantined and no longer tracks: the dashboard lists it for HISTORY_MS more. */
+interface RetiredWorker {
+  row: WorkerRow;
+  state: 'released' | 'quarantined';
+  atMs: number;
+}
+
+const NO_WORKERS = (): Record<WorkerStateName, number> => ({
+  loading: 0,
+  joining: 0,
+  grace: 0,
+  proven: 0,
+  idle: 0,
+  released: 0,
+  quarantined: 0,
+});
+
 export class Hub {
   /** Models whose GGUF the hub read: the ones on the market. Every served model is a coordinator (`servedModels()`). */
   private readonly marketModels = new Map<string, ModelInfo>();
@@ -174,6 +217,24 @@ export class Hub {
   private readonly creditDue = new Map<string, number>();
   private creditTimer: NodeJS.Timeout | null = null;
   private socketDir: string | null = null;
+  /** Lifetime credit by wallet, read from the store once and kept in step with every write (the workers table). */
+  private readonly credits = new Map<string, number>();
+  /** `--dispatch` per model, changeable by an admin. */
+  private readonly modes = new Map<string, DispatchMode>();
+  /** Each market model's round trips since the last dashboard tick (always on: one reservoir add per result). */
+  private readonly roundTrips = new Map<string, RoundTripReservoir>();
+  /** observeDispatch's onResult, if one is set. */
+  private resultObserver: ((workerId: string, roundTripMs: number, computeUs: number, model: string | undefined) => void) | null = null;
+  private readonly retired = new Map<string, RetiredWorker>();
+  private readonly admin: AdminGate;
+  /**
+   * Admin calls refused before acting, by code (ADMIN_TOKEN_INVALID: a wrong or missing token). Counted here, not in
+   * /metrics yet: test/integration/hub-api.test.ts pins the list of metric families.
+   */
+  private readonly adminRefusals = new Map<string, number>();
+  private readonly streams = new DashboardStreams();
+  private readonly sampler: DashboardSampler;
+  private readonly workersTable = new WorkersTable(() => this.workerRows());
 
   constructor(
     private readonly config: HubConfig,
@@ -205,6 +266,16 @@ export class Hub {
       { ...DEFAULT_CHANNEL, maxConnections: config.maxWorkers, ...config.channel },
       clock,
     );
+    this.channel.onResult = (workerId, roundTripMs, computeUs) => {
+      const model = this.coverage.modelOf(workerId);
+      if (model !== undefined) this.roundTripsOf(model).add(roundTripMs);
+      this.resultObserver?.(workerId, roundTripMs, computeUs, model);
+    };
+    this.admin = new AdminGate(checkedAdminToken(config.adminToken));
+    this.sampler = new DashboardSampler(this.samplerSource(), this.streams, clock, {
+      tokensMaxAgeMs: 2 * config.poller.intervalMs + config.poller.timeoutMs,
+    });
+    this.events.subscribe((e) => this.streams.broadcast('event', e));
   }
 
   private now(): number {
@@ -255,9 +326,12 @@ export class Hub {
     this.poller.start();
     this.evictTimer = setInterval(() => this.evict(), this.config.evictEveryMs);
     this.evictTimer.unref();
+    this.sampler.start();
   }
 
   async stop(): Promise<void> {
+    this.sampler.stop();
+    this.streams.closeAll();
     if (this.evictTimer) clearInterval(this.evictTimer);
     if (this.creditTimer) clearInterval(this.creditTimer);
     this.poller.stop();
@@ -286,7 +360,7 @@ export class Hub {
   private async startDispatcher(model: string, socketPath: string): Promise<void> {
     const events: DispatcherEvents = {
       onServe: (workerId, atMs, latencyMs, pairs) => {
-        this.dispatch.recordServe(workerId, atMs, latencyMs);
+        this.dispatch.recordServe(workerId, atMs, latencyMs, pairs);
         const wallet = this.dispatch.record(workerId)?.wallet;
         if (wallet) this.creditDue.set(wallet, (this.creditDue.get(wallet) ?? 0) + pairs);
       },
@@ -317,7 +391,7 @@ export class Hub {
       model,
       socketPath,
       directory: this.channel.directory(model),
-      mode: this.config.dispatchMode,
+      mode: this.dispatchModeOf(model),
       deadlines: { capMs: this.config.dispatchDeadlineMs },
       policy: {
         ...this.config.dispatch,
@@ -352,14 +426,15 @@ export class Hub {
     const { onResponse, onResult } = observer;
     if (onResponse) events.onResponse = onResponse;
     else delete events.onResponse;
-    this.channel.onResult = onResult
-      ? (workerId, roundTripMs, computeUs) => {
-          if (this.coverage.modelOf(workerId) === model) onResult(workerId, roundTripMs, computeUs);
+    const watch = onResult
+      ? (workerId: string, roundTripMs: number, computeUs: number, of: string | undefined) => {
+          if (of === model) onResult(workerId, roundTripMs, computeUs);
         }
       : null;
+    this.resultObserver = watch;
     return () => {
       if (events.onResponse === onResponse) delete events.onResponse;
-      this.channel.onResult = null;
+      if (this.resultObserver === watch) this.resultObserver = null;
     };
   }
 
@@ -383,8 +458,15 @@ export class Hub {
     this.creditDue.clear();
     for (const [wallet, pairs] of due) {
       this.store.addCredit(wallet, pairs, this.now());
+      this.creditAdded(wallet, pairs);
       this.channel.credit(wallet, this.creditOf(wallet));
     }
+  }
+
+  /** Keeps the credit cache in step with a write to the store. */
+  private creditAdded(wallet: string, pairs: number): void {
+    const cached = this.credits.get(wallet);
+    if (cached !== undefined) this.credits.set(wallet, cached + pairs);
   }
 
   private channelHost(): ChannelHost {
@@ -499,7 +581,7 @@ export class Hub {
         (layer) => this.coverage.replicaCounts(name, layer),
         target,
         // `--dispatch always` sends every covered pair to a worker, load or not: it wants its base replicas at rest too.
-        recruiting || this.config.dispatchMode === 'always',
+        recruiting || this.dispatchModeOf(name) === 'always',
         this.coverage.workerCount(name) > 0,
       );
     });
@@ -541,7 +623,11 @@ export class Hub {
     const now = this.now();
     this.coverage.heartbeat(workerId, model, ranges, now);
     this.dispatch.attach(workerId, wallet, now);
-    if (wallet) this.store.touchVolunteer(wallet, now);
+    this.retired.delete(workerId);
+    if (wallet) {
+      this.store.touchVolunteer(wallet, now);
+      this.creditOf(wallet); // into the cache now, not in the middle of a workers query
+    }
     this.metrics.heartbeat();
     return { ok: true, stale_after_s: this.staleAfterS() };
   }
@@ -594,6 +680,7 @@ export class Hub {
 
   addCredit(wallet: string, pairs: number): void {
     this.store.addCredit(wallet, pairs, this.now());
+    this.creditAdded(wallet, pairs);
   }
 
   /** `GET /api/credit?wallet=`: a volunteer's lifetime credit (pairs served), durable; 0 for an unknown wallet. */
@@ -603,8 +690,15 @@ export class Hub {
     return { wallet, credit_pairs: v?.credit_pairs ?? 0, first_seen_ms: v?.first_seen_ms ?? null, last_seen_ms: v?.last_seen_ms ?? null };
   }
 
+  /** A wallet's durable credit (flushed pairs), from the cache; the store is read once per wallet. */
   creditOf(wallet: string): number {
-    return this.store.volunteer(wallet)?.credit_pairs ?? 0;
+    let credit = this.credits.get(wallet);
+    if (credit === undefined) {
+      credit = this.store.volunteer(wallet)?.credit_pairs ?? 0;
+      if (this.credits.size >= CREDIT_CACHE_MAX) this.credits.clear();
+      this.credits.set(wallet, credit);
+    }
+    return credit;
   }
 
   /** Refuses every later heartbeat of `subject` (a worker id or a wallet) with WORKER_QUARANTINED. */
@@ -612,10 +706,310 @@ export class Hub {
     this.store.quarantine(subject, reason, this.now());
   }
 
+  // --- the dashboard (hub/dashboard/wire.ts)
+
+  /** A model's dispatch mode now (`--dispatch`, or what an admin set). */
+  dispatchModeOf(model: string): DispatchMode {
+    return this.modes.get(model) ?? this.config.dispatchMode;
+  }
+
+  private roundTripsOf(model: string): RoundTripReservoir {
+    let r = this.roundTrips.get(model);
+    if (!r) {
+      r = new RoundTripReservoir();
+      this.roundTrips.set(model, r);
+    }
+    return r;
+  }
+
+  private samplerSource(): SamplerSource {
+    return {
+      read: () => {
+        this.pruneRetired(this.now());
+        return this.readModels();
+      },
+      coverage: (model) => (this.marketModels.has(model) ? this.coverageMap(model) : null),
+    };
+  }
+
+  private readModels(): { models: ModelReading[]; totals: Totals } {
+    return {
+      models: this.dashboardModels().map((status): ModelReading => {
+        const p = this.dispatchers.get(status.model)?.totals.pairs;
+        return {
+          status,
+          pairs: p ? { served: p.served, fallback: p.fallback, late: p.late, rejected: p.rejected } : null,
+          roundTrips: this.roundTrips.get(status.model)?.drain() ?? [],
+          generation: this.poller.generation(status.model),
+        };
+      }),
+      totals: this.dashboardTotals(),
+    };
+  }
+
+  /** Every served model as the dashboard shows it now; its numbers are those of `recruitment()` and `dispatchMap()`. */
+  dashboardModels(): ModelStatus[] {
+    const now = this.now();
+    const cfg = this.config.saturation;
+    const coordinators = new Map(this.supervisor.status().map((c) => [c.name, c]));
+    return this.servedModels().map((model) => {
+      const s = this.saturation(model);
+      const c = coordinators.get(model);
+      const info = this.marketModels.get(model);
+      return {
+        model,
+        coordinator: { state: c?.state ?? 'stopped', restarts: c?.restarts ?? 0, lastExit: c?.lastExit ?? null },
+        market: info !== undefined,
+        busy: s.busy,
+        slots: s.slots,
+        saturated: s.saturated,
+        recruiting: s.recruiting,
+        baseTarget: cfg.targetBase,
+        boost: cfg.boost,
+        effectiveTarget: effectiveTarget(cfg, s.recruiting),
+        dispatchMode: this.dispatchModeOf(model),
+        dispatchConnected: this.dispatchers.get(model)?.connected ?? false,
+        workers: info ? this.workerCounts(model, now) : NO_WORKERS(),
+        shape: info ? { nLayer: info.nLayer, nExpert: info.nExpert, moeLayers: [...info.moeLayers] } : null,
+      };
+    });
+  }
+
+  /** A model's workers by state: the dispatch map's, `loading` for reservations, and those retired lately. */
+  private workerCounts(model: string, nowMs: number): Record<WorkerStateName, number> {
+    const counts = NO_WORKERS();
+    for (const id of this.coverage.workersOf(model)) counts[this.dispatch.state(id, nowMs) ?? 'loading']++;
+    for (const [id, r] of this.retired) if (r.row.model === model && this.coverage.modelOf(id) === undefined) counts[r.state]++;
+    return counts;
+  }
+
+  private dashboardTotals(): Totals {
+    return { volunteers: this.channel.countByState(), workers: this.coverage.size };
+  }
+
+  /** The stream's first message: everything the page draws from nothing. */
+  dashboardSnapshot(): Snapshot {
+    return {
+      v: 1,
+      atMs: this.now(),
+      tickMs: TICK_MS,
+      historyMs: HISTORY_MS,
+      models: this.dashboardModels(),
+      history: this.sampler.history.all(),
+      events: this.events.recent(EVENTS_PAGE_MAX),
+      coverage: [...this.marketModels.keys()].map((m) => this.coverageMap(m)),
+      totals: this.dashboardTotals(),
+      adminEnabled: this.admin.enabled,
+    };
+  }
+
+  /** Throws TOO_MANY_STREAMS when the dashboard streams are at their cap (before the route commits to a stream). */
+  assertStreamRoom(): void {
+    this.streams.assertRoom();
+  }
+
+  /** Adds a dashboard stream: its snapshot now, then every tick, event and heatmap change until it or the hub closes. */
+  openDashboardStream(sink: StreamSink): void {
+    const first = this.streams.size === 0;
+    const snapshot = this.dashboardSnapshot();
+    this.streams.open(sink, 'snapshot', snapshot);
+    this.sampler.snapshotSent(snapshot.coverage, first);
+  }
+
+  /** Ends every dashboard stream (the HTTP server closes; the hub's stop does it too). */
+  /**
+   * Ends every volunteer connection (SHUTTING_DOWN). The HTTP server's close waits for every socket it accepted,
+   * upgraded WebSockets too, so the app calls this before closing (a preClose hook); stop() calls it again, harmlessly.
+   */
+  closeVolunteers(): Promise<void> {
+    return this.channel.close();
+  }
+
+  closeDashboardStreams(): void {
+    this.streams.closeAll();
+  }
+
+  /** Test seam: takes a dashboard tick now instead of waiting for the timer. */
+  dashboardTickForTests(): void {
+    this.sampler.tick();
+  }
+
+  /** `GET /api/dashboard/workers`: one page of the workers table; throws MODEL_UNKNOWN for a model not served here. */
+  dashboardWorkers(q: WorkersQuery): WorkersPage {
+    if (q.model !== '' && !this.supervisor.has(q.model)) throw new HubError('MODEL_UNKNOWN', `no model named "${q.model}" is served here`);
+    return this.workersTable.page(q);
+  }
+
+  /** Every worker of every market model, as the table shows it (one pass; no store reads once credits are cached). */
+  private workerRows(): WorkerRow[] {
+    const now = this.now();
+    const rows: WorkerRow[] = [];
+    for (const model of this.marketModels.keys())
+      for (const id of this.coverage.workersOf(model)) rows.push(this.workerRow(id, model, now));
+    for (const [id, r] of this.retired) if (this.coverage.modelOf(id) === undefined) rows.push({ ...r.row, state: r.state });
+    return rows;
+  }
+
+  private workerRow(id: string, model: string, nowMs: number): WorkerRow {
+    const rec = this.dispatch.record(id);
+    const v = this.channel.workerInfo(id);
+    const held = this.coverage.heldRanges(id)?.[0];
+    const wallet = rec?.wallet ?? v?.wallet ?? null;
+    return {
+      id,
+      model,
+      slice: held ? [held[0], held[1], held[2]] : null,
+      state: rec ? workerState(rec, nowMs, this.config.dispatch) : 'loading',
+      backend: v ? v.backend : 'native',
+      device: v?.device ?? '',
+      gflops: v?.gflops ?? null,
+      lastServeMs: rec?.lastServeMs ?? null,
+      latencyMs: rec?.latencyMs == null ? null : round2(rec.latencyMs),
+      pairsServed: this.dispatch.pairsServed(id),
+      credit: wallet ? this.creditOf(wallet) : null,
+    };
+  }
+
+  /** A market model's heatmap: live replicas per (MoE layer, expert), capped at 255; throws MODEL_UNKNOWN. */
+  coverageMap(model: string): CoverageMap {
+    const info = this.modelInfo(model);
+    const { nExpert, moeLayers } = info;
+    const bytes = Buffer.alloc(moeLayers.length * nExpert);
+    moeLayers.forEach((layer, i) => {
+      const counts = this.coverage.replicaCounts(model, layer);
+      for (let e = 0; e < nExpert; e++) bytes[i * nExpert + e] = Math.min(counts[e] as number, 255);
+    });
+    return {
+      model,
+      atMs: this.now(),
+      moeLayers: [...moeLayers],
+      nExpert,
+      target: effectiveTarget(this.config.saturation, this.saturation(model).recruiting),
+      replicas: bytes.toString('base64'),
+    };
+  }
+
+  // --- admin actions (token checked by `requireAdmin`; every action and every bad argument in the event log)
+
+  /** Throws ADMIN_DISABLED (403) or ADMIN_TOKEN_INVALID (401) unless `authorization` carries the admin token. */
+  requireAdmin(authorization: string | undefined): void {
+    try {
+      this.admin.require(authorization);
+    } catch (e) {
+      if (e instanceof HubError) this.countRefusal(e.code);
+      throw e;
+    }
+  }
+
+  private countRefusal(code: string): void {
+    this.adminRefusals.set(code, (this.adminRefusals.get(code) ?? 0) + 1);
+  }
+
+  /** Admin calls refused so far, by code (bad tokens included: they are counted, not logged). */
+  adminRefusalCounts(): Record<string, number> {
+    return Object.fromEntries(this.adminRefusals);
+  }
+
+  /**
+   * Runs one admin action: its sentence goes to the event log (kind `admin`), and so does a refusal for a bad argument
+   * (an unknown worker or model, an invalid body), which is then rethrown.
+   */
+  adminAction(what: string, model: string | null, act: () => { model: string | null; detail: string }): AdminResult {
+    let done: { model: string | null; detail: string };
+    try {
+      done = act();
+    } catch (e) {
+      if (e instanceof HubError) {
+        this.countRefusal(e.code);
+        this.events.add('admin', model, `refused ${what}: ${e.message}`, this.now());
+      }
+      throw e;
+    }
+    this.events.add('admin', done.model, done.detail, this.now());
+    this.workersTable.invalidate(); // the next page shows what the action changed
+    return { ok: true, detail: done.detail };
+  }
+
+  private knownWorker(workerId: string): { model: string | null } {
+    const model = this.coverage.modelOf(workerId);
+    if (model !== undefined) return { model };
+    if (this.dispatch.record(workerId) || this.channel.workerInfo(workerId)) return { model: null };
+    throw new HubError('WORKER_UNKNOWN', `no worker "${workerId}" is connected or covering experts here`);
+  }
+
+  /** Remembers a worker the hub stops tracking, for the dashboard (the newest RETIRED_WORKERS_KEPT). */
+  private retire(row: WorkerRow | null, state: RetiredWorker['state']): void {
+    if (!row) return;
+    this.retired.delete(row.id);
+    this.retired.set(row.id, { row: { ...row, state }, state, atMs: this.now() });
+    while (this.retired.size > RETIRED_WORKERS_KEPT) this.retired.delete(this.retired.keys().next().value as string);
+  }
+
+  /** Forgets retired workers older than the history (oldest first: the map is in insertion order). */
+  private pruneRetired(nowMs: number): void {
+    for (const [id, r] of this.retired) {
+      if (nowMs - r.atMs <= HISTORY_MS) break;
+      this.retired.delete(id);
+    }
+  }
+
+  /** Release: a channel volunteer is told its slice is not needed; an HTTP-heartbeat worker is marked released. */
+  adminRelease(workerId: string, reason: string): { model: string | null; detail: string } {
+    const { model } = this.knownWorker(workerId);
+    const why = reason || 'released by the operator';
+    const row = model !== null ? this.workerRow(workerId, model, this.now()) : null;
+    if (this.channel.release(workerId, 'NOT_NEEDED', why)) this.retire(row, 'released');
+    else if (this.dispatch.record(workerId)) {
+      this.dispatch.setReleased(workerId, true);
+    } else {
+      throw new HubError('WORKER_UNKNOWN', `worker "${workerId}" holds no slice to release`);
+    }
+    return { model, detail: `released ${workerId}${model ? ` (${model})` : ''}: ${why}` };
+  }
+
+  /** Quarantine: durable (its worker id is refused from now on), and the worker is disconnected and dropped at once. */
+  adminQuarantine(workerId: string, reason: string): { model: string | null; detail: string } {
+    const { model } = this.knownWorker(workerId);
+    this.retire(model !== null ? this.workerRow(workerId, model, this.now()) : null, 'quarantined');
+    this.store.quarantine(workerId, reason, this.now());
+    this.dispatch.setQuarantined(workerId); // the dispatcher skips it until its connection is gone (which forgets it)
+    if (!this.channel.disconnect(workerId, 'QUARANTINED', reason)) this.dispatch.forget(workerId);
+    this.coverage.remove(workerId);
+    for (const d of this.dispatchers.values()) d.forget(workerId);
+    this.events.add('quarantine', model, `${workerId}: ${reason} (by the operator)`, this.now());
+    this.channel.demandChanged();
+    return { model, detail: `quarantined ${workerId}${model ? ` (${model})` : ''}: ${reason}` };
+  }
+
+  /** The market's targets: base replicas at rest and the boost while saturated (every model). */
+  adminTarget(change: { base?: number; boost?: number }): { model: null; detail: string } {
+    const cfg = this.config.saturation;
+    const before = { base: cfg.targetBase, boost: cfg.boost };
+    if (change.base !== undefined) cfg.targetBase = change.base;
+    if (change.boost !== undefined) cfg.boost = change.boost;
+    this.channel.demandChanged();
+    return { model: null, detail: `target base ${before.base} → ${cfg.targetBase}, boost ${before.boost} → ${cfg.boost}` };
+  }
+
+  /** One model's dispatch mode (its dispatcher's, and whether the market recruits at rest for `always`). */
+  adminDispatch(model: string, mode: DispatchModeName): { model: string; detail: string } {
+    if (!this.supervisor.has(model)) throw new HubError('MODEL_UNKNOWN', `no model named "${model}" is served here`);
+    const before = this.dispatchModeOf(model);
+    this.modes.set(model, mode);
+    this.dispatchers.get(model)?.setMode(mode);
+    this.channel.demandChanged();
+    return { model, detail: `dispatch of ${model}: ${before} → ${mode}` };
+  }
+
   // --- observation
 
   recentEvents(limit: number): HubEvent[] {
     return this.events.recent(limit);
+  }
+
+  /** `GET /api/events` with its filters: the newest `limit` matching events, newest last. */
+  queryEvents(filter: EventFilter): HubEvent[] {
+    return this.events.query(filter);
   }
 
   /** An error the HTTP layer could not attribute (answered 500 INTERNAL) goes to the event log. */

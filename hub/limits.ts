@@ -37,6 +37,8 @@ export const WORKER_STALE_MS = 120_000;
 /** Recruitment events kept in memory, and how many of the newest `GET /api/events` lists. */
 export const EVENTS_KEPT = 1000;
 export const EVENTS_LISTED = 200;
+/** Wallets whose lifetime credit the hub keeps in memory for the dashboard (beyond it the cache starts over). */
+export const CREDIT_CACHE_MAX = 100_000;
 /** Per-client token bucket shared by both login calls (a login costs 2 tokens). */
 export const AUTH_RATE_LIMIT: Readonly<{ capacity: number; refillPerSec: number }> = Object.freeze({ capacity: 30, refillPerSec: 0.5 });
 
@@ -63,3 +65,17 @@ export const SHARD_READ_CHUNK_BYTES = 256 * 1024;
 export const COORDINATOR_SLOTS_MAX = 4096;
 /** A `/slots` or `/metrics` reply longer than this is dropped unparsed (a long /slots falls back to /metrics). */
 export const COORDINATOR_REPLY_MAX_CHARS = 4_000_000;
+
+// the dashboard (hub/dashboard/; its wire caps are in hub/dashboard/wire.ts)
+/** Shortest admin token accepted at startup (`--admin-token`, EXPERTSWARM_ADMIN_TOKEN); a longer one is not guessable. */
+export const ADMIN_TOKEN_MIN_CHARS = 16;
+export const ADMIN_TOKEN_MAX_CHARS = 512;
+/** The base target and the boost an admin may set (`POST /api/admin/target`). */
+export const TARGET_BASE_MAX = 64;
+export const BOOST_MAX = 64;
+/** Bytes a stream client may leave unread before it is dropped as a slow consumer (a snapshot is sent whole first). */
+export const STREAM_BACKLOG_MAX_BYTES = 4 * 1024 * 1024;
+/** Round trips kept per model per tick for its percentiles (a uniform sample of them beyond this). */
+export const RTT_SAMPLES_PER_TICK = 4096;
+/** Workers released or quarantined by the hub that the dashboard still lists (newest kept). */
+export const RETIRED_WORKERS_KEPT = 1000;

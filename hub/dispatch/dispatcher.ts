@@ -439,6 +439,12 @@ export class ModelDispatcher {
     return d;
   }
 
+  /** Switches the mode for the next REQUEST on (`auto`, `always`, `off`); the one in flight keeps its decision. */
+  setMode(mode: DispatchMode): void {
+    if (!DISPATCH_MODES.includes(mode)) throw new RangeError(`dispatch mode ${String(mode)} is not one of ${DISPATCH_MODES}`);
+    this.mode = mode;
+  }
+
   get socketPath(): string {
     return this.opts.socketPath;
   }

@@ -93,6 +93,17 @@ export const DEFAULT_CHANNEL: Readonly<ChannelOptions> = Object.freeze({
 
 export type ConnectionState = 'hello' | 'waiting' | 'loading' | 'serving' | 'paused';
 
+/** What the dashboard shows of a volunteer's connection (`VolunteerChannel.workerInfo`). */
+export interface VolunteerInfo {
+  state: ConnectionState;
+  wallet: string;
+  /** `webgpu` / `wasm`, from its `loaded` (or its hello, before one); null when it never said. */
+  backend: string | null;
+  gflops: number | null;
+  /** The adapter's description, else the client's agent string. */
+  device: string;
+}
+
 interface Pending {
   /** When the frame was handed to the socket (performance.now(), ms). */
   sentAt: number;
@@ -118,6 +129,9 @@ class Connection implements WorkerLink {
   maxExperts = 0;
   unfit = false;
   inFlight = 0;
+  /** What `loaded` said it computes with, and how fast (the hello's guess before that). */
+  backend: string | null = null;
+  gflops: number | null = null;
   private nextWorkId = 1;
   readonly pending = new Map<number, Pending>();
   lastHeardMs: number;
@@ -219,6 +233,7 @@ export class VolunteerChannel {
   private offerTo: Set<Connection> | 'all' | null = null;
   private readonly sweep: NodeJS.Timeout;
   private closed = false;
+  private closing: Promise<void> | null = null;
   /**
    * Called for every result in time or not: the round trip from handing the frame to the socket to decoding the
    * answer (ms), and the worker's own time on it (µs, as it reports). Benchmarks take the hub's share from these.
@@ -258,6 +273,28 @@ export class VolunteerChannel {
     const out: Record<ConnectionState, number> = { hello: 0, waiting: 0, loading: 0, serving: 0, paused: 0 };
     for (const c of this.all) out[c.state]++;
     return out;
+  }
+
+  /** The connection of a worker id that said hello, as the dashboard shows it; undefined for none. */
+  workerInfo(workerId: string): VolunteerInfo | undefined {
+    const c = this.byWorker.get(workerId);
+    if (!c) return undefined;
+    const d = c.hello?.device;
+    return {
+      state: c.state,
+      wallet: c.wallet,
+      backend: c.backend ?? d?.backend ?? null,
+      gflops: c.gflops ?? d?.gflops ?? null,
+      device: d?.adapter?.description || c.hello?.agent || '',
+    };
+  }
+
+  /** Closes a worker's connection with a close code (the operator quarantined it). Returns whether it was connected. */
+  disconnect(workerId: string, name: CloseName, message: string): boolean {
+    const c = this.byWorker.get(workerId);
+    if (!c) return false;
+    this.closeWith(c, name, message);
+    return true;
   }
 
   /** Tells the worker its slice is no longer needed; it frees the memory and waits again. Returns whether it held one. */
@@ -314,11 +351,15 @@ export class VolunteerChannel {
       });
   }
 
-  async close(): Promise<void> {
-    this.closed = true;
-    clearInterval(this.sweep);
-    for (const c of this.all) this.closeWith(c, 'SHUTTING_DOWN', 'the hub is stopping');
-    await new Promise<void>((resolve) => this.wss.close(() => resolve()));
+  /** Ends every connection with SHUTTING_DOWN and stops accepting; a second call waits for the first. */
+  close(): Promise<void> {
+    if (!this.closing) {
+      this.closed = true;
+      clearInterval(this.sweep);
+      for (const c of this.all) this.closeWith(c, 'SHUTTING_DOWN', 'the hub is stopping');
+      this.closing = new Promise<void>((resolve) => this.wss.close(() => resolve()));
+    }
+    return this.closing;
   }
 
   // --- connections
@@ -402,7 +443,7 @@ export class VolunteerChannel {
       case 'hello':
         throw new VolunteerWireError('UNEXPECTED_MESSAGE', 'a second hello');
       case 'loaded':
-        this.onLoaded(c, m.assignmentId, m.ready);
+        this.onLoaded(c, m.assignmentId, m.ready, m.backend, m.gflops);
         return;
       case 'load_failed': {
         if (!c.assign || c.assign.assignmentId !== m.assignmentId) return;
@@ -496,9 +537,11 @@ export class VolunteerChannel {
     this.offerRound(c);
   }
 
-  private onLoaded(c: Connection, assignmentId: number, ready: boolean): void {
+  private onLoaded(c: Connection, assignmentId: number, ready: boolean, backend: string, gflops: number): void {
     const a = c.assign;
     if (!a || a.assignmentId !== assignmentId || c.state !== 'loading') return; // a stale loaded (released meanwhile)
+    c.backend = backend;
+    c.gflops = gflops;
     if (c.loadTimer) clearTimeout(c.loadTimer);
     c.loadTimer = null;
     try {

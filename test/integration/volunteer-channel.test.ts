@@ -530,6 +530,18 @@ test('no hello within helloTimeoutMs closes with HELLO_TIMEOUT; the hub keeps se
   }
 });
 
+test('stopping the hub with volunteers connected closes them with SHUTTING_DOWN and does not wait for them', async () => {
+  const h = await listening({});
+  const token = await h.t.login(newVolunteer());
+  const p = await join(h, token, 'stays-connected');
+  const t0 = performance.now();
+  // The HTTP server's close waits for every socket it accepted, upgraded ones too: the channel must end its own.
+  const stopped = await Promise.race([h.t.close().then(() => true), wait(5_000).then(() => false)]);
+  assert.ok(stopped, 'the hub stopped within 5 s with a volunteer still connected');
+  await closedWith(p, 'SHUTTING_DOWN', 'a volunteer of a stopping hub');
+  assert.ok(performance.now() - t0 < 5_000);
+});
+
 test('control messages faster than the bucket allows close with RATE_LIMITED after its burst', async () => {
   const burst = 4 * 5;
   const h = await listening({ channel: { controlPerSec: 5 } });

@@ -6,6 +6,7 @@
  * as docs/widget.md asks of host sites.
  */
 import { spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:http';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -51,6 +52,9 @@ writeFileSync(
   }),
 );
 
+// The dashboard's admin actions need a token: yours from the environment, else a fresh one for this run (printed).
+const adminToken = process.env.ADMIN_TOKEN || process.env.EXPERTSWARM_ADMIN_TOKEN || randomBytes(18).toString('base64url');
+
 const running = await runHub(
   defaultConfig({
     port,
@@ -58,6 +62,7 @@ const running = await runHub(
     stateDir: join(root, '.cache/hub'),
     models: [{ path: demo, name: 'demo' }],
     dispatchMode: dispatch,
+    adminToken,
   }),
   (line) => console.log(line),
 );
@@ -84,7 +89,7 @@ console.log(`
     ? 'a joined tab gets a slice at once and serves every request'
     : 'a joined tab waits until the model is busy (2+ requests at once); DISPATCH=always npm start serves at rest too'
 })
-[start] dashboard: ${running.url}/dashboard
+[start] dashboard: ${running.url}/dashboard (admin token: ${adminToken})
 [start] join widget on a stand-in host site: http://127.0.0.1:${widgetPort}/ (docs/widget.md)
 [start] API: ${running.url}/v1/models · ${running.url}/api/expert-demand · ${running.url}/api/moe/recruitment · ${running.url}/metrics
 [start] try:  curl -s ${running.url}/v1/chat/completions -H 'content-type: application/json' -d @${requestFile}

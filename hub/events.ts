@@ -8,35 +8,10 @@
  *   log.add('recruit', 'm', 'layer 1 experts [0, 8) to w1', Date.now());
  */
 import { EVENTS_KEPT } from './limits.ts';
+import { HUB_EVENT_KINDS, type HubEventKindName, newestEvents } from './dashboard/wire.ts';
 
-export type HubEventKind =
-  | 'saturation-onset'
-  | 'saturation-end'
-  | 'recruit'
-  | 'release'
-  | 'evict'
-  | 'coordinator'
-  | 'quarantine'
-  | 'volunteer-join'
-  | 'volunteer-leave'
-  | 'load-failed'
-  | 'dispatch'
-  | 'admin';
-
-export const HUB_EVENT_KINDS: readonly HubEventKind[] = Object.freeze([
-  'saturation-onset',
-  'saturation-end',
-  'recruit',
-  'release',
-  'evict',
-  'coordinator',
-  'quarantine',
-  'volunteer-join',
-  'volunteer-leave',
-  'load-failed',
-  'dispatch',
-  'admin',
-]);
+export { HUB_EVENT_KINDS };
+export type HubEventKind = HubEventKindName;
 
 export interface HubEvent {
   seq: number;
@@ -75,12 +50,7 @@ export class EventLog {
 
   /** The newest `limit` events of a kind and/or model, newest last. */
   query(f: EventFilter): HubEvent[] {
-    const out: HubEvent[] = [];
-    for (let i = this.ring.length - 1; i >= 0 && out.length < f.limit; i--) {
-      const e = this.ring[i] as HubEvent;
-      if ((f.kind === undefined || e.kind === f.kind) && (f.model === undefined || e.model === f.model)) out.push(e);
-    }
-    return out.reverse();
+    return newestEvents(this.ring, f, f.limit).reverse();
   }
 
   /** Calls `listener` for every event added from now on (synchronously; it must not throw). Returns the unsubscribe. */

@@ -40,8 +40,9 @@ export const ADMIN_REASON_MAX_CHARS = 200;
 /** A workers query's free-text filter, at most. */
 export const WORKERS_QUERY_MAX_CHARS = 128;
 
-export type DispatchModeName = 'auto' | 'always' | 'off';
-export const DISPATCH_MODES: readonly DispatchModeName[] = Object.freeze(['auto', 'always', 'off']);
+/** How a model's dispatcher sends expert work (hub/dispatch/policy.ts): Layer 1 decides, every covered pair, none. */
+export const DISPATCH_MODES = Object.freeze(['auto', 'always', 'off'] as const);
+export type DispatchModeName = (typeof DISPATCH_MODES)[number];
 
 export type CoordinatorStateName = 'starting' | 'ready' | 'restarting' | 'stopped' | 'external';
 
@@ -57,19 +58,22 @@ export const WORKER_STATES: readonly WorkerStateName[] = Object.freeze([
   'quarantined',
 ]);
 
-export type HubEventKindName =
-  | 'saturation-onset'
-  | 'saturation-end'
-  | 'recruit'
-  | 'release'
-  | 'evict'
-  | 'coordinator'
-  | 'quarantine'
-  | 'volunteer-join'
-  | 'volunteer-leave'
-  | 'load-failed'
-  | 'dispatch'
-  | 'admin';
+/** The hub's event kinds: hub/events.ts logs them, `GET /api/events?kind=` accepts them, the page filters by them. */
+export const HUB_EVENT_KINDS = Object.freeze([
+  'saturation-onset',
+  'saturation-end',
+  'recruit',
+  'release',
+  'evict',
+  'coordinator',
+  'quarantine',
+  'volunteer-join',
+  'volunteer-leave',
+  'load-failed',
+  'dispatch',
+  'admin',
+] as const);
+export type HubEventKindName = (typeof HUB_EVENT_KINDS)[number];
 
 /** One model as the dashboard shows it now. */
 export interface ModelStatus {
@@ -232,6 +236,32 @@ export interface AdminResult {
   ok: true;
   /** What changed, as a sentence (also the event log's detail). */
   detail: string;
+}
+
+/** An event filter: '' (or absent) matches every kind / model. */
+export interface EventFilter {
+  kind?: HubEventKindName | '' | undefined;
+  model?: string | undefined;
+}
+
+/**
+ * The newest `limit` events matching `f`, NEWEST FIRST, from a list kept oldest first (the hub's ring, the page's
+ * copy): the one filter both ends apply.
+ */
+export function newestEvents<E extends Pick<HubEventRow, 'kind' | 'model'>>(events: readonly E[], f: EventFilter, limit: number): E[] {
+  const out: E[] = [];
+  for (let i = events.length - 1; i >= 0 && out.length < limit; i--) {
+    const e = events[i] as E;
+    if (f.kind && e.kind !== f.kind) continue;
+    if (f.model && e.model !== f.model) continue;
+    out.push(e);
+  }
+  return out;
+}
+
+/** Two queries with the same key list the same rows (offset and limit only page through them). */
+export function workersQueryKey(q: Pick<WorkersQuery, 'model' | 'state' | 'q' | 'sort' | 'dir'>): string {
+  return JSON.stringify([q.model, q.state, q.q, q.sort, q.dir]);
 }
 
 /** Why a query string was refused (the hub answers 400 QUERY_INVALID with this sentence). */

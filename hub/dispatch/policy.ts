@@ -26,10 +26,10 @@
  */
 import { DEFAULT_DISPATCH, type DispatchConfig, type WorkerState } from '../dispatch-map.ts';
 import { DEFAULT_SATURATION } from '../market/saturation.ts';
+import { DISPATCH_MODES, type DispatchModeName } from '../dashboard/wire.ts';
 
-export type DispatchMode = 'auto' | 'always' | 'off';
-
-export const DISPATCH_MODES: readonly DispatchMode[] = Object.freeze(['auto', 'always', 'off']);
+export type DispatchMode = DispatchModeName;
+export { DISPATCH_MODES };
 
 export interface LayerOneConfig extends DispatchConfig {
   /** Saturated at busy ≥ this many slots (the poller's reading). */

@@ -12,6 +12,7 @@ import {
   type CoverageMap,
   EVENTS_PAGE_MAX,
   HISTORY_SAMPLES,
+  HUB_EVENT_KINDS,
   type HubEventKindName,
   type HubEventRow,
   type ModelStatus,
@@ -20,6 +21,7 @@ import {
   STALE_AFTER_MS,
   type Tick,
   type Totals,
+  newestEvents,
 } from '../../../hub/dashboard/wire.ts';
 
 /** Events the page keeps (a snapshot brings at most EVENTS_PAGE_MAX; the stream adds one at a time). */
@@ -200,32 +202,12 @@ export interface EventFilter {
   model: string;
 }
 
-/** The recruitment log as the issue lists it first; the rest follow. */
-export const EVENT_KINDS: readonly HubEventKindName[] = [
-  'saturation-onset',
-  'saturation-end',
-  'recruit',
-  'release',
-  'quarantine',
-  'evict',
-  'coordinator',
-  'volunteer-join',
-  'volunteer-leave',
-  'load-failed',
-  'dispatch',
-  'admin',
-];
+/** The kinds the log filters by: the hub's own list. */
+export { HUB_EVENT_KINDS as EVENT_KINDS };
 
-/** The events matching `f`, newest first, at most `limit`. */
+/** The newest `limit` events matching the filter, newest first (the hub's own filter, from the wire module). */
 export function filterEvents(events: readonly HubEventRow[], f: EventFilter, limit: number): HubEventRow[] {
-  const out: HubEventRow[] = [];
-  for (let i = events.length - 1; i >= 0 && out.length < limit; i--) {
-    const e = events[i] as HubEventRow;
-    if (f.kind !== '' && e.kind !== f.kind) continue;
-    if (f.model !== '' && e.model !== f.model) continue;
-    out.push(e);
-  }
-  return out;
+  return newestEvents(events, f, limit);
 }
 
 // --- charts: one uPlot per series group, fed column arrays

@@ -6,7 +6,7 @@
  *   const w = rowWindow({ scrollTop: 3600, viewportHeight: 480, rowHeight: 36, total: 10_000, overscan: 8 });
  *   // → { first: 92, end: 122 }: rows [92, 122) are rendered, at top = first × rowHeight
  */
-import { WORKERS_PAGE_MAX, type WorkerSortKey, type WorkersQuery } from '../../../hub/dashboard/wire.ts';
+import { WORKERS_PAGE_MAX, type WorkerSortKey, type WorkersQuery, workersQueryKey } from '../../../hub/dashboard/wire.ts';
 
 /** One row's height in px: fixed, so a row's position is its index × this. */
 export const ROW_HEIGHT = 36;
@@ -91,9 +91,7 @@ export function ariaSort(q: Pick<WorkersQuery, 'sort' | 'dir'>, key: WorkerSortK
 }
 
 /** The part of a query that decides which rows exist and in what order (changing it invalidates every block). */
-export function queryKey(q: Pick<WorkersQuery, 'model' | 'state' | 'q' | 'sort' | 'dir'>): string {
-  return JSON.stringify([q.model, q.state, q.q, q.sort, q.dir]);
-}
+export { workersQueryKey as queryKey };
 
 /** A slice `[layer, begin, end)` as the table shows it. */
 export function formatSlice(slice: [number, number, number] | null): string {

@@ -53,7 +53,8 @@ writeFileSync(
 );
 
 // The dashboard's admin actions need a token: yours from the environment, else a fresh one for this run (printed).
-const adminToken = process.env.ADMIN_TOKEN || process.env.EXPERTSWARM_ADMIN_TOKEN || randomBytes(18).toString('base64url');
+const givenToken = process.env.ADMIN_TOKEN || process.env.EXPERTSWARM_ADMIN_TOKEN;
+const adminToken = givenToken || randomBytes(18).toString('base64url');
 
 const running = await runHub(
   defaultConfig({
@@ -89,7 +90,7 @@ console.log(`
     ? 'a joined tab gets a slice at once and serves every request'
     : 'a joined tab waits until the model is busy (2+ requests at once); DISPATCH=always npm start serves at rest too'
 })
-[start] dashboard: ${running.url}/dashboard (admin token: ${adminToken})
+[start] dashboard: ${running.url}/dashboard (admin token: ${givenToken ? 'yours, from the environment' : adminToken})
 [start] join widget on a stand-in host site: http://127.0.0.1:${widgetPort}/ (docs/widget.md)
 [start] API: ${running.url}/v1/models · ${running.url}/api/expert-demand · ${running.url}/api/moe/recruitment · ${running.url}/metrics
 [start] try:  curl -s ${running.url}/v1/chat/completions -H 'content-type: application/json' -d @${requestFile}

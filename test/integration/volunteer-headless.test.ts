@@ -98,7 +98,9 @@ for (const { name, config, backend } of MODELS) {
 for (const { name, config } of MODELS) {
   test(`audits tell an honest volunteer from one whose sums are × 1.01 (${name})`, { timeout: 600_000 }, async () => {
     const m = await testModel(config);
-    const hub = await startSwarmHub(m.path, 'always', { auditRate: 1 });
+    // A generous deadline: under load a volunteer that misses deadlines is benched and then audited no more; this
+    // test is about telling answers apart, not about speed.
+    const hub = await startSwarmHub(m.path, 'always', { auditRate: 1, dispatchDeadlineMs: 5000 });
     const honest = spawnVolunteer(hub.url, 'honest');
     const moeLayers = moeLayersOf(config);
     let dishonest: VolunteerControls | null = null;
@@ -117,17 +119,24 @@ for (const { name, config } of MODELS) {
       });
       dishonest.join({ memoryBudgetBytes: 256 << 20 });
       await waitForCoverage(hub.url, hub.model, moeLayers, config.nExpert, 1);
-      await completionIds(hub.url, hub.model, PROMPT, 16, m.ban);
-      const rows = await dispatchMap(hub.url, hub.model);
+      // Completions until both have been audited often enough (each evaluation audits both layers; a loaded machine
+      // may make a volunteer miss some), at most a few.
+      const WANT_AUDITS = 8;
+      let rows: MapRow[] = [];
       const of = (id: string): MapRow => rows.find((r) => r.worker_id === id) as MapRow;
+      for (let round = 0; round < 5; round++) {
+        await completionIds(hub.url, hub.model, PROMPT, 16, m.ban);
+        rows = await dispatchMap(hub.url, hub.model);
+        if (of('honest').audits >= WANT_AUDITS && of('dishonest').audits >= WANT_AUDITS) break;
+      }
       const h = of('honest');
       const d = of('dishonest');
       console.log(
         `# ${name}: honest NMSE max ${h.audit_nmse_max} over ${h.audits} audits; × 1.01 NMSE max ${d.audit_nmse_max} over ${d.audits}`,
       );
       assert.ok(
-        h.audits >= 12 && d.audits >= 12,
-        `most of the 16 evaluations audit both layers (one may miss its deadline): ${h.audits}, ${d.audits}`,
+        h.audits >= WANT_AUDITS && d.audits >= WANT_AUDITS,
+        `both volunteers audited ${WANT_AUDITS}+ times: ${h.audits}, ${d.audits}`,
       );
       assert.ok((h.audit_nmse_max as number) <= AUDIT_MISMATCH_NMSE, `honest NMSE ${h.audit_nmse_max}`);
       assert.ok((d.audit_nmse_last as number) > AUDIT_MISMATCH_NMSE, `× 1.01 NMSE ${d.audit_nmse_last}`);

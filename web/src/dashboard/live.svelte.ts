@@ -1,23 +1,22 @@
 /**
  * The hub's dashboard stream as reactive state: one EventSource on `/api/dashboard/stream`, each message applied by
  * the pure transitions of model.ts, and a clock that makes staleness visible. EventSource reconnects by itself after
- * a dropped connection; when it gives up (an HTTP error such as 503 TOO_MANY_STREAMS closes it for good) or the hub
- * stops ticking on a connection that still looks open, the page opens a new one. Each new connection starts with a
- * snapshot, which replaces the state.
+ * a dropped connection; when it gives up (an HTTP error such as 503 TOO_MANY_STREAMS closes it for good) or a
+ * connection that still looks open stops delivering messages (stream-watchdog.ts decides), the page opens a new one.
+ * Each new connection starts with a snapshot, which replaces the state.
  *
  *   const live = new LiveDashboard();
  *   live.start();
  *   live.state.models;   // ModelStatus[]
  *   live.stale;          // the page's time of the last tick when quiet for STALE_AFTER_MS, else null
  */
-import { STALE_AFTER_MS, type StreamMessages } from '../../../hub/dashboard/wire.ts';
+import type { StreamMessages } from '../../../hub/dashboard/wire.ts';
 import { applyCoverage, applyEvent, applySnapshot, applyTick, type DashboardState, emptyState, staleSince } from './model.ts';
+import { streamVerdict } from './stream-watchdog.ts';
 
 export const STREAM_URL = '/api/dashboard/stream';
 /** How often the page's clock (staleness, "… ago") advances. */
 const CLOCK_MS = 500;
-/** A connection quiet this long is replaced, even if the browser still thinks it open (a proxy holding it). */
-const REOPEN_AFTER_MS = 4 * STALE_AFTER_MS;
 /** Wait before reopening a stream the browser closed for good. */
 const REOPEN_DELAY_MS = 2000;
 
@@ -35,7 +34,12 @@ export class LiveDashboard {
   #es: EventSource | null = null;
   #clockTimer: ReturnType<typeof setInterval> | undefined;
   #reopenTimer: ReturnType<typeof setTimeout> | undefined;
-  #openedAt = 0;
+  /** The page's clock when the current connection opened or last delivered a message. */
+  #lastSignAt = 0;
+  /** No message yet on the current connection (its snapshot has not arrived whole). */
+  #awaitingSnapshot = true;
+  /** Connections in a row that the watchdog replaced before their snapshot arrived. */
+  #snapshotMisses = 0;
   readonly #url: string;
   readonly #clock: () => number;
 
@@ -61,12 +65,17 @@ export class LiveDashboard {
     this.#es?.close();
     const es = new EventSource(this.#url);
     this.#es = es;
-    this.#openedAt = this.#clock();
+    this.#lastSignAt = this.#clock();
+    this.#awaitingSnapshot = true;
     this.opened++;
     this.connection = this.state.loaded ? 'reconnecting' : 'connecting';
     const on = <K extends keyof StreamMessages>(name: K, apply: (m: StreamMessages[K]) => void): void => {
       es.addEventListener(name, (e) => {
         if (this.#es !== es) return;
+        // Any message, even one that does not parse, proves the connection delivers.
+        this.#lastSignAt = this.#clock();
+        this.#awaitingSnapshot = false;
+        this.#snapshotMisses = 0;
         let msg: StreamMessages[K];
         try {
           msg = JSON.parse((e as MessageEvent<string>).data) as StreamMessages[K];
@@ -89,6 +98,12 @@ export class LiveDashboard {
     on('coverage', (m) => {
       this.state = applyCoverage(this.state, m);
     });
+    // Headers arrived (the first time, or after the browser reconnected by itself): the hub's snapshot comes next.
+    es.onopen = () => {
+      if (this.#es !== es) return;
+      this.#lastSignAt = this.#clock();
+      this.#awaitingSnapshot = true;
+    };
     es.onerror = () => {
       if (this.#es !== es) return;
       this.connection = 'reconnecting';
@@ -104,7 +119,15 @@ export class LiveDashboard {
 
   #onClock(): void {
     this.now = this.#clock();
-    const last = Math.max(this.state.receivedAtMs ?? 0, this.#openedAt);
-    if (this.#es && this.#es.readyState === EventSource.OPEN && this.now - last > REOPEN_AFTER_MS) this.#open();
+    if (!this.#es) return;
+    const verdict = streamVerdict({
+      open: this.#es.readyState === EventSource.OPEN,
+      quietMs: this.now - this.#lastSignAt,
+      awaitingSnapshot: this.#awaitingSnapshot,
+      snapshotMisses: this.#snapshotMisses,
+    });
+    if (!verdict.reopen) return;
+    if (this.#awaitingSnapshot) this.#snapshotMisses++;
+    this.#open();
   }
 }

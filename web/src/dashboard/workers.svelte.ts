@@ -2,10 +2,20 @@
  * The workers table's data: the hub sorts, filters and pages (`GET /api/dashboard/workers`); the page keeps the
  * blocks of rows it has fetched, renders only the rows in view (workers-window.ts), and fetches what a scroll
  * uncovers, at most one request in flight (a newer one aborts it) and at most one per FETCH_GAP_MS while scrolling.
- * Visible rows are fetched again every REFRESH_MS so states and latencies stay live.
+ * Visible rows are fetched again every REFRESH_MS so states and latencies stay live. Every request and the cache's
+ * key come from the applied filter (workers-filter.ts): typed text applies only when typing pauses.
  */
-import { DEFAULT_WORKERS_QUERY, type WorkerRow, type WorkerSortKey, type WorkersQuery } from '../../../hub/dashboard/wire.ts';
+import type { WorkerRow, WorkerSortKey } from '../../../hub/dashboard/wire.ts';
 import { ApiError, fetchWorkers } from './api.ts';
+import {
+  type FilterAction,
+  type FilterState,
+  filterKey,
+  initialFilter,
+  reduceFilter,
+  type WorkersFilter,
+  workersRequest,
+} from './workers-filter.ts';
 import {
   BLOCK_ROWS,
   blocksOf,
@@ -13,7 +23,6 @@ import {
   fetchPlan,
   nextSort,
   OVERSCAN,
-  queryKey,
   ROW_HEIGHT,
   type RowWindow,
   rowWindow,
@@ -26,7 +35,7 @@ const TEXT_DEBOUNCE_MS = 250;
 /** Rows in view are fetched again this often. */
 export const REFRESH_MS = 5000;
 
-export type WorkersFilter = Pick<WorkersQuery, 'model' | 'state' | 'q' | 'sort' | 'dir'>;
+export type { WorkersFilter };
 
 export interface ShownRow {
   index: number;
@@ -34,13 +43,11 @@ export interface ShownRow {
 }
 
 export class WorkersView {
-  filter: WorkersFilter = $state({
-    model: DEFAULT_WORKERS_QUERY.model,
-    state: DEFAULT_WORKERS_QUERY.state,
-    q: DEFAULT_WORKERS_QUERY.q,
-    sort: DEFAULT_WORKERS_QUERY.sort,
-    dir: DEFAULT_WORKERS_QUERY.dir,
-  });
+  #filters: FilterState = $state.raw(initialFilter());
+  /** What the controls show (the text as typed). */
+  readonly filter: Readonly<WorkersFilter> = $derived(this.#filters.shown);
+  /** What the rows, the total and every request belong to. */
+  readonly applied: Readonly<WorkersFilter> = $derived(this.#filters.applied);
   /** Rows matching the filter, as the hub last said; null before the first answer. */
   total: number | null = $state(null);
   error: string | null = $state(null);
@@ -70,7 +77,7 @@ export class WorkersView {
   });
 
   readonly #blocks = new Map<number, WorkerRow[]>();
-  #key = queryKey(this.filter);
+  #key = filterKey(this.#filters);
   #inflight: AbortController | null = null;
   #inflightSpan: { key: string; offset: number; end: number } | null = null;
   #gapTimer: ReturnType<typeof setTimeout> | undefined;
@@ -110,19 +117,20 @@ export class WorkersView {
 
   /** Model or state filter, or a sort: the rows change at once. */
   set(change: Partial<WorkersFilter>): void {
-    Object.assign(this.filter, change);
-    this.#reset();
+    // The typed text applies with it: no debounce left to wait for.
+    clearTimeout(this.#textTimer);
+    this.#apply({ type: 'set', change });
   }
 
-  /** The free-text filter: applied when typing pauses. */
+  /** The free-text filter: shown at once, applied when typing pauses. */
   setText(q: string): void {
-    this.filter.q = q;
+    this.#apply({ type: 'type', q });
     clearTimeout(this.#textTimer);
-    this.#textTimer = setTimeout(() => this.#reset(), TEXT_DEBOUNCE_MS);
+    this.#textTimer = setTimeout(() => this.#apply({ type: 'debounced' }), TEXT_DEBOUNCE_MS);
   }
 
   sortBy(key: WorkerSortKey): void {
-    this.set(nextSort(this.filter, key));
+    this.set(nextSort(this.#filters.applied, key));
   }
 
   /** Fetch the rows in view again (the timer; after an admin action). */
@@ -130,8 +138,9 @@ export class WorkersView {
     this.#fetch(true);
   }
 
-  #reset(): void {
-    const key = queryKey(this.filter);
+  #apply(action: FilterAction): void {
+    this.#filters = reduceFilter(this.#filters, action);
+    const key = filterKey(this.#filters);
     if (key === this.#key) return;
     this.#key = key;
     this.#blocks.clear();
@@ -145,6 +154,7 @@ export class WorkersView {
     const plan = fetchPlan(w, (b) => !force && this.#blocks.has(b));
     if (!plan) return;
     const key = this.#key;
+    const query = workersRequest(this.#filters, plan);
     // The request in flight already brings these rows (a small scroll): let it finish rather than ask again.
     const f = this.#inflightSpan;
     if (!force && this.#inflight && f && f.key === key && f.offset <= plan.offset && plan.offset + plan.limit <= f.end) return;
@@ -152,7 +162,6 @@ export class WorkersView {
     const ac = new AbortController();
     this.#inflight = ac;
     this.#inflightSpan = { key, offset: plan.offset, end: plan.offset + plan.limit };
-    const query: WorkersQuery = { ...this.filter, offset: plan.offset, limit: plan.limit };
     this.loading = true;
     fetchWorkers(query, ac.signal).then(
       (page) => {

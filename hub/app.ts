@@ -6,6 +6,7 @@ import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { HubError } from './errors.ts';
 import type { Hub } from './hub.ts';
 import { integer, object, optionalNumber, queryString, string } from './validate.ts';
+import { clientKey } from './net.ts';
 import { proxyJson } from './proxy.ts';
 import { registerPages, type PagesOptions } from './pages.ts';
 import { registerShardRoutes } from './shards.ts';
@@ -25,13 +26,6 @@ import {
   OPENAI_BODY_MAX_BYTES,
   WORKER_ID_MAX_CHARS,
 } from './limits.ts';
-
-function clientKey(req: FastifyRequest): string {
-  const ip = req.ip;
-  // IPv6 clients rotate addresses inside their /64: rate-limit the prefix.
-  if (ip.includes(':') && !ip.startsWith('::ffff:')) return ip.split(':').slice(0, 4).join(':');
-  return ip;
-}
 
 function device(v: unknown): DeviceCapabilities | undefined {
   if (v === undefined) return undefined;

@@ -145,7 +145,10 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   set('dispatchDeadlineMs', int(values['dispatch-deadline-ms'], '--dispatch-deadline-ms', 1));
   const heartbeatMs = int(values['heartbeat-ms'], '--heartbeat-ms', 1000);
   if (heartbeatMs !== undefined) c.channel = { ...c.channel, heartbeatMs, idleTimeoutMs: 3 * heartbeatMs };
-  const adminToken = values['admin-token'] ?? env.EXPERTSWARM_ADMIN_TOKEN;
+  // An empty variable (`EXPERTSWARM_ADMIN_TOKEN=` in a unit file or compose file) is unset, not "no token": it must not
+  // silently turn off a token the --config file sets.
+  const envToken = env.EXPERTSWARM_ADMIN_TOKEN === '' ? undefined : env.EXPERTSWARM_ADMIN_TOKEN;
+  const adminToken = values['admin-token'] ?? envToken;
   if (adminToken !== undefined) c.adminToken = checkedAdminToken(adminToken);
   else if (c.adminToken !== null) c.adminToken = checkedAdminToken(c.adminToken); // from --config
   for (const u of values['coordinator-url'] ?? []) {

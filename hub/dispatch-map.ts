@@ -105,11 +105,6 @@ export class DispatchMap {
     r.auditNmseMax = r.auditNmseMax === null ? nmse : Math.max(r.auditNmseMax, nmse);
   }
 
-  setReleased(workerId: string, released: boolean): void {
-    const r = this.records.get(workerId);
-    if (r) r.released = released;
-  }
-
   setQuarantined(workerId: string): void {
     const r = this.records.get(workerId);
     if (r) r.quarantined = true;

@@ -36,6 +36,8 @@ export const ERRORS = {
   TOO_MANY_SEGMENTS: 400,
   TOO_MANY_WORKERS: 503,
   WORKER_QUARANTINED: 403,
+  /** An operator released this worker: its heartbeats are refused for RELEASE_COOL_DOWN_MS, then it may come back. */
+  WORKER_RELEASED: 409,
   // shard server
   RANGE_NOT_SATISFIABLE: 416,
   SHARDS_BUSY: 503,

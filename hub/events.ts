@@ -32,6 +32,13 @@ export class EventLog {
   private readonly ring: HubEvent[] = [];
   private seq = 0;
   private readonly listeners = new Set<(e: HubEvent) => void>();
+  /**
+   * Told of a listener that threw (the hub logs it as an internal error). add() is called from everywhere — request
+   * handlers, timers, socket callbacks — so a listener's throw must never reach its caller. An event the report itself
+   * adds is not reported again if a listener throws on it too (no loop).
+   */
+  onListenerError: ((e: unknown) => void) | null = null;
+  private reporting = false;
 
   constructor(private readonly capacity = EVENTS_KEPT) {}
 
@@ -39,8 +46,26 @@ export class EventLog {
     const e: HubEvent = { seq: ++this.seq, atMs, kind, model, detail };
     this.ring.push(e);
     if (this.ring.length > this.capacity) this.ring.splice(0, this.ring.length - this.capacity);
-    for (const l of this.listeners) l(e);
+    for (const l of this.listeners) {
+      try {
+        l(e);
+      } catch (err) {
+        this.report(err);
+      }
+    }
     return e;
+  }
+
+  private report(err: unknown): void {
+    if (this.reporting || !this.onListenerError) return;
+    this.reporting = true;
+    try {
+      this.onListenerError(err);
+    } catch {
+      // the reporter failed too: nothing left to tell
+    } finally {
+      this.reporting = false;
+    }
   }
 
   /** Newest last; `limit` most recent. */
@@ -53,7 +78,7 @@ export class EventLog {
     return newestEvents(this.ring, f, f.limit).reverse();
   }
 
-  /** Calls `listener` for every event added from now on (synchronously; it must not throw). Returns the unsubscribe. */
+  /** Calls `listener` for every event added from now on (synchronously; a throw goes to onListenerError). Returns the unsubscribe. */
   subscribe(listener: (e: HubEvent) => void): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);

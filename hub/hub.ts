@@ -23,7 +23,15 @@ import { NodeAuth, type ChallengeReply, type NodeTokenReply } from './auth/index
 import { HubError } from './errors.ts';
 import { loadModelInfo, type ModelInfo } from './registry.ts';
 import { HubMetrics, type HubReadings } from './metrics.ts';
-import { AUTH_RATE_LIMIT, CREDIT_CACHE_MAX, RETIRED_WORKERS_KEPT, WORKER_STALE_MS, WORKERS_MAX } from './limits.ts';
+import {
+  AUTH_RATE_LIMIT,
+  CREDIT_CACHE_MAX,
+  RELEASE_COOL_DOWN_MS,
+  RELEASED_WORKERS_KEPT,
+  RETIRED_WORKERS_KEPT,
+  WORKER_STALE_MS,
+  WORKERS_MAX,
+} from './limits.ts';
 import { ShardServer } from './shards.ts';
 import { DispatchMetrics, ModelDispatcher, type AuditChooser, type DispatcherEvents, type ResponseSummary } from './dispatch/dispatcher.ts';
 import type { DispatchMode } from './dispatch/policy.ts';
@@ -32,12 +40,13 @@ import type { Numerics } from '../shaders/computer.ts';
 import { AdminGate, checkedAdminToken } from './dashboard/admin.ts';
 import { RoundTripReservoir, round2 } from './dashboard/rates.ts';
 import { DashboardSampler, type ModelReading, type SamplerSource } from './dashboard/sampler.ts';
-import { DashboardStreams, type StreamSink } from './dashboard/stream.ts';
+import { DashboardStreams, type StreamOptions, type StreamSink } from './dashboard/stream.ts';
 import { WorkersTable } from './dashboard/workers.ts';
 import {
   EVENTS_PAGE_MAX,
   HISTORY_MS,
   TICK_MS,
+  WORKER_STATES,
   type AdminResult,
   type CoverageMap,
   type DispatchModeName,
@@ -92,6 +101,10 @@ export interface HubConfig {
    * ADMIN_TOKEN_MIN_CHARS characters); null disables them (every admin call answers 403 ADMIN_DISABLED).
    */
   adminToken: string | null;
+  /** How long an operator's release keeps a worker from its slice (RELEASE_COOL_DOWN_MS). */
+  releaseCoolDownMs: number;
+  /** The dashboard streams' caps (tests raise the per-address ones). */
+  dashboardStreams: Partial<StreamOptions>;
 }
 
 export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
@@ -117,6 +130,8 @@ export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
     auditRate: 0,
     dispatchDeadlineMs: 250,
     adminToken: null,
+    releaseCoolDownMs: RELEASE_COOL_DOWN_MS,
+    dashboardStreams: {},
     ...over,
   };
 }
@@ -179,15 +194,8 @@ interface RetiredWorker {
   atMs: number;
 }
 
-const NO_WORKERS = (): Record<WorkerStateName, number> => ({
-  loading: 0,
-  joining: 0,
-  grace: 0,
-  proven: 0,
-  idle: 0,
-  released: 0,
-  quarantined: 0,
-});
+const NO_WORKERS = (): Record<WorkerStateName, number> =>
+  Object.fromEntries(WORKER_STATES.map((s) => [s, 0])) as Record<WorkerStateName, number>;
 
 export class Hub {
   /** Models whose GGUF the hub read: the ones on the market. Every served model is a coordinator (`servedModels()`). */
@@ -232,14 +240,31 @@ export class Hub {
    * /metrics yet: test/integration/hub-api.test.ts pins the list of metric families.
    */
   private readonly adminRefusals = new Map<string, number>();
-  private readonly streams = new DashboardStreams();
+  private readonly streams: DashboardStreams;
   private readonly sampler: DashboardSampler;
   private readonly workersTable = new WorkersTable(() => this.workerRows());
+  /**
+   * HTTP-heartbeat workers an operator released, with when their cool-down ends (insertion order = oldest first);
+   * their heartbeats are refused with WORKER_RELEASED until then. At most RELEASED_WORKERS_KEPT.
+   */
+  private readonly released = new Map<string, number>();
+  private readonly config: HubConfig;
 
   constructor(
-    private readonly config: HubConfig,
+    config: HubConfig,
     private readonly clock: () => number = Date.now,
   ) {
+    // Admin actions change the targets at run time: the hub works on its own copies, never the caller's objects (which
+    // may be shared, or frozen like DEFAULT_SATURATION).
+    this.config = {
+      ...config,
+      saturation: { ...config.saturation },
+      poller: { ...config.poller },
+      dispatch: { ...config.dispatch },
+      channel: { ...config.channel },
+      dashboardStreams: { ...config.dashboardStreams },
+    };
+    this.streams = new DashboardStreams(this.config.dashboardStreams, clock);
     this.coverage = new CoverageStore({ maxWorkers: config.maxWorkers });
     this.dispatch = new DispatchMap(config.dispatch);
     this.store = new HubStore(config.stateDir === ':memory:' ? ':memory:' : join(config.stateDir, 'hub.sqlite'));
@@ -274,7 +299,9 @@ export class Hub {
     this.admin = new AdminGate(checkedAdminToken(config.adminToken));
     this.sampler = new DashboardSampler(this.samplerSource(), this.streams, clock, {
       tokensMaxAgeMs: 2 * config.poller.intervalMs + config.poller.timeoutMs,
+      onError: (e) => this.noteInternalError(`dashboard tick: ${errorText(e)}`),
     });
+    this.events.onListenerError = (e) => this.noteInternalError(`event listener: ${errorText(e)}`);
     this.events.subscribe((e) => this.streams.broadcast('event', e));
   }
 
@@ -621,6 +648,11 @@ export class Hub {
     const quarantined = this.store.quarantineReason(workerId) ?? (wallet ? this.store.quarantineReason(wallet) : undefined);
     if (quarantined) throw new HubError('WORKER_QUARANTINED', `this worker is quarantined: ${quarantined}`);
     const now = this.now();
+    if (this.released.size > 0 && this.inCoolDown(workerId, now))
+      throw new HubError(
+        'WORKER_RELEASED',
+        `the operator released this worker; stop serving its slice and ask for a new one after ${Math.ceil(((this.released.get(workerId) ?? now) - now) / 1000)} s`,
+      );
     this.coverage.heartbeat(workerId, model, ranges, now);
     this.dispatch.attach(workerId, wallet, now);
     this.retired.delete(workerId);
@@ -803,20 +835,24 @@ export class Hub {
     };
   }
 
-  /** Throws TOO_MANY_STREAMS when the dashboard streams are at their cap (before the route commits to a stream). */
-  assertStreamRoom(): void {
-    this.streams.assertRoom();
-  }
-
-  /** Adds a dashboard stream: its snapshot now, then every tick, event and heatmap change until it or the hub closes. */
-  openDashboardStream(sink: StreamSink): void {
-    const first = this.streams.size === 0;
+  /**
+   * A dashboard stream for `client` (its address key), in two steps so that every refusal is a JSON answer: this
+   * checks the caps (TOO_MANY_STREAMS, RATE_LIMITED) and builds the snapshot — any throw leaves before the route
+   * commits to a stream — and the function it returns adds the sink and writes the snapshot, then every tick, event
+   * and heatmap change until the sink or the hub closes. Call it at once (no broadcast may fall between).
+   *
+   *   const open = hub.dashboardStream(ip); reply.hijack(); res.writeHead(200, SSE_HEADERS); open(res);
+   */
+  dashboardStream(client: string): (sink: StreamSink) => void {
+    this.streams.assertRoom(client);
     const snapshot = this.dashboardSnapshot();
-    this.streams.open(sink, 'snapshot', snapshot);
-    this.sampler.snapshotSent(snapshot.coverage, first);
+    return (sink) => {
+      const first = this.streams.size === 0;
+      this.streams.open(sink, client, 'snapshot', snapshot);
+      this.sampler.snapshotSent(snapshot.coverage, first);
+    };
   }
 
-  /** Ends every dashboard stream (the HTTP server closes; the hub's stop does it too). */
   /**
    * Ends every volunteer connection (SHUTTING_DOWN). The HTTP server's close waits for every socket it accepted,
    * upgraded WebSockets too, so the app calls this before closing (a preClose hook); stop() calls it again, harmlessly.
@@ -825,6 +861,7 @@ export class Hub {
     return this.channel.close();
   }
 
+  /** Ends every dashboard stream (the HTTP server closes; the hub's stop does it too). */
   closeDashboardStreams(): void {
     this.streams.closeAll();
   }
@@ -953,32 +990,67 @@ export class Hub {
     }
   }
 
-  /** Release: a channel volunteer is told its slice is not needed; an HTTP-heartbeat worker is marked released. */
+  /**
+   * Release: the worker gives up its slice and the market recruits a replacement. A channel volunteer is told its slice
+   * is not needed and is left out of offer rounds for the cool-down (else the next round would hand it the same slice);
+   * an HTTP-heartbeat worker, which cannot be told, is dropped from the coverage, the dispatch map and every dispatcher,
+   * and its heartbeats are refused with WORKER_RELEASED for the cool-down.
+   */
   adminRelease(workerId: string, reason: string): { model: string | null; detail: string } {
     const { model } = this.knownWorker(workerId);
     const why = reason || 'released by the operator';
+    const coolDownMs = this.config.releaseCoolDownMs;
     const row = model !== null ? this.workerRow(workerId, model, this.now()) : null;
-    if (this.channel.release(workerId, 'NOT_NEEDED', why)) this.retire(row, 'released');
-    else if (this.dispatch.record(workerId)) {
-      this.dispatch.setReleased(workerId, true);
+    if (this.channel.release(workerId, 'NOT_NEEDED', why, coolDownMs)) this.retire(row, 'released');
+    else if (this.dispatch.record(workerId) && !this.channel.workerInfo(workerId)) {
+      this.retire(row, 'released');
+      this.holdReleased(workerId, this.now() + coolDownMs);
+      this.coverage.remove(workerId);
+      this.dispatch.forget(workerId);
+      for (const d of this.dispatchers.values()) d.forget(workerId);
+      this.channel.demandChanged();
     } else {
       throw new HubError('WORKER_UNKNOWN', `worker "${workerId}" holds no slice to release`);
     }
     return { model, detail: `released ${workerId}${model ? ` (${model})` : ''}: ${why}` };
   }
 
-  /** Quarantine: durable (its worker id is refused from now on), and the worker is disconnected and dropped at once. */
-  adminQuarantine(workerId: string, reason: string): { model: string | null; detail: string } {
+  private holdReleased(workerId: string, untilMs: number): void {
+    this.released.delete(workerId);
+    this.released.set(workerId, untilMs);
+    while (this.released.size > RELEASED_WORKERS_KEPT) this.released.delete(this.released.keys().next().value as string);
+  }
+
+  /** Whether `workerId` is in its release cool-down now (forgets those whose cool-down is over). */
+  private inCoolDown(workerId: string, nowMs: number): boolean {
+    for (const [id, until] of this.released) {
+      if (until > nowMs) break; // the same cool-down for every release: the oldest end first
+      this.released.delete(id);
+    }
+    return (this.released.get(workerId) ?? 0) > nowMs;
+  }
+
+  /**
+   * Quarantine: durable (its worker id is refused from now on), and the worker is disconnected and dropped at once.
+   * A worker id is the client's to choose, so `wallet` quarantines its wallet too (durable as well): every worker of
+   * that wallet is refused at its next hello or heartbeat.
+   */
+  adminQuarantine(workerId: string, reason: string, wallet = false): { model: string | null; detail: string } {
     const { model } = this.knownWorker(workerId);
+    const walletId = wallet ? (this.dispatch.record(workerId)?.wallet ?? this.channel.workerInfo(workerId)?.wallet ?? null) : null;
+    if (wallet && !walletId)
+      throw new HubError('BODY_INVALID', `worker "${workerId}" has no wallet known to the hub; quarantine it without wallet: true`);
     this.retire(model !== null ? this.workerRow(workerId, model, this.now()) : null, 'quarantined');
     this.store.quarantine(workerId, reason, this.now());
+    if (walletId) this.store.quarantine(walletId, reason, this.now());
     this.dispatch.setQuarantined(workerId); // the dispatcher skips it until its connection is gone (which forgets it)
     if (!this.channel.disconnect(workerId, 'QUARANTINED', reason)) this.dispatch.forget(workerId);
     this.coverage.remove(workerId);
     for (const d of this.dispatchers.values()) d.forget(workerId);
     this.events.add('quarantine', model, `${workerId}: ${reason} (by the operator)`, this.now());
     this.channel.demandChanged();
-    return { model, detail: `quarantined ${workerId}${model ? ` (${model})` : ''}: ${reason}` };
+    const what = `${workerId}${model ? ` (${model})` : ''}${walletId ? ` and its wallet ${walletId}` : ''}`;
+    return { model, detail: `quarantined ${what}: ${reason}` };
   }
 
   /** The market's targets: base replicas at rest and the boost while saturated (every model). */
@@ -1037,6 +1109,10 @@ export class Hub {
   coordinatorProcessForTests(model: string): ChildProcess | null {
     return this.supervisor.processOf(model);
   }
+}
+
+function errorText(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
 }
 
 /** Audits each answered work item with probability `rate` (the dispatcher keeps at most one per row). */

@@ -73,8 +73,23 @@ export const ADMIN_TOKEN_MAX_CHARS = 512;
 /** The base target and the boost an admin may set (`POST /api/admin/target`). */
 export const TARGET_BASE_MAX = 64;
 export const BOOST_MAX = 64;
-/** Bytes a stream client may leave unread before it is dropped as a slow consumer (a snapshot is sent whole first). */
+/**
+ * Bytes a stream client may leave unread, beyond its snapshot, before it is dropped as a slow consumer. The snapshot
+ * (up to ~300 KB of history per model) is sent whole first and does not count until the socket first drains: a slow
+ * link cut for its own snapshot would reconnect, get another one, and loop.
+ */
 export const STREAM_BACKLOG_MAX_BYTES = 4 * 1024 * 1024;
+/** Dashboard streams open at once from one client IP (IPv6: per /64); one more → 503 TOO_MANY_STREAMS. */
+export const STREAMS_PER_IP = 4;
+/** Stream opens per client IP: a burst, then this many a second; beyond → 429 RATE_LIMITED with Retry-After. */
+export const STREAM_OPEN_RATE: Readonly<{ capacity: number; refillPerSec: number }> = Object.freeze({ capacity: 8, refillPerSec: 0.5 });
+/**
+ * How long a worker an operator released is kept from taking a slice again: an HTTP-heartbeat worker's heartbeats are
+ * refused (409 WORKER_RELEASED), a channel volunteer is left out of offer rounds until then or until it reconnects.
+ */
+export const RELEASE_COOL_DOWN_MS = 10 * 60 * 1000;
+/** Released HTTP-heartbeat workers remembered for their cool-down (oldest forgotten first beyond this). */
+export const RELEASED_WORKERS_KEPT = 10_000;
 /** Round trips kept per model per tick for its percentiles (a uniform sample of them beyond this). */
 export const RTT_SAMPLES_PER_TICK = 4096;
 /** Workers released or quarantined by the hub that the dashboard still lists (newest kept). */

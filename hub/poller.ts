@@ -2,8 +2,9 @@
  * The saturation poller's I/O shell: reads each coordinator's `GET /slots` every interval with a timeout, falling back
  * to `/metrics` (`llamacpp:requests_processing`) when /slots is disabled or failing, else records "unknown". The same
  * replies give the dashboard its tokens/s (the generated-tokens counter, kept as the last two readings). Each
- * coordinator is polled on its own, so one that hangs never delays the others. The decision is the pure
- * `saturationState` in market/saturation.ts.
+ * coordinator, and each of its two endpoints, is polled on its own, so one that hangs never delays the others: a slow
+ * /metrics delays the tokens/s, never a saturation reading. The decision is the pure `saturationState` in
+ * market/saturation.ts.
  */
 import { parseMetricsProcessing, parseSlots, type SlotsReading } from './market/saturation.ts';
 import { COORDINATOR_REPLY_MAX_CHARS } from './limits.ts';
@@ -28,55 +29,29 @@ async function fetchText(url: string, timeoutMs: number): Promise<{ status: numb
   return { status: r.status, text: text.length > COORDINATOR_REPLY_MAX_CHARS ? '' : text };
 }
 
-export interface PollResult {
-  reading: SlotsReading;
-  /** Tokens generated so far (dashboard/generation.ts), or null when its counters are unreadable. */
-  generatedTokens: number | null;
-}
+/** A coordinator's reply, or null when it did not answer (refused, timed out). */
+type Reply = { status: number; text: string } | null;
 
-/**
- * One poll of a coordinator: `/slots` and `/metrics` at once, each within `timeoutMs`. Busy slots come from /slots,
- * else from /metrics (`llamacpp:requests_processing`); the generated-tokens counter from both.
- */
-export async function pollCoordinator(baseUrl: string, timeoutMs: number, nowMs: () => number = Date.now): Promise<PollResult> {
-  const [slots, metrics] = await Promise.all([
-    fetchText(`${baseUrl}/slots`, timeoutMs).catch(() => null),
-    fetchText(`${baseUrl}/metrics`, timeoutMs).catch(() => null),
-  ]);
-  let slotsJson: unknown;
-  let reading: SlotsReading | null = null;
-  if (slots?.status === 200) {
-    try {
-      slotsJson = JSON.parse(slots.text);
-      reading = { atMs: nowMs(), source: 'slots', ...parseSlots(slotsJson) };
-    } catch {
-      slotsJson = undefined; // fall back to /metrics
-    }
+/** The busy slots a `/metrics` reply states (`llamacpp:requests_processing`), or null. */
+function metricsReading(metrics: Reply, nowMs: number): SlotsReading | null {
+  if (metrics?.status !== 200) return null;
+  try {
+    const busy = parseMetricsProcessing(metrics.text);
+    return busy === null ? null : { atMs: nowMs, source: 'metrics', busy, slots: null };
+  } catch {
+    return null;
   }
-  const metricsText = metrics?.status === 200 ? metrics.text : null;
-  if (!reading && metricsText !== null) {
-    try {
-      const busy = parseMetricsProcessing(metricsText);
-      if (busy !== null) reading = { atMs: nowMs(), source: 'metrics', busy, slots: null };
-    } catch {
-      // unknown
-    }
-  }
-  return {
-    reading: reading ?? { atMs: nowMs(), source: 'unknown', busy: null, slots: null },
-    generatedTokens: metricsText === null ? null : generatedTokens(parseTokensPredicted(metricsText), decodingTokens(slotsJson)),
-  };
-}
-
-/** The saturation reading alone (see pollCoordinator). */
-export async function readSlots(baseUrl: string, timeoutMs: number, nowMs: () => number = Date.now): Promise<SlotsReading> {
-  return (await pollCoordinator(baseUrl, timeoutMs, nowMs)).reading;
 }
 
 export class SaturationPoller {
   private readonly readings = new Map<string, SlotsReading>();
   private readonly generated = new Map<string, { prev: CounterReading | undefined; cur: CounterReading }>();
-  private readonly inFlight = new Set<string>();
+  /**
+   * Each coordinator's requests in flight, by endpoint: a /metrics that hangs (it can be slow on a busy server) never
+   * holds back the next /slots poll, nor the reading of the one in flight.
+   */
+  private readonly slotsPending = new Map<string, Promise<unknown>>();
+  private readonly metricsPending = new Map<string, Promise<Reply>>();
   private timer: NodeJS.Timeout | null = null;
   readonly stats = new Map<string, PollStats>();
 
@@ -109,31 +84,75 @@ export class SaturationPoller {
     return { prev: g?.prev, cur: g?.cur };
   }
 
+  /**
+   * One poll of each coordinator: `/slots` and `/metrics` at once, each within `timeoutMs`. The saturation reading is
+   * published as soon as /slots answers (from /metrics only when /slots is disabled or failing); the generated-tokens
+   * counter is updated once both have answered or timed out.
+   */
   private tick(): void {
     for (const { name, url } of this.coordinators()) {
-      if (!url || this.inFlight.has(name)) continue;
-      this.inFlight.add(name);
+      if (!url) continue;
       const stats = this.stats.get(name) ?? { polls: 0, failures: 0 };
       this.stats.set(name, stats);
-      pollCoordinator(url, this.opts.timeoutMs)
-        .then(({ reading, generatedTokens }) => {
-          stats.polls++;
-          if (generatedTokens !== null) {
+      const metricsBusy = this.metricsPending.get(name);
+      const metrics =
+        metricsBusy ??
+        pending(
+          this.metricsPending,
+          name,
+          fetchText(`${url}/metrics`, this.opts.timeoutMs).catch(() => null),
+        );
+      const slots = this.slotsPending.get(name) ?? pending(this.slotsPending, name, this.pollSlots(name, url, metrics, stats));
+      if (!metricsBusy)
+        void Promise.all([slots, metrics])
+          .then(([slotsJson, m]) => {
+            if (m?.status !== 200) return;
+            const value = generatedTokens(parseTokensPredicted(m.text), decodingTokens(slotsJson));
+            if (value === null) return;
             const g = this.generated.get(name);
-            this.generated.set(name, { prev: g?.cur, cur: { atMs: reading.atMs, value: generatedTokens } });
-          }
-          if (reading.source === 'unknown') {
-            stats.failures++;
-            if (!this.readings.has(name)) this.readings.set(name, reading);
-            return;
-          }
-          this.readings.set(name, reading);
-          this.onReading(name, reading);
-        })
-        .catch(() => {
-          stats.failures++;
-        })
-        .finally(() => this.inFlight.delete(name));
+            this.generated.set(name, { prev: g?.cur, cur: { atMs: Date.now(), value } });
+          })
+          .catch(() => {});
     }
   }
+
+  /** Reads /slots and publishes the reading (falling back to `metrics`); resolves with the parsed /slots JSON. */
+  private async pollSlots(name: string, url: string, metrics: Promise<Reply>, stats: PollStats): Promise<unknown> {
+    const r = await fetchText(`${url}/slots`, this.opts.timeoutMs).catch(() => null);
+    let json: unknown;
+    let reading: SlotsReading | null = null;
+    if (r?.status === 200) {
+      try {
+        json = JSON.parse(r.text);
+        reading = { atMs: Date.now(), source: 'slots', ...parseSlots(json) };
+      } catch {
+        json = undefined; // fall back to /metrics
+      }
+    }
+    reading ??= metricsReading(await metrics, Date.now());
+    stats.polls++;
+    if (!reading) {
+      stats.failures++;
+      if (!this.readings.has(name)) this.readings.set(name, { atMs: Date.now(), source: 'unknown', busy: null, slots: null });
+      return json;
+    }
+    this.readings.set(name, reading);
+    try {
+      this.onReading(name, reading);
+    } catch {
+      stats.failures++; // the hub's reaction to the reading failed (as before the split); the poller keeps polling
+    }
+    return json;
+  }
+}
+
+/** Keeps `p` in `map` under `name` until it settles, and returns it. */
+function pending<T>(map: Map<string, Promise<T>>, name: string, p: Promise<T>): Promise<T> {
+  map.set(name, p);
+  void p
+    .finally(() => {
+      if (map.get(name) === p) map.delete(name);
+    })
+    .catch(() => {});
+  return p;
 }

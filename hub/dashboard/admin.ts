@@ -67,9 +67,15 @@ export function releaseBody(body: unknown): { reason: string } {
   return { reason: reasonField(b, false) };
 }
 
-/** `{reason}` of a quarantine: required, non-empty (it is what the worker is told, and what the store keeps). */
-export function quarantineBody(body: unknown): { reason: string } {
-  return { reason: reasonField(object(body), true) };
+/**
+ * `{reason, wallet?}` of a quarantine: reason required, non-empty (it is what the worker is told, and what the store
+ * keeps); `wallet: true` quarantines the worker's wallet too (default false: the worker id alone).
+ */
+export function quarantineBody(body: unknown): { reason: string; wallet: boolean } {
+  const b = object(body);
+  const wallet = b.wallet ?? false;
+  if (typeof wallet !== 'boolean') throw new HubError('BODY_INVALID', 'wallet must be true or false');
+  return { reason: reasonField(b, true), wallet };
 }
 
 function reasonField(b: Record<string, unknown>, required: boolean): string {

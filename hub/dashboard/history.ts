@@ -57,10 +57,6 @@ export class History {
     r.push(s);
   }
 
-  of(model: string): Sample[] {
-    return this.rings.get(model)?.toArray() ?? [];
-  }
-
   all(): Record<string, Sample[]> {
     const out: Record<string, Sample[]> = {};
     for (const [model, r] of this.rings) out[model] = r.toArray();

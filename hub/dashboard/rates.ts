@@ -4,24 +4,15 @@
  * its coordinator or dispatcher restarted, so that tick has no rate rather than a negative one), and the reservoir
  * that keeps a tick's round trips bounded.
  *
- *   percentile([5, 1, 3], 50)                                 // 3 (nearest rank)
+ *   roundTripPercentiles([5, 1, 3])                               // { p50: 3, p99: 5 } (nearest rank)
  *   counterRate({ atMs: 0, value: 10 }, { atMs: 2000, value: 30 }) // 10 per second
  */
 import { RTT_SAMPLES_PER_TICK } from '../limits.ts';
 
 /**
- * The nearest-rank percentile `p` (0 < p ≤ 100) of `values`: the smallest value with at least p% of them at or
- * below it. null for no values. `values` is not modified.
+ * p50 and p99 of one tick's round trips (one sort for both), rounded to 0.01 ms: the nearest rank, i.e. the smallest
+ * value with at least p% of them at or below it. null for none; `values` is not modified.
  */
-export function percentile(values: ArrayLike<number>, p: number): number | null {
-  if (!(p > 0 && p <= 100)) throw new RangeError(`p must be in (0, 100], got ${p}`);
-  const n = values.length;
-  if (n === 0) return null;
-  const sorted = Float64Array.from(values).sort();
-  return sorted[Math.ceil((p / 100) * n) - 1] as number;
-}
-
-/** p50 and p99 of one tick's round trips (one sort for both), rounded to 0.01 ms. */
 export function roundTripPercentiles(values: ArrayLike<number>): { p50: number | null; p99: number | null } {
   const n = values.length;
   if (n === 0) return { p50: null, p99: null };

@@ -9,6 +9,7 @@ import { HUB_EVENT_KINDS, type HubEventKind } from '../events.ts';
 import { HubError } from '../errors.ts';
 import type { Hub } from '../hub.ts';
 import { EVENTS_LISTED, MODEL_NAME_MAX_CHARS, WORKER_ID_MAX_CHARS } from '../limits.ts';
+import { clientKey } from '../net.ts';
 import { object, queryInt, queryString } from '../validate.ts';
 import { dispatchBody, quarantineBody, releaseBody, targetBody } from './admin.ts';
 import { SSE_HEADERS } from './stream.ts';
@@ -30,12 +31,14 @@ function pathParam(req: FastifyRequest, key: string): string {
 export function registerDashboardRoutes(app: FastifyInstance, hub: Hub): void {
   // Read side: no token.
   app.get('/api/dashboard/stream', async (req, reply) => {
-    hub.assertStreamRoom(); // TOO_MANY_STREAMS as JSON, before anything is streamed
+    // The caps (TOO_MANY_STREAMS, RATE_LIMITED) and the snapshot first: a refusal or a failure is a JSON answer that
+    // ends the request. Only then is the reply hijacked and committed to a stream.
+    const open = hub.dashboardStream(clientKey(req));
     reply.hijack();
     const res = reply.raw;
     res.writeHead(200, SSE_HEADERS);
     req.raw.socket.setNoDelay(true);
-    hub.openDashboardStream(res);
+    open(res);
     return reply;
   });
 
@@ -90,7 +93,10 @@ export function registerDashboardRoutes(app: FastifyInstance, hub: Hub): void {
 
   app.post('/api/admin/workers/:id/quarantine', async (req) => {
     admin(req);
-    return hub.adminAction('quarantine', null, () => hub.adminQuarantine(workerId(req), quarantineBody(req.body).reason));
+    return hub.adminAction('quarantine', null, () => {
+      const { reason, wallet } = quarantineBody(req.body);
+      return hub.adminQuarantine(workerId(req), reason, wallet);
+    });
   });
 
   app.post('/api/admin/target', async (req) => {

@@ -32,6 +32,8 @@ export interface SamplerOptions {
   tickMs: number;
   /** A generated-tokens reading older than this gives no tokens/s (the poller stopped getting answers). */
   tokensMaxAgeMs: number;
+  /** A timer's tick that threw (the hub logs it): the dashboard misses that tick, the hub keeps running. */
+  onError: (e: unknown) => void;
 }
 
 /** One tick's Sample of one model, from its reading and the pairs counters of the previous tick. */
@@ -62,7 +64,6 @@ export class DashboardSampler {
   /** What the open streams last got of each heatmap (its replicas and target). */
   private readonly sentCoverage = new Map<string, string>();
   private timer: NodeJS.Timeout | null = null;
-  private last: Tick | null = null;
   readonly options: SamplerOptions;
 
   constructor(
@@ -71,23 +72,25 @@ export class DashboardSampler {
     private readonly clock: () => number = Date.now,
     options: Partial<SamplerOptions> = {},
   ) {
-    this.options = { tickMs: TICK_MS, tokensMaxAgeMs: 10_000, ...options };
+    this.options = { tickMs: TICK_MS, tokensMaxAgeMs: 10_000, onError: () => {}, ...options };
   }
 
   start(): void {
     if (this.timer) return;
-    this.timer = setInterval(() => this.tick(), this.options.tickMs);
+    // An exception out of a timer callback would end the process: a bad reading costs one tick, not the hub.
+    this.timer = setInterval(() => {
+      try {
+        this.tick();
+      } catch (e) {
+        this.options.onError(e);
+      }
+    }, this.options.tickMs);
     this.timer.unref();
   }
 
   stop(): void {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
-  }
-
-  /** The latest tick (null before the first). */
-  get lastTick(): Tick | null {
-    return this.last;
   }
 
   /** Takes one sample of every model and broadcasts it (the timer calls this; tests may too). */
@@ -103,7 +106,6 @@ export class DashboardSampler {
       samples[model] = sample;
     }
     const tick: Tick = { atMs, models: models.map((r) => r.status), samples, totals };
-    this.last = tick;
     this.streams.broadcast('tick', tick);
     if (this.streams.size > 0) {
       for (const r of models) {

@@ -15,7 +15,8 @@
  * one configured every admin call is 403 ADMIN_DISABLED, a wrong or missing token 401 ADMIN_TOKEN_INVALID):
  *   GET  /api/admin/check                                   204 when the token is right (the page's "unlock")
  *   POST /api/admin/workers/:id/release     {reason?}       AdminResult
- *   POST /api/admin/workers/:id/quarantine  {reason}        AdminResult (durable, as the trust checks quarantine)
+ *   POST /api/admin/workers/:id/quarantine  {reason, wallet?} AdminResult (durable, as the trust checks quarantine;
+ *                                                           wallet: true quarantines the worker's wallet too)
  *   POST /api/admin/target                  {base?, boost?} AdminResult (base ≥ 1, boost ≥ 0: the market's targets)
  *   POST /api/admin/models/:model/dispatch  {mode}          AdminResult (auto | always | off, per model)
  * Every admin action, done or refused for a bad argument, lands in the event log as kind `admin`.
@@ -92,6 +93,11 @@ export interface ModelStatus {
   dispatchMode: DispatchModeName;
   /** Whether the coordinator's dispatch connection is up. */
   dispatchConnected: boolean;
+  /**
+   * Workers by state: those the hub tracks now (what `/api/expert-dispatch-map` lists, plus `loading`), and in
+   * `released` / `quarantined` the workers an admin released or quarantined in the last 15 minutes (HISTORY_MS),
+   * which the dispatch map no longer lists.
+   */
   workers: Record<WorkerStateName, number>;
   /** The model's shape, for the heatmap's axes; null when not on the market. */
   shape: { nLayer: number; nExpert: number; moeLayers: number[] } | null;

@@ -9,7 +9,15 @@
  * then by id and model ascending, so equal keys keep one stable order across pages. States sort in their lifecycle
  * order (WORKER_STATES), not alphabetically.
  */
-import { TICK_MS, WORKER_STATES, type WorkerRow, type WorkerSortKey, type WorkersPage, type WorkersQuery } from './wire.ts';
+import {
+  TICK_MS,
+  WORKER_STATES,
+  type WorkerRow,
+  type WorkerSortKey,
+  type WorkersPage,
+  type WorkersQuery,
+  workersQueryKey,
+} from './wire.ts';
 
 const STATE_RANK = new Map<string, number>(WORKER_STATES.map((s, i) => [s, i]));
 
@@ -29,23 +37,6 @@ const KEYS: Readonly<Record<WorkerSortKey, Key>> = {
 
 function cmp(a: number | string, b: number | string): number {
   return a < b ? -1 : a > b ? 1 : 0;
-}
-
-/** The comparator of a sort key and direction (nulls last, then id, then model). */
-export function workerOrder(sort: WorkerSortKey, dir: 'asc' | 'desc'): (a: WorkerRow, b: WorkerRow) => number {
-  const key = KEYS[sort];
-  const sign = dir === 'asc' ? 1 : -1;
-  return (a, b) => {
-    const ka = key(a);
-    const kb = key(b);
-    if (ka !== kb) {
-      if (ka === null) return 1;
-      if (kb === null) return -1;
-      const c = cmp(ka, kb);
-      if (c !== 0) return sign * c;
-    }
-    return cmp(a.id, b.id) || cmp(a.model, b.model);
-  };
 }
 
 /** Whether a row passes the query's filters (model, state, and `q` in its id, device or backend, any case). */
@@ -114,7 +105,7 @@ export class WorkersTable {
       this.builtAt = t;
       this.view = null;
     }
-    const key = JSON.stringify([q.model, q.state, q.q, q.sort, q.dir]);
+    const key = workersQueryKey(q);
     if (this.view?.key !== key) this.view = { key, rows: sortedMatches(this.rows, q) };
     const all = this.view.rows;
     return { total: all.length, offset: q.offset, rows: all.slice(q.offset, q.offset + q.limit) };

@@ -128,6 +128,8 @@ class Connection implements WorkerLink {
   /** Set after a slice did not fit: offer at most this many experts next time (0 = no limit). */
   maxExperts = 0;
   unfit = false;
+  /** An operator released it: offer rounds skip it until then (this clock), or until it reconnects. */
+  heldOffUntilMs = 0;
   inFlight = 0;
   /** What `loaded` said it computes with, and how fast (the hello's guess before that). */
   backend: string | null = null;
@@ -297,10 +299,15 @@ export class VolunteerChannel {
     return true;
   }
 
-  /** Tells the worker its slice is no longer needed; it frees the memory and waits again. Returns whether it held one. */
-  release(workerId: string, code: ReleaseCode, reason: string): boolean {
+  /**
+   * Tells the worker its slice is no longer needed; it frees the memory and waits again. Returns whether it held one.
+   * `holdOffMs` > 0 (an operator's release) keeps it out of offer rounds that long: the market may still want that
+   * very slice, and would hand it straight back.
+   */
+  release(workerId: string, code: ReleaseCode, reason: string, holdOffMs = 0): boolean {
     const c = this.byWorker.get(workerId);
     if (!c?.assign) return false;
+    if (holdOffMs > 0) c.heldOffUntilMs = this.now() + holdOffMs;
     c.send({ type: 'release', assignmentId: c.assign.assignmentId, code, reason });
     this.host.event('release', c.assign.model, `${workerId}: ${code} (${reason})`);
     this.dropAssignment(c);
@@ -610,7 +617,8 @@ export class VolunteerChannel {
   }
 
   private async assignRound(candidates: Iterable<Connection>): Promise<void> {
-    const idle = [...candidates].filter((c) => c.state === 'waiting' && !c.unfit && c.hello);
+    const now = this.now();
+    const idle = [...candidates].filter((c) => c.state === 'waiting' && !c.unfit && c.hello && c.heldOffUntilMs <= now);
     idle.sort((x, y) => speed(y) - speed(x) || budget(y) - budget(x) || (x.workerId < y.workerId ? -1 : 1));
     // Models ('' = any) of which nothing is wanted: assignments in this round only lower demand, so a later volunteer
     // asking for one of them would be refused too, whatever its device.

@@ -1,11 +1,17 @@
 /**
  * The hub's HTTP API in-process (fastify inject, no port): auth flows, the market through its endpoints, eviction,
- * and tables of malformed requests, each with its exact status and code.
+ * and tables of malformed requests, each with its exact status and code; the admin release and quarantine of
+ * HTTP-heartbeat workers; the saturation poller against a fake coordinator whose /metrics hangs.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { createServer, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { testModel } from '../support/models.ts';
-import { newVolunteer, testHub } from '../support/hub-fixtures.ts';
+import { newVolunteer, testHub, type TestHub } from '../support/hub-fixtures.ts';
+import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
+import { SaturationPoller } from '../../hub/poller.ts';
+import type { SlotsReading } from '../../hub/market/saturation.ts';
 
 const wide = await testModel({ arch: 'qwen3moe', layers: 2, nEmbd: 32, ff: 32, nExpert: 256, nExpertUsed: 8, seed: 4 });
 const dense = await testModel({ arch: 'deepseek', layers: 3, nEmbd: 32, ff: 32, sharedFf: 32, nExpert: 16, nExpertUsed: 2, seed: 4 });
@@ -297,5 +303,153 @@ test('durable state: the token secret and volunteers survive a restart', async (
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+// ---------------------------------------------------------------------------------------------------- admin actions
+
+const small = await testModel({ arch: 'qwen3moe', layers: 2, nEmbd: 32, ff: 32, nExpert: 8, nExpertUsed: 2, seed: 7 });
+const ADMIN = 'hub-api-test-admin-token-0123456789';
+
+async function heartbeatOf(t: TestHub, token: string, workerId: string): Promise<{ status: number; json: { code?: string } }> {
+  return t.call(
+    'POST',
+    '/api/expert-coverage',
+    {
+      worker_id: workerId,
+      model: 'm',
+      n_layer: 2,
+      n_expert: 8,
+      segments: [
+        [0, 0, 8],
+        [1, 0, 8],
+      ],
+    },
+    token,
+  );
+}
+
+const wantsNothing = (demand: { models: Array<{ layers: Array<{ segments: Array<{ scarcity: number }> }> }> }): boolean =>
+  demand.models[0]?.layers.every((l) => l.segments.every((x) => x.scarcity === 0)) ?? false;
+
+test('admin release of an HTTP-heartbeat worker: its range is wanted again; its heartbeats get WORKER_RELEASED until the cool-down ends', async () => {
+  // DEFAULT_SATURATION is frozen: the hub must change its own copy when an admin sets the targets (not throw → 500).
+  const t = await testHub({
+    models: [{ path: small.path, name: 'm' }],
+    dispatchMode: 'always', // the market wants its base replicas at rest
+    saturation: DEFAULT_SATURATION,
+    adminToken: ADMIN,
+    releaseCoolDownMs: 60_000,
+  });
+  try {
+    const token = await t.login(newVolunteer());
+    for (const id of ['w-a', 'w-b']) assert.equal((await heartbeatOf(t, token, id)).status, 200);
+    assert.ok(wantsNothing((await t.call('GET', '/api/expert-demand?model=m')).json), 'two replicas everywhere: nothing wanted');
+
+    const rel = await t.call('POST', '/api/admin/workers/w-a/release', { reason: 'rebalancing' }, ADMIN);
+    assert.deepEqual([rel.status, rel.json.detail], [200, 'released w-a (m): rebalancing']);
+    assert.ok(!wantsNothing((await t.call('GET', '/api/expert-demand?model=m')).json), 'its range is wanted again');
+    const map = (await t.call('GET', '/api/expert-dispatch-map?model=m')).json.rows as Array<{ worker_id: string }>;
+    assert.deepEqual([...new Set(map.map((r) => r.worker_id))], ['w-b'], 'gone from the dispatch map');
+    const workers = t.hub.dashboardModels()[0]?.workers;
+    assert.deepEqual([workers?.grace, workers?.released], [1, 1], 'the dashboard shows it released (retired), not as a replica');
+
+    const again = await heartbeatOf(t, token, 'w-a');
+    assert.deepEqual([again.status, again.json.code], [409, 'WORKER_RELEASED']);
+    assert.ok(!wantsNothing((await t.call('GET', '/api/expert-demand?model=m')).json), 'a refused heartbeat covers nothing');
+    assert.equal((await heartbeatOf(t, token, 'w-b')).status, 200, 'the others are untouched');
+
+    t.clock.now += 60_001;
+    assert.equal((await heartbeatOf(t, token, 'w-a')).status, 200, 'after the cool-down it may serve again');
+    assert.ok(wantsNothing((await t.call('GET', '/api/expert-demand?model=m')).json));
+
+    const target = await t.call('POST', '/api/admin/target', { base: 3, boost: 2 }, ADMIN);
+    assert.deepEqual([target.status, target.json.detail], [200, 'target base 2 → 3, boost 1 → 2']);
+    assert.deepEqual([DEFAULT_SATURATION.targetBase, DEFAULT_SATURATION.boost], [2, 1], "the caller's config is not changed");
+    assert.equal((await t.call('GET', '/api/moe/recruitment')).json.target_base, 3);
+  } finally {
+    await t.close();
+  }
+});
+
+test('admin quarantine: the worker id alone by default; { wallet: true } quarantines its wallet too', async () => {
+  const t = await testHub({ models: [{ path: small.path, name: 'm' }], adminToken: ADMIN });
+  try {
+    const alice = newVolunteer();
+    const bob = newVolunteer();
+    const aliceToken = await t.login(alice);
+    const bobToken = await t.login(bob);
+    for (const id of ['a-1', 'a-2']) assert.equal((await heartbeatOf(t, aliceToken, id)).status, 200);
+    for (const id of ['b-1', 'b-2']) assert.equal((await heartbeatOf(t, bobToken, id)).status, 200);
+
+    const byId = await t.call('POST', '/api/admin/workers/b-1/quarantine', { reason: 'wrong sums' }, ADMIN);
+    assert.deepEqual([byId.status, byId.json.detail], [200, 'quarantined b-1 (m): wrong sums']);
+    assert.deepEqual((await heartbeatOf(t, bobToken, 'b-1')).json.code, 'WORKER_QUARANTINED');
+    assert.equal((await heartbeatOf(t, bobToken, 'b-2')).status, 200, "default: the wallet's other workers keep serving");
+    assert.equal((await heartbeatOf(t, bobToken, 'b-3')).status, 200, '… and a new worker id of it too');
+
+    const byWallet = await t.call('POST', '/api/admin/workers/a-1/quarantine', { reason: 'wrong sums', wallet: true }, ADMIN);
+    assert.deepEqual([byWallet.status, byWallet.json.detail], [200, `quarantined a-1 (m) and its wallet ${alice.wallet}: wrong sums`]);
+    for (const id of ['a-1', 'a-2', 'a-fresh']) {
+      const r = await heartbeatOf(t, aliceToken, id);
+      assert.deepEqual([r.status, r.json.code], [403, 'WORKER_QUARANTINED'], id);
+    }
+    const events = (await t.call('GET', '/api/events?kind=admin')).json.events as Array<{ detail: string }>;
+    assert.equal(events.at(-1)?.detail, byWallet.json.detail);
+
+    t.hub.heartbeat('no-wallet', null, 'm', [[0, 0, 8]]);
+    const none = await t.call('POST', '/api/admin/workers/no-wallet/quarantine', { reason: 'x', wallet: true }, ADMIN);
+    assert.deepEqual([none.status, none.json.code], [400, 'BODY_INVALID'], 'no wallet to quarantine: refused, nothing done');
+    t.hub.heartbeat('no-wallet', null, 'm', [[0, 0, 8]]);
+  } finally {
+    await t.close();
+  }
+});
+
+// ---------------------------------------------------------------------------------------------------- the poller
+
+test('the saturation poller publishes each /slots reading at once while /metrics hangs; tokens follow when /metrics answers', async () => {
+  const held: ServerResponse[] = [];
+  let metricsAnswers = false;
+  const METRICS = 'llamacpp:requests_processing 0\nllamacpp:tokens_predicted_total 42\n';
+  const server = createServer((req, res) => {
+    if (req.url === '/slots') {
+      res.setHeader('content-type', 'application/json');
+      res.end(
+        JSON.stringify([
+          { id: 0, is_processing: true },
+          { id: 1, is_processing: false },
+        ]),
+      );
+    } else if (req.url === '/metrics' && metricsAnswers) res.end(METRICS);
+    else held.push(res); // hangs
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const readings: Array<{ at: number; reading: SlotsReading }> = [];
+  const poller = new SaturationPoller(
+    () => [{ name: 'c', url }],
+    { intervalMs: 100, timeoutMs: 20_000 },
+    (_name, reading) => readings.push({ at: performance.now(), reading }),
+  );
+  const t0 = performance.now();
+  try {
+    poller.start();
+    const deadline = t0 + 10_000; // well under the 20 s /metrics timeout that used to hold every reading back
+    while (readings.length < 3 && performance.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    assert.ok(readings.length >= 3, `${readings.length} readings while /metrics hangs`);
+    assert.deepEqual([readings[0]?.reading.source, readings[0]?.reading.busy, readings[0]?.reading.slots], ['slots', 1, 2]);
+    assert.equal(held.length, 1, 'one /metrics in flight; the /slots polls do not wait for it, nor queue more of it');
+    assert.equal(poller.generation('c').cur, undefined, 'no tokens counter without /metrics');
+
+    metricsAnswers = true;
+    for (const res of held.splice(0)) res.end(METRICS);
+    while (poller.generation('c').cur === undefined && performance.now() < deadline + 5_000) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(poller.generation('c').cur?.value, 42, 'the counter once /metrics landed');
+  } finally {
+    poller.stop();
+    for (const res of held) res.destroy();
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
   }
 });

@@ -534,12 +534,10 @@ test('stopping the hub with volunteers connected closes them with SHUTTING_DOWN 
   const h = await listening({});
   const token = await h.t.login(newVolunteer());
   const p = await join(h, token, 'stays-connected');
-  const t0 = performance.now();
   // The HTTP server's close waits for every socket it accepted, upgraded ones too: the channel must end its own.
   const stopped = await Promise.race([h.t.close().then(() => true), wait(5_000).then(() => false)]);
   assert.ok(stopped, 'the hub stopped within 5 s with a volunteer still connected');
   await closedWith(p, 'SHUTTING_DOWN', 'a volunteer of a stopping hub');
-  assert.ok(performance.now() - t0 < 5_000);
 });
 
 test('control messages faster than the bucket allows close with RATE_LIMITED after its burst', async () => {
@@ -781,6 +779,54 @@ test('pushed assignments: shard digest, the reservation, DOES_NOT_FIT, loaded â†
     await v3.alive();
     v4.json(heartbeat([[1, 0, 4]]));
     await closedWith(v4, 'UNEXPECTED_MESSAGE', 'serving worker reporting another slice');
+  } finally {
+    await h.close();
+  }
+});
+
+test('an operatorâ€™s release while the market still wants the slice: the volunteer is not handed it back until the cool-down ends', async () => {
+  const ADMIN = 'channel-test-admin-token-0123456789';
+  // The base target stays where it is: the released slice is still wanted when the release happens.
+  const h = await listening({ ...ALWAYS, adminToken: ADMIN, releaseCoolDownMs: 20_000 });
+  const admin = (path: string, body: unknown): Promise<Response> =>
+    fetch(`${h.http}${path}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+  try {
+    const token = await h.t.login(newVolunteer());
+    const v1 = await join(h, token, 'v1');
+    const a1 = await v1.next('assign', 2_000);
+    assert.deepEqual([a1.layer, a1.experts], [0, [0, 8]]);
+    loaded(v1, a1);
+    await v1.alive();
+
+    const r = await admin('/api/admin/workers/v1/release', { reason: 'operator test' });
+    assert.equal(r.status, 200);
+    const rel = await v1.next('release');
+    assert.deepEqual([rel.assignmentId, rel.reason], [a1.assignmentId, 'operator test']);
+    // The market still wants layer 0 (and layer 1): a newcomer is given it, and a round over every idle volunteer
+    // (a target change) runs after that; v1 is in neither.
+    const v2 = await join(h, token, 'v2');
+    const a2 = await v2.next('assign', 2_000);
+    assert.deepEqual([a2.layer, a2.experts], [0, [0, 8]], 'the released slice was still wanted');
+    assert.equal((await admin('/api/admin/target', { base: 1 })).status, 200); // demandChanged: a round over all
+    const v3 = await join(h, token, 'v3');
+    const a3 = await v3.next('assign', 2_000);
+    assert.deepEqual([a3.layer, a3.experts], [1, [0, 8]], 'layer 1 was wanted too, and went to the newcomer');
+    await v1.none('assign', 300);
+
+    // After the cool-down the next round may offer it a slice again.
+    loaded(v2, a2);
+    loaded(v3, a3);
+    await v3.alive();
+    assert.equal((await admin('/api/admin/target', { base: 2 })).status, 200);
+    await v1.none('assign', 200);
+    h.t.clock.now += 20_001;
+    assert.equal((await admin('/api/admin/target', { base: 2 })).status, 200);
+    const back = await v1.next('assign', 2_000);
+    assert.equal(back.model, 'm');
   } finally {
     await h.close();
   }

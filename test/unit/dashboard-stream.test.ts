@@ -2,7 +2,7 @@
  * The dashboard stream's framing and its set of clients (hub/dashboard/stream.ts) with fake sinks; the admin token
  * check and the admin bodies (admin.ts); the event log's sequence numbers and filters (hub/events.ts).
  */
-import { test } from 'node:test';
+import { mock, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { DashboardStreams, SSE_HEADERS, SSE_PING, type StreamSink, sseMessage } from '../../hub/dashboard/stream.ts';
 import { AdminGate, checkedAdminToken, dispatchBody, quarantineBody, releaseBody, targetBody } from '../../hub/dashboard/admin.ts';
@@ -26,10 +26,20 @@ class FakeSink implements StreamSink {
   /** Bytes the fake "socket" takes per write before it backs up (Infinity: a fast reader). */
   constructor(private readonly drainsPerWrite = Number.POSITIVE_INFINITY) {}
   private onClose: (() => void) | null = null;
+  private onDrain: (() => void) | null = null;
   write(chunk: string): boolean {
     this.chunks.push(chunk);
     this.writableLength = Math.max(0, this.writableLength + chunk.length - this.drainsPerWrite);
-    return true;
+    return this.writableLength === 0;
+  }
+  /** The "socket" takes `bytes` of what is queued; 'drain' when nothing is left, as a ServerResponse does. */
+  read(bytes: number): void {
+    this.writableLength = Math.max(0, this.writableLength - bytes);
+    if (this.writableLength === 0) {
+      const d = this.onDrain;
+      this.onDrain = null;
+      d?.();
+    }
   }
   end(): void {
     this.ended = true;
@@ -39,8 +49,9 @@ class FakeSink implements StreamSink {
     this.destroyed = true;
     this.onClose?.();
   }
-  once(_event: 'close', listener: () => void): unknown {
-    this.onClose = listener;
+  once(event: 'close' | 'drain', listener: () => void): unknown {
+    if (event === 'close') this.onClose = listener;
+    else this.onDrain = listener;
     return this;
   }
   close(): void {
@@ -85,8 +96,8 @@ test('DashboardStreams: snapshot first, one serialisation per broadcast for ever
   const streams = new DashboardStreams({ maxStreams: 3 });
   const a = new FakeSink();
   const b = new FakeSink();
-  streams.open(a, 'tick', tick(1));
-  streams.open(b, 'tick', tick(2));
+  streams.open(a, 'ip-a', 'tick', tick(1));
+  streams.open(b, 'ip-b', 'tick', tick(2));
   assert.equal(streams.size, 2);
   const realStringify = JSON.stringify;
   let calls = 0;
@@ -121,39 +132,105 @@ test('DashboardStreams: the cap refuses with TOO_MANY_STREAMS before writing; a 
   const streams = new DashboardStreams({ maxStreams: 2, backlogMaxBytes: 1000 });
   const fast = new FakeSink();
   const slow = new FakeSink(0); // reads nothing
-  streams.open(fast, 'tick', tick(0));
-  streams.open(slow, 'tick', tick(0));
+  streams.open(fast, 'ip-a', 'tick', tick(0));
+  streams.open(slow, 'ip-b', 'tick', tick(0));
   const third = new FakeSink();
   assert.throws(
-    () => streams.assertRoom(),
+    () => streams.assertRoom('ip-c'),
     (e: unknown) => isHubError(e, 'TOO_MANY_STREAMS') && e.status === 503,
   );
-  assert.throws(
-    () => streams.open(third, 'tick', tick(0)),
-    (e: unknown) => isHubError(e, 'TOO_MANY_STREAMS'),
-  );
-  assert.deepEqual(third.chunks, [], 'nothing written to a refused stream');
   let n = 0;
   while (!slow.destroyed && n < 100) streams.broadcast('tick', tick(++n));
   assert.ok(slow.destroyed, 'dropped once its backlog passed 1000 bytes');
   assert.ok(slow.chunks.join('').length > 1000 && slow.chunks.join('').length < 1200, 'not long after');
   assert.deepEqual([fast.destroyed, streams.size, streams.slowDropped], [false, 1, 1]);
-  streams.open(third, 'tick', tick(0));
+  streams.assertRoom('ip-c');
+  streams.open(third, 'ip-c', 'tick', tick(0));
   assert.equal(streams.size, 2, 'its place is free again');
   streams.closeAll();
 });
 
-test('DashboardStreams: a ping comment every pingMs while a stream is open', async () => {
-  const streams = new DashboardStreams({ pingMs: 20 });
-  const a = new FakeSink();
-  streams.open(a, 'tick', tick(0));
-  await new Promise((r) => setTimeout(r, 75));
-  const pings = a.chunks.filter((c) => c === SSE_PING).length;
-  assert.ok(pings >= 2 && pings <= 4, `${pings} pings in 75 ms at 20 ms`);
+test('DashboardStreams: a ping comment every pingMs while a stream is open, none after closeAll (mocked timers)', () => {
+  mock.timers.enable({ apis: ['setInterval'] });
+  try {
+    const streams = new DashboardStreams({ pingMs: 20 });
+    const a = new FakeSink();
+    streams.open(a, 'ip-a', 'tick', tick(0));
+    const pings = (): number => a.chunks.filter((c) => c === SSE_PING).length;
+    mock.timers.tick(19);
+    assert.equal(pings(), 0, 'not before pingMs');
+    mock.timers.tick(1);
+    assert.equal(pings(), 1);
+    mock.timers.tick(60);
+    assert.equal(pings(), 4, 'one per 20 ms');
+    streams.closeAll();
+    const after = a.chunks.length;
+    mock.timers.tick(100);
+    assert.equal(a.chunks.length, after, 'no ping after closeAll');
+  } finally {
+    mock.timers.reset();
+  }
+});
+
+test('DashboardStreams: the snapshot is not a backlog — a slow link gets it whole and is cut only for what follows', () => {
+  const streams = new DashboardStreams({ backlogMaxBytes: 1000 });
+  const big = { ...tick(0), totals: { volunteers: {}, workers: 0 }, pad: 'x'.repeat(300_000) } as unknown as Tick;
+  const slow = new FakeSink(0); // a slow link: nothing read yet
+  streams.open(slow, 'ip-a', 'tick', big);
+  assert.ok(slow.writableLength > 300_000, 'the whole snapshot is queued');
+  for (let n = 1; n <= 5; n++) streams.broadcast('tick', tick(n));
+  assert.equal(slow.destroyed, false, 'a few ticks behind its own snapshot: kept');
+  // It reads the snapshot (the socket drains), then stalls: the backlog now counts from zero.
+  slow.read(slow.writableLength);
+  let n = 0;
+  while (!slow.destroyed && n < 100) streams.broadcast('tick', tick(++n));
+  assert.ok(slow.destroyed && n > 5, `cut off once ${n} ticks (> 1000 bytes) were left unread`);
+  assert.equal(streams.slowDropped, 1);
+
+  // Stalled from the start: cut once what follows the snapshot passes the bound, not later.
+  const stalled = new FakeSink(0);
+  streams.open(stalled, 'ip-b', 'tick', big);
+  const queued = stalled.writableLength;
+  n = 0;
+  while (!stalled.destroyed && n < 100) streams.broadcast('tick', tick(++n));
+  assert.ok(stalled.destroyed, 'a client that never reads is still cut');
+  assert.ok(stalled.writableLength - queued > 1000 && stalled.writableLength - queued < 1200, 'once 1000 bytes followed');
   streams.closeAll();
-  const after = a.chunks.length;
-  await new Promise((r) => setTimeout(r, 50));
-  assert.equal(a.chunks.length, after, 'no ping after closeAll');
+});
+
+test('DashboardStreams: per-address cap (TOO_MANY_STREAMS for the 5th) and a token bucket on opens (RATE_LIMITED)', () => {
+  const clock = { now: 0 };
+  const streams = new DashboardStreams({ maxStreams: 64, maxPerClient: 4, openRate: { capacity: 6, refillPerSec: 0.5 } }, () => clock.now);
+  const open = (ip: string): FakeSink => {
+    streams.assertRoom(ip);
+    const s = new FakeSink();
+    streams.open(s, ip, 'tick', tick(0));
+    return s;
+  };
+  const mine = [open('10.0.0.1'), open('10.0.0.1'), open('10.0.0.1'), open('10.0.0.1')];
+  assert.throws(
+    () => streams.assertRoom('10.0.0.1'),
+    (e: unknown) => isHubError(e, 'TOO_MANY_STREAMS') && e.status === 503,
+    'the 5th from one address',
+  );
+  assert.equal(streams.openFrom('10.0.0.1'), 4);
+  const operator = open('10.0.0.2');
+  assert.equal(streams.size, 5, 'another address still gets in');
+  // Closing and reopening at once: 2 more opens from the burst of 6, then the bucket is empty.
+  for (let i = 0; i < 2; i++) {
+    mine.pop()?.close();
+    mine.push(open('10.0.0.1'));
+  }
+  mine.pop()?.close();
+  assert.throws(
+    () => streams.assertRoom('10.0.0.1'),
+    (e: unknown) => isHubError(e, 'RATE_LIMITED') && e.status === 429 && e.headers['retry-after'] === '2',
+  );
+  clock.now += 2_000; // one token back at 0.5 per second
+  mine.push(open('10.0.0.1'));
+  assert.deepEqual([streams.openFrom('10.0.0.1'), streams.openFrom('10.0.0.2'), operator.destroyed], [4, 1, false]);
+  streams.closeAll();
+  assert.deepEqual([streams.size, streams.openFrom('10.0.0.1')], [0, 0]);
 });
 
 test('admin token: refused at startup when short; checked in constant time against Bearer <token>', () => {
@@ -210,7 +287,8 @@ test('admin bodies: each field checked, with BODY_INVALID for anything else', ()
   assert.deepEqual(releaseBody(undefined), { reason: '' });
   assert.deepEqual(releaseBody({}), { reason: '' });
   assert.deepEqual(releaseBody({ reason: 'rebalancing' }), { reason: 'rebalancing' });
-  assert.deepEqual(quarantineBody({ reason: 'wrong sums' }), { reason: 'wrong sums' });
+  assert.deepEqual(quarantineBody({ reason: 'wrong sums' }), { reason: 'wrong sums', wallet: false }, 'the worker id alone by default');
+  assert.deepEqual(quarantineBody({ reason: 'wrong sums', wallet: true }), { reason: 'wrong sums', wallet: true });
   assert.deepEqual(targetBody({ base: 3 }), { base: 3 });
   assert.deepEqual(targetBody({ boost: 0 }), { boost: 0 });
   assert.deepEqual(targetBody({ base: 1, boost: 64 }), { base: 1, boost: 64 });
@@ -222,6 +300,8 @@ test('admin bodies: each field checked, with BODY_INVALID for anything else', ()
     ['quarantine without reason', () => quarantineBody({})],
     ['quarantine blank reason', () => quarantineBody({ reason: '   ' })],
     ['quarantine no body', () => quarantineBody(undefined)],
+    ['quarantine wallet "yes"', () => quarantineBody({ reason: 'x', wallet: 'yes' })],
+    ['quarantine wallet 1', () => quarantineBody({ reason: 'x', wallet: 1 })],
     ['target empty', () => targetBody({})],
     ['target base 0', () => targetBody({ base: 0 })],
     ['target base 65', () => targetBody({ base: 65 })],
@@ -332,7 +412,7 @@ test('DashboardSampler: a tick per call with rates from the previous one; a heat
   sampler.tick();
   assert.equal(coverageReads, 0, 'nobody listens: no heatmap is built');
   const sink = new FakeSink();
-  streams.open(sink, 'tick', tick(0));
+  streams.open(sink, 'ip-a', 'tick', tick(0));
   sampler.snapshotSent([source.coverage('m')], true);
   coverageReads = 0;
   served = 500;
@@ -348,7 +428,69 @@ test('DashboardSampler: a tick per call with rates from the previous one; a heat
   sampler.tick();
   const events = parseSse(sink.chunks.join('')).map((m) => m.event);
   assert.deepEqual(events, ['tick', 'tick', 'tick', 'coverage', 'tick'], 'the changed heatmap once, after its tick');
-  assert.equal(sampler.history.of('m').length, 4);
-  assert.equal(sampler.lastTick?.atMs, 13_000);
+  assert.equal(sampler.history.all().m?.length, 4);
   streams.closeAll();
+});
+
+test('EventLog: a listener that throws neither breaks add() nor the other listeners; it is reported, without a loop', () => {
+  const log = new EventLog(10);
+  const reported: string[] = [];
+  log.onListenerError = (e) => {
+    reported.push(e instanceof Error ? e.message : String(e));
+    log.add('coordinator', null, 'internal error: listener'); // the hub logs it as an event: the listener throws again
+  };
+  const seen: number[] = [];
+  log.subscribe(() => {
+    throw new Error('listener broke');
+  });
+  log.subscribe((e) => seen.push(e.seq));
+  const e = log.add('admin', null, 'first');
+  assert.equal(e.seq, 1);
+  assert.deepEqual(
+    [...seen].sort(),
+    [1, 2],
+    'the other listener got the event and the report (the report first: it is added while the event is dispatched)',
+  );
+  assert.deepEqual(reported, ['listener broke'], 'reported once, not for the report itself');
+  assert.doesNotThrow(() => log.add('admin', null, 'second'));
+  assert.equal(log.total, 4);
+  const silent = new EventLog(10);
+  silent.subscribe(() => {
+    throw new Error('nobody told');
+  });
+  assert.doesNotThrow(() => silent.add('admin', null, 'no reporter'));
+});
+
+test('DashboardSampler: a timer tick whose read throws is reported and survived; the next tick runs', () => {
+  mock.timers.enable({ apis: ['setInterval'] });
+  try {
+    let fail = true;
+    const errors: unknown[] = [];
+    const source = {
+      read: () => {
+        if (fail) throw new Error('coverage store broke');
+        return { models: [], totals: { volunteers: {}, workers: 0 } };
+      },
+      coverage: () => null,
+    };
+    const streams = new DashboardStreams();
+    const sink = new FakeSink();
+    streams.open(sink, 'ip-a', 'tick', tick(0));
+    const sampler = new DashboardSampler(source, streams, () => 1, { tickMs: 1000, onError: (e) => errors.push(e) });
+    sampler.start();
+    assert.doesNotThrow(() => mock.timers.tick(1000));
+    assert.equal(errors.length, 1);
+    assert.match(String(errors[0]), /coverage store broke/);
+    fail = false;
+    mock.timers.tick(1000);
+    assert.deepEqual(
+      parseSse(sink.chunks.join('')).map((m) => m.event),
+      ['tick', 'tick'],
+      'the snapshot, then the tick after the failed one',
+    );
+    sampler.stop();
+    streams.closeAll();
+  } finally {
+    mock.timers.reset();
+  }
 });

@@ -7,9 +7,11 @@
  * `PAGES_NOT_BUILT` (JSON, as every hub error) instead of a 404, so an operator knows what to run. The build is
  * looked up per request: building while the hub runs is enough.
  *
- * Framing: `/embed` is the join widget's frame, made to sit in any site's page (`frame-ancestors *`), under a CSP
- * with no inline script; every other page refuses to be framed (`frame-ancestors 'none'`, X-Frame-Options DENY), so
- * nobody can dress the volunteer page up as a clickjacking target. `/widget.js`, the widget's loader, is the one
+ * Content-Security-Policy: every page gets one (PAGE_CSP): its own scripts and styles, its own API and WebSocket,
+ * nothing inline, no eval, no plugins, no <base>, no forms posted away; 'wasm-unsafe-eval' only where onnxruntime's
+ * wasm runs (the volunteer page and the widget's frame). Framing: `/embed` is the join widget's frame, made to sit in
+ * any site's page (`frame-ancestors *`); every other page refuses to be framed (`frame-ancestors 'none'`,
+ * X-Frame-Options DENY), so nobody can dress the volunteer page up as a clickjacking target. `/widget.js`, the widget's loader, is the one
  * file other sites load: CORS-open and cross-origin-resource-policy `cross-origin`, revalidated like a page (its name
  * has no hash). docs/widget.md.
  *
@@ -40,24 +42,35 @@ export const WIDGET_FILE = 'widget.js';
 /** The route other sites frame. */
 export const EMBED_ROUTE = '/embed';
 
-/** Pages nobody may frame. */
-export const PAGE_CSP = "frame-ancestors 'none'";
-
 /**
- * The widget's frame: framed by any site; its own scripts and the hub's API and WebSocket only (CSP3 'self' covers
- * ws: and wss: to the same host); 'wasm-unsafe-eval' for onnxruntime-web's wasm fallback; no inline script, no eval.
+ * A page's policy: its own scripts (plus 'wasm-unsafe-eval' where onnxruntime-web's wasm runs), its own API and
+ * WebSocket (CSP3 'self' covers ws: and wss: to the same host and port; Chromium follows it), its own stylesheets
+ * only (Vite extracts the Svelte and uPlot CSS into files; Svelte and uPlot set element styles through the CSSOM,
+ * which style-src does not govern), images from itself and data: (the favicon is `data:,`), and who may frame it.
  */
-export const EMBED_CSP = [
-  "default-src 'self'",
-  "script-src 'self' 'wasm-unsafe-eval'",
-  "connect-src 'self'",
-  "img-src 'self' data:",
-  "style-src 'self'",
-  "object-src 'none'",
-  "base-uri 'none'",
-  "form-action 'none'",
-  'frame-ancestors *',
-].join('; ');
+function pageCsp({ wasm, frameAncestors }: { wasm: boolean; frameAncestors: string }): string {
+  return [
+    "default-src 'self'",
+    `script-src 'self'${wasm ? " 'wasm-unsafe-eval'" : ''}`,
+    "connect-src 'self'",
+    "img-src 'self' data:",
+    "style-src 'self'",
+    "object-src 'none'",
+    "base-uri 'none'",
+    "form-action 'none'",
+    `frame-ancestors ${frameAncestors}`,
+  ].join('; ');
+}
+
+/** The widget's frame: framed by any site; it runs the volunteer client, wasm fallback included. */
+export const EMBED_CSP = pageCsp({ wasm: true, frameAncestors: '*' });
+
+/** Route → its Content-Security-Policy. Pages other than /embed refuse framing. */
+export const PAGE_CSP: Readonly<Record<string, string>> = {
+  '/': pageCsp({ wasm: true, frameAncestors: "'none'" }),
+  '/dashboard': pageCsp({ wasm: false, frameAncestors: "'none'" }),
+  [EMBED_ROUTE]: EMBED_CSP,
+};
 
 /** Vite's `build.assetsDir`: every name in it has a content hash. */
 export const ASSETS_PREFIX = '/assets/';
@@ -89,8 +102,8 @@ export async function registerPages(app: FastifyInstance, options: PagesOptions 
   for (const [route, file] of Object.entries(PAGE_ROUTES)) {
     app.get(route, async (_req, reply) => {
       if (!existsSync(join(dir, file))) return notBuilt(reply, file);
-      if (route === EMBED_ROUTE) reply.header('content-security-policy', EMBED_CSP);
-      else reply.header('content-security-policy', PAGE_CSP).header('x-frame-options', 'DENY');
+      reply.header('content-security-policy', PAGE_CSP[route] as string);
+      if (route !== EMBED_ROUTE) reply.header('x-frame-options', 'DENY');
       return reply
         .header('cache-control', PAGE_CACHE_CONTROL)
         .header('x-content-type-options', 'nosniff')

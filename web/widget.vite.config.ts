@@ -1,5 +1,5 @@
 /**
- * The join widget's loader (/widget.js): a second Vite build, in library mode, of web/src/widget/loader.ts as ONE
+ * The join widget's loader (/widget.js): a second Vite build, of web/src/widget/loader.ts alone as ONE
  * classic script (IIFE: no import, no export) at the root of the pages' build folder. Run after the pages build
  * (`npm run build:web`, test/support/pages-build.ts): that one empties the folder, this one only adds widget.js.
  *
@@ -40,12 +40,12 @@ export default defineConfig(({ mode }) => ({
     emptyOutDir: false,
     target: 'es2022',
     copyPublicDir: false,
-    lib: {
-      entry: `${web}src/widget/loader.ts`,
-      formats: ['iife'],
-      name: 'ExpertswarmWidget',
-      fileName: () => WIDGET_FILE,
+    // Not library mode: Vite's lib mode wants a `name` for an IIFE, which would become a global (window.X) on every
+    // host page. loader.ts exports nothing, so a plain IIFE assigns no global (the size test checks).
+    rolldownOptions: {
+      checks: { bundlerTimings: false },
+      input: `${web}src/widget/loader.ts`,
+      output: { format: 'iife', entryFileNames: WIDGET_FILE },
     },
-    rolldownOptions: { checks: { bundlerTimings: false } },
   },
 }));

@@ -98,7 +98,7 @@ test('poller: saturated within one poll interval under 4 concurrent requests, ba
       return m?.saturated && m.recruiting ? m : undefined;
     });
     // One poll interval plus the time 4 requests take to occupy their slots; on a loaded 2-core machine the latter
-    // alone has taken over a second, so the bound is two intervals (the printed time is the measurement).
+    // alone has taken over a second, so the bound is two intervals.
     assert.ok(sat.ms <= 2 * interval, `saturation seen after ${sat.ms.toFixed(0)} ms (poll interval ${interval} ms)`);
     assert.equal(sat.value.busy, 4);
     assert.equal(sat.value.effective_target, 3, 'boost while recruiting');

@@ -4,21 +4,26 @@
  * a strict CSP (no inline script, no eval, nothing but the hub's origin for scripts and frames, no styles at all) and
  * embeds the one-line snippet. Headless Chromium (Debian's, via playwright-core) is the visitor.
  *
- * - The card renders, accessibly (axe-core), and nothing but /widget.js is fetched from the hub before consent.
- * - Keyboard consent → the frame's volunteer joins, downloads its slice and serves: a greedy completion gives the
- *   token ids of the coordinator alone (a `--dispatch off` hub), ≥ 1 pair was served by the frame, and the card
+ * - The card renders with the hub's frame inside it, whose "Lend my GPU" is the consent (fully visible, keyboard
+ *   reachable), accessibly (axe-core, card and frame); before the in-frame click the hub sees only the loader, the
+ *   frame's page and its assets: no API call, no WebSocket, no slice, no wasm.
+ * - Keyboard consent in the frame → its volunteer joins, downloads its slice and serves: a greedy completion gives
+ *   the token ids of the coordinator alone (a `--dispatch off` hub), ≥ 1 pair was served by the frame, and the card
  *   counts the pairs it served.
  * - Pause / resume from the card; then the automatic pauses: the host tab hidden (document.visibilityState
  *   overridden, visibilitychange dispatched) and a device on battery (navigator.getBattery stubbed); each time the
  *   hub sees the volunteer paused and serving again.
  * - The host page's script, with every shadow root forced open (a hostile host can do that; the closed root is not
  *   the boundary, the frame is), gets nothing of the frame: no document, no storage, no token; the frame cannot
- *   reach the host page either. No CSP violation on either side.
- * - Leave removes the frame and the hub forgets the volunteer. A second host page (dark theme, automatic pauses off,
- *   shadow roots left alone) shows the root really is closed.
- * - Every state the card can show, scripted through the test build's fake client inside the frame: wording,
- *   progress bar, buttons and focus, axe in each.
- * - /widget.js is one classic script within its size budget.
+ *   reach the host page either. No CSP violation on either side, nor on the hub's volunteer page and dashboard under
+ *   their own policies.
+ * - Leave: the hub forgets the volunteer and a fresh frame offers consent again. A second host page (dark theme,
+ *   automatic pauses off, shadow roots left alone) shows the root really is closed.
+ * - Through the test build (the frame's fake client): every state the card can show (wording, progress bar,
+ *   buttons, focus, axe); consent that cannot be forged (a host's `join` message, a script's click); messages of the
+ *   right origin from the wrong window ignored by both ends; no global left by the loader; every listener gone with
+ *   the element.
+ * - /widget.js is one classic script within its size budget that assigns no global.
  *
  * Screenshots of the card in each state go to .cache/artifacts/widget/ (ignored by git).
  */
@@ -28,6 +33,7 @@ import { createServer, type Server } from 'node:http';
 import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { runInNewContext } from 'node:vm';
 import { gzipSync } from 'node:zlib';
 import { AxeBuilder } from '@axe-core/playwright';
 import type { FastifyInstance } from 'fastify';
@@ -52,17 +58,45 @@ const STEP_MS = 20_000;
 const WORKER_ID_KEY = 'expertswarm.worker-id';
 
 let pagesDir = '';
+/** The test build: the frame runs the scripted fake client (web/test-entry/). */
+let testPagesDir = '';
 let browser: Browser | undefined;
 
 before(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
   pagesDir = await buildPages('production');
+  testPagesDir = await buildPages('test');
 });
 
 after(async () => {
   await browser?.close().catch(() => {});
-  if (pagesDir) rmSync(pagesDir, { recursive: true, force: true });
+  for (const dir of [pagesDir, testPagesDir]) if (dir) rmSync(dir, { recursive: true, force: true });
 });
+
+async function launch(): Promise<Browser> {
+  browser ??= await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [...CHROMIUM_ARGS, '--headless=new'],
+    timeout: 60_000,
+  });
+  return browser;
+}
+
+/** A hub with no models serving the test build, on loopback. */
+async function fakeHub(): Promise<{ url: string; close(): Promise<void> }> {
+  const hub = new Hub(defaultConfig({ stateDir: ':memory:', models: [] }));
+  await hub.load();
+  const app: FastifyInstance = await buildApp(hub, { dir: testPagesDir });
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  return {
+    url: `http://127.0.0.1:${(app.server.address() as { port: number }).port}`,
+    async close() {
+      await app.close();
+      await hub.stop();
+    },
+  };
+}
 
 /** The host site's policy: scripts and frames from the hub only, nothing else at all. */
 function hostCsp(hub: string): string {
@@ -90,8 +124,9 @@ async function hostSite(hub: string): Promise<{ url: string; close(): void }> {
 }
 
 /**
- * Runs before any script of every document (the host page and the frame): records CSP violations, stubs a battery
- * the test can unplug (`__setCharging(false)`), and, where asked, forces shadow roots open and keeps them (`__roots`),
+ * Runs before any script of every document (the host page and the frames): records CSP violations, stubs a battery
+ * the test can unplug (`__setCharging(false)`), counts the listeners of the kinds the card adds (`__listeners()`),
+ * notes the window's own names (`__globals`), and, where asked, forces shadow roots open and keeps them (`__roots`),
  * as a hostile host page could. Text, not a function: tsx compiles this file with esbuild's keepNames, whose `__name`
  * helper would be missing in the page; the script also defines it for the functions this test evaluates there.
  */
@@ -107,6 +142,26 @@ function initScript({ pryOpen }: { pryOpen: boolean }): string {
       battery.charging = charging;
       battery.dispatchEvent(new Event('chargingchange'));
     };
+    const watched = new Map([[window, 'message'], [document, 'visibilitychange'], [battery, 'chargingchange']]);
+    const live = [];
+    const add = EventTarget.prototype.addEventListener;
+    const remove = EventTarget.prototype.removeEventListener;
+    const capture = (o) => (typeof o === 'boolean' ? o : !!(o && o.capture));
+    const find = (t, type, fn, o) => live.findIndex((l) => l.t === t && l.type === type && l.fn === fn && l.capture === capture(o));
+    EventTarget.prototype.addEventListener = function (type, fn, o) {
+      if (watched.get(this) === type && fn && find(this, type, fn, o) < 0) live.push({ t: this, type, fn, capture: capture(o) });
+      return add.call(this, type, fn, o);
+    };
+    EventTarget.prototype.removeEventListener = function (type, fn, o) {
+      const i = find(this, type, fn, o);
+      if (i >= 0) live.splice(i, 1);
+      return remove.call(this, type, fn, o);
+    };
+    window.__listeners = () => {
+      const n = { message: 0, visibilitychange: 0, chargingchange: 0 };
+      for (const l of live) n[l.type]++;
+      return n;
+    };
     if (${pryOpen}) {
       const roots = [];
       window.__roots = roots;
@@ -116,7 +171,8 @@ function initScript({ pryOpen }: { pryOpen: boolean }): string {
         roots.push(r);
         return r;
       };
-    }`;
+    }
+    window.__globals = Object.getOwnPropertyNames(window);`;
 }
 
 const card = (page: Page) => page.locator('expertswarm-widget section');
@@ -125,19 +181,79 @@ const line = async (page: Page): Promise<string> => (await card(page).locator('.
 const pairsShown = async (page: Page): Promise<number> =>
   Number(((await card(page).locator('.pairs strong').textContent()) ?? '').replace(/,/g, ''));
 
-/** axe-core over the card: no serious or critical violation of WCAG 2.x A/AA. */
-async function assertCardAccessible(page: Page, where: string): Promise<void> {
-  const axe = await new AxeBuilder({ page })
-    .include('expertswarm-widget')
-    .withTags(['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'wcag22aa'])
-    .analyze();
+/**
+ * axe-core over the host page with the card and its frame: no serious or critical violation of WCAG 2.x A/AA. With
+ * `frame`, the frame's consent button must have been among what axe checked (axe enters the frames itself).
+ */
+async function assertCardAccessible(page: Page, where: string, { frame = false } = {}): Promise<void> {
+  const axe = await new AxeBuilder({ page }).withTags(['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'wcag22aa']).analyze();
   const bad = axe.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
   assert.deepEqual(
-    bad.map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`),
+    bad.map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => JSON.stringify(n.target)).join(', ')}`),
     [],
-    `${where}: axe violations in the card`,
+    `${where}: axe violations in the card or its frame`,
+  );
+  if (frame) assert.match(JSON.stringify(axe.passes), /#consent/, `${where}: axe checked the frame's consent button`);
+}
+
+/** The card's frame, once it shows its consent button (the frame said `ready`). */
+async function consentFrame(page: Page, hubUrl: string, not?: Frame): Promise<Frame> {
+  const until = Date.now() + STEP_MS;
+  for (;;) {
+    const f = page.frames().find((x) => x !== not && x.url().startsWith(`${hubUrl}/embed?`) && !x.isDetached());
+    if (
+      f &&
+      (await f
+        .locator('#consent')
+        .isVisible()
+        .catch(() => false))
+    )
+      return f;
+    if (Date.now() > until) assert.fail("the card never showed the frame's consent button");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** The frame's "Lend my GPU": labelled, and all of it (with its focus ring) inside the iframe's box. */
+async function assertConsentVisible(frame: Frame): Promise<void> {
+  const button = frame.getByRole('button', { name: 'Lend my GPU' });
+  assert.ok(await button.isVisible(), 'the consent button shows');
+  const b = await button.boundingBox();
+  const f = await (await frame.frameElement()).boundingBox();
+  assert.ok(b && f, 'both have a box');
+  const ring = 5; // outline 3px + offset 2px
+  assert.ok(
+    b.x - ring >= f.x && b.y - ring >= f.y && b.x + b.width + ring <= f.x + f.width && b.y + b.height + ring <= f.y + f.height,
+    `the button and its focus ring fit the frame: ${JSON.stringify({ b, f })}`,
   );
 }
+
+async function detached(frame: Frame, what: string): Promise<void> {
+  const until = Date.now() + STEP_MS;
+  while (!frame.isDetached()) {
+    if (Date.now() > until) assert.fail(what);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/**
+ * Waits until a message matching `marker` (a field of the message's data) has been dispatched to `target`'s window:
+ * every listener of that window, the widget's included, has then seen it. Call `arm` before posting.
+ */
+const arm = (target: Page | Frame, marker: string): Promise<unknown> =>
+  target.evaluate((m) => {
+    const w = window as unknown as { __seen?: Record<string, number> };
+    w.__seen ??= {};
+    w.__seen[m] = 0;
+    window.addEventListener('message', (e) => {
+      const seen = w.__seen as Record<string, number>;
+      if ((e.data as { marker?: string } | null)?.marker === m) seen[m] = (seen[m] ?? 0) + 1;
+    });
+  }, marker);
+const delivered = (target: Page | Frame, marker: string): Promise<unknown> =>
+  target.waitForFunction((m) => ((window as unknown as { __seen?: Record<string, number> }).__seen?.[m] ?? 0) > 0, marker, {
+    timeout: STEP_MS,
+  });
 
 async function shot(page: Page, file: string): Promise<void> {
   await page.locator('expertswarm-widget').screenshot({ path: join(ARTIFACTS, file) });
@@ -205,13 +321,7 @@ test('the widget on a strict-CSP site: consent, serve with identical tokens, pau
 
   const hub = await startSwarmHub(m.path, 'always', {}, 'm', { dir: pagesDir });
   const site = await hostSite(hub.url);
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [...CHROMIUM_ARGS, '--headless=new'],
-    timeout: 60_000,
-  });
-  const context = await browser.newContext({ viewport: { width: 900, height: 700 } });
+  const context = await (await launch()).newContext({ viewport: { width: 900, height: 700 } });
   try {
     await context.addInitScript(initScript({ pryOpen: true }));
     const page = await context.newPage();
@@ -222,25 +332,36 @@ test('the widget on a strict-CSP site: consent, serve with identical tokens, pau
     page.on('console', (msg) => {
       if (msg.type() === 'error' || msg.type() === 'warning') errors.push(msg.text());
     });
+    const sockets: string[] = [];
+    page.on('websocket', (ws) => sockets.push(ws.url()));
     await page.goto(`${site.url}/`);
 
-    // 1. The card, before consent.
+    // 1. The card, before consent: the hub's frame with its button, and nothing dialled.
     await waitPhase(page, 'idle');
+    const consentIn = await consentFrame(page, hub.url);
+    await page.waitForLoadState('networkidle');
     assert.equal(await card(page).getByRole('heading').textContent(), 'Lend your GPU');
     assert.match((await card(page).textContent()) ?? '', /GPU time, memory, bandwidth and battery/);
     assert.match((await card(page).textContent()) ?? '', /up to 256 MiB/, 'data-budget reaches the card');
     assert.match(await line(page), /Nothing is downloaded until you agree/);
-    assert.deepEqual(await card(page).locator('button:visible').allInnerTexts(), ['Lend my GPU']);
-    await assertCardAccessible(page, 'consent');
+    assert.deepEqual(await card(page).locator('button:visible').allInnerTexts(), [], 'the card itself offers no consent');
+    await assertConsentVisible(consentIn);
+    assert.match((await consentIn.locator('#consent-what').textContent()) ?? '', /^Up to 256 MiB for “m”, from 127\.0\.0\.1:\d+$/);
+    await assertCardAccessible(page, 'consent', { frame: true });
     await shot(page, 'real-1-consent.png');
+    const fromHub = requests.filter((u) => u.startsWith(hub.url)).map((u) => u.slice(hub.url.length));
+    assert.equal(fromHub[0], '/widget.js');
+    assert.match(fromHub[1] ?? '', /^\/embed\?host=http%3A%2F%2F127\.0\.0\.1%3A\d+&model=m&budget=256&theme=auto$/);
     assert.deepEqual(
-      requests.filter((u) => u.startsWith(hub.url)),
-      [`${hub.url}/widget.js`],
-      'nothing but the loader comes from the hub before consent',
+      fromHub.slice(2).filter((u) => !/^\/assets\/[\w-]+\.(js|css)$/.test(u)),
+      [],
+      'before the click in the frame: the loader, the frame page and its scripts and styles, no API, no slice, no wasm',
     );
+    assert.deepEqual(sockets, [], 'no WebSocket before the click in the frame');
 
-    // 2. Consent with the keyboard; the frame's volunteer joins and serves.
+    // 2. Consent with the keyboard, in the frame (the first thing Tab reaches); the frame's volunteer joins and serves.
     await page.keyboard.press('Tab');
+    assert.equal(await consentIn.evaluate(() => document.activeElement?.id), 'consent', "Tab reaches the frame's button");
     await page.keyboard.press('Enter');
     const seen: string[] = [];
     const until = Date.now() + SERVE_MS;
@@ -249,6 +370,7 @@ test('the widget on a strict-CSP site: consent, serve with identical tokens, pau
       if (p === 'failed' || Date.now() > until) assert.fail(`the frame never served: ${p} "${await line(page)}" ${errors.join(' | ')}`);
       await new Promise((r) => setTimeout(r, 50));
     }
+    assert.equal(await card(page).locator('button:focus').textContent(), 'Pause', 'the keyboard moves from the folded frame to Pause');
     const frame = embedFrame(page, hub);
     const workerId = await frame.evaluate((key) => sessionStorage.getItem(key) ?? '', WORKER_ID_KEY);
     const rows = await dispatchMap(hub.url, hub.model);
@@ -350,28 +472,54 @@ test('the widget on a strict-CSP site: consent, serve with identical tokens, pau
     });
     assert.equal(reach, 'SecurityError', 'the frame cannot reach the host page');
     // A message that looks like the frame's but comes from the host page itself is dropped (wrong source and origin).
+    await arm(page, 'forged-by-host');
     await page.evaluate(() => {
       const state = { phase: 'failed', progress: null, pairsServed: 999_999, backend: null, message: 'forged', code: '' };
-      window.postMessage({ ns: 'expertswarm.widget', v: 1, type: 'state', state }, '*');
+      window.postMessage({ ns: 'expertswarm.widget', v: 2, type: 'state', state, marker: 'forged-by-host' }, '*');
     });
-    await new Promise((r) => setTimeout(r, 300));
+    await delivered(page, 'forged-by-host');
     assert.equal(await phase(page), 'serving', 'a forged state message changes nothing');
     assert.notEqual(await pairsShown(page), 999_999);
     assert.deepEqual(probe.violations, [], 'no CSP violation on the host page');
     assert.deepEqual(await frame.evaluate(() => (window as unknown as { __violations: string[] }).__violations), [], 'none in the frame');
 
-    // 5. Leave: the frame goes, the hub forgets the volunteer.
+    // 5. The hub's own pages under their own policies, next to a live volunteer: no CSP violation, nothing refused.
+    for (const [path, ready] of [
+      ['/', '#state-title'],
+      ['/dashboard', '.uplot canvas'],
+    ] as const) {
+      const other = await context.newPage();
+      const otherErrors: string[] = [];
+      other.on('pageerror', (e) => otherErrors.push(e.message));
+      other.on('console', (msg) => {
+        if (msg.type() === 'error' && !/EventSource/.test(msg.text())) otherErrors.push(msg.text());
+      });
+      await other.goto(`${hub.url}${path}`);
+      await other.locator(ready).first().waitFor({ timeout: STEP_MS });
+      if (path === '/dashboard') await other.locator('[data-testid^="heatmap-"] canvas').first().waitFor({ timeout: STEP_MS });
+      await other.waitForTimeout(1_000);
+      assert.deepEqual(
+        await other.evaluate(() => (window as unknown as { __violations: string[] }).__violations),
+        [],
+        `${path}: no CSP violation`,
+      );
+      assert.deepEqual(otherErrors, [], `${path}: no script error or CSP report`);
+      await other.close();
+    }
+
+    // 6. Leave: the frame goes with the volunteer, the hub forgets it, and a fresh frame offers consent again.
     await card(page).getByRole('button', { name: 'Leave' }).click();
     await waitPhase(page, 'left');
     assert.match(await line(page), /You left/);
+    const fresh = await consentFrame(page, hub.url, frame);
+    await detached(frame, 'the frame that served is removed');
     const gone = Date.now() + STEP_MS;
-    while (page.frames().length > 1 && Date.now() < gone) await new Promise((r) => setTimeout(r, 100));
-    assert.equal(page.frames().length, 1, 'the frame is removed');
     while ((await dispatchMap(hub.url, hub.model)).some((r) => r.worker_id === workerId) && Date.now() < gone) {
       await new Promise((r) => setTimeout(r, 100));
     }
     assert.ok(!(await dispatchMap(hub.url, hub.model)).some((r) => r.worker_id === workerId), 'the hub forgot the volunteer');
-    assert.deepEqual(await card(page).locator('button:visible').allInnerTexts(), ['Lend my GPU']);
+    assert.deepEqual(await card(page).locator('button:visible').allInnerTexts(), []);
+    await assertConsentVisible(fresh);
     await shot(page, 'real-6-left.png');
     assert.deepEqual(errors, [], 'no script error, warning or CSP report in the console');
   } finally {
@@ -384,15 +532,9 @@ test('the widget on a strict-CSP site: consent, serve with identical tokens, pau
 test('every option on another host page: dark theme, automatic pauses off, and the shadow root really closed', {
   timeout: 120_000,
 }, async () => {
-  const hub = await startSwarmHub((await testModel(DEEPSEEK_Q8)).path, 'off', {}, 'm', { dir: pagesDir });
+  const hub = await fakeHub();
   const site = await hostSite(hub.url);
-  browser ??= await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [...CHROMIUM_ARGS, '--headless=new'],
-    timeout: 60_000,
-  });
-  const context = await browser.newContext({ viewport: { width: 900, height: 700 }, colorScheme: 'light' });
+  const context = await (await launch()).newContext({ viewport: { width: 900, height: 700 }, colorScheme: 'light' });
   try {
     await context.addInitScript(initScript({ pryOpen: false }));
     const page = await context.newPage();
@@ -401,27 +543,36 @@ test('every option on another host page: dark theme, automatic pauses off, and t
     await host.waitFor();
     assert.ok(((await host.boundingBox())?.height ?? 0) > 100, 'the card renders');
     assert.equal(await host.evaluate((e) => e.shadowRoot), null, 'the shadow root is closed');
+    const frame = await consentFrame(page, hub.url);
+    assert.match(frame.url(), /&theme=dark$/);
+    assert.equal(await frame.evaluate(() => document.documentElement.classList.contains('dark')), true, 'the frame wears the theme');
+    await assertConsentVisible(frame);
+    // (axe cannot enter the closed root, so it checks the host page here; the frame in the other tests.)
+    await assertCardAccessible(page, 'dark, consent');
     await shot(page, 'dark-consent.png');
     // Automatic pauses off: with the tab hidden and the device unplugged, consent still joins and nothing pauses.
-    await page.evaluate(() => {
-      Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => 'hidden' });
-      document.dispatchEvent(new Event('visibilitychange'));
-      (window as unknown as { __setCharging(c: boolean): void }).__setCharging(false);
-    });
-    // The root is closed, so the test goes through the keyboard, as a visitor would, and reads the frame's own line.
+    const hideAndUnplug = (): Promise<void> =>
+      page.evaluate(() => {
+        Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => 'hidden' });
+        document.dispatchEvent(new Event('visibilitychange'));
+        (window as unknown as { __setCharging(c: boolean): void }).__setCharging(false);
+      });
+    await hideAndUnplug();
+    // The root is closed, so the test goes through the keyboard, as a visitor would: Tab reaches the frame's button.
     await page.keyboard.press('Tab');
     await page.keyboard.press('Enter');
-    const phases: string[] = [];
-    const until = Date.now() + STEP_MS;
-    for (let p = ''; !['waiting', 'downloading', 'starting', 'serving'].includes(p); ) {
-      const frame = page.frames().find((x) => x.url().startsWith(`${hub.url}/embed`));
-      p = ((await frame?.locator('#frame-status').textContent()) ?? '').replace(/^Volunteer: /, '');
-      if (phases.at(-1) !== p) phases.push(p);
-      if (Date.now() > until) assert.fail(`the frame never joined: ${phases.join(' → ')}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    assert.ok(!phases.includes('paused'), `no automatic pause with data-pause-on-hidden/battery="false": ${phases.join(' → ')}`);
-    assert.equal(await volunteersIn(hub, 'paused'), 0);
+    await frame.waitForFunction(() => window.volunteerFake?.calls.length === 1, null, { timeout: STEP_MS });
+    await hideAndUnplug();
+    // A round trip through the card: focus went from the folded frame to the card's first button, Pause (Resume, had
+    // anything paused automatically). Pressing it must give exactly one pause, the visitor's, after the join.
+    await page.keyboard.press('Enter');
+    await frame.waitForFunction(() => (window.volunteerFake?.calls.length ?? 0) >= 2, null, { timeout: STEP_MS });
+    const calls: FakeCall[] = await frame.evaluate(() => window.volunteerFake?.calls ?? []);
+    assert.deepEqual(
+      calls.map((c) => c.method),
+      ['join', 'pause'],
+      'no automatic pause with data-pause-on-hidden/battery="false", and the visitor\'s own Pause went through',
+    );
     await shot(page, 'dark-joined.png');
   } finally {
     await context.close().catch(() => {});
@@ -433,43 +584,64 @@ test('every option on another host page: dark theme, automatic pauses off, and t
 /**
  * Every state the card can show, scripted: the test build's frame runs the fake client (web/test-entry/), which the
  * test drives from inside the frame while the card renders what the frame reports. A screenshot and an axe run per
- * state; the calls the card caused are the client's own.
+ * state; the calls the card caused are the client's own. Around them, what a hostile page or frame tries: forged
+ * consent, messages of the right origin from the wrong window; then the element's removal.
  */
-test('every state of the card, scripted through the test build: wording, progress, buttons, axe, screenshots', {
+test('through the test build: forged consent refused, every state, wrong-window messages ignored, listeners removed', {
   timeout: 180_000,
 }, async () => {
-  const dir = await buildPages('test');
-  const hub = new Hub(defaultConfig({ stateDir: ':memory:', models: [] }));
-  await hub.load();
-  let app: FastifyInstance | undefined;
-  let site: { url: string; close(): void } | undefined;
-  browser ??= await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [...CHROMIUM_ARGS, '--headless=new'],
-    timeout: 60_000,
-  });
-  const context = await browser.newContext({ viewport: { width: 900, height: 700 } });
+  const hub = await fakeHub();
+  const site = await hostSite(hub.url);
+  const context = await (await launch()).newContext({ viewport: { width: 900, height: 700 } });
   try {
-    app = await buildApp(hub, { dir });
-    await app.listen({ port: 0, host: '127.0.0.1' });
-    const hubUrl = `http://127.0.0.1:${(app.server.address() as { port: number }).port}`;
-    site = await hostSite(hubUrl);
     await context.addInitScript(initScript({ pryOpen: true }));
     const page = await context.newPage();
     await page.goto(`${site.url}/`);
     await waitPhase(page, 'idle');
-    await card(page).getByRole('button', { name: 'Lend my GPU' }).click();
-    const frame = await (async () => {
-      const until = Date.now() + STEP_MS;
-      for (;;) {
-        const f = page.frames().find((x) => x.url().startsWith(`${hubUrl}/embed`));
-        if (f && (await f.evaluate(() => window.volunteerFake !== undefined).catch(() => false))) return f;
-        if (Date.now() > until) assert.fail('the frame never created its client');
-        await new Promise((r) => setTimeout(r, 50));
+    const frame = await consentFrame(page, hub.url);
+    const fakeCalls = async (): Promise<string[]> =>
+      (await frame.evaluate(() => window.volunteerFake?.calls ?? [])).map((c: FakeCall) => c.method);
+    assert.deepEqual(
+      await page.evaluate(() => {
+        const before = new Set((window as unknown as { __globals: string[] }).__globals);
+        return Object.getOwnPropertyNames(window).filter((n) => !before.has(n) && n !== '__globals');
+      }),
+      [],
+      'the loader added no global to the host page',
+    );
+    assert.ok(await page.evaluate(() => customElements.get('expertswarm-widget') !== undefined), 'only its custom element');
+
+    // Forged consent. The host page (the frame's parent: right origin, right source) sends the joins of version 1
+    // and 2 and a config; the frame's own scripts click its button without the visitor. None creates the client.
+    await page.evaluate(() => {
+      const roots = (window as unknown as { __roots: ShadowRoot[] }).__roots;
+      const iframe = roots.map((r) => r.querySelector('iframe')).find((x) => x) as HTMLIFrameElement;
+      (window as unknown as { __embed: Window }).__embed = iframe.contentWindow as Window;
+    });
+    await arm(frame, 'forged-join');
+    await page.evaluate((hubUrl) => {
+      const w = (window as unknown as { __embed: Window }).__embed;
+      for (const v of [1, 2]) {
+        w.postMessage({ ns: 'expertswarm.widget', v, type: 'config', budgetMiB: 8192, model: '' }, hubUrl);
+        w.postMessage({ ns: 'expertswarm.widget', v, type: 'join', marker: 'forged-join' }, hubUrl);
       }
-    })();
+    }, hub.url);
+    await delivered(frame, 'forged-join');
+    await frame.evaluate(() => {
+      const b = document.getElementById('consent') as HTMLButtonElement;
+      b.click();
+      b.dispatchEvent(new MouseEvent('click', { bubbles: true }));
+    });
+    assert.equal(await frame.evaluate(() => window.volunteerFake === undefined), true, 'no client without the visitor');
+    assert.equal(await phase(page), 'idle');
+
+    // The visitor's click, in the frame.
+    await frame.getByRole('button', { name: 'Lend my GPU' }).click();
+    await waitPhase(page, 'connecting');
     assert.deepEqual(await frame.evaluate(() => window.volunteerFake?.calls), [{ method: 'join', memoryBudgetBytes: 256 * 1024 * 1024 }]);
+    assert.equal(await card(page).locator('button:focus').textContent(), 'Pause', 'focus moves from the folded frame to Pause');
+    assert.equal(await frame.locator('#consent').isVisible(), false, 'the consent button is gone once pressed');
+
     const slice = { model: 'm', layer: 1, experts: [0, 8] as [number, number], bytes: 40 << 20, digest: 'sha256:00' };
     const states: [string, VolunteerState, RegExp, string[]][] = [
       ['connecting', { kind: 'connecting', attempt: 1 }, /^Connecting to the hub/, ['Pause', 'Leave']],
@@ -496,14 +668,16 @@ test('every state of the card, scripted through the test build: wording, progres
         ['Pause', 'Leave'],
       ],
     ];
-    for (const [name, state, want, buttons] of states) {
-      await frame.evaluate(
-        ([s, pairs]) => {
-          window.volunteerFake?.setStats({ pairsServed: pairs, pairsPerSec: 0, workFrames: 0, lastLatencyMs: null, credit: 0 });
+    const setState = (state: VolunteerState, pairs = 0): Promise<void> =>
+      frame.evaluate(
+        ([s, n]) => {
+          window.volunteerFake?.setStats({ pairsServed: n, pairsPerSec: 0, workFrames: 0, lastLatencyMs: null, credit: 0 });
           window.volunteerFake?.set(s);
         },
-        [state, name === 'serving' ? 1234 : 0] as const,
+        [state, pairs] as const,
       );
+    for (const [name, state, want, buttons] of states) {
+      await setState(state, name === 'serving' ? 1234 : 0);
       await waitPhase(page, state.kind);
       assert.match(await line(page), want, name);
       assert.deepEqual(await card(page).locator('button:visible').allInnerTexts(), buttons, name);
@@ -522,29 +696,128 @@ test('every state of the card, scripted through the test build: wording, progres
     await shot(page, 'state-paused.png');
     await card(page).getByRole('button', { name: 'Resume' }).click();
     await waitPhase(page, 'failed');
-    const calls: FakeCall[] = await frame.evaluate(() => window.volunteerFake?.calls ?? []);
-    assert.deepEqual(
-      calls.map((c) => c.method),
-      ['join', 'pause', 'resume'],
+    assert.deepEqual(await fakeCalls(), ['join', 'pause', 'resume']);
+
+    // Right origin, wrong window, towards the card: a second frame of the hub (another /embed, a sibling of the
+    // card's own) posts a well-formed state to the host page. The card ignores it; then a real round trip.
+    await setState({ kind: 'waiting' });
+    await waitPhase(page, 'waiting');
+    await page.evaluate(
+      (src) => {
+        const f = document.createElement('iframe');
+        f.src = src;
+        f.title = 'another frame of the hub';
+        document.body.append(f);
+      },
+      `${hub.url}/embed?host=${encodeURIComponent(site.url)}&theme=light`,
     );
+    const sibling = await consentFrame(page, hub.url, frame);
+    await arm(page, 'forged-state');
+    await sibling.evaluate(() => {
+      const state = { phase: 'failed', progress: null, pairsServed: 999_999, backend: null, message: 'forged', code: '' };
+      window.parent.postMessage({ ns: 'expertswarm.widget', v: 2, type: 'state', state, marker: 'forged-state' }, '*');
+    });
+    await delivered(page, 'forged-state');
+    assert.equal(await phase(page), 'waiting', "a state from the hub's other frame changes nothing");
+    assert.notEqual(await pairsShown(page), 999_999);
+    await setState({ kind: 'serving', slice, backend: 'wasm' }, 7);
+    await waitPhase(page, 'serving');
+    assert.equal(await pairsShown(page), 7, 'the card still follows its own frame');
+
+    // Right origin, wrong window, towards the frame: a frame of the host's origin (about:blank, a sibling of the
+    // card's frame) posts `leave` to the card's frame. The frame ignores it; then a real round trip through the card.
+    await page.evaluate(() => {
+      const f = document.createElement('iframe');
+      f.title = 'a frame of the host page';
+      document.body.append(f);
+    });
+    const blank = page.frames().find((f) => f.url() === 'about:blank' && f.parentFrame() === page.mainFrame());
+    assert.ok(blank, 'the host-origin sibling frame');
+    await arm(frame, 'forged-leave');
+    await blank.evaluate((hubUrl) => {
+      const w = (window.parent as unknown as { __embed: Window }).__embed;
+      w.postMessage({ ns: 'expertswarm.widget', v: 2, type: 'leave', marker: 'forged-leave' }, hubUrl);
+    }, hub.url);
+    await delivered(frame, 'forged-leave');
+    assert.ok(!(await fakeCalls()).includes('leave'), "the sibling's leave is ignored");
+    await card(page).getByRole('button', { name: 'Pause' }).click();
+    await frame.waitForFunction(() => window.volunteerFake?.calls.at(-1)?.method === 'pause', null, { timeout: STEP_MS });
+    assert.deepEqual(await fakeCalls(), ['join', 'pause', 'resume', 'pause'], "the sibling's leave never reached the client");
+    await card(page).getByRole('button', { name: 'Resume' }).click();
+    await waitPhase(page, 'serving');
+    await page.evaluate(() => {
+      for (const f of Array.from(document.querySelectorAll('body > iframe'))) f.remove();
+    });
+    await detached(sibling, "the hub's other frame is gone");
+
+    // Leave: the frame goes and a fresh one, which has dialled nothing, offers consent again.
     await card(page).getByRole('button', { name: 'Leave' }).click();
     await waitPhase(page, 'left');
-    assert.deepEqual(await card(page).locator('button:visible').allInnerTexts(), ['Lend my GPU']);
+    const fresh = await consentFrame(page, hub.url, frame);
+    await detached(frame, 'the frame that served is removed');
+    assert.equal(await fresh.evaluate(() => window.volunteerFake === undefined), true, 'the fresh frame made no client');
+    assert.deepEqual(await card(page).locator('button:visible').allInnerTexts(), []);
+    assert.equal(
+      await card(page).evaluate((c) => c.getRootNode() instanceof ShadowRoot && (c.getRootNode() as ShadowRoot).activeElement === c),
+      true,
+      'focus rests on the card',
+    );
+    await assertCardAccessible(page, 'left', { frame: true });
     await shot(page, 'state-left.png');
+
+    // Removed by a single-page-app host: every listener the card added goes with it (so a later visibilitychange
+    // reaches nothing), and so does its frame; put back, it listens again with a fresh frame.
+    type Counts = { message: number; visibilitychange: number; chargingchange: number };
+    const listeners = (): Promise<Counts> => page.evaluate(() => (window as unknown as { __listeners(): Counts }).__listeners());
+    const withCard = await listeners();
+    assert.ok(withCard.visibilitychange >= 1 && withCard.chargingchange >= 1 && withCard.message >= 1, JSON.stringify(withCard));
+    await page.evaluate(() => {
+      const w = document.querySelector('expertswarm-widget') as HTMLElement;
+      (window as unknown as { __card: HTMLElement }).__card = w;
+      w.remove();
+    });
+    assert.deepEqual(
+      await listeners(),
+      { message: withCard.message - 1, visibilitychange: withCard.visibilitychange - 1, chargingchange: withCard.chargingchange - 1 },
+      'removing the element removes its message, visibilitychange and chargingchange listeners',
+    );
+    await detached(fresh, 'the frame goes with the element');
+    await page.evaluate(() => document.querySelector('main')?.append((window as unknown as { __card: HTMLElement }).__card));
+    await consentFrame(page, hub.url, fresh);
+    await page.waitForFunction(
+      (n) => (window as unknown as { __listeners(): Counts }).__listeners().chargingchange === n,
+      withCard.chargingchange,
+    );
+    assert.deepEqual(await listeners(), withCard, 'put back, it listens again');
+    assert.deepEqual(await page.evaluate(() => (window as unknown as { __violations: string[] }).__violations), []);
   } finally {
     await context.close().catch(() => {});
-    site?.close();
-    await app?.close();
-    await hub.stop();
-    rmSync(dir, { recursive: true, force: true });
+    site.close();
+    await hub.close();
   }
 });
 
-test('/widget.js is one classic script within its size budget', () => {
+test('/widget.js is one classic script within its size budget that assigns no global', () => {
   const code = readFileSync(join(pagesDir, 'widget.js'), 'utf8');
   const gz = gzipSync(code, { level: 9 }).length;
   console.log(`[widget] widget.js ${code.length} B, ${gz} B gzipped (limit ${WIDGET_GZIP_LIMIT_BYTES} B)`);
   assert.ok(gz <= WIDGET_GZIP_LIMIT_BYTES, `${gz} B gzipped`);
   assert.doesNotMatch(code, /^\s*(import|export)\s/m, 'no module syntax: it loads with a plain <script src>');
   assert.doesNotMatch(code, /\beval\(|new Function\(/, 'no eval under a strict CSP');
+  // Run as a classic script in a bare global (it finds no <script> tag of its own and stops): whatever it declares
+  // at the top level would land on the global object, as `var ExpertswarmWidget = …` would on a host page.
+  const logged: string[] = [];
+  const global: Record<string, unknown> = {
+    HTMLElement: class {},
+    document: { currentScript: null },
+    console: { error: (m: string) => logged.push(m), warn: (m: string) => logged.push(m) },
+  };
+  const before = Object.keys(global);
+  runInNewContext(code, global);
+  assert.deepEqual(
+    Object.keys(global).filter((k) => !before.includes(k)),
+    [],
+    'no global besides the custom element it registers',
+  );
+  assert.match(logged.join(' '), /cannot find its own <script> tag/);
 });

@@ -1,7 +1,7 @@
 /**
  * hub/pages.ts for the join widget, in-process (fastify inject): `/widget.js` with the headers other sites need,
- * `/embed` frameable by any site under a CSP without inline script, every other page unframeable, and 503
- * PAGES_NOT_BUILT for a missing loader. The build is a hand-made folder shaped like Vite's output.
+ * `/embed` frameable by any site, every other page unframeable, each page's Content-Security-Policy directive by
+ * directive, and 503 PAGES_NOT_BUILT for a missing loader. The build is a hand-made folder shaped like Vite's output.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Fastify from 'fastify';
-import { EMBED_CSP, PAGE_CACHE_CONTROL, PAGE_ROUTES, registerPages } from '../../hub/pages.ts';
+import { EMBED_CSP, PAGE_CACHE_CONTROL, PAGE_CSP, PAGE_ROUTES, registerPages } from '../../hub/pages.ts';
 
 async function withPages(run: (app: ReturnType<typeof Fastify>, dir: string) => Promise<void>): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'es-pages-'));
@@ -45,20 +45,61 @@ test('/widget.js: 503 before a build, then the loader with the headers other sit
   });
 });
 
-test('/embed may be framed by any site, with no inline script; every other page refuses framing', async () => {
+/** A policy as directive → sources, so a test names what each directive allows, whatever the order. */
+function directives(policy: string): Record<string, string> {
+  return Object.fromEntries(
+    policy
+      .split(';')
+      .map((d) => d.trim().split(/\s+/))
+      .filter((d) => d[0])
+      .map(([name, ...sources]) => [name as string, sources.join(' ')]),
+  );
+}
+
+/** What every page's policy says, whatever it runs. */
+const COMMON = {
+  'default-src': "'self'",
+  'connect-src': "'self'",
+  'img-src': "'self' data:",
+  'style-src': "'self'",
+  'object-src': "'none'",
+  'base-uri': "'none'",
+  'form-action': "'none'",
+};
+
+test('each page sends its own Content-Security-Policy: nothing inline, no eval, wasm only where the volunteer runs', async () => {
+  const want: Record<string, Record<string, string>> = {
+    // onnxruntime-web's wasm fallback runs in the volunteer page and in the widget's frame.
+    '/': { ...COMMON, 'script-src': "'self' 'wasm-unsafe-eval'", 'frame-ancestors': "'none'" },
+    '/dashboard': { ...COMMON, 'script-src': "'self'", 'frame-ancestors': "'none'" },
+    '/embed': { ...COMMON, 'script-src': "'self' 'wasm-unsafe-eval'", 'frame-ancestors': '*' },
+  };
+  assert.deepEqual(Object.keys(PAGE_CSP).sort(), Object.keys(PAGE_ROUTES).sort(), 'a policy for every page');
+  assert.equal(PAGE_CSP['/embed'], EMBED_CSP);
+  await withPages(async (app, dir) => {
+    for (const file of Object.values(PAGE_ROUTES)) writeFileSync(join(dir, file), `<!doctype html><title>${file}</title>`);
+    for (const [route, policy] of Object.entries(want)) {
+      const r = await app.inject({ method: 'GET', url: route === '/embed' ? '/embed?host=https%3A%2F%2Fsite.example' : route });
+      assert.equal(r.statusCode, 200, route);
+      const sent = String(r.headers['content-security-policy']);
+      assert.deepEqual(directives(sent), policy, route);
+      assert.doesNotMatch(sent, /unsafe-inline|'unsafe-eval'|\bblob:|https?:|ws:|wss:/, `${route}: no inline, no eval, no other origin`);
+    }
+  });
+});
+
+test('/embed may be framed by any site; every other page refuses framing', async () => {
   await withPages(async (app, dir) => {
     for (const file of Object.values(PAGE_ROUTES)) writeFileSync(join(dir, file), `<!doctype html><title>${file}</title>`);
     const embed = await app.inject({ method: 'GET', url: '/embed?host=https%3A%2F%2Fsite.example' });
     assert.equal(embed.statusCode, 200);
     assert.equal(embed.headers['content-security-policy'], EMBED_CSP);
-    assert.match(EMBED_CSP, /frame-ancestors \*/);
-    assert.match(EMBED_CSP, /script-src 'self' 'wasm-unsafe-eval'(;|$)/);
-    assert.doesNotMatch(EMBED_CSP, /unsafe-inline|'unsafe-eval'/);
+    assert.equal(directives(EMBED_CSP)['frame-ancestors'], '*');
     assert.equal(embed.headers['x-frame-options'], undefined);
     for (const route of Object.keys(PAGE_ROUTES).filter((r) => r !== '/embed')) {
       const r = await app.inject({ method: 'GET', url: route });
       assert.equal(r.statusCode, 200, route);
-      assert.equal(r.headers['content-security-policy'], "frame-ancestors 'none'", route);
+      assert.equal(directives(String(r.headers['content-security-policy']))['frame-ancestors'], "'none'", route);
       assert.equal(r.headers['x-frame-options'], 'DENY', route);
     }
   });

@@ -1,6 +1,7 @@
 /**
  * The join widget's pure parts, no browser: the card⇄frame protocol (web/src/widget/messages.ts) with a table of
- * malformed messages that both parsers must drop, the `data-*` options (options.ts), the card's wording and buttons
+ * malformed messages that both parsers must drop (a `join` among them: consent is a click in the frame), the frame's
+ * URL parameters, the `data-*` options (options.ts), the card's wording and buttons
  * per state (card-text.ts), and the frame's report (embed/widget-state.ts), which must carry nothing secret. The
  * widget itself runs in headless Chromium in test/integration/widget.test.ts.
  */
@@ -9,11 +10,14 @@ import assert from 'node:assert/strict';
 import { type PauseReason, describeCard } from '../../web/src/widget/card-text.ts';
 import {
   cardMessage,
+  type EmbedParams,
+  embedUrl,
   exactOrigin,
   frameMessage,
   LIMITS,
   PHASES,
   parseCardMessage,
+  parseEmbedParams,
   parseFrameMessage,
   WIDGET_NS,
   WIDGET_PROTOCOL_VERSION,
@@ -30,14 +34,8 @@ test('every message survives its own round trip through structured data', () => 
   for (const m of [{ type: 'ready' }, { type: 'state', state: STATE }] as const) {
     assert.deepEqual(parseFrameMessage(structuredClone(frameMessage(m))), m);
   }
-  for (const m of [
-    { type: 'config', budgetMiB: 512, model: 'qwen3-moe:30b' },
-    { type: 'config', budgetMiB: 64, model: '' },
-    { type: 'join' },
-    { type: 'pause' },
-    { type: 'resume' },
-    { type: 'leave' },
-  ] as const) {
+  assert.deepEqual(parseFrameMessage(structuredClone(frameMessage({ type: 'joined' }))), { type: 'joined' });
+  for (const m of [{ type: 'pause' }, { type: 'resume' }, { type: 'leave' }] as const) {
     assert.deepEqual(parseCardMessage(structuredClone(cardMessage(m))), m);
   }
   for (const phase of PHASES) assert.ok(parseFrameMessage(frameMessage({ type: 'state', state: { ...STATE, phase } })));
@@ -46,7 +44,7 @@ test('every message survives its own round trip through structured data', () => 
 test('unknown extra fields are dropped, never copied', () => {
   const m = parseFrameMessage({ ...tag, type: 'state', state: { ...STATE, token: 'secret' }, extra: 1 });
   assert.deepEqual(m, { type: 'state', state: STATE });
-  assert.deepEqual(parseCardMessage({ ...tag, type: 'join', token: 'x' }), { type: 'join' });
+  assert.deepEqual(parseCardMessage({ ...tag, type: 'pause', token: 'x' }), { type: 'pause' });
 });
 
 test('the frame parser drops anything malformed', () => {
@@ -56,10 +54,11 @@ test('the frame parser drops anything malformed', () => {
     ['an array', [tag]],
     ['no namespace', { v: 1, type: 'ready' }],
     ['another namespace', { ns: 'other', v: 1, type: 'ready' }],
-    ['another version', { ...tag, v: 2, type: 'ready' }],
+    ['another version', { ...tag, v: 3, type: 'ready' }],
     ['version as text', { ...tag, v: '1', type: 'ready' }],
     ['unknown type', { ...tag, type: 'hello' }],
-    ['a card message', { ...tag, type: 'join' }],
+    ['a card message', { ...tag, type: 'pause' }],
+    ['version 1', { ns: WIDGET_NS, v: 1, type: 'ready' }],
     ['state missing', { ...tag, type: 'state' }],
     ['unknown phase', { ...tag, type: 'state', state: { ...STATE, phase: 'mining' } }],
     ['progress over 100', { ...tag, type: 'state', state: { ...STATE, progress: 101 } }],
@@ -81,19 +80,47 @@ test('the card parser drops anything malformed', () => {
   const bad: [string, unknown][] = [
     ['undefined', undefined],
     ['a number', 7],
-    ['another version', { ...tag, v: 0, type: 'join' }],
+    ['another version', { ...tag, v: 0, type: 'pause' }],
+    ['version 1', { ns: WIDGET_NS, v: 1, type: 'pause' }],
     ['a frame message', { ...tag, type: 'ready' }],
-    ['type not text', { ...tag, type: ['join'] }],
-    ['budget under the minimum', { ...tag, type: 'config', budgetMiB: 63, model: '' }],
-    ['budget over the maximum', { ...tag, type: 'config', budgetMiB: 8193, model: '' }],
-    ['budget fractional', { ...tag, type: 'config', budgetMiB: 512.5, model: '' }],
-    ['budget as text', { ...tag, type: 'config', budgetMiB: '512', model: '' }],
-    ['model missing', { ...tag, type: 'config', budgetMiB: 512 }],
-    ['model with a space', { ...tag, type: 'config', budgetMiB: 512, model: 'a b' }],
-    ['model with a quote', { ...tag, type: 'config', budgetMiB: 512, model: 'a"' }],
-    ['model too long', { ...tag, type: 'config', budgetMiB: 512, model: 'm'.repeat(LIMITS.model + 1) }],
+    ['type not text', { ...tag, type: ['pause'] }],
+    // Consent is the visitor's click in the frame: no message from the host page can give it (version 1 had these).
+    ['join', { ...tag, type: 'join' }],
+    ['join, version 1', { ns: WIDGET_NS, v: 1, type: 'join' }],
+    ['config', { ...tag, type: 'config', budgetMiB: 512, model: '' }],
   ];
   for (const [why, data] of bad) assert.equal(parseCardMessage(data), null, why);
+});
+
+test("the frame's URL: what is lent and the theme travel with the host's origin, and bad values fall back", () => {
+  const p: EmbedParams = { host: 'https://site.example', model: 'qwen3-moe:30b', budgetMiB: 256, theme: 'dark' };
+  const url = new URL(embedUrl('https://hub.example:8443', p));
+  assert.equal(url.origin + url.pathname, 'https://hub.example:8443/embed');
+  assert.deepEqual(parseEmbedParams(url.search), p);
+  const host = 'host=https%3A%2F%2Fsite.example';
+  assert.deepEqual(parseEmbedParams(`?${host}`), { host: 'https://site.example', model: '', budgetMiB: 512, theme: 'auto' });
+  const fallbacks: [string, Partial<EmbedParams>][] = [
+    ['model=a%20b', { model: '' }],
+    [`model=${'m'.repeat(LIMITS.model + 1)}`, { model: '' }],
+    ['budget=63', { budgetMiB: 512 }],
+    ['budget=8193', { budgetMiB: 512 }],
+    ['budget=512.5', { budgetMiB: 512 }],
+    ['budget=1e3', { budgetMiB: 512 }],
+    ['budget=', { budgetMiB: 512 }],
+    ['budget=64', { budgetMiB: 64 }],
+    ['theme=pink', { theme: 'auto' }],
+    ['theme=light', { theme: 'light' }],
+  ];
+  for (const [q, want] of fallbacks) {
+    assert.deepEqual(
+      parseEmbedParams(`?${host}&${q}`),
+      { host: 'https://site.example', model: '', budgetMiB: 512, theme: 'auto', ...want },
+      q,
+    );
+  }
+  for (const bad of ['', '?host=', '?host=null', '?host=https%3A%2F%2Fsite.example%2Fpath', '?host=javascript%3Aalert(1)', '?model=m']) {
+    assert.equal(parseEmbedParams(bad), null, bad);
+  }
 });
 
 test('exactOrigin takes an http(s) origin and nothing more', () => {
@@ -169,7 +196,7 @@ test('the card: consent first, the state line per phase, pause reasons, and the 
   const none = new Set<PauseReason>();
   const idle = describeCard({ ...STATE, phase: 'idle', backend: null }, { joined: false, paused: none });
   assert.match(idle.line, /Nothing is downloaded until you agree/);
-  assert.deepEqual([idle.join, idle.pause, idle.resume, idle.leave], [true, false, false, false]);
+  assert.deepEqual([idle.consent, idle.pause, idle.resume, idle.leave], [true, false, false, false], "the frame's consent button only");
 
   const j = { joined: true, paused: none };
   assert.equal(
@@ -183,7 +210,7 @@ test('the card: consent first, the state line per phase, pause reasons, and the 
   assert.equal(describeCard({ ...STATE, phase: 'downloading', backend: null, progress: null }, j).progress, 'indeterminate');
   const serving = describeCard(STATE, j);
   assert.equal(serving.line, 'Serving with WebAssembly');
-  assert.deepEqual([serving.join, serving.pause, serving.resume, serving.leave], [false, true, false, true]);
+  assert.deepEqual([serving.consent, serving.pause, serving.resume, serving.leave], [false, true, false, true]);
   assert.equal(describeCard({ ...STATE, backend: 'webgpu' }, j).line, 'Serving with WebGPU');
   assert.match(
     describeCard({ ...STATE, phase: 'failed', message: 'the slice does not fit this device', code: 'SLICE_DOES_NOT_FIT' }, j).line,
@@ -204,7 +231,7 @@ test('the card: consent first, the state line per phase, pause reasons, and the 
   }
   const left = describeCard({ ...STATE, phase: 'left' }, { joined: false, paused: none });
   assert.match(left.line, /You left/);
-  assert.equal(left.join, true);
+  assert.equal(left.consent, true);
 });
 
 test("the frame's report: phase, percent, pairs and backend, nothing secret", () => {

@@ -11,7 +11,7 @@ import type { WidgetState } from './messages.ts';
 export type PauseReason = 'user' | 'hidden' | 'battery';
 
 export interface CardContext {
-  /** The visitor consented and has not left. */
+  /** The visitor consented (in the frame) and has not left. */
   joined: boolean;
   paused: ReadonlySet<PauseReason>;
 }
@@ -21,8 +21,8 @@ export interface CardView {
   line: string;
   /** What screen readers hear on a change: no running numbers, so the live region speaks once per change. */
   announce: string;
-  /** Which buttons show. */
-  join: boolean;
+  /** Which buttons show. `consent`: the frame's own "Lend my GPU" (it lives in the hub's frame, not the card). */
+  consent: boolean;
   pause: boolean;
   resume: boolean;
   leave: boolean;
@@ -41,12 +41,12 @@ function pausedLine(paused: ReadonlySet<PauseReason>): string {
 
 export function describeCard(s: WidgetState, ctx: CardContext): CardView {
   const line = (text: string, announce = text): Pick<CardView, 'line' | 'announce'> => ({ line: text, announce });
-  const controls = { join: false, pause: ctx.paused.size === 0, resume: ctx.paused.size > 0, leave: true, progress: null };
+  const controls = { consent: false, pause: ctx.paused.size === 0, resume: ctx.paused.size > 0, leave: true, progress: null };
   if (!ctx.joined) {
     const left = s.phase === 'left';
     return {
       ...line(left ? 'You left: nothing is computed or downloaded. Thank you!' : 'Not lending. Nothing is downloaded until you agree.'),
-      join: true,
+      consent: true,
       pause: false,
       resume: false,
       leave: false,

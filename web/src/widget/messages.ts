@@ -1,27 +1,31 @@
 /**
  * The join widget's one postMessage protocol, between the card (loader.ts, on the host page) and the frame
- * (web/src/embed/, on the hub's origin). Both ends import this module: the card bundles it into /widget.js, the frame
- * into its page.
+ * (web/src/embed/, on the hub's origin), and the frame's URL. Both ends import this module: the card bundles it into
+ * /widget.js, the frame into its page.
  *
  * Every message is a plain object tagged `{ ns: WIDGET_NS, v: WIDGET_PROTOCOL_VERSION, type, ... }`. The parsers drop
  * (return null for) anything that is not exactly one of the messages below: another namespace or version, an unknown
  * type, a missing or mistyped field, a number out of range, a string over its cap. Unknown extra fields are ignored,
- * never copied. Origins and sources are checked by the receivers before they parse (see loader.ts and embed/frame.ts).
+ * never copied. Origins and sources are checked by the receivers before they parse (see loader.ts and embed/main.ts).
  *
- *   frame → card   ready                                   the frame listens; the card answers with config
+ *   frame → card   ready                                   the frame listens
+ *                  joined                                  the visitor pressed the frame's own "Lend my GPU"
  *                  state {phase, progress, pairsServed, backend, message, code}
- *   card → frame   config {budgetMiB, model}               before join; ignored after
- *                  join                                    the visitor's consent: only now does the frame dial the hub
- *                  pause | resume | leave
+ *   card → frame   pause | resume | leave                  honoured; before consent a pause is only remembered
+ *
+ * There is no `join` from the card (version 1 had one): consent is a trusted click in the frame's own document, so a
+ * host page cannot start a visitor's GPU by posting a message. What the visitor lends (model, budget) and how the
+ * button looks (theme) travel in the frame's URL (embedUrl / parseEmbedParams), read before the button shows.
  *
  *   window.parent.postMessage(frameMessage({ type: 'ready' }), hostOrigin);
- *   const m = parseCardMessage(event.data); if (m?.type === 'join') client.join();
+ *   const m = parseCardMessage(event.data); if (m?.type === 'pause') client.pause();
  *
  * Nothing secret crosses: the frame keeps the node token, the key pair and the slice to itself.
  */
 
 export const WIDGET_NS = 'expertswarm.widget';
-export const WIDGET_PROTOCOL_VERSION = 1;
+/** 2: consent moved into the frame (no `join`, no `config`); a card or frame of version 1 is ignored. */
+export const WIDGET_PROTOCOL_VERSION = 2;
 
 /** The volunteer client's states (volunteer/state.ts VolunteerStateKind), as the card shows them. */
 export const PHASES = [
@@ -62,14 +66,9 @@ export interface WidgetState {
   code: string;
 }
 
-export type FrameMessage = { type: 'ready' } | { type: 'state'; state: WidgetState };
+export type FrameMessage = { type: 'ready' } | { type: 'joined' } | { type: 'state'; state: WidgetState };
 
-export type CardMessage =
-  | { type: 'config'; budgetMiB: number; model: string }
-  | { type: 'join' }
-  | { type: 'pause' }
-  | { type: 'resume' }
-  | { type: 'leave' };
+export type CardMessage = { type: 'pause' } | { type: 'resume' } | { type: 'leave' };
 
 type Envelope<M> = M & { ns: typeof WIDGET_NS; v: typeof WIDGET_PROTOCOL_VERSION };
 
@@ -125,7 +124,7 @@ function parseState(x: unknown): WidgetState | null {
 export function parseFrameMessage(data: unknown): FrameMessage | null {
   const f = envelope(data);
   if (!f) return null;
-  if (f.type === 'ready') return { type: 'ready' };
+  if (f.type === 'ready' || f.type === 'joined') return { type: f.type };
   if (f.type !== 'state') return null;
   const state = parseState(f.state);
   return state ? { type: 'state', state } : null;
@@ -136,9 +135,6 @@ export function parseCardMessage(data: unknown): CardMessage | null {
   const f = envelope(data);
   if (!f) return null;
   switch (f.type) {
-    case 'config':
-      return isBudgetMiB(f.budgetMiB) && isModelName(f.model) ? { type: 'config', budgetMiB: f.budgetMiB, model: f.model } : null;
-    case 'join':
     case 'pause':
     case 'resume':
     case 'leave':
@@ -161,4 +157,44 @@ export function exactOrigin(value: unknown): string | null {
   } catch {
     return null;
   }
+}
+
+export const THEMES = ['light', 'dark', 'auto'] as const;
+export type Theme = (typeof THEMES)[number];
+
+/** What the frame needs before its consent button shows: whose page frames it, what is lent, how it looks. */
+export interface EmbedParams {
+  /** The host page's origin: the only one the frame listens to and posts to. */
+  host: string;
+  /** The model ('' = whichever the hub needs most). */
+  model: string;
+  budgetMiB: number;
+  theme: Theme;
+}
+
+/** The frame's URL on the hub, `HUB/embed?host=…&model=…&budget=…&theme=…`. */
+export function embedUrl(hub: string, p: EmbedParams): string {
+  const url = new URL('/embed', hub);
+  url.search = new URLSearchParams({ host: p.host, model: p.model, budget: String(p.budgetMiB), theme: p.theme }).toString();
+  return url.toString();
+}
+
+/**
+ * The frame's parameters from its own URL's query; null without a valid `host`. A bad model, budget or theme falls
+ * back to its default (any model, BUDGET_LIMITS_MIB.initial, auto): the card sends only valid ones.
+ */
+export function parseEmbedParams(search: string): EmbedParams | null {
+  const q = new URLSearchParams(search);
+  const host = exactOrigin(q.get('host'));
+  if (!host) return null;
+  const model = q.get('model') ?? '';
+  const budget = q.get('budget') ?? '';
+  const budgetMiB = /^\d{1,5}$/.test(budget) ? Number(budget) : Number.NaN;
+  const theme = q.get('theme');
+  return {
+    host,
+    model: isModelName(model) ? model : '',
+    budgetMiB: isBudgetMiB(budgetMiB) ? budgetMiB : BUDGET_LIMITS_MIB.initial,
+    theme: isOneOf(THEMES, theme) ? theme : 'auto',
+  };
 }

@@ -8,9 +8,9 @@
  * A value the widget cannot read falls back to its default and is listed in `warnings` (the loader logs them once):
  * a typo on a host page never breaks the card.
  */
-import { BUDGET_LIMITS_MIB, isModelName } from './messages.ts';
+import { BUDGET_LIMITS_MIB, isModelName, type Theme } from './messages.ts';
 
-export type Theme = 'light' | 'dark' | 'auto';
+export type { Theme };
 
 export interface WidgetOptions {
   /** The hub: the origin `widget.js` was loaded from. The frame, its messages and the volunteer use it and nothing else. */

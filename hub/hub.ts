@@ -12,6 +12,7 @@ import { CoordinatorSupervisor, type CoordinatorStatus } from './supervisor.ts';
 import { DEFAULT_POLLER, SaturationPoller, type PollerOptions } from './poller.ts';
 import { CoverageStore } from './market/coverage.ts';
 import { modelDemand } from './market/demand.ts';
+import { chooseReleases, type ReleaseCandidate } from './market/release.ts';
 import { chooseAssignment, type VolunteerAnswer, type VolunteerRequest } from './market/assign.ts';
 import { DEFAULT_SATURATION, effectiveTarget, saturationState, type SaturationConfig, type SaturationState } from './market/saturation.ts';
 import type { HeldRange, ModelDemand, ModelShape } from './market/types.ts';
@@ -209,6 +210,8 @@ export class Hub {
   private readonly auth: NodeAuth;
   private readonly metrics: HubMetrics;
   private readonly recruitingNow = new Map<string, boolean>();
+  /** Models that recruited (or whose target fell) since their surplus was last released: readings look for one. */
+  private readonly surplusPossible = new Set<string>();
   private evictTimer: NodeJS.Timeout | null = null;
   private readonly shards: ShardServer;
   private readonly channel: VolunteerChannel;
@@ -595,6 +598,40 @@ export class Hub {
         this.now(),
       );
     }
+    if (recruiting) this.surplusPossible.add(model);
+    else if (this.surplusPossible.has(model) && !this.releaseSurplus(model)) this.surplusPossible.delete(model);
+  }
+
+  /**
+   * The load passed (or the target fell): volunteers beyond the effective target are released, least useful first
+   * and never below target (market/release.ts); they go back to waiting and are recruited again on the next surge.
+   * Only volunteers on the channel can be told; HTTP-heartbeat workers leave by themselves. Returns whether any
+   * volunteer is still loading a slice (it may become surplus once it holds it: the next reading looks again).
+   */
+  private releaseSurplus(model: string): boolean {
+    if (!this.marketModels.has(model) || this.coverage.workerCount(model) === 0) return false;
+    const target = effectiveTarget(this.config.saturation, false);
+    const now = this.now();
+    const candidates: ReleaseCandidate[] = [];
+    let loading = false;
+    for (const workerId of this.coverage.workersOf(model)) {
+      const info = this.channel.workerInfo(workerId);
+      if (!info) continue;
+      if (info.state === 'loading') loading = true;
+      const r = this.dispatch.record(workerId);
+      candidates.push({
+        workerId,
+        ranges: this.coverage.heldRanges(workerId) ?? [],
+        lastServeMs: r?.lastServeMs ?? null,
+        pairsServed: this.dispatch.pairsServed(workerId),
+        latencyMs: r?.latencyMs ?? null,
+        attachMs: r?.attachMs ?? now,
+      });
+    }
+    for (const workerId of chooseReleases(candidates, (layer) => this.coverage.replicaCounts(model, layer), target)) {
+      this.releaseWorker(workerId, `the load passed: more replicas than the target ${target}`);
+    }
+    return loading;
   }
 
   private demand(model?: string): ModelDemand[] {
@@ -1059,6 +1096,7 @@ export class Hub {
     const before = { base: cfg.targetBase, boost: cfg.boost };
     if (change.base !== undefined) cfg.targetBase = change.base;
     if (change.boost !== undefined) cfg.boost = change.boost;
+    for (const model of this.marketModels.keys()) this.surplusPossible.add(model);
     this.channel.demandChanged();
     return { model: null, detail: `target base ${before.base} → ${cfg.targetBase}, boost ${before.boost} → ${cfg.boost}` };
   }

@@ -672,6 +672,58 @@ test('pushed recruitment: idle volunteers get assign within 1 s of the poller’
   }
 });
 
+test('the load passes: volunteers beyond the base target are released, one per surplus copy, and recruited again on the next surge', async () => {
+  const coordinator = await fakeCoordinator();
+  const h = await listening({
+    models: MODELS,
+    externals: [{ name: 'm', url: coordinator.url }],
+    poller: { intervalMs: 100, timeoutMs: 500 },
+    saturation: { ...DEFAULT_SATURATION, targetBase: 1, boost: 1 },
+  });
+  realTime(h.t);
+  try {
+    await h.t.hub.start();
+    const token = await h.t.login(newVolunteer());
+    const vols = [await join(h, token, 'e1'), await join(h, token, 'e2'), await join(h, token, 'e3'), await join(h, token, 'e4')];
+    coordinator.busy = 2; // saturated: target 1 + boost 1 = 2 replicas of each of the two MoE layers
+    const assigns = await Promise.all(vols.map((p) => p.next('assign', 3_000)));
+    assert.deepEqual(assigns.map((a) => a.layer).sort(), [0, 0, 1, 1], 'two copies of each layer');
+    for (const [i, p] of vols.entries()) loaded(p, assigns[i] as Assign);
+    // Serving: all four are in the dispatch map.
+    const deadline = Date.now() + 5_000;
+    while ((await dispatchRows(h)).length < 4 && Date.now() < deadline) await wait(50);
+    assert.equal((await dispatchRows(h)).length, 4);
+
+    const t0 = performance.now();
+    coordinator.busy = 0; // the load passes: the target falls back to 1
+    const releases = await Promise.all(
+      vols.map(async (p) => {
+        try {
+          return await p.next('release', 3_000);
+        } catch {
+          return null;
+        }
+      }),
+    );
+    const released = vols.filter((_, i) => releases[i] !== null);
+    // Each wait is bounded by 3 s, well within the 45 s idle timeout the issue allows.
+    assert.equal(released.length, 2, `one copy of each layer released (${(performance.now() - t0).toFixed(0)} ms)`);
+    for (const r of releases) if (r) assert.equal(r.code, 'NOT_NEEDED');
+    const kept = await dispatchRows(h);
+    assert.deepEqual(kept.map((r) => r.layer).sort(), [0, 1], 'one serving copy of each layer stays');
+    const events = (await (await fetch(`${h.http}/api/events?kind=release`)).json()) as { events: Array<{ detail: string }> };
+    assert.equal(events.events.filter((e) => e.detail.includes('the load passed')).length, 2);
+
+    // They went back to waiting; the next surge recruits them again.
+    coordinator.busy = 2;
+    const again = await Promise.all(released.map((p) => p.next('assign', 3_000)));
+    assert.equal(again.length, 2);
+  } finally {
+    await h.close();
+    await coordinator.close();
+  }
+});
+
 /** `--dispatch always` wants every MoE expert at its base target at rest: with target 1, two whole-layer workers. */
 const ALWAYS: Partial<HubConfig> = {
   models: MODELS,

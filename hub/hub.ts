@@ -629,7 +629,7 @@ export class Hub {
       });
     }
     for (const workerId of chooseReleases(candidates, (layer) => this.coverage.replicaCounts(model, layer), target)) {
-      this.releaseWorker(workerId, `the load passed: more replicas than the target ${target}`);
+      this.releaseWorker(workerId, `more replicas than the target ${target} now`);
     }
     return loading;
   }

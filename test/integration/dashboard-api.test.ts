@@ -411,13 +411,6 @@ test('a live hub: stream = API, ticks, heartbeats, a volunteer, admin actions, s
       volRow.rows.map((r) => [r.id, r.state, r.backend, r.gflops, r.device, r.slice, typeof r.credit]),
       [['vol-1', 'grace', 'wasm', 42, 'Dashboard Test GPU', [assign.layer, assign.experts[0], assign.experts[1]], 'number']],
     );
-    // back to auto and base 1: nothing is wanted, so a released volunteer stays released
-    mark = s.mark;
-    assert.equal((await call(url, 'POST', '/api/admin/models/m/dispatch', { mode: 'auto' }, TOKEN)).status, 200);
-    assert.equal((await call(url, 'POST', '/api/admin/target', { base: 1 }, TOKEN)).status, 200);
-    assert.equal((await call(url, 'GET', '/api/expert-demand?model=m')).json.models[0].recruiting, false);
-    await s.next('tick', (x) => x.models[0]?.dispatchMode === 'auto' && x.models[0]?.baseTarget === 1, 15_000, mark);
-
     // --- release: a channel volunteer is told, and shows as released in the table and the counts
     mark = s.mark;
     const rel = await call(url, 'POST', '/api/admin/workers/vol-1/release', { reason: 'test release' }, TOKEN);
@@ -434,6 +427,14 @@ test('a live hub: stream = API, ticks, heartbeats, a volunteer, admin actions, s
       relRows.rows.map((r) => [r.id, r.state, r.backend]),
       [['vol-1', 'released', 'wasm']],
     );
+    // back to auto and base 1: nothing is wanted at rest (released before this, while the market still wanted its
+    // slice: lowering the target first would have released it as surplus on the next reading, market/release.ts)
+    mark = s.mark;
+    assert.equal((await call(url, 'POST', '/api/admin/models/m/dispatch', { mode: 'auto' }, TOKEN)).status, 200);
+    assert.equal((await call(url, 'POST', '/api/admin/target', { base: 1 }, TOKEN)).status, 200);
+    assert.equal((await call(url, 'GET', '/api/expert-demand?model=m')).json.models[0].recruiting, false);
+    await s.next('tick', (x) => x.models[0]?.dispatchMode === 'auto' && x.models[0]?.baseTarget === 1, 15_000, mark);
+
     // … and an HTTP-heartbeat worker, which cannot be told, is dropped (the market recruits for its range) and its
     // heartbeats are refused for the cool-down
     assert.equal((await call(url, 'POST', '/api/admin/workers/http-a/release', {}, TOKEN)).status, 200);

@@ -712,7 +712,7 @@ test('the load passes: volunteers beyond the base target are released, one per s
     const kept = await dispatchRows(h);
     assert.deepEqual(kept.map((r) => r.layer).sort(), [0, 1], 'one serving copy of each layer stays');
     const events = (await (await fetch(`${h.http}/api/events?kind=release`)).json()) as { events: Array<{ detail: string }> };
-    assert.equal(events.events.filter((e) => e.detail.includes('the load passed')).length, 2);
+    assert.equal(events.events.filter((e) => e.detail.includes('more replicas than the target 1')).length, 2);
 
     // They went back to waiting; the next surge recruits them again.
     coordinator.busy = 2;

@@ -255,6 +255,27 @@ const delivered = (target: Page | Frame, marker: string): Promise<unknown> =>
     timeout: STEP_MS,
   });
 
+/**
+ * Waits until the card shows a button named `name`. The card's shadow root is closed, so neither the DOM nor
+ * Playwright's selectors reach it; the accessibility tree does (through the DevTools protocol).
+ */
+async function waitForCardButton(page: Page, name: string, ms = STEP_MS): Promise<void> {
+  const cdp = await page.context().newCDPSession(page);
+  try {
+    const deadline = Date.now() + ms;
+    for (;;) {
+      const { nodes } = (await cdp.send('Accessibility.getFullAXTree')) as {
+        nodes: Array<{ ignored?: boolean; role?: { value?: unknown }; name?: { value?: unknown } }>;
+      };
+      if (nodes.some((n) => !n.ignored && n.role?.value === 'button' && n.name?.value === name)) return;
+      if (Date.now() > deadline) throw new Error(`the card shows no ${name} button within ${ms} ms`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  } finally {
+    await cdp.detach().catch(() => {});
+  }
+}
+
 async function shot(page: Page, file: string): Promise<void> {
   await page.locator('expertswarm-widget').screenshot({ path: join(ARTIFACTS, file) });
 }
@@ -563,8 +584,10 @@ test('every option on another host page: dark theme, automatic pauses off, and t
     await page.keyboard.press('Enter');
     await frame.waitForFunction(() => window.volunteerFake?.calls.length === 1, null, { timeout: STEP_MS });
     await hideAndUnplug();
-    // A round trip through the card: focus went from the folded frame to the card's first button, Pause (Resume, had
-    // anything paused automatically). Pressing it must give exactly one pause, the visitor's, after the join.
+    // A round trip through the card: once the frame says it joined (a message that may land after the client's join
+    // call is seen), the card shows Pause and hands it the focus the folded frame had, in the same update. Pressing
+    // it must give exactly one pause, the visitor's, after the join.
+    await waitForCardButton(page, 'Pause');
     await page.keyboard.press('Enter');
     await frame.waitForFunction(() => (window.volunteerFake?.calls.length ?? 0) >= 2, null, { timeout: STEP_MS });
     const calls: FakeCall[] = await frame.evaluate(() => window.volunteerFake?.calls ?? []);

@@ -41,6 +41,11 @@ export interface RequestRecord {
   retried: number;
 }
 
+/** A request's record as it is sent: started now, nothing received yet. */
+function newRecord(lane: number, prompt: number): RequestRecord {
+  return { lane, prompt, startMs: Date.now(), firstTokenMs: null, endMs: null, ids: [], error: null, status: null, retried: 0 };
+}
+
 /** One streamed chunk's token ids (llama-server puts them in `logprobs.content` when `logprobs` is asked for). */
 function chunkIds(chunk: unknown): number[] {
   const choice = (chunk as { choices?: Array<{ logprobs?: { content?: Array<{ id?: unknown }> } | null }> }).choices?.[0];
@@ -59,17 +64,7 @@ export async function streamCompletion(
   onFirstToken: (r: RequestRecord) => void = () => {},
   signal?: AbortSignal,
 ): Promise<RequestRecord> {
-  const r: RequestRecord = {
-    lane,
-    prompt,
-    startMs: Date.now(),
-    firstTokenMs: null,
-    endMs: null,
-    ids: [],
-    error: null,
-    status: null,
-    retried: 0,
-  };
+  const r = newRecord(lane, prompt);
   try {
     // ignore_eos is llama-server's, not in the client's types: the client sends the body as given.
     const body = {
@@ -227,17 +222,7 @@ export class RampLoad {
     state.done = (async () => {
       while (!state.stop && !this.aborted) {
         const prompt = this.next++ % this.plan.prompts.length;
-        const pending: RequestRecord = {
-          lane,
-          prompt,
-          startMs: Date.now(),
-          firstTokenMs: null,
-          endMs: null,
-          ids: [],
-          error: null,
-          status: null,
-          retried: 0,
-        };
+        const pending = newRecord(lane, prompt);
         this.inFlight.add(pending);
         if (!this.inFlightReached.has(this.inFlight.size)) this.inFlightReached.set(this.inFlight.size, pending.startMs);
         const abort = new AbortController();

@@ -24,12 +24,10 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { extname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { AxeBuilder } from '@axe-core/playwright';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import {
   type CoverageMap,
   coverageBase64,
@@ -48,7 +46,7 @@ import {
 import { queryWorkers } from '../../hub/dashboard/workers.ts';
 import { runHub } from '../../hub/cli.ts';
 import { defaultConfig } from '../../hub/hub.ts';
-import { CHROMIUM, CHROMIUM_ARGS } from '../support/browser.ts';
+import { assertAccessible, type ChromiumProfile, openProfile, pageErrors } from '../support/browser.ts';
 import { testModel } from '../support/models.ts';
 import { buildPages } from '../support/pages-build.ts';
 import { E2E_PROMPT, type HeadlessVolunteer, QWEN_Q4K, spawnVolunteer, startSwarmHub } from '../support/swarm.ts';
@@ -74,13 +72,10 @@ after(async () => {
 
 // --- the browser
 
-interface Browser {
-  context: BrowserContext;
-  page: Page;
+interface Browser extends ChromiumProfile {
   errors: string[];
   /** Content-Security-Policy violations the page reported (directive, what was blocked, where). */
   cspViolations(): Promise<string[]>;
-  close(): Promise<void>;
 }
 
 /** Runs before any script of the page: records every securitypolicyviolation event (a string: see assertFits). */
@@ -92,51 +87,22 @@ const CSP_LISTENER = `(() => {
 })()`;
 
 async function openBrowser(url: string): Promise<Browser> {
-  const profile = mkdtempSync(join(tmpdir(), 'es-chromium-'));
-  let context: BrowserContext | undefined;
+  const browser = await openProfile({ viewport: LAPTOP });
   try {
-    context = await chromium.launchPersistentContext(profile, {
-      executablePath: CHROMIUM,
-      headless: true,
-      args: [...CHROMIUM_ARGS, '--headless=new'],
-      viewport: LAPTOP,
-      timeout: 60_000,
-    });
-    const page = context.pages()[0] ?? (await context.newPage());
+    const { page } = browser;
     page.setDefaultTimeout(WAIT_MS);
     await page.addInitScript(CSP_LISTENER);
-    const errors: string[] = [];
-    page.on('pageerror', (e) => errors.push(e.message));
-    page.on('console', (m) => {
-      if (m.type() === 'error' && !/Failed to load resource|EventSource/.test(m.text())) errors.push(m.text());
-    });
+    const errors = pageErrors(page, { ignore: /Failed to load resource|EventSource/ });
     await page.goto(url);
-    const ctx = context;
     return {
-      context: ctx,
-      page,
+      ...browser,
       errors,
       cspViolations: async () => (await page.evaluate('window.__cspViolations ?? ["the CSP listener never ran"]')) as string[],
-      async close() {
-        await ctx.close();
-        rmSync(profile, { recursive: true, force: true });
-      },
     };
   } catch (e) {
-    await context?.close();
-    rmSync(profile, { recursive: true, force: true });
+    await browser.close();
     throw e;
   }
-}
-
-async function assertAccessible(page: Page, where: string): Promise<void> {
-  const result = await new AxeBuilder({ page }).withTags(['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'wcag22aa']).analyze();
-  const bad = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
-  assert.deepEqual(
-    bad.map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`),
-    [],
-    `${where}: axe violations`,
-  );
 }
 
 async function assertFits(page: Page, where: string): Promise<void> {

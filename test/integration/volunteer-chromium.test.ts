@@ -7,9 +7,9 @@
  *
  * 1. `--dispatch always`, target 1: two tabs cover the two MoE layers; a 64-token greedy completion through
  *    `/v1/completions` gives the token ids of the same hub with `--dispatch off`, ≥ 90% of routed pairs were
- *    `served`, and the credit the pages show adds up to them (deepseek Q8_0 and qwen3moe Q4_K; Q4_K's tokens are a
- *    `todo` subtest, see Q4K_TOKENS_TODO; a second Q4_K hub audits every answer and holds the tabs' sums against
- *    the coordinator's own: NMSE at float-summation level, no mismatch).
+ *    `served`, and the credit the pages show adds up to them (deepseek Q8_0 and qwen3moe Q4_K; Q4_K's tabs compute
+ *    with WebGPU, chosen on the page, for bit-exact tokens; a second Q4_K hub audits every answer and holds the tabs'
+ *    sums against the coordinator's own: NMSE at float-summation level, no mismatch).
  * 2. Target 2, four tabs: every layer has two replicas; closing one tab mid-generation leaves the tokens identical
  *    and its layer's pairs go on to the other replica.
  * 3. A browser without WebGPU (no `--enable-unsafe-webgpu`, no Dawn flags) serves through the wasm fallback, and the
@@ -24,15 +24,16 @@ import assert from 'node:assert/strict';
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { AUDIT_MISMATCH_NMSE } from '../../hub/dispatch-map.ts';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
 import type { BackendPreference } from '../../volunteer/state.ts';
-import { CHROMIUM, CHROMIUM_ARGS } from '../support/browser.ts';
+import { CHROMIUM_LAUNCH, launchChromium } from '../support/browser.ts';
 import { testModel, type TestModel } from '../support/models.ts';
 import { buildPages } from '../support/pages-build.ts';
 import {
+  baselineIds,
   DEEPSEEK_Q8,
   E2E_PROMPT,
   E2E_TOKENS,
@@ -55,12 +56,10 @@ const PROMPT = E2E_PROMPT;
 const SERVE_MS = 150_000;
 const WORKER_ID_KEY = 'expertswarm.worker-id';
 
-/** With WebGPU on SwiftShader (test/support/browser.ts), and the same browser without WebGPU and its Dawn flags. */
-const WEBGPU_ARGS = [...CHROMIUM_ARGS, '--headless=new'];
-const NO_WEBGPU_ARGS = [
-  ...CHROMIUM_ARGS.filter((a) => !a.startsWith('--enable-unsafe-webgpu') && !a.startsWith('--enable-dawn-features')),
-  '--headless=new',
-];
+/** The same browser as the other page tests (WebGPU on SwiftShader), without WebGPU and its Dawn flags. */
+const NO_WEBGPU_ARGS = CHROMIUM_LAUNCH.args.filter(
+  (a) => !a.startsWith('--enable-unsafe-webgpu') && !a.startsWith('--enable-dawn-features'),
+);
 
 let pagesDir = '';
 let webgpuBrowser: Browser | undefined;
@@ -78,17 +77,13 @@ after(async () => {
   if (pagesDir) rmSync(pagesDir, { recursive: true, force: true });
 });
 
-async function launch(args: string[]): Promise<Browser> {
-  return chromium.launch({ executablePath: CHROMIUM, headless: true, args, timeout: 60_000 });
-}
-
 async function gpuBrowser(): Promise<Browser> {
-  webgpuBrowser ??= await launch(WEBGPU_ARGS);
+  webgpuBrowser ??= await launchChromium();
   return webgpuBrowser;
 }
 
 async function noGpuBrowser(): Promise<Browser> {
-  plainBrowser ??= await launch(NO_WEBGPU_ARGS);
+  plainBrowser ??= await launchChromium(NO_WEBGPU_ARGS);
   return plainBrowser;
 }
 
@@ -96,17 +91,10 @@ async function noGpuBrowser(): Promise<Browser> {
 function baseline(m: TestModel): Promise<number[]> {
   let b = baselines.get(m.path);
   if (!b) {
-    b = (async () => {
-      const hub = await startSwarmHub(m.path, 'off');
-      try {
-        const ids = await completionIds(hub.url, hub.model, PROMPT, N, m.ban);
-        assert.equal(ids.length, N);
-        assert.ok(new Set(ids).size >= 16, `the baseline must not collapse: ${new Set(ids).size} distinct tokens`);
-        return ids;
-      } finally {
-        await hub.close();
-      }
-    })();
+    b = baselineIds(m).then((ids) => {
+      assert.ok(new Set(ids).size >= 16, `the baseline must not collapse: ${new Set(ids).size} distinct tokens`);
+      return ids;
+    });
     baselines.set(m.path, b);
   }
   return b;
@@ -222,15 +210,27 @@ interface Served {
   line: string;
 }
 
+interface TwoTabs {
+  /** The page's "Compute with" choice. */
+  backend?: BackendPreference;
+  /** The tabs' browser: the one with WebGPU unless told. */
+  browser?: () => Promise<Browser>;
+  /** The case's name in the log: the model's unless told. */
+  label?: string;
+  /** More checks on each tab once it serves, given the page's headline. */
+  serving?: (t: Tab, title: string) => Promise<void>;
+}
+
 /**
- * Case 1: two tabs, target 1, each holding one MoE layer; ≥ 90% of routed pairs served, every tab counted its pairs,
- * no script error. Returns the tokens for the caller to compare.
+ * Cases 1 and 3: two tabs, target 1, each holding one MoE layer; ≥ 90% of routed pairs served, every tab counted its
+ * pairs, no script error. Returns the tokens for the caller to compare.
  */
-async function twoTabsServe(config: typeof DEEPSEEK_Q8, shot: string, backend: BackendPreference = 'auto'): Promise<Served> {
+async function twoTabsServe(config: typeof DEEPSEEK_Q8, shot: string, opts: TwoTabs = {}): Promise<Served> {
+  const { backend = 'auto', label = `${config.arch} ${GGMLType[config.type as GGMLType]}` } = opts;
   const started = Date.now();
   const m = await testModel(config);
   const want = await baseline(m);
-  const browser = await gpuBrowser();
+  const browser = await (opts.browser ?? gpuBrowser)();
   let hub: SwarmHub | undefined;
   const tabs: Tab[] = [];
   try {
@@ -240,7 +240,10 @@ async function twoTabsServe(config: typeof DEEPSEEK_Q8, shot: string, backend: B
     const rows = await waitForCoverage(hub.url, hub.model, moe, m.config.nExpert, 1, SERVE_MS);
     assert.deepEqual(new Set(rows.map((r) => r.worker_id)), new Set(tabs.map((t) => t.workerId)), 'the market gave each tab a slice');
     const titles: string[] = [];
-    for (const t of tabs) titles.push(await waitServing(t));
+    for (const t of tabs) {
+      titles.push(await waitServing(t));
+      await opts.serving?.(t, titles.at(-1) as string);
+    }
     const ready = Date.now();
     const since = await pairOutcomes(hub.url, hub.model);
     const got = await completionIds(hub.url, hub.model, PROMPT, N, m.ban);
@@ -257,7 +260,7 @@ async function twoTabsServe(config: typeof DEEPSEEK_Q8, shot: string, backend: B
       )
       .join('; ');
     const line = `served ${o.served}/${routed} (${((100 * (o.served as number)) / Math.max(1, routed)).toFixed(1)}%), fallback ${o.fallback}, late ${o.late}; tabs serving ${((ready - started) / 1000).toFixed(1)} s after start, ${N} tokens in ${(genMs / 1000).toFixed(1)} s; ${summary}`;
-    console.log(`[volunteer-chromium] ${config.arch} ${GGMLType[config.type as GGMLType]}: ${line}`);
+    console.log(`[volunteer-chromium] ${label}: ${line}`);
     assert.ok(routed >= N * moe.length * m.config.nExpertUsed, `every routed pair is counted: ${JSON.stringify(o)}`);
     assert.ok((o.served as number) >= 0.9 * routed, `tabs served ≥ 90% of routed pairs: ${line}`);
     assert.equal(o.rejected, 0);
@@ -277,13 +280,6 @@ test('two Chromium tabs joined on the page serve deepseek Q8_0: tokens identical
   assert.deepEqual(r.got, r.want, `tokens identical to --dispatch off (${r.line})`);
 });
 
-/**
- * Q4_K's token identity needs the worker to compute as ggml does bit for bit, and only the WGSL kernels do (they
- * compute h in ggml's order: docs/numerics.md). On SwiftShader the engine measures the wasm fallback faster, so the
- * tabs choose WebGPU with the page's own "Compute with" control. The wasm fallback agrees with the coordinator to
- * float-summation precision (the audit subtest below, NMSE ~1e-13), which can still move this loud model's greedy
- * token at a near-tie (position 15 here, where the top two allowed tokens are 0.04 apart in logprob).
- */
 /**
  * Every answer audited (`auditRate: 1`: the dispatcher withholds the tab's answer, the coordinator computes the same
  * pairs and reports their sums): the tabs' sums against the coordinator's own, per tab, over `n` tokens. Audited
@@ -308,11 +304,18 @@ async function auditTabs(config: typeof QWEN_Q4K, n: number): Promise<{ rows: Ma
   }
 }
 
+/**
+ * Q4_K's token identity needs the worker to compute as ggml does bit for bit, and only the WGSL kernels do (they
+ * compute h in ggml's order: docs/numerics.md). On SwiftShader the engine measures the wasm fallback faster, so the
+ * tabs choose WebGPU with the page's own "Compute with" control. The wasm fallback agrees with the coordinator to
+ * float-summation precision (the audit subtest, NMSE ~1e-13), which can still move this loud model's greedy token at
+ * a near-tie (position 15 here, where the top two allowed tokens are 0.04 apart in logprob).
+ */
 test('two Chromium tabs joined on the page serve qwen3moe Q4_K: ≥ 90% served, tokens identical to --dispatch off, audited', {
   timeout: 420_000,
 }, async (t) => {
   await t.test('tabs computing with WebGPU (chosen on the page): tokens identical to --dispatch off', async () => {
-    const r = await twoTabsServe(QWEN_Q4K, 'qwen3moe-q4_k-serving.png', 'webgpu');
+    const r = await twoTabsServe(QWEN_Q4K, 'qwen3moe-q4_k-serving.png', { backend: 'webgpu' });
     const at = r.got.findIndex((id, i) => id !== r.want[i]);
     assert.deepEqual(r.got, r.want, `tokens part at position ${at} (${r.line})`);
   });
@@ -408,39 +411,14 @@ test('two replicas per layer: closing a tab mid-generation keeps the tokens, its
 test('a tab whose browser has no WebGPU serves through the wasm fallback, and the page says so: tokens identical', {
   timeout: 420_000,
 }, async () => {
-  const m = await testModel(DEEPSEEK_Q8);
-  const want = await baseline(m);
-  const plain = await noGpuBrowser();
-  let hub: SwarmHub | undefined;
-  const tabs: Tab[] = [];
-  try {
-    hub = await startSwarmHub(m.path, 'always', {}, 'm', { dir: pagesDir });
-    const moe = moeLayersOf(m.config);
-    await openTabs([plain, plain], hub.url, tabs);
-    const rows = await waitForCoverage(hub.url, hub.model, moe, m.config.nExpert, 1, SERVE_MS);
-    assert.deepEqual(new Set(rows.map((r) => r.worker_id)), new Set(tabs.map((t) => t.workerId)), 'the market gave each tab a slice');
-    for (const t of tabs) {
-      assert.equal(await waitServing(t), 'Serving with WebAssembly (wasm)');
+  const r = await twoTabsServe(DEEPSEEK_Q8, 'no-webgpu-wasm-serving.png', {
+    browser: noGpuBrowser,
+    label: 'no WebGPU',
+    serving: async (t, title) => {
+      assert.equal(title, 'Serving with WebAssembly (wasm)');
       assert.match((await t.page.locator('#state-detail').textContent()) ?? '', /^No WebGPU in this browser/);
       assert.match((await t.page.locator('#device-rows').textContent()) ?? '', /not available in this browser/);
-    }
-    const ready = Date.now();
-    const since = await pairOutcomes(hub.url, hub.model);
-    const got = await completionIds(hub.url, hub.model, PROMPT, N, m.ban);
-    const genMs = Date.now() - ready;
-    const o = await outcomesSince(hub, since);
-    const routed = routedOf(o);
-    await creditShown(tabs, o.served as number);
-    const reports = await Promise.all(tabs.map(pageReport));
-    await screenshot(tabs[0] as Tab, 'no-webgpu-wasm-serving.png');
-    const line = `served ${o.served}/${routed} (${((100 * (o.served as number)) / Math.max(1, routed)).toFixed(1)}%), fallback ${o.fallback}, late ${o.late}; ${N} tokens in ${(genMs / 1000).toFixed(1)} s; ${reports.map((r, i) => `tab ${i}: ${r.why}, ${r.pairs} pairs, credit ${r.credit}`).join('; ')}`;
-    console.log(`[volunteer-chromium] no WebGPU: ${line}`);
-    assert.deepEqual(got, want, `tokens identical to --dispatch off (${line})`);
-    assert.ok((o.served as number) >= 0.9 * routed, `the wasm tabs served ≥ 90% of routed pairs: ${line}`);
-    for (const [i, t] of tabs.entries()) assert.ok((reports[i]?.pairs ?? 0) > 0, `${t.name} served through wasm`);
-    for (const t of tabs) assert.deepEqual(t.errors, [], `${t.name}: no script errors`);
-  } finally {
-    for (const t of tabs) await closeTab(t);
-    await hub?.close();
-  }
+    },
+  });
+  assert.deepEqual(r.got, r.want, `tokens identical to --dispatch off (${r.line})`);
 });

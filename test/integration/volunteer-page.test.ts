@@ -12,19 +12,15 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { AxeBuilder } from '@axe-core/playwright';
-import type { FastifyInstance } from 'fastify';
-import { chromium, type BrowserContext, type Locator, type Page } from 'playwright-core';
-import { buildApp } from '../../hub/app.ts';
-import { defaultConfig, Hub } from '../../hub/hub.ts';
+import type { BrowserContext, Locator, Page } from 'playwright-core';
 import type { DeviceReport, SliceAssignment, VolunteerState } from '../../volunteer/state.ts';
 import type { FakeCall } from '../../web/test-entry/fake-client-factory.ts';
-import { CHROMIUM, CHROMIUM_ARGS } from '../support/browser.ts';
+import { assertAccessible, type ChromiumProfile, openProfile, pageErrors } from '../support/browser.ts';
 import { buildPages } from '../support/pages-build.ts';
+import { type PagesHub, pagesHub } from '../support/pages-hub.ts';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const ARTIFACTS = join(root, '.cache/artifacts/volunteer-page');
@@ -47,57 +43,29 @@ interface Served {
 
 /** A hub with no models serving the build in `dir`, and a fresh Chromium profile on its page. */
 async function serve(dir: string): Promise<Served> {
-  const hub = new Hub(defaultConfig({ stateDir: ':memory:', models: [] }));
-  await hub.load();
-  let app: FastifyInstance | undefined;
-  let context: BrowserContext | undefined;
-  const profile = mkdtempSync(join(tmpdir(), 'es-chromium-'));
+  let hub: PagesHub | undefined;
+  let browser: ChromiumProfile | undefined;
   const cleanup = async (): Promise<void> => {
-    await context?.close();
-    await app?.close();
-    await hub.stop();
-    rmSync(profile, { recursive: true, force: true });
+    await browser?.close();
+    await hub?.close();
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    app = await buildApp(hub, { dir });
-    await app.listen({ port: 0, host: '127.0.0.1' });
-    const port = (app.server.address() as { port: number }).port;
-    const url = `http://127.0.0.1:${port}/`;
-    context = await chromium.launchPersistentContext(profile, {
-      executablePath: CHROMIUM,
-      headless: true,
-      args: [...CHROMIUM_ARGS, '--headless=new'],
-      viewport: LAPTOP,
-      timeout: 60_000,
-    });
-    const page = context.pages()[0] ?? (await context.newPage());
+    hub = await pagesHub(dir);
+    const url = `${hub.url}/`;
+    browser = await openProfile({ viewport: LAPTOP });
+    const { context, page } = browser;
     const requests: string[] = [];
     const sockets: string[] = [];
-    const errors: string[] = [];
     context.on('request', (r) => requests.push(`${r.method()} ${r.url()}`));
     page.on('websocket', (ws) => sockets.push(ws.url()));
-    page.on('pageerror', (e) => errors.push(e.message));
-    page.on('console', (m) => {
-      if (m.type() === 'error') errors.push(m.text());
-    });
+    const errors = pageErrors(page);
     await page.goto(url);
     return { url, context, page, requests, sockets, errors, close: cleanup };
   } catch (e) {
     await cleanup();
     throw e;
   }
-}
-
-/** axe-core over the whole page: no serious or critical violation of WCAG 2.x A/AA. */
-async function assertAccessible(page: Page, where: string): Promise<void> {
-  const result = await new AxeBuilder({ page }).withTags(['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'wcag22aa']).analyze();
-  const bad = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
-  assert.deepEqual(
-    bad.map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`),
-    [],
-    `${where}: axe violations`,
-  );
 }
 
 /** A node's text (Playwright's textContent; null, for a node without text, reads as ''). */

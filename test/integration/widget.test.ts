@@ -35,18 +35,24 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { runInNewContext } from 'node:vm';
 import { gzipSync } from 'node:zlib';
-import { AxeBuilder } from '@axe-core/playwright';
-import type { FastifyInstance } from 'fastify';
-import { chromium, type Browser, type Frame, type Page } from 'playwright-core';
-import { buildApp } from '../../hub/app.ts';
-import { defaultConfig, Hub } from '../../hub/hub.ts';
+import type { Browser, Frame, Page } from 'playwright-core';
 import type { VolunteerState } from '../../volunteer/state.ts';
 import type { FakeCall } from '../../web/test-entry/fake-client-factory.ts';
 import { WIDGET_GZIP_LIMIT_BYTES } from '../../web/widget.vite.config.ts';
-import { CHROMIUM, CHROMIUM_ARGS } from '../support/browser.ts';
+import { assertAccessible, launchChromium, pageErrors } from '../support/browser.ts';
 import { testModel } from '../support/models.ts';
 import { buildPages } from '../support/pages-build.ts';
-import { DEEPSEEK_Q8, E2E_PROMPT, completionIds, dispatchMap, pairOutcomes, startSwarmHub, type SwarmHub } from '../support/swarm.ts';
+import { type PagesHub, pagesHub } from '../support/pages-hub.ts';
+import {
+  baselineIds,
+  DEEPSEEK_Q8,
+  E2E_PROMPT,
+  completionIds,
+  dispatchMap,
+  pairOutcomes,
+  startSwarmHub,
+  type SwarmHub,
+} from '../support/swarm.ts';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const ARTIFACTS = join(root, '.cache/artifacts/widget');
@@ -74,29 +80,12 @@ after(async () => {
 });
 
 async function launch(): Promise<Browser> {
-  browser ??= await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [...CHROMIUM_ARGS, '--headless=new'],
-    timeout: 60_000,
-  });
+  browser ??= await launchChromium();
   return browser;
 }
 
 /** A hub with no models serving the test build, on loopback. */
-async function fakeHub(): Promise<{ url: string; close(): Promise<void> }> {
-  const hub = new Hub(defaultConfig({ stateDir: ':memory:', models: [] }));
-  await hub.load();
-  const app: FastifyInstance = await buildApp(hub, { dir: testPagesDir });
-  await app.listen({ port: 0, host: '127.0.0.1' });
-  return {
-    url: `http://127.0.0.1:${(app.server.address() as { port: number }).port}`,
-    async close() {
-      await app.close();
-      await hub.stop();
-    },
-  };
-}
+const fakeHub = (): Promise<PagesHub> => pagesHub(testPagesDir);
 
 /** The host site's policy: scripts and frames from the hub only, nothing else at all. */
 function hostCsp(hub: string): string {
@@ -186,13 +175,7 @@ const pairsShown = async (page: Page): Promise<number> =>
  * `frame`, the frame's consent button must have been among what axe checked (axe enters the frames itself).
  */
 async function assertCardAccessible(page: Page, where: string, { frame = false } = {}): Promise<void> {
-  const axe = await new AxeBuilder({ page }).withTags(['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'wcag22aa']).analyze();
-  const bad = axe.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
-  assert.deepEqual(
-    bad.map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => JSON.stringify(n.target)).join(', ')}`),
-    [],
-    `${where}: axe violations in the card or its frame`,
-  );
+  const axe = await assertAccessible(page, `${where} (the card or its frame)`);
   if (frame) assert.match(JSON.stringify(axe.passes), /#consent/, `${where}: axe checked the frame's consent button`);
 }
 
@@ -331,14 +314,7 @@ test('the widget on a strict-CSP site: consent, serve with identical tokens, pau
   timeout: 360_000,
 }, async () => {
   const m = await testModel(DEEPSEEK_Q8);
-  const baselineHub = await startSwarmHub(m.path, 'off');
-  let want: number[];
-  try {
-    want = await completionIds(baselineHub.url, baselineHub.model, E2E_PROMPT, N, m.ban);
-  } finally {
-    await baselineHub.close();
-  }
-  assert.equal(want.length, N);
+  const want = await baselineIds(m, N);
 
   const hub = await startSwarmHub(m.path, 'always', {}, 'm', { dir: pagesDir });
   const site = await hostSite(hub.url);
@@ -347,12 +323,8 @@ test('the widget on a strict-CSP site: consent, serve with identical tokens, pau
     await context.addInitScript(initScript({ pryOpen: true }));
     const page = await context.newPage();
     const requests: string[] = [];
-    const errors: string[] = [];
     context.on('request', (r) => requests.push(r.url()));
-    page.on('pageerror', (e) => errors.push(e.message));
-    page.on('console', (msg) => {
-      if (msg.type() === 'error' || msg.type() === 'warning') errors.push(msg.text());
-    });
+    const errors = pageErrors(page, { types: ['error', 'warning'] });
     const sockets: string[] = [];
     page.on('websocket', (ws) => sockets.push(ws.url()));
     await page.goto(`${site.url}/`);
@@ -510,11 +482,7 @@ test('the widget on a strict-CSP site: consent, serve with identical tokens, pau
       ['/dashboard', '.uplot canvas'],
     ] as const) {
       const other = await context.newPage();
-      const otherErrors: string[] = [];
-      other.on('pageerror', (e) => otherErrors.push(e.message));
-      other.on('console', (msg) => {
-        if (msg.type() === 'error' && !/EventSource/.test(msg.text())) otherErrors.push(msg.text());
-      });
+      const otherErrors = pageErrors(other, { ignore: /EventSource/ });
       await other.goto(`${hub.url}${path}`);
       await other.locator(ready).first().waitFor({ timeout: STEP_MS });
       if (path === '/dashboard') await other.locator('[data-testid^="heatmap-"] canvas').first().waitFor({ timeout: STEP_MS });

@@ -1,14 +1,17 @@
 /**
  * Real headless Chromium (Debian's /usr/bin/chromium, driven by playwright-core; never a browser download) with
- * WebGPU through SwiftShader, on a page served from loopback that runs a bundled entry module.
+ * WebGPU through SwiftShader: a page served from loopback that runs a bundled entry module (openPage), and the
+ * launchers, error collection and axe check that the page tests (dashboard, volunteer page, widget) share.
  */
+import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { AxeBuilder } from '@axe-core/playwright';
 import { build, type Plugin } from 'esbuild';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { chromium, type Browser, type BrowserContext, type Page, type ViewportSize } from 'playwright-core';
 import { WGSL } from '../../shaders/wgsl-sources.ts';
 
 export const CHROMIUM = '/usr/bin/chromium';
@@ -24,6 +27,69 @@ export const CHROMIUM_ARGS = [
   '--no-first-run',
   '--disable-quic',
 ];
+
+/** The page tests' launch: CHROMIUM_ARGS in Chrome's new headless mode. */
+export const CHROMIUM_LAUNCH = { executablePath: CHROMIUM, headless: true, args: [...CHROMIUM_ARGS, '--headless=new'], timeout: 60_000 };
+
+/** A headless Chromium (CHROMIUM_LAUNCH, or other flags) for a test that opens its own contexts; the caller closes it. */
+export function launchChromium(args: string[] = CHROMIUM_LAUNCH.args): Promise<Browser> {
+  return chromium.launch({ ...CHROMIUM_LAUNCH, args });
+}
+
+export interface ChromiumProfile {
+  context: BrowserContext;
+  /** The profile's first page, blank. */
+  page: Page;
+  /** Closes the browser and removes its profile. */
+  close(): Promise<void>;
+}
+
+/** A headless Chromium on a fresh profile (a temporary folder, removed by close), with its first page. */
+export async function openProfile({ args, viewport }: { args?: string[]; viewport?: ViewportSize } = {}): Promise<ChromiumProfile> {
+  const profile = mkdtempSync(join(tmpdir(), 'es-chromium-'));
+  let context: BrowserContext | undefined;
+  const close = async (): Promise<void> => {
+    await context?.close();
+    rmSync(profile, { recursive: true, force: true });
+  };
+  try {
+    context = await chromium.launchPersistentContext(profile, {
+      ...CHROMIUM_LAUNCH,
+      args: args ?? CHROMIUM_LAUNCH.args,
+      ...(viewport ? { viewport } : {}),
+    });
+    const page = context.pages()[0] ?? (await context.newPage());
+    return { context, page, close };
+  } catch (e) {
+    await close();
+    throw e;
+  }
+}
+
+/**
+ * Collects what goes wrong on `page`: its uncaught errors, and its console messages of `types` (errors unless told)
+ * except those that match `ignore`. The array fills as the page runs.
+ */
+export function pageErrors(page: Page, { types = ['error'], ignore }: { types?: string[]; ignore?: RegExp } = {}): string[] {
+  const errors: string[] = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  page.on('console', (m) => {
+    if (types.includes(m.type()) && !ignore?.test(m.text())) errors.push(m.text());
+  });
+  return errors;
+}
+
+/** axe-core over the page and its frames: no serious or critical violation of WCAG 2.x A/AA. Returns axe's results. */
+export async function assertAccessible(page: Page, where: string): Promise<Awaited<ReturnType<AxeBuilder['analyze']>>> {
+  const result = await new AxeBuilder({ page }).withTags(['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'wcag22aa']).analyze();
+  const bad = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+  assert.deepEqual(
+    bad.map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => JSON.stringify(n.target)).join(', ')}`),
+    [],
+    `${where}: axe violations`,
+  );
+  return result;
+}
 
 /** The browser has no filesystem: the WGSL loader module is replaced by the same strings, inlined. */
 const inlineWgsl: Plugin = {
@@ -91,29 +157,18 @@ export async function openPage(script: string): Promise<BrowserPage> {
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
   const port = (server.address() as { port: number }).port;
-  const profile = mkdtempSync(join(tmpdir(), 'es-chromium-'));
-  let context: BrowserContext | undefined;
-  try {
-    context = await chromium.launchPersistentContext(profile, {
-      executablePath: CHROMIUM,
-      headless: true,
-      args: CHROMIUM_ARGS,
-      timeout: 60_000,
-    });
-    const page = context.pages()[0] ?? (await context.newPage());
-    await page.goto(`http://127.0.0.1:${port}/`);
-    return {
-      page,
-      async close() {
-        await context?.close();
-        server.close();
-        rmSync(profile, { recursive: true, force: true });
-      },
-    };
-  } catch (e) {
-    await context?.close();
+  let browser: ChromiumProfile | undefined;
+  const close = async (): Promise<void> => {
+    await browser?.close();
     server.close();
-    rmSync(profile, { recursive: true, force: true });
+  };
+  try {
+    // CHROMIUM_ARGS alone (no '--headless=new'), as the kernel tests have always launched it.
+    browser = await openProfile({ args: CHROMIUM_ARGS });
+    await browser.page.goto(`http://127.0.0.1:${port}/`);
+    return { page: browser.page, close };
+  } catch (e) {
+    await close();
     throw e;
   }
 }

@@ -3,6 +3,7 @@
  * as separate processes (`npx expertswarm volunteer`) or browser tabs, and the readings the tests assert: token ids
  * of greedy completions through `/v1/completions`, the dispatch map, and the Prometheus counters.
  */
+import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -14,6 +15,7 @@ import type { DispatchMode } from '../../hub/dispatch/policy.ts';
 import type { PagesOptions } from '../../hub/pages.ts';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import type { ModelConfig } from '../../tools/model-arch.ts';
+import type { TestModel } from './models.ts';
 
 /** The end-to-end tests' generation: greedy tokens after this prompt. */
 export const E2E_PROMPT = 'The swarm serves';
@@ -107,6 +109,21 @@ export async function completionIds(url: string, model: string, prompt: string, 
   if (!r.ok) throw new Error(`/v1/completions answered ${r.status}: ${text.slice(0, 400)}`);
   const json = JSON.parse(text) as { choices: Array<{ logprobs?: { content?: Array<{ id: number }> } }> };
   return (json.choices[0]?.logprobs?.content ?? []).map((t) => t.id);
+}
+
+/**
+ * The tokens a dispatched run must give: `n` greedy tokens after E2E_PROMPT from the same model on a hub of its own
+ * with `--dispatch off` (the coordinator alone), closed once it answered.
+ */
+export async function baselineIds(m: Pick<TestModel, 'path' | 'ban'>, n = E2E_TOKENS): Promise<number[]> {
+  const hub = await startSwarmHub(m.path, 'off');
+  try {
+    const ids = await completionIds(hub.url, hub.model, E2E_PROMPT, n, m.ban);
+    assert.equal(ids.length, n, 'the baseline has every token');
+    return ids;
+  } finally {
+    await hub.close();
+  }
 }
 
 export interface MapRow {

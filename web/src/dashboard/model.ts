@@ -229,6 +229,11 @@ export interface ChartSpec {
   series: SeriesSpec[];
 }
 
+/** One series per key of `colors`, in its order: labelled by the key, valued by that field of `pick(sample)`. */
+function keyedSeries<K extends string>(pick: (s: Sample) => Record<NoInfer<K>, number>, colors: Record<K, string>): SeriesSpec[] {
+  return (Object.keys(colors) as K[]).map((key) => ({ label: key, color: colors[key], value: (s) => pick(s)[key] }));
+}
+
 export const CHARTS: readonly ChartSpec[] = [
   {
     group: 'slots',
@@ -244,23 +249,19 @@ export const CHARTS: readonly ChartSpec[] = [
     group: 'workers',
     title: 'Workers by state',
     unit: 'workers',
-    series: [
-      { label: 'grace', color: '#8a5a00', value: (s) => s.workers.grace },
-      { label: 'proven', color: '#17703a', value: (s) => s.workers.proven },
-      { label: 'idle', color: '#5b6472', value: (s) => s.workers.idle },
-      { label: 'released', color: '#1f4fd1', value: (s) => s.workers.released },
-      { label: 'quarantined', color: '#b42318', value: (s) => s.workers.quarantined },
-    ],
+    series: keyedSeries((s) => s.workers, {
+      grace: '#8a5a00',
+      proven: '#17703a',
+      idle: '#5b6472',
+      released: '#1f4fd1',
+      quarantined: '#b42318',
+    }),
   },
   {
     group: 'pairs',
     title: 'Dispatched pairs per second',
     unit: 'pairs/s',
-    series: [
-      { label: 'served', color: '#17703a', value: (s) => s.pairsPerS.served },
-      { label: 'fallback', color: '#a3460a', value: (s) => s.pairsPerS.fallback },
-      { label: 'late', color: '#b42318', value: (s) => s.pairsPerS.late },
-    ],
+    series: keyedSeries((s) => s.pairsPerS, { served: '#17703a', fallback: '#a3460a', late: '#b42318' }),
   },
   {
     group: 'latency',

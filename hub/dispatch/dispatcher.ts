@@ -43,9 +43,15 @@ import {
   decodeAudit,
   decodeHello,
   decodeRequest,
+  type DispatchVersion,
+  checkVersion,
+  encodeClaim,
   encodeHelloAck,
   encodeResponse,
+  encodeResult,
+  negotiateVersion,
 } from './protocol.ts';
+import { type ClaimConfig, type ClaimReason, DEFAULT_CLAIMS, claimCaps } from './claims.ts';
 import {
   DEFAULT_DEADLINES,
   type DeadlineConfig,
@@ -218,6 +224,8 @@ export interface ModelDispatcherOptions {
   mode?: DispatchMode;
   policy?: Partial<LayerOneConfig>;
   deadlines?: Partial<DeadlineConfig>;
+  /** Protocol v2's claim caps (claims.ts): probe size, the gain a split must bring. */
+  claims?: Partial<ClaimConfig>;
   limits?: Partial<DispatcherLimits>;
   /** The poller's latest reading of this model's coordinator (`SaturationPoller.reading`); must not block. */
   saturation?: () => SlotsReading | undefined;
@@ -270,6 +278,8 @@ export interface DispatcherTotals {
   pairs: { served: number; fallback: number; rejected: number; late: number; audited: number };
   /** Policy decisions by reason, per (worker, request). */
   decisions: Partial<Record<PolicyReason, number>>;
+  /** v2 claim caps by reason, per (worker, request) that the Layer-1 policy let through. */
+  claims: Partial<Record<ClaimReason, number>>;
 }
 
 const PENDING = 0;
@@ -279,6 +289,9 @@ const FAILED = 3;
 
 interface InFlight {
   readonly conn: Connection;
+  /** v2: items sent in shadow (audited, not claimed): their answers go to `audit`, never into the sums. */
+  readonly shadow: boolean[];
+  audit: PendingAudit | null;
   readonly req: DispatchRequest;
   readonly plan: RequestPlan;
   readonly links: WorkerLink[];
@@ -298,6 +311,8 @@ interface Connection {
   readonly socket: Socket;
   readonly reader: FrameReader;
   hello: Hello | null;
+  /** The version the connection speaks, agreed at HELLO (the coordinator's offer, at most DISPATCH_VERSION). */
+  version: DispatchVersion;
   /** Bytes received and not yet returned as a frame. */
   buffered: number;
   maxFrameBytes: number;
@@ -305,6 +320,8 @@ interface Connection {
   inFlight: InFlight | null;
   /** Withheld partials waiting for the coordinator's AUDIT frame of the same seq. */
   awaitingAudit: AwaitingAudit | null;
+  /** v2: the shadow items of the request whose AUDIT frame is awaited (its AUDIT comes before the next REQUEST). */
+  pendingAudit: PendingAudit | null;
   closed: boolean;
 }
 
@@ -312,6 +329,24 @@ interface AwaitingAudit {
   seq: number;
   layer: number;
   items: Array<{ workerId: string; rowToken: ArrayLike<number>; nRows: number; nPairs: number; partial: Float32Array }>;
+}
+
+/**
+ * v2: the items of one request sent in shadow, and the coordinator's AUDIT sums for them — each may come first. An
+ * item is compared once both are there; one that fails or is late is dropped.
+ */
+interface PendingAudit {
+  seq: number;
+  layer: number;
+  trusted: Float32Array | null;
+  items: Array<{
+    workerId: string;
+    rowToken: ArrayLike<number>;
+    nRows: number;
+    nPairs: number;
+    partial: Float32Array | null;
+    done: boolean;
+  }>;
 }
 
 /** One worker's answer held against the coordinator's own sums (AUDIT frame). */
@@ -370,9 +405,11 @@ export class ModelDispatcher {
     servedRequests: 0,
     pairs: { served: 0, fallback: 0, rejected: 0, late: 0, audited: 0 },
     decisions: {},
+    claims: {},
   };
   private readonly policyCfg: LayerOneConfig;
   private readonly deadlineCfg: DeadlineConfig;
+  private readonly claimCfg: ClaimConfig;
   private readonly limits: DispatcherLimits;
   private readonly workers = new Map<string, WorkerDispatchStats>();
   private readonly clock: () => number;
@@ -404,6 +441,7 @@ export class ModelDispatcher {
     if (!DISPATCH_MODES.includes(this.mode)) throw new RangeError(`dispatch mode ${String(this.mode)} is not one of ${DISPATCH_MODES}`);
     this.policyCfg = { ...DEFAULT_LAYER_ONE, ...opts.policy };
     this.deadlineCfg = { ...DEFAULT_DEADLINES, ...opts.deadlines };
+    this.claimCfg = { ...DEFAULT_CLAIMS, ...opts.claims };
     this.limits = { ...DEFAULT_DISPATCHER_LIMITS, ...opts.limits };
     this.clock = opts.clock ?? Date.now;
     this.events = opts.events ?? {};
@@ -503,8 +541,10 @@ export class ModelDispatcher {
       buffered: 0,
       maxFrameBytes: HEADER_BYTES + HELLO_FIXED_BYTES + DISPATCH_LIMITS.maxModelDesc,
       helloTimer: undefined,
+      version: 1,
       inFlight: null,
       awaitingAudit: null,
+      pendingAudit: null,
       closed: false,
     };
     this.conn = conn;
@@ -545,6 +585,7 @@ export class ModelDispatcher {
   }
 
   private onFrame(conn: Connection, header: FrameHeader, payload: Uint8Array): void {
+    if (conn.hello) checkVersion(header, conn.version);
     switch (header.kind) {
       case FrameKind.Hello: {
         if (conn.hello) throw new DispatchProtocolError('DISPATCH_BAD_KIND', 'a second HELLO on one connection');
@@ -557,11 +598,12 @@ export class ModelDispatcher {
           this.emitCoordinator('refused', `code ${code}: ${hello.modelDesc}`);
           return;
         }
+        conn.version = negotiateVersion(header.version);
         conn.hello = hello;
         this.lastHello = hello;
         conn.maxFrameBytes = largestRequestFrame(hello.nEmbd);
-        this.write(conn, encodeHelloAck(true));
-        this.emitCoordinator('hello', hello.modelDesc);
+        this.write(conn, encodeHelloAck(true, 0, conn.version));
+        this.emitCoordinator('hello', `${hello.modelDesc} (protocol v${conn.version})`);
         return;
       }
       case FrameKind.Request: {
@@ -572,6 +614,7 @@ export class ModelDispatcher {
         const req = decodeRequest(header, payload, hello.nExpert);
         // The coordinator sends AUDIT before its next REQUEST; one still awaited was not sent (it dropped the layer).
         conn.awaitingAudit = null;
+        conn.pendingAudit = null;
         if (req.nEmbd !== hello.nEmbd)
           throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `n_embd ${req.nEmbd}, HELLO said ${hello.nEmbd}`);
         if (req.layer >= hello.nLayer) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `layer ${req.layer} of ${hello.nLayer}`);
@@ -579,15 +622,24 @@ export class ModelDispatcher {
         return;
       }
       case FrameKind.Audit: {
+        // v1: withheld answers wait in awaitingAudit; v2: shadow items in pendingAudit (their answers may come later).
         const hello = conn.hello;
-        const waiting = conn.awaitingAudit;
+        const waiting = conn.version === 2 ? conn.pendingAudit : conn.awaitingAudit;
         if (!hello || !waiting || waiting.seq !== header.seq)
           throw new DispatchProtocolError('DISPATCH_BAD_KIND', `an AUDIT (seq ${header.seq}) nobody asked for`);
         conn.awaitingAudit = null;
+        conn.pendingAudit = null;
         const a = decodeAudit(header, payload, hello.nEmbd);
         if (a.layer !== waiting.layer)
           throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `AUDIT of layer ${a.layer}, asked for ${waiting.layer}`);
-        for (const it of waiting.items) this.events.onAudit?.(it.workerId, compareAudit(it, a.sums, hello.nEmbd, a.layer, a.seq));
+        if (conn.version === 2) {
+          const pending = waiting as PendingAudit;
+          pending.trusted = a.sums;
+          this.compareShadow(pending, hello.nEmbd);
+        } else {
+          for (const it of (waiting as AwaitingAudit).items)
+            this.events.onAudit?.(it.workerId, compareAudit(it, a.sums, hello.nEmbd, a.layer, a.seq));
+        }
         return;
       }
       default:
@@ -683,7 +735,8 @@ export class ModelDispatcher {
 
   private answerLocal(conn: Connection, req: DispatchRequest, quietMs: number, arrivedAt: number): void {
     const pairs = req.nTokens * req.nUsed;
-    this.write(conn, encodeResponse({ seq: req.seq, layer: req.layer, nTokens: req.nTokens, nUsed: req.nUsed, mode: 'local', quietMs }));
+    const head = { seq: req.seq, layer: req.layer, nTokens: req.nTokens, nUsed: req.nUsed, quietMs };
+    this.write(conn, conn.version === 2 ? encodeClaim({ ...head, claimed: null }) : encodeResponse({ ...head, mode: 'local' }));
     this.totals.localRequests++;
     this.totals.pairs.fallback += pairs;
     const m = this.opts.metrics;
@@ -732,6 +785,7 @@ export class ModelDispatcher {
     const chosen: WorkerLink[] = [];
     const chosenStats: WorkerDispatchStats[] = [];
     const probes: boolean[] = [];
+    const coveredBy: number[] = [];
     const cfg = this.policyCfg;
     for (const link of links) {
       if (link.layer !== req.layer || !(link.begin >= 0 && link.begin < link.end && link.end <= nExpert)) continue;
@@ -774,7 +828,11 @@ export class ModelDispatcher {
       chosen.push(link);
       chosenStats.push(st);
       probes.push(decision.reason === 'bench-probe');
+      coveredBy.push(covered);
     }
+    const v2 = conn.version === 2;
+    // `always` (tests, benchmarks) hands every covered pair to a worker; otherwise v2 claims only what speeds the layer up.
+    if (v2 && this.mode !== 'always' && planWorkers.length > 0) this.capClaims(req, planWorkers, coveredBy, budgetMs);
     const plan = planRequest(req, planWorkers);
     // Declined or uncovered: no quiet window, the next token may route to experts a worker holds.
     if (plan.dispatchedPairs === 0) {
@@ -785,6 +843,8 @@ export class ModelDispatcher {
     const n = plan.workers.length;
     const f: InFlight = {
       conn,
+      shadow: new Array(n).fill(false),
+      audit: null,
       req,
       plan,
       links: new Array(n),
@@ -800,6 +860,7 @@ export class ModelDispatcher {
       abandoned: false,
     };
     conn.inFlight = f;
+    if (v2) this.chooseShadow(f, chosen);
     for (let i = 0; i < n; i++) {
       const wp = plan.workers[i] as (typeof plan.workers)[number];
       const link = chosen[wp.worker] as WorkerLink;
@@ -833,6 +894,108 @@ export class ModelDispatcher {
       );
     }
     f.dispatchedAt = performance.now();
+    if (v2) this.writeClaim(f);
+  }
+
+  /** v2: caps each worker's pairs so that the layer finishes sooner than the coordinator alone (claims.ts). */
+  private capClaims(req: DispatchRequest, planWorkers: PlanWorker[], covered: readonly number[], budgetMs: number): void {
+    const caps = claimCaps(
+      {
+        nPairs: req.nTokens * req.nUsed,
+        localMsPerPair: req.localNsPerPair / 1e6,
+        budgetMs,
+        workers: planWorkers.map((w, i) => ({
+          covered: covered[i] as number,
+          queueMs: w.queueMs,
+          overheadMs: w.overheadMs,
+          perPairMs: w.perPairMs,
+        })),
+      },
+      this.claimCfg,
+    );
+    for (const [i, w] of planWorkers.entries()) {
+      w.cap = caps.caps[i] as number;
+      const r = caps.reasons[i] as ClaimReason;
+      this.totals.claims[r] = (this.totals.claims[r] ?? 0) + 1;
+    }
+  }
+
+  /**
+   * v2: which items go to their workers in shadow (audited: the coordinator computes their pairs and reports the sums,
+   * the worker's answer is held against them and never used). The AuditChooser picks among all items (none has
+   * answered yet); at most one item per row.
+   */
+  private chooseShadow(f: InFlight, chosen: readonly WorkerLink[]): void {
+    const choose = this.opts.chooseAudit;
+    if (!choose) return;
+    const workerIds = f.plan.workers.map((wp) => (chosen[wp.worker] as WorkerLink).workerId);
+    const picked = choose({ seq: f.req.seq, layer: f.req.layer, plan: f.plan, workerIds, answered: f.shadow.map(() => true) });
+    if (!picked || picked.length === 0) return;
+    const rowTaken = new Uint8Array(f.req.nTokens);
+    const items: PendingAudit['items'] = [];
+    for (const i of picked) {
+      const wp = f.plan.workers[i];
+      if (!wp || f.shadow[i] || wp.rowToken.some((t) => rowTaken[t] === 1)) continue;
+      for (const t of wp.rowToken) rowTaken[t] = 1;
+      f.shadow[i] = true;
+      f.remaining--;
+      items.push({
+        workerId: workerIds[i] as string,
+        rowToken: wp.rowToken,
+        nRows: wp.nRows,
+        nPairs: wp.nPairs,
+        partial: null,
+        done: false,
+      });
+    }
+    if (items.length > 0) f.audit = { seq: f.req.seq, layer: f.req.layer, trusted: null, items };
+  }
+
+  /** v2: the CLAIM, at once: the pairs of the items not in shadow are claimed, the shadow items' pairs audited. */
+  private writeClaim(f: InFlight): void {
+    const { conn, req, plan } = f;
+    const pairs = req.nTokens * req.nUsed;
+    const claimed = new Uint8Array(pairs);
+    const audit = f.audit ? new Uint8Array(pairs) : null;
+    let auditedPairs = 0;
+    for (const [i, wp] of plan.workers.entries()) {
+      const mask = f.shadow[i] ? audit : claimed;
+      if (!mask) continue;
+      for (const p of wp.pairIndex) mask[p] = 1;
+      if (f.shadow[i]) auditedPairs += wp.nPairs;
+    }
+    if (f.audit) {
+      this.totals.pairs.audited += auditedPairs;
+      conn.pendingAudit = f.audit;
+    }
+    const claimedAny = f.remaining > 0;
+    this.write(
+      conn,
+      encodeClaim({
+        seq: req.seq,
+        layer: req.layer,
+        nTokens: req.nTokens,
+        nUsed: req.nUsed,
+        quietMs: 0,
+        claimed: claimedAny ? claimed : null,
+        audit,
+      }),
+    );
+    if (!claimedAny) {
+      // Only shadow items: every pair is the coordinator's, no RESULT follows; the shadow answers still come to `audit`.
+      conn.inFlight = null;
+      this.finish(f);
+    }
+  }
+
+  /** v2: compares the shadow items that have both their answer and the coordinator's sums. */
+  private compareShadow(a: PendingAudit, nEmbd: number): void {
+    if (!a.trusted) return;
+    for (const it of a.items) {
+      if (it.done || !it.partial) continue;
+      it.done = true;
+      this.events.onAudit?.(it.workerId, compareAudit({ ...it, partial: it.partial }, a.trusted, nEmbd, a.layer, a.seq));
+    }
   }
 
   private onAnswer(f: InFlight, i: number, partial: Float32Array, sentAt: number, deadlineAt: number): void {
@@ -854,22 +1017,36 @@ export class ModelDispatcher {
     const verdict = checkPartial(wp, partial, f.req.nEmbd);
     if (verdict !== 'ok') {
       f.state[i] = FAILED;
-      f.rejectedPairs[i] = wp.nPairs;
+      if (!f.shadow[i]) f.rejectedPairs[i] = wp.nPairs;
       st.rejected++;
       this.miss(st, verdict);
     } else {
       f.state[i] = ANSWERED;
-      f.partials[i] = partial;
       this.served(st, wp.nPairs, now - sentAt);
+      if (f.shadow[i]) this.shadowAnswer(f, i, partial);
+      else f.partials[i] = partial;
     }
-    this.settle(f);
+    this.settle(f, i);
+  }
+
+  /** v2: a shadow item's answer, held until the coordinator's AUDIT sums are there. */
+  private shadowAnswer(f: InFlight, i: number, partial: Float32Array): void {
+    const a = f.audit;
+    const hello = f.conn.hello;
+    if (!a || !hello) return;
+    let k = 0;
+    for (let j = 0; j < i; j++) if (f.shadow[j]) k++;
+    const it = a.items[k];
+    if (!it) return;
+    it.partial = partial;
+    this.compareShadow(a, hello.nEmbd);
   }
 
   private onTimeout(f: InFlight, i: number): void {
     if (f.state[i] !== PENDING) return;
     f.state[i] = TIMED_OUT;
     this.miss(f.stats[i] as WorkerDispatchStats, 'timeout');
-    this.settle(f);
+    this.settle(f, i);
   }
 
   private onFailure(f: InFlight, i: number): void {
@@ -879,7 +1056,7 @@ export class ModelDispatcher {
     clearTimeout(f.timers[i]);
     f.state[i] = FAILED;
     this.miss(st, 'error');
-    this.settle(f);
+    this.settle(f, i);
   }
 
   private served(st: WorkerDispatchStats, pairs: number, latencyMs: number): void {
@@ -938,8 +1115,9 @@ export class ModelDispatcher {
     return items.length === 0 ? null : { mask, items, held, pairs };
   }
 
-  /** One work item settled; answers the coordinator once none is pending. */
-  private settle(f: InFlight): void {
+  /** Work item i settled; answers the coordinator once none is pending (shadow items are not waited for). */
+  private settle(f: InFlight, i: number): void {
+    if (f.shadow[i]) return;
     if (--f.remaining > 0 || f.abandoned) return;
     f.settledAt = performance.now();
     this.finish(f);
@@ -951,7 +1129,8 @@ export class ModelDispatcher {
     const pairs = req.nTokens * req.nUsed;
     const served = new Uint8Array(pairs);
     const sums = new Float32Array(req.nTokens * req.nEmbd);
-    const audit = this.withholdAudited(f);
+    const v2 = conn.version === 2;
+    const audit = v2 ? null : this.withholdAudited(f);
     const nServed = mergePartials(plan, f.partials, req.nEmbd, served, sums);
     let rejected = 0;
     for (const r of f.rejectedPairs) rejected += r;
@@ -982,7 +1161,8 @@ export class ModelDispatcher {
         }),
       };
     }
-    this.write(conn, encodeResponse(nServed > 0 ? { ...base, mode: 'served', served, sums } : { ...base, mode: 'local' }));
+    if (!v2) this.write(conn, encodeResponse(nServed > 0 ? { ...base, mode: 'served', served, sums } : { ...base, mode: 'local' }));
+    else if (f.remaining === 0 && f.shadow.some((s) => !s)) this.write(conn, encodeResult({ ...base, served, sums }));
     const end = performance.now();
     const t = this.totals;
     if (nServed > 0) t.servedRequests++;

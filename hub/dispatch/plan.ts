@@ -24,6 +24,8 @@ export interface PlanWorker {
   overheadMs: number | null;
   /** Marginal cost of one more pair, ms. */
   perPairMs: number;
+  /** At most this many pairs (protocol v2's claim caps, hub/dispatch/claims.ts); absent = no cap. */
+  cap?: number;
 }
 
 /** One chosen worker's work item, and where its pairs sit in the request. */
@@ -109,6 +111,7 @@ export function planRequest(req: PlanRequestInput, workers: readonly PlanWorker[
     for (let w = 0; w < nW; w++) {
       const W = workers[w] as PlanWorker;
       if (e < W.begin || e >= W.end || W.end - W.begin > MAX_RANGE_WIDTH) continue;
+      if (W.cap !== undefined && (counts[w] as number) >= W.cap) continue;
       const f = finishMs(W, (counts[w] as number) + 1);
       if (f < bestFinish) {
         bestFinish = f;

@@ -1,5 +1,5 @@
 /**
- * The coordinator↔dispatcher expert-dispatch protocol, version 1 (docs/dispatch-protocol.md).
+ * The coordinator↔dispatcher expert-dispatch protocol, versions 1 and 2 (docs/dispatch-protocol.md).
  * The coordinator's side is coordinator/src/src/llama-expert-dispatch.cpp; both follow the same document.
  *
  * Every frame: a 16-byte little-endian header {magic "EXDP", version u16, kind u16, seq u32, payload u32}, then
@@ -8,11 +8,19 @@
  * Audit: a RESPONSE may flag pairs it did not serve as audited; the coordinator computes them (as it computes every
  * pair not served) and reports their sums in an AUDIT frame with the request's seq, the trusted reference a worker's
  * answer for the same pairs is held against (probation, spot checks).
+ *
+ * Version 2 (claims and overlap): the dispatcher answers a REQUEST at once with a CLAIM (the pairs it sent to
+ * workers); the coordinator computes the unclaimed pairs meanwhile, then reads the RESULT (the served pairs' sums)
+ * and computes any claimed pair that did not arrive. The version is negotiated in HELLO: the coordinator's HELLO
+ * carries the highest version it speaks, HELLO_ACK the version of the connection, which every later frame carries.
  */
 import type { Numerics } from '../../shaders/computer.ts';
 
 export const DISPATCH_MAGIC = 0x50445845;
-export const DISPATCH_VERSION = 1;
+/** The highest version this side speaks; a connection speaks min(the coordinator's, this). */
+export const DISPATCH_VERSION = 2;
+export const DISPATCH_MIN_VERSION = 1;
+export type DispatchVersion = 1 | 2;
 export const HEADER_BYTES = 16;
 
 export enum FrameKind {
@@ -20,9 +28,19 @@ export enum FrameKind {
   HelloAck = 2,
   Request = 3,
   Response = 4,
-  /** Coordinator → dispatcher after a RESPONSE that asked for audits: the audited pairs' sums. Nothing answers it. */
+  /** Coordinator → dispatcher after a RESPONSE (v1) or CLAIM (v2) that asked for audits: the audited pairs' sums. */
   Audit = 5,
+  /** v2, dispatcher → coordinator at once: the pairs sent to workers (and audits); the coordinator computes the rest. */
+  Claim = 6,
+  /** v2, dispatcher → coordinator after a CLAIM with claimed pairs: which of them were served, and their sums. */
+  Result = 7,
 }
+
+/** Which kinds a connection of each version may carry (RESPONSE is v1's answer; CLAIM and RESULT replace it in v2). */
+const KINDS_OF_VERSION: Readonly<Record<DispatchVersion, ReadonlySet<FrameKind>>> = Object.freeze({
+  1: new Set([FrameKind.Hello, FrameKind.HelloAck, FrameKind.Request, FrameKind.Response, FrameKind.Audit]),
+  2: new Set([FrameKind.Hello, FrameKind.HelloAck, FrameKind.Request, FrameKind.Audit, FrameKind.Claim, FrameKind.Result]),
+});
 
 export const DISPATCH_LIMITS = Object.freeze({
   maxRows: 8192,
@@ -38,6 +56,8 @@ const HELLO_ACK_BYTES = 8;
 const REQUEST_FIXED = 24;
 const RESPONSE_FIXED = 28;
 const AUDIT_FIXED = 16;
+const CLAIM_FIXED = 24;
+const RESULT_FIXED = 16;
 
 export type DispatchErrorCode =
   | 'DISPATCH_BAD_MAGIC'
@@ -47,7 +67,9 @@ export type DispatchErrorCode =
   | 'DISPATCH_BAD_FRAME'
   | 'DISPATCH_BAD_NUMERICS'
   /** Audit flags that are not 0/1, do not add up to n_audit, or mark a served pair (the coordinator drops such a frame). */
-  | 'DISPATCH_BAD_AUDIT';
+  | 'DISPATCH_BAD_AUDIT'
+  /** v2: claimed/served flags that are not 0/1, do not add up, or a pair served that was not claimed. */
+  | 'DISPATCH_BAD_CLAIM';
 
 export class DispatchProtocolError extends Error {
   constructor(
@@ -73,6 +95,8 @@ function numericsFromWire(v: number): Numerics {
 }
 
 export interface FrameHeader {
+  /** The version in the header: HELLO's is the highest the coordinator speaks, every other frame's the connection's. */
+  version: DispatchVersion;
   kind: FrameKind;
   seq: number;
   payloadBytes: number;
@@ -138,6 +162,35 @@ export interface ServedResponse extends ResponseBase {
 export type DispatchResponse = LocalResponse | ServedResponse;
 
 /**
+ * v2's immediate answer: `claimed[t·nUsed + k]` = 1 for each pair sent to a worker (the coordinator leaves it for
+ * the RESULT); null (or all 0) = none, every pair local, no RESULT follows. `audit` as in a RESPONSE; a pair may not
+ * be both claimed and audited.
+ */
+export interface DispatchClaim {
+  seq: number;
+  layer: number;
+  nTokens: number;
+  nUsed: number;
+  quietMs: number;
+  claimed: Uint8Array | null;
+  audit?: Uint8Array | null;
+}
+
+/**
+ * v2's second answer, once after a CLAIM with claimed pairs: `served` ⊆ claimed, and per token `sums[t]` = Σ over its
+ * served pairs of prob · expert(row). The coordinator computes the claimed pairs that were not served.
+ */
+export interface DispatchResult {
+  seq: number;
+  layer: number;
+  nTokens: number;
+  nUsed: number;
+  served: Uint8Array;
+  /** [nTokens × nEmbd]. */
+  sums: Float32Array;
+}
+
+/**
  * The coordinator's own sums of the pairs a RESPONSE flagged for audit, per row t: Σ over audited k, in k order, of
  * probs[t,k] · expert_{ids[t,k]}(rows[t]), computed as it computes every pair it keeps (bit for bit its stock
  * arithmetic). Rows without audited pairs are 0.
@@ -166,38 +219,59 @@ function putU32s(view: DataView, fields: readonly number[]): void {
   for (const [i, x] of fields.entries()) view.setUint32(HEADER_BYTES + 4 * i, x, true);
 }
 
-function frame(kind: FrameKind, seq: number, payloadBytes: number): { bytes: Uint8Array; view: DataView } {
+function frame(kind: FrameKind, seq: number, payloadBytes: number, version: DispatchVersion): { bytes: Uint8Array; view: DataView } {
   const bytes = new Uint8Array(HEADER_BYTES + payloadBytes);
   const view = new DataView(bytes.buffer);
   view.setUint32(0, DISPATCH_MAGIC, true);
-  view.setUint16(4, DISPATCH_VERSION, true);
+  view.setUint16(4, version, true);
   view.setUint16(6, kind, true);
   view.setUint32(8, seq >>> 0, true);
   view.setUint32(12, payloadBytes, true);
   return { bytes, view };
 }
 
-/** Checks a header; throws on anything but a well-formed v1 header within the caps. */
+/**
+ * Checks a header; throws on anything but a well-formed header of a version this side speaks, of a kind that version
+ * has, within the caps. Whether the version is the connection's is the caller's to check (`checkVersion`).
+ */
 export function decodeHeader(h: Uint8Array): FrameHeader {
   if (h.length < HEADER_BYTES) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `header needs ${HEADER_BYTES} bytes`);
   const v = new DataView(h.buffer, h.byteOffset, HEADER_BYTES);
   if (v.getUint32(0, true) !== DISPATCH_MAGIC) throw new DispatchProtocolError('DISPATCH_BAD_MAGIC', 'not an expert-dispatch frame');
   const version = v.getUint16(4, true);
-  if (version !== DISPATCH_VERSION) {
-    throw new DispatchProtocolError('DISPATCH_BAD_VERSION', `protocol version ${version}, this side speaks ${DISPATCH_VERSION}`);
+  if (version < DISPATCH_MIN_VERSION || version > DISPATCH_VERSION) {
+    throw new DispatchProtocolError(
+      'DISPATCH_BAD_VERSION',
+      `protocol version ${version}, this side speaks ${DISPATCH_MIN_VERSION}..${DISPATCH_VERSION}`,
+    );
   }
   const kind = v.getUint16(6, true);
-  if (!(kind in FrameKind)) throw new DispatchProtocolError('DISPATCH_BAD_KIND', `unknown frame kind ${kind}`);
+  if (!KINDS_OF_VERSION[version as DispatchVersion].has(kind)) {
+    throw new DispatchProtocolError('DISPATCH_BAD_KIND', `frame kind ${kind} does not exist in version ${version}`);
+  }
   const payloadBytes = v.getUint32(12, true);
   if (payloadBytes > DISPATCH_LIMITS.maxPayload) {
     throw new DispatchProtocolError('DISPATCH_TOO_LARGE', `payload of ${payloadBytes} bytes exceeds ${DISPATCH_LIMITS.maxPayload}`);
   }
-  return { kind: kind as FrameKind, seq: v.getUint32(8, true), payloadBytes };
+  return { version: version as DispatchVersion, kind: kind as FrameKind, seq: v.getUint32(8, true), payloadBytes };
 }
 
-export function encodeHello(h: Hello): Uint8Array {
+/** A frame after HELLO must carry the connection's version. */
+export function checkVersion(header: FrameHeader, connection: DispatchVersion): void {
+  if (header.version !== connection) {
+    throw new DispatchProtocolError('DISPATCH_BAD_VERSION', `a version ${header.version} frame on a version ${connection} connection`);
+  }
+}
+
+/** The version a connection speaks when the coordinator's HELLO offers `offered`. */
+export function negotiateVersion(offered: DispatchVersion): DispatchVersion {
+  return Math.min(offered, DISPATCH_VERSION) as DispatchVersion;
+}
+
+/** `version`: the highest version the coordinator speaks. */
+export function encodeHello(h: Hello, version: DispatchVersion = DISPATCH_VERSION): Uint8Array {
   const desc = new TextEncoder().encode(h.modelDesc).subarray(0, DISPATCH_LIMITS.maxModelDesc);
-  const { bytes, view } = frame(FrameKind.Hello, 0, HELLO_FIXED + desc.length);
+  const { bytes, view } = frame(FrameKind.Hello, 0, HELLO_FIXED + desc.length, version);
   putU32s(view, [h.nLayer, h.nEmbd, h.nExpert, h.nExpertUsed, h.deadlineMs, NUMERICS_WIRE[h.numerics], desc.length]);
   bytes.set(desc, HEADER_BYTES + HELLO_FIXED);
   return bytes;
@@ -224,17 +298,20 @@ export function decodeHello(payload: Uint8Array): Hello {
   return hello;
 }
 
-/** accepted=false refuses the coordinator (e.g. a different model than the hub expects); `code` says why. */
-export function encodeHelloAck(accepted: boolean, code = 0): Uint8Array {
-  const { bytes, view } = frame(FrameKind.HelloAck, 0, HELLO_ACK_BYTES);
+/**
+ * accepted=false refuses the coordinator (e.g. a different model than the hub expects); `code` says why. `version`:
+ * the connection's (negotiateVersion of the HELLO's).
+ */
+export function encodeHelloAck(accepted: boolean, code = 0, version: DispatchVersion = DISPATCH_VERSION): Uint8Array {
+  const { bytes, view } = frame(FrameKind.HelloAck, 0, HELLO_ACK_BYTES, version);
   view.setUint32(HEADER_BYTES, accepted ? 1 : 0, true);
   view.setUint32(HEADER_BYTES + 4, code, true);
   return bytes;
 }
 
-export function encodeRequest(r: DispatchRequest): Uint8Array {
+export function encodeRequest(r: DispatchRequest, version: DispatchVersion = DISPATCH_VERSION): Uint8Array {
   const payload = REQUEST_FIXED + 4 * (r.nTokens * r.nEmbd + 2 * r.nTokens * r.nUsed);
-  const { bytes, view } = frame(FrameKind.Request, r.seq, payload);
+  const { bytes, view } = frame(FrameKind.Request, r.seq, payload, version);
   putU32s(view, [r.layer, r.nTokens, r.nEmbd, r.nUsed, r.deadlineUs, r.localNsPerPair]);
   let o = HEADER_BYTES + REQUEST_FIXED;
   bytes.set(new Uint8Array(r.rows.buffer, r.rows.byteOffset, r.rows.byteLength), o);
@@ -309,7 +386,7 @@ export function encodeResponse(r: DispatchResponse): Uint8Array {
   const auditAt = RESPONSE_FIXED + (r.mode === 'served' ? pad4(pairs) : 0);
   const sumsAt = auditAt + (nAudit > 0 ? pad4(pairs) : 0);
   const payload = sumsAt + (r.mode === 'served' ? r.sums.byteLength : 0);
-  const { bytes, view } = frame(FrameKind.Response, r.seq, payload);
+  const { bytes, view } = frame(FrameKind.Response, r.seq, payload, 1);
   if (r.mode === 'served') {
     bytes.set(r.served, HEADER_BYTES + RESPONSE_FIXED);
     bytes.set(new Uint8Array(r.sums.buffer, r.sums.byteOffset, r.sums.byteLength), HEADER_BYTES + sumsAt);
@@ -362,11 +439,124 @@ export function decodeResponse(header: FrameHeader, payload: Uint8Array, nEmbd: 
   return { ...base, ...withAudit, mode: 'served', served, sums: new Float32Array(body.buffer, sumsAt, base.nTokens * nEmbd) };
 }
 
+/** Refuses flags set on both arrays (claimed and audited, or served and not claimed when `subset`). */
+function checkDisjoint(a: Uint8Array, b: Uint8Array, what: string, code: DispatchErrorCode): void {
+  for (let i = 0; i < a.length; i++) {
+    if (a[i] === 1 && b[i] === 1) throw new DispatchProtocolError(code, `pair ${i} is ${what}`);
+  }
+}
+
+/**
+ * CLAIM payload (v2): 24 fixed bytes {layer, n_tokens, n_used, quiet_ms, n_claimed, n_audit}, then claimed u8[pairs]
+ * padded to 4 (n_claimed > 0), audit u8[pairs] padded to 4 (n_audit > 0).
+ */
+export function encodeClaim(c: DispatchClaim): Uint8Array {
+  checkInt('n_tokens', c.nTokens, 1, DISPATCH_LIMITS.maxRows);
+  checkInt('n_used', c.nUsed, 1, DISPATCH_LIMITS.maxUsed);
+  checkInt('quiet_ms', c.quietMs, 0, DISPATCH_LIMITS.maxQuietMs);
+  const pairs = c.nTokens * c.nUsed;
+  const flags = (f: Uint8Array | null | undefined, what: string): number => {
+    if (!f) return 0;
+    if (f.length !== pairs) throw new DispatchProtocolError('DISPATCH_BAD_CLAIM', `${what} flags do not cover every pair`);
+    return countFlags(f, what, 'DISPATCH_BAD_CLAIM');
+  };
+  const nClaimed = flags(c.claimed, 'claimed');
+  const nAudit = flags(c.audit, 'audit');
+  if (c.claimed && c.audit) checkDisjoint(c.claimed, c.audit, 'both claimed and audited', 'DISPATCH_BAD_AUDIT');
+  const auditAt = CLAIM_FIXED + (nClaimed > 0 ? pad4(pairs) : 0);
+  const payload = auditAt + (nAudit > 0 ? pad4(pairs) : 0);
+  const { bytes, view } = frame(FrameKind.Claim, c.seq, payload, 2);
+  putU32s(view, [c.layer, c.nTokens, c.nUsed, c.quietMs, nClaimed, nAudit]);
+  if (c.claimed && nClaimed > 0) bytes.set(c.claimed, HEADER_BYTES + CLAIM_FIXED);
+  if (c.audit && nAudit > 0) bytes.set(c.audit, HEADER_BYTES + auditAt);
+  return bytes;
+}
+
+/** Decodes and checks a CLAIM as the coordinator does (sizes, flags, counts, claimed and audited disjoint). */
+export function decodeClaim(header: FrameHeader, payload: Uint8Array): DispatchClaim {
+  if (header.kind !== FrameKind.Claim) throw new DispatchProtocolError('DISPATCH_BAD_KIND', `expected a claim, got kind ${header.kind}`);
+  if (payload.length < CLAIM_FIXED) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'claim is too short');
+  const v = new DataView(payload.buffer, payload.byteOffset, payload.length);
+  const u = (i: number): number => v.getUint32(4 * i, true);
+  const [layer, nTokens, nUsed, quietMs, nClaimed, nAudit] = [u(0), u(1), u(2), u(3), u(4), u(5)];
+  checkInt('n_tokens', nTokens, 1, DISPATCH_LIMITS.maxRows);
+  checkInt('n_used', nUsed, 1, DISPATCH_LIMITS.maxUsed);
+  checkInt('quiet_ms', quietMs, 0, DISPATCH_LIMITS.maxQuietMs);
+  const pairs = nTokens * nUsed;
+  if (nClaimed > pairs) throw new DispatchProtocolError('DISPATCH_BAD_CLAIM', `n_claimed ${nClaimed} exceeds the ${pairs} pairs`);
+  if (nAudit > pairs) throw new DispatchProtocolError('DISPATCH_BAD_AUDIT', `n_audit ${nAudit} exceeds the ${pairs} pairs`);
+  const auditAt = CLAIM_FIXED + (nClaimed > 0 ? pad4(pairs) : 0);
+  const want = auditAt + (nAudit > 0 ? pad4(pairs) : 0);
+  if (payload.length !== want) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `claim of ${payload.length} bytes, expected ${want}`);
+  const body = payload.slice();
+  const claimed = nClaimed > 0 ? body.subarray(CLAIM_FIXED, CLAIM_FIXED + pairs) : null;
+  if (claimed && countFlags(claimed, 'claimed', 'DISPATCH_BAD_CLAIM') !== nClaimed) {
+    throw new DispatchProtocolError('DISPATCH_BAD_CLAIM', `n_claimed ${nClaimed} does not match the claimed flags`);
+  }
+  const audit = nAudit > 0 ? body.subarray(auditAt, auditAt + pairs) : null;
+  if (audit) {
+    if (countFlags(audit, 'audit', 'DISPATCH_BAD_AUDIT') !== nAudit) {
+      throw new DispatchProtocolError('DISPATCH_BAD_AUDIT', `n_audit ${nAudit} does not match the audit flags`);
+    }
+    if (claimed) checkDisjoint(claimed, audit, 'both claimed and audited', 'DISPATCH_BAD_AUDIT');
+  }
+  return { seq: header.seq, layer, nTokens, nUsed, quietMs, claimed, audit };
+}
+
+/** RESULT payload (v2): 16 fixed bytes {layer, n_tokens, n_used, n_served}, served u8[pairs] padded to 4, sums f32[n_tokens·n_embd]. */
+export function encodeResult(r: DispatchResult): Uint8Array {
+  checkInt('n_tokens', r.nTokens, 1, DISPATCH_LIMITS.maxRows);
+  checkInt('n_used', r.nUsed, 1, DISPATCH_LIMITS.maxUsed);
+  const pairs = r.nTokens * r.nUsed;
+  if (r.served.length !== pairs) throw new DispatchProtocolError('DISPATCH_BAD_CLAIM', 'served flags do not cover every pair');
+  const nServed = countFlags(r.served, 'served', 'DISPATCH_BAD_CLAIM');
+  const sumsAt = RESULT_FIXED + pad4(pairs);
+  const { bytes, view } = frame(FrameKind.Result, r.seq, sumsAt + r.sums.byteLength, 2);
+  putU32s(view, [r.layer, r.nTokens, r.nUsed, nServed]);
+  bytes.set(r.served, HEADER_BYTES + RESULT_FIXED);
+  bytes.set(new Uint8Array(r.sums.buffer, r.sums.byteOffset, r.sums.byteLength), HEADER_BYTES + sumsAt);
+  return bytes;
+}
+
+/**
+ * Decodes and checks a RESULT as the coordinator does, for a coordinator of width `nEmbd`; with `claimed` (the
+ * CLAIM's flags) it also refuses a served pair that was not claimed and non-finite sums.
+ */
+export function decodeResult(header: FrameHeader, payload: Uint8Array, nEmbd: number, claimed?: Uint8Array | null): DispatchResult {
+  if (header.kind !== FrameKind.Result) throw new DispatchProtocolError('DISPATCH_BAD_KIND', `expected a result, got kind ${header.kind}`);
+  if (payload.length < RESULT_FIXED) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'result is too short');
+  const v = new DataView(payload.buffer, payload.byteOffset, payload.length);
+  const u = (i: number): number => v.getUint32(4 * i, true);
+  const [layer, nTokens, nUsed, nServed] = [u(0), u(1), u(2), u(3)];
+  checkInt('n_tokens', nTokens, 1, DISPATCH_LIMITS.maxRows);
+  checkInt('n_used', nUsed, 1, DISPATCH_LIMITS.maxUsed);
+  const pairs = nTokens * nUsed;
+  const sumsAt = RESULT_FIXED + pad4(pairs);
+  const want = sumsAt + 4 * nTokens * nEmbd;
+  if (payload.length !== want) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `result of ${payload.length} bytes, expected ${want}`);
+  const body = payload.slice();
+  const served = body.subarray(RESULT_FIXED, RESULT_FIXED + pairs);
+  if (countFlags(served, 'served', 'DISPATCH_BAD_CLAIM') !== nServed) {
+    throw new DispatchProtocolError('DISPATCH_BAD_CLAIM', `n_served ${nServed} does not match the served flags`);
+  }
+  if (claimed) {
+    if (claimed.length !== pairs) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'result does not match its claim');
+    for (let i = 0; i < pairs; i++) {
+      if (served[i] === 1 && claimed[i] !== 1) throw new DispatchProtocolError('DISPATCH_BAD_CLAIM', `pair ${i} served but not claimed`);
+    }
+  }
+  const sums = new Float32Array(body.buffer, sumsAt, nTokens * nEmbd);
+  for (const x of sums) {
+    if (!Number.isFinite(x)) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'non-finite sum');
+  }
+  return { seq: header.seq, layer, nTokens, nUsed, served, sums };
+}
+
 /** AUDIT payload: {layer, n_tokens, n_audit, reserved 0} then sums f32[n_tokens·n_embd]. Written by the coordinator. */
-export function encodeAudit(a: DispatchAudit): Uint8Array {
+export function encodeAudit(a: DispatchAudit, version: DispatchVersion = DISPATCH_VERSION): Uint8Array {
   checkInt('n_tokens', a.nTokens, 1, DISPATCH_LIMITS.maxRows);
   checkInt('n_audit', a.nAudit, 1, a.nTokens * DISPATCH_LIMITS.maxUsed);
-  const { bytes, view } = frame(FrameKind.Audit, a.seq, AUDIT_FIXED + a.sums.byteLength);
+  const { bytes, view } = frame(FrameKind.Audit, a.seq, AUDIT_FIXED + a.sums.byteLength, version);
   putU32s(view, [a.layer, a.nTokens, a.nAudit, 0]);
   bytes.set(new Uint8Array(a.sums.buffer, a.sums.byteOffset, a.sums.byteLength), HEADER_BYTES + AUDIT_FIXED);
   return bytes;

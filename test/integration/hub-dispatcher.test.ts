@@ -23,12 +23,18 @@ import { Registry } from 'prom-client';
 import { DispatchMetrics, ModelDispatcher, type ModelDispatcherOptions, type ResponseSummary } from '../../hub/dispatch/dispatcher.ts';
 import type { WorkItem, WorkerLink } from '../../hub/dispatch/worker-link.ts';
 import {
+  type DispatchClaim,
   type DispatchRequest,
   type DispatchResponse,
+  type DispatchResult,
+  type DispatchVersion,
   FrameKind,
   FrameReader,
   type Hello,
+  decodeClaim,
   decodeResponse,
+  decodeResult,
+  encodeAudit,
   encodeHello,
   encodeRequest,
 } from '../../hub/dispatch/protocol.ts';
@@ -98,13 +104,20 @@ class Links {
   }
 }
 
-/** A scripted coordinator: HELLO, then one REQUEST at a time, reading each RESPONSE. */
+type Frame = { kind: FrameKind; payload: Uint8Array; seq: number; version: DispatchVersion };
+
+/**
+ * A scripted coordinator: HELLO offering `version` (1 unless told), then one REQUEST at a time, reading each
+ * RESPONSE (v1) or CLAIM and RESULT (v2).
+ */
 class ScriptedCoordinator {
   private readonly reader = new FrameReader();
-  private waiting: ((f: { kind: FrameKind; payload: Uint8Array; seq: number }) => void) | null = null;
-  private readonly queue: Array<{ kind: FrameKind; payload: Uint8Array; seq: number }> = [];
+  private waiting: ((f: Frame) => void) | null = null;
+  private readonly queue: Frame[] = [];
   closed = false;
   seq = 0;
+  /** The version the dispatcher's HELLO_ACK agreed. */
+  version: DispatchVersion = 1;
 
   private constructor(
     readonly socket: Socket,
@@ -112,7 +125,7 @@ class ScriptedCoordinator {
   ) {
     socket.on('data', (chunk) => {
       for (const { header, payload } of this.reader.push(chunk)) {
-        const f = { kind: header.kind, payload, seq: header.seq };
+        const f = { kind: header.kind, payload, seq: header.seq, version: header.version };
         if (this.waiting) {
           const w = this.waiting;
           this.waiting = null;
@@ -126,7 +139,12 @@ class ScriptedCoordinator {
     socket.on('error', () => {});
   }
 
-  static async connect(path: string, hello: Partial<Hello> = {}, sayHello = true): Promise<ScriptedCoordinator> {
+  static async connect(
+    path: string,
+    hello: Partial<Hello> = {},
+    sayHello = true,
+    offer: DispatchVersion = 1,
+  ): Promise<ScriptedCoordinator> {
     const socket = connect(path);
     await new Promise<void>((resolve, reject) => {
       socket.once('connect', resolve);
@@ -144,15 +162,16 @@ class ScriptedCoordinator {
     };
     const c = new ScriptedCoordinator(socket, h);
     if (sayHello) {
-      socket.write(encodeHello(h));
+      socket.write(encodeHello(h, offer));
       const ack = await c.next();
       assert.equal(ack.kind, FrameKind.HelloAck);
+      c.version = ack.version;
       assert.equal(new DataView(ack.payload.buffer, ack.payload.byteOffset).getUint32(0, true), 1, 'HELLO accepted');
     }
     return c;
   }
 
-  next(timeoutMs = 2000): Promise<{ kind: FrameKind; payload: Uint8Array; seq: number }> {
+  next(timeoutMs = 2000): Promise<Frame> {
     const q = this.queue.shift();
     if (q) return Promise.resolve(q);
     return new Promise((resolve, reject) => {
@@ -183,11 +202,41 @@ class ScriptedCoordinator {
   }
 
   async send(r: DispatchRequest, timeoutMs = 2000): Promise<DispatchResponse> {
-    this.socket.write(encodeRequest(r));
+    this.socket.write(encodeRequest(r, 1));
     const f = await this.next(timeoutMs);
     assert.equal(f.kind, FrameKind.Response);
     assert.equal(f.seq, r.seq);
-    return decodeResponse({ kind: f.kind, seq: f.seq, payloadBytes: f.payload.length }, f.payload, this.hello.nEmbd);
+    return decodeResponse({ version: 1, kind: f.kind, seq: f.seq, payloadBytes: f.payload.length }, f.payload, this.hello.nEmbd);
+  }
+
+  /**
+   * v2: writes the REQUEST and reads its CLAIM; `result()` then reads the RESULT (when pairs were claimed). The
+   * times are ms from the REQUEST's write.
+   */
+  async sendV2(
+    r: DispatchRequest,
+    timeoutMs = 2000,
+  ): Promise<{ claim: DispatchClaim; claimMs: number; result: () => Promise<{ result: DispatchResult; ms: number }> }> {
+    const t0 = performance.now();
+    this.socket.write(encodeRequest(r, 2));
+    const f = await this.next(timeoutMs);
+    assert.equal(f.kind, FrameKind.Claim, `a CLAIM answers a v2 REQUEST, got kind ${f.kind}`);
+    assert.equal(f.seq, r.seq);
+    const claim = decodeClaim({ version: 2, kind: f.kind, seq: f.seq, payloadBytes: f.payload.length }, f.payload);
+    const claimMs = performance.now() - t0;
+    const result = async (): Promise<{ result: DispatchResult; ms: number }> => {
+      const g = await this.next(timeoutMs);
+      assert.equal(g.kind, FrameKind.Result);
+      assert.equal(g.seq, r.seq);
+      const res = decodeResult(
+        { version: 2, kind: g.kind, seq: g.seq, payloadBytes: g.payload.length },
+        g.payload,
+        this.hello.nEmbd,
+        claim.claimed,
+      );
+      return { result: res, ms: performance.now() - t0 };
+    };
+    return { claim, claimMs, result };
   }
 
   /** Writes a pre-encoded REQUEST and resolves when the RESPONSE frame is in (not decoded: for timing). */
@@ -397,7 +446,7 @@ describe('ModelDispatcher against a scripted coordinator', () => {
     try {
       // A REQUEST before HELLO.
       const early = await ScriptedCoordinator.connect(d.socketPath, {}, false);
-      early.socket.write(encodeRequest(early.request({ ids: Int32Array.of(0, 1, 2, 3) })));
+      early.socket.write(encodeRequest(early.request({ ids: Int32Array.of(0, 1, 2, 3) }), 1));
       await early.waitClosed();
       // Junk.
       const junk = await ScriptedCoordinator.connect(d.socketPath, {}, false);
@@ -417,17 +466,17 @@ describe('ModelDispatcher against a scripted coordinator', () => {
       await big.waitClosed();
       // Two requests at once.
       const eager = await ScriptedCoordinator.connect(d.socketPath);
-      eager.socket.write(encodeRequest(eager.request({ ids: Int32Array.of(0, 1, 2, 3) })));
-      eager.socket.write(encodeRequest(eager.request({ ids: Int32Array.of(0, 1, 2, 3) })));
+      eager.socket.write(encodeRequest(eager.request({ ids: Int32Array.of(0, 1, 2, 3) }), 1));
+      eager.socket.write(encodeRequest(eager.request({ ids: Int32Array.of(0, 1, 2, 3) }), 1));
       await eager.waitClosed();
       // A layer past n_layer.
       const far = await ScriptedCoordinator.connect(d.socketPath);
-      far.socket.write(encodeRequest(far.request({ ids: Int32Array.of(0, 1, 2, 3), layer: 4 })));
+      far.socket.write(encodeRequest(far.request({ ids: Int32Array.of(0, 1, 2, 3), layer: 4 }), 1));
       await far.waitClosed();
       assert.equal(d.totals.protocolErrors, 5);
       // Replacement: the first connection is closed, its request abandoned; the second is served.
       const first = await ScriptedCoordinator.connect(d.socketPath);
-      first.socket.write(encodeRequest(first.request({ ids: Int32Array.of(0, 1, 2, 3) })));
+      first.socket.write(encodeRequest(first.request({ ids: Int32Array.of(0, 1, 2, 3) }), 1));
       await sleep(10);
       const second = await ScriptedCoordinator.connect(d.socketPath);
       await first.waitClosed();
@@ -445,7 +494,7 @@ describe('ModelDispatcher against a scripted coordinator', () => {
     const d = await dispatcher(new Links(), { acceptHello: (h) => (h.modelDesc === 'wanted' ? 0 : 7), limits: { helloTimeoutMs: 100 } });
     try {
       const c = await ScriptedCoordinator.connect(d.socketPath, {}, false);
-      c.socket.write(encodeHello({ ...c.hello, modelDesc: 'other' }));
+      c.socket.write(encodeHello({ ...c.hello, modelDesc: 'other' }, 1));
       const ack = await c.next();
       const v = new DataView(ack.payload.buffer, ack.payload.byteOffset);
       assert.deepEqual([v.getUint32(0, true), v.getUint32(4, true)], [0, 7]);
@@ -549,7 +598,7 @@ describe('ModelDispatcher against a scripted coordinator', () => {
       const floor: number[] = [];
       for (let i = 0; i < n + 300; i++) {
         // Encoded before the clock starts, on both paths; the answers are not decoded: only the round trips are timed.
-        const bytes = encodeRequest(c.request({ ids }));
+        const bytes = encodeRequest(c.request({ ids }), 1);
         const t0 = performance.now();
         assert.equal(await c.sendRaw(bytes), FrameKind.Response);
         const us = (performance.now() - t0) * 1000;
@@ -587,6 +636,161 @@ describe('ModelDispatcher against a scripted coordinator', () => {
     } finally {
       floorSock.destroy();
       echo.close();
+      c.close();
+      await d.close();
+    }
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// 1b. Protocol version 2 (claims and overlap) against a scripted coordinator
+
+describe('ModelDispatcher, protocol v2 (claims) against a scripted coordinator', () => {
+  test('negotiation: a v2 HELLO is acknowledged as v2, a v1 HELLO as v1; a frame of the other version is a violation', async () => {
+    const links = new Links();
+    const d = await dispatcher(links);
+    try {
+      const two = await ScriptedCoordinator.connect(d.socketPath, {}, true, 2);
+      assert.equal(two.version, 2);
+      const one = await ScriptedCoordinator.connect(d.socketPath, {}, true, 1);
+      assert.equal(one.version, 1, 'the second connection replaces the first and speaks v1');
+      await two.waitClosed();
+      // A v2 REQUEST on the v1 connection.
+      one.socket.write(encodeRequest(one.request({ ids: Int32Array.of(0, 1, 2, 3) }), 2));
+      await one.waitClosed();
+      assert.equal(d.totals.protocolErrors, 1);
+    } finally {
+      await d.close();
+    }
+  });
+
+  test('CLAIM at once, before the workers answer; RESULT with the served sums once they have', async () => {
+    const links = new Links();
+    links.list = [new FnLink('a', 0, 0, 4, after_(150)), new FnLink('b', 0, 4, 8, simple)];
+    const d = await dispatcher(links);
+    const c = await ScriptedCoordinator.connect(d.socketPath, {}, true, 2);
+    try {
+      const req = c.request({ ids: Int32Array.of(1, 5, 9, 2, 7, 6, 15, 0) });
+      const { claim, claimMs, result } = await c.sendV2(req);
+      assert.deepEqual([...(claim.claimed ?? [])], [1, 1, 0, 1, 1, 1, 0, 1], 'the pairs sent to workers are claimed');
+      assert.ok(claimMs < 100, `the CLAIM came after ${claimMs.toFixed(1)} ms, before the slow worker's 150 ms`);
+      const { result: r, ms } = await result();
+      assert.ok(ms >= 140, `the RESULT waits for the slow worker (${ms.toFixed(0)} ms)`);
+      assert.deepEqual([...r.served], [1, 1, 0, 1, 1, 1, 0, 1]);
+      const p = req.probs;
+      const want0 = (p[0] as number) * 2 + (p[3] as number) * 3 + (p[1] as number) * 2;
+      const want1 = (p[7] as number) * 1 + ((p[4] as number) * 4 + (p[5] as number) * 3);
+      for (let i = 0; i < 8; i++) {
+        assert.ok(Math.abs((r.sums[i] as number) - want0) < 1e-5, `token 0 feature ${i}: ${r.sums[i]} vs ${want0}`);
+        assert.ok(Math.abs((r.sums[8 + i] as number) - want1) < 1e-5, `token 1 feature ${i}`);
+      }
+      assert.deepEqual(d.totals.pairs, { served: 6, fallback: 2, rejected: 0, late: 0, audited: 0 });
+      // Nothing routed to a worker: a CLAIM of nothing, and no RESULT (the next frame answers the next REQUEST).
+      const none = await c.sendV2(c.request({ ids: Int32Array.of(9, 10, 11, 12) }));
+      assert.equal(none.claim.claimed, null);
+      const next = await c.sendV2(c.request({ ids: Int32Array.of(4, 5, 6, 7) }));
+      assert.equal(
+        next.claim.claimed?.reduce((a, b) => a + b, 0),
+        4,
+      );
+      assert.deepEqual([...(await next.result()).result.served], [1, 1, 1, 1]);
+    } finally {
+      c.close();
+      await d.close();
+    }
+  });
+
+  test('a worker that misses its deadline: claimed, not served; its RESULT comes by the deadline', async () => {
+    const links = new Links();
+    links.list = [new FnLink('slow', 0, 0, 8, never), new FnLink('ok', 0, 8, 16, simple)];
+    const d = await dispatcher(links);
+    const c = await ScriptedCoordinator.connect(d.socketPath, { deadlineMs: 100 }, true, 2);
+    try {
+      const { claim, result } = await c.sendV2(c.request({ ids: Int32Array.of(1, 9, 2, 10) }));
+      assert.deepEqual([...(claim.claimed ?? [])], [1, 1, 1, 1]);
+      const { result: r, ms } = await result();
+      assert.deepEqual([...r.served], [0, 1, 0, 1], 'the stalled worker’s pairs are left to the coordinator');
+      assert.ok(ms < 100, `RESULT within the coordinator's deadline (${ms.toFixed(0)} ms)`);
+      assert.deepEqual(d.totals.pairs, { served: 2, fallback: 2, rejected: 0, late: 0, audited: 0 });
+    } finally {
+      c.close();
+      await d.close();
+    }
+  });
+
+  test('audits in v2: a shadow item is sent but not claimed, its pairs audited; its answer is held against the AUDIT', async () => {
+    const links = new Links();
+    links.list = [new FnLink('a', 0, 0, 4, simple), new FnLink('b', 0, 4, 8, after_(80))];
+    const audits: Array<{ id: string; nmse: number }> = [];
+    const d = await dispatcher(links, {
+      chooseAudit: () => [1], // b, in shadow
+      events: { onAudit: (id, r) => audits.push({ id, nmse: r.nmse }) },
+    });
+    const c = await ScriptedCoordinator.connect(d.socketPath, {}, true, 2);
+    try {
+      const req = c.request({ ids: Int32Array.of(1, 5, 2, 6) });
+      const { claim, result } = await c.sendV2(req);
+      assert.deepEqual([...(claim.claimed ?? [])], [1, 0, 1, 0], 'a’s pairs claimed');
+      assert.deepEqual([...(claim.audit ?? [])], [0, 1, 0, 1], 'b’s pairs audited, not claimed');
+      // The coordinator computes b's pairs and reports them (here: what b will answer, so NMSE 0) before b answers.
+      const p = req.probs;
+      const sums = new Float32Array(2 * 8);
+      sums.fill((p[1] as number) * 2 + (p[3] as number) * 3, 0, 8);
+      sums.fill(0, 8);
+      c.socket.write(encodeAudit({ seq: req.seq, layer: 0, nTokens: 2, nAudit: 2, sums }, 2));
+      const { result: r } = await result();
+      assert.deepEqual([...r.served], [1, 0, 1, 0], 'the RESULT does not wait for the shadow item');
+      await sleep(150);
+      assert.deepEqual(audits, [{ id: 'b', nmse: 0 }], 'b’s late-arriving answer compared once');
+      assert.equal(d.totals.pairs.audited, 2);
+    } finally {
+      c.close();
+      await d.close();
+    }
+  });
+
+  test('claim caps in auto mode: a newcomer gets a probe; a fast measured worker takes the balanced share; a slow one none', async () => {
+    const links = new Links();
+    let answerMs = 0;
+    const worker = new FnLink('w', 0, 0, 16, (w) => sleep(answerMs).then(() => simple(w)));
+    links.list = [worker];
+    const now = 1_000_000;
+    const d = await dispatcher(links, {
+      mode: 'auto',
+      clock: () => now,
+      claims: { probePairs: 4 },
+      record: () => ({ attachMs: now - 1_000, lastServeMs: null, released: false, quarantined: false }),
+      // Saturated throughout: the Layer-1 policy lets a proven worker through whatever its speed; the caps decide.
+      saturation: () => ({ atMs: now, busy: 4, slots: 4, source: 'slots' }),
+    });
+    const c = await ScriptedCoordinator.connect(d.socketPath, { nExpertUsed: 8 }, true, 2);
+    const ids = Int32Array.from({ length: 32 }, (_, i) => i % 16); // 4 tokens × 8 used, all covered
+    const count = (m: Uint8Array | null | undefined): number => (m ? [...m] : []).reduce((a, b) => a + b, 0);
+    try {
+      // Never measured: a probe of 4 pairs.
+      let x = await c.sendV2(c.request({ ids, nUsed: 8, localNsPerPair: 1_000_000 }));
+      assert.equal(count(x.claim.claimed), 4, 'a probe');
+      await x.result();
+      assert.equal(d.totals.claims.probe, 1);
+      // A worker that takes ~10 ms a round trip whatever its share, against a coordinator at 1 ms per pair (32 ms alone):
+      // the split converges on the worker's measured speed, and the coordinator keeps the pairs it finishes as soon.
+      answerMs = 10;
+      for (let i = 0; i < 6; i++) {
+        x = await c.sendV2(c.request({ ids, nUsed: 8, localNsPerPair: 1_000_000 }));
+        await x.result();
+      }
+      assert.ok(count(x.claim.claimed) >= 12, `balanced share for a faster worker: ${count(x.claim.claimed)} of 32`);
+      assert.ok(count(x.claim.claimed) < 32, 'the coordinator keeps some pairs: it computes them meanwhile');
+      assert.ok((d.totals.claims.balanced ?? 0) >= 6);
+      // The same worker (~10 ms a round trip) against a fast coordinator (1 µs per pair, 32 µs alone): no claim.
+      x = await c.sendV2(c.request({ ids, nUsed: 8, localNsPerPair: 1_000 }));
+      assert.equal(x.claim.claimed, null, 'a worker slower than the coordinator alone is given nothing');
+      assert.ok(
+        (d.totals.decisions.saturated ?? 0) >= 6,
+        `the policy let the proven worker through (saturated): ${JSON.stringify(d.totals.decisions)}`,
+      );
+      assert.equal(d.totals.claims['too-slow'], 1, JSON.stringify(d.totals.claims));
+    } finally {
       c.close();
       await d.close();
     }

@@ -8,7 +8,14 @@ import {
   HEADER_BYTES,
   NUMERICS_WIRE,
   decodeAudit,
+  DISPATCH_VERSION,
+  checkVersion,
+  decodeClaim,
   decodeHeader,
+  decodeResult,
+  encodeClaim,
+  encodeResult,
+  negotiateVersion,
   decodeHello,
   decodeRequest,
   decodeResponse,
@@ -116,7 +123,7 @@ function withPayloadU32(index: number, value: number): Uint8Array {
 
 const BAD: Array<[string, Uint8Array, string, 'header' | 'request']> = [
   ['bad magic', withHeader((v) => v.setUint32(0, 0x12345678, true)), 'DISPATCH_BAD_MAGIC', 'header'],
-  ['version 2', withHeader((v) => v.setUint16(4, 2, true)), 'DISPATCH_BAD_VERSION', 'header'],
+  ['version 3', withHeader((v) => v.setUint16(4, 3, true)), 'DISPATCH_BAD_VERSION', 'header'],
   ['version 0', withHeader((v) => v.setUint16(4, 0, true)), 'DISPATCH_BAD_VERSION', 'header'],
   ['kind 0', withHeader((v) => v.setUint16(6, 0, true)), 'DISPATCH_BAD_KIND', 'header'],
   ['kind 99', withHeader((v) => v.setUint16(6, 99, true)), 'DISPATCH_BAD_KIND', 'header'],
@@ -268,7 +275,7 @@ test('an AUDIT frame round-trips with its request seq; its layout is {layer, n_t
   const audit = { seq: 41, layer: 3, nTokens: 2, nAudit: 3, sums: Float32Array.from({ length: 8 }, (_, i) => i * 0.25) };
   const bytes = encodeAudit(audit);
   const f = split(bytes);
-  assert.deepEqual(f.header, { kind: FrameKind.Audit, seq: 41, payloadBytes: 16 + 32 });
+  assert.deepEqual(f.header, { version: 2, kind: FrameKind.Audit, seq: 41, payloadBytes: 16 + 32 });
   const v = new DataView(f.payload.buffer, f.payload.byteOffset, f.payload.length);
   assert.deepEqual(
     [0, 1, 2, 3].map((i) => v.getUint32(4 * i, true)),
@@ -403,3 +410,99 @@ for (const [name, { header, payload }, nEmbd, code] of BAD_AUDITS) {
     );
   });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Version 2: negotiation, CLAIM and RESULT
+
+test('v2 negotiation: HELLO carries the highest version offered, the connection speaks the lower of both', () => {
+  assert.equal(DISPATCH_VERSION, 2);
+  assert.equal(negotiateVersion(1), 1);
+  assert.equal(negotiateVersion(2), 2);
+  const hello = { nLayer: 2, nEmbd: 4, nExpert: 8, nExpertUsed: 2, deadlineMs: 250, numerics: 'llama' as const, modelDesc: 'x' };
+  assert.equal(split(encodeHello(hello, 1)).header.version, 1);
+  assert.equal(split(encodeHello(hello)).header.version, 2);
+  assert.equal(split(encodeHelloAck(true, 0, 1)).header.version, 1);
+  // a frame of the other version on a connection is refused
+  const req = split(encodeRequest(request(), 1)).header;
+  assert.doesNotThrow(() => checkVersion(req, 1));
+  assert.throws(() => checkVersion(req, 2), { code: 'DISPATCH_BAD_VERSION' });
+});
+
+test('kinds belong to versions: RESPONSE only in v1, CLAIM and RESULT only in v2', () => {
+  const kindAt = (version: number, kind: FrameKind): Uint8Array => {
+    const b = encodeRequest(request(), 1);
+    const v = new DataView(b.buffer);
+    v.setUint16(4, version, true);
+    v.setUint16(6, kind, true);
+    return b.subarray(0, HEADER_BYTES);
+  };
+  assert.throws(() => decodeHeader(kindAt(2, FrameKind.Response)), { code: 'DISPATCH_BAD_KIND' });
+  assert.throws(() => decodeHeader(kindAt(1, FrameKind.Claim)), { code: 'DISPATCH_BAD_KIND' });
+  assert.throws(() => decodeHeader(kindAt(1, FrameKind.Result)), { code: 'DISPATCH_BAD_KIND' });
+  assert.equal(decodeHeader(kindAt(2, FrameKind.Claim)).kind, FrameKind.Claim);
+  assert.equal(decodeHeader(kindAt(1, FrameKind.Response)).kind, FrameKind.Response);
+});
+
+test('CLAIM round-trips; layout {layer, n_tokens, n_used, quiet_ms, n_claimed, n_audit}, claimed then audit flags padded to 4', () => {
+  const claimed = Uint8Array.of(1, 0, 1, 1, 0, 0);
+  const audit = Uint8Array.of(0, 1, 0, 0, 0, 0);
+  const c = { seq: 9, layer: 1, nTokens: 3, nUsed: 2, quietMs: 0, claimed, audit };
+  const f = split(encodeClaim(c));
+  assert.deepEqual(f.header, { version: 2, kind: FrameKind.Claim, seq: 9, payloadBytes: 24 + 8 + 8 });
+  const v = new DataView(f.payload.buffer, f.payload.byteOffset, f.payload.length);
+  assert.deepEqual(
+    [0, 1, 2, 3, 4, 5].map((i) => v.getUint32(4 * i, true)),
+    [1, 3, 2, 0, 3, 1],
+  );
+  assert.deepEqual(decodeClaim(f.header, f.payload), c);
+  // nothing claimed, nothing audited: the fixed part alone
+  const none = split(encodeClaim({ ...c, claimed: null, audit: null, quietMs: 700 }));
+  assert.equal(none.payload.length, 24);
+  assert.deepEqual(decodeClaim(none.header, none.payload), { ...c, claimed: null, audit: null, quietMs: 700 });
+});
+
+test('CLAIM refusals: flags not 0/1, counts off, a pair both claimed and audited, sizes', () => {
+  const c = { seq: 1, layer: 0, nTokens: 2, nUsed: 2, quietMs: 0, claimed: Uint8Array.of(1, 1, 0, 0), audit: null };
+  assert.throws(() => encodeClaim({ ...c, claimed: Uint8Array.of(2, 0, 0, 0) }), { code: 'DISPATCH_BAD_CLAIM' });
+  assert.throws(() => encodeClaim({ ...c, audit: Uint8Array.of(1, 0, 0, 0) }), { code: 'DISPATCH_BAD_AUDIT' });
+  assert.throws(() => encodeClaim({ ...c, quietMs: 60_001 }), { code: 'DISPATCH_BAD_FRAME' });
+  const good = split(encodeClaim(c));
+  const mutate = (at: number, value: number): Uint8Array => {
+    const p = good.payload.slice();
+    new DataView(p.buffer).setUint32(at, value, true);
+    return p;
+  };
+  assert.throws(() => decodeClaim(good.header, mutate(16, 3)), { code: 'DISPATCH_BAD_CLAIM' }, 'n_claimed off');
+  assert.throws(() => decodeClaim(good.header, mutate(16, 5)), { code: 'DISPATCH_BAD_CLAIM' }, 'n_claimed over the pairs');
+  assert.throws(() => decodeClaim(good.header, mutate(20, 1)), { code: 'DISPATCH_BAD_FRAME' }, 'n_audit without its flags');
+  assert.throws(() => decodeClaim(good.header, good.payload.subarray(0, 26)), { code: 'DISPATCH_BAD_FRAME' });
+  const flags = good.payload.slice();
+  flags[24] = 7;
+  assert.throws(() => decodeClaim(good.header, flags), { code: 'DISPATCH_BAD_CLAIM' });
+});
+
+test('RESULT round-trips; served ⊆ claimed, finite sums', () => {
+  const nEmbd = 4;
+  const r = {
+    seq: 3,
+    layer: 1,
+    nTokens: 2,
+    nUsed: 2,
+    served: Uint8Array.of(1, 0, 0, 1),
+    sums: Float32Array.from({ length: 8 }, (_, i) => i - 2.5),
+  };
+  const f = split(encodeResult(r));
+  assert.deepEqual(f.header, { version: 2, kind: FrameKind.Result, seq: 3, payloadBytes: 16 + 4 + 32 });
+  assert.deepEqual(decodeResult(f.header, f.payload, nEmbd, Uint8Array.of(1, 1, 0, 1)), r);
+  assert.throws(
+    () => decodeResult(f.header, f.payload, nEmbd, Uint8Array.of(1, 1, 0, 0)),
+    { code: 'DISPATCH_BAD_CLAIM' },
+    'served, not claimed',
+  );
+  assert.throws(() => decodeResult(f.header, f.payload, 3), { code: 'DISPATCH_BAD_FRAME' }, 'another width');
+  const nan = split(encodeResult({ ...r, sums: Float32Array.from({ length: 8 }, (_, i) => (i === 5 ? Number.NaN : i)) }));
+  assert.throws(() => decodeResult(nan.header, nan.payload, nEmbd), { code: 'DISPATCH_BAD_FRAME' }, 'non-finite');
+  const p = f.payload.slice();
+  new DataView(p.buffer).setUint32(12, 3, true);
+  assert.throws(() => decodeResult(f.header, p, nEmbd), { code: 'DISPATCH_BAD_CLAIM' }, 'n_served off');
+});

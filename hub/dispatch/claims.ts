@@ -1,0 +1,150 @@
+/**
+ * Latency-aware claims (protocol v2), pure: how many pairs of one REQUEST each eligible worker is given so that the
+ * layer finishes sooner than the coordinator alone — and never later.
+ *
+ * In v2 the coordinator computes every pair it was not given while the workers compute theirs, so the layer takes
+ * max(local part, slowest worker). With the coordinator's measured time per pair `L` (REQUEST.local_ns_per_pair, on
+ * all its threads) and each worker's fitted round trip `queue + overhead + c·perPair` for c pairs, the caps come from
+ * the smallest makespan T at which the pairs the workers can finish by T leave the coordinator no more than T of work:
+ *
+ *   c_w(T) = min(covered_w, ⌊(T − queue_w − overhead_w) / perPair_w⌋)      (0 when T is below its fixed cost)
+ *   T* = min { T : (N − Σ c_w(T)) · L ≤ T }
+ *
+ * found by bisection (the left side falls as T grows). A worker whose fixed cost alone exceeds T* gets nothing: it
+ * would only make the token late. When the best split does not beat the coordinator alone by `minGain`, nothing is
+ * claimed. A worker never measured gets a probe of at most `probePairs` (its first try must not cost a token more than
+ * the deadline it is given; the Layer-1 policy decides whether it may try at all). Without a measurement of `L` (the
+ * coordinator has not computed a pair of this layer yet) the caps are the workers' coverage within the deadline.
+ *
+ *   const caps = claimCaps({ nPairs, localMsPerPair, budgetMs, workers }, cfg);   // caps.caps[i] for workers[i]
+ */
+
+export interface ClaimWorker {
+  /** Pairs of this request its slice covers. */
+  covered: number;
+  /** Time until it can start, ms (its queue). */
+  queueMs: number;
+  /** Fitted fixed cost of a round trip, ms; null while never measured. */
+  overheadMs: number | null;
+  /** Fitted cost per pair, ms. */
+  perPairMs: number;
+}
+
+export interface ClaimInput {
+  /** Routed pairs in the request (N). */
+  nPairs: number;
+  /** The coordinator's measured wall time per locally computed pair, ms; 0 = not measured yet. */
+  localMsPerPair: number;
+  /** The longest a worker may take (its deadline), ms. */
+  budgetMs: number;
+  workers: readonly ClaimWorker[];
+}
+
+export interface ClaimConfig {
+  /** Pairs a never-measured worker is given on its first tries. */
+  probePairs: number;
+  /** Claim only when the split is at least this much faster than the coordinator alone (fraction of its time). */
+  minGain: number;
+}
+
+export const DEFAULT_CLAIMS: Readonly<ClaimConfig> = Object.freeze({ probePairs: 8, minGain: 0.05 });
+
+export type ClaimReason =
+  /** Given pairs as the balanced split says. */
+  | 'balanced'
+  /** Never measured: a probe of at most probePairs. */
+  | 'probe'
+  /** The coordinator's speed is not measured yet: the worker's coverage within its deadline. */
+  | 'unmeasured-local'
+  /** Its fixed cost (queue + overhead) alone is later than the balanced finish, or its deadline allows no pair. */
+  | 'too-slow'
+  /** The best split is not faster than the coordinator alone by minGain: nothing claimed. */
+  | 'no-gain'
+  /** It covers no pair of this request. */
+  | 'uncovered';
+
+export interface ClaimCaps {
+  /** Pairs each worker may be given, by index of `workers`. */
+  caps: number[];
+  reasons: ClaimReason[];
+  /** The expected layer time with these caps, and with the coordinator alone, ms (0 when L is unmeasured). */
+  expectedMs: number;
+  aloneMs: number;
+}
+
+/** Pairs a measured worker can finish within `t` ms, at most its coverage. */
+function pairsBy(w: ClaimWorker, t: number): number {
+  const fixed = w.queueMs + (w.overheadMs ?? 0);
+  if (t < fixed) return 0;
+  if (w.perPairMs <= 0) return w.covered;
+  return Math.min(w.covered, Math.floor((t - fixed) / w.perPairMs));
+}
+
+function workerMs(w: ClaimWorker, c: number): number {
+  return c === 0 ? 0 : w.queueMs + (w.overheadMs ?? 0) + c * w.perPairMs;
+}
+
+export function claimCaps(input: ClaimInput, cfg: ClaimConfig = DEFAULT_CLAIMS): ClaimCaps {
+  const { workers, nPairs, budgetMs } = input;
+  const L = input.localMsPerPair;
+  const caps = new Array<number>(workers.length).fill(0);
+  const reasons = new Array<ClaimReason>(workers.length).fill('uncovered');
+  const aloneMs = nPairs * L;
+  // Probes and the deadline bound every worker whatever the balance says.
+  const bounded = workers.map((w) => (w.overheadMs === null ? w.covered : pairsBy(w, budgetMs)));
+  if (!(L > 0)) {
+    workers.forEach((w, i) => {
+      if (w.covered === 0) return;
+      if (w.overheadMs === null) {
+        caps[i] = Math.min(w.covered, cfg.probePairs);
+        reasons[i] = 'probe';
+      } else {
+        caps[i] = bounded[i] as number;
+        reasons[i] = caps[i] > 0 ? 'unmeasured-local' : 'too-slow';
+      }
+    });
+    return { caps, reasons, expectedMs: 0, aloneMs: 0 };
+  }
+
+  // Measured workers: the smallest makespan T with (N − Σ c_w(T))·L ≤ T. Probes are given their pairs up front.
+  let probed = 0;
+  workers.forEach((w, i) => {
+    if (w.covered > 0 && w.overheadMs === null) {
+      caps[i] = Math.min(w.covered, cfg.probePairs);
+      reasons[i] = 'probe';
+      probed += caps[i] as number;
+    }
+  });
+  const measured = workers.map((w, i) => (w.covered > 0 && w.overheadMs !== null ? i : -1)).filter((i) => i >= 0);
+  const claimedBy = (t: number): number => {
+    let c = 0;
+    for (const i of measured) c += Math.min(pairsBy(workers[i] as ClaimWorker, t), bounded[i] as number);
+    return c;
+  };
+  const localLeft = (t: number): number => Math.max(0, nPairs - probed - claimedBy(t)) * L;
+  let lo = 0;
+  let hi = Math.max(0, nPairs - probed) * L;
+  for (let iter = 0; iter < 60 && hi - lo > 1e-6 * (hi + 1e-9); iter++) {
+    const mid = (lo + hi) / 2;
+    if (localLeft(mid) <= mid) hi = mid;
+    else lo = mid;
+  }
+  const t = hi;
+  let expectedMs = localLeft(t);
+  for (const i of measured) {
+    const w = workers[i] as ClaimWorker;
+    const c = Math.min(pairsBy(w, t), bounded[i] as number);
+    caps[i] = c;
+    reasons[i] = c > 0 ? 'balanced' : 'too-slow';
+    expectedMs = Math.max(expectedMs, workerMs(w, c));
+  }
+  const measuredClaimed = measured.reduce((s, i) => s + (caps[i] as number), 0);
+  if (measuredClaimed > 0 && expectedMs > aloneMs * (1 - cfg.minGain)) {
+    for (const i of measured) {
+      caps[i] = 0;
+      reasons[i] = 'no-gain';
+    }
+    expectedMs = Math.max(0, nPairs - probed) * L;
+  }
+  return { caps, reasons, expectedMs, aloneMs };
+}

@@ -45,9 +45,14 @@ export interface ClaimConfig {
   probePairs: number;
   /** Claim only when the split is at least this much faster than the coordinator alone (fraction of its time). */
   minGain: number;
+  /**
+   * A worker the caps leave out gets probePairs in shadow (sent, not claimed: the coordinator computes them anyway)
+   * at most this often, ms, so that its measured speed stays current (the dispatcher's part, not claimCaps').
+   */
+  shadowProbeEveryMs: number;
 }
 
-export const DEFAULT_CLAIMS: Readonly<ClaimConfig> = Object.freeze({ probePairs: 8, minGain: 0.05 });
+export const DEFAULT_CLAIMS: Readonly<ClaimConfig> = Object.freeze({ probePairs: 8, minGain: 0.05, shadowProbeEveryMs: 2000 });
 
 export type ClaimReason =
   /** Given pairs as the balanced split says. */
@@ -61,7 +66,9 @@ export type ClaimReason =
   /** The best split is not faster than the coordinator alone by minGain: nothing claimed. */
   | 'no-gain'
   /** It covers no pair of this request. */
-  | 'uncovered';
+  | 'uncovered'
+  /** Left out by the caps, given a probe in shadow (the dispatcher's, counted beside the reasons). */
+  | 'shadow-probe';
 
 export interface ClaimCaps {
   /** Pairs each worker may be given, by index of `workers`. */

@@ -261,6 +261,8 @@ export interface WorkerDispatchStats {
   lateAnswers: number;
   benchedAtMs: number | null;
   lastProbeMs: number | null;
+  /** v2: when the claim caps last left it out and it was given a probe in shadow. */
+  lastShadowProbeMs: number | null;
   /** Items sent and not settled yet (late ones included). */
   outstanding: number;
 }
@@ -289,8 +291,13 @@ const FAILED = 3;
 
 interface InFlight {
   readonly conn: Connection;
-  /** v2: items sent in shadow (audited, not claimed): their answers go to `audit`, never into the sums. */
+  /**
+   * v2: items sent in shadow, never claimed and never in the sums: audited ones (their answers go to `audit`) and
+   * speed probes of workers the claim caps left out (their answers only refresh the worker's measured speed).
+   */
   readonly shadow: boolean[];
+  /** v2: per item, its index in `audit.items` (-1: not audited). */
+  readonly auditItem: number[];
   audit: PendingAudit | null;
   readonly req: DispatchRequest;
   readonly plan: RequestPlan;
@@ -713,6 +720,7 @@ export class ModelDispatcher {
         lateAnswers: 0,
         benchedAtMs: null,
         lastProbeMs: null,
+        lastShadowProbeMs: null,
         outstanding: 0,
       };
       this.workers.set(workerId, s);
@@ -832,7 +840,10 @@ export class ModelDispatcher {
     }
     const v2 = conn.version === 2;
     // `always` (tests, benchmarks) hands every covered pair to a worker; otherwise v2 claims only what speeds the layer up.
-    if (v2 && this.mode !== 'always' && planWorkers.length > 0) this.capClaims(req, planWorkers, coveredBy, budgetMs);
+    const shadowProbe: boolean[] =
+      v2 && this.mode !== 'always' && planWorkers.length > 0
+        ? this.capClaims(req, planWorkers, coveredBy, budgetMs, chosenStats, nowMs)
+        : [];
     const plan = planRequest(req, planWorkers);
     // Declined or uncovered: no quiet window, the next token may route to experts a worker holds.
     if (plan.dispatchedPairs === 0) {
@@ -844,6 +855,7 @@ export class ModelDispatcher {
     const f: InFlight = {
       conn,
       shadow: new Array(n).fill(false),
+      auditItem: new Array(n).fill(-1),
       audit: null,
       req,
       plan,
@@ -860,6 +872,11 @@ export class ModelDispatcher {
       abandoned: false,
     };
     conn.inFlight = f;
+    for (const [i, wp] of plan.workers.entries()) {
+      if (!shadowProbe[wp.worker]) continue;
+      f.shadow[i] = true;
+      f.remaining--;
+    }
     if (v2) this.chooseShadow(f, chosen);
     for (let i = 0; i < n; i++) {
       const wp = plan.workers[i] as (typeof plan.workers)[number];
@@ -897,8 +914,20 @@ export class ModelDispatcher {
     if (v2) this.writeClaim(f);
   }
 
-  /** v2: caps each worker's pairs so that the layer finishes sooner than the coordinator alone (claims.ts). */
-  private capClaims(req: DispatchRequest, planWorkers: PlanWorker[], covered: readonly number[], budgetMs: number): void {
+  /**
+   * v2: caps each worker's pairs so that the layer finishes sooner than the coordinator alone (claims.ts). A worker
+   * the caps leave out is given a probe in shadow now and then (`shadowProbeEveryMs`): the coordinator computes those
+   * pairs anyway, so a slow answer delays nothing, and a worker that got faster (its kernels compiled, its GPU free)
+   * is measured again. Returns which plan workers are such probes.
+   */
+  private capClaims(
+    req: DispatchRequest,
+    planWorkers: PlanWorker[],
+    covered: readonly number[],
+    budgetMs: number,
+    stats: readonly WorkerDispatchStats[],
+    nowMs: number,
+  ): boolean[] {
     const caps = claimCaps(
       {
         nPairs: req.nTokens * req.nUsed,
@@ -913,11 +942,20 @@ export class ModelDispatcher {
       },
       this.claimCfg,
     );
+    const probe = new Array<boolean>(planWorkers.length).fill(false);
     for (const [i, w] of planWorkers.entries()) {
       w.cap = caps.caps[i] as number;
       const r = caps.reasons[i] as ClaimReason;
       this.totals.claims[r] = (this.totals.claims[r] ?? 0) + 1;
+      const st = stats[i] as WorkerDispatchStats;
+      if (w.cap === 0 && (r === 'too-slow' || r === 'no-gain') && nowMs - (st.lastShadowProbeMs ?? 0) >= this.claimCfg.shadowProbeEveryMs) {
+        st.lastShadowProbeMs = nowMs;
+        w.cap = Math.min(covered[i] as number, this.claimCfg.probePairs);
+        probe[i] = true;
+        this.totals.claims['shadow-probe'] = (this.totals.claims['shadow-probe'] ?? 0) + 1;
+      }
     }
+    return probe;
   }
 
   /**
@@ -939,6 +977,7 @@ export class ModelDispatcher {
       for (const t of wp.rowToken) rowTaken[t] = 1;
       f.shadow[i] = true;
       f.remaining--;
+      f.auditItem[i] = items.length;
       items.push({
         workerId: workerIds[i] as string,
         rowToken: wp.rowToken,
@@ -959,10 +998,11 @@ export class ModelDispatcher {
     const audit = f.audit ? new Uint8Array(pairs) : null;
     let auditedPairs = 0;
     for (const [i, wp] of plan.workers.entries()) {
-      const mask = f.shadow[i] ? audit : claimed;
+      const audited = f.auditItem[i] !== -1;
+      const mask = audited ? audit : f.shadow[i] ? null : claimed;
       if (!mask) continue;
       for (const p of wp.pairIndex) mask[p] = 1;
-      if (f.shadow[i]) auditedPairs += wp.nPairs;
+      if (audited) auditedPairs += wp.nPairs;
     }
     if (f.audit) {
       this.totals.pairs.audited += auditedPairs;
@@ -1034,9 +1074,7 @@ export class ModelDispatcher {
     const a = f.audit;
     const hello = f.conn.hello;
     if (!a || !hello) return;
-    let k = 0;
-    for (let j = 0; j < i; j++) if (f.shadow[j]) k++;
-    const it = a.items[k];
+    const it = a.items[f.auditItem[i] as number];
     if (!it) return;
     it.partial = partial;
     this.compareShadow(a, hello.nEmbd);
@@ -1162,7 +1200,7 @@ export class ModelDispatcher {
       };
     }
     if (!v2) this.write(conn, encodeResponse(nServed > 0 ? { ...base, mode: 'served', served, sums } : { ...base, mode: 'local' }));
-    else if (f.remaining === 0 && f.shadow.some((s) => !s)) this.write(conn, encodeResult({ ...base, served, sums }));
+    else if (f.shadow.some((s) => !s)) this.write(conn, encodeResult({ ...base, served, sums }));
     const end = performance.now();
     const t = this.totals;
     if (nServed > 0) t.servedRequests++;

@@ -790,6 +790,12 @@ describe('ModelDispatcher, protocol v2 (claims) against a scripted coordinator',
         `the policy let the proven worker through (saturated): ${JSON.stringify(d.totals.decisions)}`,
       );
       assert.equal(d.totals.claims['too-slow'], 1, JSON.stringify(d.totals.claims));
+      // Left out, it is given a probe in shadow (sent, not claimed: nothing waits on it), at most every 2 s.
+      assert.equal(d.totals.claims['shadow-probe'], 1);
+      const calls = worker.calls;
+      x = await c.sendV2(c.request({ ids, nUsed: 8, localNsPerPair: 1_000 }));
+      assert.equal(x.claim.claimed, null);
+      assert.equal(worker.calls, calls, 'no second probe within the probe interval');
     } finally {
       c.close();
       await d.close();

@@ -845,9 +845,11 @@ export class ModelDispatcher {
         ? this.capClaims(req, planWorkers, coveredBy, budgetMs, chosenStats, nowMs)
         : [];
     const plan = planRequest(req, planWorkers);
-    // Declined or uncovered: no quiet window, the next token may route to experts a worker holds.
+    // Declined or uncovered: no quiet window, the next token may route to experts a worker holds — except when the
+    // claim caps left every worker out: then the layer is quiet until the next shadow probe is due (the coordinator
+    // runs its stock graph meanwhile, with no exchange per layer at all).
     if (plan.dispatchedPairs === 0) {
-      this.answerLocal(conn, req, 0, arrivedAt);
+      this.answerLocal(conn, req, shadowProbe.length > 0 ? this.quietUntilProbe(chosenStats, nowMs) : 0, arrivedAt);
       return;
     }
 
@@ -988,6 +990,14 @@ export class ModelDispatcher {
       });
     }
     if (items.length > 0) f.audit = { seq: f.req.seq, layer: f.req.layer, trusted: null, items };
+  }
+
+  /** v2: how long until one of these workers is due a shadow probe again, ms (at most the configured quiet window). */
+  private quietUntilProbe(stats: readonly WorkerDispatchStats[], nowMs: number): number {
+    const cap = Math.min(this.opts.quietMs ?? DEFAULT_QUIET_MS, DISPATCH_LIMITS.maxQuietMs);
+    let due = cap;
+    for (const st of stats) due = Math.min(due, (st.lastShadowProbeMs ?? 0) + this.claimCfg.shadowProbeEveryMs - nowMs);
+    return Math.max(0, Math.floor(due));
   }
 
   /** v2: the CLAIM, at once: the pairs of the items not in shadow are claimed, the shadow items' pairs audited. */

@@ -796,6 +796,7 @@ describe('ModelDispatcher, protocol v2 (claims) against a scripted coordinator',
       x = await c.sendV2(c.request({ ids, nUsed: 8, localNsPerPair: 1_000 }));
       assert.equal(x.claim.claimed, null);
       assert.equal(worker.calls, calls, 'no second probe within the probe interval');
+      assert.equal(x.claim.quietMs, 1000, 'every worker left out, no probe due: the layer is quiet (stock graph, no exchange)');
     } finally {
       c.close();
       await d.close();

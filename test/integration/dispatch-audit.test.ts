@@ -9,6 +9,8 @@
  *  - the tokens stay those of the stock server throughout (auditing changes nothing the coordinator computes);
  *  - an invalid audit (a served pair flagged) makes the coordinator drop the connection and fall back: no AUDIT is
  *    sent, and the tokens are still stock's.
+ * The dispatcher speaks protocol version 2 (audits ride on the CLAIM, among the unclaimed pairs; the AUDIT comes
+ * before the RESULT); the invalid audit is also tried on a version 1 connection (on the RESPONSE).
  */
 import { after, test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
@@ -22,6 +24,7 @@ import { FALLBACK_LINE } from '../support/dispatch-checks.ts';
 import { completeGreedy, startServer, type Completion, type RunningServer } from '../support/linkcpp.ts';
 import { testModel, type TestModel } from '../support/models.ts';
 import { TestDispatcher, type AuditPolicy, type AuditRecord, type DispatcherBehaviour } from '../support/test-dispatcher.ts';
+import type { DispatchVersion } from '../../hub/dispatch/protocol.ts';
 
 const dir = await mkdtemp(join(tmpdir(), 'es-audit-'));
 after(() => rm(dir, { recursive: true, force: true }));
@@ -76,14 +79,21 @@ async function withDispatch<T>(
   behaviour: DispatcherBehaviour,
   audit: AuditPolicy,
   run: (server: RunningServer, d: TestDispatcher) => Promise<T>,
+  maxVersion: DispatchVersion = 2,
 ): Promise<T> {
   const sock = join(dir, `audit-${process.pid}-${socketCounter++}.sock`);
   const d = await TestDispatcher.start(sock, m.path, behaviour);
   d.audit = audit;
+  d.maxVersion = maxVersion;
   const server = await startServer({ model: m.path, args: ['--expert-dispatch', sock, '--expert-dispatch-deadline-ms', '5000'] });
   try {
     await d.waitForHello();
-    return await run(server, d);
+    const out = await run(server, d);
+    assert.ok(
+      d.stats.log.every((r) => r.version === maxVersion),
+      `every request on protocol version ${maxVersion}`,
+    );
+    return out;
   } finally {
     await server.stop();
     await d.stop();
@@ -205,21 +215,29 @@ for (const c of MODELS) {
   });
 }
 
-test('an audit flag on a served pair is an invalid frame: the coordinator drops the connection, sends no AUDIT, computes locally; stock tokens', async () => {
-  const c = MODELS[1] as (typeof MODELS)[number];
-  const m = await testModel(config(c));
-  const want = await stock(m);
-  await withDispatch(m, 'half', 'served-too', async (server, d) => {
-    const got = await completeGreedy(server.url, PROMPT, N, m.ban);
-    assert.deepEqual(got.tokens, want.tokens, 'the fallback computes every pair locally');
-    assert.ok(d.stats.auditsAsked >= 1, 'the invalid audit was sent');
-    assert.equal(d.stats.audits.length, 0, 'no AUDIT answers an invalid response');
-    const incidents = fallbackLines(server);
-    assert.ok(
-      incidents.some((l) => l.includes('audited pair also served')),
-      `the coordinator logs why it dropped the connection: ${incidents.join(' | ')}`,
+for (const version of [2, 1] as const) {
+  test(`v${version}: an audit flag on a ${version === 2 ? 'claimed' : 'served'} pair is an invalid frame: the coordinator drops the connection, sends no AUDIT, computes locally; stock tokens`, async () => {
+    const c = MODELS[1] as (typeof MODELS)[number];
+    const m = await testModel(config(c));
+    const want = await stock(m);
+    await withDispatch(
+      m,
+      'half',
+      'served-too',
+      async (server, d) => {
+        const got = await completeGreedy(server.url, PROMPT, N, m.ban);
+        assert.deepEqual(got.tokens, want.tokens, 'the fallback computes every pair locally');
+        assert.ok(d.stats.auditsAsked >= 1, 'the invalid audit was sent');
+        assert.equal(d.stats.audits.length, 0, 'no AUDIT answers an invalid response');
+        const incidents = fallbackLines(server);
+        assert.ok(
+          incidents.some((l) => l.includes(`audited pair also ${version === 2 ? 'claimed' : 'served'}`)),
+          `the coordinator logs why it dropped the connection: ${incidents.join(' | ')}`,
+        );
+        // one dropped connection per incident, then a cool-down: far fewer requests than one per layer and token
+        assert.ok(d.stats.requests < N, `${d.stats.requests} requests while the dispatcher kept answering invalidly`);
+      },
+      version,
     );
-    // one dropped connection per incident, then a cool-down: far fewer requests than one per layer and token
-    assert.ok(d.stats.requests < N, `${d.stats.requests} requests while the dispatcher kept answering invalidly`);
   });
-});
+}

@@ -15,6 +15,13 @@
  * Then: half of the pairs served, a stalling / dying / garbage-sending dispatcher, quiet windows, no dispatcher at
  * all, and 4 concurrent slots, each compared with stock.
  *
+ * Protocol versions (docs/dispatch-protocol.md): every case above speaks version 2 (the coordinator's default: CLAIM
+ * at once, the unclaimed pairs computed meanwhile, then the RESULT); stalls and garbage are tried both instead of the
+ * CLAIM and after it (instead of the RESULT). Version 1 is tried with a dispatcher that acknowledges 1, with a
+ * coordinator told to offer 1 (LINKCPP_EXPERT_DISPATCH_VERSION=1), and with an old dispatcher that closes on a
+ * version 2 HELLO (the coordinator offers 1 next). Invalid v2 frames (a RESULT serving an unclaimed pair, a RESPONSE on
+ * a v2 connection) and a HELLO_ACK newer than the offer are refused, and the tokens stay stock's.
+ *
  * Models: random weights whose routed-expert branch is loud (expertScale LOUD, see below) so that an error in the
  * experts moves the logits as much as one anywhere else would. Token ids are compared (random-weight models emit
  * arbitrary bytes).
@@ -27,7 +34,7 @@ import { join } from 'node:path';
 import { testModel, type TestModel } from '../support/models.ts';
 import { completeGreedy, startServer, tokenize, type Completion, type RunningServer } from '../support/linkcpp.ts';
 import { TestDispatcher, type DispatcherBehaviour, type RequestRecord } from '../support/test-dispatcher.ts';
-import type { Hello } from '../../hub/dispatch/protocol.ts';
+import type { DispatchVersion, Hello } from '../../hub/dispatch/protocol.ts';
 import { FALLBACK_LINE, checkRun, expectedRequests, promptTokens, type RunCheck } from '../support/dispatch-checks.ts';
 import { WgslBackend } from '../support/wgsl-backend.ts';
 import { expertLoudness } from '../support/residual-probe.ts';
@@ -82,15 +89,27 @@ async function withDispatch<T>(
   m: TestModel,
   behaviour: DispatcherBehaviour,
   run: (server: RunningServer, d: TestDispatcher) => Promise<T>,
-  opts: { deadlineMs?: number; slots?: number; quietMs?: number; args?: string[] } = {},
+  opts: {
+    deadlineMs?: number;
+    slots?: number;
+    quietMs?: number;
+    args?: string[];
+    env?: Record<string, string>;
+    /** Set up the dispatcher before the coordinator starts (versions it speaks). */
+    setup?: (d: TestDispatcher) => void;
+    /** The protocol version every answered request must have been on (default 2). */
+    version?: DispatchVersion;
+  } = {},
 ): Promise<T> {
   const sock = join(dir, `xd-${process.pid}-${socketCounter++}.sock`);
   const d = await TestDispatcher.start(sock, m.path, behaviour);
   d.quietMs = opts.quietMs ?? 0;
+  opts.setup?.(d);
   const server = await startServer({
     model: m.path,
     slots: opts.slots ?? 1,
     args: ['--expert-dispatch', sock, '--expert-dispatch-deadline-ms', String(opts.deadlineMs ?? 250), ...(opts.args ?? [])],
+    ...(opts.env ? { env: opts.env } : {}),
   });
   try {
     const hello = await d.waitForHello();
@@ -103,6 +122,12 @@ async function withDispatch<T>(
     );
     const out = await run(server, d);
     assert.deepEqual(d.stats.protocolErrors, [], 'the dispatcher met no protocol error');
+    const version = opts.version ?? 2;
+    const versions = [...new Set(d.stats.log.map((r) => r.version))];
+    assert.ok(
+      versions.every((v) => v === version),
+      `requests answered in protocol versions ${versions.join(', ')}, ${version} expected`,
+    );
     // Every request as the coordinator was configured: fields the computation itself never looks at included.
     for (const r of d.stats.log) {
       assert.ok(
@@ -299,8 +324,16 @@ test('half of the pairs served, the rest reported not served → same tokens, bo
   }
 });
 
-for (const behaviour of ['stall', 'die', 'garbage'] as const) {
-  test(`a ${behaviour === 'die' ? 'dying' : behaviour === 'stall' ? 'stalling' : 'garbage-sending'} dispatcher: same tokens, bounded time, next request served, fault logged once`, async () => {
+const FAULTS: Array<{ behaviour: DispatcherBehaviour; name: string }> = [
+  { behaviour: 'stall', name: 'a stalling dispatcher (no CLAIM)' },
+  { behaviour: 'stall-result', name: 'a dispatcher that claims every pair and never sends the RESULT' },
+  { behaviour: 'die', name: 'a dying dispatcher' },
+  { behaviour: 'garbage', name: 'a garbage-sending dispatcher (instead of the CLAIM)' },
+  { behaviour: 'garbage-result', name: 'a dispatcher that claims every pair and sends garbage instead of the RESULT' },
+];
+
+for (const { behaviour, name } of FAULTS) {
+  test(`${name}: same tokens, bounded time, next request served, fault logged once`, async () => {
     const m = await testModel({ arch: 'qwen3moe', ...small });
     const want = await baseline(m, 64);
     const deadlineMs = 200;
@@ -327,6 +360,179 @@ for (const behaviour of ['stall', 'die', 'garbage'] as const) {
     );
   });
 }
+
+/** One completion of PROMPT judged by every check of dispatch-checks.ts against the stock baseline. */
+async function exactRun(server: RunningServer, d: TestDispatcher, m: TestModel, want: Completion): Promise<void> {
+  const r = await dispatchedRun(server, d, m, want, EXACT_BOUND);
+  assert.deepEqual(r.failures, [], r.failures.join('\n'));
+}
+
+const V1_MODEL = { arch: 'qwen3moe' as const, ...small };
+
+test('version 1: a dispatcher that acknowledges 1 gets v1 frames and serves every pair with stock logits; so does a coordinator told to offer 1', async () => {
+  const m = await testModel(V1_MODEL);
+  const want = await baseline(m, N, ALL_PROBS);
+  await withDispatch(
+    m,
+    'all',
+    async (server, d) => {
+      assert.deepEqual(d.stats.versions[0], { offered: 2, agreed: 1 }, 'the coordinator offers 2 and takes the ack of 1');
+      await exactRun(server, d, m, want);
+      assert.match(server.log(), /expert-dispatch: connected to dispatcher at .*, protocol version 1/);
+    },
+    // -lv 4: libllama's info lines (the agreed version) are printed at trace verbosity
+    { deadlineMs: 5000, version: 1, args: ['-lv', '4'], setup: (d) => (d.maxVersion = 1) },
+  );
+  await withDispatch(
+    m,
+    'half',
+    async (server, d) => {
+      assert.ok(
+        d.stats.versions.every((v) => v.offered === 1 && v.agreed === 1),
+        `LINKCPP_EXPERT_DISPATCH_VERSION=1 offers 1: ${JSON.stringify(d.stats.versions)}`,
+      );
+      const mark = d.mark();
+      const got = await completeGreedy(server.url, PROMPT, N, m.ban);
+      assert.deepEqual(got.tokens, want.tokens);
+      const answered = d.since(mark);
+      const served = answered.reduce((s, r) => s + r.served, 0);
+      assert.ok(served > 0 && answered.every((r) => r.notServed > 0), `served ${served} pairs, the rest computed locally`);
+    },
+    { deadlineMs: 5000, version: 1, env: { LINKCPP_EXPERT_DISPATCH_VERSION: '1' } },
+  );
+});
+
+test('an old dispatcher that closes on a version 2 HELLO: the coordinator offers 1 next, is served every pair with stock logits, logs no fault', async () => {
+  const m = await testModel(V1_MODEL);
+  const want = await baseline(m, N, ALL_PROBS);
+  await withDispatch(
+    m,
+    'all',
+    async (server, d) => {
+      assert.deepEqual(d.stats.versions.slice(0, 2), [
+        { offered: 2, agreed: null },
+        { offered: 1, agreed: 1 },
+      ]);
+      await exactRun(server, d, m, want);
+      assert.match(server.log(), /closed the connection on a version 2 HELLO; offering version 1/);
+    },
+    {
+      deadlineMs: 5000,
+      version: 1,
+      args: ['-lv', '4'],
+      setup: (d) => {
+        d.maxVersion = 1;
+        d.closeOnNewerHello = true;
+      },
+    },
+  );
+});
+
+test('version 2 with every pair claimed and served: the CLAIM comes before the coordinator computes, the RESULT carries the sums; stock logits', async () => {
+  const m = await testModel(V1_MODEL);
+  const want = await baseline(m, N, ALL_PROBS);
+  await withDispatch(
+    m,
+    'all',
+    async (server, d) => {
+      assert.deepEqual(d.stats.versions[0], { offered: 2, agreed: 2 });
+      await exactRun(server, d, m, want);
+      assert.ok(
+        d.stats.log.every((r) => r.claimed === r.nTokens * r.nUsed && r.served === r.claimed),
+        'every pair claimed and served',
+      );
+      assert.match(server.log(), /expert-dispatch: connected to dispatcher at .*, protocol version 2/);
+    },
+    { deadlineMs: 5000, args: ['-lv', '4'] },
+  );
+});
+
+test('version 2, every pair claimed and every other one served (late workers): the coordinator computes the rest after the RESULT; same tokens, no fault', async () => {
+  for (const arch of ['qwen3moe', 'deepseek'] as const) {
+    const m = await testModel({ arch, ...small });
+    const want = await baseline(m, 32);
+    await withDispatch(
+      m,
+      'late-half',
+      async (server, d) => {
+        const mark = d.mark();
+        const logMark = server.log().length;
+        const got = await completeGreedy(server.url, PROMPT, 32, m.ban);
+        assert.deepEqual(got.tokens, want.tokens, arch);
+        const answered = d.since(mark);
+        const asked = expectedRequests(moeLayers(m), m.config.layers, promptTokens(got), 32);
+        assert.equal(answered.length, asked.length, `${arch}: every MoE layer of every evaluation asked and answered`);
+        for (const r of answered) {
+          assert.equal(r.claimed, r.nTokens * r.nUsed, 'every pair claimed');
+          assert.ok(r.served > 0 && r.served < r.claimed, `some claimed pairs served, not all: ${r.served} of ${r.claimed}`);
+        }
+        const fallback = server
+          .log()
+          .slice(logMark)
+          .split('\n')
+          .filter((l) => FALLBACK_LINE.test(l));
+        assert.deepEqual(fallback, [], 'claimed pairs not served are no fault');
+      },
+      { deadlineMs: 5000 },
+    );
+  }
+});
+
+/** Invalid frames on a v2 connection, and the reason the coordinator must log for each. */
+const INVALID_V2: Array<{ behaviour: DispatcherBehaviour; name: string; why: RegExp }> = [
+  { behaviour: 'serve-unclaimed', name: 'a RESULT serving a pair that was not claimed', why: /served pair that was not claimed/ },
+  { behaviour: 'response-in-v2', name: 'a v1 RESPONSE on a version 2 connection', why: /unexpected frame kind 4/ },
+];
+
+for (const { behaviour, name, why } of INVALID_V2) {
+  test(`${name}: the coordinator drops the connection, computes locally, keeps stock's tokens`, async () => {
+    const m = await testModel(V1_MODEL);
+    const want = await baseline(m, 32);
+    await withDispatch(
+      m,
+      behaviour,
+      async (server, d) => {
+        const got = await completeGreedy(server.url, PROMPT, 32, m.ban);
+        assert.deepEqual(got.tokens, want.tokens);
+        assert.ok(d.stats.requests >= 1, 'the dispatcher was asked');
+        const incidents = server
+          .log()
+          .split('\n')
+          .filter((l) => FALLBACK_LINE.test(l));
+        assert.ok(incidents.length >= 1 && incidents.length <= 2, `logged ${incidents.length} times:\n${incidents.join('\n')}`);
+        assert.match(incidents[0] as string, why);
+        // one dropped connection per incident, then a cool-down: far fewer requests than one per layer and token
+        assert.ok(d.stats.requests < 32, `${d.stats.requests} requests while the dispatcher kept answering invalidly`);
+      },
+      { deadlineMs: 1000 },
+    );
+  });
+}
+
+test('a HELLO_ACK of version 2 to a coordinator offering 1 is refused: no request, stock tokens, the reason logged once', async () => {
+  const m = await testModel(V1_MODEL);
+  const want = await baseline(m, 16);
+  await withDispatch(
+    m,
+    'all',
+    async (server, d) => {
+      const got = await completeGreedy(server.url, PROMPT, 16, m.ban);
+      assert.deepEqual(got.tokens, want.tokens);
+      assert.equal(d.stats.requests, 0, 'never connected, never asked');
+      assert.ok(d.stats.versions.length >= 1 && d.stats.versions.every((v) => v.offered === 1));
+      const lines = server
+        .log()
+        .split('\n')
+        .filter((l) => FALLBACK_LINE.test(l));
+      assert.equal(lines.length, 1, lines.join('\n'));
+      assert.match(lines[0] as string, /protocol version 2 \(want 1\)/);
+    },
+    {
+      env: { LINKCPP_EXPERT_DISPATCH_VERSION: '1' },
+      setup: (d) => (d.ackVersion = 2),
+    },
+  );
+});
 
 test('a dispatcher that answers "local" with a quiet window is not asked again during it', async () => {
   const m = await testModel({ arch: 'qwen3moe', ...small });

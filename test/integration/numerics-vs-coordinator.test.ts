@@ -5,7 +5,9 @@
  * linkcpp-server runs for the pairs a dispatcher did not serve. The first tests prove that: a dispatcher serving every
  * pair from it makes the coordinator's logprobs bit-identical to the coordinator computing everything itself, which
  * are bit-identical to the stock server's (dispatch off); sums scaled by 1 + 1e-4 are visible; and the coordinator's
- * HELLO says numerics 'llama'.
+ * HELLO says numerics 'llama'. Both dispatchers speak protocol version 2 (docs/dispatch-protocol.md): the oracle
+ * claims every pair and sends their sums in the RESULT, the local one claims nothing (with a v1 coordinator they
+ * would answer a RESPONSE, served or LOCAL).
  *
  * Then, per weight type, on generated models of two architectures, random decode (1–4 tokens) and batched (32–64
  * tokens) calls on every MoE layer, per-token NMSE against the oracle for each worker path:
@@ -37,10 +39,15 @@ import { readGGUF } from '../../gguf/reader.ts';
 import {
   FrameKind,
   FrameReader,
+  checkVersion,
   decodeHello,
   decodeRequest,
+  encodeClaim,
   encodeHelloAck,
   encodeResponse,
+  encodeResult,
+  negotiateVersion,
+  type DispatchVersion,
   type Hello,
 } from '../../hub/dispatch/protocol.ts';
 import { requestExpertDevice } from '../../shaders/device.ts';
@@ -148,6 +155,8 @@ async function tsCall(store: ExpertStore, layer: number, c: RoutedCall, ggmlRoun
 interface OracleDispatcher {
   path: string;
   hellos: Hello[];
+  /** The protocol version of each connection (HELLO_ACK's). */
+  versions: DispatchVersion[];
   requests: number;
   /** Requests per layer. */
   perLayer: Map<number, number>;
@@ -165,6 +174,7 @@ async function oracleDispatcher(path: string, ref: NativeReference, nudge = 0): 
   const d: OracleDispatcher = {
     path,
     hellos: [],
+    versions: [],
     requests: 0,
     perLayer: new Map(),
     servedPairs: 0,
@@ -174,6 +184,7 @@ async function oracleDispatcher(path: string, ref: NativeReference, nudge = 0): 
   const server: Server = createServer((s) => {
     const reader = new FrameReader();
     let nExpert = 0;
+    let version: DispatchVersion = 1;
     let queue = Promise.resolve();
     s.on('error', () => s.destroy());
     s.on('data', (chunk) => {
@@ -193,18 +204,26 @@ async function oracleDispatcher(path: string, ref: NativeReference, nudge = 0): 
               const hello = decodeHello(payload);
               nExpert = hello.nExpert;
               d.hellos.push(hello);
-              s.write(encodeHelloAck(true));
+              version = negotiateVersion(header.version);
+              d.versions.push(version);
+              s.write(encodeHelloAck(true, 0, version));
               return;
             }
+            checkVersion(header, version);
             const r = decodeRequest(header, payload, nExpert);
             d.requests++;
             d.perLayer.set(r.layer, (d.perLayer.get(r.layer) ?? 0) + 1);
+            const served = new Uint8Array(r.nTokens * r.nUsed).fill(1);
+            const head = { seq: r.seq, layer: r.layer, nTokens: r.nTokens, nUsed: r.nUsed };
+            // v2: every pair claimed at once, the sums in the RESULT
+            if (version === 2) s.write(encodeClaim({ ...head, quietMs: 0, claimed: served }));
             const sums = await ref.compute(r.layer, r);
             if (nudge !== 0) for (let i = 0; i < sums.length; i++) sums[i] = (sums[i] as number) * (1 + nudge);
             d.servedPairs += r.nTokens * r.nUsed;
-            const served = new Uint8Array(r.nTokens * r.nUsed).fill(1);
             s.write(
-              encodeResponse({ seq: r.seq, layer: r.layer, nTokens: r.nTokens, nUsed: r.nUsed, quietMs: 0, mode: 'served', served, sums }),
+              version === 2
+                ? encodeResult({ ...head, served, sums })
+                : encodeResponse({ ...head, quietMs: 0, mode: 'served', served, sums }),
             );
           } catch (e) {
             d.protocolErrors.push((e as Error).message);
@@ -231,6 +250,7 @@ async function localDispatcher(path: string): Promise<OracleDispatcher> {
   const d: OracleDispatcher = {
     path,
     hellos: [],
+    versions: [],
     requests: 0,
     perLayer: new Map(),
     servedPairs: 0,
@@ -239,19 +259,25 @@ async function localDispatcher(path: string): Promise<OracleDispatcher> {
   };
   const server = createServer((s) => {
     const reader = new FrameReader();
+    let version: DispatchVersion = 1;
     s.on('error', () => s.destroy());
     s.on('data', (chunk) => {
       try {
         for (const { header, payload } of reader.push(chunk)) {
           if (header.kind === FrameKind.Hello) {
             d.hellos.push(decodeHello(payload));
-            s.write(encodeHelloAck(true));
+            version = negotiateVersion(header.version);
+            d.versions.push(version);
+            s.write(encodeHelloAck(true, 0, version));
             continue;
           }
+          checkVersion(header, version);
           const r = decodeRequest(header, payload, d.hellos[0]?.nExpert ?? 0);
           d.requests++;
           d.perLayer.set(r.layer, (d.perLayer.get(r.layer) ?? 0) + 1);
-          s.write(encodeResponse({ seq: r.seq, layer: r.layer, nTokens: r.nTokens, nUsed: r.nUsed, quietMs: 0, mode: 'local' }));
+          const head = { seq: r.seq, layer: r.layer, nTokens: r.nTokens, nUsed: r.nUsed, quietMs: 0 };
+          // v2: a CLAIM of nothing (no RESULT follows); v1: LOCAL
+          s.write(version === 2 ? encodeClaim({ ...head, claimed: null }) : encodeResponse({ ...head, mode: 'local' }));
         }
       } catch (e) {
         d.protocolErrors.push((e as Error).message);
@@ -319,6 +345,7 @@ for (const { arch, type } of E2E) {
       const served = await runWith(m, (p) => oracleDispatcher(p, ref));
       for (const r of [local, served]) {
         assert.deepEqual(r.d.protocolErrors, []);
+        assert.deepEqual(r.d.versions, [2], 'one connection, protocol version 2');
         assert.equal(r.d.hellos[0]?.numerics, 'llama', "linkcpp-server announces llama.cpp's CPU rounding");
         assert.equal(r.tokens.length, N_PREDICT);
         // every MoE layer (and only those) of every evaluation: the prompt, then each generated token but the last

@@ -8,6 +8,12 @@
  * its sums by 1.01, or to stop serving after the prompt. It records every request it answered and every protocol
  * error it met, so tests can count them. With `audit` set it also asks the coordinator to audit pairs it did not
  * serve (docs/dispatch-protocol.md) and records every AUDIT frame with the request it belongs to.
+ *
+ * Versions (docs/dispatch-protocol.md, "Negotiation"): it answers HELLO_ACK in min(the HELLO's version,
+ * `maxVersion`) (2 unless told 1) and speaks that version on the connection. In v1 it answers each REQUEST with a
+ * RESPONSE; in v2 with a CLAIM at once (the pairs it will serve: all / half / none) and, when it claimed any, a RESULT
+ * with their sums. `closeOnNewerHello` makes it an old dispatcher that closes on a HELLO newer than `maxVersion`, and
+ * `ackVersion` forces the HELLO_ACK's version (a negative control).
  */
 import { createServer, type Server, type Socket } from 'node:net';
 import { rm } from 'node:fs/promises';
@@ -18,10 +24,16 @@ import {
   decodeAudit,
   decodeHello,
   decodeRequest,
+  checkVersion,
+  encodeClaim,
   encodeHelloAck,
   encodeResponse,
+  encodeResult,
+  negotiateVersion,
+  type DispatchClaim,
   type DispatchRequest,
   type DispatchResponse,
+  type DispatchVersion,
   type FrameHeader,
   type Hello,
 } from '../../hub/dispatch/protocol.ts';
@@ -31,8 +43,16 @@ import { GgmlExactBackend } from './ggml-exact.ts';
 import { mulberry32 } from './random.ts';
 
 /**
- * - `all` / `half` / `none`: serve every / every other / no pair (the rest reported not served).
- * - `local`: answer LOCAL (with `quietMs`); `stall`: never answer; `die`: close mid-frame; `garbage`: send junk.
+ * - `all` / `half` / `none`: serve every / every other / no pair (the rest reported not served; in v2 claimed: the
+ *   pairs served, nothing claimed for `none`).
+ * - `local`: answer LOCAL (v2: a CLAIM of nothing), with `quietMs`; `stall`: never answer (v2: no CLAIM); `die`:
+ *   close mid-frame; `garbage`: send junk (v2: instead of the CLAIM).
+ * - v2 only (in v1 they act as `stall` / `garbage` / `half` / `half` / `all`): `stall-result`: claim every pair,
+ *   then never send the RESULT; `garbage-result`: claim every pair, then junk instead of the RESULT; `late-half`:
+ *   claim every pair, serve every other one in the RESULT (as if the rest of the workers were late: the coordinator
+ *   computes them after the RESULT); `serve-unclaimed`: claim half, then a RESULT that serves every pair (invalid: a
+ *   served pair that was not claimed); `response-in-v2`: answer with a v1 RESPONSE (kind 4) in a version 2 header
+ *   (invalid in v2).
  * - `wrong-expert`: serve every pair with the next expert's matrices.
  * Negative controls that apply only at generation steps (graph evaluations after the prompt's; the prompt is served
  * honestly). An evaluation starts with a request for a layer at or below the previous request's; it is the prompt's
@@ -49,21 +69,26 @@ export type DispatcherBehaviour =
   | 'none'
   | 'local'
   | 'stall'
+  | 'stall-result'
   | 'die'
   | 'garbage'
+  | 'garbage-result'
+  | 'late-half'
+  | 'serve-unclaimed'
+  | 'response-in-v2'
   | 'wrong-expert'
   | 'drop-one'
   | 'sums-x1.01'
   | 'prompt-only';
 
 /**
- * Which pairs a response asks the coordinator to audit (report its own sums of). Only pairs the dispatcher did not
- * serve, except for the negative control:
+ * Which pairs a response (v2: a claim) asks the coordinator to audit (report its own sums of). Only pairs the
+ * dispatcher did not serve (v2: claim), except for the negative control:
  * - `all-unserved`: every pair not served;
  * - a number f in [0, 1]: each pair not served with probability f (seeded: the same run asks for the same pairs);
  * - a function of (token, k): the pairs not served for which it says true (e.g. `(t, k) => k === 0`);
- * - `served-too`: every pair, served ones included. Invalid wherever a pair is served: the coordinator must drop the
- *   connection and compute locally (the encoder refuses such a frame, so it is forged here).
+ * - `served-too`: every pair, served (claimed) ones included. Invalid wherever a pair is served (claimed): the
+ *   coordinator must drop the connection and compute locally (the encoder refuses such a frame, so it is forged here).
  */
 export type AuditPolicy = 'all-unserved' | 'served-too' | number | ((t: number, k: number) => boolean);
 
@@ -136,6 +161,10 @@ export interface RequestRecord {
   /** The deadline and local cost the coordinator sent (protocol fields the computation does not use). */
   deadlineUs: number;
   localNsPerPair: number;
+  /** The connection's protocol version. */
+  version: DispatchVersion;
+  /** v2: pairs claimed (v1: the served ones). */
+  claimed: number;
   /** Pairs reported served / not served in the answer, and how many of the latter it asked to audit. */
   served: number;
   notServed: number;
@@ -150,6 +179,8 @@ export interface RequestRecord {
 
 export interface DispatcherStats {
   hellos: Hello[];
+  /** Per HELLO, in order: the version it offered and the one acknowledged (null: closed without HELLO_ACK). */
+  versions: Array<{ offered: number; agreed: DispatchVersion | null }>;
   requests: number;
   servedPairs: number;
   notServedPairs: number;
@@ -179,8 +210,15 @@ export class TestDispatcher {
   audit: AuditPolicy | undefined;
   /** What computes the experts: the coordinator's arithmetic bit for bit unless replaced (the caller closes its own). */
   backend: ExpertBackend;
+  /** The highest protocol version it speaks: a connection speaks min(HELLO's, this). */
+  maxVersion: DispatchVersion = 2;
+  /** An old dispatcher: a HELLO newer than `maxVersion` is refused by closing, without HELLO_ACK. */
+  closeOnNewerHello = false;
+  /** Forces the HELLO_ACK's version (and the connection's), whatever was offered: a negative control. */
+  ackVersion: DispatchVersion | undefined;
   readonly stats: DispatcherStats = {
     hellos: [],
+    versions: [],
     requests: 0,
     servedPairs: 0,
     notServedPairs: 0,
@@ -241,13 +279,18 @@ export class TestDispatcher {
     await rm(this.path, { force: true });
   }
 
-  /** Resolves once a coordinator has said hello (bounded). */
-  async waitForHello(timeoutMs = 10_000): Promise<Hello> {
+  /**
+   * Resolves once a coordinator's HELLO has been acknowledged (bounded), and a little later: the coordinator takes
+   * the connection into use when it has read the HELLO_ACK, which the dispatcher cannot see; a completion started at
+   * once could otherwise be computed before it has.
+   */
+  async waitForHello(timeoutMs = 10_000, graceMs = 100): Promise<Hello> {
     const deadline = Date.now() + timeoutMs;
-    while (this.stats.hellos.length === 0) {
+    while (!this.stats.versions.some((v) => v.agreed !== null)) {
       if (Date.now() > deadline) throw new Error('no coordinator connected to the test dispatcher in time');
       await new Promise((r) => setTimeout(r, 20));
     }
+    await new Promise((r) => setTimeout(r, graceMs));
     return this.stats.hellos[0] as Hello;
   }
 
@@ -275,6 +318,7 @@ export class TestDispatcher {
     s.on('error', () => s.destroy());
     const reader = new FrameReader();
     let nExpert = 0;
+    let version: DispatchVersion | undefined;
     let queue = Promise.resolve();
     // Responses of this connection that asked for an audit, by seq, until their AUDIT arrives.
     const pending = new Map<number, { r: DispatchRequest; flags: Uint8Array }>();
@@ -292,15 +336,27 @@ export class TestDispatcher {
           if (s.destroyed) return;
           try {
             if (header.kind === FrameKind.Hello) {
+              if (version !== undefined) throw new Error('a second HELLO on the connection');
               const hello = decodeHello(payload);
               nExpert = hello.nExpert;
               this.nExpert = hello.nExpert;
               this.stats.hellos.push(hello);
-              s.write(encodeHelloAck(true));
-            } else if (header.kind === FrameKind.Audit) {
+              if (this.closeOnNewerHello && header.version > this.maxVersion) {
+                this.stats.versions.push({ offered: header.version, agreed: null });
+                s.destroy();
+                return;
+              }
+              version = this.ackVersion ?? (Math.min(negotiateVersion(header.version), this.maxVersion) as DispatchVersion);
+              this.stats.versions.push({ offered: header.version, agreed: version });
+              s.write(encodeHelloAck(true, 0, version));
+              return;
+            }
+            if (version === undefined) throw new Error(`frame kind ${header.kind} before HELLO`);
+            checkVersion(header, version);
+            if (header.kind === FrameKind.Audit) {
               this.receiveAudit(header, payload, pending);
             } else {
-              await this.answer(s, decodeRequest(header, payload, nExpert), pending);
+              await this.answer(s, decodeRequest(header, payload, nExpert), version, pending);
             }
           } catch (e) {
             this.stats.protocolErrors.push((e as Error).message);
@@ -337,7 +393,7 @@ export class TestDispatcher {
     });
   }
 
-  /** Audit flags for a response under the current policy; null when it asks for none. */
+  /** Audit flags for a response (claim) under the current policy; null when it asks for none. */
   private auditFlags(r: DispatchRequest, served: Uint8Array | null): Uint8Array | null {
     const policy = this.audit;
     if (policy === undefined) return null;
@@ -391,7 +447,44 @@ export class TestDispatcher {
     return nAudit;
   }
 
-  private record(r: DispatchRequest, served: number, sums: Float32Array | null, audited = 0): void {
+  /**
+   * v2: writes a CLAIM, asking for the audits the policy says (among the unclaimed pairs) and remembering them. As in
+   * `respond`, `served-too` on a claim with claimed pairs is forged: the audit flags spliced in after the claimed ones.
+   */
+  private claim(s: Socket, r: DispatchRequest, c: DispatchClaim, pending: Map<number, { r: DispatchRequest; flags: Uint8Array }>): number {
+    const flags = this.auditFlags(r, c.claimed);
+    if (!flags) {
+      s.write(encodeClaim(c));
+      return 0;
+    }
+    const nAudit = flags.reduce((n, f) => n + f, 0);
+    this.stats.auditsAsked++;
+    pending.set(r.seq, { r, flags });
+    const claimed = c.claimed;
+    if (!claimed || !flags.some((f, i) => f === 1 && claimed[i] === 1)) {
+      s.write(encodeClaim({ ...c, audit: flags }));
+      return nAudit;
+    }
+    const plain = encodeClaim({ ...c, audit: null });
+    const padded = (flags.length + 3) & ~3;
+    const forged = new Uint8Array(plain.length + padded);
+    forged.set(plain);
+    forged.set(flags, plain.length); // after the fixed part and the claimed flags
+    const v = new DataView(forged.buffer);
+    v.setUint32(12, forged.length - HEADER_BYTES, true);
+    v.setUint32(HEADER_BYTES + 20, nAudit, true);
+    s.write(forged);
+    return nAudit;
+  }
+
+  private record(
+    r: DispatchRequest,
+    version: DispatchVersion,
+    claimed: number,
+    served: number,
+    sums: Float32Array | null,
+    audited = 0,
+  ): void {
     this.stats.log.push({
       layer: r.layer,
       nTokens: r.nTokens,
@@ -399,6 +492,8 @@ export class TestDispatcher {
       nUsed: r.nUsed,
       deadlineUs: r.deadlineUs,
       localNsPerPair: r.localNsPerPair,
+      version,
+      claimed,
       served,
       notServed: r.nTokens * r.nUsed - served,
       audited,
@@ -408,36 +503,64 @@ export class TestDispatcher {
     });
   }
 
-  private async answer(s: Socket, r: DispatchRequest, pending: Map<number, { r: DispatchRequest; flags: Uint8Array }>): Promise<void> {
+  private junk(seq: number): Uint8Array {
+    const junk = new Uint8Array(64);
+    for (let i = 0; i < junk.length; i++) junk[i] = (i * 131 + seq * 17) & 0xff;
+    return junk;
+  }
+
+  private async answer(
+    s: Socket,
+    r: DispatchRequest,
+    version: DispatchVersion,
+    pending: Map<number, { r: DispatchRequest; flags: Uint8Array }>,
+  ): Promise<void> {
     this.stats.requests++;
     this.stats.localCosts.push(r.localNsPerPair);
     const base = { seq: r.seq, layer: r.layer, nTokens: r.nTokens, nUsed: r.nUsed, quietMs: this.quietMs };
     if (r.layer <= this.lastLayer) this.promptEvaluation = r.nTokens > 1;
     this.lastLayer = r.layer;
     const generationStep = !this.promptEvaluation;
-    switch (this.behaviour) {
+    const v2 = version >= 2;
+    // v2-only behaviours, as their v1 counterparts on a v1 connection
+    const v1Like: Partial<Record<DispatcherBehaviour, DispatcherBehaviour>> = {
+      'stall-result': 'stall',
+      'garbage-result': 'garbage',
+      'late-half': 'half',
+      'serve-unclaimed': 'half',
+      'response-in-v2': 'all',
+    };
+    const behaviour = v2 ? this.behaviour : (v1Like[this.behaviour] ?? this.behaviour);
+    const nothing = (quietMs: number): number =>
+      v2
+        ? this.claim(s, r, { ...base, quietMs, claimed: null }, pending)
+        : this.respond(s, r, { ...base, quietMs, mode: 'local' }, pending);
+    switch (behaviour) {
       case 'stall':
         return;
       case 'die': {
-        const whole = encodeResponse({ ...base, mode: 'local' });
+        const whole = v2 ? encodeClaim({ ...base, claimed: null }) : encodeResponse({ ...base, mode: 'local' });
         s.end(whole.subarray(0, 10));
         s.destroy();
         return;
       }
-      case 'garbage': {
-        const junk = new Uint8Array(64);
-        for (let i = 0; i < junk.length; i++) junk[i] = (i * 131 + r.seq * 17) & 0xff;
-        s.write(junk);
+      case 'garbage':
+        s.write(this.junk(r.seq));
+        return;
+      case 'response-in-v2': {
+        const frame = encodeResponse({ ...base, mode: 'local' });
+        new DataView(frame.buffer).setUint16(4, 2, true);
+        s.write(frame);
         return;
       }
       case 'prompt-only':
         if (!generationStep) break;
         this.stats.notServedPairs += r.nTokens * r.nUsed;
-        this.record(r, 0, null, this.respond(s, r, { ...base, mode: 'local', quietMs: 0 }, pending));
+        this.record(r, version, 0, 0, null, nothing(0));
         return;
       case 'local':
         this.stats.notServedPairs += r.nTokens * r.nUsed;
-        this.record(r, 0, null, this.respond(s, r, { ...base, mode: 'local' }, pending));
+        this.record(r, version, 0, 0, null, nothing(this.quietMs));
         return;
     }
     const pairs = r.nTokens * r.nUsed;
@@ -445,23 +568,56 @@ export class TestDispatcher {
     const ids = Int32Array.from(r.ids);
     const probs = Float32Array.from(r.probs);
     for (let p = 0; p < pairs; p++) {
-      const serve = this.behaviour !== 'none' && (this.behaviour !== 'half' || p % 2 === 0);
+      const half = behaviour === 'half' || behaviour === 'serve-unclaimed';
+      const serve = behaviour !== 'none' && (!half || p % 2 === 0);
       if (!serve) {
         probs[p] = 0;
         continue;
       }
       served[p] = 1;
-      if (this.behaviour === 'wrong-expert') ids[p] = ((ids[p] as number) + 1) % this.nExpert;
+      if (behaviour === 'wrong-expert') ids[p] = ((ids[p] as number) + 1) % this.nExpert;
       // Reported served, left out of the sums.
-      if (this.behaviour === 'drop-one' && generationStep && p % r.nUsed === r.nUsed - 1) probs[p] = 0;
+      if (behaviour === 'drop-one' && generationStep && p % r.nUsed === r.nUsed - 1) probs[p] = 0;
     }
-    const nServed = served.reduce((a, f) => a + f, 0);
+    let nServed = served.reduce((a, f) => a + f, 0);
+    const nClaimed = nServed;
+    let audited = 0;
+    if (v2) {
+      // CLAIM at once, then compute; nothing claimed: no RESULT
+      audited = this.claim(s, r, { ...base, claimed: nServed > 0 ? served.slice() : null }, pending);
+      if (behaviour === 'late-half') {
+        // claimed every pair; every other one is not served after all (its worker was late)
+        for (let p = 1; p < pairs; p += 2) {
+          served[p] = 0;
+          probs[p] = 0;
+        }
+        nServed = served.reduce((a, f) => a + f, 0);
+      }
+      if (nClaimed === 0) {
+        this.stats.notServedPairs += pairs;
+        this.record(r, version, 0, 0, null, audited);
+        return;
+      }
+      if (behaviour === 'stall-result') return;
+      if (behaviour === 'garbage-result') {
+        s.write(this.junk(r.seq));
+        return;
+      }
+    }
     const sums =
       nServed > 0 ? await this.backend.layerSums(r.layer, r.rows, ids, probs, r.nTokens, r.nUsed) : new Float32Array(r.nTokens * r.nEmbd);
-    if (this.behaviour === 'sums-x1.01' && generationStep) for (let i = 0; i < sums.length; i++) sums[i] = (sums[i] as number) * 1.01;
+    if (behaviour === 'sums-x1.01' && generationStep) for (let i = 0; i < sums.length; i++) sums[i] = (sums[i] as number) * 1.01;
+    if (s.destroyed) return;
+    if (v2) {
+      // serve-unclaimed: every pair reported served, half of them never claimed (the sums cover the claimed ones)
+      const reported = behaviour === 'serve-unclaimed' ? new Uint8Array(pairs).fill(1) : served;
+      s.write(encodeResult({ seq: r.seq, layer: r.layer, nTokens: r.nTokens, nUsed: r.nUsed, served: reported, sums }));
+    } else {
+      audited = this.respond(s, r, { ...base, mode: 'served', served, sums }, pending);
+    }
     this.stats.servedPairs += nServed;
     this.stats.notServedPairs += pairs - nServed;
     if (nServed > 0) this.stats.layersServed.add(r.layer);
-    this.record(r, nServed, sums, this.respond(s, r, { ...base, mode: 'served', served, sums }, pending));
+    this.record(r, version, nClaimed, nServed, sums, audited);
   }
 }

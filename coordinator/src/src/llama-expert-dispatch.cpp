@@ -1,15 +1,22 @@
 // Expertswarm expert dispatch (see llama-expert-dispatch.h and docs/dispatch-protocol.md).
 //
-// Per dispatched MoE layer the graph holds four custom ops and one of ggml's:
-//   remote   (1 thread)    sends rows + top-k ids + router probs, waits until the layer's deadline at most, and
-//                          writes what the dispatcher answered: partial sums and a flag per (token, k) pair (served,
-//                          local, or local and audited);
-//   gate_up  (all threads) gate and up projections for the pairs that were not served;
+// Per dispatched MoE layer the graph holds custom ops and ggml's swiglu, in two local passes:
+//   remote   (1 thread)    sends rows + top-k ids + router probs (REQUEST) and writes a flag per (token, k) pair:
+//                          v1: waits for the RESPONSE (until the layer's deadline at most); flags served / local /
+//                          local and audited, plus the served partial sums;
+//                          v2: waits only for the CLAIM; flags claimed / local / local and audited, partial sums 0;
+//   gate_up  (all threads) gate and up projections for the pairs that were neither served nor claimed;
 //   swiglu   (ggml's op)   silu(gate) ⊙ up, the very op llama.cpp's stock MoE graph uses;
-//   down     (all threads) down projection of those pairs, scaled by their probs and added to the served partial sums;
+//   down     (all threads) down projection of those pairs, scaled by their probs and added to the partial sums;
 //                          the audited ones are also summed on their own (a second plane of its output);
-//   audit    (1 thread)    in place on the layer's output: sends the audited pairs' sums (AUDIT frame) when the
-//                          dispatcher asked for any, and waits for nothing.
+//   audit    (1 thread)    in place on that output: sends the audited pairs' sums (AUDIT frame) when the dispatcher
+//                          asked for any, and waits for nothing;
+//   collect  (1 thread)    v2 with pairs claimed: waits for the RESULT, adds its sums to the output and flags the
+//                          claimed pairs that were not served (all of them when the RESULT fails) for the second pass;
+//                          otherwise it passes the output on with nothing flagged;
+//   gate_up, swiglu, down  the second pass: computes the flagged pairs and adds them (no audit plane); with nothing
+//                          flagged it only copies the output.
+// With nothing served or claimed the output is bit for bit the stock MoE graph's.
 // The local ops use ggml's CPU type traits (activation conversion to the weight's vec_dot type, then vec_dot per
 // weight row), as ggml's own mul_mat_id does, so any quant type the CPU backend handles works here, and the pairs
 // computed here come out bit for bit as the stock graph (dispatch off) computes them. llama_xd_compute_pairs builds
@@ -28,6 +35,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -43,14 +51,16 @@
 
 namespace {
 
-// ---- protocol v1 (docs/dispatch-protocol.md); the hub's twin is hub/dispatch/protocol.ts ----
+// ---- protocol v1 and v2 (docs/dispatch-protocol.md); the hub's twin is hub/dispatch/protocol.ts ----
 constexpr uint32_t XD_MAGIC       = 0x50445845; // "EXDP" little-endian
-constexpr uint16_t XD_VERSION     = 1;
+constexpr uint16_t XD_VERSION_MAX = 2;          // the highest version spoken (offered in HELLO)
 constexpr uint16_t XD_HELLO       = 1;
 constexpr uint16_t XD_HELLO_ACK   = 2;
 constexpr uint16_t XD_REQUEST     = 3;
-constexpr uint16_t XD_RESPONSE    = 4;
+constexpr uint16_t XD_RESPONSE    = 4; // v1 only
 constexpr uint16_t XD_AUDIT       = 5;
+constexpr uint16_t XD_CLAIM       = 6; // v2 only
+constexpr uint16_t XD_RESULT      = 7; // v2 only
 constexpr uint32_t XD_MODE_LOCAL  = 0;
 constexpr uint32_t XD_MODE_SERVED = 1;
 
@@ -67,10 +77,13 @@ constexpr size_t XD_HELLO_ACK_BYTES  = 8;
 constexpr size_t XD_REQUEST_FIXED    = 24;
 constexpr size_t XD_RESPONSE_FIXED   = 28;
 constexpr size_t XD_AUDIT_FIXED      = 16;
+constexpr size_t XD_CLAIM_FIXED      = 24;
+constexpr size_t XD_RESULT_FIXED     = 16;
 
 // A pair's flag in the remote op's output (after the partial sums): how the rest of the layer treats it.
 constexpr float XD_PAIR_LOCAL   = 0.0f; // computed here
-constexpr float XD_PAIR_SERVED  = 1.0f; // in the dispatcher's partial sums
+constexpr float XD_PAIR_SERVED  = 1.0f; // not computed by this pass: served (v1), claimed (v2, first pass) or already
+                                        // computed (second pass)
 constexpr float XD_PAIR_AUDITED = 2.0f; // computed here, and its sum reported back (AUDIT)
 
 // A dispatcher that accepts but never acknowledges HELLO costs one such wait per attempt, then a backoff.
@@ -85,6 +98,8 @@ constexpr int64_t XD_CONNECTED_POLL_MS  = 1000;
 // dispatcher costs at most one deadline per incident instead of one per layer and token.
 constexpr int64_t XD_COOLDOWN_MIN_MS    = 1000;
 constexpr int64_t XD_COOLDOWN_MAX_MS    = 30000;
+// v2: once a RESULT's header is in, its payload may take this long past the deadline (or now, if later).
+constexpr int64_t XD_RESULT_PAYLOAD_US  = 100 * 1000;
 
 int64_t now_us() {
     return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -97,9 +112,9 @@ void put_u16(std::vector<char> & b, uint16_t v) { const size_t o = b.size(); b.r
 uint32_t get_u32(const char * p) { uint32_t v; memcpy(&v, p, 4); return v; }
 uint16_t get_u16(const char * p) { uint16_t v; memcpy(&v, p, 2); return v; }
 
-void put_header(std::vector<char> & b, uint16_t kind, uint32_t seq, uint32_t payload) {
+void put_header(std::vector<char> & b, uint16_t version, uint16_t kind, uint32_t seq, uint32_t payload) {
     put_u32(b, XD_MAGIC);
-    put_u16(b, XD_VERSION);
+    put_u16(b, version);
     put_u16(b, kind);
     put_u32(b, seq);
     put_u32(b, payload);
@@ -135,11 +150,16 @@ bool write_all(int fd, const char * p, size_t n, int64_t deadline_us, std::strin
     return true;
 }
 
-bool read_all(int fd, char * p, size_t n, int64_t deadline_us, std::string & err) {
+// `closed` (optional) is set when the peer closed the connection (end of stream or reset).
+bool read_all(int fd, char * p, size_t n, int64_t deadline_us, std::string & err, bool * closed = nullptr) {
     while (n > 0) {
         const ssize_t k = ::recv(fd, p, n, 0);
         if (k > 0) { p += k; n -= (size_t) k; continue; }
-        if (k == 0) { err = "dispatcher closed the connection"; return false; }
+        if (k == 0 || errno == ECONNRESET) {
+            err = "dispatcher closed the connection";
+            if (closed != nullptr) *closed = true;
+            return false;
+        }
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
             if (!wait_fd(fd, POLLIN, deadline_us, err)) { err = "waiting for the dispatcher: " + err; return false; }
@@ -151,18 +171,30 @@ bool read_all(int fd, char * p, size_t n, int64_t deadline_us, std::string & err
     return true;
 }
 
-// Reads one frame header and checks what can be checked without the payload.
-bool read_header(int fd, uint16_t want_kind, uint32_t want_seq, uint32_t max_payload, uint32_t & payload,
-                 int64_t deadline_us, std::string & err) {
+// Reads one frame header and checks what can be checked without the payload. The header's version must lie in
+// [ver_lo, ver_hi] (the connection's version, or for HELLO_ACK 1 up to the version offered); *version gets it.
+bool read_header(int fd, uint16_t ver_lo, uint16_t ver_hi, uint16_t * version, uint16_t want_kind, uint32_t want_seq,
+                 uint32_t max_payload, uint32_t & payload, int64_t deadline_us, std::string & err, bool * closed = nullptr) {
     char h[XD_HEADER_BYTES];
-    if (!read_all(fd, h, sizeof(h), deadline_us, err)) return false;
+    if (!read_all(fd, h, sizeof(h), deadline_us, err, closed)) return false;
     if (get_u32(h) != XD_MAGIC)            { err = "garbage frame (bad magic)"; return false; }
-    if (get_u16(h + 4) != XD_VERSION)      { err = "protocol version " + std::to_string(get_u16(h + 4)) + " (want 1)"; return false; }
+    const uint16_t v = get_u16(h + 4);
+    if (v < ver_lo || v > ver_hi) {
+        err = "protocol version " + std::to_string(v) + " (want " + std::to_string(ver_lo) +
+              (ver_hi != ver_lo ? ".." + std::to_string(ver_hi) : std::string()) + ")";
+        return false;
+    }
+    if (version != nullptr) *version = v;
     if (get_u16(h + 6) != want_kind)       { err = "unexpected frame kind " + std::to_string(get_u16(h + 6)); return false; }
     if (get_u32(h + 8) != want_seq)        { err = "response for another request (seq mismatch)"; return false; }
     payload = get_u32(h + 12);
     if (payload > max_payload)             { err = "frame too large (" + std::to_string(payload) + " bytes)"; return false; }
     return true;
+}
+
+bool read_header(int fd, uint16_t version, uint16_t want_kind, uint32_t want_seq, uint32_t max_payload, uint32_t & payload,
+                 int64_t deadline_us, std::string & err) {
+    return read_header(fd, version, version, nullptr, want_kind, want_seq, max_payload, payload, deadline_us, err);
 }
 
 std::once_flag g_unsupported_once;
@@ -180,6 +212,12 @@ struct llama_xd_layer {
     uint32_t audit_pairs = 0;
     uint32_t audit_seq = 0;
     uint64_t audit_conn = 0; // the connection the request went out on: a seq means nothing on another one
+    // v2: the RESULT owed for this evaluation's CLAIM (written by the remote op, read by the collect op of the same
+    // graph). result_pending false: nothing claimed, or no v2 exchange.
+    bool     result_pending = false;
+    uint32_t result_seq = 0;
+    uint64_t result_conn = 0;
+    int64_t  result_deadline_us = 0; // t0 + the per-layer deadline
 };
 
 struct llama_expert_dispatch {
@@ -187,10 +225,13 @@ struct llama_expert_dispatch {
     int32_t deadline_ms = 250;
     llama_xd_model_info info;
 
-    std::mutex io_mu; // one exchange at a time; guards fd, seq, conn_gen, buffers
+    std::mutex io_mu; // one exchange at a time; guards fd, version, seq, conn_gen, awaiting_result, buffers
     int fd = -1;
+    uint16_t version = 0;  // of the connection: what HELLO_ACK said
     uint32_t seq = 0;
     uint64_t conn_gen = 0; // counts connections, so an audit is never sent on a later one than its request
+    bool awaiting_result = false; // v2: a RESULT is owed on this connection (a CLAIM with pairs was read)
+    uint16_t forced_version = 0;  // LINKCPP_EXPERT_DISPATCH_VERSION: offer only this one (0: offer 2, fall back to 1)
     std::vector<char> req;
     std::vector<char> resp;
 
@@ -204,7 +245,7 @@ struct llama_expert_dispatch {
 
     std::mutex log_mu;
     bool degraded = false;
-    bool ever_connected = false;
+    bool fallback_noted = false;
 
     std::unique_ptr<llama_xd_layer[]> layers;
 
@@ -228,6 +269,7 @@ struct llama_expert_dispatch {
     // Drops the connection after a failed exchange; the connector thread reconnects in the background.
     void drop_locked(const std::string & why) {
         if (fd >= 0) { ::close(fd); fd = -1; }
+        awaiting_result = false;
         connected = false;
         suspended_until_us = now_us() + cooldown_ms * 1000;
         cooldown_ms = std::min(cooldown_ms * 2, XD_COOLDOWN_MAX_MS);
@@ -241,7 +283,9 @@ struct llama_expert_dispatch {
         cv.notify_all();
     }
 
-    int try_connect(std::string & err) const {
+    // One connection attempt offering protocol `offer`; on success *agreed is the version HELLO_ACK set. `closed_early`
+    // says the dispatcher closed before any HELLO_ACK (what a v1 dispatcher does with a version 2 HELLO).
+    int try_connect(uint16_t offer, uint16_t * agreed, bool * closed_early, std::string & err) const {
         if (path.size() >= sizeof(sockaddr_un::sun_path)) { err = "socket path too long"; return -1; }
         const int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (s < 0) { err = std::string("socket: ") + strerror(errno); return -1; }
@@ -256,7 +300,7 @@ struct llama_expert_dispatch {
         const int64_t deadline = now_us() + XD_CONNECT_TIMEOUT_US;
         std::vector<char> hello;
         const uint32_t desc_len = (uint32_t) std::min<size_t>(info.desc.size(), XD_MAX_DESC);
-        put_header(hello, XD_HELLO, 0, (uint32_t) (XD_HELLO_FIXED + desc_len));
+        put_header(hello, offer, XD_HELLO, 0, (uint32_t) (XD_HELLO_FIXED + desc_len));
         put_u32(hello, (uint32_t) info.n_layer);
         put_u32(hello, (uint32_t) info.n_embd);
         put_u32(hello, (uint32_t) info.n_expert);
@@ -267,8 +311,13 @@ struct llama_expert_dispatch {
         hello.insert(hello.end(), info.desc.data(), info.desc.data() + desc_len);
         uint32_t payload = 0;
         char ack[XD_HELLO_ACK_BYTES];
-        if (!write_all(s, hello.data(), hello.size(), deadline, err) ||
-            !read_header(s, XD_HELLO_ACK, 0, XD_HELLO_ACK_BYTES, payload, deadline, err)) {
+        if (!write_all(s, hello.data(), hello.size(), deadline, err)) {
+            *closed_early = errno == EPIPE || errno == ECONNRESET;
+            ::close(s);
+            return -1;
+        }
+        // HELLO_ACK's version is the connection's: 1 up to what was offered
+        if (!read_header(s, 1, offer, agreed, XD_HELLO_ACK, 0, XD_HELLO_ACK_BYTES, payload, deadline, err, closed_early)) {
             ::close(s);
             return -1;
         }
@@ -290,6 +339,9 @@ struct llama_expert_dispatch {
     // absent, refusing or mute dispatcher costs a few wake-ups per second at most.
     void connector_loop() {
         int64_t backoff_ms = XD_BACKOFF_MIN_MS;
+        // After a dispatcher closed on a version 2 HELLO (an old one refuses it so), the next attempt offers 1; any
+        // attempt after that offers 2 again.
+        bool offer_v1_next = false;
         std::unique_lock<std::mutex> lk(cv_mu);
         while (!stopping) {
             if (connected) {
@@ -305,25 +357,38 @@ struct llama_expert_dispatch {
             }
             lk.unlock(); // never hold cv_mu while taking io_mu: drop_locked takes them the other way round
             std::string err;
-            const int s = try_connect(err);
+            const uint16_t offer = forced_version != 0 ? forced_version : offer_v1_next ? 1 : XD_VERSION_MAX;
+            offer_v1_next = false;
+            uint16_t agreed = 0;
+            bool closed_early = false;
+            const int s = try_connect(offer, &agreed, &closed_early, err);
+            bool retry_now = false;
             if (s >= 0) {
                 {
                     std::lock_guard<std::mutex> io(io_mu);
                     fd = s;
+                    version = agreed;
+                    awaiting_result = false;
                     ++conn_gen;
                     connected = true;
                 }
                 backoff_ms = XD_BACKOFF_MIN_MS;
+                LLAMA_LOG_INFO("expert-dispatch: connected to dispatcher at %s, protocol version %u\n", path.c_str(), (unsigned) agreed);
+            } else if (closed_early && offer == 2 && forced_version == 0) {
+                // maybe a v1 dispatcher: try version 1 at once (one attempt; if it fails too, the backoff applies)
+                offer_v1_next = true;
+                retry_now = true;
                 std::lock_guard<std::mutex> lg(log_mu);
-                if (!ever_connected) {
-                    LLAMA_LOG_INFO("expert-dispatch: connected to dispatcher at %s\n", path.c_str());
-                    ever_connected = true;
+                if (!fallback_noted) {
+                    LLAMA_LOG_INFO("expert-dispatch: dispatcher at %s closed the connection on a version 2 HELLO; offering version 1\n",
+                                   path.c_str());
+                    fallback_noted = true;
                 }
             } else {
                 incident(err);
             }
             lk.lock();
-            if (s < 0) {
+            if (s < 0 && !retry_now) {
                 // The predicate is `stopping` alone: a disconnected state must not end the wait early (that was a
                 // tight retry loop burning a core while the dispatcher was absent).
                 cv.wait_for(lk, std::chrono::milliseconds(backoff_ms), [&] { return stopping.load(); });
@@ -332,7 +397,9 @@ struct llama_expert_dispatch {
         }
     }
 
-    // One request/response for a layer. On return `dst` holds the served partial sums and flags (zeros if none).
+    // One request for a layer and its answer: v1 REQUEST/RESPONSE, v2 REQUEST/CLAIM (the RESULT is read later, by
+    // collect). On return `dst` holds the partial sums (v1: served ones; v2: zeros) and a flag per pair (XD_PAIR_*:
+    // served or claimed, local, local and audited; all zero = every pair local).
     void exchange(llama_xd_layer & L, const ggml_tensor * x, const ggml_tensor * ids, const ggml_tensor * probs, float * dst) {
         const uint32_t n_embd = (uint32_t) x->ne[0];
         const uint32_t n_tok  = (uint32_t) x->ne[1];
@@ -341,6 +408,12 @@ struct llama_expert_dispatch {
 
         std::unique_lock<std::mutex> lk(io_mu);
         if (fd < 0 || now_us() < suspended_until_us.load()) return;
+        if (awaiting_result) {
+            // an evaluation that read a CLAIM never collected its RESULT (its graph was cut short): the stream holds a
+            // frame nobody will match, so start over on a new connection
+            drop_locked("a claimed layer's RESULT was never collected");
+            return;
+        }
         const int64_t deadline = now_us() + (int64_t) deadline_ms * 1000;
         const uint32_t my_seq = ++seq;
 
@@ -348,7 +421,7 @@ struct llama_expert_dispatch {
         if (payload > XD_MAX_PAYLOAD) return;
         req.clear();
         req.reserve(XD_HEADER_BYTES + payload);
-        put_header(req, XD_REQUEST, my_seq, (uint32_t) payload);
+        put_header(req, version, XD_REQUEST, my_seq, (uint32_t) payload);
         put_u32(req, (uint32_t) L.il);
         put_u32(req, n_tok);
         put_u32(req, n_embd);
@@ -370,8 +443,15 @@ struct llama_expert_dispatch {
 
         std::string err;
         uint32_t rlen = 0;
-        if (!write_all(fd, req.data(), req.size(), deadline, err) ||
-            !read_header(fd, XD_RESPONSE, my_seq, XD_MAX_PAYLOAD, rlen, deadline, err)) {
+        if (!write_all(fd, req.data(), req.size(), deadline, err)) {
+            drop_locked(err);
+            return;
+        }
+        if (version >= 2) {
+            read_claim(L, my_seq, n_embd, n_tok, n_used, dst, lk);
+            return;
+        }
+        if (!read_header(fd, version, XD_RESPONSE, my_seq, XD_MAX_PAYLOAD, rlen, deadline, err)) {
             drop_locked(err);
             return;
         }
@@ -445,6 +525,147 @@ struct llama_expert_dispatch {
         healthy();
     }
 
+    // v2, right after the REQUEST went out: reads its CLAIM (until t0 + deadline at most, t0 = now) into dst's flags.
+    void read_claim(llama_xd_layer & L, uint32_t my_seq, uint32_t n_embd, uint32_t n_tok, uint32_t n_used, float * dst,
+                    std::unique_lock<std::mutex> & lk) {
+        const size_t  stride   = (size_t) n_embd + n_used;
+        const int64_t deadline = now_us() + (int64_t) deadline_ms * 1000;
+        std::string err;
+        uint32_t rlen = 0;
+        const size_t n_pairs = (size_t) n_tok * n_used;
+        if (!read_header(fd, version, XD_CLAIM, my_seq, XD_MAX_PAYLOAD, rlen, deadline, err)) { drop_locked(err); return; }
+        if (rlen < XD_CLAIM_FIXED) { drop_locked("garbage frame (short claim)"); return; }
+        // the size is checked exactly below; bound it before anything is allocated for the payload
+        if (rlen > XD_CLAIM_FIXED + 2 * pad4(n_pairs)) { drop_locked("garbage frame (claim of the wrong size)"); return; }
+        resp.resize(rlen);
+        if (!read_all(fd, resp.data(), rlen, deadline, err)) { drop_locked(err); return; }
+
+        const char * p = resp.data();
+        const uint32_t r_layer = get_u32(p), r_tok = get_u32(p + 4), r_used = get_u32(p + 8);
+        const uint32_t quiet_ms = get_u32(p + 12), n_claimed = get_u32(p + 16), n_audit = get_u32(p + 20);
+        if (r_layer != (uint32_t) L.il || r_tok != n_tok || r_used != n_used) {
+            drop_locked("garbage frame (claim does not match the request)");
+            return;
+        }
+        if (quiet_ms > XD_MAX_QUIET_MS) { drop_locked("garbage frame (quiet_ms out of range)"); return; }
+        if (n_claimed > n_pairs) { drop_locked("garbage frame (claim count out of range)"); return; }
+        if (n_audit > n_pairs) { drop_locked("garbage frame (audit count out of range)"); return; }
+        // fixed part | claimed u8[n_pairs] pad 4 (n_claimed > 0) | audit u8[n_pairs] pad 4 (n_audit > 0)
+        const size_t audit_at = XD_CLAIM_FIXED + (n_claimed > 0 ? pad4(n_pairs) : 0);
+        if (rlen != audit_at + (n_audit > 0 ? pad4(n_pairs) : 0)) { drop_locked("garbage frame (claim of the wrong size)"); return; }
+        const uint8_t * claimed = n_claimed > 0 ? (const uint8_t *) (p + XD_CLAIM_FIXED) : nullptr;
+        const uint8_t * audit   = n_audit > 0   ? (const uint8_t *) (p + audit_at)       : nullptr;
+        size_t count_claimed = 0, count_audit = 0;
+        for (size_t i = 0; i < n_pairs; ++i) {
+            const uint8_t c = claimed ? claimed[i] : 0, a = audit ? audit[i] : 0;
+            if (c > 1) { drop_locked("garbage frame (claimed flag not 0 or 1)"); return; }
+            if (a > 1) { drop_locked("garbage frame (audit flag not 0 or 1)"); return; }
+            if (c && a) { drop_locked("garbage frame (audited pair also claimed)"); return; }
+            count_claimed += c;
+            count_audit   += a;
+        }
+        if (count_claimed != n_claimed) { drop_locked("garbage frame (claimed count does not match the flags)"); return; }
+        if (count_audit != n_audit) { drop_locked("garbage frame (audit count does not match the flags)"); return; }
+        // dst holds zeros (remote_op cleared it): partial sums stay 0; a claimed pair is skipped by the first pass
+        for (uint32_t t = 0; t < n_tok; ++t) {
+            for (uint32_t k = 0; k < n_used; ++k) {
+                const size_t i = (size_t) t * n_used + k;
+                dst[t * stride + n_embd + k] = claimed && claimed[i] ? XD_PAIR_SERVED : audit && audit[i] ? XD_PAIR_AUDITED : XD_PAIR_LOCAL;
+            }
+        }
+        if (n_audit > 0) {
+            L.audit_pairs = n_audit;
+            L.audit_seq   = my_seq;
+            L.audit_conn  = conn_gen;
+        }
+        if (quiet_ms > 0) L.quiet_until_us = now_us() + (int64_t) quiet_ms * 1000;
+        if (n_claimed > 0) {
+            L.result_pending     = true;
+            L.result_seq         = my_seq;
+            L.result_conn        = conn_gen;
+            L.result_deadline_us = deadline;
+            awaiting_result      = true;
+            return; // the exchange is complete (and healthy) once its RESULT is in
+        }
+        cooldown_ms = XD_COOLDOWN_MIN_MS;
+        lk.unlock();
+        healthy();
+    }
+
+    // v2: reads the RESULT owed for the layer's CLAIM. R: the remote op's output (flags: XD_PAIR_SERVED = claimed);
+    // r2: [n_embd + n_used] per token, the partial sums (the first pass's output) and flags, all XD_PAIR_SERVED (done)
+    // on entry. Adds the RESULT's sums to the partial sums and flags XD_PAIR_LOCAL every claimed pair that was not
+    // served; when the RESULT fails (timeout, invalid, connection gone), every claimed pair, and drops the connection.
+    void collect(const llama_xd_layer & L, const ggml_tensor * R, uint32_t n_embd, uint32_t n_tok, uint32_t n_used, float * r2) {
+        const size_t stride  = (size_t) n_embd + n_used;
+        const size_t n_pairs = (size_t) n_tok * n_used;
+        auto claimed = [&](size_t i) {
+            const int64_t t = (int64_t) (i / n_used), k = (int64_t) (i % n_used);
+            return *(const float *) ((const char *) R->data + t * R->nb[1] + (n_embd + k) * sizeof(float)) == XD_PAIR_SERVED;
+        };
+        auto compute_claimed_here = [&] {
+            for (size_t i = 0; i < n_pairs; ++i) {
+                if (claimed(i)) r2[(i / n_used) * stride + n_embd + i % n_used] = XD_PAIR_LOCAL;
+            }
+        };
+
+        std::unique_lock<std::mutex> lk(io_mu);
+        // the connection dropped since the CLAIM (e.g. the audit could not be written): the RESULT is lost
+        if (fd < 0 || conn_gen != L.result_conn || !awaiting_result) { compute_claimed_here(); return; }
+        std::string err;
+        uint32_t rlen = 0;
+        const int64_t head_deadline = std::max(L.result_deadline_us, now_us() + 1000);
+        if (!read_header(fd, version, XD_RESULT, L.result_seq, XD_MAX_PAYLOAD, rlen, head_deadline, err)) {
+            drop_locked(err);
+            compute_claimed_here();
+            return;
+        }
+        auto fail = [&](const std::string & why) {
+            drop_locked(why);
+            compute_claimed_here();
+        };
+        const size_t want = XD_RESULT_FIXED + pad4(n_pairs) + 4 * (size_t) n_tok * n_embd;
+        if (rlen != want) { fail("garbage frame (result of the wrong size)"); return; }
+        resp.resize(rlen);
+        if (!read_all(fd, resp.data(), rlen, std::max(L.result_deadline_us, now_us()) + XD_RESULT_PAYLOAD_US, err)) { fail(err); return; }
+        const char * p = resp.data();
+        const uint32_t r_layer = get_u32(p), r_tok = get_u32(p + 4), r_used = get_u32(p + 8), n_served = get_u32(p + 12);
+        if (r_layer != (uint32_t) L.il || r_tok != n_tok || r_used != n_used) { fail("garbage frame (result does not match the request)"); return; }
+        const uint8_t * served = (const uint8_t *) (p + XD_RESULT_FIXED);
+        const float   * sums   = (const float *) (p + XD_RESULT_FIXED + pad4(n_pairs));
+        size_t count_served = 0;
+        for (size_t i = 0; i < n_pairs; ++i) {
+            if (served[i] > 1) { fail("garbage frame (served flag not 0 or 1)"); return; }
+            if (served[i] && !claimed(i)) { fail("garbage frame (served pair that was not claimed)"); return; }
+            count_served += served[i];
+        }
+        if (count_served != n_served) { fail("garbage frame (served count does not match the flags)"); return; }
+        for (size_t i = 0; i < (size_t) n_tok * n_embd; ++i) {
+            float v;
+            memcpy(&v, sums + i, 4);
+            if (!std::isfinite(v)) { fail("garbage frame (non-finite partial sum)"); return; }
+        }
+        awaiting_result = false;
+        cooldown_ms = XD_COOLDOWN_MIN_MS;
+        // out = first pass + RESULT sums (elementwise) + claimed-not-served pairs (second pass, k order)
+        for (uint32_t t = 0; t < n_tok; ++t) {
+            float * row = r2 + t * stride;
+            if (n_served > 0) {
+                for (uint32_t r = 0; r < n_embd; ++r) {
+                    float v;
+                    memcpy(&v, sums + (size_t) t * n_embd + r, 4);
+                    row[r] += v;
+                }
+            }
+            for (uint32_t k = 0; k < n_used; ++k) {
+                const size_t i = (size_t) t * n_used + k;
+                if (claimed(i) && !served[i]) row[n_embd + k] = XD_PAIR_LOCAL;
+            }
+        }
+        lk.unlock();
+        healthy();
+    }
+
     // Sends the audited pairs' sums of the layer's last exchange (AUDIT, the request's seq), and waits for nothing:
     // no answer is expected; the write itself is bounded by the deadline like every other.
     void send_audit(const llama_xd_layer & L, uint32_t n_audit, const float * sums, uint32_t n_embd, uint32_t n_tok) {
@@ -455,7 +676,7 @@ struct llama_expert_dispatch {
         if (XD_AUDIT_FIXED + sums_bytes > XD_MAX_PAYLOAD) return; // cannot happen: its REQUEST was larger
         const int64_t deadline = now_us() + (int64_t) deadline_ms * 1000;
         std::vector<char> head;
-        put_header(head, XD_AUDIT, L.audit_seq, (uint32_t) (XD_AUDIT_FIXED + sums_bytes));
+        put_header(head, version, XD_AUDIT, L.audit_seq, (uint32_t) (XD_AUDIT_FIXED + sums_bytes));
         put_u32(head, (uint32_t) L.il);
         put_u32(head, n_tok);
         put_u32(head, n_audit);
@@ -542,7 +763,8 @@ void remote_op(ggml_tensor * dst, int ith, int nth, void * ud) {
     if (ith != 0) return;
     auto * L = (llama_xd_layer *) ud;
     const ggml_tensor * x = dst->src[0], * ids = dst->src[1], * probs = dst->src[2];
-    L->audit_pairs = 0; // an audit belongs to this evaluation's exchange only
+    L->audit_pairs = 0; // an audit (and a RESULT) belongs to this evaluation's exchange only
+    L->result_pending = false;
     memset(dst->data, 0, ggml_nbytes(dst));
     if (x->ne[1] > XD_MAX_ROWS || x->ne[0] > XD_MAX_EMBD || ids->ne[0] > XD_MAX_USED) return;
     if (!L->xd->connected) return;
@@ -647,6 +869,26 @@ void audit_op(ggml_tensor * dst, int ith, int nth, void * ud) {
     L->xd->send_audit(*L, n_audit, (const float *) ((const char *) D->data + D->nb[2]), (uint32_t) D->ne[0], (uint32_t) D->ne[1]);
 }
 
+// After the audit op (src[0]: the layer's output so far, a view of the first pass's plane 0; src[1]: the remote op's
+// output R). dst [n_embd + n_used, n_tok] is R's format for the second pass: the output so far (+ the RESULT's sums)
+// and a flag per pair, XD_PAIR_LOCAL for the claimed pairs the dispatcher did not serve, XD_PAIR_SERVED (skip) for
+// the rest. Without a RESULT owed (v1, nothing claimed, no exchange) it only copies the output, nothing flagged.
+void collect_op(ggml_tensor * dst, int ith, int nth, void * ud) {
+    GGML_UNUSED(nth);
+    if (ith != 0) return;
+    auto * L = (llama_xd_layer *) ud;
+    const ggml_tensor * O = dst->src[0], * R = dst->src[1];
+    const int64_t n_embd = O->ne[0], n_tok = O->ne[1], n_used = dst->ne[0] - n_embd;
+    for (int64_t t = 0; t < n_tok; ++t) {
+        float * row = (float *) ((char *) dst->data + t * dst->nb[1]);
+        memcpy(row, (const char *) O->data + t * O->nb[1], n_embd * sizeof(float));
+        for (int64_t k = 0; k < n_used; ++k) row[n_embd + k] = XD_PAIR_SERVED;
+    }
+    if (!L->result_pending) return;
+    L->result_pending = false;
+    L->xd->collect(*L, R, (uint32_t) n_embd, (uint32_t) n_tok, (uint32_t) n_used, (float *) dst->data);
+}
+
 bool standard_layout(const ggml_tensor * t) {
     if (t == nullptr || t->data == nullptr || t->buffer == nullptr) return false;
     ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(t->buffer);
@@ -667,23 +909,23 @@ bool cpu_dot_supported(ggml_type type) {
 // `audit_plane` [n_embd, n_tok, 2]: plane 0 the output, plane 1 the audited pairs' sums.
 ggml_tensor * build_local(ggml_context * ctx, llama_xd_layer * L, int il, ggml_tensor * cur, ggml_tensor * selected,
                           ggml_tensor * probs, ggml_tensor * R, ggml_tensor * gate_exps, ggml_tensor * up_exps,
-                          ggml_tensor * down_exps, bool audit_plane) {
+                          ggml_tensor * down_exps, bool audit_plane, const char * pass = "") {
     const int64_t n_embd = cur->ne[0], n_tok = cur->ne[1], n_used = selected->ne[0], ff = gate_exps->ne[1];
 
     ggml_tensor * a_gu[5] = { cur, selected, R, gate_exps, up_exps };
     ggml_tensor * GU = ggml_custom_4d(ctx, GGML_TYPE_F32, 2 * ff, n_used, n_tok, 1, a_gu, 5, local_gate_up_op, GGML_N_TASKS_MAX, L);
-    ggml_format_name(GU, "xd_local_gate_up-%d", il);
+    ggml_format_name(GU, "xd_local%s_gate_up-%d", pass, il);
 
     // the same split views and op as llama.cpp's stock MoE graph with fused gate_up experts
     ggml_tensor * G = ggml_view_3d(ctx, GU, ff, n_used, n_tok, GU->nb[1], GU->nb[2], 0);
     ggml_tensor * U = ggml_view_3d(ctx, GU, ff, n_used, n_tok, GU->nb[1], GU->nb[2], ff * GU->nb[0]);
     ggml_tensor * H = ggml_swiglu_split(ctx, G, U);
-    ggml_format_name(H, "xd_local_swiglu-%d", il);
+    ggml_format_name(H, "xd_local%s_swiglu-%d", pass, il);
 
     ggml_tensor * a_down[5] = { H, selected, R, probs, down_exps };
     ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd, n_tok, audit_plane ? 2 : 1, 1, a_down, 5, local_down_op,
                                        GGML_N_TASKS_MAX, L);
-    ggml_format_name(out, "xd_local_down-%d", il);
+    ggml_format_name(out, "xd_local%s_down-%d", pass, il);
     return out;
 }
 
@@ -749,7 +991,16 @@ llama_expert_dispatch * llama_xd_init(const char * path, int32_t deadline_ms, co
         xd->layers[i].xd = xd;
         xd->layers[i].il = i;
     }
-    LLAMA_LOG_INFO("expert-dispatch: dispatcher socket %s, per-layer deadline %d ms\n", xd->path.c_str(), xd->deadline_ms);
+    // LINKCPP_EXPERT_DISPATCH_VERSION=1: offer protocol version 1 only (tests of the v1 path); unset or 2: offer 2
+    if (const char * v = getenv("LINKCPP_EXPERT_DISPATCH_VERSION"); v != nullptr && v[0] != '\0') {
+        if (strcmp(v, "1") == 0) {
+            xd->forced_version = 1;
+        } else if (strcmp(v, "2") != 0) {
+            LLAMA_LOG_WARN("expert-dispatch: LINKCPP_EXPERT_DISPATCH_VERSION=%s is not 1 or 2; offering version 2\n", v);
+        }
+    }
+    LLAMA_LOG_INFO("expert-dispatch: dispatcher socket %s, per-layer deadline %d ms, offering protocol version %d\n",
+                   xd->path.c_str(), xd->deadline_ms, xd->forced_version != 0 ? xd->forced_version : XD_VERSION_MAX);
     xd->connector = std::thread([xd] { xd->connector_loop(); });
     return xd;
 }
@@ -812,5 +1063,11 @@ ggml_tensor * llama_xd_build_moe(
     ggml_tensor * a_audit[1] = { D };
     ggml_tensor * res = ggml_custom_inplace(ctx, out, a_audit, 1, audit_op, 1, L);
     ggml_format_name(res, "xd_audit-%d", il);
-    return res;
+    // v2: after the audit went out, the RESULT (if pairs were claimed), then the second local pass for the claimed
+    // pairs that did not come back. On a v1 connection or with nothing claimed the second pass computes nothing and
+    // its output is the first pass's, copied.
+    ggml_tensor * a_collect[2] = { res, R };
+    ggml_tensor * R2 = ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd + n_used, n_tok, 1, 1, a_collect, 2, collect_op, 1, L);
+    ggml_format_name(R2, "xd_collect-%d", il);
+    return build_local(ctx, L, il, cur, selected, probs, R2, gate_exps, up_exps, down_exps, /*audit_plane =*/ false, "2");
 }

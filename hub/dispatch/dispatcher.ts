@@ -503,6 +503,11 @@ export class ModelDispatcher {
     return this.conn?.hello != null;
   }
 
+  /** The protocol version of the current connection (null when none). */
+  get protocolVersion(): DispatchVersion | null {
+    return this.conn?.hello ? this.conn.version : null;
+  }
+
   workerStats(workerId: string): Readonly<WorkerDispatchStats> | undefined {
     return this.workers.get(workerId);
   }

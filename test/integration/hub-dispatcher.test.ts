@@ -926,6 +926,7 @@ describe('ModelDispatcher with linkcpp-server', () => {
 
   test('--dispatch always, two workers per MoE layer: identical tokens, ≥ 90 % of routed pairs served', async (t) => {
     const r = await run(split('honest'));
+    assert.equal(d.protocolVersion, 2, 'linkcpp-server and the hub speak protocol v2 (claims)');
     assert.deepEqual(r.tokens, want, 'token ids identical to the stock server');
     const routed = r.served + r.fallback + r.rejected;
     t.diagnostic(`served ${r.served} of ${routed} routed pairs (${((100 * r.served) / routed).toFixed(1)} %)`);

@@ -1,11 +1,15 @@
 /**
  * The elastic loop, full size (issue 13's scenario): a hub with its real coordinator (4 slots, `--dispatch auto`,
- * target base 1, boost 1), four headless volunteers waiting on the channel, and 0 → 6 → 0 concurrent streaming
- * completions through the `openai` client. Prints the numbers, writes the timeline as JSON and SVG into
- * .cache/artifacts/scenario-elastic/, and exits 1 if any check fails (bench/elastic/scenario.ts says what each is).
+ * target base 1, boost 1), four volunteers waiting on the channel — two headless (`expertswarm volunteer`) and two
+ * headless Chromium tabs on the hub's volunteer page, joined with the page's own controls — and 0 → 6 → 0 concurrent
+ * streaming completions through the `openai` client. Prints the numbers, writes the timeline as JSON and SVG into
+ * .cache/artifacts/scenario-elastic/ (with screenshots of the pages at the peak and at the end), and exits 1 if any check fails (bench/elastic/scenario.ts says what each is).
  * docs/elastic.md has the numbers of the last run. test/integration/scenario-elastic.test.ts is the CI-sized one.
  *
- *   npm run scenario:elastic [-- --volunteers 4 --peak 6 --tokens 64 --backend webgpu]
+ *   npm run scenario:elastic [-- --volunteers 4 --pages 2 --peak 6 --tokens 64 --backend webgpu]
+ *
+ * `--pages` is how many of the volunteers are Chromium tabs (0: all headless); `--backend` is the headless ones'
+ * `--backend` and the tabs' "Compute with" choice.
  */
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -15,6 +19,7 @@ import { type ElasticBounds, type ElasticScenario, judgeElastic, runElasticScena
 const { values } = parseArgs({
   options: {
     volunteers: { type: 'string', default: '4' },
+    pages: { type: 'string', default: '2' },
     peak: { type: 'string', default: '6' },
     tokens: { type: 'string', default: '64' },
     backend: { type: 'string', default: 'webgpu' },
@@ -25,13 +30,16 @@ const int = (v: string, name: string): number => {
   if (!Number.isInteger(x) || x < 1) throw new Error(`--${name} must be a positive integer, got ${v}`);
   return x;
 };
+const pages = Number(values.pages);
+if (!Number.isInteger(pages) || pages < 0 || pages > int(values.volunteers, 'volunteers'))
+  throw new Error(`--pages must be a whole number from 0 to --volunteers, got ${values.pages}`);
 const backend = values.backend as ElasticScenario['backend'];
 if (!['webgpu', 'wasm', 'auto'].includes(backend)) throw new Error(`--backend must be webgpu, wasm or auto, got ${backend}`);
 
 /**
  * Two MoE layers of 16 experts (n_embd 512, ff 768, Q4_K): a whole-layer slice is 10.6 MB, the "~10 MB slice on
  * loopback" of the issue. Target base 1 + boost 1 wants two copies of each layer while saturated: four volunteers,
- * of which two are surplus once the load passes.
+ * of which two are surplus once the load passes. Every volunteer is recruited, so every page must serve.
  */
 const POLL_MS = 1000;
 const scenario: ElasticScenario = {
@@ -48,6 +56,7 @@ const scenario: ElasticScenario = {
     expertScale: 2,
   },
   volunteers: int(values.volunteers, 'volunteers'),
+  pages,
   backend,
   slots: 4,
   ctxPerSlot: 1024,

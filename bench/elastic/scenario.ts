@@ -1,7 +1,8 @@
 /**
  * The elastic loop end to end (issue 13's scenario harness): a hub with its real coordinator (linkcpp-server, 4 slots,
- * `--dispatch auto`), N headless volunteers (`expertswarm volunteer`) waiting on the channel, and a load of streaming
- * greedy completions (the `openai` client) ramped 0 → peak → 0. It records the hub's dashboard stream and dispatch map
+ * `--dispatch auto`), N volunteers waiting on the channel — headless ones (`expertswarm volunteer`) and headless
+ * Chromium tabs on the hub's own volunteer page `/`, joined with the page's controls as a visitor does — and a load of
+ * streaming greedy completions (the `openai` client) ramped 0 → peak → 0. It records the hub's dashboard stream and dispatch map
  * (timeline.ts), draws the timeline (svg.ts), and measures the story:
  *
  *   saturate  the poller sees the slots full (detection: onset event − the moment saturateAt streams generated);
@@ -18,10 +19,12 @@
  * Nothing here assumes the order of things that happen concurrently (a recruit may precede the boosted tick, a
  * release may precede the tick that shows base): each wait returns as soon as what it waits for is there.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import OpenAI from 'openai';
+import type { Browser } from 'playwright-core';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
+import type { VolunteerTab } from '../../test/support/browser.ts';
 import { testModel } from '../../test/support/models.ts';
 import { type HeadlessVolunteer, moeLayersOf, spawnVolunteer, startSwarmHub } from '../../test/support/swarm.ts';
 import type { ModelConfig } from '../../tools/model-arch.ts';
@@ -33,8 +36,19 @@ export interface ElasticScenario {
   /** Names the artifacts: `<artifacts>/<name>.json`, `<name>.svg`. */
   name: string;
   model: Partial<ModelConfig> & Pick<ModelConfig, 'arch' | 'layers' | 'nExpert' | 'nExpertUsed'>;
+  /** Every volunteer, headless processes and Chromium pages together. */
   volunteers: number;
-  /** The volunteers' backend: `webgpu` (Dawn; bit-exact with ggml for Q4_K), `wasm` or `auto`. */
+  /**
+   * How many of the volunteers are headless Chromium tabs (one browser, a fresh context each: its own key, worker id
+   * and slice cache) on the hub's volunteer page `/`, a production build of web/ made for the run, joined with the
+   * page's own controls ("Compute with" `backend`, then Join); the rest are `expertswarm volunteer` processes. 0 unless
+   * told.
+   */
+  pages?: number;
+  /**
+   * The volunteers' backend: `webgpu` (Dawn, or Chromium's WebGPU; bit-exact with ggml for Q4_K), `wasm` or `auto`
+   * (`--backend` for the headless ones, the page's "Compute with" choice for the tabs).
+   */
   backend: 'webgpu' | 'wasm' | 'auto';
   slots: number;
   ctxPerSlot: number;
@@ -65,6 +79,10 @@ export interface ElasticScenario {
 
 /** What the run measured; times are ms on the hub's clock (Date.now: the hub runs in this process). */
 export interface ElasticNumbers {
+  /** The volunteers by worker id, as the hub's events and dispatch map name them: `v<i>` headless, `page-…` tabs. */
+  volunteerIds: { headless: string[]; pages: string[] };
+  /** How many volunteers the boosted target wants (each holds a whole layer), at most the volunteers. */
+  wanted: number;
   loadStartMs: number;
   /** When saturateAt streams first generated at once (on a fast machine a passing moment: short requests flicker). */
   streamsAtOnceMs: number | null;
@@ -118,6 +136,20 @@ export interface ElasticNumbers {
   baselineDistinct: number;
   /** What failed along the way (a wait that timed out); the checks then fail with it. */
   failures: string[];
+  /**
+   * Each Chromium tab: its headline (`#state-title`) at rest, at the end of the peak and after the releases, and its
+   * uncaught script errors; screenshots of the last two in the artifacts folder.
+   */
+  pageReports: PageReport[];
+}
+
+export interface PageReport {
+  workerId: string;
+  atRest: string | null;
+  atPeak: string | null;
+  atEnd: string | null;
+  errors: string[];
+  screenshots: string[];
 }
 
 export interface ElasticResult {
@@ -159,27 +191,56 @@ export async function runElasticScenario(sc: ElasticScenario): Promise<ElasticRe
   const { log } = sc;
   if (sc.load.peak <= sc.slots)
     throw new RangeError(`the load's peak (${sc.load.peak}) must exceed the slots (${sc.slots}): see slotsFullByLoadMs`);
+  const nPages = sc.pages ?? 0;
+  if (!Number.isInteger(nPages) || nPages < 0 || nPages > sc.volunteers)
+    throw new RangeError(`pages (${nPages}) must be a whole number of the ${sc.volunteers} volunteers`);
+  const nHeadless = sc.volunteers - nPages;
   const m = await testModel(sc.model);
   const moeLayers = moeLayersOf(m.config);
   const prompts = scenarioPrompts(sc.load.prompts);
   const t0 = Date.now();
-  const baseline = await localOnly(m.path, sc, prompts, m.ban);
-  log(`local-only run: ${prompts.length} prompts × ${sc.load.maxTokens} tokens in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  // The pages are built (vite, production) while the local-only run generates: neither is measured.
+  const pagesBuild = nPages > 0 ? import('../../test/support/pages-build.ts').then((b) => b.buildPages('production')) : null;
+  pagesBuild?.catch(() => {});
+  let baseline: number[][];
+  let pagesDir: string | null = null;
+  try {
+    baseline = await localOnly(m.path, sc, prompts, m.ban);
+    log(`local-only run: ${prompts.length} prompts × ${sc.load.maxTokens} tokens in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+    if (pagesBuild) {
+      pagesDir = await pagesBuild;
+      log(`volunteer page built (production) ${((Date.now() - t0) / 1000).toFixed(1)} s after the start`);
+    }
+  } catch (e) {
+    void pagesBuild?.then((d) => rmSync(d, { recursive: true, force: true })).catch(() => {});
+    throw e;
+  }
 
-  const swarm = await startSwarmHub(m.path, 'auto', {
-    slots: sc.slots,
-    ctxPerSlot: sc.ctxPerSlot,
-    saturation: {
-      ...DEFAULT_SATURATION,
-      saturateAt: sc.saturateAt,
-      targetBase: sc.targetBase,
-      boost: sc.boost,
-      maxReadingAgeMs: sc.maxReadingAgeMs,
+  const swarm = await startSwarmHub(
+    m.path,
+    'auto',
+    {
+      slots: sc.slots,
+      ctxPerSlot: sc.ctxPerSlot,
+      saturation: {
+        ...DEFAULT_SATURATION,
+        saturateAt: sc.saturateAt,
+        targetBase: sc.targetBase,
+        boost: sc.boost,
+        maxReadingAgeMs: sc.maxReadingAgeMs,
+      },
+      poller: { intervalMs: sc.pollMs, timeoutMs: Math.min(1500, sc.pollMs) },
+      dispatch: { graceMs: sc.graceMs, idleMs: sc.dispatchIdleMs },
     },
-    poller: { intervalMs: sc.pollMs, timeoutMs: Math.min(1500, sc.pollMs) },
-    dispatch: { graceMs: sc.graceMs, idleMs: sc.dispatchIdleMs },
+    'm',
+    pagesDir ? { dir: pagesDir } : {},
+  ).catch((e: unknown) => {
+    if (pagesDir) rmSync(pagesDir, { recursive: true, force: true });
+    throw e;
   });
   const n: ElasticNumbers = {
+    volunteerIds: { headless: Array.from({ length: nHeadless }, (_, i) => `v${i}`), pages: [] },
+    wanted: Math.min(sc.volunteers, moeLayers.length * (sc.targetBase + sc.boost)),
     loadStartMs: 0,
     streamsAtOnceMs: null,
     slotsFullByLoadMs: null,
@@ -207,8 +268,39 @@ export async function runElasticScenario(sc: ElasticScenario): Promise<ElasticRe
     mismatches: [],
     baselineDistinct: new Set(baseline.flat()).size,
     failures: [],
+    pageReports: [],
   };
   const vols: HeadlessVolunteer[] = [];
+  const tabs: VolunteerTab[] = [];
+  let browser: Browser | null = null;
+  /**
+   * Each tab's headline into its report (`at`), once it is `until` (up to 5 s: the page renders the state the hub
+   * already counts), and a screenshot named `<name>-page<i>-<shot>.png` if told.
+   */
+  const readPages = async (at: 'atRest' | 'atPeak' | 'atEnd', shot?: string, until?: string): Promise<void> => {
+    for (const [i, t] of tabs.entries()) {
+      const report = n.pageReports[i] as PageReport;
+      if (until !== undefined)
+        await t.page
+          .waitForFunction((want) => document.querySelector('#state-title')?.textContent?.trim() === want, until, {
+            timeout: 5_000,
+            polling: 100,
+          })
+          .catch(() => {});
+      report[at] = await t.title().catch(() => null);
+      if (shot === undefined) continue;
+      const file = `${sc.name}-page${i}-${shot}.png`;
+      await t.page
+        .screenshot({ path: join(sc.artifacts, file), fullPage: true })
+        .then(() => report.screenshots.push(file))
+        .catch(() => {});
+    }
+  };
+  const volunteersSaid = (): string =>
+    [
+      ...vols.map((v) => v.output().slice(-500)),
+      ...n.pageReports.map((p, i) => `page${i} ${p.workerId}: "${p.atRest ?? '?'}" ${p.errors.join(' | ')}`),
+    ].join(' | ');
   let rampDownMs = Number.POSITIVE_INFINITY;
   let load: RampLoad | null = null;
   let rec: TimelineRecorder | null = null;
@@ -222,14 +314,29 @@ export async function runElasticScenario(sc: ElasticScenario): Promise<ElasticRe
       streaming: l.streaming,
     }));
     const r = rec;
-    for (let i = 0; i < sc.volunteers; i++) vols.push(spawnVolunteer(swarm.url, `v${i}`, ['--backend', sc.backend, '--quiet']));
+    for (const id of n.volunteerIds.headless) vols.push(spawnVolunteer(swarm.url, id, ['--backend', sc.backend, '--quiet']));
+    if (nPages > 0) {
+      // One browser, a context per tab; tabs joined one after another (a busy 2-core machine starts them faster in
+      // turn than all at once), while the headless ones start beside them.
+      const { launchChromium, joinVolunteerPage } = await import('../../test/support/browser.ts');
+      mkdirSync(sc.artifacts, { recursive: true });
+      browser = await launchChromium();
+      for (let i = 0; i < nPages; i++) {
+        const tab = await joinVolunteerPage(browser, swarm.url, sc.backend);
+        tabs.push(tab);
+        n.volunteerIds.pages.push(tab.workerId);
+        n.pageReports.push({ workerId: tab.workerId, atRest: null, atPeak: null, atEnd: null, errors: tab.errors, screenshots: [] });
+      }
+    }
     // At rest nobody is wanted (dispatch auto, not saturated): every volunteer waits on the channel.
     await r
       .waitTick(`${sc.volunteers} volunteers waiting`, sc.waitMs, 0, (t) => (t.volunteers.waiting ?? 0) === sc.volunteers)
-      .catch((e: Error) => {
-        throw new Error(`${e.message}; the volunteers said: ${vols.map((v) => v.output().slice(-500)).join(' | ')}`);
+      .catch(async (e: Error) => {
+        await readPages('atRest');
+        throw new Error(`${e.message}; the volunteers said: ${volunteersSaid()}`);
       });
-    log(`${sc.volunteers} volunteers waiting; ramping 0 → ${sc.load.peak} streams`);
+    await readPages('atRest', undefined, 'Waiting for demand');
+    log(`${nHeadless} headless + ${nPages} page volunteers waiting; ramping 0 → ${sc.load.peak} streams`);
 
     n.loadStartMs = Date.now();
     l.rampUp();
@@ -246,7 +353,7 @@ export async function runElasticScenario(sc: ElasticScenario): Promise<ElasticRe
       n.boostedTick = { t: t.t, effectiveTarget: t.effectiveTarget, baseTarget: t.baseTarget };
     });
     // Recruited: as many as the boosted target has room for (each holds a whole layer), at most the volunteers.
-    const wanted = Math.min(sc.volunteers, moeLayers.length * (sc.targetBase + sc.boost));
+    const wanted = n.wanted;
     const recruitedNow = (): string[] => [
       ...new Set(
         r.events
@@ -271,6 +378,7 @@ export async function runElasticScenario(sc: ElasticScenario): Promise<ElasticRe
       if (Date.now() - peakAt >= sc.minHoldMs && recruitedNow().every(pastIdle)) break;
       await wait(200);
     }
+    await readPages('atPeak', 'peak');
     log(`holding the peak ${((Date.now() - peakAt) / 1000).toFixed(1)} s; ramping down`);
     rampDownMs = Date.now();
     await l.rampDown();
@@ -299,6 +407,7 @@ export async function runElasticScenario(sc: ElasticScenario): Promise<ElasticRe
       n.waitingAfter = t.volunteers.waiting ?? 0;
       n.demandLeft = await demandLeft(swarm.url, swarm.model);
     });
+    await readPages('atEnd', 'end');
     // Two more ticks, so the image shows the calm after the releases too.
     const last = r.ticks.at(-1)?.t ?? Date.now();
     await r.waitTick('the tail', 5_000, last + 1500, () => true).catch(() => {});
@@ -308,7 +417,10 @@ export async function runElasticScenario(sc: ElasticScenario): Promise<ElasticRe
     await load?.abort();
     timeline = rec?.stop() ?? null;
     for (const v of vols) await v.stop();
+    for (const t of tabs) await t.close();
+    await browser?.close().catch(() => {});
     await swarm.close();
+    if (pagesDir) rmSync(pagesDir, { recursive: true, force: true });
   }
 
   const tl: Timeline = timeline ?? {
@@ -332,7 +444,7 @@ export async function runElasticScenario(sc: ElasticScenario): Promise<ElasticRe
     timelineSvg(
       tl,
       n.loadStartMs || tl.startedMs,
-      `elastic scenario "${sc.name}": ${sc.volunteers} volunteers, ${sc.slots} slots, 0 → ${sc.load.peak} → 0 streams`,
+      `elastic scenario "${sc.name}": ${nHeadless} headless + ${nPages} Chromium page volunteers, ${sc.slots} slots, 0 → ${sc.load.peak} → 0 streams`,
     ),
   );
   return { scenario, numbers: n, timeline: tl, requests, baseline, jsonPath, svgPath };
@@ -466,6 +578,28 @@ export function judgeElastic(r: Pick<ElasticResult, 'numbers' | 'scenario'>, b: 
   const recruitedServed = n.recruited.filter(
     (w) => n.firstServeMs[w] != null && (n.endMs === null || (n.firstServeMs[w] as number) <= n.endMs),
   );
+  const pages = n.volunteerIds.pages;
+  // When the boosted target wants every volunteer, every page must be recruited and serve; else the market picks.
+  const pagesMustServe = n.wanted >= sc.volunteers;
+  const pageChecks: Check[] =
+    pages.length === 0
+      ? []
+      : [
+          {
+            name: 'Chromium pages volunteer like the headless ones',
+            ok:
+              n.pageReports.every((p) => p.atRest === 'Waiting for demand' && p.errors.length === 0) &&
+              (!pagesMustServe || pages.every((w) => recruitedServed.includes(w))),
+            detail: `${n.pageReports
+              .map(
+                (p, i) =>
+                  `page${i} ${p.workerId}: at rest "${p.atRest}", ${n.recruited.includes(p.workerId) ? `recruited, ${recruitedServed.includes(p.workerId) ? 'served' : 'never served'}` : 'not recruited'}, at the peak "${p.atPeak}", at the end "${p.atEnd}"${p.errors.length ? `, script errors: ${p.errors.slice(0, 3).join(' | ')}` : ''}`,
+              )
+              .join(
+                '; ',
+              )}${pagesMustServe ? '' : ` (the boosted target wants ${n.wanted} of ${sc.volunteers}: pages need not be recruited)`}`,
+          },
+        ];
   return [
     { name: 'the run reached every stage', ok: n.failures.length === 0, detail: n.failures.join('; ') || 'yes' },
     {
@@ -521,6 +655,7 @@ export function judgeElastic(r: Pick<ElasticResult, 'numbers' | 'scenario'>, b: 
       ok: n.requests >= sc.load.peak && n.requestErrors.length === 0 && n.mismatches.length === 0 && n.baselineDistinct >= 8,
       detail: `${n.requests - n.mismatches.length - n.requestErrors.length} of ${n.requests} requests identical (${n.baselineDistinct} distinct tokens in the local run; ${n.retried503} 503 answers retried)${n.mismatches.length ? `; differ: ${n.mismatches.slice(0, 5).join(', ')}` : ''}${n.requestErrors.length ? `; errors: ${n.requestErrors.slice(0, 3).join('; ')}` : ''}`,
     },
+    ...pageChecks,
   ];
 }
 
@@ -531,7 +666,8 @@ export function summaryLines(r: ElasticResult, checks: Check[]): string[] {
   const perWorker = n.recruited.map((w) => {
     const recruit = r.timeline.events.find((e) => e.kind === 'recruit' && e.atMs >= n.loadStartMs && e.detail.endsWith(` to ${w}`));
     const tr = r.timeline.workers[w];
-    return `  ${w}: recruited ${rel(recruit?.atMs)}, serving (in the map) ${rel(tr?.firstListedMs)}, first served pair ${rel(tr?.firstServeMs)} after the onset`;
+    const kind = n.volunteerIds.pages.includes(w) ? 'Chromium page' : 'headless';
+    return `  ${w} (${kind}): recruited ${rel(recruit?.atMs)}, serving (in the map) ${rel(tr?.firstListedMs)}, first served pair ${rel(tr?.firstServeMs)} after the onset`;
   });
   return [
     ...checks.map((c) => `${c.ok ? 'ok  ' : 'FAIL'} ${c.name}: ${c.detail}`),

@@ -1,14 +1,15 @@
 /**
  * The elastic loop at CI size (bench/elastic/scenario.ts; `npm run scenario:elastic` is the full run): a hub with its
- * real coordinator (4 slots, `--dispatch auto`, target base 1, boost 1), two headless volunteers waiting on the
- * channel, one MoE layer, and 0 → 5 → 0 streaming completions through the `openai` client. The story: saturation
- * seen, the target boosted, both volunteers recruited and serving (past the dispatch idle timeout) while saturated,
- * the target back at base when the load ends, one volunteer released and waiting again, and every request's token
- * ids equal to a `--dispatch off` hub's.
+ * real coordinator (4 slots, `--dispatch auto`, target base 1, boost 1), two volunteers waiting on the channel — one
+ * headless (`expertswarm volunteer`), one headless Chromium tab on the hub's volunteer page joined with the page's own
+ * controls —, one MoE layer, and 0 → 5 → 0 streaming completions through the `openai` client. The story: saturation
+ * seen, the target boosted, both volunteers (the page too) recruited and serving (past the dispatch idle timeout)
+ * while saturated, the target back at base when the load ends, one volunteer released and waiting again, and every
+ * request's token ids equal to a `--dispatch off` hub's.
  *
  * This runs beside a CI job on 2-core machines: every wait returns as soon as it matches, no check depends on the
  * order of things that happen concurrently, and the bounds on times are generous; the measured numbers are printed.
- * Timeline in .cache/artifacts/scenario-elastic/ci.json and ci.svg.
+ * Timeline in .cache/artifacts/scenario-elastic/ci.json and ci.svg, the page's screenshots beside them.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -19,10 +20,13 @@ import { QWEN_Q4K } from '../support/swarm.ts';
 const POLL_MS = 500;
 const SCENARIO: ElasticScenario = {
   name: 'ci',
-  // One MoE layer: two volunteers are exactly base + boost copies of it, and one is surplus after the load.
+  // One MoE layer: two volunteers are exactly base + boost copies of it, and one is surplus after the load. Both are
+  // recruited, so the page must serve.
   model: { ...QWEN_Q4K, layers: 1 },
   volunteers: 2,
-  // Dawn (SwiftShader here): the WGSL kernels compute Q4_K in ggml's order, so tokens match bit for bit.
+  pages: 1,
+  // Dawn, and Chromium's WebGPU chosen on the page (SwiftShader here): the WGSL kernels compute Q4_K in ggml's order,
+  // so tokens match bit for bit.
   backend: 'webgpu',
   slots: 4,
   ctxPerSlot: 512,

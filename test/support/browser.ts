@@ -172,3 +172,54 @@ export async function openPage(script: string): Promise<BrowserPage> {
     throw e;
   }
 }
+
+/** Where the volunteer page keeps its worker id (sessionStorage; web/src/volunteer/browser-client.ts). */
+export const PAGE_WORKER_ID_KEY = 'expertswarm.worker-id';
+
+export interface VolunteerTab {
+  context: BrowserContext;
+  page: Page;
+  /** The tab's worker id (`page-…`), as the hub's events and dispatch map name it. */
+  workerId: string;
+  /** Uncaught script errors on the page, as they happen. */
+  errors: string[];
+  /** The page's headline (`#state-title`: "Waiting for demand", "Serving with WebGPU", …). */
+  title(): Promise<string>;
+  /** Closes the tab's context (the volunteer leaves as a closed tab does). */
+  close(): Promise<void>;
+}
+
+/**
+ * A volunteer as a visitor is one: a fresh browser context (its own key, worker id and slice cache) on the hub's
+ * volunteer page `/`, joined through the page's own controls — "Compute with" set to `backend` unless `auto`, then
+ * Join. Returns once the page keeps its worker id; what the hub then assigns is the caller's to wait for.
+ */
+export async function joinVolunteerPage(
+  browser: Browser,
+  hubUrl: string,
+  backend: 'auto' | 'webgpu' | 'wasm' = 'auto',
+  viewport: ViewportSize = { width: 1280, height: 900 },
+): Promise<VolunteerTab> {
+  const context = await browser.newContext({ viewport });
+  let closed = false;
+  const close = async (): Promise<void> => {
+    if (closed) return;
+    closed = true;
+    await context.close().catch(() => {});
+  };
+  try {
+    const page = await context.newPage();
+    const errors: string[] = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    await page.goto(`${hubUrl}/`);
+    if (backend !== 'auto') await page.getByLabel('Compute with').selectOption(backend);
+    await page.getByRole('button', { name: 'Join' }).click();
+    const workerId = await page.evaluate((key) => sessionStorage.getItem(key) ?? '', PAGE_WORKER_ID_KEY);
+    if (!/^page-/.test(workerId)) throw new Error(`the volunteer page kept no worker id after Join (got "${workerId}")`);
+    const title = async (): Promise<string> => ((await page.locator('#state-title').textContent()) ?? '').trim();
+    return { context, page, workerId, errors, title, close };
+  } catch (e) {
+    await close();
+    throw e;
+  }
+}

@@ -368,6 +368,13 @@ export interface AuditResult {
 
 export const DEFAULT_QUIET_MS = 1000;
 
+/**
+ * Policy declines that a v2 dispatcher answers with a probe in shadow now and then (claims.ts `shadowProbeEveryMs`):
+ * the worker has not proven itself (never served, or benched for missed deadlines); a probe it answers in time proves
+ * it, and costs the coordinator nothing (the pairs are not claimed).
+ */
+const PROBE_IN_SHADOW: ReadonlySet<PolicyReason> = new Set<PolicyReason>(['never-served', 'benched']);
+
 /** REQUEST's fixed fields (docs/dispatch-protocol.md). */
 const REQUEST_FIXED_BYTES = 24;
 /** HELLO's fixed fields. */
@@ -799,6 +806,10 @@ export class ModelDispatcher {
     const chosenStats: WorkerDispatchStats[] = [];
     const probes: boolean[] = [];
     const coveredBy: number[] = [];
+    // Covering workers the policy declined; those it declined for want of proof (never served, benched) may be probed
+    // in shadow under v2, where nothing waits on a probe.
+    const declined: WorkerDispatchStats[] = [];
+    const shadowable: Array<{ link: WorkerLink; st: WorkerDispatchStats; covered: number }> = [];
     const cfg = this.policyCfg;
     for (const link of links) {
       if (link.layer !== req.layer || !(link.begin >= 0 && link.begin < link.end && link.end <= nExpert)) continue;
@@ -828,7 +839,11 @@ export class ModelDispatcher {
         cfg,
       );
       this.totals.decisions[decision.reason] = (this.totals.decisions[decision.reason] ?? 0) + 1;
-      if (!decision.dispatch) continue;
+      if (!decision.dispatch) {
+        declined.push(st);
+        if (PROBE_IN_SHADOW.has(decision.reason)) shadowable.push({ link, st, covered });
+        continue;
+      }
       const line = latencyLine(st.latency);
       planWorkers.push({
         begin: link.begin,
@@ -845,16 +860,39 @@ export class ModelDispatcher {
     }
     const v2 = conn.version === 2;
     // `always` (tests, benchmarks) hands every covered pair to a worker; otherwise v2 claims only what speeds the layer up.
+    const capped = v2 && this.mode !== 'always';
     const shadowProbe: boolean[] =
-      v2 && this.mode !== 'always' && planWorkers.length > 0
-        ? this.capClaims(req, planWorkers, coveredBy, budgetMs, chosenStats, nowMs)
-        : [];
+      capped && planWorkers.length > 0 ? this.capClaims(req, planWorkers, coveredBy, budgetMs, chosenStats, nowMs) : [];
+    if (capped) {
+      for (const { link, st, covered } of shadowable) {
+        if (nowMs - (st.lastShadowProbeMs ?? 0) < this.claimCfg.shadowProbeEveryMs) continue;
+        st.lastShadowProbeMs = nowMs;
+        planWorkers.push({
+          begin: link.begin,
+          end: link.end,
+          queueMs: 0,
+          overheadMs: null,
+          perPairMs: 0,
+          cap: Math.min(covered, this.claimCfg.probePairs),
+        });
+        chosen.push(link);
+        chosenStats.push(st);
+        probes.push(false);
+        coveredBy.push(covered);
+        shadowProbe[planWorkers.length - 1] = true;
+        this.totals.claims['shadow-probe'] = (this.totals.claims['shadow-probe'] ?? 0) + 1;
+      }
+    }
     const plan = planRequest(req, planWorkers);
     // Declined or uncovered: no quiet window, the next token may route to experts a worker holds — except when the
     // claim caps left every worker out: then the layer is quiet until the next shadow probe is due (the coordinator
     // runs its stock graph meanwhile, with no exchange per layer at all).
     if (plan.dispatchedPairs === 0) {
-      this.answerLocal(conn, req, shadowProbe.length > 0 ? this.quietUntilProbe(chosenStats, nowMs) : 0, arrivedAt);
+      let q = 0;
+      if (capped && (declined.length > 0 || planWorkers.length > 0))
+        q = this.quietUntilProbe([...chosenStats, ...shadowable.map((x) => x.st)], nowMs);
+      else if (declined.length > 0 && planWorkers.length === 0) q = quiet;
+      this.answerLocal(conn, req, q, arrivedAt);
       return;
     }
 
@@ -997,7 +1035,10 @@ export class ModelDispatcher {
     if (items.length > 0) f.audit = { seq: f.req.seq, layer: f.req.layer, trusted: null, items };
   }
 
-  /** v2: how long until one of these workers is due a shadow probe again, ms (at most the configured quiet window). */
+  /**
+   * How long until one of these workers is due a shadow probe again, ms (at most the configured quiet window; the
+   * whole window when none of them can be probed).
+   */
   private quietUntilProbe(stats: readonly WorkerDispatchStats[], nowMs: number): number {
     const cap = Math.min(this.opts.quietMs ?? DEFAULT_QUIET_MS, DISPATCH_LIMITS.maxQuietMs);
     let due = cap;

@@ -749,6 +749,62 @@ describe('ModelDispatcher, protocol v2 (claims) against a scripted coordinator',
     }
   });
 
+  test('v2 under saturation: a worker that never served is probed in shadow; answering in time proves it, then it is claimed', async () => {
+    const links = new Links();
+    const worker = new FnLink('w', 0, 0, 16, simple);
+    links.list = [worker];
+    const now = 1_000_000;
+    const d = await dispatcher(links, {
+      mode: 'auto',
+      clock: () => now,
+      record: () => ({ attachMs: now - 60_000, lastServeMs: null, released: false, quarantined: false }),
+      saturation: () => ({ atMs: now, busy: 4, slots: 4, source: 'slots' }),
+    });
+    const c = await ScriptedCoordinator.connect(d.socketPath, { nExpertUsed: 8 }, true, 2);
+    const ids = Int32Array.from({ length: 32 }, (_, i) => i % 16);
+    try {
+      const first = await c.sendV2(c.request({ ids, nUsed: 8, localNsPerPair: 1_000_000 }));
+      assert.equal(first.claim.claimed, null, 'never served: nothing claimed');
+      assert.equal(first.claim.quietMs, 0);
+      assert.equal(d.totals.decisions['never-served'], 1);
+      assert.equal(d.totals.claims['shadow-probe'], 1, 'but probed in shadow');
+      await sleep(20);
+      assert.equal(worker.calls, 1);
+      assert.ok(d.workerStats('w')?.lastServeMs != null, 'the probe, answered in time, proves it');
+      const second = await c.sendV2(c.request({ ids, nUsed: 8, localNsPerPair: 1_000_000 }));
+      assert.ok((second.claim.claimed ?? []).length > 0, 'proven and faster than the coordinator: claimed');
+      await second.result();
+      assert.equal(d.totals.decisions.saturated, 1);
+    } finally {
+      c.close();
+      await d.close();
+    }
+  });
+
+  test('v1 and v2: when the policy declines every covering worker, the layer goes quiet (no exchange per layer meanwhile)', async () => {
+    const links = new Links();
+    links.list = [new FnLink('w', 0, 0, 16, never)];
+    const now = 1_000_000;
+    const d = await dispatcher(links, {
+      mode: 'auto',
+      clock: () => now,
+      // Served 30 s ago, at rest: idle, declined (not a shadow-probe reason).
+      record: () => ({ attachMs: now - 60_000, lastServeMs: now - 30_000, released: false, quarantined: false }),
+    });
+    try {
+      const one = await ScriptedCoordinator.connect(d.socketPath, {}, true, 1);
+      const r = await one.send(one.request({ ids: Int32Array.of(0, 1, 2, 3) }));
+      assert.deepEqual([r.mode, r.quietMs], ['local', 1000]);
+      const two = await ScriptedCoordinator.connect(d.socketPath, {}, true, 2);
+      const x = await two.sendV2(two.request({ ids: Int32Array.of(0, 1, 2, 3) }));
+      assert.deepEqual([x.claim.claimed, x.claim.quietMs], [null, 1000]);
+      assert.equal(d.totals.decisions['idle-at-rest'], 2);
+      two.close();
+    } finally {
+      await d.close();
+    }
+  });
+
   test('claim caps in auto mode: a newcomer gets a probe; a fast measured worker takes the balanced share; a slow one none', async () => {
     const links = new Links();
     let answerMs = 0;

@@ -1,0 +1,786 @@
+/**
+ * The elastic gain (issue 13): aggregate decode and prompt tokens/s of a saturated coordinator alone against the same
+ * coordinator with the swarm, side by side in one run, on a generated qwen3moe Q4_K model with realistic layer shapes
+ * (n_embd 2048, 128 experts, top-8, ff 768; two MoE layers).
+ *
+ *   A  a hub with `--dispatch off`: the coordinator alone;
+ *   B  a hub with `--dispatch auto` and one headless volunteer per MoE layer (`expertswarm volunteer`, a whole layer's
+ *      budget), recruited by the market when the load saturates the coordinator.
+ *
+ * Both hubs run their coordinator (linkcpp-server) with 4 slots and `-t 1`, polled every 500 ms, saturated at 3 busy
+ * slots. Each round sends `streams` concurrent streaming greedy completions (the `openai` client, more lanes than
+ * slots, so a request always waits in the coordinator's queue) until `streams × requests` requests of ~100 prompt
+ * tokens and `tokens` generated tokens each have ended; rounds alternate A, B, B, A, A, B, … after one warm-up per hub,
+ * so that the machine's drift hits both alike. B's warm-up keeps the load on until the volunteers cover every MoE
+ * layer and none is left in its grace window (each had its fair first try under load, as the Layer-1 policy gives it).
+ *
+ * CPU-only placement (`--pin 0:1`, the default): each coordinator and all its threads on core 0 (`taskset -a -cp 0`),
+ * this process (which runs both hubs) and the volunteers on core 1. Whatever the volunteers' speed, B must not be
+ * slower than A (issue 13 (a): ratio ≥ 0.97): the claim policy (protocol v2) declines workers that do not help. With
+ * a GPU for the volunteers (issue 13 (b): goal ≥ 2×), run with `--backend webgpu` (and `--pin none` or other cores).
+ *
+ *   npm run bench:elastic [-- --rounds 5 --tokens 64 --streams 6 --requests 2 --backend auto --threads 1 --pin 0:1
+ *                             --budget-mb N --deadline-ms 250 --volunteers N --quick]
+ *
+ * `--quick`: a small model (n_embd 512, 32 experts, ff 256) for a smoke run. `--volunteers 0`: the control, B with
+ * nobody to dispatch to. docs/elastic.md ("Elastic gain") says what each number is and holds the last measurements.
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { cpus, freemem, loadavg, totalmem } from 'node:os';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
+import OpenAI from 'openai';
+import { GGMLType, rowByteSize } from '../../gguf/quant-types.ts';
+import type { DispatcherTotals, ModelDispatcher } from '../../hub/dispatch/dispatcher.ts';
+import { latencyLine } from '../../hub/dispatch/plan.ts';
+import { DEFAULT_DISPATCH } from '../../hub/dispatch-map.ts';
+import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
+import { median } from '../../shaders/computer.ts';
+import { MODEL_CACHE, testModel, type TestModel } from '../../test/support/models.ts';
+import {
+  dispatchMap,
+  type HeadlessVolunteer,
+  type MapRow,
+  pairOutcomes,
+  type SwarmHub,
+  spawnVolunteer,
+  startSwarmHub,
+  waitForCoverage,
+} from '../../test/support/swarm.ts';
+import { wasmBytesFor } from '../../volunteer/engine-open.ts';
+
+const { values } = parseArgs({
+  options: {
+    rounds: { type: 'string', default: '5' },
+    tokens: { type: 'string', default: '64' },
+    streams: { type: 'string', default: '6' },
+    requests: { type: 'string', default: '2' },
+    backend: { type: 'string', default: 'auto' },
+    threads: { type: 'string', default: '1' },
+    pin: { type: 'string', default: '0:1' },
+    'budget-mb': { type: 'string' },
+    'deadline-ms': { type: 'string', default: '250' },
+    volunteers: { type: 'string' },
+    quick: { type: 'boolean', default: false },
+  },
+});
+const int = (v: string | undefined, name: string): number => {
+  const x = Number(v);
+  if (!Number.isInteger(x) || x < 1) throw new Error(`--${name} must be a positive integer, got ${v}`);
+  return x;
+};
+const ROUNDS = int(values.rounds, 'rounds');
+const N_TOKENS = int(values.tokens, 'tokens');
+const STREAMS = int(values.streams, 'streams');
+/** Requests per lane per round: a round ends when STREAMS × REQUESTS requests have ended. */
+const REQUESTS = int(values.requests, 'requests');
+const THREADS = int(values.threads, 'threads');
+const DEADLINE_MS = int(values['deadline-ms'], 'deadline-ms');
+const BACKEND = values.backend;
+if (!['auto', 'webgpu', 'wasm'].includes(BACKEND)) throw new Error(`--backend must be auto, webgpu or wasm, got ${BACKEND}`);
+const SLOTS = 4;
+/** Saturated at this many busy slots (the poller's reading): one below full, as in the elastic scenario. */
+const SATURATE_AT = 3;
+const POLL_MS = 500;
+const LAYERS = 2;
+/** Headless volunteers on B: one per MoE layer by default; 0 runs B as the control (dispatch auto, nobody to dispatch to). */
+const N_VOLUNTEERS = values.volunteers === undefined ? LAYERS : Number(values.volunteers);
+if (!Number.isInteger(N_VOLUNTEERS) || (N_VOLUNTEERS !== 0 && N_VOLUNTEERS < LAYERS))
+  throw new Error(`--volunteers must be 0 or at least the ${LAYERS} MoE layers, got ${values.volunteers}`);
+if (STREAMS <= SLOTS) throw new Error(`--streams must exceed the ${SLOTS} slots (a request must wait in the queue), got ${STREAMS}`);
+/** `--pin C:V`: the coordinators on cores C, this process and the volunteers on cores V (taskset lists); or none. */
+const PIN =
+  values.pin === 'none'
+    ? null
+    : (() => {
+        const m = /^([\d,-]+):([\d,-]+)$/.exec(values.pin);
+        if (!m) throw new Error(`--pin takes CORES:CORES (coordinators:the rest) or none, got ${values.pin}`);
+        return { coordinator: m[1] as string, rest: m[2] as string };
+      })();
+
+interface Shape {
+  name: string;
+  nEmbd: number;
+  ff: number;
+  nExpert: number;
+  nExpertUsed: number;
+  nHead: number;
+  nHeadKv: number;
+}
+/** bench/dispatch.ts's models, config for config (same seed), so the cached GGUF is shared. */
+const REALISTIC: Shape = { name: 'realistic', nEmbd: 2048, ff: 768, nExpert: 128, nExpertUsed: 8, nHead: 16, nHeadKv: 4 };
+const QUICK: Shape = { name: 'quick', nEmbd: 512, ff: 256, nExpert: 32, nExpertUsed: 8, nHead: 4, nHeadKv: 1 };
+const SHAPE = values.quick ? QUICK : REALISTIC;
+const describe = (s: Shape): string =>
+  `qwen3moe Q4_K, ${LAYERS} MoE layers, n_embd ${s.nEmbd}, ${s.nExpert} experts, top-${s.nExpertUsed}, ff ${s.ff}, ${s.nHead} heads (${s.nHeadKv} kv)`;
+
+/** A whole layer per volunteer: the Q4_K slice with a margin, or room for the wasm fallback where it is small. */
+function budgetFor(s: Shape): { mb: number; q4kMb: number; wasmMb: number } {
+  const q4kMb = (s.nExpert * 3 * s.ff * rowByteSize(GGMLType.Q4_K, s.nEmbd)) / 2 ** 20;
+  const wasmMb = wasmBytesFor(s) / 2 ** 20;
+  const want = wasmMb <= 512 ? wasmMb : q4kMb;
+  const mb = values['budget-mb'] ? int(values['budget-mb'], 'budget-mb') : Math.ceil((want * 1.25) / 64) * 64;
+  return { mb, q4kMb, wasmMb };
+}
+
+const startedAt = new Date();
+const loadAtStart = loadavg();
+const fmtLoad = (l: number[]): string => l.map((x) => x.toFixed(2)).join(' / ');
+const log = (line: string): void => console.log(`· ${line}`);
+const wait = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+// --- prompts: distinct, ~100 tokens each (the generated vocabulary makes most of these words one token)
+
+const WORDS = `the swarm serves a model that is too large for one machine each layer routes every token to a few experts and
+the experts that are not needed at this moment rest on the computers of people who volunteered them a volunteer opens a
+page in the browser and the page computes the experts of one layer with the graphics card when the coordinator has more
+requests than it can serve it sends the work of the routed experts to the volunteers and what they do not return in time
+is computed at home so no expert is ever dropped and every answer is the same`
+  .split(/\s+/)
+  .filter(Boolean);
+const PROMPT_WORDS = 45;
+function prompt(i: number): string {
+  const words = Array.from({ length: PROMPT_WORDS }, (_, k) => WORDS[(i * 7 + k) % WORDS.length] as string);
+  return `Request ${i}: ${words.join(' ')}.`;
+}
+const N_PROMPTS = STREAMS * REQUESTS;
+const PROMPTS = Array.from({ length: N_PROMPTS }, (_, i) => prompt(i));
+
+// --- CPU placement
+
+function taskset(args: string[]): string {
+  const r = spawnSync('taskset', args, { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`taskset ${args.join(' ')}: ${r.error?.message ?? r.stderr.trim()}`);
+  return r.stdout.trim();
+}
+
+/** The CPU lists the threads of `pid` may run on (/proc/PID/task/*), each with how many threads have it. */
+function threadAffinity(pid: number): { threads: number; lists: Map<string, number> } {
+  const lists = new Map<string, number>();
+  let threads = 0;
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const status = readFileSync(`/proc/${pid}/task/${tid}/status`, 'utf8');
+      const list = /Cpus_allowed_list:\s*(\S+)/.exec(status)?.[1] ?? '?';
+      lists.set(list, (lists.get(list) ?? 0) + 1);
+      threads++;
+    } catch {
+      // the thread ended meanwhile
+    }
+  }
+  return { threads, lists };
+}
+
+/** `taskset -p` of the process and every thread's list; throws when a thread may run elsewhere than `cores`. */
+function checkAffinity(name: string, pid: number, cores: string): string {
+  const main = taskset(['-cp', String(pid)]);
+  const { threads, lists } = threadAffinity(pid);
+  const all = [...lists.entries()].map(([l, n]) => `${n} on ${l}`).join(', ');
+  if (lists.size !== 1 || !lists.has(cores)) throw new Error(`${name} (pid ${pid}): threads ${all}, want all on ${cores}`);
+  return `${name}: ${main.replace(/^pid \d+'s current /, '')}; ${threads} threads, all on ${cores}`;
+}
+
+/** Pins every thread of `pid` to `cores`; says which threads were elsewhere before. */
+function pin(name: string, pid: number, cores: string): string {
+  const { lists } = threadAffinity(pid);
+  const elsewhere = [...lists.entries()].filter(([l]) => l !== cores);
+  taskset(['-a', '-cp', cores, String(pid)]);
+  const moved = elsewhere.length ? ` (moved: ${elsewhere.map(([l, n]) => `${n} threads on ${l}`).join(', ')})` : '';
+  return `${checkAffinity(name, pid, cores)}${moved}`;
+}
+
+const affinityLines: string[] = [];
+if (PIN) {
+  if (cpus().length < 2) throw new Error(`--pin needs 2 cores, this machine has ${cpus().length}; use --pin none`);
+  affinityLines.push(pin(`this process (the hubs; taskset -a -cp ${PIN.rest} ${process.pid})`, process.pid, PIN.rest));
+  log(affinityLines[0] as string);
+}
+
+// --- one streaming request, with llama-server's timings
+
+interface Timings {
+  prompt_n: number;
+  prompt_ms: number;
+  predicted_n: number;
+  predicted_ms: number;
+}
+
+interface Req {
+  prompt: number;
+  startMs: number;
+  firstMs: number | null;
+  endMs: number;
+  ids: number[];
+  timings: Timings | null;
+  retried: number;
+  error: string | null;
+}
+
+function chunkIds(chunk: unknown): number[] {
+  const choice = (chunk as { choices?: Array<{ logprobs?: { content?: Array<{ id?: unknown }> } | null }> }).choices?.[0];
+  const out: number[] = [];
+  for (const t of choice?.logprobs?.content ?? []) if (typeof t.id === 'number') out.push(t.id);
+  return out;
+}
+
+async function streamOnce(client: OpenAI, model: string, p: number, ban: readonly number[]): Promise<Req & { status: number | null }> {
+  const r: Req & { status: number | null } = {
+    prompt: p,
+    startMs: performance.now(),
+    firstMs: null,
+    endMs: 0,
+    ids: [],
+    timings: null,
+    retried: 0,
+    error: null,
+    status: null,
+  };
+  try {
+    // llama-server's own fields (ignore_eos, cache_prompt) go in the body as given. cache_prompt false: every request
+    // processes its whole prompt, so the prompt rate is measured on each.
+    const body = {
+      model,
+      prompt: PROMPTS[p] as string,
+      max_tokens: N_TOKENS,
+      temperature: 0,
+      seed: 1,
+      logprobs: 1,
+      stream: true as const,
+      logit_bias: Object.fromEntries(ban.map((id) => [String(id), -100])),
+      ignore_eos: true,
+      cache_prompt: false,
+    };
+    const stream = await client.completions.create(body);
+    for await (const chunk of stream) {
+      const ids = chunkIds(chunk);
+      if (ids.length > 0 && r.firstMs === null) r.firstMs = performance.now();
+      r.ids.push(...ids);
+      const t = (chunk as { timings?: Timings }).timings;
+      if (t && typeof t.prompt_n === 'number') r.timings = t;
+    }
+    if (r.ids.length !== N_TOKENS) r.error = `${r.ids.length} token ids streamed, ${N_TOKENS} asked for`;
+  } catch (e) {
+    r.error = e instanceof Error ? e.message : String(e);
+    const status = (e as { status?: unknown }).status;
+    if (typeof status === 'number') r.status = status;
+  }
+  r.endMs = performance.now();
+  return r;
+}
+
+/** Retried at once on a 503 before any token (the proxy's keep-alive race: bench/elastic/load.ts completeWithRetry). */
+async function request(client: OpenAI, model: string, p: number, ban: readonly number[]): Promise<Req> {
+  for (let retried = 0; ; retried++) {
+    const r = await streamOnce(client, model, p, ban);
+    r.retried = retried;
+    if (r.status !== 503 || r.ids.length > 0 || retried >= 5) return r;
+  }
+}
+
+// --- a round: STREAMS lanes drain a queue of requests
+
+interface Round {
+  hub: 'A' | 'B';
+  reqs: Req[];
+  wallMs: number;
+  /** The hub's saturation readings sampled every 250 ms during the round: how many said saturated. */
+  saturatedSamples: number;
+  samples: number;
+  /** This process's event-loop delay during the round (the hubs and their dispatchers run on it), ms. */
+  loopP50Ms: number;
+  loopP99Ms: number;
+}
+
+/** Σ generated tokens / the round's wall time (first request sent → last ended). */
+const decodeRate = (r: Round): number => r.reqs.reduce((s, q) => s + q.ids.length, 0) / (r.wallMs / 1000);
+/** Σ prompt_n / Σ prompt_ms of llama-server's timings: the prompt rate each request saw, tokens-weighted. */
+function promptRate(r: Round): number {
+  let n = 0;
+  let ms = 0;
+  for (const q of r.reqs) {
+    if (!q.timings) continue;
+    n += q.timings.prompt_n;
+    ms += q.timings.prompt_ms;
+  }
+  return ms > 0 ? n / (ms / 1000) : NaN;
+}
+/**
+ * Σ prompt_n / the wall time during which some request was in its prompt phase: the union over requests of
+ * [first token − prompt_ms, first token] (llama-server puts prompt chunks and other slots' decode in one batch).
+ */
+function promptAggregate(r: Round): number {
+  const spans = r.reqs
+    .filter((q) => q.timings && q.firstMs !== null)
+    .map((q) => [(q.firstMs as number) - (q.timings as Timings).prompt_ms, q.firstMs as number] as const)
+    .sort((a, b) => a[0] - b[0]);
+  let covered = 0;
+  let end = -Infinity;
+  for (const [s, e] of spans) {
+    if (e <= end) continue;
+    covered += e - Math.max(s, end);
+    end = e;
+  }
+  const n = r.reqs.reduce((s, q) => s + (q.timings?.prompt_n ?? 0), 0);
+  return covered > 0 ? n / (covered / 1000) : NaN;
+}
+
+function saturatedNow(h: SwarmHub): boolean {
+  return h.hub.recruitment().models.find((m) => m.model === h.model)?.saturated ?? false;
+}
+
+/**
+ * Runs the lanes until `count` requests have been sent and have ended, or — with `until` — until it says stop (each
+ * lane then finishes its request in flight).
+ */
+async function runLoad(
+  h: SwarmHub,
+  name: 'A' | 'B',
+  ban: readonly number[],
+  opts: { count?: number; until?: () => boolean },
+): Promise<Round> {
+  const client = new OpenAI({ baseURL: `${h.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 1_800_000 });
+  const reqs: Req[] = [];
+  let next = 0;
+  let saturatedSamples = 0;
+  let samples = 0;
+  const sampler = setInterval(() => {
+    samples++;
+    if (saturatedNow(h)) saturatedSamples++;
+  }, 250);
+  const more = (): boolean => (opts.until ? !opts.until() : next < (opts.count ?? 0));
+  const loop = monitorEventLoopDelay({ resolution: 5 });
+  loop.enable();
+  const t0 = performance.now();
+  try {
+    await Promise.all(
+      Array.from({ length: STREAMS }, async () => {
+        while (more()) {
+          const p = next++ % N_PROMPTS;
+          const r = await request(client, h.model, p, ban);
+          reqs.push(r);
+          if (r.error !== null) {
+            log(`  ${name}: request for prompt ${p} failed: ${r.error}`);
+            await wait(250);
+          }
+        }
+      }),
+    );
+  } finally {
+    clearInterval(sampler);
+    loop.disable();
+  }
+  const wallMs = performance.now() - t0;
+  return { hub: name, reqs, wallMs, saturatedSamples, samples, loopP50Ms: loop.percentile(50) / 1e6, loopP99Ms: loop.percentile(99) / 1e6 };
+}
+
+// --- the dispatcher's own counters (no public accessor on Hub: read through its private map, for this bench only)
+
+function dispatcherOf(h: SwarmHub): ModelDispatcher {
+  const d = (h.hub as unknown as { dispatchers: Map<string, ModelDispatcher> }).dispatchers.get(h.model);
+  if (!d) throw new Error(`no dispatcher for ${h.model}`);
+  return d;
+}
+
+const snapshot = (t: DispatcherTotals): DispatcherTotals => JSON.parse(JSON.stringify(t)) as DispatcherTotals;
+
+function diffCounts<K extends string>(after: Partial<Record<K, number>>, before: Partial<Record<K, number>>): Partial<Record<K, number>> {
+  const out: Partial<Record<K, number>> = {};
+  for (const k of Object.keys(after) as K[]) {
+    const d = (after[k] ?? 0) - (before[k] ?? 0);
+    if (d !== 0) out[k] = d;
+  }
+  return out;
+}
+
+function diffTotals(a: DispatcherTotals, b: DispatcherTotals): DispatcherTotals {
+  return {
+    connections: a.connections - b.connections,
+    protocolErrors: a.protocolErrors - b.protocolErrors,
+    requests: a.requests - b.requests,
+    localRequests: a.localRequests - b.localRequests,
+    servedRequests: a.servedRequests - b.servedRequests,
+    pairs: {
+      served: a.pairs.served - b.pairs.served,
+      fallback: a.pairs.fallback - b.pairs.fallback,
+      rejected: a.pairs.rejected - b.pairs.rejected,
+      late: a.pairs.late - b.pairs.late,
+      audited: a.pairs.audited - b.pairs.audited,
+    },
+    decisions: diffCounts(a.decisions, b.decisions),
+    claims: diffCounts(a.claims, b.claims),
+  };
+}
+
+const counts = (c: Partial<Record<string, number>>): string =>
+  Object.entries(c)
+    .sort((x, y) => (y[1] ?? 0) - (x[1] ?? 0))
+    .map(([k, v]) => `${k} ${v}`)
+    .join(', ') || 'none';
+
+function protocolOf(h: SwarmHub): string {
+  const hello = h.hub
+    .recentEvents(1000)
+    .filter((e) => e.model === h.model && /dispatch hello/.test(e.detail))
+    .pop();
+  return /protocol v(\d+)/.exec(hello?.detail ?? '')?.[0] ?? 'no HELLO seen';
+}
+
+function workerLines(h: SwarmHub, rows: MapRow[]): string[] {
+  const d = dispatcherOf(h);
+  return rows.map((row) => {
+    const st = d.workerStats(row.worker_id);
+    if (!st) return `${row.worker_id} layer ${row.layer} [${row.experts[0]}, ${row.experts[1]}): ${row.state}, never dispatched`;
+    const line = latencyLine(st.latency);
+    const fit = line
+      ? `round trip ${line.overheadMs.toFixed(1)} ms + ${line.perPairMs.toFixed(2)} ms/pair (n ${st.latency.n})`
+      : 'not measured';
+    return `${row.worker_id} layer ${row.layer} [${row.experts[0]}, ${row.experts[1]}): ${row.state}; ${fit}; served ${st.servedPairs} pairs in ${st.servedItems} items, ${st.misses} misses, ${st.lateAnswers} late answers, ${st.benchedAtMs === null ? 'not benched' : 'benched'}`;
+  });
+}
+
+// --- the run
+
+const CHANNEL = { heartbeatMs: 1000, idleTimeoutMs: 900_000, loadTimeoutMs: 900_000 };
+const hubs: SwarmHub[] = [];
+const volunteers: HeadlessVolunteer[] = [];
+async function cleanUp(): Promise<void> {
+  for (const v of volunteers.splice(0)) await v.stop();
+  for (const h of hubs.splice(0).reverse()) await h.close();
+}
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    void cleanUp().finally(() => process.exit(130));
+  });
+}
+
+const before = new Set(existsSync(MODEL_CACHE) ? readdirSync(MODEL_CACHE) : []);
+log(`model ${SHAPE.name}: ${describe(SHAPE)}…`);
+const tModel = performance.now();
+const model: TestModel = await testModel({
+  arch: 'qwen3moe',
+  layers: LAYERS,
+  nEmbd: SHAPE.nEmbd,
+  ff: SHAPE.ff,
+  nExpert: SHAPE.nExpert,
+  nExpertUsed: SHAPE.nExpertUsed,
+  nHead: SHAPE.nHead,
+  nHeadKv: SHAPE.nHeadKv,
+  type: GGMLType.Q4_K,
+  seed: 11,
+});
+const generatedS = before.has(model.path.split('/').pop() as string) ? null : (performance.now() - tModel) / 1000;
+log(`  ${generatedS === null ? 'cached' : `generated in ${generatedS.toFixed(0)} s`}: ${model.path}`);
+const moeLayers = Array.from({ length: LAYERS }, (_, i) => i);
+const budget = budgetFor(SHAPE);
+
+const rounds: Round[] = [];
+let warmA: Round | null = null;
+let warmB: Round | null = null;
+let loadS = 0;
+let serving: string[] = [];
+let totalsB: DispatcherTotals | null = null;
+let totalsA: DispatcherTotals | null = null;
+let outcomesB: Record<string, number> = {};
+let protocolB = '';
+let mapAfterWarm: string[] = [];
+let mapAtEnd: string[] = [];
+let grace: string[] = [];
+/** Each pinned process's threads after the measured rounds. */
+const affinityDrift: string[] = [];
+/** The coordinators' `expert-dispatch:` log lines after they started, with seconds since this run began. */
+const dispatchLog: string[] = [];
+const tRun = performance.now();
+/** When the measured rounds began, s since tRun. */
+let measuredFromS = 0;
+
+try {
+  const over = {
+    slots: SLOTS,
+    ctxPerSlot: 1024,
+    threads: THREADS,
+    channel: CHANNEL,
+    dispatchDeadlineMs: DEADLINE_MS,
+    poller: { intervalMs: POLL_MS, timeoutMs: POLL_MS },
+    saturation: { ...DEFAULT_SATURATION, saturateAt: SATURATE_AT, targetBase: 1, boost: 1 },
+  };
+  const alone = await startSwarmHub(model.path, 'off', over);
+  hubs.push(alone);
+  const swarm = await startSwarmHub(model.path, 'auto', over);
+  hubs.push(swarm);
+  log(`hubs up: A --dispatch off ${alone.url}, B --dispatch auto ${swarm.url}; ${SLOTS} slots, -t ${THREADS} each`);
+  for (const [name, h] of [
+    ['A', alone],
+    ['B', swarm],
+  ] as const) {
+    const proc = h.hub.coordinatorProcessForTests(h.model);
+    const pid = proc?.pid;
+    if (!proc || pid === undefined) throw new Error(`hub ${name}: no coordinator process`);
+    // The coordinator's own word on its dispatch connection (connects, incidents, recoveries), beside the hub's log.
+    for (const stream of [proc.stdout, proc.stderr])
+      stream?.on('data', (d: Buffer) => {
+        for (const l of d.toString().split('\n'))
+          if (/expert-dispatch:/.test(l) && !/dispatcher socket/.test(l))
+            dispatchLog.push(`${name} +${((performance.now() - tRun) / 1000).toFixed(1)} s ${l.trim()}`);
+      });
+    if (PIN) {
+      affinityLines.push(pin(`coordinator ${name} (taskset -a -cp ${PIN.coordinator} ${pid})`, pid, PIN.coordinator));
+      log(affinityLines.at(-1) as string);
+    }
+  }
+
+  // A: its warm-up round gives every prompt's token ids, the reference of the identity check.
+  log(`warm-up A: ${N_PROMPTS} requests over ${STREAMS} streams`);
+  warmA = await runLoad(alone, 'A', model.ban, { count: N_PROMPTS });
+
+  // B: the volunteers wait on the channel until the load saturates the coordinator and the market recruits them.
+  log(
+    `B: ${N_VOLUNTEERS} headless volunteers${N_VOLUNTEERS === 0 ? ' (the control: dispatch auto with nobody to dispatch to)' : ''}, --budget-mb ${budget.mb} (a layer: ${Math.round(budget.q4kMb)} MiB Q4_K, ${Math.round(budget.wasmMb)} MiB f32), --backend ${BACKEND}`,
+  );
+  const mine: HeadlessVolunteer[] = [];
+  for (let i = 0; i < N_VOLUNTEERS; i++) {
+    mine.push(
+      spawnVolunteer(swarm.url, `${SHAPE.name}-v${i}`, ['--model', swarm.model, '--budget-mb', String(budget.mb), '--backend', BACKEND]),
+    );
+  }
+  volunteers.push(...mine);
+  await wait(500);
+  if (PIN)
+    for (const v of mine) {
+      affinityLines.push(checkAffinity(`volunteer pid ${v.proc.pid} (inherits this process's cores)`, v.proc.pid as number, PIN.rest));
+      log(affinityLines.at(-1) as string);
+    }
+
+  log(
+    N_VOLUNTEERS === 0
+      ? `warm-up B: ${N_PROMPTS} requests over ${STREAMS} streams`
+      : `warm-up B: the load runs until every MoE layer is served and no volunteer is in its grace window (${DEFAULT_DISPATCH.graceMs / 1000} s)`,
+  );
+  let warmDone = N_VOLUNTEERS === 0;
+  const warm = runLoad(swarm, 'B', model.ban, N_VOLUNTEERS === 0 ? { count: N_PROMPTS } : { until: () => warmDone });
+  const t0 = performance.now();
+  if (N_VOLUNTEERS > 0)
+    try {
+      const loadLimit = Date.now() + 900_000;
+      for (;;) {
+        const dead = mine.find((v) => v.proc.exitCode !== null);
+        if (dead) throw new Error(`a volunteer exited (${dead.proc.exitCode}): ${dead.output().slice(-600)}`);
+        try {
+          await waitForCoverage(swarm.url, swarm.model, moeLayers, SHAPE.nExpert, 1, 20_000);
+          break;
+        } catch (e) {
+          if (Date.now() > loadLimit) throw e;
+          log(
+            `  saturated ${saturatedNow(swarm)}; ${mine.map((v) => v.output().trim().split('\n').pop() ?? '(no status yet)').join(' | ')}`,
+          );
+        }
+      }
+      loadS = (performance.now() - t0) / 1000;
+      log(`  every MoE layer served ${loadS.toFixed(0)} s after the load began (saturation, recruitment, download, engine start)`);
+      const graceLimit = Date.now() + DEFAULT_DISPATCH.graceMs + 30_000;
+      for (;;) {
+        const rows = await dispatchMap(swarm.url, swarm.model);
+        if (rows.length >= LAYERS && rows.every((r) => r.state !== 'grace')) break;
+        if (Date.now() > graceLimit) throw new Error(`still in grace: ${JSON.stringify(rows)}`);
+        await wait(500);
+      }
+    } finally {
+      warmDone = true;
+    }
+  warmB = await warm;
+  const rowsWarm = await dispatchMap(swarm.url, swarm.model);
+  grace = rowsWarm.map((r) => `${r.worker_id} ${r.state}`);
+  mapAfterWarm = workerLines(swarm, rowsWarm);
+  for (const l of mapAfterWarm) log(`  ${l}`);
+  serving = mine.map((v) => (v.output().match(/serving [^\n]*/g) ?? []).pop()?.replace(/ · wallet \w+/, '') ?? '?');
+  protocolB = protocolOf(swarm);
+  log(`  dispatcher B speaks ${protocolB} with its coordinator`);
+  if (PIN) {
+    // The coordinators' threads again (any created since were created by pinned threads), and the volunteers'.
+    for (const [name, h] of [
+      ['A', alone],
+      ['B', swarm],
+    ] as const)
+      checkAffinity(`coordinator ${name}`, h.hub.coordinatorProcessForTests(h.model)?.pid as number, PIN.coordinator);
+    checkAffinity('this process', process.pid, PIN.rest);
+    // SwiftShader (Dawn's CPU adapter) pins some of its worker threads to cores of its own choosing as the engine
+    // starts: the volunteers are pinned again, every thread, now that their engines run.
+    for (const v of mine) {
+      affinityLines.push(
+        pin(`volunteer pid ${v.proc.pid} after its engine started (taskset -a -cp ${PIN.rest})`, v.proc.pid as number, PIN.rest),
+      );
+      log(affinityLines.at(-1) as string);
+    }
+    log('coordinators and this process checked again before measuring: unchanged');
+  }
+
+  // Measured: alternating A, B / B, A.
+  const dB = dispatcherOf(swarm);
+  const dA = dispatcherOf(alone);
+  const totalsB0 = snapshot(dB.totals);
+  const totalsA0 = snapshot(dA.totals);
+  const outcomes0 = await pairOutcomes(swarm.url, swarm.model);
+  measuredFromS = (performance.now() - tRun) / 1000;
+  for (let i = 0; i < ROUNDS; i++) {
+    const order = i % 2 === 0 ? (['A', 'B'] as const) : (['B', 'A'] as const);
+    for (const name of order) {
+      const r = await runLoad(name === 'A' ? alone : swarm, name, model.ban, { count: N_PROMPTS });
+      rounds.push(r);
+      log(
+        `round ${i + 1}/${ROUNDS} ${name}: decode ${decodeRate(r).toFixed(1)} tok/s, prompt ${promptRate(r).toFixed(1)} tok/s (aggregate ${promptAggregate(r).toFixed(1)}), ${(r.wallMs / 1000).toFixed(1)} s, saturated ${r.saturatedSamples}/${r.samples} samples, event loop delay p50 ${r.loopP50Ms.toFixed(1)} / p99 ${r.loopP99Ms.toFixed(1)} ms`,
+      );
+    }
+  }
+  totalsB = diffTotals(dB.totals, totalsB0);
+  totalsA = diffTotals(dA.totals, totalsA0);
+  const outcomes1 = await pairOutcomes(swarm.url, swarm.model);
+  outcomesB = Object.fromEntries(Object.keys(outcomes1).map((k) => [k, (outcomes1[k] ?? 0) - (outcomes0[k] ?? 0)]));
+  mapAtEnd = workerLines(swarm, await dispatchMap(swarm.url, swarm.model));
+  if (PIN) {
+    // Did anything leave its cores during the measured rounds?
+    const procs: Array<[string, number, string]> = [
+      ['coordinator A', alone.hub.coordinatorProcessForTests(alone.model)?.pid as number, PIN.coordinator],
+      ['coordinator B', swarm.hub.coordinatorProcessForTests(swarm.model)?.pid as number, PIN.coordinator],
+      ['this process', process.pid, PIN.rest],
+      ...mine.map((v): [string, number, string] => [`volunteer ${v.proc.pid}`, v.proc.pid as number, PIN.rest]),
+    ];
+    for (const [name, pid, cores] of procs) {
+      const { lists } = threadAffinity(pid);
+      const off = [...lists.entries()].filter(([l]) => l !== cores);
+      affinityDrift.push(off.length ? `${name}: ${off.map(([l, n]) => `${n} threads on ${l}`).join(', ')}` : `${name}: all on ${cores}`);
+    }
+  }
+} finally {
+  await cleanUp();
+}
+const loadAtEnd = loadavg();
+
+// --- the report
+
+const A = rounds.filter((r) => r.hub === 'A');
+const B = rounds.filter((r) => r.hub === 'B');
+/** Per round pair i: B_i / A_i (the pair ran back to back, in alternating order). */
+const pairRatios = (f: (r: Round) => number): number[] => A.map((a, i) => f(B[i] as Round) / f(a));
+const reference = new Map<number, number[]>();
+for (const q of warmA?.reqs ?? []) if (q.error === null && !reference.has(q.prompt)) reference.set(q.prompt, q.ids);
+const identical = (rs: Round[]): string => {
+  let same = 0;
+  let n = 0;
+  for (const r of rs)
+    for (const q of r.reqs) {
+      const ref = reference.get(q.prompt);
+      if (!ref || q.error !== null) continue;
+      n++;
+      if (ref.length === q.ids.length && ref.every((id, k) => id === q.ids[k])) same++;
+    }
+  return `${same} of ${n}`;
+};
+/** Every token-id sequence A gave for each prompt (warm-up and rounds): batches of other compositions may differ. */
+const answersOfA = new Map<number, Set<string>>();
+for (const r of [...(warmA ? [warmA] : []), ...A])
+  for (const q of r.reqs) if (q.error === null) answersOfA.set(q.prompt, (answersOfA.get(q.prompt) ?? new Set()).add(q.ids.join(',')));
+const likeSomeA = (rs: Round[]): string => {
+  let same = 0;
+  let n = 0;
+  for (const r of rs)
+    for (const q of r.reqs) {
+      if (q.error !== null) continue;
+      n++;
+      if (answersOfA.get(q.prompt)?.has(q.ids.join(','))) same++;
+    }
+  return `${same} of ${n}`;
+};
+const distinctA = [...answersOfA.values()].reduce((s, v) => s + v.size, 0);
+const errors = rounds.reduce((s, r) => s + r.reqs.filter((q) => q.error !== null).length, 0);
+const retried = rounds.reduce((s, r) => s + r.reqs.reduce((t, q) => t + q.retried, 0), 0);
+const promptNs = rounds.flatMap((r) => r.reqs.map((q) => q.timings?.prompt_n ?? NaN)).filter(Number.isFinite);
+const noTimings = rounds.reduce((s, r) => s + r.reqs.filter((q) => q.error === null && !q.timings).length, 0);
+
+const pad = (s: string, n: number): string => s.padEnd(n);
+const line = '─'.repeat(110);
+const fmt = (xs: number[], d = 1): string => `${pad(xs.map((x) => x.toFixed(d)).join('  '), 48)} median ${median(xs).toFixed(d)}`;
+console.log(`\n${line}`);
+console.log(`bench:elastic  ${startedAt.toISOString()}`);
+console.log(
+  `machine: ${cpus().length} × ${cpus()[0]?.model ?? '?'}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB (${(freemem() / 2 ** 30).toFixed(0)} free at the end); node ${process.version}`,
+);
+console.log(`load average (1/5/15 min): start ${fmtLoad(loadAtStart)}, end ${fmtLoad(loadAtEnd)}`);
+console.log(
+  `model: ${SHAPE.name}, ${describe(SHAPE)}; ${generatedS === null ? 'from the cache' : `generated in ${generatedS.toFixed(0)} s`}`,
+);
+console.log(
+  `hubs: ${SLOTS} slots, coordinator -t ${THREADS}, poll ${POLL_MS} ms, saturated at ${SATURATE_AT} busy, --dispatch-deadline-ms ${DEADLINE_MS}; A --dispatch off, B --dispatch auto (target base 1, boost 1; dispatcher ↔ coordinator ${protocolB})`,
+);
+console.log(
+  `load: ${STREAMS} concurrent streaming greedy /v1/completions per round until ${N_PROMPTS} requests ended (prompt ${Math.min(...promptNs)}–${Math.max(...promptNs)} tokens, ${N_TOKENS} generated, cache_prompt false); ${ROUNDS} rounds per hub, alternating, after one warm-up each`,
+);
+console.log(
+  `placement: ${PIN ? `coordinators on core ${PIN.coordinator}, this process and the volunteers on core ${PIN.rest}` : 'not pinned (--pin none)'}`,
+);
+for (const l of affinityLines) console.log(`  ${l}`);
+if (affinityDrift.length) console.log(`  after the measured rounds: ${affinityDrift.join('; ')}`);
+if (N_VOLUNTEERS === 0) console.log('volunteers: none (the control: B is --dispatch auto with nobody to dispatch to)');
+else {
+  console.log(
+    `volunteers: ${N_VOLUNTEERS === LAYERS ? 'one per MoE layer' : `${N_VOLUNTEERS} for ${LAYERS} MoE layers`}, --budget-mb ${budget.mb}, --backend ${BACKEND}; every layer served ${loadS.toFixed(0)} s into B's warm-up`,
+  );
+  for (const s of serving) console.log(`  ${s}`);
+  console.log(`  after the warm-up: ${grace.join(', ')}`);
+}
+for (const w of [warmA, warmB])
+  if (w)
+    console.log(
+      `warm-up ${w.hub}: ${w.reqs.length} requests in ${(w.wallMs / 1000).toFixed(1)} s, decode ${decodeRate(w).toFixed(1)} tok/s${w.hub === 'B' && N_VOLUNTEERS > 0 ? ' (recruitment, slice loading and the grace window under load)' : ''}`,
+    );
+
+console.log(`\naggregate decode tokens/s: Σ generated tokens / the round's wall time (first request sent → last ended)`);
+console.log(`  ${pad('A  coordinator alone', 30)}${fmt(A.map(decodeRate))}`);
+console.log(`  ${pad('B  coordinator + swarm', 30)}${fmt(B.map(decodeRate))}`);
+console.log(`  ${pad('B / A per round pair', 30)}${fmt(pairRatios(decodeRate), 3)}`);
+console.log(`prompt tokens/s: Σ prompt_n / Σ prompt_ms of llama-server's timings (the prompt rate the requests saw)`);
+console.log(`  ${pad('A', 30)}${fmt(A.map(promptRate))}`);
+console.log(`  ${pad('B', 30)}${fmt(B.map(promptRate))}`);
+console.log(`  ${pad('B / A per round pair', 30)}${fmt(pairRatios(promptRate), 3)}`);
+console.log(`  aggregate: Σ prompt_n / the union of the requests' prompt phases [first token − prompt_ms, first token]`);
+console.log(`  ${pad('A', 30)}${fmt(A.map(promptAggregate))}`);
+console.log(`  ${pad('B', 30)}${fmt(B.map(promptAggregate))}`);
+console.log(`  ${pad('B / A per round pair', 30)}${fmt(pairRatios(promptAggregate), 3)}`);
+const ratioDecode = median(pairRatios(decodeRate));
+const ratioPrompt = median(pairRatios(promptRate));
+console.log(
+  `\nRATIO swarm / alone (median of per-pair ratios): decode ${ratioDecode.toFixed(3)}, prompt ${ratioPrompt.toFixed(3)}   [CPU-only goal ≥ 0.97; with GPU volunteers ≥ 2]`,
+);
+console.log(
+  `  saturated (hub's reading, sampled every 250 ms): A ${A.reduce((s, r) => s + r.saturatedSamples, 0)}/${A.reduce((s, r) => s + r.samples, 0)}, B ${B.reduce((s, r) => s + r.saturatedSamples, 0)}/${B.reduce((s, r) => s + r.samples, 0)} samples`,
+);
+console.log(
+  `  token ids identical to A's warm-up answer for the same prompt: A ${identical(A)} (the control: concurrent batches of other compositions may flip a near-tie), B ${identical(B)}`,
+);
+console.log(
+  `  B's token ids equal to one of A's answers for the same prompt: ${likeSomeA(B)} (A gave ${distinctA} distinct answers to ${answersOfA.size} prompts); failed requests ${errors}, 503s retried ${retried}${noTimings ? `, ${noTimings} without timings` : ''}`,
+);
+console.log(
+  `  this process's event-loop delay (the hubs, the dispatchers), median over rounds of p50 / p99: A ${median(A.map((r) => r.loopP50Ms)).toFixed(1)} / ${median(A.map((r) => r.loopP99Ms)).toFixed(1)} ms, B ${median(B.map((r) => r.loopP50Ms)).toFixed(1)} / ${median(B.map((r) => r.loopP99Ms)).toFixed(1)} ms`,
+);
+if (totalsB) {
+  const t = totalsB;
+  const routed = t.pairs.served + t.pairs.fallback + t.pairs.rejected;
+  console.log(`\nB's dispatcher over the measured rounds (ModelDispatcher.totals)`);
+  console.log(
+    `  REQUESTs ${t.requests} (${t.servedRequests} with pairs served, ${t.localRequests} answered local; ${((100 * t.requests) / B.reduce((s, r) => s + r.reqs.reduce((u, q) => u + q.ids.length, 0), 0)).toFixed(1)} per 100 generated tokens, the rest of the layers ran quiet); connections ${t.connections}, protocol errors ${t.protocolErrors}`,
+  );
+  console.log(
+    `  pairs: ${t.pairs.served} served, ${t.pairs.fallback} fallback (${t.pairs.late} late, ${t.pairs.audited} audited), ${t.pairs.rejected} rejected of ${routed} routed; metrics: ${counts(outcomesB)}`,
+  );
+  console.log(`  Layer-1 policy decisions (per worker and REQUEST): ${counts(t.decisions)}`);
+  console.log(`  claim caps (v2, per worker the policy let through): ${counts(t.claims)}`);
+  console.log(`  workers at the end:`);
+  for (const l of mapAtEnd) console.log(`    ${l}`);
+}
+console.log(`the coordinators' expert-dispatch log (the measured rounds began at +${measuredFromS.toFixed(1)} s):`);
+for (const l of dispatchLog.length ? dispatchLog : ['(nothing)']) console.log(`  ${l}`);
+if (totalsA)
+  console.log(
+    `A's dispatcher (--dispatch off: every answer asks for a quiet window): ${totalsA.requests} REQUESTs, ${((100 * totalsA.requests) / A.reduce((s, r) => s + r.reqs.reduce((u, q) => u + q.ids.length, 0), 0)).toFixed(1)} per 100 generated tokens`,
+  );
+console.log(line);

@@ -261,8 +261,11 @@ export interface WorkerDispatchStats {
   lateAnswers: number;
   benchedAtMs: number | null;
   lastProbeMs: number | null;
-  /** v2: when the claim caps last left it out and it was given a probe in shadow. */
-  lastShadowProbeMs: number | null;
+  /**
+   * v2: when it may next be given a probe in shadow (null: at once). Probes back off with consecutive misses, and none
+   * is sent while the worker still has work outstanding, so a slow worker is not kept busy by probes alone.
+   */
+  nextShadowProbeMs: number | null;
   /** Items sent and not settled yet (late ones included). */
   outstanding: number;
 }
@@ -732,7 +735,7 @@ export class ModelDispatcher {
         lateAnswers: 0,
         benchedAtMs: null,
         lastProbeMs: null,
-        lastShadowProbeMs: null,
+        nextShadowProbeMs: null,
         outstanding: 0,
       };
       this.workers.set(workerId, s);
@@ -865,8 +868,7 @@ export class ModelDispatcher {
       capped && planWorkers.length > 0 ? this.capClaims(req, planWorkers, coveredBy, budgetMs, chosenStats, nowMs) : [];
     if (capped) {
       for (const { link, st, covered } of shadowable) {
-        if (nowMs - (st.lastShadowProbeMs ?? 0) < this.claimCfg.shadowProbeEveryMs) continue;
-        st.lastShadowProbeMs = nowMs;
+        if (!this.shadowProbeDue(st, nowMs)) continue;
         planWorkers.push({
           begin: link.begin,
           end: link.end,
@@ -993,8 +995,7 @@ export class ModelDispatcher {
       const r = caps.reasons[i] as ClaimReason;
       this.totals.claims[r] = (this.totals.claims[r] ?? 0) + 1;
       const st = stats[i] as WorkerDispatchStats;
-      if (w.cap === 0 && (r === 'too-slow' || r === 'no-gain') && nowMs - (st.lastShadowProbeMs ?? 0) >= this.claimCfg.shadowProbeEveryMs) {
-        st.lastShadowProbeMs = nowMs;
+      if (w.cap === 0 && (r === 'too-slow' || r === 'no-gain') && this.shadowProbeDue(st, nowMs)) {
         w.cap = Math.min(covered[i] as number, this.claimCfg.probePairs);
         probe[i] = true;
         this.totals.claims['shadow-probe'] = (this.totals.claims['shadow-probe'] ?? 0) + 1;
@@ -1042,8 +1043,18 @@ export class ModelDispatcher {
   private quietUntilProbe(stats: readonly WorkerDispatchStats[], nowMs: number): number {
     const cap = Math.min(this.opts.quietMs ?? DEFAULT_QUIET_MS, DISPATCH_LIMITS.maxQuietMs);
     let due = cap;
-    for (const st of stats) due = Math.min(due, (st.lastShadowProbeMs ?? 0) + this.claimCfg.shadowProbeEveryMs - nowMs);
+    for (const st of stats) if (st.outstanding === 0) due = Math.min(due, (st.nextShadowProbeMs ?? 0) - nowMs);
     return Math.max(0, Math.floor(due));
+  }
+
+  /**
+   * Whether a worker may be probed in shadow now; if so, books the next probe: `shadowProbeEveryMs` doubled per
+   * consecutive miss (at most 32×), and never while it has work outstanding.
+   */
+  private shadowProbeDue(st: WorkerDispatchStats, nowMs: number): boolean {
+    if (st.outstanding > 0 || nowMs < (st.nextShadowProbeMs ?? 0)) return false;
+    st.nextShadowProbeMs = nowMs + this.claimCfg.shadowProbeEveryMs * 2 ** Math.min(st.consecutiveMisses, 5);
+    return true;
   }
 
   /** v2: the CLAIM, at once: the pairs of the items not in shadow are claimed, the shadow items' pairs audited. */

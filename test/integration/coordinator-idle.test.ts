@@ -138,7 +138,7 @@ const small = { layers: 3, nEmbd: 64, ff: 64, sharedFf: 64, nExpert: 8, nExpertU
 
 test('control: the server without --expert-dispatch idles near 0 % of a core', async (t) => {
   const m = await testModel({ arch: 'qwen3moe', ...small });
-  const server = await startServer({ model: m.path, args: ['--no-repack'] });
+  const server = await startServer({ model: m.path, args: ['--no-repack-exps'] });
   try {
     const share = await idleShare(server);
     t.diagnostic(`idle CPU ${(100 * share).toFixed(2)} % of a core`);

@@ -59,11 +59,11 @@ function config(c: (typeof MODELS)[number]) {
 
 const baselines = new Map<string, Completion>();
 
-/** The stock server's tokens (`--no-repack`: the weight layout --expert-dispatch implies), once per model. */
+/** The stock server's tokens (`--no-repack-exps`: the weight layout --expert-dispatch implies), once per model. */
 async function stock(m: TestModel): Promise<Completion> {
   const cached = baselines.get(m.path);
   if (cached) return cached;
-  const server = await startServer({ model: m.path, args: ['--no-repack'] });
+  const server = await startServer({ model: m.path, args: ['--no-repack-exps'] });
   try {
     const c = await completeGreedy(server.url, PROMPT, N, m.ban);
     assert.equal(c.tokens.length, N);

@@ -141,11 +141,12 @@ async function withDispatch<T>(
 }
 
 /**
- * The stock server (no dispatch). `--no-repack` keeps the weights in ggml's standard layout, as `--expert-dispatch`
- * does, so both runs use the same CPU kernels (repacked kernels round activations differently).
+ * The stock server (no dispatch). `--no-repack-exps` keeps the routed-expert weights in ggml's standard layout and
+ * repacks the others, as `--expert-dispatch` does, so both runs use the same CPU kernels (repacked kernels round
+ * activations differently).
  */
 async function stock(m: TestModel, prompts: string[], nPredict: number, extra: Record<string, unknown> = {}): Promise<Completion[]> {
-  const server = await startServer({ model: m.path, args: ['--no-repack'] });
+  const server = await startServer({ model: m.path, args: ['--no-repack-exps'] });
   try {
     const out: Completion[] = [];
     for (const p of prompts) out.push(await completeGreedy(server.url, p, nPredict, m.ban, extra));

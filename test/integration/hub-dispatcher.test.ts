@@ -922,7 +922,7 @@ describe('ModelDispatcher with linkcpp-server', () => {
       expertScale: 2,
     });
     moe = planModel(m.config, buildVocabulary().tokens.length).moeLayers;
-    const stock = await startServer({ model: m.path, args: ['--no-repack'] });
+    const stock = await startServer({ model: m.path, args: ['--no-repack-exps'] });
     try {
       want = (await completeGreedy(stock.url, PROMPT, N, m.ban)).tokens;
     } finally {

@@ -362,7 +362,7 @@ for (const { arch, type } of E2E) {
       assert.deepEqual(served.tokens, local.tokens);
       assert.equal(served.probs, local.probs, 'served-by-oracle logprobs are bit-identical to the coordinator computing alone');
       // and the coordinator's local computation is the stock graph's: one "own result", dispatcher or not
-      const server = await startServer({ model: m.path, args: ['--no-repack'] });
+      const server = await startServer({ model: m.path, args: ['--no-repack-exps'] });
       try {
         const stock = await completeGreedy(server.url, PROMPT, N_PREDICT, m.ban, { n_probs: 8 });
         assert.equal(JSON.stringify(stock.raw.completion_probabilities), local.probs, 'dispatch-local logprobs are the stock ones');

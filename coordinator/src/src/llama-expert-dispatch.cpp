@@ -31,6 +31,7 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -48,6 +49,10 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
 
 namespace {
 
@@ -746,6 +751,221 @@ XD_NOINLINE void down_rows(const ggml_tensor * down, int32_t e, const void * hq,
     }
 }
 
+// Tiles of the local ops, as ggml's mul_mat_id tiles: the local pairs are grouped by expert, and each weight row is
+// dotted with the activations of up to XD_TILE_PAIRS pairs of its expert while it sits in L1, XD_TILE_ROWS rows per
+// tile. Tokens are taken XD_TILE_TOKENS at a time, which bounds the scratch memory (linkcpp-expert-ref's records
+// may be long). Every output element is still one vec_dot of one weight row and one converted activation row, so
+// neither the tiling nor the thread split changes a bit of the results.
+constexpr int64_t XD_TILE_ROWS   = 16;
+constexpr int64_t XD_TILE_PAIRS  = 16;
+constexpr int64_t XD_TILE_TOKENS = 256;
+// The down op's row tile holds this many dot products at most (all local pairs × rows): with few pairs (decoding) a
+// tile spans the thread's whole row range, so each expert's rows are read as one stream, as before the tiling.
+constexpr int64_t XD_DOTS_BUDGET = 32768;
+
+// ---- Q4_K weights: several activation columns per weight row, bit for bit ggml's vec_dot ----
+//
+// ggml_vec_dot_q4_K_q8_K (ggml-cpu/arch/x86/quants.c, its AVX2 branch, the one this build's ggml runs) redone for
+// XD_Q4K_COLS activation columns at once: every column goes through the very instructions ggml's does, in the same
+// order (the same integer lanes, the same FMAs into the same accumulators, the same horizontal sums), so each result is
+// the float vec_dot returns; only the weight-side work (unpacking the 4-bit quants and the 6-bit scales) is shared by
+// the columns. Used only when q4_K_cols_ok(): ggml built with AVX2, FMA and F16C, and a self-test against ggml's own
+// vec_dot on random blocks agrees bit for bit (else the local ops keep calling vec_dot).
+constexpr int XD_Q4K_COLS = 4;
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define XD_HAVE_Q4K_COLS 1
+
+struct xd_block_q4_K { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; }; // ggml's block_q4_K
+struct xd_block_q8_K { float d; int8_t qs[256]; int16_t bsums[16]; };           // ggml's block_q8_K
+static_assert(sizeof(xd_block_q4_K) == 144 && sizeof(xd_block_q8_K) == 292, "ggml's Q4_K / Q8_K block layout");
+
+alignas(32) const uint8_t xd_k4_shuffle[256] = { // ggml's get_scale_shuffle_k4 table
+     0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+     2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+     4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5,
+     6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7,
+     8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9,
+    10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,10,11,
+    12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,12,13,
+    14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,14,15,
+};
+
+// *s[c] = x · y[c] for c < XD_Q4K_COLS; x: n / 256 Q4_K blocks, y[c]: n / 256 Q8_K blocks.
+__attribute__((target("avx2,fma,f16c"), noinline))
+void q4_K_dot_cols(int n, const void * vx, const void * const * vy, float * const * s) {
+    constexpr int NC = XD_Q4K_COLS;
+    const auto * x = (const xd_block_q4_K *) vx;
+    const xd_block_q8_K * y[NC];
+    for (int c = 0; c < NC; ++c) y[c] = (const xd_block_q8_K *) vy[c];
+    const int nb = n / 256;
+    const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+    uint32_t utmp[4];
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc[NC];
+    __m128 acc_m[NC];
+    for (int c = 0; c < NC; ++c) {
+        acc[c] = _mm256_setzero_ps();
+        acc_m[c] = _mm_setzero_ps();
+    }
+    for (int i = 0; i < nb; ++i) {
+        const float xd = _cvtsh_ss(x[i].d), xdmin = _cvtsh_ss(x[i].dmin);
+        memcpy(utmp, x[i].scales, 12);
+        utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
+        const uint32_t uaux = utmp[1] & kmask1;
+        utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
+        utmp[2] = uaux;
+        utmp[0] &= kmask1;
+        const __m256i mins_and_scales = _mm256_cvtepu8_epi16(_mm_set_epi32(utmp[3], utmp[2], utmp[1], utmp[0]));
+        const __m128i mins = _mm256_extracti128_si256(mins_and_scales, 1);
+        const __m128i sc128 = _mm256_extracti128_si256(mins_and_scales, 0);
+        const __m256i scales = _mm256_insertf128_si256(_mm256_castsi128_si256(sc128), sc128, 1);
+        __m256i sumi[NC];
+        for (int c = 0; c < NC; ++c) {
+            const float dmin = -y[c][i].d * xdmin;
+            const __m256i q8sums = _mm256_loadu_si256((const __m256i *) y[c][i].bsums);
+            const __m128i q8s = _mm_hadd_epi16(_mm256_extracti128_si256(q8sums, 0), _mm256_extracti128_si256(q8sums, 1));
+            const __m128i prod = _mm_madd_epi16(mins, q8s);
+            acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[c]);
+            sumi[c] = _mm256_setzero_si256();
+        }
+        for (int j = 0; j < 4; ++j) {
+            const __m256i scale_l = _mm256_shuffle_epi8(scales, _mm256_load_si256((const __m256i *) xd_k4_shuffle + 2 * j + 0));
+            const __m256i scale_h = _mm256_shuffle_epi8(scales, _mm256_load_si256((const __m256i *) xd_k4_shuffle + 2 * j + 1));
+            const __m256i q4bits = _mm256_loadu_si256((const __m256i *) (x[i].qs + 32 * j));
+            const __m256i q4l = _mm256_and_si256(q4bits, m4);
+            const __m256i q4h = _mm256_and_si256(_mm256_srli_epi16(q4bits, 4), m4);
+            for (int c = 0; c < NC; ++c) {
+                const int8_t * q8 = y[c][i].qs + 64 * j;
+                __m256i p16l = _mm256_maddubs_epi16(q4l, _mm256_loadu_si256((const __m256i *) q8));
+                p16l = _mm256_madd_epi16(scale_l, p16l);
+                __m256i p16h = _mm256_maddubs_epi16(q4h, _mm256_loadu_si256((const __m256i *) (q8 + 32)));
+                p16h = _mm256_madd_epi16(scale_h, p16h);
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p16l, p16h));
+            }
+        }
+        for (int c = 0; c < NC; ++c) {
+            const float d = y[c][i].d * xd;
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+        }
+    }
+    for (int c = 0; c < NC; ++c) {
+        __m128 am = acc_m[c];
+        am = _mm_add_ps(am, _mm_movehl_ps(am, am));
+        am = _mm_add_ss(am, _mm_movehdup_ps(am));
+        __m128 res = _mm256_extractf128_ps(acc[c], 1); // ggml's hsum_float_8
+        res = _mm_add_ps(res, _mm256_castps256_ps128(acc[c]));
+        res = _mm_add_ps(res, _mm_movehl_ps(res, res));
+        res = _mm_add_ss(res, _mm_movehdup_ps(res));
+        *s[c] = _mm_cvtss_f32(res) + _mm_cvtss_f32(am);
+    }
+}
+#endif
+
+// Whether q4_K_dot_cols may stand in for ggml's Q4_K vec_dot: decided once, by a self-test on random blocks (three
+// scales of activations, some zeros) that must agree bit for bit with ggml's own vec_dot.
+bool q4_K_cols_ok() {
+#if defined(XD_HAVE_Q4K_COLS)
+    static const bool ok = [] {
+        if (!ggml_cpu_has_avx2() || !ggml_cpu_has_fma() || !ggml_cpu_has_f16c()) return false;
+        const ggml_type_traits_cpu * tw = ggml_get_type_traits_cpu(GGML_TYPE_Q4_K);
+        const ggml_type_traits_cpu * ta = ggml_get_type_traits_cpu(GGML_TYPE_Q8_K);
+        if (tw == nullptr || tw->vec_dot == nullptr || tw->vec_dot_type != GGML_TYPE_Q8_K || tw->from_float == nullptr ||
+            ta == nullptr || ta->from_float == nullptr) {
+            return false;
+        }
+        const int n = 4 * 256, rows = 16;
+        std::vector<float> f(n);
+        uint32_t state = 12345;
+        auto rnd = [&state] { // xorshift: a fixed, portable sequence
+            state ^= state << 13; state ^= state >> 17; state ^= state << 5;
+            return (float) ((double) state / 4294967296.0 - 0.5);
+        };
+        std::vector<char> w(rows * ggml_row_size(GGML_TYPE_Q4_K, n)), a(XD_Q4K_COLS * ggml_row_size(GGML_TYPE_Q8_K, n));
+        const size_t wr = ggml_row_size(GGML_TYPE_Q4_K, n), ar = ggml_row_size(GGML_TYPE_Q8_K, n);
+        for (int r = 0; r < rows; ++r) {
+            for (int i = 0; i < n; ++i) f[i] = rnd() * (r % 3 == 0 ? 0.02f : 3.0f) + (r % 4 == 1 ? 0.5f : 0.0f);
+            tw->from_float(f.data(), w.data() + r * wr, n);
+        }
+        const float scale[XD_Q4K_COLS] = { 1.0f, 300.0f, 1e-3f, 7.0f };
+        const void * cols[XD_Q4K_COLS];
+        for (int c = 0; c < XD_Q4K_COLS; ++c) {
+            for (int i = 0; i < n; ++i) f[i] = (c == 3 && i % 5 == 0) ? 0.0f : rnd() * scale[c];
+            ta->from_float(f.data(), a.data() + c * ar, n);
+            cols[c] = a.data() + c * ar;
+        }
+        for (int r = 0; r < rows; ++r) {
+            float got[XD_Q4K_COLS], want;
+            float * outs[XD_Q4K_COLS];
+            for (int c = 0; c < XD_Q4K_COLS; ++c) outs[c] = &got[c];
+            q4_K_dot_cols(n, w.data() + r * wr, cols, outs);
+            for (int c = 0; c < XD_Q4K_COLS; ++c) {
+                tw->vec_dot(n, &want, 0, w.data() + r * wr, 0, cols[c], 0, 1);
+                if (memcmp(&want, &got[c], sizeof(float)) != 0) {
+                    LLAMA_LOG_WARN("expert-dispatch: the Q4_K multi-column kernel does not match ggml's vec_dot here; using vec_dot\n");
+                    return false;
+                }
+            }
+        }
+        return true;
+    }();
+    return ok;
+#else
+    return false;
+#endif
+}
+
+// Per-thread scratch of the local ops (a thread runs one op at a time; kept between evaluations).
+struct local_scratch {
+    std::vector<int32_t>      start;  // expert e's local pairs are order[start[e] .. start[e + 1])
+    std::vector<int32_t>      fill;
+    std::vector<int32_t>      order;  // local pairs as (t - t0) * n_used + k, grouped by expert, in (t, k) order within
+    std::vector<char>         act;    // converted activations: one row per token (gate/up) or per local pair (down)
+    std::vector<char>         act2;   // gate/up: the up matrix's, when its vec_dot type differs from the gate's
+    std::vector<uint8_t>      have;   // gate/up: token converted yet (bit 0 gate, bit 1 up)
+    std::vector<const void *> rows;   // down: each local pair's converted h
+    std::vector<float>        dots;   // down: a tile's dot products, [pair][row]
+};
+thread_local local_scratch xd_scratch;
+
+// The two kernels of the local ops (not inlined: every caller runs the same machine code).
+
+// out[q][r - r_base] = w[r] · act[q] for rows r in [r0, r1) and the np pairs q of a tile; w: rows of w_stride bytes
+// of one expert; act[q]: that pair's activation row in the weight's vec_dot type. q4k_cols: w is Q4_K and
+// q4_K_cols_ok(), so whole groups of XD_Q4K_COLS pairs go through q4_K_dot_cols (the same floats as vec_dot).
+XD_NOINLINE void dot_tile(const ggml_type_traits_cpu * tr, int n, const char * w, size_t w_stride, int64_t r0, int64_t r1,
+                          int64_t r_base, const void * const * act, float * const * out, int64_t np, bool q4k_cols) {
+    for (int64_t r = r0; r < r1; ++r) {
+        const char * row = w + r * w_stride;
+        int64_t q = 0;
+#if defined(XD_HAVE_Q4K_COLS)
+        if (q4k_cols) {
+            for (; q + XD_Q4K_COLS <= np; q += XD_Q4K_COLS) {
+                float * o[XD_Q4K_COLS];
+                for (int c = 0; c < XD_Q4K_COLS; ++c) o[c] = out[q + c] + (r - r_base);
+                q4_K_dot_cols(n, row, act + q, o);
+            }
+        }
+#else
+        GGML_UNUSED(q4k_cols);
+#endif
+        for (; q < np; ++q) {
+            tr->vec_dot(n, out[q] + (r - r_base), 0, row, 0, act[q], 0, 1);
+        }
+    }
+}
+
+// out[r] += prob · d[r - r0] for r in [r0, r1), and the same term added to audit[r] when audit is not null. The
+// product is rounded once and that float added to both, so an audited pair contributes to the audit sum exactly what
+// it contributes to the layer's output.
+XD_NOINLINE void add_terms(const float * d, float prob, int64_t r0, int64_t r1, float * out, float * audit) {
+    for (int64_t r = r0; r < r1; ++r) {
+        const float term = d[r - r0] * prob;
+        out[r] += term;
+        if (audit != nullptr) audit[r] += term;
+    }
+}
+
 inline float pair_flag(const ggml_tensor * R, int64_t n_embd, int64_t t, int64_t k) {
     return *(const float *) ((const char *) R->data + t * R->nb[1] + (n_embd + k) * sizeof(float));
 }
@@ -756,6 +976,34 @@ inline bool pair_is_local(const ggml_tensor * R, int64_t n_embd, int64_t t, int6
 
 inline int32_t pair_expert(const ggml_tensor * ids, int64_t t, int64_t k) {
     return *(const int32_t *) ((const char *) ids->data + k * ids->nb[0] + t * ids->nb[1]);
+}
+
+// Groups the pairs of tokens [t0, t1) that R marks not served by expert (a counting sort; every thread builds the same
+// lists). Returns their number.
+int64_t group_local_pairs(const ggml_tensor * ids, const ggml_tensor * R, int64_t n_embd, int64_t n_expert, int64_t t0, int64_t t1,
+                          local_scratch & s) {
+    const int64_t n_used = ids->ne[0];
+    s.start.assign(n_expert + 1, 0);
+    int64_t n_local = 0;
+    for (int64_t t = t0; t < t1; ++t) {
+        for (int64_t k = 0; k < n_used; ++k) {
+            if (!pair_is_local(R, n_embd, t, k)) continue;
+            const int32_t e = pair_expert(ids, t, k);
+            GGML_ASSERT(e >= 0 && e < n_expert);
+            ++s.start[e + 1];
+            ++n_local;
+        }
+    }
+    for (int64_t e = 0; e < n_expert; ++e) s.start[e + 1] += s.start[e];
+    s.fill.assign(s.start.begin(), s.start.end() - 1);
+    s.order.resize(n_local);
+    for (int64_t t = t0; t < t1; ++t) {
+        for (int64_t k = 0; k < n_used; ++k) {
+            if (!pair_is_local(R, n_embd, t, k)) continue;
+            s.order[s.fill[pair_expert(ids, t, k)]++] = (int32_t) ((t - t0) * n_used + k);
+        }
+    }
+    return n_local;
 }
 
 void remote_op(ggml_tensor * dst, int ith, int nth, void * ud) {
@@ -773,84 +1021,178 @@ void remote_op(ggml_tensor * dst, int ith, int nth, void * ud) {
 
 // GU[:, k, t] = [gate_e · x_t | up_e · x_t] (two halves of ff) for every pair (t, k) that was not served; zeros for
 // the served ones (the swiglu op after this one runs over every pair; the down op reads only the local ones).
+// Per block of tokens the local pairs are grouped by expert; the work, units of (expert, XD_TILE_ROWS of its 2·ff
+// gate/up rows), is split between the threads by cost (rows × pairs). x_t is converted to each weight's vec_dot type
+// once per thread that needs it, with ggml's from_float as mul_mat_id converts it.
 void local_gate_up_op(ggml_tensor * dst, int ith, int nth, void * ud) {
     auto * L = (llama_xd_layer *) ud;
-    const int64_t t0 = ith == 0 ? now_us() : 0;
+    const int64_t t_start = ith == 0 ? now_us() : 0;
     const ggml_tensor * x = dst->src[0], * ids = dst->src[1], * R = dst->src[2], * gate = dst->src[3], * up = dst->src[4];
-    const int64_t n_embd = x->ne[0], n_tok = x->ne[1], n_used = ids->ne[0], ff = gate->ne[1];
+    const int64_t n_embd = x->ne[0], n_tok = x->ne[1], n_used = ids->ne[0], ff = gate->ne[1], n_expert = gate->ne[2];
 
-    int64_t n_local = 0, n_pairs = 0;
+    int64_t n_pairs = 0;
     for (int64_t t = 0; t < n_tok; ++t) {
         for (int64_t k = 0; k < n_used; ++k, ++n_pairs) {
-            if (pair_is_local(R, n_embd, t, k)) {
-                ++n_local;
-            } else if (n_pairs % nth == ith) {
+            if (!pair_is_local(R, n_embd, t, k) && n_pairs % nth == ith) {
                 memset((char *) dst->data + k * dst->nb[1] + t * dst->nb[2], 0, 2 * ff * sizeof(float));
             }
         }
     }
-    const int64_t total = n_local * ff;
-    const int64_t per = (total + nth - 1) / nth;
-    const int64_t a = std::min(total, per * ith), b = std::min(total, a + per);
 
-    vec_dot_input xg(gate->type), xu(up->type);
-    int64_t cached_t = -1;
-    const void * xg_row = nullptr, * xu_row = nullptr;
-    int64_t p = 0; // index of the current local pair
-    for (int64_t t = 0; t < n_tok && p * ff < b; ++t) {
-        for (int64_t k = 0; k < n_used && p * ff < b; ++k) {
-            if (!pair_is_local(R, n_embd, t, k)) continue;
-            const int64_t r0 = std::max<int64_t>(0, a - p * ff), r1 = std::min<int64_t>(ff, b - p * ff);
-            if (r0 < r1) {
-                if (cached_t != t) {
-                    const float * xr = (const float *) ((const char *) x->data + t * x->nb[1]);
-                    xg_row = xg.convert(xr, n_embd);
-                    xu_row = up->type == gate->type ? xg_row : xu.convert(xr, n_embd);
-                    cached_t = t;
+    const ggml_type_traits_cpu * tg = ggml_get_type_traits_cpu(gate->type), * tu = ggml_get_type_traits_cpu(up->type);
+    const ggml_type vg = tg->vec_dot_type, vu = tu->vec_dot_type;
+    const size_t rs_g = ggml_row_size(vg, n_embd), rs_u = ggml_row_size(vu, n_embd);
+    const bool cols_g = gate->type == GGML_TYPE_Q4_K && q4_K_cols_ok(), cols_u = up->type == GGML_TYPE_Q4_K && q4_K_cols_ok();
+    local_scratch & s = xd_scratch;
+    // x_t in the gate's (is_up false) or the up's vec_dot type, converted on first use in this token block
+    auto activation = [&](int64_t t0, int64_t t, bool is_up) -> const void * {
+        const ggml_type vt = is_up ? vu : vg;
+        const float * xr = (const float *) ((const char *) x->data + t * x->nb[1]);
+        if (vt == GGML_TYPE_F32) return xr;
+        if (is_up && vu == vg) is_up = false; // the same conversion: share it
+        std::vector<char> & buf = is_up ? s.act2 : s.act;
+        char * row = buf.data() + (t - t0) * (is_up ? rs_u : rs_g);
+        const uint8_t bit = is_up ? 2 : 1;
+        if (!(s.have[t - t0] & bit)) {
+            ggml_get_type_traits_cpu(vt)->from_float(xr, row, n_embd);
+            s.have[t - t0] |= bit;
+        }
+        return row;
+    };
+
+    const void * act[XD_TILE_PAIRS];
+    float * out_g[XD_TILE_PAIRS];
+    float * out_u[XD_TILE_PAIRS];
+    for (int64_t t0 = 0; t0 < n_tok; t0 += XD_TILE_TOKENS) {
+        const int64_t t1 = std::min(n_tok, t0 + XD_TILE_TOKENS);
+        const int64_t n_local = group_local_pairs(ids, R, n_embd, n_expert, t0, t1, s);
+        if (n_local == 0) continue;
+        if (vg != GGML_TYPE_F32) s.act.resize((size_t) (t1 - t0) * rs_g);
+        if (vu != vg && vu != GGML_TYPE_F32) s.act2.resize((size_t) (t1 - t0) * rs_u);
+        s.have.assign(t1 - t0, 0);
+        // this thread's units: those whose cumulative cost starts in [a, b)
+        const int64_t total = n_local * 2 * ff;
+        const int64_t a = total * ith / nth, b = total * (ith + 1) / nth;
+        for (int64_t e = 0; e < n_expert; ++e) {
+            const int64_t np = s.start[e + 1] - s.start[e];
+            const int64_t base = (int64_t) s.start[e] * 2 * ff;
+            if (np == 0 || base + 2 * ff * np <= a) continue;
+            if (base >= b) break;
+            const int32_t * pairs = s.order.data() + s.start[e];
+            const char * g_base = (const char *) gate->data + e * gate->nb[2];
+            const char * u_base = (const char *) up->data + e * up->nb[2];
+            for (int64_t j0 = 0; j0 < 2 * ff; j0 += XD_TILE_ROWS) {
+                const int64_t c = base + j0 * np;
+                if (c < a) continue;
+                if (c >= b) break;
+                const int64_t j1 = std::min(2 * ff, j0 + XD_TILE_ROWS);
+                for (int64_t q0 = 0; q0 < np; q0 += XD_TILE_PAIRS) {
+                    const int64_t nq = std::min<int64_t>(XD_TILE_PAIRS, np - q0);
+                    for (int64_t q = 0; q < nq; ++q) {
+                        const int64_t t = t0 + pairs[q0 + q] / n_used, k = pairs[q0 + q] % n_used;
+                        out_g[q] = (float *) ((char *) dst->data + k * dst->nb[1] + t * dst->nb[2]);
+                        out_u[q] = out_g[q] + ff;
+                    }
+                    if (j0 < ff) {
+                        for (int64_t q = 0; q < nq; ++q) act[q] = activation(t0, t0 + pairs[q0 + q] / n_used, false);
+                        dot_tile(tg, (int) n_embd, g_base, gate->nb[1], j0, std::min(j1, ff), 0, act, out_g, nq, cols_g);
+                    }
+                    if (j1 > ff) {
+                        for (int64_t q = 0; q < nq; ++q) act[q] = activation(t0, t0 + pairs[q0 + q] / n_used, true);
+                        dot_tile(tu, (int) n_embd, u_base, up->nb[1], std::max(j0, ff) - ff, j1 - ff, 0, act, out_u, nq, cols_u);
+                    }
                 }
-                float * gu = (float *) ((char *) dst->data + k * dst->nb[1] + t * dst->nb[2]);
-                gate_up_rows(gate, up, pair_expert(ids, t, k), xg_row, xu_row, r0, r1, gu, gu + ff);
             }
-            ++p;
         }
     }
-    if (ith == 0 && L != nullptr) L->up_ns = (now_us() - t0) * 1000;
+    if (ith == 0 && L != nullptr) L->up_ns = (now_us() - t_start) * 1000;
 }
 
 // out[:, t] = served partial sum + Σ over local pairs of prob · (down_e · H[:, k, t]); threads split output rows.
 // With a second plane (dst->ne[2] == 2, dispatched layers): plane 1 [:, t] = Σ over the audited pairs alone, in k order
 // from zero, each term the very float added to plane 0.
+// Per block of tokens and tile of rows (XD_TILE_ROWS, or more when there are few pairs), the dot products are computed
+// expert by expert (each h converted to the down matrix's vec_dot type once per thread), then each token's terms are
+// added in k order, as before.
 void local_down_op(ggml_tensor * dst, int ith, int nth, void * ud) {
     auto * L = (llama_xd_layer *) ud;
-    const int64_t t0 = ith == 0 ? now_us() : 0;
+    const int64_t t_start = ith == 0 ? now_us() : 0;
     const ggml_tensor * H = dst->src[0], * ids = dst->src[1], * R = dst->src[2], * probs = dst->src[3], * down = dst->src[4];
-    const int64_t ff = down->ne[0], n_embd = down->ne[1], n_used = ids->ne[0], n_tok = ids->ne[1];
+    const int64_t ff = down->ne[0], n_embd = down->ne[1], n_expert = down->ne[2], n_used = ids->ne[0], n_tok = ids->ne[1];
     const int64_t per = (n_embd + nth - 1) / nth;
     const int64_t r0 = std::min(n_embd, per * ith), r1 = std::min(n_embd, r0 + per);
     const bool audit_plane = dst->ne[2] == 2;
+    auto out_row = [&](int64_t t) { return (float *) ((char *) dst->data + t * dst->nb[1]); };
+    auto audit_row = [&](int64_t t) { return audit_plane ? (float *) ((char *) dst->data + dst->nb[2] + t * dst->nb[1]) : nullptr; };
 
-    vec_dot_input hd(down->type);
-    int64_t n_local = 0;
     for (int64_t t = 0; t < n_tok; ++t) {
-        float * out = (float *) ((char *) dst->data + t * dst->nb[1]);
-        float * audit = audit_plane ? (float *) ((char *) dst->data + dst->nb[2] + t * dst->nb[1]) : nullptr;
+        float * out = out_row(t), * audit = audit_row(t);
         const float * partial = (const float *) ((const char *) R->data + t * R->nb[1]);
         for (int64_t r = r0; r < r1; ++r) out[r] = partial[r];
         if (audit != nullptr) for (int64_t r = r0; r < r1; ++r) audit[r] = 0.0f;
-        for (int64_t k = 0; k < n_used; ++k) {
-            const float flag = pair_flag(R, n_embd, t, k);
-            if (flag == XD_PAIR_SERVED) continue;
-            ++n_local;
-            if (r0 >= r1) continue;
+    }
+
+    const ggml_type_traits_cpu * td = ggml_get_type_traits_cpu(down->type);
+    const ggml_type vd = td->vec_dot_type;
+    const size_t rs = ggml_row_size(vd, ff);
+    const bool cols_d = down->type == GGML_TYPE_Q4_K && q4_K_cols_ok();
+    local_scratch & s = xd_scratch;
+    int64_t n_local_all = 0;
+    const void * act[XD_TILE_PAIRS];
+    float * dots[XD_TILE_PAIRS];
+    for (int64_t t0 = 0; t0 < n_tok; t0 += XD_TILE_TOKENS) {
+        const int64_t t1 = std::min(n_tok, t0 + XD_TILE_TOKENS);
+        const int64_t n_local = group_local_pairs(ids, R, n_embd, n_expert, t0, t1, s);
+        n_local_all += n_local;
+        if (n_local == 0 || r0 >= r1) continue;
+        // h of every local pair of the block in the vec_dot type; rows[p], p = (t - t0) * n_used + k
+        s.rows.assign((size_t) (t1 - t0) * n_used, nullptr);
+        s.act.resize(vd == GGML_TYPE_F32 ? 0 : (size_t) n_local * rs);
+        for (int64_t i = 0; i < n_local; ++i) {
+            const int32_t p = s.order[i];
+            const int64_t t = t0 + p / n_used, k = p % n_used;
             const float * h = (const float *) ((const char *) H->data + k * H->nb[1] + t * H->nb[2]);
-            const void * hq = hd.convert(h, ff);
-            const float pk = *(const float *) ((const char *) probs->data + k * probs->nb[1] + t * probs->nb[2]);
-            down_rows(down, pair_expert(ids, t, k), hq, pk, r0, r1, out, flag == XD_PAIR_AUDITED ? audit : nullptr);
+            if (vd == GGML_TYPE_F32) {
+                s.rows[p] = h;
+            } else {
+                char * q = s.act.data() + i * rs;
+                ggml_get_type_traits_cpu(vd)->from_float(h, q, ff);
+                s.rows[p] = q;
+            }
+        }
+        const int64_t tile = std::min(r1 - r0, std::max(XD_TILE_ROWS, XD_DOTS_BUDGET / n_local));
+        s.dots.resize((size_t) (t1 - t0) * n_used * tile);
+        for (int64_t rb0 = r0; rb0 < r1; rb0 += tile) {
+            const int64_t rb1 = std::min(r1, rb0 + tile);
+            for (int64_t e = 0; e < n_expert; ++e) {
+                const int64_t np = s.start[e + 1] - s.start[e];
+                if (np == 0) continue;
+                const int32_t * pairs = s.order.data() + s.start[e];
+                const char * d_base = (const char *) down->data + e * down->nb[2];
+                for (int64_t q0 = 0; q0 < np; q0 += XD_TILE_PAIRS) {
+                    const int64_t nq = std::min<int64_t>(XD_TILE_PAIRS, np - q0);
+                    for (int64_t q = 0; q < nq; ++q) {
+                        act[q] = s.rows[pairs[q0 + q]];
+                        dots[q] = s.dots.data() + (size_t) pairs[q0 + q] * tile;
+                    }
+                    dot_tile(td, (int) ff, d_base, down->nb[1], rb0, rb1, rb0, act, dots, nq, cols_d);
+                }
+            }
+            for (int64_t t = t0; t < t1; ++t) {
+                float * out = out_row(t), * audit = audit_row(t);
+                for (int64_t k = 0; k < n_used; ++k) {
+                    const float flag = pair_flag(R, n_embd, t, k);
+                    if (flag == XD_PAIR_SERVED) continue;
+                    const float pk = *(const float *) ((const char *) probs->data + k * probs->nb[1] + t * probs->nb[2]);
+                    add_terms(s.dots.data() + (size_t) ((t - t0) * n_used + k) * tile, pk, rb0, rb1, out,
+                              flag == XD_PAIR_AUDITED ? audit : nullptr);
+                }
+            }
         }
     }
-    if (ith == 0 && n_local > 0 && L != nullptr) {
-        const int64_t ns = L->up_ns + (now_us() - t0) * 1000;
-        const uint32_t cur = (uint32_t) std::min<int64_t>(ns / n_local, UINT32_MAX);
+    if (ith == 0 && n_local_all > 0 && L != nullptr) {
+        const int64_t ns = L->up_ns + (now_us() - t_start) * 1000;
+        const uint32_t cur = (uint32_t) std::min<int64_t>(ns / n_local_all, UINT32_MAX);
         const uint32_t old = L->local_ns_per_pair.load();
         L->local_ns_per_pair = old == 0 ? cur : (uint32_t) (((uint64_t) old * 7 + cur) / 8);
     }

@@ -872,7 +872,8 @@ export class ModelDispatcher {
         planWorkers.push({
           begin: link.begin,
           end: link.end,
-          queueMs: 0,
+          // Last in line: a probe takes only pairs no claimed worker takes (it must not thin a proven replica's share).
+          queueMs: Number.MAX_SAFE_INTEGER,
           overheadMs: null,
           perPairMs: 0,
           cap: Math.min(covered, this.claimCfg.probePairs),

@@ -471,6 +471,7 @@ class VolunteerClient implements VolunteerControls {
         this.setState({ kind: 'downloading', slice, loadedBytes: a.shardBytes, totalBytes: a.shardBytes, fromCache: true });
       }
       if (!current()) return;
+      slice.fromCache = fromCache;
       this.setState({ kind: 'starting', slice });
       const env = this.env as ComputeEnvironment;
       const opened = await openEngine(bytes as Uint8Array, a.numerics, env, this.gpuDevice, this.budget);

@@ -15,6 +15,8 @@ export interface SliceAssignment {
   /** The slice's size in bytes, as the hub announced it. */
   bytes: number;
   digest: string;
+  /** Set once the slice is in hand: true when it came from this device's cache (nothing downloaded). */
+  fromCache?: boolean;
 }
 
 export type VolunteerState =

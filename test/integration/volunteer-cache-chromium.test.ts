@@ -130,6 +130,8 @@ test('a reloaded volunteer page serves its slice from the Cache API: no second s
       !shown.some((h) => h.startsWith('Downloading the slice')),
       `the page never said it was downloading after the reload: ${JSON.stringify(shown)}`,
     );
+    const detail = (await joined.page.locator('#state-detail').textContent()) ?? '';
+    assert.match(detail, /from this browser’s cache: nothing downloaded/, `the serving page says its slice came from the cache: ${detail}`);
     assert.deepEqual(joined.errors, [], 'no script errors');
   } finally {
     await tab?.close();

@@ -57,6 +57,14 @@ test('every state kind has a headline, a detail and a spoken announcement', () =
   }
 });
 
+test('a slice taken from the cache says so while the engine starts and while serving (nothing was downloaded)', () => {
+  const cached = { ...slice, fromCache: true };
+  assert.match(describeState({ kind: 'starting', slice: cached }).detail, /from this browser’s cache: nothing downloaded/);
+  assert.match(describeState({ kind: 'serving', slice: cached, backend: 'wasm' }).detail, /from this browser’s cache/);
+  assert.doesNotMatch(describeState({ kind: 'starting', slice: { ...slice, fromCache: false } }).detail, /cache/);
+  assert.doesNotMatch(describeState({ kind: 'serving', slice, backend: 'webgpu' }).detail, /cache/);
+});
+
 test('the retry countdown counts down and stops at 0', () => {
   const s: VolunteerState = { kind: 'retrying', inSeconds: 5, reason: 'connection refused', attempt: 3 };
   assert.equal(retrySecondsLeft(5, 1000, 1000), 5);

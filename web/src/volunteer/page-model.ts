@@ -40,6 +40,11 @@ export function downloadPercent(loaded: number, total: number): number | null {
 }
 
 /** "experts 0–63 of layer 3 (64 experts, model demo)": `experts` is [begin, end). */
+/** ' (taken from this browser's cache: nothing downloaded)' once the slice came from the cache; '' otherwise. */
+function fromCacheNote(s: SliceAssignment): string {
+  return s.fromCache ? ' (taken from this browser’s cache: nothing downloaded)' : '';
+}
+
 export function describeSlice(s: SliceAssignment): string {
   const [begin, end] = s.experts;
   const n = end - begin;
@@ -119,7 +124,7 @@ export function describeState(s: VolunteerState, ctx: MessageContext = {}): Stat
     case 'starting':
       return msg(
         'Starting the compute engine',
-        `Loading ${describeSlice(s.slice)} into memory and measuring WebGPU against WebAssembly to pick the faster one.`,
+        `Loading ${describeSlice(s.slice)} into memory${fromCacheNote(s.slice)} and measuring WebGPU against WebAssembly to pick the faster one.`,
         'busy',
       );
     case 'serving': {
@@ -128,8 +133,8 @@ export function describeState(s: VolunteerState, ctx: MessageContext = {}): Stat
       return msg(
         `Serving with ${BACKEND_NAMES[s.backend]}`,
         noGpu
-          ? `No WebGPU in this browser, so this tab computes with WebAssembly instead (slower, but it still helps). Holding ${describeSlice(s.slice)}.`
-          : `Computing ${describeSlice(s.slice)} whenever the hub sends work.`,
+          ? `No WebGPU in this browser, so this tab computes with WebAssembly instead (slower, but it still helps). Holding ${describeSlice(s.slice)}${fromCacheNote(s.slice)}.`
+          : `Computing ${describeSlice(s.slice)} whenever the hub sends work${fromCacheNote(s.slice)}.`,
         'good',
       );
     }

@@ -89,14 +89,18 @@ const N_VOLUNTEERS = values.volunteers === undefined ? LAYERS : Number(values.vo
 if (!Number.isInteger(N_VOLUNTEERS) || (N_VOLUNTEERS !== 0 && N_VOLUNTEERS < LAYERS))
   throw new Error(`--volunteers must be 0 or at least the ${LAYERS} MoE layers, got ${values.volunteers}`);
 if (STREAMS <= SLOTS) throw new Error(`--streams must exceed the ${SLOTS} slots (a request must wait in the queue), got ${STREAMS}`);
-/** `--pin C:V`: the coordinators on cores C, this process and the volunteers on cores V (taskset lists); or none. */
+/**
+ * `--pin C:V[:H]`: the coordinators on cores C, the volunteers on cores V, this process (the hubs) on cores H (default
+ * V) — taskset lists; or none. `0:1:0` puts the hubs beside the coordinators (alike for A and B), so that only the
+ * volunteers share core 1.
+ */
 const PIN =
   values.pin === 'none'
     ? null
     : (() => {
-        const m = /^([\d,-]+):([\d,-]+)$/.exec(values.pin);
-        if (!m) throw new Error(`--pin takes CORES:CORES (coordinators:the rest) or none, got ${values.pin}`);
-        return { coordinator: m[1] as string, rest: m[2] as string };
+        const m = /^([\d,-]+):([\d,-]+)(?::([\d,-]+))?$/.exec(values.pin);
+        if (!m) throw new Error(`--pin takes CORES:CORES[:CORES] (coordinators:volunteers[:hubs]) or none, got ${values.pin}`);
+        return { coordinator: m[1] as string, rest: m[2] as string, hub: (m[3] ?? m[2]) as string };
       })();
 
 interface Shape {
@@ -193,7 +197,7 @@ function pin(name: string, pid: number, cores: string): string {
 const affinityLines: string[] = [];
 if (PIN) {
   if (cpus().length < 2) throw new Error(`--pin needs 2 cores, this machine has ${cpus().length}; use --pin none`);
-  affinityLines.push(pin(`this process (the hubs; taskset -a -cp ${PIN.rest} ${process.pid})`, process.pid, PIN.rest));
+  affinityLines.push(pin(`this process (the hubs; taskset -a -cp ${PIN.hub} ${process.pid})`, process.pid, PIN.hub));
   log(affinityLines[0] as string);
 }
 
@@ -547,7 +551,7 @@ try {
   await wait(500);
   if (PIN)
     for (const v of mine) {
-      affinityLines.push(checkAffinity(`volunteer pid ${v.proc.pid} (inherits this process's cores)`, v.proc.pid as number, PIN.rest));
+      affinityLines.push(pin(`volunteer pid ${v.proc.pid} (taskset -a -cp ${PIN.rest})`, v.proc.pid as number, PIN.rest));
       log(affinityLines.at(-1) as string);
     }
 
@@ -602,7 +606,7 @@ try {
       ['B', swarm],
     ] as const)
       checkAffinity(`coordinator ${name}`, h.hub.coordinatorProcessForTests(h.model)?.pid as number, PIN.coordinator);
-    checkAffinity('this process', process.pid, PIN.rest);
+    checkAffinity('this process', process.pid, PIN.hub);
     // SwiftShader (Dawn's CPU adapter) pins some of its worker threads to cores of its own choosing as the engine
     // starts: the volunteers are pinned again, every thread, now that their engines run.
     for (const v of mine) {
@@ -641,7 +645,7 @@ try {
     const procs: Array<[string, number, string]> = [
       ['coordinator A', alone.hub.coordinatorProcessForTests(alone.model)?.pid as number, PIN.coordinator],
       ['coordinator B', swarm.hub.coordinatorProcessForTests(swarm.model)?.pid as number, PIN.coordinator],
-      ['this process', process.pid, PIN.rest],
+      ['this process', process.pid, PIN.hub],
       ...mine.map((v): [string, number, string] => [`volunteer ${v.proc.pid}`, v.proc.pid as number, PIN.rest]),
     ];
     for (const [name, pid, cores] of procs) {
@@ -715,7 +719,7 @@ console.log(
   `load: ${STREAMS} concurrent streaming greedy /v1/completions per round until ${N_PROMPTS} requests ended (prompt ${Math.min(...promptNs)}–${Math.max(...promptNs)} tokens, ${N_TOKENS} generated, cache_prompt false); ${ROUNDS} rounds per hub, alternating, after one warm-up each`,
 );
 console.log(
-  `placement: ${PIN ? `coordinators on core ${PIN.coordinator}, this process and the volunteers on core ${PIN.rest}` : 'not pinned (--pin none)'}`,
+  `placement: ${PIN ? `coordinators on core ${PIN.coordinator}, volunteers on core ${PIN.rest}, this process (the hubs) on core ${PIN.hub}` : 'not pinned (--pin none)'}`,
 );
 for (const l of affinityLines) console.log(`  ${l}`);
 if (affinityDrift.length) console.log(`  after the measured rounds: ${affinityDrift.join('; ')}`);

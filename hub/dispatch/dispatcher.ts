@@ -376,6 +376,12 @@ export const DEFAULT_QUIET_MS = 1000;
  * the worker has not proven itself (never served, or benched for missed deadlines); a probe it answers in time proves
  * it, and costs the coordinator nothing (the pairs are not claimed).
  */
+/**
+ * A shadow item's deadline, × the request's budget: nothing waits on it, so a slow worker's audit still counts and a
+ * probe still measures it; bounded all the same, so an answer that never comes is not held.
+ */
+const SHADOW_DEADLINE_FACTOR = 4;
+
 const PROBE_IN_SHADOW: ReadonlySet<PolicyReason> = new Set<PolicyReason>(['never-served', 'benched']);
 
 /** REQUEST's fixed fields (docs/dispatch-protocol.md). */
@@ -894,7 +900,8 @@ export class ModelDispatcher {
       let q = 0;
       if (capped && (declined.length > 0 || planWorkers.length > 0))
         q = this.quietUntilProbe([...chosenStats, ...shadowable.map((x) => x.st)], nowMs);
-      else if (declined.length > 0 && planWorkers.length === 0) q = quiet;
+      // (`always` keeps asking: tests and benchmarks count every routed pair.)
+      else if (this.mode === 'auto' && declined.length > 0 && planWorkers.length === 0) q = quiet;
       this.answerLocal(conn, req, q, arrivedAt);
       return;
     }
@@ -933,7 +940,8 @@ export class ModelDispatcher {
       f.links[i] = link;
       f.stats[i] = st;
       if (probes[wp.worker]) st.lastProbeMs = nowMs;
-      const deadlineMs = workerDeadlineMs(wp.expectedMs, budgetMs, this.deadlineCfg);
+      // Nothing waits on a shadow item (an audit or a probe): it may take SHADOW_DEADLINE_FACTOR × the request's budget.
+      const deadlineMs = f.shadow[i] ? SHADOW_DEADLINE_FACTOR * budgetMs : workerDeadlineMs(wp.expectedMs, budgetMs, this.deadlineCfg);
       const work: WorkItem = {
         layer: req.layer,
         nEmbd: req.nEmbd,

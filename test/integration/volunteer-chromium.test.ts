@@ -273,11 +273,14 @@ async function twoTabsServe(config: typeof DEEPSEEK_Q8, shot: string, opts: TwoT
   }
 }
 
-test('two Chromium tabs joined on the page serve deepseek Q8_0: tokens identical to --dispatch off, ≥ 90% served', {
+test('two Chromium tabs joined on the page serve deepseek Q8_0: tokens identical to --dispatch off, ≥ 90% served, audited', {
   timeout: 420_000,
-}, async () => {
+}, async (t) => {
   const r = await twoTabsServe(DEEPSEEK_Q8, 'deepseek-q8_0-serving.png');
   assert.deepEqual(r.got, r.want, `tokens identical to --dispatch off (${r.line})`);
+  await t.test('every answer audited (tabs on Automatic): they agree with the coordinator to float-summation precision', () =>
+    assertAudited(DEEPSEEK_Q8, 'deepseek Q8_0', 'auto'),
+  );
 });
 
 /**
@@ -285,7 +288,11 @@ test('two Chromium tabs joined on the page serve deepseek Q8_0: tokens identical
  * pairs and reports their sums): the tabs' sums against the coordinator's own, per tab, over `n` tokens. Audited
  * pairs are never served, so the tokens are the coordinator's.
  */
-async function auditTabs(config: typeof QWEN_Q4K, n: number): Promise<{ rows: MapRow[]; got: number[]; want: number[] }> {
+async function auditTabs(
+  config: typeof QWEN_Q4K,
+  n: number,
+  backend: BackendPreference = 'auto',
+): Promise<{ rows: MapRow[]; got: number[]; want: number[] }> {
   const m = await testModel(config);
   const want = (await baseline(m)).slice(0, n);
   const browser = await gpuBrowser();
@@ -293,11 +300,20 @@ async function auditTabs(config: typeof QWEN_Q4K, n: number): Promise<{ rows: Ma
   const tabs: Tab[] = [];
   try {
     hub = await startSwarmHub(m.path, 'always', { auditRate: 1 }, 'm', { dir: pagesDir });
-    await openTabs([browser, browser], hub.url, tabs);
+    await openTabs([browser, browser], hub.url, tabs, backend);
     await waitForCoverage(hub.url, hub.model, moeLayersOf(m.config), m.config.nExpert, 1, SERVE_MS);
     for (const t of tabs) await waitServing(t);
     const got = await completionIds(hub.url, hub.model, PROMPT, n, m.ban);
-    return { rows: await dispatchMap(hub.url, hub.model), got, want };
+    // Protocol v2 sends audited items in shadow: the completion does not wait for them, so a slow tab's last answers
+    // (and their comparisons) may still be on their way. Read the map once its audit counts stop changing.
+    let rows = await dispatchMap(hub.url, hub.model);
+    for (let stable = 0, t0 = Date.now(); stable < 4 && Date.now() - t0 < 15_000; ) {
+      await new Promise((r) => setTimeout(r, 250));
+      const next = await dispatchMap(hub.url, hub.model);
+      stable = JSON.stringify(next.map((r) => r.audits)) === JSON.stringify(rows.map((r) => r.audits)) ? stable + 1 : 0;
+      rows = next;
+    }
+    return { rows, got, want };
   } finally {
     for (const t of tabs) await closeTab(t);
     await hub?.close();
@@ -319,21 +335,37 @@ test('two Chromium tabs joined on the page serve qwen3moe Q4_K: ≥ 90% served, 
     const at = r.got.findIndex((id, i) => id !== r.want[i]);
     assert.deepEqual(r.got, r.want, `tokens part at position ${at} (${r.line})`);
   });
-  await t.test('every answer audited (tabs on Automatic): they agree with the coordinator to float-summation precision', async () => {
-    const n = 24;
-    const a = await auditTabs(QWEN_Q4K, n);
-    const line = a.rows
-      .map((row) => `layer ${row.layer}: ${row.audits} audits, NMSE max ${row.audit_nmse_max?.toExponential(2)}`)
-      .join('; ');
-    console.log(`[volunteer-chromium] qwen3moe Q4_K audited: ${line}`);
-    assert.equal(a.rows.length, 2, `two tabs in the dispatch map: ${JSON.stringify(a.rows)}`);
-    for (const row of a.rows) {
-      assert.ok(row.audits >= n / 2, `most evaluations audited: ${line}`);
-      assert.ok((row.audit_nmse_max as number) <= AUDIT_MISMATCH_NMSE, `an honest tab is no mismatch: ${line}`);
-    }
-    assert.deepEqual(a.got, a.want, 'audited pairs are the coordinator’s: its tokens');
-  });
+  await t.test('every answer audited (tabs on Automatic): they agree with the coordinator to float-summation precision', () =>
+    assertAudited(QWEN_Q4K, 'qwen3moe Q4_K', 'auto'),
+  );
+  await t.test('every answer audited (tabs on WebGPU): the int8 kernels agree with the coordinator bit for bit', () =>
+    assertAudited(QWEN_Q4K, 'qwen3moe Q4_K', 'webgpu', 0),
+  );
 });
+
+/**
+ * The audit check of one model and backend, printed per layer (the note's per-type NMSE in Chromium): every tab
+ * audited on most evaluations, no mismatch (NMSE ≤ AUDIT_MISMATCH_NMSE, or ≤ `bound` when given), the coordinator's
+ * tokens.
+ */
+async function assertAudited(
+  config: typeof QWEN_Q4K,
+  label: string,
+  backend: BackendPreference,
+  bound = AUDIT_MISMATCH_NMSE,
+): Promise<void> {
+  const n = 24;
+  const a = await auditTabs(config, n, backend);
+  const line = a.rows.map((row) => `layer ${row.layer}: ${row.audits} audits, NMSE max ${row.audit_nmse_max?.toExponential(2)}`).join('; ');
+  console.log(`[volunteer-chromium] ${label} audited, tabs on ${backend}: ${line}`);
+  assert.equal(a.rows.length, 2, `two tabs in the dispatch map: ${JSON.stringify(a.rows)}`);
+  for (const row of a.rows) {
+    // A tab that misses deadlines on a loaded machine is benched for a while and audited less: a quarter suffices here.
+    assert.ok(row.audits >= n / 4, `evaluations audited: ${line}`);
+    assert.ok((row.audit_nmse_max as number) <= bound, `an honest tab is within ${bound}: ${line}`);
+  }
+  assert.deepEqual(a.got, a.want, 'audited pairs are the coordinator’s: its tokens');
+}
 
 test('two replicas per layer: closing a tab mid-generation keeps the tokens, its layer goes on with the other replica', {
   timeout: 420_000,

@@ -42,6 +42,9 @@ export const USAGE = `usage: expertswarm hub --model PATH.gguf [--model NAME=PAT
                              (start it with --expert-dispatch PATH); managed coordinators get one each
   --dispatch-deadline-ms N   per-layer wait of a managed coordinator for its dispatcher, and the cap of the
                              dispatcher's wait for workers (default ${DEFAULTS.dispatchDeadlineMs})
+  --experts-on-demand        managed coordinators keep routed experts out of RAM until they compute one (mapped, read
+                             on demand, no warmup): the experts the swarm serves are never read in (env
+                             EXPERTSWARM_EXPERTS_ON_DEMAND=1)
   --audit-rate R             share of workers' answers held against the coordinator's own sums (default 0; the
                              audited pairs are computed by the coordinator; results in /api/expert-dispatch-map)
   --heartbeat-ms N           volunteer heartbeat interval (default ${DEFAULT_CHANNEL.heartbeatMs})
@@ -49,7 +52,7 @@ export const USAGE = `usage: expertswarm hub --model PATH.gguf [--model NAME=PAT
                              requests carrying Authorization: Bearer TOKEN; at least ${ADMIN_TOKEN_MIN_CHARS} characters. Prefer
                              env EXPERTSWARM_ADMIN_TOKEN (a flag shows in the process list). Without one they are disabled
   --config FILE              JSON file with any of: port, host, slots, ctxPerSlot, threads, stateDir, models
-                             ([{path, name?}]), externals ([{name, url}]), adminToken
+                             ([{path, name?}]), externals ([{name, url}]), adminToken, expertsOnDemand
   --help                     this text
 `;
 
@@ -95,6 +98,7 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
       'heartbeat-ms': { type: 'string' },
       'audit-rate': { type: 'string' },
       'dispatch-deadline-ms': { type: 'string' },
+      'experts-on-demand': { type: 'boolean' },
       'admin-token': { type: 'string' },
       config: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
@@ -143,6 +147,7 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
     c.auditRate = r;
   }
   set('dispatchDeadlineMs', int(values['dispatch-deadline-ms'], '--dispatch-deadline-ms', 1));
+  if (values['experts-on-demand'] || ['1', 'true'].includes(env.EXPERTSWARM_EXPERTS_ON_DEMAND ?? '')) c.expertsOnDemand = true;
   const heartbeatMs = int(values['heartbeat-ms'], '--heartbeat-ms', 1000);
   if (heartbeatMs !== undefined) c.channel = { ...c.channel, heartbeatMs, idleTimeoutMs: 3 * heartbeatMs };
   // An empty variable (`EXPERTSWARM_ADMIN_TOKEN=` in a unit file or compose file) is unset, not "no token": it must not

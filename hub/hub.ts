@@ -98,6 +98,12 @@ export interface HubConfig {
    */
   dispatchDeadlineMs: number;
   /**
+   * `--experts-on-demand`: managed coordinators keep the routed experts out of RAM until they compute them (mapped from
+   * the GGUF and read on demand, no warmup; linkcpp-server's --experts-on-demand), so the experts the swarm serves are
+   * never read in: a coordinator can serve a model whose experts exceed its memory. Default false.
+   */
+  expertsOnDemand: boolean;
+  /**
    * `--admin-token` / EXPERTSWARM_ADMIN_TOKEN: the bearer token of the dashboard's admin actions (at least
    * ADMIN_TOKEN_MIN_CHARS characters); null disables them (every admin call answers 403 ADMIN_DISABLED).
    */
@@ -130,6 +136,7 @@ export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
     channel: {},
     auditRate: 0,
     dispatchDeadlineMs: 250,
+    expertsOnDemand: false,
     adminToken: null,
     releaseCoolDownMs: RELEASE_COOL_DOWN_MS,
     dashboardStreams: {},
@@ -334,7 +341,11 @@ export class Hub {
         name: info.model,
         modelPath: info.path,
         dispatchSocket: this.socketFor(info.model),
-        extraArgs: ['--expert-dispatch-deadline-ms', String(this.config.dispatchDeadlineMs)],
+        extraArgs: [
+          '--expert-dispatch-deadline-ms',
+          String(this.config.dispatchDeadlineMs),
+          ...(this.config.expertsOnDemand ? ['--experts-on-demand'] : []),
+        ],
         binary: this.config.coordinatorBinary,
         slots: this.config.slots,
         ctxPerSlot: this.config.ctxPerSlot,

@@ -24,6 +24,11 @@
  *
  * `--quick`: a small model (n_embd 512, 32 experts, ff 256) for a smoke run. `--volunteers 0`: the control, B with
  * nobody to dispatch to. docs/elastic.md ("Elastic gain") says what each number is and holds the last measurements.
+ *
+ *   npm run bench:elastic -- --memory [--limit-mb 256 --tokens 64 --threads 1 --timeout-s 300 --quick]
+ *
+ * measures something else: the coordinator's memory alone vs with the swarm, under a limit below its experts
+ * (bench/elastic/memory.ts; docs/elastic.md, "Bigger than the coordinator's memory").
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
@@ -49,6 +54,13 @@ import {
   waitForCoverage,
 } from '../../test/support/swarm.ts';
 import { wasmBytesFor } from '../../volunteer/engine-open.ts';
+
+// `--memory`: the coordinator's memory alone vs with the swarm, under a limit below the experts (bench/elastic/memory.ts).
+if (process.argv.includes('--memory')) {
+  const { runMemoryBench } = await import('./memory.ts');
+  await runMemoryBench(process.argv.slice(2).filter((a) => a !== '--memory'));
+  process.exit(0);
+}
 
 const { values } = parseArgs({
   options: {

@@ -16,6 +16,12 @@ extern "C" {
 LLAMA_API void llama_linkcpp_set_no_repack_exps(bool value);
 LLAMA_API bool llama_linkcpp_no_repack_exps(void);
 
+// Read the routed-expert weights on demand (--experts-on-demand): they are created as lazy tensors whatever their size
+// and the --lazy-mode (mapped from the model file without prefetch, advised random access), so only the pages of the
+// experts computed here are ever read in. Implies --no-repack-exps (llama_linkcpp_no_repack_exps() answers true).
+LLAMA_API void llama_linkcpp_set_experts_on_demand(bool value);
+LLAMA_API bool llama_linkcpp_experts_on_demand(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -24,16 +24,14 @@
  * number is and holds the last measurement.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { cpus, freemem, loadavg, totalmem } from 'node:os';
 import { parseArgs } from 'node:util';
-import { GGMLType, rowByteSize } from '../gguf/quant-types.ts';
 import type { ResponseSummary } from '../hub/dispatch/dispatcher.ts';
 import { DEFAULT_DEADLINES, requestBudgetMs } from '../hub/dispatch/plan.ts';
 import { median } from '../shaders/computer.ts';
-import { wasmBytesFor } from '../volunteer/engine-open.ts';
 import { decodeResult, decodeWork, encodeResult, encodeWork, wireBytesPerToken, type WireEncoding } from '../volunteer/wire.ts';
-import { MODEL_CACHE, testModel, type TestModel } from '../test/support/models.ts';
+import { type BenchModel, FRAMES, QUICK, REALISTIC, type Shape, benchModel, describeShape, volunteerBudget } from './shapes.ts';
 import {
   pairOutcomes,
   spawnVolunteer,
@@ -89,18 +87,6 @@ const PROMPT = 'The swarm serves a model';
 /** The goal's shape (issue 11): the wire table is computed for it whatever model runs. */
 const GOAL_SHAPE = { nEmbd: 2048, topK: 8 };
 
-interface Shape {
-  name: string;
-  nEmbd: number;
-  ff: number;
-  nExpert: number;
-  nExpertUsed: number;
-  nHead: number;
-  nHeadKv: number;
-}
-const REALISTIC: Shape = { name: 'realistic', nEmbd: 2048, ff: 768, nExpert: 128, nExpertUsed: 8, nHead: 16, nHeadKv: 4 };
-const FRAMES: Shape = { ...REALISTIC, name: 'frames', nExpert: 8 };
-const QUICK: Shape = { name: 'quick', nEmbd: 512, ff: 256, nExpert: 32, nExpertUsed: 8, nHead: 4, nHeadKv: 1 };
 const SHAPES = values.quick
   ? [QUICK]
   : values.models.split(',').map((name) => {
@@ -113,55 +99,15 @@ const startedAt = new Date();
 const loadAtStart = loadavg();
 const fmtLoad = (l: number[]): string => l.map((x) => x.toFixed(2)).join(' / ');
 const log = (line: string): void => console.log(`· ${line}`);
-const describe = (s: Shape): string =>
-  `qwen3moe Q4_K, ${LAYERS} MoE layers, n_embd ${s.nEmbd}, ${s.nExpert} experts, top-${s.nExpertUsed}, ff ${s.ff}, ${s.nHead} heads (${s.nHeadKv} kv)`;
-
-/**
- * A volunteer's memory budget for a whole layer. By default the Q4_K slice with a margin: the WebGPU engine keeps the
- * quantized bytes, and the wasm fallback (f32 weights: 2.25 GiB for a realistic layer) is left out when it does not
- * fit — with both fitting, `auto` builds both engines to time them (≈ 9 GiB per volunteer at the realistic shape,
- * minutes of engine start). `--budget-mb` overrides it.
- */
-function budgetFor(s: Shape): { mb: number; q4kMb: number; wasmMb: number } {
-  const q4kMb = (s.nExpert * 3 * s.ff * rowByteSize(GGMLType.Q4_K, s.nEmbd)) / 2 ** 20;
-  const wasmMb = wasmBytesFor(s) / 2 ** 20;
-  // Small layers: room for the wasm fallback too, so `auto` can choose; realistic ones: the quantized slice.
-  const want = wasmMb <= 512 ? wasmMb : q4kMb;
-  const mb = values['budget-mb'] ? Number(values['budget-mb']) : Math.ceil((want * 1.25) / 64) * 64;
-  return { mb, q4kMb, wasmMb };
-}
+const describe = (s: Shape): string => describeShape(s, LAYERS);
+const budgetFor = (s: Shape): { mb: number; q4kMb: number; wasmMb: number } =>
+  volunteerBudget(s, values['budget-mb'] ? Number(values['budget-mb']) : undefined);
 
 // --- the models (cached by config in .cache/models: only the first run pays)
 
-interface Made {
-  shape: Shape;
-  model: TestModel;
-  /** Seconds spent generating; null when it came from the cache. */
-  generatedS: number | null;
-}
+type Made = BenchModel;
 
-async function makeModel(s: Shape): Promise<Made> {
-  const before = new Set(existsSync(MODEL_CACHE) ? readdirSync(MODEL_CACHE) : []);
-  log(`model ${s.name}: ${describe(s)}…`);
-  const t0 = performance.now();
-  const { nEmbd, ff, nExpert, nExpertUsed, nHead, nHeadKv } = s;
-  const config = {
-    arch: 'qwen3moe',
-    layers: LAYERS,
-    nEmbd,
-    ff,
-    nExpert,
-    nExpertUsed,
-    nHead,
-    nHeadKv,
-    type: GGMLType.Q4_K,
-    seed: 11,
-  } as const;
-  const model = await testModel(config);
-  const generatedS = before.has(model.path.split('/').pop() as string) ? null : (performance.now() - t0) / 1000;
-  log(`  ${generatedS === null ? 'cached' : `generated in ${generatedS.toFixed(0)} s`}: ${model.path}`);
-  return { shape: s, model, generatedS };
-}
+const makeModel = (s: Shape): Promise<Made> => benchModel(s, LAYERS, log);
 
 // --- one completion, with the server's own decode timing
 

@@ -31,18 +31,16 @@
  * (bench/elastic/memory.ts; docs/elastic.md, "Bigger than the coordinator's memory").
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { cpus, freemem, loadavg, totalmem } from 'node:os';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import OpenAI from 'openai';
-import { GGMLType, rowByteSize } from '../../gguf/quant-types.ts';
 import type { DispatcherTotals, ModelDispatcher } from '../../hub/dispatch/dispatcher.ts';
 import { latencyLine } from '../../hub/dispatch/plan.ts';
 import { DEFAULT_DISPATCH } from '../../hub/dispatch-map.ts';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
 import { median } from '../../shaders/computer.ts';
-import { MODEL_CACHE, testModel, type TestModel } from '../../test/support/models.ts';
 import {
   dispatchMap,
   type HeadlessVolunteer,
@@ -53,7 +51,7 @@ import {
   startSwarmHub,
   waitForCoverage,
 } from '../../test/support/swarm.ts';
-import { wasmBytesFor } from '../../volunteer/engine-open.ts';
+import { type Shape, QUICK, REALISTIC, benchModel, describeShape, volunteerBudget } from '../shapes.ts';
 
 // `--memory`: the coordinator's memory alone vs with the swarm, under a limit below the experts (bench/elastic/memory.ts).
 if (process.argv.includes('--memory')) {
@@ -115,30 +113,8 @@ const PIN =
         return { coordinator: m[1] as string, rest: m[2] as string, hub: (m[3] ?? m[2]) as string };
       })();
 
-interface Shape {
-  name: string;
-  nEmbd: number;
-  ff: number;
-  nExpert: number;
-  nExpertUsed: number;
-  nHead: number;
-  nHeadKv: number;
-}
-/** bench/dispatch.ts's models, config for config (same seed), so the cached GGUF is shared. */
-const REALISTIC: Shape = { name: 'realistic', nEmbd: 2048, ff: 768, nExpert: 128, nExpertUsed: 8, nHead: 16, nHeadKv: 4 };
-const QUICK: Shape = { name: 'quick', nEmbd: 512, ff: 256, nExpert: 32, nExpertUsed: 8, nHead: 4, nHeadKv: 1 };
 const SHAPE = values.quick ? QUICK : REALISTIC;
-const describe = (s: Shape): string =>
-  `qwen3moe Q4_K, ${LAYERS} MoE layers, n_embd ${s.nEmbd}, ${s.nExpert} experts, top-${s.nExpertUsed}, ff ${s.ff}, ${s.nHead} heads (${s.nHeadKv} kv)`;
-
-/** A whole layer per volunteer: the Q4_K slice with a margin, or room for the wasm fallback where it is small. */
-function budgetFor(s: Shape): { mb: number; q4kMb: number; wasmMb: number } {
-  const q4kMb = (s.nExpert * 3 * s.ff * rowByteSize(GGMLType.Q4_K, s.nEmbd)) / 2 ** 20;
-  const wasmMb = wasmBytesFor(s) / 2 ** 20;
-  const want = wasmMb <= 512 ? wasmMb : q4kMb;
-  const mb = values['budget-mb'] ? int(values['budget-mb'], 'budget-mb') : Math.ceil((want * 1.25) / 64) * 64;
-  return { mb, q4kMb, wasmMb };
-}
+const describe = (s: Shape): string => describeShape(s, LAYERS);
 
 const startedAt = new Date();
 const loadAtStart = loadavg();
@@ -470,25 +446,9 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   });
 }
 
-const before = new Set(existsSync(MODEL_CACHE) ? readdirSync(MODEL_CACHE) : []);
-log(`model ${SHAPE.name}: ${describe(SHAPE)}…`);
-const tModel = performance.now();
-const model: TestModel = await testModel({
-  arch: 'qwen3moe',
-  layers: LAYERS,
-  nEmbd: SHAPE.nEmbd,
-  ff: SHAPE.ff,
-  nExpert: SHAPE.nExpert,
-  nExpertUsed: SHAPE.nExpertUsed,
-  nHead: SHAPE.nHead,
-  nHeadKv: SHAPE.nHeadKv,
-  type: GGMLType.Q4_K,
-  seed: 11,
-});
-const generatedS = before.has(model.path.split('/').pop() as string) ? null : (performance.now() - tModel) / 1000;
-log(`  ${generatedS === null ? 'cached' : `generated in ${generatedS.toFixed(0)} s`}: ${model.path}`);
+const { model, generatedS } = await benchModel(SHAPE, LAYERS, log);
 const moeLayers = Array.from({ length: LAYERS }, (_, i) => i);
-const budget = budgetFor(SHAPE);
+const budget = volunteerBudget(SHAPE, values['budget-mb'] ? int(values['budget-mb'], 'budget-mb') : undefined);
 
 const rounds: Round[] = [];
 let warmA: Round | null = null;

@@ -34,10 +34,9 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { GGMLType } from '../../gguf/quant-types.ts';
 import { FALLBACK_LINE } from '../../test/support/dispatch-checks.ts';
 import { LINKCPP_SERVER, type RunningServer, startServer } from '../../test/support/linkcpp.ts';
-import { testModel } from '../../test/support/models.ts';
+import { QUICK, REALISTIC, benchModel } from '../shapes.ts';
 import { NativeReference } from '../../test/support/native-reference.ts';
 import {
   MiB,
@@ -71,25 +70,12 @@ export async function runMemoryBench(argv: string[]): Promise<void> {
   const TIMEOUT_MS = int(values['timeout-s'], 'timeout-s') * 1000;
   /** Completions per run: the first reads in what it needs, the second shows the steady state. */
   const PASSES = 2;
-  // bench:elastic's models (same configs and seed, so the cached GGUF is shared).
-  const shape = values.quick
-    ? { nEmbd: 512, ff: 256, nExpert: 32, nHead: 4, nHeadKv: 1, limitMb: 48 }
-    : { nEmbd: 2048, ff: 768, nExpert: 128, nHead: 16, nHeadKv: 4, limitMb: 256 };
-  const LIMIT = int(values['limit-mb'] ?? String(shape.limitMb), 'limit-mb') * 2 ** 20;
+  // bench:elastic's models (bench/shapes.ts: the same configs, so the cached GGUF is shared).
+  const shape = values.quick ? QUICK : REALISTIC;
+  const LIMIT = int(values['limit-mb'] ?? String(values.quick ? 48 : 256), 'limit-mb') * 2 ** 20;
   const log = (line: string): void => console.log(`· ${line}`);
 
-  const model = await testModel({
-    arch: 'qwen3moe',
-    layers: 2,
-    nEmbd: shape.nEmbd,
-    ff: shape.ff,
-    nExpert: shape.nExpert,
-    nExpertUsed: 8,
-    nHead: shape.nHead,
-    nHeadKv: shape.nHeadKv,
-    type: GGMLType.Q4_K,
-    seed: 11,
-  });
+  const { model } = await benchModel(shape, 2, log);
   const layout = await modelLayout(model.path);
   log(
     `model ${model.path}: ${MiB(layout.fileBytes)} MiB, routed experts ${MiB(layout.expertBytes)} MiB, other tensors ` +

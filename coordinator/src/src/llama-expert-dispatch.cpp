@@ -702,55 +702,6 @@ namespace {
 #define XD_NOINLINE
 #endif
 
-struct vec_dot_input {
-    const ggml_type_traits_cpu * wt = nullptr; // weight type traits
-    ggml_type vt = GGML_TYPE_F32;              // vec_dot type of the activations
-    std::vector<char> buf;
-
-    explicit vec_dot_input(ggml_type weight_type) : wt(ggml_get_type_traits_cpu(weight_type)), vt(wt->vec_dot_type) {}
-
-    // Returns the activation row in the weight's vec_dot type.
-    const void * convert(const float * x, int64_t n) {
-        if (vt == GGML_TYPE_F32) return x;
-        buf.resize(ggml_row_size(vt, n));
-        ggml_get_type_traits_cpu(vt)->from_float(x, buf.data(), n);
-        return buf.data();
-    }
-};
-
-// The two dot-product kernels of the local ops (not inlined: every caller runs the same machine code).
-
-// g[r] = gate_e[r] · x and u[r] = up_e[r] · x for r in [r0, r1); xg / xu: x in the gate's / up's vec_dot type.
-XD_NOINLINE void gate_up_rows(const ggml_tensor * gate, const ggml_tensor * up, int32_t e, const void * xg, const void * xu,
-                              int64_t r0, int64_t r1, float * g, float * u) {
-    const int n = (int) gate->ne[0];
-    const ggml_type_traits_cpu * tg = ggml_get_type_traits_cpu(gate->type);
-    const ggml_type_traits_cpu * tu = ggml_get_type_traits_cpu(up->type);
-    const char * g_base = (const char *) gate->data + e * gate->nb[2];
-    const char * u_base = (const char *) up->data + e * up->nb[2];
-    for (int64_t r = r0; r < r1; ++r) {
-        tg->vec_dot(n, &g[r], 0, g_base + r * gate->nb[1], 0, xg, 0, 1);
-        tu->vec_dot(n, &u[r], 0, u_base + r * up->nb[1], 0, xu, 0, 1);
-    }
-}
-
-// out[r] += prob · (down_e[r] · h) for r in [r0, r1), and the same term added to audit[r] when audit is not null;
-// hq: h in the down matrix's vec_dot type. The product is rounded once and that float added to both, so an audited
-// pair contributes to the audit sum exactly what it contributes to the layer's output.
-XD_NOINLINE void down_rows(const ggml_tensor * down, int32_t e, const void * hq, float prob, int64_t r0, int64_t r1, float * out,
-                           float * audit) {
-    const int n = (int) down->ne[0];
-    const ggml_type_traits_cpu * td = ggml_get_type_traits_cpu(down->type);
-    const char * d_base = (const char *) down->data + e * down->nb[2];
-    for (int64_t r = r0; r < r1; ++r) {
-        float d;
-        td->vec_dot(n, &d, 0, d_base + r * down->nb[1], 0, hq, 0, 1);
-        const float term = d * prob;
-        out[r] += term;
-        if (audit != nullptr) audit[r] += term;
-    }
-}
-
 // Tiles of the local ops, as ggml's mul_mat_id tiles: the local pairs are grouped by expert, and each weight row is
 // dotted with the activations of up to XD_TILE_PAIRS pairs of its expert while it sits in L1, XD_TILE_ROWS rows per
 // tile. Tokens are taken XD_TILE_TOKENS at a time, which bounds the scratch memory (linkcpp-expert-ref's records

@@ -67,6 +67,7 @@ import {
   observeRoundTrip,
   planRequest,
   requestBudgetMs,
+  shadowDeadlineMs,
   workerDeadlineMs,
 } from './plan.ts';
 import {
@@ -376,12 +377,6 @@ export const DEFAULT_QUIET_MS = 1000;
  * the worker has not proven itself (never served, or benched for missed deadlines); a probe it answers in time proves
  * it, and costs the coordinator nothing (the pairs are not claimed).
  */
-/**
- * A shadow item's deadline, × the request's budget: nothing waits on it, so a slow worker's audit still counts and a
- * probe still measures it; bounded all the same, so an answer that never comes is not held.
- */
-const SHADOW_DEADLINE_FACTOR = 4;
-
 const PROBE_IN_SHADOW: ReadonlySet<PolicyReason> = new Set<PolicyReason>(['never-served', 'benched']);
 
 /** REQUEST's fixed fields (docs/dispatch-protocol.md). */
@@ -940,8 +935,9 @@ export class ModelDispatcher {
       f.links[i] = link;
       f.stats[i] = st;
       if (probes[wp.worker]) st.lastProbeMs = nowMs;
-      // Nothing waits on a shadow item (an audit or a probe): it may take SHADOW_DEADLINE_FACTOR × the request's budget.
-      const deadlineMs = f.shadow[i] ? SHADOW_DEADLINE_FACTOR * budgetMs : workerDeadlineMs(wp.expectedMs, budgetMs, this.deadlineCfg);
+      const deadlineMs = f.shadow[i]
+        ? shadowDeadlineMs(budgetMs, this.deadlineCfg)
+        : workerDeadlineMs(wp.expectedMs, budgetMs, this.deadlineCfg);
       const work: WorkItem = {
         layer: req.layer,
         nEmbd: req.nEmbd,

@@ -259,6 +259,10 @@ export interface DeadlineConfig {
   floorMs: number;
   /** …and otherwise this many times its expected time. */
   latencyFactor: number;
+  /** A shadow item (an audit or a probe: nothing waits on it) may take this many times the request's budget… */
+  shadowFactor: number;
+  /** …and at least this long, ms: a slow worker's probe measures it rather than counting as a miss. */
+  shadowFloorMs: number;
 }
 
 export const DEFAULT_DEADLINES: Readonly<DeadlineConfig> = Object.freeze({
@@ -267,6 +271,8 @@ export const DEFAULT_DEADLINES: Readonly<DeadlineConfig> = Object.freeze({
   capMs: 250,
   floorMs: 20,
   latencyFactor: 3,
+  shadowFactor: 4,
+  shadowFloorMs: 3000,
 });
 
 /** How long the dispatcher may wait at most for a request whose coordinator waits `deadlineUs`, ms (≤ 0: not at all). */
@@ -282,6 +288,15 @@ export function requestBudgetMs(deadlineUs: number, cfg: DeadlineConfig = DEFAUL
 export function workerDeadlineMs(expectedMs: number | null, budgetMs: number, cfg: DeadlineConfig = DEFAULT_DEADLINES): number {
   if (expectedMs === null) return budgetMs;
   return Math.min(budgetMs, Math.max(cfg.floorMs, cfg.latencyFactor * expectedMs));
+}
+
+/**
+ * A shadow item's wait (an audit or a probe, sent but not claimed: the coordinator computes its pairs anyway): long,
+ * so that a worker slower than the layer's budget is measured — and kept in the claim policy's sight while saturated —
+ * instead of benched for misses; bounded all the same, so an answer that never comes is not held.
+ */
+export function shadowDeadlineMs(budgetMs: number, cfg: DeadlineConfig = DEFAULT_DEADLINES): number {
+  return Math.max(cfg.shadowFactor * budgetMs, cfg.shadowFloorMs);
 }
 
 // ---------------------------------------------------------------------------------------------

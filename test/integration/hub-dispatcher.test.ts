@@ -781,6 +781,34 @@ describe('ModelDispatcher, protocol v2 (claims) against a scripted coordinator',
     }
   });
 
+  test('v2: a shadow probe answered later than the layer could wait still measures the worker (a serve, not a miss)', async () => {
+    const links = new Links();
+    // 300 ms: past this request's 40 ms budget and past 4 × it, within the shadow floor (plan.ts shadowDeadlineMs).
+    const worker = new FnLink('w', 0, 0, 16, (w) => sleep(300).then(() => simple(w)));
+    links.list = [worker];
+    const now = 1_000_000;
+    const d = await dispatcher(links, {
+      mode: 'auto',
+      clock: () => now,
+      record: () => ({ attachMs: now - 60_000, lastServeMs: null, released: false, quarantined: false }),
+      saturation: () => ({ atMs: now, busy: 4, slots: 4, source: 'slots' }),
+    });
+    const c = await ScriptedCoordinator.connect(d.socketPath, { nExpertUsed: 8 }, true, 2);
+    const ids = Int32Array.from({ length: 32 }, (_, i) => i % 16);
+    try {
+      const x = await c.sendV2(c.request({ ids, nUsed: 8, localNsPerPair: 1_000_000, deadlineUs: 50_000 }));
+      assert.equal(x.claim.claimed, null, 'a probe in shadow: nothing claimed, nothing waits');
+      assert.equal(d.totals.claims['shadow-probe'], 1);
+      await sleep(450);
+      const st = d.workerStats('w');
+      assert.ok(st?.lastServeMs != null, 'the slow answer counts: the worker is measured');
+      assert.equal(st?.misses, 0, 'and is not a miss');
+    } finally {
+      c.close();
+      await d.close();
+    }
+  });
+
   test('v1 and v2: when the policy declines every covering worker, the layer goes quiet (no exchange per layer meanwhile)', async () => {
     const links = new Links();
     links.list = [new FnLink('w', 0, 0, 16, never)];

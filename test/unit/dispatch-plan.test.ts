@@ -14,6 +14,7 @@ import {
   type PlanWorker,
   type RequestPlan,
   requestBudgetMs,
+  shadowDeadlineMs,
   workerDeadlineMs,
 } from '../../hub/dispatch/plan.ts';
 import { mulberry32 } from '../support/random.ts';
@@ -211,6 +212,10 @@ test('deadlines: the coordinator budget less a margin, capped; per worker from i
   assert.equal(workerDeadlineMs(1, 225, c), 20); // the floor
   assert.equal(workerDeadlineMs(10, 225, c), 30); // 3 × expected
   assert.equal(workerDeadlineMs(100, 225, c), 225); // never past the budget
+  // Shadow items (nothing waits on them): the floor, so that a slow worker is measured, not benched…
+  assert.equal(shadowDeadlineMs(225, c), 3000);
+  // …or 4 × the budget where that is longer.
+  assert.equal(shadowDeadlineMs(225, { ...c, shadowFloorMs: 0 }), 900);
 });
 
 test('latency model: a fitted line when sizes vary, the whole round trip per pair when they do not', () => {

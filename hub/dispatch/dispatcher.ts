@@ -263,10 +263,13 @@ export interface WorkerDispatchStats {
   benchedAtMs: number | null;
   lastProbeMs: number | null;
   /**
-   * v2: when it may next be given a probe in shadow (null: at once). Probes back off with consecutive misses, and none
-   * is sent while the worker still has work outstanding, so a slow worker is not kept busy by probes alone.
+   * v2: when it may next be given a probe in shadow (null: at once). Probes back off with consecutive misses and with
+   * consecutive probes that did not win the worker a claim, and none is sent while the worker still has work
+   * outstanding, so a slow worker is not kept busy by probes alone.
    */
   nextShadowProbeMs: number | null;
+  /** v2: shadow probes sent since the worker was last claimed pairs. */
+  shadowStreak: number;
   /** Items sent and not settled yet (late ones included). */
   outstanding: number;
 }
@@ -737,6 +740,7 @@ export class ModelDispatcher {
         benchedAtMs: null,
         lastProbeMs: null,
         nextShadowProbeMs: null,
+        shadowStreak: 0,
         outstanding: 0,
       };
       this.workers.set(workerId, s);
@@ -1000,7 +1004,11 @@ export class ModelDispatcher {
       const r = caps.reasons[i] as ClaimReason;
       this.totals.claims[r] = (this.totals.claims[r] ?? 0) + 1;
       const st = stats[i] as WorkerDispatchStats;
-      if (w.cap === 0 && (r === 'too-slow' || r === 'no-gain') && this.shadowProbeDue(st, nowMs)) {
+      if (w.cap > 0) {
+        // Claimed: the probes' backoff starts over the next time the caps leave it out.
+        st.shadowStreak = 0;
+        st.nextShadowProbeMs = null;
+      } else if ((r === 'too-slow' || r === 'no-gain') && this.shadowProbeDue(st, nowMs)) {
         w.cap = Math.min(covered[i] as number, this.claimCfg.probePairs);
         probe[i] = true;
         this.totals.claims['shadow-probe'] = (this.totals.claims['shadow-probe'] ?? 0) + 1;
@@ -1054,11 +1062,14 @@ export class ModelDispatcher {
 
   /**
    * Whether a worker may be probed in shadow now; if so, books the next probe: `shadowProbeEveryMs` doubled per
-   * consecutive miss (at most 32×), and never while it has work outstanding.
+   * consecutive miss and per earlier probe since its last claim (at most 32×: a worker that stays too slow costs its
+   * own machine one probe a minute or so), and never while it has work outstanding.
    */
   private shadowProbeDue(st: WorkerDispatchStats, nowMs: number): boolean {
     if (st.outstanding > 0 || nowMs < (st.nextShadowProbeMs ?? 0)) return false;
-    st.nextShadowProbeMs = nowMs + this.claimCfg.shadowProbeEveryMs * 2 ** Math.min(st.consecutiveMisses, 5);
+    const backoff = Math.min(st.consecutiveMisses + st.shadowStreak, 5);
+    st.nextShadowProbeMs = nowMs + this.claimCfg.shadowProbeEveryMs * 2 ** backoff;
+    st.shadowStreak++;
     return true;
   }
 

@@ -781,6 +781,55 @@ describe('ModelDispatcher, protocol v2 (claims) against a scripted coordinator',
     }
   });
 
+  test('v2: a worker that stays too slow is probed ever less often (2 s, then 4 s, …), and a claim resets that', async () => {
+    const links = new Links();
+    const worker = new FnLink('w', 0, 0, 16, (w) => sleep(5).then(() => simple(w)));
+    links.list = [worker];
+    let now = 1_000_000;
+    const d = await dispatcher(links, {
+      mode: 'auto',
+      clock: () => now,
+      record: () => ({ attachMs: now - 60_000, lastServeMs: now - 100, released: false, quarantined: false }),
+      saturation: () => ({ atMs: now, busy: 4, slots: 4, source: 'slots' }),
+    });
+    const c = await ScriptedCoordinator.connect(d.socketPath, { nExpertUsed: 8 }, true, 2);
+    const ids = Int32Array.from({ length: 32 }, (_, i) => i % 16);
+    const probes = (): number => d.totals.claims['shadow-probe'] ?? 0;
+    // One request against a coordinator at `localNs` per pair; waits until the worker's answers are in.
+    const step = async (localNs: number): Promise<void> => {
+      const x = await c.sendV2(c.request({ ids, nUsed: 8, localNsPerPair: localNs }));
+      if (x.claim.claimed) await x.result();
+      await sleep(30);
+    };
+    try {
+      for (let i = 0; i < 4; i++) await step(1_000_000); // measured, claimed (a ~5 ms worker, a 32 ms coordinator)
+      await step(1_000); // a 32 µs coordinator: too slow, probed in shadow
+      assert.equal(probes(), 1);
+      now += 1_999;
+      await step(1_000);
+      assert.equal(probes(), 1, 'not within 2 s');
+      now += 1;
+      await step(1_000);
+      assert.equal(probes(), 2, 'the second probe 2 s after the first');
+      now += 3_999;
+      await step(1_000);
+      assert.equal(probes(), 2, 'the third not within 4 s of the second');
+      now += 1;
+      await step(1_000);
+      assert.equal(probes(), 3);
+      await step(1_000_000); // claimed again: the backoff starts over
+      assert.ok((d.totals.claims.balanced ?? 0) > 0, JSON.stringify(d.totals.claims));
+      await step(1_000);
+      assert.equal(probes(), 4, 'left out again after a claim: probed at once');
+      now += 2_000;
+      await step(1_000);
+      assert.equal(probes(), 5, 'and 2 s on');
+    } finally {
+      c.close();
+      await d.close();
+    }
+  });
+
   test('v2: a shadow probe answered later than the layer could wait still measures the worker (a serve, not a miss)', async () => {
     const links = new Links();
     // 300 ms: past this request's 40 ms budget and past 4 × it, within the shadow floor (plan.ts shadowDeadlineMs).

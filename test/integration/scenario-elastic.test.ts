@@ -45,7 +45,9 @@ const SCENARIO: ElasticScenario = {
   graceMs: 60_000,
   load: { peak: 5, stepMs: 400, maxTokens: 32, prompts: 4 },
   minHoldMs: 0,
-  maxHoldMs: 30_000,
+  // Long enough for a worker the claim caps leave out (too slow against this machine's coordinator) to be probed
+  // again past the idle timeout: probes back off 2, 4, 8, 16 s while it stays too slow.
+  maxHoldMs: 45_000,
   waitMs: 60_000,
   artifacts: fileURLToPath(new URL('../../.cache/artifacts/scenario-elastic/', import.meta.url)),
   log: (line) => console.log(`# ${line}`),

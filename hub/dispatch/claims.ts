@@ -50,9 +50,28 @@ export interface ClaimConfig {
    * at most this often, ms, so that its measured speed stays current (the dispatcher's part, not claimCaps').
    */
   shadowProbeEveryMs: number;
+  /**
+   * …and so that a worker spends at most this share of its time on shadow probes: one whose probe takes 2 s (a
+   * software-rendered tab) is probed every 40 s at most, whatever the backoff says.
+   */
+  shadowProbeDuty: number;
 }
 
-export const DEFAULT_CLAIMS: Readonly<ClaimConfig> = Object.freeze({ probePairs: 8, minGain: 0.05, shadowProbeEveryMs: 2000 });
+export const DEFAULT_CLAIMS: Readonly<ClaimConfig> = Object.freeze({
+  probePairs: 8,
+  minGain: 0.05,
+  shadowProbeEveryMs: 2000,
+  shadowProbeDuty: 0.05,
+});
+
+/**
+ * The wait before a worker's next shadow probe, ms: `shadowProbeEveryMs` doubled `backoff` times (at most 32×), and
+ * at least the probe's expected round trip (`probeMs`, null: not measured) over `shadowProbeDuty`.
+ */
+export function shadowProbeGapMs(backoff: number, probeMs: number | null, cfg: ClaimConfig = DEFAULT_CLAIMS): number {
+  const base = cfg.shadowProbeEveryMs * 2 ** Math.min(Math.max(0, backoff), 5);
+  return probeMs === null || !(cfg.shadowProbeDuty > 0) ? base : Math.max(base, probeMs / cfg.shadowProbeDuty);
+}
 
 export type ClaimReason =
   /** Given pairs as the balanced split says. */

@@ -51,7 +51,7 @@ import {
   encodeResult,
   negotiateVersion,
 } from './protocol.ts';
-import { type ClaimConfig, type ClaimReason, DEFAULT_CLAIMS, claimCaps } from './claims.ts';
+import { type ClaimConfig, type ClaimReason, DEFAULT_CLAIMS, claimCaps, shadowProbeGapMs } from './claims.ts';
 import {
   DEFAULT_DEADLINES,
   type DeadlineConfig,
@@ -1061,14 +1061,14 @@ export class ModelDispatcher {
   }
 
   /**
-   * Whether a worker may be probed in shadow now; if so, books the next probe: `shadowProbeEveryMs` doubled per
-   * consecutive miss and per earlier probe since its last claim (at most 32×: a worker that stays too slow costs its
-   * own machine one probe a minute or so), and never while it has work outstanding.
+   * Whether a worker may be probed in shadow now; if so, books the next probe (claims.ts `shadowProbeGapMs`): the
+   * base interval doubled per consecutive miss and per earlier probe since its last claim, and at least 20 × what a
+   * probe takes it; never while it has work outstanding.
    */
   private shadowProbeDue(st: WorkerDispatchStats, nowMs: number): boolean {
     if (st.outstanding > 0 || nowMs < (st.nextShadowProbeMs ?? 0)) return false;
-    const backoff = Math.min(st.consecutiveMisses + st.shadowStreak, 5);
-    st.nextShadowProbeMs = nowMs + this.claimCfg.shadowProbeEveryMs * 2 ** backoff;
+    const probeMs = expectedRoundTripMs(st.latency, this.claimCfg.probePairs);
+    st.nextShadowProbeMs = nowMs + shadowProbeGapMs(st.consecutiveMisses + st.shadowStreak, probeMs, this.claimCfg);
     st.shadowStreak++;
     return true;
   }

@@ -5,7 +5,14 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { type ClaimInput, type ClaimReason, type ClaimWorker, DEFAULT_CLAIMS, claimCaps } from '../../hub/dispatch/claims.ts';
+import {
+  type ClaimInput,
+  type ClaimReason,
+  type ClaimWorker,
+  DEFAULT_CLAIMS,
+  claimCaps,
+  shadowProbeGapMs,
+} from '../../hub/dispatch/claims.ts';
 
 const W = (covered: number, overheadMs: number | null, perPairMs = 0, queueMs = 0): ClaimWorker => ({
   covered,
@@ -147,4 +154,18 @@ test('claim caps never make the layer slower than the coordinator alone (random 
       if (c > 0) assert.ok(w.queueMs + (w.overheadMs ?? 0) + c * w.perPairMs <= input.budgetMs + 1e-9, `case ${n}: past the deadline`);
     });
   }
+});
+
+test('shadow probe gaps: the base doubled per backoff step (at most 32×), never under 20 × the probe itself', () => {
+  const rows: Array<{ name: string; backoff: number; probeMs: number | null; want: number }> = [
+    { name: 'first probe, unmeasured', backoff: 0, probeMs: null, want: 2_000 },
+    { name: 'a fast worker', backoff: 0, probeMs: 5, want: 2_000 },
+    { name: 'second probe of a worker that stays too slow', backoff: 1, probeMs: 5, want: 4_000 },
+    { name: 'backoff capped at 32×', backoff: 12, probeMs: 5, want: 64_000 },
+    { name: 'negative backoff reads as none', backoff: -1, probeMs: null, want: 2_000 },
+    { name: 'a probe that takes 2 s: at most 5 % of the worker', backoff: 0, probeMs: 2_000, want: 40_000 },
+    { name: 'its backoff still counts when longer', backoff: 5, probeMs: 2_000, want: 64_000 },
+  ];
+  for (const r of rows) assert.equal(shadowProbeGapMs(r.backoff, r.probeMs), r.want, r.name);
+  assert.equal(shadowProbeGapMs(0, 2_000, { ...DEFAULT_CLAIMS, shadowProbeDuty: 0 }), 2_000, 'duty 0: no floor from the probe');
 });

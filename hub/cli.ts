@@ -45,8 +45,10 @@ export const USAGE = `usage: expertswarm hub --model PATH.gguf [--model NAME=PAT
   --experts-on-demand        managed coordinators keep routed experts out of RAM until they compute one (mapped, read
                              on demand, no warmup): the experts the swarm serves are never read in (env
                              EXPERTSWARM_EXPERTS_ON_DEMAND=1)
-  --audit-rate R             share of workers' answers held against the coordinator's own sums (default 0; the
-                             audited pairs are computed by the coordinator; results in /api/expert-dispatch-map)
+  --probation N              audited work items a new worker must pass before its answers are used (default
+                             ${DEFAULTS.trust.probation}); a failed audit quarantines the worker and its wallet
+  --audit-rate R             share of a trusted worker's items held against the coordinator's own sums after that
+                             (default ${DEFAULTS.trust.spotRate}); --probation 0 --audit-rate 0 trusts every answer
   --heartbeat-ms N           volunteer heartbeat interval (default ${DEFAULT_CHANNEL.heartbeatMs})
   --admin-token TOKEN        enables the dashboard's admin actions (release, quarantine, targets, dispatch mode) for
                              requests carrying Authorization: Bearer TOKEN; at least ${ADMIN_TOKEN_MIN_CHARS} characters. Prefer
@@ -97,6 +99,7 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
       'dispatch-socket': { type: 'string', multiple: true },
       'heartbeat-ms': { type: 'string' },
       'audit-rate': { type: 'string' },
+      probation: { type: 'string' },
       'dispatch-deadline-ms': { type: 'string' },
       'experts-on-demand': { type: 'boolean' },
       'admin-token': { type: 'string' },
@@ -144,8 +147,10 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   if (values['audit-rate'] !== undefined) {
     const r = Number(values['audit-rate']);
     if (!(r >= 0 && r <= 1)) throw new Error(`--audit-rate must be a number in [0, 1], got "${values['audit-rate']}"`);
-    c.auditRate = r;
+    c.trust = { ...c.trust, spotRate: r };
   }
+  const probation = int(values.probation, '--probation', 0);
+  if (probation !== undefined) c.trust = { ...c.trust, probation };
   set('dispatchDeadlineMs', int(values['dispatch-deadline-ms'], '--dispatch-deadline-ms', 1));
   if (values['experts-on-demand'] || ['1', 'true'].includes(env.EXPERTSWARM_EXPERTS_ON_DEMAND ?? '')) c.expertsOnDemand = true;
   const heartbeatMs = int(values['heartbeat-ms'], '--heartbeat-ms', 1000);

@@ -24,23 +24,23 @@ export interface WorkerRecord {
   latencyMs: number | null;
   released: boolean;
   quarantined: boolean;
-  /** Answers held against the coordinator's own sums (AUDIT), and their NMSE. */
+  /** Answers held against the coordinator's own sums (AUDIT), how many passed (trust.ts), and their NMSE. */
   audits: number;
+  auditsPassed: number;
   auditNmseLast: number | null;
   auditNmseMax: number | null;
+  /** Pairs of its answers that went into the sums since its last passed audit: credit not yet verified. */
+  unverifiedPairs: number;
 }
-
-/**
- * An audited answer whose NMSE against the coordinator's own sums exceeds this is a mismatch. An honest worker in
- * llama numerics agrees to float-summation precision (≤ 1e-9 measured, docs/numerics.md); sums 1% off give 1e-4.
- */
-export const AUDIT_MISMATCH_NMSE = 1e-6;
 
 /**
  * quarantined and released are final; a worker that served recently is proven, one that served long ago is idle;
  * one that never served is in its grace window right after attaching, and merely joining after it.
  */
-export function workerState(r: WorkerRecord, nowMs: number, cfg: DispatchConfig = DEFAULT_DISPATCH): WorkerState {
+/** What a worker's state is read from. */
+export type WorkerStateInput = Pick<WorkerRecord, 'attachMs' | 'lastServeMs' | 'released' | 'quarantined'>;
+
+export function workerState(r: WorkerStateInput, nowMs: number, cfg: DispatchConfig = DEFAULT_DISPATCH): WorkerState {
   if (r.quarantined) return 'quarantined';
   if (r.released) return 'released';
   if (r.lastServeMs !== null) return nowMs - r.lastServeMs <= cfg.idleMs ? 'proven' : 'idle';
@@ -57,6 +57,7 @@ export interface DispatchRow {
   last_attach_ms: number;
   latency_ms: number | null;
   audits: number;
+  audits_passed: number;
   audit_nmse_last: number | null;
   audit_nmse_max: number | null;
 }
@@ -81,8 +82,10 @@ export class DispatchMap {
         released: false,
         quarantined: false,
         audits: 0,
+        auditsPassed: 0,
         auditNmseLast: null,
         auditNmseMax: null,
+        unverifiedPairs: 0,
       };
       this.records.set(workerId, r);
     }
@@ -97,10 +100,11 @@ export class DispatchMap {
     r.latencyMs = r.latencyMs === null ? latencyMs : r.latencyMs * 0.8 + latencyMs * 0.2;
   }
 
-  recordAudit(workerId: string, nmse: number): void {
+  recordAudit(workerId: string, nmse: number, passed: boolean): void {
     const r = this.records.get(workerId);
     if (!r) return;
     r.audits++;
+    if (passed) r.auditsPassed++;
     r.auditNmseLast = nmse;
     r.auditNmseMax = r.auditNmseMax === null ? nmse : Math.max(r.auditNmseMax, nmse);
   }
@@ -146,6 +150,7 @@ export class DispatchMap {
           last_attach_ms: r.attachMs,
           latency_ms: r.latencyMs,
           audits: r.audits,
+          audits_passed: r.auditsPassed,
           audit_nmse_last: r.auditNmseLast,
           audit_nmse_max: r.auditNmseMax,
         });

@@ -16,7 +16,8 @@ import { chooseReleases, type ReleaseCandidate } from './market/release.ts';
 import { chooseAssignment, type VolunteerAnswer, type VolunteerRequest } from './market/assign.ts';
 import { DEFAULT_SATURATION, effectiveTarget, saturationState, type SaturationConfig, type SaturationState } from './market/saturation.ts';
 import type { HeldRange, ModelDemand, ModelShape } from './market/types.ts';
-import { AUDIT_MISMATCH_NMSE, DEFAULT_DISPATCH, DispatchMap, workerState, type DispatchConfig, type DispatchRow } from './dispatch-map.ts';
+import { DEFAULT_TRUST, type TrustConfig, auditThis, judgeAudit, mayUse, standing, trustOn } from './dispatch/trust.ts';
+import { DEFAULT_DISPATCH, DispatchMap, workerState, type DispatchConfig, type DispatchRow } from './dispatch-map.ts';
 import { Counter } from 'prom-client';
 import { EventLog, type EventFilter, type HubEvent } from './events.ts';
 import { HubStore } from './store.ts';
@@ -34,7 +35,14 @@ import {
   WORKERS_MAX,
 } from './limits.ts';
 import { ShardServer } from './shards.ts';
-import { DispatchMetrics, ModelDispatcher, type AuditChooser, type DispatcherEvents, type ResponseSummary } from './dispatch/dispatcher.ts';
+import {
+  type AuditChooser,
+  type AuditResult,
+  DispatchMetrics,
+  type DispatcherEvents,
+  ModelDispatcher,
+  type ResponseSummary,
+} from './dispatch/dispatcher.ts';
 import type { DispatchMode } from './dispatch/policy.ts';
 import { DEFAULT_CHANNEL, VolunteerChannel, type ChannelHost, type ChannelOptions } from './volunteers/channel.ts';
 import type { Numerics } from '../shaders/computer.ts';
@@ -88,10 +96,11 @@ export interface HubConfig {
   /** The volunteer channel's timings and caps. */
   channel: Partial<ChannelOptions>;
   /**
-   * `--audit-rate`: the share of answered work items the dispatcher withholds and holds against the coordinator's own
-   * sums (their pairs are computed by the coordinator). 0 = none, 1 = every item (tests).
+   * Trust in workers' answers (hub/dispatch/trust.ts): `--probation N` audited items before a new worker's answers are
+   * used (default 20), `--audit-rate R` the share of a trusted worker's items audited after that (default 0.02), and
+   * the NMSE beyond which an audit quarantines the worker. `{ probation: 0, spotRate: 0 }` trusts every answer.
    */
-  auditRate: number;
+  trust: TrustConfig;
   /**
    * `--dispatch-deadline-ms`: how long a managed coordinator waits for the dispatcher per MoE layer (its
    * `--expert-dispatch-deadline-ms`), and the cap of the dispatcher's own wait. Default 250.
@@ -134,7 +143,7 @@ export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
     dispatchMode: 'auto',
     dispatchSockets: [],
     channel: {},
-    auditRate: 0,
+    trust: { ...DEFAULT_TRUST },
     dispatchDeadlineMs: 250,
     expertsOnDemand: false,
     adminToken: null,
@@ -400,10 +409,13 @@ export class Hub {
 
   private async startDispatcher(model: string, socketPath: string): Promise<void> {
     const events: DispatcherEvents = {
-      onServe: (workerId, atMs, latencyMs, pairs) => {
-        this.dispatch.recordServe(workerId, atMs, latencyMs, pairs);
-        const wallet = this.dispatch.record(workerId)?.wallet;
-        if (wallet) this.creditDue.set(wallet, (this.creditDue.get(wallet) ?? 0) + pairs);
+      onServe: (workerId, atMs, latencyMs, pairs) => this.dispatch.recordServe(workerId, atMs, latencyMs, pairs),
+      onUsed: (workerId, pairs) => {
+        const rec = this.dispatch.record(workerId);
+        if (!rec) return;
+        // With trust checks on, credit waits for the worker's next passed audit (and is dropped if it fails one).
+        if (trustOn(this.config.trust)) rec.unverifiedPairs += pairs;
+        else this.credit(rec.wallet, pairs);
       },
       onBench: (workerId, benched) =>
         this.events.add(
@@ -412,17 +424,12 @@ export class Hub {
           `${workerId} ${benched ? 'benched: keeps missing deadlines' : 'back: answered in time'}`,
           this.now(),
         ),
-      onAudit: (workerId, result) => {
-        this.dispatch.recordAudit(workerId, result.nmse);
-        const match = result.nmse <= AUDIT_MISMATCH_NMSE;
-        this.auditCounter.inc({ model, result: match ? 'match' : 'mismatch' });
-        if (!match)
-          this.events.add(
-            'dispatch',
-            model,
-            `${workerId} audit mismatch on layer ${result.layer}: NMSE ${result.nmse.toExponential(2)}`,
-            this.now(),
-          );
+      onAudit: (workerId, result) => this.onAudit(model, workerId, result),
+      // A partial of the wrong size or with NaN / ±∞ in it is refused at the frame; no honest client sends one (it
+      // reports a failed computation instead), so with trust checks on it quarantines like a failed audit.
+      onMiss: (workerId, kind) => {
+        if (trustOn(this.config.trust) && (kind === 'non-finite' || kind === 'wrong-size'))
+          this.distrust(workerId, `answered with ${kind === 'non-finite' ? 'sums that are not finite' : 'sums of the wrong size'}`);
       },
       onCoordinator: (event, detail) => {
         if (event !== 'closed' && event !== 'connected') this.events.add('coordinator', model, `dispatch ${event}: ${detail}`, this.now());
@@ -443,7 +450,9 @@ export class Hub {
       record: (workerId) => this.dispatch.record(workerId),
       metrics: this.dispatchMetrics,
       events,
-      ...(this.config.auditRate > 0 ? { chooseAudit: auditChooser(this.config.auditRate) } : {}),
+      ...(trustOn(this.config.trust)
+        ? { chooseAudit: this.auditChooser(), mayUse: (workerId: string) => mayUse(this.standingOf(workerId)) }
+        : {}),
       acceptHello: (hello) => {
         this.numericsOf.set(model, hello.numerics);
         return 0;
@@ -493,6 +502,73 @@ export class Hub {
     return this.channel.release(workerId, 'NOT_NEEDED', reason);
   }
 
+  /** A worker's standing (trust.ts); an unknown one is on probation. */
+  private standingOf(workerId: string) {
+    const rec = this.dispatch.record(workerId);
+    return standing({ passed: rec?.auditsPassed ?? 0, quarantined: rec?.quarantined ?? false }, this.config.trust);
+  }
+
+  /**
+   * Which items of a request are audited: every item of a worker on probation (first, so that a shared row goes to
+   * it), and a random `spotRate` share of the trusted workers' items.
+   */
+  private auditChooser(): AuditChooser {
+    return ({ workerIds, answered }) => {
+      const probation: number[] = [];
+      const spot: number[] = [];
+      workerIds.forEach((id, i) => {
+        if (!answered[i]) return;
+        const s = this.standingOf(id);
+        if (s === 'probation') probation.push(i);
+        else if (auditThis(s, Math.random(), this.config.trust)) spot.push(i);
+      });
+      return [...probation, ...spot];
+    };
+  }
+
+  /**
+   * An audit's verdict: passed, the audited pairs join the worker's unverified credit, all of which is credited once
+   * the worker is in good standing (probation passed); failed, the worker and its wallet are quarantined (durable),
+   * its unverified credit dropped.
+   */
+  private onAudit(model: string, workerId: string, result: AuditResult): void {
+    const verdict = judgeAudit(result.nmse, this.config.trust);
+    this.dispatch.recordAudit(workerId, result.nmse, verdict.ok);
+    this.auditCounter.inc({ model, result: verdict.ok ? 'match' : 'mismatch' });
+    const rec = this.dispatch.record(workerId);
+    if (!rec || rec.quarantined) return;
+    if (verdict.ok) {
+      // Verified work counts once the worker is in good standing: a passed audit on probation waits for the rest.
+      rec.unverifiedPairs += result.pairs;
+      if (this.standingOf(workerId) === 'trusted') {
+        this.credit(rec.wallet, rec.unverifiedPairs);
+        rec.unverifiedPairs = 0;
+      }
+      return;
+    }
+    this.distrust(workerId, `${verdict.reason} on layer ${result.layer} (${result.pairs} pairs)`);
+  }
+
+  /**
+   * Quarantines a worker the trust checks caught, and its wallet: at once in the dispatch map (its next items go in
+   * shadow, the policy declines it), the rest (the store, the channel, every dispatcher) once the dispatcher that
+   * reported it has returned. Its unverified credit is dropped.
+   */
+  private distrust(workerId: string, reason: string): void {
+    const rec = this.dispatch.record(workerId);
+    if (!rec || rec.quarantined) return;
+    const dropped = rec.unverifiedPairs;
+    rec.unverifiedPairs = 0;
+    this.dispatch.setQuarantined(workerId);
+    queueMicrotask(() =>
+      this.quarantineWorker(workerId, reason, rec.wallet !== null, `by the trust checks; ${dropped} unverified pairs not credited`),
+    );
+  }
+
+  private credit(wallet: string | null, pairs: number): void {
+    if (wallet && pairs > 0) this.creditDue.set(wallet, (this.creditDue.get(wallet) ?? 0) + pairs);
+  }
+
   private flushCredit(): void {
     if (this.creditDue.size === 0) return;
     const due = [...this.creditDue];
@@ -514,6 +590,9 @@ export class Hub {
     return {
       authenticate: (authorization) => this.authenticate(authorization),
       quarantineReason: (workerId, wallet) => this.store.quarantineReason(workerId) ?? this.store.quarantineReason(wallet),
+      badResult: (workerId, reason) => {
+        if (trustOn(this.config.trust)) this.distrust(workerId, `a result frame refused: ${reason}`);
+      },
       offer: (workerId, request) => this.volunteer(request, workerId),
       shard: async (model, layer, begin, end) => {
         const s = await this.shards.open({ model, layer, expertBegin: begin, expertEnd: end });
@@ -1084,10 +1163,16 @@ export class Hub {
    * that wallet is refused at its next hello or heartbeat.
    */
   adminQuarantine(workerId: string, reason: string, wallet = false): { model: string | null; detail: string } {
-    const { model } = this.knownWorker(workerId);
-    const walletId = wallet ? (this.dispatch.record(workerId)?.wallet ?? this.channel.workerInfo(workerId)?.wallet ?? null) : null;
-    if (wallet && !walletId)
+    this.knownWorker(workerId);
+    if (wallet && !(this.dispatch.record(workerId)?.wallet ?? this.channel.workerInfo(workerId)?.wallet))
       throw new HubError('BODY_INVALID', `worker "${workerId}" has no wallet known to the hub; quarantine it without wallet: true`);
+    return this.quarantineWorker(workerId, reason, wallet, 'by the operator');
+  }
+
+  /** Quarantines a worker (and its wallet when `wallet`): durable, disconnected, forgotten by every dispatcher. */
+  private quarantineWorker(workerId: string, reason: string, wallet: boolean, by: string): { model: string | null; detail: string } {
+    const model = this.coverage.modelOf(workerId) ?? null;
+    const walletId = wallet ? (this.dispatch.record(workerId)?.wallet ?? this.channel.workerInfo(workerId)?.wallet ?? null) : null;
     this.retire(model !== null ? this.workerRow(workerId, model, this.now()) : null, 'quarantined');
     this.store.quarantine(workerId, reason, this.now());
     if (walletId) this.store.quarantine(walletId, reason, this.now());
@@ -1095,7 +1180,7 @@ export class Hub {
     if (!this.channel.disconnect(workerId, 'QUARANTINED', reason)) this.dispatch.forget(workerId);
     this.coverage.remove(workerId);
     for (const d of this.dispatchers.values()) d.forget(workerId);
-    this.events.add('quarantine', model, `${workerId}: ${reason} (by the operator)`, this.now());
+    this.events.add('quarantine', model, `${workerId}: ${reason} (${by})`, this.now());
     this.channel.demandChanged();
     const what = `${workerId}${model ? ` (${model})` : ''}${walletId ? ` and its wallet ${walletId}` : ''}`;
     return { model, detail: `quarantined ${what}: ${reason}` };
@@ -1162,15 +1247,4 @@ export class Hub {
 
 function errorText(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
-}
-
-/** Audits each answered work item with probability `rate` (the dispatcher keeps at most one per row). */
-function auditChooser(rate: number): AuditChooser {
-  return ({ answered }) => {
-    const chosen: number[] = [];
-    answered.forEach((ok, i) => {
-      if (ok && (rate >= 1 || Math.random() < rate)) chosen.push(i);
-    });
-    return chosen;
-  };
 }

@@ -84,10 +84,11 @@ export interface VolunteerClientOptions {
   agent?: string;
   fetch?: typeof fetch;
   /**
-   * Negative-control seam for verification tests: changes each result's sums before they are sent (a dishonest or
-   * broken volunteer). Never set by the page or the headless volunteer.
+   * Negative-control seam for verification tests: changes each result's sums in place, or returns others to send
+   * instead, or the raw bytes of a result frame (a dishonest or broken volunteer; `ctx.compute` gives the honest sums
+   * of another frame, e.g. the same rows with other experts). Never set by the page or the headless volunteer.
    */
-  tamper?: (sums: Float32Array) => void;
+  tamper?: (sums: Float32Array, ctx: TamperContext) => TamperAnswer | Promise<TamperAnswer>;
   random?: () => number;
   now?: () => number;
 }
@@ -116,6 +117,15 @@ const LOAD_CODES: Partial<Record<VolunteerErrorCode, LoadFailedCode>> = {
   SLICE_DOES_NOT_FIT: 'DOES_NOT_FIT',
   NO_BACKEND: 'NO_BACKEND',
 };
+
+/** Sums to send instead, a raw frame to send as it is, or undefined: the (possibly changed) sums. */
+export type TamperAnswer = Float32Array | Uint8Array | undefined;
+
+/** What a `tamper` seam sees of the work it answers. */
+export interface TamperContext {
+  frame: WorkFrame;
+  compute(frame: WorkFrame): Promise<Float32Array>;
+}
 
 export function createVolunteerClient(options: VolunteerClientOptions): VolunteerControls {
   return new VolunteerClient(options);
@@ -563,10 +573,20 @@ class VolunteerClient implements VolunteerControls {
         let finite = true;
         for (let i = 0; i < sums.length; i++) if (!Number.isFinite(sums[i] as number)) finite = false;
         if (!finite) return this.refuse(frame.workId, 'COMPUTE_ERROR', 'the backend produced sums that are not finite');
-        this.o.tamper?.(sums);
+        const tamper = this.o.tamper;
+        const out = tamper ? ((await tamper(sums, { frame, compute: (f) => compute(h.opened.engine, h.opened.slice, f) })) ?? sums) : sums;
         const computeUs = Math.round((this.now() - arrived) * 1000);
         this.sendBinary(
-          encodeResult({ workId: frame.workId, nRows: frame.nRows, nEmbd: frame.nEmbd, sums, encoding: frame.resultEncoding, computeUs }),
+          out instanceof Uint8Array
+            ? out
+            : encodeResult({
+                workId: frame.workId,
+                nRows: frame.nRows,
+                nEmbd: frame.nEmbd,
+                sums: out,
+                encoding: frame.resultEncoding,
+                computeUs,
+              }),
         );
         this.served(frame.nPairs, this.now() - arrived);
       } catch (e) {

@@ -29,7 +29,7 @@ import { access, chmod, rm } from 'node:fs/promises';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { Counter, Histogram, type Registry } from 'prom-client';
-import { type WorkerRecord, workerState } from '../dispatch-map.ts';
+import { type WorkerStateInput, workerState } from '../dispatch-map.ts';
 import type { SlotsReading } from '../market/saturation.ts';
 import {
   DISPATCH_LIMITS,
@@ -87,9 +87,6 @@ export type { WorkItem, WorkerDirectory, WorkerLink };
 // ---------------------------------------------------------------------------------------------
 // What the hub plugs in (besides the links and directory of worker-link.ts)
 
-/** What the dispatcher reads of the hub's dispatch-map record (hub/dispatch-map.ts `DispatchMap.record`). */
-export type WorkerRecordView = Pick<WorkerRecord, 'attachMs' | 'lastServeMs' | 'released' | 'quarantined'>;
-
 export type CoordinatorEvent =
   /** A coordinator connected (`detail`: whether it replaced another connection). */
   | 'connected'
@@ -124,8 +121,13 @@ export interface ResponseSummary {
 
 /** Callbacks the hub hooks into the DispatchMap, the event log and the dashboards. All optional; none may throw. */
 export interface DispatcherEvents {
-  /** A worker answered in time with a valid partial: `DispatchMap.recordServe(workerId, atMs, latencyMs)`. */
+  /**
+   * A worker answered in time with a valid partial (used or not: shadow items count too):
+   * `DispatchMap.recordServe(workerId, atMs, latencyMs)`.
+   */
   onServe?(workerId: string, atMs: number, latencyMs: number, pairs: number): void;
+  /** A worker's answer went into the sums the coordinator was sent: its pairs were computed by it (credit). */
+  onUsed?(workerId: string, pairs: number): void;
   /** A work item not served: timed out, failed, or answered with a wrong-sized or non-finite partial. */
   onMiss?(workerId: string, kind: MissKind, consecutive: number): void;
   /** A worker was benched (true) or came back (false). */
@@ -139,16 +141,12 @@ export interface DispatcherEvents {
 }
 
 /**
- * The AUDIT extension's seam. An audit holds one worker's answer against the coordinator's own sums: the
- * dispatcher withholds the chosen work items' partials from the RESPONSE, flags their pairs "audited" (so the
- * coordinator computes them, as it computes every pair not served, and reports their per-row sums in an AUDIT frame)
- * and compares. Given the answered items of one request (`answered[i]` for `plan.workers[i]`), the chooser returns
- * the indices of the items to audit (default: none). At most one item per row is audited (the coordinator reports
- * one sum per row), later ones that share a row with an earlier one are skipped.
- *
- * What is in place: the choice, the withholding and the mask (`finish`). What the extension adds: the mask in the
- * RESPONSE (`encodeResponse({ ..., audit })`), keeping the withheld partials by seq, and an `onFrame` case for the
- * AUDIT frame that compares and reports. Until then an audited item's pairs are simply computed by the coordinator.
+ * Which work items are audited. An audit holds one worker's answer against the coordinator's own sums: the chosen
+ * items' pairs are flagged "audited" (v1: in the RESPONSE, their answers withheld; v2: in the CLAIM, the items sent in
+ * shadow), so the coordinator computes them and reports their per-row sums in an AUDIT frame, and `onAudit` gets the
+ * comparison. Given the items of one request (`answered[i]` for `plan.workers[i]`; v2 chooses before any answer, all
+ * true), the chooser returns the indices to audit (default: none). At most one item per row is audited (the
+ * coordinator reports one sum per row): later ones that share a row with an earlier one are skipped.
  */
 export type AuditChooser = (ctx: {
   seq: number;
@@ -231,7 +229,8 @@ export interface ModelDispatcherOptions {
   /** The poller's latest reading of this model's coordinator (`SaturationPoller.reading`); must not block. */
   saturation?: () => SlotsReading | undefined;
   /** The worker's dispatch-map record (`DispatchMap.record`): attach time, released, quarantined. */
-  record?: (workerId: string) => WorkerRecordView | undefined;
+  /** What the dispatcher reads of the hub's dispatch-map record (hub/dispatch-map.ts `DispatchMap.record`). */
+  record?: (workerId: string) => WorkerStateInput | undefined;
   metrics?: DispatchMetrics;
   events?: DispatcherEvents;
   /** Decides whether to serve this coordinator: 0 accepts, any other value refuses with that code. */
@@ -243,6 +242,12 @@ export interface ModelDispatcherOptions {
    */
   quietMs?: number;
   chooseAudit?: AuditChooser;
+  /**
+   * Whether a worker's answers may go into the sums (trust.ts `mayUse`; default: every worker's). The items of one
+   * that may not are still sent — audited where `chooseAudit` picks them, that is how it earns trust — but never used:
+   * v2 sends them in shadow (not claimed), v1 withholds their answers.
+   */
+  mayUse?: (workerId: string) => boolean;
   /** Wall clock (ms) for attach / serve times; the dispatch map's clock. */
   clock?: () => number;
 }
@@ -441,18 +446,7 @@ export class ModelDispatcher {
   private lastHello: Hello | null = null;
   private closing = false;
   /** Reused for workerState: the policy runs per worker per request. */
-  private readonly scratch: WorkerRecord = {
-    workerId: '',
-    wallet: null,
-    attachMs: 0,
-    lastServeMs: null,
-    latencyMs: null,
-    released: false,
-    quarantined: false,
-    audits: 0,
-    auditNmseLast: null,
-    auditNmseMax: null,
-  };
+  private readonly scratch: WorkerStateInput = { attachMs: 0, lastServeMs: null, released: false, quarantined: false };
 
   private constructor(
     private readonly opts: ModelDispatcherOptions,
@@ -931,7 +925,10 @@ export class ModelDispatcher {
       f.shadow[i] = true;
       f.remaining--;
     }
-    if (v2) this.chooseShadow(f, chosen);
+    if (v2) {
+      this.chooseShadow(f, chosen);
+      this.shadowUntrusted(f, chosen);
+    }
     for (let i = 0; i < n; i++) {
       const wp = plan.workers[i] as (typeof plan.workers)[number];
       const link = chosen[wp.worker] as WorkerLink;
@@ -1047,6 +1044,17 @@ export class ModelDispatcher {
       });
     }
     if (items.length > 0) f.audit = { seq: f.req.seq, layer: f.req.layer, trusted: null, items };
+  }
+
+  /** v2: the items of workers whose answers may not be used go in shadow too (not claimed; audited or not). */
+  private shadowUntrusted(f: InFlight, chosen: readonly WorkerLink[]): void {
+    const mayUse = this.opts.mayUse;
+    if (!mayUse) return;
+    for (const [i, wp] of f.plan.workers.entries()) {
+      if (f.shadow[i] || mayUse((chosen[wp.worker] as WorkerLink).workerId)) continue;
+      f.shadow[i] = true;
+      f.remaining--;
+    }
   }
 
   /**
@@ -1252,7 +1260,16 @@ export class ModelDispatcher {
     const sums = new Float32Array(req.nTokens * req.nEmbd);
     const v2 = conn.version === 2;
     const audit = v2 ? null : this.withholdAudited(f);
+    const mayUse = this.opts.mayUse;
+    for (const [i, link] of f.links.entries()) {
+      // v1: the answers of workers that may not be used are dropped here (v2 sent them in shadow).
+      if (mayUse && f.partials[i] && !mayUse(link.workerId)) f.partials[i] = null;
+    }
     const nServed = mergePartials(plan, f.partials, req.nEmbd, served, sums);
+    if (this.events.onUsed) {
+      for (const [i, p] of f.partials.entries())
+        if (p) this.events.onUsed((f.links[i] as WorkerLink).workerId, (plan.workers[i] as RequestPlan['workers'][number]).nPairs);
+    }
     let rejected = 0;
     for (const r of f.rejectedPairs) rejected += r;
     const fallback = pairs - nServed - rejected;

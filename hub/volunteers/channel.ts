@@ -61,6 +61,11 @@ export interface ChannelHost {
   /** The worker is gone: drop its coverage and dispatch record. */
   forget(workerId: string): void;
   creditOf(wallet: string): number;
+  /**
+   * A result frame that does not decode (NaN or ±∞ in it, the wrong size, the wrong work): the connection is closed
+   * with BAD_FRAME; the host may also distrust the worker (quarantine).
+   */
+  badResult?(workerId: string, reason: string): void;
   event(kind: 'volunteer-join' | 'volunteer-leave' | 'release' | 'load-failed', model: string | null, detail: string): void;
 }
 
@@ -583,7 +588,13 @@ export class VolunteerChannel {
       c.settle(workId)?.reject(new WorkError(`${f.code}: ${f.message}`));
       return;
     }
-    const r = decodeResult(bytes, { workId, nRows: p.nRows, nEmbd: p.nEmbd, encoding: p.encoding });
+    let r: ReturnType<typeof decodeResult>;
+    try {
+      r = decodeResult(bytes, { workId, nRows: p.nRows, nEmbd: p.nEmbd, encoding: p.encoding });
+    } catch (e) {
+      this.host.badResult?.(c.workerId, e instanceof Error ? e.message : String(e));
+      throw e;
+    }
     this.onResult?.(c.workerId, performance.now() - p.sentAt, r.computeUs);
     c.settle(workId)?.resolve(r.sums);
   }

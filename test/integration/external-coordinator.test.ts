@@ -73,6 +73,11 @@ test('an external coordinator on --dispatch-socket is served by the hub’s disp
         '1',
         '--dispatch-deadline-ms',
         DEADLINE_MS,
+        // Every answer used from the first (no probation, no spot audits): this test counts what is served.
+        '--probation',
+        '0',
+        '--audit-rate',
+        '0',
         '--port',
         '0',
         '--state',

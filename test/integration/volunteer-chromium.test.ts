@@ -26,7 +26,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { GGMLType } from '../../gguf/quant-types.ts';
-import { AUDIT_MISMATCH_NMSE } from '../../hub/dispatch-map.ts';
+import { DEFAULT_TRUST } from '../../hub/dispatch/trust.ts';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
 import type { BackendPreference } from '../../volunteer/state.ts';
 import { CHROMIUM_LAUNCH, launchChromium } from '../support/browser.ts';
@@ -43,6 +43,7 @@ import {
   moeLayersOf,
   pairOutcomes,
   startSwarmHub,
+  TRUST_OFF,
   waitForCoverage,
   type MapRow,
   type SwarmHub,
@@ -284,7 +285,7 @@ test('two Chromium tabs joined on the page serve deepseek Q8_0: tokens identical
 });
 
 /**
- * Every answer audited (`auditRate: 1`: the dispatcher withholds the tab's answer, the coordinator computes the same
+ * Every answer audited (trust `spotRate: 1`, no probation: the tab's answer is never used, the coordinator computes the same
  * pairs and reports their sums): the tabs' sums against the coordinator's own, per tab, over `n` tokens. Audited
  * pairs are never served, so the tokens are the coordinator's.
  */
@@ -299,7 +300,7 @@ async function auditTabs(
   let hub: SwarmHub | undefined;
   const tabs: Tab[] = [];
   try {
-    hub = await startSwarmHub(m.path, 'always', { auditRate: 1 }, 'm', { dir: pagesDir });
+    hub = await startSwarmHub(m.path, 'always', { trust: { ...TRUST_OFF, spotRate: 1 } }, 'm', { dir: pagesDir });
     await openTabs([browser, browser], hub.url, tabs, backend);
     await waitForCoverage(hub.url, hub.model, moeLayersOf(m.config), m.config.nExpert, 1, SERVE_MS);
     for (const t of tabs) await waitServing(t);
@@ -345,14 +346,14 @@ test('two Chromium tabs joined on the page serve qwen3moe Q4_K: ≥ 90% served, 
 
 /**
  * The audit check of one model and backend, printed per layer (the note's per-type NMSE in Chromium): every tab
- * audited on most evaluations, no mismatch (NMSE ≤ AUDIT_MISMATCH_NMSE, or ≤ `bound` when given), the coordinator's
+ * audited on most evaluations, no mismatch (NMSE within the trust tolerance, or ≤ `bound` when given), the coordinator's
  * tokens.
  */
 async function assertAudited(
   config: typeof QWEN_Q4K,
   label: string,
   backend: BackendPreference,
-  bound = AUDIT_MISMATCH_NMSE,
+  bound = DEFAULT_TRUST.toleranceNmse,
 ): Promise<void> {
   const n = 24;
   const a = await auditTabs(config, n, backend);

@@ -7,13 +7,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { testModel } from '../support/models.ts';
-import { WebSocket } from 'ws';
-import { AUDIT_MISMATCH_NMSE } from '../../hub/dispatch-map.ts';
-import { createVolunteerClient, type SocketFactory } from '../../volunteer/client.ts';
-import { MemoryIdentityStore } from '../../volunteer/identity.ts';
-import { nodeEnvironment } from '../../volunteer/node/environment.ts';
-import { NoShardCache } from '../../volunteer/shard-cache.ts';
-import type { VolunteerControls } from '../../volunteer/state.ts';
 import {
   baselineIds,
   DEEPSEEK_Q8,
@@ -21,13 +14,11 @@ import {
   E2E_TOKENS,
   QWEN_Q4K,
   completionIds,
-  dispatchMap,
   moeLayersOf,
   pairOutcomes,
   spawnVolunteer,
   startSwarmHub,
   waitForCoverage,
-  type MapRow,
 } from '../support/swarm.ts';
 
 const N = E2E_TOKENS;
@@ -75,68 +66,6 @@ for (const { name, config, backend } of MODELS) {
       assert.equal(credited, o.served, 'credit = pairs served');
     } finally {
       for (const v of vols) await v.stop();
-      await hub.close();
-    }
-  });
-}
-
-/**
- * Exactness that can fail: with every answered work item audited (`--audit-rate 1`: the dispatcher withholds the
- * volunteer's answer and the coordinator computes the same pairs and reports their sums), an honest volunteer's NMSE
- * against the coordinator is at float-summation level and a volunteer whose sums are scaled by 1.01 is a mismatch
- * (NMSE ≈ 1e-4), orders of magnitude apart. Tokens stay the coordinator's: audited pairs are never served.
- */
-for (const { name, config } of MODELS) {
-  test(`audits tell an honest volunteer from one whose sums are × 1.01 (${name})`, { timeout: 600_000 }, async () => {
-    const m = await testModel(config);
-    // A generous deadline: under load a volunteer that misses deadlines is benched and then audited no more; this
-    // test is about telling answers apart, not about speed.
-    const hub = await startSwarmHub(m.path, 'always', { auditRate: 1, dispatchDeadlineMs: 5000 });
-    const honest = spawnVolunteer(hub.url, 'honest');
-    const moeLayers = moeLayersOf(config);
-    let dishonest: VolunteerControls | null = null;
-    try {
-      await waitForCoverage(hub.url, hub.model, moeLayers.slice(0, 1), config.nExpert, 1);
-      dishonest = createVolunteerClient({
-        hubUrl: hub.url,
-        environment: () => nodeEnvironment('wasm'),
-        identity: new MemoryIdentityStore(),
-        cache: new NoShardCache(),
-        WebSocket: WebSocket as unknown as SocketFactory,
-        workerId: 'dishonest',
-        tamper: (sums) => {
-          for (let i = 0; i < sums.length; i++) sums[i] = (sums[i] as number) * 1.01;
-        },
-      });
-      dishonest.join({ memoryBudgetBytes: 256 << 20 });
-      await waitForCoverage(hub.url, hub.model, moeLayers, config.nExpert, 1);
-      // Completions until both have been audited often enough (each evaluation audits both layers; a loaded machine
-      // may make a volunteer miss some), at most a few.
-      const WANT_AUDITS = 8;
-      let rows: MapRow[] = [];
-      const of = (id: string): MapRow => rows.find((r) => r.worker_id === id) as MapRow;
-      for (let round = 0; round < 5; round++) {
-        await completionIds(hub.url, hub.model, PROMPT, 16, m.ban);
-        rows = await dispatchMap(hub.url, hub.model);
-        if (of('honest').audits >= WANT_AUDITS && of('dishonest').audits >= WANT_AUDITS) break;
-      }
-      const h = of('honest');
-      const d = of('dishonest');
-      console.log(
-        `# ${name}: honest NMSE max ${h.audit_nmse_max} over ${h.audits} audits; × 1.01 NMSE max ${d.audit_nmse_max} over ${d.audits}`,
-      );
-      assert.ok(
-        h.audits >= WANT_AUDITS && d.audits >= WANT_AUDITS,
-        `both volunteers audited ${WANT_AUDITS}+ times: ${h.audits}, ${d.audits}`,
-      );
-      assert.ok((h.audit_nmse_max as number) <= AUDIT_MISMATCH_NMSE, `honest NMSE ${h.audit_nmse_max}`);
-      assert.ok((d.audit_nmse_last as number) > AUDIT_MISMATCH_NMSE, `× 1.01 NMSE ${d.audit_nmse_last}`);
-      assert.ok((d.audit_nmse_last as number) > 100 * (h.audit_nmse_max as number) + 1e-12, 'orders of magnitude apart');
-      const text = await (await fetch(`${hub.url}/metrics`)).text();
-      assert.match(text, /^expertswarm_audits_total\{model="m",result="mismatch"\} [1-9]/m);
-    } finally {
-      await dishonest?.leave();
-      await honest.stop();
       await hub.close();
     }
   });

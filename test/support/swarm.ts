@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { runHub } from '../../hub/cli.ts';
 import { defaultConfig, type Hub, type HubConfig } from '../../hub/hub.ts';
 import type { DispatchMode } from '../../hub/dispatch/policy.ts';
+import { DEFAULT_TRUST } from '../../hub/dispatch/trust.ts';
 import type { PagesOptions } from '../../hub/pages.ts';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import type { ModelConfig } from '../../tools/model-arch.ts';
@@ -64,6 +65,9 @@ export interface SwarmHub {
   close(): Promise<void>;
 }
 
+/** Every answer used at once, nothing audited. */
+export const TRUST_OFF = Object.freeze({ ...DEFAULT_TRUST, probation: 0, spotRate: 0 });
+
 export async function startSwarmHub(
   modelPath: string,
   dispatch: DispatchMode,
@@ -81,6 +85,9 @@ export async function startSwarmHub(
     // Volunteers here compute on SwiftShader (CPU) on 2 cores shared with the coordinator and the hub: a work item
     // takes 5–100 ms, more under load. The tests assert what is served, not how fast, so the wait is generous.
     dispatchDeadlineMs: 1000,
+    // The data path's tests count what volunteers serve: every answer is used from the first (trust.ts off). The
+    // trust tests (test/integration/trust.test.ts) pass their own, the production defaults among them.
+    trust: TRUST_OFF,
     ...over,
   });
   config.saturation.targetBase = over.saturation?.targetBase ?? 1;
@@ -132,6 +139,7 @@ export interface MapRow {
   experts: [number, number];
   state: string;
   audits: number;
+  audits_passed: number;
   audit_nmse_last: number | null;
   audit_nmse_max: number | null;
 }

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { workerState, type WorkerRecord } from '../../hub/dispatch-map.ts';
+import { workerState, type WorkerStateInput } from '../../hub/dispatch-map.ts';
 import {
   DECISIONS,
   DEFAULT_LAYER_ONE,
@@ -17,20 +17,14 @@ const NOW = 1_000_000;
 
 /** A worker as the dispatcher sees it: its dispatch-map record turned into a state, plus what it measured. */
 function worker(
-  r: Partial<Pick<WorkerRecord, 'attachMs' | 'lastServeMs' | 'released' | 'quarantined'>> = {},
+  r: Partial<WorkerStateInput> = {},
   m: Partial<Omit<WorkerSnapshot, 'state'>> = {},
 ): WorkerSnapshot {
-  const record: WorkerRecord = {
-    workerId: 'w',
-    wallet: null,
+  const record: WorkerStateInput = {
     attachMs: r.attachMs ?? NOW - 60_000,
     lastServeMs: r.lastServeMs ?? null,
-    latencyMs: null,
     released: r.released ?? false,
     quarantined: r.quarantined ?? false,
-    audits: 0,
-    auditNmseLast: null,
-    auditNmseMax: null,
   };
   return { state: workerState(record, NOW, cfg), expectedMs: null, benchedAtMs: null, lastProbeMs: null, ...m };
 }
@@ -143,19 +137,8 @@ test('isSaturated: busy ≥ saturateAt on a reading no older than maxReadingAgeM
 
 test('Layer-1 policy: configurable thresholds', () => {
   const tight = { ...cfg, graceMs: 1_000, idleMs: 2_000, probeEveryMs: 100, probeMaxPairs: 1 };
-  const r = (w: Partial<Pick<WorkerRecord, 'attachMs' | 'lastServeMs'>>): WorkerSnapshot => {
-    const record: WorkerRecord = {
-      workerId: 'w',
-      wallet: null,
-      attachMs: w.attachMs ?? NOW,
-      lastServeMs: w.lastServeMs ?? null,
-      latencyMs: null,
-      released: false,
-      quarantined: false,
-      audits: 0,
-      auditNmseLast: null,
-      auditNmseMax: null,
-    };
+  const r = (w: Partial<Pick<WorkerStateInput, 'attachMs' | 'lastServeMs'>>): WorkerSnapshot => {
+    const record: WorkerStateInput = { attachMs: w.attachMs ?? NOW, lastServeMs: w.lastServeMs ?? null, released: false, quarantined: false };
     return { state: workerState(record, NOW, tight), expectedMs: 1, benchedAtMs: null, lastProbeMs: null };
   };
   const at = (w: WorkerSnapshot, pairs = 4): PolicyReason =>

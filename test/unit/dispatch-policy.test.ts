@@ -16,10 +16,7 @@ const cfg = DEFAULT_LAYER_ONE;
 const NOW = 1_000_000;
 
 /** A worker as the dispatcher sees it: its dispatch-map record turned into a state, plus what it measured. */
-function worker(
-  r: Partial<WorkerStateInput> = {},
-  m: Partial<Omit<WorkerSnapshot, 'state'>> = {},
-): WorkerSnapshot {
+function worker(r: Partial<WorkerStateInput> = {}, m: Partial<Omit<WorkerSnapshot, 'state'>> = {}): WorkerSnapshot {
   const record: WorkerStateInput = {
     attachMs: r.attachMs ?? NOW - 60_000,
     lastServeMs: r.lastServeMs ?? null,
@@ -138,7 +135,12 @@ test('isSaturated: busy ≥ saturateAt on a reading no older than maxReadingAgeM
 test('Layer-1 policy: configurable thresholds', () => {
   const tight = { ...cfg, graceMs: 1_000, idleMs: 2_000, probeEveryMs: 100, probeMaxPairs: 1 };
   const r = (w: Partial<Pick<WorkerStateInput, 'attachMs' | 'lastServeMs'>>): WorkerSnapshot => {
-    const record: WorkerStateInput = { attachMs: w.attachMs ?? NOW, lastServeMs: w.lastServeMs ?? null, released: false, quarantined: false };
+    const record: WorkerStateInput = {
+      attachMs: w.attachMs ?? NOW,
+      lastServeMs: w.lastServeMs ?? null,
+      released: false,
+      quarantined: false,
+    };
     return { state: workerState(record, NOW, tight), expectedMs: 1, benchedAtMs: null, lastProbeMs: null };
   };
   const at = (w: WorkerSnapshot, pairs = 4): PolicyReason =>

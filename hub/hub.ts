@@ -1030,8 +1030,17 @@ export class Hub {
       lastServeMs: rec?.lastServeMs ?? null,
       latencyMs: rec?.latencyMs == null ? null : round2(rec.latencyMs),
       pairsServed: this.dispatch.pairsServed(id),
+      trust: rec ? this.trustWords(rec.auditsPassed, rec.quarantined) : '',
       credit: wallet ? this.creditOf(wallet) : null,
     };
+  }
+
+  /** A worker's standing for the dashboard (WorkerRow.trust). */
+  private trustWords(passed: number, quarantined: boolean): string {
+    const cfg = this.config.trust;
+    if (!trustOn(cfg) || quarantined) return '';
+    const s = standing({ passed, quarantined }, cfg);
+    return s === 'probation' ? `probation ${passed}/${cfg.probation}` : 'trusted';
   }
 
   /** A market model's heatmap: live replicas per (MoE layer, expert), capped at 255; throws MODEL_UNKNOWN. */

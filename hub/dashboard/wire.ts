@@ -228,6 +228,11 @@ export interface WorkerRow {
   lastServeMs: number | null;
   latencyMs: number | null;
   pairsServed: number;
+  /**
+   * Where the trust checks (docs/trust.md) stand with it, in words: `probation 12/20` (audits passed of those needed),
+   * `trusted`, or '' when the checks are off or it has no dispatch record yet.
+   */
+  trust: string;
   /** The wallet's lifetime credit (pairs), or null for a worker without one. */
   credit: number | null;
 }

@@ -208,6 +208,13 @@ test('hostile volunteers are quarantined with their wallets, tokens stay the coo
       await waitForCoverage(hub.url, hub.model, [0], CONFIG.nExpert, 1, 120_000);
       const honestRow = async (): Promise<MapRow | undefined> =>
         (await dispatchMap(hub.url, hub.model)).find((r) => r.worker_id === 'honest');
+      const workersRow = async (id: string) =>
+        (
+          (await (await fetch(`${hub.url}/api/dashboard/workers?model=m&limit=50`)).json()) as {
+            rows: Array<{ id: string; state: string; trust: string }>;
+          }
+        ).rows.find((w) => w.id === id);
+      assert.equal((await workersRow('honest'))?.trust, 'probation 0/20', 'the dashboard shows a newcomer on probation');
       const before = await pairOutcomes(hub.url, hub.model);
       let row: MapRow | undefined;
       // Its probation: every item audited, none used (the comparisons lag the completion that sent them).
@@ -222,6 +229,9 @@ test('hostile volunteers are quarantined with their wallets, tokens stay the coo
       row = await honestRow();
       assert.ok(row && row.audits_passed >= DEFAULT_TRUST.probation, `probation passed: ${JSON.stringify(row)}`);
       assert.equal(row.audits, row.audits_passed, 'every audit passed');
+      // The dashboard's workers: the honest one trusted, the hostile ones listed as quarantined.
+      assert.equal((await workersRow('honest'))?.trust, 'trusted');
+      for (const h of hostile()) assert.equal((await workersRow(h.name))?.state, 'quarantined', h.name);
       const after = await pairOutcomes(hub.url, hub.model);
       const served = (after.served as number) - (before.served as number);
       assert.ok(served > 0, `its answers are used once trusted: ${served} pairs served`);

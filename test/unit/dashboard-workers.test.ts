@@ -24,6 +24,7 @@ function row(id: string, over: Partial<WorkerRow> = {}): WorkerRow {
     lastServeMs: null,
     latencyMs: null,
     pairsServed: 0,
+    trust: '',
     credit: null,
     ...over,
   };

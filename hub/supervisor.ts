@@ -79,7 +79,12 @@ class Managed {
       ...(s.dispatchSocket ? ['--expert-dispatch', s.dispatchSocket] : []),
       ...(s.extraArgs ?? []),
     ];
-    const proc = spawn(s.binary, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    // The coordinator does not outlive this hub (its expert-dispatch hook asks the kernel for SIGTERM when we die): a
+    // SIGKILLed hub leaves no coordinator serving unsupervised; the next hub starts a fresh one.
+    const proc = spawn(s.binary, args, {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, LINKCPP_EXIT_WITH_PARENT: String(process.pid) },
+    });
     this.proc = proc;
     this.startedAt = Date.now();
     const keep = (d: Buffer): void => {

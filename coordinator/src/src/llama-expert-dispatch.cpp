@@ -46,9 +46,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -1274,6 +1278,28 @@ bool llama_xd_compute_pairs(const ggml_tensor * gate, const ggml_tensor * up, co
     return ok;
 }
 
+// LINKCPP_EXIT_WITH_PARENT=<pid> (the hub's supervisor sets it to its own pid): a managed coordinator is part of the
+// hub that started it and must not outlive it — a SIGKILLed hub would leave it serving on its port, unsupervised, and
+// the next hub would start another. The kernel sends SIGTERM when the parent dies; a parent that died before this
+// call (the model loads first) is seen by the pid it no longer has.
+static void exit_with_parent() {
+    const char * v = getenv("LINKCPP_EXIT_WITH_PARENT");
+    if (v == nullptr || v[0] == '\0') return;
+#ifdef __linux__
+    const long parent = strtol(v, nullptr, 10);
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) {
+        LLAMA_LOG_WARN("expert-dispatch: LINKCPP_EXIT_WITH_PARENT: prctl failed (errno %d); this server may outlive its hub\n", errno);
+        return;
+    }
+    if (parent > 0 && (long) getppid() != parent) {
+        LLAMA_LOG_WARN("expert-dispatch: the hub (pid %ld) is gone; exiting\n", parent);
+        raise(SIGTERM);
+    }
+#else
+    LLAMA_LOG_WARN("expert-dispatch: LINKCPP_EXIT_WITH_PARENT is only supported on Linux\n");
+#endif
+}
+
 llama_expert_dispatch * llama_xd_init(const char * path, int32_t deadline_ms, const llama_xd_model_info & info) {
     auto * xd = new llama_expert_dispatch();
     xd->path = path;
@@ -1292,6 +1318,7 @@ llama_expert_dispatch * llama_xd_init(const char * path, int32_t deadline_ms, co
             LLAMA_LOG_WARN("expert-dispatch: LINKCPP_EXPERT_DISPATCH_VERSION=%s is not 1 or 2; offering version 2\n", v);
         }
     }
+    exit_with_parent();
     LLAMA_LOG_INFO("expert-dispatch: dispatcher socket %s, per-layer deadline %d ms, offering protocol version %d\n",
                    xd->path.c_str(), xd->deadline_ms, xd->forced_version != 0 ? xd->forced_version : XD_VERSION_MAX);
     xd->connector = std::thread([xd] { xd->connector_loop(); });

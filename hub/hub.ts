@@ -107,6 +107,11 @@ export interface HubConfig {
    */
   dispatchDeadlineMs: number;
   /**
+   * More arguments for every managed coordinator, after the hub's own (tests and benchmarks: e.g. `--no-repack`, so
+   * that a request's tokens do not depend on what else is in its batch).
+   */
+  coordinatorArgs: string[];
+  /**
    * `--experts-on-demand`: managed coordinators keep the routed experts out of RAM until they compute them (mapped from
    * the GGUF and read on demand, no warmup; linkcpp-server's --experts-on-demand), so the experts the swarm serves are
    * never read in: a coordinator can serve a model whose experts exceed its memory. Default false.
@@ -146,6 +151,7 @@ export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
     trust: { ...DEFAULT_TRUST },
     dispatchDeadlineMs: 250,
     expertsOnDemand: false,
+    coordinatorArgs: [],
     adminToken: null,
     releaseCoolDownMs: RELEASE_COOL_DOWN_MS,
     dashboardStreams: {},
@@ -354,6 +360,7 @@ export class Hub {
           '--expert-dispatch-deadline-ms',
           String(this.config.dispatchDeadlineMs),
           ...(this.config.expertsOnDemand ? ['--experts-on-demand'] : []),
+          ...this.config.coordinatorArgs,
         ],
         binary: this.config.coordinatorBinary,
         slots: this.config.slots,

@@ -162,6 +162,16 @@ export interface ElasticResult {
   svgPath: string;
 }
 
+/**
+ * Both hubs' coordinators keep every weight in ggml's standard layout. With the repacked layouts a stock server uses
+ * for the weights around the experts, a row's result depends on how many rows share its batch (the repacked gemm and
+ * gemv add in different orders), so under concurrent load a request's tokens move at near-ties with no swarm at all
+ * (bench:elastic's control: the coordinator alone against its own one-at-a-time answers, 46 of 60 identical). With
+ * them standard, the one-at-a-time baseline is each request's answer under any load, and a token that moves is the
+ * swarm's doing.
+ */
+const BATCH_INVARIANT = ['--no-repack'];
+
 /** A scenario's prompts: fixed, distinct, a few words each. */
 export function scenarioPrompts(n: number): string[] {
   const topics = ['The swarm serves', 'Experts in a browser tab', 'A saturated coordinator', 'Volunteers wait', 'The load passes'];
@@ -172,7 +182,7 @@ const wait = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms)
 
 /** Each prompt's token ids from a `--dispatch off` hub, one request at a time, through the same client code. */
 async function localOnly(modelPath: string, sc: ElasticScenario, prompts: string[], ban: number[]): Promise<number[][]> {
-  const hub = await startSwarmHub(modelPath, 'off', { slots: sc.slots, ctxPerSlot: sc.ctxPerSlot });
+  const hub = await startSwarmHub(modelPath, 'off', { slots: sc.slots, ctxPerSlot: sc.ctxPerSlot, coordinatorArgs: BATCH_INVARIANT });
   try {
     const client = new OpenAI({ baseURL: `${hub.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 600_000 });
     const out: number[][] = [];
@@ -222,6 +232,7 @@ export async function runElasticScenario(sc: ElasticScenario): Promise<ElasticRe
     {
       slots: sc.slots,
       ctxPerSlot: sc.ctxPerSlot,
+      coordinatorArgs: BATCH_INVARIANT,
       saturation: {
         ...DEFAULT_SATURATION,
         saturateAt: sc.saturateAt,

@@ -89,9 +89,14 @@ function finishMs(w: PlanWorker, pairs: number): number {
 }
 
 /**
- * For every pair, at most one worker whose range holds its expert: among replicas the one with the lowest expected
- * finish time, updated as pairs are assigned so the load spreads (ties → the earlier worker in the list). Pairs no
- * worker covers stay with the coordinator.
+ * For every pair, at most one worker whose range holds its expert; pairs no worker covers stay with the coordinator.
+ *
+ * A token goes whole to one worker where one covers all its experts and has room under its cap: the token's sum is
+ * then computed by one party in k order, as the coordinator's stock graph adds its experts, so the coordinator's
+ * output is bit for bit its own (a token split between parties is summed in another order: equal to float-summation
+ * precision, not bit for bit — docs/numerics.md). Among such workers, the one with the lowest expected finish after
+ * taking the token, updated as tokens are assigned so the load spreads (ties → the earlier worker in the list). A
+ * token no single worker can take is split pair by pair, each to the covering worker with the lowest expected finish.
  */
 export function planRequest(req: PlanRequestInput, workers: readonly PlanWorker[]): RequestPlan {
   const nPairs = req.nTokens * req.nUsed;
@@ -103,29 +108,52 @@ export function planRequest(req: PlanRequestInput, workers: readonly PlanWorker[
   lastToken.fill(-1, 0, nW);
   const { ids, nUsed } = req;
   let dispatched = 0;
-  for (let p = 0; p < nPairs; p++) {
-    const e = ids[p] as number;
-    const t = (p / nUsed) | 0;
-    let best = -1;
-    let bestFinish = Number.POSITIVE_INFINITY;
+  const covers = (W: PlanWorker, e: number): boolean => e >= W.begin && e < W.end && W.end - W.begin <= MAX_RANGE_WIDTH;
+  const room = (w: number, n: number): boolean => {
+    const cap = (workers[w] as PlanWorker).cap;
+    return cap === undefined || (counts[w] as number) + n <= cap;
+  };
+  for (let t = 0; t < req.nTokens; t++) {
+    const p0 = t * nUsed;
+    // The whole token to one worker, if one covers all its experts and has room.
+    let whole = -1;
+    let wholeFinish = Number.POSITIVE_INFINITY;
     for (let w = 0; w < nW; w++) {
       const W = workers[w] as PlanWorker;
-      if (e < W.begin || e >= W.end || W.end - W.begin > MAX_RANGE_WIDTH) continue;
-      if (W.cap !== undefined && (counts[w] as number) >= W.cap) continue;
-      const f = finishMs(W, (counts[w] as number) + 1);
-      if (f < bestFinish) {
-        bestFinish = f;
-        best = w;
+      if (!room(w, nUsed)) continue;
+      let all = true;
+      for (let k = 0; k < nUsed && all; k++) all = covers(W, ids[p0 + k] as number);
+      if (!all) continue;
+      const f = finishMs(W, (counts[w] as number) + nUsed);
+      if (f < wholeFinish) {
+        wholeFinish = f;
+        whole = w;
       }
     }
-    choice[p] = best;
-    if (best < 0) continue;
-    dispatched++;
-    counts[best] = (counts[best] as number) + 1;
-    // Pairs come in token order, so a worker's rows are deduplicated by remembering the last token it got.
-    if (lastToken[best] !== t) {
-      lastToken[best] = t;
-      rows[best] = (rows[best] as number) + 1;
+    for (let k = 0; k < nUsed; k++) {
+      const p = p0 + k;
+      let best = whole;
+      if (whole < 0) {
+        let bestFinish = Number.POSITIVE_INFINITY;
+        for (let w = 0; w < nW; w++) {
+          const W = workers[w] as PlanWorker;
+          if (!covers(W, ids[p] as number) || !room(w, 1)) continue;
+          const f = finishMs(W, (counts[w] as number) + 1);
+          if (f < bestFinish) {
+            bestFinish = f;
+            best = w;
+          }
+        }
+      }
+      choice[p] = best;
+      if (best < 0) continue;
+      dispatched++;
+      counts[best] = (counts[best] as number) + 1;
+      // Pairs come in token order, so a worker's rows are deduplicated by remembering the last token it got.
+      if (lastToken[best] !== t) {
+        lastToken[best] = t;
+        rows[best] = (rows[best] as number) + 1;
+      }
     }
   }
   if (dispatched === 0) return EMPTY_PLAN;

@@ -84,16 +84,22 @@ test('planRequest: rows are deduplicated and remapped to a compact index', () =>
   assert.equal(gatherRows(all, two, 3), two);
 });
 
-test('planRequest: replicas share the load by expected finish time', () => {
+test('planRequest: a token goes whole to one worker; replicas share tokens by expected finish time', () => {
   const ids = [0, 1, 2, 3, 4, 5, 6, 7];
-  // Equal replicas alternate (ties → the earlier one).
-  assert.deepEqual(owners(planRequest(request(1, 8, ids), [w(0, 8), w(0, 8)]), 8), [0, 1, 0, 1, 0, 1, 0, 1]);
-  // A replica 3× faster per pair takes 3 of every 4 pairs.
-  const fast = planRequest(request(1, 8, ids), [w(0, 8, { perPairMs: 0.3 }), w(0, 8, { perPairMs: 0.1 })]);
+  // Four tokens of two experts: equal replicas alternate whole tokens (ties → the earlier one), never splitting one.
+  assert.deepEqual(owners(planRequest(request(4, 2, ids), [w(0, 8), w(0, 8)]), 8), [0, 0, 1, 1, 0, 0, 1, 1]);
+  // One token of eight: one replica takes it whole.
+  assert.deepEqual(owners(planRequest(request(1, 8, ids), [w(0, 8), w(0, 8)]), 8), [0, 0, 0, 0, 0, 0, 0, 0]);
+  // A replica 3× faster per pair takes 3 of every 4 tokens.
+  const fast = planRequest(request(8, 1, ids), [w(0, 8, { perPairMs: 0.3 }), w(0, 8, { perPairMs: 0.1 })]);
   assert.deepEqual(
     fast.workers.map((x) => x.nPairs),
     [2, 6],
   );
+  // No worker holds all of a token's experts: split pair by pair, each to the covering worker.
+  assert.deepEqual(owners(planRequest(request(1, 4, [0, 5, 1, 6]), [w(0, 4), w(4, 8)]), 4), [0, 1, 0, 1]);
+  // A cap too small for a whole token: split too (the cap's pairs to that worker, the rest to the coordinator).
+  assert.deepEqual(owners(planRequest(request(1, 4, [0, 1, 2, 3]), [w(0, 8, { cap: 2 })]), 4), [0, 0, -1, -1]);
   // A queue (an earlier item still computing) pushes pairs to the free replica.
   const queued = planRequest(request(1, 8, ids), [w(0, 8, { queueMs: 10 }), w(0, 8)]);
   assert.deepEqual(
@@ -133,22 +139,40 @@ test('planRequest agrees with a naive planner on random requests', () => {
     }
     const req = request(nTokens, nUsed, ids);
     const plan = planRequest(req, workers);
-    // naive: same greedy rule with objects
+    // naive: same greedy rules with objects — a token whole to the covering worker that finishes first, else per pair
     const count = workers.map(() => 0);
-    const want = ids.map((e) => {
-      let best = -1;
-      let bf = Number.POSITIVE_INFINITY;
+    const finish = (x: PlanWorker, i: number, n: number): number =>
+      x.queueMs + (x.overheadMs ?? 0) + ((count[i] as number) + n) * x.perPairMs;
+    const want: number[] = [];
+    for (let t = 0; t < nTokens; t++) {
+      const tok = ids.slice(t * nUsed, (t + 1) * nUsed);
+      let whole = -1;
+      let wf = Number.POSITIVE_INFINITY;
       workers.forEach((x, i) => {
-        if (e < x.begin || e >= x.end) return;
-        const f = x.queueMs + (x.overheadMs ?? 0) + ((count[i] as number) + 1) * x.perPairMs;
-        if (f < bf) {
-          bf = f;
-          best = i;
+        if (!tok.every((e) => e >= x.begin && e < x.end)) return;
+        const f = finish(x, i, nUsed);
+        if (f < wf) {
+          wf = f;
+          whole = i;
         }
       });
-      if (best >= 0) count[best] = (count[best] as number) + 1;
-      return best;
-    });
+      for (const e of tok) {
+        let best = whole;
+        if (whole < 0) {
+          let bf = Number.POSITIVE_INFINITY;
+          workers.forEach((x, i) => {
+            if (e < x.begin || e >= x.end) return;
+            const f = finish(x, i, 1);
+            if (f < bf) {
+              bf = f;
+              best = i;
+            }
+          });
+        }
+        if (best >= 0) count[best] = (count[best] as number) + 1;
+        want.push(best);
+      }
+    }
     assert.deepEqual(owners(plan, ids.length), want, `trial ${trial}`);
     for (const wp of plan.workers) {
       const W = workers[wp.worker] as PlanWorker;

@@ -24,9 +24,11 @@ export interface WorkerRecord {
   latencyMs: number | null;
   released: boolean;
   quarantined: boolean;
-  /** Answers held against the coordinator's own sums (AUDIT), how many passed (trust.ts), and their NMSE. */
+  /** Answers held against the coordinator's own sums (AUDIT), and their NMSE. */
   audits: number;
+  /** Audits passed since its last strike, and strikes not yet worked off (hub/dispatch/trust.ts `afterAudit`). */
   auditsPassed: number;
+  strikes: number;
   auditNmseLast: number | null;
   auditNmseMax: number | null;
   /** Pairs of its answers that went into the sums since its last passed audit: credit not yet verified. */
@@ -83,6 +85,7 @@ export class DispatchMap {
         quarantined: false,
         audits: 0,
         auditsPassed: 0,
+        strikes: 0,
         auditNmseLast: null,
         auditNmseMax: null,
         unverifiedPairs: 0,
@@ -100,11 +103,10 @@ export class DispatchMap {
     r.latencyMs = r.latencyMs === null ? latencyMs : r.latencyMs * 0.8 + latencyMs * 0.2;
   }
 
-  recordAudit(workerId: string, nmse: number, passed: boolean): void {
+  recordAudit(workerId: string, nmse: number): void {
     const r = this.records.get(workerId);
     if (!r) return;
     r.audits++;
-    if (passed) r.auditsPassed++;
     r.auditNmseLast = nmse;
     r.auditNmseMax = r.auditNmseMax === null ? nmse : Math.max(r.auditNmseMax, nmse);
   }

@@ -16,7 +16,7 @@ import { chooseReleases, type ReleaseCandidate } from './market/release.ts';
 import { chooseAssignment, type VolunteerAnswer, type VolunteerRequest } from './market/assign.ts';
 import { DEFAULT_SATURATION, effectiveTarget, saturationState, type SaturationConfig, type SaturationState } from './market/saturation.ts';
 import type { HeldRange, ModelDemand, ModelShape } from './market/types.ts';
-import { DEFAULT_TRUST, type TrustConfig, auditThis, judgeAudit, mayUse, standing, trustOn } from './dispatch/trust.ts';
+import { DEFAULT_TRUST, type TrustConfig, afterAudit, auditThis, judgeAudit, mayUse, standing, trustOn } from './dispatch/trust.ts';
 import { DEFAULT_DISPATCH, DispatchMap, workerState, type DispatchConfig, type DispatchRow } from './dispatch-map.ts';
 import { Counter } from 'prom-client';
 import { EventLog, type EventFilter, type HubEvent } from './events.ts';
@@ -540,20 +540,34 @@ export class Hub {
    */
   private onAudit(model: string, workerId: string, result: AuditResult): void {
     const verdict = judgeAudit(result.nmse, this.config.trust);
-    this.dispatch.recordAudit(workerId, result.nmse, verdict.ok);
-    this.auditCounter.inc({ model, result: verdict.ok ? 'match' : 'mismatch' });
+    this.dispatch.recordAudit(workerId, result.nmse);
+    this.auditCounter.inc({ model, result: verdict.kind === 'pass' ? 'match' : 'mismatch' });
     const rec = this.dispatch.record(workerId);
     if (!rec || rec.quarantined) return;
-    if (verdict.ok) {
-      // Verified work counts once the worker is in good standing: a passed audit on probation waits for the rest.
-      rec.unverifiedPairs += result.pairs;
-      if (this.standingOf(workerId) === 'trusted') {
-        this.credit(rec.wallet, rec.unverifiedPairs);
-        rec.unverifiedPairs = 0;
-      }
+    const next = afterAudit({ passed: rec.auditsPassed, strikes: rec.strikes }, verdict, this.config.trust);
+    rec.auditsPassed = next.passed;
+    rec.strikes = next.strikes;
+    if (next.quarantine !== null) {
+      this.distrust(workerId, `${next.quarantine} (layer ${result.layer}, ${result.pairs} pairs)`);
       return;
     }
-    this.distrust(workerId, `${verdict.reason} on layer ${result.layer} (${result.pairs} pairs)`);
+    if (verdict.kind === 'strike') {
+      this.events.add(
+        'dispatch',
+        model,
+        `${workerId}: ${verdict.reason} (layer ${result.layer}, ${result.pairs} pairs): a strike, back on probation`,
+        this.now(),
+      );
+      return;
+    }
+    if (verdict.kind !== 'pass') return;
+    // Verified work counts once the worker is in good standing: a passed audit on probation waits for the rest (and
+    // a worker back on probation after a strike keeps its unverified credit waiting with it).
+    rec.unverifiedPairs += result.pairs;
+    if (this.standingOf(workerId) === 'trusted') {
+      this.credit(rec.wallet, rec.unverifiedPairs);
+      rec.unverifiedPairs = 0;
+    }
   }
 
   /**

@@ -1,7 +1,7 @@
 /** hub/dispatch/trust.ts: standing, which items are audited, what may be used, and audit verdicts, as tables. */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { DEFAULT_TRUST, type Standing, auditThis, judgeAudit, mayUse, standing, trustOn } from '../../hub/dispatch/trust.ts';
+import { DEFAULT_TRUST, type Standing, afterAudit, auditThis, judgeAudit, mayUse, standing, trustOn } from '../../hub/dispatch/trust.ts';
 
 test('standing: probation until `probation` audits passed; quarantine overrides', () => {
   const rows: Array<{ passed: number; quarantined: boolean; probation: number; want: Standing }> = [
@@ -33,20 +33,68 @@ test('audits: every item on probation, a spotRate share once trusted, none once 
   assert.equal(audited, 200);
 });
 
-test('verdicts: within the tolerance passes; beyond it, NaN, ±∞ or a negative NMSE fail with the number in the reason', () => {
-  const tol = DEFAULT_TRUST.toleranceNmse;
-  assert.deepEqual(judgeAudit(0), { ok: true });
-  assert.deepEqual(judgeAudit(2e-13), { ok: true });
-  assert.deepEqual(judgeAudit(tol), { ok: true });
-  for (const bad of [tol * 1.01, 1e-4, Number.NaN, Number.POSITIVE_INFINITY, -1]) {
-    const v = judgeAudit(bad);
-    assert.equal(v.ok, false, String(bad));
-    if (!v.ok) assert.match(v.reason, /^audit mismatch: NMSE \S+ against the coordinator's own sums \(tolerance 1e-6\)$/);
-  }
+test('verdicts: within the tolerance passes; beyond it a strike; beyond the gross bound, NaN, ±∞ or negative: gross', () => {
+  const { toleranceNmse: tol, grossNmse: gross } = DEFAULT_TRUST;
+  for (const nmse of [0, 2e-13, 8.5e-7, tol]) assert.deepEqual(judgeAudit(nmse), { kind: 'pass' }, String(nmse));
+  // An honest worker's rarest outlier (1.1e-5, wasm) and a result scaled by 1.01 (1e-4): strikes, not gross.
+  for (const nmse of [tol * 1.01, 1.1e-5, 1e-4, gross]) assert.equal(judgeAudit(nmse).kind, 'strike', String(nmse));
+  for (const nmse of [gross * 1.01, 1, Number.NaN, Number.POSITIVE_INFINITY, -1])
+    assert.equal(judgeAudit(nmse).kind, 'gross', String(nmse));
   const v = judgeAudit(1.23e-4);
-  assert.ok(!v.ok && v.reason.includes('1.23e-4'));
-  // A result scaled by 1.001 sits at the tolerance's edge (NMSE (0.001)² = 1e-6); × 1.01 is far beyond it.
-  assert.equal(judgeAudit(0.01 ** 2).ok, false);
+  assert.ok(
+    v.kind === 'strike' && /^audit mismatch: NMSE 1\.23e-4 against the coordinator's own sums \(tolerance 1e-6\)$/.test(v.reason),
+    JSON.stringify(v),
+  );
+  const g = judgeAudit(Number.NaN);
+  assert.ok(g.kind === 'gross' && g.reason.includes('NMSE NaN') && g.reason.includes('gross above 1e-3'), JSON.stringify(g));
+});
+
+test('after an audit: passes count; a strike sends back on probation; a second before it is passed, or a gross one, quarantines', () => {
+  const cfg = DEFAULT_TRUST; // probation 20
+  const pass = judgeAudit(0);
+  const strike = judgeAudit(1e-4);
+  const gross = judgeAudit(1);
+  const rows: Array<{
+    name: string;
+    r: { passed: number; strikes: number };
+    v: typeof pass;
+    want: { passed: number; strikes: number; q: boolean };
+  }> = [
+    { name: 'a pass on probation', r: { passed: 3, strikes: 0 }, v: pass, want: { passed: 4, strikes: 0, q: false } },
+    { name: 'the pass that ends probation', r: { passed: 19, strikes: 0 }, v: pass, want: { passed: 20, strikes: 0, q: false } },
+    {
+      name: 'a first strike, trusted: back on probation',
+      r: { passed: 500, strikes: 0 },
+      v: strike,
+      want: { passed: 0, strikes: 1, q: false },
+    },
+    { name: 'a pass while working a strike off', r: { passed: 5, strikes: 1 }, v: pass, want: { passed: 6, strikes: 1, q: false } },
+    {
+      name: 'probation passed again: the strike is worked off',
+      r: { passed: 19, strikes: 1 },
+      v: pass,
+      want: { passed: 20, strikes: 0, q: false },
+    },
+    { name: 'a second strike before that', r: { passed: 19, strikes: 1 }, v: strike, want: { passed: 19, strikes: 2, q: true } },
+    { name: 'a gross mismatch, trusted', r: { passed: 500, strikes: 0 }, v: gross, want: { passed: 500, strikes: 0, q: true } },
+  ];
+  for (const row of rows) {
+    const got = afterAudit(row.r, row.v, cfg);
+    assert.deepEqual({ passed: got.passed, strikes: got.strikes, q: got.quarantine !== null }, row.want, row.name);
+  }
+  // A worker that is always 1 % off is quarantined at its second audit, whatever its standing before.
+  let r = { passed: 500, strikes: 0 };
+  const first = afterAudit(r, strike, cfg);
+  r = first;
+  assert.equal(first.quarantine, null);
+  assert.match(afterAudit(r, strike, cfg).quarantine ?? '', /a second strike before its probation was passed again$/);
+  // An honest worker with one outlier in every 100 audits (far more often than measured) is never quarantined.
+  let h = { passed: 0, strikes: 0 };
+  for (let i = 0; i < 10_000; i++) {
+    const next = afterAudit(h, i % 100 === 50 ? strike : pass, cfg);
+    assert.equal(next.quarantine, null, `audit ${i}`);
+    h = next;
+  }
 });
 
 test('trust checks are on unless both probation and spot audits are off', () => {

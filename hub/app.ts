@@ -2,10 +2,10 @@
  * The hub's HTTP API (fastify). Routes are thin: validate at the edge, call the Hub, answer JSON. Every error leaves
  * through one handler as {"error", "code"} with the catalogue's status; never a stack trace.
  */
-import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { HubError } from './errors.ts';
 import type { Hub } from './hub.ts';
-import { integer, object, optionalNumber, queryString, string } from './validate.ts';
+import { integer, object, optionalNumber, queryString, shallowJson, string } from './validate.ts';
 import { clientKey } from './net.ts';
 import { proxyJson } from './proxy.ts';
 import { registerPages, type PagesOptions } from './pages.ts';
@@ -59,7 +59,25 @@ function heldRanges(v: unknown): HeldRange[] {
 
 export async function buildApp(hub: Hub, pages: PagesOptions = {}): Promise<FastifyInstance> {
   // forceCloseConnections: a stopping hub ends streams still open (proxied generations) instead of waiting for them.
-  const app = Fastify({ bodyLimit: API_BODY_MAX_BYTES, logger: false, trustProxy: false, forceCloseConnections: true });
+  const app = Fastify({
+    bodyLimit: API_BODY_MAX_BYTES,
+    logger: false,
+    trustProxy: false,
+    forceCloseConnections: true,
+    // Above every id and name cap (worker ids 128, model names 256): the handlers' own checks answer, with their codes.
+    routerOptions: { maxParamLength: 1024 },
+    // Errors fastify raises before routing get the catalogue's shape too: a path with malformed percent-encoding, a
+    // path segment over maxParamLength (and a route constraint, which the hub does not use).
+    frameworkErrors: (err, _req, reply) => {
+      const e =
+        err.code === 'FST_ERR_BAD_URL'
+          ? new HubError('URL_INVALID', 'the path is not valid percent-encoding')
+          : err.code === 'FST_ERR_MAX_PARAM_LENGTH'
+            ? new HubError('URL_INVALID', 'a path segment is longer than 1024 characters')
+            : new HubError('URL_INVALID', err.message);
+      void (reply as unknown as FastifyReply).status(e.status).send(e.toJSON());
+    },
+  });
   app.removeContentTypeParser('text/plain'); // the API speaks JSON only: anything else is a 415
 
   app.setErrorHandler((err: Error & { statusCode?: number; code?: string; validation?: unknown }, _req, reply) => {
@@ -156,6 +174,7 @@ export async function buildApp(hub: Hub, pages: PagesOptions = {}): Promise<Fast
   for (const path of ['/v1/chat/completions', '/v1/completions']) {
     app.post(path, { bodyLimit: OPENAI_BODY_MAX_BYTES }, async (req, reply) => {
       const b = object(req.body);
+      shallowJson(b); // proxied as JSON.stringify(b)
       const names = hub.servedModels();
       const model = b.model === undefined && names.length === 1 ? (names[0] as string) : string(b, 'model', MODEL_NAME_MAX_CHARS);
       await proxyJson(reply, hub.coordinatorUrl(model), path, { ...b, model });

@@ -10,6 +10,8 @@ export const ERRORS = {
   BODY_NOT_JSON: 400,
   BODY_INVALID: 400,
   QUERY_INVALID: 400,
+  /** A path fastify cannot route: malformed percent-encoding, a segment over 1024 characters. */
+  URL_INVALID: 400,
   NOT_FOUND: 404,
   METHOD_NOT_ALLOWED: 405,
   UNSUPPORTED_MEDIA_TYPE: 415,

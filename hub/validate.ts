@@ -6,6 +6,20 @@ export function object(v: unknown, what = 'body', code: ErrorCode = 'BODY_INVALI
   return v as Record<string, unknown>;
 }
 
+/** JSON bodies nest at most this deep (an OpenAI request: ~6); deeper ones would overflow a recursive JSON.stringify. */
+export const JSON_DEPTH_MAX = 64;
+
+/** Throws BODY_INVALID when `v` nests objects or arrays deeper than `max` (iterative: safe on any depth). */
+export function shallowJson(v: unknown, max = JSON_DEPTH_MAX): void {
+  const stack: Array<[unknown, number]> = [[v, 1]];
+  while (stack.length > 0) {
+    const [x, depth] = stack.pop() as [unknown, number];
+    if (typeof x !== 'object' || x === null) continue;
+    if (depth > max) throw new HubError('BODY_INVALID', `the body nests deeper than ${max} levels`);
+    for (const c of Array.isArray(x) ? x : Object.values(x)) if (typeof c === 'object' && c !== null) stack.push([c, depth + 1]);
+  }
+}
+
 export function integer(
   o: Record<string, unknown>,
   key: string,

@@ -16,7 +16,17 @@ import { chooseReleases, type ReleaseCandidate } from './market/release.ts';
 import { chooseAssignment, type VolunteerAnswer, type VolunteerRequest } from './market/assign.ts';
 import { DEFAULT_SATURATION, effectiveTarget, saturationState, type SaturationConfig, type SaturationState } from './market/saturation.ts';
 import type { HeldRange, ModelDemand, ModelShape } from './market/types.ts';
-import { DEFAULT_TRUST, type TrustConfig, afterAudit, auditThis, judgeAudit, mayUse, standing, trustOn } from './dispatch/trust.ts';
+import {
+  DEFAULT_TRUST,
+  type Standing,
+  type TrustConfig,
+  afterAudit,
+  auditThis,
+  judgeAudit,
+  mayUse,
+  standing,
+  trustOn,
+} from './dispatch/trust.ts';
 import { DEFAULT_DISPATCH, DispatchMap, workerState, type DispatchConfig, type DispatchRow } from './dispatch-map.ts';
 import { Counter } from 'prom-client';
 import { EventLog, type EventFilter, type HubEvent } from './events.ts';
@@ -420,7 +430,7 @@ export class Hub {
       onUsed: (workerId, pairs) => {
         const rec = this.dispatch.record(workerId);
         if (!rec) return;
-        // With trust checks on, credit waits for the worker's next passed audit (and is dropped if it fails one).
+        // With trust checks on, credit waits for the worker's next passed audit (and is dropped if it is quarantined).
         if (trustOn(this.config.trust)) rec.unverifiedPairs += pairs;
         else this.credit(rec.wallet, pairs);
       },
@@ -510,7 +520,7 @@ export class Hub {
   }
 
   /** A worker's standing (trust.ts); an unknown one is on probation. */
-  private standingOf(workerId: string) {
+  private standingOf(workerId: string): Standing {
     const rec = this.dispatch.record(workerId);
     return standing({ passed: rec?.auditsPassed ?? 0, quarantined: rec?.quarantined ?? false }, this.config.trust);
   }
@@ -534,9 +544,9 @@ export class Hub {
   }
 
   /**
-   * An audit's verdict: passed, the audited pairs join the worker's unverified credit, all of which is credited once
-   * the worker is in good standing (probation passed); failed, the worker and its wallet are quarantined (durable),
-   * its unverified credit dropped.
+   * An audit's verdict (trust.ts): passed, the audited pairs join the worker's unverified credit, all of which is
+   * credited once the worker is in good standing (probation passed); a strike sends it back on probation (an event);
+   * a gross mismatch or a second strike quarantines it and its wallet (durable), its unverified credit dropped.
    */
   private onAudit(model: string, workerId: string, result: AuditResult): void {
     const verdict = judgeAudit(result.nmse, this.config.trust);

@@ -16,7 +16,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { testModel } from '../support/models.ts';
-import { QWEN_Q4K, completionIds } from '../support/swarm.ts';
+import { QWEN_Q4K, completionIds, until } from '../support/swarm.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/expertswarm.js', import.meta.url));
 
@@ -33,16 +33,6 @@ function alive(pid: number): boolean {
     return true;
   } catch {
     return false;
-  }
-}
-
-async function until<T>(what: string, ms: number, f: () => Promise<T | undefined> | T | undefined): Promise<T> {
-  const t0 = Date.now();
-  for (;;) {
-    const v = await f();
-    if (v !== undefined) return v;
-    if (Date.now() - t0 > ms) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
   }
 }
 

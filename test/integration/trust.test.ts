@@ -29,6 +29,7 @@ import {
   waitForCoverage,
   type MapRow,
   type SwarmHub,
+  until,
 } from '../support/swarm.ts';
 
 /** One MoE layer of 8 experts: one volunteer holds it all, so each hostile one is the only worker while it runs. */
@@ -120,16 +121,6 @@ async function events(hub: SwarmHub, kind: string): Promise<Array<{ kind: string
 
 async function creditOf(hub: SwarmHub, wallet: string): Promise<number> {
   return ((await (await fetch(`${hub.url}/api/credit?wallet=${wallet}`)).json()) as { credit_pairs: number }).credit_pairs;
-}
-
-async function until<T>(what: string, ms: number, f: () => Promise<T | undefined>): Promise<T> {
-  const t0 = Date.now();
-  for (;;) {
-    const v = await f();
-    if (v !== undefined) return v;
-    if (Date.now() - t0 > ms) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
 }
 
 function stateWhere(c: VolunteerControls, ok: (s: VolunteerState) => boolean, ms: number, what: string): Promise<VolunteerState> {

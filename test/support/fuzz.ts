@@ -1588,8 +1588,39 @@ const CLOSE_NAMES = new Map<number, string>([
 
 export const closeLabel = (code: number): string => `${code} ${CLOSE_NAMES.get(code) ?? '?'}`;
 
+/**
+ * One end of a connection the fuzzer drives: `wake()` on every event it records, and `until` to wait (bounded) for
+ * what those events show.
+ */
+class Waitable {
+  private readonly waiters = new Set<() => void>();
+
+  protected wake(): void {
+    for (const w of [...this.waiters]) w();
+  }
+
+  /** Resolves with `pred`'s first non-undefined value, or undefined after `ms`. */
+  until<T>(pred: () => T | undefined, ms: number): Promise<T | undefined> {
+    const now = pred();
+    if (now !== undefined) return Promise.resolve(now);
+    return new Promise((resolve) => {
+      const done = (v: T | undefined): void => {
+        clearTimeout(timer);
+        this.waiters.delete(check);
+        resolve(v);
+      };
+      const check = (): void => {
+        const v = pred();
+        if (v !== undefined) done(v);
+      };
+      const timer = setTimeout(() => done(undefined), ms);
+      this.waiters.add(check);
+    });
+  }
+}
+
 /** One volunteer's end of the channel, for the fuzzer: everything the hub sends is parsed with the wire module. */
-class FuzzPeer {
+class FuzzPeer extends Waitable {
   readonly texts: HubMessage[] = [];
   readonly binaries: Uint8Array[] = [];
   closed: { code: number; reason: string } | null = null;
@@ -1598,9 +1629,9 @@ class FuzzPeer {
   /** Answer `assign` with load_failed CANCELLED (a fuzzing volunteer must not sit on a slice others could serve). */
   decline = true;
   onWork: ((frame: Uint8Array) => void) | null = null;
-  private readonly waiters = new Set<() => void>();
 
   private constructor(readonly ws: WebSocket) {
+    super();
     ws.on('message', (data: RawData, isBinary: boolean) => {
       const bytes = toBytes(data);
       if (isBinary) {
@@ -1632,29 +1663,6 @@ class FuzzPeer {
       p.ws.once('open', () => resolve(p));
       p.ws.once('unexpected-response', (_req, res) => reject(new Error(`upgrade refused: ${res.statusCode}`)));
       p.ws.once('close', () => resolve(p));
-    });
-  }
-
-  private wake(): void {
-    for (const w of [...this.waiters]) w();
-  }
-
-  /** Resolves with `pred`'s first non-undefined value, or undefined after `ms`. */
-  until<T>(pred: () => T | undefined, ms: number): Promise<T | undefined> {
-    const now = pred();
-    if (now !== undefined) return Promise.resolve(now);
-    return new Promise((resolve) => {
-      const done = (v: T | undefined): void => {
-        clearTimeout(timer);
-        this.waiters.delete(check);
-        resolve(v);
-      };
-      const check = (): void => {
-        const v = pred();
-        if (v !== undefined) done(v);
-      };
-      const timer = setTimeout(() => done(undefined), ms);
-      this.waiters.add(check);
     });
   }
 
@@ -2183,15 +2191,15 @@ function walkFrames(bytes: Uint8Array): { frames: FrameHeader[]; tail: 'none' | 
 }
 
 /** The coordinator's end of one dispatch connection: reads and checks every frame the dispatcher sends. */
-class DispatchClient {
+class DispatchClient extends Waitable {
   private readonly reader = new FrameReader();
   readonly frames: Array<{ header: FrameHeader; payload: Uint8Array }> = [];
   closed = false;
   /** The dispatcher sent bytes that do not decode (a bug on its side). */
   error: string | null = null;
-  private readonly waiters = new Set<() => void>();
 
   private constructor(readonly socket: Socket) {
+    super();
     socket.on('data', (chunk: Buffer) => {
       try {
         this.frames.push(...this.reader.push(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.length)));
@@ -2212,28 +2220,6 @@ class DispatchClient {
     return new Promise((resolve, reject) => {
       s.once('connect', () => resolve(new DispatchClient(s)));
       s.once('error', reject);
-    });
-  }
-
-  private wake(): void {
-    for (const w of [...this.waiters]) w();
-  }
-
-  until<T>(pred: () => T | undefined, ms: number): Promise<T | undefined> {
-    const now = pred();
-    if (now !== undefined) return Promise.resolve(now);
-    return new Promise((resolve) => {
-      const done = (v: T | undefined): void => {
-        clearTimeout(timer);
-        this.waiters.delete(check);
-        resolve(v);
-      };
-      const check = (): void => {
-        const v = pred();
-        if (v !== undefined) done(v);
-      };
-      const timer = setTimeout(() => done(undefined), ms);
-      this.waiters.add(check);
     });
   }
 

@@ -95,6 +95,17 @@ export async function startSwarmHub(
   return { hub: running.hub, url: running.url, model, close: running.close };
 }
 
+/** Polls `f` every 100 ms until it gives a value; throws after `ms` naming `what`. */
+export async function until<T>(what: string, ms: number, f: () => Promise<T | undefined> | T | undefined): Promise<T> {
+  const t0 = Date.now();
+  for (;;) {
+    const v = await f();
+    if (v !== undefined) return v;
+    if (Date.now() - t0 > ms) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 /** Greedy token ids through the hub's OpenAI API; `ban` keeps the random-weight model's output valid UTF-8. */
 export async function completionIds(url: string, model: string, prompt: string, n: number, ban: number[]): Promise<number[]> {
   const r = await fetch(`${url}/v1/completions`, {

@@ -68,6 +68,22 @@ export interface VolunteerStats {
   lastLatencyMs: number | null;
   /** Pairs served under this wallet as the hub counts them, durable across sessions. */
   credit: number;
+  /** Slice sharing (docs/peers.md), once a slice was loaded on a hub that lists peers; absent before. */
+  peers?: PeerStats;
+}
+
+/** Where the last slice's bytes came from, and what this volunteer has passed on to others on this connection. */
+export interface PeerStats {
+  fromPeers: number;
+  fromHub: number;
+  uploaded: number;
+}
+
+/** Whether and how fast this volunteer passes held slices on to other volunteers (volunteer/peers.ts). */
+export interface ShareChoice {
+  share: boolean;
+  /** Bytes per second, all peers together; 0 uploads nothing. */
+  uploadCapBytesPerSec: number;
 }
 
 export interface VolunteerEvents {
@@ -88,7 +104,7 @@ export interface VolunteerControls {
   /** The volunteer's wallet (base58 ed25519 public key) once it logged in: its credit is kept under it. */
   readonly wallet: string | null;
   /** The user consents: dial the hub, announce the device, wait for an assignment. */
-  join(options?: { memoryBudgetBytes?: number; backend?: BackendPreference }): void;
+  join(options?: { memoryBudgetBytes?: number; backend?: BackendPreference; share?: ShareChoice }): void;
   pause(): void;
   resume(): void;
   /** Close the channel and free GPU memory. */

@@ -83,6 +83,12 @@ export const VOLUNTEER_LIMITS = Object.freeze({
   /** Human sentences: load_failed.message, release.reason. */
   maxMessageChars: 512,
   maxQueueDepth: 1_000_000,
+  /** Peer ids in one assign (docs/peers.md). */
+  maxPeersListed: 16,
+  /** A PeerJS id or token the hub issues, characters. */
+  maxPeerIdChars: 64,
+  /** The path of the hub's PeerJS signalling server. */
+  maxPeerPathChars: 128,
   /** Heartbeat interval and idle timeout the hub may announce, ms. */
   minIntervalMs: 1000,
   maxIntervalMs: 3_600_000,
@@ -725,6 +731,12 @@ export interface Loaded {
   ready: boolean;
   backend: Backend;
   gflops: number;
+  /**
+   * Optional (docs/peers.md): the slice's bytes this load took from other volunteers and from the hub (both 0 when it
+   * came from the cache). Each ≤ 2^50.
+   */
+  peerBytes?: number;
+  hubBytes?: number;
 }
 
 export const LOAD_FAILED_CODES = Object.freeze([
@@ -776,7 +788,35 @@ export interface Pong {
   id: number;
 }
 
-export type ClientMessage = Hello | Loaded | LoadFailed | Heartbeat | Pause | Resume | Leave | Ping | Pong;
+/** Why a volunteer reports a peer (docs/peers.md): a chunk that did not match its hash, or a message it could not read. */
+export const PEER_REPORT_CODES = Object.freeze(['BAD_CHUNK', 'BAD_MESSAGE'] as const);
+export type PeerReportCode = (typeof PEER_REPORT_CODES)[number];
+
+/** A peer listed for the volunteer's assignment misbehaved; the hub stops listing it (docs/peers.md). */
+export interface PeerReport {
+  type: 'peer_report';
+  assignmentId: number;
+  /** The peer's PeerJS id, as the assign listed it. */
+  peerId: string;
+  code: PeerReportCode;
+  /** The chunk that did not match, or null. */
+  chunk: number | null;
+  /** A sentence for the hub's event log (≤ 512, cleaned by the encoder). */
+  detail: string;
+}
+
+export type ClientMessage = Hello | Loaded | LoadFailed | Heartbeat | Pause | Resume | Leave | Ping | Pong | PeerReport;
+
+/** Where and as whom a volunteer joins the hub's PeerJS signalling server (welcome's optional `peer`, docs/peers.md). */
+export interface WelcomePeer {
+  /** The server's path on the hub's origin (its WebSocket is `${path}/peerjs`). */
+  path: string;
+  /** The PeerJS key the server accepts. */
+  key: string;
+  /** This connection's peer id (`p` and hex) and token: the server admits only ids the hub issued. */
+  id: string;
+  token: string;
+}
 
 export interface Welcome {
   type: 'welcome';
@@ -791,6 +831,8 @@ export interface Welcome {
   encoding: WireEncoding;
   /** Pairs credited to this wallet so far. */
   credit: number;
+  /** Optional: volunteers of this hub pass slices to each other (docs/peers.md); absent when the hub does not. */
+  peer?: WelcomePeer;
 }
 
 export interface Assign {
@@ -809,6 +851,12 @@ export interface Assign {
   shardBytes: number;
   /** `sha256:<64 hex>` of the shard's bytes. */
   shardDigest: string;
+  /**
+   * Optional (docs/peers.md): PeerJS ids of live volunteers holding (or fetching) the same digest, holders first, ≤ 16,
+   * and the path of the slice's per-chunk hash list. Absent: download from the hub alone.
+   */
+  peers?: string[];
+  chunksUrl?: string;
 }
 
 export const RELEASE_CODES = Object.freeze(['NOT_NEEDED', 'MODEL_GONE', 'LOAD_TIMEOUT', 'REBALANCE', 'VERIFICATION_FAILED'] as const);
@@ -837,6 +885,9 @@ const FEATURE = /^[a-z0-9_-]+$/;
 /** A path on the hub's own origin: one leading '/', no backslash (browsers read '\' as '/'), printable ASCII. */
 const SHARD_URL = /^\/(?![/\\])[\x21-\x5b\x5d-\x7e]*$/;
 const DIGEST = /^sha256:[0-9a-f]{64}$/;
+/** PeerJS ids and tokens as the hub issues them, and a path of the hub's own origin. */
+const PEER_ID = /^[A-Za-z0-9]+$/;
+const PEER_PATH = /^\/[A-Za-z0-9/_-]*$/;
 
 const show = (v: unknown): string => (typeof v === 'string' ? JSON.stringify(v.slice(0, 32)) : v === null ? 'null' : typeof v);
 
@@ -1045,6 +1096,15 @@ function parseCoverage(f: Fields): CoverageRange[] {
   });
 }
 
+function parseWelcomePeer(p: Fields): WelcomePeer {
+  return {
+    path: p.str('path', L.maxPeerPathChars, { min: 1, pattern: PEER_PATH }),
+    key: p.str('key', L.maxPeerIdChars, { min: 1, pattern: PEER_ID }),
+    id: p.str('id', L.maxPeerIdChars, { min: 1, pattern: PEER_ID }),
+    token: p.str('token', L.maxPeerIdChars, { min: 1, pattern: PEER_ID }),
+  };
+}
+
 /** Parses a client → hub text message (what the hub receives). Throws VolunteerWireError. */
 export function parseClientMessage(data: string | Uint8Array): ClientMessage {
   const { type, f: g } = parseObject(data);
@@ -1058,6 +1118,17 @@ export function parseClientMessage(data: string | Uint8Array): ClientMessage {
         ready: g.bool('ready'),
         backend: g.oneOf<Backend>('backend', ['webgpu', 'wasm']),
         gflops: g.num('gflops', 0, L.maxGflops),
+        ...(g.has('peer_bytes') ? { peerBytes: g.int('peer_bytes', 0, L.maxDeviceBytes, L.maxDeviceBytes) } : {}),
+        ...(g.has('hub_bytes') ? { hubBytes: g.int('hub_bytes', 0, L.maxDeviceBytes, L.maxDeviceBytes) } : {}),
+      };
+    case 'peer_report':
+      return {
+        type,
+        assignmentId: assignmentId(g),
+        peerId: g.str('peer_id', L.maxPeerIdChars, { min: 1, pattern: PEER_ID }),
+        code: g.oneOf('code', PEER_REPORT_CODES),
+        chunk: g.has('chunk') ? g.int('chunk', 0, 0xffffffff) : null,
+        detail: g.str('detail', L.maxMessageChars),
       };
     case 'load_failed':
       return {
@@ -1106,6 +1177,7 @@ export function parseHubMessage(data: string | Uint8Array): HubMessage {
         idleTimeoutMs: g.int('idle_timeout_ms', heartbeatMs, L.maxIntervalMs),
         encoding: g.oneOf('encoding', WIRE_ENCODINGS),
         credit: g.int('credit', 0, Number.MAX_SAFE_INTEGER),
+        ...(g.has('peer') ? { peer: parseWelcomePeer(g.obj('peer')) } : {}),
       };
     }
     case 'assign': {
@@ -1136,6 +1208,17 @@ export function parseHubMessage(data: string | Uint8Array): HubMessage {
         shardUrl: g.str('shard_url', L.maxShardUrlChars, { min: 1, pattern: SHARD_URL }),
         shardBytes: g.int('shard_bytes', 1, L.maxDeviceBytes, L.maxDeviceBytes),
         shardDigest: g.str('shard_digest', 71, { min: 1, pattern: DIGEST }),
+        ...(g.has('peers')
+          ? {
+              peers: g.list('peers', L.maxPeersListed).map((x, i) => {
+                if (typeof x !== 'string' || x.length === 0 || !PEER_ID.test(x)) throw badFrame(`assign.peers[${i}] is not a peer id`);
+                if (x.length > L.maxPeerIdChars)
+                  throw tooLarge(`assign.peers[${i}] has ${x.length} characters, the cap is ${L.maxPeerIdChars}`);
+                return x;
+              }),
+            }
+          : {}),
+        ...(g.has('chunks_url') ? { chunksUrl: g.str('chunks_url', L.maxShardUrlChars, { min: 1, pattern: SHARD_URL }) } : {}),
       };
     }
     case 'release':
@@ -1184,7 +1267,24 @@ function wireClient(m: ClientMessage): Obj {
       };
     }
     case 'loaded':
-      return { type: m.type, assignment_id: m.assignmentId, ready: m.ready, backend: m.backend, gflops: m.gflops };
+      return {
+        type: m.type,
+        assignment_id: m.assignmentId,
+        ready: m.ready,
+        backend: m.backend,
+        gflops: m.gflops,
+        ...(m.peerBytes !== undefined ? { peer_bytes: m.peerBytes } : {}),
+        ...(m.hubBytes !== undefined ? { hub_bytes: m.hubBytes } : {}),
+      };
+    case 'peer_report':
+      return {
+        type: m.type,
+        assignment_id: m.assignmentId,
+        peer_id: m.peerId,
+        code: m.code,
+        chunk: m.chunk,
+        detail: sentence(m.detail, L.maxMessageChars),
+      };
     case 'load_failed':
       return { type: m.type, assignment_id: m.assignmentId, code: m.code, message: sentence(m.message, L.maxMessageChars) };
     case 'heartbeat':
@@ -1214,6 +1314,7 @@ function wireHub(m: HubMessage): Obj {
         idle_timeout_ms: m.idleTimeoutMs,
         encoding: m.encoding,
         credit: m.credit,
+        ...(m.peer ? { peer: { path: m.peer.path, key: m.peer.key, id: m.peer.id, token: m.peer.token } } : {}),
       };
     case 'assign':
       return {
@@ -1228,6 +1329,8 @@ function wireHub(m: HubMessage): Obj {
         shard_url: m.shardUrl,
         shard_bytes: m.shardBytes,
         shard_digest: m.shardDigest,
+        ...(m.peers ? { peers: m.peers } : {}),
+        ...(m.chunksUrl ? { chunks_url: m.chunksUrl } : {}),
       };
     case 'release':
       return { type: m.type, assignment_id: m.assignmentId, code: m.code, reason: sentence(m.reason, L.maxMessageChars) };

@@ -73,8 +73,33 @@ export const HUB_EVENT_KINDS = Object.freeze([
   'load-failed',
   'dispatch',
   'admin',
+  'peer-report',
 ] as const);
 export type HubEventKindName = (typeof HUB_EVENT_KINDS)[number];
+
+/**
+ * One slice's transfers (`GET /api/peers/slices` → `{ slices: SliceTransfer[] }`, the dashboard's slice transfers;
+ * hub/peers.ts keeps them, docs/peers.md): bytes volunteers took from each other vs from the hub.
+ */
+export interface SliceTransfer {
+  model: string;
+  layer: number;
+  /** `[begin, end)`. */
+  experts: [number, number];
+  digest: string;
+  bytes: number;
+  /** Loads reported (`loaded`), and of those how many came whole from the volunteer's cache. */
+  loads: number;
+  fromCache: number;
+  /** Bytes volunteers say they took from peers and from the hub for this slice. */
+  fromPeers: number;
+  fromHub: number;
+  /** Volunteers holding it now (loaded), and fetching it now. */
+  holders: number;
+  fetching: number;
+  /** Reports of a bad peer for this slice. */
+  badPeers: number;
+}
 
 /** One model as the dashboard shows it now. */
 export interface ModelStatus {

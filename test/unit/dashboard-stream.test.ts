@@ -359,6 +359,7 @@ test('EventLog: strictly increasing seqs, bounded ring, filters by kind and mode
     'load-failed': true,
     dispatch: true,
     admin: true,
+    'peer-report': true,
   };
   assert.deepEqual([...HUB_EVENT_KINDS].sort(), Object.keys(wire).sort());
 });

@@ -54,7 +54,8 @@ function run(p: EmbedParams): void {
     post({ type: 'joined' });
     c.on('state', report);
     c.on('stats', report);
-    c.join({ memoryBudgetBytes: p.budgetMiB * MIB });
+    // A frame on someone else's page passes its slice on to other volunteers gently (docs/peers.md): 1 MiB/s at most.
+    c.join({ memoryBudgetBytes: p.budgetMiB * MIB, share: { share: true, uploadCapBytesPerSec: MIB } });
     // The client takes a pause only once joined; one the card asked for before the consent applies now.
     if (wantPaused) c.pause();
   };

@@ -1,7 +1,7 @@
 /**
  * The real volunteer client (volunteer/client.ts) as this page runs it: the browser's WebGPU, onnxruntime-web's wasm
  * fallback (its runtime file is a hashed asset of this build), the key pair in localStorage, slices in the Cache API,
- * one worker id per tab. The client builds the environment only after join(), so onnxruntime-web, a large chunk, is
+ * one worker id per tab, WebRTC data channels to other volunteers where the browser has them. The client builds the environment only after join(), so onnxruntime-web, a large chunk, is
  * not even fetched before the visitor consents.
  */
 import ortWasmUrl from 'onnxruntime-web/ort-wasm-simd-threaded.wasm?url';
@@ -9,6 +9,7 @@ import type { OrtModuleLike } from '../../../shaders/ort/fallback.ts';
 import { createVolunteerClient as createClient, type SocketFactory } from '../../../volunteer/client.ts';
 import type { ComputeEnvironment } from '../../../volunteer/engine-open.ts';
 import { LocalStorageIdentityStore } from '../../../volunteer/identity.ts';
+import { openPeerJsNetwork, webRtcAvailable } from '../../../volunteer/peers-peerjs.ts';
 import { defaultBrowserCache } from '../../../volunteer/shard-cache.ts';
 import type { BackendPreference, VolunteerControls } from '../../../volunteer/state.ts';
 
@@ -47,5 +48,8 @@ export function createVolunteerClient({ hubUrl, model = '' }: { hubUrl: string; 
     WebSocket: WebSocket as unknown as SocketFactory,
     workerId: tabWorkerId(),
     agent: 'page/0.1.0',
+    // Slices from and to other volunteers over WebRTC (docs/peers.md); without it, from the hub alone. peerjs itself
+    // is loaded only when the hub grants a peer id, after the visitor joined.
+    peers: webRtcAvailable() ? openPeerJsNetwork : null,
   });
 }

@@ -6,7 +6,7 @@
  *   m.title; // "Hub unreachable — retrying in 3 s"
  */
 import type { VolunteerErrorCode } from '../../../volunteer/errors.ts';
-import type { DeviceReport, SliceAssignment, VolunteerState } from '../../../volunteer/state.ts';
+import type { DeviceReport, PeerStats, ShareChoice, SliceAssignment, VolunteerState } from '../../../volunteer/state.ts';
 
 /** The memory-budget control, in MiB (the client takes bytes). */
 export const BUDGET_MIB = { min: 64, max: 8192, step: 64, initial: 512 } as const;
@@ -247,4 +247,28 @@ export function formatRate(perSec: number): string {
 export function formatLatency(ms: number | null): string {
   if (ms === null || !Number.isFinite(ms)) return '—';
   return ms < 10 ? `${ms.toFixed(1)} ms` : `${Math.round(ms)} ms`;
+}
+
+/**
+ * The "Share with other volunteers" control (docs/peers.md): the upload cap in MiB/s, all peers together; 0 shares
+ * nothing. A tab passes on only the slice it holds, only while joined and not paused.
+ */
+export const SHARE_MIB_PER_S = Object.freeze([0, 1, 4, 16] as const);
+export const SHARE_INITIAL_MIB_PER_S = 4;
+
+export function shareChoice(mibPerS: number): ShareChoice {
+  const cap = SHARE_MIB_PER_S.includes(mibPerS as (typeof SHARE_MIB_PER_S)[number]) ? mibPerS : SHARE_INITIAL_MIB_PER_S;
+  return { share: cap > 0, uploadCapBytesPerSec: cap * MIB };
+}
+
+export function shareLabel(mibPerS: number): string {
+  return mibPerS === 0 ? 'Do not share' : `Share, up to ${mibPerS} MiB/s`;
+}
+
+/** "93% from other volunteers (4.0 MiB of 4.3 MiB)", or "all from the hub" when none came from peers. */
+export function describeSource(p: PeerStats): string {
+  const total = p.fromPeers + p.fromHub;
+  if (total === 0) return 'from this browser’s cache';
+  if (p.fromPeers === 0) return `all from the hub (${formatBytes(total)})`;
+  return `${Math.round((100 * p.fromPeers) / total)}% from other volunteers (${formatBytes(p.fromPeers)} of ${formatBytes(total)})`;
 }

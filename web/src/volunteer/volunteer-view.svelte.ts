@@ -15,7 +15,16 @@ import {
   type VolunteerState,
   type VolunteerStats,
 } from '../../../volunteer/state.ts';
-import { actionsFor, BUDGET_MIB, budgetBytes, clampBudgetMiB, describeState, retrySecondsLeft } from './page-model.ts';
+import {
+  actionsFor,
+  BUDGET_MIB,
+  budgetBytes,
+  clampBudgetMiB,
+  describeState,
+  retrySecondsLeft,
+  SHARE_INITIAL_MIB_PER_S,
+  shareChoice,
+} from './page-model.ts';
 
 /** How often the retry countdown is redrawn; well under a second so it never skips a number. */
 const COUNTDOWN_TICK_MS = 250;
@@ -27,6 +36,8 @@ export class VolunteerView {
   budgetMiB: number = $state(BUDGET_MIB.initial);
   /** The backend the visitor asks for ('auto': the faster one, measured on the slice). */
   backend: BackendPreference = $state('auto');
+  /** The upload cap for passing the slice on to other volunteers, MiB/s (0: do not share). */
+  shareMiBPerS: number = $state(SHARE_INITIAL_MIB_PER_S);
 
   #now = $state(0);
   #retrySince = 0;
@@ -64,7 +75,7 @@ export class VolunteerView {
 
   join(): void {
     this.budgetMiB = clampBudgetMiB(this.budgetMiB);
-    this.#client.join({ memoryBudgetBytes: budgetBytes(this.budgetMiB), backend: this.backend });
+    this.#client.join({ memoryBudgetBytes: budgetBytes(this.budgetMiB), backend: this.backend, share: shareChoice(this.shareMiBPerS) });
   }
 
   pause(): void {

@@ -1,9 +1,13 @@
 /**
- * Our WGSL expert FFN (ExpertRuntime on WebGPU) against onnxruntime-web ('webgpu' and 'wasm' execution providers) on
- * the same slices and calls, in one browser page: headless Chromium here (WebGPU on SwiftShader, so the GPU numbers
- * are a CPU emulation's), or any browser with `--serve` (see docs/kernels-bench.md).
+ * Our WGSL expert FFN (ExpertRuntime on WebGPU) against the fair onnxruntime-web baselines ('webgpu' and 'wasm'
+ * execution providers computing only the routed pairs, bench/ort-routed.ts) and the engine's own onnxruntime
+ * fallback, on the same slices and calls, in one browser page: headless Chromium here (WebGPU on SwiftShader, so the
+ * GPU numbers are a CPU emulation's), or any browser with `--serve` (see docs/kernels-bench.md).
  *
- *   npm run bench:kernels [-- --types Q4_K,F16 --iterations 15 --warmup 2 --threads 0]
+ *   npm run bench:kernels [-- --types Q4_K,F16 --iterations 5 --warmup 1 --threads 0]
+ *   npm run bench:kernels -- --quick | --full            smoke shapes | the realistic shape (n_embd 2048, ff 768, top-8 of 16)
+ *   npm run bench:kernels -- --rows 1,64 --backends ours-webgpu,ort-webgpu,ort-wasm
+ *   npm run bench:kernels -- --ort-weights f32 --ort-accuracy-level 4    the fair ORT graphs on f32 weights / int8 MatMulNBits
  *   npm run bench:kernels -- --serve [--host 127.0.0.1 --port 8787]     prints a URL and waits; open it in a browser
  */
 import { createServer, type Server } from 'node:http';
@@ -14,7 +18,15 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { chromium } from 'playwright-core';
 import { CHROMIUM, CHROMIUM_ARGS, ORT_PREFIX, bundle, ortAsset } from '../test/support/browser.ts';
-import { DEFAULT_SHAPES, type BenchConfig, type BenchReport } from './browser/report.ts';
+import {
+  BACKENDS,
+  DEFAULT_SHAPES,
+  FULL_SHAPES,
+  QUICK_SHAPES,
+  type BackendName,
+  type BenchConfig,
+  type BenchReport,
+} from './browser/report.ts';
 
 const { values } = parseArgs({
   options: {
@@ -22,23 +34,45 @@ const { values } = parseArgs({
     host: { type: 'string', default: '127.0.0.1' },
     port: { type: 'string', default: '0' },
     types: { type: 'string', default: 'Q4_K' },
-    iterations: { type: 'string', default: '15' },
-    warmup: { type: 'string', default: '2' },
+    iterations: { type: 'string' },
+    warmup: { type: 'string' },
     threads: { type: 'string', default: '1' },
+    'budget-s': { type: 'string', default: '20' },
+    quick: { type: 'boolean', default: false },
+    full: { type: 'boolean', default: false },
+    rows: { type: 'string' },
+    backends: { type: 'string', default: BACKENDS.join(',') },
+    'ort-accuracy-level': { type: 'string', default: '0' },
+    'ort-weights': { type: 'string', default: 'smallest' },
     json: { type: 'string' },
   },
 });
+
+if (values.quick && values.full) throw new Error('--quick and --full exclude each other');
+const baseShapes = values.full ? FULL_SHAPES : values.quick ? QUICK_SHAPES : DEFAULT_SHAPES;
+const onlyRows = values.rows?.split(',').map(Number);
+const backends = values.backends.split(',').map((b) => b.trim()) as BackendName[];
+const unknown = backends.filter((b) => !BACKENDS.includes(b));
+if (unknown.length) throw new Error(`unknown backends ${unknown.join(', ')}; known: ${BACKENDS.join(', ')}`);
+if (!['smallest', 'f32'].includes(values['ort-weights']))
+  throw new Error(`--ort-weights must be smallest or f32, got ${values['ort-weights']}`);
 
 const config: BenchConfig = {
   types: values.types
     .split(',')
     .map((t) => t.trim())
     .filter(Boolean),
-  shapes: DEFAULT_SHAPES,
-  warmup: Number(values.warmup),
-  iterations: Number(values.iterations),
+  shapes: onlyRows
+    ? onlyRows.map((nTokens) => ({ ...baseShapes[0]!, nTokens, label: `${nTokens <= 4 ? 'decode' : 'batched'}-${nTokens}` }))
+    : baseShapes,
+  backends,
+  warmup: Number(values.warmup ?? (values.full ? 2 : 1)),
+  iterations: Number(values.iterations ?? (values.full ? 15 : values.quick ? 3 : 5)),
+  budgetS: Number(values['budget-s']),
   wasmPaths: ORT_PREFIX,
   ortThreads: Number(values.threads),
+  ortAccuracyLevel: Number(values['ort-accuracy-level']),
+  ortWeights: values['ort-weights'] === 'f32' ? 'f32' : 'smallest',
 };
 
 const script = await bundle(fileURLToPath(new URL('./browser/kernels-bench-entry.ts', import.meta.url)));

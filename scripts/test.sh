@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's one test command (README: `npm test`; .ci/run calls it too).
 # 1. typecheck (the Node tree with tsc, the pages in web/ with svelte-check), 2. format + lint (biome), 3. build the
-# coordinator if needed (ccache makes a rebuild cheap), 4. node's test runner over test/**.test.ts (the page tests
+# coordinator if needed (ccache makes a rebuild cheap) and the wasm kernel, 4. node's test runner over test/**.test.ts (the page tests
 # build web/ themselves, into temporary folders). `npm run test:unit` is the fast loop: test/unit/ only, no build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +12,8 @@ echo "== format and lint (biome ci; npm run format fixes what it can)"
 npm run --silent lint
 echo "== coordinator build"
 bash coordinator/build.sh
+echo "== wasm fallback kernel (AssemblyScript; cached in .cache/wasm by the digest of its sources)"
+node --import tsx -e 'import("./shaders/wasm/build.ts").then(async (m) => console.log(`kernel: ${(await m.expertKernelBytes()).length} bytes`))'
 echo "== tests"
 mapfile -t files < <(find test -name '*.test.ts' | sort)
 # Integration tests start real servers; one file at a time keeps 2-core machines from timing out.

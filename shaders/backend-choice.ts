@@ -1,6 +1,7 @@
 /**
- * Which backend computes a slice's experts on this machine: our WebGPU kernels (ExpertRuntime) or the onnxruntime
- * wasm fallback (OrtExpertFallback). A pure policy over measured throughput (computer.ts times the backends).
+ * Which backend computes a slice's experts on this machine: our WebGPU kernels (ExpertRuntime) or the wasm fallback
+ * (WasmExpertFallback, our SIMD kernel; OrtExpertFallback where no kernel was loaded). A pure policy over measured
+ * throughput (computer.ts times the backends).
  *
  * Policy: the faster one wins. A tie goes to a real GPU adapter; a fallback (software) adapter such as SwiftShader only
  * wins when it is measured strictly faster. A backend that was not measured (or measured nothing usable) is

@@ -4,6 +4,10 @@
  * llama numerics the activation roundings too: the rows before the up kernels, h before the down kernels), and the
  * output read back. Everything from the first buffer to the submit runs inside an out-of-memory and a
  * validation error scope, so a failure there is GPU_ERROR and gives every buffer back.
+ *
+ * A timed call (where the device has 'timestamp-query') also has the GPU write a timestamp at the start and the end
+ * of its compute pass, resolved and read back beside the output: the kernels' time apart from upload, submit and
+ * readback. An untimed call records nothing extra.
  */
 import type { ExpertMatrix } from '../gguf/expert-slice.ts';
 import { SHAPE_UNIFORM_BYTES, type CallPlan } from './call-plan.ts';
@@ -12,6 +16,25 @@ import { ExpertRuntimeError } from './errors.ts';
 import type { ExpertFfnKernels } from './expert-ffn.ts';
 import { GPU_FLAGS } from './gpu-flags.ts';
 import { ROUND_PARAMS_FIELDS } from './round-activations.ts';
+
+/** GPUBufferUsage.QUERY_RESOLVE (GPU_FLAGS has the usages every call needs). */
+const BUFFER_QUERY_RESOLVE = 0x200;
+/** Two u64 timestamps: the compute pass's start and end. */
+const TIMESTAMP_BYTES = 16;
+
+/** What a call gives back: the output, and for a timed call the GPU time of its compute pass. */
+export interface CallResult {
+  out: Float32Array;
+  /** Nanoseconds between the pass's start and end timestamps; null when the call was not timed. */
+  kernelNs: number | null;
+}
+
+/** The state's timestamp query set, created on the first timed call; null where the device lacks 'timestamp-query'. */
+function timestampSet(st: GpuState, label: string): GPUQuerySet | null {
+  if (!st.device.features.has('timestamp-query')) return null;
+  st.timestamps ??= st.device.createQuerySet({ label: `${label} pass timestamps`, type: 'timestamp', count: 2 });
+  return st.timestamps;
+}
 
 /** Bytes of the RoundParams uniform (round_activations.wgsl). */
 const ROUND_UNIFORM_BYTES = ROUND_PARAMS_FIELDS.length * 4;
@@ -30,8 +53,18 @@ export interface CallInputs {
   probs: Float32Array;
 }
 
-/** Runs `plan` with the regime's `pipelines` on `st`; returns out [nTokens × nEmbd]. `label` prefixes GPU objects. */
-export async function runPlan(st: GpuState, pipelines: Pipelines, plan: CallPlan, c: CallInputs, label: string): Promise<Float32Array> {
+/**
+ * Runs `plan` with the regime's `pipelines` on `st`; returns out [nTokens × nEmbd], and with `timed` (where the device
+ * has 'timestamp-query') the compute pass's GPU time. `label` prefixes GPU objects.
+ */
+export async function runPlan(
+  st: GpuState,
+  pipelines: Pipelines,
+  plan: CallPlan,
+  c: CallInputs,
+  label: string,
+  timed = false,
+): Promise<CallResult> {
   const F = GPU_FLAGS;
   const pool = st.pool;
   const { sizes, groups, uniformStride: stride } = plan;
@@ -48,6 +81,7 @@ export async function runPlan(st: GpuState, pipelines: Pipelines, plan: CallPlan
     return buffer;
   };
   let b: Record<'shape' | 'rows' | 'ids' | 'probs' | 'hidden' | 'expertOut' | 'out' | 'readback', GPUBuffer> & { tiles: GPUBuffer | null };
+  let ts: { set: GPUQuerySet; resolve: GPUBuffer; readback: GPUBuffer } | null = null;
   try {
     b = {
       shape: acquire(F.BUFFER_UNIFORM | F.BUFFER_COPY_DST, stride * plan.uniforms.length, 'shape uniforms'),
@@ -102,7 +136,18 @@ export async function runPlan(st: GpuState, pipelines: Pipelines, plan: CallPlan
     const hiddenR = range(b.hidden, sizes.hidden);
     const outR = range(b.expertOut, sizes.expertOut);
     const encoder = device.createCommandEncoder({ label: `${label} call (${plan.regime})` });
-    const pass = encoder.beginComputePass({ label: `${label} expert-ffn (${plan.regime})` });
+    const set = timed ? timestampSet(st, label) : null;
+    if (set) {
+      ts = {
+        set,
+        resolve: acquire(BUFFER_QUERY_RESOLVE | F.BUFFER_COPY_SRC, TIMESTAMP_BYTES, 'timestamps'),
+        readback: acquire(F.BUFFER_MAP_READ | F.BUFFER_COPY_DST, TIMESTAMP_BYTES, 'timestamps readback'),
+      };
+    }
+    const pass = encoder.beginComputePass({
+      label: `${label} expert-ffn (${plan.regime})`,
+      ...(set ? { timestampWrites: { querySet: set, beginningOfPassWriteIndex: 0, endOfPassWriteIndex: 1 } } : {}),
+    });
     const run = (pipeline: GPUComputePipeline, group: GPUBindGroup, [x, y]: [number, number]): void => {
       pass.setPipeline(pipeline);
       pass.setBindGroup(0, group);
@@ -178,6 +223,10 @@ export async function runPlan(st: GpuState, pipelines: Pipelines, plan: CallPlan
     );
     pass.end();
     encoder.copyBufferToBuffer(b.out, 0, b.readback, 0, sizes.out);
+    if (ts) {
+      encoder.resolveQuerySet(ts.set, 0, 2, ts.resolve, 0);
+      encoder.copyBufferToBuffer(ts.resolve, 0, ts.readback, 0, TIMESTAMP_BYTES);
+    }
     q.submit([encoder.finish({ label: `${label} call commands` })]);
   } catch (e) {
     void device.popErrorScope().catch(() => undefined);
@@ -190,7 +239,10 @@ export async function runPlan(st: GpuState, pipelines: Pipelines, plan: CallPlan
 
   let ok = false;
   try {
-    const mapped = b.readback.mapAsync(F.MAP_MODE_READ, 0, sizes.out);
+    const mapped = Promise.all([
+      b.readback.mapAsync(F.MAP_MODE_READ, 0, sizes.out),
+      ts?.readback.mapAsync(F.MAP_MODE_READ, 0, TIMESTAMP_BYTES),
+    ]);
     const error = (await validation) ?? (await oom);
     if (error) {
       await mapped.catch(() => undefined);
@@ -199,8 +251,15 @@ export async function runPlan(st: GpuState, pipelines: Pipelines, plan: CallPlan
     await mapped;
     const out = new Float32Array(b.readback.getMappedRange(0, sizes.out).slice(0));
     b.readback.unmap();
+    let kernelNs: number | null = null;
+    if (ts) {
+      const [start, end] = new BigUint64Array(ts.readback.getMappedRange(0, TIMESTAMP_BYTES).slice(0));
+      ts.readback.unmap();
+      // Timestamps may be quantized or, on some drivers, out of order: a negative span reads as 0.
+      kernelNs = end! > start! ? Number(end! - start!) : 0;
+    }
     ok = true;
-    return out;
+    return { out, kernelNs };
   } catch (e) {
     if (st.lost) throw lostError(label, st.lost);
     throw e;

@@ -85,6 +85,12 @@ export interface GpuState {
   batched: Promise<Pipelines> | null;
   parts: WeightPart[];
   pool: BufferPool;
+  /**
+   * The two timestamps (start and end of a call's compute pass) of calls that ask for their kernel time, created on
+   * the first such call where the device has 'timestamp-query'; null until then (calls that do not ask pay nothing).
+   * One set serves every call: the queue runs each call's writes and their resolve before the next call's writes.
+   */
+  timestamps: GPUQuerySet | null;
   lost: GPUDeviceLostInfo | null;
 }
 
@@ -225,6 +231,7 @@ async function prepareState(device: GPUDevice, owned: boolean, shape: SliceShape
     batched: null,
     parts,
     pool: new BufferPool(device, settings.label),
+    timestamps: null,
     lost: null,
   };
 }
@@ -235,6 +242,7 @@ const isCompileError = (e: unknown): boolean => e instanceof ExpertRuntimeError 
 export function releaseState(st: GpuState): void {
   destroyWeightParts(st.parts);
   st.pool.dispose();
+  st.timestamps?.destroy();
   if (st.owned) st.device.destroy();
 }
 

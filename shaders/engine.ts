@@ -1,9 +1,16 @@
 /**
  * The volunteer's expert engine: one slice, computed by whichever backend is faster on this machine. On start it
- * builds both — our WGSL kernels (ExpertRuntime on WebGPU) and the onnxruntime wasm fallback (OrtExpertFallback) —
- * times each on a short call of the slice's own shape (timeCompute, computer.ts), keeps the faster (chooseBackend,
- * backend-choice.ts) and disposes the other. `report` says what was measured, what was picked and why, for the hub
- * and the page.
+ * builds both — our WGSL kernels (ExpertRuntime on WebGPU) and the wasm fallback (WasmExpertFallback, or
+ * OrtExpertFallback) — times each on the two calls a volunteer serves, a decode call (1 token) and a small batch
+ * (8 tokens), of the slice's own shape (timeCompute, computer.ts), keeps the faster over both together
+ * (chooseBackend, backend-choice.ts) and disposes the other. `report` says what was measured, what was picked and
+ * why, for the hub and the page.
+ *
+ * The timing is made to not pick a slower backend on a noisy machine or adapter (SwiftShader's fallback adapter runs
+ * our kernels tens of times slower than wasm): both backends are built first, then timed in `rounds` (default 2)
+ * interleaved rounds, the order swapped each round, and each call's best median over the rounds counts, so one slow
+ * first round (shader compilation, a JIT tier-up, another process) does not decide; only a software (fallback)
+ * adapter measured 10× or more slower than wasm in the first round skips the next.
  *
  * @example
  *   const engine = await ExpertEngine.start(slice, {
@@ -11,6 +18,7 @@
  *     wasm: async (slice) => OrtExpertFallback.create(ort, slice),
  *   });
  *   engine.report; // { backend: 'wasm', reason: 'wasm is faster: …', measured: { webgpu: {…}, wasm: {…} }, errors: {} }
+ *   engine.report.measured.wasm; // { msMedian: decode + batch ms, gflops: over both, decodeMs, batchMs }
  *   const out = await engine.compute(rows, ids, probs, nTokens, nUsed);
  *
  * Backends come as factories so the caller decides how each is loaded (which onnxruntime build, which adapter) and a
@@ -22,7 +30,7 @@
  */
 import { ExpertRuntimeError } from './errors.ts';
 import { chooseBackend, type Backend } from './backend-choice.ts';
-import { timeCompute, type ExpertComputer, type MeasureCall, type Numerics, type Timing } from './computer.ts';
+import { callFlops, timeCompute, type ExpertComputer, type MeasureCall, type Numerics, type Timing } from './computer.ts';
 import type { ExpertSlice } from './slice.ts';
 
 /** A backend's runtime: ExpertRuntime and OrtExpertFallback both fit. */
@@ -45,12 +53,16 @@ export interface ExpertEngineOptions {
    * float-summation precision (docs/kernels.md). Passed to the factories.
    */
   numerics?: Numerics;
-  /** The timed call (default: 1 token × min(2, nExpert) experts, the decode shape a volunteer serves most). */
+  /** The timed decode call (default: 1 token × min(2, nExpert) experts, the shape a volunteer serves most). */
   call?: Pick<MeasureCall, 'nTokens' | 'nUsed'>;
-  /** Untimed calls per backend before timing (default 1). */
+  /** The timed batch call (default: 8 tokens × the decode call's experts). */
+  batchCall?: Pick<MeasureCall, 'nTokens' | 'nUsed'>;
+  /** Untimed calls per backend and call before timing (default 1). */
   warmup?: number;
-  /** Timed samples per backend, median counted (default 3). */
+  /** Timed samples per backend and call, median counted (default 3). */
   iterations?: number;
+  /** Interleaved timing rounds, the best median of each call counted (default 2; ≥ 1). */
+  rounds?: number;
   /** A sample repeats the call for at least this long (default 2 ms; see timeCompute). */
   minSampleMs?: number;
   /** Clock in ms (default performance.now); tests pass their own. */
@@ -58,8 +70,12 @@ export interface ExpertEngineOptions {
 }
 
 export interface EngineMeasurement {
+  /** ms of the decode and the batch call together (each its best median over the rounds). */
   msMedian: number;
+  /** Flops of both calls over msMedian: what chooseBackend compares. */
   gflops: number;
+  decodeMs: number;
+  batchMs: number;
 }
 
 export interface EngineReport {
@@ -67,7 +83,9 @@ export interface EngineReport {
   /** The numerics both backends were built with. */
   numerics: Numerics;
   reason: string;
+  /** The timed decode call; `batchCall` the timed batch. */
   call: MeasureCall;
+  batchCall: MeasureCall;
   measured: Partial<Record<Backend, EngineMeasurement & { isFallbackAdapter?: boolean }>>;
   /** Why a backend is missing from `measured`: not offered, failed to build, or failed to compute. */
   errors: Partial<Record<Backend, string>>;
@@ -97,12 +115,13 @@ export class ExpertEngine {
    * could build and compute (the message lists each one's error).
    */
   static async start(slice: ExpertSlice, options: ExpertEngineOptions): Promise<ExpertEngine> {
-    const call: MeasureCall = {
-      nEmbd: slice.nEmbd,
-      ff: slice.ff,
-      nExpert: slice.nExpert,
-      nTokens: options.call?.nTokens ?? 1,
-      nUsed: options.call?.nUsed ?? Math.min(2, slice.nExpert),
+    const nUsed = options.call?.nUsed ?? Math.min(2, slice.nExpert);
+    const shape = { nEmbd: slice.nEmbd, ff: slice.ff, nExpert: slice.nExpert };
+    const call: MeasureCall = { ...shape, nTokens: options.call?.nTokens ?? 1, nUsed };
+    const batchCall: MeasureCall = {
+      ...shape,
+      nTokens: options.batchCall?.nTokens ?? 8,
+      nUsed: options.batchCall?.nUsed ?? nUsed,
     };
     const timing = {
       warmup: options.warmup ?? 1,
@@ -110,6 +129,7 @@ export class ExpertEngine {
       ...(options.minSampleMs !== undefined ? { minSampleMs: options.minSampleMs } : {}),
       ...(options.now ? { now: options.now } : {}),
     };
+    const rounds = options.rounds ?? 2;
     const check = (option: string, value: number, min: number): void => {
       if (!(Number.isSafeInteger(value) && value >= min)) {
         throw new ExpertRuntimeError(
@@ -121,6 +141,9 @@ export class ExpertEngine {
     };
     check('iterations', timing.iterations, 1);
     check('warmup', timing.warmup, 0);
+    check('rounds', rounds, 1);
+    check('call.nTokens', call.nTokens, 1);
+    check('batchCall.nTokens', batchCall.nTokens, 1);
     const numerics = options.numerics ?? 'exact';
     if (numerics !== 'exact' && numerics !== 'llama') {
       throw new ExpertRuntimeError(
@@ -130,38 +153,79 @@ export class ExpertEngine {
       );
     }
     const backendOptions: BackendOptions = { numerics };
-    const report: EngineReport = { backend: 'wasm', numerics, reason: '', call, measured: {}, errors: {} };
-    const built: Partial<Record<Backend, EngineBackend>> = {};
+    const report: EngineReport = { backend: 'wasm', numerics, reason: '', call, batchCall, measured: {}, errors: {} };
+    const built: Partial<Record<Backend, { runtime: EngineBackend; isFallbackAdapter?: boolean }>> = {};
 
-    const run = async (backend: Backend, make: () => Promise<{ runtime: EngineBackend; isFallbackAdapter?: boolean }>): Promise<void> => {
-      let runtime: EngineBackend | undefined;
+    const fail = async (backend: Backend, e: unknown): Promise<void> => {
+      report.errors[backend] = message(e);
+      const runtime = built[backend]?.runtime;
+      delete built[backend];
+      if (runtime) await safeDispose(runtime);
+    };
+    const build = async (backend: Backend, make: () => Promise<{ runtime: EngineBackend; isFallbackAdapter?: boolean }>): Promise<void> => {
       try {
         const made = await make();
-        runtime = made.runtime;
-        if (runtime.numerics !== undefined && runtime.numerics !== numerics)
-          throw new Error(`it was built with '${runtime.numerics}' numerics, not the '${numerics}' asked for`);
-        const t: Timing = await timeCompute(runtime, call, timing);
-        if (!(Number.isFinite(t.gflops) && t.gflops > 0))
-          throw new Error(`timing measured ${t.msMedian} ms per call: the clock did not advance`);
-        const adapter = made.isFallbackAdapter === undefined ? {} : { isFallbackAdapter: made.isFallbackAdapter };
-        report.measured[backend] = { msMedian: t.msMedian, gflops: t.gflops, ...adapter };
-        built[backend] = runtime;
+        built[backend] = made;
+        if (made.runtime.numerics !== undefined && made.runtime.numerics !== numerics)
+          throw new Error(`it was built with '${made.runtime.numerics}' numerics, not the '${numerics}' asked for`);
       } catch (e) {
-        report.errors[backend] = message(e);
-        if (runtime) await safeDispose(runtime);
+        await fail(backend, e);
       }
     };
-    // One after the other: timing both at once would have them compete for the same cores.
-    const { webgpu, wasm: ortWasm } = options;
-    if (webgpu) await run('webgpu', () => webgpu(slice, backendOptions));
+    const { webgpu, wasm: wasmFactory } = options;
+    if (webgpu) await build('webgpu', () => webgpu(slice, backendOptions));
     else report.errors.webgpu = 'not offered (no WebGPU on this machine)';
-    if (ortWasm) await run('wasm', async () => ({ runtime: await ortWasm(slice, backendOptions) }));
+    if (wasmFactory) await build('wasm', async () => ({ runtime: await wasmFactory(slice, backendOptions) }));
     else report.errors.wasm = 'not offered';
+
+    // One backend at a time (timing both at once would have them compete for the same cores), interleaved in rounds.
+    const best: Partial<Record<Backend, { decode: number; batch: number }>> = {};
+    const timeOnce = async (backend: Backend): Promise<void> => {
+      const runtime = built[backend]?.runtime;
+      if (!runtime) return;
+      try {
+        const ms = { decode: 0, batch: 0 };
+        for (const [which, c] of [
+          ['decode', call],
+          ['batch', batchCall],
+        ] as const) {
+          const t: Timing = await timeCompute(runtime, c, timing);
+          if (!(Number.isFinite(t.msMedian) && t.msMedian > 0))
+            throw new Error(`timing measured ${t.msMedian} ms per call: the clock did not advance`);
+          ms[which] = t.msMedian;
+        }
+        const b = best[backend];
+        best[backend] = b ? { decode: Math.min(b.decode, ms.decode), batch: Math.min(b.batch, ms.batch) } : ms;
+      } catch (e) {
+        delete best[backend];
+        await fail(backend, e);
+      }
+    };
+    const total = (b: Backend): number => (best[b] ? best[b]!.decode + best[b]!.batch : NaN);
+    for (let round = 0; round < rounds; round++) {
+      // Another round decides nothing with one backend, nor when a software adapter was 10× slower than wasm (what
+      // SwiftShader measures: its second round would cost seconds of start-up; a real GPU always gets every round).
+      const softwareFarBehind = built.webgpu?.isFallbackAdapter === true && total('webgpu') >= 10 * total('wasm');
+      if (round > 0 && (Object.keys(best).length < 2 || softwareFarBehind)) break;
+      for (const backend of (round % 2 === 0 ? ['webgpu', 'wasm'] : ['wasm', 'webgpu']) as Backend[]) await timeOnce(backend);
+    }
+    const flops = callFlops(call) + callFlops(batchCall);
+    for (const [backend, b] of Object.entries(best) as [Backend, { decode: number; batch: number }][]) {
+      const ms = b.decode + b.batch;
+      const adapter = built[backend]?.isFallbackAdapter;
+      report.measured[backend] = {
+        msMedian: ms,
+        gflops: flops / (ms * 1e6),
+        decodeMs: b.decode,
+        batchMs: b.batch,
+        ...(adapter === undefined ? {} : { isFallbackAdapter: adapter }),
+      };
+    }
 
     const gpu = report.measured.webgpu;
     const wasm = report.measured.wasm;
     if (!gpu && !wasm) {
-      // (nothing was kept: every backend that failed was disposed above)
+      // (nothing was kept: every backend that failed was disposed by fail())
       const why = Object.entries(report.errors)
         .map(([b, e]) => `${b}: ${e}`)
         .join('; ');
@@ -173,10 +237,10 @@ export class ExpertEngine {
     });
     report.backend = choice.backend;
     report.reason = choice.reason;
-    for (const [backend, runtime] of Object.entries(built) as [Backend, EngineBackend][]) {
-      if (backend !== choice.backend) await safeDispose(runtime);
+    for (const [backend, b] of Object.entries(built) as [Backend, { runtime: EngineBackend }][]) {
+      if (backend !== choice.backend) await safeDispose(b.runtime);
     }
-    return new ExpertEngine(built[choice.backend]!, report);
+    return new ExpertEngine(built[choice.backend]!.runtime, report);
   }
 
   get backend(): Backend {

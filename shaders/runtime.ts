@@ -32,7 +32,7 @@ import { typeName } from '../gguf/quant-types.ts';
 import type { BufferPoolStats } from './buffer-pool.ts';
 import { bindingLimit, callRounding, planCall, type PlannedCall } from './call-plan.ts';
 import type { Numerics } from './computer.ts';
-import { runPlan, type CallInputs } from './call-run.ts';
+import { runPlan, type CallInputs, type CallResult } from './call-run.ts';
 import {
   batchedPipelines,
   bytesState,
@@ -161,6 +161,8 @@ export interface ExpertRuntimeCapabilities {
   /** llama numerics: how the decode regime's 8-bit dot products run (null in exact numerics), and why. */
   integerDot: IntegerDot | null;
   integerDotReason: string;
+  /** Whether the device has 'timestamp-query', so compute(…, { onTiming }) reports kernel times. */
+  timestampQuery: boolean;
   /** Bytes one weight binding may hold here, and the parts the slice's matrices are split into. */
   maxBindingBytes: number;
   weightParts: number;
@@ -177,6 +179,18 @@ export interface ExpertRuntimeMemory {
 export interface ComputeOptions {
   /** 'auto' (default): the runtime's regime policy decides from the routing; otherwise that regime. */
   regime?: RegimeRequest;
+  /**
+   * Asks for the call's kernel time: where the device was created with 'timestamp-query'
+   * (capabilities().timestampQuery), the GPU writes a timestamp at the start and the end of the call's compute pass and
+   * this is called with their difference before compute() resolves — the kernels' time apart from upload, submit and
+   * readback. Not called where the device lacks the feature. Without it a call records no timestamps.
+   */
+  onTiming?: (timing: KernelTiming) => void;
+}
+
+/** The GPU time of one call's compute pass (every dispatch of the call: roundings, up, down, combine). */
+export interface KernelTiming {
+  kernelMs: number;
 }
 
 /** Longest wait, after a failed call, for the device's lost promise to tell whether the loss caused it. */
@@ -298,8 +312,13 @@ export class ExpertRuntime {
       this.assertUsable();
       const state = this.state;
       try {
-        const out = await this.run(state, { rows, ids, probs, nTokens, nUsed, counts, regime });
+        const { out, kernelNs } = await this.run(
+          state,
+          { rows, ids, probs, nTokens, nUsed, counts, regime },
+          options.onTiming !== undefined,
+        );
         this.attemptsUsed = 0;
+        if (kernelNs !== null) options.onTiming?.({ kernelMs: kernelNs / 1e6 });
         return out;
       } catch (e) {
         // A call cut off by a device loss runs once more on the rebuilt device. Refusals of the call itself
@@ -342,6 +361,7 @@ export class ExpertRuntime {
       numerics: this.settings.numerics,
       integerDot: this.settings.numerics === 'exact' ? null : st.integerDot,
       integerDotReason: st.integerDotReason,
+      timestampQuery: st.device.features.has('timestamp-query'),
       maxBindingBytes: bindingLimit(l, this.settings.maxBindingBytes).limit,
       weightParts: st.parts.length,
       slice: {
@@ -370,7 +390,7 @@ export class ExpertRuntime {
     releaseState(this.state);
   }
 
-  private async run(st: GpuState, c: Call): Promise<Float32Array> {
+  private async run(st: GpuState, c: Call, timed: boolean): Promise<CallResult> {
     // Sizes and dispatches before any GPU work, so BATCH_TOO_LARGE or DISPATCH_TOO_LARGE leaves nothing behind.
     const rounding = callRounding(this.shape.types, this.settings.numerics, c.regime, st.integerDot);
     const plan = planCall(
@@ -386,7 +406,7 @@ export class ExpertRuntime {
     );
     const pipelines = plan.groups ? await batchedPipelines(st, this.shape.types, this.settings) : st.decode;
     this.assertUsable(); // the pipelines may have been built while the runtime was disposed
-    return runPlan(st, pipelines, plan, c, this.settings.label);
+    return runPlan(st, pipelines, plan, c, this.settings.label, timed);
   }
 
   private decide(counts: Uint32Array, nPairs: number): RegimeDecision {

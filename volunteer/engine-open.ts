@@ -1,12 +1,16 @@
 /**
  * From a downloaded slice to a running ExpertEngine, on whatever this machine has: WebGPU (navigator.gpu in a
- * browser, npm `webgpu` in Node), onnxruntime's wasm fallback, or both (the engine measures and keeps the faster).
- * Browser-safe: the caller hands in its GPU object and its onnxruntime module.
+ * browser, npm `webgpu` in Node), the wasm fallback, or both (the engine measures and keeps the faster). The wasm
+ * fallback is our SIMD kernel (shaders/wasm/: routed pairs only, from the quantized bytes, memory ≈ the slice) when
+ * the environment hands in its compiled module (`wasmKernel`), else onnxruntime's dense graph (shaders/ort/: every
+ * expert for every row, 4 bytes per weight), kept only for environments that do not load the kernel yet.
+ * Browser-safe: the caller hands in its GPU object, the compiled kernel and/or its onnxruntime module.
  */
 import { readExpertSliceBytes } from '../gguf/expert-slice.ts';
 import { requestExpertDevice, type ExpertDevice } from '../shaders/device.ts';
 import { ExpertEngine, type ExpertEngineOptions } from '../shaders/engine.ts';
 import { OrtExpertFallback, type OrtModuleLike } from '../shaders/ort/fallback.ts';
+import { DEFAULT_TOKENS_PER_PASS, WasmExpertFallback } from '../shaders/wasm/fallback.ts';
 import { ExpertRuntime, type ExpertSlice, type Numerics } from '../shaders/runtime.ts';
 import { VolunteerError, errorMessage } from './errors.ts';
 import type { BackendPreference, DeviceReport } from './state.ts';
@@ -16,14 +20,29 @@ export type BackendChoice = BackendPreference;
 export interface ComputeEnvironment {
   /** `navigator.gpu`, or `create([])` of npm `webgpu`; null where there is none. */
   gpu: GPU | null;
-  /** onnxruntime-web, its wasm paths already set; null to go without the fallback. */
+  /** onnxruntime-web, its wasm paths already set; null to go without it (the fallback then needs wasmKernel). */
   ort: OrtModuleLike | null;
+  /**
+   * The wasm fallback's kernel, compiled (shaders/wasm/build.ts `nodeExpertKernel()` in Node; a page compiles the
+   * bytes its bundler inlines, shaders/wasm/vite-plugin.ts). When set it is the wasm fallback and `ort` is not used.
+   */
+  wasmKernel?: WebAssembly.Module | null;
   backend: BackendChoice;
 }
 
-/** The wasm fallback keeps each weight as an f32 (shaders/ort/onnx-graph.ts): its memory per slice. */
+/** The ORT dense fallback keeps each weight as an f32 (shaders/ort/expert-ffn-graph.ts): its memory per slice. */
 export function wasmBytesFor(slice: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'nExpert'>): number {
   return 3 * slice.nExpert * slice.ff * slice.nEmbd * 4;
+}
+
+/**
+ * The kernel fallback's memory per slice: the slice's own bytes plus its per-call scratch (≤ DEFAULT_TOKENS_PER_PASS
+ * tokens of top-k pairs: rows, h and each pair's down output in f32) and 1 MiB for the rest.
+ */
+export function kernelWasmBytesFor(slice: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'nExpert' | 'gate' | 'up' | 'down'>, nUsed = 8): number {
+  const pairs = DEFAULT_TOKENS_PER_PASS * nUsed;
+  const scratch = 4 * (2 * DEFAULT_TOKENS_PER_PASS * slice.nEmbd + pairs * (slice.ff + slice.nEmbd)) * 1.5;
+  return slice.gate.length + slice.up.length + slice.down.length + scratch + 2 ** 20;
 }
 
 /** Opens the device once per client (a GPUDevice outlives the slices it computes) and describes it for the page. */
@@ -98,12 +117,15 @@ export async function openEngine(
   };
   const gpuBytes = gate.length + up.length + down.length;
   const useGpu = device !== null && env.backend !== 'wasm' && gpuBytes <= memoryBudgetBytes;
-  const useWasm = env.ort !== null && env.backend !== 'webgpu' && wasmBytesFor(slice) <= memoryBudgetBytes;
+  const kernel = env.wasmKernel ?? null;
+  const wasmBytes = kernel ? kernelWasmBytesFor(slice) : wasmBytesFor(slice);
+  const useWasm = (kernel !== null || env.ort !== null) && env.backend !== 'webgpu' && wasmBytes <= memoryBudgetBytes;
   if (!useGpu && !useWasm) {
-    const need = device && env.backend !== 'wasm' ? gpuBytes : wasmBytesFor(slice);
+    const need = device && env.backend !== 'wasm' ? gpuBytes : wasmBytes;
+    const why = device || env.backend === 'wasm' || kernel ? '' : ' (no WebGPU: the onnxruntime fallback keeps f32 weights)';
     throw new VolunteerError(
       'SLICE_DOES_NOT_FIT',
-      `the slice needs ${mb(need)} MB and the memory budget is ${mb(memoryBudgetBytes)} MB${device || env.backend === 'wasm' ? '' : ' (no WebGPU: the wasm fallback keeps f32 weights)'}`,
+      `the slice needs ${mb(need)} MB and the memory budget is ${mb(memoryBudgetBytes)} MB${why}`,
     );
   }
   const options: ExpertEngineOptions = { numerics };
@@ -114,7 +136,8 @@ export async function openEngine(
     });
   }
   const ort = env.ort;
-  if (useWasm && ort) options.wasm = async (s, o) => OrtExpertFallback.create(ort, s, { numerics: o.numerics });
+  if (useWasm && kernel) options.wasm = async (s, o) => WasmExpertFallback.create(kernel, s, { numerics: o.numerics });
+  else if (useWasm && ort) options.wasm = async (s, o) => OrtExpertFallback.create(ort, s, { numerics: o.numerics });
   try {
     const engine = await ExpertEngine.start(slice, options);
     return { engine, slice, layer: info.layer, expertBegin: info.expertBegin, expertEnd: info.expertEnd };

@@ -1,8 +1,9 @@
 /**
  * Browser entry of `npm run bench:kernels`: on one page, times our WGSL expert FFN (ExpertRuntime on WebGPU) in exact
- * and in llama numerics (float and int8 dot products) against onnxruntime-web's 'webgpu' and 'wasm' execution
- * providers on the same slices and calls, and checks every backend's output against the CPU reference of its
- * numerics.
+ * and in llama numerics (float and int8 dot products) against the fair onnxruntime-web baselines on its 'webgpu' and
+ * 'wasm' execution providers (bench/ort-routed.ts: only the routed pairs, MatMulNBits weights where the type maps)
+ * and the engine's own onnxruntime fallback, on the same slices and calls, and checks every backend's output against
+ * the CPU reference of its numerics. Where the device has timestamp-query our calls also report their kernel time.
  *
  * `window.runKernelBench(config)` resolves with the results and the printed report; opened with `?auto=1` (the
  * `--serve` mode, for a desktop browser) the page runs it itself and shows the report.
@@ -11,13 +12,22 @@ import * as ort from 'onnxruntime-web';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
 import { chooseBackend } from '../../shaders/backend-choice.ts';
-import { callFlops, median, syntheticCall, type ExpertComputer } from '../../shaders/computer.ts';
+import { callFlops, median, syntheticCall } from '../../shaders/computer.ts';
 import { dequantizeExperts, nmse, referenceCall } from '../../shaders/reference/expert-call.ts';
-import { requestExpertDevice } from '../../shaders/device.ts';
-import { ExpertRuntime, type ExpertSlice } from '../../shaders/runtime.ts';
+import { ExpertRuntime, type ComputeOptions, type ExpertSlice } from '../../shaders/runtime.ts';
 import { OrtExpertFallback } from '../../shaders/ort/fallback.ts';
-import { formatReport, type BackendName, type BenchConfig, type BenchReport, type BenchRow, type BenchShape } from './report.ts';
 import { mulberry32 as rng } from '../../test/support/random.ts';
+import { requestBenchDevice } from '../gpu/bench-device.ts';
+import { OrtRoutedExperts, describeForms, type OrtRoutedModule } from '../ort-routed.ts';
+import {
+  WRONG_NMSE,
+  formatReport,
+  type BackendName,
+  type BenchConfig,
+  type BenchReport,
+  type BenchRow,
+  type BenchShape,
+} from './report.ts';
 
 declare global {
   interface Window {
@@ -41,21 +51,48 @@ function makeSlice(type: GGMLType, s: BenchShape, seed: number): ExpertSlice {
 
 const message = (e: unknown): string => (e instanceof Error ? e.message : String(e)).split('\n')[0]!.slice(0, 300);
 
+/** Flops of the CPU reference beyond which the NMSE is taken against ours-webgpu instead (float64 JS is slow). */
+const REFERENCE_FLOPS = 2e9;
+
+type Call = ReturnType<typeof syntheticCall>;
+
+/** What a backend is timed through: one call, optionally reporting its kernel time. */
+type ComputeFn = (call: Call, s: BenchShape, onTiming?: ComputeOptions['onTiming']) => Promise<Float32Array>;
+
 async function timeCalls(
-  rt: ExpertComputer,
+  compute: ComputeFn,
   s: BenchShape,
-  call: ReturnType<typeof syntheticCall>,
+  call: Call,
   cfg: BenchConfig,
-): Promise<{ ms: number[]; out: Float32Array }> {
+  timed: boolean,
+): Promise<{ ms: number[]; kernelMs: number[]; out: Float32Array }> {
   let out: Float32Array = new Float32Array(0);
-  for (let i = 0; i < cfg.warmup; i++) out = await rt.compute(call.rows, call.ids, call.probs, s.nTokens, s.nUsed);
+  for (let i = 0; i < cfg.warmup; i++) out = await compute(call, s);
   const ms: number[] = [];
-  for (let i = 0; i < cfg.iterations; i++) {
+  const kernelMs: number[] = [];
+  const onTiming = timed ? (t: { kernelMs: number }) => kernelMs.push(t.kernelMs) : undefined;
+  const start = performance.now();
+  for (let i = 0; i < cfg.iterations && (i === 0 || performance.now() - start < cfg.budgetS * 1000); i++) {
     const t0 = performance.now();
-    out = await rt.compute(call.rows, call.ids, call.probs, s.nTokens, s.nUsed);
+    out = await compute(call, s, onTiming);
     ms.push(performance.now() - t0);
   }
-  return { ms, out };
+  return { ms, kernelMs, out };
+}
+
+let nativeOrt: Promise<OrtRoutedModule> | null = null;
+
+/**
+ * onnxruntime-web's `/webgpu` build: its native (C++) WebGPU execution provider, where the default build the rest of
+ * the page uses runs WebGPU through its JS kernels (JSEP). Loaded on first use; a module of its own, with its own env.
+ */
+function nativeWebgpuOrt(cfg: BenchConfig): Promise<OrtRoutedModule> {
+  nativeOrt ??= import('onnxruntime-web/webgpu').then((m) => {
+    m.env.wasm.wasmPaths = cfg.wasmPaths;
+    m.env.wasm.numThreads = 1;
+    return m as unknown as OrtRoutedModule;
+  });
+  return nativeOrt;
 }
 
 /** Distinct experts a call routes to. */
@@ -66,13 +103,14 @@ function expertsTouched(ids: Int32Array): number {
 async function run(cfg: BenchConfig): Promise<BenchReport> {
   const notes: string[] = [];
   const rows: BenchRow[] = [];
-  const env: BenchReport['env'] = {
+  const env: NonNullable<BenchReport['env']> = {
     userAgent: navigator.userAgent,
     hardwareConcurrency: navigator.hardwareConcurrency,
     crossOriginIsolated,
     ortVersion: ort.env.versions.web ?? '?',
     ortThreads: 1,
     adapter: null,
+    timestampQuery: false,
   };
 
   ort.env.wasm.wasmPaths = cfg.wasmPaths;
@@ -81,19 +119,21 @@ async function run(cfg: BenchConfig): Promise<BenchReport> {
     notes.push(`ort wasm: ${ort.env.wasm.numThreads} threads asked, but the page is not cross-origin isolated: onnxruntime uses 1`);
   }
   env.ortThreads = ort.env.wasm.numThreads;
+  const wanted = new Set(cfg.backends);
 
   let device: GPUDevice | null = null;
   let isFallbackAdapter = false;
   if (!navigator.gpu) {
     notes.push('ours (WebGPU): navigator.gpu is missing (WebGPU disabled?)');
   } else {
-    const got = await requestExpertDevice(navigator.gpu, 'kernel bench device');
+    const got = await requestBenchDevice(navigator.gpu, 'kernel bench device');
     if (!got) {
       notes.push('ours (WebGPU): requestAdapter() returned null');
     } else {
       const info = got.adapter.info;
       isFallbackAdapter = got.isFallbackAdapter;
       env.adapter = { vendor: info.vendor, architecture: info.architecture, description: info.description, isFallbackAdapter };
+      env.timestampQuery = got.timestampQuery;
       device = got.device;
     }
   }
@@ -108,15 +148,26 @@ async function run(cfg: BenchConfig): Promise<BenchReport> {
     for (const shape of cfg.shapes) {
       const slice = makeSlice(type, shape, seed++);
       const call = syntheticCall(shape, seed++);
-      const experts = dequantizeExperts(slice);
-      const want = referenceCall(experts, { ...call, nTokens: shape.nTokens, nUsed: shape.nUsed });
-      const wantLlama = referenceCall(experts, { ...call, nTokens: shape.nTokens, nUsed: shape.nUsed }, 'llama');
+      const flops = callFlops(shape);
+      const withReference = flops <= REFERENCE_FLOPS;
+      const experts = withReference ? dequantizeExperts(slice) : null;
+      const routed = { ...call, nTokens: shape.nTokens, nUsed: shape.nUsed };
+      const want = experts ? referenceCall(experts, routed) : null;
+      const wantLlama = experts ? referenceCall(experts, routed, 'llama') : null;
       const touched = expertsTouched(call.ids);
       const quantBytesPerExpert = (slice.gate.length + slice.up.length + slice.down.length) / shape.nExpert;
-      const f32Bytes = shape.nExpert * 3 * shape.nEmbd * shape.ff * 4;
-      const flops = callFlops(shape);
 
-      type Handle = { rt: ExpertComputer; dispose: () => unknown; kernelFeatures?: string[]; integerDot?: string | null; llama?: boolean };
+      type Handle = {
+        compute: ComputeFn;
+        dispose: () => unknown;
+        weightBytes: number;
+        timed?: boolean;
+        kernelFeatures?: string[];
+        integerDot?: string | null;
+        llama?: boolean;
+        forms?: string;
+        regime?: string;
+      };
       const oursWith = (features: 'auto' | [], llama?: 'float' | 'auto') => async (): Promise<Handle> => {
         if (!device) throw new Error('no WebGPU device');
         const rt = await ExpertRuntime.create(device, slice, {
@@ -125,35 +176,68 @@ async function run(cfg: BenchConfig): Promise<BenchReport> {
         });
         const caps = rt.capabilities();
         return {
-          rt,
+          compute: (c, s, onTiming) => rt.compute(c.rows, c.ids, c.probs, s.nTokens, s.nUsed, onTiming ? { onTiming } : {}),
           dispose: () => rt.dispose(),
+          weightBytes: touched * quantBytesPerExpert,
+          timed: caps.timestampQuery,
           kernelFeatures: caps.kernelFeatures,
+          regime: rt.planRegime(call.ids, shape.nTokens, shape.nUsed).regime,
           ...(llama ? { integerDot: caps.integerDot, llama: true } : {}),
         };
       };
+      const fairOrt =
+        (ep: 'webgpu' | 'wasm', build: () => Promise<OrtRoutedModule> = async () => ort as unknown as OrtRoutedModule) =>
+        async (): Promise<Handle> => {
+          const fair = await OrtRoutedExperts.create(await build(), slice, call.ids, shape.nTokens, shape.nUsed, {
+            ep,
+            accuracyLevel: cfg.ortAccuracyLevel,
+            ...(cfg.ortWeights === 'f32' ? { forms: { gate: 'f32', up: 'f32', down: 'f32' } as const } : {}),
+          });
+          return {
+            compute: (c, s) => fair.compute(c.rows, c.ids, c.probs, s.nTokens, s.nUsed),
+            dispose: () => fair.dispose(),
+            weightBytes: fair.weightBytes,
+            forms: describeForms(slice.types, fair.forms),
+          };
+        };
       const hasVariants = device !== null && (device.features.has('subgroups') || device.features.has('shader-f16'));
-      const backends: { name: BackendName; weightBytes: number; create: () => Promise<Handle> }[] = [
-        { name: 'ours-webgpu', weightBytes: touched * quantBytesPerExpert, create: oursWith('auto') },
-        ...(hasVariants ? [{ name: 'ours-base' as BackendName, weightBytes: touched * quantBytesPerExpert, create: oursWith([]) }] : []),
-        { name: 'ours-llama-float', weightBytes: touched * quantBytesPerExpert, create: oursWith('auto', 'float') },
-        { name: 'ours-llama-int8', weightBytes: touched * quantBytesPerExpert, create: oursWith('auto', 'auto') },
-        ...(['webgpu', 'wasm'] as const).map((ep) => ({
-          name: `ort-${ep}` as BackendName,
-          // The ORT graph is dense: every expert's float32 weights are read on every call.
-          weightBytes: f32Bytes,
+      const backends: { name: BackendName; create: () => Promise<Handle> }[] = [
+        { name: 'ours-webgpu', create: oursWith('auto') },
+        ...(hasVariants ? [{ name: 'ours-base' as BackendName, create: oursWith([]) }] : []),
+        { name: 'ours-llama-float', create: oursWith('auto', 'float') },
+        { name: 'ours-llama-int8', create: oursWith('auto', 'auto') },
+        { name: 'ort-webgpu', create: fairOrt('webgpu') },
+        { name: 'ort-webgpu-ep', create: fairOrt('webgpu', () => nativeWebgpuOrt(cfg)) },
+        { name: 'ort-wasm', create: fairOrt('wasm') },
+        {
+          name: 'fallback-wasm',
           create: async () => {
-            const rt = await OrtExpertFallback.create(ort, slice, { executionProviders: [ep] });
-            return { rt, dispose: () => rt.dispose() };
+            const rt = await OrtExpertFallback.create(ort, slice, { executionProviders: ['wasm'] });
+            return {
+              compute: (c, s) => rt.compute(c.rows, c.ids, c.probs, s.nTokens, s.nUsed),
+              dispose: () => rt.dispose(),
+              weightBytes: NaN, // what it holds is the fallback's business (shaders/ort/fallback.ts)
+            };
           },
-        })),
+        },
       ];
 
+      let oursOut: Float32Array | null = null;
       for (const b of backends) {
+        if (!wanted.has(b.name)) continue;
         let handle: Handle | null = null;
         try {
           handle = await b.create();
-          const { ms, out } = await timeCalls(handle.rt, shape, call, cfg);
+          const { ms, kernelMs, out } = await timeCalls(handle.compute, shape, call, cfg, handle.timed ?? false);
+          if (b.name === 'ours-webgpu') oursOut = out;
           const msMedian = median(ms);
+          const against = handle.llama ? wantLlama : want;
+          const error = against ? nmse(out, against) : oursOut ? nmse(out, oursOut) : NaN;
+          if (error > WRONG_NMSE) {
+            notes.push(
+              `${b.name} gave a wrong result for ${typeName} ${shape.label} (NMSE ${error.toExponential(1)}): left out of the ratios`,
+            );
+          }
           rows.push({
             type: typeName,
             shape,
@@ -161,12 +245,17 @@ async function run(cfg: BenchConfig): Promise<BenchReport> {
             msMedian,
             msMin: Math.min(...ms),
             iterations: ms.length,
+            kernelMs: kernelMs.length ? median(kernelMs) : null,
             gflops: flops / (msMedian * 1e6),
-            gbps: b.weightBytes / (msMedian * 1e6),
-            weightBytes: b.weightBytes,
-            nmse: nmse(out, handle.llama ? wantLlama : want),
+            gbps: handle.weightBytes / (msMedian * 1e6),
+            weightBytes: handle.weightBytes,
+            nmse: error,
+            nmseAgainst: against ? 'reference' : 'ours-webgpu',
+            ...(error > WRONG_NMSE ? { wrong: true } : {}),
             ...(handle.kernelFeatures ? { kernelFeatures: handle.kernelFeatures } : {}),
             ...(handle.llama ? { integerDot: handle.integerDot ?? null } : {}),
+            ...(handle.forms ? { forms: handle.forms } : {}),
+            ...(handle.regime ? { regime: handle.regime } : {}),
           });
         } catch (e) {
           // A backend that cannot run this case (no device, EP missing, a kernel that fails to build) is skipped, with its reason.
@@ -176,13 +265,13 @@ async function run(cfg: BenchConfig): Promise<BenchReport> {
         }
       }
       const ours = rows.find((r) => r.type === typeName && r.shape === shape && r.backend === 'ours-webgpu');
-      const wasm = rows.find((r) => r.type === typeName && r.shape === shape && r.backend === 'ort-wasm');
+      const wasm = rows.find((r) => r.type === typeName && r.shape === shape && r.backend === 'fallback-wasm');
       if (ours || wasm) {
         const choice = chooseBackend({
           ...(ours ? { webgpu: { gflops: ours.gflops, isFallbackAdapter } } : {}),
           ...(wasm ? { wasm: { gflops: wasm.gflops } } : {}),
         });
-        notes.push(`chooseBackend(${typeName}, ${shape.label}): ${choice.backend} (${choice.reason})`);
+        notes.push(`chooseBackend(${typeName}, ${shape.label}; ours-webgpu vs fallback-wasm): ${choice.backend} (${choice.reason})`);
       }
     }
   }

@@ -8,26 +8,41 @@
  * int8 dot products (integerDot 'auto': dot4I8Packed where WGSL has it), times and ratios, with the llama results'
  * NMSE against the reference with ggml's rounding on the decode shapes (compareLlama; the batched shapes are too
  * large for the CPU reference).
+ * Where the adapter has 'timestamp-query' each call also reports the GPU time of its compute pass: the report gives
+ * kernel ms beside wall ms per call (upload, submit, kernels, readback) and wall ÷ kernel, and the weight GB/s and
+ * GFLOP/s both ways. The fair onnxruntime baseline on the CPU (bench/ort-routed.ts on onnxruntime-web's wasm EP: only
+ * the routed pairs, MatMulNBits weights where the type maps) runs on the same calls and the ratio is printed
+ * (onnxruntime-web's webgpu EP needs a browser: bench:kernels has it); `--skip-ort` leaves it out.
  * Used for the one-off run on a lent GPU machine (docs/kernels-bench.md); on SwiftShader it is very slow.
  *
- *   node --import tsx bench/gpu/node-gpu.ts [--quick]
+ *   node --import tsx bench/gpu/node-gpu.ts [--quick] [--skip-ort] [--types Q4_K,Q8_0]
  */
+import * as ort from 'onnxruntime-web';
 import { create, globals } from 'webgpu';
 import { GGMLType, rowByteSize } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
 import { median } from '../../shaders/computer.ts';
-import { requestExpertDevice } from '../../shaders/device.ts';
 import { mulberry32 } from '../../shaders/random.ts';
 import { dequantizeExperts, nmse } from '../../shaders/reference/expert-call.ts';
 import { compareLlama } from '../../shaders/reference/llama-ties.ts';
 import { ExpertRuntime } from '../../shaders/runtime.ts';
+import { OrtRoutedExperts, describeForms, type OrtRoutedModule } from '../ort-routed.ts';
+import { describeTimes, requestBenchDevice } from './bench-device.ts';
 
 Object.assign(globalThis, globals);
 const quick = process.argv.includes('--quick');
+const skipOrt = process.argv.includes('--skip-ort');
+const typesArg = process.argv[process.argv.indexOf('--types') + 1];
+const TYPES =
+  process.argv.includes('--types') && typesArg
+    ? typesArg.split(',').map((t) => GGMLType[t.trim() as keyof typeof GGMLType])
+    : [GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.F16];
+if (TYPES.some((t) => typeof t !== 'number')) throw new Error(`unknown type in --types ${typesArg}`);
+ort.env.wasm.numThreads = 1;
 const gpu = create([]);
 // dawn.node frees its instance when this object is garbage-collected, even while its device is in use (docs/kernels.md).
 (globalThis as { expertswarmGpu?: GPU }).expertswarmGpu = gpu;
-const got = await requestExpertDevice(gpu, 'node-gpu bench device');
+const got = await requestBenchDevice(gpu, 'node-gpu bench device');
 if (!got) {
   console.log('no WebGPU adapter');
   process.exit(1);
@@ -37,18 +52,26 @@ const info = adapter.info;
 console.log(
   `adapter: ${info.vendor} / ${info.architecture} / ${info.device} / ${info.description}; features: ${[...device.features].sort().join(' ')}`,
 );
+console.log(
+  got.timestampQuery
+    ? "timestamp-query: yes — kernel ms is the GPU time of a call's compute pass; wall ms the whole call (upload, submit, kernels, readback)"
+    : 'timestamp-query: no — only wall ms per call (upload, submit, kernels, readback)',
+);
 
 const nEmbd = quick ? 256 : 2048;
 const ff = quick ? 256 : 768;
 const nExpert = quick ? 4 : 16;
 const iterations = quick ? 3 : 20;
 
+/** 3 significant digits (SwiftShader's rates are far below 0.1), whole numbers from 100 on. */
+const sig = (x: number): string => (x >= 100 ? x.toFixed(0) : x.toPrecision(3));
+
 function weights(n: number, seed: number): Float32Array {
   const r = mulberry32(seed);
   return new Float32Array(n).map(() => (r() - 0.5) * 0.05);
 }
 
-for (const type of [GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.F16]) {
+for (const type of TYPES) {
   const t0 = performance.now();
   const gate = quantize(type, weights(nExpert * ff * nEmbd, 1));
   const up = quantize(type, weights(nExpert * ff * nEmbd, 2));
@@ -81,24 +104,51 @@ for (const type of [GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.F16]) 
     const regime = name === 'decode' ? 'decode' : 'auto';
     const outs: Float32Array[] = [];
     const medians: number[] = [];
+    const pairs = nTokens * used;
+    const flops = pairs * 2 * 3 * nEmbd * ff;
+    const weightBytes = new Set(ids).size * bytesPerExpert;
     for (const { name: variant, rt } of variants) {
       outs.push(await rt.compute(rows, ids, probs, nTokens, used, { regime })); // compile + warm up
       const times: number[] = [];
+      const kernel: number[] = [];
+      const onTiming = (t: { kernelMs: number }): void => {
+        kernel.push(t.kernelMs);
+      };
       for (let i = 0; i < iterations; i++) {
         const s = performance.now();
-        await rt.compute(rows, ids, probs, nTokens, used, { regime });
+        await rt.compute(rows, ids, probs, nTokens, used, { regime, onTiming });
         times.push(performance.now() - s);
       }
       const ms = median(times);
+      const kernelMs = kernel.length ? median(kernel) : null;
       medians.push(ms);
-      const pairs = nTokens * used;
-      const distinct = new Set(ids).size;
-      const gflops = (pairs * 2 * 3 * nEmbd * ff) / (ms / 1000) / 1e9;
-      const gbs = (distinct * bytesPerExpert) / (ms / 1000) / 1e9;
+      const rates = (t: number): string => `${sig(flops / (t / 1000) / 1e9)} GFLOP/s, weights ${sig(weightBytes / (t / 1000) / 1e9)} GB/s`;
       const ran = regime === 'auto' ? rt.planRegime(ids, nTokens, used).regime : regime;
       console.log(
-        `${GGMLType[type]!.padEnd(5)} ${name.padEnd(7)} ${String(nTokens).padStart(4)} rows × top-${used} (${ran}, ${variant}): ${ms.toFixed(3)} ms/call (min ${Math.min(...times).toFixed(3)}), ${gflops.toFixed(1)} GFLOP/s, weights ${gbs.toFixed(1)} GB/s`,
+        `${GGMLType[type]!.padEnd(5)} ${name.padEnd(7)} ${String(nTokens).padStart(4)} rows × top-${used} (${ran}, ${variant}): ${ms.toFixed(3)} ms/call (min ${Math.min(...times).toFixed(3)}), ${rates(ms)}` +
+          (kernelMs !== null && kernelMs > 0 ? `; in kernel time ${rates(kernelMs)}` : ''),
       );
+      console.log(`      ${describeTimes({ wallMs: ms, kernelMs })}`);
+    }
+    if (!skipOrt) {
+      const fair = await OrtRoutedExperts.create(ort as unknown as OrtRoutedModule, slice, ids, nTokens, used, { ep: 'wasm' });
+      try {
+        const out = await fair.compute(rows, ids, probs, nTokens, used);
+        const times: number[] = [];
+        for (let i = 0; i < Math.min(iterations, 5); i++) {
+          const s = performance.now();
+          await fair.compute(rows, ids, probs, nTokens, used);
+          times.push(performance.now() - s);
+        }
+        const ms = median(times);
+        console.log(
+          `      fair ORT wasm (1 thread; ${describeForms(slice.types, fair.forms)}): ${ms.toFixed(3)} ms/call, ` +
+            `${sig(flops / (ms / 1000) / 1e9)} GFLOP/s, weights ${sig(fair.weightBytes / (ms / 1000) / 1e9)} GB/s; ` +
+            `ours ÷ ORT: ORT ms ÷ ours ms = ${(ms / medians[0]!).toFixed(2)}×; NMSE vs ours ${nmse(out, outs[0]!).toExponential(2)}`,
+        );
+      } finally {
+        await fair.dispose();
+      }
     }
     console.log(
       `      auto vs base: NMSE ${nmse(outs[0]!, outs[1]!).toExponential(2)}, base ms ÷ auto ms = ${(medians[1]! / medians[0]!).toFixed(2)}×`,

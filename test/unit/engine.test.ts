@@ -60,6 +60,7 @@ test('the faster backend wins, the other is disposed, and the report gives both 
   const cases: [string, number, number, boolean, 'webgpu' | 'wasm', RegExp][] = [
     ['a GPU three times faster', 1, 3, false, 'webgpu', /WebGPU is faster/],
     ['a software adapter slower than wasm', 40, 1, true, 'wasm', /wasm is faster: fallback \(software\) WebGPU adapter/],
+    ['a software adapter 3× slower than wasm', 3, 1, true, 'wasm', /wasm is faster/],
     ['a tie on a real GPU', 2, 2, false, 'webgpu', /a tie goes to the GPU/],
     ['a tie on a software adapter', 2, 2, true, 'wasm', /must be faster to win/],
   ];
@@ -69,14 +70,18 @@ test('the faster backend wins, the other is disposed, and the report gives both 
     assert.equal(engine.backend, winner, what);
     assert.match(engine.report.reason, reason, what);
     assert.deepEqual(engine.report.call, { nEmbd: 64, ff: 32, nExpert: 4, nTokens: 1, nUsed: 2 });
-    // 2 · 3 · 64 · 32 flops per pair, 2 pairs, over the median ms.
-    assert.equal(engine.report.measured.webgpu?.msMedian, gpuMs, what);
-    assert.equal(engine.report.measured.webgpu?.gflops, (2 * 3 * 64 * 32 * 2) / (gpuMs * 1e6));
-    assert.equal(engine.report.measured.webgpu?.isFallbackAdapter, fallback);
-    assert.equal(engine.report.measured.wasm?.msMedian, wasmMs, what);
+    assert.deepEqual(engine.report.batchCall, { nEmbd: 64, ff: 32, nExpert: 4, nTokens: 8, nUsed: 2 });
+    // A decode call and a batch call (each `ms` on the fake clock): 2 · 3 · 64 · 32 flops per pair, 2 + 16 pairs.
+    const g = engine.report.measured.webgpu!;
+    assert.deepEqual([g.decodeMs, g.batchMs, g.msMedian], [gpuMs, gpuMs, 2 * gpuMs], what);
+    assert.equal(g.gflops, (2 * 3 * 64 * 32 * 18) / (2 * gpuMs * 1e6));
+    assert.equal(g.isFallbackAdapter, fallback);
+    assert.equal(engine.report.measured.wasm?.msMedian, 2 * wasmMs, what);
     assert.deepEqual(engine.report.errors, {});
-    // One warm-up, then three samples, each as many calls as fill the 2 ms minimum.
-    assert.equal(gpu.calls, 1 + 3 * Math.ceil(2 / gpuMs), 'calls made while timing');
+    // Per call and round: one warm-up, then three samples, each as many calls as fill the 2 ms minimum; two rounds
+    // unless a software adapter was already 10× slower than wasm.
+    const rounds = fallback && gpuMs >= 10 * wasmMs ? 1 : 2;
+    assert.equal(gpu.calls, rounds * 2 * (1 + 3 * Math.ceil(2 / gpuMs)), `${what}: calls made while timing`);
     const [kept, dropped] = winner === 'webgpu' ? [gpu, wasm] : [wasm, gpu];
     assert.equal(dropped.disposed, 1, `${what}: the loser is disposed`);
     assert.equal(kept.disposed, 0);
@@ -142,8 +147,8 @@ test('a clock coarser than a call still measures it; a stopped clock counts as n
     now: () => clock.t,
   });
   assert.equal(engine.backend, 'webgpu');
-  assert.ok(Math.abs(engine.report.measured.webgpu!.msMedian - 0.1) < 0.02, `${engine.report.measured.webgpu!.msMedian}`);
-  assert.ok(Math.abs(engine.report.measured.wasm!.msMedian - 0.5) < 0.1, `${engine.report.measured.wasm!.msMedian}`);
+  assert.ok(Math.abs(engine.report.measured.webgpu!.decodeMs - 0.1) < 0.02, `${engine.report.measured.webgpu!.decodeMs}`);
+  assert.ok(Math.abs(engine.report.measured.wasm!.decodeMs - 0.5) < 0.1, `${engine.report.measured.wasm!.decodeMs}`);
   // A backend whose calls never move the clock is not measured: the other one serves.
   const frozen = fake({ t: 0 }, 0, 1);
   const c2 = { t: 0 };
@@ -178,10 +183,53 @@ test('no working backend: NO_BACKEND with every reason', async () => {
         throw new Error('no wasm');
       },
     }),
-    (e: unknown) =>
-      e instanceof ExpertRuntimeError &&
-      e.code === 'NO_BACKEND' &&
-      JSON.stringify(e.details) === JSON.stringify({ errors: { webgpu: 'backend 1 cannot compute', wasm: 'no wasm' } }),
+    (e: unknown) => {
+      assert.ok(e instanceof ExpertRuntimeError && e.code === 'NO_BACKEND');
+      assert.deepEqual(e.details, { errors: { webgpu: 'backend 1 cannot compute', wasm: 'no wasm' } });
+      return true;
+    },
+  );
+});
+
+test('timing: a slow first round does not decide; the batch call counts as well as decode', async () => {
+  // A GPU whose first round is 20× slow (shader compilation, another process), then 1 ms a call; wasm 2 ms. Timed
+  // once, wasm would win; the second, interleaved round gives each call its best median.
+  const clock = { t: 0 };
+  let gpuCalls = 0;
+  const gpu: EngineBackend & { disposed?: number } = {
+    async compute() {
+      clock.t += ++gpuCalls <= 8 ? 20 : 1; // round 1: warm-up + 3 samples, decode and batch
+      return new Float32Array(slice.nEmbd);
+    },
+    dispose() {},
+  };
+  const engine = await ExpertEngine.start(slice, {
+    webgpu: async () => ({ runtime: gpu, isFallbackAdapter: false }),
+    wasm: async () => fake(clock, 2, 2),
+    now: () => clock.t,
+  });
+  assert.equal(engine.backend, 'webgpu', engine.report.reason);
+  assert.equal(engine.report.measured.webgpu?.decodeMs, 1);
+
+  // Faster at decode, much slower at a batch (a software adapter's per-token cost): the batch decides.
+  const c2 = { t: 0 };
+  const batchSlow: EngineBackend = {
+    async compute(_r, _i, _p, nTokens) {
+      c2.t += nTokens === 1 ? 1 : 30;
+      return new Float32Array(nTokens * slice.nEmbd);
+    },
+    dispose() {},
+  };
+  const e2 = await ExpertEngine.start(slice, {
+    webgpu: async () => ({ runtime: batchSlow, isFallbackAdapter: true }),
+    wasm: async () => fake(c2, 3, 2),
+    now: () => c2.t,
+  });
+  assert.equal(e2.backend, 'wasm', e2.report.reason);
+  assert.deepEqual([e2.report.measured.webgpu?.decodeMs, e2.report.measured.webgpu?.batchMs], [1, 30]);
+  await assert.rejects(
+    ExpertEngine.start(slice, { wasm: async () => fake(c2, 1, 2), rounds: 0 }),
+    (e: unknown) => e instanceof ExpertRuntimeError && e.code === 'BAD_OPTION',
   );
 });
 

@@ -1,13 +1,15 @@
 /**
  * What the headless volunteer computes with in Node: npm `webgpu` (Dawn; on a machine without a GPU, SwiftShader
- * through Chromium's Vulkan ICD when it is installed) and onnxruntime-web's wasm fallback, the same two backends a
- * browser tab has. And where it keeps its key pair: a file beside the shard cache.
+ * through Chromium's Vulkan ICD when it is installed) and the wasm fallback (our SIMD kernel, shaders/wasm/;
+ * onnxruntime-web's dense graph only if the kernel cannot be built), the same two backends a browser tab has. And
+ * where it keeps its key pair: a file beside the shard cache.
  */
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { homedir } from 'node:os';
 import type { OrtModuleLike } from '../../shaders/ort/fallback.ts';
+import { nodeExpertKernel } from '../../shaders/wasm/build.ts';
 import type { BackendChoice, ComputeEnvironment } from '../engine-open.ts';
 import type { IdentityStore } from '../identity.ts';
 
@@ -31,13 +33,20 @@ export async function nodeEnvironment(backend: BackendChoice): Promise<ComputeEn
       gpu = null;
     }
   }
+  let wasmKernel: WebAssembly.Module | null = null;
   let ort: OrtModuleLike | null = null;
   if (backend !== 'webgpu') {
-    const mod = await import('onnxruntime-web');
-    mod.env.wasm.numThreads = 1;
-    ort = mod as unknown as OrtModuleLike;
+    try {
+      wasmKernel = await nodeExpertKernel();
+    } catch (e) {
+      // onnxruntime's dense graph is the fallback of the fallback: slower, 4 bytes per weight, but it computes.
+      console.error(`[volunteer] the wasm kernel is unavailable (${e instanceof Error ? e.message.split('\n')[0] : e}); using onnxruntime`);
+      const mod = await import('onnxruntime-web');
+      mod.env.wasm.numThreads = 1;
+      ort = mod as unknown as OrtModuleLike;
+    }
   }
-  return { gpu: backend === 'wasm' ? null : gpu, ort, backend };
+  return { gpu: backend === 'wasm' ? null : gpu, ort, wasmKernel, backend };
 }
 
 export const DEFAULT_IDENTITY_FILE = join(homedir(), '.config', 'expertswarm', 'volunteer-key.json');

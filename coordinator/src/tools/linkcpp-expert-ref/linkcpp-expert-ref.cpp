@@ -5,7 +5,11 @@
 //
 //   linkcpp-expert-ref -m MODEL.gguf [-i IN] [-o OUT] [-t N]   # IN / OUT default to stdin / stdout ('-'); N threads (1)
 //   linkcpp-expert-ref -m MODEL.gguf --info             # JSON: n_embd, ff, n_expert, the layers with routed experts
+//   linkcpp-expert-ref -m MODEL.gguf --repeat R ...     # timing: each record computed once more, then R times timed
 //
+// With --repeat, after each record's output a JSON line goes to stderr: {"timing":{"n_tokens":T,"n_used":K,
+// "threads":N,"ms":[R wall times of llama_xd_compute_pairs, in ms],"cpu_ms":[the process's CPU time of each]}}
+// (bench/fallback.ts reads it; pin the process with taskset to measure one core).
 // Input: records until end of file, all little-endian:
 //   u32 layer, u32 n_tokens, u32 n_used, f32 rows[n_tokens·n_embd], i32 ids[n_tokens·n_used], f32 probs[n_tokens·n_used]
 // Output: per record, f32 sums[n_tokens·n_embd] with sums[t] = Σ_k probs[t,k] · expert_{ids[t,k]}(rows[t]), flushed.
@@ -18,6 +22,8 @@
 #include "ggml.h"
 #include "gguf.h"
 
+#include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
@@ -121,7 +127,7 @@ bool read_exact(FILE * f, void * p, size_t n, bool eof_ok) {
     die("input ends inside a record");
 }
 
-int run(model_file & m, FILE * in, FILE * out, int n_threads) {
+int run(model_file & m, FILE * in, FILE * out, int n_threads, int repeat) {
     std::vector<float> rows, probs, sums;
     std::vector<int32_t> ids;
     for (;;) {
@@ -145,6 +151,27 @@ int run(model_file & m, FILE * in, FILE * out, int n_threads) {
         if (!llama_xd_compute_pairs(L.gate, L.up, L.down, rows.data(), ids.data(), probs.data(), n_tok, n_used, sums.data(), n_threads)) {
             die("ggml could not compute the graph");
         }
+        if (repeat > 0) {
+            std::string ms, cpu_ms;
+            for (int r = 0; r < repeat; ++r) {
+                const std::clock_t c0 = std::clock();
+                const auto t0 = std::chrono::steady_clock::now();
+                if (!llama_xd_compute_pairs(L.gate, L.up, L.down, rows.data(), ids.data(), probs.data(), n_tok, n_used, sums.data(),
+                                            n_threads)) {
+                    die("ggml could not compute the graph");
+                }
+                const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+                const double dc = 1000.0 * double(std::clock() - c0) / CLOCKS_PER_SEC;
+                char buf[32];
+                snprintf(buf, sizeof(buf), "%s%.4f", r ? "," : "", dt);
+                ms += buf;
+                snprintf(buf, sizeof(buf), "%s%.4f", r ? "," : "", dc);
+                cpu_ms += buf;
+            }
+            fprintf(stderr, "{\"timing\":{\"n_tokens\":%u,\"n_used\":%u,\"threads\":%d,\"ms\":[%s],\"cpu_ms\":[%s]}}\n", n_tok, n_used,
+                    n_threads, ms.c_str(), cpu_ms.c_str());
+            fflush(stderr);
+        }
         if (fwrite(sums.data(), sizeof(float), sums.size(), out) != sums.size() || fflush(out) != 0) die("cannot write the output");
     }
 }
@@ -153,6 +180,7 @@ void usage() {
     fprintf(stderr,
             "usage: linkcpp-expert-ref -m MODEL.gguf [-i IN] [-o OUT] [-t THREADS]   (IN / OUT: files, '-' = stdin / stdout,\n"
             "       the default; THREADS: 1 by default, the sums do not depend on it)\n"
+            "       [--repeat R]: time each record R more times, one JSON line per record on stderr\n"
             "       linkcpp-expert-ref -m MODEL.gguf --info\n"
             "input records: u32 layer, u32 n_tokens, u32 n_used, f32 rows[n_tokens*n_embd], i32 ids[n_tokens*n_used],\n"
             "               f32 probs[n_tokens*n_used]; output per record: f32 sums[n_tokens*n_embd]\n");
@@ -164,6 +192,7 @@ int main(int argc, char ** argv) {
     std::string model, in_path = "-", out_path = "-";
     bool want_info = false;
     int n_threads = 1;
+    int repeat = 0;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto value = [&]() -> std::string {
@@ -174,6 +203,7 @@ int main(int argc, char ** argv) {
         else if (a == "-i" || a == "--input") in_path = value();
         else if (a == "-o" || a == "--output") out_path = value();
         else if (a == "-t" || a == "--threads") n_threads = std::max(1, std::min(256, atoi(value().c_str())));
+        else if (a == "--repeat") repeat = std::max(0, std::min(100000, atoi(value().c_str())));
         else if (a == "--info") want_info = true;
         else if (a == "-h" || a == "--help") { usage(); return 0; }
         else { usage(); die("unknown argument " + a); }
@@ -186,7 +216,7 @@ int main(int argc, char ** argv) {
     if (in == nullptr) die("cannot open " + in_path);
     FILE * out = out_path == "-" ? stdout : fopen(out_path.c_str(), "wb");
     if (out == nullptr) die("cannot create " + out_path);
-    const int rc = run(m, in, out, n_threads);
+    const int rc = run(m, in, out, n_threads, repeat);
     if (out != stdout && fclose(out) != 0) die("cannot write " + out_path);
     return rc;
 }

@@ -1,0 +1,598 @@
+// Dot products of one decoded weight row (weight-rows.as) with one activation record (activations.as), each kind in
+// the order of ggml's AVX2 vec_dot where the kind says so (kinds.as). test/support/ggml-exact.ts is the TypeScript
+// model of the same arithmetic; the wasm fallback's tests hold these to it bit for bit.
+import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q4K, DOT_Q5K, DOT_Q6K } from './kinds';
+import { K_PARAMS } from './weight-rows';
+import { fmaPair, fmaPairExact, fma32, hsum8, f16ToF32 } from './ggml-float';
+
+/** Accumulators of ggml_vec_dot_f32 (4 × 8 lanes) as f64 holding f32 values. */
+const ACC32 = memory.data(256, 16);
+const T4 = memory.data(16, 16);
+const ONE_ACT = memory.data(4, 4);
+const ONE_OUT = memory.data(4, 4);
+
+export function dot(kind: i32, w: usize, wp: usize, a: usize, n: i32): f32 {
+  switch (kind) {
+    case DOT_Q4K:
+    case DOT_Q5K:
+    case DOT_Q6K:
+    case DOT_Q32:
+      store<usize>(ONE_ACT, a);
+      intDots(kind, w, wp, ONE_ACT, 1, n, ONE_OUT);
+      return load<f32>(ONE_OUT);
+    case DOT_GGML_F16:
+      return dotGgmlHalf(true, w, a, n);
+    case DOT_GGML_BF16:
+      return dotGgmlHalf(false, w, a, n);
+    case DOT_GGML_F32:
+      return dotGgmlF32(w, a, n);
+    default:
+      return dotPlain(w, a, n);
+  }
+}
+
+/** Σ w·a in f32, four vectors of partial sums: 'exact' numerics, where only f32 summation error counts. */
+function dotPlain(w: usize, a: usize, n: i32): f32 {
+  let s0 = f32x4.splat(0);
+  let s1 = s0;
+  let s2 = s0;
+  let s3 = s0;
+  let i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const o: usize = 4 * i;
+    s0 = f32x4.add(s0, f32x4.mul(v128.load(w + o), v128.load(a + o)));
+    s1 = f32x4.add(s1, f32x4.mul(v128.load(w + o, 16), v128.load(a + o, 16)));
+    s2 = f32x4.add(s2, f32x4.mul(v128.load(w + o, 32), v128.load(a + o, 32)));
+    s3 = f32x4.add(s3, f32x4.mul(v128.load(w + o, 48), v128.load(a + o, 48)));
+  }
+  const s = f32x4.add(f32x4.add(s0, s1), f32x4.add(s2, s3));
+  let r = f32x4.extract_lane(s, 0) + f32x4.extract_lane(s, 1) + (f32x4.extract_lane(s, 2) + f32x4.extract_lane(s, 3));
+  for (; i < n; i++) r += load<f32>(w + 4 * i) * load<f32>(a + 4 * i);
+  return r;
+}
+
+/**
+ * ggml_vec_dot_f16 (half) / ggml_vec_dot_bf16 on AVX2: 4 accumulators × 8 lanes over steps of 32 (the products of
+ * two f16 or two bf16 values are exact in f32, so its fused multiply-adds are a product and a sum), reduced as
+ * GGML_F32x8_REDUCE (f16) or the bf16 code's own adds, the leftovers added in double.
+ */
+function dotGgmlHalf(f16: bool, w: usize, a: usize, n: i32): f32 {
+  let a0l = f32x4.splat(0);
+  let a0h = a0l;
+  let a1l = a0l;
+  let a1h = a0l;
+  let a2l = a0l;
+  let a2h = a0l;
+  let a3l = a0l;
+  let a3h = a0l;
+  const np = n & ~31;
+  for (let i = 0; i < np; i += 32) {
+    const o: usize = 4 * i;
+    a0l = f32x4.add(a0l, f32x4.mul(v128.load(w + o), v128.load(a + o)));
+    a0h = f32x4.add(a0h, f32x4.mul(v128.load(w + o, 16), v128.load(a + o, 16)));
+    a1l = f32x4.add(a1l, f32x4.mul(v128.load(w + o, 32), v128.load(a + o, 32)));
+    a1h = f32x4.add(a1h, f32x4.mul(v128.load(w + o, 48), v128.load(a + o, 48)));
+    a2l = f32x4.add(a2l, f32x4.mul(v128.load(w + o, 64), v128.load(a + o, 64)));
+    a2h = f32x4.add(a2h, f32x4.mul(v128.load(w + o, 80), v128.load(a + o, 80)));
+    a3l = f32x4.add(a3l, f32x4.mul(v128.load(w + o, 96), v128.load(a + o, 96)));
+    a3h = f32x4.add(a3h, f32x4.mul(v128.load(w + o, 112), v128.load(a + o, 112)));
+  }
+  const vl = f32x4.add(f32x4.add(a0l, a2l), f32x4.add(a1l, a3l));
+  const vh = f32x4.add(f32x4.add(a0h, a2h), f32x4.add(a1h, a3h));
+  const t = f32x4.add(vl, vh);
+  const t0 = f32x4.extract_lane(t, 0);
+  const t1 = f32x4.extract_lane(t, 1);
+  const t2 = f32x4.extract_lane(t, 2);
+  const t3 = f32x4.extract_lane(t, 3);
+  let sum = f16 ? <f64>(t0 + t1 + (t2 + t3)) : <f64>(t0 + t2 + (t1 + t3));
+  for (let i = np; i < n; i++) sum += <f64>(load<f32>(w + 4 * i) * load<f32>(a + 4 * i));
+  return <f32>sum;
+}
+
+/** ggml_vec_dot_f32 on AVX2: fused multiply-adds into 4 × 8 lanes, GGML_F32x8_REDUCE, then the leftovers (n % 32) as a product and a sum (unfused, as the coordinator computes them: checked against linkcpp-expert-ref). */
+function dotGgmlF32(w: usize, a: usize, n: i32): f32 {
+  for (let q = 0; q < 16; q++) v128.store(ACC32 + 16 * q, i32x4.splat(0));
+  const np = n & ~31;
+  for (let i = 0; i < np; i += 32) {
+    for (let q = 0; q < 16; q++) {
+      const o: usize = 4 * (i + 2 * q);
+      const p = f64x2.mul(f64x2.promote_low_f32x4(v128.load64_zero(w + o)), f64x2.promote_low_f32x4(v128.load64_zero(a + o)));
+      v128.store(ACC32 + 16 * q, fmaPair(p, v128.load(ACC32 + 16 * q)));
+    }
+  }
+  const t = T4;
+  for (let l = 0; l < 8; l++) {
+    const s02 = <f32>load<f64>(ACC32 + 8 * l) + <f32>load<f64>(ACC32 + 8 * (16 + l));
+    const s13 = <f32>load<f64>(ACC32 + 8 * (8 + l)) + <f32>load<f64>(ACC32 + 8 * (24 + l));
+    const v = s02 + s13;
+    if (l < 4) store<f32>(t + 4 * l, v);
+    else store<f32>(t + 4 * (l - 4), load<f32>(t + 4 * (l - 4)) + v);
+  }
+  let sum = load<f32>(t) + load<f32>(t, 4) + (load<f32>(t, 8) + load<f32>(t, 12));
+  for (let i = np; i < n; i++) sum += load<f32>(w + 4 * i) * load<f32>(a + 4 * i);
+  return sum;
+}
+
+/** Integer sums of 16 weights × 16 activations in lane order: the four 4-element groups of ggml's lanes. */
+@inline
+function lanes16(w0: v128, w1: v128, a: usize): v128 {
+  return i32x4.add(i32x4.dot_i16x8_s(w0, v128.load(a)), i32x4.dot_i16x8_s(w1, v128.load(a, 16)));
+}
+
+// Float accumulators of up to 4 tokens' integer dots, ACC_BYTES each: lanes 0-1, 2-3, 4-5, 6-7 (f64x2 holding f32
+// values), Q4_K's min lanes 0-1, 2-3 at 64 and 80, Q5_K's scalar min sum (f32) at 96.
+const ACC_BYTES = 112;
+const FACC = memory.data(4 * ACC_BYTES, 16);
+/** Zeroes the accumulators of `count` tokens (v128 stores: memory.fill is a call out of wasm in V8, per row). */
+@inline
+function clearAcc(count: i32): void {
+  const z = i32x4.splat(0);
+  for (let t = 0; t < count; t++) {
+    const acc = FACC + ACC_BYTES * t;
+    v128.store(acc, z);
+    v128.store(acc, z, 16);
+    v128.store(acc, z, 32);
+    v128.store(acc, z, 48);
+    v128.store(acc, z, 64);
+    v128.store(acc, z, 80);
+    v128.store(acc, z, 96);
+  }
+}
+
+/** 2^-100: a block scale below it takes the exact scalar path (an f64 sum can then be inexact and subnormal in f32). */
+const TINY: f32 = 7.888609052210118e-31;
+
+@inline
+function halfway(s: v128): v128 {
+  return i64x2.eq(v128.and(s, i64x2.splat(0x1fffffff)), i64x2.splat(0x10000000));
+}
+
+@inline
+function rounded(s: v128): v128 {
+  return f64x2.promote_low_f32x4(f32x4.demote_f64x2_zero(s));
+}
+
+/** The rare case of laneFma (an f64 sum on an f32 midpoint, or a tiny scale): every lane through the exact fma. */
+function laneFmaSlow(acc: usize, p0: v128, p1: v128, p2: v128, p3: v128): void {
+  v128.store(acc, fmaPairExact(p0, v128.load(acc)));
+  v128.store(acc, fmaPairExact(p1, v128.load(acc, 16)), 16);
+  v128.store(acc, fmaPairExact(p2, v128.load(acc, 32)), 32);
+  v128.store(acc, fmaPairExact(p3, v128.load(acc, 48)), 48);
+}
+
+/** Any of the four f64x2 sums on an f32 midpoint: their low words (the 29 bits an f32 drops) checked at once. */
+@inline
+function anyHalfway(s0: v128, s1: v128, s2: v128, s3: v128): bool {
+  const m = i32x4.splat(0x1fffffff);
+  const h = i32x4.splat(0x10000000);
+  const lo01 = v128.and(v128.shuffle<i32>(s0, s1, 0, 2, 4, 6), m);
+  const lo23 = v128.and(v128.shuffle<i32>(s2, s3, 0, 2, 4, 6), m);
+  return v128.any_true(v128.or(i32x4.eq(lo01, h), i32x4.eq(lo23, h)));
+}
+
+/** The high two i32 lanes as f64x2 (exact). */
+@inline
+function highF64(v: v128): v128 {
+  return f64x2.convert_low_i32x4_s(v128.shuffle<i32>(v, v, 2, 3, 2, 3));
+}
+
+/**
+ * acc[l] = fma(d, lane[l], acc[l]) for 8 lanes (ggml's per-block step), acc as four f64x2 at `acc`. ggml converts
+ * each integer lane to f32 first; every kind's lanes stay below 2^24 in magnitude (Q6_K's after its bsum correction:
+ * 8 · 4 · 128 · 32 · 127 < 2^24), so that conversion is exact and the lanes go to f64 directly.
+ */
+@inline
+function laneFma(acc: usize, d: f32, l03: v128, l47: v128): void {
+  const dd = f64x2.splat(<f64>d);
+  const p0 = f64x2.mul(dd, f64x2.convert_low_i32x4_s(l03));
+  const p1 = f64x2.mul(dd, highF64(l03));
+  const p2 = f64x2.mul(dd, f64x2.convert_low_i32x4_s(l47));
+  const p3 = f64x2.mul(dd, highF64(l47));
+  const s0 = f64x2.add(p0, v128.load(acc));
+  const s1 = f64x2.add(p1, v128.load(acc, 16));
+  const s2 = f64x2.add(p2, v128.load(acc, 32));
+  const s3 = f64x2.add(p3, v128.load(acc, 48));
+  if (anyHalfway(s0, s1, s2, s3) || abs<f32>(d) < TINY) {
+    laneFmaSlow(acc, p0, p1, p2, p3);
+    return;
+  }
+  v128.store(acc, rounded(s0));
+  v128.store(acc, rounded(s1), 16);
+  v128.store(acc, rounded(s2), 32);
+  v128.store(acc, rounded(s3), 48);
+}
+
+/** One block's float step for one token: Q6_K's bsum correction, the lane fmas, the mins. */
+@inline
+function blockStep(kind: i32, acc: usize, l03: v128, l47: v128, a: usize, pp: usize, b: i32, n: i32): void {
+  if (kind == DOT_Q32) {
+    laneFma(acc, load<f32>(pp) * load<f32>(a + 2 * n + 4 * b), l03, l47);
+    return;
+  }
+  const nb = n >> 8;
+  const ad = a + 2 * n;
+  const yd = load<f32>(ad + 4 * b);
+  if (kind == DOT_Q6K) {
+    const bs = ad + 4 * nb + 32 * b;
+    const c03 = i32x4.shl(i32x4.dot_i16x8_s(v128.load(pp, 16), v128.load(bs)), 5);
+    const c47 = i32x4.shl(i32x4.dot_i16x8_s(v128.load(pp, 32), v128.load(bs, 16)), 5);
+    laneFma(acc, yd * load<f32>(pp), i32x4.sub(l03, c03), i32x4.sub(l47, c47));
+    return;
+  }
+  laneFma(acc, yd * load<f32>(pp), l03, l47);
+  const dmin: f32 = -yd * load<f32>(pp, 4);
+  const prod = i32x4.dot_i16x8_s(v128.load(pp, 16), v128.load(ad + 36 * nb + 16 * b));
+  if (kind == DOT_Q5K) {
+    const mins = i32x4.extract_lane(prod, 0) + i32x4.extract_lane(prod, 1) + i32x4.extract_lane(prod, 2) + i32x4.extract_lane(prod, 3);
+    store<f32>(acc, fma32(dmin, <f32>mins, load<f32>(acc, 96)), 96);
+    return;
+  }
+  // (|prod| ≤ 2 · 63 · 32 · 127 < 2^24: exact in f32 as ggml converts it, so straight to f64)
+  const dm = f64x2.splat(<f64>dmin);
+  const p0 = f64x2.mul(dm, f64x2.convert_low_i32x4_s(prod));
+  const p1 = f64x2.mul(dm, highF64(prod));
+  const s0 = f64x2.add(p0, v128.load(acc, 64));
+  const s1 = f64x2.add(p1, v128.load(acc, 80));
+  if (v128.any_true(v128.or(halfway(s0), halfway(s1))) || abs<f32>(dmin) < TINY) {
+    v128.store(acc, fmaPairExact(p0, v128.load(acc, 64)), 64);
+    v128.store(acc, fmaPairExact(p1, v128.load(acc, 80)), 80);
+  } else {
+    v128.store(acc, rounded(s0), 64);
+    v128.store(acc, rounded(s1), 80);
+  }
+}
+
+/** The result of one token's integer dot from its accumulators: hsum_float_8, plus the mins (Q4_K, Q5_K). */
+@inline
+function finish(kind: i32, acc: usize): f32 {
+  const h = hsum8(v128.load(acc), v128.load(acc, 16), v128.load(acc, 32), v128.load(acc, 48));
+  if (kind == DOT_Q5K) return h + load<f32>(acc, 96);
+  if (kind != DOT_Q4K) return h;
+  const m01 = v128.load(acc, 64);
+  const m23 = v128.load(acc, 80);
+  const m =
+    <f32>f64x2.extract_lane(m01, 0) +
+    <f32>f64x2.extract_lane(m23, 0) +
+    (<f32>f64x2.extract_lane(m01, 1) + <f32>f64x2.extract_lane(m23, 1));
+  return h + m;
+}
+
+/** Bytes of one block's parameters in an integer row (weight-rows.as). */
+@inline
+function paramBytes(kind: i32): usize {
+  return kind == DOT_Q32 ? 4 : K_PARAMS;
+}
+
+/** 32-element runs per float step: one Q8_0 / Q4_0 block, or the 8 sub-blocks of a K-quant super-block. */
+@inline
+function runsPerBlock(kind: i32): i32 {
+  return kind == DOT_Q32 ? 1 : 8;
+}
+
+/**
+ * One integer weight row (weight-rows.as intRow) against `count` activation records: for count = 4 the four tokens
+ * share each load of weights. Record pointers at acts (usize each), results (f32) to out.
+ */
+export function intDots(kind: i32, w: usize, wp: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  clearAcc(count);
+  const runs = runsPerBlock(kind);
+  const nb = n / (32 * runs);
+  if (count == 4) {
+    const a0 = load<usize>(acts);
+    const a1 = load<usize>(acts, 4);
+    const a2 = load<usize>(acts, 8);
+    const a3 = load<usize>(acts, 12);
+    for (let b = 0; b < nb; b++) {
+      let x0 = i32x4.splat(0);
+      let y0 = x0;
+      let x1 = x0;
+      let y1 = x0;
+      let x2 = x0;
+      let y2 = x0;
+      let x3 = x0;
+      let y3 = x0;
+      for (let r = 0; r < runs; r++) {
+        const o: usize = 64 * (b * runs + r);
+        const w0 = v128.load(w + o);
+        const w1 = v128.load(w + o, 16);
+        const w2 = v128.load(w + o, 32);
+        const w3 = v128.load(w + o, 48);
+        x0 = i32x4.add(x0, lanes16(w0, w1, a0 + o));
+        y0 = i32x4.add(y0, lanes16(w2, w3, a0 + o + 32));
+        x1 = i32x4.add(x1, lanes16(w0, w1, a1 + o));
+        y1 = i32x4.add(y1, lanes16(w2, w3, a1 + o + 32));
+        x2 = i32x4.add(x2, lanes16(w0, w1, a2 + o));
+        y2 = i32x4.add(y2, lanes16(w2, w3, a2 + o + 32));
+        x3 = i32x4.add(x3, lanes16(w0, w1, a3 + o));
+        y3 = i32x4.add(y3, lanes16(w2, w3, a3 + o + 32));
+      }
+      const pp = wp + paramBytes(kind) * b;
+      blockStep(kind, FACC, x0, y0, a0, pp, b, n);
+      blockStep(kind, FACC + ACC_BYTES, x1, y1, a1, pp, b, n);
+      blockStep(kind, FACC + 2 * ACC_BYTES, x2, y2, a2, pp, b, n);
+      blockStep(kind, FACC + 3 * ACC_BYTES, x3, y3, a3, pp, b, n);
+    }
+  } else {
+    for (let t = 0; t < count; t++) {
+      const a = load<usize>(acts + 4 * t);
+      const acc = FACC + ACC_BYTES * t;
+      for (let b = 0; b < nb; b++) {
+        let x = i32x4.splat(0);
+        let y = x;
+        for (let r = 0; r < runs; r++) {
+          const o: usize = 64 * (b * runs + r);
+          x = i32x4.add(x, lanes16(v128.load(w + o), v128.load(w + o, 16), a + o));
+          y = i32x4.add(y, lanes16(v128.load(w + o, 32), v128.load(w + o, 48), a + o + 32));
+        }
+        blockStep(kind, acc, x, y, a, wp + paramBytes(kind) * b, b, n);
+      }
+    }
+  }
+  for (let t = 0; t < count; t++) store<f32>(out + 4 * t, finish(kind, FACC + ACC_BYTES * t));
+}
+
+/** Q4_K's block parameters as blockStep reads them (d, dmin, mins), rebuilt per super-block by q4kDots. */
+const Q4K_PARAMS = memory.data(K_PARAMS, 16);
+
+@inline
+function scaleMin(sb: usize, j: i32): i32 {
+  if (j < 4) return (<i32>load<u8>(sb + j) & 63) | ((<i32>load<u8>(sb + j + 4) & 63) << 8);
+  const a = <i32>load<u8>(sb + j + 4);
+  return ((a & 15) | ((<i32>load<u8>(sb + j - 4) >> 6) << 4)) | (((a >> 4) | ((<i32>load<u8>(sb + j) >> 6) << 4)) << 8);
+}
+
+@inline
+function byLanes(v: v128): v128 {
+  return i8x16.shuffle(v, v, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+}
+
+/**
+ * ggml_vec_dot_q4_K_q8_K straight from a row's GGUF bytes (no row buffer): each super-block's quants are widened
+ * and scaled in registers and met with up to 4 tokens' activations at once; the same integers and float steps as
+ * intDots on intRow's form, so the same bits.
+ */
+export function q4kDots(w: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  clearAcc(count);
+  const nb = n >> 8;
+  const m15 = i8x16.splat(15);
+  const a0 = load<usize>(acts);
+  const a1 = count > 1 ? load<usize>(acts, 4) : a0;
+  const a2 = count > 2 ? load<usize>(acts, 8) : a0;
+  const a3 = count > 3 ? load<usize>(acts, 12) : a0;
+  for (let b = 0; b < nb; b++) {
+    const p = w + 144 * b;
+    store<f32>(Q4K_PARAMS, f16ToF32(<u32>load<u16>(p)));
+    store<f32>(Q4K_PARAMS, f16ToF32(<u32>load<u16>(p, 2)), 4);
+    let x0 = i32x4.splat(0);
+    let y0 = x0;
+    let x1 = x0;
+    let y1 = x0;
+    let x2 = x0;
+    let y2 = x0;
+    let x3 = x0;
+    let y3 = x0;
+    for (let jj = 0; jj < 4; jj++) {
+      const sm0 = scaleMin(p + 4, 2 * jj);
+      const sm1 = scaleMin(p + 4, 2 * jj + 1);
+      store<i16>(Q4K_PARAMS + 16 + 4 * jj, <i16>(sm0 >> 8));
+      store<i16>(Q4K_PARAMS + 18 + 4 * jj, <i16>(sm1 >> 8));
+      const s0 = i16x8.splat(<i16>(sm0 & 255));
+      const s1 = i16x8.splat(<i16>(sm1 & 255));
+      const q0 = byLanes(v128.load(p + 16 + 32 * jj));
+      const q1 = byLanes(v128.load(p + 32 + 32 * jj));
+      // sub-block 2jj: low nibbles; 2jj + 1: high nibbles; q0 holds elements 0-15 (lanes 0-3), q1 16-31 (lanes 4-7)
+      const lo0 = v128.and(q0, m15);
+      const lo1 = v128.and(q1, m15);
+      const hi0 = i8x16.shr_u(q0, 4);
+      const hi1 = i8x16.shr_u(q1, 4);
+      const wa = i16x8.mul(i16x8.extend_low_i8x16_u(lo0), s0);
+      const wb = i16x8.mul(i16x8.extend_high_i8x16_u(lo0), s0);
+      const wc = i16x8.mul(i16x8.extend_low_i8x16_u(lo1), s0);
+      const wd = i16x8.mul(i16x8.extend_high_i8x16_u(lo1), s0);
+      const we = i16x8.mul(i16x8.extend_low_i8x16_u(hi0), s1);
+      const wf = i16x8.mul(i16x8.extend_high_i8x16_u(hi0), s1);
+      const wg = i16x8.mul(i16x8.extend_low_i8x16_u(hi1), s1);
+      const wh = i16x8.mul(i16x8.extend_high_i8x16_u(hi1), s1);
+      const o: usize = 512 * b + 128 * jj;
+      x0 = i32x4.add(x0, i32x4.add(lanes16(wa, wb, a0 + o), lanes16(we, wf, a0 + o + 64)));
+      y0 = i32x4.add(y0, i32x4.add(lanes16(wc, wd, a0 + o + 32), lanes16(wg, wh, a0 + o + 96)));
+      if (count > 1) {
+        x1 = i32x4.add(x1, i32x4.add(lanes16(wa, wb, a1 + o), lanes16(we, wf, a1 + o + 64)));
+        y1 = i32x4.add(y1, i32x4.add(lanes16(wc, wd, a1 + o + 32), lanes16(wg, wh, a1 + o + 96)));
+      }
+      if (count > 2) {
+        x2 = i32x4.add(x2, i32x4.add(lanes16(wa, wb, a2 + o), lanes16(we, wf, a2 + o + 64)));
+        y2 = i32x4.add(y2, i32x4.add(lanes16(wc, wd, a2 + o + 32), lanes16(wg, wh, a2 + o + 96)));
+      }
+      if (count > 3) {
+        x3 = i32x4.add(x3, i32x4.add(lanes16(wa, wb, a3 + o), lanes16(we, wf, a3 + o + 64)));
+        y3 = i32x4.add(y3, i32x4.add(lanes16(wc, wd, a3 + o + 32), lanes16(wg, wh, a3 + o + 96)));
+      }
+    }
+    blockStep(DOT_Q4K, FACC, x0, y0, a0, Q4K_PARAMS, b, n);
+    if (count > 1) blockStep(DOT_Q4K, FACC + ACC_BYTES, x1, y1, a1, Q4K_PARAMS, b, n);
+    if (count > 2) blockStep(DOT_Q4K, FACC + 2 * ACC_BYTES, x2, y2, a2, Q4K_PARAMS, b, n);
+    if (count > 3) blockStep(DOT_Q4K, FACC + 3 * ACC_BYTES, x3, y3, a3, Q4K_PARAMS, b, n);
+  }
+  for (let t = 0; t < count; t++) store<f32>(out + 4 * t, finish(DOT_Q4K, FACC + ACC_BYTES * t));
+}
+
+/** 16 weights (u8, ≤ 63) × 16 activations (i8 at a) in element order, times `scale` (i16x8 splat): ggml's four lanes. */
+@inline
+function relaxedLanes(q: v128, a: usize, scale: v128): v128 {
+  return i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(a), q), scale);
+}
+
+/**
+ * The relaxed build's K-quant dots (Q4_K, Q5_K, Q6_K × Q8_K) on u8Row's form, up to 4 tokens sharing each load of
+ * weights: per 16 elements a pmaddubsw and a pmaddwd by the scale, as ggml's AVX2 code does, so the same integer lanes
+ * and, through blockStep, the same bits as intDots. Inlined once per kind (u8Dots below) so blockStep's branches on
+ * the kind fold away; two 32-element runs per loop pass.
+ */
+@inline
+function u8DotsOf(kind: i32, w: usize, wp: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  clearAcc(count);
+  const nb = n >> 8;
+  const a0 = load<usize>(acts);
+  const a1 = count > 1 ? load<usize>(acts, 4) : a0;
+  const a2 = count > 2 ? load<usize>(acts, 8) : a0;
+  const a3 = count > 3 ? load<usize>(acts, 12) : a0;
+  let sc = w + n;
+  for (let b = 0; b < nb; b++) {
+    let x0 = i32x4.splat(0);
+    let y0 = x0;
+    let x1 = x0;
+    let y1 = x0;
+    let x2 = x0;
+    let y2 = x0;
+    let x3 = x0;
+    let y3 = x0;
+    const end: usize = 256 * (b + 1);
+    for (let o: usize = 256 * b; o < end; o += 64) {
+      let qa = v128.load(w + o);
+      let qb = v128.load(w + o, 16);
+      let sa = v128.load16_splat(sc);
+      let sb = v128.load16_splat(sc, 2);
+      x0 = i32x4.add(x0, relaxedLanes(qa, a0 + o, sa));
+      y0 = i32x4.add(y0, relaxedLanes(qb, a0 + o + 16, sb));
+      if (count > 1) {
+        x1 = i32x4.add(x1, relaxedLanes(qa, a1 + o, sa));
+        y1 = i32x4.add(y1, relaxedLanes(qb, a1 + o + 16, sb));
+      }
+      if (count > 2) {
+        x2 = i32x4.add(x2, relaxedLanes(qa, a2 + o, sa));
+        y2 = i32x4.add(y2, relaxedLanes(qb, a2 + o + 16, sb));
+      }
+      if (count > 3) {
+        x3 = i32x4.add(x3, relaxedLanes(qa, a3 + o, sa));
+        y3 = i32x4.add(y3, relaxedLanes(qb, a3 + o + 16, sb));
+      }
+      qa = v128.load(w + o, 32);
+      qb = v128.load(w + o, 48);
+      sa = v128.load16_splat(sc, 4);
+      sb = v128.load16_splat(sc, 6);
+      x0 = i32x4.add(x0, relaxedLanes(qa, a0 + o + 32, sa));
+      y0 = i32x4.add(y0, relaxedLanes(qb, a0 + o + 48, sb));
+      if (count > 1) {
+        x1 = i32x4.add(x1, relaxedLanes(qa, a1 + o + 32, sa));
+        y1 = i32x4.add(y1, relaxedLanes(qb, a1 + o + 48, sb));
+      }
+      if (count > 2) {
+        x2 = i32x4.add(x2, relaxedLanes(qa, a2 + o + 32, sa));
+        y2 = i32x4.add(y2, relaxedLanes(qb, a2 + o + 48, sb));
+      }
+      if (count > 3) {
+        x3 = i32x4.add(x3, relaxedLanes(qa, a3 + o + 32, sa));
+        y3 = i32x4.add(y3, relaxedLanes(qb, a3 + o + 48, sb));
+      }
+      sc += 8;
+    }
+    const pp = wp + K_PARAMS * b;
+    blockStep(kind, FACC, x0, y0, a0, pp, b, n);
+    if (count > 1) blockStep(kind, FACC + ACC_BYTES, x1, y1, a1, pp, b, n);
+    if (count > 2) blockStep(kind, FACC + 2 * ACC_BYTES, x2, y2, a2, pp, b, n);
+    if (count > 3) blockStep(kind, FACC + 3 * ACC_BYTES, x3, y3, a3, pp, b, n);
+  }
+  for (let t = 0; t < count; t++) store<f32>(out + 4 * t, finish(kind, FACC + ACC_BYTES * t));
+}
+
+/** u8DotsOf for one K-quant kind (DOT_Q4K, DOT_Q5K, DOT_Q6K). */
+export function u8Dots(kind: i32, w: usize, wp: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  if (kind == DOT_Q4K) u8DotsOf(DOT_Q4K, w, wp, acts, count, n, out);
+  else if (kind == DOT_Q5K) u8DotsOf(DOT_Q5K, w, wp, acts, count, n, out);
+  else u8DotsOf(DOT_Q6K, w, wp, acts, count, n, out);
+}
+
+/** Q4_K / Q5_K block parameters as blockStep reads them (d, dmin, mins), rebuilt per super-block by k45Dots. */
+const K45_PARAMS = memory.data(K_PARAMS, 16);
+
+/**
+ * The relaxed build's ggml_vec_dot_q4_K_q8_K / q5_K_q8_K straight from a row's GGUF bytes: each super-block's quants
+ * unpacked in registers (u8, 0..31) and met with up to 4 tokens' activations; the same integer lanes as u8Dots.
+ */
+@inline
+function k45DotsOf(five: bool, w: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  const kind = five ? DOT_Q5K : DOT_Q4K;
+  clearAcc(count);
+  const nb = n >> 8;
+  const bytes: usize = five ? 176 : 144;
+  const qsAt: usize = five ? 48 : 16;
+  const m15 = i8x16.splat(15);
+  const sixteen = i8x16.splat(16);
+  const a0 = load<usize>(acts);
+  const a1 = count > 1 ? load<usize>(acts, 4) : a0;
+  const a2 = count > 2 ? load<usize>(acts, 8) : a0;
+  const a3 = count > 3 ? load<usize>(acts, 12) : a0;
+  for (let b = 0; b < nb; b++) {
+    const p = w + bytes * b;
+    store<f32>(K45_PARAMS, f16ToF32(<u32>load<u16>(p)));
+    store<f32>(K45_PARAMS, f16ToF32(<u32>load<u16>(p, 2)), 4);
+    // get_scale_min_k4 for all eight sub-blocks at once (ggml's utmp / kmask form)
+    const u0 = load<u32>(p, 4);
+    const u1 = load<u32>(p, 8);
+    const u2 = load<u32>(p, 12);
+    const sc0 = u0 & 0x3f3f3f3f;
+    const sc1 = (u2 & 0x0f0f0f0f) | (((u0 >> 6) & 0x03030303) << 4);
+    const mn0 = u1 & 0x3f3f3f3f;
+    const mn1 = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4);
+    v128.store(K45_PARAMS + 16, i16x8.extend_low_i8x16_u(i32x4.replace_lane(i32x4.splat(mn0), 1, mn1)));
+    const qh0 = five ? v128.load(p + 16) : m15;
+    const qh1 = five ? v128.load(p + 32) : m15;
+    let x0 = i32x4.splat(0);
+    let y0 = x0;
+    let x1 = x0;
+    let y1 = x0;
+    let x2 = x0;
+    let y2 = x0;
+    let x3 = x0;
+    let y3 = x0;
+    for (let jj = 0; jj < 4; jj++) {
+      const scw = jj < 2 ? sc0 : sc1;
+      const sh = (jj & 1) << 4;
+      const s0 = i16x8.splat(<i16>((scw >> sh) & 255));
+      const s1 = i16x8.splat(<i16>((scw >> (sh + 8)) & 255));
+      const q0 = v128.load(p + qsAt + 32 * jj);
+      const q1 = v128.load(p + qsAt + 32 * jj, 16);
+      let lo0 = v128.and(q0, m15);
+      let lo1 = v128.and(q1, m15);
+      let hi0 = i8x16.shr_u(q0, 4);
+      let hi1 = i8x16.shr_u(q1, 4);
+      if (five) {
+        const bit = 1 << (2 * jj);
+        const ml = i8x16.splat(<i8>bit);
+        const mh = i8x16.splat(<i8>(bit << 1));
+        lo0 = v128.or(lo0, v128.and(i8x16.eq(v128.and(qh0, ml), ml), sixteen));
+        lo1 = v128.or(lo1, v128.and(i8x16.eq(v128.and(qh1, ml), ml), sixteen));
+        hi0 = v128.or(hi0, v128.and(i8x16.eq(v128.and(qh0, mh), mh), sixteen));
+        hi1 = v128.or(hi1, v128.and(i8x16.eq(v128.and(qh1, mh), mh), sixteen));
+      }
+      // sub-block 2jj: lo (elements 0-15 to lanes 0-3, 16-31 to lanes 4-7); 2jj + 1: hi, 32 elements on
+      const o: usize = 256 * b + 64 * jj;
+      x0 = i32x4.add(x0, i32x4.add(relaxedLanes(lo0, a0 + o, s0), relaxedLanes(hi0, a0 + o + 32, s1)));
+      y0 = i32x4.add(y0, i32x4.add(relaxedLanes(lo1, a0 + o + 16, s0), relaxedLanes(hi1, a0 + o + 48, s1)));
+      if (count > 1) {
+        x1 = i32x4.add(x1, i32x4.add(relaxedLanes(lo0, a1 + o, s0), relaxedLanes(hi0, a1 + o + 32, s1)));
+        y1 = i32x4.add(y1, i32x4.add(relaxedLanes(lo1, a1 + o + 16, s0), relaxedLanes(hi1, a1 + o + 48, s1)));
+      }
+      if (count > 2) {
+        x2 = i32x4.add(x2, i32x4.add(relaxedLanes(lo0, a2 + o, s0), relaxedLanes(hi0, a2 + o + 32, s1)));
+        y2 = i32x4.add(y2, i32x4.add(relaxedLanes(lo1, a2 + o + 16, s0), relaxedLanes(hi1, a2 + o + 48, s1)));
+      }
+      if (count > 3) {
+        x3 = i32x4.add(x3, i32x4.add(relaxedLanes(lo0, a3 + o, s0), relaxedLanes(hi0, a3 + o + 32, s1)));
+        y3 = i32x4.add(y3, i32x4.add(relaxedLanes(lo1, a3 + o + 16, s0), relaxedLanes(hi1, a3 + o + 48, s1)));
+      }
+    }
+    blockStep(kind, FACC, x0, y0, a0, K45_PARAMS, b, n);
+    if (count > 1) blockStep(kind, FACC + ACC_BYTES, x1, y1, a1, K45_PARAMS, b, n);
+    if (count > 2) blockStep(kind, FACC + 2 * ACC_BYTES, x2, y2, a2, K45_PARAMS, b, n);
+    if (count > 3) blockStep(kind, FACC + 3 * ACC_BYTES, x3, y3, a3, K45_PARAMS, b, n);
+  }
+  for (let t = 0; t < count; t++) store<f32>(out + 4 * t, finish(kind, FACC + ACC_BYTES * t));
+}
+
+/** k45DotsOf for Q4_K (five = false) or Q5_K. */
+export function k45Dots(five: bool, w: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  if (five) k45DotsOf(true, w, acts, count, n, out);
+  else k45DotsOf(false, w, acts, count, n, out);
+}

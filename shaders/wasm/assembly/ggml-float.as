@@ -1,0 +1,171 @@
+// ggml's float steps bit for bit, in AssemblyScript (compiled by shaders/wasm/build.ts; not TypeScript, hence .as):
+// the fused multiply-add its AVX2 vec_dot lanes use (wasm has none: the product is exact in f64, the sum is rounded
+// once to f64 and then to f32, and the one case where that double rounding can differ, an f64 sum exactly halfway
+// between two f32s, is redone from the sum's exact error), f16/bf16 conversions as F16C and ggml round, and
+// ggml_v_expf / ggml_vec_swiglu_f32 (test/support/ggml-exact.ts is the TypeScript model of the same steps).
+
+/** Low 29 bits of an f64 (the bits an f32 drops) and the pattern of an f64 exactly halfway between two f32s. */
+const LOW29: u64 = 0x1fffffff;
+const HALF29: u64 = 0x10000000;
+const EXP64: u64 = 0x7ff0000000000000;
+/** 2^-126 as f64 bits: below it an f32 result is subnormal and the halfway pattern above does not apply. */
+const MIN_NORMAL32: u64 = 0x3810000000000000;
+
+/** The f32 next to `r` towards +∞ (up) or −∞. */
+function nextF32(r: f32, up: bool): f32 {
+  if (r == 0) return up ? reinterpret<f32>(<u32>1) : -reinterpret<f32>(<u32>1);
+  const b = reinterpret<u32>(r);
+  return reinterpret<f32>((r > 0) == up ? b + 1 : b - 1);
+}
+
+/** fmaP's rare case: s = p + c rounded to f64 lies on an f32 midpoint, or is tiny; decide from the exact error. */
+@inline
+function fmaSlow(p: f64, c: f64, s: f64, r: f32): f32 {
+  const bb = s - p;
+  const e = p - (s - bb) + (c - bb);
+  if (e == 0 || <f64>r == s) return r;
+  const other = nextF32(r, s > <f64>r);
+  if (s - <f64>r != <f64>other - s) return r;
+  return e > 0 == other > r ? other : r;
+}
+
+function fmaSlowCall(p: f64, c: f64): f32 {
+  const s = p + c;
+  return fmaSlow(p, c, s, <f32>s);
+}
+
+/** Single-rounded f32 p + c where p is an exact product of two f32s (in f64) and c an f32 (in f64). */
+@inline
+export function fmaP(p: f64, c: f64): f32 {
+  const s = p + c;
+  const bits = reinterpret<u64>(s);
+  if ((bits & LOW29) != HALF29 && (bits & EXP64) >= MIN_NORMAL32) return <f32>s;
+  return fmaSlowCall(p, c);
+}
+
+/** Single-rounded f32 a · b + c (the FMA instruction). */
+@inline
+export function fma32(a: f32, b: f32, c: f32): f32 {
+  return fmaP(<f64>a * <f64>b, <f64>c);
+}
+
+/** Two lanes of fmaP, each through the exact scalar path (any input). */
+export function fmaPairExact(p: v128, c: v128): v128 {
+  const r0 = fmaSlowCall(f64x2.extract_lane(p, 0), f64x2.extract_lane(c, 0));
+  const r1 = fmaSlowCall(f64x2.extract_lane(p, 1), f64x2.extract_lane(c, 1));
+  return f64x2.replace_lane(f64x2.splat(<f64>r0), 1, <f64>r1);
+}
+
+/**
+ * Two lanes of fmaP: p exact products, c f32 values, both as f64x2; returns the single-rounded f32 sums as f64x2.
+ */
+@inline
+export function fmaPair(p: v128, c: v128): v128 {
+  const s = f64x2.add(p, c);
+  const tie = i64x2.eq(v128.and(s, i64x2.splat(LOW29)), i64x2.splat(HALF29));
+  const tiny = i64x2.lt_s(v128.and(s, i64x2.splat(EXP64)), i64x2.splat(MIN_NORMAL32));
+  if (v128.any_true(v128.or(tie, tiny))) return fmaPairExact(p, c);
+  return f64x2.promote_low_f32x4(f32x4.demote_f64x2_zero(s));
+}
+
+/** The high two f32 lanes of an f32x4 as f64x2. */
+@inline
+export function promoteHigh(v: v128): v128 {
+  return f64x2.promote_low_f32x4(v128.shuffle<f32>(v, v, 2, 3, 2, 3));
+}
+
+/** hsum_float_8 over 8 lanes held as four f64x2 (lanes 0-1, 2-3, 4-5, 6-7): ((x0+x4) + (x2+x6)) + ((x1+x5) + (x3+x7)). */
+@inline
+export function hsum8(a01: v128, a23: v128, a45: v128, a67: v128): f32 {
+  const r0 = <f32>f64x2.extract_lane(a01, 0) + <f32>f64x2.extract_lane(a45, 0);
+  const r1 = <f32>f64x2.extract_lane(a01, 1) + <f32>f64x2.extract_lane(a45, 1);
+  const r2 = <f32>f64x2.extract_lane(a23, 0) + <f32>f64x2.extract_lane(a67, 0);
+  const r3 = <f32>f64x2.extract_lane(a23, 1) + <f32>f64x2.extract_lane(a67, 1);
+  return r0 + r2 + (r1 + r3);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// f16 and bf16.
+
+/** f16 bits to f32 (exact; NaN payloads kept, quieted). */
+@inline
+export function f16ToF32(h: u32): f32 {
+  const sign = (h & 0x8000) << 16;
+  const exp = (h >> 10) & 0x1f;
+  const man = h & 0x3ff;
+  if (exp == 0) return reinterpret<f32>(reinterpret<u32>(<f32>man * <f32>5.9604644775390625e-8) | sign);
+  if (exp == 31) return reinterpret<f32>(sign | 0x7f800000 | (man << 13) | (man != 0 ? 0x400000 : 0));
+  return reinterpret<f32>(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+/** f32 to f16 bits, round to nearest even (F16C's _cvtss_sh(x, 0)); NaN becomes 0x7e00 with the sign. */
+export function f32ToF16(x: f32): u32 {
+  const w = reinterpret<u32>(x);
+  const sign = (w >> 16) & 0x8000;
+  const a = w & 0x7fffffff;
+  if (a > 0x7f800000) return sign | 0x7e00;
+  if (a >= 0x477ff000) return sign | 0x7c00;
+  if (a < 0x38800000) return sign | <u32>nearest<f64>(<f64>reinterpret<f32>(a) * 16777216.0);
+  const mant = a & 0x7fffff;
+  let h = (((a >> 23) - 112) << 10) | (mant >> 13);
+  const rest = mant & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1) == 1)) h++;
+  return sign | h;
+}
+
+/** x rounded to f16 and back (GGML_CPU_FP32_TO_FP16 then _TO_FP32). */
+@inline
+export function roundF16(x: f32): f32 {
+  return f16ToF32(f32ToF16(x));
+}
+
+/** x rounded to bf16 and back (ggml_compute_fp32_to_bf16: nearest even on the bits; NaN quieted). */
+@inline
+export function roundBf16(x: f32): f32 {
+  const u = reinterpret<u32>(x);
+  if ((u & 0x7fffffff) > 0x7f800000) return reinterpret<f32>(((u >> 16) | 0x40) << 16);
+  return reinterpret<f32>(((u + (0x7fff + ((u >> 16) & 1))) >> 16) << 16);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// ggml_v_expf (AVX2) and ggml_vec_swiglu_f32, one lane.
+
+const R: f32 = 12582912.0; // 0x1.8p23
+const LOG2E: f32 = 1.4426950216293335; // 0x1.715476p+0
+const LN2HI: f32 = 0.693145751953125; // 0x1.62e4p-1
+const LN2LO: f32 = 1.428606765330187e-6; // 0x1.7f7d1cp-20
+const P0: f32 = 0.008247390389442444; // 0x1.0e4020p-7
+const P1: f32 = 0.04189976677298546; // 0x1.573e2ep-5
+const P2: f32 = 0.16668395698070526; // 0x1.555e66p-3
+const P3: f32 = 0.4999912679195404; // 0x1.fffdb6p-2
+const P4: f32 = 0.9999994039535522; // 0x1.ffffecp-1
+
+export function ggmlExpf(x: f32): f32 {
+  const z = fma32(x, LOG2E, R);
+  const n = z - R;
+  const b = fma32(-n, LN2LO, fma32(-n, LN2HI, x));
+  const e = reinterpret<u32>(z) << 23;
+  const k = reinterpret<f32>(e + reinterpret<u32>(<f32>1.0));
+  const u = b * b;
+  const j = fma32(fma32(fma32(P0, b, P1), u, fma32(P2, b, P3)), u, P4 * b);
+  if (!(abs<f32>(n) > 126)) return fma32(j, k, k);
+  const g: u32 = n <= 0 ? 0x82000000 : 0;
+  const s1 = reinterpret<f32>(g + 0x7f000000);
+  const s2 = reinterpret<f32>(e - g);
+  if (abs<f32>(n) > 192) return s1 * s1;
+  return fma32(s2, j, s2) * s1;
+}
+
+/** silu(g) · u as ggml_vec_swiglu_f32 computes it: g / (1 + ggml_v_expf(−g)), then the product. */
+@inline
+export function ggmlSwiglu(g: f32, u: f32): f32 {
+  const silu = g / (<f32>1.0 + ggmlExpf(<f32>0.0 - g));
+  return silu * u;
+}
+
+/** silu(g) · u in f64, rounded once ('exact' numerics: the reference's formula). */
+@inline
+export function exactSwiglu(g: f32, u: f32): f32 {
+  const g64 = <f64>g;
+  return <f32>((g64 / (1.0 + Math.exp(-g64))) * <f64>u);
+}

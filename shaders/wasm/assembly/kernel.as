@@ -1,0 +1,285 @@
+// The wasm fallback's entry points (shaders/wasm/fallback.ts drives them): one slice's experts, routed pairs only.
+// The slice's GGUF bytes sit in this module's memory as they are; each call decodes one weight row at a time into a
+// small buffer and meets it with every routed row of that expert (so a row of weights is read once per call).
+//
+// Memory (JS lays it out): [static data][gate | up | down bytes][3 row buffers][call scratch (callLayout)].
+import { T_F32, ROW_INT, ROW_U8, ROW_GGUF, DOT_Q32, DOT_Q4K, DOT_Q5K, RELAXED, rowKind, actKind, dotKind, blockSize, blockBytes, align16 } from './kinds';
+import { actBytes, quantizeRow } from './activations';
+import { intRow, u8Row, dequantRow } from './weight-rows';
+import { dot, intDots, q4kDots, k45Dots, u8Dots } from './dots';
+import { ggmlSwiglu, exactSwiglu } from './ggml-float';
+
+let nEmbd = 0;
+let ff = 0;
+let nExpert = 0;
+let llama = false;
+// per matrix: 0 gate, 1 up, 2 down
+const typ = memory.data(12, 4);
+const base = memory.data(12, 4);
+const rowBytes = memory.data(12, 4);
+const rowBuf = memory.data(12, 4);
+/** Up to 4 activation records for intDots, and its results for gate and up. */
+const ACTS = memory.data(16, 4);
+const GOUT = memory.data(16, 4);
+const UOUT = memory.data(16, 4);
+
+@inline
+function m32(at: usize, m: i32): i32 {
+  return load<i32>(at + 4 * m);
+}
+
+export function heapBase(): usize {
+  return __heap_base;
+}
+
+/** Bytes of one row buffer: f32 values or i16 quants (at 0) and block parameters (after 4 bytes per element). */
+export function rowBufferBytes(n: i32): usize {
+  return align16(<usize>(4 * n)) + align16(<usize>(n / 4 + 64));
+}
+
+function rowBytesOf(t: i32, n: i32): i32 {
+  return (n / blockSize(t)) * blockBytes(t);
+}
+
+/**
+ * Sets the slice: shapes, the three types (ggml ids), numerics (1 = llama), where the three matrices' bytes are, and
+ * where the three row buffers start (rowBufferBytes(max(nEmbd, ff)) each).
+ */
+export function configure(
+  nEmbd_: i32,
+  ff_: i32,
+  nExpert_: i32,
+  tGate: i32,
+  tUp: i32,
+  tDown: i32,
+  llama_: i32,
+  gate: usize,
+  up: usize,
+  down: usize,
+  rowBuffers: usize,
+): void {
+  nEmbd = nEmbd_;
+  ff = ff_;
+  nExpert = nExpert_;
+  llama = llama_ != 0;
+  store<i32>(typ, tGate);
+  store<i32>(typ, tUp, 4);
+  store<i32>(typ, tDown, 8);
+  store<i32>(base, <i32>gate);
+  store<i32>(base, <i32>up, 4);
+  store<i32>(base, <i32>down, 8);
+  store<i32>(rowBytes, rowBytesOf(tGate, nEmbd));
+  store<i32>(rowBytes, rowBytesOf(tUp, nEmbd), 4);
+  store<i32>(rowBytes, rowBytesOf(tDown, ff), 8);
+  const each = rowBufferBytes(max<i32>(nEmbd, ff));
+  for (let m = 0; m < 3; m++) store<i32>(rowBuf + 4 * m, <i32>(rowBuffers + each * m));
+}
+
+// Call scratch, in order: rows f32 [T × nEmbd], ids i32 [P], probs f32 [P], out f32 [T × nEmbd] (these four JS
+// writes and reads), then order i32 [P], starts i32 [nExpert + 1], xg, xu activation records [T], h f32 [P × ff],
+// hq records [P], y f32 [P × nEmbd].
+const L_ROWS = 0;
+const L_IDS = 1;
+const L_PROBS = 2;
+const L_OUT = 3;
+const L_ORDER = 4;
+const L_STARTS = 5;
+const L_XG = 6;
+const L_XU = 7;
+const L_H = 8;
+const L_HQ = 9;
+const L_Y = 10;
+const L_END = 11;
+
+/** Offset of part `what` (L_*) of the call scratch for T tokens of K pairs; L_END (11) is its size. */
+export function callLayout(T: i32, K: i32, what: i32): usize {
+  const P = <usize>(T * K);
+  const ag = actKind(m32(typ, 0), llama);
+  const au = actKind(m32(typ, 1), llama);
+  // (no arrays: the stub runtime would allocate them over the slice, which starts at __heap_base)
+  let o: usize = 0;
+  for (let i = 0; i < what; i++) {
+    switch (i) {
+      case L_ROWS:
+      case L_OUT:
+        o += align16(<usize>(4 * T * nEmbd));
+        break;
+      case L_IDS:
+      case L_PROBS:
+      case L_ORDER:
+        o += align16(4 * P);
+        break;
+      case L_STARTS:
+        o += align16(<usize>(4 * (nExpert + 1)));
+        break;
+      case L_XG:
+        o += <usize>T * actBytes(ag, nEmbd);
+        break;
+      case L_XU:
+        o += au == ag ? 0 : <usize>T * actBytes(au, nEmbd);
+        break;
+      case L_H:
+        o += align16(P * 4 * <usize>ff);
+        break;
+      case L_HQ:
+        o += P * actBytes(actKind(m32(typ, 2), llama), ff);
+        break;
+      default:
+        o += align16(P * 4 * <usize>nEmbd);
+    }
+  }
+  return o;
+}
+
+/** Decodes row r of expert e of matrix m into its row buffer; returns where the values are (F32 rows: in place). */
+@inline
+function decodeRow(m: i32, e: i32, r: i32, rowsPerExpert: i32, n: i32): usize {
+  const t = m32(typ, m);
+  const src = <usize>m32(base, m) + <usize>(e * rowsPerExpert + r) * <usize>m32(rowBytes, m);
+  const buf = <usize>m32(rowBuf, m);
+  const kind = rowKind(t, llama);
+  if (kind == ROW_GGUF) return src; // its dot reads the GGUF bytes itself
+  if (kind == ROW_U8) u8Row(t, src, n, buf, buf + align16(<usize>(4 * n)));
+  else if (kind == ROW_INT) intRow(t, src, n, buf, buf + align16(<usize>(4 * n)));
+  else if (t == T_F32) return src;
+  else dequantRow(t, src, n, buf);
+  return buf;
+}
+
+/**
+ * One decoded row against the records of `count` pairs (pair indices at `pairs`; record index = pair / per): the
+ * integer kinds four at a time, the float kinds one by one. Results (f32) to out.
+ */
+@inline
+function gateUp(kind: i32, w: usize, wp: usize, recs: usize, recBytes: usize, pairs: usize, count: i32, per: i32, out: usize): void {
+  const n = per == 1 ? ff : nEmbd;
+  if (kind >= DOT_Q32) {
+    for (let j = 0; j < count; j++) store<usize>(ACTS + 4 * j, recs + recBytes * <usize>(load<i32>(pairs + 4 * j) / per));
+    if (RELAXED && (kind == DOT_Q4K || kind == DOT_Q5K)) k45Dots(kind == DOT_Q5K, w, ACTS, count, n, out);
+    else if (RELAXED && kind > DOT_Q32) u8Dots(kind, w, wp, ACTS, count, n, out);
+    else if (kind == DOT_Q4K) q4kDots(w, ACTS, count, n, out);
+    else intDots(kind, w, wp, ACTS, count, n, out);
+    return;
+  }
+  for (let j = 0; j < count; j++) store<f32>(out + 4 * j, dot(kind, w, wp, recs + recBytes * <usize>(load<i32>(pairs + 4 * j) / per), n));
+}
+
+/**
+ * out[t] = Σ_k probs[t,k] · expert_{ids[t,k]}(rows[t]) for T tokens of K pairs, with the call scratch at `s`
+ * (callLayout). Pairs with prob 0 are neither computed nor added. The sums go in k order as ggml adds them.
+ */
+export function compute(T: i32, K: i32, s: usize): void {
+  const P = T * K;
+  const rows = s + callLayout(T, K, L_ROWS);
+  const ids = s + callLayout(T, K, L_IDS);
+  const probs = s + callLayout(T, K, L_PROBS);
+  const out = s + callLayout(T, K, L_OUT);
+  const order = s + callLayout(T, K, L_ORDER);
+  const starts = s + callLayout(T, K, L_STARTS);
+  const xg = s + callLayout(T, K, L_XG);
+  const xuOwn = s + callLayout(T, K, L_XU);
+  const h = s + callLayout(T, K, L_H);
+  const hq = s + callLayout(T, K, L_HQ);
+  const y = s + callLayout(T, K, L_Y);
+  const tG = m32(typ, 0);
+  const tU = m32(typ, 1);
+  const tD = m32(typ, 2);
+  const ag = actKind(tG, llama);
+  const au = actKind(tU, llama);
+  const ad = actKind(tD, llama);
+  const xu = au == ag ? xg : xuOwn;
+  const bg = actBytes(ag, nEmbd);
+  const bu = actBytes(au, nEmbd);
+  const bd = actBytes(ad, ff);
+  const dg = dotKind(tG, llama);
+  const du = dotKind(tU, llama);
+  const dd = dotKind(tD, llama);
+  const pg = align16(<usize>(4 * nEmbd));
+  const pd = align16(<usize>(4 * ff));
+
+  // Routed pairs grouped by expert, in token order within each expert.
+  memory.fill(starts, 0, 4 * (nExpert + 1));
+  for (let q = 0; q < P; q++) {
+    if (load<f32>(probs + 4 * q) == 0) continue;
+    const e = load<i32>(ids + 4 * q);
+    store<i32>(starts + 4 * (e + 1), load<i32>(starts + 4 * (e + 1)) + 1);
+  }
+  for (let e = 0; e < nExpert; e++) store<i32>(starts + 4 * (e + 1), load<i32>(starts + 4 * (e + 1)) + load<i32>(starts + 4 * e));
+  // fill: order positions advance per expert (cursor = starts[e] moved, restored after)
+  for (let q = 0; q < P; q++) {
+    if (load<f32>(probs + 4 * q) == 0) continue;
+    const e = load<i32>(ids + 4 * q);
+    const at = load<i32>(starts + 4 * e);
+    store<i32>(order + 4 * at, q);
+    store<i32>(starts + 4 * e, at + 1);
+  }
+  for (let e = nExpert; e > 0; e--) store<i32>(starts + 4 * e, load<i32>(starts + 4 * (e - 1)));
+  store<i32>(starts, 0);
+
+  for (let t = 0; t < T; t++) {
+    quantizeRow(ag, rows + 4 * t * nEmbd, nEmbd, xg + bg * t);
+    if (au != ag) quantizeRow(au, rows + 4 * t * nEmbd, nEmbd, xu + bu * t);
+  }
+
+  // gate and up, then h = swiglu
+  for (let e = 0; e < nExpert; e++) {
+    const q0 = load<i32>(starts + 4 * e);
+    const q1 = load<i32>(starts + 4 * (e + 1));
+    if (q0 == q1) continue;
+    for (let r = 0; r < ff; r++) {
+      const wg = decodeRow(0, e, r, ff, nEmbd);
+      const wu = decodeRow(1, e, r, ff, nEmbd);
+      for (let i = q0; i < q1; i += 4) {
+        const count = min<i32>(4, q1 - i);
+        gateUp(dg, wg, wg + pg, xg, bg, order + 4 * i, count, K, GOUT);
+        gateUp(du, wu, wu + pg, xu, bu, order + 4 * i, count, K, UOUT);
+        for (let j = 0; j < count; j++) {
+          const q = load<i32>(order + 4 * (i + j));
+          const g = load<f32>(GOUT + 4 * j);
+          const u = load<f32>(UOUT + 4 * j);
+          store<f32>(h + 4 * (<usize>q * ff + r), llama ? ggmlSwiglu(g, u) : exactSwiglu(g, u));
+        }
+      }
+    }
+  }
+
+  // h in down's vec-dot type, then down
+  for (let i = 0; i < load<i32>(starts + 4 * nExpert); i++) {
+    const q = load<i32>(order + 4 * i);
+    quantizeRow(ad, h + 4 * <usize>q * ff, ff, hq + bd * q);
+  }
+  for (let e = 0; e < nExpert; e++) {
+    const q0 = load<i32>(starts + 4 * e);
+    const q1 = load<i32>(starts + 4 * (e + 1));
+    if (q0 == q1) continue;
+    for (let r = 0; r < nEmbd; r++) {
+      const wd = decodeRow(2, e, r, nEmbd, ff);
+      for (let i = q0; i < q1; i += 4) {
+        const count = min<i32>(4, q1 - i);
+        gateUp(dd, wd, wd + pd, hq, bd, order + 4 * i, count, 1, GOUT);
+        for (let j = 0; j < count; j++) {
+          const q = load<i32>(order + 4 * (i + j));
+          store<f32>(y + 4 * (<usize>q * nEmbd + r), load<f32>(GOUT + 4 * j));
+        }
+      }
+    }
+  }
+
+  // Σ_k prob · y in k order (ggml_mul, then the adds of the experts' views)
+  for (let t = 0; t < T; t++) {
+    const o = out + 4 * <usize>t * nEmbd;
+    memory.fill(o, 0, 4 * nEmbd);
+    let first = true;
+    for (let k = 0; k < K; k++) {
+      const q = t * K + k;
+      const p = load<f32>(probs + 4 * q);
+      if (p == 0) continue;
+      const yq = y + 4 * <usize>q * nEmbd;
+      for (let i = 0; i < nEmbd; i++) {
+        const w = load<f32>(yq + 4 * i) * p;
+        store<f32>(o + 4 * i, first ? w : load<f32>(o + 4 * i) + w);
+      }
+      first = false;
+    }
+  }
+}

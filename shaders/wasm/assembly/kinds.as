@@ -1,0 +1,131 @@
+// What each matrix of a slice is read as, from its ggml type and the numerics: how a weight row is decoded
+// (ROW_*), what its activations become (ACT_*: ggml's vec_dot type in 'llama' numerics, the f32 rows in 'exact'),
+// and which dot product meets them (DOT_*).
+
+// ggml type ids (gguf/quant-types.ts).
+export const T_F32: i32 = 0;
+export const T_F16: i32 = 1;
+export const T_Q4_0: i32 = 2;
+export const T_Q4_1: i32 = 3;
+export const T_Q5_0: i32 = 6;
+export const T_Q5_1: i32 = 7;
+export const T_Q8_0: i32 = 8;
+export const T_Q2_K: i32 = 10;
+export const T_Q3_K: i32 = 11;
+export const T_Q4_K: i32 = 12;
+export const T_Q5_K: i32 = 13;
+export const T_Q6_K: i32 = 14;
+export const T_BF16: i32 = 30;
+
+/** A weight row dequantized to f32 (any type). */
+export const ROW_F32: i32 = 0;
+/** A weight row as i16 quants in lane order with the K-quants' 6-bit/8-bit scales folded in (weight-rows.as). */
+export const ROW_INT: i32 = 1;
+/** A K-quant weight row as u8 quants in element order, its scales apart (weight-rows.as u8Row; relaxed build only). */
+export const ROW_U8: i32 = 2;
+/** A row read in place from its GGUF bytes by its dot (dots.as q4kDots; the relaxed build's k45Dots). */
+export const ROW_GGUF: i32 = 3;
+
+/**
+ * This binary is the relaxed-SIMD build (build.ts compiles the same sources twice, with and without
+ * `--enable relaxed-simd`): the K-quants' integer dots use i16x8.relaxed_dot_i8x16_i7x16_s, which is exact and
+ * deterministic here because its second operand (the weights' unsigned quants, 0..63) never sets a lane's top bit.
+ */
+export const RELAXED: bool = ASC_FEATURE_RELAXED_SIMD;
+
+/** Activations as f32 values: the row itself, or ggml's rounding of it to f16, bf16, Q8_0 or Q8_K (as values). */
+export const ACT_F32: i32 = 0;
+export const ACT_F16: i32 = 1;
+export const ACT_BF16: i32 = 2;
+export const ACT_Q8_0_VALUES: i32 = 3;
+export const ACT_Q8_K_VALUES: i32 = 4;
+/** Activations as Q8_0 / Q8_K quants for the integer dot products (activations.as has the layouts). */
+export const ACT_Q8_0: i32 = 5;
+export const ACT_Q8_K: i32 = 6;
+
+/** f32 · f32 in any order ('exact' numerics, and 'llama' for types without a bit-exact dot here). */
+export const DOT_PLAIN: i32 = 0;
+/** ggml_vec_dot_f32 / _f16 / _bf16 on AVX2, in their order. */
+export const DOT_GGML_F32: i32 = 1;
+export const DOT_GGML_F16: i32 = 2;
+export const DOT_GGML_BF16: i32 = 3;
+/** ggml_vec_dot_q8_0_q8_0 / q4_0_q8_0, q4_K_q8_K, q5_K_q8_K, q6_K_q8_K on AVX2: integer lanes, their fmas and sums. */
+export const DOT_Q32: i32 = 4;
+export const DOT_Q4K: i32 = 5;
+export const DOT_Q5K: i32 = 6;
+export const DOT_Q6K: i32 = 7;
+
+export function isKQuant(t: i32): bool {
+  return t == T_Q2_K || t == T_Q3_K || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K;
+}
+
+export function rowKind(t: i32, llama: bool): i32 {
+  if (llama && (t == T_Q4_K || (RELAXED && t == T_Q5_K))) return ROW_GGUF;
+  if (RELAXED && llama && t == T_Q6_K) return ROW_U8;
+  return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
+}
+
+export function actKind(t: i32, llama: bool): i32 {
+  if (!llama || t == T_F32) return ACT_F32;
+  if (t == T_F16) return ACT_F16;
+  if (t == T_BF16) return ACT_BF16;
+  if (t == T_Q8_0 || t == T_Q4_0) return ACT_Q8_0;
+  if (t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) return ACT_Q8_K;
+  return isKQuant(t) ? ACT_Q8_K_VALUES : ACT_Q8_0_VALUES;
+}
+
+export function dotKind(t: i32, llama: bool): i32 {
+  if (!llama) return DOT_PLAIN;
+  if (t == T_F32) return DOT_GGML_F32;
+  if (t == T_F16) return DOT_GGML_F16;
+  if (t == T_BF16) return DOT_GGML_BF16;
+  if (t == T_Q8_0 || t == T_Q4_0) return DOT_Q32;
+  if (t == T_Q4_K) return DOT_Q4K;
+  if (t == T_Q5_K) return DOT_Q5K;
+  if (t == T_Q6_K) return DOT_Q6K;
+  return DOT_PLAIN;
+}
+
+/** Elements per block and bytes per block of a weight type (gguf/quant-types.ts). */
+export function blockSize(t: i32): i32 {
+  if (t == T_F32 || t == T_F16 || t == T_BF16) return 1;
+  return isKQuant(t) ? 256 : 32;
+}
+
+export function blockBytes(t: i32): i32 {
+  switch (t) {
+    case T_F32:
+      return 4;
+    case T_F16:
+    case T_BF16:
+      return 2;
+    case T_Q4_0:
+      return 18;
+    case T_Q4_1:
+      return 20;
+    case T_Q5_0:
+      return 22;
+    case T_Q5_1:
+      return 24;
+    case T_Q8_0:
+      return 34;
+    case T_Q2_K:
+      return 84;
+    case T_Q3_K:
+      return 110;
+    case T_Q4_K:
+      return 144;
+    case T_Q5_K:
+      return 176;
+    case T_Q6_K:
+      return 210;
+    default:
+      return 0;
+  }
+}
+
+/** Round up to a multiple of 16 bytes (v128 alignment). */
+@inline
+export function align16(n: usize): usize {
+  return (n + 15) & ~(<usize>15);
+}

@@ -1,0 +1,389 @@
+// Weight rows decoded from their GGUF bytes, one row at a time into a small buffer (the slice itself stays as it is):
+// dequantRow to f32 for any type (bit-exact with gguf/dequantize.ts and ggml's dequantize_row_*), intRow to the
+// integer form the integer dot products read.
+//
+// intRow: i16 quants in lane order (activations.as), and per block the float parameters:
+//   Q8_0 / Q4_0: q (Q4_0: nibble − 8); params f32 d per 32.
+//   Q4_K / Q5_K: scale × q (6-bit scale of the 32-element sub-block, q 4 or 5 bits); params per 256, 48 bytes:
+//                f32 d, f32 dmin, then at 16 the eight 6-bit mins as i16.
+//   Q6_K:        scale × q (8-bit scale of the 16-element group, q unsigned 0..63); params per 256, 48 bytes: f32 d,
+//                then at 16 the sixteen scales as i16.
+// Folding the scales into the quants changes no integer ggml sums: its lanes hold Σ scale · (q · a) exactly.
+import { T_F32, T_F16, T_BF16, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K } from './kinds';
+import { f16ToF32 } from './ggml-float';
+
+export const K_PARAMS: i32 = 48;
+
+@inline
+function half(p: usize): f32 {
+  return f16ToF32(<u32>load<u16>(p));
+}
+
+/** Bytes within each 16 reordered to lane order (activations.as). */
+@inline
+function lanes(v: v128): v128 {
+  return i8x16.shuffle(v, v, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+}
+
+/** 16 u8 quants in lane order × scale, as two i16x8 at dst. */
+@inline
+function storeScaledU(dst: usize, q: v128, scale: i32): void {
+  const s = i16x8.splat(<i16>scale);
+  v128.store(dst, i16x8.mul(i16x8.extend_low_i8x16_u(q), s));
+  v128.store(dst, i16x8.mul(i16x8.extend_high_i8x16_u(q), s), 16);
+}
+
+@inline
+function storeSigned(dst: usize, q: v128): void {
+  v128.store(dst, i16x8.extend_low_i8x16_s(q));
+  v128.store(dst, i16x8.extend_high_i8x16_s(q), 16);
+}
+
+/** ggml's get_scale_min_k4: scale (low byte) and min (high byte) of sub-block j of a Q4_K / Q5_K super-block. */
+@inline
+function scaleMinK4(sb: usize, j: i32): i32 {
+  if (j < 4) return (<i32>load<u8>(sb + j) & 63) | ((<i32>load<u8>(sb + j + 4) & 63) << 8);
+  const a = <i32>load<u8>(sb + j + 4);
+  const sc = (a & 15) | ((<i32>load<u8>(sb + j - 4) >> 6) << 4);
+  const m = (a >> 4) | ((<i32>load<u8>(sb + j) >> 6) << 4);
+  return sc | (m << 8);
+}
+
+/** One row of n weights of type t at src, in the integer form, to dst (i16 × n) and params. */
+export function intRow(t: i32, src: usize, n: i32, dst: usize, params: usize): void {
+  const m15 = i8x16.splat(15);
+  if (t == T_Q8_0 || t == T_Q4_0) {
+    const bytes: usize = t == T_Q8_0 ? 34 : 18;
+    for (let b = 0; b < n >> 5; b++) {
+      const p = src + bytes * b;
+      const o = dst + 64 * b;
+      store<f32>(params + 4 * b, half(p));
+      if (t == T_Q8_0) {
+        storeSigned(o, lanes(v128.load(p, 2)));
+        storeSigned(o + 32, lanes(v128.load(p, 18)));
+      } else {
+        const q = lanes(v128.load(p, 2));
+        const eight = i8x16.splat(8);
+        storeSigned(o, i8x16.sub(v128.and(q, m15), eight));
+        storeSigned(o + 32, i8x16.sub(i8x16.shr_u(q, 4), eight));
+      }
+    }
+    return;
+  }
+  const nb = n >> 8;
+  if (t == T_Q4_K || t == T_Q5_K) {
+    const five = t == T_Q5_K;
+    const bytes: usize = five ? 176 : 144;
+    const qsAt: usize = five ? 48 : 16;
+    for (let b = 0; b < nb; b++) {
+      const p = src + bytes * b;
+      const pp = params + K_PARAMS * b;
+      store<f32>(pp, half(p));
+      store<f32>(pp, half(p + 2), 4);
+      let sc0 = 0;
+      let sc1 = 0;
+      for (let jj = 0; jj < 4; jj++) {
+        const sm0 = scaleMinK4(p + 4, 2 * jj);
+        const sm1 = scaleMinK4(p + 4, 2 * jj + 1);
+        store<i16>(pp + 16 + 4 * jj, <i16>(sm0 >> 8));
+        store<i16>(pp + 18 + 4 * jj, <i16>(sm1 >> 8));
+        sc0 = sm0 & 255;
+        sc1 = sm1 & 255;
+        for (let g = 0; g < 2; g++) {
+          const q = lanes(v128.load(p + qsAt + 32 * jj + 16 * g));
+          let lo = v128.and(q, m15);
+          let hi = i8x16.shr_u(q, 4);
+          if (five) {
+            const qh = lanes(v128.load(p + 16 + 16 * g));
+            const one = i8x16.splat(1);
+            lo = v128.or(lo, i8x16.shl(v128.and(i8x16.shr_u(qh, <i32>(2 * jj)), one), 4));
+            hi = v128.or(hi, i8x16.shl(v128.and(i8x16.shr_u(qh, <i32>(2 * jj + 1)), one), 4));
+          }
+          storeScaledU(dst + 2 * (256 * b + 64 * jj + 16 * g), lo, sc0);
+          storeScaledU(dst + 2 * (256 * b + 64 * jj + 32 + 16 * g), hi, sc1);
+        }
+      }
+    }
+    return;
+  }
+  if (t == T_Q6_K) {
+    const m3 = i8x16.splat(3);
+    for (let b = 0; b < nb; b++) {
+      const p = src + 210 * b;
+      const pp = params + K_PARAMS * b;
+      store<f32>(pp, half(p + 208));
+      for (let j = 0; j < 16; j++) store<i16>(pp + 16 + 2 * j, <i16>load<i8>(p + 192 + j));
+      for (let h = 0; h < 2; h++) {
+        for (let g = 0; g < 2; g++) {
+          const ql0 = lanes(v128.load(p + 64 * h + 16 * g));
+          const ql1 = lanes(v128.load(p + 64 * h + 32 + 16 * g));
+          const qh = lanes(v128.load(p + 128 + 32 * h + 16 * g));
+          const q0 = v128.or(v128.and(ql0, m15), i8x16.shl(v128.and(qh, m3), 4));
+          const q1 = v128.or(v128.and(ql1, m15), i8x16.shl(v128.and(i8x16.shr_u(qh, 2), m3), 4));
+          const q2 = v128.or(i8x16.shr_u(ql0, 4), i8x16.shl(v128.and(i8x16.shr_u(qh, 4), m3), 4));
+          const q3 = v128.or(i8x16.shr_u(ql1, 4), i8x16.shl(i8x16.shr_u(qh, 6), 4));
+          const e = 128 * h + 16 * g;
+          const sc = p + 192 + 8 * h + g;
+          storeScaledU(dst + 2 * (256 * b + e), q0, <i32>load<i8>(sc));
+          storeScaledU(dst + 2 * (256 * b + e + 32), q1, <i32>load<i8>(sc + 2));
+          storeScaledU(dst + 2 * (256 * b + e + 64), q2, <i32>load<i8>(sc + 4));
+          storeScaledU(dst + 2 * (256 * b + e + 96), q3, <i32>load<i8>(sc + 6));
+        }
+      }
+    }
+  }
+}
+
+/**
+ * The relaxed build's form of a Q4_K / Q5_K / Q6_K row (dots.as u8Dots reads it): u8 quants in element order at dst
+ * (Q4_K/Q5_K 0..31, Q6_K unsigned 0..63: the second operand of relaxed_dot_i8x16_i7x16 never sets a top bit), then at
+ * dst + n each 16 elements' scale as i16 (the sub-block's 6-bit scale twice, or Q6_K's own), and per block the same
+ * params as intRow.
+ */
+export function u8Row(t: i32, src: usize, n: i32, dst: usize, params: usize): void {
+  const nb = n >> 8;
+  const sc = dst + n;
+  const m15 = i8x16.splat(15);
+  if (t == T_Q6_K) {
+    const m3 = i8x16.splat(3);
+    for (let b = 0; b < nb; b++) {
+      const p = src + 210 * b;
+      const pp = params + K_PARAMS * b;
+      store<f32>(pp, half(p + 208));
+      const s8 = v128.load(p + 192);
+      const lo = i16x8.extend_low_i8x16_s(s8);
+      const hi = i16x8.extend_high_i8x16_s(s8);
+      v128.store(pp + 16, lo);
+      v128.store(pp + 32, hi);
+      v128.store(sc + 32 * b, lo);
+      v128.store(sc + 32 * b + 16, hi);
+      for (let h = 0; h < 2; h++) {
+        for (let g = 0; g < 2; g++) {
+          const ql0 = v128.load(p + 64 * h + 16 * g);
+          const ql1 = v128.load(p + 64 * h + 32 + 16 * g);
+          const qh = v128.load(p + 128 + 32 * h + 16 * g);
+          const o = dst + 256 * b + 128 * h + 16 * g;
+          v128.store(o, v128.or(v128.and(ql0, m15), i8x16.shl(v128.and(qh, m3), 4)));
+          v128.store(o + 32, v128.or(v128.and(ql1, m15), i8x16.shl(v128.and(i8x16.shr_u(qh, 2), m3), 4)));
+          v128.store(o + 64, v128.or(i8x16.shr_u(ql0, 4), i8x16.shl(v128.and(i8x16.shr_u(qh, 4), m3), 4)));
+          v128.store(o + 96, v128.or(i8x16.shr_u(ql1, 4), i8x16.shl(i8x16.shr_u(qh, 6), 4)));
+        }
+      }
+    }
+    return;
+  }
+  const five = t == T_Q5_K;
+  const bytes: usize = five ? 176 : 144;
+  const qsAt: usize = five ? 48 : 16;
+  const sixteen = i8x16.splat(16);
+  for (let b = 0; b < nb; b++) {
+    const p = src + bytes * b;
+    const pp = params + K_PARAMS * b;
+    store<f32>(pp, half(p));
+    store<f32>(pp, half(p + 2), 4);
+    // get_scale_min_k4 for all eight sub-blocks at once (ggml's utmp / kmask form)
+    const u0 = load<u32>(p, 4);
+    const u1 = load<u32>(p, 8);
+    const u2 = load<u32>(p, 12);
+    const sc0 = u0 & 0x3f3f3f3f;
+    const sc1 = (u2 & 0x0f0f0f0f) | (((u0 >> 6) & 0x03030303) << 4);
+    const mn0 = u1 & 0x3f3f3f3f;
+    const mn1 = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4);
+    v128.store(pp + 16, i16x8.extend_low_i8x16_u(i32x4.replace_lane(i32x4.splat(mn0), 1, mn1)));
+    const scales = i32x4.replace_lane(i32x4.splat(sc0), 1, sc1);
+    const twice = i8x16.shuffle(scales, scales, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    v128.store(sc + 32 * b, i16x8.extend_low_i8x16_u(twice));
+    v128.store(sc + 32 * b + 16, i16x8.extend_high_i8x16_u(twice));
+    const qh0 = v128.load(p + 16);
+    const qh1 = v128.load(p + 32);
+    for (let jj = 0; jj < 4; jj++) {
+      const q0 = v128.load(p + qsAt + 32 * jj);
+      const q1 = v128.load(p + qsAt + 32 * jj + 16);
+      let lo0 = v128.and(q0, m15);
+      let lo1 = v128.and(q1, m15);
+      let hi0 = i8x16.shr_u(q0, 4);
+      let hi1 = i8x16.shr_u(q1, 4);
+      if (five) {
+        const bit = 1 << (2 * jj);
+        const ml = i8x16.splat(<i8>bit);
+        const mh = i8x16.splat(<i8>(bit << 1));
+        lo0 = v128.or(lo0, v128.and(i8x16.eq(v128.and(qh0, ml), ml), sixteen));
+        lo1 = v128.or(lo1, v128.and(i8x16.eq(v128.and(qh1, ml), ml), sixteen));
+        hi0 = v128.or(hi0, v128.and(i8x16.eq(v128.and(qh0, mh), mh), sixteen));
+        hi1 = v128.or(hi1, v128.and(i8x16.eq(v128.and(qh1, mh), mh), sixteen));
+      }
+      const o = dst + 256 * b + 64 * jj;
+      v128.store(o, lo0);
+      v128.store(o + 16, lo1);
+      v128.store(o + 32, hi0);
+      v128.store(o + 48, hi1);
+    }
+  }
+}
+
+/** One row of n weights of type t at src, dequantized to f32 at dst. */
+export function dequantRow(t: i32, src: usize, n: i32, dst: usize): void {
+  switch (t) {
+    case T_F32:
+      memory.copy(dst, src, 4 * n);
+      return;
+    case T_F16:
+      for (let i = 0; i < n; i++) store<f32>(dst + 4 * i, half(src + 2 * i));
+      return;
+    case T_BF16:
+      for (let i = 0; i < n; i++) store<u32>(dst + 4 * i, <u32>load<u16>(src + 2 * i) << 16);
+      return;
+    case T_Q4_0:
+    case T_Q4_1:
+    case T_Q5_0:
+    case T_Q5_1:
+    case T_Q8_0:
+      dequant32(t, src, n >> 5, dst);
+      return;
+    case T_Q2_K:
+      dequantQ2K(src, n >> 8, dst);
+      return;
+    case T_Q3_K:
+      dequantQ3K(src, n >> 8, dst);
+      return;
+    case T_Q4_K:
+    case T_Q5_K:
+      dequantQ45K(t == T_Q5_K, src, n >> 8, dst);
+      return;
+    case T_Q6_K:
+      dequantQ6K(src, n >> 8, dst);
+      return;
+  }
+}
+
+function dequant32(t: i32, src: usize, nb: i32, dst: usize): void {
+  for (let b = 0; b < nb; b++) {
+    const o = dst + 128 * b;
+    if (t == T_Q8_0) {
+      const p = src + 34 * b;
+      const d = half(p);
+      for (let j = 0; j < 32; j++) store<f32>(o + 4 * j, <f32>load<i8>(p + 2 + j) * d);
+    } else if (t == T_Q4_0) {
+      const p = src + 18 * b;
+      const d = half(p);
+      for (let j = 0; j < 16; j++) {
+        const q = <i32>load<u8>(p + 2 + j);
+        store<f32>(o + 4 * j, <f32>((q & 15) - 8) * d);
+        store<f32>(o + 4 * (j + 16), <f32>((q >> 4) - 8) * d);
+      }
+    } else if (t == T_Q4_1) {
+      const p = src + 20 * b;
+      const d = half(p);
+      const m = half(p + 2);
+      for (let j = 0; j < 16; j++) {
+        const q = <i32>load<u8>(p + 4 + j);
+        store<f32>(o + 4 * j, <f32>(q & 15) * d + m);
+        store<f32>(o + 4 * (j + 16), <f32>(q >> 4) * d + m);
+      }
+    } else {
+      // Q5_0 / Q5_1: 5th bits in a little-endian u32
+      const one = t == T_Q5_1;
+      const p = src + (one ? 24 : 22) * b;
+      const d = half(p);
+      const m = one ? half(p + 2) : <f32>0;
+      const qh = load<u32>(p + (one ? 4 : 2));
+      const qs = p + (one ? 8 : 6);
+      for (let j = 0; j < 16; j++) {
+        const q = <i32>load<u8>(qs + j);
+        const lo = (q & 15) | (<i32>((qh >> j) & 1) << 4);
+        const hi = (q >> 4) | (<i32>((qh >> (j + 16)) & 1) << 4);
+        if (one) {
+          store<f32>(o + 4 * j, <f32>lo * d + m);
+          store<f32>(o + 4 * (j + 16), <f32>hi * d + m);
+        } else {
+          store<f32>(o + 4 * j, <f32>(lo - 16) * d);
+          store<f32>(o + 4 * (j + 16), <f32>(hi - 16) * d);
+        }
+      }
+    }
+  }
+}
+
+function dequantQ2K(src: usize, nb: i32, dst: usize): void {
+  for (let b = 0; b < nb; b++) {
+    const p = src + 84 * b;
+    const d = half(p + 80);
+    const dmin = half(p + 82);
+    for (let s = 0; s < 16; s++) {
+      const sc = <i32>load<u8>(p + s);
+      const dl = d * <f32>(sc & 15);
+      const ml = dmin * <f32>(sc >> 4);
+      const q = p + 16 + 32 * (s >> 3) + 16 * (s & 1);
+      const shift = 2 * ((s >> 1) & 3);
+      const o = dst + 4 * (256 * b + 16 * s);
+      for (let l = 0; l < 16; l++) store<f32>(o + 4 * l, dl * <f32>((<i32>load<u8>(q + l) >> shift) & 3) - ml);
+    }
+  }
+}
+
+function dequantQ3K(src: usize, nb: i32, dst: usize): void {
+  for (let b = 0; b < nb; b++) {
+    const p = src + 110 * b;
+    const d = half(p + 108);
+    const sb = p + 96;
+    for (let s = 0; s < 16; s++) {
+      const low = s < 8 ? <i32>load<u8>(sb + s) & 15 : <i32>load<u8>(sb + s - 8) >> 4;
+      const high = (<i32>load<u8>(sb + 8 + (s & 3)) >> (2 * (s >> 2))) & 3;
+      const dl = d * <f32>((low | (high << 4)) - 32);
+      const h = s >> 3;
+      const j = (s >> 1) & 3;
+      const k = s & 1;
+      const q = p + 32 + 32 * h + 16 * k;
+      const hm = p + 16 * k;
+      const mask = 1 << (4 * h + j);
+      const o = dst + 4 * (256 * b + 16 * s);
+      for (let l = 0; l < 16; l++) {
+        const v = ((<i32>load<u8>(q + l) >> (2 * j)) & 3) - ((<i32>load<u8>(hm + l) & mask) != 0 ? 0 : 4);
+        store<f32>(o + 4 * l, dl * <f32>v);
+      }
+    }
+  }
+}
+
+function dequantQ45K(five: bool, src: usize, nb: i32, dst: usize): void {
+  for (let b = 0; b < nb; b++) {
+    const p = src + (five ? 176 : 144) * b;
+    const d = half(p);
+    const dmin = half(p + 2);
+    for (let s = 0; s < 8; s++) {
+      const sm = scaleMinK4(p + 4, s);
+      const dl = d * <f32>(sm & 255);
+      const ml = dmin * <f32>(sm >> 8);
+      const q = p + (five ? 48 : 16) + 32 * (s >> 1);
+      const shift = (s & 1) * 4;
+      const o = dst + 4 * (256 * b + 32 * s);
+      for (let l = 0; l < 32; l++) {
+        let v = (<i32>load<u8>(q + l) >> shift) & 15;
+        if (five) v |= ((<i32>load<u8>(p + 16 + l) >> s) & 1) << 4;
+        store<f32>(o + 4 * l, dl * <f32>v - ml);
+      }
+    }
+  }
+}
+
+function dequantQ6K(src: usize, nb: i32, dst: usize): void {
+  for (let b = 0; b < nb; b++) {
+    const p = src + 210 * b;
+    const d = half(p + 208);
+    for (let h = 0; h < 2; h++) {
+      for (let j = 0; j < 4; j++) {
+        const ql = p + 64 * h + 32 * (j & 1);
+        const lshift = (j >> 1) * 4;
+        const qh = p + 128 + 32 * h;
+        const e0 = 128 * h + 32 * j;
+        const s0 = d * <f32>load<i8>(p + 192 + (e0 >> 4));
+        const s1 = d * <f32>load<i8>(p + 193 + (e0 >> 4));
+        const o = dst + 4 * (256 * b + e0);
+        for (let l = 0; l < 32; l++) {
+          const v = (((<i32>load<u8>(ql + l) >> lshift) & 15) | (((<i32>load<u8>(qh + l) >> (2 * j)) & 3) << 4)) - 32;
+          store<f32>(o + 4 * l, (l < 16 ? s0 : s1) * <f32>v);
+        }
+      }
+    }
+  }
+}

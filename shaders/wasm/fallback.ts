@@ -1,0 +1,227 @@
+/**
+ * The expert FFN of one slice on our own WebAssembly SIMD kernel (shaders/wasm/assembly/), for machines where our
+ * WebGPU kernels are unavailable or slower. Same slice, same compute() contract and the same validation errors
+ * (ExpertRuntimeError codes) as ExpertRuntime and OrtExpertFallback; browser-safe (the caller hands in the compiled
+ * kernel: `nodeExpertKernel()` of build.ts in Node, the bundler's copy in a page).
+ *
+ * Routed pairs only, from the quantized bytes as they are: the slice is copied once into the kernel's memory (its
+ * memory is the slice's size plus a few row buffers, and per call a scratch bounded by `maxTokensPerPass`), and each
+ * call decodes, per expert, one weight row at a time and meets it with every routed row of that expert.
+ *
+ * Numerics (computer.ts): 'exact' (default) dequantizes each weight row exactly (bit for bit as ggml) and sums f32
+ * products. 'llama' computes as llama.cpp's CPU backend (x86 AVX2 build, coordinator/build.sh) does: activations
+ * converted to each weight type's vec-dot type, then for F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights
+ * ggml's own dot products step for step (integer lanes, their fused multiply-adds, its horizontal sums, swiglu with
+ * ggml_v_expf, the sums in k order): the coordinator's result bit for bit. Q4_1, Q5_0, Q5_1, Q2_K and Q3_K weights
+ * get the same activation rounding with f32 sums of the dequantized weights (float-summation precision).
+ *
+ * @example
+ *   const fb = await WasmExpertFallback.create(await nodeExpertKernel(), slice, { numerics: 'llama' });
+ *   const out = await fb.compute(rows, ids, probs, nTokens, nUsed); // Float32Array [nTokens × nEmbd]
+ *   await fb.dispose();
+ */
+import { GGMLType } from '../../gguf/quant-types.ts';
+import type { ExpertComputer, Numerics } from '../computer.ts';
+import { ExpertRuntimeError } from '../errors.ts';
+import { validateInputs, validateSlice, type ExpertSlice, type SupportedTypes } from '../slice.ts';
+
+/** Every type the kernel decodes (weight-rows.as), in either numerics. */
+export const WASM_FALLBACK_TYPES: SupportedTypes = {
+  types: [
+    GGMLType.F32,
+    GGMLType.F16,
+    GGMLType.BF16,
+    GGMLType.Q8_0,
+    GGMLType.Q4_0,
+    GGMLType.Q4_1,
+    GGMLType.Q5_0,
+    GGMLType.Q5_1,
+    GGMLType.Q2_K,
+    GGMLType.Q3_K,
+    GGMLType.Q4_K,
+    GGMLType.Q5_K,
+    GGMLType.Q6_K,
+  ],
+  cannot: 'the wasm fallback cannot read',
+};
+
+/** The weight types whose 'llama' numerics are ggml's own arithmetic here (bit for bit); the others: f32 sums. */
+export const WASM_BIT_EXACT_TYPES: readonly GGMLType[] = [
+  GGMLType.F32,
+  GGMLType.F16,
+  GGMLType.BF16,
+  GGMLType.Q8_0,
+  GGMLType.Q4_0,
+  GGMLType.Q4_K,
+  GGMLType.Q5_K,
+  GGMLType.Q6_K,
+];
+
+/** Tokens per kernel pass by default: bounds the per-call scratch (≈ 3 MiB at n_embd 2048, ff 768, top-8). */
+export const DEFAULT_TOKENS_PER_PASS = 32;
+
+const PAGE = 65536;
+/** wasm32: 4 GiB of memory at most. */
+const MAX_PAGES = 65536;
+
+export interface WasmExpertFallbackOptions {
+  /** 'exact' (default) or 'llama' (computer.ts). */
+  numerics?: Numerics;
+  /** Tokens per kernel pass (default DEFAULT_TOKENS_PER_PASS): more reuse of each weight row, more scratch. */
+  maxTokensPerPass?: number;
+  /** Name used in error messages. */
+  label?: string;
+}
+
+/** What the kernel module exports (kernel.as). */
+interface KernelExports {
+  memory: WebAssembly.Memory;
+  heapBase(): number;
+  rowBufferBytes(n: number): number;
+  configure(
+    nEmbd: number,
+    ff: number,
+    nExpert: number,
+    tGate: number,
+    tUp: number,
+    tDown: number,
+    llama: number,
+    gate: number,
+    up: number,
+    down: number,
+    rowBuffers: number,
+  ): void;
+  callLayout(T: number, K: number, what: number): number;
+  compute(T: number, K: number, scratch: number): void;
+}
+
+/** callLayout's parts (kernel.as L_*). */
+const LAYOUT = { rows: 0, ids: 1, probs: 2, out: 3, end: 11 } as const;
+
+const alignUp = (n: number, a: number): number => Math.ceil(n / a) * a;
+
+export interface WasmFallbackMemory {
+  /** The kernel's whole linear memory now. */
+  wasmBytes: number;
+  /** The slice's three matrices. */
+  sliceBytes: number;
+  /** Where the per-call scratch starts: everything below is static data, the slice and the row buffers. */
+  loadedBytes: number;
+}
+
+export class WasmExpertFallback implements ExpertComputer {
+  private kernel: KernelExports | null;
+  private disposed = false;
+
+  private constructor(
+    kernel: KernelExports,
+    readonly shape: { nEmbd: number; ff: number; nExpert: number },
+    /** How this fallback rounds (the option, 'exact' by default). */
+    readonly numerics: Numerics,
+    private readonly scratch: number,
+    private readonly sliceBytes: number,
+    private readonly tokensPerPass: number,
+    private readonly label: string,
+  ) {
+    this.kernel = kernel;
+  }
+
+  /**
+   * Validates the slice and the options, instantiates the kernel and copies the slice into its memory. Throws
+   * ExpertRuntimeError: BAD_SHAPE / UNSUPPORTED_TYPE / BAD_SLICE_BYTES for a malformed slice, BAD_OPTION for an
+   * unknown `numerics` or a bad `maxTokensPerPass`, SLICE_TOO_LARGE past wasm32's 4 GiB.
+   */
+  static async create(
+    kernel: WebAssembly.Module,
+    slice: ExpertSlice,
+    options: WasmExpertFallbackOptions = {},
+  ): Promise<WasmExpertFallback> {
+    const numerics = options.numerics ?? 'exact';
+    if (numerics !== 'exact' && numerics !== 'llama') {
+      throw new ExpertRuntimeError(
+        'BAD_OPTION',
+        { option: 'numerics', value: NaN, requirement: "'exact' or 'llama'" },
+        `numerics must be 'exact' or 'llama', got ${JSON.stringify(numerics)}`,
+      );
+    }
+    const tokensPerPass = options.maxTokensPerPass ?? DEFAULT_TOKENS_PER_PASS;
+    if (!Number.isSafeInteger(tokensPerPass) || tokensPerPass < 1 || tokensPerPass > 65536) {
+      throw new ExpertRuntimeError(
+        'BAD_OPTION',
+        { option: 'maxTokensPerPass', value: tokensPerPass, requirement: 'an integer in [1, 65536]' },
+        `maxTokensPerPass must be an integer in [1, 65536], got ${tokensPerPass}`,
+      );
+    }
+    validateSlice(slice, slice, WASM_FALLBACK_TYPES);
+    const { nEmbd, ff, nExpert } = slice;
+    const instance = await WebAssembly.instantiate(kernel, {});
+    const k = instance.exports as unknown as KernelExports;
+    const gateAt = alignUp(k.heapBase(), 64);
+    const upAt = alignUp(gateAt + slice.gate.length, 64);
+    const downAt = alignUp(upAt + slice.up.length, 64);
+    const rowsAt = alignUp(downAt + slice.down.length, 64);
+    const scratch = alignUp(rowsAt + 3 * k.rowBufferBytes(Math.max(nEmbd, ff)), 64);
+    const sliceBytes = slice.gate.length + slice.up.length + slice.down.length;
+    grow(k.memory, scratch, sliceBytes);
+    const mem = new Uint8Array(k.memory.buffer);
+    mem.set(slice.gate, gateAt);
+    mem.set(slice.up, upAt);
+    mem.set(slice.down, downAt);
+    const t = slice.types;
+    k.configure(nEmbd, ff, nExpert, t.gate, t.up, t.down, numerics === 'llama' ? 1 : 0, gateAt, upAt, downAt, rowsAt);
+    const label = options.label ?? `wasm expert-slice ${nExpert}×[${nEmbd}↔${ff}]${numerics === 'llama' ? ' (llama numerics)' : ''}`;
+    return new WasmExpertFallback(k, { nEmbd, ff, nExpert }, numerics, scratch, sliceBytes, tokensPerPass, label);
+  }
+
+  /**
+   * out[t] = Σ_k probs[t,k] · expert_{ids[t,k]}(rows[t]) for nTokens rows of nEmbd; returns [nTokens × nEmbd].
+   * Only routed pairs are computed (a pair with prob 0 is neither computed nor added). Throws ExpertRuntimeError
+   * (BAD_SHAPE, BAD_INPUT, ID_OUT_OF_RANGE, DISPOSED) like ExpertRuntime.compute.
+   */
+  async compute(rows: Float32Array, ids: Int32Array, probs: Float32Array, nTokens: number, nUsed: number): Promise<Float32Array> {
+    const k = this.kernel;
+    if (this.disposed || !k) throw new ExpertRuntimeError('DISPOSED', {}, `${this.label}: used after dispose()`);
+    validateInputs(this.shape, { nTokens, nUsed }, { rows, ids, probs });
+    const { nEmbd } = this.shape;
+    const out = new Float32Array(nTokens * nEmbd);
+    const s = this.scratch;
+    for (let t0 = 0; t0 < nTokens; t0 += this.tokensPerPass) {
+      const T = Math.min(this.tokensPerPass, nTokens - t0);
+      grow(k.memory, s + k.callLayout(T, nUsed, LAYOUT.end), this.sliceBytes);
+      const buf = k.memory.buffer;
+      const at = (what: number): number => s + k.callLayout(T, nUsed, what);
+      new Float32Array(buf, at(LAYOUT.rows), T * nEmbd).set(rows.subarray(t0 * nEmbd, (t0 + T) * nEmbd));
+      new Int32Array(buf, at(LAYOUT.ids), T * nUsed).set(ids.subarray(t0 * nUsed, (t0 + T) * nUsed));
+      new Float32Array(buf, at(LAYOUT.probs), T * nUsed).set(probs.subarray(t0 * nUsed, (t0 + T) * nUsed));
+      k.compute(T, nUsed, s);
+      out.set(new Float32Array(k.memory.buffer, at(LAYOUT.out), T * nEmbd), t0 * nEmbd);
+    }
+    return out;
+  }
+
+  /** The kernel's memory: all of it, the slice's part, and what was there before any call. */
+  memory(): WasmFallbackMemory {
+    return { wasmBytes: this.kernel?.memory.buffer.byteLength ?? 0, sliceBytes: this.sliceBytes, loadedBytes: this.scratch };
+  }
+
+  /** Drops the kernel instance (its memory goes with it). Idempotent. */
+  async dispose(): Promise<void> {
+    this.disposed = true;
+    this.kernel = null;
+  }
+}
+
+/** Grows the kernel's memory to hold `bytes`; SLICE_TOO_LARGE past wasm32's 4 GiB. */
+function grow(memory: WebAssembly.Memory, bytes: number, sliceBytes: number): void {
+  const pages = Math.ceil(bytes / PAGE);
+  const have = memory.buffer.byteLength / PAGE;
+  if (pages <= have) return;
+  if (pages > MAX_PAGES) {
+    throw new ExpertRuntimeError(
+      'SLICE_TOO_LARGE',
+      { bytes: sliceBytes, limit: MAX_PAGES * PAGE },
+      `the wasm fallback needs ${bytes} bytes of memory (slice ${sliceBytes}); wasm32 allows ${MAX_PAGES * PAGE}`,
+    );
+  }
+  memory.grow(pages - have);
+}

@@ -1,0 +1,260 @@
+/**
+ * The wasm fallback (shaders/wasm/: our AssemblyScript SIMD kernel, built from npm's `assemblyscript` into .cache/wasm)
+ * as a table: every weight type it reads × both numerics × 1, 4 and 64 rows against the float64 reference
+ * (shaders/reference/), and in llama numerics bit for bit against test/support/ggml-exact.ts (the coordinator's
+ * arithmetic) for every type that model has (F32, F16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K); 64 rows over 4 experts put
+ * 32 pairs on each expert, so the kernel's four-token passes and their remainders both run. Then: routed only (an
+ * unrouted expert's weights poisoned with NaN change nothing), memory about the slice's own size, passes of any
+ * size giving the same bits, and the validation errors of ExpertRuntime / OrtExpertFallback.
+ *
+ * Bounds: 'exact' NMSE ≤ 1e-9 (weights dequantized bit for bit, f32 sums: only f32 summation error, measured
+ * ~1e-14); 'llama' NMSE beyond the ties of h ≤ 1e-9 (docs/kernels.md, "What agrees means") — and 0 differing bits
+ * against ggml-exact where it applies.
+ *
+ * Both builds of the kernel (shaders/wasm/features.ts) run the grid: 'simd' here, 'relaxed-simd' here too where this
+ * Node validates relaxed SIMD, else in a child Node started with `--experimental-wasm-relaxed-simd` that runs this
+ * file for that build alone (EXPERTSWARM_WASM_VARIANT).
+ */
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { GGMLType } from '../../gguf/quant-types.ts';
+import { quantize } from '../../gguf/quantize.ts';
+import type { Numerics } from '../../shaders/computer.ts';
+import { ExpertRuntimeError } from '../../shaders/errors.ts';
+import { dequantizeExperts, nmse, referenceCall, type RoutedCall } from '../../shaders/reference/expert-call.ts';
+import { compareLlama } from '../../shaders/reference/llama-ties.ts';
+import { sliceMatrixBytes, type ExpertSlice, type SliceTypes } from '../../shaders/slice.ts';
+import { nodeExpertKernel } from '../../shaders/wasm/build.ts';
+import { KERNEL_VARIANTS, relaxedSimdSupported, type ExpertKernelVariant } from '../../shaders/wasm/features.ts';
+import { WASM_BIT_EXACT_TYPES, WASM_FALLBACK_TYPES, WasmExpertFallback } from '../../shaders/wasm/fallback.ts';
+import { ggmlLayerSums } from '../support/ggml-exact.ts';
+import { mulberry32 as rng } from '../support/random.ts';
+
+const uniform = (n: number, r: () => number, scale: number): Float32Array => new Float32Array(n).map(() => (r() * 2 - 1) * scale);
+
+const SHAPE = { nEmbd: 256, ff: 256, nExpert: 4 };
+const ROWS = [1, 4, 64];
+const N_USED = 2;
+/** Types ggml-exact models bit for bit (its toVecDot / vecDot). */
+const GGML_EXACT = new Set([GGMLType.F32, GGMLType.F16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]);
+
+function makeSlice(type: GGMLType | SliceTypes, seed: number, shape = SHAPE): ExpertSlice {
+  const { nEmbd, ff, nExpert } = shape;
+  const types = typeof type === 'number' ? { gate: type, up: type, down: type } : type;
+  const r = rng(seed);
+  const n = nExpert * nEmbd * ff;
+  return {
+    nEmbd,
+    ff,
+    nExpert,
+    types,
+    gate: quantize(types.gate, uniform(n, r, 1 / Math.sqrt(nEmbd))),
+    up: quantize(types.up, uniform(n, r, 1 / Math.sqrt(nEmbd))),
+    down: quantize(types.down, uniform(n, r, 1 / Math.sqrt(ff))),
+  };
+}
+
+/** nTokens rows in [-1, 1), each routed to N_USED distinct experts of `avoid`-free ids, probs in [0.1, 0.6). */
+function call(nTokens: number, seed: number, nExpert = SHAPE.nExpert, nEmbd = SHAPE.nEmbd, avoid = -1): RoutedCall {
+  const r = rng(seed);
+  const rows = uniform(nTokens * nEmbd, r, 1);
+  const ids = new Int32Array(nTokens * N_USED);
+  const pool = [...Array(nExpert).keys()].filter((e) => e !== avoid);
+  for (let t = 0; t < nTokens; t++) {
+    const start = Math.floor(r() * pool.length);
+    for (let k = 0; k < N_USED; k++) ids[t * N_USED + k] = pool[(start + k) % pool.length]!;
+  }
+  const probs = new Float32Array(nTokens * N_USED).map(() => 0.1 + r() * 0.5);
+  return { rows, ids, probs, nTokens, nUsed: N_USED };
+}
+
+const run = (fb: WasmExpertFallback, c: RoutedCall): Promise<Float32Array> => fb.compute(c.rows, c.ids, c.probs, c.nTokens, c.nUsed);
+
+function differingBits(a: Float32Array, b: Float32Array): number {
+  const x = new Uint32Array(a.buffer, a.byteOffset, a.length);
+  const y = new Uint32Array(b.buffer, b.byteOffset, b.length);
+  let n = 0;
+  for (let i = 0; i < x.length; i++) if (x[i] !== y[i]) n++;
+  return n;
+}
+
+/** The build this process tests alone (the child below), or none: every build this Node runs. */
+const FORCED = process.env.EXPERTSWARM_WASM_VARIANT as ExpertKernelVariant | undefined;
+const VARIANTS: readonly ExpertKernelVariant[] = FORCED ? [FORCED] : KERNEL_VARIANTS.filter((v) => v === 'simd' || relaxedSimdSupported());
+const kernel = nodeExpertKernel(VARIANTS[0]);
+const kernelOf = (v: ExpertKernelVariant): Promise<WebAssembly.Module> => nodeExpertKernel(v);
+
+/** This process's environment without node --test's child protocol, so the child reports as a plain run (TAP). */
+function childEnv(): NodeJS.ProcessEnv {
+  const { NODE_TEST_CONTEXT: _, ...env } = process.env;
+  return env;
+}
+
+if (!FORCED && !relaxedSimdSupported()) {
+  test('the relaxed-simd build passes this file under --experimental-wasm-relaxed-simd', { timeout: 900_000 }, (t) => {
+    const r = spawnSync(process.execPath, ['--experimental-wasm-relaxed-simd', '--import', 'tsx', fileURLToPath(import.meta.url)], {
+      env: { ...childEnv(), EXPERTSWARM_WASM_VARIANT: 'relaxed-simd' },
+      encoding: 'utf8',
+      timeout: 880_000,
+    });
+    const summary = `${r.stdout}`.split('\n').filter((l) => /^# (tests|pass|fail)/.test(l));
+    t.diagnostic(`child: ${summary.join(', ')}`);
+    assert.equal(r.status, 0, `the relaxed-simd build failed:\n${r.stdout}\n${r.stderr}`);
+  });
+}
+
+test('the wasm fallback reads every type it lists', () => {
+  assert.deepEqual(
+    [...WASM_FALLBACK_TYPES.types].sort((a, b) => a - b),
+    [0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 30],
+    'F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K BF16',
+  );
+  for (const t of WASM_BIT_EXACT_TYPES) assert.ok(WASM_FALLBACK_TYPES.types.includes(t));
+});
+
+for (const variant of VARIANTS)
+  for (const type of WASM_FALLBACK_TYPES.types) {
+    const name = GGMLType[type];
+    test(`wasm fallback (${variant}), ${name}: both numerics × 1/4/64 rows against the reference and ggml-exact`, {
+      timeout: 300_000,
+    }, async (t) => {
+      const slice = makeSlice(type, 100 + type);
+      const experts = dequantizeExperts(slice);
+      for (const numerics of ['exact', 'llama'] as Numerics[]) {
+        const fb = await WasmExpertFallback.create(await kernelOf(variant), slice, { numerics });
+        try {
+          for (const nTokens of ROWS) {
+            const c = call(nTokens, 1000 * type + nTokens);
+            const got = await run(fb, c);
+            assert.equal(got.length, nTokens * SHAPE.nEmbd);
+            const where = `${name} ${numerics}, ${nTokens} rows`;
+            if (numerics === 'exact') {
+              const e = nmse(got, referenceCall(experts, c));
+              t.diagnostic(`${where}: NMSE ${e.toExponential(2)}`);
+              assert.ok(e <= 1e-9, `${where}: NMSE ${e}`);
+              continue;
+            }
+            const cmp = compareLlama(experts, c, got);
+            let bits = '';
+            if (GGML_EXACT.has(type)) {
+              const want = await ggmlLayerSums(slice, c.rows, c.ids, c.probs, c.nTokens, c.nUsed);
+              const diff = differingBits(got, want);
+              bits = `, ${diff} of ${got.length} values differ from ggml-exact`;
+              assert.equal(diff, 0, `${where}: ${diff} values differ from ggml-exact`);
+            }
+            t.diagnostic(`${where}: NMSE ${cmp.nmse.toExponential(2)}, beyond ties ${cmp.beyondTies.toExponential(2)}${bits}`);
+            assert.ok(cmp.beyondTies <= 1e-9, `${where}: NMSE beyond ties ${cmp.beyondTies}`);
+          }
+        } finally {
+          await fb.dispose();
+        }
+      }
+    });
+  }
+
+for (const variant of VARIANTS) {
+  test(`wasm fallback (${variant}): mixed types per matrix, bit for bit with ggml-exact`, async () => {
+    for (const types of [
+      { gate: GGMLType.Q4_K, up: GGMLType.Q8_0, down: GGMLType.Q6_K },
+      { gate: GGMLType.Q5_K, up: GGMLType.Q6_K, down: GGMLType.Q4_K },
+    ]) {
+      const slice = makeSlice(types, 7);
+      const fb = await WasmExpertFallback.create(await kernelOf(variant), slice, { numerics: 'llama' });
+      for (const nTokens of [3, 64]) {
+        const c = call(nTokens, 70 + nTokens);
+        const want = await ggmlLayerSums(slice, c.rows, c.ids, c.probs, c.nTokens, c.nUsed);
+        assert.equal(differingBits(await run(fb, c), want), 0, `${JSON.stringify(types)}, ${nTokens} rows`);
+      }
+    }
+  });
+}
+
+for (const variant of VARIANTS) {
+  test(`wasm fallback (${variant}) computes only routed pairs: an unrouted expert poisoned with NaN changes nothing`, async () => {
+    const kernel = kernelOf(variant);
+    for (const type of [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.Q8_0, GGMLType.F16, GGMLType.F32]) {
+      const slice = makeSlice(type, 300 + type);
+      const poisoned: ExpertSlice = { ...slice, gate: slice.gate.slice(), up: slice.up.slice(), down: slice.down.slice() };
+      const bytes = sliceMatrixBytes(slice);
+      const last = SHAPE.nExpert - 1;
+      for (const m of ['gate', 'up', 'down'] as const) {
+        const per = bytes[m] / SHAPE.nExpert;
+        poisoned[m].fill(0xff, last * per, (last + 1) * per); // f16 / f32 0xff…: NaN scales and values
+      }
+      for (const numerics of ['exact', 'llama'] as Numerics[]) {
+        const clean = await WasmExpertFallback.create(await kernel, slice, { numerics });
+        const dirty = await WasmExpertFallback.create(await kernel, poisoned, { numerics });
+        const c = call(64, 5, SHAPE.nExpert, SHAPE.nEmbd, last);
+        // a pair with prob 0 on the poisoned expert: not routed, neither computed nor added
+        c.ids[1] = last;
+        c.probs[1] = 0;
+        const want = await run(clean, c);
+        const got = await run(dirty, c);
+        assert.ok(
+          got.every((v) => Number.isFinite(v)),
+          `${GGMLType[type]} ${numerics}: NaN reached the result`,
+        );
+        assert.equal(differingBits(got, want), 0, `${GGMLType[type]} ${numerics}`);
+      }
+    }
+  });
+}
+
+test('wasm fallback memory is about the slice: ≤ 1.1 × slice + 1 MiB loaded, + a bounded per-call scratch', async (t) => {
+  const shape = { nEmbd: 1024, ff: 512, nExpert: 8 };
+  const slice = makeSlice(GGMLType.Q4_K, 9, shape);
+  const sliceBytes = slice.gate.length + slice.up.length + slice.down.length;
+  const fb = await WasmExpertFallback.create(await kernel, slice, { numerics: 'llama' });
+  const loaded = fb.memory();
+  assert.equal(loaded.sliceBytes, sliceBytes);
+  t.diagnostic(`Q4_K slice ${sliceBytes} bytes: wasm memory ${loaded.wasmBytes} after loading`);
+  assert.ok(loaded.wasmBytes <= sliceBytes * 1.1 + 2 ** 20, `after loading: ${loaded.wasmBytes} bytes for a ${sliceBytes}-byte slice`);
+  // the ORT dense fallback kept 4 bytes per weight
+  assert.ok(loaded.wasmBytes < (3 * shape.nExpert * shape.nEmbd * shape.ff * 4) / 6);
+  const c = call(64, 3, shape.nExpert, shape.nEmbd);
+  await run(fb, c);
+  const after = fb.memory().wasmBytes;
+  t.diagnostic(`after a 64-row call (passes of 32 tokens): ${after} bytes`);
+  assert.ok(after <= sliceBytes * 1.1 + 4 * 2 ** 20, `after a call: ${after} bytes`);
+  // a larger call reuses the same bounded scratch
+  await run(fb, call(200, 4, shape.nExpert, shape.nEmbd));
+  assert.equal(fb.memory().wasmBytes, after);
+});
+
+test('wasm fallback: passes of any size and every build give the same bits', async () => {
+  const slice = makeSlice(GGMLType.Q5_K, 21);
+  const c = call(37, 8);
+  const outs: Float32Array[] = [];
+  for (const variant of VARIANTS) {
+    for (const maxTokensPerPass of [1, 7, 64]) {
+      const fb = await WasmExpertFallback.create(await kernelOf(variant), slice, { numerics: 'llama', maxTokensPerPass });
+      outs.push(await run(fb, c));
+    }
+  }
+  for (const out of outs.slice(1)) assert.equal(differingBits(outs[0]!, out), 0);
+});
+
+test('wasm fallback refuses what ExpertRuntime refuses, with the same codes', async () => {
+  const k = await kernel;
+  const slice = makeSlice(GGMLType.Q8_0, 1);
+  const code = (c: string) => (e: unknown) => e instanceof ExpertRuntimeError && e.code === c;
+  await assert.rejects(WasmExpertFallback.create(k, slice, { numerics: 'fast' as Numerics }), code('BAD_OPTION'));
+  await assert.rejects(WasmExpertFallback.create(k, slice, { maxTokensPerPass: 0 }), code('BAD_OPTION'));
+  await assert.rejects(
+    WasmExpertFallback.create(k, { ...slice, types: { ...slice.types, down: GGMLType.IQ4_XS } }),
+    code('UNSUPPORTED_TYPE'),
+  );
+  await assert.rejects(WasmExpertFallback.create(k, { ...slice, up: slice.up.subarray(1) }), code('BAD_SLICE_BYTES'));
+  await assert.rejects(WasmExpertFallback.create(k, { ...slice, nEmbd: 250 }), code('BAD_SHAPE'));
+  const fb = await WasmExpertFallback.create(k, slice);
+  const c = call(2, 1);
+  await assert.rejects(fb.compute(c.rows.subarray(1), c.ids, c.probs, 2, N_USED), code('BAD_INPUT'));
+  await assert.rejects(fb.compute(c.rows, Int32Array.of(0, 1, 2, 4), c.probs, 2, N_USED), code('ID_OUT_OF_RANGE'));
+  await assert.rejects(fb.compute(c.rows, c.ids, c.probs, 2, 0), code('BAD_SHAPE'));
+  assert.equal((await fb.compute(new Float32Array(0), new Int32Array(0), new Float32Array(0), 0, N_USED)).length, 0);
+  await fb.dispose();
+  await fb.dispose();
+  await assert.rejects(run(fb, c), code('DISPOSED'));
+});

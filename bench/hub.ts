@@ -2,7 +2,8 @@
  * The hub under 10,000 volunteers, in two parts (numbers printed, not asserted):
  *
  * - **http**: simulated volunteers on the HTTP market against a hub process (`expertswarm hub`) on loopback: log in
- *   (ed25519 challenge), volunteer, then heartbeat their slice every 15 s while dashboards read the demand. p50/p99
+ *   (ed25519 challenge), volunteer, download the slice offered (a worker reports only slices it was assigned and
+ *   downloaded), then heartbeat it every 15 s while dashboards read the demand. p50/p99
  *   latency per endpoint and the hub process's CPU over the steady-state window.
  * - **channel**: volunteers holding the WebSocket channel (`/api/volunteer`) open, played by `ws` clients in a few
  *   child processes of this script, against a hub in this process (so its memory and its message handler can be
@@ -31,6 +32,8 @@ import { WebSocket } from 'ws';
 import { testModel } from '../test/support/models.ts';
 import { encodeBase58 } from '../hub/auth/base58.ts';
 import { freePort } from '../test/support/linkcpp.ts';
+import { MANY_FROM_ONE_ADDRESS } from '../test/support/hub-fixtures.ts';
+import { SHARD_DOWNLOADS_PER_IP } from '../hub/limits.ts';
 import { Hub, defaultConfig } from '../hub/hub.ts';
 import { buildApp } from '../hub/app.ts';
 import { VolunteerChannel } from '../hub/volunteers/channel.ts';
@@ -81,7 +84,7 @@ async function httpPart(N: number, SECONDS: number): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'es-bench-hub-'));
   const port = await freePort();
   const configFile = join(dir, 'hub.json');
-  writeFileSync(configFile, JSON.stringify({ authRateLimit: { capacity: 1e9, refillPerSec: 1e9 } }));
+  writeFileSync(configFile, JSON.stringify({ authRateLimit: { capacity: 1e9, refillPerSec: 1e9 }, ...MANY_FROM_ONE_ADDRESS }));
   // The coordinator URL points nowhere: this measures the hub alone (its poller just fails fast).
   const hub = spawn(
     process.execPath,
@@ -135,6 +138,31 @@ async function httpPart(N: number, SECONDS: number): Promise<void> {
     token: string;
     segment: [number, number, number] | null;
   }
+  // Every volunteer here shares one address: its downloads queue for the hub's per-address slots (a 429 waits and retries).
+  let downloading = 0;
+  const slotFreed: Array<() => void> = [];
+  async function download(v: Vol, [layer, begin, end]: [number, number, number]): Promise<void> {
+    while (downloading >= SHARD_DOWNLOADS_PER_IP) await new Promise<void>((r) => slotFreed.push(r));
+    downloading++;
+    try {
+      const t0 = performance.now();
+      for (;;) {
+        const r = await fetch(`${base}/api/expert-shard?model=bench&layer=${layer}&expert_begin=${begin}&expert_end=${end}`, {
+          headers: { authorization: `Bearer ${v.token}` },
+        });
+        await r.arrayBuffer();
+        if (r.status !== 429 && r.status !== 503) {
+          if (!r.ok) errors++;
+          break;
+        }
+        await new Promise((w) => setTimeout(w, 1000 * Number(r.headers.get('retry-after') ?? 1)));
+      }
+      (lat.get('shard') ?? lat.set('shard', []).get('shard')!).push(performance.now() - t0);
+    } finally {
+      downloading--;
+      slotFreed.shift()?.();
+    }
+  }
   console.log(`\nhttp: logging in ${N} volunteers…`);
   const vols: Vol[] = [];
   await pool(
@@ -146,7 +174,10 @@ async function httpPart(N: number, SECONDS: number): Promise<void> {
       const t = await call('node-token', '/api/auth/node-token', { wallet: w.wallet, nonce: c.nonce, signature: w.sign(c.message) });
       const v: Vol = { id: `w${i}`, token: t.node_token, segment: null };
       const a = await call('volunteer', '/api/expert-volunteer', { max_experts: 16, worker_id: v.id }, v.token);
-      if (a.assigned) v.segment = [a.layer, a.experts[0], a.experts[1]];
+      if (a.assigned) {
+        v.segment = [a.layer, a.experts[0], a.experts[1]];
+        await download(v, v.segment);
+      }
       await call(
         'coverage',
         '/api/expert-coverage',
@@ -400,7 +431,9 @@ async function channelPart(wanted: number, PUSH: number, WINDOW_S: number, K: nu
       saturation: { saturateAt: 2, maxReadingAgeMs: 30_000, targetBase: 0, boost: 2 },
       maxWorkers: N + 100,
       authRateLimit: { capacity: 1e9, refillPerSec: 1e9 },
-      channel: { heartbeatMs: HEARTBEAT_MS },
+      // 10,000 volunteers from one address with one token per client process: the per-address caps are lifted.
+      channel: { heartbeatMs: HEARTBEAT_MS, ...MANY_FROM_ONE_ADDRESS.channel },
+      http: MANY_FROM_ONE_ADDRESS.http,
     }),
   );
   await hub.load();

@@ -6,7 +6,7 @@ import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest }
 import { HubError } from './errors.ts';
 import type { Hub } from './hub.ts';
 import { integer, object, optionalNumber, queryString, shallowJson, string } from './validate.ts';
-import { clientKey } from './net.ts';
+import { capSockets, clientKey, httpServerOptions } from './net.ts';
 import { proxyJson } from './proxy.ts';
 import { registerPages, type PagesOptions } from './pages.ts';
 import { registerShardRoutes } from './shards.ts';
@@ -59,7 +59,12 @@ function heldRanges(v: unknown): HeldRange[] {
 
 export async function buildApp(hub: Hub, pages: PagesOptions = {}): Promise<FastifyInstance> {
   // forceCloseConnections: a stopping hub ends streams still open (proxied generations) instead of waiting for them.
+  // The timeouts and socket caps bound Slowloris clients and connection floods (net.ts, limits.ts).
+  const limits = hub.httpLimits();
   const app = Fastify({
+    http: httpServerOptions(limits),
+    requestTimeout: limits.requestTimeoutMs,
+    keepAliveTimeout: limits.keepAliveTimeoutMs,
     bodyLimit: API_BODY_MAX_BYTES,
     logger: false,
     trustProxy: false,
@@ -78,6 +83,7 @@ export async function buildApp(hub: Hub, pages: PagesOptions = {}): Promise<Fast
       void (reply as unknown as FastifyReply).status(e.status).send(e.toJSON());
     },
   });
+  capSockets(app.server, limits);
   app.removeContentTypeParser('text/plain'); // the API speaks JSON only: anything else is a 415
 
   app.setErrorHandler((err: Error & { statusCode?: number; code?: string; validation?: unknown }, _req, reply) => {
@@ -116,13 +122,13 @@ export async function buildApp(hub: Hub, pages: PagesOptions = {}): Promise<Fast
   });
 
   app.post('/api/expert-volunteer', async (req) => {
-    wallet(req);
+    const w = wallet(req);
     const b = object(req.body);
     const model = string(b, 'model', MODEL_NAME_MAX_CHARS, '');
     const maxExperts = integer(b, 'max_experts', 0, OFFER_EXPERTS_MAX, 0);
     const workerId = b.worker_id === undefined ? undefined : string(b, 'worker_id', WORKER_ID_MAX_CHARS);
     const dev = device(b.device);
-    return hub.volunteer({ model, maxExperts, ...(dev ? { device: dev } : {}) }, workerId);
+    return hub.volunteer({ model, maxExperts, ...(dev ? { device: dev } : {}) }, workerId, w);
   });
 
   app.post('/api/expert-coverage', async (req) => {
@@ -140,12 +146,14 @@ export async function buildApp(hub: Hub, pages: PagesOptions = {}): Promise<Fast
         `n_layer/n_expert (${nLayer}/${nExpert}) do not match ${model} (${shape.nLayer}/${shape.nExpert})`,
       );
     }
-    return hub.heartbeat(workerId, w, model, heldRanges(b.segments));
+    return hub.reportCoverage(workerId, w, model, heldRanges(b.segments));
   });
 
   app.get('/api/moe/recruitment', async () => hub.recruitment());
 
-  registerShardRoutes(app, hub, { clientKey, server: hub.shardServer() }); // GET|HEAD /api/expert-shard and Kvasir's alias
+  // GET|HEAD /api/expert-shard, Kvasir's alias, and /api/expert-shard/chunks (the per-chunk hashes, docs/peers.md)
+  registerShardRoutes(app, hub, { clientKey, server: hub.shardServer(), chunks: hub.chunkLists() });
+  app.get('/api/peers/slices', async () => ({ slices: hub.peerSlices() })); // bytes from peers vs from the hub, per slice
 
   app.get('/api/expert-dispatch-map', async (req) => {
     const q = object(req.query, 'query', 'QUERY_INVALID');

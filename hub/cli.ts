@@ -9,6 +9,7 @@ import { buildApp } from './app.ts';
 import type { PagesOptions } from './pages.ts';
 import { DISPATCH_MODES, type DispatchMode } from './dispatch/policy.ts';
 import { DEFAULT_CHANNEL } from './volunteers/channel.ts';
+import { normalOrigin } from './volunteers/admission.ts';
 import { checkedAdminToken } from './dashboard/admin.ts';
 import { ADMIN_TOKEN_MIN_CHARS } from './limits.ts';
 
@@ -50,11 +51,17 @@ export const USAGE = `usage: expertswarm hub --model PATH.gguf [--model NAME=PAT
   --audit-rate R             share of a trusted worker's items held against the coordinator's own sums after that
                              (default ${DEFAULTS.trust.spotRate}); --probation 0 --audit-rate 0 trusts every answer
   --heartbeat-ms N           volunteer heartbeat interval (default ${DEFAULT_CHANNEL.heartbeatMs})
+  --allow-origin ORIGIN      pages of this origin (https://host[:port]) may open the volunteer channel besides the
+                             hub's own (repeatable). The join widget needs none: its frame is the hub's own page.
+                             Clients that send no Origin (the headless volunteer) are not browsers and always may
   --admin-token TOKEN        enables the dashboard's admin actions (release, quarantine, targets, dispatch mode) for
                              requests carrying Authorization: Bearer TOKEN; at least ${ADMIN_TOKEN_MIN_CHARS} characters. Prefer
                              env EXPERTSWARM_ADMIN_TOKEN (a flag shows in the process list). Without one they are disabled
   --config FILE              JSON file with any of: port, host, slots, ctxPerSlot, threads, stateDir, models
-                             ([{path, name?}]), externals ([{name, url}]), adminToken, expertsOnDemand
+                             ([{path, name?}]), externals ([{name, url}]), adminToken, expertsOnDemand, channel
+                             ({allowedOrigins, maxPerAddress, maxPerWallet, opensPerAddress}) and http ({socketsPerAddress,
+                             socketsMax, headersTimeoutMs, requestTimeoutMs}): behind a reverse proxy every client has its
+                             address, so raise the per-address caps there (docs/threat-model.md)
   --help                     this text
 `;
 
@@ -98,6 +105,7 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
       dispatch: { type: 'string' },
       'dispatch-socket': { type: 'string', multiple: true },
       'heartbeat-ms': { type: 'string' },
+      'allow-origin': { type: 'string', multiple: true },
       'audit-rate': { type: 'string' },
       probation: { type: 'string' },
       'dispatch-deadline-ms': { type: 'string' },
@@ -155,6 +163,8 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   if (values['experts-on-demand'] || ['1', 'true'].includes(env.EXPERTSWARM_EXPERTS_ON_DEMAND ?? '')) c.expertsOnDemand = true;
   const heartbeatMs = int(values['heartbeat-ms'], '--heartbeat-ms', 1000);
   if (heartbeatMs !== undefined) c.channel = { ...c.channel, heartbeatMs, idleTimeoutMs: 3 * heartbeatMs };
+  const origins = (values['allow-origin'] ?? []).map(normalOrigin);
+  if (origins.length > 0) c.channel = { ...c.channel, allowedOrigins: [...(c.channel.allowedOrigins ?? []), ...origins] };
   // An empty variable (`EXPERTSWARM_ADMIN_TOKEN=` in a unit file or compose file) is unset, not "no token": it must not
   // silently turn off a token the --config file sets.
   const envToken = env.EXPERTSWARM_ADMIN_TOKEN === '' ? undefined : env.EXPERTSWARM_ADMIN_TOKEN;

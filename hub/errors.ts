@@ -25,6 +25,11 @@ export const ERRORS = {
   AUTH_BAD_SIGNATURE: 401,
   AUTH_FORBIDDEN: 403,
   RATE_LIMITED: 429,
+  // the volunteer channel's upgrade (refused before any WebSocket exists)
+  /** The upgrade's Origin is neither the hub's own nor one of `--allow-origin` (a browser page of another site). */
+  ORIGIN_FORBIDDEN: 403,
+  /** This address holds CHANNEL_CONNECTIONS_PER_ADDRESS volunteer connections already. */
+  TOO_MANY_CONNECTIONS: 503,
   // the dashboard's admin actions
   ADMIN_DISABLED: 403,
   ADMIN_TOKEN_INVALID: 401,
@@ -40,6 +45,12 @@ export const ERRORS = {
   WORKER_QUARANTINED: 403,
   /** An operator released this worker: its heartbeats are refused for RELEASE_COOL_DOWN_MS, then it may come back. */
   WORKER_RELEASED: 409,
+  /** A held range outside every slice the market assigned to this worker (`POST /api/expert-volunteer`). */
+  COVERAGE_NOT_ASSIGNED: 403,
+  /** A held range of an assigned slice this wallet has not downloaded (`GET /api/expert-shard`): download it first. */
+  COVERAGE_NOT_DOWNLOADED: 409,
+  /** The worker id is live under another wallet: worker ids are the client's to choose, so they are kept per wallet. */
+  WORKER_ID_TAKEN: 409,
   // shard server
   RANGE_NOT_SATISFIABLE: 416,
   SHARDS_BUSY: 503,

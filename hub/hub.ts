@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { CoordinatorSupervisor, type CoordinatorStatus } from './supervisor.ts';
 import { DEFAULT_POLLER, SaturationPoller, type PollerOptions } from './poller.ts';
 import { CoverageStore } from './market/coverage.ts';
+import { SliceGrants, type Slice } from './market/grants.ts';
 import { modelDemand } from './market/demand.ts';
 import { chooseReleases, type ReleaseCandidate } from './market/release.ts';
 import { chooseAssignment, type VolunteerAnswer, type VolunteerRequest } from './market/assign.ts';
@@ -33,6 +34,7 @@ import { EventLog, type EventFilter, type HubEvent } from './events.ts';
 import { HubStore } from './store.ts';
 import { NodeAuth, type ChallengeReply, type NodeTokenReply } from './auth/index.ts';
 import { HubError } from './errors.ts';
+import { DEFAULT_HTTP_SERVER, type HttpServerLimits } from './net.ts';
 import { loadModelInfo, type ModelInfo } from './registry.ts';
 import { HubMetrics, type HubReadings } from './metrics.ts';
 import {
@@ -45,6 +47,9 @@ import {
   WORKERS_MAX,
 } from './limits.ts';
 import { ShardServer } from './shards.ts';
+import { ChunkLists } from './peers-chunks.ts';
+import { DEFAULT_PEERS, PeerDirectory, type PeerConfig, type SliceTransfer } from './peers.ts';
+import { PeerSignal } from './peers-signal.ts';
 import {
   type AuditChooser,
   type AuditResult,
@@ -136,6 +141,10 @@ export interface HubConfig {
   releaseCoolDownMs: number;
   /** The dashboard streams' caps (tests raise the per-address ones). */
   dashboardStreams: Partial<StreamOptions>;
+  /** The HTTP server's timeouts and socket caps (net.ts DEFAULT_HTTP_SERVER); simulations from one address raise them. */
+  http: Partial<HttpServerLimits>;
+  /** Volunteers passing slices to each other (hub/peers.ts DEFAULT_PEERS, docs/peers.md); absent: the defaults. */
+  peers?: Partial<PeerConfig>;
 }
 
 export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
@@ -165,6 +174,7 @@ export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
     adminToken: null,
     releaseCoolDownMs: RELEASE_COOL_DOWN_MS,
     dashboardStreams: {},
+    http: {},
     ...over,
   };
 }
@@ -247,6 +257,9 @@ export class Hub {
   private evictTimer: NodeJS.Timeout | null = null;
   private readonly shards: ShardServer;
   private readonly channel: VolunteerChannel;
+  private readonly peerDirectory: PeerDirectory;
+  private readonly chunks: ChunkLists;
+  private readonly signal: PeerSignal;
   private readonly dispatchMetrics: DispatchMetrics;
   private readonly auditCounter: Counter<'model' | 'result'>;
   private readonly dispatchers = new Map<string, ModelDispatcher>();
@@ -283,6 +296,8 @@ export class Hub {
    * their heartbeats are refused with WORKER_RELEASED until then. At most RELEASED_WORKERS_KEPT.
    */
   private readonly released = new Map<string, number>();
+  /** Slices the market assigned to HTTP workers and their wallets downloaded: what their heartbeats may report. */
+  private readonly grants = new SliceGrants();
   private readonly config: HubConfig;
 
   constructor(
@@ -326,6 +341,14 @@ export class Hub {
       { ...DEFAULT_CHANNEL, maxConnections: config.maxWorkers, ...config.channel },
       clock,
     );
+    this.peerDirectory = new PeerDirectory({ ...DEFAULT_PEERS, ...config.peers }, clock);
+    if (this.peerDirectory.config.enabled) this.channel.peers = this.peerDirectory;
+    this.chunks = new ChunkLists(this.shards, this.peerDirectory.config.chunkBytes);
+    this.signal = new PeerSignal(this.peerDirectory, {
+      path: this.peerDirectory.config.path,
+      key: this.peerDirectory.config.key,
+      maxConnections: config.maxWorkers,
+    });
     this.channel.onResult = (workerId, roundTripMs, computeUs) => {
       const model = this.coverage.modelOf(workerId);
       if (model !== undefined) this.roundTripsOf(model).add(roundTripMs);
@@ -403,6 +426,7 @@ export class Hub {
     if (this.creditTimer) clearInterval(this.creditTimer);
     this.poller.stop();
     await this.channel.close();
+    await this.signal.close();
     await this.supervisor.stop();
     for (const d of this.dispatchers.values()) await d.close();
     this.dispatchers.clear();
@@ -507,11 +531,35 @@ export class Hub {
 
   /** Hands `/api/volunteer` upgrades on the HTTP server to the volunteer channel. */
   attachVolunteers(server: Server): void {
+    if (this.peerDirectory.config.enabled) {
+      this.signal.attach(server); // the PeerJS signalling server: docs/peers.md
+      this.channel.upgradesElsewhere = (path) => this.signal.handles(path);
+    }
     this.channel.attach(server);
+  }
+
+  /** The shard server's per-chunk hash lists (GET /api/expert-shard/chunks). */
+  chunkLists(): ChunkLists {
+    return this.chunks;
+  }
+
+  /** Bytes volunteers took from each other vs from the hub, per slice (GET /api/peers/slices). */
+  peerSlices(): SliceTransfer[] {
+    return this.peerDirectory.slices();
   }
 
   shardServer(): ShardServer {
     return this.shards;
+  }
+
+  /** The HTTP server's timeouts and socket caps (app.ts applies them where the server is created). */
+  httpLimits(): HttpServerLimits {
+    return { ...DEFAULT_HTTP_SERVER, ...this.config.http };
+  }
+
+  /** The shard server sent `wallet` a slice (or confirmed its cached copy): its workers may now report it held. */
+  sliceDownloaded(wallet: string, slice: Slice): void {
+    this.grants.downloaded(wallet, slice);
   }
 
   /** Tells a worker over its channel that its slice is no longer needed. */
@@ -782,13 +830,20 @@ export class Hub {
     };
   }
 
-  volunteer(request: VolunteerRequest, workerId: string | undefined): VolunteerAnswer {
+  /**
+   * The market's answer for one volunteer. `wallet` is the caller's over HTTP (`POST /api/expert-volunteer`): the
+   * slice is then remembered as assigned to `workerId` (or to whichever worker of that wallet reports it first), so
+   * that its heartbeats may report it once the wallet downloaded it (`reportCoverage`).
+   */
+  volunteer(request: VolunteerRequest, workerId: string | undefined, wallet?: string): VolunteerAnswer {
     if (request.model && !this.marketModels.has(request.model))
       throw new HubError('MODEL_UNKNOWN', `no model named "${request.model}" is served here`);
     const heldModel = workerId ? this.coverage.modelOf(workerId) : undefined;
     const held = workerId && heldModel !== undefined ? { model: heldModel, ranges: this.coverage.heldRanges(workerId) ?? [] } : undefined;
     const answer = chooseAssignment(this.demand(request.model || undefined), this.marketModels, { ...request, ...(held ? { held } : {}) });
     if (answer.assigned) {
+      const [begin, end] = answer.experts;
+      if (wallet !== undefined) this.grants.assigned(wallet, workerId ?? null, { model: answer.model, layer: answer.layer, begin, end });
       this.metrics.assigned();
       this.events.add(
         'recruit',
@@ -802,7 +857,27 @@ export class Hub {
     return answer;
   }
 
-  heartbeat(workerId: string, wallet: string | null, model: string, ranges: readonly HeldRange[]): CoverageAnswer {
+  /**
+   * `POST /api/expert-coverage`: a heartbeat over HTTP. Each range must lie in a slice the market assigned to this
+   * worker and its wallet downloaded (market/grants.ts: COVERAGE_NOT_ASSIGNED, COVERAGE_NOT_DOWNLOADED), after the
+   * ranges' own checks; and the worker id must not be live under another wallet (WORKER_ID_TAKEN), or one token could
+   * overwrite another volunteer's coverage by naming its worker id (the dashboard lists them).
+   */
+  reportCoverage(workerId: string, wallet: string, model: string, ranges: readonly HeldRange[]): CoverageAnswer {
+    return this.heartbeat(workerId, wallet, model, ranges, () => {
+      this.coverage.check(model, ranges);
+      const owner = this.dispatch.record(workerId)?.wallet || this.channel.workerInfo(workerId)?.wallet;
+      if (owner && owner !== wallet)
+        throw new HubError('WORKER_ID_TAKEN', `worker id ${workerId} is live under another wallet; choose another worker id`);
+      this.grants.admit(wallet, workerId, model, ranges);
+    });
+  }
+
+  /**
+   * A heartbeat: the worker holds `ranges` now. The hub's own callers (the volunteer channel, tests) report what it
+   * knows; `admit` is the HTTP path's extra rule, run after the quarantine and release checks, before anything changes.
+   */
+  heartbeat(workerId: string, wallet: string | null, model: string, ranges: readonly HeldRange[], admit?: () => void): CoverageAnswer {
     const quarantined = this.store.quarantineReason(workerId) ?? (wallet ? this.store.quarantineReason(wallet) : undefined);
     if (quarantined) throw new HubError('WORKER_QUARANTINED', `this worker is quarantined: ${quarantined}`);
     const now = this.now();
@@ -811,6 +886,7 @@ export class Hub {
         'WORKER_RELEASED',
         `the operator released this worker; stop serving its slice and ask for a new one after ${Math.ceil(((this.released.get(workerId) ?? now) - now) / 1000)} s`,
       );
+    admit?.();
     this.coverage.heartbeat(workerId, model, ranges, now);
     this.dispatch.attach(workerId, wallet, now);
     this.retired.delete(workerId);
@@ -1016,7 +1092,7 @@ export class Hub {
    * upgraded WebSockets too, so the app calls this before closing (a preClose hook); stop() calls it again, harmlessly.
    */
   closeVolunteers(): Promise<void> {
-    return this.channel.close();
+    return Promise.all([this.channel.close(), this.signal.close()]).then(() => {});
   }
 
   /** Ends every dashboard stream (the HTTP server closes; the hub's stop does it too). */

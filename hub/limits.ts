@@ -42,6 +42,84 @@ export const CREDIT_CACHE_MAX = 100_000;
 /** Per-client token bucket shared by both login calls (a login costs 2 tokens). */
 export const AUTH_RATE_LIMIT: Readonly<{ capacity: number; refillPerSec: number }> = Object.freeze({ capacity: 30, refillPerSec: 0.5 });
 
+// the HTTP server (app.ts): Slowloris and connection floods
+/**
+ * Time a client has to send a request's headers (Node's `headersTimeout`, default 60 s); then 408 and the socket is
+ * closed. A browser or an HTTP library sends them in one packet; 10 s still covers a slow mobile link. A client that
+ * trickles them a byte at a time (Slowloris) or opens a socket and sends nothing is cut after this.
+ */
+export const HTTP_HEADERS_TIMEOUT_MS = 10_000;
+/**
+ * Time a client has to send a whole request, headers and body (Node's `requestTimeout`; fastify's default is none).
+ * The largest body is OPENAI_BODY_MAX_BYTES (8 MiB): 60 s is ~140 KB/s. It bounds receiving only: a response that
+ * streams for longer (the dashboard's event stream, a `/v1/*` generation) is not cut (test/integration/security.test.ts).
+ */
+export const HTTP_REQUEST_TIMEOUT_MS = 60_000;
+/**
+ * An idle keep-alive socket is closed after this. Above the 60 s idle timeout of common load balancers (fastify's own
+ * default, made explicit), so the hub never closes a socket a balancer in front of it is about to reuse.
+ */
+export const HTTP_KEEP_ALIVE_TIMEOUT_MS = 72_000;
+/** How often the server checks the two timeouts above (Node's default 30 s would let a Slowloris socket live 40 s). */
+export const HTTP_TIMEOUT_CHECK_MS = 1_000;
+/** Bytes of request headers (Node's default, made explicit): a node token is ≤ 1 KiB; larger → 431. */
+export const HTTP_MAX_HEADER_BYTES = 16 * 1024;
+/**
+ * Sockets open at once, hub-wide (`server.maxConnections`; one more is closed at accept): every volunteer's
+ * WebSocket (WORKERS_MAX) and as many again for HTTP clients, downloads and dashboards.
+ */
+export const HTTP_SOCKETS_MAX = 20_000;
+/**
+ * Sockets open at once from one client address (IPv6: its /64; net.ts `clientKey`); one more is closed at accept.
+ * CHANNEL_CONNECTIONS_PER_ADDRESS volunteers behind one NAT, each with a WebSocket and a few HTTP sockets (the
+ * page's keep-alive connections, a download). Behind a reverse proxy every client has the proxy's address: raise it
+ * there (`--config` `{"http": {"socketsPerAddress": …}}`) and let the proxy limit per client.
+ */
+export const HTTP_SOCKETS_PER_ADDRESS = 256;
+
+// the volunteer channel (volunteers/channel.ts): per address and per identity
+/**
+ * Volunteer WebSockets open at once from one client address (IPv6: its /64); one more is refused at the upgrade
+ * with 503 TOO_MANY_CONNECTIONS. Several tabs, or a lab of machines, may share one NAT.
+ */
+export const CHANNEL_CONNECTIONS_PER_ADDRESS = 64;
+/**
+ * Volunteer connections of one wallet (node token) at once; one more is closed at its hello with OVER_CAPACITY.
+ * A person's tabs and machines: a wallet is free to make, so this bounds one token, not one person.
+ */
+export const CHANNEL_CONNECTIONS_PER_WALLET = 16;
+/**
+ * Volunteer WebSocket opens per client address: a burst of CHANNEL_CONNECTIONS_PER_ADDRESS (every tab of a NAT
+ * dialling back after a hub restart), then one a second; beyond → 429 RATE_LIMITED at the upgrade, with Retry-After.
+ */
+export const CHANNEL_OPEN_RATE: Readonly<{ capacity: number; refillPerSec: number }> = Object.freeze({
+  capacity: CHANNEL_CONNECTIONS_PER_ADDRESS,
+  refillPerSec: 1,
+});
+/**
+ * A binary frame that answers no work in flight (never sent, or given up long ago) costs the control-message bucket
+ * one token per started block of this many bytes: a flood of such frames is closed with RATE_LIMITED as a flood of
+ * control messages is, and a large one costs as much as the bytes it made the hub read.
+ */
+export const CHANNEL_UNSOLICITED_BYTES_PER_TOKEN = 64 * 1024;
+/**
+ * Work ids per connection remembered after the hub stopped waiting for them (timed out, released): a late answer to
+ * one of them is dropped for free, as a race and not a flood (docs/volunteer-channel.md).
+ */
+export const CHANNEL_LATE_IDS_KEPT = 256;
+/**
+ * Bytes queued to one volunteer and not yet sent beyond which no new work goes to it (its pairs are computed by the
+ * coordinator): a volunteer that stops reading cannot make the hub buffer without bound, and work that waits behind
+ * 32 MiB on a home link (about 3 s at 100 Mbit/s) would miss any dispatch deadline anyway.
+ */
+export const CHANNEL_SEND_BACKLOG_MAX_BYTES = 32 * 1024 * 1024;
+
+// coverage over HTTP (market/grants.ts): what the market assigned and the wallet downloaded
+/** Assigned slices, and downloaded slices, remembered per wallet (oldest forgotten first beyond this). */
+export const SLICE_GRANTS_PER_WALLET = 16;
+/** Wallets whose slices are remembered (least recently used forgotten first): 2× WORKERS_MAX, ~3 KB each at most. */
+export const SLICE_GRANT_WALLETS_KEPT = 20_000;
+
 // the shard server (shards.ts)
 /** Shard downloads in flight per wallet (node token); one more → 429 RATE_LIMITED with Retry-After. */
 export const SHARD_DOWNLOADS_PER_WALLET = 2;

@@ -15,7 +15,9 @@
  * then kept whole in memory, a large one is streamed from the model file on each download, never held whole.
  * One `Range` (a-b, a-, -n) → 206, `If-Range`, `If-None-Match` → 304. Refusals are HubErrors: the layer and range are
  * checked against the model's shape (refused, never clamped) before any I/O, and downloads in flight are bounded per
- * wallet, per client IP (RATE_LIMITED) and hub-wide (SHARDS_BUSY), each with Retry-After.
+ * wallet, per client IP (RATE_LIMITED) and hub-wide (SHARDS_BUSY), each with Retry-After. A GET sent to the end
+ * (or answered 304) is reported to the hub (`sliceDownloaded`): HTTP workers may report coverage only for slices their
+ * wallet downloaded (market/grants.ts).
  */
 import { createHash } from 'node:crypto';
 import { stat } from 'node:fs/promises';
@@ -26,6 +28,7 @@ import { openFileSource, readGGUFFile } from '../gguf/node-io.ts';
 import type { GGUFFile } from '../gguf/types.ts';
 import { GGUFWriter } from '../gguf/writer.ts';
 import { LinkedMap } from './auth/linked-map.ts';
+import { ChunkLists } from './peers-chunks.ts';
 import { HubError } from './errors.ts';
 import type { Hub } from './hub.ts';
 import {
@@ -420,6 +423,8 @@ export interface ShardRoutesOptions {
   limits?: Partial<ShardLimits>;
   /** The hub's own shard server (its digests are what assignments announce); a new one when absent. */
   server?: ShardServer;
+  /** Per-chunk hash lists (GET /api/expert-shard/chunks, hub/peers-chunks.ts); 1 MiB chunks over `server` when absent. */
+  chunks?: ChunkLists;
 }
 
 /** Registers both shard paths (GET and HEAD) on `app`; returns the server (its caches and slots) for tests. */
@@ -452,13 +457,20 @@ export function registerShardRoutes(app: FastifyInstance, hub: Hub, opts: ShardR
         'cache-control': IMMUTABLE,
         'accept-ranges': 'bytes',
       });
-      if (notModified) return reply.code(304).send();
+      const slice = { model: r.model, layer: r.layer, begin: r.expertBegin, end: r.expertEnd };
+      if (notModified) {
+        // The client holds these bytes already (it named their digest): as good as a download for its coverage.
+        if (req.method === 'GET') hub.sliceDownloaded(wallet, slice);
+        return reply.code(304).send();
+      }
       const { from, to } = typeof range === 'string' ? { from: 0, to: shard.length } : range;
       void reply.type('application/octet-stream').header('content-length', String(to - from));
       if (typeof range !== 'string') void reply.code(206).header('content-range', `bytes ${from}-${to - 1}/${shard.length}`);
       if (req.method === 'HEAD') return reply.send();
       const body = server.body(shard, from, to);
       body.once('close', release);
+      // Sent to the end (a whole body, or the last range of a resumed one): the wallet's workers may report it held.
+      if (to === shard.length) body.once('end', () => hub.sliceDownloaded(wallet, slice));
       streaming = true;
       return reply.send(body);
     } finally {
@@ -475,6 +487,30 @@ export function registerShardRoutes(app: FastifyInstance, hub: Hub, opts: ShardR
     method: ['GET', 'HEAD'],
     url: '/api/proxy/models/:model/expert-shard',
     handler: (req, reply) => serve(req, reply, () => kvasirQuery(req.params, req.query)),
+  });
+  // The slice's per-chunk hashes, for volunteers that take it from each other (docs/peers.md): as authenticated and
+  // bounded as a download (hashing a slice the first time reads it once).
+  const chunks = opts.chunks ?? new ChunkLists(server, 1024 * 1024);
+  app.route({
+    method: ['GET', 'HEAD'],
+    url: '/api/expert-shard/chunks',
+    handler: async (req, reply) => {
+      const wallet = hub.authenticate(req.headers.authorization);
+      const r = shardQuery(req.query);
+      server.check(r);
+      const release = server.slots.take(wallet, opts.clientKey(req));
+      try {
+        const shard = await server.open(r);
+        const { list, chunkBytes } = await chunks.of(shard);
+        const etag = `"chunks-${chunkBytes}-${shard.digest}"`;
+        void reply.headers({ etag, [SHARD_DIGEST_HEADER]: `sha256:${shard.digest}`, 'cache-control': IMMUTABLE });
+        if (noneMatch(header(req, 'if-none-match'), etag)) return reply.code(304).send();
+        void reply.type('application/octet-stream').header('content-length', String(list.length));
+        return reply.send(req.method === 'HEAD' ? undefined : Buffer.from(list.buffer, list.byteOffset, list.length));
+      } finally {
+        release();
+      }
+    },
   });
   return server;
 }

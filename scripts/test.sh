@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's one test command (README: `npm test`; .ci/run calls it too).
 # 1. typecheck (the Node tree with tsc, the pages in web/ with svelte-check), 2. format + lint (biome), 3. build the
-# coordinator if needed (ccache makes a rebuild cheap) and the wasm kernel, 4. node's test runner over test/**.test.ts (the page tests
-# build web/ themselves, into temporary folders). `npm run test:unit` is the fast loop: test/unit/ only, no build.
+# coordinator if needed (ccache makes a rebuild cheap) and the wasm kernel, 4. node's test runner over
+# test/**.test.ts (the page tests build web/ themselves, into temporary folders). `npm run test:unit` is the fast
+# loop: test/unit/ only, no build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "== typecheck"

@@ -14,12 +14,14 @@
  * engine too (the hub forgets a worker with its connection) and the client dials again with jittered backoff; the
  * slice stays in the cache, so the next assignment of it costs no download.
  */
-import { reconnectDelayMs } from './backoff.ts';
+import { laterDelayMs, reconnectDelayMs } from './backoff.ts';
 import { openEngine, probeDevice, type ComputeEnvironment, type OpenedEngine } from './engine-open.ts';
 import { VolunteerError, errorMessage, type VolunteerErrorCode } from './errors.ts';
+import { ExpertRuntimeError } from '../shaders/errors.ts';
 import { loadIdentity, login, type IdentityStore, type NodeToken } from './identity.ts';
 import type { ShardCache } from './shard-cache.ts';
-import { downloadShard } from './shard-download.ts';
+import { downloadChunkList, fetchSlice } from './shard-download.ts';
+import { DEFAULT_SHARE, PeerHost, type OpenNetwork, type ShareSettings } from './peers.ts';
 import {
   emptyStats,
   type BackendPreference,
@@ -45,6 +47,7 @@ import {
   type Assign,
   type ClientMessage,
   type LoadFailedCode,
+  type WelcomePeer,
   type WorkFailedCode,
   type WorkFrame,
 } from './wire.ts';
@@ -84,6 +87,11 @@ export interface VolunteerClientOptions {
   agent?: string;
   fetch?: typeof fetch;
   /**
+   * Opens WebRTC data channels to other volunteers (volunteer/peers-peerjs.ts); absent or null where there are none
+   * (Node, a browser without WebRTC): slices then come from the hub alone (docs/peers.md).
+   */
+  peers?: OpenNetwork | null;
+  /**
    * Negative-control seam for verification tests: changes each result's sums in place, or returns others to send
    * instead, or the raw bytes of a result frame (a dishonest or broken volunteer; `ctx.compute` gives the honest sums
    * of another frame, e.g. the same rows with other experts). Never set by the page or the headless volunteer.
@@ -96,7 +104,7 @@ export interface VolunteerClientOptions {
 const DEFAULT_BUDGET = 512 * 2 ** 20;
 /** After a failed or released slice, back to waiting after this long (so the state is readable). */
 const SETTLE_MS = 1_500;
-/** A `later` close code waits at least this long. */
+/** A `later` close code waits at least this long, and at most twice it (laterDelayMs). */
 const LATER_MS = 60_000;
 const RATE_WINDOW_MS = 10_000;
 const OPEN = 1;
@@ -107,6 +115,8 @@ interface Held {
   assign: Assign;
   slice: SliceAssignment;
   opened: OpenedEngine;
+  /** Its GPU device was lost and a new engine is being built (rebuildEngine). */
+  rebuilding?: boolean;
 }
 
 const LOAD_CODES: Partial<Record<VolunteerErrorCode, LoadFailedCode>> = {
@@ -154,10 +164,20 @@ class VolunteerClient implements VolunteerControls {
   private joined = false;
   private paused = false;
   private held: Held | null = null;
+  /** Slice sharing for this connection (welcome's `peer`), with what the volunteer allows itself to upload. */
+  private peerHost: PeerHost | null = null;
+  private share: ShareSettings = { ...DEFAULT_SHARE };
   /** The assignment being downloaded or started; a release or a newer assign cancels it. */
   private loading: { assignmentId: number; abort: AbortController } | null = null;
   private timers = new Set<ReturnType<typeof setTimeout>>();
   private heartbeatTimer: ReturnType<typeof setInterval> | null = null;
+  /** When the hub was last heard on this connection, and how long a silence the welcome said ends it. */
+  private lastHeardMs = 0;
+  private heartbeatMs = 0;
+  private idleTimeoutMs = 0;
+  private nextPingId = 1;
+  /** When the last keep-alive ping was sent (answered once lastHeardMs passes it). */
+  private pingSentMs = 0;
   /** Work frames are computed one at a time, in arrival order. */
   private queue: Promise<void> = Promise.resolve();
   private queued = 0;
@@ -170,9 +190,10 @@ class VolunteerClient implements VolunteerControls {
 
   // --- controls
 
-  join(options: { memoryBudgetBytes?: number; backend?: BackendPreference } = {}): void {
+  join(options: { memoryBudgetBytes?: number; backend?: BackendPreference; share?: ShareSettings } = {}): void {
     if (this.joined) return;
     if (options.memoryBudgetBytes !== undefined) this.budget = options.memoryBudgetBytes;
+    if (options.share) this.share = { ...options.share };
     const backend = options.backend ?? 'auto';
     if (backend !== this.backend) {
       this.backend = backend;
@@ -189,6 +210,7 @@ class VolunteerClient implements VolunteerControls {
   pause(): void {
     if (!this.joined || this.paused) return;
     this.paused = true;
+    this.peerHost?.setPaused(true); // uploads stop at once
     this.send({ type: 'pause' });
     this.setState({ kind: 'paused', slice: this.held?.slice ?? null });
   }
@@ -196,6 +218,7 @@ class VolunteerClient implements VolunteerControls {
   resume(): void {
     if (!this.joined || !this.paused) return;
     this.paused = false;
+    this.peerHost?.setPaused(false);
     this.send({ type: 'resume' });
     this.setState(
       this.held ? { kind: 'serving', slice: this.held.slice, backend: this.held.opened.engine.report.backend } : { kind: 'waiting' },
@@ -207,6 +230,7 @@ class VolunteerClient implements VolunteerControls {
     for (const t of this.timers) clearTimeout(t);
     this.timers.clear();
     this.stopHeartbeat();
+    this.closePeers();
     this.loading?.abort.abort();
     this.loading = null;
     const s = this.socket;
@@ -340,16 +364,18 @@ class VolunteerClient implements VolunteerControls {
     if (s && s.readyState === OPEN) s.send(bytes);
   }
 
-  private retry(reason: string, atLeastMs = 0): void {
+  /** Dials again after a jittered wait, the first retry too: a hub that restarts is not met by every volunteer at once. */
+  private retry(reason: string, later = false): void {
     if (!this.joined) return;
     this.attempt++;
-    const ms = Math.max(atLeastMs, reconnectDelayMs(this.attempt, this.random));
+    const ms = later ? laterDelayMs(LATER_MS, this.random) : reconnectDelayMs(this.attempt, this.random);
     this.setState({ kind: 'retrying', inSeconds: Math.ceil(ms / 1000), reason, attempt: this.attempt });
     this.later(ms, () => void this.connect());
   }
 
   private async onClosed(code: number, reason: string): Promise<void> {
     this.stopHeartbeat();
+    this.closePeers(); // its peer id was this connection's
     this.loading?.abort.abort();
     this.loading = null;
     await this.dropEngine();
@@ -363,7 +389,7 @@ class VolunteerClient implements VolunteerControls {
       return;
     }
     if (entry?.then === 'new-token') this.token = null;
-    this.retry(why, entry?.then === 'later' ? LATER_MS : 0);
+    this.retry(why, entry?.then === 'later');
   }
 
   private fail(e: VolunteerWireError): void {
@@ -372,6 +398,7 @@ class VolunteerClient implements VolunteerControls {
   }
 
   private onMessage(data: unknown): void {
+    this.lastHeardMs = this.now();
     try {
       if (typeof data === 'string') {
         this.onControl(data);
@@ -397,7 +424,10 @@ class VolunteerClient implements VolunteerControls {
       case 'welcome':
         this.attempt = 0;
         this.setStats({ credit: m.credit });
+        this.heartbeatMs = m.heartbeatMs;
+        this.idleTimeoutMs = m.idleTimeoutMs;
         this.startHeartbeat(m.heartbeatMs);
+        this.openPeers(m.peer);
         this.setState(this.paused ? { kind: 'paused', slice: null } : { kind: 'waiting' });
         if (this.paused) this.send({ type: 'pause' });
         return;
@@ -428,9 +458,40 @@ class VolunteerClient implements VolunteerControls {
     this.heartbeatTimer = null;
   }
 
+  /**
+   * The hub's silence, judged as the hub judges ours: quiet for half the idle timeout, it is pinged (its pong counts
+   * as heard; an idle hub sends nothing else, so this is one ping per half timeout per idle volunteer); quiet for the
+   * idle timeout with that ping unanswered (a cut network, a hub that died without closing), the socket is given up and dialled
+   * again with backoff — a browser may take minutes to notice a dead TCP connection by itself.
+   */
+  private hubSilent(): boolean {
+    const t = this.now();
+    const quiet = t - this.lastHeardMs;
+    const s = this.socket;
+    // Only a ping left unanswered for half the timeout condemns the hub: after the page itself was blocked (an engine
+    // starting), this timer may run before the messages that arrived meanwhile, and the silence is the page's own.
+    const unanswered = this.pingSentMs > this.lastHeardMs && t - this.pingSentMs >= this.idleTimeoutMs / 2;
+    if (!s || this.idleTimeoutMs <= 0 || quiet <= this.idleTimeoutMs || !unanswered) {
+      if (quiet >= Math.max(this.heartbeatMs, this.idleTimeoutMs / 2) && this.pingSentMs <= this.lastHeardMs) {
+        this.pingSentMs = t;
+        this.send({ type: 'ping', id: this.nextPingId++ });
+      }
+      return false;
+    }
+    this.socket = null;
+    s.onclose = null;
+    s.onmessage = null;
+    s.close(CLOSE_CODES.IDLE_TIMEOUT.code, closeReason(`nothing heard from the hub for ${this.idleTimeoutMs} ms`));
+    void this.onClosed(CLOSE_CODES.IDLE_TIMEOUT.code, `nothing heard from the hub for ${this.idleTimeoutMs} ms`);
+    return true;
+  }
+
   /** Only what is loaded and serving counts as coverage. */
   private heartbeat(): void {
+    if (this.hubSilent()) return;
     const h = this.held;
+    const p = this.stats.peers;
+    if (p && this.peerHost && p.uploaded !== this.peerHost.uploaded) this.setStats({ peers: { ...p, uploaded: this.peerHost.uploaded } });
     this.send({
       type: 'heartbeat',
       model: h ? h.assign.model : '',
@@ -458,11 +519,14 @@ class VolunteerClient implements VolunteerControls {
     try {
       let bytes = await this.o.cache.get(a.shardDigest).catch(() => null);
       const fromCache = bytes !== null && bytes.length === a.shardBytes;
+      let source = { fromPeers: 0, fromHub: 0 };
       if (!fromCache) {
         bytes = null;
         this.setState({ kind: 'downloading', slice, loadedBytes: 0, totalBytes: a.shardBytes, fromCache: false });
         let lastEmit = 0;
-        bytes = await downloadShard({
+        const host = this.peerHost;
+        const got = await fetchSlice({
+          peers: host && a.peers && a.chunksUrl ? { host, ids: a.peers, chunksUrl: new URL(a.chunksUrl, this.o.hubUrl).toString() } : null,
           url: new URL(a.shardUrl, this.o.hubUrl).toString(),
           token: this.token?.token ?? '',
           bytes: a.shardBytes,
@@ -476,6 +540,8 @@ class VolunteerClient implements VolunteerControls {
             if (current()) this.setState({ kind: 'downloading', slice, loadedBytes, totalBytes, fromCache: false });
           },
         });
+        bytes = got.bytes;
+        source = { fromPeers: got.fromPeers, fromHub: got.fromHub };
         await this.o.cache.put(a.shardDigest, bytes).catch(() => {});
       } else {
         this.setState({ kind: 'downloading', slice, loadedBytes: a.shardBytes, totalBytes: a.shardBytes, fromCache: true });
@@ -498,6 +564,7 @@ class VolunteerClient implements VolunteerControls {
       }
       this.loading = null;
       this.held = { assign: a, slice, opened };
+      this.watchDevice(this.held);
       const report = opened.engine.report;
       const gflops = report.measured[report.backend]?.gflops ?? 0;
       if (this.device) this.setDevice({ ...this.device, backend: report.backend, backendReason: report.reason, gflops });
@@ -507,10 +574,14 @@ class VolunteerClient implements VolunteerControls {
         ready: !this.paused,
         backend: report.backend,
         gflops: Number.isFinite(gflops) ? gflops : 0,
+        ...(this.peerHost ? { peerBytes: source.fromPeers, hubBytes: source.fromHub } : {}),
       });
+      this.setStats({ peers: { ...source, uploaded: this.peerHost?.uploaded ?? 0 } });
+      void this.sharePeers(a, bytes as Uint8Array);
       this.heartbeat();
       this.setState(this.paused ? { kind: 'paused', slice } : { kind: 'serving', slice, backend: report.backend });
     } catch (e) {
+      this.peerHost?.drop(a.shardDigest);
       if (!current()) return;
       this.loading = null;
       const code: VolunteerErrorCode = e instanceof VolunteerError ? e.code : 'NO_BACKEND';
@@ -546,9 +617,53 @@ class VolunteerClient implements VolunteerControls {
     const h = this.held;
     this.held = null;
     if (!h) return;
+    this.peerHost?.drop(h.assign.shardDigest); // peers are told it no longer holds it by the hub's next listings
     // Frames already queued finish first: disposing under a running compute would fail it.
     await this.queue.catch(() => {});
     await h.opened.engine.dispose().catch(() => {});
+  }
+
+  // --- sharing slices with other volunteers (docs/peers.md)
+
+  private openPeers(grant: WelcomePeer | undefined): void {
+    this.closePeers();
+    const open = this.o.peers;
+    if (!grant || !open) return;
+    this.peerHost = new PeerHost({
+      hubUrl: this.o.hubUrl,
+      welcome: grant,
+      openNetwork: open,
+      settings: this.share,
+      report: (peerId, code, chunk, detail) => {
+        const id = this.loading?.assignmentId ?? this.held?.assign.assignmentId;
+        if (id !== undefined) this.send({ type: 'peer_report', assignmentId: id, peerId, code, chunk, detail });
+      },
+    });
+    this.peerHost.setPaused(this.paused);
+  }
+
+  private closePeers(): void {
+    this.peerHost?.close();
+    this.peerHost = null;
+  }
+
+  /** Serves the slice just loaded to peers while it is held (one fetched from peers is being served already). */
+  private async sharePeers(a: Assign, bytes: Uint8Array): Promise<void> {
+    const host = this.peerHost;
+    if (!host || !a.chunksUrl || !this.share.share || host.holds(a.shardDigest)) return;
+    try {
+      const list = await downloadChunkList({
+        url: new URL(a.chunksUrl, this.o.hubUrl).toString(),
+        token: this.token?.token ?? '',
+        digest: a.shardDigest,
+        bytes: a.shardBytes,
+        ...(this.o.fetch ? { fetch: this.o.fetch } : {}),
+      });
+      if (this.held?.assign !== a || this.peerHost !== host) return;
+      await host.hold(a.shardDigest, list, bytes);
+    } catch {
+      // Not shared: peers take the slice from the hub instead.
+    }
   }
 
   // --- work
@@ -590,11 +705,79 @@ class VolunteerClient implements VolunteerControls {
         );
         this.served(frame.nPairs, this.now() - arrived);
       } catch (e) {
-        this.refuse(frame.workId, 'COMPUTE_ERROR', errorMessage(e));
+        if (e instanceof ExpertRuntimeError && e.code === 'DEVICE_LOST') {
+          this.refuse(frame.workId, 'DEVICE_LOST', errorMessage(e));
+          void this.rebuildEngine(h);
+        } else this.refuse(frame.workId, 'COMPUTE_ERROR', errorMessage(e));
       } finally {
         this.queued--;
       }
     });
+  }
+
+  /**
+   * A lost GPU device is noticed when it is lost, not at the next work frame (which may not come for a long time to a
+   * replica the dispatcher does not choose).
+   */
+  private watchDevice(h: Held): void {
+    const d = this.gpuDevice;
+    if (!d || h.opened.engine.report.backend !== 'webgpu') return;
+    void d.device.lost.then(() => {
+      if (this.held === h) void this.rebuildEngine(h);
+    });
+  }
+
+  /**
+   * The GPU device under the held engine was lost (a driver reset, the browser's GPU process gone): the hub stops
+   * sending work (`pause` on the wire) while an engine is built anew from the cached slice on a fresh device, or on the
+   * wasm fallback if that measures faster now, and then work resumes. A slice that cannot be rebuilt is given up
+   * (`load_failed` ENGINE_FAILED) so the market places it elsewhere. Frames that arrive meanwhile are refused with
+   * DEVICE_LOST; the hub computes those pairs itself.
+   */
+  private async rebuildEngine(h: Held): Promise<void> {
+    if (h.rebuilding || this.held !== h) return;
+    h.rebuilding = true;
+    this.send({ type: 'pause' });
+    this.setState({ kind: 'starting', slice: h.slice });
+    try {
+      const env = this.env as ComputeEnvironment;
+      const probed = await probeDevice(env, this.budget);
+      this.gpuDevice = probed.device;
+      this.setDevice(probed.report);
+      const bytes = await this.o.cache.get(h.assign.shardDigest).catch(() => null);
+      if (!bytes || bytes.length !== h.assign.shardBytes) throw new VolunteerError('NO_BACKEND', 'the slice is no longer in the cache');
+      const opened = await openEngine(bytes, h.assign.numerics, env, this.gpuDevice, this.budget);
+      await this.queue.catch(() => {}); // frames queued for the lost engine are refused first
+      if (this.held !== h) {
+        await opened.engine.dispose(); // released or replaced meanwhile
+        return;
+      }
+      this.held = { assign: h.assign, slice: h.slice, opened };
+      this.watchDevice(this.held);
+      await h.opened.engine.dispose().catch(() => {});
+      const report = opened.engine.report;
+      const gflops = report.measured[report.backend]?.gflops ?? 0;
+      if (this.device) this.setDevice({ ...this.device, backend: report.backend, backendReason: report.reason, gflops });
+      if (!this.paused) this.send({ type: 'resume' });
+      this.setState(this.paused ? { kind: 'paused', slice: h.slice } : { kind: 'serving', slice: h.slice, backend: report.backend });
+    } catch (e) {
+      if (this.held !== h) return;
+      await this.dropEngine();
+      // load_failed first: the hub drops the assignment while it still counts the worker paused, then resume makes it
+      // an idle volunteer again.
+      this.send({
+        type: 'load_failed',
+        assignmentId: h.assign.assignmentId,
+        code: 'ENGINE_FAILED',
+        message: errorMessage(e).slice(0, 500),
+      });
+      if (!this.paused) this.send({ type: 'resume' });
+      this.heartbeat();
+      this.setState({ kind: 'failed', code: 'NO_BACKEND', message: errorMessage(e), retrying: true });
+      this.later(SETTLE_MS, () => {
+        if (this.joined && this.state.kind === 'failed') this.setState(this.paused ? { kind: 'paused', slice: null } : { kind: 'waiting' });
+      });
+    }
   }
 
   private refuse(workId: number, code: WorkFailedCode, message: string): void {

@@ -94,12 +94,7 @@ export class CoverageStore {
     if (typeof workerId !== 'string' || workerId.length === 0 || workerId.length > WORKER_ID_MAX_CHARS) {
       throw new HubError('BODY_INVALID', `worker_id must be a non-empty string of at most ${WORKER_ID_MAX_CHARS} characters`);
     }
-    const entry = this.#models.get(model);
-    if (!entry) throw new HubError('MODEL_UNKNOWN', `model ${JSON.stringify(model)} is not served here; GET /v1/models lists the names`);
-    if (!Array.isArray(ranges)) throw new HubError('BODY_INVALID', 'segments must be an array of [layer, begin, end]');
-    if (ranges.length > HELD_RANGES_MAX) {
-      throw new HubError('TOO_MANY_SEGMENTS', `a worker may report at most ${HELD_RANGES_MAX} segments, got ${ranges.length}`);
-    }
+    const entry = this.#entry(model, ranges);
     const merged = mergeRanges(ranges.map((r, i) => checkHeldRange(entry, r, i)));
     const old = this.#workers.get(workerId);
     if (!old && this.#workers.size >= this.maxWorkers) {
@@ -111,6 +106,28 @@ export class CoverageStore {
     this.#workers.set(workerId, worker);
     this.#index(workerId, worker, entry);
     return merged.map((r) => [...r]);
+  }
+
+  /**
+   * Checks a heartbeat's `ranges` against `model` as `heartbeat` does (MODEL_UNKNOWN, BODY_INVALID, TOO_MANY_SEGMENTS,
+   * LAYER_NOT_MOE, RANGE_OUT_OF_BOUNDS), changing nothing: a caller with its own rule for the ranges (market/grants.ts)
+   * runs it after these, so that a malformed range gets its shape's code, not the rule's.
+   */
+  check(model: string, ranges: ReadonlyArray<Readonly<HeldRange>>): void {
+    const entry = this.#entry(model, ranges);
+    ranges.forEach((r, i) => {
+      checkHeldRange(entry, r, i);
+    });
+  }
+
+  #entry(model: string, ranges: unknown): ModelEntry {
+    const entry = this.#models.get(model);
+    if (!entry) throw new HubError('MODEL_UNKNOWN', `model ${JSON.stringify(model)} is not served here; GET /v1/models lists the names`);
+    if (!Array.isArray(ranges)) throw new HubError('BODY_INVALID', 'segments must be an array of [layer, begin, end]');
+    if (ranges.length > HELD_RANGES_MAX) {
+      throw new HubError('TOO_MANY_SEGMENTS', `a worker may report at most ${HELD_RANGES_MAX} segments, got ${ranges.length}`);
+    }
+    return entry;
   }
 
   /** Drops every worker whose last heartbeat is `staleMs` or more before `nowMs`; returns their ids. */

@@ -13,8 +13,15 @@
  * is not answered by every idle volunteer downloading the same slice; a volunteer that does not load in time is
  * released (LOAD_TIMEOUT) and its reservation dropped. A worker is attached to the dispatch map (its grace window
  * starts) only once it says `loaded`.
+ *
+ * Admission (docs/threat-model.md): an upgrade is refused with an HTTP answer before any WebSocket exists when its
+ * Origin is another site's (403 ORIGIN_FORBIDDEN, admission.ts), when its address holds `maxPerAddress` connections
+ * (503 TOO_MANY_CONNECTIONS) or opens them faster than `opensPerAddress` (429 RATE_LIMITED); a hello is closed with
+ * OVER_CAPACITY when its wallet holds `maxPerWallet` connections. After the hello, control messages and binary frames
+ * for work not in flight share one token bucket per connection (RATE_LIMITED), and no work is queued to a volunteer
+ * that does not read (`sendBacklogMaxBytes`).
  */
-import type { IncomingMessage, Server } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
 import {
@@ -41,6 +48,19 @@ import type { Numerics } from '../../shaders/computer.ts';
 import type { Assignment, VolunteerAnswer, VolunteerRequest } from '../market/assign.ts';
 import type { HeldRange } from '../market/types.ts';
 import type { WorkItem, WorkerDirectory, WorkerLink } from '../dispatch/worker-link.ts';
+import { RateLimiter } from '../auth/rate-limit.ts';
+import { HubError } from '../errors.ts';
+import {
+  CHANNEL_CONNECTIONS_PER_ADDRESS,
+  CHANNEL_CONNECTIONS_PER_WALLET,
+  CHANNEL_LATE_IDS_KEPT,
+  CHANNEL_OPEN_RATE,
+  CHANNEL_SEND_BACKLOG_MAX_BYTES,
+  CHANNEL_UNSOLICITED_BYTES_PER_TOKEN,
+} from '../limits.ts';
+import { clientKey } from '../net.ts';
+import { checkOrigin, normalOrigin } from './admission.ts';
+import type { PeerListing } from '../peers.ts';
 
 /** What the channel needs of the hub (the Hub implements it; tests may pass their own). */
 export interface ChannelHost {
@@ -66,7 +86,7 @@ export interface ChannelHost {
    * with BAD_FRAME; the host may also distrust the worker (quarantine).
    */
   badResult?(workerId: string, reason: string): void;
-  event(kind: 'volunteer-join' | 'volunteer-leave' | 'release' | 'load-failed', model: string | null, detail: string): void;
+  event(kind: 'volunteer-join' | 'volunteer-leave' | 'release' | 'load-failed' | 'peer-report', model: string | null, detail: string): void;
 }
 
 export interface ChannelOptions {
@@ -83,6 +103,16 @@ export interface ChannelOptions {
   forgetWorkMs: number;
   /** Control messages per second a volunteer may send (burst = 4×). */
   controlPerSec: number;
+  /** Connections open at once from one client address (net.ts clientKey); one more → 503 TOO_MANY_CONNECTIONS. */
+  maxPerAddress: number;
+  /** Connections open at once of one wallet; one more is closed at its hello with OVER_CAPACITY. */
+  maxPerWallet: number;
+  /** Opens per client address (token bucket); beyond → 429 RATE_LIMITED at the upgrade. */
+  opensPerAddress: { capacity: number; refillPerSec: number };
+  /** Origins besides the hub's own whose pages may open the channel (`--allow-origin`; admission.ts). */
+  allowedOrigins: readonly string[];
+  /** Bytes queued unsent to a volunteer beyond which it gets no new work. */
+  sendBacklogMaxBytes: number;
 }
 
 export const DEFAULT_CHANNEL: Readonly<ChannelOptions> = Object.freeze({
@@ -94,6 +124,11 @@ export const DEFAULT_CHANNEL: Readonly<ChannelOptions> = Object.freeze({
   resultEncoding: 'f32',
   forgetWorkMs: 30_000,
   controlPerSec: 20,
+  maxPerAddress: CHANNEL_CONNECTIONS_PER_ADDRESS,
+  maxPerWallet: CHANNEL_CONNECTIONS_PER_WALLET,
+  opensPerAddress: CHANNEL_OPEN_RATE,
+  allowedOrigins: [],
+  sendBacklogMaxBytes: CHANNEL_SEND_BACKLOG_MAX_BYTES,
 });
 
 export type ConnectionState = 'hello' | 'waiting' | 'loading' | 'serving' | 'paused';
@@ -141,7 +176,10 @@ class Connection implements WorkerLink {
   gflops: number | null = null;
   private nextWorkId = 1;
   readonly pending = new Map<number, Pending>();
+  /** Work ids the hub stopped waiting for (oldest first): a late answer to one is a race, dropped for free. */
+  private readonly late = new Set<number>();
   lastHeardMs: number;
+  private nextPingId = 1;
   tokens: number;
   tokensAtMs: number;
   loadTimer: NodeJS.Timeout | null = null;
@@ -167,6 +205,12 @@ class Connection implements WorkerLink {
     return this.assign?.experts[1] ?? 0;
   }
 
+  /** The channel's keep-alive: a `ping` the volunteer's script answers with a `pong` (heard like any message). */
+  ping(): void {
+    this.send({ type: 'ping', id: this.nextPingId });
+    this.nextPingId = this.nextPingId >= 0xffffffff ? 1 : this.nextPingId + 1;
+  }
+
   send(m: HubMessage): void {
     if (this.ws.readyState === this.ws.OPEN) this.ws.send(encodeHubMessage(m));
   }
@@ -174,6 +218,9 @@ class Connection implements WorkerLink {
   compute(work: WorkItem, deadlineMs: number): Promise<Float32Array> {
     const a = this.assign;
     if (!a || this.state !== 'serving') return Promise.reject(new WorkError('not serving'));
+    // A volunteer that does not read would make the hub buffer every frame it is sent.
+    if (this.ws.bufferedAmount > this.channel.options.sendBacklogMaxBytes)
+      return Promise.reject(new WorkError('backlogged: the volunteer is not reading its frames'));
     const workId = this.nextWorkId;
     this.nextWorkId = this.nextWorkId >= 0xffffffff ? 1 : this.nextWorkId + 1;
     const encoding = this.channel.options.resultEncoding;
@@ -191,7 +238,7 @@ class Connection implements WorkerLink {
     });
     return new Promise<Float32Array>((resolve, reject) => {
       const forgetMs = Math.max(deadlineMs * 4, this.channel.options.forgetWorkMs);
-      const timer = setTimeout(() => this.settle(workId)?.reject(new WorkError('no answer')), forgetMs);
+      const timer = setTimeout(() => this.giveUp(workId, 'no answer'), forgetMs);
       timer.unref();
       this.pending.set(workId, { sentAt: performance.now(), resolve, reject, nRows: work.nRows, nEmbd: work.nEmbd, encoding, timer });
       this.inFlight++;
@@ -211,16 +258,30 @@ class Connection implements WorkerLink {
   }
 
   failAll(why: string): void {
-    for (const id of [...this.pending.keys()]) this.settle(id)?.reject(new WorkError(why));
+    for (const id of [...this.pending.keys()]) this.giveUp(id, why);
   }
 
-  /** Token bucket for control messages. */
-  allowControl(nowMs: number): boolean {
+  /** Stops waiting for a work item; its id is remembered as late (the newest CHANNEL_LATE_IDS_KEPT). */
+  private giveUp(workId: number, why: string): void {
+    const p = this.settle(workId);
+    if (!p) return;
+    this.late.add(workId);
+    if (this.late.size > CHANNEL_LATE_IDS_KEPT) this.late.delete(this.late.values().next().value as number);
+    p.reject(new WorkError(why));
+  }
+
+  /** Whether `workId` was given up on (and forgets it: each work id is answered once). */
+  wasLate(workId: number): boolean {
+    return this.late.delete(workId);
+  }
+
+  /** Token bucket for control messages (and frames for work not in flight, which cost `cost`). */
+  allowControl(nowMs: number, cost = 1): boolean {
     const rate = this.channel.options.controlPerSec;
-    this.tokens = Math.min(rate * 4, this.tokens + ((nowMs - this.tokensAtMs) / 1000) * rate);
-    this.tokensAtMs = nowMs;
-    if (this.tokens < 1) return false;
-    this.tokens--;
+    this.tokens = Math.min(rate * 4, this.tokens + (Math.max(0, nowMs - this.tokensAtMs) / 1000) * rate);
+    this.tokensAtMs = Math.max(this.tokensAtMs, nowMs);
+    if (this.tokens < cost) return false;
+    this.tokens -= cost;
     return true;
   }
 }
@@ -230,6 +291,11 @@ export class VolunteerChannel {
   private readonly wss: WebSocketServer;
   private readonly byWorker = new Map<string, Connection>();
   private readonly all = new Set<Connection>();
+  /** Open sockets of the channel per client address (from the upgrade to the close), and said-hello ones per wallet. */
+  private readonly perAddress = new Map<string, number>();
+  private readonly perWallet = new Map<string, number>();
+  private readonly opens: RateLimiter;
+  private readonly allowedOrigins: ReadonlySet<string>;
   private nextAssignment = 1;
   /** Serving links per model and layer, rebuilt when a connection starts or stops serving. */
   private readonly links = new Map<string, Map<number, Connection[]>>();
@@ -246,13 +312,19 @@ export class VolunteerChannel {
    * answer (ms), and the worker's own time on it (µs, as it reports). Benchmarks take the hub's share from these.
    */
   onResult: ((workerId: string, roundTripMs: number, computeUs: number) => void) | null = null;
+  /** Who holds which slice, for volunteers passing slices to each other (hub/peers.ts, docs/peers.md); null: off. */
+  peers: PeerListing | null = null;
+  /** Other WebSocket paths served on the same HTTP server (the PeerJS signalling server): not refused here. */
+  upgradesElsewhere: ((path: string) => boolean) | null = null;
 
   constructor(
     private readonly host: ChannelHost,
     options: Partial<ChannelOptions> = {},
-    private readonly now: () => number = Date.now,
+    readonly nowMs: () => number = Date.now,
   ) {
     this.options = { ...DEFAULT_CHANNEL, ...options };
+    this.opens = new RateLimiter(this.options.opensPerAddress);
+    this.allowedOrigins = new Set(this.options.allowedOrigins.map(normalOrigin));
     this.wss = new WebSocketServer({ noServer: true, maxPayload: VOLUNTEER_LIMITS.maxFrameBytes, perMessageDeflate: false });
     this.sweep = setInterval(() => this.sweepIdle(), Math.min(5_000, this.options.idleTimeoutMs / 3));
     this.sweep.unref();
@@ -263,11 +335,40 @@ export class VolunteerChannel {
     server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
       const path = (req.url ?? '').split('?')[0];
       if (path !== VOLUNTEER_PATH || this.closed) {
+        if (path !== VOLUNTEER_PATH && this.upgradesElsewhere?.(path ?? '')) return;
         socket.end('HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
         return;
       }
-      this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws, req.socket.remoteAddress ?? ''));
+      const remote = req.socket.remoteAddress ?? '';
+      const key = clientKey({ ip: remote });
+      try {
+        this.admit(req, key);
+      } catch (e) {
+        refuseUpgrade(socket, e instanceof HubError ? e : new HubError('INTERNAL', 'internal error'));
+        return;
+      }
+      this.perAddress.set(key, (this.perAddress.get(key) ?? 0) + 1);
+      socket.once('close', () => countDown(this.perAddress, key));
+      this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws, remote));
     });
+  }
+
+  /** The upgrade's checks, cheapest first: ORIGIN_FORBIDDEN, TOO_MANY_CONNECTIONS, RATE_LIMITED (each a HubError). */
+  private admit(req: IncomingMessage, key: string): void {
+    const origin = checkOrigin(req.headers.origin, req.headers.host, this.allowedOrigins);
+    if (!origin.ok) throw new HubError('ORIGIN_FORBIDDEN', origin.reason);
+    const { maxPerAddress } = this.options;
+    if ((this.perAddress.get(key) ?? 0) >= maxPerAddress)
+      throw new HubError('TOO_MANY_CONNECTIONS', `this address has ${maxPerAddress} volunteer connections open, the most one address may`, {
+        'Retry-After': '60',
+      });
+    const now = this.nowMs();
+    if (!this.opens.take(key, now)) {
+      const retryS = Math.max(1, Math.ceil(this.opens.waitMs(key, now) / 1000));
+      throw new HubError('RATE_LIMITED', `too many volunteer connections opened from this address; retry in ${retryS} s`, {
+        'Retry-After': String(retryS),
+      });
+    }
   }
 
   /** The dispatcher's view of one model's serving workers. */
@@ -312,7 +413,7 @@ export class VolunteerChannel {
   release(workerId: string, code: ReleaseCode, reason: string, holdOffMs = 0): boolean {
     const c = this.byWorker.get(workerId);
     if (!c?.assign) return false;
-    if (holdOffMs > 0) c.heldOffUntilMs = this.now() + holdOffMs;
+    if (holdOffMs > 0) c.heldOffUntilMs = this.nowMs() + holdOffMs;
     c.send({ type: 'release', assignmentId: c.assign.assignmentId, code, reason });
     this.host.event('release', c.assign.model, `${workerId}: ${code} (${reason})`);
     this.dropAssignment(c);
@@ -377,7 +478,7 @@ export class VolunteerChannel {
   // --- connections
 
   private accept(ws: WebSocket, remote: string): void {
-    const c = new Connection(ws, remote, this, this.now());
+    const c = new Connection(ws, remote, this, this.nowMs());
     if (this.all.size >= this.options.maxConnections) {
       ws.close(CLOSE_CODES.OVER_CAPACITY.code, closeReason(`the hub holds ${this.options.maxConnections} volunteers`));
       return;
@@ -388,7 +489,7 @@ export class VolunteerChannel {
     }, this.options.helloTimeoutMs);
     helloTimer.unref();
     ws.on('message', (data: RawData, isBinary: boolean) => {
-      c.lastHeardMs = this.now();
+      c.lastHeardMs = this.nowMs();
       try {
         const bytes = toBytes(data);
         if (isBinary) this.onBinary(c, bytes);
@@ -397,9 +498,6 @@ export class VolunteerChannel {
         if (e instanceof VolunteerWireError) this.closeWith(c, e.code, e.message);
         else this.closeWith(c, 'INTERNAL_ERROR', e instanceof Error ? e.message : String(e));
       }
-    });
-    ws.on('pong', () => {
-      c.lastHeardMs = this.now();
     });
     ws.on('error', () => {});
     ws.on('close', () => {
@@ -416,11 +514,13 @@ export class VolunteerChannel {
 
   private gone(c: Connection): void {
     if (!this.all.delete(c)) return;
+    if (c.wallet) countDown(this.perWallet, c.wallet);
     c.failAll('the volunteer disconnected');
     if (c.workerId && this.byWorker.get(c.workerId) === c) {
       const held = c.assign !== null || c.state === 'loading'; // only a slice given up changes what the market wants
       this.byWorker.delete(c.workerId);
       this.dropAssignment(c);
+      this.peers?.gone(c.workerId);
       this.host.forget(c.workerId);
       this.host.event('volunteer-leave', null, c.workerId);
       if (held) this.demandChanged();
@@ -428,23 +528,29 @@ export class VolunteerChannel {
   }
 
   /**
-   * Closes connections silent for idleTimeoutMs, and pings those quiet for heartbeatMs: a volunteer whose page cannot
-   * send (a background tab's timers are throttled to a minute) stays, because its browser answers protocol pings
-   * without any JavaScript and a pong counts as heard. Volunteers that heartbeat are not pinged: 10,000 pings at once
-   * stall the hub for about a second on a loaded 2-core machine (bench/hub.ts).
+   * Closes connections silent for idleTimeoutMs, and pings those quiet for heartbeatMs. The ping is the channel's own
+   * (`ping` → `pong`, answered by the page's script from its message event), not a WebSocket protocol ping: a
+   * background tab whose timers are throttled to a minute still answers it (message events are not throttled), while
+   * a page whose network DevTools cut, or whose script is frozen, does not — its browser would have answered a
+   * protocol ping below the page, keeping a volunteer that serves nothing. Volunteers that heartbeat are not pinged:
+   * 10,000 pings at once stall the hub for about a second on a loaded 2-core machine (bench/hub.ts).
    */
   private sweepIdle(): void {
-    const t = this.now();
+    const t = this.nowMs();
     for (const c of this.all) {
       if (c.state === 'hello') continue;
       const quiet = t - c.lastHeardMs;
-      if (quiet > this.options.idleTimeoutMs) this.closeWith(c, 'IDLE_TIMEOUT', `nothing heard for ${this.options.idleTimeoutMs} ms`);
-      else if (quiet >= this.options.heartbeatMs && c.ws.readyState === c.ws.OPEN) c.ws.ping();
+      // Silent that long, it may not answer the closing handshake either (a cut network, a frozen tab): it is gone
+      // from the dispatch map now, within idle timeout + one sweep, not once the handshake gives up.
+      if (quiet > this.options.idleTimeoutMs) {
+        this.closeWith(c, 'IDLE_TIMEOUT', `nothing heard for ${this.options.idleTimeoutMs} ms`);
+        this.gone(c);
+      } else if (quiet >= this.options.heartbeatMs) c.ping();
     }
   }
 
   private onText(c: Connection, bytes: Uint8Array): void {
-    if (c.state !== 'hello' && !c.allowControl(this.now())) throw new VolunteerWireError('RATE_LIMITED', 'too many control messages');
+    if (c.state !== 'hello' && !c.allowControl(this.nowMs())) throw new VolunteerWireError('RATE_LIMITED', 'too many control messages');
     const m = parseClientMessage(bytes);
     if (c.state === 'hello') {
       if (m.type !== 'hello') throw new VolunteerWireError('UNEXPECTED_MESSAGE', `expected hello, got ${m.type}`);
@@ -456,7 +562,16 @@ export class VolunteerChannel {
         throw new VolunteerWireError('UNEXPECTED_MESSAGE', 'a second hello');
       case 'loaded':
         this.onLoaded(c, m.assignmentId, m.ready, m.backend, m.gflops);
+        if (c.assign?.assignmentId === m.assignmentId && (c.state === 'serving' || c.state === 'paused')) {
+          this.peers?.loaded(c.workerId, m.peerBytes, m.hubBytes);
+        }
         return;
+      case 'peer_report': {
+        if (c.assign?.assignmentId !== m.assignmentId) return; // about an assignment already gone
+        const line = this.peers?.report(c.workerId, m);
+        if (line) this.host.event('peer-report', c.assign.model, line);
+        return;
+      }
       case 'load_failed': {
         if (!c.assign || c.assign.assignmentId !== m.assignmentId) return;
         const a = c.assign;
@@ -484,6 +599,7 @@ export class VolunteerChannel {
         return;
       case 'pause':
         c.paused = true;
+        this.peers?.paused(c.workerId, true);
         if (c.state === 'serving' || c.state === 'waiting') {
           const wasServing = c.state === 'serving';
           c.state = 'paused';
@@ -492,6 +608,7 @@ export class VolunteerChannel {
         return;
       case 'resume':
         c.paused = false;
+        this.peers?.paused(c.workerId, false);
         if (c.state === 'paused') {
           c.state = c.assign ? 'serving' : 'waiting';
           if (c.assign) this.rebuildLinks(c.assign.model);
@@ -522,16 +639,24 @@ export class VolunteerChannel {
     const quarantined = this.host.quarantineReason(h.workerId, wallet);
     if (quarantined) throw new VolunteerWireError('QUARANTINED', quarantined);
     const old = this.byWorker.get(h.workerId);
+    // Worker ids are the client's to choose and the dashboard lists them: only its own wallet may take one over.
+    if (old && old !== c && old.wallet !== wallet)
+      throw new VolunteerWireError('UNEXPECTED_MESSAGE', `worker id ${h.workerId} is connected under another wallet`);
+    const { maxPerWallet } = this.options;
+    if ((this.perWallet.get(wallet) ?? 0) - (old && old !== c ? 1 : 0) >= maxPerWallet)
+      throw new VolunteerWireError('OVER_CAPACITY', `this wallet has ${maxPerWallet} volunteers connected, the most one wallet may`);
     if (old && old !== c) {
       this.closeWith(old, 'REPLACED', 'a newer connection with this worker id took over');
       this.gone(old);
     }
     c.workerId = h.workerId;
     c.wallet = wallet;
+    this.perWallet.set(wallet, (this.perWallet.get(wallet) ?? 0) + 1);
     c.hello = h;
     c.paused = false;
     c.state = 'waiting';
     this.byWorker.set(h.workerId, c);
+    const peer = this.peers?.welcome(h.workerId, wallet);
     c.send({
       type: 'welcome',
       version: VOLUNTEER_WIRE_VERSION,
@@ -540,6 +665,7 @@ export class VolunteerChannel {
       idleTimeoutMs: this.options.idleTimeoutMs,
       encoding: this.options.resultEncoding,
       credit: this.host.creditOf(wallet),
+      ...(peer ? { peer } : {}),
     });
     this.host.event(
       'volunteer-join',
@@ -581,8 +707,14 @@ export class VolunteerChannel {
     const { kind, workId } = peekFrame(bytes);
     if (kind === 'work') throw new VolunteerWireError('BAD_FRAME', 'volunteers do not send work frames');
     const p = c.pending.get(workId);
-    // An answer to work the hub already gave up on (or never sent) is dropped; the dispatcher has counted it.
-    if (!p) return;
+    if (!p) {
+      // An answer to work the hub gave up on is dropped for free (the dispatcher has counted it). A frame for work
+      // never sent costs the control bucket by its size: O(1) to drop, and a flood of them is closed.
+      if (c.wasLate(workId)) return;
+      const cost = 1 + Math.floor(bytes.length / CHANNEL_UNSOLICITED_BYTES_PER_TOKEN);
+      if (!c.allowControl(this.nowMs(), cost)) throw new VolunteerWireError('RATE_LIMITED', 'too many frames for work not in flight');
+      return;
+    }
     if (kind === 'work_failed') {
       const f = decodeWorkFailed(bytes);
       c.settle(workId)?.reject(new WorkError(`${f.code}: ${f.message}`));
@@ -607,6 +739,7 @@ export class VolunteerChannel {
     const a = c.assign;
     if (!a) return;
     c.assign = null;
+    this.peers?.dropped(c.workerId);
     this.assigned.get(a.model)?.delete(c);
     c.failAll('released');
     this.host.forget(c.workerId);
@@ -628,7 +761,7 @@ export class VolunteerChannel {
   }
 
   private async assignRound(candidates: Iterable<Connection>): Promise<void> {
-    const now = this.now();
+    const now = this.nowMs();
     const idle = [...candidates].filter((c) => c.state === 'waiting' && !c.unfit && c.hello && c.heldOffUntilMs <= now);
     idle.sort((x, y) => speed(y) - speed(x) || budget(y) - budget(x) || (x.workerId < y.workerId ? -1 : 1));
     // Models ('' = any) of which nothing is wanted: assignments in this round only lower demand, so a later volunteer
@@ -707,6 +840,14 @@ export class VolunteerChannel {
       if (!this.all.has(c)) this.host.forget(c.workerId);
       return;
     }
+    const query = `model=${encodeURIComponent(answer.model)}&layer=${answer.layer}&expert_begin=${answer.experts[0]}&expert_end=${answer.experts[1]}`;
+    const peers = this.peers?.assigning(c.workerId, {
+      model: answer.model,
+      layer: answer.layer,
+      experts: [answer.experts[0], answer.experts[1]],
+      digest: shard.digest,
+      bytes: shard.bytes,
+    });
     const assign: Assign = {
       type: 'assign',
       assignmentId: this.nextAssignment++,
@@ -719,6 +860,7 @@ export class VolunteerChannel {
       shardUrl: `/api/expert-shard?model=${encodeURIComponent(answer.model)}&layer=${answer.layer}&expert_begin=${answer.experts[0]}&expert_end=${answer.experts[1]}`,
       shardBytes: shard.bytes,
       shardDigest: shard.digest,
+      ...(peers ? { peers, chunksUrl: `/api/expert-shard/chunks?${query}` } : {}),
     };
     c.assign = assign;
     const holders = this.assigned.get(assign.model) ?? new Set<Connection>();
@@ -736,6 +878,24 @@ export class VolunteerChannel {
 const ROUND_BATCH = 32;
 /** Shard lookups at once in a round (each may open and read the model file once). */
 const SHARD_LOOKUPS = 8;
+
+/** Lowers a count of `key`, deleting it at zero (so the map holds only keys with something open). */
+function countDown(counts: Map<string, number>, key: string): void {
+  const n = (counts.get(key) ?? 1) - 1;
+  if (n <= 0) counts.delete(key);
+  else counts.set(key, n);
+}
+
+/** Answers an upgrade with a catalogue error, as the HTTP API would, and closes the socket once it is written. */
+function refuseUpgrade(socket: Duplex, e: HubError): void {
+  const body = JSON.stringify(e.toJSON());
+  const headers = Object.entries(e.headers).map(([k, v]) => `${k.toLowerCase()}: ${v}\r\n`);
+  socket.end(
+    `HTTP/1.1 ${e.status} ${STATUS_CODES[e.status] ?? ''}\r\nconnection: close\r\ncontent-type: application/json; charset=utf-8\r\n` +
+      `content-length: ${Buffer.byteLength(body)}\r\n${headers.join('')}\r\n${body}`,
+    () => socket.destroy(),
+  );
+}
 
 const speed = (c: Connection): number => c.hello?.device.gflops ?? 0;
 const budget = (c: Connection): number => c.hello?.device.memoryBudgetBytes ?? 0;

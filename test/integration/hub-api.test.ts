@@ -16,6 +16,26 @@ import type { SlotsReading } from '../../hub/market/saturation.ts';
 const wide = await testModel({ arch: 'qwen3moe', layers: 2, nEmbd: 32, ff: 32, nExpert: 256, nExpertUsed: 8, seed: 4 });
 const dense = await testModel({ arch: 'deepseek', layers: 3, nEmbd: 32, ff: 32, sharedFf: 32, nExpert: 16, nExpertUsed: 2, seed: 4 });
 
+interface Offered {
+  model: string;
+  layer: number;
+  experts: [number, number];
+}
+
+/**
+ * An HTTP worker's way to a slice: the market's offer for `workerId` (`POST /api/expert-volunteer`), then the shard
+ * download. Its heartbeats may report the slice from then on (market/grants.ts); nothing is reported here.
+ */
+async function takeSlice(t: TestHub, token: string, workerId: string, request: Record<string, unknown> = {}): Promise<Offered> {
+  const a = await t.call('POST', '/api/expert-volunteer', { ...request, worker_id: workerId }, token);
+  assert.equal(a.status, 200);
+  assert.equal(a.json.assigned, true, `${workerId} was offered a slice: ${JSON.stringify(a.json)}`);
+  const { model, layer, experts } = a.json as Offered;
+  const shard = `/api/expert-shard?model=${model}&layer=${layer}&expert_begin=${experts[0]}&expert_end=${experts[1]}`;
+  assert.equal((await t.call('GET', shard, undefined, token)).status, 200, `${workerId} downloaded its slice`);
+  return { model, layer, experts };
+}
+
 test('auth: a good login, a replayed nonce, a wrong signature, an expired token', async () => {
   const t = await testHub({ models: [{ path: wide.path, name: 'wide' }] });
   try {
@@ -68,15 +88,27 @@ test("market through the API: the brief's example, dense layers, eviction after 
       { path: wide.path, name: 'wide' },
       { path: dense.path, name: 'dense' },
     ],
+    dispatchMode: 'always', // the market wants its base replicas at rest: the first workers are offered slices
   });
   try {
     const token = await t.login(newVolunteer());
     const beat = (worker: string, model: string, segments: number[][], n: { n_layer: number; n_expert: number }) =>
       t.call('POST', '/api/expert-coverage', { worker_id: worker, model, ...n, segments }, token);
     const wideN = { n_layer: 2, n_expert: 256 };
-    assert.equal((await beat('A', 'wide', [[0, 0, 128]], wideN)).status, 200);
-    assert.equal((await beat('B', 'wide', [[0, 128, 256]], wideN)).status, 200);
-    assert.equal((await beat('C', 'wide', [[0, 0, 128]], wideN)).status, 200);
+    // Each worker holds what the market offered it and it downloaded (A and C the first half of theirs): in this order
+    // the offers build the brief's example, A=[0,128) B=[128,256) C=[0,128) on layer 0, with layer 1 held twice.
+    const offers: Array<[string, [number, number, number], [number, number, number]]> = [
+      ['A', [0, 0, 256], [0, 0, 128]],
+      ['D', [1, 0, 256], [1, 0, 256]],
+      ['B', [0, 128, 256], [0, 128, 256]],
+      ['C', [0, 0, 256], [0, 0, 128]],
+      ['E', [1, 0, 256], [1, 0, 256]],
+    ];
+    for (const [worker, offered, held] of offers) {
+      const s = await takeSlice(t, token, worker, { model: 'wide' });
+      assert.deepEqual([s.layer, ...s.experts], offered, `${worker}'s offer`);
+      assert.equal((await beat(worker, 'wide', [held], wideN)).status, 200);
+    }
 
     const demand = await t.call('GET', '/api/expert-demand?model=wide');
     assert.equal(demand.status, 200);
@@ -85,9 +117,6 @@ test("market through the API: the brief's example, dense layers, eviction after 
       { experts: [0, 128], replicas: 2, target: 2, scarcity: 0 },
       { experts: [128, 256], replicas: 1, target: 2, scarcity: 0.5 },
     ]);
-    // Layer 1 has no worker at all: scarcity 1 beats layer 0's 0.5, so ask for layer 0's gap explicitly by holding layer 1.
-    assert.equal((await beat('D', 'wide', [[1, 0, 256]], wideN)).status, 200);
-    assert.equal((await beat('E', 'wide', [[1, 0, 256]], wideN)).status, 200);
     const got = await t.call('POST', '/api/expert-volunteer', { model: 'wide', max_experts: 64 }, token);
     assert.equal(got.status, 200);
     assert.deepEqual(
@@ -104,6 +133,8 @@ test("market through the API: the brief's example, dense layers, eviction after 
 
     // deepseek's layer 0 is dense: never offered, refused in coverage.
     const denseN = { n_layer: 3, n_expert: 16 };
+    const f = await takeSlice(t, token, 'F', { model: 'dense' });
+    assert.deepEqual([f.layer, ...f.experts], [1, 0, 16]);
     assert.equal((await beat('F', 'dense', [[1, 0, 16]], denseN)).status, 200);
     const dd = await t.call('GET', '/api/expert-demand?model=dense');
     assert.deepEqual(
@@ -169,9 +200,14 @@ test('≥ 20 malformed bodies per market endpoint get the right status and code;
       { path: wide.path, name: 'wide' },
       { path: dense.path, name: 'dense' },
     ],
+    dispatchMode: 'always', // the market offers slices at rest: the good heartbeat below follows an offer
   });
   try {
     const token = await t.login(newVolunteer());
+    // 'w' holds the slice of the good heartbeat `ok`; 'u' was offered one of dense and did not download it.
+    assert.deepEqual(await takeSlice(t, token, 'w', { model: 'wide', max_experts: 8 }), { model: 'wide', layer: 0, experts: [0, 8] });
+    const u = await t.call('POST', '/api/expert-volunteer', { model: 'dense', max_experts: 4, worker_id: 'u' }, token);
+    assert.deepEqual([u.json.layer, u.json.experts], [1, [0, 4]]);
     const json = (v: unknown) => ({ payload: JSON.stringify(v), contentType: 'application/json' });
     type Case = [string, { body?: unknown; raw?: { payload: string; contentType: string }; token?: string | null }, number, string];
     const ok = { worker_id: 'w', model: 'wide', n_layer: 2, n_expert: 256, segments: [[0, 0, 8]] };
@@ -227,6 +263,15 @@ test('≥ 20 malformed bodies per market endpoint get the right status and code;
       ['fractional layer', { body: { ...ok, segments: [[0.5, 0, 8]] } }, 400, 'BODY_INVALID'],
       ['string in segment', { body: { ...ok, segments: [['0', 0, 8]] } }, 400, 'BODY_INVALID'],
       ['dense layer', { body: { ...ok, model: 'dense', n_layer: 3, n_expert: 16, segments: [[0, 0, 8]] } }, 400, 'LAYER_NOT_MOE'],
+      ['a range never assigned', { body: { ...ok, segments: [[1, 0, 8]] } }, 403, 'COVERAGE_NOT_ASSIGNED'],
+      ['past the end of its slice', { body: { ...ok, segments: [[0, 0, 9]] } }, 403, 'COVERAGE_NOT_ASSIGNED'],
+      ["another worker's slice", { body: { ...ok, worker_id: 'v' } }, 403, 'COVERAGE_NOT_ASSIGNED'],
+      [
+        'assigned, not downloaded',
+        { body: { worker_id: 'u', model: 'dense', n_layer: 3, n_expert: 16, segments: [[1, 0, 4]] } },
+        409,
+        'COVERAGE_NOT_DOWNLOADED',
+      ],
       ['broken JSON', { raw: { payload: '[[[', contentType: 'application/json' } }, 400, 'BODY_NOT_JSON'],
       ['oversized body', { raw: json({ ...ok, pad: 'x'.repeat(70_000) }) }, 413, 'BODY_TOO_LARGE'],
     ];
@@ -329,6 +374,25 @@ async function heartbeatOf(t: TestHub, token: string, workerId: string): Promise
   );
 }
 
+/** The proper way for an HTTP worker of model 'm' to hold both its layers: two offers, two downloads, heartbeats. */
+async function holdWholeModel(t: TestHub, token: string, workerId: string): Promise<void> {
+  const segments: number[][] = [];
+  for (let i = 0; i < 2; i++) {
+    const s = await takeSlice(t, token, workerId, { model: 'm' });
+    segments.push([s.layer, ...s.experts]);
+    const r = await t.call('POST', '/api/expert-coverage', { worker_id: workerId, model: 'm', n_layer: 2, n_expert: 8, segments }, token);
+    assert.equal(r.status, 200, `${workerId}: ${JSON.stringify(r.json)}`);
+  }
+  assert.deepEqual(
+    segments.sort((a, b) => (a[0] ?? 0) - (b[0] ?? 0)),
+    [
+      [0, 0, 8],
+      [1, 0, 8],
+    ],
+    `${workerId} holds every expert of m`,
+  );
+}
+
 const wantsNothing = (demand: { models: Array<{ layers: Array<{ segments: Array<{ scarcity: number }> }> }> }): boolean =>
   demand.models[0]?.layers.every((l) => l.segments.every((x) => x.scarcity === 0)) ?? false;
 
@@ -343,7 +407,10 @@ test('admin release of an HTTP-heartbeat worker: its range is wanted again; its 
   });
   try {
     const token = await t.login(newVolunteer());
-    for (const id of ['w-a', 'w-b']) assert.equal((await heartbeatOf(t, token, id)).status, 200);
+    for (const id of ['w-a', 'w-b']) {
+      await holdWholeModel(t, token, id);
+      assert.equal((await heartbeatOf(t, token, id)).status, 200);
+    }
     assert.ok(wantsNothing((await t.call('GET', '/api/expert-demand?model=m')).json), 'two replicas everywhere: nothing wanted');
 
     const rel = await t.call('POST', '/api/admin/workers/w-a/release', { reason: 'rebalancing' }, ADMIN);
@@ -373,19 +440,32 @@ test('admin release of an HTTP-heartbeat worker: its range is wanted again; its 
 });
 
 test('admin quarantine: the worker id alone by default; { wallet: true } quarantines its wallet too', async () => {
-  const t = await testHub({ models: [{ path: small.path, name: 'm' }], adminToken: ADMIN });
+  // Demand for eight replicas at rest: every worker below is offered both layers of m before it reports them.
+  const t = await testHub({
+    models: [{ path: small.path, name: 'm' }],
+    adminToken: ADMIN,
+    dispatchMode: 'always',
+    saturation: { ...DEFAULT_SATURATION, targetBase: 8 },
+  });
   try {
     const alice = newVolunteer();
     const bob = newVolunteer();
     const aliceToken = await t.login(alice);
     const bobToken = await t.login(bob);
-    for (const id of ['a-1', 'a-2']) assert.equal((await heartbeatOf(t, aliceToken, id)).status, 200);
-    for (const id of ['b-1', 'b-2']) assert.equal((await heartbeatOf(t, bobToken, id)).status, 200);
+    for (const id of ['a-1', 'a-2']) {
+      await holdWholeModel(t, aliceToken, id);
+      assert.equal((await heartbeatOf(t, aliceToken, id)).status, 200);
+    }
+    for (const id of ['b-1', 'b-2']) {
+      await holdWholeModel(t, bobToken, id);
+      assert.equal((await heartbeatOf(t, bobToken, id)).status, 200);
+    }
 
     const byId = await t.call('POST', '/api/admin/workers/b-1/quarantine', { reason: 'wrong sums' }, ADMIN);
     assert.deepEqual([byId.status, byId.json.detail], [200, 'quarantined b-1 (m): wrong sums']);
     assert.deepEqual((await heartbeatOf(t, bobToken, 'b-1')).json.code, 'WORKER_QUARANTINED');
     assert.equal((await heartbeatOf(t, bobToken, 'b-2')).status, 200, "default: the wallet's other workers keep serving");
+    await holdWholeModel(t, bobToken, 'b-3');
     assert.equal((await heartbeatOf(t, bobToken, 'b-3')).status, 200, '… and a new worker id of it too');
 
     const byWallet = await t.call('POST', '/api/admin/workers/a-1/quarantine', { reason: 'wrong sums', wallet: true }, ADMIN);

@@ -15,10 +15,16 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { createServer, type AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Browser } from 'playwright-core';
+import { joinVolunteerPage, launchChromium } from '../support/browser.ts';
 import { testModel } from '../support/models.ts';
-import { QWEN_Q4K, completionIds, until } from '../support/swarm.ts';
+import { buildPages } from '../support/pages-build.ts';
+import { E2E_PROMPT, QWEN_Q4K, completionIds, dispatchMap, spawnVolunteer, until, type HeadlessVolunteer } from '../support/swarm.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/expertswarm.js', import.meta.url));
+const HUB_MAIN = fileURLToPath(new URL('../support/hub-main.ts', import.meta.url));
 
 interface HubProcess {
   proc: ChildProcess;
@@ -36,10 +42,18 @@ function alive(pid: number): boolean {
   }
 }
 
-async function startHub(modelPath: string, stateDir: string): Promise<HubProcess> {
-  const proc = spawn(process.execPath, [BIN, 'hub', '--model', `m=${modelPath}`, '--port', '0', '--state', stateDir, '--slots', '1'], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+/**
+ * `npx expertswarm hub` as its own process; with `pages`, the same hub through test/support/hub-main.ts serving that
+ * build of the pages (the volunteer tab's page comes from the hub).
+ */
+async function startHub(modelPath: string, stateDir: string, args: string[] = [], pages?: string): Promise<HubProcess> {
+  const hubArgs = ['--model', `m=${modelPath}`, '--port', '0', '--state', stateDir, '--slots', '1', ...args];
+  const proc = pages
+    ? spawn(process.execPath, ['--import', 'tsx', HUB_MAIN, ...hubArgs], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+        env: { ...process.env, EXPERTSWARM_TEST_PAGES: pages },
+      })
+    : spawn(process.execPath, [BIN, 'hub', ...hubArgs], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   proc.stdout?.on('data', (d: Buffer) => {
     out += d.toString();
@@ -117,14 +131,142 @@ test('a SIGKILLed hub: its streams end with an error, its coordinator exits, a n
     assert.notEqual(second.coordinatorPid, first.coordinatorPid, 'a fresh coordinator');
     assert.deepEqual(await completionIds(second.url, 'm', 'The swarm serves', 16, m.ban), want, 'the same tokens');
   } finally {
-    for (const h of [first, second]) {
-      if (!h) continue;
-      if (h.proc.exitCode === null && h.proc.signalCode === null) {
-        h.proc.kill('SIGTERM');
-        await new Promise((r) => h.proc.once('exit', r));
-      }
-      if (alive(h.coordinatorPid)) process.kill(h.coordinatorPid, 'SIGKILL');
-    }
+    for (const h of [first, second]) if (h) await stopHub(h);
     rmSync(stateDir, { recursive: true, force: true });
+  }
+});
+
+async function stopHub(h: HubProcess): Promise<void> {
+  if (h.proc.exitCode === null && h.proc.signalCode === null) {
+    h.proc.kill('SIGTERM');
+    await new Promise((r) => h.proc.once('exit', r));
+  }
+  if (alive(h.coordinatorPid)) process.kill(h.coordinatorPid, 'SIGKILL');
+}
+
+/** A port nobody listens on now (the restarted hub must come back on the one its volunteers dial). */
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as AddressInfo).port;
+  await new Promise((r) => server.close(r));
+  return port;
+}
+
+interface WorkerRowLite {
+  id: string;
+  state: string;
+  pairsServed: number;
+  credit: number | null;
+}
+
+async function workerRows(url: string): Promise<WorkerRowLite[]> {
+  return ((await (await fetch(`${url}/api/dashboard/workers?limit=100`)).json()) as { rows: WorkerRowLite[] }).rows;
+}
+
+const ADMIN = 'hub-restart-admin-token-0123456789';
+
+/**
+ * The drill with volunteers: a Chromium tab on the hub's page and two headless volunteers serve; the operator
+ * quarantines one; the hub is SIGKILLed mid-stream and a new one starts on the same port and state. The tab and the
+ * healthy headless volunteer reconnect on their own (jittered backoff) and serve the coordinator's tokens again, their
+ * credit is what it was, and the quarantined one is refused at its hello and never dispatched to.
+ */
+test('volunteers across a hub restart: tab and headless reconnect and serve, credit and quarantine intact', {
+  timeout: 600_000,
+}, async () => {
+  const m = await testModel(QWEN_Q4K);
+  const stateDir = mkdtempSync(join(tmpdir(), 'es-restart-'));
+  const pages = await buildPages('production');
+  const port = await freePort();
+  const args = ['--port', String(port), '--host', '127.0.0.1', '--dispatch', 'always', '--target-base', '2', '--probation', '2'];
+  args.push('--heartbeat-ms', '1000', '--dispatch-deadline-ms', '1000', '--admin-token', ADMIN);
+  const hubs: HubProcess[] = [];
+  const heads: HeadlessVolunteer[] = [];
+  let browser: Browser | undefined;
+  try {
+    const first = await startHub(m.path, stateDir, args, pages);
+    hubs.push(first);
+    const want = await completionIds(first.url, 'm', E2E_PROMPT, 24, m.ban);
+    browser = await launchChromium();
+    const tab = await joinVolunteerPage(browser, first.url);
+    heads.push(spawnVolunteer(first.url, 'restart-a'), spawnVolunteer(first.url, 'restart-b'));
+    const ids = [tab.workerId, 'restart-a', 'restart-b'];
+    await until('three volunteers serving', 240_000, async () => {
+      const rows = await dispatchMap(first.url, 'm');
+      return ids.every((id) => rows.some((r) => r.worker_id === id)) ? rows : undefined;
+    });
+    // Past probation and credited: completions until every volunteer has verified credit.
+    await until('every volunteer credited', 240_000, async () => {
+      assert.deepEqual(await completionIds(first.url, 'm', E2E_PROMPT, 24, m.ban), want, 'tokens before the restart');
+      const rows = await workerRows(first.url);
+      return ids.every((id) => (rows.find((r) => r.id === id)?.credit ?? 0) > 0) ? rows : undefined;
+    });
+    const quarantine = await fetch(`${first.url}/api/admin/workers/restart-b/quarantine`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ reason: 'the restart drill quarantines it' }),
+    });
+    assert.equal(quarantine.status, 200, await quarantine.text());
+    const before = await workerRows(first.url);
+    const creditBefore = new Map(before.map((r) => [r.id, r.credit ?? 0]));
+
+    // Killed mid-stream, as in the drill above.
+    const stream = fetch(`${first.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'm',
+        prompt: E2E_PROMPT,
+        max_tokens: 4000,
+        stream: true,
+        ignore_eos: true,
+        logit_bias: Object.fromEntries(m.ban.map((id) => [String(id), -100])),
+      }),
+    }).then(async (r) => {
+      const reader = (r.body as ReadableStream<Uint8Array>).getReader();
+      for (;;) if ((await reader.read()).done) return 'done';
+    });
+    await new Promise((r) => setTimeout(r, 500));
+    first.proc.kill('SIGKILL');
+    const ended = await Promise.race([stream.catch((e: Error) => `error: ${e.message}`), sleep(10_000).then(() => 'hang')]);
+    assert.notEqual(ended, 'hang', 'the stream in flight ends');
+    await until('the orphan coordinator to exit', 15_000, () => (alive(first.coordinatorPid) ? undefined : true));
+
+    const restartedAt = Date.now();
+    const second = await startHub(m.path, stateDir, args, pages);
+    hubs.push(second);
+    assert.equal(second.url, first.url, 'the new hub listens where the volunteers dial');
+    const back = await until('the tab and the healthy volunteer serving again', 240_000, async () => {
+      const rows = await dispatchMap(second.url, 'm');
+      return [tab.workerId, 'restart-a'].every((id) => rows.some((r) => r.worker_id === id)) ? Date.now() - restartedAt : undefined;
+    });
+    const got = await completionIds(second.url, 'm', E2E_PROMPT, 24, m.ban);
+    assert.deepEqual(got, want, 'the coordinator’s tokens after the restart');
+    const after = await workerRows(second.url);
+    const line = after
+      .map((r) => `${r.id} ${r.state} credit ${r.credit} (was ${creditBefore.get(r.id)}) pairs ${r.pairsServed}`)
+      .join('; ');
+    console.log(`# volunteers serving again ${back} ms after the new hub started; ${line}`);
+    for (const id of [tab.workerId, 'restart-a']) {
+      assert.ok((after.find((r) => r.id === id)?.credit ?? 0) >= (creditBefore.get(id) ?? 0), `${id} kept its credit: ${line}`);
+    }
+    assert.ok(
+      after.some((r) => [tab.workerId, 'restart-a'].includes(r.id) && r.pairsServed > 0),
+      `the reconnected volunteers serve: ${line}`,
+    );
+    assert.ok(!(await dispatchMap(second.url, 'm')).some((r) => r.worker_id === 'restart-b'), 'the quarantined one is not dispatched to');
+    const events = (await (await fetch(`${second.url}/api/events?kind=volunteer-join&limit=100`)).json()) as {
+      events: Array<{ detail: string }>;
+    };
+    assert.ok(!events.events.some((e) => e.detail.startsWith('restart-b ')), 'the quarantined volunteer never joined the new hub');
+    assert.match(heads[1]?.output() ?? '', /QUARANTINED|quarantined/, 'the quarantined volunteer was told why');
+    assert.deepEqual(tab.errors, [], 'no script errors on the page');
+  } finally {
+    await browser?.close().catch(() => {});
+    for (const h of heads) await h.stop();
+    for (const h of hubs) await stopHub(h);
+    rmSync(stateDir, { recursive: true, force: true });
+    rmSync(pages, { recursive: true, force: true });
   }
 });

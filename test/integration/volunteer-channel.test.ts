@@ -87,6 +87,8 @@ class Peer {
   readonly inbox: HubMessage[] = [];
   readonly closed: Promise<Closed>;
   isClosed = false;
+  /** Answers the hub's keep-alive `ping` with a `pong`, as the client's script does (false: a page that cannot). */
+  answerPings = true;
   private wake: () => void = () => {};
 
   private constructor(readonly ws: WebSocket) {
@@ -100,7 +102,12 @@ class Peer {
     ws.on('error', () => {}); // a refused or reset connection shows as its close code
     ws.on('message', (data: RawData, isBinary) => {
       if (isBinary) return;
-      this.inbox.push(parseHubMessage(String(data)));
+      const m = parseHubMessage(String(data));
+      if (m.type === 'ping') {
+        if (this.answerPings) this.json({ type: 'pong', id: m.id });
+        return;
+      }
+      this.inbox.push(m);
       this.wake();
     });
   }
@@ -495,8 +502,12 @@ const CASES: Case[] = [
 ];
 
 test('a table of malformed frames and messages gets the exact close codes, and the hub keeps serving', async (tt) => {
-  // Without models nothing is ever assigned, so nothing but the case's own frames reaches the channel.
-  const h = await listening({ channel: { helloTimeoutMs: 2_000 }, authRateLimit: { capacity: 1e9, refillPerSec: 1e9 } });
+  // Without models nothing is ever assigned, so nothing but the case's own frames reaches the channel. One connection
+  // per case from one address on a frozen clock: the per-address open rate is lifted, as the login rate is.
+  const h = await listening({
+    channel: { helloTimeoutMs: 2_000, opensPerAddress: { capacity: 1e9, refillPerSec: 1e9 } },
+    authRateLimit: { capacity: 1e9, refillPerSec: 1e9 },
+  });
   try {
     for (const [i, c] of CASES.entries()) {
       const code = c.close === null ? 'stays open' : typeof c.close === 'number' ? c.close : `${c.close} ${CLOSE_CODES[c.close].code}`;
@@ -589,16 +600,18 @@ test('over capacity (maxWorkers 2): the third connection is closed with OVER_CAP
   }
 });
 
-test('idle timeout: silence closes with IDLE_TIMEOUT; a volunteer that answers the hub’s protocol pings stays', async () => {
+test('idle timeout: silence closes with IDLE_TIMEOUT; a volunteer that answers the hub’s keep-alive pings stays', async () => {
   const h = await listening({ channel: { heartbeatMs: 1_000, idleTimeoutMs: 3_000 } });
   realTime(h.t);
   try {
     const token = await h.t.login(newVolunteer());
     const deaf = await Peer.open(h, { autoPong: false });
+    deaf.answerPings = false;
     const t0 = performance.now(); // the hub hears the hello after this
     deaf.send(helloText(token, 'deaf'));
     await deaf.next('welcome');
-    // A volunteer whose page is throttled in a background tab: it sends nothing, but its WebSocket answers pings.
+    // A volunteer whose page is throttled in a background tab: its timers send nothing, but its message events still
+    // answer the hub's pings.
     const quiet = await join(h, token, 'quiet');
     await closedWith(deaf, 'IDLE_TIMEOUT', 'silent volunteer', 6_000);
     const ms = performance.now() - t0;
@@ -607,6 +620,50 @@ test('idle timeout: silence closes with IDLE_TIMEOUT; a volunteer that answers t
     assert.equal(quiet.isClosed, false, 'a volunteer answering pings was closed');
     await quiet.alive();
     await stillServing(h, 'after IDLE_TIMEOUT');
+    quiet.answerPings = false; // its page frozen: the socket below it still answers protocol pings, not ours
+    await closedWith(quiet, 'IDLE_TIMEOUT', 'a volunteer whose socket answers only protocol pings', 6_000);
+  } finally {
+    await h.close();
+  }
+});
+
+test('a serving volunteer whose page answers nothing (DevTools offline: its browser still answers protocol pings) leaves at the idle timeout; its work fails then', async () => {
+  const h = await listening({ ...ALWAYS, channel: { heartbeatMs: 1_000, idleTimeoutMs: 3_000 } });
+  realTime(h.t);
+  try {
+    const token = await h.t.login(newVolunteer());
+    const mute = await join(h, token, 'mute');
+    loaded(mute, await mute.next('assign', 1_000));
+    await mute.alive();
+    const channel = (h.t.hub as unknown as { channel: VolunteerChannel }).channel;
+    const link = channel.directory('m').workersFor(0)[0];
+    assert.equal(link?.workerId, 'mute');
+    mute.answerPings = false; // `ws` still answers protocol pings for it, as the browser's network service does
+    const t0 = performance.now();
+    const outcome = link
+      .compute(
+        {
+          layer: 0,
+          nEmbd: 32,
+          rows: new Float32Array(32),
+          nRows: 1,
+          nPairs: 1,
+          pairRow: new Uint32Array(1),
+          pairExpert: new Uint16Array(1),
+          pairWeight: new Float32Array([1]),
+        },
+        60_000,
+      )
+      .then(
+        () => 'answered',
+        (e: Error) => e.message,
+      );
+    await closedWith(mute, 'IDLE_TIMEOUT', 'a volunteer whose page answers nothing', 6_000);
+    const ms = performance.now() - t0;
+    assert.ok(ms >= 2_000, `closed after ${ms.toFixed(0)} ms, within the idle timeout of its last message`);
+    // Its work fails now (the dispatcher computes it), not at the 60 s deadline.
+    assert.equal(await outcome, 'the volunteer disconnected');
+    assert.deepEqual(servingIds(h, 0), [], 'it left the dispatcher’s directory');
   } finally {
     await h.close();
   }
@@ -970,7 +1027,8 @@ test('expertswarm_volunteers_connected{state} counts hello, waiting, loading, se
 
 test('joining and leaving cost one offer each, not a round over every idle volunteer', async () => {
   // Slices are wanted, but these volunteers lend no memory: every offer is a refusal (budget-too-small), counted.
-  const h = await listening(ALWAYS);
+  // Twenty volunteers of one token: above the per-wallet cap of 16, lifted here.
+  const h = await listening({ ...ALWAYS, channel: { maxPerWallet: 20 } });
   try {
     const refusals = async (): Promise<number> => {
       const text = await (await fetch(`${h.http}/metrics`)).text();

@@ -24,12 +24,12 @@ import assert from 'node:assert/strict';
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Browser, BrowserContext, Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { DEFAULT_TRUST } from '../../hub/dispatch/trust.ts';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
 import type { BackendPreference } from '../../volunteer/state.ts';
-import { CHROMIUM_LAUNCH, launchChromium } from '../support/browser.ts';
+import { CHROMIUM_LAUNCH, joinVolunteerPage, launchChromium, type VolunteerTab } from '../support/browser.ts';
 import { testModel, type TestModel } from '../support/models.ts';
 import { buildPages } from '../support/pages-build.ts';
 import {
@@ -55,7 +55,6 @@ const N = E2E_TOKENS;
 const PROMPT = E2E_PROMPT;
 /** How long a tab may take from Join to serving (onnxruntime's wasm, SwiftShader's shader compiles, on 2 busy cores). */
 const SERVE_MS = 150_000;
-const WORKER_ID_KEY = 'expertswarm.worker-id';
 
 /** The same browser as the other page tests (WebGPU on SwiftShader), without WebGPU and its Dawn flags. */
 const NO_WEBGPU_ARGS = CHROMIUM_LAUNCH.args.filter(
@@ -101,39 +100,13 @@ function baseline(m: TestModel): Promise<number[]> {
   return b;
 }
 
-interface Tab {
+/** A joined tab of the hub's page (joinVolunteerPage), named for the log. */
+interface Tab extends VolunteerTab {
   name: string;
-  context: BrowserContext;
-  page: Page;
-  workerId: string;
-  /** Uncaught script errors on the page. */
-  errors: string[];
-  closed: boolean;
 }
 
-/** A fresh browser context on the hub's page `/`, joined with the page's own Join button. */
 async function openTab(browser: Browser, url: string, name: string, backend: BackendPreference = 'auto'): Promise<Tab> {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-  try {
-    const page = await context.newPage();
-    const errors: string[] = [];
-    page.on('pageerror', (e) => errors.push(e.message));
-    await page.goto(`${url}/`);
-    if (backend !== 'auto') await page.getByLabel('Compute with').selectOption(backend);
-    await page.getByRole('button', { name: 'Join' }).click();
-    const workerId = await page.evaluate((key) => sessionStorage.getItem(key) ?? '', WORKER_ID_KEY);
-    assert.match(workerId, /^page-/, `${name}: the page keeps its worker id in sessionStorage`);
-    return { name, context, page, workerId, errors, closed: false };
-  } catch (e) {
-    await context.close().catch(() => {});
-    throw e;
-  }
-}
-
-async function closeTab(t: Tab): Promise<void> {
-  if (t.closed) return;
-  t.closed = true;
-  await t.context.close().catch(() => {});
+  return { ...(await joinVolunteerPage(browser, url, backend)), name };
 }
 
 const title = async (p: Page): Promise<string> => (await p.locator('#state-title').textContent()) ?? '';
@@ -269,7 +242,7 @@ async function twoTabsServe(config: typeof DEEPSEEK_Q8, shot: string, opts: TwoT
     for (const t of tabs) assert.deepEqual(t.errors, [], `${t.name}: no script errors`);
     return { got, want, line };
   } finally {
-    for (const t of tabs) await closeTab(t);
+    for (const t of tabs) await t.close();
     await hub?.close();
   }
 }
@@ -316,7 +289,7 @@ async function auditTabs(
     }
     return { rows, got, want };
   } finally {
-    for (const t of tabs) await closeTab(t);
+    for (const t of tabs) await t.close();
     await hub?.close();
   }
 }
@@ -407,7 +380,7 @@ test('two replicas per layer: closing a tab mid-generation keeps the tokens, its
     const survivorBefore = counts[1 - v] as number;
     const closeMs = Date.now() - started;
     assert.ok(!done, 'the request was still generating when the tab closed');
-    await closeTab(victim);
+    await victim.close();
     const got = await request;
     const genMs = Date.now() - started;
     const o = await outcomesSince(hub, since);
@@ -436,7 +409,7 @@ test('two replicas per layer: closing a tab mid-generation keeps the tokens, its
     );
     for (const t of tabs) assert.deepEqual(t.errors, [], `${t.name}: no script errors`);
   } finally {
-    for (const t of tabs) await closeTab(t);
+    for (const t of tabs) await t.close();
     await hub?.close();
   }
 });

@@ -199,8 +199,11 @@ export async function joinVolunteerPage(
   hubUrl: string,
   backend: 'auto' | 'webgpu' | 'wasm' = 'auto',
   viewport: ViewportSize = { width: 1280, height: 900 },
+  /** Runs in the page before its own scripts (playwright's addInitScript): a test's instrumentation. */
+  init?: () => void,
 ): Promise<VolunteerTab> {
   const context = await browser.newContext({ viewport });
+  if (init) await context.addInitScript(init);
   let closed = false;
   const close = async (): Promise<void> => {
     if (closed) return;

@@ -1177,7 +1177,14 @@ export async function startFuzzHub(opts: FuzzHubOptions = {}): Promise<FuzzHub> 
     dispatchMode: 'always',
     saturation: { ...DEFAULT_SATURATION, targetBase: 1 },
     poller: { intervalMs: 1_000, timeoutMs: 500 },
-    channel: { controlPerSec: 1e6, helloTimeoutMs: 3_000, forgetWorkMs: 1_000, loadTimeoutMs: 5_000 },
+    // Thousands of connections from one address on a frozen clock: the per-address open rate is lifted with the rest.
+    channel: {
+      controlPerSec: 1e6,
+      helloTimeoutMs: 3_000,
+      forgetWorkMs: 1_000,
+      loadTimeoutMs: 5_000,
+      opensPerAddress: { capacity: 1e9, refillPerSec: 1e9 },
+    },
     authRateLimit: { capacity: 1e9, refillPerSec: 1e9 },
     // Trusted at once, a quarter of the items audited: answers are used (CLAIM / RESULT run), a refused result
     // frame quarantines the worker (the trust checks run), and audits are asked for.

@@ -21,6 +21,22 @@ export function newVolunteer(): Volunteer {
   };
 }
 
+/**
+ * The per-address and per-wallet caps lifted (hub/limits.ts; docs/threat-model.md), for simulations that play
+ * thousands of volunteers from one loopback address with a few tokens (benchmarks, soaks, reconnection drills); a real
+ * hub keeps them, as tests of the caps do (test/integration/security.test.ts).
+ *
+ *   defaultConfig({ …, channel: { heartbeatMs, ...MANY_FROM_ONE_ADDRESS.channel }, http: MANY_FROM_ONE_ADDRESS.http })
+ */
+export const MANY_FROM_ONE_ADDRESS = Object.freeze({
+  channel: Object.freeze({
+    maxPerAddress: 1e9,
+    maxPerWallet: 1e9,
+    opensPerAddress: Object.freeze({ capacity: 1e9, refillPerSec: 1e9 }),
+  }),
+  http: Object.freeze({ socketsPerAddress: 1e9 }),
+});
+
 export interface TestHub {
   hub: Hub;
   app: FastifyInstance;

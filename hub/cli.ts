@@ -54,6 +54,9 @@ export const USAGE = `usage: expertswarm hub --model PATH.gguf [--model NAME=PAT
   --allow-origin ORIGIN      pages of this origin (https://host[:port]) may open the volunteer channel besides the
                              hub's own (repeatable). The join widget needs none: its frame is the hub's own page.
                              Clients that send no Origin (the headless volunteer) are not browsers and always may
+                             open it
+  --no-peers                 volunteers fetch slices from the hub only: no PeerJS signalling, no peer lists
+                             (docs/peers.md; by default a newcomer gets chunks from peers that hold its slice)
   --admin-token TOKEN        enables the dashboard's admin actions (release, quarantine, targets, dispatch mode) for
                              requests carrying Authorization: Bearer TOKEN; at least ${ADMIN_TOKEN_MIN_CHARS} characters. Prefer
                              env EXPERTSWARM_ADMIN_TOKEN (a flag shows in the process list). Without one they are disabled
@@ -106,6 +109,7 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
       'dispatch-socket': { type: 'string', multiple: true },
       'heartbeat-ms': { type: 'string' },
       'allow-origin': { type: 'string', multiple: true },
+      'no-peers': { type: 'boolean' },
       'audit-rate': { type: 'string' },
       probation: { type: 'string' },
       'dispatch-deadline-ms': { type: 'string' },
@@ -163,6 +167,7 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   if (values['experts-on-demand'] || ['1', 'true'].includes(env.EXPERTSWARM_EXPERTS_ON_DEMAND ?? '')) c.expertsOnDemand = true;
   const heartbeatMs = int(values['heartbeat-ms'], '--heartbeat-ms', 1000);
   if (heartbeatMs !== undefined) c.channel = { ...c.channel, heartbeatMs, idleTimeoutMs: 3 * heartbeatMs };
+  if (values['no-peers']) c.peers = { ...c.peers, enabled: false };
   const origins = (values['allow-origin'] ?? []).map(normalOrigin);
   if (origins.length > 0) c.channel = { ...c.channel, allowedOrigins: [...(c.channel.allowedOrigins ?? []), ...origins] };
   // An empty variable (`EXPERTSWARM_ADMIN_TOKEN=` in a unit file or compose file) is unset, not "no token": it must not

@@ -9,6 +9,7 @@
 import { fileURLToPath } from 'node:url';
 import { svelte } from '@sveltejs/vite-plugin-svelte';
 import { defineConfig, type Plugin } from 'vite';
+import { expertKernelPlugin } from '../shaders/wasm/vite-plugin.ts';
 import { WGSL } from '../shaders/wgsl-sources.ts';
 
 const web = fileURLToPath(new URL('./', import.meta.url));
@@ -37,7 +38,8 @@ export default defineConfig(({ mode }) => {
     root: web,
     base: '/',
     publicDir: false,
-    plugins: [inlineWgsl, svelte({ configFile: false })],
+    // The wasm fallback's kernel (shaders/wasm/), built from its AssemblyScript sources and inlined as bytes.
+    plugins: [inlineWgsl, expertKernelPlugin(), svelte({ configFile: false })],
     resolve: {
       alias: test ? [{ find: /^.*\/client-factory\.ts$/, replacement: `${web}test-entry/fake-client-factory.ts` }] : [],
     },

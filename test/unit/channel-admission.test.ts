@@ -64,3 +64,11 @@ test('--allow-origin is repeatable and reaches the channel options', () => {
   assert.deepEqual(c.channel.allowedOrigins, ['https://a.example', 'http://127.0.0.1:5173']);
   assert.throws(() => parseHubArgs(['--model', 'm.gguf', '--allow-origin', 'a.example'], {}), /http\(s\):\/\/host/);
 });
+
+test('--no-peers turns peer-to-peer slices off; they are on by default', () => {
+  const on = parseHubArgs(['--model', 'm.gguf'], {});
+  const off = parseHubArgs(['--model', 'm.gguf', '--no-peers'], {});
+  if (on === 'help' || off === 'help') return assert.fail('not help');
+  assert.notEqual(on.peers?.enabled, false);
+  assert.equal(off.peers?.enabled, false);
+});

@@ -28,12 +28,24 @@ function tabWorkerId(): string {
   }
 }
 
+/**
+ * WebGPU where the browser has it, and the wasm fallback: our kernel (shaders/wasm/: routed pairs only, from the
+ * slice's quantized bytes), or onnxruntime-web's dense graph — a large chunk, loaded only — if the kernel does not
+ * compile here.
+ */
 async function browserEnvironment(backend: BackendPreference): Promise<ComputeEnvironment> {
-  const ort = await import('onnxruntime-web/wasm');
-  ort.env.wasm.wasmPaths = { wasm: ortWasmUrl };
-  // Threads need cross-origin isolation, which a page that others embed cannot count on.
-  ort.env.wasm.numThreads = 1;
-  return { gpu: navigator.gpu ?? null, ort: ort as unknown as OrtModuleLike, backend };
+  const gpu = navigator.gpu ?? null;
+  if (backend === 'webgpu') return { gpu, ort: null, backend };
+  try {
+    const { default: kernelBytes } = await import('virtual:expertswarm-kernel');
+    return { gpu, ort: null, wasmKernel: await WebAssembly.compile(kernelBytes), backend };
+  } catch {
+    const ort = await import('onnxruntime-web/wasm');
+    ort.env.wasm.wasmPaths = { wasm: ortWasmUrl };
+    // Threads need cross-origin isolation, which a page that others embed cannot count on.
+    ort.env.wasm.numThreads = 1;
+    return { gpu, ort: ort as unknown as OrtModuleLike, backend };
+  }
 }
 
 /** `model`: the model this tab prefers to serve ('' or absent: whichever the hub needs most). */

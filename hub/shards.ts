@@ -15,9 +15,9 @@
  * then kept whole in memory, a large one is streamed from the model file on each download, never held whole.
  * One `Range` (a-b, a-, -n) → 206, `If-Range`, `If-None-Match` → 304. Refusals are HubErrors: the layer and range are
  * checked against the model's shape (refused, never clamped) before any I/O, and downloads in flight are bounded per
- * wallet, per client IP (RATE_LIMITED) and hub-wide (SHARDS_BUSY), each with Retry-After. A GET sent to the end
- * (or answered 304) is reported to the hub (`sliceDownloaded`): HTTP workers may report coverage only for slices their
- * wallet downloaded (market/grants.ts).
+ * wallet, per client IP (RATE_LIMITED) and hub-wide (SHARDS_BUSY), each with Retry-After. A slice whose whole length
+ * was sent to a wallet (GETs that ran to their end, summed) or answered 304 is reported to the hub
+ * (`sliceDownloaded`): HTTP workers may report coverage only for slices their wallet downloaded (market/grants.ts).
  */
 import { createHash } from 'node:crypto';
 import { stat } from 'node:fs/promises';
@@ -43,6 +43,7 @@ import {
   SHARD_MEMORY_SLICE_MAX_BYTES,
   SHARD_READ_CHUNK_BYTES,
   SHARD_RETRY_AFTER_S,
+  SLICE_GRANT_WALLETS_KEPT,
 } from './limits.ts';
 import { object, queryInt, queryString } from './validate.ts';
 
@@ -428,9 +429,24 @@ export interface ShardRoutesOptions {
 }
 
 /** Registers both shard paths (GET and HEAD) on `app`; returns the server (its caches and slots) for tests. */
+/** Bytes of each slice sent to each wallet (`wallet digest` → bytes), the least recently used forgotten past `kept`. */
+class SentBytes {
+  private readonly bytes = new LinkedMap<number>();
+  constructor(private readonly kept: number) {}
+
+  /** Adds `n` and returns the total so far. */
+  add(key: string, n: number): number {
+    const total = (this.bytes.get(key) ?? 0) + n;
+    this.bytes.set(key, total);
+    if (this.bytes.size > this.kept) this.bytes.shift();
+    return total;
+  }
+}
+
 export function registerShardRoutes(app: FastifyInstance, hub: Hub, opts: ShardRoutesOptions): ShardServer {
   const server = opts.server ?? new ShardServer(hub, opts.limits);
 
+  const sent = new SentBytes(SLICE_GRANT_WALLETS_KEPT);
   const serve = async (req: FastifyRequest, reply: FastifyReply, parse: () => ShardRequest): Promise<FastifyReply> => {
     const wallet = hub.authenticate(req.headers.authorization);
     const r = parse();
@@ -469,8 +485,11 @@ export function registerShardRoutes(app: FastifyInstance, hub: Hub, opts: ShardR
       if (req.method === 'HEAD') return reply.send();
       const body = server.body(shard, from, to);
       body.once('close', release);
-      // Sent to the end (a whole body, or the last range of a resumed one): the wallet's workers may report it held.
-      if (to === shard.length) body.once('end', () => hub.sliceDownloaded(wallet, slice));
+      // Bytes sent count once a body ran to its end; a wallet sent the slice's whole length (at once, or a download
+      // resumed in ranges) has downloaded it, and its workers may report it held. A one-byte range proves nothing.
+      body.once('end', () => {
+        if (sent.add(`${wallet} ${shard.digest}`, to - from) >= shard.length) hub.sliceDownloaded(wallet, slice);
+      });
       streaming = true;
       return reply.send(body);
     } finally {

@@ -17,6 +17,7 @@
 import { laterDelayMs, reconnectDelayMs } from './backoff.ts';
 import { openEngine, probeDevice, type ComputeEnvironment, type OpenedEngine } from './engine-open.ts';
 import { VolunteerError, errorMessage, type VolunteerErrorCode } from './errors.ts';
+import type { ExpertDevice } from '../shaders/device.ts';
 import { ExpertRuntimeError } from '../shaders/errors.ts';
 import { loadIdentity, login, type IdentityStore, type NodeToken } from './identity.ts';
 import type { ShardCache } from './shard-cache.ts';
@@ -155,7 +156,9 @@ class VolunteerClient implements VolunteerControls {
   private readonly now: () => number;
   private readonly random: () => number;
   private env: ComputeEnvironment | null = null;
-  private gpuDevice: Awaited<ReturnType<typeof probeDevice>>['device'] = null;
+  private gpuDevice: ExpertDevice | null = null;
+  /** The probed device was lost while no WebGPU engine was held: the next load probes again. */
+  private gpuLost = false;
   private token: NodeToken | null = null;
   private socket: SocketLike | null = null;
   private attempt = 0;
@@ -219,10 +222,13 @@ class VolunteerClient implements VolunteerControls {
     if (!this.joined || !this.paused) return;
     this.paused = false;
     this.peerHost?.setPaused(false);
+    const h = this.held;
+    if (h?.rebuilding) {
+      this.setState({ kind: 'starting', slice: h.slice }); // rebuildEngine says resume once the engine is back
+      return;
+    }
     this.send({ type: 'resume' });
-    this.setState(
-      this.held ? { kind: 'serving', slice: this.held.slice, backend: this.held.opened.engine.report.backend } : { kind: 'waiting' },
-    );
+    this.setState(h ? { kind: 'serving', slice: h.slice, backend: h.opened.engine.report.backend } : { kind: 'waiting' });
   }
 
   async leave(): Promise<void> {
@@ -295,7 +301,7 @@ class VolunteerClient implements VolunteerControls {
       if (!this.env) {
         this.env = await this.o.environment(this.backend);
         const probed = await probeDevice(this.env, this.budget);
-        this.gpuDevice = probed.device;
+        this.useDevice(probed.device);
         this.setDevice(probed.report);
       } else if (this.device && this.device.memoryBudgetBytes !== this.budget) {
         this.setDevice({ ...this.device, memoryBudgetBytes: this.budget });
@@ -546,12 +552,21 @@ class VolunteerClient implements VolunteerControls {
       } else {
         this.setState({ kind: 'downloading', slice, loadedBytes: a.shardBytes, totalBytes: a.shardBytes, fromCache: true });
       }
-      if (!current()) return;
+      if (!current()) {
+        this.peerHost?.drop(a.shardDigest); // cancelled: nothing of this slice is held, or shared
+        return;
+      }
       slice.fromCache = fromCache;
       this.setState({ kind: 'starting', slice });
       const env = this.env as ComputeEnvironment;
+      if (this.gpuLost) {
+        const probed = await probeDevice(env, this.budget);
+        this.useDevice(probed.device);
+        this.setDevice(probed.report);
+      }
       const opened = await openEngine(bytes as Uint8Array, a.numerics, env, this.gpuDevice, this.budget);
       if (!current()) {
+        this.peerHost?.drop(a.shardDigest);
         await opened.engine.dispose();
         return;
       }
@@ -564,7 +579,6 @@ class VolunteerClient implements VolunteerControls {
       }
       this.loading = null;
       this.held = { assign: a, slice, opened };
-      this.watchDevice(this.held);
       const report = opened.engine.report;
       const gflops = report.measured[report.backend]?.gflops ?? 0;
       if (this.device) this.setDevice({ ...this.device, backend: report.backend, backendReason: report.reason, gflops });
@@ -661,6 +675,8 @@ class VolunteerClient implements VolunteerControls {
       });
       if (this.held?.assign !== a || this.peerHost !== host) return;
       await host.hold(a.shardDigest, list, bytes);
+      // Released while the host opened its network: share nothing of a slice no longer held.
+      if (this.held?.assign !== a) host.drop(a.shardDigest);
     } catch {
       // Not shared: peers take the slice from the hub instead.
     }
@@ -716,14 +732,19 @@ class VolunteerClient implements VolunteerControls {
   }
 
   /**
-   * A lost GPU device is noticed when it is lost, not at the next work frame (which may not come for a long time to a
-   * replica the dispatcher does not choose).
+   * The GPU device engines are built on from now on, with one listener on its loss: noticed when it is lost, not at
+   * the next work frame (which may not come for long to a replica the dispatcher does not choose). A held WebGPU
+   * engine is rebuilt; with none held, the next load probes a new device first.
    */
-  private watchDevice(h: Held): void {
-    const d = this.gpuDevice;
-    if (!d || h.opened.engine.report.backend !== 'webgpu') return;
-    void d.device.lost.then(() => {
-      if (this.held === h) void this.rebuildEngine(h);
+  private useDevice(device: ExpertDevice | null): void {
+    this.gpuDevice = device;
+    this.gpuLost = false;
+    if (!device) return;
+    void device.device.lost.then(() => {
+      if (this.gpuDevice !== device) return; // replaced, or destroyed by join() on purpose
+      this.gpuLost = true;
+      const h = this.held;
+      if (h && h.opened.engine.report.backend === 'webgpu') void this.rebuildEngine(h);
     });
   }
 
@@ -742,7 +763,7 @@ class VolunteerClient implements VolunteerControls {
     try {
       const env = this.env as ComputeEnvironment;
       const probed = await probeDevice(env, this.budget);
-      this.gpuDevice = probed.device;
+      this.useDevice(probed.device);
       this.setDevice(probed.report);
       const bytes = await this.o.cache.get(h.assign.shardDigest).catch(() => null);
       if (!bytes || bytes.length !== h.assign.shardBytes) throw new VolunteerError('NO_BACKEND', 'the slice is no longer in the cache');
@@ -753,7 +774,6 @@ class VolunteerClient implements VolunteerControls {
         return;
       }
       this.held = { assign: h.assign, slice: h.slice, opened };
-      this.watchDevice(this.held);
       await h.opened.engine.dispose().catch(() => {});
       const report = opened.engine.report;
       const gflops = report.measured[report.backend]?.gflops ?? 0;

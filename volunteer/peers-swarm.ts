@@ -213,6 +213,7 @@ export class SliceSwarm {
     if (this.fetching) return Promise.reject(new SwarmError('a fetch is already running'));
     if (this.closed) return Promise.reject(new SwarmError('the swarm is closed'));
     if (this.done) return Promise.resolve({ bytes: this.bytes, fromPeers: 0, fromHub: 0 });
+    if (opts.signal?.aborted) return Promise.reject(new SwarmError('the fetch was cancelled'));
     return new Promise<FetchResult>((resolve, reject) => {
       this.fetching = { opts, startedMs: this.now(), resolve, reject, fromPeers: 0, fromHub: 0, hubFailures: 0 };
       opts.signal?.addEventListener('abort', () => this.finish(new SwarmError('the fetch was cancelled')), { once: true });
@@ -368,7 +369,10 @@ export class SliceSwarm {
         return;
       case 'refuse': {
         if (!l.wanted.delete(m.chunk)) return;
-        // It lost the chunk or paused: ask others. A peer that claimed a chunk it does not have counts a strike.
+        // It lost the chunk, paused or is busy: ask others. A chunk refused is never asked of this link again and no
+        // longer counts as held by it (so the hub takes it if no one else holds it): a peer that claims every chunk
+        // and refuses each cannot stall the download. A claim to a chunk it does not have counts a strike too.
+        l.cancelled.add(m.chunk);
         if (m.reason === 'missing') l.strikes++;
         if (m.reason === 'paused') l.theirs.fill(0);
         if (l.strikes >= this.timing.maxStrikes) this.detach(l);
@@ -494,7 +498,9 @@ export class SliceSwarm {
     // Peers: rarest chunk first among those each holds.
     const n = this.list.nChunks;
     const rarity = new Uint16Array(n);
-    for (const l of usable) for (let c = 0; c < n; c++) if (hasBit(l.theirs, c)) rarity[c] = (rarity[c] as number) + 1;
+    for (const l of usable) {
+      for (let c = 0; c < n; c++) if (hasBit(l.theirs, c) && !l.cancelled.has(c)) rarity[c] = (rarity[c] as number) + 1;
+    }
     const order = shuffled(n, this.random);
     order.sort((a, b) => (rarity[a] as number) - (rarity[b] as number));
     for (const l of usable.sort(() => this.random() - 0.5)) {

@@ -18,8 +18,9 @@
  * downloaded, else COVERAGE_NOT_DOWNLOADED. An empty list is always admitted (a worker live and holding nothing).
  * A range may lie in a sub-range of its slice (a worker may hold less than it was given), never across two slices.
  *
- * "Downloaded" is what the shard server can know: it sent the slice's bytes to the end, or answered a revalidation of
- * a cached copy by its digest (304). What a client keeps afterwards it cannot know; whether a worker computes with
+ * "Downloaded" is what the shard server can know: it sent the slice's whole length to the wallet (summed over bodies
+ * that ran to their end, so a resumed download counts and a one-byte range does not), or answered a revalidation of
+ * a cached copy by its digest (304: that only proves the client knows the digest). What a client keeps afterwards it cannot know; whether a worker computes with
  * the right weights is the audits' business (docs/trust.md).
  *
  * Memory is bounded: SLICE_GRANTS_PER_WALLET slices of each kind per wallet (the oldest forgotten first), and

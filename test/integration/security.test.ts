@@ -289,8 +289,16 @@ test('coverage over HTTP: only ranges the market assigned to that worker and its
     assert.deepEqual([offer.json.layer, offer.json.experts], [0, [0, 8]]);
     const early = await beat('w', [[0, 0, 8]]);
     assert.deepEqual([early.status, early.json.code], [409, 'COVERAGE_NOT_DOWNLOADED']);
-    const head = await t.call('GET', '/api/expert-shard?model=m&layer=0&expert_begin=0&expert_end=4', undefined, token);
-    assert.equal(head.status, 200);
+    // The last byte of a slice (a range that ends at its end) is not the slice.
+    const tail = await t.app.inject({
+      method: 'GET',
+      url: '/api/expert-shard?model=m&layer=0&expert_begin=0&expert_end=8',
+      headers: { authorization: `Bearer ${token}`, range: 'bytes=-1' },
+    });
+    assert.equal(tail.statusCode, 206);
+    assert.equal((await beat('w', [[0, 0, 8]])).json.code, 'COVERAGE_NOT_DOWNLOADED', 'one byte proves nothing');
+    const half = await t.call('GET', '/api/expert-shard?model=m&layer=0&expert_begin=0&expert_end=4', undefined, token);
+    assert.equal(half.status, 200);
     assert.equal((await beat('w', [[0, 0, 8]])).json.code, 'COVERAGE_NOT_DOWNLOADED', 'half of the slice is not the slice');
     assert.equal((await beat('w', [[0, 0, 4]])).status, 200, 'the half it downloaded may be reported');
     assert.equal((await t.call('GET', '/api/expert-shard?model=m&layer=0&expert_begin=0&expert_end=8', undefined, token)).status, 200);

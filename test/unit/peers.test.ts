@@ -307,6 +307,28 @@ test('swarm: no peer, an unreachable one, or a silent one: the hub gives the res
   for (const x of [alone, me, mute.swarm]) x.close();
 });
 
+test('swarm: a holder that refuses every request as busy cannot stall the download: the hub gives those chunks', {
+  timeout: 20_000,
+}, async () => {
+  const { s, list } = await setup();
+  const net = new MemNet();
+  const node = net.node('pbusy');
+  const busy = SliceSwarm.complete({ list, network: node, upload: unlimited(), timing: { maxQueued: 0 } }, s.bytes);
+  node.onIncoming = (link) => {
+    link.onMessage = (first) => {
+      link.onMessage = null;
+      busy.adopt(link, first);
+    };
+  };
+  const me = new SliceSwarm({ list, network: net.node('p3'), upload: unlimited(), timing: fast });
+  const t0 = Date.now();
+  const got = await me.fetch({ peers: ['pbusy'], hub: hubOf(s.bytes).fetch });
+  assert.deepEqual(got.bytes, s.bytes);
+  assert.equal(got.fromPeers, 0, 'a holder that is always busy sends nothing');
+  assert.ok(Date.now() - t0 < 5_000, `bounded waits: ${Date.now() - t0} ms`);
+  for (const x of [me, busy]) x.close();
+});
+
 test('swarm: the upload cap bounds a holder’s rate; a paused holder refuses and the hub gives the slice', async () => {
   const { s, list } = await setup(20 * 16 * KIB);
   const net = new MemNet();
@@ -337,7 +359,7 @@ test('swarm: the upload cap bounds a holder’s rate; a paused holder refuses an
   for (const x of [me, me2, holder.swarm, paused.swarm]) x.close();
 });
 
-test('swarm: three newcomers at once with one hub share chunks among themselves (hub sends far less than 3 slices)', async () => {
+test('swarm: three newcomers at once with one hub share chunks among themselves (the hub sends under 2 slices of bytes for the 3)', async () => {
   const { s, list } = await setup(64 * 16 * KIB);
   const net = new MemNet();
   const hub = hubOf(s.bytes, 5);

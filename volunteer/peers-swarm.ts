@@ -358,7 +358,7 @@ export class SliceSwarm {
     switch (m.kind) {
       case 'have':
         setBit(l.theirs, m.chunk);
-        this.pump();
+        this.pumpSoon(); // one scheduling pass for a burst of them, not one per message
         return;
       case 'request':
         this.onRequest(l, m.chunk);
@@ -475,6 +475,17 @@ export class SliceSwarm {
     if (hasBit(this.have, c) || this.verifying.has(c) || this.fromHubNow.has(c)) return false;
     for (const l of this.links.values()) if (l.wanted.has(c)) return false;
     return true;
+  }
+
+  private pumpQueued = false;
+
+  private pumpSoon(): void {
+    if (this.pumpQueued) return;
+    this.pumpQueued = true;
+    setTimeout(() => {
+      this.pumpQueued = false;
+      this.pump();
+    }, 0);
   }
 
   private pump(): void {

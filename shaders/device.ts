@@ -18,8 +18,15 @@ export interface ExpertDevice {
   isFallbackAdapter: boolean;
 }
 
-/** A device for the expert kernels from a fresh adapter, or null when there is no adapter. */
-export async function requestExpertDevice(gpu: GPU, label = 'expert device'): Promise<ExpertDevice | null> {
+/**
+ * A device for the expert kernels from a fresh adapter, or null when there is no adapter. `extraFeatures` are asked
+ * for too where the adapter has them (the benchmarks add 'timestamp-query').
+ */
+export async function requestExpertDevice(
+  gpu: GPU,
+  label = 'expert device',
+  extraFeatures: readonly GPUFeatureName[] = [],
+): Promise<ExpertDevice | null> {
   const adapter = await gpu.requestAdapter({ powerPreference: 'high-performance' });
   if (!adapter) return null;
   // Chromium reports it on adapter.info; older implementations (no adapter.info before Chrome 127) on the adapter.
@@ -27,7 +34,7 @@ export async function requestExpertDevice(gpu: GPU, label = 'expert device'): Pr
   const isFallbackAdapter = info?.isFallbackAdapter ?? (adapter as { isFallbackAdapter?: boolean }).isFallbackAdapter ?? false;
   const device = await adapter.requestDevice({
     label,
-    requiredFeatures: OPTIONAL_FEATURES.filter((f) => adapter.features.has(f)),
+    requiredFeatures: [...OPTIONAL_FEATURES, ...extraFeatures].filter((f) => adapter.features.has(f)),
     requiredLimits: {
       maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
       maxBufferSize: adapter.limits.maxBufferSize,

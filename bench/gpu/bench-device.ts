@@ -7,9 +7,7 @@
  *   const got = await requestBenchDevice(navigator.gpu);   // or create([]) from the npm `webgpu` package
  *   got?.timestampQuery;                                   // whether kernel times will be reported
  */
-import type { ExpertDevice } from '../../shaders/device.ts';
-
-const FEATURES = ['subgroups', 'shader-f16', 'timestamp-query'] as const;
+import { requestExpertDevice, type ExpertDevice } from '../../shaders/device.ts';
 
 export interface BenchDevice extends ExpertDevice {
   /** The device has 'timestamp-query': compute(…, { onTiming }) reports kernel times. */
@@ -18,19 +16,8 @@ export interface BenchDevice extends ExpertDevice {
 
 /** A device for the benchmarks from a fresh adapter, or null when there is none. */
 export async function requestBenchDevice(gpu: GPU, label = 'bench device'): Promise<BenchDevice | null> {
-  const adapter = await gpu.requestAdapter({ powerPreference: 'high-performance' });
-  if (!adapter) return null;
-  const info = (adapter as { info?: GPUAdapterInfo & { isFallbackAdapter?: boolean } }).info;
-  const isFallbackAdapter = info?.isFallbackAdapter ?? (adapter as { isFallbackAdapter?: boolean }).isFallbackAdapter ?? false;
-  const device = await adapter.requestDevice({
-    label,
-    requiredFeatures: FEATURES.filter((f) => adapter.features.has(f)),
-    requiredLimits: {
-      maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
-      maxBufferSize: adapter.limits.maxBufferSize,
-    },
-  });
-  return { adapter, device, isFallbackAdapter, timestampQuery: device.features.has('timestamp-query') };
+  const got = await requestExpertDevice(gpu, label, ['timestamp-query']);
+  return got && { ...got, timestampQuery: got.device.features.has('timestamp-query') };
 }
 
 /** Kernel time and wall time of timed calls, and what the wall time adds. */

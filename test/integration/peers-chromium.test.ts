@@ -18,11 +18,11 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { rmSync } from 'node:fs';
-import type { Browser, BrowserContext, Page } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
 import type { SliceTransfer } from '../../hub/dashboard/wire.ts';
-import { launchChromium } from '../support/browser.ts';
+import { joinVolunteerPage, launchChromium, waitServing as waitForServing, type VolunteerTab } from '../support/browser.ts';
 import { testModel, type TestModel } from '../support/models.ts';
 import { buildPages } from '../support/pages-build.ts';
 import {
@@ -52,7 +52,6 @@ const ONE_LAYER = {
 const CHUNK_BYTES = 128 * 1024;
 const TOKENS = 24;
 const SERVE_MS = 180_000;
-const WORKER_ID_KEY = 'expertswarm.worker-id';
 
 let pagesDir = '';
 let browser: Browser | undefined;
@@ -75,50 +74,17 @@ function want(): Promise<number[]> {
   return baseline;
 }
 
-interface Tab {
+/** A joined tab of the hub's page (joinVolunteerPage), named for messages. */
+interface Tab extends VolunteerTab {
   name: string;
-  context: BrowserContext;
-  page: Page;
-  workerId: string;
-  errors: string[];
 }
 
 /** A fresh context on the hub's page, joined on wasm (the quickest engine to start here); `init` runs before the page. */
 async function openTab(hub: SwarmHub, name: string, init?: () => void): Promise<Tab> {
-  const context = await (browser as Browser).newContext({ viewport: { width: 1280, height: 900 } });
-  try {
-    if (init) await context.addInitScript(init);
-    const page = await context.newPage();
-    const errors: string[] = [];
-    page.on('pageerror', (e) => errors.push(e.message));
-    await page.goto(`${hub.url}/`);
-    await page.getByLabel('Compute with').selectOption('wasm');
-    await page.getByRole('button', { name: 'Join' }).click();
-    const workerId = await page.evaluate((key) => sessionStorage.getItem(key) ?? '', WORKER_ID_KEY);
-    assert.match(workerId, /^page-/);
-    return { name, context, page, workerId, errors };
-  } catch (e) {
-    await context.close().catch(() => {});
-    throw e;
-  }
+  return { ...(await joinVolunteerPage(browser as Browser, hub.url, 'wasm', undefined, init)), name };
 }
 
-const title = async (p: Page): Promise<string> => (await p.locator('#state-title').textContent()) ?? '';
-
-async function waitServing(t: Tab): Promise<void> {
-  try {
-    await t.page.waitForFunction(() => /^Serving with /.test(document.querySelector('#state-title')?.textContent ?? ''), null, {
-      timeout: SERVE_MS,
-      polling: 250,
-    });
-  } catch (e) {
-    const detail = await t.page
-      .locator('#state-detail')
-      .textContent()
-      .catch(() => '');
-    throw new Error(`${t.name} never served: "${await title(t.page).catch(() => '?')}" ${detail} ${t.errors.join(' | ')} (${e})`);
-  }
-}
+const waitServing = (t: Tab): Promise<string> => waitForServing(t, t.name, SERVE_MS);
 
 /** The page's own account of where its slice came from: the share from peers, in percent. */
 async function peerShare(t: Tab): Promise<{ percent: number; text: string }> {

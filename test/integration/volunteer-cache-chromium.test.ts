@@ -18,7 +18,13 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { rmSync } from 'node:fs';
 import type { Browser, Page } from 'playwright-core';
-import { joinVolunteerPage, launchChromium, PAGE_WORKER_ID_KEY, type VolunteerTab } from '../support/browser.ts';
+import {
+  joinVolunteerPage,
+  launchChromium,
+  PAGE_WORKER_ID_KEY,
+  waitServing as waitForServing,
+  type VolunteerTab,
+} from '../support/browser.ts';
 import { testModel } from '../support/models.ts';
 import { buildPages } from '../support/pages-build.ts';
 import { DEEPSEEK_Q8, moeLayersOf, startSwarmHub, waitForCoverage, type SwarmHub } from '../support/swarm.ts';
@@ -58,17 +64,7 @@ const RECORD_HEADLINES = `{
 
 const headlines = (page: Page): Promise<string[]> => page.evaluate(() => (window as unknown as { headlines: string[] }).headlines);
 
-async function waitServing(tab: VolunteerTab, what: string): Promise<string> {
-  await tab.page
-    .waitForFunction(() => /^Serving with /.test(document.querySelector('#state-title')?.textContent ?? ''), null, {
-      timeout: SERVE_MS,
-      polling: 250,
-    })
-    .catch(async (e) => {
-      throw new Error(`${what}: never served: "${await tab.title().catch(() => '?')}" ${tab.errors.join(' | ')} (${e})`);
-    });
-  return tab.title();
-}
+const waitServing = (tab: VolunteerTab, what: string): Promise<string> => waitForServing(tab, what, SERVE_MS);
 
 test('a reloaded volunteer page serves its slice from the Cache API: no second shard request', { timeout: 300_000 }, async () => {
   const m = await testModel(DEEPSEEK_Q8);

@@ -29,7 +29,13 @@ import { GGMLType } from '../../gguf/quant-types.ts';
 import { DEFAULT_TRUST } from '../../hub/dispatch/trust.ts';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
 import type { BackendPreference } from '../../volunteer/state.ts';
-import { CHROMIUM_LAUNCH, joinVolunteerPage, launchChromium, type VolunteerTab } from '../support/browser.ts';
+import {
+  CHROMIUM_LAUNCH,
+  joinVolunteerPage,
+  launchChromium,
+  waitServing as waitForServing,
+  type VolunteerTab,
+} from '../support/browser.ts';
 import { testModel, type TestModel } from '../support/models.ts';
 import { buildPages } from '../support/pages-build.ts';
 import {
@@ -111,22 +117,8 @@ async function openTab(browser: Browser, url: string, name: string, backend: Bac
 
 const title = async (p: Page): Promise<string> => (await p.locator('#state-title').textContent()) ?? '';
 
-/** Waits until the page says it serves; returns its headline ("Serving with WebGPU" / "… WebAssembly (wasm)"). */
-async function waitServing(t: Tab): Promise<string> {
-  try {
-    await t.page.waitForFunction(() => /^Serving with /.test(document.querySelector('#state-title')?.textContent ?? ''), null, {
-      timeout: SERVE_MS,
-      polling: 250,
-    });
-  } catch (e) {
-    const detail = await t.page
-      .locator('#state-detail')
-      .textContent()
-      .catch(() => '');
-    throw new Error(`${t.name} never served: "${await title(t.page).catch(() => '?')}" ${detail} ${t.errors.join(' | ')} (${e})`);
-  }
-  return title(t.page);
-}
+/** Waits until the page says it serves; returns its headline. */
+const waitServing = (t: Tab): Promise<string> => waitForServing(t, t.name, SERVE_MS);
 
 /** The page's own report: the backend it chose and why, and the pairs it served. */
 async function pageReport(t: Tab): Promise<{ title: string; why: string; pairs: number; credit: number }> {

@@ -226,3 +226,23 @@ export async function joinVolunteerPage(
     throw e;
   }
 }
+
+/**
+ * Waits until the tab's page says it serves and returns its headline ("Serving with WebGPU" / "… WebAssembly
+ * (wasm)"); else throws with `what`, the page's headline and detail, and its script errors.
+ */
+export async function waitServing(tab: VolunteerTab, what: string, timeoutMs: number): Promise<string> {
+  try {
+    await tab.page.waitForFunction(() => /^Serving with /.test(document.querySelector('#state-title')?.textContent ?? ''), null, {
+      timeout: timeoutMs,
+      polling: 250,
+    });
+  } catch (e) {
+    const detail = await tab.page
+      .locator('#state-detail')
+      .textContent()
+      .catch(() => '');
+    throw new Error(`${what} never served: "${await tab.title().catch(() => '?')}" ${detail} ${tab.errors.join(' | ')} (${e})`);
+  }
+  return tab.title();
+}

@@ -1138,6 +1138,7 @@ export class Hub {
       latencyMs: rec?.latencyMs == null ? null : round2(rec.latencyMs),
       pairsServed: this.dispatch.pairsServed(id),
       trust: rec ? this.trustWords(rec.auditsPassed, rec.quarantined) : '',
+      benched: this.dispatchers.get(model)?.isBenched(id) ?? false,
       credit: wallet ? this.creditOf(wallet) : null,
     };
   }

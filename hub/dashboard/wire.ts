@@ -258,6 +258,11 @@ export interface WorkerRow {
    * `trusted`, or '' when the checks are off or it has no dispatch record yet.
    */
   trust: string;
+  /**
+   * Missed the dispatcher's deadline several times in a row: only probed now and then until it answers in time again
+   * (hub/dispatch/policy.ts, the bench).
+   */
+  benched: boolean;
   /** The wallet's lifetime credit (pairs), or null for a worker without one. */
   credit: number | null;
 }

@@ -387,6 +387,9 @@ export const DEFAULT_QUIET_MS = 1000;
  */
 const PROBE_IN_SHADOW: ReadonlySet<PolicyReason> = new Set<PolicyReason>(['never-served', 'benched']);
 
+/** A probation worker's planned queue: ahead of every measured worker (plan.ts picks the lowest expected finish). */
+const PROBATION_FIRST_MS = -1e12;
+
 /** REQUEST's fixed fields (docs/dispatch-protocol.md). */
 const REQUEST_FIXED_BYTES = 24;
 /** HELLO's fixed fields. */
@@ -812,6 +815,10 @@ export class ModelDispatcher {
     // in shadow under v2, where nothing waits on a probe.
     const declined: WorkerDispatchStats[] = [];
     const shadowable: Array<{ link: WorkerLink; st: WorkerDispatchStats; covered: number }> = [];
+    // v2: workers whose answers may not be used yet (probation), planned apart from the rest (below).
+    const v2 = conn.version === 2;
+    const untrusted: Array<{ link: WorkerLink; st: WorkerDispatchStats; covered: number; probe: boolean }> = [];
+    const mayUse = v2 ? this.opts.mayUse : undefined;
     const cfg = this.policyCfg;
     for (const link of links) {
       if (link.layer !== req.layer || !(link.begin >= 0 && link.begin < link.end && link.end <= nExpert)) continue;
@@ -846,6 +853,10 @@ export class ModelDispatcher {
         if (PROBE_IN_SHADOW.has(decision.reason)) shadowable.push({ link, st, covered });
         continue;
       }
+      if (mayUse && !mayUse(link.workerId)) {
+        untrusted.push({ link, st, covered, probe: decision.reason === 'bench-probe' });
+        continue;
+      }
       const line = latencyLine(st.latency);
       planWorkers.push({
         begin: link.begin,
@@ -860,7 +871,6 @@ export class ModelDispatcher {
       probes.push(decision.reason === 'bench-probe');
       coveredBy.push(covered);
     }
-    const v2 = conn.version === 2;
     // `always` (tests, benchmarks) hands every covered pair to a worker; otherwise v2 claims only what speeds the layer up.
     const capped = v2 && this.mode !== 'always';
     const shadowProbe: boolean[] =
@@ -885,6 +895,7 @@ export class ModelDispatcher {
         this.totals.claims['shadow-probe'] = (this.totals.claims['shadow-probe'] ?? 0) + 1;
       }
     }
+    this.planProbation(req, untrusted, planWorkers, chosen, chosenStats, probes, coveredBy);
     const plan = planRequest(req, planWorkers);
     // Declined or uncovered: no quiet window, the next token may route to experts a worker holds — except when the
     // claim caps left every worker out: then the layer is quiet until the next shadow probe is due (the coordinator
@@ -936,9 +947,10 @@ export class ModelDispatcher {
       f.links[i] = link;
       f.stats[i] = st;
       if (probes[wp.worker]) st.lastProbeMs = nowMs;
+      // A bench probe gets the whole budget, as a first try does: its speed may have changed since it was measured.
       const deadlineMs = f.shadow[i]
         ? shadowDeadlineMs(budgetMs, this.deadlineCfg)
-        : workerDeadlineMs(wp.expectedMs, budgetMs, this.deadlineCfg);
+        : workerDeadlineMs(probes[wp.worker] ? null : wp.expectedMs, budgetMs, this.deadlineCfg);
       const work: WorkItem = {
         layer: req.layer,
         nEmbd: req.nEmbd,
@@ -965,6 +977,39 @@ export class ModelDispatcher {
     }
     f.dispatchedAt = performance.now();
     if (v2) this.writeClaim(f);
+  }
+
+  /**
+   * v2: workers on probation go first in line, apart from the speed race: a newcomer slower than a trusted replica
+   * would otherwise never be planned once measured, and so never pass its probation. Each takes at most one token's
+   * worth of pairs (at least `probePairs`) and has at most one item outstanding; its item goes in shadow (the
+   * coordinator computes and audits those pairs), so the cost is bounded by the probation length, and nothing waits on
+   * it. Least-tried first (ties: the order of the list).
+   */
+  private planProbation(
+    req: DispatchRequest,
+    untrusted: ReadonlyArray<{ link: WorkerLink; st: WorkerDispatchStats; covered: number; probe: boolean }>,
+    planWorkers: PlanWorker[],
+    chosen: WorkerLink[],
+    chosenStats: WorkerDispatchStats[],
+    probes: boolean[],
+    coveredBy: number[],
+  ): void {
+    for (const { link, st, covered, probe } of untrusted) {
+      if (st.outstanding > 0) continue;
+      planWorkers.push({
+        begin: link.begin,
+        end: link.end,
+        queueMs: PROBATION_FIRST_MS + st.servedItems + st.misses,
+        overheadMs: null,
+        perPairMs: 0,
+        cap: Math.min(covered, Math.max(this.claimCfg.probePairs, req.nUsed)),
+      });
+      chosen.push(link);
+      chosenStats.push(st);
+      probes.push(probe);
+      coveredBy.push(covered);
+    }
   }
 
   /**
@@ -1138,6 +1183,9 @@ export class ModelDispatcher {
     if (f.state[i] === TIMED_OUT || (f.state[i] === PENDING && f.abandoned && now > deadlineAt)) {
       f.state[i] = TIMED_OUT;
       st.lateAnswers++;
+      // Too late to use, but a true measure of its speed now: the next deadline is set from it (a worker that slowed
+      // down — a busy machine — is otherwise held to its old speed and misses for ever).
+      observeRoundTrip(st.latency, wp.nPairs, now - sentAt);
       this.totals.pairs.late += wp.nPairs;
       this.opts.metrics?.pairs.inc({ model: this.opts.model, outcome: 'late' }, wp.nPairs);
       this.events.onLate?.(st.workerId, wp.nPairs, now - deadlineAt);

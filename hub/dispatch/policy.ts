@@ -22,7 +22,9 @@
  *      latency yet — allows it).
  * Then the bench: a worker that missed `benchAfterMisses` deadlines in a row (dispatcher.ts counts them) is benched;
  * a benched worker the rules above would dispatch is only probed — one request of at most `probeMaxPairs` of its
- * pairs per `probeEveryMs` — and leaves the bench on its first answer in time.
+ * pairs per `probeEveryMs`, waited for the whole request budget as a first try is — and leaves the bench on its first
+ * answer in time. Its late answers keep measuring it meanwhile (dispatcher.ts), so once back its deadline fits the
+ * speed it has now, not the one it had before its machine got busy.
  */
 import { DEFAULT_DISPATCH, type DispatchConfig, type WorkerState } from '../dispatch-map.ts';
 import { DEFAULT_SATURATION } from '../market/saturation.ts';

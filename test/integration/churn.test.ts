@@ -247,6 +247,7 @@ test('churn: half of ten volunteers die mid-generation in every way; no request 
     const servedBefore = new Map(before.rows.map((r) => [r.id, r.pairsServed]));
     const live = [...survivors, gpuTab, offline];
     let gained = (_: Volunteer): number => 0;
+    let standing = (_: Volunteer): string => '';
     let requests = 0;
     const layerServed = (layer: number): boolean => live.filter((v) => v.layer === layer).some((v) => gained(v) > 0);
     while (requests < 5 && !moe.every(layerServed)) {
@@ -256,8 +257,12 @@ test('churn: half of ten volunteers die mid-generation in every way; no request 
       await new Promise((r) => setTimeout(r, 1500)); // the workers table is sampled about once a second
       const rows = (await workersPage(url)).rows;
       gained = (v) => (rows.find((r) => r.id === v.workerId)?.pairsServed ?? 0) - (servedBefore.get(v.workerId) ?? 0);
+      standing = (v) => {
+        const r = rows.find((x) => x.id === v.workerId);
+        return r ? `${r.state}${r.benched ? ' benched' : ''}, ${r.latencyMs ?? '?'} ms, slice ${JSON.stringify(r.slice)}` : 'not listed';
+      };
     }
-    const summary = live.map((v) => `${v.name} (layer ${v.layer}) +${gained(v)}`).join(', ');
+    const summary = live.map((v) => `${v.name} (layer ${v.layer}) +${gained(v)} [${standing(v)}]`).join(', ');
     console.log(`[churn] after ${requests} more request(s): ${summary}; GPU tab: ${await gpu.title()}`);
     for (const layer of moe) assert.ok(layerServed(layer), `layer ${layer}'s live volunteers serve again: ${summary}`);
     for (const v of live) if (v.tab) assert.deepEqual(v.tab.errors, [], `${v.name}: no script errors`);

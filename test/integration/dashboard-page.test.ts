@@ -280,6 +280,7 @@ async function startFakeHub(dir: string): Promise<FakeHub> {
     latencyMs: i % 5 === 0 ? null : 5 + (i % 40),
     pairsServed: i * 3,
     trust: i % 7 === 0 ? `probation ${i % 20}/20` : i % 7 === 1 ? '' : 'trusted',
+    benched: i % 11 === 0,
     credit: i % 4 === 0 ? null : i * 3,
   }));
 

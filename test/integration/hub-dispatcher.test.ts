@@ -67,8 +67,12 @@ class FnLink implements WorkerLink {
     private readonly fn: (w: WorkItem, link: FnLink) => Promise<Float32Array>,
   ) {}
 
-  compute(work: WorkItem): Promise<Float32Array> {
+  /** The deadline of each item, ms, in order. */
+  readonly deadlines: number[] = [];
+
+  compute(work: WorkItem, deadlineMs: number): Promise<Float32Array> {
     this.calls++;
+    this.deadlines.push(deadlineMs);
     this.inFlight++;
     const p = this.fn(work, this);
     p.then(
@@ -382,6 +386,36 @@ describe('ModelDispatcher against a scripted coordinator', () => {
       ]);
       assert.equal(d.isBenched('slow'), false);
       assert.equal(d.totals.pairs.fallback, 8, '3 timeouts × 2 pairs, and 2 pairs kept local while benched');
+    } finally {
+      c.close();
+      await d.close();
+    }
+  });
+
+  test('a worker that slowed down: its late answers set its next deadline, and a bench probe gets the whole budget', async () => {
+    const links = new Links();
+    let workMs = 1;
+    const worker = new FnLink('w', 0, 0, 8, (x) => sleep(workMs).then(() => simple(x)));
+    links.list = [worker];
+    const benches: boolean[] = [];
+    const d = await dispatcher(links, {
+      policy: { benchAfterMisses: 3, probeEveryMs: 100, probeMaxPairs: 8 },
+      deadlines: { floorMs: 20, latencyFactor: 3 },
+      events: { onBench: (_, b) => benches.push(b) },
+    });
+    const c = await ScriptedCoordinator.connect(d.socketPath); // a 250 ms coordinator deadline: a 225 ms budget
+    const ids = Int32Array.of(1, 2, 3, 4);
+    const servedAll = (r: DispatchResponse): boolean => r.mode === 'served' && r.served.every((x) => x === 1);
+    try {
+      for (let i = 0; i < 3; i++) assert.ok(servedAll(await c.send(c.request({ ids }))), 'fast: served');
+      workMs = 50; // its machine got busy: now past its 20 ms deadline
+      for (let i = 0; i < 3; i++) assert.equal((await c.send(c.request({ ids }))).mode, 'local', 'missed');
+      assert.deepEqual(benches, [true]);
+      await sleep(150); // the late answers come in; the probe is due
+      assert.ok(servedAll(await c.send(c.request({ ids }))), 'the probe is answered in time');
+      assert.equal(worker.deadlines.at(-1), 225, 'the probe waits the whole budget, not 3× its last measure');
+      assert.deepEqual(benches, [true, false], 'off the bench');
+      assert.ok(servedAll(await c.send(c.request({ ids }))), 'its deadline now follows its measured speed, late answers too');
     } finally {
       c.close();
       await d.close();
@@ -743,6 +777,52 @@ describe('ModelDispatcher, protocol v2 (claims) against a scripted coordinator',
       await sleep(150);
       assert.deepEqual(audits, [{ id: 'b', nmse: 0 }], 'b’s late-arriving answer compared once');
       assert.equal(d.totals.pairs.audited, 2);
+    } finally {
+      c.close();
+      await d.close();
+    }
+  });
+
+  test('v2 probation: a newcomer slower than a trusted replica is still sent items (in shadow, one at a time) until it has passed', async () => {
+    const links = new Links();
+    const fast = new FnLink('fast', 0, 0, 8, simple);
+    const fresh = new FnLink('new', 0, 0, 8, after_(40));
+    links.list = [fast, fresh];
+    const PROBATION = 3;
+    const passed = new Map<string, number>();
+    const trusted = (id: string): boolean => id === 'fast' || (passed.get(id) ?? 0) >= PROBATION;
+    const d = await dispatcher(links, {
+      mayUse: trusted,
+      chooseAudit: ({ workerIds }) => workerIds.flatMap((id, i) => (trusted(id) ? [] : [i])),
+      events: {
+        onAudit: (id, r) => {
+          if (r.nmse === 0) passed.set(id, (passed.get(id) ?? 0) + 1);
+        },
+      },
+    });
+    const c = await ScriptedCoordinator.connect(d.socketPath, {}, true, 2);
+    try {
+      const shadowed: number[] = [];
+      for (let i = 0; i < 16 && (passed.get('new') ?? 0) < PROBATION; i++) {
+        const req = c.request({ ids: Int32Array.of(1, 2, 3, 4) });
+        const { claim, result } = await c.sendV2(req);
+        if (claim.audit) {
+          // The coordinator's own sums of the audited pairs (what an honest `simple` worker answers).
+          let sum = 0;
+          for (let k = 0; k < 4; k++) if (claim.audit[k] === 1) sum += (req.probs[k] as number) * (k + 2);
+          c.socket.write(encodeAudit({ seq: req.seq, layer: 0, nTokens: 1, nAudit: 4, sums: new Float32Array(8).fill(sum) }, 2));
+          shadowed.push(i);
+        }
+        if (claim.claimed) await result();
+        await sleep(25); // a decode step: shorter than the newcomer's 40 ms
+      }
+      assert.equal(passed.get('new'), PROBATION, `the slower newcomer passed its probation (items in shadow at steps ${shadowed})`);
+      assert.ok(fresh.calls <= shadowed.length, 'never more than one item outstanding: each went in shadow');
+      assert.ok(fast.calls >= shadowed.length - 1, 'the trusted replica served the steps between');
+      // Trusted now, the newcomer races on speed like any replica: the faster one takes the token.
+      const { claim, result } = await c.sendV2(c.request({ ids: Int32Array.of(1, 2, 3, 4) }));
+      assert.equal(claim.audit, null, 'nothing audited once trusted (this chooser spot-checks none)');
+      await result();
     } finally {
       c.close();
       await d.close();

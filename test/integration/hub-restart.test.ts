@@ -156,8 +156,16 @@ async function freePort(): Promise<number> {
 interface WorkerRowLite {
   id: string;
   state: string;
+  slice: [number, number, number] | null;
   pairsServed: number;
+  latencyMs: number | null;
+  trust: string;
+  benched: boolean;
   credit: number | null;
+}
+
+function describeRow(r: WorkerRowLite): string {
+  return `${r.id} ${r.state} slice ${JSON.stringify(r.slice)} ${r.trust}${r.benched ? ' benched' : ''} ${r.latencyMs ?? '?'} ms pairs ${r.pairsServed} credit ${r.credit}`;
 }
 
 async function workerRows(url: string): Promise<WorkerRowLite[]> {
@@ -198,10 +206,13 @@ test('volunteers across a hub restart: tab and headless reconnect and serve, cre
     });
     // Past probation and credited: completions until the two volunteers whose credit the restart must keep have
     // verified credit (the third is quarantined below; a replica the dispatcher seldom picks may earn none for long).
+    let seen: WorkerRowLite[] = [];
     await until('the tab and restart-a credited', 240_000, async () => {
       assert.deepEqual(await completionIds(first.url, 'm', E2E_PROMPT, 24, m.ban), want, 'tokens before the restart');
-      const rows = await workerRows(first.url);
-      return [tab.workerId, 'restart-a'].every((id) => (rows.find((r) => r.id === id)?.credit ?? 0) > 0) ? rows : undefined;
+      seen = await workerRows(first.url);
+      return [tab.workerId, 'restart-a'].every((id) => (seen.find((r) => r.id === id)?.credit ?? 0) > 0) ? seen : undefined;
+    }).catch((e: Error) => {
+      throw new Error(`${e.message}: ${seen.map(describeRow).join('; ')}`);
     });
     const quarantine = await fetch(`${first.url}/api/admin/workers/restart-b/quarantine`, {
       method: 'POST',

@@ -25,6 +25,7 @@ function row(id: string, over: Partial<WorkerRow> = {}): WorkerRow {
     latencyMs: null,
     pairsServed: 0,
     trust: '',
+    benched: false,
     credit: null,
     ...over,
   };

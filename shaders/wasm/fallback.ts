@@ -93,6 +93,8 @@ interface KernelExports {
   ): void;
   callLayout(T: number, K: number, what: number): number;
   compute(T: number, K: number, scratch: number): void;
+  /** 1 when the relaxed build's float steps are fused relaxed_madd here (dots.as probeFusedMadd), else 0. */
+  fusedMadd(): number;
 }
 
 /** callLayout's parts (kernel.as L_*). */
@@ -112,6 +114,11 @@ export interface WasmFallbackMemory {
 export class WasmExpertFallback implements ExpertComputer {
   private kernel: KernelExports | null;
   private disposed = false;
+  /**
+   * Whether ggml's fused multiply-adds are computed with one relaxed_madd (relaxed-SIMD build, where it fuses: x86
+   * with FMA3, ARM) rather than emulated in f64; the same bits either way.
+   */
+  readonly fusedMadd: boolean;
 
   private constructor(
     kernel: KernelExports,
@@ -124,6 +131,7 @@ export class WasmExpertFallback implements ExpertComputer {
     private readonly label: string,
   ) {
     this.kernel = kernel;
+    this.fusedMadd = kernel.fusedMadd() === 1;
   }
 
   /**

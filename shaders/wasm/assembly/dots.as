@@ -1,7 +1,7 @@
 // Dot products of one decoded weight row (weight-rows.as) with one activation record (activations.as), each kind in
 // the order of ggml's AVX2 vec_dot where the kind says so (kinds.as). test/support/ggml-exact.ts is the TypeScript
 // model of the same arithmetic; the wasm fallback's tests hold these to it bit for bit.
-import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q4K, DOT_Q5K, DOT_Q6K } from './kinds';
+import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q4K, DOT_Q5K, DOT_Q6K, RELAXED } from './kinds';
 import { K_PARAMS } from './weight-rows';
 import { fmaPair, fmaPairExact, fma32, hsum8, f16ToF32 } from './ggml-float';
 
@@ -202,9 +202,87 @@ function laneFma(acc: usize, d: f32, l03: v128, l47: v128): void {
   v128.store(acc, rounded(s3), 48);
 }
 
+// The relaxed build's float steps where `f32x4.relaxed_madd` is one rounding (x86 with FMA3, ARM: what V8 emits
+// there): ggml's _mm256_fmadd_ps is then one instruction per four lanes, bit for bit, instead of the f64 emulation
+// above. The accumulators then hold f32x4: lanes 0-3 at 0, 4-7 at 16, Q4_K's four min lanes at 64, Q5_K's scalar
+// min sum at 96. Where it is two roundings the kernel keeps the emulation.
+
+/** 1 + 2^-12 and -1: fused, a·a + c = 2^-11 + 2^-24; with the product rounded first (to even), 2^-11. */
+const MADD_PROBE = memory.data<f32>([1.000244140625, -1.0]);
+let fusedMadd = false;
+
+/** Finds whether relaxed_madd fuses on this machine (from memory, so no optimiser folds it at build time). */
+export function probeFusedMadd(): void {
+  if (RELAXED) {
+    const a = f32x4.splat(load<f32>(MADD_PROBE));
+    const r = f32x4.relaxed_madd(a, a, f32x4.splat(load<f32>(MADD_PROBE, 4)));
+    fusedMadd = f32x4.extract_lane(r, 0) != <f32>0.00048828125;
+  }
+}
+
+/** Whether the kernel computes ggml's fused multiply-adds with relaxed_madd (see probeFusedMadd). */
+export function usesFusedMadd(): bool {
+  return RELAXED && fusedMadd;
+}
+
+/** acc[l] = fma(d, lane[l], acc[l]) for four lanes at acc + off, the lanes converted to f32 first as ggml does. */
+@inline
+function maddLanes(acc: usize, off: usize, d: v128, l: v128): void {
+  v128.store(acc + off, f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(l), v128.load(acc + off)));
+}
+
+/** blockStep with fused relaxed_madd (f32x4 accumulators). */
+@inline
+function blockStepFused(kind: i32, acc: usize, l03: v128, l47: v128, a: usize, pp: usize, b: i32, n: i32): void {
+  if (kind == DOT_Q32) {
+    const d = f32x4.splat(load<f32>(pp) * load<f32>(a + 2 * n + 4 * b));
+    maddLanes(acc, 0, d, l03);
+    maddLanes(acc, 16, d, l47);
+    return;
+  }
+  const nb = n >> 8;
+  const ad = a + 2 * n;
+  const yd = load<f32>(ad + 4 * b);
+  const d = f32x4.splat(yd * load<f32>(pp));
+  if (kind == DOT_Q6K) {
+    const bs = ad + 4 * nb + 32 * b;
+    const c03 = i32x4.shl(i32x4.dot_i16x8_s(v128.load(pp, 16), v128.load(bs)), 5);
+    const c47 = i32x4.shl(i32x4.dot_i16x8_s(v128.load(pp, 32), v128.load(bs, 16)), 5);
+    maddLanes(acc, 0, d, i32x4.sub(l03, c03));
+    maddLanes(acc, 16, d, i32x4.sub(l47, c47));
+    return;
+  }
+  maddLanes(acc, 0, d, l03);
+  maddLanes(acc, 16, d, l47);
+  const dmin = f32x4.splat(-yd * load<f32>(pp, 4));
+  const prod = i32x4.dot_i16x8_s(v128.load(pp, 16), v128.load(ad + 36 * nb + 16 * b));
+  if (kind == DOT_Q5K) {
+    const mins = i32x4.extract_lane(prod, 0) + i32x4.extract_lane(prod, 1) + i32x4.extract_lane(prod, 2) + i32x4.extract_lane(prod, 3);
+    const s = f32x4.relaxed_madd(dmin, f32x4.splat(<f32>mins), f32x4.splat(load<f32>(acc, 96)));
+    store<f32>(acc, f32x4.extract_lane(s, 0), 96);
+    return;
+  }
+  maddLanes(acc, 64, dmin, prod);
+}
+
+/** finish on blockStepFused's f32x4 accumulators: hsum_float_8 (lo + hi, then pairs), plus the mins. */
+@inline
+function finishFused(kind: i32, acc: usize): f32 {
+  const s = f32x4.add(v128.load(acc), v128.load(acc, 16));
+  const h = f32x4.extract_lane(s, 0) + f32x4.extract_lane(s, 2) + (f32x4.extract_lane(s, 1) + f32x4.extract_lane(s, 3));
+  if (kind == DOT_Q5K) return h + load<f32>(acc, 96);
+  if (kind != DOT_Q4K) return h;
+  const m = v128.load(acc, 64);
+  return h + (f32x4.extract_lane(m, 0) + f32x4.extract_lane(m, 2) + (f32x4.extract_lane(m, 1) + f32x4.extract_lane(m, 3)));
+}
+
 /** One block's float step for one token: Q6_K's bsum correction, the lane fmas, the mins. */
 @inline
 function blockStep(kind: i32, acc: usize, l03: v128, l47: v128, a: usize, pp: usize, b: i32, n: i32): void {
+  if (RELAXED && fusedMadd) {
+    blockStepFused(kind, acc, l03, l47, a, pp, b, n);
+    return;
+  }
   if (kind == DOT_Q32) {
     laneFma(acc, load<f32>(pp) * load<f32>(a + 2 * n + 4 * b), l03, l47);
     return;
@@ -245,6 +323,7 @@ function blockStep(kind: i32, acc: usize, l03: v128, l47: v128, a: usize, pp: us
 /** The result of one token's integer dot from its accumulators: hsum_float_8, plus the mins (Q4_K, Q5_K). */
 @inline
 function finish(kind: i32, acc: usize): f32 {
+  if (RELAXED && fusedMadd) return finishFused(kind, acc);
   const h = hsum8(v128.load(acc), v128.load(acc, 16), v128.load(acc, 32), v128.load(acc, 48));
   if (kind == DOT_Q5K) return h + load<f32>(acc, 96);
   if (kind != DOT_Q4K) return h;

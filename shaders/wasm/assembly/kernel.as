@@ -6,7 +6,7 @@
 import { T_F32, ROW_INT, ROW_U8, ROW_GGUF, DOT_Q32, DOT_Q4K, DOT_Q5K, RELAXED, rowKind, actKind, dotKind, blockSize, blockBytes, align16 } from './kinds';
 import { actBytes, quantizeRow } from './activations';
 import { intRow, u8Row, dequantRow } from './weight-rows';
-import { dot, intDots, q4kDots, k45Dots, u8Dots } from './dots';
+import { dot, intDots, q4kDots, k45Dots, u8Dots, probeFusedMadd, usesFusedMadd } from './dots';
 import { ggmlSwiglu, exactSwiglu } from './ggml-float';
 
 let nEmbd = 0;
@@ -26,6 +26,11 @@ const UOUT = memory.data(16, 4);
 @inline
 function m32(at: usize, m: i32): i32 {
   return load<i32>(at + 4 * m);
+}
+
+/** 1 when the float steps are relaxed_madd (one rounding, as ggml's FMA), 0 when they are emulated; set by configure. */
+export function fusedMadd(): i32 {
+  return usesFusedMadd() ? 1 : 0;
 }
 
 export function heapBase(): usize {
@@ -58,6 +63,7 @@ export function configure(
   down: usize,
   rowBuffers: usize,
 ): void {
+  probeFusedMadd();
   nEmbd = nEmbd_;
   ff = ff_;
   nExpert = nExpert_;

@@ -280,7 +280,7 @@ async function startFakeHub(dir: string): Promise<FakeHub> {
     latencyMs: i % 5 === 0 ? null : 5 + (i % 40),
     pairsServed: i * 3,
     trust: i % 7 === 0 ? `probation ${i % 20}/20` : i % 7 === 1 ? '' : 'trusted',
-    benched: i % 11 === 0,
+    benched: i % 11 === 3,
     credit: i % 4 === 0 ? null : i * 3,
   }));
 
@@ -433,10 +433,12 @@ test('against a scripted hub: 48 × 256 heatmap, 15 minutes of charts, live tick
     const firstId = async (): Promise<string> =>
       (await page.locator('[data-testid="worker-row"] [role="cell"]').first().textContent()) ?? '';
     await page.waitForFunction(() => document.querySelector('[data-testid="worker-row"] [role="cell"]')?.textContent === 'w-00000');
-    // The state cell says where the trust checks stand: w-00000 is on probation (i % 7 === 0), w-00002 trusted.
+    // The state cell says where the trust checks stand: w-00000 is on probation (i % 7 === 0), w-00002 trusted;
+    // and whether the dispatcher benched it: w-00003 (i % 11 === 3).
     const stateCell = (n: number) => page.locator('[data-testid="worker-row"]').nth(n).locator('[role="cell"]').nth(4);
     assert.match((await stateCell(0).textContent()) ?? '', /· probation 0\/20$/);
     assert.match((await stateCell(2).textContent()) ?? '', /· trusted$/);
+    assert.match((await stateCell(3).textContent()) ?? '', /· trusted· benched$/);
     await page.getByTestId('sort-id').focus();
     await page.keyboard.press('Enter');
     await page.waitForFunction(() => document.querySelector('[data-testid="worker-row"] [role="cell"]')?.textContent === 'w-01999');

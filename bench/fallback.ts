@@ -13,6 +13,11 @@
  *   npm run bench:fallback -- --quick      # fewer repetitions, no ORT
  *   npm run bench:fallback -- --no-ort     # skip the ORT dense fallback (≈ 300 MB of f32 weights, slow to build)
  *   npm run bench:fallback -- --simd       # our baseline-SIMD build even where relaxed SIMD is available
+ *   npm run bench:fallback -- --rounds 8   # more rounds (default 4) on a noisy machine
+ *
+ * Where the relaxed build's relaxed_madd fuses (x86 with FMA3, ARM), the same build with ggml's FMAs emulated in
+ * f64 (`emulateFma`: what a machine whose relaxed_madd does not fuse runs) is timed in the same rounds, its own
+ * column, so the fused step's gain is measured side by side.
  *
  * The npm script runs Node with `--experimental-wasm-relaxed-simd` (Node 20 needs it; Chromium has relaxed SIMD by
  * default), so ours is the relaxed-simd build (shaders/wasm/features.ts) unless `--simd` is given; the header says which.
@@ -39,7 +44,11 @@ import { LINKCPP_EXPERT_REF, encodeRecord } from '../test/support/native-referen
 import { mulberry32 } from '../test/support/random.ts';
 import { REALISTIC } from './shapes.ts';
 
-const args = new Set(process.argv.slice(2));
+const argv = process.argv.slice(2);
+const args = new Set(argv);
+const roundsArg = argv.indexOf('--rounds');
+const ROUNDS = roundsArg >= 0 ? Number(argv[roundsArg + 1]) : 4;
+if (!Number.isSafeInteger(ROUNDS) || ROUNDS < 1 || ROUNDS > 100) throw new Error('--rounds takes an integer in [1, 100]');
 const quick = args.has('--quick');
 const withOrt = !quick && !args.has('--no-ort');
 const variant = args.has('--simd') ? 'simd' : bestKernelVariant();
@@ -180,15 +189,25 @@ console.log(
 // alike; each side's best and median over all rounds are printed, the ratio from the best.
 const kernel = await nodeExpertKernel(variant);
 const ours = await WasmExpertFallback.create(kernel, slice, { numerics: 'llama' });
-const rounds = quick ? 1 : 2;
-const oursT: Timed[] = calls.map(() => ({ ms: [], cpu: [], out: new Float32Array(0) }));
-const nativeT: Timed[] = calls.map(() => ({ ms: [], cpu: [], out: new Float32Array(0) }));
+const emulated = ours.fusedMadd ? await WasmExpertFallback.create(kernel, slice, { numerics: 'llama', emulateFma: true }) : null;
+const rounds = quick ? 1 : ROUNDS;
+const timed = (): Timed[] => calls.map(() => ({ ms: [], cpu: [], out: new Float32Array(0) }));
+const oursT = timed();
+const emulatedT = timed();
+const nativeT = timed();
 for (let round = 0; round < rounds; round++) {
-  for (const [i, c] of calls.entries()) {
-    const t = await timeCalls(ours, c, reps(c.nTokens));
-    oursT[i]!.ms.push(...t.ms);
-    oursT[i]!.cpu.push(...t.cpu);
-    oursT[i]!.out = t.out;
+  for (const [fb, into] of emulated
+    ? ([
+        [ours, oursT],
+        [emulated, emulatedT],
+      ] as const)
+    : ([[ours, oursT]] as const)) {
+    for (const [i, c] of calls.entries()) {
+      const t = await timeCalls(fb, c, reps(c.nTokens));
+      into[i]!.ms.push(...t.ms);
+      into[i]!.cpu.push(...t.cpu);
+      into[i]!.out = t.out;
+    }
   }
   for (const [i, t] of (await timeNative(gguf, calls, quick ? 3 : 7)).entries()) {
     nativeT[i]!.ms.push(...t.ms);
@@ -198,6 +217,7 @@ for (let round = 0; round < rounds; round++) {
 }
 const oursMem = ours.memory();
 await ours.dispose();
+await emulated?.dispose();
 
 let ortT: (Timed | null)[] = calls.map(() => null);
 let ortBytes = 0;
@@ -216,19 +236,21 @@ const best = (xs: number[]): number => Math.min(...xs);
 const fmt = (t: Timed): string => `${median(t.cpu).toFixed(2)} (${median(t.ms).toFixed(1)})`;
 console.log('');
 console.log('CPU ms per call, median (wall ms, median); ours/native from the median CPU times; GFLOP/s of the routed');
-console.log('pairs per CPU second (ours); best CPU ms ours / native in the last column');
+console.log('pairs per CPU second (ours); best CPU ms ours / native; ours with FMA emulated (where it fuses), median');
 console.log(
-  `rows | ${pad('ours wasm', 16)} | ${pad('ORT dense', 16)} | ${pad('native', 16)} | ours/native | GFLOP/s | best ours/native | bits vs native`,
+  `rows | ${pad('ours wasm', 16)} | ${pad('ORT dense', 16)} | ${pad('native', 16)} | ours/native | GFLOP/s | best ours/native | ${pad('FMA emulated', 16)} | bits vs native`,
 );
 calls.forEach((c, i) => {
   const o = oursT[i]!;
   const n = nativeT[i]!;
   const d = ortT[i];
-  const diff = sameBits(o.out, n.out);
+  const e = emulatedT[i]!;
+  const diff = sameBits(o.out, n.out) + (emulated ? sameBits(e.out, n.out) : 0);
+  const emulatedCol = emulated ? `${median(e.cpu).toFixed(2)} (${(median(n.cpu) / median(e.cpu)).toFixed(2)}×)` : '—';
   console.log(
     `${pad(String(c.nTokens), 4)} | ${pad(fmt(o), 16)} | ${pad(d ? fmt(d) : '—', 16)} | ${pad(fmt(n), 16)} | ` +
       `${pad((median(n.cpu) / median(o.cpu)).toFixed(2), 11)} | ${pad((callFlops(c) / (median(o.cpu) * 1e6)).toFixed(2), 7)} | ` +
-      `${pad(`${best(o.cpu).toFixed(2)} / ${best(n.cpu).toFixed(2)}`, 16)} | ${diff === 0 ? 'identical' : `${diff} of ${o.out.length} differ`}`,
+      `${pad(`${best(o.cpu).toFixed(2)} / ${best(n.cpu).toFixed(2)}`, 16)} | ${pad(emulatedCol, 16)} | ${diff === 0 ? 'identical' : `${diff} of ${o.out.length} differ`}`,
   );
 });
 console.log('');
@@ -236,4 +258,6 @@ console.log(
   `memory: ours ${mb(oursMem.wasmBytes)} wasm (slice ${mb(oursMem.sliceBytes)}, ${mb(oursMem.loadedBytes)} before any call)` +
     (withOrt ? `; ORT dense ${mb(ortBytes)} of f32 model` : ''),
 );
-console.log(`ours/native = native CPU ms / ours CPU ms (throughput ratio; goal ≥ 0.5); ours = the ${variant} build`);
+console.log(
+  `ours/native = native CPU ms / ours CPU ms (throughput ratio; goal ≥ 0.5); ours = the ${variant} build, FMA ${ours.fusedMadd ? 'fused (relaxed_madd)' : 'emulated in f64'}; ${rounds} rounds`,
+);

@@ -71,6 +71,11 @@ export interface WasmExpertFallbackOptions {
   maxTokensPerPass?: number;
   /** Name used in error messages. */
   label?: string;
+  /**
+   * Emulate ggml's fused multiply-adds in f64 even where the relaxed build's relaxed_madd fuses: what a machine whose
+   * relaxed_madd does not fuse runs (the same bits). For tests and benchmarks; default false.
+   */
+  emulateFma?: boolean;
 }
 
 /** What the kernel module exports (kernel.as). */
@@ -93,8 +98,8 @@ interface KernelExports {
   ): void;
   callLayout(T: number, K: number, what: number): number;
   compute(T: number, K: number, scratch: number): void;
-  /** 1 when the relaxed build's float steps are fused relaxed_madd here (dots.as probeFusedMadd), else 0. */
-  fusedMadd(): number;
+  /** Uses fused relaxed_madd for ggml's FMAs where it fuses and `allow` is 1; returns 1 if it does (kernel.as). */
+  allowFusedMadd(allow: number): number;
 }
 
 /** callLayout's parts (kernel.as L_*). */
@@ -129,9 +134,10 @@ export class WasmExpertFallback implements ExpertComputer {
     private readonly sliceBytes: number,
     private readonly tokensPerPass: number,
     private readonly label: string,
+    emulateFma: boolean,
   ) {
     this.kernel = kernel;
-    this.fusedMadd = kernel.fusedMadd() === 1;
+    this.fusedMadd = kernel.allowFusedMadd(emulateFma ? 0 : 1) === 1;
   }
 
   /**
@@ -178,7 +184,16 @@ export class WasmExpertFallback implements ExpertComputer {
     const t = slice.types;
     k.configure(nEmbd, ff, nExpert, t.gate, t.up, t.down, numerics === 'llama' ? 1 : 0, gateAt, upAt, downAt, rowsAt);
     const label = options.label ?? `wasm expert-slice ${nExpert}×[${nEmbd}↔${ff}]${numerics === 'llama' ? ' (llama numerics)' : ''}`;
-    return new WasmExpertFallback(k, { nEmbd, ff, nExpert }, numerics, scratch, sliceBytes, tokensPerPass, label);
+    return new WasmExpertFallback(
+      k,
+      { nEmbd, ff, nExpert },
+      numerics,
+      scratch,
+      sliceBytes,
+      tokensPerPass,
+      label,
+      options.emulateFma === true,
+    );
   }
 
   /**

@@ -155,17 +155,26 @@ for (const variant of VARIANTS)
   }
 
 for (const variant of VARIANTS) {
-  test(`wasm fallback (${variant}): mixed types per matrix, bit for bit with ggml-exact`, async () => {
-    for (const types of [
-      { gate: GGMLType.Q4_K, up: GGMLType.Q8_0, down: GGMLType.Q6_K },
-      { gate: GGMLType.Q5_K, up: GGMLType.Q6_K, down: GGMLType.Q4_K },
-    ]) {
+  test(`wasm fallback (${variant}): mixed types per matrix, bit for bit with ggml-exact; FMA fused or emulated`, async (t) => {
+    for (const [types, emulateFma] of [
+      [{ gate: GGMLType.Q4_K, up: GGMLType.Q8_0, down: GGMLType.Q6_K }, false],
+      [{ gate: GGMLType.Q5_K, up: GGMLType.Q6_K, down: GGMLType.Q4_K }, false],
+      // The relaxed build's f64 emulation, which machines whose relaxed_madd does not fuse run, every integer kind.
+      [{ gate: GGMLType.Q4_K, up: GGMLType.Q8_0, down: GGMLType.Q6_K }, true],
+      [{ gate: GGMLType.Q5_K, up: GGMLType.Q4_0, down: GGMLType.Q4_K }, true],
+    ] as const) {
       const slice = makeSlice(types, 7);
-      const fb = await WasmExpertFallback.create(await kernelOf(variant), slice, { numerics: 'llama' });
+      const fb = await WasmExpertFallback.create(await kernelOf(variant), slice, { numerics: 'llama', emulateFma });
+      if (!emulateFma) t.diagnostic(`${variant}: FMA ${fb.fusedMadd ? 'fused (relaxed_madd)' : 'emulated in f64'}`);
+      if (emulateFma) assert.equal(fb.fusedMadd, false, 'emulated when asked');
       for (const nTokens of [3, 64]) {
         const c = call(nTokens, 70 + nTokens);
         const want = await ggmlLayerSums(slice, c.rows, c.ids, c.probs, c.nTokens, c.nUsed);
-        assert.equal(differingBits(await run(fb, c), want), 0, `${JSON.stringify(types)}, ${nTokens} rows`);
+        assert.equal(
+          differingBits(await run(fb, c), want),
+          0,
+          `${JSON.stringify(types)}${emulateFma ? ', FMA emulated' : ''}, ${nTokens} rows`,
+        );
       }
     }
   });

@@ -211,9 +211,13 @@ function laneFma(acc: usize, d: f32, l03: v128, l47: v128): void {
 const MADD_PROBE = memory.data<f32>([1.000244140625, -1.0]);
 let fusedMadd = false;
 
-/** Finds whether relaxed_madd fuses on this machine (from memory, so no optimiser folds it at build time). */
-export function probeFusedMadd(): void {
-  if (RELAXED) {
+/**
+ * Finds whether relaxed_madd fuses on this machine (from memory, so no optimiser folds it at build time), and uses it
+ * if so and `allow`ed (false: the f64 emulation, as on a machine whose relaxed_madd does not fuse).
+ */
+export function probeFusedMadd(allow: bool): void {
+  fusedMadd = false;
+  if (RELAXED && allow) {
     const a = f32x4.splat(load<f32>(MADD_PROBE));
     const r = f32x4.relaxed_madd(a, a, f32x4.splat(load<f32>(MADD_PROBE, 4)));
     fusedMadd = f32x4.extract_lane(r, 0) != <f32>0.00048828125;

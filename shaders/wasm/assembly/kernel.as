@@ -28,8 +28,12 @@ function m32(at: usize, m: i32): i32 {
   return load<i32>(at + 4 * m);
 }
 
-/** 1 when the float steps are relaxed_madd (one rounding, as ggml's FMA), 0 when they are emulated; set by configure. */
-export function fusedMadd(): i32 {
+/**
+ * Computes ggml's fused multiply-adds with relaxed_madd where it fuses here and `allow` is not 0, else by the f64
+ * emulation; returns 1 when relaxed_madd is used. Call before compute (the emulation until then).
+ */
+export function allowFusedMadd(allow: i32): i32 {
+  probeFusedMadd(allow != 0);
   return usesFusedMadd() ? 1 : 0;
 }
 
@@ -63,7 +67,6 @@ export function configure(
   down: usize,
   rowBuffers: usize,
 ): void {
-  probeFusedMadd();
   nEmbd = nEmbd_;
   ff = ff_;
   nExpert = nExpert_;

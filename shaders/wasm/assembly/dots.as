@@ -638,8 +638,9 @@ function k45DotsOf(five: bool, w: usize, acts: usize, count: i32, n: i32, out: u
       const q1 = v128.load(p + qsAt + 32 * jj, 16);
       let lo0 = v128.and(q0, m15);
       let lo1 = v128.and(q1, m15);
-      let hi0 = i8x16.shr_u(q0, 4);
-      let hi1 = i8x16.shr_u(q1, 4);
+      // (the high nibbles by a 16-bit shift and the mask: x64 has no byte shift, V8 emulates i8x16.shr_u)
+      let hi0 = v128.and(i16x8.shr_u(q0, 4), m15);
+      let hi1 = v128.and(i16x8.shr_u(q1, 4), m15);
       if (five) {
         const bit = 1 << (2 * jj);
         const ml = i8x16.splat(<i8>bit);

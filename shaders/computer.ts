@@ -3,6 +3,7 @@
  * (ExpertRuntime, OrtExpertFallback) — and how ExpertEngine times one on a call shape: a deterministic synthetic call,
  * the flops it asks for, the median of timed samples.
  */
+import { ExpertRuntimeError } from './errors.ts';
 import { mulberry32 } from './random.ts';
 
 /**
@@ -12,6 +13,19 @@ import { mulberry32 } from './random.ts';
  * so an honest worker agrees with a llama.cpp CPU coordinator's own result to float-summation precision.
  */
 export type Numerics = 'exact' | 'llama';
+
+/** The `numerics` option every backend takes: 'exact' when absent; anything else throws BAD_OPTION. */
+export function numericsOption(numerics: Numerics | undefined): Numerics {
+  const n = numerics ?? 'exact';
+  if (n !== 'exact' && n !== 'llama') {
+    throw new ExpertRuntimeError(
+      'BAD_OPTION',
+      { option: 'numerics', value: NaN, requirement: "'exact' or 'llama'" },
+      `numerics must be 'exact' or 'llama', got ${JSON.stringify(n)}`,
+    );
+  }
+  return n;
+}
 
 /** Anything with ExpertRuntime's compute() (ExpertRuntime, OrtExpertFallback). */
 export interface ExpertComputer {

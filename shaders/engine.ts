@@ -30,7 +30,7 @@
  */
 import { ExpertRuntimeError } from './errors.ts';
 import { chooseBackend, type Backend } from './backend-choice.ts';
-import { callFlops, timeCompute, type ExpertComputer, type MeasureCall, type Numerics, type Timing } from './computer.ts';
+import { callFlops, numericsOption, timeCompute, type ExpertComputer, type MeasureCall, type Numerics, type Timing } from './computer.ts';
 import type { ExpertSlice } from './slice.ts';
 
 /** A backend's runtime: ExpertRuntime and OrtExpertFallback both fit. */
@@ -144,14 +144,7 @@ export class ExpertEngine {
     check('rounds', rounds, 1);
     check('call.nTokens', call.nTokens, 1);
     check('batchCall.nTokens', batchCall.nTokens, 1);
-    const numerics = options.numerics ?? 'exact';
-    if (numerics !== 'exact' && numerics !== 'llama') {
-      throw new ExpertRuntimeError(
-        'BAD_OPTION',
-        { option: 'numerics', value: NaN, requirement: "'exact' or 'llama'" },
-        `numerics must be 'exact' or 'llama', got ${JSON.stringify(numerics)}`,
-      );
-    }
+    const numerics = numericsOption(options.numerics);
     const backendOptions: BackendOptions = { numerics };
     const report: EngineReport = { backend: 'wasm', numerics, reason: '', call, batchCall, measured: {}, errors: {} };
     const built: Partial<Record<Backend, { runtime: EngineBackend; isFallbackAdapter?: boolean }>> = {};

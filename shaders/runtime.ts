@@ -31,7 +31,7 @@ import { readExpertSliceBytes, type ExpertMatrix } from '../gguf/expert-slice.ts
 import { typeName } from '../gguf/quant-types.ts';
 import type { BufferPoolStats } from './buffer-pool.ts';
 import { bindingLimit, callRounding, planCall, type PlannedCall } from './call-plan.ts';
-import type { Numerics } from './computer.ts';
+import { numericsOption, type Numerics } from './computer.ts';
 import { runPlan, type CallInputs, type CallResult } from './call-run.ts';
 import {
   batchedPipelines,
@@ -560,14 +560,7 @@ function makeSettings(shape: SliceShape, options: ExpertRuntimeOptions): Setting
       `features must be 'auto' or a list of 'subgroups', 'shader-f16', got ${JSON.stringify(features)}`,
     );
   }
-  const numerics = options.numerics ?? 'exact';
-  if (numerics !== 'exact' && numerics !== 'llama') {
-    throw new ExpertRuntimeError(
-      'BAD_OPTION',
-      { option: 'numerics', value: NaN, requirement: "'exact' or 'llama'" },
-      `numerics must be 'exact' or 'llama', got ${JSON.stringify(numerics)}`,
-    );
-  }
+  const numerics = numericsOption(options.numerics);
   const integerDot = options.integerDot ?? 'auto';
   if (!['auto', 'packed', 'unpacked', 'float'].includes(integerDot)) {
     throw new ExpertRuntimeError(

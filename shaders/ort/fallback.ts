@@ -31,7 +31,7 @@
 import { GGMLType, rowByteSize } from '../../gguf/quant-types.ts';
 import { canDequantize, dequantize } from '../../gguf/dequantize.ts';
 import { f16ToF32Table } from '../../gguf/half.ts';
-import type { Numerics } from '../computer.ts';
+import { numericsOption, type Numerics } from '../computer.ts';
 import { ExpertRuntimeError } from '../errors.ts';
 import { roundActivations, vecDotType } from '../reference/ggml-activations.ts';
 import { silu } from '../reference/expert-ffn.ts';
@@ -181,14 +181,7 @@ export class OrtExpertFallback {
    * unknown `numerics`; onnxruntime's own errors (a missing execution provider, out of memory) propagate as they are.
    */
   static async create(ort: OrtModuleLike, slice: ExpertSlice, options: OrtExpertFallbackOptions = {}): Promise<OrtExpertFallback> {
-    const numerics = options.numerics ?? 'exact';
-    if (numerics !== 'exact' && numerics !== 'llama') {
-      throw new ExpertRuntimeError(
-        'BAD_OPTION',
-        { option: 'numerics', value: NaN, requirement: "'exact' or 'llama'" },
-        `numerics must be 'exact' or 'llama', got ${JSON.stringify(numerics)}`,
-      );
-    }
+    const numerics = numericsOption(options.numerics);
     validateSlice(slice, slice, numerics === 'llama' ? LLAMA_FALLBACK_TYPES : FALLBACK_TYPES);
     const { nEmbd, ff, nExpert } = slice;
     const n = nExpert * nEmbd * ff;

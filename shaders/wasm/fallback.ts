@@ -21,7 +21,7 @@
  *   await fb.dispose();
  */
 import { GGMLType } from '../../gguf/quant-types.ts';
-import type { ExpertComputer, Numerics } from '../computer.ts';
+import { numericsOption, type ExpertComputer, type Numerics } from '../computer.ts';
 import { ExpertRuntimeError } from '../errors.ts';
 import { validateInputs, validateSlice, type ExpertSlice, type SupportedTypes } from '../slice.ts';
 
@@ -150,14 +150,7 @@ export class WasmExpertFallback implements ExpertComputer {
     slice: ExpertSlice,
     options: WasmExpertFallbackOptions = {},
   ): Promise<WasmExpertFallback> {
-    const numerics = options.numerics ?? 'exact';
-    if (numerics !== 'exact' && numerics !== 'llama') {
-      throw new ExpertRuntimeError(
-        'BAD_OPTION',
-        { option: 'numerics', value: NaN, requirement: "'exact' or 'llama'" },
-        `numerics must be 'exact' or 'llama', got ${JSON.stringify(numerics)}`,
-      );
-    }
+    const numerics = numericsOption(options.numerics);
     const tokensPerPass = options.maxTokensPerPass ?? DEFAULT_TOKENS_PER_PASS;
     if (!Number.isSafeInteger(tokensPerPass) || tokensPerPass < 1 || tokensPerPass > 65536) {
       throw new ExpertRuntimeError(

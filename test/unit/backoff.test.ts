@@ -8,7 +8,7 @@
 import { test, mock } from 'node:test';
 import assert from 'node:assert/strict';
 import { DEFAULT_BACKOFF, laterDelayMs, reconnectDelayMs } from '../../volunteer/backoff.ts';
-import { createVolunteerClient, type SocketFactory, type SocketLike } from '../../volunteer/client.ts';
+import { createVolunteerClient, type SocketFactory, type SocketLike, type VolunteerClientOptions } from '../../volunteer/client.ts';
 import { MemoryIdentityStore } from '../../volunteer/identity.ts';
 import { NoShardCache } from '../../volunteer/shard-cache.ts';
 import { CLOSE_CODES, encodeHubMessage, parseClientMessage } from '../../volunteer/wire.ts';
@@ -187,10 +187,9 @@ const settle = async (): Promise<void> => {
   for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
 };
 
-test('the client: the first retry after a drop waits its draw (never at once); a `later` close waits [60 s, 120 s)', async (t) => {
-  FakeSocket.made = [];
-  let draw = 0;
-  const client = createVolunteerClient({
+/** A client on FakeSocket, worker 'w1', wasm, no cache; `random` and `now` are the test's. */
+const fakeClient = (clock: Pick<VolunteerClientOptions, 'random' | 'now'>) =>
+  createVolunteerClient({
     hubUrl: 'http://hub.test',
     environment: async () => ({ gpu: null, ort: null, backend: 'wasm' }),
     identity: new MemoryIdentityStore(),
@@ -198,9 +197,13 @@ test('the client: the first retry after a drop waits its draw (never at once); a
     WebSocket: FakeSocket as unknown as SocketFactory,
     workerId: 'w1',
     fetch: fakeFetch,
-    random: () => draw,
-    now: () => 0,
+    ...clock,
   });
+
+test('the client: the first retry after a drop waits its draw (never at once); a `later` close waits [60 s, 120 s)', async (t) => {
+  FakeSocket.made = [];
+  let draw = 0;
+  const client = fakeClient({ random: () => draw, now: () => 0 });
   const kind = (): string => client.state.kind; // read afresh: assertions would narrow `client.state`
   const states: string[] = [];
   client.on('state', (s) => states.push(s.kind));
@@ -255,17 +258,7 @@ test('the client judges the hub’s silence as the hub judges its own: pinged at
   FakeSocket.made = [];
   FakeSocket.answerPings = true;
   let clock = 0;
-  const client = createVolunteerClient({
-    hubUrl: 'http://hub.test',
-    environment: async () => ({ gpu: null, ort: null, backend: 'wasm' }),
-    identity: new MemoryIdentityStore(),
-    cache: new NoShardCache(),
-    WebSocket: FakeSocket as unknown as SocketFactory,
-    workerId: 'w1',
-    fetch: fakeFetch,
-    random: () => 0,
-    now: () => clock,
-  });
+  const client = fakeClient({ random: () => 0, now: () => clock });
   mock.timers.enable({ apis: ['setTimeout', 'setInterval'] });
   t.after(() => {
     FakeSocket.answerPings = true;

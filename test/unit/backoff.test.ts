@@ -187,6 +187,17 @@ const settle = async (): Promise<void> => {
   for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
 };
 
+/**
+ * Until the client's first dial is answered. Joining makes an Ed25519 key through WebCrypto, which runs on libuv's
+ * thread pool in real time, not on the mocked timers: so the wait is bounded in wall time (Date is not mocked here),
+ * not in a count of turns a loaded machine may run through before the key is made.
+ */
+const untilWaiting = async (client: { state: { kind: string } }, limitMs = 10_000): Promise<void> => {
+  const until = Date.now() + limitMs;
+  while (client.state.kind !== 'waiting' && Date.now() < until) await settle();
+  assert.equal(client.state.kind, 'waiting', `the client is waiting for work within ${limitMs} ms`);
+};
+
 /** A client on FakeSocket, worker 'w1', wasm, no cache; `random` and `now` are the test's. */
 const fakeClient = (clock: Pick<VolunteerClientOptions, 'random' | 'now'>) =>
   createVolunteerClient({
@@ -213,8 +224,7 @@ test('the client: the first retry after a drop waits its draw (never at once); a
     void client.leave();
   });
   client.join({ backend: 'wasm' });
-  for (let i = 0; i < 50 && kind() !== 'waiting'; i++) await settle();
-  assert.equal(kind(), 'waiting', `states: ${states.join(' → ')}`);
+  await untilWaiting(client).catch((e: Error) => assert.fail(`${e.message}; states: ${states.join(' → ')}`));
   assert.equal(FakeSocket.made.length, 1);
 
   // The hub dies (1006, no close frame): the smallest draw still waits half the first step.
@@ -266,7 +276,7 @@ test('the client judges the hub’s silence as the hub judges its own: pinged at
     void client.leave();
   });
   client.join({ backend: 'wasm' });
-  for (let i = 0; i < 50 && client.state.kind !== 'waiting'; i++) await settle();
+  await untilWaiting(client);
   const first = FakeSocket.made[0] as FakeSocket;
   const beat = async (): Promise<void> => {
     clock += 15_000; // the welcome's heartbeat; idle timeout 45 s

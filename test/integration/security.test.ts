@@ -527,7 +527,7 @@ test('no node token or admin token in a URL, an event, an error, the dashboard o
     note((await t.call('GET', `/api/expert-demand?model=m&token=${encodeURIComponent('not-ours')}`)).json);
     // A channel volunteer: its assignment (the shard URL), a bad token, a token in a hello of the wrong shape.
     const c = (await join(h, token, 'ws-w')) as Extract<Dialled, { kind: 'open' }>;
-    for (let i = 0; i < 50 && !c.inbox.some((m) => m.type === 'assign'); i++) await wait(20);
+    for (let i = 0; i < 250 && !c.inbox.some((m) => m.type === 'assign'); i++) await wait(20);
     const assign = c.inbox.find((m) => m.type === 'assign');
     assert.ok(assign && assign.type === 'assign', 'assigned over the channel');
     assert.ok(!assign.shardUrl.includes(token) && !/token/i.test(assign.shardUrl), `no token in ${assign.shardUrl}`);

@@ -404,7 +404,7 @@ test('downloads in flight are bounded per node token and per address, and freed 
     assert.equal(headRefused.status, 429, 'HEAD takes a slot too (it may read the slice for its digest)');
     assert.equal(await readAll(a1), full);
     let a3: Awaited<ReturnType<typeof open>> | undefined;
-    for (let i = 0; i < 50 && !a3; i++) {
+    for (let i = 0; i < 300 && !a3; i++) {
       const r = await open(a);
       if (r.statusCode === 200) a3 = r;
       else await new Promise((res) => setTimeout(res, 10));
@@ -432,7 +432,7 @@ test('downloads in flight are bounded per node token and per address, and freed 
     b1.raw.res.destroy();
     b2.raw.res.destroy();
     let both = false;
-    for (let i = 0; i < 100 && !both; i++) {
+    for (let i = 0; i < 500 && !both; i++) {
       const pair = [await open(b), await open(b)];
       both = pair.every((r) => r.statusCode === 200);
       for (const r of pair) if (r.statusCode === 200) assert.equal(await readAll(r), full);

@@ -435,6 +435,15 @@ function byLanes(v: v128): v128 {
  * intDots on intRow's form, so the same bits.
  */
 export function q4kDots(w: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  if (count == 1) q4kDotsOf(w, acts, 1, n, out);
+  else if (count == 2) q4kDotsOf(w, acts, 2, n, out);
+  else if (count == 3) q4kDotsOf(w, acts, 3, n, out);
+  else q4kDotsOf(w, acts, 4, n, out);
+}
+
+/** q4kDots for one token count, inlined once per count so its branches fold away (see k45Dots). */
+@inline
+function q4kDotsOf(w: usize, acts: usize, count: i32, n: i32, out: usize): void {
   clearAcc(count);
   const nb = n >> 8;
   const m15 = i8x16.splat(15);
@@ -579,11 +588,19 @@ function u8DotsOf(kind: i32, w: usize, wp: usize, acts: usize, count: i32, n: i3
   for (let t = 0; t < count; t++) store<f32>(out + 4 * t, finish(kind, FACC + ACC_BYTES * t));
 }
 
-/** u8DotsOf for one K-quant kind (DOT_Q4K, DOT_Q5K, DOT_Q6K). */
+/** u8DotsOf for one K-quant kind (DOT_Q4K, DOT_Q5K, DOT_Q6K) and token count, each inlined on its own (see k45Dots). */
 export function u8Dots(kind: i32, w: usize, wp: usize, acts: usize, count: i32, n: i32, out: usize): void {
-  if (kind == DOT_Q4K) u8DotsOf(DOT_Q4K, w, wp, acts, count, n, out);
-  else if (kind == DOT_Q5K) u8DotsOf(DOT_Q5K, w, wp, acts, count, n, out);
-  else u8DotsOf(DOT_Q6K, w, wp, acts, count, n, out);
+  if (kind == DOT_Q4K) u8DotsOfKind(DOT_Q4K, w, wp, acts, count, n, out);
+  else if (kind == DOT_Q5K) u8DotsOfKind(DOT_Q5K, w, wp, acts, count, n, out);
+  else u8DotsOfKind(DOT_Q6K, w, wp, acts, count, n, out);
+}
+
+@inline
+function u8DotsOfKind(kind: i32, w: usize, wp: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  if (count == 1) u8DotsOf(kind, w, wp, acts, 1, n, out);
+  else if (count == 2) u8DotsOf(kind, w, wp, acts, 2, n, out);
+  else if (count == 3) u8DotsOf(kind, w, wp, acts, 3, n, out);
+  else u8DotsOf(kind, w, wp, acts, 4, n, out);
 }
 
 /** Q4_K / Q5_K block parameters as blockStep reads them (d, dmin, mins), rebuilt per super-block by k45Dots. */
@@ -675,8 +692,18 @@ function k45DotsOf(five: bool, w: usize, acts: usize, count: i32, n: i32, out: u
   for (let t = 0; t < count; t++) store<f32>(out + 4 * t, finish(kind, FACC + ACC_BYTES * t));
 }
 
-/** k45DotsOf for Q4_K (five = false) or Q5_K. */
+/**
+ * k45DotsOf for Q4_K (five = false) or Q5_K, inlined once per kind and token count so the branches on both fold away
+ * (with `count` a variable, V8 keeps the count tests in the inner loop and spills the accumulators around them).
+ */
 export function k45Dots(five: bool, w: usize, acts: usize, count: i32, n: i32, out: usize): void {
-  if (five) k45DotsOf(true, w, acts, count, n, out);
-  else k45DotsOf(false, w, acts, count, n, out);
+  if (five) {
+    if (count == 1) k45DotsOf(true, w, acts, 1, n, out);
+    else if (count == 2) k45DotsOf(true, w, acts, 2, n, out);
+    else if (count == 3) k45DotsOf(true, w, acts, 3, n, out);
+    else k45DotsOf(true, w, acts, 4, n, out);
+  } else if (count == 1) k45DotsOf(false, w, acts, 1, n, out);
+  else if (count == 2) k45DotsOf(false, w, acts, 2, n, out);
+  else if (count == 3) k45DotsOf(false, w, acts, 3, n, out);
+  else k45DotsOf(false, w, acts, 4, n, out);
 }

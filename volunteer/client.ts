@@ -778,6 +778,14 @@ class VolunteerClient implements VolunteerControls {
       const report = opened.engine.report;
       const gflops = report.measured[report.backend]?.gflops ?? 0;
       if (this.device) this.setDevice({ ...this.device, backend: report.backend, backendReason: report.reason, gflops });
+      // The same slice again: the hub shows the backend and speed of the engine now serving it.
+      this.send({
+        type: 'loaded',
+        assignmentId: h.assign.assignmentId,
+        ready: !this.paused,
+        backend: report.backend,
+        gflops: Number.isFinite(gflops) ? gflops : 0,
+      });
       if (!this.paused) this.send({ type: 'resume' });
       this.setState(this.paused ? { kind: 'paused', slice: h.slice } : { kind: 'serving', slice: h.slice, backend: report.backend });
     } catch (e) {

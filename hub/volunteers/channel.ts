@@ -561,6 +561,12 @@ export class VolunteerChannel {
       case 'hello':
         throw new VolunteerWireError('UNEXPECTED_MESSAGE', 'a second hello');
       case 'loaded':
+        if (c.assign?.assignmentId === m.assignmentId && (c.state === 'serving' || c.state === 'paused')) {
+          // Again for the slice it serves: its engine was rebuilt (a lost GPU device), maybe on another backend.
+          c.backend = m.backend;
+          c.gflops = m.gflops;
+          return;
+        }
         this.onLoaded(c, m.assignmentId, m.ready, m.backend, m.gflops);
         if (c.assign?.assignmentId === m.assignmentId && (c.state === 'serving' || c.state === 'paused')) {
           this.peers?.loaded(c.workerId, m.peerBytes, m.hubBytes);

@@ -230,6 +230,11 @@ test('churn: half of ten volunteers die mid-generation in every way; no request 
     await until('the GPU tab in the dispatch map', 30_000, async () =>
       (await dispatchMap(url, hub?.model ?? '')).some((r) => r.worker_id === gpuTab.workerId && r.state !== 'released') ? true : undefined,
     );
+    // The hub shows the backend of the engine serving now (the rebuild says `loaded` again), not the first one's.
+    const rebuiltOn = (await gpu.title()).startsWith('Serving with WebGPU') ? 'webgpu' : 'wasm';
+    await until(`the hub showing the GPU tab's rebuilt backend (${rebuiltOn})`, 10_000, async () =>
+      (await workersPage(url)).rows.find((r) => r.id === gpuTab.workerId)?.backend === rebuiltOn ? true : undefined,
+    );
 
     // The cut network comes back: the tab notices the hub's silence itself (its own idle timeout), dials again, and the
     // market hands it a slice once more.

@@ -870,6 +870,15 @@ test('pushed assignments: shard digest, the reservation, DOES_NOT_FIT, loaded â†
     assert.deepEqual(servingIds(h, 0), []);
     loaded(v4, a4);
     await v4.alive();
+    // Its engine rebuilt (a lost GPU device), v4 says loaded again for the slice it serves, between pause and resume:
+    // the hub shows the new backend and speed, and v4 stays in the dispatch map.
+    v4.json({ type: 'pause' });
+    v4.json({ type: 'loaded', assignment_id: a4.assignmentId, ready: true, backend: 'wasm', gflops: 3 });
+    v4.json({ type: 'resume' });
+    await v4.alive();
+    const v4info = (h.t.hub as unknown as { channel: VolunteerChannel }).channel.workerInfo('v4');
+    assert.deepEqual([v4info?.state, v4info?.backend, v4info?.gflops], ['serving', 'wasm', 3]);
+    assert.deepEqual(servingIds(h, 0), ['v4']);
 
     // release: v3 is told its slice is not needed; the faster idle v5 takes it, and v3 waits again.
     const v5 = await join(h, token, 'v5', { device: { ...DEVICE, gflops: 1_000 } });

@@ -10,7 +10,7 @@ import { readExpertSliceBytes } from '../gguf/expert-slice.ts';
 import { requestExpertDevice, type ExpertDevice } from '../shaders/device.ts';
 import { ExpertEngine, type ExpertEngineOptions } from '../shaders/engine.ts';
 import { OrtExpertFallback, type OrtModuleLike } from '../shaders/ort/fallback.ts';
-import { DEFAULT_TOKENS_PER_PASS, WasmExpertFallback } from '../shaders/wasm/fallback.ts';
+import { DEFAULT_TOKENS_PER_PASS, PASS_TOP_K, WasmExpertFallback } from '../shaders/wasm/fallback.ts';
 import { ExpertRuntime, type ExpertSlice, type Numerics } from '../shaders/runtime.ts';
 import { VolunteerError, errorMessage } from './errors.ts';
 import type { BackendPreference, DeviceReport } from './state.ts';
@@ -36,11 +36,12 @@ export function wasmBytesFor(slice: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'nExpert'
 }
 
 /**
- * The kernel fallback's memory per slice: the slice's own bytes plus its per-call scratch (≤ DEFAULT_TOKENS_PER_PASS
- * tokens of top-k pairs: rows, h and each pair's down output in f32) and 1 MiB for the rest.
+ * The kernel fallback's memory per slice: the slice's own bytes plus its per-call scratch (a pass holds ≤
+ * DEFAULT_TOKENS_PER_PASS tokens and ≤ DEFAULT_TOKENS_PER_PASS × PASS_TOP_K pairs whatever a frame's top-k: rows, h
+ * and each pair's down output in f32) and 1 MiB for the rest.
  */
-export function kernelWasmBytesFor(slice: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'nExpert' | 'gate' | 'up' | 'down'>, nUsed = 8): number {
-  const pairs = DEFAULT_TOKENS_PER_PASS * nUsed;
+export function kernelWasmBytesFor(slice: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'nExpert' | 'gate' | 'up' | 'down'>): number {
+  const pairs = DEFAULT_TOKENS_PER_PASS * PASS_TOP_K;
   const scratch = 4 * (2 * DEFAULT_TOKENS_PER_PASS * slice.nEmbd + pairs * (slice.ff + slice.nEmbd)) * 1.5;
   return slice.gate.length + slice.up.length + slice.down.length + scratch + 2 ** 20;
 }

@@ -59,6 +59,11 @@ export const WASM_BIT_EXACT_TYPES: readonly GGMLType[] = [
 
 /** Tokens per kernel pass by default: bounds the per-call scratch (≈ 3 MiB at n_embd 2048, ff 768, top-8). */
 export const DEFAULT_TOKENS_PER_PASS = 32;
+/**
+ * The top-k a pass is sized for: a pass holds at most maxTokensPerPass × PASS_TOP_K routed pairs, so a frame with a
+ * larger top-k takes fewer tokens per pass and the scratch stays what the memory budget counted (kernelWasmBytesFor).
+ */
+export const PASS_TOP_K = 8;
 
 const PAGE = 65536;
 /** wasm32: 4 GiB of memory at most. */
@@ -67,7 +72,10 @@ const MAX_PAGES = 65536;
 export interface WasmExpertFallbackOptions {
   /** 'exact' (default) or 'llama' (computer.ts). */
   numerics?: Numerics;
-  /** Tokens per kernel pass (default DEFAULT_TOKENS_PER_PASS): more reuse of each weight row, more scratch. */
+  /**
+   * Tokens per kernel pass (default DEFAULT_TOKENS_PER_PASS; fewer where top-k > PASS_TOP_K): more reuse of each weight
+   * row, more scratch.
+   */
   maxTokensPerPass?: number;
   /** Name used in error messages. */
   label?: string;
@@ -201,8 +209,9 @@ export class WasmExpertFallback implements ExpertComputer {
     const { nEmbd } = this.shape;
     const out = new Float32Array(nTokens * nEmbd);
     const s = this.scratch;
-    for (let t0 = 0; t0 < nTokens; t0 += this.tokensPerPass) {
-      const T = Math.min(this.tokensPerPass, nTokens - t0);
+    const perPass = Math.max(1, Math.min(this.tokensPerPass, Math.floor((this.tokensPerPass * PASS_TOP_K) / nUsed)));
+    for (let t0 = 0; t0 < nTokens; t0 += perPass) {
+      const T = Math.min(perPass, nTokens - t0);
       grow(k.memory, s + k.callLayout(T, nUsed, LAYOUT.end), this.sliceBytes);
       const buf = k.memory.buffer;
       const at = (what: number): number => s + k.callLayout(T, nUsed, what);

@@ -29,6 +29,7 @@ import { sliceMatrixBytes, type ExpertSlice, type SliceTypes } from '../../shade
 import { nodeExpertKernel } from '../../shaders/wasm/build.ts';
 import { KERNEL_VARIANTS, relaxedSimdSupported, type ExpertKernelVariant } from '../../shaders/wasm/features.ts';
 import { WASM_BIT_EXACT_TYPES, WASM_FALLBACK_TYPES, WasmExpertFallback } from '../../shaders/wasm/fallback.ts';
+import { kernelWasmBytesFor } from '../../volunteer/engine-open.ts';
 import { ggmlLayerSums } from '../support/ggml-exact.ts';
 import { mulberry32 as rng } from '../support/random.ts';
 
@@ -56,18 +57,18 @@ function makeSlice(type: GGMLType | SliceTypes, seed: number, shape = SHAPE): Ex
   };
 }
 
-/** nTokens rows in [-1, 1), each routed to N_USED distinct experts of `avoid`-free ids, probs in [0.1, 0.6). */
-function call(nTokens: number, seed: number, nExpert = SHAPE.nExpert, nEmbd = SHAPE.nEmbd, avoid = -1): RoutedCall {
+/** nTokens rows in [-1, 1), each routed to nUsed distinct experts of `avoid`-free ids, probs in [0.1, 0.6). */
+function call(nTokens: number, seed: number, nExpert = SHAPE.nExpert, nEmbd = SHAPE.nEmbd, avoid = -1, nUsed = N_USED): RoutedCall {
   const r = rng(seed);
   const rows = uniform(nTokens * nEmbd, r, 1);
-  const ids = new Int32Array(nTokens * N_USED);
+  const ids = new Int32Array(nTokens * nUsed);
   const pool = [...Array(nExpert).keys()].filter((e) => e !== avoid);
   for (let t = 0; t < nTokens; t++) {
     const start = Math.floor(r() * pool.length);
-    for (let k = 0; k < N_USED; k++) ids[t * N_USED + k] = pool[(start + k) % pool.length]!;
+    for (let k = 0; k < nUsed; k++) ids[t * nUsed + k] = pool[(start + k) % pool.length]!;
   }
-  const probs = new Float32Array(nTokens * N_USED).map(() => 0.1 + r() * 0.5);
-  return { rows, ids, probs, nTokens, nUsed: N_USED };
+  const probs = new Float32Array(nTokens * nUsed).map(() => 0.1 + r() * 0.5);
+  return { rows, ids, probs, nTokens, nUsed };
 }
 
 const run = (fb: WasmExpertFallback, c: RoutedCall): Promise<Float32Array> => fb.compute(c.rows, c.ids, c.probs, c.nTokens, c.nUsed);
@@ -230,6 +231,22 @@ test('wasm fallback memory is about the slice: ≤ 1.1 × slice + 1 MiB loaded, 
   // a larger call reuses the same bounded scratch
   await run(fb, call(200, 4, shape.nExpert, shape.nEmbd));
   assert.equal(fb.memory().wasmBytes, after);
+});
+
+test('wasm fallback: a frame’s top-k above 8 takes fewer tokens per pass, not more scratch than the budget counts', async () => {
+  const shape = { nEmbd: 256, ff: 256, nExpert: 16 };
+  const slice = makeSlice(GGMLType.Q4_K, 13, shape);
+  const fb = await WasmExpertFallback.create(await kernel, slice, { numerics: 'llama' });
+  const top8 = call(64, 8, shape.nExpert, shape.nEmbd, -1, 8);
+  await run(fb, top8);
+  const after8 = fb.memory().wasmBytes;
+  const top16 = call(64, 16, shape.nExpert, shape.nEmbd, -1, 16);
+  const got = await run(fb, top16);
+  assert.equal(fb.memory().wasmBytes, after8, 'top-16 in the scratch of top-8');
+  assert.ok(after8 <= kernelWasmBytesFor(slice), `${after8} bytes within the budget ${kernelWasmBytesFor(slice)}`);
+  // the same bits as passes of one token each
+  const single = await WasmExpertFallback.create(await kernel, slice, { numerics: 'llama', maxTokensPerPass: 1 });
+  assert.deepEqual(new Uint32Array((await run(single, top16)).buffer), new Uint32Array(got.buffer));
 });
 
 test('wasm fallback: passes of any size and every build give the same bits', async () => {

@@ -436,7 +436,9 @@ export class SliceSwarm {
             l.cancelled.add(chunk);
             this.send(l, { kind: 'cancel', chunk });
           }
-          if (l.ready) this.send(l, { kind: 'have', chunk });
+          // To every link, ready or not: ours sent its hello when it opened (the bitfield then), and the channel is
+          // ordered, so a peer whose hello we still wait for learns of chunks verified since.
+          this.send(l, { kind: 'have', chunk });
         }
         this.fetching?.opts.onProgress?.(this.haveBytes(), this.list.totalBytes);
       }

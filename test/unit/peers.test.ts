@@ -257,6 +257,46 @@ test('swarm: a newcomer takes every chunk from two holders, nothing from the hub
   for (const x of [me, a.swarm, b.swarm]) x.close();
 });
 
+test('swarm: a chunk verified before a peer’s hello arrived is still announced to it', async () => {
+  const { s, list } = await setup();
+  const net = new MemNet();
+  // A peer that takes our link, hears everything, and holds back its own hello until the test sends it.
+  const them = net.node('pslow');
+  let theirEnd: PeerLink | null = null;
+  const heard: string[] = [];
+  let digest = new Uint8Array(32);
+  them.onIncoming = (link) => {
+    theirEnd = link;
+    link.onMessage = (data) => {
+      const m = decodePeerMessage(data as Uint8Array, list);
+      if (m.kind === 'hello') digest = m.digest.slice();
+      heard.push(m.kind === 'have' ? `have ${m.chunk}` : m.kind);
+    };
+  };
+  const me = new SliceSwarm({ list, network: net.node('pme2'), upload: unlimited(), timing: fast });
+  const hub = hubOf(s.bytes);
+  const got = me.fetch({ peers: ['pslow'], hub: hub.fetch });
+  // No peer is ready, so after the grace the hub gives chunks; each is announced on the open link.
+  for (let i = 0; i < 200 && !heard.some((h) => h.startsWith('have ')); i++) await new Promise((r) => setTimeout(r, 10));
+  assert.equal(heard[0], 'hello', 'our hello first');
+  assert.ok(
+    heard.some((h) => h.startsWith('have ')),
+    `announced while their hello was outstanding: ${heard.slice(0, 4).join(', ')}`,
+  );
+  (theirEnd as PeerLink | null)?.send(
+    encodePeerMessage({
+      kind: 'hello',
+      nChunks: list.nChunks,
+      chunkBytes: list.chunkBytes,
+      digest,
+      have: new Uint8Array(Math.ceil(list.nChunks / 8)),
+    }),
+  );
+  assert.deepEqual((await got).bytes, s.bytes);
+  assert.equal(me.peerCount.ready, 1, 'their late hello was taken: the link is ready, not dropped');
+  me.close();
+});
+
 test('swarm: a peer that corrupts chunks is dropped and reported, the slice still completes correctly', async () => {
   const { s, list } = await setup();
   const net = new MemNet();

@@ -349,6 +349,7 @@ export class Hub {
       key: this.peerDirectory.config.key,
       maxConnections: config.maxWorkers,
     });
+    this.peerDirectory.onRevoke = (peerId) => this.signal.revoke(peerId);
     this.channel.onResult = (workerId, roundTripMs, computeUs) => {
       const model = this.coverage.modelOf(workerId);
       if (model !== undefined) this.roundTripsOf(model).add(roundTripMs);

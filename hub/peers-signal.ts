@@ -8,7 +8,8 @@
  *   await signal.close();
  *
  * Admission: the upgrade is refused (401) unless its `id` and `token` are a pair the hub issued in a volunteer's
- * welcome (PeerDirectory.verify), so nobody else can take a volunteer's id or use the hub as a free relay. Each socket
+ * welcome (PeerDirectory.verify), so nobody else can take a volunteer's id or use the hub as a free relay; when the hub
+ * revokes the id (the volunteer's channel closed), its socket is closed (`revoke`). Each socket
  * is bounded: messages of at most SIGNAL_MESSAGE_MAX_BYTES, at most SIGNAL_MESSAGES_PER_S a second (burst ×4).
  *
  * `peer` keeps two housekeeping timers (expired messages, dead connections) that it never stops and never unrefs; the
@@ -37,6 +38,8 @@ type TimerFn = typeof setTimeout;
 export class PeerSignal {
   readonly wsPath: string;
   private readonly wss: WebSocketServer;
+  /** The sockets admitted for each peer id (`peer` itself refuses a second one as ID-TAKEN), so revoking closes them. */
+  private readonly byId = new Map<string, Set<WebSocket>>();
   private closed = false;
 
   constructor(
@@ -89,6 +92,13 @@ export class PeerSignal {
       }
       wss.handleUpgrade(req, socket, head, (ws) => {
         this.bound(ws);
+        const open = this.byId.get(id) ?? new Set<WebSocket>();
+        open.add(ws);
+        this.byId.set(id, open);
+        ws.on('close', () => {
+          open.delete(ws);
+          if (open.size === 0 && this.byId.get(id) === open) this.byId.delete(id);
+        });
         wss.emit('connection', ws, req);
       });
     });
@@ -97,6 +107,14 @@ export class PeerSignal {
   /** Sockets open now. */
   get connections(): number {
     return this.wss.clients.size;
+  }
+
+  /** The hub revoked `peerId` (its volunteer's connection closed): its signalling socket closes too. */
+  revoke(peerId: string): void {
+    const open = this.byId.get(peerId);
+    if (!open) return;
+    this.byId.delete(peerId);
+    for (const ws of open) ws.close(1008, 'peer id revoked');
   }
 
   close(): Promise<void> {

@@ -93,6 +93,8 @@ export class PeerDirectory implements PeerListing {
   /** Peers whose connection closed lately, so that a report arriving after a liar left still bans its worker and wallet. */
   private readonly departed = new Map<string, { workerId: string; wallet: string; digest: string | null; atMs: number }>();
   private readonly transfers = new Map<string, SliceTransfer>();
+  /** Called with a peer id the moment it is revoked (the signalling server closes that id's socket). */
+  onRevoke: ((peerId: string) => void) | null = null;
 
   constructor(
     readonly config: PeerConfig,
@@ -184,6 +186,7 @@ export class PeerDirectory implements PeerListing {
     this.leaveSlice(m);
     this.members.delete(workerId);
     this.byPeer.delete(m.peerId);
+    this.onRevoke?.(m.peerId);
   }
 
   report(workerId: string, r: PeerReport): string | null {

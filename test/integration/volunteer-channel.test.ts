@@ -583,6 +583,37 @@ test('a second connection with the same worker id replaces the first (REPLACED),
   }
 });
 
+test('PeerJS signalling: only the id and token of a welcome are admitted, and the id’s socket closes when its volunteer leaves', async () => {
+  const h = await listening({});
+  const signalling = (peer: { path: string; key: string; id: string; token: string }, token = peer.token): string =>
+    `${h.http.replace('http:', 'ws:')}${peer.path}/peerjs?key=${peer.key}&id=${peer.id}&token=${token}`;
+  /** The upgrade's HTTP status (101 when admitted) and, when admitted, the socket. */
+  const dial = (url: string): Promise<{ status: number; ws: WebSocket | null }> =>
+    new Promise((resolve) => {
+      const ws = new WebSocket(url);
+      ws.on('open', () => resolve({ status: 101, ws }));
+      ws.on('unexpected-response', (_req, res) => resolve({ status: res.statusCode ?? 0, ws: null }));
+      ws.on('error', () => resolve({ status: 0, ws: null }));
+    });
+  try {
+    const token = await h.t.login(newVolunteer());
+    const p = await Peer.open(h);
+    p.send(helloText(token, 'sig-1'));
+    const peer = (await p.next('welcome')).peer;
+    assert.ok(peer, 'the welcome carries a PeerJS id and token');
+    assert.equal((await dial(signalling(peer, `${peer.token.slice(0, -2)}00`))).status, 401, 'a wrong token');
+    const admitted = await dial(signalling(peer));
+    assert.equal(admitted.status, 101, 'its own id and token');
+    const closed = new Promise<number>((resolve) => admitted.ws?.on('close', (code) => resolve(code)));
+    p.json({ type: 'leave' });
+    const code = await Promise.race([closed, wait(3_000).then(() => -1)]);
+    assert.equal(code, 1008, 'the revoked id’s signalling socket is closed (1008) when its volunteer leaves');
+    assert.equal((await dial(signalling(peer))).status, 401, 'and the revoked id is not admitted again');
+  } finally {
+    await h.close();
+  }
+});
+
 test('over capacity (maxWorkers 2): the third connection is closed with OVER_CAPACITY; a place freed is taken again', async () => {
   const h = await listening({ maxWorkers: 2 });
   try {

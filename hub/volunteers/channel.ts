@@ -561,16 +561,7 @@ export class VolunteerChannel {
       case 'hello':
         throw new VolunteerWireError('UNEXPECTED_MESSAGE', 'a second hello');
       case 'loaded':
-        if (c.assign?.assignmentId === m.assignmentId && (c.state === 'serving' || c.state === 'paused')) {
-          // Again for the slice it serves: its engine was rebuilt (a lost GPU device), maybe on another backend.
-          c.backend = m.backend;
-          c.gflops = m.gflops;
-          return;
-        }
-        this.onLoaded(c, m.assignmentId, m.ready, m.backend, m.gflops);
-        if (c.assign?.assignmentId === m.assignmentId && (c.state === 'serving' || c.state === 'paused')) {
-          this.peers?.loaded(c.workerId, m.peerBytes, m.hubBytes);
-        }
+        if (this.onLoaded(c, m.assignmentId, m.ready, m.backend, m.gflops)) this.peers?.loaded(c.workerId, m.peerBytes, m.hubBytes);
         return;
       case 'peer_report': {
         if (c.assign?.assignmentId !== m.assignmentId) return; // about an assignment already gone
@@ -681,9 +672,17 @@ export class VolunteerChannel {
     this.offerRound(c);
   }
 
-  private onLoaded(c: Connection, assignmentId: number, ready: boolean, backend: string, gflops: number): void {
+  /** Returns whether this `loaded` put the slice in service (false: stale, said again, or refused). */
+  private onLoaded(c: Connection, assignmentId: number, ready: boolean, backend: string, gflops: number): boolean {
     const a = c.assign;
-    if (!a || a.assignmentId !== assignmentId || c.state !== 'loading') return; // a stale loaded (released meanwhile)
+    if (!a || a.assignmentId !== assignmentId) return false; // a stale loaded (released meanwhile)
+    if (c.state === 'serving' || c.state === 'paused') {
+      // Again for the slice it serves: its engine was rebuilt (a lost GPU device), maybe on another backend.
+      c.backend = backend;
+      c.gflops = gflops;
+      return false;
+    }
+    if (c.state !== 'loading') return false;
     c.backend = backend;
     c.gflops = gflops;
     if (c.loadTimer) clearTimeout(c.loadTimer);
@@ -692,10 +691,11 @@ export class VolunteerChannel {
       this.host.serving(c.workerId, c.wallet, a.model, [[a.layer, a.experts[0], a.experts[1]]]);
     } catch (e) {
       this.closeWith(c, 'QUARANTINED', e instanceof Error ? e.message : String(e));
-      return;
+      return false;
     }
     c.state = ready && !c.paused ? 'serving' : 'paused';
     this.rebuildLinks(a.model);
+    return true;
   }
 
   private refresh(c: Connection): void {

@@ -46,8 +46,10 @@ import {
   encodeWorkFailed,
   parseHubMessage,
   type Assign,
+  type Backend,
   type ClientMessage,
   type LoadFailedCode,
+  type Loaded,
   type WelcomePeer,
   type WorkFailedCode,
   type WorkFrame,
@@ -579,21 +581,15 @@ class VolunteerClient implements VolunteerControls {
       }
       this.loading = null;
       this.held = { assign: a, slice, opened };
-      const report = opened.engine.report;
-      const gflops = report.measured[report.backend]?.gflops ?? 0;
-      if (this.device) this.setDevice({ ...this.device, backend: report.backend, backendReason: report.reason, gflops });
-      this.send({
-        type: 'loaded',
-        assignmentId: a.assignmentId,
-        ready: !this.paused,
-        backend: report.backend,
-        gflops: Number.isFinite(gflops) ? gflops : 0,
-        ...(this.peerHost ? { peerBytes: source.fromPeers, hubBytes: source.fromHub } : {}),
-      });
+      const backend = this.announceEngine(
+        a.assignmentId,
+        opened,
+        this.peerHost ? { peerBytes: source.fromPeers, hubBytes: source.fromHub } : {},
+      );
       this.setStats({ peers: { ...source, uploaded: this.peerHost?.uploaded ?? 0 } });
       void this.sharePeers(a, bytes as Uint8Array);
       this.heartbeat();
-      this.setState(this.paused ? { kind: 'paused', slice } : { kind: 'serving', slice, backend: report.backend });
+      this.setState(this.paused ? { kind: 'paused', slice } : { kind: 'serving', slice, backend });
     } catch (e) {
       this.peerHost?.drop(a.shardDigest);
       if (!current()) return;
@@ -775,19 +771,10 @@ class VolunteerClient implements VolunteerControls {
       }
       this.held = { assign: h.assign, slice: h.slice, opened };
       await h.opened.engine.dispose().catch(() => {});
-      const report = opened.engine.report;
-      const gflops = report.measured[report.backend]?.gflops ?? 0;
-      if (this.device) this.setDevice({ ...this.device, backend: report.backend, backendReason: report.reason, gflops });
       // The same slice again: the hub shows the backend and speed of the engine now serving it.
-      this.send({
-        type: 'loaded',
-        assignmentId: h.assign.assignmentId,
-        ready: !this.paused,
-        backend: report.backend,
-        gflops: Number.isFinite(gflops) ? gflops : 0,
-      });
+      const backend = this.announceEngine(h.assign.assignmentId, opened);
       if (!this.paused) this.send({ type: 'resume' });
-      this.setState(this.paused ? { kind: 'paused', slice: h.slice } : { kind: 'serving', slice: h.slice, backend: report.backend });
+      this.setState(this.paused ? { kind: 'paused', slice: h.slice } : { kind: 'serving', slice: h.slice, backend });
     } catch (e) {
       if (this.held !== h) return;
       await this.dropEngine();
@@ -806,6 +793,25 @@ class VolunteerClient implements VolunteerControls {
         if (this.joined && this.state.kind === 'failed') this.setState(this.paused ? { kind: 'paused', slice: null } : { kind: 'waiting' });
       });
     }
+  }
+
+  /**
+   * The engine now serving the slice of `assignmentId`: its backend and speed go on the page's device card and to the
+   * hub as `loaded` (with `extra` fields); returns the backend.
+   */
+  private announceEngine(assignmentId: number, opened: OpenedEngine, extra: Pick<Loaded, 'peerBytes' | 'hubBytes'> = {}): Backend {
+    const report = opened.engine.report;
+    const gflops = report.measured[report.backend]?.gflops ?? 0;
+    if (this.device) this.setDevice({ ...this.device, backend: report.backend, backendReason: report.reason, gflops });
+    this.send({
+      type: 'loaded',
+      assignmentId,
+      ready: !this.paused,
+      backend: report.backend,
+      gflops: Number.isFinite(gflops) ? gflops : 0,
+      ...extra,
+    });
+    return report.backend;
   }
 
   private refuse(workId: number, code: WorkFailedCode, message: string): void {

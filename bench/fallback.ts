@@ -117,10 +117,11 @@ interface Timed {
   out: Float32Array;
 }
 
-/** `reps` timed calls after one warm-up (and the warm-up's result). */
-async function timeCalls(fb: ExpertComputer, c: MeasureCall, reps: number): Promise<Timed> {
+/** `reps` timed calls after `warm` untimed ones (and the last warm-up's result). */
+async function timeCalls(fb: ExpertComputer, c: MeasureCall, reps: number, warm = 1): Promise<Timed> {
   const { rows, ids, probs } = syntheticCall(c);
-  const out = await fb.compute(rows, ids, probs, c.nTokens, c.nUsed);
+  let out = await fb.compute(rows, ids, probs, c.nTokens, c.nUsed);
+  for (let i = 1; i < warm; i++) out = await fb.compute(rows, ids, probs, c.nTokens, c.nUsed);
   const ms: number[] = [];
   const cpu: number[] = [];
   for (let i = 0; i < reps; i++) {
@@ -134,10 +135,10 @@ async function timeCalls(fb: ExpertComputer, c: MeasureCall, reps: number): Prom
   return { ms, cpu, out };
 }
 
-/** linkcpp-expert-ref on one core, each call `reps` times: ms per call and its sums. */
-async function timeNative(gguf: string, calls: MeasureCall[], reps: number): Promise<Timed[]> {
+/** linkcpp-expert-ref on one core, each call `warm` + `reps` times, the first `warm` untimed: ms per call and its sums. */
+async function timeNative(gguf: string, calls: MeasureCall[], reps: number, warm: number): Promise<Timed[]> {
   const taskset = spawnSync('taskset', ['-V']).status === 0;
-  const argv = [LINKCPP_EXPERT_REF, '-m', gguf, '-t', '1', '--repeat', String(reps)];
+  const argv = [LINKCPP_EXPERT_REF, '-m', gguf, '-t', '1', '--repeat', String(warm + reps)];
   const p = taskset ? spawn('taskset', ['-c', String(NATIVE_CPU), ...argv]) : spawn(argv[0]!, argv.slice(1));
   const out: Buffer[] = [];
   let err = '';
@@ -160,7 +161,7 @@ async function timeNative(gguf: string, calls: MeasureCall[], reps: number): Pro
     const s = new Float32Array(n);
     new Uint8Array(s.buffer).set(sums.subarray(o, o + 4 * n));
     o += 4 * n;
-    return { ms: timings[i]?.ms ?? [], cpu: timings[i]?.cpu_ms ?? [], out: s };
+    return { ms: timings[i]?.ms.slice(warm) ?? [], cpu: timings[i]?.cpu_ms.slice(warm) ?? [], out: s };
   });
 }
 
@@ -178,6 +179,11 @@ const pad = (s: string, n: number): string => s.padStart(n);
 const { slice, gguf } = benchSlice();
 const calls: MeasureCall[] = ROWS.map((nTokens) => ({ ...SHAPE, nTokens, nUsed: N_USED }));
 const reps = (rows: number): number => (quick ? 3 : rows >= 64 ? 3 : 7);
+// Untimed calls before the timed ones. After a call of another shape, native's first few calls of a shape run up to
+// 3× slower (1 row: ~5 ms falling to ~1.5 ms over 6–10 calls, on a Xeon with a large L3), while ours runs at its
+// steady speed from the second call on; both sides are timed in their steady state.
+const WARM = quick ? 1 : 10;
+const warmOurs = (rows: number): number => (rows >= 64 ? 1 : WARM);
 const cpu = cpus()[0]?.model ?? 'unknown CPU';
 console.log(`bench:fallback — ${cpu}, Node ${process.version}; ${N_EXPERT} experts of n_embd ${SHAPE.nEmbd} ↔ ff ${SHAPE.ff}, Q4_K,`);
 console.log(
@@ -203,13 +209,13 @@ for (let round = 0; round < rounds; round++) {
       ] as const)
     : ([[ours, oursT]] as const)) {
     for (const [i, c] of calls.entries()) {
-      const t = await timeCalls(fb, c, reps(c.nTokens));
+      const t = await timeCalls(fb, c, reps(c.nTokens), warmOurs(c.nTokens));
       into[i]!.ms.push(...t.ms);
       into[i]!.cpu.push(...t.cpu);
       into[i]!.out = t.out;
     }
   }
-  for (const [i, t] of (await timeNative(gguf, calls, quick ? 3 : 7)).entries()) {
+  for (const [i, t] of (await timeNative(gguf, calls, quick ? 3 : 7, WARM)).entries()) {
     nativeT[i]!.ms.push(...t.ms);
     nativeT[i]!.cpu.push(...t.cpu);
     nativeT[i]!.out = t.out;

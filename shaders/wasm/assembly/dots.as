@@ -5,6 +5,18 @@ import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q4K,
 import { K_PARAMS } from './weight-rows';
 import { fmaPair, fmaPairExact, fma32, hsum8, f16ToF32 } from './ggml-float';
 
+/**
+ * The token count a per-count copy of a multi-token dot stands for, from its type argument's size (u8: 1, u16: 2,
+ * u32: 4). AssemblyScript has no constant generic parameters; with the count passed as a constant argument instead,
+ * Binaryen's code folding merged the copies for 2, 3 and 4 tokens back into one body that tests the count in its inner
+ * loop (and V8 then spills the accumulators around those tests). As a type the count is a constant of the source, so
+ * every copy's branches fold before Binaryen sees them. Three tokens run as two and one.
+ */
+@inline
+function tokens<C>(): i32 {
+  return <i32>sizeof<C>();
+}
+
 /** Accumulators of ggml_vec_dot_f32 (4 × 8 lanes) as f64 holding f32 values. */
 const ACC32 = memory.data(256, 16);
 const T4 = memory.data(16, 16);
@@ -435,15 +447,18 @@ function byLanes(v: v128): v128 {
  * intDots on intRow's form, so the same bits.
  */
 export function q4kDots(w: usize, acts: usize, count: i32, n: i32, out: usize): void {
-  if (count == 1) q4kDotsOf(w, acts, 1, n, out);
-  else if (count == 2) q4kDotsOf(w, acts, 2, n, out);
-  else if (count == 3) q4kDotsOf(w, acts, 3, n, out);
-  else q4kDotsOf(w, acts, 4, n, out);
+  if (count == 1) q4kDotsOf<u8>(w, acts, n, out);
+  else if (count == 2) q4kDotsOf<u16>(w, acts, n, out);
+  else if (count == 3) {
+    q4kDotsOf<u16>(w, acts, n, out);
+    q4kDotsOf<u8>(w, acts + 8, n, out + 8);
+  } else q4kDotsOf<u32>(w, acts, n, out);
 }
 
-/** q4kDots for one token count, inlined once per count so its branches fold away (see k45Dots). */
+/** q4kDots for tokens<C>() tokens, inlined once per count so its branches fold away. */
 @inline
-function q4kDotsOf(w: usize, acts: usize, count: i32, n: i32, out: usize): void {
+function q4kDotsOf<C>(w: usize, acts: usize, n: i32, out: usize): void {
+  const count = tokens<C>();
   clearAcc(count);
   const nb = n >> 8;
   const m15 = i8x16.splat(15);
@@ -522,7 +537,8 @@ function relaxedLanes(q: v128, a: usize, scale: v128): v128 {
  * the kind fold away; two 32-element runs per loop pass.
  */
 @inline
-function u8DotsOf(kind: i32, w: usize, wp: usize, acts: usize, count: i32, n: i32, out: usize): void {
+function u8DotsOf<C>(kind: i32, w: usize, wp: usize, acts: usize, n: i32, out: usize): void {
+  const count = tokens<C>();
   clearAcc(count);
   const nb = n >> 8;
   const a0 = load<usize>(acts);
@@ -597,21 +613,30 @@ export function u8Dots(kind: i32, w: usize, wp: usize, acts: usize, count: i32, 
 
 @inline
 function u8DotsOfKind(kind: i32, w: usize, wp: usize, acts: usize, count: i32, n: i32, out: usize): void {
-  if (count == 1) u8DotsOf(kind, w, wp, acts, 1, n, out);
-  else if (count == 2) u8DotsOf(kind, w, wp, acts, 2, n, out);
-  else if (count == 3) u8DotsOf(kind, w, wp, acts, 3, n, out);
-  else u8DotsOf(kind, w, wp, acts, 4, n, out);
+  if (count == 1) u8DotsOf<u8>(kind, w, wp, acts, n, out);
+  else if (count == 2) u8DotsOf<u16>(kind, w, wp, acts, n, out);
+  else if (count == 3) {
+    u8DotsOf<u16>(kind, w, wp, acts, n, out);
+    u8DotsOf<u8>(kind, w, wp, acts + 8, n, out + 8);
+  } else u8DotsOf<u32>(kind, w, wp, acts, n, out);
 }
 
 /** Q4_K / Q5_K block parameters as blockStep reads them (d, dmin, mins), rebuilt per super-block by k45Dots. */
 const K45_PARAMS = memory.data(K_PARAMS, 16);
+/** Swizzle masks that spread i16 lane k of a vector over all eight lanes, for k = 0..7 (16 bytes each). */
+const SCALE_LANES = memory.data<u8>([
+  0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+  4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7,
+  8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11,
+  12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15], 16);
 
 /**
  * The relaxed build's ggml_vec_dot_q4_K_q8_K / q5_K_q8_K straight from a row's GGUF bytes: each super-block's quants
  * unpacked in registers (u8, 0..31) and met with up to 4 tokens' activations; the same integer lanes as u8Dots.
  */
 @inline
-function k45DotsOf(five: bool, w: usize, acts: usize, count: i32, n: i32, out: usize): void {
+function k45DotsOf<C>(five: bool, w: usize, acts: usize, n: i32, out: usize): void {
+  const count = tokens<C>();
   const kind = five ? DOT_Q5K : DOT_Q4K;
   clearAcc(count);
   const nb = n >> 8;
@@ -636,6 +661,7 @@ function k45DotsOf(five: bool, w: usize, acts: usize, count: i32, n: i32, out: u
     const mn0 = u1 & 0x3f3f3f3f;
     const mn1 = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4);
     v128.store(K45_PARAMS + 16, i16x8.extend_low_i8x16_u(i32x4.replace_lane(i32x4.splat(mn0), 1, mn1)));
+    const scales = i16x8.extend_low_i8x16_u(i32x4.replace_lane(i32x4.splat(sc0), 1, sc1));
     const qh0 = five ? v128.load(p + 16) : m15;
     const qh1 = five ? v128.load(p + 32) : m15;
     let x0 = i32x4.splat(0);
@@ -647,10 +673,9 @@ function k45DotsOf(five: bool, w: usize, acts: usize, count: i32, n: i32, out: u
     let x3 = x0;
     let y3 = x0;
     for (let jj = 0; jj < 4; jj++) {
-      const scw = jj < 2 ? sc0 : sc1;
-      const sh = (jj & 1) << 4;
-      const s0 = i16x8.splat(<i16>((scw >> sh) & 255));
-      const s1 = i16x8.splat(<i16>((scw >> (sh + 8)) & 255));
+      // sub-blocks 2jj and 2jj + 1's scales in every i16 lane (one pshufb each)
+      const s0 = i8x16.relaxed_swizzle(scales, v128.load(SCALE_LANES + 32 * jj));
+      const s1 = i8x16.relaxed_swizzle(scales, v128.load(SCALE_LANES + 32 * jj, 16));
       const q0 = v128.load(p + qsAt + 32 * jj);
       const q1 = v128.load(p + qsAt + 32 * jj, 16);
       let lo0 = v128.and(q0, m15);
@@ -693,17 +718,21 @@ function k45DotsOf(five: bool, w: usize, acts: usize, count: i32, n: i32, out: u
 }
 
 /**
- * k45DotsOf for Q4_K (five = false) or Q5_K, inlined once per kind and token count so the branches on both fold away
- * (with `count` a variable, V8 keeps the count tests in the inner loop and spills the accumulators around them).
+ * k45DotsOf for Q4_K (five = false) or Q5_K, inlined once per kind and token count (tokens<C>) so the branches on both
+ * fold away (with `count` a variable, V8 keeps the count tests in the inner loop and spills the accumulators around them).
  */
 export function k45Dots(five: bool, w: usize, acts: usize, count: i32, n: i32, out: usize): void {
   if (five) {
-    if (count == 1) k45DotsOf(true, w, acts, 1, n, out);
-    else if (count == 2) k45DotsOf(true, w, acts, 2, n, out);
-    else if (count == 3) k45DotsOf(true, w, acts, 3, n, out);
-    else k45DotsOf(true, w, acts, 4, n, out);
-  } else if (count == 1) k45DotsOf(false, w, acts, 1, n, out);
-  else if (count == 2) k45DotsOf(false, w, acts, 2, n, out);
-  else if (count == 3) k45DotsOf(false, w, acts, 3, n, out);
-  else k45DotsOf(false, w, acts, 4, n, out);
+    if (count == 1) k45DotsOf<u8>(true, w, acts, n, out);
+    else if (count == 2) k45DotsOf<u16>(true, w, acts, n, out);
+    else if (count == 3) {
+      k45DotsOf<u16>(true, w, acts, n, out);
+      k45DotsOf<u8>(true, w, acts + 8, n, out + 8);
+    } else k45DotsOf<u32>(true, w, acts, n, out);
+  } else if (count == 1) k45DotsOf<u8>(false, w, acts, n, out);
+  else if (count == 2) k45DotsOf<u16>(false, w, acts, n, out);
+  else if (count == 3) {
+    k45DotsOf<u16>(false, w, acts, n, out);
+    k45DotsOf<u8>(false, w, acts + 8, n, out + 8);
+  } else k45DotsOf<u32>(false, w, acts, n, out);
 }

@@ -672,12 +672,16 @@ function k45DotsOf<C>(five: bool, w: usize, acts: usize, n: i32, out: usize): vo
     let y2 = x0;
     let x3 = x0;
     let y3 = x0;
+    // (running pointers: V8 does not strength-reduce `base + 32 * jj`)
+    let q = p + qsAt;
+    let lanes = SCALE_LANES;
+    let o: usize = 256 * b;
     for (let jj = 0; jj < 4; jj++) {
       // sub-blocks 2jj and 2jj + 1's scales in every i16 lane (one pshufb each)
-      const s0 = i8x16.relaxed_swizzle(scales, v128.load(SCALE_LANES + 32 * jj));
-      const s1 = i8x16.relaxed_swizzle(scales, v128.load(SCALE_LANES + 32 * jj, 16));
-      const q0 = v128.load(p + qsAt + 32 * jj);
-      const q1 = v128.load(p + qsAt + 32 * jj, 16);
+      const s0 = i8x16.relaxed_swizzle(scales, v128.load(lanes));
+      const s1 = i8x16.relaxed_swizzle(scales, v128.load(lanes, 16));
+      const q0 = v128.load(q);
+      const q1 = v128.load(q, 16);
       let lo0 = v128.and(q0, m15);
       let lo1 = v128.and(q1, m15);
       // (the high nibbles by a 16-bit shift and the mask: x64 has no byte shift, V8 emulates i8x16.shr_u)
@@ -693,7 +697,6 @@ function k45DotsOf<C>(five: bool, w: usize, acts: usize, n: i32, out: usize): vo
         hi1 = v128.or(hi1, v128.and(i8x16.eq(v128.and(qh1, mh), mh), sixteen));
       }
       // sub-block 2jj: lo (elements 0-15 to lanes 0-3, 16-31 to lanes 4-7); 2jj + 1: hi, 32 elements on
-      const o: usize = 256 * b + 64 * jj;
       x0 = i32x4.add(x0, i32x4.add(relaxedLanes(lo0, a0 + o, s0), relaxedLanes(hi0, a0 + o + 32, s1)));
       y0 = i32x4.add(y0, i32x4.add(relaxedLanes(lo1, a0 + o + 16, s0), relaxedLanes(hi1, a0 + o + 48, s1)));
       if (count > 1) {
@@ -708,6 +711,9 @@ function k45DotsOf<C>(five: bool, w: usize, acts: usize, n: i32, out: usize): vo
         x3 = i32x4.add(x3, i32x4.add(relaxedLanes(lo0, a3 + o, s0), relaxedLanes(hi0, a3 + o + 32, s1)));
         y3 = i32x4.add(y3, i32x4.add(relaxedLanes(lo1, a3 + o + 16, s0), relaxedLanes(hi1, a3 + o + 48, s1)));
       }
+      q += 32;
+      lanes += 32;
+      o += 64;
     }
     blockStep(kind, FACC, x0, y0, a0, K45_PARAMS, b, n);
     if (count > 1) blockStep(kind, FACC + ACC_BYTES, x1, y1, a1, K45_PARAMS, b, n);

@@ -11,7 +11,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -33,12 +33,28 @@ interface HubProcess {
   output: () => string;
 }
 
+/**
+ * Whether process `pid` still runs. One that has exited but not yet been reaped (a zombie) counts as gone: an orphaned
+ * coordinator is adopted by PID 1, and the init of a container or microVM may reap it seconds later (seen here:
+ * 1–2 s; a CI run once waited past 15 s), while `kill(pid, 0)` still succeeds on a zombie.
+ */
 function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch {
     return false;
+  }
+  const state = processState(pid);
+  return state !== 'Z' && state !== 'X';
+}
+
+/** The state letter of /proc/<pid>/stat (R, S, D, Z, …), or undefined when it cannot be read. */
+function processState(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
+  } catch {
+    return undefined;
   }
 }
 

@@ -36,7 +36,7 @@ interface HubProcess {
 /**
  * Whether process `pid` still runs. One that has exited but not yet been reaped (a zombie) counts as gone: an orphaned
  * coordinator is adopted by PID 1, and the init of a container or microVM may reap it seconds later (seen here:
- * 1–2 s; a CI run once waited past 15 s), while `kill(pid, 0)` still succeeds on a zombie.
+ * 1–2 s; a CI run once timed out at 15 s here), while `kill(pid, 0)` still succeeds on a zombie.
  */
 function alive(pid: number): boolean {
   try {

@@ -3,6 +3,7 @@
 // once to f64 and then to f32, and the one case where that double rounding can differ, an f64 sum exactly halfway
 // between two f32s, is redone from the sum's exact error), f16/bf16 conversions as F16C and ggml round, and
 // ggml_v_expf / ggml_vec_swiglu_f32 (test/support/ggml-exact.ts is the TypeScript model of the same steps).
+import { RELAXED } from './kinds';
 
 /** Low 29 bits of an f64 (the bits an f32 drops) and the pattern of an f64 exactly halfway between two f32s. */
 const LOW29: u64 = 0x1fffffff;
@@ -127,6 +128,40 @@ export function roundBf16(x: f32): f32 {
   return reinterpret<f32>(((u + (0x7fff + ((u >> 16) & 1))) >> 16) << 16);
 }
 
+// Where `f32x4.relaxed_madd` is one rounding (x86 with FMA3, ARM: what V8 emits there) it is ggml's fused multiply-add
+// bit for bit, one instruction instead of the f64 emulation (fma32); where it is two roundings the kernel keeps the
+// emulation. The dots' per-block float steps and ggml_v_expf below use it so.
+
+/** 1 + 2^-12 and -1: fused, a·a + c = 2^-11 + 2^-24; with the product rounded first (to even), 2^-11. */
+const MADD_PROBE = memory.data<f32>([1.000244140625, -1.0]);
+let fusedMadd = false;
+
+/**
+ * Finds whether relaxed_madd fuses on this machine (from memory, so no optimiser folds it at build time), and uses it
+ * if so and `allow`ed (false: the f64 emulation, as on a machine whose relaxed_madd does not fuse).
+ */
+export function probeFusedMadd(allow: bool): void {
+  fusedMadd = false;
+  if (RELAXED && allow) {
+    const a = f32x4.splat(load<f32>(MADD_PROBE));
+    const r = f32x4.relaxed_madd(a, a, f32x4.splat(load<f32>(MADD_PROBE, 4)));
+    fusedMadd = f32x4.extract_lane(r, 0) != <f32>0.00048828125;
+  }
+}
+
+/** Whether the kernel computes ggml's fused multiply-adds with relaxed_madd (see probeFusedMadd). */
+@inline
+export function usesFusedMadd(): bool {
+  return RELAXED && fusedMadd;
+}
+
+/** fma32 through relaxed_madd where that fuses (usesFusedMadd), else the f64 emulation: the same bits either way. */
+@inline
+function fmaF(a: f32, b: f32, c: f32): f32 {
+  if (usesFusedMadd()) return f32x4.extract_lane(f32x4.relaxed_madd(f32x4.splat(a), f32x4.splat(b), f32x4.splat(c)), 0);
+  return fma32(a, b, c);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // ggml_v_expf (AVX2) and ggml_vec_swiglu_f32, one lane.
 
@@ -141,19 +176,19 @@ const P3: f32 = 0.4999912679195404; // 0x1.fffdb6p-2
 const P4: f32 = 0.9999994039535522; // 0x1.ffffecp-1
 
 export function ggmlExpf(x: f32): f32 {
-  const z = fma32(x, LOG2E, R);
+  const z = fmaF(x, LOG2E, R);
   const n = z - R;
-  const b = fma32(-n, LN2LO, fma32(-n, LN2HI, x));
+  const b = fmaF(-n, LN2LO, fmaF(-n, LN2HI, x));
   const e = reinterpret<u32>(z) << 23;
   const k = reinterpret<f32>(e + reinterpret<u32>(<f32>1.0));
   const u = b * b;
-  const j = fma32(fma32(fma32(P0, b, P1), u, fma32(P2, b, P3)), u, P4 * b);
-  if (!(abs<f32>(n) > 126)) return fma32(j, k, k);
+  const j = fmaF(fmaF(fmaF(P0, b, P1), u, fmaF(P2, b, P3)), u, P4 * b);
+  if (!(abs<f32>(n) > 126)) return fmaF(j, k, k);
   const g: u32 = n <= 0 ? 0x82000000 : 0;
   const s1 = reinterpret<f32>(g + 0x7f000000);
   const s2 = reinterpret<f32>(e - g);
   if (abs<f32>(n) > 192) return s1 * s1;
-  return fma32(s2, j, s2) * s1;
+  return fmaF(s2, j, s2) * s1;
 }
 
 /** silu(g) · u as ggml_vec_swiglu_f32 computes it: g / (1 + ggml_v_expf(−g)), then the product. */

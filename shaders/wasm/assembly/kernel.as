@@ -6,8 +6,8 @@
 import { T_F32, ROW_INT, ROW_U8, ROW_GGUF, DOT_Q32, DOT_Q4K, DOT_Q5K, RELAXED, rowKind, actKind, dotKind, blockSize, blockBytes, align16 } from './kinds';
 import { actBytes, quantizeRow } from './activations';
 import { intRow, u8Row, dequantRow } from './weight-rows';
-import { dot, intDots, q4kDots, k45Dots, u8Dots, probeFusedMadd, usesFusedMadd } from './dots';
-import { ggmlSwiglu, exactSwiglu } from './ggml-float';
+import { dot, intDots, q4kDots, k45Dots, twoRowsQ4K, u8Dots } from './dots';
+import { ggmlSwiglu, exactSwiglu, probeFusedMadd, usesFusedMadd } from './ggml-float';
 
 let nEmbd = 0;
 let ff = 0;
@@ -261,8 +261,14 @@ export function compute(T: i32, K: i32, s: usize): void {
       const wu = decodeRow(1, e, r, ff, nEmbd);
       for (let i = q0; i < q1; i += 4) {
         const count = min<i32>(4, q1 - i);
-        gateUp(dg, wg, wg + pg, xg, bg, order + 4 * i, count, K, GOUT);
-        gateUp(du, wu, wu + pg, xu, bu, order + 4 * i, count, K, UOUT);
+        if (RELAXED && count == 1 && dg == DOT_Q4K && du == DOT_Q4K) {
+          // one token (decode): gate's and up's rows in one pass (both Q4_K, so one activation record)
+          twoRowsQ4K(wg, wu, xg + bg * <usize>(load<i32>(order + 4 * i) / K), nEmbd, GOUT);
+          store<f32>(UOUT, load<f32>(GOUT, 4));
+        } else {
+          gateUp(dg, wg, wg + pg, xg, bg, order + 4 * i, count, K, GOUT);
+          gateUp(du, wu, wu + pg, xu, bu, order + 4 * i, count, K, UOUT);
+        }
         for (let j = 0; j < count; j++) {
           const q = load<i32>(order + 4 * (i + j));
           const g = load<f32>(GOUT + 4 * j);
@@ -282,6 +288,20 @@ export function compute(T: i32, K: i32, s: usize): void {
     const q0 = load<i32>(starts + 4 * e);
     const q1 = load<i32>(starts + 4 * (e + 1));
     if (q0 == q1) continue;
+    if (RELAXED && q1 - q0 == 1 && dd == DOT_Q4K && (nEmbd & 1) == 0) {
+      // one token (decode): two rows per pass
+      const q = load<i32>(order + 4 * q0);
+      const a = hq + bd * <usize>q;
+      for (let r = 0; r < nEmbd; r += 2) {
+        touchRow(2, e, r + 2, nEmbd);
+        touchRow(2, e, r + 3, nEmbd);
+        const w0 = decodeRow(2, e, r, nEmbd, ff);
+        twoRowsQ4K(w0, w0 + <usize>m32(rowBytes, 2), a, ff, GOUT);
+        store<f32>(y + 4 * (<usize>q * nEmbd + r), load<f32>(GOUT));
+        store<f32>(y + 4 * (<usize>q * nEmbd + r + 1), load<f32>(GOUT, 4));
+      }
+      continue;
+    }
     for (let r = 0; r < nEmbd; r++) {
       touchRow(2, e, r + 1, nEmbd);
       const wd = decodeRow(2, e, r, nEmbd, ff);

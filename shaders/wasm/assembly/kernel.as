@@ -162,7 +162,7 @@ const TOUCHED = memory.data(4, 4);
  * Loads one word of each 64-byte line of row r of expert e of matrix m (if the expert has that row): called with the
  * row after the one about to be computed, so that row is on its way from memory meanwhile. Wasm has no prefetch
  * instruction, and the hardware prefetchers alone left the kernel stalled on its weight loads (they stop at 4 KiB
- * pages and start again slowly); with this the 1-row call runs in ~0.75× the time and the 4-row in ~0.6× (bench:fallback).
+ * pages and start again slowly); with this the 1-row call took ~0.75× the time and the 4-row ~0.65× (docs/kernels.md).
  */
 @inline
 function touchRow(m: i32, e: i32, r: i32, rowsPerExpert: i32): void {

@@ -611,11 +611,13 @@ const SCALE_LANES = memory.data<u8>([
   12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15], 16);
 
 /**
- * A Q4_K / Q5_K super-block's parameters (at p) as blockStep reads them, to `params` (d, dmin, the eight mins as i16);
- * returns its eight scales as i16 lanes. get_scale_min_k4 for all eight sub-blocks at once (ggml's utmp / kmask form).
+ * A Q4_K / Q5_K super-block's parameters (at p) to `params`: d, dmin and the eight mins (i16) as blockStep reads them,
+ * and the eight scales (i16) at 32. get_scale_min_k4 for all eight sub-blocks at once (ggml's utmp / kmask form).
+ * The dots read the scales back from memory: a value computed here and used in their 64-element loop, V8 computed
+ * again in every step of it (Turbofan schedules pure operations next to their use, loop or not); a load stays put.
  */
 @inline
-function k45Params(p: usize, params: usize): v128 {
+function k45Params(p: usize, params: usize): void {
   store<f32>(params, f16ToF32(<u32>load<u16>(p)));
   store<f32>(params, f16ToF32(<u32>load<u16>(p, 2)), 4);
   const u0 = load<u32>(p, 4);
@@ -626,19 +628,22 @@ function k45Params(p: usize, params: usize): v128 {
   const mn0 = u1 & 0x3f3f3f3f;
   const mn1 = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4);
   v128.store(params + 16, i16x8.extend_low_i8x16_u(i32x4.replace_lane(i32x4.splat(mn0), 1, mn1)));
-  return i16x8.extend_low_i8x16_u(i32x4.replace_lane(i32x4.splat(sc0), 1, sc1));
+  v128.store(params + 32, i16x8.extend_low_i8x16_u(i32x4.replace_lane(i32x4.splat(sc0), 1, sc1)));
 }
 
-/** A Q4_K quant vector's low nibbles, as u8 lanes. */
+/** 15 in every byte, loaded once before a loop (a constant V8 would build again at every use). */
+const NIBBLE = memory.data<u8>([15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15], 16);
+
+/** A Q4_K quant vector's low nibbles, as u8 lanes (m: NIBBLE). */
 @inline
-function lowNibbles(q: v128): v128 {
-  return v128.and(q, i8x16.splat(15));
+function lowNibbles(q: v128, m: v128): v128 {
+  return v128.and(q, m);
 }
 
 /** Its high nibbles: a 16-bit shift and the mask (x64 has no byte shift; V8 emulates i8x16.shr_u). */
 @inline
-function highNibbles(q: v128): v128 {
-  return v128.and(i16x8.shr_u(q, 4), i8x16.splat(15));
+function highNibbles(q: v128, m: v128): v128 {
+  return v128.and(i16x8.shr_u(q, 4), m);
 }
 
 /** The second row's parameters in twoRowsQ4K. */
@@ -652,11 +657,14 @@ const K45_PARAMS_2 = memory.data(K_PARAMS, 16);
 export function twoRowsQ4K(wg: usize, wu: usize, a: usize, n: i32, out: usize): void {
   clearAcc(2);
   const nb = n >> 8;
+  const m15 = v128.load(NIBBLE);
   for (let b = 0; b < nb; b++) {
     const pg = wg + 144 * b;
     const pu = wu + 144 * b;
-    const sg = k45Params(pg, K45_PARAMS);
-    const su = k45Params(pu, K45_PARAMS_2);
+    k45Params(pg, K45_PARAMS);
+    k45Params(pu, K45_PARAMS_2);
+    const sg = v128.load(K45_PARAMS, 32);
+    const su = v128.load(K45_PARAMS_2, 32);
     let xg = i32x4.splat(0);
     let yg = xg;
     let xu = xg;
@@ -672,14 +680,14 @@ export function twoRowsQ4K(wg: usize, wu: usize, a: usize, n: i32, out: usize): 
       const g1 = v128.load(qg, 16);
       const sg0 = i8x16.relaxed_swizzle(sg, l0);
       const sg1 = i8x16.relaxed_swizzle(sg, l1);
-      xg = i32x4.add(xg, i32x4.add(relaxedLanes(lowNibbles(g0), o, sg0), relaxedLanes(highNibbles(g0), o + 32, sg1)));
-      yg = i32x4.add(yg, i32x4.add(relaxedLanes(lowNibbles(g1), o + 16, sg0), relaxedLanes(highNibbles(g1), o + 48, sg1)));
+      xg = i32x4.add(xg, i32x4.add(relaxedLanes(lowNibbles(g0, m15), o, sg0), relaxedLanes(highNibbles(g0, m15), o + 32, sg1)));
+      yg = i32x4.add(yg, i32x4.add(relaxedLanes(lowNibbles(g1, m15), o + 16, sg0), relaxedLanes(highNibbles(g1, m15), o + 48, sg1)));
       const u0 = v128.load(qu);
       const u1 = v128.load(qu, 16);
       const su0 = i8x16.relaxed_swizzle(su, l0);
       const su1 = i8x16.relaxed_swizzle(su, l1);
-      xu = i32x4.add(xu, i32x4.add(relaxedLanes(lowNibbles(u0), o, su0), relaxedLanes(highNibbles(u0), o + 32, su1)));
-      yu = i32x4.add(yu, i32x4.add(relaxedLanes(lowNibbles(u1), o + 16, su0), relaxedLanes(highNibbles(u1), o + 48, su1)));
+      xu = i32x4.add(xu, i32x4.add(relaxedLanes(lowNibbles(u0, m15), o, su0), relaxedLanes(highNibbles(u0, m15), o + 32, su1)));
+      yu = i32x4.add(yu, i32x4.add(relaxedLanes(lowNibbles(u1, m15), o + 16, su0), relaxedLanes(highNibbles(u1, m15), o + 48, su1)));
       qg += 32;
       qu += 32;
       lanes += 32;
@@ -704,7 +712,7 @@ function k45DotsOf<C>(five: bool, w: usize, acts: usize, n: i32, out: usize): vo
   const nb = n >> 8;
   const bytes: usize = five ? 176 : 144;
   const qsAt: usize = five ? 48 : 16;
-  const m15 = i8x16.splat(15);
+  const m15 = v128.load(NIBBLE);
   const sixteen = i8x16.splat(16);
   const a0 = load<usize>(acts);
   const a1 = count > 1 ? load<usize>(acts, 4) : a0;
@@ -712,7 +720,8 @@ function k45DotsOf<C>(five: bool, w: usize, acts: usize, n: i32, out: usize): vo
   const a3 = count > 3 ? load<usize>(acts, 12) : a0;
   for (let b = 0; b < nb; b++) {
     const p = w + bytes * b;
-    const scales = k45Params(p, K45_PARAMS);
+    k45Params(p, K45_PARAMS);
+    const scales = v128.load(K45_PARAMS, 32);
     const qh0 = five ? v128.load(p + 16) : m15;
     const qh1 = five ? v128.load(p + 32) : m15;
     let x0 = i32x4.splat(0);
@@ -733,10 +742,10 @@ function k45DotsOf<C>(five: bool, w: usize, acts: usize, n: i32, out: usize): vo
       const s1 = i8x16.relaxed_swizzle(scales, v128.load(lanes, 16));
       const q0 = v128.load(q);
       const q1 = v128.load(q, 16);
-      let lo0 = lowNibbles(q0);
-      let lo1 = lowNibbles(q1);
-      let hi0 = highNibbles(q0);
-      let hi1 = highNibbles(q1);
+      let lo0 = lowNibbles(q0, m15);
+      let lo1 = lowNibbles(q1, m15);
+      let hi0 = highNibbles(q0, m15);
+      let hi1 = highNibbles(q1, m15);
       if (five) {
         const bit = 1 << (2 * jj);
         const ml = i8x16.splat(<i8>bit);

@@ -646,15 +646,21 @@ function highNibbles(q: v128, m: v128): v128 {
   return v128.and(i16x8.shr_u(q, 4), m);
 }
 
+/** One 32-element run of a Q4_K quant vector q (two sub-blocks' halves) against activations at a: lanes as k45Dots. */
+@inline
+function nibbleLanes(q: v128, m: v128, a: usize, s0: v128, s1: v128): v128 {
+  return i32x4.add(relaxedLanes(lowNibbles(q, m), a, s0), relaxedLanes(highNibbles(q, m), a + 32, s1));
+}
+
 /** The second row's parameters in twoRowsQ4K. */
 const K45_PARAMS_2 = memory.data(K_PARAMS, 16);
 
 /**
  * Two Q4_K rows (gate's and up's row r, or two rows of down) against one token's activations at `a`: k45DotsOf's
  * one-token path for both rows in one pass, which shares the activation loads, the steps' pointers and the call (the
- * decode case, where each routed expert meets one token: ~15 % less time at 1 row). Results: out[0], out[1].
+ * decode case, where each routed expert meets one token: ~15 % less time at 1 row). Results (f32) to outG and outU.
  */
-export function twoRowsQ4K(wg: usize, wu: usize, a: usize, n: i32, out: usize): void {
+export function twoRowsQ4K(wg: usize, wu: usize, a: usize, n: i32, outG: usize, outU: usize): void {
   clearAcc(2);
   const nb = n >> 8;
   const m15 = v128.load(NIBBLE);
@@ -680,14 +686,14 @@ export function twoRowsQ4K(wg: usize, wu: usize, a: usize, n: i32, out: usize): 
       const g1 = v128.load(qg, 16);
       const sg0 = i8x16.relaxed_swizzle(sg, l0);
       const sg1 = i8x16.relaxed_swizzle(sg, l1);
-      xg = i32x4.add(xg, i32x4.add(relaxedLanes(lowNibbles(g0, m15), o, sg0), relaxedLanes(highNibbles(g0, m15), o + 32, sg1)));
-      yg = i32x4.add(yg, i32x4.add(relaxedLanes(lowNibbles(g1, m15), o + 16, sg0), relaxedLanes(highNibbles(g1, m15), o + 48, sg1)));
+      xg = i32x4.add(xg, nibbleLanes(g0, m15, o, sg0, sg1));
+      yg = i32x4.add(yg, nibbleLanes(g1, m15, o + 16, sg0, sg1));
       const u0 = v128.load(qu);
       const u1 = v128.load(qu, 16);
       const su0 = i8x16.relaxed_swizzle(su, l0);
       const su1 = i8x16.relaxed_swizzle(su, l1);
-      xu = i32x4.add(xu, i32x4.add(relaxedLanes(lowNibbles(u0, m15), o, su0), relaxedLanes(highNibbles(u0, m15), o + 32, su1)));
-      yu = i32x4.add(yu, i32x4.add(relaxedLanes(lowNibbles(u1, m15), o + 16, su0), relaxedLanes(highNibbles(u1, m15), o + 48, su1)));
+      xu = i32x4.add(xu, nibbleLanes(u0, m15, o, su0, su1));
+      yu = i32x4.add(yu, nibbleLanes(u1, m15, o + 16, su0, su1));
       qg += 32;
       qu += 32;
       lanes += 32;
@@ -696,8 +702,8 @@ export function twoRowsQ4K(wg: usize, wu: usize, a: usize, n: i32, out: usize): 
     blockStep(DOT_Q4K, FACC, xg, yg, a, K45_PARAMS, b, n);
     blockStep(DOT_Q4K, FACC + ACC_BYTES, xu, yu, a, K45_PARAMS_2, b, n);
   }
-  store<f32>(out, finish(DOT_Q4K, FACC));
-  store<f32>(out + 4, finish(DOT_Q4K, FACC + ACC_BYTES));
+  store<f32>(outG, finish(DOT_Q4K, FACC));
+  store<f32>(outU, finish(DOT_Q4K, FACC + ACC_BYTES));
 }
 
 /**

@@ -263,8 +263,7 @@ export function compute(T: i32, K: i32, s: usize): void {
         const count = min<i32>(4, q1 - i);
         if (RELAXED && count == 1 && dg == DOT_Q4K && du == DOT_Q4K) {
           // one token (decode): gate's and up's rows in one pass (both Q4_K, so one activation record)
-          twoRowsQ4K(wg, wu, xg + bg * <usize>(load<i32>(order + 4 * i) / K), nEmbd, GOUT);
-          store<f32>(UOUT, load<f32>(GOUT, 4));
+          twoRowsQ4K(wg, wu, xg + bg * <usize>(load<i32>(order + 4 * i) / K), nEmbd, GOUT, UOUT);
         } else {
           gateUp(dg, wg, wg + pg, xg, bg, order + 4 * i, count, K, GOUT);
           gateUp(du, wu, wu + pg, xu, bu, order + 4 * i, count, K, UOUT);
@@ -296,9 +295,8 @@ export function compute(T: i32, K: i32, s: usize): void {
         touchRow(2, e, r + 2, nEmbd);
         touchRow(2, e, r + 3, nEmbd);
         const w0 = decodeRow(2, e, r, nEmbd, ff);
-        twoRowsQ4K(w0, w0 + <usize>m32(rowBytes, 2), a, ff, GOUT);
-        store<f32>(y + 4 * (<usize>q * nEmbd + r), load<f32>(GOUT));
-        store<f32>(y + 4 * (<usize>q * nEmbd + r + 1), load<f32>(GOUT, 4));
+        const yr = y + 4 * (<usize>q * nEmbd + r);
+        twoRowsQ4K(w0, w0 + <usize>m32(rowBytes, 2), a, ff, yr, yr + 4);
       }
       continue;
     }

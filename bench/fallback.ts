@@ -40,8 +40,8 @@ import type { ExpertSlice } from '../shaders/slice.ts';
 import { nodeExpertKernel } from '../shaders/wasm/build.ts';
 import { WasmExpertFallback } from '../shaders/wasm/fallback.ts';
 import { bestKernelVariant } from '../shaders/wasm/features.ts';
-import { LINKCPP_EXPERT_REF, encodeRecord } from '../test/support/native-reference.ts';
-import { mulberry32 } from '../test/support/random.ts';
+import { LINKCPP_EXPERT_REF, encodeRecord } from '../harness/native-reference.ts';
+import { mulberry32 } from '../shaders/random.ts';
 import { REALISTIC } from './shapes.ts';
 
 const argv = process.argv.slice(2);

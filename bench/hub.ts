@@ -29,15 +29,15 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { Agent, setGlobalDispatcher } from 'undici';
 import { WebSocket } from 'ws';
-import { testModel } from '../test/support/models.ts';
-import { encodeBase58 } from '../hub/auth/base58.ts';
-import { freePort } from '../test/support/linkcpp.ts';
-import { MANY_FROM_ONE_ADDRESS } from '../test/support/hub-fixtures.ts';
+import { testModel } from '../harness/models.ts';
+import { encodeBase58 } from '../protocol/base58.ts';
+import { freePort } from '../harness/linkcpp.ts';
+import { MANY_FROM_ONE_ADDRESS } from '../harness/hub-fixtures.ts';
 import { SHARD_DOWNLOADS_PER_IP } from '../hub/limits.ts';
 import { Hub, defaultConfig } from '../hub/hub.ts';
 import { buildApp } from '../hub/app.ts';
-import { VolunteerChannel } from '../hub/volunteers/channel.ts';
-import { VOLUNTEER_PATH, encodeClientMessage, type ClientMessage } from '../volunteer/wire.ts';
+import { VolunteerChannel } from '../hub/channel/channel.ts';
+import { VOLUNTEER_PATH, encodeClientMessage, type ClientMessage } from '../protocol/channel.ts';
 
 const { values } = parseArgs({
   options: {

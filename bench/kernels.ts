@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { chromium } from 'playwright-core';
-import { CHROMIUM, CHROMIUM_ARGS, ORT_PREFIX, bundle, ortAsset } from '../test/support/browser.ts';
+import { CHROMIUM, CHROMIUM_ARGS, ORT_PREFIX, bundle, ortAsset } from '../harness/browser.ts';
 import {
   BACKENDS,
   DEFAULT_SHAPES,

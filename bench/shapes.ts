@@ -8,7 +8,7 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { GGMLType, rowByteSize } from '../gguf/quant-types.ts';
-import { MODEL_CACHE, type TestModel, testModel } from '../test/support/models.ts';
+import { MODEL_CACHE, type TestModel, testModel } from '../harness/models.ts';
 import { wasmBytesFor } from '../volunteer/engine-open.ts';
 
 export interface Shape {

@@ -19,13 +19,13 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { Browser, Page } from 'playwright-core';
 import { buildApp } from '../hub/app.ts';
-import type { SliceTransfer } from '../hub/dashboard/wire.ts';
+import type { SliceTransfer } from '../protocol/dashboard.ts';
 import { defaultConfig, Hub } from '../hub/hub.ts';
 import { DEFAULT_SATURATION } from '../hub/market/saturation.ts';
 import { GGMLType } from '../gguf/quant-types.ts';
-import { launchChromium } from '../test/support/browser.ts';
-import { testModel } from '../test/support/models.ts';
-import { buildPages } from '../test/support/pages-build.ts';
+import { launchChromium } from '../harness/browser.ts';
+import { testModel } from '../harness/models.ts';
+import { buildPages } from '../harness/pages-build.ts';
 
 const { values: args } = parseArgs({
   options: {

@@ -5,7 +5,7 @@ import { register } from 'tsx/esm/api';
 register();
 const [command, ...rest] = process.argv.slice(2);
 if (command === 'volunteer') {
-  const { main } = await import('../volunteer/node/cli.ts');
+  const { main } = await import('../volunteer/node/main.ts');
   process.exitCode = await main(rest);
 } else {
   const { main } = await import('../hub/cli.ts');

@@ -11,7 +11,7 @@ import { proxyJson } from './proxy.ts';
 import { registerPages, type PagesOptions } from './pages.ts';
 import { registerShardRoutes } from './shards.ts';
 import { registerDashboardRoutes } from './dashboard/routes.ts';
-import { BASE58_MAX_CHARS } from './auth/base58.ts';
+import { BASE58_MAX_CHARS } from '../protocol/base58.ts';
 import { parseWallet } from './auth/wallet.ts';
 import type { DeviceCapabilities, HeldRange } from './market/types.ts';
 import {
@@ -160,7 +160,7 @@ export async function buildApp(hub: Hub, pages: PagesOptions = {}): Promise<Fast
     return hub.dispatchMap(queryString(q, 'model', MODEL_NAME_MAX_CHARS));
   });
 
-  // The dashboard's stream, workers table, heatmaps, event log (GET /api/events) and admin actions (dashboard/wire.ts).
+  // The dashboard's stream, workers table, heatmaps, event log (GET /api/events) and admin actions (protocol/dashboard.ts).
   registerDashboardRoutes(app, hub);
   app.addHook('preClose', async () => {
     // Neither ends by itself, and the HTTP server's close waits for both kinds of socket.
@@ -188,7 +188,7 @@ export async function buildApp(hub: Hub, pages: PagesOptions = {}): Promise<Fast
       await proxyJson(reply, hub.coordinatorUrl(model), path, { ...b, model });
     });
   }
-  hub.attachVolunteers(app.server); // WebSocket /api/volunteer (volunteer/wire.ts)
+  hub.attachVolunteers(app.server); // WebSocket /api/volunteer (protocol/channel.ts)
   await registerPages(app, pages); // / the volunteer page (web/, `npm run build:web`), /assets/
   return app;
 }

@@ -8,8 +8,8 @@ import { Hub, defaultConfig, type HubConfig } from './hub.ts';
 import { buildApp } from './app.ts';
 import type { PagesOptions } from './pages.ts';
 import { DISPATCH_MODES, type DispatchMode } from './dispatch/policy.ts';
-import { DEFAULT_CHANNEL } from './volunteers/channel.ts';
-import { normalOrigin } from './volunteers/admission.ts';
+import { DEFAULT_CHANNEL } from './channel/channel.ts';
+import { normalOrigin } from './channel/admission.ts';
 import { checkedAdminToken } from './dashboard/admin.ts';
 import { ADMIN_TOKEN_MIN_CHARS } from './limits.ts';
 

@@ -8,7 +8,7 @@
  *   log.add('recruit', 'm', 'layer 1 experts [0, 8) to w1', Date.now());
  */
 import { EVENTS_KEPT } from './limits.ts';
-import { HUB_EVENT_KINDS, type HubEventKindName, newestEvents } from './dashboard/wire.ts';
+import { HUB_EVENT_KINDS, type HubEventKindName, newestEvents } from '../protocol/dashboard.ts';
 
 export { HUB_EVENT_KINDS };
 export type HubEventKind = HubEventKindName;

@@ -28,7 +28,7 @@ import {
   standing,
   trustOn,
 } from './dispatch/trust.ts';
-import { DEFAULT_DISPATCH, DispatchMap, workerState, type DispatchConfig, type DispatchRow } from './dispatch-map.ts';
+import { DEFAULT_DISPATCH, DispatchMap, workerState, type DispatchConfig, type DispatchRow } from './dispatch/map.ts';
 import { Counter } from 'prom-client';
 import { EventLog, type EventFilter, type HubEvent } from './events.ts';
 import { HubStore } from './store.ts';
@@ -47,8 +47,8 @@ import {
   WORKERS_MAX,
 } from './limits.ts';
 import { ShardServer } from './shards.ts';
-import { ChunkLists } from './peers-chunks.ts';
-import { DEFAULT_PEERS, PeerDirectory, type PeerConfig, type SliceTransfer } from './peers.ts';
+import { ChunkLists } from './chunk-lists.ts';
+import { DEFAULT_PEERS, PeerDirectory, type PeerConfig, type SliceTransfer } from './peer-directory.ts';
 import { PeerSignal } from './peers-signal.ts';
 import {
   type AuditChooser,
@@ -59,8 +59,8 @@ import {
   type ResponseSummary,
 } from './dispatch/dispatcher.ts';
 import type { DispatchMode } from './dispatch/policy.ts';
-import { DEFAULT_CHANNEL, VolunteerChannel, type ChannelHost, type ChannelOptions } from './volunteers/channel.ts';
-import type { Numerics } from '../shaders/computer.ts';
+import { DEFAULT_CHANNEL, VolunteerChannel, type ChannelHost, type ChannelOptions } from './channel/channel.ts';
+import type { Numerics } from '../protocol/numerics.ts';
 import { AdminGate, checkedAdminToken } from './dashboard/admin.ts';
 import { RoundTripReservoir, round2 } from './dashboard/rates.ts';
 import { DashboardSampler, type ModelReading, type SamplerSource } from './dashboard/sampler.ts';
@@ -81,7 +81,7 @@ import {
   type WorkerStateName,
   type WorkersPage,
   type WorkersQuery,
-} from './dashboard/wire.ts';
+} from '../protocol/dashboard.ts';
 
 export const DEFAULT_COORDINATOR_BINARY = fileURLToPath(new URL('../coordinator/bin/linkcpp-server', import.meta.url));
 
@@ -143,7 +143,7 @@ export interface HubConfig {
   dashboardStreams: Partial<StreamOptions>;
   /** The HTTP server's timeouts and socket caps (net.ts DEFAULT_HTTP_SERVER); simulations from one address raise them. */
   http: Partial<HttpServerLimits>;
-  /** Volunteers passing slices to each other (hub/peers.ts DEFAULT_PEERS, docs/peers.md); absent: the defaults. */
+  /** Volunteers passing slices to each other (hub/peer-directory.ts DEFAULT_PEERS, docs/peers.md); absent: the defaults. */
   peers?: Partial<PeerConfig>;
 }
 
@@ -973,7 +973,7 @@ export class Hub {
     this.store.quarantine(subject, reason, this.now());
   }
 
-  // --- the dashboard (hub/dashboard/wire.ts)
+  // --- the dashboard (protocol/dashboard.ts)
 
   /** A model's dispatch mode now (`--dispatch`, or what an admin set). */
   dispatchModeOf(model: string): DispatchMode {

@@ -12,20 +12,16 @@ export const API_BODY_MAX_BYTES = 64 * 1024;
 /** Body of `/v1/chat/completions` and `/v1/completions` (chat histories and prompts are long). */
 export const OPENAI_BODY_MAX_BYTES = 8 * 1024 * 1024;
 
-// fields of the market endpoints
-/** A model name in a body or query. */
-export const MODEL_NAME_MAX_CHARS = 256;
-/** A volunteer's `worker_id`. */
-export const WORKER_ID_MAX_CHARS = 128;
-/** `max_experts` of `POST /api/expert-volunteer` (0 = no limit). */
-export const OFFER_EXPERTS_MAX = 2 ** 20;
-/** Each byte count of a volunteer's `device` (2^50 B = 1 PiB: above any GPU, still an exact double). */
-export const DEVICE_BYTES_MAX = 2 ** 50;
-/** `n_layer` and `n_expert` a heartbeat may state (checked against the model before anything else). */
-export const LAYERS_MAX = 4096;
-export const EXPERTS_MAX = 4096;
-/** Held ranges in one heartbeat (the `segments` of `POST /api/expert-coverage`); more → TOO_MANY_SEGMENTS. */
-export const HELD_RANGES_MAX = 256;
+// fields of the market endpoints (the caps the volunteer channel shares live in protocol/limits.ts)
+export {
+  DEVICE_BYTES_MAX,
+  EXPERTS_MAX,
+  HELD_RANGES_MAX,
+  LAYERS_MAX,
+  MODEL_NAME_MAX_CHARS,
+  OFFER_EXPERTS_MAX,
+  WORKER_ID_MAX_CHARS,
+} from '../protocol/limits.ts';
 /** Every number of a held range `[layer, begin, end]` is below this (exclusive): they index Int32 arrays. */
 export const HELD_RANGE_NUMBER_LIMIT = 2 ** 31;
 
@@ -144,7 +140,7 @@ export const COORDINATOR_SLOTS_MAX = 4096;
 /** A `/slots` or `/metrics` reply longer than this is dropped unparsed (a long /slots falls back to /metrics). */
 export const COORDINATOR_REPLY_MAX_CHARS = 4_000_000;
 
-// the dashboard (hub/dashboard/; its wire caps are in hub/dashboard/wire.ts)
+// the dashboard (hub/dashboard/; its wire caps are in protocol/dashboard.ts)
 /** Shortest admin token accepted at startup (`--admin-token`, EXPERTSWARM_ADMIN_TOKEN); a longer one is not guessable. */
 export const ADMIN_TOKEN_MIN_CHARS = 16;
 export const ADMIN_TOKEN_MAX_CHARS = 512;

@@ -10,7 +10,7 @@
  */
 import { Counter, Gauge, Registry } from 'prom-client';
 import type { RecruitmentRow } from './hub.ts';
-import type { WorkerState } from './dispatch-map.ts';
+import type { WorkerState } from './dispatch/map.ts';
 import type { CoordinatorStatus } from './supervisor.ts';
 
 /** What a scrape reads from the hub, taken once per scrape. */

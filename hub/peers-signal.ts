@@ -19,7 +19,7 @@ import type { IncomingMessage, Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { ExpressPeerServer } from 'peer';
 import { WebSocketServer, type WebSocket } from 'ws';
-import type { PeerDirectory } from './peers.ts';
+import type { PeerDirectory } from './peer-directory.ts';
 
 /** An SDP offer is a few KiB; anything larger is not signalling. */
 export const SIGNAL_MESSAGE_MAX_BYTES = 32 * 1024;

@@ -28,7 +28,7 @@ import { openFileSource, readGGUFFile } from '../gguf/node-io.ts';
 import type { GGUFFile } from '../gguf/types.ts';
 import { GGUFWriter } from '../gguf/writer.ts';
 import { LinkedMap } from './auth/linked-map.ts';
-import { ChunkLists } from './peers-chunks.ts';
+import { ChunkLists } from './chunk-lists.ts';
 import { HubError } from './errors.ts';
 import type { Hub } from './hub.ts';
 import {
@@ -424,7 +424,7 @@ export interface ShardRoutesOptions {
   limits?: Partial<ShardLimits>;
   /** The hub's own shard server (its digests are what assignments announce); a new one when absent. */
   server?: ShardServer;
-  /** Per-chunk hash lists (GET /api/expert-shard/chunks, hub/peers-chunks.ts); 1 MiB chunks over `server` when absent. */
+  /** Per-chunk hash lists (GET /api/expert-shard/chunks, hub/chunk-lists.ts); 1 MiB chunks over `server` when absent. */
   chunks?: ChunkLists;
 }
 

@@ -17,8 +17,8 @@ import { create, globals } from 'webgpu';
 import { rowByteSize, GGMLType } from '../gguf/quant-types.ts';
 import { requestExpertDevice } from '../shaders/device.ts';
 import type { IntegerDot, KernelFeature } from '../shaders/expert-ffn.ts';
-import type { Numerics } from '../shaders/computer.ts';
-import { runGridCase, type GridCase } from '../test/browser/kernel-grid.ts';
+import type { Numerics } from '../protocol/numerics.ts';
+import { runGridCase, type GridCase } from '../harness/kernel-grid.ts';
 
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 if (!process.env.VK_ICD_FILENAMES && !process.env.VK_DRIVER_FILES && existsSync(SWIFTSHADER_ICD))

@@ -5,7 +5,7 @@
  * jitter, volunteer/backoff.ts) and a control whose every volunteer redials after a fixed 500 ms, after one crash
  * not reported that warms both processes up. Prints the two side by side: reconnected, time to all, the peak 100 ms
  * against an even spread over the first retry's window, arrivals in the first 100 ms, refusals, redials in step, and
- * the histograms. The simulation is test/support/reconnect-sim.ts.
+ * the histograms. The simulation is harness/reconnect-sim.ts.
  *
  *   npm run sim:reconnect [-- --volunteers 10000 --seed 1 --policies jittered,fixed --restart-delay-ms 0]
  *
@@ -17,7 +17,7 @@
  */
 import { cpus, loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
-import { formatReconnectSim, runReconnectSim, type RedialPolicy } from '../test/support/reconnect-sim.ts';
+import { formatReconnectSim, runReconnectSim, type RedialPolicy } from '../harness/reconnect-sim.ts';
 
 const { values } = parseArgs({
   options: {

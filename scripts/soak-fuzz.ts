@@ -1,5 +1,5 @@
 /**
- * Hostile input for minutes (issue 14's soak): the generators of test/integration/fuzz.test.ts (test/support/fuzz.ts)
+ * Hostile input for minutes (issue 14's soak): the generators of test/integration/fuzz.test.ts (harness/fuzz.ts)
  * in a loop against one in-process hub — every HTTP endpoint, the volunteer channel in 4 lanes (two honest
  * volunteers serving meanwhile), the dispatch socket — with the hub's clock on real time (workers evicted after 20 s
  * without a heartbeat, challenges and tokens expiring as in production). Memory is sampled every 30 s: heapUsed and
@@ -29,7 +29,7 @@ import {
   runHttpCase,
   runLanes,
   startFuzzHub,
-} from '../test/support/fuzz.ts';
+} from '../harness/fuzz.ts';
 
 const { values } = parseArgs({
   options: {

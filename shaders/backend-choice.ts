@@ -8,7 +8,7 @@
  * unavailable; with one backend left it wins; with none, chooseBackend throws.
  */
 
-export type Backend = 'webgpu' | 'wasm';
+import type { Backend } from '../protocol/numerics.ts';
 
 export interface BackendMeasurements {
   webgpu?: { gflops: number; isFallbackAdapter: boolean };

@@ -20,7 +20,7 @@
  *   plan.sizes.hidden; plan.parts[0].up; plan.uniforms;   // bytes, [x, y] workgroups, Shape uniforms
  */
 import type { ExpertMatrix } from '../gguf/expert-slice.ts';
-import type { Numerics } from './computer.ts';
+import type { Numerics } from '../protocol/numerics.ts';
 import { ExpertRuntimeError } from './errors.ts';
 import { groupByExpert, type ExpertGroups } from './expert-groups.ts';
 import { INT8_LANES, INT8_SNIPPETS, type IntegerDot, type KernelTuning } from './expert-ffn.ts';

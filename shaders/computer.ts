@@ -4,15 +4,8 @@
  * the flops it asks for, the median of timed samples.
  */
 import { ExpertRuntimeError } from './errors.ts';
+import type { Numerics } from '../protocol/numerics.ts';
 import { mulberry32 } from './random.ts';
-
-/**
- * How a backend rounds. 'exact': float math on the dequantized weights (right for any coordinator whose numerics are
- * unknown). 'llama': activations are first rounded to the weight type's vec-dot type exactly as llama.cpp's CPU backend
- * does (Q8_0 / Q8_K blocks, F16, BF16; shaders/reference/ggml-activations.ts), both before gate/up and before down,
- * so an honest worker agrees with a llama.cpp CPU coordinator's own result to float-summation precision.
- */
-export type Numerics = 'exact' | 'llama';
 
 /** The `numerics` option every backend takes: 'exact' when absent; anything else throws BAD_OPTION. */
 export function numericsOption(numerics: Numerics | undefined): Numerics {

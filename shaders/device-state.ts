@@ -9,7 +9,7 @@ import { readExpertSliceStream } from '../gguf/expert-slice-stream.ts';
 import { typeName, type GGMLType } from '../gguf/quant-types.ts';
 import { BufferPool } from './buffer-pool.ts';
 import { bindingLimit, callRounding, type CallRounding, type RoundStep } from './call-plan.ts';
-import type { Numerics } from './computer.ts';
+import type { Numerics } from '../protocol/numerics.ts';
 import { ExpertRuntimeError } from './errors.ts';
 import {
   ExpertFfnKernels,

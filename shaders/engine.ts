@@ -29,8 +29,10 @@
  * `OrtExpertFallback.create(ort, slice, { numerics })`); a backend that reports other numerics is left out.
  */
 import { ExpertRuntimeError } from './errors.ts';
-import { chooseBackend, type Backend } from './backend-choice.ts';
-import { callFlops, numericsOption, timeCompute, type ExpertComputer, type MeasureCall, type Numerics, type Timing } from './computer.ts';
+import { chooseBackend } from './backend-choice.ts';
+import type { Backend } from '../protocol/numerics.ts';
+import { callFlops, numericsOption, timeCompute, type ExpertComputer, type MeasureCall, type Timing } from './computer.ts';
+import type { Numerics } from '../protocol/numerics.ts';
 import type { ExpertSlice } from './slice.ts';
 
 /** A backend's runtime: ExpertRuntime and OrtExpertFallback both fit. */

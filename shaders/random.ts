@@ -1,6 +1,6 @@
 /**
  * Seeded pseudo-random numbers (mulberry32): the same seed gives the same data everywhere. The engine's synthetic
- * timing call (computer.ts) draws from it, and tests and benchmarks use it through test/support/random.ts.
+ * timing call (computer.ts) draws from it, and tests and benchmarks import it from here.
  */
 export function mulberry32Uint(seed: number): () => number {
   let a = seed >>> 0;

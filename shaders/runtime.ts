@@ -31,7 +31,8 @@ import { readExpertSliceBytes, type ExpertMatrix } from '../gguf/expert-slice.ts
 import { typeName } from '../gguf/quant-types.ts';
 import type { BufferPoolStats } from './buffer-pool.ts';
 import { bindingLimit, callRounding, planCall, type PlannedCall } from './call-plan.ts';
-import { numericsOption, type Numerics } from './computer.ts';
+import { numericsOption } from './computer.ts';
+import type { Numerics } from '../protocol/numerics.ts';
 import { runPlan, type CallInputs, type CallResult } from './call-run.ts';
 import {
   batchedPipelines,
@@ -68,7 +69,6 @@ export {
   type RegimeRequest,
 } from './regime-policy.ts';
 export type { IntegerDot, KernelFeature } from './expert-ffn.ts';
-export type { Numerics } from './computer.ts';
 export type { ExpertSlice, SliceStreamSource } from './slice.ts';
 
 export interface ExpertRuntimeOptions {

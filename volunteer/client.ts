@@ -22,7 +22,7 @@ import { ExpertRuntimeError } from '../shaders/errors.ts';
 import { loadIdentity, login, type IdentityStore, type NodeToken } from './identity.ts';
 import type { ShardCache } from './shard-cache.ts';
 import { downloadChunkList, fetchSlice } from './shard-download.ts';
-import { DEFAULT_SHARE, PeerHost, type OpenNetwork, type ShareSettings } from './peers.ts';
+import { DEFAULT_SHARE, PeerHost, type OpenNetwork, type ShareSettings } from './peer-host.ts';
 import {
   emptyStats,
   type BackendPreference,
@@ -33,6 +33,7 @@ import {
   type VolunteerState,
   type VolunteerStats,
 } from './state.ts';
+import type { Backend } from '../protocol/numerics.ts';
 import {
   CLOSE_CODES,
   VOLUNTEER_PATH,
@@ -46,14 +47,13 @@ import {
   encodeWorkFailed,
   parseHubMessage,
   type Assign,
-  type Backend,
   type ClientMessage,
   type LoadFailedCode,
   type Loaded,
   type WelcomePeer,
   type WorkFailedCode,
   type WorkFrame,
-} from './wire.ts';
+} from '../protocol/channel.ts';
 import type { ExpertSlice } from '../shaders/slice.ts';
 
 /** The part of the WebSocket API the client uses: the browser's and npm `ws`'s both fit. */

@@ -11,7 +11,8 @@ import { requestExpertDevice, type ExpertDevice } from '../shaders/device.ts';
 import { ExpertEngine, type ExpertEngineOptions } from '../shaders/engine.ts';
 import { OrtExpertFallback, type OrtModuleLike } from '../shaders/ort/fallback.ts';
 import { DEFAULT_TOKENS_PER_PASS, PASS_TOP_K, WasmExpertFallback } from '../shaders/wasm/fallback.ts';
-import { ExpertRuntime, type ExpertSlice, type Numerics } from '../shaders/runtime.ts';
+import type { Numerics } from '../protocol/numerics.ts';
+import { ExpertRuntime, type ExpertSlice } from '../shaders/runtime.ts';
 import { VolunteerError, errorMessage } from './errors.ts';
 import type { BackendPreference, DeviceReport } from './state.ts';
 

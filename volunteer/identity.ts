@@ -6,7 +6,7 @@
  *   const id = await loadIdentity(store);            // made once, then reused: credit follows the wallet
  *   const { token } = await login(hubUrl, id);
  */
-import { encodeBase58 } from '../hub/auth/base58.ts';
+import { encodeBase58 } from '../protocol/base58.ts';
 
 /** Where the key pair is kept between sessions (localStorage in the browser, a file in Node). */
 export interface IdentityStore {

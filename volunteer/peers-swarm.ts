@@ -16,7 +16,7 @@
  * malformed message, drops the peer at once and is reported (`onBadPeer`). Every wait is bounded; the hub can always
  * give the rest, so a fetch ends unless the hub itself fails.
  */
-import { chunkMatches, chunkRange, type ChunkList } from './peers-chunks.ts';
+import { chunkMatches, chunkRange, type ChunkList } from '../protocol/chunk-list.ts';
 import {
   type PeerMessage,
   bitfieldBytes,
@@ -27,7 +27,7 @@ import {
   PeerWireError,
   PIECE_BYTES,
   setBit,
-} from './peers-wire.ts';
+} from '../protocol/peer-messages.ts';
 
 /** One open data channel to another volunteer. */
 export interface PeerLink {

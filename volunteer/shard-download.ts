@@ -6,12 +6,12 @@
  *   const bytes = await downloadShard({ url, token, bytes: 41_943_552, digest, onProgress: (got, total) => … });
  *
  * fetchSlice takes the slice from other volunteers where it can (docs/peers.md): chunk by chunk from peers over
- * WebRTC (volunteer/peers.ts), the rest from the hub with `Range` requests, each chunk checked against the slice's
+ * WebRTC (volunteer/peer-host.ts), the rest from the hub with `Range` requests, each chunk checked against the slice's
  * per-chunk hash list, the whole against the digest; anything else falls back to downloadShard.
  */
 import { VolunteerError, errorMessage } from './errors.ts';
-import { parseChunkList, type ChunkList } from './peers-chunks.ts';
-import type { PeerHost } from './peers.ts';
+import { parseChunkList, type ChunkList } from '../protocol/chunk-list.ts';
+import type { PeerHost } from './peer-host.ts';
 import { sha256Digest } from './shard-cache.ts';
 
 export interface ShardDownload {

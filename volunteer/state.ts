@@ -5,7 +5,7 @@
  *
  *   client.on('state', (s) => { if (s.kind === 'retrying') show(`hub unreachable, retrying in ${s.inSeconds} s`); });
  */
-import type { Backend } from '../shaders/backend-choice.ts';
+import type { Backend } from '../protocol/numerics.ts';
 
 /** The slice the hub assigned: `experts` is `[begin, end)` of `layer`. */
 export interface SliceAssignment {
@@ -79,7 +79,7 @@ export interface PeerStats {
   uploaded: number;
 }
 
-/** Whether and how fast this volunteer passes held slices on to other volunteers (volunteer/peers.ts). */
+/** Whether and how fast this volunteer passes held slices on to other volunteers (volunteer/peer-host.ts). */
 export interface ShareChoice {
   share: boolean;
   /** Bytes per second, all peers together; 0 uploads nothing. */

@@ -1,7 +1,7 @@
 /**
  * The join widget's loader (/widget.js): a second Vite build, of web/src/widget/loader.ts alone as ONE
  * classic script (IIFE: no import, no export) at the root of the pages' build folder. Run after the pages build
- * (`npm run build:web`, test/support/pages-build.ts): that one empties the folder, this one only adds widget.js.
+ * (`npm run build:web`, harness/pages-build.ts): that one empties the folder, this one only adds widget.js.
  *
  * The loader is on every host page, so its size is a budget: the build prints its gzipped size and fails above
  * WIDGET_GZIP_LIMIT_BYTES.

@@ -16,7 +16,7 @@ import { callFlops, median, syntheticCall } from '../../shaders/computer.ts';
 import { dequantizeExperts, nmse, referenceCall } from '../../shaders/reference/expert-call.ts';
 import { ExpertRuntime, type ComputeOptions, type ExpertSlice } from '../../shaders/runtime.ts';
 import { OrtExpertFallback } from '../../shaders/ort/fallback.ts';
-import { mulberry32 as rng } from '../../test/support/random.ts';
+import { mulberry32 as rng } from '../../shaders/random.ts';
 import { requestBenchDevice } from '../gpu/bench-device.ts';
 import { OrtRoutedExperts, describeForms, type OrtRoutedModule } from '../ort-routed.ts';
 import {

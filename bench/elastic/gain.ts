@@ -38,7 +38,7 @@ import { parseArgs } from 'node:util';
 import OpenAI from 'openai';
 import type { DispatcherTotals, ModelDispatcher } from '../../hub/dispatch/dispatcher.ts';
 import { latencyLine } from '../../hub/dispatch/plan.ts';
-import { DEFAULT_DISPATCH } from '../../hub/dispatch-map.ts';
+import { DEFAULT_DISPATCH } from '../../hub/dispatch/map.ts';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
 import { median } from '../../shaders/computer.ts';
 import {
@@ -50,7 +50,7 @@ import {
   spawnVolunteer,
   startSwarmHub,
   waitForCoverage,
-} from '../../test/support/swarm.ts';
+} from '../../harness/swarm.ts';
 import { type Shape, QUICK, REALISTIC, benchModel, describeShape, volunteerBudget } from '../shapes.ts';
 
 // `--memory`: the coordinator's memory alone vs with the swarm, under a limit below the experts (bench/elastic/memory.ts).

@@ -15,7 +15,7 @@
  *   and alone and swarm again with the coordinator in a cgroup v1 memory group limited to --limit-mb (a child of this
  *   process's own group; `systemd-run --scope -p MemoryMax=` needs systemd as PID 1, which this container lacks).
  *
- * The swarm here is a stand-in: the in-process test dispatcher (test/support/test-dispatcher.ts, behaviour `all`)
+ * The swarm here is a stand-in: the in-process test dispatcher (harness/test-dispatcher.ts, behaviour `all`)
  * backed by linkcpp-expert-ref (the coordinator's own expert arithmetic, bit for bit, in a process of its own outside
  * the limit, holding the experts in its memory as volunteers do). Headless volunteers cannot keep up on this CPU-only
  * machine (Dawn on SwiftShader: 0.02–0.07 GFLOP/s, docs/elastic.md "Elastic gain"). The dispatch deadline is 10 s, so
@@ -34,10 +34,10 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { FALLBACK_LINE } from '../../test/support/dispatch-checks.ts';
-import { LINKCPP_SERVER, type RunningServer, startServer } from '../../test/support/linkcpp.ts';
+import { FALLBACK_LINE } from '../../harness/dispatch-checks.ts';
+import { LINKCPP_SERVER, type RunningServer, startServer } from '../../harness/linkcpp.ts';
 import { QUICK, REALISTIC, benchModel } from '../shapes.ts';
-import { NativeReference } from '../../test/support/native-reference.ts';
+import { NativeReference } from '../../harness/native-reference.ts';
 import {
   MiB,
   dropFromPageCache,
@@ -46,8 +46,8 @@ import {
   procMemory,
   type FileResidency,
   type ProcMemory,
-} from '../../test/support/proc-memory.ts';
-import { TestDispatcher } from '../../test/support/test-dispatcher.ts';
+} from '../../harness/proc-memory.ts';
+import { TestDispatcher } from '../../harness/test-dispatcher.ts';
 
 export async function runMemoryBench(argv: string[]): Promise<void> {
   const { values } = parseArgs({

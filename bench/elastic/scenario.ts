@@ -24,9 +24,9 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import type { Browser } from 'playwright-core';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
-import type { VolunteerTab } from '../../test/support/browser.ts';
-import { testModel } from '../../test/support/models.ts';
-import { type HeadlessVolunteer, moeLayersOf, spawnVolunteer, startSwarmHub } from '../../test/support/swarm.ts';
+import type { VolunteerTab } from '../../harness/browser.ts';
+import { testModel } from '../../harness/models.ts';
+import { type HeadlessVolunteer, moeLayersOf, spawnVolunteer, startSwarmHub } from '../../harness/swarm.ts';
 import type { ModelConfig } from '../../tools/model-arch.ts';
 import { completeWithRetry, RampLoad, type RequestRecord } from './load.ts';
 import { timelineSvg } from './svg.ts';
@@ -210,7 +210,7 @@ export async function runElasticScenario(sc: ElasticScenario): Promise<ElasticRe
   const prompts = scenarioPrompts(sc.load.prompts);
   const t0 = Date.now();
   // The pages are built (vite, production) while the local-only run generates: neither is measured.
-  const pagesBuild = nPages > 0 ? import('../../test/support/pages-build.ts').then((b) => b.buildPages('production')) : null;
+  const pagesBuild = nPages > 0 ? import('../../harness/pages-build.ts').then((b) => b.buildPages('production')) : null;
   pagesBuild?.catch(() => {});
   let baseline: number[][];
   let pagesDir: string | null = null;
@@ -329,7 +329,7 @@ export async function runElasticScenario(sc: ElasticScenario): Promise<ElasticRe
     if (nPages > 0) {
       // One browser, a context per tab; tabs joined one after another (a busy 2-core machine starts them faster in
       // turn than all at once), while the headless ones start beside them.
-      const { launchChromium, joinVolunteerPage } = await import('../../test/support/browser.ts');
+      const { launchChromium, joinVolunteerPage } = await import('../../harness/browser.ts');
       mkdirSync(sc.artifacts, { recursive: true });
       browser = await launchChromium();
       for (let i = 0; i < nPages; i++) {

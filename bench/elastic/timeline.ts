@@ -14,7 +14,7 @@
  *   const timeline = rec.stop();
  */
 import { get, type IncomingMessage } from 'node:http';
-import type { HubEventKindName, HubEventRow, Sample, StreamMessages, WorkerStateName } from '../../hub/dashboard/wire.ts';
+import type { HubEventKindName, HubEventRow, Sample, StreamMessages, WorkerStateName } from '../../protocol/dashboard.ts';
 
 export interface LoadSample {
   /** Lanes of the load generator running. */

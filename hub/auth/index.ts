@@ -16,7 +16,7 @@ import { RateLimiter } from './rate-limit.ts';
 import { DEFAULT_TOKEN_TTL_S, bearerToken, mintToken, verifyToken } from './tokens.ts';
 import { decodeSignature, parseWallet, verifySignature } from './wallet.ts';
 
-export { BASE58_ALPHABET, BASE58_MAX_CHARS, decodeBase58, encodeBase58 } from './base58.ts';
+export { BASE58_ALPHABET, BASE58_MAX_CHARS, decodeBase58, encodeBase58 } from '../../protocol/base58.ts';
 export {
   SIGNATURE_BYTES,
   WALLET_BYTES,

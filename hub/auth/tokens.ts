@@ -8,8 +8,9 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { HubError } from '../errors.ts';
 
-/** Longest token accepted (and longest Authorization header). */
-export const TOKEN_MAX_CHARS = 1024;
+import { TOKEN_MAX_CHARS } from '../../protocol/limits.ts';
+
+export { TOKEN_MAX_CHARS };
 /** Shortest secret accepted, in bytes. */
 export const TOKEN_SECRET_MIN_BYTES = 32;
 export const DEFAULT_TOKEN_TTL_S = 86_400;

@@ -4,7 +4,7 @@
  */
 import { createPublicKey, verify, type KeyObject } from 'node:crypto';
 import { HubError } from '../errors.ts';
-import { decodeBase58 } from './base58.ts';
+import { decodeBase58 } from '../../protocol/base58.ts';
 
 export const WALLET_BYTES = 32;
 export const SIGNATURE_BYTES = 64;

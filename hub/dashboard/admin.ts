@@ -12,7 +12,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { HubError } from '../errors.ts';
 import { ADMIN_TOKEN_MAX_CHARS, ADMIN_TOKEN_MIN_CHARS, BOOST_MAX, TARGET_BASE_MAX } from '../limits.ts';
 import { object } from '../validate.ts';
-import { ADMIN_REASON_MAX_CHARS, DISPATCH_MODES, type DispatchModeName } from './wire.ts';
+import { ADMIN_REASON_MAX_CHARS, DISPATCH_MODES, type DispatchModeName } from '../../protocol/dashboard.ts';
 
 /** The configured token, checked once at startup; null = admin disabled. Throws an Error a person can act on. */
 export function checkedAdminToken(token: string | null | undefined): string | null {

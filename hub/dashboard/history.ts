@@ -6,7 +6,7 @@
  *   h.push('m', sample);
  *   h.all(); // { m: [oldest, …, newest] }
  */
-import type { Sample } from './wire.ts';
+import type { Sample } from '../../protocol/dashboard.ts';
 
 export class SampleRing<T> {
   private readonly items: Array<T | undefined>;

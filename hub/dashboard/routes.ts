@@ -1,5 +1,5 @@
 /**
- * The dashboard's HTTP routes (the contract is hub/dashboard/wire.ts): thin, as every route of the hub — validate at
+ * The dashboard's HTTP routes (the contract is protocol/dashboard.ts): thin, as every route of the hub — validate at
  * the edge, call the Hub, answer JSON; errors leave through app.ts's one handler.
  *
  *   registerDashboardRoutes(app, hub); // from buildApp
@@ -13,7 +13,7 @@ import { clientKey } from '../net.ts';
 import { object, queryInt, queryString } from '../validate.ts';
 import { dispatchBody, quarantineBody, releaseBody, targetBody } from './admin.ts';
 import { SSE_HEADERS } from './stream.ts';
-import { EVENTS_PAGE_MAX, WireQueryError, parseWorkersQuery } from './wire.ts';
+import { EVENTS_PAGE_MAX, WireQueryError, parseWorkersQuery } from '../../protocol/dashboard.ts';
 
 /** The query as strings: a repeated parameter (an array) is refused rather than guessed at. */
 function stringQuery(req: FastifyRequest): Record<string, string | undefined> {

@@ -9,7 +9,15 @@
 import { History } from './history.ts';
 import { type CounterReading, type PairCounters, pairRates, roundTripPercentiles, tokensPerSecond } from './rates.ts';
 import type { DashboardStreams } from './stream.ts';
-import { type CoverageMap, HISTORY_SAMPLES, type ModelStatus, type Sample, TICK_MS, type Tick, type Totals } from './wire.ts';
+import {
+  type CoverageMap,
+  HISTORY_SAMPLES,
+  type ModelStatus,
+  type Sample,
+  TICK_MS,
+  type Tick,
+  type Totals,
+} from '../../protocol/dashboard.ts';
 
 /** One model as the sampler reads it at a tick. */
 export interface ModelReading {

@@ -17,7 +17,7 @@
 import { RateLimiter } from '../auth/rate-limit.ts';
 import { HubError } from '../errors.ts';
 import { STREAM_BACKLOG_MAX_BYTES, STREAM_OPEN_RATE, STREAMS_PER_IP } from '../limits.ts';
-import { PING_MS, STREAMS_MAX, type StreamMessages } from './wire.ts';
+import { PING_MS, STREAMS_MAX, type StreamMessages } from '../../protocol/dashboard.ts';
 
 /** The response headers of the stream: no caching, and no buffering in a reverse proxy (nginx reads x-accel-buffering). */
 export const SSE_HEADERS: Readonly<Record<string, string>> = Object.freeze({

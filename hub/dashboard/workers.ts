@@ -17,7 +17,7 @@ import {
   type WorkersPage,
   type WorkersQuery,
   workersQueryKey,
-} from './wire.ts';
+} from '../../protocol/dashboard.ts';
 
 const STATE_RANK = new Map<string, number>(WORKER_STATES.map((s, i) => [s, i]));
 

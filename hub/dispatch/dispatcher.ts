@@ -29,7 +29,7 @@ import { access, chmod, rm } from 'node:fs/promises';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { Counter, Histogram, type Registry } from 'prom-client';
-import { type WorkerStateInput, workerState } from '../dispatch-map.ts';
+import { type WorkerStateInput, workerState } from './map.ts';
 import type { SlotsReading } from '../market/saturation.ts';
 import {
   DISPATCH_LIMITS,
@@ -50,7 +50,7 @@ import {
   encodeResponse,
   encodeResult,
   negotiateVersion,
-} from './protocol.ts';
+} from '../../protocol/dispatch.ts';
 import { type ClaimConfig, type ClaimReason, DEFAULT_CLAIMS, claimCaps, shadowProbeGapMs } from './claims.ts';
 import {
   DEFAULT_DEADLINES,
@@ -81,7 +81,7 @@ import {
 } from './policy.ts';
 import type { WorkItem, WorkerDirectory, WorkerLink } from './worker-link.ts';
 
-/** The link contract, also importable from here (hub/volunteers/channel.ts does). */
+/** The link contract, also importable from here (hub/channel/channel.ts does). */
 export type { WorkItem, WorkerDirectory, WorkerLink };
 
 // ---------------------------------------------------------------------------------------------
@@ -229,7 +229,7 @@ export interface ModelDispatcherOptions {
   /** The poller's latest reading of this model's coordinator (`SaturationPoller.reading`); must not block. */
   saturation?: () => SlotsReading | undefined;
   /** The worker's dispatch-map record (`DispatchMap.record`): attach time, released, quarantined. */
-  /** What the dispatcher reads of the hub's dispatch-map record (hub/dispatch-map.ts `DispatchMap.record`). */
+  /** What the dispatcher reads of the hub's dispatch-map record (hub/dispatch/map.ts `DispatchMap.record`). */
   record?: (workerId: string) => WorkerStateInput | undefined;
   metrics?: DispatchMetrics;
   events?: DispatcherEvents;

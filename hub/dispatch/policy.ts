@@ -26,9 +26,9 @@
  * answer in time. Its late answers keep measuring it meanwhile (dispatcher.ts), so once back its deadline fits the
  * speed it has now, not the one it had before its machine got busy.
  */
-import { DEFAULT_DISPATCH, type DispatchConfig, type WorkerState } from '../dispatch-map.ts';
+import { DEFAULT_DISPATCH, type DispatchConfig, type WorkerState } from './map.ts';
 import { DEFAULT_SATURATION } from '../market/saturation.ts';
-import { DISPATCH_MODES, type DispatchModeName } from '../dashboard/wire.ts';
+import { DISPATCH_MODES, type DispatchModeName } from '../../protocol/dashboard.ts';
 
 export type DispatchMode = DispatchModeName;
 export { DISPATCH_MODES };
@@ -58,7 +58,7 @@ export const DEFAULT_LAYER_ONE: Readonly<LayerOneConfig> = Object.freeze({
 
 /**
  * What the dispatcher knows of one worker when a request arrives. Times are ms on the dispatcher's clock. `state` is
- * hub/dispatch-map.ts `workerState` of the worker's record (attach time, last serve, released, quarantined), so the
+ * hub/dispatch/map.ts `workerState` of the worker's record (attach time, last serve, released, quarantined), so the
  * policy and the dispatch map can never disagree on grace, proven and idle.
  */
 export interface WorkerSnapshot {

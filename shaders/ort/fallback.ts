@@ -31,7 +31,8 @@
 import { GGMLType, rowByteSize } from '../../gguf/quant-types.ts';
 import { canDequantize, dequantize } from '../../gguf/dequantize.ts';
 import { f16ToF32Table } from '../../gguf/half.ts';
-import { numericsOption, type Numerics } from '../computer.ts';
+import { numericsOption } from '../computer.ts';
+import type { Numerics } from '../../protocol/numerics.ts';
 import { ExpertRuntimeError } from '../errors.ts';
 import { roundActivations, vecDotType } from '../reference/ggml-activations.ts';
 import { silu } from '../reference/expert-ffn.ts';

@@ -12,7 +12,7 @@
  *   const l = nmse(await llamaRt.compute(…), referenceCall(experts, call, 'llama'));
  */
 import { dequantize } from '../../gguf/dequantize.ts';
-import type { Numerics } from '../computer.ts';
+import type { Numerics } from '../../protocol/numerics.ts';
 import type { ExpertSlice } from '../slice.ts';
 import { expertFfnAccumulate, type ExpertMatrices } from './expert-ffn.ts';
 

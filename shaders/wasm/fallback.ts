@@ -21,7 +21,8 @@
  *   await fb.dispose();
  */
 import { GGMLType } from '../../gguf/quant-types.ts';
-import { numericsOption, type ExpertComputer, type Numerics } from '../computer.ts';
+import { numericsOption, type ExpertComputer } from '../computer.ts';
+import type { Numerics } from '../../protocol/numerics.ts';
 import { ExpertRuntimeError } from '../errors.ts';
 import { validateInputs, validateSlice, type ExpertSlice, type SupportedTypes } from '../slice.ts';
 

@@ -1,5 +1,5 @@
 // The float steps of ggml's x86 CPU arithmetic, bit for bit (llama numerics): fused multiply-add, the division and
-// SiLU of ggml_vec_swiglu_f32 (ggml_v_expf's polynomial). TS twin: test/support/ggml-exact.ts (fma32, ggmlExpf,
+// SiLU of ggml_vec_swiglu_f32 (ggml_v_expf's polynomial). TS twin: harness/ggml-exact.ts (fma32, ggmlExpf,
 // ggmlSwiglu). Pure functions; part of the int8 kernels' modules.
 //
 // WGSL promises less than this needs, so nothing here leans on it:

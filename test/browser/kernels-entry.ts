@@ -12,9 +12,18 @@ import { ExpertEngine, type EngineReport } from '../../shaders/engine.ts';
 import { OrtExpertFallback } from '../../shaders/ort/fallback.ts';
 import { dequantizeExperts, nmse, referenceCall } from '../../shaders/reference/expert-call.ts';
 import { compareLlama } from '../../shaders/reference/llama-ties.ts';
-import { ExpertRuntime, type ExpertSlice, type Numerics } from '../../shaders/runtime.ts';
-import { mulberry32 } from '../support/random.ts';
-import { BATCHED_GRID, DECODE_GRID, LLAMA_GRID, SPLIT_GRID, runGridCase, type GridCase, type GridResult } from './kernel-grid.ts';
+import type { Numerics } from '../../protocol/numerics.ts';
+import { ExpertRuntime, type ExpertSlice } from '../../shaders/runtime.ts';
+import { mulberry32 } from '../../shaders/random.ts';
+import {
+  BATCHED_GRID,
+  DECODE_GRID,
+  LLAMA_GRID,
+  SPLIT_GRID,
+  runGridCase,
+  type GridCase,
+  type GridResult,
+} from '../../harness/kernel-grid.ts';
 
 interface GridOutput {
   adapter: Record<string, unknown> | null;

@@ -1,6 +1,6 @@
 /**
  * The int8 kernels of llama numerics (decode regime: expert_up_q8, expert_down_q8, wgsl/int8/) against
- * test/support/ggml-exact.ts, a bit-exact model of the coordinator's x86 arithmetic: the same bits, not a bound.
+ * harness/ggml-exact.ts, a bit-exact model of the coordinator's x86 arithmetic: the same bits, not a bound.
  *
  *  - h (silu(gate·x) ⊙ (up·x), before down's rounding) of every int8 type, read through the runtime with an F32
  *    identity down matrix (no rounding of h, and down · h = h exactly), one pair per token with weight 1;
@@ -23,8 +23,8 @@ import { INT8_SNIPPETS } from '../../shaders/expert-ffn.ts';
 import { ExpertRuntime, type ExpertSlice, type IntegerDot, type KernelFeature } from '../../shaders/runtime.ts';
 import type { SliceTypes } from '../../shaders/slice.ts';
 import { WGSL } from '../../shaders/wgsl-sources.ts';
-import { fma32, ggmlHidden, ggmlLayerSums, ggmlSwiglu, type ExactExperts } from '../support/ggml-exact.ts';
-import { mulberry32 } from '../support/random.ts';
+import { fma32, ggmlHidden, ggmlLayerSums, ggmlSwiglu, type ExactExperts } from '../../harness/ggml-exact.ts';
+import { mulberry32 } from '../../shaders/random.ts';
 
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 if (!process.env.VK_ICD_FILENAMES && existsSync(SWIFTSHADER_ICD)) process.env.VK_ICD_FILENAMES = SWIFTSHADER_ICD;

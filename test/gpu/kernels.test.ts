@@ -43,7 +43,7 @@ import { expertCounts, groupByExpert } from '../../shaders/expert-groups.ts';
 import { batchedSupported, type RegimeDecision } from '../../shaders/regime-policy.ts';
 import type { ExpertRuntimeErrorCode } from '../../shaders/errors.ts';
 import { INT8_SNIPPETS } from '../../shaders/expert-ffn.ts';
-import { mulberry32 } from '../support/random.ts';
+import { mulberry32 } from '../../shaders/random.ts';
 
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 // The Vulkan loader reads this when the GPU instance is created (below), so setting it here still counts.

@@ -29,7 +29,7 @@ import {
   type RoundMode,
 } from '../../shaders/round-activations.ts';
 import { ExpertRuntimeError } from '../../shaders/errors.ts';
-import { mulberry32, mulberry32Uint } from '../support/random.ts';
+import { mulberry32, mulberry32Uint } from '../../shaders/random.ts';
 
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 // The Vulkan loader reads this when the GPU instance is created (below), so setting it here still counts.

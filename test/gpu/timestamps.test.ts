@@ -11,7 +11,7 @@ import { GGMLType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
 import { syntheticCall } from '../../shaders/computer.ts';
 import { ExpertRuntime, type ExpertSlice } from '../../shaders/runtime.ts';
-import { mulberry32 as rng } from '../support/random.ts';
+import { mulberry32 as rng } from '../../shaders/random.ts';
 
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 if (!process.env.VK_ICD_FILENAMES && existsSync(SWIFTSHADER_ICD)) process.env.VK_ICD_FILENAMES = SWIFTSHADER_ICD;

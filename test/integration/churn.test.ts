@@ -15,10 +15,10 @@ import assert from 'node:assert/strict';
 import { rmSync } from 'node:fs';
 import type { Browser } from 'playwright-core';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
-import type { WorkersPage } from '../../hub/dashboard/wire.ts';
-import { joinVolunteerPage, launchChromium, type VolunteerTab } from '../support/browser.ts';
-import { testModel } from '../support/models.ts';
-import { buildPages } from '../support/pages-build.ts';
+import type { WorkersPage } from '../../protocol/dashboard.ts';
+import { joinVolunteerPage, launchChromium, type VolunteerTab } from '../../harness/browser.ts';
+import { testModel } from '../../harness/models.ts';
+import { buildPages } from '../../harness/pages-build.ts';
 import {
   DEEPSEEK_Q8,
   E2E_PROMPT,
@@ -34,7 +34,7 @@ import {
   waitForCoverage,
   type HeadlessVolunteer,
   type SwarmHub,
-} from '../support/swarm.ts';
+} from '../../harness/swarm.ts';
 
 const SERVE_MS = 240_000;
 /** The channel's heartbeat and idle timeout here; the bound a silent worker is dropped within is idle + one sweep. */

@@ -19,9 +19,9 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GGMLType } from '../../gguf/quant-types.ts';
-import { completeGreedy, startServer, type RunningServer } from '../support/linkcpp.ts';
-import { testModel, type TestModel } from '../support/models.ts';
-import { TestDispatcher } from '../support/test-dispatcher.ts';
+import { completeGreedy, startServer, type RunningServer } from '../../harness/linkcpp.ts';
+import { testModel, type TestModel } from '../../harness/models.ts';
+import { TestDispatcher } from '../../harness/test-dispatcher.ts';
 
 const dir = await mkdtemp(join(tmpdir(), 'es-idle-'));
 after(() => rm(dir, { recursive: true, force: true }));

@@ -1,5 +1,5 @@
 /**
- * The dashboard's hub side against real hubs (hub/dashboard/, contract in hub/dashboard/wire.ts):
+ * The dashboard's hub side against real hubs (hub/dashboard/, contract in protocol/dashboard.ts):
  * - a hub with its real coordinator (linkcpp-server) and a listening port: the SSE stream's snapshot equals the API
  *   (`/api/moe/recruitment`, `/api/expert-dispatch-map`), ticks arrive every second, heartbeats show as worker counts
  *   and a `coverage` message, a volunteer joining and leaving over the channel shows as events and totals, load
@@ -17,12 +17,12 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { WebSocket, type RawData } from 'ws';
-import { startSwarmHub, type SwarmHub } from '../support/swarm.ts';
-import { testModel } from '../support/models.ts';
-import { newVolunteer, testHub } from '../support/hub-fixtures.ts';
+import { startSwarmHub, type SwarmHub } from '../../harness/swarm.ts';
+import { testModel } from '../../harness/models.ts';
+import { newVolunteer, testHub } from '../../harness/hub-fixtures.ts';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
-import { DEFAULT_DISPATCH } from '../../hub/dispatch-map.ts';
+import { DEFAULT_DISPATCH } from '../../hub/dispatch/map.ts';
 import { isHubError } from '../../hub/errors.ts';
 import { STREAMS_PER_IP } from '../../hub/limits.ts';
 import { parseHubArgs } from '../../hub/cli.ts';
@@ -36,8 +36,8 @@ import {
   type StreamMessages,
   type WorkerRow,
   type WorkersPage,
-} from '../../hub/dashboard/wire.ts';
-import { encodeClientMessage, parseHubMessage, VOLUNTEER_PATH, type HubMessage } from '../../volunteer/wire.ts';
+} from '../../protocol/dashboard.ts';
+import { encodeClientMessage, parseHubMessage, VOLUNTEER_PATH, type HubMessage } from '../../protocol/channel.ts';
 
 const model = await testModel({ arch: 'qwen3moe', layers: 4, nEmbd: 256, ff: 256, nExpert: 16, nExpertUsed: 4, seed: 9 });
 const banBias = Object.fromEntries(model.ban.map((id) => [String(id), -100]));

@@ -1,7 +1,7 @@
 /**
  * The operator dashboard (`/dashboard`, web/src/dashboard/) in real headless Chromium, production build.
  *
- * - Against a scripted fake of the dashboard API (the wire of hub/dashboard/wire.ts, served from this file): a
+ * - Against a scripted fake of the dashboard API (the wire of protocol/dashboard.ts, served from this file): a
  *   48-layer × 256-expert heatmap, a full 15 minutes of history in the charts, ticks and events applied live, the
  *   stale banner when ticks stop and a fresh snapshot after the stream drops, keyboard sorting, phone layout.
  * - Against a real Hub (hub/app.ts) with a generated model and its real coordinator: the page's numbers equal the
@@ -42,14 +42,14 @@ import {
   type WorkerRow,
   type WorkerStateName,
   WORKER_STATES,
-} from '../../hub/dashboard/wire.ts';
+} from '../../protocol/dashboard.ts';
 import { queryWorkers } from '../../hub/dashboard/workers.ts';
 import { runHub } from '../../hub/cli.ts';
 import { defaultConfig } from '../../hub/hub.ts';
-import { assertAccessible, type ChromiumProfile, openProfile, pageErrors } from '../support/browser.ts';
-import { testModel } from '../support/models.ts';
-import { buildPages } from '../support/pages-build.ts';
-import { E2E_PROMPT, type HeadlessVolunteer, QWEN_Q4K, spawnVolunteer, startSwarmHub } from '../support/swarm.ts';
+import { assertAccessible, type ChromiumProfile, openProfile, pageErrors } from '../../harness/browser.ts';
+import { testModel } from '../../harness/models.ts';
+import { buildPages } from '../../harness/pages-build.ts';
+import { E2E_PROMPT, type HeadlessVolunteer, QWEN_Q4K, spawnVolunteer, startSwarmHub } from '../../harness/swarm.ts';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const ARTIFACTS = join(root, '.cache/artifacts/dashboard');

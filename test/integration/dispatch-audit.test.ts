@@ -3,7 +3,7 @@
  * computes every pair it keeps and sends their sums back in an AUDIT frame: the trusted reference the hub holds a
  * worker's answer against (probation, spot checks). Against the real linkcpp-server on generated models:
  *  - a dispatcher that serves nothing and audits every pair gets, per request, sums bit-identical to the test
- *    dispatcher's GgmlExactBackend (the coordinator's own arithmetic, test/support/ggml-exact.ts) over the same pairs;
+ *    dispatcher's GgmlExactBackend (the coordinator's own arithmetic, harness/ggml-exact.ts) over the same pairs;
  *  - a subset (k = 0 only, on LOCAL answers) and a random half of the unserved pairs of half-served answers match the
  *    backend over exactly that subset;
  *  - the tokens stay those of the stock server throughout (auditing changes nothing the coordinator computes);
@@ -20,11 +20,11 @@ import { join } from 'node:path';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { planModel, type ArchName } from '../../tools/model-arch.ts';
 import { buildVocabulary } from '../../tools/tokenizer.ts';
-import { FALLBACK_LINE } from '../support/dispatch-checks.ts';
-import { completeGreedy, startServer, type Completion, type RunningServer } from '../support/linkcpp.ts';
-import { testModel, type TestModel } from '../support/models.ts';
-import { TestDispatcher, type AuditPolicy, type AuditRecord, type DispatcherBehaviour } from '../support/test-dispatcher.ts';
-import type { DispatchVersion } from '../../hub/dispatch/protocol.ts';
+import { FALLBACK_LINE } from '../../harness/dispatch-checks.ts';
+import { completeGreedy, startServer, type Completion, type RunningServer } from '../../harness/linkcpp.ts';
+import { testModel, type TestModel } from '../../harness/models.ts';
+import { TestDispatcher, type AuditPolicy, type AuditRecord, type DispatcherBehaviour } from '../../harness/test-dispatcher.ts';
+import type { DispatchVersion } from '../../protocol/dispatch.ts';
 
 const dir = await mkdtemp(join(tmpdir(), 'es-audit-'));
 after(() => rm(dir, { recursive: true, force: true }));

@@ -3,7 +3,7 @@
  * depend on who computed the experts, held up by checks that fail when it breaks.
  *
  * The grid (5 architectures × F32/F16/Q8_0/Q4_0/Q4_K) compares every dispatched run with the stock server (no
- * dispatch) on the same model and prompt, through the checks of test/support/dispatch-checks.ts: both token arrays
+ * dispatch) on the same model and prompt, through the checks of harness/dispatch-checks.ts: both token arrays
  * there with exactly the requested length and equal; every request that should be served served (MoE layers ×
  * graph evaluations, each with all its pairs); no local-fallback line in the coordinator's log; no dispatcher protocol
  * error; and at every position 1 − cos of the logits within a bound. Per case:
@@ -31,13 +31,13 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { testModel, type TestModel } from '../support/models.ts';
-import { completeGreedy, startServer, tokenize, type Completion, type RunningServer } from '../support/linkcpp.ts';
-import { TestDispatcher, type DispatcherBehaviour, type RequestRecord } from '../support/test-dispatcher.ts';
-import type { DispatchVersion, Hello } from '../../hub/dispatch/protocol.ts';
-import { FALLBACK_LINE, checkRun, expectedRequests, promptTokens, type RunCheck } from '../support/dispatch-checks.ts';
-import { WgslBackend } from '../support/wgsl-backend.ts';
-import { expertLoudness } from '../support/residual-probe.ts';
+import { testModel, type TestModel } from '../../harness/models.ts';
+import { completeGreedy, startServer, tokenize, type Completion, type RunningServer } from '../../harness/linkcpp.ts';
+import { TestDispatcher, type DispatcherBehaviour, type RequestRecord } from '../../harness/test-dispatcher.ts';
+import type { DispatchVersion, Hello } from '../../protocol/dispatch.ts';
+import { FALLBACK_LINE, checkRun, expectedRequests, promptTokens, type RunCheck } from '../../harness/dispatch-checks.ts';
+import { WgslBackend } from '../../harness/wgsl-backend.ts';
+import { expertLoudness } from '../../harness/residual-probe.ts';
 import { ARCHITECTURES, planModel, type ArchName, type ModelConfig } from '../../tools/model-arch.ts';
 import { buildVocabulary } from '../../tools/tokenizer.ts';
 import { GGMLType } from '../../gguf/quant-types.ts';

@@ -12,7 +12,7 @@
  *      `--no-repack-exps` server, only the touched experts resident.
  * The tokens of (a), (b), (c) and the stock server are identical.
  *
- * Residency is read from /proc/<pid>/pagemap (test/support/proc-memory.ts), per byte range of the file, so the
+ * Residency is read from /proc/<pid>/pagemap (harness/proc-memory.ts), per byte range of the file, so the
  * binary's and the libraries' file pages (in RssFile too) do not count. The model file is dropped from the page cache
  * before each server starts: the kernel may cache a file in large folios, and mapping one page of one maps all of it.
  */
@@ -24,11 +24,11 @@ import { join } from 'node:path';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { parseHubArgs } from '../../hub/cli.ts';
 import { Hub, defaultConfig } from '../../hub/hub.ts';
-import { FALLBACK_LINE } from '../support/dispatch-checks.ts';
-import { completeGreedy, startServer, type Completion } from '../support/linkcpp.ts';
-import { testModel } from '../support/models.ts';
-import { MiB, dropFromPageCache, fileResidency, modelLayout, procMemory, type FileResidency } from '../support/proc-memory.ts';
-import { TestDispatcher, type DispatcherBehaviour, type ExpertBackend } from '../support/test-dispatcher.ts';
+import { FALLBACK_LINE } from '../../harness/dispatch-checks.ts';
+import { completeGreedy, startServer, type Completion } from '../../harness/linkcpp.ts';
+import { testModel } from '../../harness/models.ts';
+import { MiB, dropFromPageCache, fileResidency, modelLayout, procMemory, type FileResidency } from '../../harness/proc-memory.ts';
+import { TestDispatcher, type DispatcherBehaviour, type ExpertBackend } from '../../harness/test-dispatcher.ts';
 
 const dir = await mkdtemp(join(tmpdir(), 'es-on-demand-'));
 after(() => rm(dir, { recursive: true, force: true }));

@@ -17,8 +17,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseHubArgs, runHub } from '../../hub/cli.ts';
-import { startServer, type RunningServer } from '../support/linkcpp.ts';
-import { testModel } from '../support/models.ts';
+import { startServer, type RunningServer } from '../../harness/linkcpp.ts';
+import { testModel } from '../../harness/models.ts';
 import {
   baselineIds,
   completionIds,
@@ -30,7 +30,7 @@ import {
   spawnVolunteer,
   waitForCoverage,
   type HeadlessVolunteer,
-} from '../support/swarm.ts';
+} from '../../harness/swarm.ts';
 
 const MODEL = 'm';
 /** The coordinator's per-layer wait for the dispatcher, as the hub gives its managed ones (`--dispatch-deadline-ms`). */

@@ -10,7 +10,7 @@
  *   garbage, with two honest volunteers serving so REQUESTs reach workers: each connection is answered with frames
  *   that decode, or dropped and counted in `totals.protocolErrors`, or left waiting for the rest of a frame.
  * Throughout, the hub logs no internal error, and afterwards it still serves (health, a fresh volunteer, a valid
- * coordinator). test/support/fuzz.ts has the mutators; scripts/soak-fuzz.ts runs them for minutes and watches memory.
+ * coordinator). harness/fuzz.ts has the mutators; scripts/soak-fuzz.ts runs them for minutes and watches memory.
  *
  *   node --import tsx --test test/integration/fuzz.test.ts
  *   FUZZ_SEED=7 FUZZ_CASES=200 node --import tsx --test test/integration/fuzz.test.ts    # another seed, fewer cases
@@ -33,7 +33,7 @@ import {
   runHttpCase,
   runLanes,
   startFuzzHub,
-} from '../support/fuzz.ts';
+} from '../../harness/fuzz.ts';
 
 const seed = fuzzSeed();
 const only = fuzzCaseFilter();

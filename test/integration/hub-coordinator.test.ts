@@ -10,7 +10,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
-import { testModel } from '../support/models.ts';
+import { testModel } from '../../harness/models.ts';
 import { runHub } from '../../hub/cli.ts';
 import { defaultConfig } from '../../hub/hub.ts';
 import type { RecruitmentRow } from '../../hub/hub.ts';
@@ -196,7 +196,7 @@ test('the openai client streams a chat completion through the hub; a killed coor
 });
 
 test('an external llama-server-compatible coordinator (--coordinator-url) is polled and proxied', async () => {
-  const { startServer } = await import('../support/linkcpp.ts');
+  const { startServer } = await import('../../harness/linkcpp.ts');
   const external = await startServer({ model: model.path, slots: 2 });
   const running = await runHub(
     defaultConfig({

@@ -37,11 +37,11 @@ import {
   encodeAudit,
   encodeHello,
   encodeRequest,
-} from '../../hub/dispatch/protocol.ts';
-import { completeGreedy, startServer } from '../support/linkcpp.ts';
-import { testModel, type TestModel } from '../support/models.ts';
-import { GgmlExactBackend } from '../support/ggml-exact.ts';
-import { FALLBACK_LINE } from '../support/dispatch-checks.ts';
+} from '../../protocol/dispatch.ts';
+import { completeGreedy, startServer } from '../../harness/linkcpp.ts';
+import { testModel, type TestModel } from '../../harness/models.ts';
+import { GgmlExactBackend } from '../../harness/ggml-exact.ts';
+import { FALLBACK_LINE } from '../../harness/dispatch-checks.ts';
 import { planModel } from '../../tools/model-arch.ts';
 import { buildVocabulary } from '../../tools/tokenizer.ts';
 import { GGMLType } from '../../gguf/quant-types.ts';

@@ -18,13 +18,13 @@ import { fileURLToPath } from 'node:url';
 import { createServer, type AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Browser } from 'playwright-core';
-import { joinVolunteerPage, launchChromium } from '../support/browser.ts';
-import { testModel } from '../support/models.ts';
-import { buildPages } from '../support/pages-build.ts';
-import { E2E_PROMPT, QWEN_Q4K, completionIds, dispatchMap, spawnVolunteer, until, type HeadlessVolunteer } from '../support/swarm.ts';
+import { joinVolunteerPage, launchChromium } from '../../harness/browser.ts';
+import { testModel } from '../../harness/models.ts';
+import { buildPages } from '../../harness/pages-build.ts';
+import { E2E_PROMPT, QWEN_Q4K, completionIds, dispatchMap, spawnVolunteer, until, type HeadlessVolunteer } from '../../harness/swarm.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/expertswarm.js', import.meta.url));
-const HUB_MAIN = fileURLToPath(new URL('../support/hub-main.ts', import.meta.url));
+const HUB_MAIN = fileURLToPath(new URL('../../harness/hub-main.ts', import.meta.url));
 
 interface HubProcess {
   proc: ChildProcess;
@@ -59,7 +59,7 @@ function processState(pid: number): string | undefined {
 }
 
 /**
- * `npx expertswarm hub` as its own process; with `pages`, the same hub through test/support/hub-main.ts serving that
+ * `npx expertswarm hub` as its own process; with `pages`, the same hub through harness/hub-main.ts serving that
  * build of the pages (the volunteer tab's page comes from the hub).
  */
 async function startHub(modelPath: string, stateDir: string, args: string[] = [], pages?: string): Promise<HubProcess> {

@@ -11,8 +11,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
-import { bundle, openPage, type BrowserPage } from '../support/browser.ts';
-import { BATCHED_GRID, DECODE_GRID, LLAMA_GRID, SPLIT_GRID, type GridResult } from '../browser/kernel-grid.ts';
+import { bundle, openPage, type BrowserPage } from '../../harness/browser.ts';
+import { BATCHED_GRID, DECODE_GRID, LLAMA_GRID, SPLIT_GRID, type GridResult } from '../../harness/kernel-grid.ts';
 
 /** The bound of a result, from the kernels that ran: f16 tiles (batched, 'shader-f16') 1e-5, otherwise 1e-9. */
 const boundOf = (r: GridResult): number => (r.ran === 'batched' && r.kernelFeatures.includes('shader-f16') ? 1e-5 : 1e-9);

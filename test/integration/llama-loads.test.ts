@@ -5,8 +5,8 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { testModel } from '../support/models.ts';
-import { completeGreedy, startServer } from '../support/linkcpp.ts';
+import { testModel } from '../../harness/models.ts';
+import { completeGreedy, startServer } from '../../harness/linkcpp.ts';
 import { ARCHITECTURES } from '../../tools/model-arch.ts';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { readGGUFFile } from '../../gguf/node-io.ts';

@@ -1,7 +1,7 @@
 /**
  * Workers against the coordinator's own result for the same pairs (issue 10, docs/numerics.md).
  *
- * The oracle is linkcpp-expert-ref (test/support/native-reference.ts): llama_xd_compute_pairs, the very graph
+ * The oracle is linkcpp-expert-ref (harness/native-reference.ts): llama_xd_compute_pairs, the very graph
  * linkcpp-server runs for the pairs a dispatcher did not serve. The first tests prove that: a dispatcher serving every
  * pair from it makes the coordinator's logprobs bit-identical to the coordinator computing everything itself, which
  * are bit-identical to the stock server's (dispatch off); sums scaled by 1 + 1e-4 are visible; and the coordinator's
@@ -18,7 +18,7 @@
  *               (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), which compute as ggml's vec_dot does lane by lane, must be
  *               bit-identical
  *   wasm        OrtExpertFallback { numerics: 'llama' } on onnxruntime-web's wasm backend
- *   ggml-exact  test/support/ggml-exact.ts, the TypeScript emulation of ggml's CPU arithmetic (its types: all but
+ *   ggml-exact  harness/ggml-exact.ts, the TypeScript emulation of ggml's CPU arithmetic (its types: all but
  *               BF16): must be bit-identical
  * The 'llama' paths must agree to float-summation precision but for rare one-step differences in the hidden
  * vector's rounding (bounds below), and exact math must fall clearly outside, so the check can fail. Measured
@@ -49,7 +49,7 @@ import {
   negotiateVersion,
   type DispatchVersion,
   type Hello,
-} from '../../hub/dispatch/protocol.ts';
+} from '../../protocol/dispatch.ts';
 import { requestExpertDevice } from '../../shaders/device.ts';
 import { OrtExpertFallback } from '../../shaders/ort/fallback.ts';
 import { expertFfnAccumulate } from '../../shaders/reference/expert-ffn.ts';
@@ -58,12 +58,12 @@ import type { ExpertSlice } from '../../shaders/slice.ts';
 import { nmse, type RoutedCall } from '../../shaders/reference/expert-call.ts';
 import { planModel, type ArchName } from '../../tools/model-arch.ts';
 import { buildVocabulary } from '../../tools/tokenizer.ts';
-import { ExpertStore } from '../support/expert-store.ts';
-import { GgmlExactBackend } from '../support/ggml-exact.ts';
-import { completeGreedy, startServer } from '../support/linkcpp.ts';
-import { testModel, type TestModel } from '../support/models.ts';
-import { NativeReference } from '../support/native-reference.ts';
-import { mulberry32 } from '../support/random.ts';
+import { ExpertStore } from '../../harness/expert-store.ts';
+import { GgmlExactBackend } from '../../harness/ggml-exact.ts';
+import { completeGreedy, startServer } from '../../harness/linkcpp.ts';
+import { testModel, type TestModel } from '../../harness/models.ts';
+import { NativeReference } from '../../harness/native-reference.ts';
+import { mulberry32 } from '../../shaders/random.ts';
 
 /**
  * What a 'llama'-numerics worker may show against the coordinator's own sums, per token (docs/numerics.md has the

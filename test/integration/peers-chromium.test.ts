@@ -21,10 +21,10 @@ import { rmSync } from 'node:fs';
 import type { Browser } from 'playwright-core';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
-import type { SliceTransfer } from '../../hub/dashboard/wire.ts';
-import { joinVolunteerPage, launchChromium, waitServing as waitForServing, type VolunteerTab } from '../support/browser.ts';
-import { testModel, type TestModel } from '../support/models.ts';
-import { buildPages } from '../support/pages-build.ts';
+import type { SliceTransfer } from '../../protocol/dashboard.ts';
+import { joinVolunteerPage, launchChromium, waitServing as waitForServing, type VolunteerTab } from '../../harness/browser.ts';
+import { testModel, type TestModel } from '../../harness/models.ts';
+import { buildPages } from '../../harness/pages-build.ts';
 import {
   baselineIds,
   completionIds,
@@ -34,7 +34,7 @@ import {
   until,
   type HeadlessVolunteer,
   type SwarmHub,
-} from '../support/swarm.ts';
+} from '../../harness/swarm.ts';
 
 /** One MoE layer (deepseek's layer 0 is dense) of 16 experts: every volunteer gets layer 1, experts [0, 16). */
 const ONE_LAYER = {

@@ -1,6 +1,6 @@
 /**
  * Volunteers reconnect to a restarted hub with jittered backoff (issue 14): 200 real volunteer clients on real
- * WebSockets (test/support/reconnect-sim.ts, the code `npm run sim:reconnect` runs with 10,000) hold a hub's
+ * WebSockets (harness/reconnect-sim.ts, the code `npm run sim:reconnect` runs with 10,000) hold a hub's
  * channel; the hub crashes and a new one starts on the same port and state. Every volunteer is back, nobody dials
  * before the first retry's window opens (500 ms after the drop), the fullest 100 ms at either end holds at most half
  * of them, and at most a quarter redial in step with a fixed 500 ms delay; the control, every volunteer redialling
@@ -8,7 +8,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { FIRST_RETRY_WINDOW_MS, runReconnectSim, spread } from '../support/reconnect-sim.ts';
+import { FIRST_RETRY_WINDOW_MS, runReconnectSim, spread } from '../../harness/reconnect-sim.ts';
 
 const N = 200;
 

@@ -15,7 +15,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
 import { type ElasticBounds, type ElasticScenario, judgeElastic, runElasticScenario, summaryLines } from '../../bench/elastic/scenario.ts';
-import { QWEN_Q4K } from '../support/swarm.ts';
+import { QWEN_Q4K } from '../../harness/swarm.ts';
 
 const POLL_MS = 500;
 const SCENARIO: ElasticScenario = {
@@ -58,7 +58,7 @@ const SCENARIO: ElasticScenario = {
  * behind the coordinator's decode can take most of a poll themselves (test/integration/hub-coordinator.test.ts saw
  * over a second). Recruitment ≤ 20 s (the full run asserts 5 s): the volunteers start Dawn and compile their kernels
  * on SwiftShader on the same two cores. Back at base within one poll + the reading TTL, as the issue says; releases
- * within the channel's idle timeout (10 s in test/support/swarm.ts).
+ * within the channel's idle timeout (10 s in harness/swarm.ts).
  */
 const BOUNDS: ElasticBounds = {
   detectionMs: 2 * POLL_MS + 500,

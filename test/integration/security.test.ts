@@ -18,7 +18,7 @@ import {
   parseHubMessage,
   type Hello,
   type HubMessage,
-} from '../../volunteer/wire.ts';
+} from '../../protocol/channel.ts';
 import type { HubConfig } from '../../hub/hub.ts';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
 import {
@@ -29,8 +29,8 @@ import {
   HTTP_MAX_HEADER_BYTES,
   HTTP_TIMEOUT_CHECK_MS,
 } from '../../hub/limits.ts';
-import { testModel } from '../support/models.ts';
-import { newVolunteer, testHub, type TestHub } from '../support/hub-fixtures.ts';
+import { testModel } from '../../harness/models.ts';
+import { newVolunteer, testHub, type TestHub } from '../../harness/hub-fixtures.ts';
 
 const model = await testModel({ arch: 'qwen3moe', layers: 2, nEmbd: 32, ff: 32, nExpert: 8, nExpertUsed: 2, seed: 21 });
 const MODELS = [{ path: model.path, name: 'm' }];

@@ -19,9 +19,9 @@ import { ExpertRuntime } from '../../shaders/runtime.ts';
 import { dequantizeExperts, nmse, referenceCall } from '../../shaders/reference/expert-call.ts';
 import { isHubError } from '../../hub/errors.ts';
 import { DownloadSlots, byteRange, ifRangeHolds, noneMatch, registerShardRoutes } from '../../hub/shards.ts';
-import { testModel } from '../support/models.ts';
-import { newVolunteer, testHub, type TestHub } from '../support/hub-fixtures.ts';
-import { wgslDevice } from '../support/wgsl-backend.ts';
+import { testModel } from '../../harness/models.ts';
+import { newVolunteer, testHub, type TestHub } from '../../harness/hub-fixtures.ts';
+import { wgslDevice } from '../../harness/wgsl-backend.ts';
 
 const model = await testModel({
   arch: 'deepseek',

@@ -12,13 +12,13 @@ import assert from 'node:assert/strict';
 import { WebSocket } from 'ws';
 import { DEFAULT_TRUST } from '../../hub/dispatch/trust.ts';
 import { type TamperAnswer, type TamperContext, createVolunteerClient, type SocketFactory } from '../../volunteer/client.ts';
-import { WIRE_HEADER_BYTES, encodeResult } from '../../volunteer/wire.ts';
+import { WIRE_HEADER_BYTES, encodeResult } from '../../protocol/channel.ts';
 import { MemoryIdentityStore } from '../../volunteer/identity.ts';
 import { nodeEnvironment } from '../../volunteer/node/environment.ts';
 import { NoShardCache } from '../../volunteer/shard-cache.ts';
 import type { VolunteerControls, VolunteerState } from '../../volunteer/state.ts';
-import { mulberry32 } from '../support/random.ts';
-import { testModel } from '../support/models.ts';
+import { mulberry32 } from '../../shaders/random.ts';
+import { testModel } from '../../harness/models.ts';
 import {
   QWEN_Q4K,
   baselineIds,
@@ -30,7 +30,7 @@ import {
   type MapRow,
   type SwarmHub,
   until,
-} from '../support/swarm.ts';
+} from '../../harness/swarm.ts';
 
 /** One MoE layer of 8 experts: one volunteer holds it all, so each hostile one is the only worker while it runs. */
 const CONFIG = { ...QWEN_Q4K, layers: 1 };

@@ -24,10 +24,10 @@ import {
   PAGE_WORKER_ID_KEY,
   waitServing as waitForServing,
   type VolunteerTab,
-} from '../support/browser.ts';
-import { testModel } from '../support/models.ts';
-import { buildPages } from '../support/pages-build.ts';
-import { DEEPSEEK_Q8, moeLayersOf, startSwarmHub, waitForCoverage, type SwarmHub } from '../support/swarm.ts';
+} from '../../harness/browser.ts';
+import { testModel } from '../../harness/models.ts';
+import { buildPages } from '../../harness/pages-build.ts';
+import { DEEPSEEK_Q8, moeLayersOf, startSwarmHub, waitForCoverage, type SwarmHub } from '../../harness/swarm.ts';
 
 /** From Join to serving: onnxruntime-web's wasm on two busy cores. */
 const SERVE_MS = 90_000;

@@ -1,6 +1,6 @@
 /**
- * The volunteer channel (`/api/volunteer`, hub/volunteers/channel.ts) over real WebSockets: a hub listening on
- * loopback, volunteers played by the `ws` client speaking volunteer/wire.ts. A table of malformed frames and
+ * The volunteer channel (`/api/volunteer`, hub/channel/channel.ts) over real WebSockets: a hub listening on
+ * loopback, volunteers played by the `ws` client speaking protocol/channel.ts. A table of malformed frames and
  * messages, each answered with its exact close code while the hub keeps serving; the handshake's refusals (token,
  * version, capacity, replacement, hello and idle timeouts, flooding); pushed recruitment from a poller reading to
  * `assign`, the reservation, narrower slices after DOES_NOT_FIT, the dispatch map, disconnects, releases and load
@@ -18,7 +18,7 @@ import { WebSocket, type ClientOptions, type RawData } from 'ws';
 import { DEFAULT_TOKEN_TTL_S } from '../../hub/auth/tokens.ts';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
 import type { HubConfig } from '../../hub/hub.ts';
-import type { VolunteerChannel } from '../../hub/volunteers/channel.ts';
+import type { VolunteerChannel } from '../../hub/channel/channel.ts';
 import {
   CLOSE_CODES,
   VOLUNTEER_LIMITS,
@@ -33,9 +33,9 @@ import {
   type CloseName,
   type Hello,
   type HubMessage,
-} from '../../volunteer/wire.ts';
-import { testModel } from '../support/models.ts';
-import { newVolunteer, testHub, type TestHub } from '../support/hub-fixtures.ts';
+} from '../../protocol/channel.ts';
+import { testModel } from '../../harness/models.ts';
+import { newVolunteer, testHub, type TestHub } from '../../harness/hub-fixtures.ts';
 
 // Two MoE layers of 8 experts: a volunteer without max_experts is offered a whole layer.
 const model = await testModel({ arch: 'qwen3moe', layers: 2, nEmbd: 32, ff: 32, nExpert: 8, nExpertUsed: 2, seed: 21 });

@@ -35,9 +35,9 @@ import {
   launchChromium,
   waitServing as waitForServing,
   type VolunteerTab,
-} from '../support/browser.ts';
-import { testModel, type TestModel } from '../support/models.ts';
-import { buildPages } from '../support/pages-build.ts';
+} from '../../harness/browser.ts';
+import { testModel, type TestModel } from '../../harness/models.ts';
+import { buildPages } from '../../harness/pages-build.ts';
 import {
   baselineIds,
   DEEPSEEK_Q8,
@@ -53,7 +53,7 @@ import {
   waitForCoverage,
   type MapRow,
   type SwarmHub,
-} from '../support/swarm.ts';
+} from '../../harness/swarm.ts';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const ARTIFACTS = join(root, '.cache/artifacts/volunteer-chromium');

@@ -6,7 +6,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { testModel } from '../support/models.ts';
+import { testModel } from '../../harness/models.ts';
 import {
   baselineIds,
   DEEPSEEK_Q8,
@@ -19,7 +19,7 @@ import {
   spawnVolunteer,
   startSwarmHub,
   waitForCoverage,
-} from '../support/swarm.ts';
+} from '../../harness/swarm.ts';
 
 const N = E2E_TOKENS;
 const PROMPT = E2E_PROMPT;

@@ -18,9 +18,9 @@ import { fileURLToPath } from 'node:url';
 import type { BrowserContext, Locator, Page } from 'playwright-core';
 import type { DeviceReport, SliceAssignment, VolunteerState } from '../../volunteer/state.ts';
 import type { FakeCall } from '../../web/test-entry/fake-client-factory.ts';
-import { assertAccessible, type ChromiumProfile, openProfile, pageErrors } from '../support/browser.ts';
-import { buildPages } from '../support/pages-build.ts';
-import { type PagesHub, pagesHub } from '../support/pages-hub.ts';
+import { assertAccessible, type ChromiumProfile, openProfile, pageErrors } from '../../harness/browser.ts';
+import { buildPages } from '../../harness/pages-build.ts';
+import { type PagesHub, pagesHub } from '../../harness/pages-hub.ts';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const ARTIFACTS = join(root, '.cache/artifacts/volunteer-page');

@@ -39,10 +39,10 @@ import type { Browser, Frame, Page } from 'playwright-core';
 import type { VolunteerState } from '../../volunteer/state.ts';
 import type { FakeCall } from '../../web/test-entry/fake-client-factory.ts';
 import { WIDGET_GZIP_LIMIT_BYTES } from '../../web/widget.vite.config.ts';
-import { assertAccessible, launchChromium, pageErrors } from '../support/browser.ts';
-import { testModel } from '../support/models.ts';
-import { buildPages } from '../support/pages-build.ts';
-import { type PagesHub, pagesHub } from '../support/pages-hub.ts';
+import { assertAccessible, launchChromium, pageErrors } from '../../harness/browser.ts';
+import { testModel } from '../../harness/models.ts';
+import { buildPages } from '../../harness/pages-build.ts';
+import { type PagesHub, pagesHub } from '../../harness/pages-hub.ts';
 import {
   baselineIds,
   DEEPSEEK_Q8,
@@ -52,7 +52,7 @@ import {
   pairOutcomes,
   startSwarmHub,
   type SwarmHub,
-} from '../support/swarm.ts';
+} from '../../harness/swarm.ts';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const ARTIFACTS = join(root, '.cache/artifacts/widget');

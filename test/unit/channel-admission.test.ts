@@ -1,10 +1,10 @@
 /**
- * The volunteer channel's Origin policy (hub/volunteers/admission.ts): a table of Origin and Host headers with the
+ * The volunteer channel's Origin policy (hub/channel/admission.ts): a table of Origin and Host headers with the
  * verdict each gets, and the `--allow-origin` values the CLI accepts and refuses.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { checkOrigin, normalOrigin } from '../../hub/volunteers/admission.ts';
+import { checkOrigin, normalOrigin } from '../../hub/channel/admission.ts';
 import { parseHubArgs } from '../../hub/cli.ts';
 
 const LISTED = new Set(['https://swarm.example.org', 'http://127.0.0.1:5173']);

@@ -16,7 +16,7 @@ import {
   STALE_AFTER_MS,
   type Tick,
   type WorkerStateName,
-} from '../../hub/dashboard/wire.ts';
+} from '../../protocol/dashboard.ts';
 import {
   applyCoverage,
   applyEvent,

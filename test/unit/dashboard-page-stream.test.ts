@@ -6,7 +6,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { STALE_AFTER_MS } from '../../hub/dashboard/wire.ts';
+import { STALE_AFTER_MS } from '../../protocol/dashboard.ts';
 import {
   REOPEN_AFTER_MS,
   SNAPSHOT_WAIT_MAX_MS,

@@ -6,7 +6,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { workersQueryKey } from '../../hub/dashboard/wire.ts';
+import { workersQueryKey } from '../../protocol/dashboard.ts';
 import {
   type FilterAction,
   type FilterState,

@@ -5,7 +5,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { WORKERS_PAGE_MAX } from '../../hub/dashboard/wire.ts';
+import { WORKERS_PAGE_MAX } from '../../protocol/dashboard.ts';
 import {
   AXIS_LEFT,
   AXIS_TOP,

@@ -11,7 +11,7 @@ import {
 } from '../../hub/dashboard/rates.ts';
 import { decodingTokens, generatedTokens, parseTokensPredicted } from '../../hub/dashboard/generation.ts';
 import { buildSample, type ModelReading } from '../../hub/dashboard/sampler.ts';
-import type { ModelStatus } from '../../hub/dashboard/wire.ts';
+import type { ModelStatus } from '../../protocol/dashboard.ts';
 
 test('roundTripPercentiles: the nearest rank over unsorted values; null for none', () => {
   const table: Array<[values: number[], want: { p50: number | null; p99: number | null }]> = [

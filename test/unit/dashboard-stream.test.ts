@@ -16,7 +16,7 @@ import {
   type ModelStatus,
   STREAMS_MAX,
   type Tick,
-} from '../../hub/dashboard/wire.ts';
+} from '../../protocol/dashboard.ts';
 
 class FakeSink implements StreamSink {
   chunks: string[] = [];

@@ -10,7 +10,7 @@ import {
   type Sample,
   type WorkerRow,
   type WorkersQuery,
-} from '../../hub/dashboard/wire.ts';
+} from '../../protocol/dashboard.ts';
 
 function row(id: string, over: Partial<WorkerRow> = {}): WorkerRow {
   return {

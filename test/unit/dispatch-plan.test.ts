@@ -17,7 +17,7 @@ import {
   shadowDeadlineMs,
   workerDeadlineMs,
 } from '../../hub/dispatch/plan.ts';
-import { mulberry32 } from '../support/random.ts';
+import { mulberry32 } from '../../shaders/random.ts';
 
 const w = (begin: number, end: number, o: Partial<PlanWorker> = {}): PlanWorker => ({
   begin,

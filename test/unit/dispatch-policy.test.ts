@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { workerState, type WorkerStateInput } from '../../hub/dispatch-map.ts';
+import { workerState, type WorkerStateInput } from '../../hub/dispatch/map.ts';
 import {
   DECISIONS,
   DEFAULT_LAYER_ONE,

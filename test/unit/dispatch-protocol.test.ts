@@ -27,7 +27,7 @@ import {
   type DispatchRequest,
   type DispatchResponse,
   type FrameHeader,
-} from '../../hub/dispatch/protocol.ts';
+} from '../../protocol/dispatch.ts';
 
 function request(over: Partial<DispatchRequest> = {}): DispatchRequest {
   const nTokens = over.nTokens ?? 3;

@@ -6,7 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { GGMLType } from '../../gguf/quant-types.ts';
-import type { Numerics } from '../../shaders/computer.ts';
+import type { Numerics } from '../../protocol/numerics.ts';
 import { ExpertEngine, type BackendOptions, type EngineBackend } from '../../shaders/engine.ts';
 import { ExpertRuntimeError } from '../../shaders/errors.ts';
 import type { ExpertSlice } from '../../shaders/runtime.ts';

@@ -32,8 +32,8 @@ import type {
 import { readExpertSliceStream } from '../../gguf/expert-slice-stream.ts';
 import type { ReadExpertSliceLimits } from '../../gguf/expert-slice-stream.ts';
 import { openFileSource } from '../../gguf/node-io.ts';
-import { mulberry32, mulberry32Uint } from '../support/random.ts';
-import { testModel } from '../support/models.ts';
+import { mulberry32, mulberry32Uint } from '../../shaders/random.ts';
+import { testModel } from '../../harness/models.ts';
 
 // ------------------------------------------------------------------------------------------------------------
 // helpers

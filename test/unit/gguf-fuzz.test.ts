@@ -21,7 +21,7 @@ import {
   u8,
 } from '../../gguf/index.ts';
 import type { GGUFFile } from '../../gguf/index.ts';
-import { mulberry32 } from '../support/random.ts';
+import { mulberry32 } from '../../shaders/random.ts';
 
 interface Field {
   pos: number;

@@ -8,7 +8,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ExpertFfnKernels, moduleSource, type KernelTuning, type KernelVariant, type PipelineKey } from '../../shaders/expert-ffn.ts';
 import type { QuantSnippet } from '../../shaders/wgsl-sources.ts';
-import { nullDevice } from '../support/dawn-null.ts';
+import { nullDevice } from '../../harness/dawn-null.ts';
 
 let device: GPUDevice;
 

@@ -19,7 +19,7 @@ import {
   type PipelineKey,
 } from '../../shaders/expert-ffn.ts';
 import { roundKernels, type RoundMode } from '../../shaders/round-activations.ts';
-import { nullDevice } from '../support/dawn-null.ts';
+import { nullDevice } from '../../harness/dawn-null.ts';
 
 let gpu: GPU;
 let device: GPUDevice;

@@ -17,12 +17,13 @@ import * as ort from 'onnxruntime-web';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
 import { dequantizeExperts, nmse, referenceCall, type RoutedCall } from '../../shaders/reference/expert-call.ts';
-import { syntheticCall, timeCompute, type Numerics } from '../../shaders/computer.ts';
+import { syntheticCall, timeCompute } from '../../shaders/computer.ts';
+import type { Numerics } from '../../protocol/numerics.ts';
 import { ExpertRuntimeError } from '../../shaders/errors.ts';
 import { validateInputs, type ExpertSlice, type SliceTypes } from '../../shaders/slice.ts';
 import { DataType, Message, encodeModel, floatTensor, int64Tensor, node, valueInfo } from '../../shaders/ort/onnx-builder.ts';
 import { OrtExpertFallback, denseProbs, fallbackQuantTypes, sliceVecDotTypes } from '../../shaders/ort/fallback.ts';
-import { mulberry32 as rng } from '../support/random.ts';
+import { mulberry32 as rng } from '../../shaders/random.ts';
 
 ort.env.wasm.numThreads = 1;
 

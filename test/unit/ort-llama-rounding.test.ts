@@ -10,7 +10,7 @@ import { GGMLType } from '../../gguf/quant-types.ts';
 import { roundActivations } from '../../shaders/reference/ggml-activations.ts';
 import { silu } from '../../shaders/reference/expert-ffn.ts';
 import { dotErrorBound, hiddenWithin, roundWithin } from '../../shaders/ort/llama-rounding.ts';
-import { mulberry32 as rng } from '../support/random.ts';
+import { mulberry32 as rng } from '../../shaders/random.ts';
 
 const f32 = Math.fround;
 

@@ -15,7 +15,7 @@ import { dequantizeExperts, nmse, referenceCall } from '../../shaders/reference/
 import type { ExpertSlice, SliceTypes } from '../../shaders/slice.ts';
 import { OrtRoutedExperts, buildRoutedModel, groupRouting, type OrtRoutedModule } from '../../bench/ort-routed.ts';
 import { ortMatrixBytes, ortMatrixValues, ortWeightForm, toOrtMatrix, type OrtWeightForm } from '../../bench/ort-routed-weights.ts';
-import { mulberry32 as rng } from '../support/random.ts';
+import { mulberry32 as rng } from '../../shaders/random.ts';
 
 ort.env.wasm.numThreads = 1;
 

@@ -15,7 +15,7 @@ import {
   CHUNK_BYTES_DEFAULT,
   MAX_CHUNKS,
   parseChunkList,
-} from '../../volunteer/peers-chunks.ts';
+} from '../../protocol/chunk-list.ts';
 import {
   decodePeerMessage,
   encodePeerMessage,
@@ -23,11 +23,11 @@ import {
   PeerWireError,
   peekHelloDigest,
   PIECE_BYTES,
-} from '../../volunteer/peers-wire.ts';
+} from '../../protocol/peer-messages.ts';
 import { SliceSwarm, type PeerLink, type PeerNetwork } from '../../volunteer/peers-swarm.ts';
-import { UploadBudget } from '../../volunteer/peers.ts';
-import { PeerDirectory, DEFAULT_PEERS } from '../../hub/peers.ts';
-import { encodeClientMessage, encodeHubMessage, parseClientMessage, parseHubMessage } from '../../volunteer/wire.ts';
+import { UploadBudget } from '../../volunteer/peer-host.ts';
+import { PeerDirectory, DEFAULT_PEERS } from '../../hub/peer-directory.ts';
+import { encodeClientMessage, encodeHubMessage, parseClientMessage, parseHubMessage } from '../../protocol/channel.ts';
 import { describeSource, shareChoice, shareLabel } from '../../web/src/volunteer/page-model.ts';
 
 const KIB = 1024;

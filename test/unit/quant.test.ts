@@ -12,7 +12,7 @@ import { GGMLType, QK_K, requireQuantType } from '../../gguf/quant-types.ts';
 import { bf16ToF32, f16ToF32, f16ToF32Table, f32ToBf16, f32ToF16 } from '../../gguf/half.ts';
 import { canDequantize, dequantize } from '../../gguf/dequantize.ts';
 import { canQuantize, quantize } from '../../gguf/quantize.ts';
-import { mulberry32Uint as mulberry32 } from '../support/random.ts';
+import { mulberry32Uint as mulberry32 } from '../../shaders/random.ts';
 
 // ---------------------------------------------------------------------------------------------
 // Helpers.

@@ -16,7 +16,7 @@ import { downloadShard } from '../../volunteer/shard-download.ts';
 import { sha256Digest } from '../../volunteer/shard-cache.ts';
 import { FileShardCache } from '../../volunteer/node/file-cache.ts';
 import { VolunteerError } from '../../volunteer/errors.ts';
-import { testHub } from '../support/hub-fixtures.ts';
+import { testHub } from '../../harness/hub-fixtures.ts';
 
 test('reconnect backoff: doubles per attempt within [step/2, step), capped, never zero', () => {
   const table: Array<[attempt: number, random: number, ms: number]> = [

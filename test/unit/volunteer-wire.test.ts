@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path/posix';
 import { TOKEN_MAX_CHARS } from '../../hub/auth/tokens.ts';
 import {
   DEVICE_BYTES_MAX,
@@ -39,7 +40,7 @@ import {
   parseHubMessage,
   peekFrame,
   wireBytesPerToken,
-} from '../../volunteer/wire.ts';
+} from '../../protocol/channel.ts';
 
 function throwsCode(fn: () => unknown, name: CloseName, label: string): void {
   assert.throws(fn, (e: unknown) => {
@@ -681,12 +682,18 @@ test('caps shared with the HTTP side have the same values', () => {
   assert.equal(VOLUNTEER_LIMITS.maxCoverageRanges, HELD_RANGES_MAX);
 });
 
-test('the wire module is browser-safe: no Node imports, no Buffer', () => {
-  for (const file of ['volunteer/wire.ts', 'gguf/half.ts']) {
+test('the wire modules are browser-safe: no Node imports, no Buffer', () => {
+  const protocolFiles = readdirSync(new URL('../../protocol/', import.meta.url), { recursive: true, encoding: 'utf8' })
+    .filter((f) => f.endsWith('.ts'))
+    .map((f) => `protocol/${f}`);
+  assert.ok(protocolFiles.includes('protocol/channel.ts'));
+  for (const file of [...protocolFiles, 'gguf/half.ts']) {
     const src = readFileSync(new URL(`../../${file}`, import.meta.url), 'utf8');
     const imports = [...src.matchAll(/^import\s+(type\s+)?[^;]*?from\s+'([^']+)'/gm)];
     for (const [, typeOnly, from] of imports) {
-      assert.ok(typeOnly || from === '../gguf/half.ts', `${file} imports ${from} at run time`);
+      const target = join(dirname(file), from!);
+      const allowed = file === 'gguf/half.ts' ? false : target.startsWith('protocol/') || target === 'gguf/half.ts';
+      assert.ok(typeOnly || allowed, `${file} imports ${from} at run time`);
       assert.ok(!from!.startsWith('node:'), `${file} imports ${from}`);
     }
     const code = src.replace(/\/\*[\s\S]*?\*\//g, '').replace(/^\s*\/\/.*$/gm, '');

@@ -1,7 +1,7 @@
 /**
  * The wasm fallback (shaders/wasm/: our AssemblyScript SIMD kernel, built from npm's `assemblyscript` into .cache/wasm)
  * as a table: every weight type it reads × both numerics × 1, 4 and 64 rows against the float64 reference
- * (shaders/reference/), and in llama numerics bit for bit against test/support/ggml-exact.ts (the coordinator's
+ * (shaders/reference/), and in llama numerics bit for bit against harness/ggml-exact.ts (the coordinator's
  * arithmetic) for every type that model has (F32, F16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K); 64 rows over 4 experts put
  * 32 pairs on each expert, so the kernel's four-token passes and their remainders both run. Then: routed only (an
  * unrouted expert's weights poisoned with NaN change nothing), memory about the slice's own size, passes of any
@@ -21,7 +21,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
-import type { Numerics } from '../../shaders/computer.ts';
+import type { Numerics } from '../../protocol/numerics.ts';
 import { ExpertRuntimeError } from '../../shaders/errors.ts';
 import { dequantizeExperts, nmse, referenceCall, type RoutedCall } from '../../shaders/reference/expert-call.ts';
 import { compareLlama } from '../../shaders/reference/llama-ties.ts';
@@ -30,8 +30,8 @@ import { nodeExpertKernel } from '../../shaders/wasm/build.ts';
 import { KERNEL_VARIANTS, relaxedSimdSupported, type ExpertKernelVariant } from '../../shaders/wasm/features.ts';
 import { WASM_BIT_EXACT_TYPES, WASM_FALLBACK_TYPES, WasmExpertFallback } from '../../shaders/wasm/fallback.ts';
 import { kernelWasmBytesFor } from '../../volunteer/engine-open.ts';
-import { ggmlLayerSums } from '../support/ggml-exact.ts';
-import { mulberry32 as rng } from '../support/random.ts';
+import { ggmlLayerSums } from '../../harness/ggml-exact.ts';
+import { mulberry32 as rng } from '../../shaders/random.ts';
 
 const uniform = (n: number, r: () => number, scale: number): Float32Array => new Float32Array(n).map(() => (r() * 2 - 1) * scale);
 

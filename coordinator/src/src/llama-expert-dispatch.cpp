@@ -60,7 +60,7 @@
 
 namespace {
 
-// ---- protocol v1 and v2 (docs/dispatch-protocol.md); the hub's twin is hub/dispatch/protocol.ts ----
+// ---- protocol v1 and v2 (docs/dispatch-protocol.md); the hub's twin is protocol/dispatch.ts ----
 constexpr uint32_t XD_MAGIC       = 0x50445845; // "EXDP" little-endian
 constexpr uint16_t XD_VERSION_MAX = 2;          // the highest version spoken (offered in HELLO)
 constexpr uint16_t XD_HELLO       = 1;

@@ -1,5 +1,5 @@
 // Dot products of one decoded weight row (weight-rows.as) with one activation record (activations.as), each kind in
-// the order of ggml's AVX2 vec_dot where the kind says so (kinds.as). test/support/ggml-exact.ts is the TypeScript
+// the order of ggml's AVX2 vec_dot where the kind says so (kinds.as). harness/ggml-exact.ts is the TypeScript
 // model of the same arithmetic; the wasm fallback's tests hold these to it bit for bit.
 import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q4K, DOT_Q5K, DOT_Q6K, RELAXED } from './kinds';
 import { K_PARAMS } from './weight-rows';

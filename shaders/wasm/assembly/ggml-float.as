@@ -2,7 +2,7 @@
 // the fused multiply-add its AVX2 vec_dot lanes use (wasm has none: the product is exact in f64, the sum is rounded
 // once to f64 and then to f32, and the one case where that double rounding can differ, an f64 sum exactly halfway
 // between two f32s, is redone from the sum's exact error), f16/bf16 conversions as F16C and ggml round, and
-// ggml_v_expf / ggml_vec_swiglu_f32 (test/support/ggml-exact.ts is the TypeScript model of the same steps).
+// ggml_v_expf / ggml_vec_swiglu_f32 (harness/ggml-exact.ts is the TypeScript model of the same steps).
 import { RELAXED } from './kinds';
 
 /** Low 29 bits of an f64 (the bits an f32 drops) and the pattern of an f64 exactly halfway between two f32s. */

@@ -3,7 +3,7 @@
  * sessionStorage only (gone when the tab closes) and sent as a Bearer token with each admin action. Every action's
  * outcome — done, or refused with the hub's code — becomes `notice`, which the page announces.
  */
-import type { AdminResult } from '../../../hub/dashboard/wire.ts';
+import type { AdminResult } from '../../../protocol/dashboard.ts';
 import { ApiError, checkToken, TOKEN_KEY } from './api.ts';
 
 export interface AdminNotice {

@@ -1,9 +1,9 @@
 /**
- * The page's HTTP calls to its own hub (hub/dashboard/wire.ts lists the routes). A refusal becomes an ApiError with
+ * The page's HTTP calls to its own hub (protocol/dashboard.ts lists the routes). A refusal becomes an ApiError with
  * the hub's code (`{"error", "code"}`, hub/errors.ts), which the page shows as it came.
  */
-import type { AdminResult, DispatchModeName, WorkersPage, WorkersQuery } from '../../../hub/dashboard/wire.ts';
-import { workersQueryString } from '../../../hub/dashboard/wire.ts';
+import type { AdminResult, DispatchModeName, WorkersPage, WorkersQuery } from '../../../protocol/dashboard.ts';
+import { workersQueryString } from '../../../protocol/dashboard.ts';
 
 export class ApiError extends Error {
   override readonly name = 'ApiError';

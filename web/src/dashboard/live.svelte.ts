@@ -10,7 +10,7 @@
  *   live.state.models;   // ModelStatus[]
  *   live.stale;          // the page's time of the last tick when quiet for STALE_AFTER_MS, else null
  */
-import type { StreamMessages } from '../../../hub/dashboard/wire.ts';
+import type { StreamMessages } from '../../../protocol/dashboard.ts';
 import { applyCoverage, applyEvent, applySnapshot, applyTick, type DashboardState, emptyState, staleSince } from './model.ts';
 import { streamVerdict } from './stream-watchdog.ts';
 

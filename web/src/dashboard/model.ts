@@ -1,5 +1,5 @@
 /**
- * The dashboard's state as pure transitions over the hub's stream messages (hub/dashboard/wire.ts): a snapshot
+ * The dashboard's state as pure transitions over the hub's stream messages (protocol/dashboard.ts): a snapshot
  * replaces everything, a tick appends one sample per model, an event or a coverage map replaces its part. No DOM,
  * no clock of its own (every `now` is passed in), so test/unit/dashboard-page-model.test.ts drives it with tables.
  *
@@ -22,7 +22,7 @@ import {
   type Tick,
   type Totals,
   newestEvents,
-} from '../../../hub/dashboard/wire.ts';
+} from '../../../protocol/dashboard.ts';
 
 /** Events the page keeps (a snapshot brings at most EVENTS_PAGE_MAX; the stream adds one at a time). */
 export const EVENTS_KEPT = EVENTS_PAGE_MAX;

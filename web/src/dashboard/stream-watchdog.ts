@@ -12,7 +12,7 @@
  *   streamVerdict({ open: true, quietMs: 20_000, awaitingSnapshot: false, snapshotMisses: 0 })
  *   // → { reopen: true, why: 'no message for 20000 ms …' }
  */
-import { STALE_AFTER_MS } from '../../../hub/dashboard/wire.ts';
+import { STALE_AFTER_MS } from '../../../protocol/dashboard.ts';
 
 /** A connection that delivered a message and then went quiet this long is replaced. */
 export const REOPEN_AFTER_MS = 4 * STALE_AFTER_MS;

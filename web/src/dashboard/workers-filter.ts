@@ -8,7 +8,7 @@
  *   f = reduceFilter(f, { type: 'type', q: 'w-01' });   // shown.q 'w-01', applied.q '' (requests unchanged)
  *   f = reduceFilter(f, { type: 'debounced' });         // applied.q 'w-01': filterKey(f) changes, the rows reset
  */
-import { DEFAULT_WORKERS_QUERY, type WorkersQuery, workersQueryKey } from '../../../hub/dashboard/wire.ts';
+import { DEFAULT_WORKERS_QUERY, type WorkersQuery, workersQueryKey } from '../../../protocol/dashboard.ts';
 
 export type WorkersFilter = Pick<WorkersQuery, 'model' | 'state' | 'q' | 'sort' | 'dir'>;
 

@@ -6,7 +6,7 @@
  *   const w = rowWindow({ scrollTop: 3600, viewportHeight: 480, rowHeight: 36, total: 10_000, overscan: 8 });
  *   // → { first: 92, end: 122 }: rows [92, 122) are rendered, at top = first × rowHeight
  */
-import { WORKERS_PAGE_MAX, type WorkerSortKey, type WorkersQuery, workersQueryKey } from '../../../hub/dashboard/wire.ts';
+import { WORKERS_PAGE_MAX, type WorkerSortKey, type WorkersQuery, workersQueryKey } from '../../../protocol/dashboard.ts';
 
 /** One row's height in px: fixed, so a row's position is its index × this. */
 export const ROW_HEIGHT = 36;

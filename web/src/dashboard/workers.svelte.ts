@@ -5,7 +5,7 @@
  * Visible rows are fetched again every REFRESH_MS so states and latencies stay live. Every request and the cache's
  * key come from the applied filter (workers-filter.ts): typed text applies only when typing pauses.
  */
-import type { WorkerRow, WorkerSortKey } from '../../../hub/dashboard/wire.ts';
+import type { WorkerRow, WorkerSortKey } from '../../../protocol/dashboard.ts';
 import { ApiError, fetchWorkers } from './api.ts';
 import {
   type FilterAction,

@@ -1,0 +1,635 @@
+/**
+ * The coordinator's CPU arithmetic for routed experts, bit for bit: what llama.cpp's stock graph computes for one
+ * MoE layer (mul_mat_id with ggml's vec_dot per weight row, ggml_vec_swiglu_f32, the multiplication by the router
+ * weights and the adds of the experts' views), in the order and rounding of the build coordinator/build.sh makes
+ * (x86-64 with AVX2/FMA/F16C, no AVX-512): activations converted to the weight's vec_dot type, integer block dot
+ * products, their per-lane float fused multiply-adds, the horizontal sums, ggml_v_expf's polynomial.
+ *
+ * Why: the CPU reference (shaders/reference/) rounds activations as llama.cpp does but sums in float64, so it differs
+ * from the coordinator by float-summation error (1 ulp here and there). In a model whose expert branch is loud, such a
+ * 1-ulp difference right before an 8-bit activation rounding sometimes flips that rounding, and the flip reaches the
+ * logits at 1e-5..1e-4 (1 − cos) — as much as a worker whose sums are 1 % off. A dispatcher that computes exactly as
+ * the coordinator does has no such noise, so the tests can hold it to "identical logits" and catch a 1 % error by
+ * orders of magnitude (test/integration/expert-dispatch.test.ts measures both).
+ *
+ * Types: F32, F16, Q8_0, Q4_0, Q4_K (the dispatch grid's; checked against the coordinator there), Q5_K and Q6_K
+ * (checked against the coordinator's own local computation, linkcpp-expert-ref, in numerics-vs-coordinator.test.ts).
+ * Row lengths must be multiples of 32 (F32/F16) or of the type's block.
+ *
+ * Besides the dispatcher backend (GgmlExactBackend, over a GGUF file), `ggmlHidden`, `ggmlExpertOut` and
+ * `ggmlLayerSums` compute from experts in memory (the expert-slice layout), for the WGSL kernels' bit-exactness
+ * tests (test/gpu/ggml-exact.test.ts).
+ */
+import { openFileSource } from '../gguf/node-io.ts';
+import { readGGUF } from '../gguf/reader.ts';
+import type { GGUFFile, GGUFTensorInfo } from '../gguf/types.ts';
+import { GGMLType, rowByteSize } from '../gguf/quant-types.ts';
+import { expertTensorName, type ExpertMatrix } from '../gguf/expert-slice.ts';
+import { f16ToF32, f32ToF16 } from '../gguf/half.ts';
+import type { ExpertBackend } from './test-dispatcher.ts';
+
+const f32 = Math.fround;
+const bitsF = new Float32Array(1);
+const bitsU = new Uint32Array(bitsF.buffer);
+
+function f32Bits(x: number): number {
+  bitsF[0] = x;
+  return bitsU[0] as number;
+}
+
+function fromBits(u: number): number {
+  bitsU[0] = u >>> 0;
+  return bitsF[0] as number;
+}
+
+/** The float32 next to `r` (a float32) towards +∞ (up) or −∞. */
+function nextF32(r: number, up: boolean): number {
+  if (r === 0) return up ? fromBits(1) : -fromBits(1);
+  const b = f32Bits(r);
+  return fromBits(r > 0 === up ? b + 1 : b - 1);
+}
+
+/**
+ * Single-rounded float32 a·b + c (the FMA instruction) for float32 inputs. a·b is exact in float64 (48 bits); the sum
+ * is rounded once to float64 with its exact error kept (TwoSum), so the only case where rounding that float64 to
+ * float32 differs from rounding the exact value is a float64 sum lying exactly halfway between two float32s.
+ */
+export function fma32(a: number, b: number, c: number): number {
+  const p = a * b;
+  const s = p + c;
+  const bb = s - p;
+  const e = p - (s - bb) + (c - bb);
+  const r = f32(s);
+  if (e === 0 || r === s) return r;
+  const other = nextF32(r, s > r);
+  if (s - r !== other - s) return r; // not a tie: the float64 rounding cannot have crossed a float32 midpoint
+  return e > 0 === other > r ? other : r;
+}
+
+/** hsum_float_8: ((x0+x4) + (x2+x6)) + ((x1+x5) + (x3+x7)), each add in float32. */
+function hsum8(x: Float64Array): number {
+  const r0 = f32((x[0] as number) + (x[4] as number));
+  const r1 = f32((x[1] as number) + (x[5] as number));
+  const r2 = f32((x[2] as number) + (x[6] as number));
+  const r3 = f32((x[3] as number) + (x[7] as number));
+  return f32(f32(r0 + r2) + f32(r1 + r3));
+}
+
+/** GGML_F32x8_REDUCE over the 4 accumulators of ggml_vec_dot_f32/f16: pairwise adds, then hadd twice. */
+function reduce4x8(acc: Float64Array[]): number {
+  const a = acc as [Float64Array, Float64Array, Float64Array, Float64Array];
+  const v = new Float64Array(8);
+  for (let l = 0; l < 8; l++) {
+    const s02 = f32((a[0][l] as number) + (a[2][l] as number));
+    const s13 = f32((a[1][l] as number) + (a[3][l] as number));
+    v[l] = f32(s02 + s13);
+  }
+  const t = [0, 1, 2, 3].map((i) => f32((v[i] as number) + (v[i + 4] as number))) as [number, number, number, number];
+  return f32(f32(t[0] + t[1]) + f32(t[2] + t[3]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activations in the vec_dot type.
+
+interface QuantRow {
+  /** Per-block scale as the dot product reads it (f16-decoded for Q8_0, float32 for Q8_K). */
+  d: Float64Array;
+  qs: Int8Array;
+  /** Q8_K: sums of 16 consecutive qs. */
+  bsums?: Int32Array;
+}
+
+function roundEven(v: number): number {
+  const r = Math.round(v);
+  return Math.abs(v - Math.trunc(v)) === 0.5 && r % 2 !== 0 ? r - 1 : r;
+}
+
+/** quantize_row_q8_0 (x86 AVX2): scale amax/127 stored as f16, values × (127/amax) rounded half to even. */
+function quantizeQ8_0(x: Float32Array): QuantRow {
+  const nb = x.length / 32;
+  const d = new Float64Array(nb);
+  const qs = new Int8Array(x.length);
+  for (let b = 0; b < nb; b++) {
+    let amax = 0;
+    for (let i = 32 * b; i < 32 * b + 32; i++) amax = Math.max(amax, Math.abs(x[i] as number));
+    d[b] = f16ToF32(f32ToF16(f32(amax / 127)));
+    const id = amax !== 0 ? f32(127 / amax) : 0;
+    for (let i = 32 * b; i < 32 * b + 32; i++) qs[i] = roundEven(f32((x[i] as number) * id));
+  }
+  return { d, qs };
+}
+
+/** quantize_row_q8_K_ref: iscale = −127/max (signed), float32 scale 1/iscale, values ≤ 127, bsums per 16. */
+function quantizeQ8_K(x: Float32Array): QuantRow {
+  const nb = x.length / 256;
+  const d = new Float64Array(nb);
+  const qs = new Int8Array(x.length);
+  const bsums = new Int32Array(x.length / 16);
+  for (let b = 0; b < nb; b++) {
+    let amax = 0;
+    let max = 0;
+    for (let i = 256 * b; i < 256 * b + 256; i++) {
+      const a = Math.abs(x[i] as number);
+      if (a > amax) {
+        amax = a;
+        max = x[i] as number;
+      }
+    }
+    if (amax === 0) continue;
+    const iscale = f32(-127 / max);
+    for (let i = 256 * b; i < 256 * b + 256; i++) qs[i] = Math.min(127, roundEven(f32(iscale * (x[i] as number))));
+    for (let j = 0; j < 16; j++) {
+      let s = 0;
+      for (let i = 0; i < 16; i++) s += qs[256 * b + 16 * j + i] as number;
+      bsums[16 * b + j] = s;
+    }
+    d[b] = f32(1 / iscale);
+  }
+  return { d, qs, bsums };
+}
+
+type Activation = { kind: 'f32'; x: Float32Array } | { kind: 'f16'; x: Float32Array } | { kind: 'q'; q: QuantRow };
+
+/** The activation row converted to the weight type's vec_dot type (ggml's from_float). */
+function toVecDot(type: GGMLType, x: Float32Array): Activation {
+  switch (type) {
+    case GGMLType.F32:
+      return { kind: 'f32', x };
+    case GGMLType.F16: {
+      const h = new Float32Array(x.length);
+      for (let i = 0; i < x.length; i++) h[i] = f16ToF32(f32ToF16(x[i] as number));
+      return { kind: 'f16', x: h };
+    }
+    case GGMLType.Q8_0:
+    case GGMLType.Q4_0:
+      return { kind: 'q', q: quantizeQ8_0(x) };
+    case GGMLType.Q4_K:
+    case GGMLType.Q5_K:
+    case GGMLType.Q6_K:
+      return { kind: 'q', q: quantizeQ8_K(x) };
+    default:
+      throw new RangeError(`ggml-exact: no bit-exact dot product for ${GGMLType[type] ?? type}`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// vec_dot per weight type (AVX2 paths of ggml-cpu/vec.cpp and ggml-cpu/arch/x86/quants.c).
+
+const FLOAT_ACC = [new Float64Array(8), new Float64Array(8), new Float64Array(8), new Float64Array(8)];
+const LANES = new Float64Array(8);
+const LANES_M = new Float64Array(4);
+const SC = new Int32Array(8);
+const MN = new Int32Array(8);
+const WQ = new Int32Array(32);
+
+/** ggml_vec_dot_f32 / ggml_vec_dot_f16: 4 accumulators × 8 lanes of FMAs over steps of 32, then GGML_F32x8_REDUCE. */
+function dotFloat(w: Float32Array, wOff: number, x: Float32Array, n: number): number {
+  if (n % 32 !== 0) throw new RangeError(`ggml-exact: float rows of ${n} (not a multiple of 32) are not emulated`);
+  const acc = FLOAT_ACC;
+  for (const a of acc) a.fill(0);
+  for (let i = 0; i < n; i += 32) {
+    for (let j = 0; j < 4; j++) {
+      const a = acc[j] as Float64Array;
+      for (let l = 0; l < 8; l++) a[l] = fma32(w[wOff + i + 8 * j + l] as number, x[i + 8 * j + l] as number, a[l] as number);
+    }
+  }
+  return reduce4x8(acc);
+}
+
+/** ggml_vec_dot_q8_0_q8_0 / q4_0_q8_0: per block 8 integer lanes of 4 products, acc = fma(dx·dy, lane, acc), hsum. */
+function dotQ32(wType: GGMLType.Q8_0 | GGMLType.Q4_0, w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
+  const acc = LANES.fill(0);
+  const view = new DataView(w.buffer, w.byteOffset, w.byteLength);
+  const blockBytes = wType === GGMLType.Q8_0 ? 34 : 18;
+  const wq = WQ;
+  for (let b = 0; b < n / 32; b++) {
+    const o = wOff + b * blockBytes;
+    const dw = f16ToF32(view.getUint16(o, true));
+    if (wType === GGMLType.Q8_0) {
+      for (let i = 0; i < 32; i++) wq[i] = view.getInt8(o + 2 + i);
+    } else {
+      for (let i = 0; i < 16; i++) {
+        const byte = w[o + 2 + i] as number;
+        wq[i] = (byte & 0xf) - 8;
+        wq[i + 16] = (byte >> 4) - 8;
+      }
+    }
+    const d = f32(dw * (y.d[b] as number));
+    for (let l = 0; l < 8; l++) {
+      let s = 0;
+      for (let i = 4 * l; i < 4 * l + 4; i++) s += (wq[i] as number) * (y.qs[32 * b + i] as number);
+      acc[l] = fma32(d, s, acc[l] as number);
+    }
+  }
+  return hsum8(acc);
+}
+
+/** The 6-bit scale and min of sub-block j of a Q4_K super-block (get_scale_min_k4). */
+function scaleMinK4(j: number, q: Uint8Array, o: number): [number, number] {
+  if (j < 4) return [(q[o + j] as number) & 63, (q[o + j + 4] as number) & 63];
+  const a = q[o + j + 4] as number;
+  return [(a & 0xf) | (((q[o + j - 4] as number) >> 6) << 4), (a >> 4) | (((q[o + j] as number) >> 6) << 4)];
+}
+
+/**
+ * ggml_vec_dot_q4_K_q8_K: integer lane m (of 8) sums scale·(4 products at bytes 4m..4m+3) over the 8 sub-blocks;
+ * acc = fma(y.d·x.d, lane, acc); the mins side has 4 lanes (min·bsum pairs) with fma(−y.d·x.dmin, lane, acc_m);
+ * result hsum8(acc) + ((m0+m2) + (m1+m3)).
+ */
+function dotQ4K(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
+  const acc = LANES.fill(0);
+  const accM = LANES_M.fill(0);
+  const view = new DataView(w.buffer, w.byteOffset, w.byteLength);
+  const bsums = y.bsums as Int32Array;
+  const sc = SC;
+  const mn = MN;
+  for (let b = 0; b < n / 256; b++) {
+    const o = wOff + b * 144;
+    const yd = y.d[b] as number;
+    const d = f32(yd * f16ToF32(view.getUint16(o, true)));
+    const dmin = f32(-yd * f16ToF32(view.getUint16(o + 2, true)));
+    for (let j = 0; j < 8; j++) [sc[j], mn[j]] = scaleMinK4(j, w, o + 4);
+    for (let l = 0; l < 4; l++) {
+      const s = (k: number): number => (bsums[16 * b + 2 * k] as number) + (bsums[16 * b + 2 * k + 1] as number);
+      const prod = (mn[2 * l] as number) * s(2 * l) + (mn[2 * l + 1] as number) * s(2 * l + 1);
+      accM[l] = fma32(dmin, prod, accM[l] as number);
+    }
+    const qs = o + 16;
+    for (let l = 0; l < 8; l++) {
+      let lane = 0;
+      for (let j = 0; j < 4; j++) {
+        let lo = 0;
+        let hi = 0;
+        for (let t = 4 * l; t < 4 * l + 4; t++) {
+          const byte = w[qs + 32 * j + t] as number;
+          lo += (byte & 0xf) * (y.qs[256 * b + 64 * j + t] as number);
+          hi += (byte >> 4) * (y.qs[256 * b + 64 * j + 32 + t] as number);
+        }
+        lane += (sc[2 * j] as number) * lo + (sc[2 * j + 1] as number) * hi;
+      }
+      acc[l] = fma32(d, lane, acc[l] as number);
+    }
+  }
+  const m = f32(f32((accM[0] as number) + (accM[2] as number)) + f32((accM[1] as number) + (accM[3] as number)));
+  return f32(hsum8(acc) + m);
+}
+
+/**
+ * ggml_vec_dot_q5_K_q8_K: the lanes as in Q4_K with each quant's 5th bit from qh (bit 2j of qh[t] for the low nibble
+ * of qs[32j + t], bit 2j + 1 for the high one); the mins are one scalar per block, Σ_s min[s]·(bsum pair of s),
+ * summs = fma(dmin, that, summs) (GCC contracts `summs += dmin * …`: vfmadd231ss in the build); hsum8(acc) + summs.
+ */
+function dotQ5K(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
+  const acc = LANES.fill(0);
+  let summs = 0;
+  const view = new DataView(w.buffer, w.byteOffset, w.byteLength);
+  const bsums = y.bsums as Int32Array;
+  const sc = SC;
+  const mn = MN;
+  for (let b = 0; b < n / 256; b++) {
+    const o = wOff + b * 176;
+    const yd = y.d[b] as number;
+    const d = f32(yd * f16ToF32(view.getUint16(o, true)));
+    const dmin = f32(-yd * f16ToF32(view.getUint16(o + 2, true)));
+    for (let j = 0; j < 8; j++) [sc[j], mn[j]] = scaleMinK4(j, w, o + 4);
+    let mins = 0;
+    for (let k = 0; k < 8; k++) mins += (mn[k] as number) * ((bsums[16 * b + 2 * k] as number) + (bsums[16 * b + 2 * k + 1] as number));
+    summs = fma32(dmin, mins, summs);
+    for (let l = 0; l < 8; l++) {
+      let lane = 0;
+      for (let j = 0; j < 4; j++) {
+        let lo = 0;
+        let hi = 0;
+        for (let t = 4 * l; t < 4 * l + 4; t++) {
+          const byte = w[o + 48 + 32 * j + t] as number;
+          const hb = w[o + 16 + t] as number;
+          lo += ((byte & 0xf) | (((hb >> (2 * j)) & 1) << 4)) * (y.qs[256 * b + 64 * j + t] as number);
+          hi += ((byte >> 4) | (((hb >> (2 * j + 1)) & 1) << 4)) * (y.qs[256 * b + 64 * j + 32 + t] as number);
+        }
+        lane += (sc[2 * j] as number) * lo + (sc[2 * j + 1] as number) * hi;
+      }
+      acc[l] = fma32(d, lane, acc[l] as number);
+    }
+  }
+  return f32(hsum8(acc) + summs);
+}
+
+/**
+ * ggml_vec_dot_q6_K_q8_K: unsigned quants (0..63); for each half h and 32-element run k, lane l gets
+ * scale[8h + 2k + (l ≥ 4)] · Σ(bytes 4l..4l+3 of the run × activations), then loses 32·(scale[2l]·bsum[2l] +
+ * scale[2l+1]·bsum[2l+1]) (q8sclsub); acc = fma(y.d·x.d, f32(lane), acc); hsum8.
+ */
+function dotQ6K(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
+  const acc = LANES.fill(0);
+  const view = new DataView(w.buffer, w.byteOffset, w.byteLength);
+  const bsums = y.bsums as Int32Array;
+  for (let b = 0; b < n / 256; b++) {
+    const o = wOff + b * 210;
+    const d = f32((y.d[b] as number) * f16ToF32(view.getUint16(o + 208, true)));
+    const sc = (i: number): number => view.getInt8(o + 192 + i);
+    for (let l = 0; l < 8; l++) {
+      let lane = 0;
+      for (let h = 0; h < 2; h++) {
+        for (let k = 0; k < 4; k++) {
+          let s = 0;
+          for (let t = 4 * l; t < 4 * l + 4; t++) {
+            const ql = w[o + 64 * h + 32 * (k & 1) + t] as number;
+            const qh = w[o + 128 + 32 * h + t] as number;
+            const q = ((ql >> (4 * (k >> 1))) & 0xf) | (((qh >> (2 * k)) & 3) << 4);
+            s += q * (y.qs[256 * b + 128 * h + 32 * k + t] as number);
+          }
+          lane += sc(8 * h + 2 * k + (l >= 4 ? 1 : 0)) * s;
+        }
+      }
+      lane -= 32 * (sc(2 * l) * (bsums[16 * b + 2 * l] as number) + sc(2 * l + 1) * (bsums[16 * b + 2 * l + 1] as number));
+      acc[l] = fma32(d, f32(lane), acc[l] as number); // _mm256_cvtepi32_ps rounds lanes past 2^24
+    }
+  }
+  return hsum8(acc);
+}
+
+/** A matrix as the dot products read it: float rows for F32/F16 (decoded once), the GGUF bytes otherwise. */
+type Weights = { type: GGMLType; bytes: Uint8Array; floats?: Float32Array };
+
+function weights(type: GGMLType, bytes: Uint8Array): Weights {
+  if (type === GGMLType.F32) return { type, bytes, floats: new Float32Array(bytes.slice().buffer) };
+  if (type === GGMLType.F16) {
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    const floats = new Float32Array(bytes.length / 2);
+    for (let i = 0; i < floats.length; i++) floats[i] = f16ToF32(view.getUint16(2 * i, true));
+    return { type, bytes, floats };
+  }
+  return { type, bytes };
+}
+
+/** Row `r` (of `n` elements) of a matrix · the converted activation, as ggml's vec_dot returns it. */
+function vecDot(w: Weights, r: number, a: Activation, n: number): number {
+  switch (w.type) {
+    case GGMLType.F32:
+    case GGMLType.F16:
+      return dotFloat(w.floats as Float32Array, r * n, (a as { x: Float32Array }).x, n);
+    case GGMLType.Q8_0:
+    case GGMLType.Q4_0:
+      return dotQ32(w.type, w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
+    case GGMLType.Q4_K:
+      return dotQ4K(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
+    case GGMLType.Q5_K:
+      return dotQ5K(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
+    case GGMLType.Q6_K:
+      return dotQ6K(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
+    default:
+      throw new RangeError(`ggml-exact: no bit-exact dot product for ${GGMLType[w.type] ?? w.type}`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SiLU as ggml_vec_swiglu_f32 computes it (AVX2 ggml_v_expf, ggml_v_silu).
+
+/** ggml_v_expf's constants (hex floats in the C source; each exactly a float32). */
+const C = {
+  r: 12582912, // 0x1.8p23
+  log2e: 1.4426950216293335, // 0x1.715476p+0
+  ln2hi: 0.693145751953125, // 0x1.62e4p-1
+  ln2lo: 1.428606765330187e-6, // 0x1.7f7d1cp-20
+  p0: 0.008247390389442444, // 0x1.0e4020p-7
+  p1: 0.04189976677298546, // 0x1.573e2ep-5
+  p2: 0.16668395698070526, // 0x1.555e66p-3
+  p3: 0.4999912679195404, // 0x1.fffdb6p-2
+  p4: 0.9999994039535522, // 0x1.ffffecp-1
+};
+for (const v of Object.values(C)) if (f32(v) !== v) throw new Error('ggml-exact: a ggml_v_expf constant is not a float32');
+
+/** ggml_v_expf (AVX2), one lane. */
+export function ggmlExpf(x: number): number {
+  const z = fma32(x, C.log2e, C.r);
+  const n = f32(z - C.r);
+  const b = fma32(-n, C.ln2lo, fma32(-n, C.ln2hi, x));
+  const e = (f32Bits(z) << 23) >>> 0;
+  const k = fromBits((e + f32Bits(1)) >>> 0);
+  const u = f32(b * b);
+  const j = fma32(fma32(fma32(C.p0, b, C.p1), u, fma32(C.p2, b, C.p3)), u, f32(C.p4 * b));
+  if (!(Math.abs(n) > 126)) return fma32(j, k, k);
+  const g = n <= 0 ? 0x82000000 : 0;
+  const s1 = fromBits((g + 0x7f000000) >>> 0);
+  const s2 = fromBits((e - g) >>> 0);
+  if (Math.abs(n) > 192) return f32(s1 * s1);
+  return f32(fma32(s2, j, s2) * s1);
+}
+
+/** ggml_vec_swiglu_f32 for one element: silu(g) · u with silu(g) = g / (1 + ggml_v_expf(−g)). */
+export function ggmlSwiglu(g: number, u: number): number {
+  const silu = f32(g / f32(1 + ggmlExpf(f32(0 - g))));
+  return f32(silu * u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// One expert and one layer, from matrices in memory.
+
+/** One expert's three matrices as the dot products read them. */
+interface ExpertWeights {
+  types: Record<ExpertMatrix, GGMLType>;
+  nEmbd: number;
+  ff: number;
+  gate: Weights;
+  up: Weights;
+  down: Weights;
+}
+
+/** h = ggml_vec_swiglu_f32(gate·x, up·x), x converted to the gate's (and up's) vec_dot type first. */
+function hiddenOf(e: ExpertWeights, x: Float32Array): Float32Array {
+  const { nEmbd, ff, types } = e;
+  const xg = toVecDot(types.gate, x);
+  const xu = types.up === types.gate ? xg : toVecDot(types.up, x);
+  const h = new Float32Array(ff);
+  for (let r = 0; r < ff; r++) h[r] = ggmlSwiglu(vecDot(e.gate, r, xg, nEmbd), vecDot(e.up, r, xu, nEmbd));
+  return h;
+}
+
+/** down · h, h converted to down's vec_dot type first. */
+function downOf(e: ExpertWeights, h: Float32Array): Float32Array {
+  const { nEmbd, ff, types } = e;
+  const hd = toVecDot(types.down, h);
+  const out = new Float32Array(nEmbd);
+  for (let r = 0; r < nEmbd; r++) out[r] = vecDot(e.down, r, hd, ff);
+  return out;
+}
+
+/**
+ * Σ_k probs·expert as the stock graph sums it: each expert's output times its weight (ggml_mul), then the experts
+ * added in k order (ggml_add of the views). Pairs with probability 0 are left out (the dispatcher's "not served").
+ */
+async function sumsOf(
+  expertOut: (expert: number, x: Float32Array) => Promise<Float32Array> | Float32Array,
+  rows: Float32Array,
+  ids: Int32Array,
+  probs: Float32Array,
+  nTokens: number,
+  nUsed: number,
+): Promise<Float32Array> {
+  const nEmbd = rows.length / nTokens;
+  const sums = new Float32Array(nTokens * nEmbd);
+  for (let t = 0; t < nTokens; t++) {
+    const x = rows.subarray(t * nEmbd, (t + 1) * nEmbd);
+    const acc = sums.subarray(t * nEmbd, (t + 1) * nEmbd);
+    let first = true;
+    for (let k = 0; k < nUsed; k++) {
+      const p = probs[t * nUsed + k] as number;
+      if (p === 0) continue;
+      const y = await expertOut(ids[t * nUsed + k] as number, x);
+      for (let i = 0; i < nEmbd; i++) {
+        const w = f32((y[i] as number) * p);
+        acc[i] = first ? w : f32((acc[i] as number) + w);
+      }
+      first = false;
+    }
+  }
+  return sums;
+}
+
+/** A layer's routed experts in memory: each matrix's bytes for experts [0, nExpert) back to back (expert-slice layout). */
+export interface ExactExperts {
+  types: Record<ExpertMatrix, GGMLType>;
+  nEmbd: number;
+  ff: number;
+  gate: Uint8Array;
+  up: Uint8Array;
+  down: Uint8Array;
+}
+
+function expertWeightsOf(e: ExactExperts, expert: number): ExpertWeights {
+  const one = (m: ExpertMatrix, rows: number, rowLen: number): Weights => {
+    const per = rows * rowByteSize(e.types[m], rowLen);
+    return weights(e.types[m], e[m].subarray(expert * per, (expert + 1) * per));
+  };
+  return {
+    types: e.types,
+    nEmbd: e.nEmbd,
+    ff: e.ff,
+    gate: one('gate', e.ff, e.nEmbd),
+    up: one('up', e.ff, e.nEmbd),
+    down: one('down', e.nEmbd, e.ff),
+  };
+}
+
+/** h of `expert` for one row x, bit for bit as the coordinator computes it (before down's rounding of h). */
+export function ggmlHidden(e: ExactExperts, expert: number, x: Float32Array): Float32Array {
+  return hiddenOf(expertWeightsOf(e, expert), x);
+}
+
+/** down(h) of `expert` for one row x, bit for bit as the coordinator computes it. */
+export function ggmlExpertOut(e: ExactExperts, expert: number, x: Float32Array): Float32Array {
+  const w = expertWeightsOf(e, expert);
+  return downOf(w, hiddenOf(w, x));
+}
+
+/** A layer's sums over the pairs of a call (rows [nTokens × nEmbd], ids and probs [nTokens × nUsed]), bit for bit. */
+export function ggmlLayerSums(
+  e: ExactExperts,
+  rows: Float32Array,
+  ids: Int32Array,
+  probs: Float32Array,
+  nTokens: number,
+  nUsed: number,
+): Promise<Float32Array> {
+  const cache = new Map<number, ExpertWeights>();
+  const of = (expert: number): ExpertWeights => {
+    let w = cache.get(expert);
+    if (!w) {
+      w = expertWeightsOf(e, expert);
+      cache.set(expert, w);
+    }
+    return w;
+  };
+  return sumsOf((expert, x) => downOf(of(expert), hiddenOf(of(expert), x)), rows, ids, probs, nTokens, nUsed);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A dispatcher backend computing as the coordinator's stock graph does.
+
+interface LayerTensors {
+  types: Record<ExpertMatrix, GGMLType>;
+  nEmbd: number;
+  ff: number;
+  /** Each expert's matrix, cached per (matrix, expert). */
+  weights: Map<string, Weights>;
+}
+
+export class GgmlExactBackend implements ExpertBackend {
+  readonly name = 'ggml-exact CPU (bit for bit as the coordinator)';
+  private layers = new Map<number, LayerTensors>();
+
+  private constructor(
+    private readonly file: GGUFFile,
+    private readonly src: Awaited<ReturnType<typeof openFileSource>>,
+  ) {}
+
+  static async open(modelPath: string): Promise<GgmlExactBackend> {
+    const src = await openFileSource(modelPath);
+    return new GgmlExactBackend(await readGGUF(src), src);
+  }
+
+  async close(): Promise<void> {
+    await this.src.close();
+  }
+
+  private tensor(layer: number, m: ExpertMatrix): GGUFTensorInfo {
+    const name = expertTensorName(layer, m);
+    const t = this.file.tensors.find((x) => x.name === name);
+    if (!t) throw new RangeError(`layer ${layer} has no routed experts (${name} missing)`);
+    return t;
+  }
+
+  private layer(layer: number): LayerTensors {
+    let L = this.layers.get(layer);
+    if (!L) {
+      const gate = this.tensor(layer, 'gate');
+      L = {
+        types: { gate: gate.type, up: this.tensor(layer, 'up').type, down: this.tensor(layer, 'down').type },
+        nEmbd: gate.dims[0] as number,
+        ff: gate.dims[1] as number,
+        weights: new Map(),
+      };
+      this.layers.set(layer, L);
+    }
+    return L;
+  }
+
+  private async expertWeights(layer: number, m: ExpertMatrix, expert: number): Promise<Weights> {
+    const L = this.layer(layer);
+    const key = `${m}/${expert}`;
+    let w = L.weights.get(key);
+    if (!w) {
+      const t = this.tensor(layer, m);
+      const per = t.byteLength / (t.dims[2] as number);
+      w = weights(t.type, await this.src.read(this.file.dataOffset + t.offset + expert * per, per));
+      L.weights.set(key, w);
+    }
+    return w;
+  }
+
+  /** down_e(swiglu(gate_e·x, up_e·x)) for one row, as mul_mat_id + ggml_vec_swiglu_f32 + mul_mat_id compute it. */
+  async expertOut(layer: number, expert: number, x: Float32Array): Promise<Float32Array> {
+    const { nEmbd, ff, types } = this.layer(layer);
+    const w: ExpertWeights = {
+      types,
+      nEmbd,
+      ff,
+      gate: await this.expertWeights(layer, 'gate', expert),
+      up: await this.expertWeights(layer, 'up', expert),
+      down: await this.expertWeights(layer, 'down', expert),
+    };
+    return downOf(w, hiddenOf(w, x));
+  }
+
+  /** The layer's sums as the stock graph computes them (sumsOf). */
+  layerSums(
+    layer: number,
+    rows: Float32Array,
+    ids: Int32Array,
+    probs: Float32Array,
+    nTokens: number,
+    nUsed: number,
+  ): Promise<Float32Array> {
+    return sumsOf((expert, x) => this.expertOut(layer, expert, x), rows, ids, probs, nTokens, nUsed);
+  }
+}

@@ -1,0 +1,39 @@
+/**
+ * Generated test models, cached in .cache/models by (config, generator source) so reruns reuse them.
+ */
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { makeModel } from '../tools/make-model.ts';
+import { type ModelConfig, defaultConfig } from '../tools/model-arch.ts';
+import { buildVocabulary } from '../tools/tokenizer.ts';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+export const MODEL_CACHE = join(root, '.cache', 'models');
+
+function generatorDigest(): string {
+  const h = createHash('sha256');
+  for (const dir of ['tools', 'gguf']) {
+    for (const f of readdirSync(join(root, dir)).sort()) h.update(f).update(readFileSync(join(root, dir, f)));
+  }
+  return h.digest('hex').slice(0, 12);
+}
+
+let digest: string | undefined;
+
+export interface TestModel {
+  path: string;
+  config: ModelConfig;
+  /** Byte tokens that are not valid UTF-8 alone: banned in generation so llama-server's JSON stays valid. */
+  ban: number[];
+}
+
+export async function testModel(partial: Partial<ModelConfig> & Pick<ModelConfig, 'arch'>): Promise<TestModel> {
+  digest ??= generatorDigest();
+  const config = defaultConfig(partial);
+  const key = createHash('sha256').update(JSON.stringify(config)).update(digest).digest('hex').slice(0, 16);
+  const path = join(MODEL_CACHE, `${config.arch}-${key}.gguf`);
+  if (!existsSync(path)) await makeModel(config, path);
+  return { path, config, ban: buildVocabulary().nonUtf8Ids };
+}

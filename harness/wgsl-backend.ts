@@ -1,0 +1,111 @@
+/**
+ * A dispatcher backend that computes experts with the WGSL runtime (shaders/runtime.ts, `ExpertRuntime`) on Node's
+ * WebGPU (npm `webgpu`, Dawn; SwiftShader where there is no GPU), one runtime per MoE layer holding all of its
+ * experts from the GGUF's quantized bytes: what a volunteer's tab computes, behind the test dispatcher's socket.
+ *
+ * The `webgpu` GPU object lives at module scope for the life of the process: dawn.node frees its instance when that
+ * object is collected, even while a device made from it is in use (docs/kernels.md).
+ */
+import { existsSync } from 'node:fs';
+import { openFileSource } from '../gguf/node-io.ts';
+import { readGGUF } from '../gguf/reader.ts';
+import { expertTensorName, EXPERT_MATRICES, type ExpertMatrix } from '../gguf/expert-slice.ts';
+import { requestExpertDevice } from '../shaders/device.ts';
+import { ExpertRuntime, type ExpertRuntimeCapabilities, type ExpertRuntimeOptions } from '../shaders/runtime.ts';
+import type { ExpertBackend } from './test-dispatcher.ts';
+
+const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
+// The Vulkan loader reads this when the GPU instance is created (below), so setting it here still counts.
+if (!process.env.VK_ICD_FILENAMES && existsSync(SWIFTSHADER_ICD)) process.env.VK_ICD_FILENAMES = SWIFTSHADER_ICD;
+
+let gpu: GPU | undefined;
+let device: GPUDevice | undefined;
+
+/** The process's one WebGPU device for dispatcher tests (created on first use; no adapter is an error). */
+export async function wgslDevice(): Promise<GPUDevice> {
+  if (device) return device;
+  const webgpu = await import('webgpu');
+  Object.assign(globalThis, webgpu.globals);
+  gpu = webgpu.create([]);
+  const got = await requestExpertDevice(gpu, 'dispatcher test device');
+  if (!got) {
+    throw new Error(
+      'requestAdapter() returned null: no WebGPU adapter. Install libvulkan1 and Chromium (for its SwiftShader ICD at ' +
+        `${SWIFTSHADER_ICD}) and run with VK_ICD_FILENAMES=${SWIFTSHADER_ICD}`,
+    );
+  }
+  device = got.device;
+  return device;
+}
+
+export class WgslBackend implements ExpertBackend {
+  readonly name: string;
+
+  private constructor(
+    private readonly runtimes: Map<number, ExpertRuntime>,
+    readonly options: ExpertRuntimeOptions,
+  ) {
+    this.name = `WGSL ExpertRuntime (${options.numerics ?? 'exact'} numerics)`;
+  }
+
+  /**
+   * One runtime per MoE layer with all its experts, each warmed up with a call of one token and one of several (so
+   * pipeline builds do not count against the coordinator's deadline).
+   */
+  static async open(modelPath: string, moeLayers: readonly number[], options: ExpertRuntimeOptions): Promise<WgslBackend> {
+    const dev = await wgslDevice();
+    const src = await openFileSource(modelPath);
+    const runtimes = new Map<number, ExpertRuntime>();
+    try {
+      const file = await readGGUF(src);
+      for (const layer of moeLayers) {
+        const bytes = {} as Record<ExpertMatrix, Uint8Array>;
+        const types = {} as Record<ExpertMatrix, number>;
+        let nEmbd = 0;
+        let ff = 0;
+        let nExpert = 0;
+        for (const m of EXPERT_MATRICES) {
+          const t = file.tensors.find((x) => x.name === expertTensorName(layer, m));
+          if (!t) throw new RangeError(`layer ${layer}: ${expertTensorName(layer, m)} missing`);
+          bytes[m] = await src.read(file.dataOffset + t.offset, t.byteLength);
+          types[m] = t.type;
+          if (m === 'gate') [nEmbd, ff, nExpert] = t.dims as [number, number, number];
+        }
+        const rt = await ExpertRuntime.create(dev, { nEmbd, ff, nExpert, types, ...bytes }, { label: `xd layer ${layer}`, ...options });
+        runtimes.set(layer, rt);
+        for (const nTokens of [1, 8]) {
+          const ids = Int32Array.from({ length: 2 * nTokens }, (_, i) => i % nExpert);
+          await rt.compute(new Float32Array(nTokens * nEmbd).fill(0.5), ids, new Float32Array(2 * nTokens).fill(0.5), nTokens, 2);
+        }
+      }
+    } catch (e) {
+      for (const rt of runtimes.values()) rt.dispose();
+      throw e;
+    } finally {
+      await src.close();
+    }
+    return new WgslBackend(runtimes, options);
+  }
+
+  capabilities(): ExpertRuntimeCapabilities {
+    return (this.runtimes.values().next().value as ExpertRuntime).capabilities();
+  }
+
+  layerSums(
+    layer: number,
+    rows: Float32Array,
+    ids: Int32Array,
+    probs: Float32Array,
+    nTokens: number,
+    nUsed: number,
+  ): Promise<Float32Array> {
+    const rt = this.runtimes.get(layer);
+    if (!rt) throw new RangeError(`the WGSL backend holds no experts of layer ${layer}`);
+    return rt.compute(rows, ids, probs, nTokens, nUsed);
+  }
+
+  close(): void {
+    for (const rt of this.runtimes.values()) rt.dispose();
+    this.runtimes.clear();
+  }
+}

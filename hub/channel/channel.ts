@@ -1,0 +1,913 @@
+/**
+ * The hub's end of the volunteer channel (`/api/volunteer`, docs/volunteer-channel.md, protocol/channel.ts): one
+ * WebSocket per volunteer, opened by the volunteer. It authenticates the hello, pushes assignments the moment the
+ * market has demand (idle volunteers hold the channel open; nobody polls), turns `loaded` and heartbeats into
+ * coverage, and is the dispatcher's way to the workers: each serving connection is a `WorkerLink`.
+ *
+ *   const channel = new VolunteerChannel(host, { heartbeatMs: 15_000 });
+ *   channel.attach(app.server);                         // handles the upgrade of /api/volunteer
+ *   new ModelDispatcher({ directory: channel.directory('qwen3moe'), … });
+ *   channel.demandChanged();                            // after a poller reading: assigns idle volunteers at once
+ *
+ * Assignments reserve their range in the coverage store while the slice downloads and loads, so one round of demand
+ * is not answered by every idle volunteer downloading the same slice; a volunteer that does not load in time is
+ * released (LOAD_TIMEOUT) and its reservation dropped. A worker is attached to the dispatch map (its grace window
+ * starts) only once it says `loaded`.
+ *
+ * Admission (docs/threat-model.md): an upgrade is refused with an HTTP answer before any WebSocket exists when its
+ * Origin is another site's (403 ORIGIN_FORBIDDEN, admission.ts), when its address holds `maxPerAddress` connections
+ * (503 TOO_MANY_CONNECTIONS) or opens them faster than `opensPerAddress` (429 RATE_LIMITED); a hello is closed with
+ * OVER_CAPACITY when its wallet holds `maxPerWallet` connections. After the hello, control messages and binary frames
+ * for work not in flight share one token bucket per connection (RATE_LIMITED), and no work is queued to a volunteer
+ * that does not read (`sendBacklogMaxBytes`).
+ */
+import { STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { WebSocketServer, type RawData, type WebSocket } from 'ws';
+import {
+  CLOSE_CODES,
+  VOLUNTEER_LIMITS,
+  VOLUNTEER_PATH,
+  VOLUNTEER_WIRE_VERSION,
+  VolunteerWireError,
+  closeReason,
+  decodeResult,
+  decodeWorkFailed,
+  encodeHubMessage,
+  encodeWork,
+  parseClientMessage,
+  peekFrame,
+  type Assign,
+  type CloseName,
+  type Hello,
+  type HubMessage,
+  type ReleaseCode,
+  type WireEncoding,
+} from '../../protocol/channel.ts';
+import type { Numerics } from '../../protocol/numerics.ts';
+import type { Assignment, VolunteerAnswer, VolunteerRequest } from '../market/assign.ts';
+import type { HeldRange } from '../market/types.ts';
+import type { WorkItem, WorkerDirectory, WorkerLink } from '../dispatch/worker-link.ts';
+import { RateLimiter } from '../auth/rate-limit.ts';
+import { HubError } from '../errors.ts';
+import {
+  CHANNEL_CONNECTIONS_PER_ADDRESS,
+  CHANNEL_CONNECTIONS_PER_WALLET,
+  CHANNEL_LATE_IDS_KEPT,
+  CHANNEL_OPEN_RATE,
+  CHANNEL_SEND_BACKLOG_MAX_BYTES,
+  CHANNEL_UNSOLICITED_BYTES_PER_TOKEN,
+} from '../limits.ts';
+import { clientKey } from '../net.ts';
+import { checkOrigin, normalOrigin } from './admission.ts';
+import type { PeerListing } from '../peer-directory.ts';
+
+/** What the channel needs of the hub (the Hub implements it; tests may pass their own). */
+export interface ChannelHost {
+  /** The wallet of a node token; throws (HubError AUTH_*) for a bad one. */
+  authenticate(authorization: string): string;
+  /** Why this worker or wallet is quarantined, or undefined. */
+  quarantineReason(workerId: string, wallet: string): string | undefined;
+  /** The market's answer for one idle volunteer (POST /api/expert-volunteer's logic). */
+  offer(workerId: string, request: VolunteerRequest): VolunteerAnswer;
+  /** Size and `sha256:<hex>` of a slice (the shard server's). */
+  shard(model: string, layer: number, begin: number, end: number): Promise<{ bytes: number; digest: string }>;
+  /** How the model's coordinator computes (from its dispatch HELLO; 'llama' for linkcpp-server). */
+  numerics(model: string): Numerics;
+  /** Counts a range as held in the coverage store (no dispatch-map attach): an assignment being loaded. */
+  reserve(workerId: string, model: string, ranges: readonly HeldRange[]): void;
+  /** A worker serves these ranges (coverage + dispatch map, as a heartbeat). Throws when it may not (quarantine). */
+  serving(workerId: string, wallet: string, model: string, ranges: readonly HeldRange[]): void;
+  /** The worker is gone: drop its coverage and dispatch record. */
+  forget(workerId: string): void;
+  creditOf(wallet: string): number;
+  /**
+   * A result frame that does not decode (NaN or ±∞ in it, the wrong size, the wrong work): the connection is closed
+   * with BAD_FRAME; the host may also distrust the worker (quarantine).
+   */
+  badResult?(workerId: string, reason: string): void;
+  event(kind: 'volunteer-join' | 'volunteer-leave' | 'release' | 'load-failed' | 'peer-report', model: string | null, detail: string): void;
+}
+
+export interface ChannelOptions {
+  heartbeatMs: number;
+  /** Nothing from the volunteer for this long closes with IDLE_TIMEOUT. */
+  idleTimeoutMs: number;
+  helloTimeoutMs: number;
+  /** An assignment not loaded within this is released (LOAD_TIMEOUT). */
+  loadTimeoutMs: number;
+  maxConnections: number;
+  /** How results travel (rows are always f32: the coordinator's own rows, so llama numerics stay exact). */
+  resultEncoding: WireEncoding;
+  /** A pending work item is forgotten after this long even if the dispatcher stopped waiting long ago. */
+  forgetWorkMs: number;
+  /** Control messages per second a volunteer may send (burst = 4×). */
+  controlPerSec: number;
+  /** Connections open at once from one client address (net.ts clientKey); one more → 503 TOO_MANY_CONNECTIONS. */
+  maxPerAddress: number;
+  /** Connections open at once of one wallet; one more is closed at its hello with OVER_CAPACITY. */
+  maxPerWallet: number;
+  /** Opens per client address (token bucket); beyond → 429 RATE_LIMITED at the upgrade. */
+  opensPerAddress: { capacity: number; refillPerSec: number };
+  /** Origins besides the hub's own whose pages may open the channel (`--allow-origin`; admission.ts). */
+  allowedOrigins: readonly string[];
+  /** Bytes queued unsent to a volunteer beyond which it gets no new work. */
+  sendBacklogMaxBytes: number;
+}
+
+export const DEFAULT_CHANNEL: Readonly<ChannelOptions> = Object.freeze({
+  heartbeatMs: 15_000,
+  idleTimeoutMs: 45_000,
+  helloTimeoutMs: 10_000,
+  loadTimeoutMs: 120_000,
+  maxConnections: 10_000,
+  resultEncoding: 'f32',
+  forgetWorkMs: 30_000,
+  controlPerSec: 20,
+  maxPerAddress: CHANNEL_CONNECTIONS_PER_ADDRESS,
+  maxPerWallet: CHANNEL_CONNECTIONS_PER_WALLET,
+  opensPerAddress: CHANNEL_OPEN_RATE,
+  allowedOrigins: [],
+  sendBacklogMaxBytes: CHANNEL_SEND_BACKLOG_MAX_BYTES,
+});
+
+export type ConnectionState = 'hello' | 'waiting' | 'loading' | 'serving' | 'paused';
+
+/** What the dashboard shows of a volunteer's connection (`VolunteerChannel.workerInfo`). */
+export interface VolunteerInfo {
+  state: ConnectionState;
+  wallet: string;
+  /** `webgpu` / `wasm`, from its `loaded` (or its hello, before one); null when it never said. */
+  backend: string | null;
+  gflops: number | null;
+  /** The adapter's description, else the client's agent string. */
+  device: string;
+}
+
+interface Pending {
+  /** When the frame was handed to the socket (performance.now(), ms). */
+  sentAt: number;
+  resolve(sums: Float32Array): void;
+  reject(e: Error): void;
+  nRows: number;
+  nEmbd: number;
+  encoding: WireEncoding;
+  timer: NodeJS.Timeout;
+}
+
+class WorkError extends Error {}
+
+/** One volunteer's connection. While it serves, it is the dispatcher's link to that worker. */
+class Connection implements WorkerLink {
+  state: ConnectionState = 'hello';
+  workerId = '';
+  wallet = '';
+  hello: Hello | null = null;
+  assign: Assign | null = null;
+  paused = false;
+  /** Set after a slice did not fit: offer at most this many experts next time (0 = no limit). */
+  maxExperts = 0;
+  unfit = false;
+  /** An operator released it: offer rounds skip it until then (this clock), or until it reconnects. */
+  heldOffUntilMs = 0;
+  inFlight = 0;
+  /** What `loaded` said it computes with, and how fast (the hello's guess before that). */
+  backend: string | null = null;
+  gflops: number | null = null;
+  private nextWorkId = 1;
+  readonly pending = new Map<number, Pending>();
+  /** Work ids the hub stopped waiting for (oldest first): a late answer to one is a race, dropped for free. */
+  private readonly late = new Set<number>();
+  lastHeardMs: number;
+  private nextPingId = 1;
+  tokens: number;
+  tokensAtMs: number;
+  loadTimer: NodeJS.Timeout | null = null;
+
+  constructor(
+    readonly ws: WebSocket,
+    readonly remote: string,
+    private readonly channel: VolunteerChannel,
+    nowMs: number,
+  ) {
+    this.lastHeardMs = nowMs;
+    this.tokens = channel.options.controlPerSec * 4;
+    this.tokensAtMs = nowMs;
+  }
+
+  get layer(): number {
+    return this.assign?.layer ?? -1;
+  }
+  get begin(): number {
+    return this.assign?.experts[0] ?? 0;
+  }
+  get end(): number {
+    return this.assign?.experts[1] ?? 0;
+  }
+
+  /** The channel's keep-alive: a `ping` the volunteer's script answers with a `pong` (heard like any message). */
+  ping(): void {
+    this.send({ type: 'ping', id: this.nextPingId });
+    this.nextPingId = this.nextPingId >= 0xffffffff ? 1 : this.nextPingId + 1;
+  }
+
+  send(m: HubMessage): void {
+    if (this.ws.readyState === this.ws.OPEN) this.ws.send(encodeHubMessage(m));
+  }
+
+  compute(work: WorkItem, deadlineMs: number): Promise<Float32Array> {
+    const a = this.assign;
+    if (!a || this.state !== 'serving') return Promise.reject(new WorkError('not serving'));
+    // A volunteer that does not read would make the hub buffer every frame it is sent.
+    if (this.ws.bufferedAmount > this.channel.options.sendBacklogMaxBytes)
+      return Promise.reject(new WorkError('backlogged: the volunteer is not reading its frames'));
+    const workId = this.nextWorkId;
+    this.nextWorkId = this.nextWorkId >= 0xffffffff ? 1 : this.nextWorkId + 1;
+    const encoding = this.channel.options.resultEncoding;
+    const frame = encodeWork({
+      workId,
+      assignmentId: a.assignmentId,
+      nRows: work.nRows,
+      nEmbd: work.nEmbd,
+      rows: work.rows.length === work.nRows * work.nEmbd ? work.rows : work.rows.subarray(0, work.nRows * work.nEmbd),
+      rowIndex: Uint16Array.from(work.pairRow.subarray(0, work.nPairs)),
+      localExpert: work.pairExpert.subarray(0, work.nPairs),
+      weight: work.pairWeight.subarray(0, work.nPairs),
+      rowEncoding: 'f32',
+      resultEncoding: encoding,
+    });
+    return new Promise<Float32Array>((resolve, reject) => {
+      const forgetMs = Math.max(deadlineMs * 4, this.channel.options.forgetWorkMs);
+      const timer = setTimeout(() => this.giveUp(workId, 'no answer'), forgetMs);
+      timer.unref();
+      this.pending.set(workId, { sentAt: performance.now(), resolve, reject, nRows: work.nRows, nEmbd: work.nEmbd, encoding, timer });
+      this.inFlight++;
+      this.ws.send(frame, (err) => {
+        if (err) this.settle(workId)?.reject(err);
+      });
+    });
+  }
+
+  settle(workId: number): Pending | undefined {
+    const p = this.pending.get(workId);
+    if (!p) return undefined;
+    this.pending.delete(workId);
+    clearTimeout(p.timer);
+    this.inFlight--;
+    return p;
+  }
+
+  failAll(why: string): void {
+    for (const id of [...this.pending.keys()]) this.giveUp(id, why);
+  }
+
+  /** Stops waiting for a work item; its id is remembered as late (the newest CHANNEL_LATE_IDS_KEPT). */
+  private giveUp(workId: number, why: string): void {
+    const p = this.settle(workId);
+    if (!p) return;
+    this.late.add(workId);
+    if (this.late.size > CHANNEL_LATE_IDS_KEPT) this.late.delete(this.late.values().next().value as number);
+    p.reject(new WorkError(why));
+  }
+
+  /** Whether `workId` was given up on (and forgets it: each work id is answered once). */
+  wasLate(workId: number): boolean {
+    return this.late.delete(workId);
+  }
+
+  /** Token bucket for control messages (and frames for work not in flight, which cost `cost`). */
+  allowControl(nowMs: number, cost = 1): boolean {
+    const rate = this.channel.options.controlPerSec;
+    this.tokens = Math.min(rate * 4, this.tokens + (Math.max(0, nowMs - this.tokensAtMs) / 1000) * rate);
+    this.tokensAtMs = Math.max(this.tokensAtMs, nowMs);
+    if (this.tokens < cost) return false;
+    this.tokens -= cost;
+    return true;
+  }
+}
+
+export class VolunteerChannel {
+  readonly options: ChannelOptions;
+  private readonly wss: WebSocketServer;
+  private readonly byWorker = new Map<string, Connection>();
+  private readonly all = new Set<Connection>();
+  /** Open sockets of the channel per client address (from the upgrade to the close), and said-hello ones per wallet. */
+  private readonly perAddress = new Map<string, number>();
+  private readonly perWallet = new Map<string, number>();
+  private readonly opens: RateLimiter;
+  private readonly allowedOrigins: ReadonlySet<string>;
+  private nextAssignment = 1;
+  /** Serving links per model and layer, rebuilt when a connection starts or stops serving. */
+  private readonly links = new Map<string, Map<number, Connection[]>>();
+  /** Connections holding an assignment, by model: what a rebuild of the links looks through (not every connection). */
+  private readonly assigned = new Map<string, Set<Connection>>();
+  private assigning = false;
+  /** Whom the next round offers a slice: every idle volunteer once the market may have changed, else newcomers only. */
+  private offerTo: Set<Connection> | 'all' | null = null;
+  private readonly sweep: NodeJS.Timeout;
+  private closed = false;
+  private closing: Promise<void> | null = null;
+  /**
+   * Called for every result in time or not: the round trip from handing the frame to the socket to decoding the
+   * answer (ms), and the worker's own time on it (µs, as it reports). Benchmarks take the hub's share from these.
+   */
+  onResult: ((workerId: string, roundTripMs: number, computeUs: number) => void) | null = null;
+  /** Who holds which slice, for volunteers passing slices to each other (hub/peer-directory.ts, docs/peers.md); null: off. */
+  peers: PeerListing | null = null;
+  /** Other WebSocket paths served on the same HTTP server (the PeerJS signalling server): not refused here. */
+  upgradesElsewhere: ((path: string) => boolean) | null = null;
+
+  constructor(
+    private readonly host: ChannelHost,
+    options: Partial<ChannelOptions> = {},
+    readonly nowMs: () => number = Date.now,
+  ) {
+    this.options = { ...DEFAULT_CHANNEL, ...options };
+    this.opens = new RateLimiter(this.options.opensPerAddress);
+    this.allowedOrigins = new Set(this.options.allowedOrigins.map(normalOrigin));
+    this.wss = new WebSocketServer({ noServer: true, maxPayload: VOLUNTEER_LIMITS.maxFrameBytes, perMessageDeflate: false });
+    this.sweep = setInterval(() => this.sweepIdle(), Math.min(5_000, this.options.idleTimeoutMs / 3));
+    this.sweep.unref();
+  }
+
+  /** Takes over the upgrade of `/api/volunteer` on the hub's HTTP server; other upgrades are refused. */
+  attach(server: Server): void {
+    server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+      const path = (req.url ?? '').split('?')[0];
+      if (path !== VOLUNTEER_PATH || this.closed) {
+        if (path !== VOLUNTEER_PATH && this.upgradesElsewhere?.(path ?? '')) return;
+        socket.end('HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+        return;
+      }
+      const remote = req.socket.remoteAddress ?? '';
+      const key = clientKey({ ip: remote });
+      try {
+        this.admit(req, key);
+      } catch (e) {
+        refuseUpgrade(socket, e instanceof HubError ? e : new HubError('INTERNAL', 'internal error'));
+        return;
+      }
+      this.perAddress.set(key, (this.perAddress.get(key) ?? 0) + 1);
+      socket.once('close', () => countDown(this.perAddress, key));
+      this.wss.handleUpgrade(req, socket, head, (ws) => this.accept(ws, remote));
+    });
+  }
+
+  /** The upgrade's checks, cheapest first: ORIGIN_FORBIDDEN, TOO_MANY_CONNECTIONS, RATE_LIMITED (each a HubError). */
+  private admit(req: IncomingMessage, key: string): void {
+    const origin = checkOrigin(req.headers.origin, req.headers.host, this.allowedOrigins);
+    if (!origin.ok) throw new HubError('ORIGIN_FORBIDDEN', origin.reason);
+    const { maxPerAddress } = this.options;
+    if ((this.perAddress.get(key) ?? 0) >= maxPerAddress)
+      throw new HubError('TOO_MANY_CONNECTIONS', `this address has ${maxPerAddress} volunteer connections open, the most one address may`, {
+        'Retry-After': '60',
+      });
+    const now = this.nowMs();
+    if (!this.opens.take(key, now)) {
+      const retryS = Math.max(1, Math.ceil(this.opens.waitMs(key, now) / 1000));
+      throw new HubError('RATE_LIMITED', `too many volunteer connections opened from this address; retry in ${retryS} s`, {
+        'Retry-After': String(retryS),
+      });
+    }
+  }
+
+  /** The dispatcher's view of one model's serving workers. */
+  directory(model: string): WorkerDirectory {
+    return { workersFor: (layer) => this.links.get(model)?.get(layer) ?? [] };
+  }
+
+  /** Connections by state (for the metrics gauge). */
+  countByState(): Record<ConnectionState, number> {
+    const out: Record<ConnectionState, number> = { hello: 0, waiting: 0, loading: 0, serving: 0, paused: 0 };
+    for (const c of this.all) out[c.state]++;
+    return out;
+  }
+
+  /** The connection of a worker id that said hello, as the dashboard shows it; undefined for none. */
+  workerInfo(workerId: string): VolunteerInfo | undefined {
+    const c = this.byWorker.get(workerId);
+    if (!c) return undefined;
+    const d = c.hello?.device;
+    return {
+      state: c.state,
+      wallet: c.wallet,
+      backend: c.backend ?? d?.backend ?? null,
+      gflops: c.gflops ?? d?.gflops ?? null,
+      device: d?.adapter?.description || c.hello?.agent || '',
+    };
+  }
+
+  /** Closes a worker's connection with a close code (the operator quarantined it). Returns whether it was connected. */
+  disconnect(workerId: string, name: CloseName, message: string): boolean {
+    const c = this.byWorker.get(workerId);
+    if (!c) return false;
+    this.closeWith(c, name, message);
+    return true;
+  }
+
+  /**
+   * Tells the worker its slice is no longer needed; it frees the memory and waits again. Returns whether it held one.
+   * `holdOffMs` > 0 (an operator's release) keeps it out of offer rounds that long: the market may still want that
+   * very slice, and would hand it straight back.
+   */
+  release(workerId: string, code: ReleaseCode, reason: string, holdOffMs = 0): boolean {
+    const c = this.byWorker.get(workerId);
+    if (!c?.assign) return false;
+    if (holdOffMs > 0) c.heldOffUntilMs = this.nowMs() + holdOffMs;
+    c.send({ type: 'release', assignmentId: c.assign.assignmentId, code, reason });
+    this.host.event('release', c.assign.model, `${workerId}: ${code} (${reason})`);
+    this.dropAssignment(c);
+    c.state = c.paused ? 'paused' : 'waiting';
+    this.demandChanged();
+    return true;
+  }
+
+  /** Pushes credit totals to a wallet's connections. */
+  credit(wallet: string, total: number): void {
+    for (const c of this.all) if (c.wallet === wallet) c.send({ type: 'credit', credit: total });
+  }
+
+  /**
+   * The market may have changed (a reading, a worker came or went): offer every idle volunteer a slice, best-suited
+   * first (fastest measured backend, then the largest budget). One round at a time; a call during a round runs
+   * another after it.
+   */
+  demandChanged(): void {
+    this.offerRound('all');
+  }
+
+  /**
+   * A volunteer that just became idle (hello, resume) while the market did not change is offered a slice alone: the
+   * others were offered theirs when it last changed, and a round over all of them per hello makes 10,000 joining
+   * volunteers cost 10,000²/2 offers.
+   */
+  private offerRound(who: Connection | 'all'): void {
+    if (this.closed) return;
+    if (who === 'all') this.offerTo = 'all';
+    else if (this.offerTo === null) this.offerTo = new Set([who]);
+    else if (this.offerTo !== 'all') this.offerTo.add(who);
+    if (!this.assigning) this.nextRound();
+  }
+
+  private nextRound(): void {
+    const who = this.offerTo;
+    this.offerTo = null;
+    if (!who || this.closed) return;
+    this.assigning = true;
+    void this.assignRound(who === 'all' ? this.all : who)
+      .catch((e: unknown) =>
+        this.host.event('load-failed', null, `assigning volunteers failed: ${e instanceof Error ? e.message : String(e)}`),
+      )
+      .finally(() => {
+        this.assigning = false;
+        if (this.offerTo) setImmediate(() => this.nextRound());
+      });
+  }
+
+  /** Ends every connection with SHUTTING_DOWN and stops accepting; a second call waits for the first. */
+  close(): Promise<void> {
+    if (!this.closing) {
+      this.closed = true;
+      clearInterval(this.sweep);
+      for (const c of this.all) this.closeWith(c, 'SHUTTING_DOWN', 'the hub is stopping');
+      this.closing = new Promise<void>((resolve) => this.wss.close(() => resolve()));
+    }
+    return this.closing;
+  }
+
+  // --- connections
+
+  private accept(ws: WebSocket, remote: string): void {
+    const c = new Connection(ws, remote, this, this.nowMs());
+    if (this.all.size >= this.options.maxConnections) {
+      ws.close(CLOSE_CODES.OVER_CAPACITY.code, closeReason(`the hub holds ${this.options.maxConnections} volunteers`));
+      return;
+    }
+    this.all.add(c);
+    const helloTimer = setTimeout(() => {
+      if (c.state === 'hello') this.closeWith(c, 'HELLO_TIMEOUT', `no hello within ${this.options.helloTimeoutMs} ms`);
+    }, this.options.helloTimeoutMs);
+    helloTimer.unref();
+    ws.on('message', (data: RawData, isBinary: boolean) => {
+      c.lastHeardMs = this.nowMs();
+      try {
+        const bytes = toBytes(data);
+        if (isBinary) this.onBinary(c, bytes);
+        else this.onText(c, bytes);
+      } catch (e) {
+        if (e instanceof VolunteerWireError) this.closeWith(c, e.code, e.message);
+        else this.closeWith(c, 'INTERNAL_ERROR', e instanceof Error ? e.message : String(e));
+      }
+    });
+    ws.on('error', () => {});
+    ws.on('close', () => {
+      clearTimeout(helloTimer);
+      this.gone(c);
+    });
+  }
+
+  private closeWith(c: Connection, name: CloseName, message: string): void {
+    if (c.ws.readyState === c.ws.OPEN || c.ws.readyState === c.ws.CONNECTING) c.ws.close(CLOSE_CODES[name].code, closeReason(message));
+    // A peer that never completes the closing handshake is cut off.
+    setTimeout(() => c.ws.terminate(), 2_000).unref();
+  }
+
+  private gone(c: Connection): void {
+    if (!this.all.delete(c)) return;
+    if (c.wallet) countDown(this.perWallet, c.wallet);
+    c.failAll('the volunteer disconnected');
+    if (c.workerId && this.byWorker.get(c.workerId) === c) {
+      const held = c.assign !== null || c.state === 'loading'; // only a slice given up changes what the market wants
+      this.byWorker.delete(c.workerId);
+      this.dropAssignment(c);
+      this.peers?.gone(c.workerId);
+      this.host.forget(c.workerId);
+      this.host.event('volunteer-leave', null, c.workerId);
+      if (held) this.demandChanged();
+    }
+  }
+
+  /**
+   * Closes connections silent for idleTimeoutMs, and pings those quiet for heartbeatMs. The ping is the channel's own
+   * (`ping` → `pong`, answered by the page's script from its message event), not a WebSocket protocol ping: a
+   * background tab whose timers are throttled to a minute still answers it (message events are not throttled), while
+   * a page whose network DevTools cut, or whose script is frozen, does not — its browser would have answered a
+   * protocol ping below the page, keeping a volunteer that serves nothing. Volunteers that heartbeat are not pinged:
+   * 10,000 pings at once stall the hub for about a second on a loaded 2-core machine (bench/hub.ts).
+   */
+  private sweepIdle(): void {
+    const t = this.nowMs();
+    for (const c of this.all) {
+      if (c.state === 'hello') continue;
+      const quiet = t - c.lastHeardMs;
+      // Silent that long, it may not answer the closing handshake either (a cut network, a frozen tab): it is gone
+      // from the dispatch map now, within idle timeout + one sweep, not once the handshake gives up.
+      if (quiet > this.options.idleTimeoutMs) {
+        this.closeWith(c, 'IDLE_TIMEOUT', `nothing heard for ${this.options.idleTimeoutMs} ms`);
+        this.gone(c);
+      } else if (quiet >= this.options.heartbeatMs) c.ping();
+    }
+  }
+
+  private onText(c: Connection, bytes: Uint8Array): void {
+    if (c.state !== 'hello' && !c.allowControl(this.nowMs())) throw new VolunteerWireError('RATE_LIMITED', 'too many control messages');
+    const m = parseClientMessage(bytes);
+    if (c.state === 'hello') {
+      if (m.type !== 'hello') throw new VolunteerWireError('UNEXPECTED_MESSAGE', `expected hello, got ${m.type}`);
+      this.onHello(c, m);
+      return;
+    }
+    switch (m.type) {
+      case 'hello':
+        throw new VolunteerWireError('UNEXPECTED_MESSAGE', 'a second hello');
+      case 'loaded':
+        if (this.onLoaded(c, m.assignmentId, m.ready, m.backend, m.gflops)) this.peers?.loaded(c.workerId, m.peerBytes, m.hubBytes);
+        return;
+      case 'peer_report': {
+        if (c.assign?.assignmentId !== m.assignmentId) return; // about an assignment already gone
+        const line = this.peers?.report(c.workerId, m);
+        if (line) this.host.event('peer-report', c.assign.model, line);
+        return;
+      }
+      case 'load_failed': {
+        if (!c.assign || c.assign.assignmentId !== m.assignmentId) return;
+        const a = c.assign;
+        this.host.event('load-failed', a.model, `${c.workerId}: ${m.code} ${m.message}`);
+        if (m.code === 'DOES_NOT_FIT') {
+          const width = a.experts[1] - a.experts[0];
+          c.maxExperts = Math.floor(width / 2);
+          if (c.maxExperts === 0) c.unfit = true;
+        } else c.unfit = true; // nothing this volunteer can serve until it reconnects
+        this.dropAssignment(c);
+        c.state = c.paused ? 'paused' : 'waiting';
+        this.demandChanged();
+        return;
+      }
+      case 'heartbeat':
+        // Coverage follows what the hub assigned and the worker said it loaded; the heartbeat keeps it fresh.
+        if (c.state === 'serving' && c.assign) {
+          const a = c.assign;
+          const holds = m.coverage.some(([l, b, e]) => l === a.layer && b === a.experts[0] && e === a.experts[1]);
+          if (!holds) throw new VolunteerWireError('UNEXPECTED_MESSAGE', 'a serving worker reported coverage without its slice');
+          this.refresh(c);
+        } else if (c.state === 'loading' && c.assign) {
+          this.host.reserve(c.workerId, c.assign.model, [[c.assign.layer, c.assign.experts[0], c.assign.experts[1]]]);
+        }
+        return;
+      case 'pause':
+        c.paused = true;
+        this.peers?.paused(c.workerId, true);
+        if (c.state === 'serving' || c.state === 'waiting') {
+          const wasServing = c.state === 'serving';
+          c.state = 'paused';
+          if (wasServing) this.rebuildLinks(c.assign?.model);
+        }
+        return;
+      case 'resume':
+        c.paused = false;
+        this.peers?.paused(c.workerId, false);
+        if (c.state === 'paused') {
+          c.state = c.assign ? 'serving' : 'waiting';
+          if (c.assign) this.rebuildLinks(c.assign.model);
+          else this.offerRound(c);
+        }
+        return;
+      case 'leave':
+        c.ws.close(1000, 'left');
+        return;
+      case 'ping':
+        c.send({ type: 'pong', id: m.id });
+        return;
+      case 'pong':
+        return;
+    }
+  }
+
+  private onHello(c: Connection, h: Hello): void {
+    if (h.version !== VOLUNTEER_WIRE_VERSION) {
+      throw new VolunteerWireError('UNSUPPORTED_VERSION', `this hub speaks version ${VOLUNTEER_WIRE_VERSION}, got ${h.version}`);
+    }
+    let wallet: string;
+    try {
+      wallet = this.host.authenticate(`Bearer ${h.token}`);
+    } catch (e) {
+      throw new VolunteerWireError('BAD_TOKEN', e instanceof Error ? e.message : 'bad token');
+    }
+    const quarantined = this.host.quarantineReason(h.workerId, wallet);
+    if (quarantined) throw new VolunteerWireError('QUARANTINED', quarantined);
+    const old = this.byWorker.get(h.workerId);
+    // Worker ids are the client's to choose and the dashboard lists them: only its own wallet may take one over.
+    if (old && old !== c && old.wallet !== wallet)
+      throw new VolunteerWireError('UNEXPECTED_MESSAGE', `worker id ${h.workerId} is connected under another wallet`);
+    const { maxPerWallet } = this.options;
+    if ((this.perWallet.get(wallet) ?? 0) - (old && old !== c ? 1 : 0) >= maxPerWallet)
+      throw new VolunteerWireError('OVER_CAPACITY', `this wallet has ${maxPerWallet} volunteers connected, the most one wallet may`);
+    if (old && old !== c) {
+      this.closeWith(old, 'REPLACED', 'a newer connection with this worker id took over');
+      this.gone(old);
+    }
+    c.workerId = h.workerId;
+    c.wallet = wallet;
+    this.perWallet.set(wallet, (this.perWallet.get(wallet) ?? 0) + 1);
+    c.hello = h;
+    c.paused = false;
+    c.state = 'waiting';
+    this.byWorker.set(h.workerId, c);
+    const peer = this.peers?.welcome(h.workerId, wallet);
+    c.send({
+      type: 'welcome',
+      version: VOLUNTEER_WIRE_VERSION,
+      workerId: h.workerId,
+      heartbeatMs: this.options.heartbeatMs,
+      idleTimeoutMs: this.options.idleTimeoutMs,
+      encoding: this.options.resultEncoding,
+      credit: this.host.creditOf(wallet),
+      ...(peer ? { peer } : {}),
+    });
+    this.host.event(
+      'volunteer-join',
+      null,
+      `${h.workerId} (${h.device.webgpu ? h.device.adapter?.description || 'WebGPU' : 'no WebGPU'}; ${h.agent || 'client'})`,
+    );
+    this.offerRound(c);
+  }
+
+  /** Returns whether this `loaded` put the slice in service (false: stale, said again, or refused). */
+  private onLoaded(c: Connection, assignmentId: number, ready: boolean, backend: string, gflops: number): boolean {
+    const a = c.assign;
+    if (!a || a.assignmentId !== assignmentId) return false; // a stale loaded (released meanwhile)
+    if (c.state === 'serving' || c.state === 'paused') {
+      // Again for the slice it serves: its engine was rebuilt (a lost GPU device), maybe on another backend.
+      c.backend = backend;
+      c.gflops = gflops;
+      return false;
+    }
+    if (c.state !== 'loading') return false;
+    c.backend = backend;
+    c.gflops = gflops;
+    if (c.loadTimer) clearTimeout(c.loadTimer);
+    c.loadTimer = null;
+    try {
+      this.host.serving(c.workerId, c.wallet, a.model, [[a.layer, a.experts[0], a.experts[1]]]);
+    } catch (e) {
+      this.closeWith(c, 'QUARANTINED', e instanceof Error ? e.message : String(e));
+      return false;
+    }
+    c.state = ready && !c.paused ? 'serving' : 'paused';
+    this.rebuildLinks(a.model);
+    return true;
+  }
+
+  private refresh(c: Connection): void {
+    const a = c.assign;
+    if (!a) return;
+    try {
+      this.host.serving(c.workerId, c.wallet, a.model, [[a.layer, a.experts[0], a.experts[1]]]);
+    } catch (e) {
+      this.closeWith(c, 'QUARANTINED', e instanceof Error ? e.message : String(e));
+    }
+  }
+
+  private onBinary(c: Connection, bytes: Uint8Array): void {
+    if (c.state === 'hello') throw new VolunteerWireError('UNEXPECTED_MESSAGE', 'a binary frame before hello');
+    const { kind, workId } = peekFrame(bytes);
+    if (kind === 'work') throw new VolunteerWireError('BAD_FRAME', 'volunteers do not send work frames');
+    const p = c.pending.get(workId);
+    if (!p) {
+      // An answer to work the hub gave up on is dropped for free (the dispatcher has counted it). A frame for work
+      // never sent costs the control bucket by its size: O(1) to drop, and a flood of them is closed.
+      if (c.wasLate(workId)) return;
+      const cost = 1 + Math.floor(bytes.length / CHANNEL_UNSOLICITED_BYTES_PER_TOKEN);
+      if (!c.allowControl(this.nowMs(), cost)) throw new VolunteerWireError('RATE_LIMITED', 'too many frames for work not in flight');
+      return;
+    }
+    if (kind === 'work_failed') {
+      const f = decodeWorkFailed(bytes);
+      c.settle(workId)?.reject(new WorkError(`${f.code}: ${f.message}`));
+      return;
+    }
+    let r: ReturnType<typeof decodeResult>;
+    try {
+      r = decodeResult(bytes, { workId, nRows: p.nRows, nEmbd: p.nEmbd, encoding: p.encoding });
+    } catch (e) {
+      this.host.badResult?.(c.workerId, e instanceof Error ? e.message : String(e));
+      throw e;
+    }
+    this.onResult?.(c.workerId, performance.now() - p.sentAt, r.computeUs);
+    c.settle(workId)?.resolve(r.sums);
+  }
+
+  // --- assignments
+
+  private dropAssignment(c: Connection): void {
+    if (c.loadTimer) clearTimeout(c.loadTimer);
+    c.loadTimer = null;
+    const a = c.assign;
+    if (!a) return;
+    c.assign = null;
+    this.peers?.dropped(c.workerId);
+    this.assigned.get(a.model)?.delete(c);
+    c.failAll('released');
+    this.host.forget(c.workerId);
+    this.rebuildLinks(a.model);
+  }
+
+  private rebuildLinks(model: string | undefined): void {
+    if (!model) return;
+    const byLayer = new Map<number, Connection[]>();
+    for (const c of this.assigned.get(model) ?? []) {
+      if (c.state !== 'serving' || c.assign?.model !== model) continue;
+      const list = byLayer.get(c.assign.layer) ?? [];
+      list.push(c);
+      byLayer.set(c.assign.layer, list);
+    }
+    // A stable order (the dispatcher sums partials in it): by first expert, then worker id.
+    for (const list of byLayer.values()) list.sort((x, y) => x.begin - y.begin || (x.workerId < y.workerId ? -1 : 1));
+    this.links.set(model, byLayer);
+  }
+
+  private async assignRound(candidates: Iterable<Connection>): Promise<void> {
+    const now = this.nowMs();
+    const idle = [...candidates].filter((c) => c.state === 'waiting' && !c.unfit && c.hello && c.heldOffUntilMs <= now);
+    idle.sort((x, y) => speed(y) - speed(x) || budget(y) - budget(x) || (x.workerId < y.workerId ? -1 : 1));
+    // Models ('' = any) of which nothing is wanted: assignments in this round only lower demand, so a later volunteer
+    // asking for one of them would be refused too, whatever its device.
+    const nothingWanted = new Set<string>();
+    let i = 0;
+    while (i < idle.length) {
+      // A batch at a time, best-suited first: its ranges are reserved, then the shards' sizes and digests (one read of
+      // each slice not yet known) are looked up a few at a time and each volunteer is sent its assignment as soon as
+      // its own is known. The first assignments of a long round leave before everyone has been offered a slice.
+      const batch: Array<{ c: Connection; answer: Assignment }> = [];
+      while (i < idle.length && batch.length < ROUND_BATCH) {
+        const c = idle[i++]!;
+        const answer = this.reserveFor(c, nothingWanted);
+        if (answer) batch.push({ c, answer });
+      }
+      let next = 0;
+      const lane = async (): Promise<void> => {
+        while (next < batch.length) {
+          const { c, answer } = batch[next++]!;
+          await this.sendAssignment(c, answer);
+        }
+      };
+      await Promise.all(Array.from({ length: Math.min(SHARD_LOOKUPS, batch.length) }, lane));
+    }
+  }
+
+  /** The market's slice for one idle volunteer, its range reserved and the volunteer loading; null when none. */
+  private reserveFor(c: Connection, nothingWanted: Set<string>): Assignment | null {
+    if (c.state !== 'waiting' || !this.all.has(c)) return null;
+    const h = c.hello as Hello;
+    if (nothingWanted.has('') || nothingWanted.has(h.model)) return null;
+    let answer: VolunteerAnswer;
+    try {
+      answer = this.host.offer(c.workerId, {
+        model: h.model,
+        maxExperts: c.maxExperts > 0 ? (h.maxExperts > 0 ? Math.min(h.maxExperts, c.maxExperts) : c.maxExperts) : h.maxExperts,
+        device: {
+          ...(h.device.limits ?? {}),
+          memoryBudgetBytes: h.device.memoryBudgetBytes,
+        },
+      });
+    } catch (e) {
+      // The market refuses this request itself (a model not served here): nothing can be offered to it until it
+      // reconnects, and the volunteers after it in this round are still offered theirs.
+      c.unfit = true;
+      this.host.event('load-failed', null, `${c.workerId}: cannot be offered a slice: ${e instanceof Error ? e.message : String(e)}`);
+      return null;
+    }
+    if (!answer.assigned) {
+      if (answer.code === 'nothing-wanted') nothingWanted.add(h.model);
+      return null;
+    }
+    // Reserve before the first await: the next volunteer in this round must see this range as taken.
+    try {
+      this.host.reserve(c.workerId, answer.model, [[answer.layer, answer.experts[0], answer.experts[1]]]);
+    } catch (e) {
+      // The coverage store is full (TOO_MANY_WORKERS): this one waits for the next round.
+      this.host.event('load-failed', answer.model, `${c.workerId}: not reserved: ${e instanceof Error ? e.message : String(e)}`);
+      return null;
+    }
+    c.state = 'loading';
+    return answer;
+  }
+
+  private async sendAssignment(c: Connection, answer: Assignment): Promise<void> {
+    let shard: { bytes: number; digest: string };
+    try {
+      shard = await this.host.shard(answer.model, answer.layer, answer.experts[0], answer.experts[1]);
+    } catch {
+      this.host.forget(c.workerId);
+      if (c.state === 'loading') c.state = 'waiting';
+      return;
+    }
+    if (!this.all.has(c) || c.state !== 'loading') {
+      if (!this.all.has(c)) this.host.forget(c.workerId);
+      return;
+    }
+    const query = `model=${encodeURIComponent(answer.model)}&layer=${answer.layer}&expert_begin=${answer.experts[0]}&expert_end=${answer.experts[1]}`;
+    const peers = this.peers?.assigning(c.workerId, {
+      model: answer.model,
+      layer: answer.layer,
+      experts: [answer.experts[0], answer.experts[1]],
+      digest: shard.digest,
+      bytes: shard.bytes,
+    });
+    const assign: Assign = {
+      type: 'assign',
+      assignmentId: this.nextAssignment++,
+      model: answer.model,
+      layer: answer.layer,
+      experts: [answer.experts[0], answer.experts[1]],
+      nEmbd: answer.n_embd,
+      nExpert: answer.n_expert,
+      numerics: this.host.numerics(answer.model),
+      shardUrl: `/api/expert-shard?model=${encodeURIComponent(answer.model)}&layer=${answer.layer}&expert_begin=${answer.experts[0]}&expert_end=${answer.experts[1]}`,
+      shardBytes: shard.bytes,
+      shardDigest: shard.digest,
+      ...(peers ? { peers, chunksUrl: `/api/expert-shard/chunks?${query}` } : {}),
+    };
+    c.assign = assign;
+    const holders = this.assigned.get(assign.model) ?? new Set<Connection>();
+    this.assigned.set(assign.model, holders.add(c));
+    c.loadTimer = setTimeout(() => {
+      if (c.assign === assign && c.state === 'loading')
+        this.release(c.workerId, 'LOAD_TIMEOUT', `not loaded within ${this.options.loadTimeoutMs} ms`);
+    }, this.options.loadTimeoutMs);
+    c.loadTimer.unref();
+    c.send(assign);
+  }
+}
+
+/** Volunteers reserved at a time in a round before their assignments are sent. */
+const ROUND_BATCH = 32;
+/** Shard lookups at once in a round (each may open and read the model file once). */
+const SHARD_LOOKUPS = 8;
+
+/** Lowers a count of `key`, deleting it at zero (so the map holds only keys with something open). */
+function countDown(counts: Map<string, number>, key: string): void {
+  const n = (counts.get(key) ?? 1) - 1;
+  if (n <= 0) counts.delete(key);
+  else counts.set(key, n);
+}
+
+/** Answers an upgrade with a catalogue error, as the HTTP API would, and closes the socket once it is written. */
+function refuseUpgrade(socket: Duplex, e: HubError): void {
+  const body = JSON.stringify(e.toJSON());
+  const headers = Object.entries(e.headers).map(([k, v]) => `${k.toLowerCase()}: ${v}\r\n`);
+  socket.end(
+    `HTTP/1.1 ${e.status} ${STATUS_CODES[e.status] ?? ''}\r\nconnection: close\r\ncontent-type: application/json; charset=utf-8\r\n` +
+      `content-length: ${Buffer.byteLength(body)}\r\n${headers.join('')}\r\n${body}`,
+    () => socket.destroy(),
+  );
+}
+
+const speed = (c: Connection): number => c.hello?.device.gflops ?? 0;
+const budget = (c: Connection): number => c.hello?.device.memoryBudgetBytes ?? 0;
+
+function toBytes(data: RawData): Uint8Array {
+  if (Array.isArray(data)) return new Uint8Array(Buffer.concat(data));
+  if (data instanceof ArrayBuffer) return new Uint8Array(data);
+  return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+}

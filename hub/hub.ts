@@ -46,7 +46,7 @@ import {
   WORKER_STALE_MS,
   WORKERS_MAX,
 } from './limits.ts';
-import { ShardServer } from './shards.ts';
+import { ShardServer, type ShardHost } from './shards.ts';
 import { ChunkLists } from './chunk-lists.ts';
 import { DEFAULT_PEERS, PeerDirectory, type PeerConfig, type SliceTransfer } from './peer-directory.ts';
 import { PeerSignal } from './peers-signal.ts';
@@ -61,6 +61,7 @@ import {
 import type { DispatchMode } from './dispatch/policy.ts';
 import { DEFAULT_CHANNEL, VolunteerChannel, type ChannelHost, type ChannelOptions } from './channel/channel.ts';
 import type { Numerics } from '../protocol/numerics.ts';
+import type { CoverageAnswer, CreditAnswer, DemandAnswer, HealthAnswer, RecruitmentAnswer } from '../protocol/http.ts';
 import { AdminGate, checkedAdminToken } from './dashboard/admin.ts';
 import { RoundTripReservoir, round2 } from './dashboard/rates.ts';
 import { DashboardSampler, type ModelReading, type SamplerSource } from './dashboard/sampler.ts';
@@ -179,46 +180,6 @@ export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
   };
 }
 
-export interface RecruitmentRow {
-  model: string;
-  busy: number | null;
-  slots: number | null;
-  saturated: boolean;
-  recruiting: boolean;
-  base_target: number;
-  effective_target: number;
-  expert_workers: number;
-  age_s: number | null;
-}
-
-/** `GET /api/moe/recruitment`. */
-export interface RecruitmentAnswer {
-  saturate_at: number;
-  boost: number;
-  target_base: number;
-  models: RecruitmentRow[];
-}
-
-/** `GET /api/expert-demand`. */
-export interface DemandAnswer {
-  /** The highest target among the models listed (at least the base target). */
-  target_replicas: number;
-  recruiting: boolean;
-  models: ModelDemand[];
-}
-
-/** `POST /api/expert-coverage`. */
-export interface CoverageAnswer {
-  ok: true;
-  stale_after_s: number;
-}
-
-/** `GET /api/health`. */
-export interface HealthAnswer {
-  ok: true;
-  coordinators: Array<{ model: string; state: CoordinatorStatus['state']; restarts: number }>;
-}
-
 /** What a measurement may watch of one model's data path (`Hub.observeDispatch`; bench/dispatch.ts). */
 export interface DispatchObserver {
   /** Every REQUEST the model's dispatcher answered: its ResponseSummary (times in ms from the REQUEST's arrival). */
@@ -335,7 +296,7 @@ export class Hub {
       labelNames: ['model', 'result'],
       registers: [this.metrics.registry],
     });
-    this.shards = new ShardServer(this);
+    this.shards = new ShardServer(this.shardHost());
     this.channel = new VolunteerChannel(
       this.channelHost(),
       { ...DEFAULT_CHANNEL, maxConnections: config.maxWorkers, ...config.channel },
@@ -666,6 +627,15 @@ export class Hub {
     if (cached !== undefined) this.credits.set(wallet, cached + pairs);
   }
 
+  /** What the shard server may call (shards.ts ShardHost): three methods, not the whole hub. */
+  private shardHost(): ShardHost {
+    return {
+      modelInfo: (model) => this.modelInfo(model),
+      authenticate: (authorization) => this.authenticate(authorization),
+      sliceDownloaded: (wallet, slice) => this.sliceDownloaded(wallet, slice),
+    };
+  }
+
   private channelHost(): ChannelHost {
     return {
       authenticate: (authorization) => this.authenticate(authorization),
@@ -822,7 +792,7 @@ export class Hub {
   }
 
   /** One market model's demand, or every one's (`model` ''/undefined); throws MODEL_UNKNOWN. */
-  demandAnswer(model?: string): DemandAnswer {
+  demandAnswer(model?: string): DemandAnswer<ModelDemand> {
     const models = this.demand(model || undefined);
     return {
       target_replicas: Math.max(this.config.saturation.targetBase, ...models.map((m) => m.target_replicas)),
@@ -951,7 +921,7 @@ export class Hub {
   }
 
   /** `GET /api/credit?wallet=`: a volunteer's lifetime credit (pairs served), durable; 0 for an unknown wallet. */
-  creditAnswer(wallet: string): { wallet: string; credit_pairs: number; first_seen_ms: number | null; last_seen_ms: number | null } {
+  creditAnswer(wallet: string): CreditAnswer {
     this.flushCredit();
     const v = this.store.volunteer(wallet);
     return { wallet, credit_pairs: v?.credit_pairs ?? 0, first_seen_ms: v?.first_seen_ms ?? null, last_seen_ms: v?.last_seen_ms ?? null };

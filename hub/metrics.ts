@@ -9,7 +9,7 @@
  *   reply.type(metrics.contentType).send(await metrics.render());
  */
 import { Counter, Gauge, Registry } from 'prom-client';
-import type { RecruitmentRow } from './hub.ts';
+import type { RecruitmentRow } from '../protocol/http.ts';
 import type { WorkerState } from './dispatch/map.ts';
 import type { CoordinatorStatus } from './supervisor.ts';
 

@@ -30,7 +30,8 @@ import { GGUFWriter } from '../gguf/writer.ts';
 import { LinkedMap } from './auth/linked-map.ts';
 import { ChunkLists } from './chunk-lists.ts';
 import { HubError } from './errors.ts';
-import type { Hub } from './hub.ts';
+import type { Slice } from './market/grants.ts';
+import type { ModelInfo } from './registry.ts';
 import {
   EXPERTS_MAX,
   LAYERS_MAX,
@@ -49,6 +50,20 @@ import { object, queryInt, queryString } from './validate.ts';
 
 export const SHARD_DIGEST_HEADER = 'x-expertswarm-shard-digest';
 const IMMUTABLE = 'public, max-age=31536000, immutable';
+
+/**
+ * What the shard server needs of the hub, and no more (the pattern of channel/channel.ts's ChannelHost): the models'
+ * files, the market calls' authentication, and a place to report a slice a wallet now has. The Hub satisfies it
+ * (hub.ts's shardHost()); a test may pass a stub.
+ */
+export interface ShardHost {
+  /** A market model's registry record (its GGUF's path and shape); throws MODEL_UNKNOWN for any other name. */
+  modelInfo(model: string): Readonly<ModelInfo>;
+  /** The wallet of a market call's Authorization header; throws AUTH_*. */
+  authenticate(authorizationHeader: string | undefined): string;
+  /** The shard server sent `wallet` a slice (or confirmed its cached copy): its workers may now report it held. */
+  sliceDownloaded(wallet: string, slice: Slice): void;
+}
 
 /** Experts [expertBegin, expertEnd) of one layer of one model. */
 export interface ShardRequest {
@@ -262,7 +277,7 @@ export class ShardServer {
   private readonly computing = new Map<string, Promise<{ facts: ShardFacts; bytes?: Uint8Array }>>();
 
   constructor(
-    private readonly hub: Hub,
+    private readonly hub: ShardHost,
     limits: Partial<ShardLimits> = {},
   ) {
     this.limits = { ...DEFAULT_SHARD_LIMITS, ...limits };
@@ -428,7 +443,6 @@ export interface ShardRoutesOptions {
   chunks?: ChunkLists;
 }
 
-/** Registers both shard paths (GET and HEAD) on `app`; returns the server (its caches and slots) for tests. */
 /** Bytes of each slice sent to each wallet (`wallet digest` → bytes), the least recently used forgotten past `kept`. */
 class SentBytes {
   private readonly bytes = new LinkedMap<number>();
@@ -443,7 +457,8 @@ class SentBytes {
   }
 }
 
-export function registerShardRoutes(app: FastifyInstance, hub: Hub, opts: ShardRoutesOptions): ShardServer {
+/** Registers both shard paths (GET and HEAD) on `app`; returns the server (its caches and slots) for tests. */
+export function registerShardRoutes(app: FastifyInstance, hub: ShardHost, opts: ShardRoutesOptions): ShardServer {
   const server = opts.server ?? new ShardServer(hub, opts.limits);
 
   const sent = new SentBytes(SLICE_GRANT_WALLETS_KEPT);

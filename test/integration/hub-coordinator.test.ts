@@ -13,7 +13,7 @@ import OpenAI from 'openai';
 import { testModel } from '../../harness/models.ts';
 import { runHub } from '../../hub/cli.ts';
 import { defaultConfig } from '../../hub/hub.ts';
-import type { RecruitmentRow } from '../../hub/hub.ts';
+import type { RecruitmentRow } from '../../protocol/http.ts';
 
 const model = await testModel({ arch: 'qwen3moe', layers: 4, nEmbd: 256, ff: 256, nExpert: 16, nExpertUsed: 4, seed: 9 });
 const banBias = Object.fromEntries(model.ban.map((id) => [String(id), -100]));

@@ -1,0 +1,59 @@
+/**
+ * The JSON answers of the hub's HTTP routes (../shared/ARCHITECTURE.md, "HTTP contract"): plain data, field names are
+ * the wire names. They live here, not in hub/hub.ts, so that the hub's parts (metrics.ts, the routes) and the tests
+ * that read these answers share one definition without importing the Hub; like the rest of protocol/, this file
+ * imports only protocol/ and gguf/.
+ */
+import type { CoordinatorStateName } from './dashboard.ts';
+
+/** One served model's row of `GET /api/moe/recruitment` (and of the per-model gauges in `GET /metrics`). */
+export interface RecruitmentRow {
+  model: string;
+  busy: number | null;
+  slots: number | null;
+  saturated: boolean;
+  recruiting: boolean;
+  base_target: number;
+  effective_target: number;
+  expert_workers: number;
+  age_s: number | null;
+}
+
+/** `GET /api/moe/recruitment`. */
+export interface RecruitmentAnswer {
+  saturate_at: number;
+  boost: number;
+  target_base: number;
+  models: RecruitmentRow[];
+}
+
+/**
+ * `GET /api/expert-demand`. `Model` is one model's entry: the market's `ModelDemand` (hub/market/types.ts, the market's
+ * own vocabulary, whose field names are already the wire's); a type parameter so that this file need not import hub/.
+ */
+export interface DemandAnswer<Model> {
+  /** The highest target among the models listed (at least the base target). */
+  target_replicas: number;
+  recruiting: boolean;
+  models: Model[];
+}
+
+/** `POST /api/expert-coverage`. */
+export interface CoverageAnswer {
+  ok: true;
+  stale_after_s: number;
+}
+
+/** `GET /api/health`. */
+export interface HealthAnswer {
+  ok: true;
+  coordinators: Array<{ model: string; state: CoordinatorStateName; restarts: number }>;
+}
+
+/** `GET /api/credit?wallet=`: a volunteer's lifetime credit (pairs served), durable; 0 and nulls for an unknown wallet. */
+export interface CreditAnswer {
+  wallet: string;
+  credit_pairs: number;
+  first_seen_ms: number | null;
+  last_seen_ms: number | null;
+}

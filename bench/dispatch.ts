@@ -5,7 +5,7 @@
  *      `--dispatch always` whose MoE layers are served by headless volunteers (`expertswarm volunteer`). A client
  *      holds one slice, so there is one volunteer process per MoE layer, each with a memory budget for a whole layer;
  *   2. the hub's added latency per layer round trip beyond the worker's own compute, p50/p99 in µs (goal ≤ 100 / 500);
- *   3. bytes on the wire per token per layer, f32 vs f16 (protocol/channel.ts `wireBytesPerToken`; goal ≤ 12 KB with
+ *   3. bytes on the wire per token per layer, f32 vs f16 (protocol/channel/wire-cost.ts `wireBytesPerToken`; goal ≤ 12 KB with
  *      f16 at n_embd 2048, top-8), and the bytes counted on the volunteers' TCP connections (`ss -ti`).
  *
  * Two models, one after the other:
@@ -30,7 +30,7 @@ import { parseArgs } from 'node:util';
 import type { ResponseSummary } from '../hub/dispatch/dispatcher.ts';
 import { DEFAULT_DEADLINES, requestBudgetMs } from '../hub/dispatch/plan.ts';
 import { median } from '../shaders/computer.ts';
-import { decodeResult, decodeWork, encodeResult, encodeWork, wireBytesPerToken, type WireEncoding } from '../protocol/channel.ts';
+import { decodeResult, decodeWork, encodeResult, encodeWork, wireBytesPerToken, type WireEncoding } from '../protocol/channel/index.ts';
 import { type BenchModel, FRAMES, QUICK, REALISTIC, type Shape, benchModel, describeShape, volunteerBudget } from './shapes.ts';
 import { pairOutcomes, spawnVolunteer, startSwarmHub, waitForCoverage, type HeadlessVolunteer, type SwarmHub } from '../harness/swarm.ts';
 

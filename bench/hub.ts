@@ -37,7 +37,7 @@ import { SHARD_DOWNLOADS_PER_IP } from '../hub/limits.ts';
 import { Hub, defaultConfig } from '../hub/hub.ts';
 import { buildApp } from '../hub/app.ts';
 import { VolunteerChannel } from '../hub/channel/channel.ts';
-import { VOLUNTEER_PATH, encodeClientMessage, type ClientMessage } from '../protocol/channel.ts';
+import { VOLUNTEER_PATH, encodeClientMessage, type ClientMessage } from '../protocol/channel/index.ts';
 
 const { values } = parseArgs({
   options: {

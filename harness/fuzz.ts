@@ -90,7 +90,7 @@ import {
   encodeWork,
   encodeWorkFailed,
   parseHubMessage,
-} from '../protocol/channel.ts';
+} from '../protocol/channel/index.ts';
 import { newVolunteer, testHub, type TestHub } from './hub-fixtures.ts';
 import { testModel } from './models.ts';
 import { mulberry32Uint } from '../shaders/random.ts';

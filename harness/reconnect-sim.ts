@@ -28,7 +28,7 @@ import type { StreamSink } from '../hub/dashboard/stream.ts';
 import { Hub, defaultConfig } from '../hub/hub.ts';
 import { freePort } from '../hub/net.ts';
 import { DEFAULT_BACKOFF } from '../volunteer/backoff.ts';
-import { VOLUNTEER_PATH } from '../protocol/channel.ts';
+import { VOLUNTEER_PATH } from '../protocol/channel/index.ts';
 import { type ClientsReport, type FromClients, type RedialPolicy, type ToClients, wallMs } from './reconnect-sim-clients.ts';
 
 export type { RedialPolicy } from './reconnect-sim-clients.ts';

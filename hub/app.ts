@@ -188,7 +188,7 @@ export async function buildApp(hub: Hub, pages: PagesOptions = {}): Promise<Fast
       await proxyJson(reply, hub.coordinatorUrl(model), path, { ...b, model });
     });
   }
-  hub.attachVolunteers(app.server); // WebSocket /api/volunteer (protocol/channel.ts)
+  hub.attachVolunteers(app.server); // WebSocket /api/volunteer (protocol/channel/)
   await registerPages(app, pages); // / the volunteer page (web/, `npm run build:web`), /assets/
   return app;
 }

@@ -11,7 +11,7 @@
  *   peers.slices();                          // GET /api/peers/slices
  */
 import { randomBytes, timingSafeEqual } from 'node:crypto';
-import type { PeerReport, WelcomePeer } from '../protocol/channel.ts';
+import type { PeerReport, WelcomePeer } from '../protocol/channel/index.ts';
 import type { SliceTransfer } from '../protocol/dashboard.ts';
 
 export type { SliceTransfer };

@@ -1,6 +1,6 @@
 /**
  * The caps that more than one wire shares: the hub's HTTP edge (hub/limits.ts, hub/auth/tokens.ts) and the volunteer
- * channel (protocol/channel.ts VOLUNTEER_LIMITS) both read these, so a worker id or a model name that one side accepts
+ * channel (protocol/channel/limits.ts VOLUNTEER_LIMITS) both read these, so a worker id or a model name that one side accepts
  * the other accepts too. Everything else stays beside the one parser that uses it.
  */
 

@@ -53,7 +53,7 @@ import {
   type WelcomePeer,
   type WorkFailedCode,
   type WorkFrame,
-} from '../protocol/channel.ts';
+} from '../protocol/channel/index.ts';
 import type { ExpertSlice } from '../shaders/slice.ts';
 
 /** The part of the WebSocket API the client uses: the browser's and npm `ws`'s both fit. */

@@ -22,7 +22,7 @@ import {
 } from './peers-swarm.ts';
 import { messageBytes, peekHelloDigest } from '../protocol/peer-messages.ts';
 import type { ShareChoice } from './state.ts';
-import type { WelcomePeer } from '../protocol/channel.ts';
+import type { WelcomePeer } from '../protocol/channel/index.ts';
 
 /** What the volunteer chose about uploading (the page's "Share with other volunteers" control). */
 export type ShareSettings = ShareChoice;

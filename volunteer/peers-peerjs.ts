@@ -11,7 +11,7 @@
  */
 import type { DataConnection, Peer } from 'peerjs';
 import type { PeerLink, PeerNetwork } from './peers-swarm.ts';
-import type { WelcomePeer } from '../protocol/channel.ts';
+import type { WelcomePeer } from '../protocol/channel/index.ts';
 
 /** Whether this environment has WebRTC data channels at all (Node has not; a browser may have them disabled). */
 export function webRtcAvailable(): boolean {

@@ -1,5 +1,5 @@
 /**
- * The hub's end of the volunteer channel (`/api/volunteer`, docs/volunteer-channel.md, protocol/channel.ts): one
+ * The hub's end of the volunteer channel (`/api/volunteer`, docs/volunteer-channel.md, protocol/channel/): one
  * WebSocket per volunteer, opened by the volunteer. It authenticates the hello, pushes assignments the moment the
  * market has demand (idle volunteers hold the channel open; nobody polls), turns `loaded` and heartbeats into
  * coverage, and is the dispatcher's way to the workers: each serving connection is a `WorkerLink`.
@@ -43,7 +43,7 @@ import {
   type HubMessage,
   type ReleaseCode,
   type WireEncoding,
-} from '../../protocol/channel.ts';
+} from '../../protocol/channel/index.ts';
 import type { Numerics } from '../../protocol/numerics.ts';
 import type { Assignment, VolunteerAnswer, VolunteerRequest } from '../market/assign.ts';
 import type { HeldRange } from '../market/types.ts';

@@ -37,7 +37,7 @@ import {
   type WorkerRow,
   type WorkersPage,
 } from '../../protocol/dashboard.ts';
-import { encodeClientMessage, parseHubMessage, VOLUNTEER_PATH, type HubMessage } from '../../protocol/channel.ts';
+import { encodeClientMessage, parseHubMessage, VOLUNTEER_PATH, type HubMessage } from '../../protocol/channel/index.ts';
 
 const model = await testModel({ arch: 'qwen3moe', layers: 4, nEmbd: 256, ff: 256, nExpert: 16, nExpertUsed: 4, seed: 9 });
 const banBias = Object.fromEntries(model.ban.map((id) => [String(id), -100]));

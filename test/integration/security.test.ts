@@ -18,7 +18,7 @@ import {
   parseHubMessage,
   type Hello,
   type HubMessage,
-} from '../../protocol/channel.ts';
+} from '../../protocol/channel/index.ts';
 import type { HubConfig } from '../../hub/hub.ts';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
 import {

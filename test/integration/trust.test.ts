@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { WebSocket } from 'ws';
 import { DEFAULT_TRUST } from '../../hub/dispatch/trust.ts';
 import { type TamperAnswer, type TamperContext, createVolunteerClient, type SocketFactory } from '../../volunteer/client.ts';
-import { WIRE_HEADER_BYTES, encodeResult } from '../../protocol/channel.ts';
+import { WIRE_HEADER_BYTES, encodeResult } from '../../protocol/channel/index.ts';
 import { MemoryIdentityStore } from '../../volunteer/identity.ts';
 import { nodeEnvironment } from '../../volunteer/node/environment.ts';
 import { NoShardCache } from '../../volunteer/shard-cache.ts';

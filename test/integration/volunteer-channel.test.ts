@@ -1,6 +1,6 @@
 /**
  * The volunteer channel (`/api/volunteer`, hub/channel/channel.ts) over real WebSockets: a hub listening on
- * loopback, volunteers played by the `ws` client speaking protocol/channel.ts. A table of malformed frames and
+ * loopback, volunteers played by the `ws` client speaking protocol/channel/. A table of malformed frames and
  * messages, each answered with its exact close code while the hub keeps serving; the handshake's refusals (token,
  * version, capacity, replacement, hello and idle timeouts, flooding); pushed recruitment from a poller reading to
  * `assign`, the reservation, narrower slices after DOES_NOT_FIT, the dispatch map, disconnects, releases and load
@@ -33,7 +33,7 @@ import {
   type CloseName,
   type Hello,
   type HubMessage,
-} from '../../protocol/channel.ts';
+} from '../../protocol/channel/index.ts';
 import { testModel } from '../../harness/models.ts';
 import { newVolunteer, testHub, type TestHub } from '../../harness/hub-fixtures.ts';
 

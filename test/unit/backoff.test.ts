@@ -11,7 +11,7 @@ import { DEFAULT_BACKOFF, laterDelayMs, reconnectDelayMs } from '../../volunteer
 import { createVolunteerClient, type SocketFactory, type SocketLike, type VolunteerClientOptions } from '../../volunteer/client.ts';
 import { MemoryIdentityStore } from '../../volunteer/identity.ts';
 import { NoShardCache } from '../../volunteer/shard-cache.ts';
-import { CLOSE_CODES, encodeHubMessage, parseClientMessage } from '../../protocol/channel.ts';
+import { CLOSE_CODES, encodeHubMessage, parseClientMessage } from '../../protocol/channel/index.ts';
 import { mulberry32 } from '../../shaders/random.ts';
 
 const DRAWS = 10_000;

@@ -27,7 +27,7 @@ import {
 import { SliceSwarm, type PeerLink, type PeerNetwork } from '../../volunteer/peers-swarm.ts';
 import { UploadBudget } from '../../volunteer/peer-host.ts';
 import { PeerDirectory, DEFAULT_PEERS } from '../../hub/peer-directory.ts';
-import { encodeClientMessage, encodeHubMessage, parseClientMessage, parseHubMessage } from '../../protocol/channel.ts';
+import { encodeClientMessage, encodeHubMessage, parseClientMessage, parseHubMessage } from '../../protocol/channel/index.ts';
 import { describeSource, shareChoice, shareLabel } from '../../web/src/volunteer/page-model.ts';
 
 const KIB = 1024;

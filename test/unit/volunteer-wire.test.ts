@@ -40,7 +40,7 @@ import {
   parseHubMessage,
   peekFrame,
   wireBytesPerToken,
-} from '../../protocol/channel.ts';
+} from '../../protocol/channel/index.ts';
 
 function throwsCode(fn: () => unknown, name: CloseName, label: string): void {
   assert.throws(fn, (e: unknown) => {
@@ -686,7 +686,7 @@ test('the wire modules are browser-safe: no Node imports, no Buffer', () => {
   const protocolFiles = readdirSync(new URL('../../protocol/', import.meta.url), { recursive: true, encoding: 'utf8' })
     .filter((f) => f.endsWith('.ts'))
     .map((f) => `protocol/${f}`);
-  assert.ok(protocolFiles.includes('protocol/channel.ts'));
+  assert.ok(protocolFiles.includes('protocol/channel/index.ts'));
   for (const file of [...protocolFiles, 'gguf/half.ts']) {
     const src = readFileSync(new URL(`../../${file}`, import.meta.url), 'utf8');
     const imports = [...src.matchAll(/^import\s+(type\s+)?[^;]*?from\s+'([^']+)'/gm)];

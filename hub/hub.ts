@@ -1071,8 +1071,12 @@ export class Hub {
     this.streams.closeAll();
   }
 
-  /** Test seam: takes a dashboard tick now instead of waiting for the timer. */
-  dashboardTickForTests(): void {
+  /**
+   * Takes a dashboard sample now, besides the TICK_MS timer's: every stream gets it as a tick and the history keeps it.
+   * For a caller that drives the hub's time itself (the clock passed to the constructor: a simulation, a replay, a
+   * test) and wants samples at its own instants rather than the wall clock's.
+   */
+  dashboardTick(): void {
     this.sampler.tick();
   }
 
@@ -1327,8 +1331,13 @@ export class Hub {
     };
   }
 
-  /** Test seam: the child process of a managed coordinator (tests kill it to check the restart path). */
-  coordinatorProcessForTests(model: string): ChildProcess | null {
+  /**
+   * The OS process of a managed coordinator now; null for an external one, or between a crash and its restart. For
+   * tooling that watches or places it (bench/elastic/gain.ts pins its CPUs and reads its log; a residency check reads
+   * its memory map) and for drills that kill it: the supervisor restarts a killed coordinator with backoff, as after a
+   * crash. A restart spawns a new process, so ask again rather than keep the one returned.
+   */
+  coordinatorProcess(model: string): ChildProcess | null {
     return this.supervisor.processOf(model);
   }
 }

@@ -489,7 +489,7 @@ try {
     ['A', alone],
     ['B', swarm],
   ] as const) {
-    const proc = h.hub.coordinatorProcessForTests(h.model);
+    const proc = h.hub.coordinatorProcess(h.model);
     const pid = proc?.pid;
     if (!proc || pid === undefined) throw new Error(`hub ${name}: no coordinator process`);
     // The coordinator's own word on its dispatch connection (connects, incidents, recoveries), beside the hub's log.
@@ -577,7 +577,7 @@ try {
       ['A', alone],
       ['B', swarm],
     ] as const)
-      checkAffinity(`coordinator ${name}`, h.hub.coordinatorProcessForTests(h.model)?.pid as number, PIN.coordinator);
+      checkAffinity(`coordinator ${name}`, h.hub.coordinatorProcess(h.model)?.pid as number, PIN.coordinator);
     checkAffinity('this process', process.pid, PIN.hub);
     // SwiftShader (Dawn's CPU adapter) pins some of its worker threads to cores of its own choosing as the engine
     // starts: the volunteers are pinned again, every thread, now that their engines run.
@@ -615,8 +615,8 @@ try {
   if (PIN) {
     // Did anything leave its cores during the measured rounds?
     const procs: Array<[string, number, string]> = [
-      ['coordinator A', alone.hub.coordinatorProcessForTests(alone.model)?.pid as number, PIN.coordinator],
-      ['coordinator B', swarm.hub.coordinatorProcessForTests(swarm.model)?.pid as number, PIN.coordinator],
+      ['coordinator A', alone.hub.coordinatorProcess(alone.model)?.pid as number, PIN.coordinator],
+      ['coordinator B', swarm.hub.coordinatorProcess(swarm.model)?.pid as number, PIN.coordinator],
       ['this process', process.pid, PIN.hub],
       ...mine.map((v): [string, number, string] => [`volunteer ${v.proc.pid}`, v.proc.pid as number, PIN.rest]),
     ];

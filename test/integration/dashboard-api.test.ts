@@ -797,7 +797,7 @@ test('10,000 simulated workers on 48 layers × 256 experts: workers pages, the h
     );
     assert.deepEqual(snap.models[0]?.workers.grace, N);
     assert.equal(snap.totals.workers, N);
-    h.hub.dashboardTickForTests();
+    h.hub.dashboardTick();
     const withHistory = JSON.stringify(h.hub.dashboardSnapshot());
     t.diagnostic(
       `one sample per model adds ${withHistory.length - json.length} bytes; 900 of them ≈ ${(((withHistory.length - json.length) * 900) / 1024).toFixed(0)} KiB per model`,

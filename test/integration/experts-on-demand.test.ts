@@ -181,7 +181,7 @@ test('the hub option: --experts-on-demand (flag, env, config) reaches the coordi
   try {
     await hub.load();
     await hub.start();
-    const proc = hub.coordinatorProcessForTests('od');
+    const proc = hub.coordinatorProcess('od');
     assert.ok(proc?.pid !== undefined, 'the hub started the coordinator');
     assert.ok(proc.spawnargs.includes('--experts-on-demand'), proc.spawnargs.join(' '));
     // At rest (no warmup, the dispatcher connected): only the start-up check's experts are resident.

@@ -163,7 +163,7 @@ test('the openai client streams a chat completion through the hub; a killed coor
       (e: { status?: number }) => e.status === 404,
     );
 
-    const proc = running.hub.coordinatorProcessForTests('tiny');
+    const proc = running.hub.coordinatorProcess('tiny');
     assert.ok(proc);
     proc.kill('SIGKILL');
     const down = await waitFor('503 while restarting', 5000, async () => {

@@ -39,7 +39,7 @@ import {
   peekFrame,
   type Assign,
   type CloseName,
-  type Hello,
+  type ChannelHello,
   type HubMessage,
   type ReleaseCode,
   type WireEncoding,
@@ -131,11 +131,11 @@ export const DEFAULT_CHANNEL: Readonly<ChannelOptions> = Object.freeze({
   sendBacklogMaxBytes: CHANNEL_SEND_BACKLOG_MAX_BYTES,
 });
 
-export type ConnectionState = 'hello' | 'waiting' | 'loading' | 'serving' | 'paused';
+export type VolunteerConnectionState = 'hello' | 'waiting' | 'loading' | 'serving' | 'paused';
 
 /** What the dashboard shows of a volunteer's connection (`VolunteerChannel.workerInfo`). */
 export interface VolunteerInfo {
-  state: ConnectionState;
+  state: VolunteerConnectionState;
   wallet: string;
   /** `webgpu` / `wasm`, from its `loaded` (or its hello, before one); null when it never said. */
   backend: string | null;
@@ -158,11 +158,11 @@ interface Pending {
 class WorkError extends Error {}
 
 /** One volunteer's connection. While it serves, it is the dispatcher's link to that worker. */
-class Connection implements WorkerLink {
-  state: ConnectionState = 'hello';
+class VolunteerConnection implements WorkerLink {
+  state: VolunteerConnectionState = 'hello';
   workerId = '';
   wallet = '';
-  hello: Hello | null = null;
+  hello: ChannelHello | null = null;
   assign: Assign | null = null;
   paused = false;
   /** Set after a slice did not fit: offer at most this many experts next time (0 = no limit). */
@@ -289,8 +289,8 @@ class Connection implements WorkerLink {
 export class VolunteerChannel {
   readonly options: ChannelOptions;
   private readonly wss: WebSocketServer;
-  private readonly byWorker = new Map<string, Connection>();
-  private readonly all = new Set<Connection>();
+  private readonly byWorker = new Map<string, VolunteerConnection>();
+  private readonly all = new Set<VolunteerConnection>();
   /** Open sockets of the channel per client address (from the upgrade to the close), and said-hello ones per wallet. */
   private readonly perAddress = new Map<string, number>();
   private readonly perWallet = new Map<string, number>();
@@ -298,12 +298,12 @@ export class VolunteerChannel {
   private readonly allowedOrigins: ReadonlySet<string>;
   private nextAssignment = 1;
   /** Serving links per model and layer, rebuilt when a connection starts or stops serving. */
-  private readonly links = new Map<string, Map<number, Connection[]>>();
+  private readonly links = new Map<string, Map<number, VolunteerConnection[]>>();
   /** Connections holding an assignment, by model: what a rebuild of the links looks through (not every connection). */
-  private readonly assigned = new Map<string, Set<Connection>>();
+  private readonly assigned = new Map<string, Set<VolunteerConnection>>();
   private assigning = false;
   /** Whom the next round offers a slice: every idle volunteer once the market may have changed, else newcomers only. */
-  private offerTo: Set<Connection> | 'all' | null = null;
+  private offerTo: Set<VolunteerConnection> | 'all' | null = null;
   private readonly sweep: NodeJS.Timeout;
   private closed = false;
   private closing: Promise<void> | null = null;
@@ -377,8 +377,8 @@ export class VolunteerChannel {
   }
 
   /** Connections by state (for the metrics gauge). */
-  countByState(): Record<ConnectionState, number> {
-    const out: Record<ConnectionState, number> = { hello: 0, waiting: 0, loading: 0, serving: 0, paused: 0 };
+  countByState(): Record<VolunteerConnectionState, number> {
+    const out: Record<VolunteerConnectionState, number> = { hello: 0, waiting: 0, loading: 0, serving: 0, paused: 0 };
     for (const c of this.all) out[c.state]++;
     return out;
   }
@@ -441,7 +441,7 @@ export class VolunteerChannel {
    * others were offered theirs when it last changed, and a round over all of them per hello makes 10,000 joining
    * volunteers cost 10,000²/2 offers.
    */
-  private offerRound(who: Connection | 'all'): void {
+  private offerRound(who: VolunteerConnection | 'all'): void {
     if (this.closed) return;
     if (who === 'all') this.offerTo = 'all';
     else if (this.offerTo === null) this.offerTo = new Set([who]);
@@ -478,7 +478,7 @@ export class VolunteerChannel {
   // --- connections
 
   private accept(ws: WebSocket, remote: string): void {
-    const c = new Connection(ws, remote, this, this.nowMs());
+    const c = new VolunteerConnection(ws, remote, this, this.nowMs());
     if (this.all.size >= this.options.maxConnections) {
       ws.close(CLOSE_CODES.OVER_CAPACITY.code, closeReason(`the hub holds ${this.options.maxConnections} volunteers`));
       return;
@@ -506,13 +506,13 @@ export class VolunteerChannel {
     });
   }
 
-  private closeWith(c: Connection, name: CloseName, message: string): void {
+  private closeWith(c: VolunteerConnection, name: CloseName, message: string): void {
     if (c.ws.readyState === c.ws.OPEN || c.ws.readyState === c.ws.CONNECTING) c.ws.close(CLOSE_CODES[name].code, closeReason(message));
     // A peer that never completes the closing handshake is cut off.
     setTimeout(() => c.ws.terminate(), 2_000).unref();
   }
 
-  private gone(c: Connection): void {
+  private gone(c: VolunteerConnection): void {
     if (!this.all.delete(c)) return;
     if (c.wallet) countDown(this.perWallet, c.wallet);
     c.failAll('the volunteer disconnected');
@@ -549,7 +549,7 @@ export class VolunteerChannel {
     }
   }
 
-  private onText(c: Connection, bytes: Uint8Array): void {
+  private onText(c: VolunteerConnection, bytes: Uint8Array): void {
     if (c.state !== 'hello' && !c.allowControl(this.nowMs())) throw new VolunteerWireError('RATE_LIMITED', 'too many control messages');
     const m = parseClientMessage(bytes);
     if (c.state === 'hello') {
@@ -623,7 +623,7 @@ export class VolunteerChannel {
     }
   }
 
-  private onHello(c: Connection, h: Hello): void {
+  private onHello(c: VolunteerConnection, h: ChannelHello): void {
     if (h.version !== VOLUNTEER_WIRE_VERSION) {
       throw new VolunteerWireError('UNSUPPORTED_VERSION', `this hub speaks version ${VOLUNTEER_WIRE_VERSION}, got ${h.version}`);
     }
@@ -673,7 +673,7 @@ export class VolunteerChannel {
   }
 
   /** Returns whether this `loaded` put the slice in service (false: stale, said again, or refused). */
-  private onLoaded(c: Connection, assignmentId: number, ready: boolean, backend: string, gflops: number): boolean {
+  private onLoaded(c: VolunteerConnection, assignmentId: number, ready: boolean, backend: string, gflops: number): boolean {
     const a = c.assign;
     if (!a || a.assignmentId !== assignmentId) return false; // a stale loaded (released meanwhile)
     if (c.state === 'serving' || c.state === 'paused') {
@@ -698,7 +698,7 @@ export class VolunteerChannel {
     return true;
   }
 
-  private refresh(c: Connection): void {
+  private refresh(c: VolunteerConnection): void {
     const a = c.assign;
     if (!a) return;
     try {
@@ -708,7 +708,7 @@ export class VolunteerChannel {
     }
   }
 
-  private onBinary(c: Connection, bytes: Uint8Array): void {
+  private onBinary(c: VolunteerConnection, bytes: Uint8Array): void {
     if (c.state === 'hello') throw new VolunteerWireError('UNEXPECTED_MESSAGE', 'a binary frame before hello');
     const { kind, workId } = peekFrame(bytes);
     if (kind === 'work') throw new VolunteerWireError('BAD_FRAME', 'volunteers do not send work frames');
@@ -739,7 +739,7 @@ export class VolunteerChannel {
 
   // --- assignments
 
-  private dropAssignment(c: Connection): void {
+  private dropAssignment(c: VolunteerConnection): void {
     if (c.loadTimer) clearTimeout(c.loadTimer);
     c.loadTimer = null;
     const a = c.assign;
@@ -754,7 +754,7 @@ export class VolunteerChannel {
 
   private rebuildLinks(model: string | undefined): void {
     if (!model) return;
-    const byLayer = new Map<number, Connection[]>();
+    const byLayer = new Map<number, VolunteerConnection[]>();
     for (const c of this.assigned.get(model) ?? []) {
       if (c.state !== 'serving' || c.assign?.model !== model) continue;
       const list = byLayer.get(c.assign.layer) ?? [];
@@ -766,7 +766,7 @@ export class VolunteerChannel {
     this.links.set(model, byLayer);
   }
 
-  private async assignRound(candidates: Iterable<Connection>): Promise<void> {
+  private async assignRound(candidates: Iterable<VolunteerConnection>): Promise<void> {
     const now = this.nowMs();
     const idle = [...candidates].filter((c) => c.state === 'waiting' && !c.unfit && c.hello && c.heldOffUntilMs <= now);
     idle.sort((x, y) => speed(y) - speed(x) || budget(y) - budget(x) || (x.workerId < y.workerId ? -1 : 1));
@@ -778,7 +778,7 @@ export class VolunteerChannel {
       // A batch at a time, best-suited first: its ranges are reserved, then the shards' sizes and digests (one read of
       // each slice not yet known) are looked up a few at a time and each volunteer is sent its assignment as soon as
       // its own is known. The first assignments of a long round leave before everyone has been offered a slice.
-      const batch: Array<{ c: Connection; answer: Assignment }> = [];
+      const batch: Array<{ c: VolunteerConnection; answer: Assignment }> = [];
       while (i < idle.length && batch.length < ROUND_BATCH) {
         const c = idle[i++]!;
         const answer = this.reserveFor(c, nothingWanted);
@@ -796,9 +796,9 @@ export class VolunteerChannel {
   }
 
   /** The market's slice for one idle volunteer, its range reserved and the volunteer loading; null when none. */
-  private reserveFor(c: Connection, nothingWanted: Set<string>): Assignment | null {
+  private reserveFor(c: VolunteerConnection, nothingWanted: Set<string>): Assignment | null {
     if (c.state !== 'waiting' || !this.all.has(c)) return null;
-    const h = c.hello as Hello;
+    const h = c.hello as ChannelHello;
     if (nothingWanted.has('') || nothingWanted.has(h.model)) return null;
     let answer: VolunteerAnswer;
     try {
@@ -833,7 +833,7 @@ export class VolunteerChannel {
     return answer;
   }
 
-  private async sendAssignment(c: Connection, answer: Assignment): Promise<void> {
+  private async sendAssignment(c: VolunteerConnection, answer: Assignment): Promise<void> {
     let shard: { bytes: number; digest: string };
     try {
       shard = await this.host.shard(answer.model, answer.layer, answer.experts[0], answer.experts[1]);
@@ -869,7 +869,7 @@ export class VolunteerChannel {
       ...(peers ? { peers, chunksUrl: `/api/expert-shard/chunks?${query}` } : {}),
     };
     c.assign = assign;
-    const holders = this.assigned.get(assign.model) ?? new Set<Connection>();
+    const holders = this.assigned.get(assign.model) ?? new Set<VolunteerConnection>();
     this.assigned.set(assign.model, holders.add(c));
     c.loadTimer = setTimeout(() => {
       if (c.assign === assign && c.state === 'loading')
@@ -903,8 +903,8 @@ function refuseUpgrade(socket: Duplex, e: HubError): void {
   );
 }
 
-const speed = (c: Connection): number => c.hello?.device.gflops ?? 0;
-const budget = (c: Connection): number => c.hello?.device.memoryBudgetBytes ?? 0;
+const speed = (c: VolunteerConnection): number => c.hello?.device.gflops ?? 0;
+const budget = (c: VolunteerConnection): number => c.hello?.device.memoryBudgetBytes ?? 0;
 
 function toBytes(data: RawData): Uint8Array {
   if (Array.isArray(data)) return new Uint8Array(Buffer.concat(data));

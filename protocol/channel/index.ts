@@ -55,7 +55,7 @@ export {
   type CoverageRange,
   type Credit,
   type Heartbeat,
-  type Hello,
+  type ChannelHello,
   type HelloDevice,
   type HubMessage,
   LOAD_FAILED_CODES,

@@ -37,7 +37,8 @@ export interface HelloDevice {
   memoryBudgetBytes: number;
 }
 
-export interface Hello {
+/** A volunteer's first message on the channel: version, token, worker id, device (the dispatch socket's is DispatchHello). */
+export interface ChannelHello {
   type: 'hello';
   version: number;
   /** The node token from `POST /api/auth/node-token`. */
@@ -138,7 +139,7 @@ export interface PeerReport {
   detail: string;
 }
 
-export type ClientMessage = Hello | Loaded | LoadFailed | Heartbeat | Pause | Resume | Leave | Ping | Pong | PeerReport;
+export type ClientMessage = ChannelHello | Loaded | LoadFailed | Heartbeat | Pause | Resume | Leave | Ping | Pong | PeerReport;
 
 /** Where and as whom a volunteer joins the hub's PeerJS signalling server (welcome's optional `peer`, docs/peers.md). */
 export interface WelcomePeer {
@@ -259,7 +260,7 @@ function parseDevice(d: Fields): HelloDevice {
   };
 }
 
-function parseHello(f: Fields): Hello {
+function parseHello(f: Fields): ChannelHello {
   const version = helloVersion(f);
   const token = f.get('token');
   if (typeof token !== 'string' || token.length === 0 || token.length > L.maxTokenChars || !TOKEN.test(token)) {

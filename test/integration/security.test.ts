@@ -16,7 +16,7 @@ import {
   encodeClientMessage,
   encodeResult,
   parseHubMessage,
-  type Hello,
+  type ChannelHello,
   type HubMessage,
 } from '../../protocol/channel/index.ts';
 import type { HubConfig } from '../../hub/hub.ts';
@@ -109,7 +109,7 @@ async function refused(h: Listening, opts: ClientOptions = {}): Promise<Extract<
   return d as Extract<Dialled, { kind: 'refused' }>;
 }
 
-const DEVICE: Hello['device'] = {
+const DEVICE: ChannelHello['device'] = {
   webgpu: true,
   adapter: { vendor: 'test', architecture: 'loopback', description: 'security test', isFallbackAdapter: false },
   limits: { maxStorageBufferBindingSize: 1 << 30, maxBufferSize: 1 << 30 },

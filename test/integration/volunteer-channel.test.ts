@@ -31,7 +31,7 @@ import {
   parseHubMessage,
   type Assign,
   type CloseName,
-  type Hello,
+  type ChannelHello,
   type HubMessage,
 } from '../../protocol/channel/index.ts';
 import { testModel } from '../../harness/models.ts';
@@ -166,7 +166,7 @@ class Peer {
   }
 }
 
-const DEVICE: Hello['device'] = {
+const DEVICE: ChannelHello['device'] = {
   webgpu: true,
   adapter: { vendor: 'test', architecture: 'loopback', description: 'channel test', isFallbackAdapter: false },
   limits: { maxStorageBufferBindingSize: 1 << 30, maxBufferSize: 1 << 30 },
@@ -176,7 +176,7 @@ const DEVICE: Hello['device'] = {
   memoryBudgetBytes: 1 << 30,
 };
 
-function helloText(token: string, workerId: string, over: Partial<Omit<Hello, 'type'>> = {}): string {
+function helloText(token: string, workerId: string, over: Partial<Omit<ChannelHello, 'type'>> = {}): string {
   return encodeClientMessage({
     type: 'hello',
     version: 1,
@@ -197,7 +197,7 @@ function helloText(token: string, workerId: string, over: Partial<Omit<Hello, 't
 const helloWire = (token: string, workerId: string): any => JSON.parse(helloText(token, workerId));
 
 /** Opens a channel, says hello and waits for welcome. */
-async function join(h: Listening, token: string, workerId: string, over: Partial<Omit<Hello, 'type'>> = {}): Promise<Peer> {
+async function join(h: Listening, token: string, workerId: string, over: Partial<Omit<ChannelHello, 'type'>> = {}): Promise<Peer> {
   const p = await Peer.open(h);
   p.send(helloText(token, workerId, over));
   const w = await p.next('welcome');

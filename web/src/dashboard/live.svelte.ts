@@ -20,12 +20,12 @@ const CLOCK_MS = 500;
 /** Wait before reopening a stream the browser closed for good. */
 const REOPEN_DELAY_MS = 2000;
 
-export type ConnectionState = 'connecting' | 'open' | 'reconnecting';
+export type LiveConnectionState = 'connecting' | 'open' | 'reconnecting';
 
 export class LiveDashboard {
   state: DashboardState = $state.raw(emptyState());
   now: number = $state(0);
-  connection: ConnectionState = $state('connecting');
+  connection: LiveConnectionState = $state('connecting');
   /** Streams opened so far (1 + reconnects the page made itself). */
   opened = $state(0);
 

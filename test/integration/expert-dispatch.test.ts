@@ -33,6 +33,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { testModel, type TestModel } from '../../harness/models.ts';
 import { completeGreedy, startServer, tokenize, type Completion, type RunningServer } from '../../harness/linkcpp.ts';
+import { logLines, waitForLog } from '../../harness/log-wait.ts';
 import { TestDispatcher, type DispatcherBehaviour, type RequestRecord } from '../../harness/test-dispatcher.ts';
 import type { DispatchVersion, Hello } from '../../protocol/dispatch.ts';
 import { FALLBACK_LINE, checkRun, expectedRequests, promptTokens, type RunCheck } from '../../harness/dispatch-checks.ts';
@@ -349,10 +350,16 @@ for (const { behaviour, name } of FAULTS) {
         assert.ok(d.stats.requests >= 1, 'the dispatcher was asked');
         const again = await completeGreedy(server.url, PROMPT, 16, m.ban);
         assert.deepEqual(again.tokens, want.tokens.slice(0, 16), 'the server keeps serving');
-        const incidents = server
-          .log()
-          .split('\n')
-          .filter((l) => l.includes('computing experts locally until it recovers'));
+        const incident = 'computing experts locally until it recovers';
+        const incidents = logLines(
+          await waitForLog(
+            () => server.log(),
+            (log) => log.includes(incident),
+            undefined,
+            incident,
+          ),
+          incident,
+        );
         assert.ok(incidents.length >= 1 && incidents.length <= 2, `logged ${incidents.length} times:\n${incidents.join('\n')}`);
       },
       { deadlineMs },
@@ -377,7 +384,7 @@ test('version 1: a dispatcher that acknowledges 1 gets v1 frames and serves ever
     async (server, d) => {
       assert.deepEqual(d.stats.versions[0], { offered: 2, agreed: 1 }, 'the coordinator offers 2 and takes the ack of 1');
       await exactRun(server, d, m, want);
-      assert.match(server.log(), /expert-dispatch: connected to dispatcher at .*, protocol version 1/);
+      await waitForLog(() => server.log(), /expert-dispatch: connected to dispatcher at .*, protocol version 1/);
     },
     // -lv 4: libllama's info lines (the agreed version) are printed at trace verbosity
     { deadlineMs: 5000, version: 1, args: ['-lv', '4'], setup: (d) => (d.maxVersion = 1) },
@@ -413,7 +420,7 @@ test('an old dispatcher that closes on a version 2 HELLO: the coordinator offers
         { offered: 1, agreed: 1 },
       ]);
       await exactRun(server, d, m, want);
-      assert.match(server.log(), /closed the connection on a version 2 HELLO; offering version 1/);
+      await waitForLog(() => server.log(), /closed the connection on a version 2 HELLO; offering version 1/);
     },
     {
       deadlineMs: 5000,
@@ -440,7 +447,7 @@ test('version 2 with every pair claimed and served: the CLAIM comes before the c
         d.stats.log.every((r) => r.claimed === r.nTokens * r.nUsed && r.served === r.claimed),
         'every pair claimed and served',
       );
-      assert.match(server.log(), /expert-dispatch: connected to dispatcher at .*, protocol version 2/);
+      await waitForLog(() => server.log(), /expert-dispatch: connected to dispatcher at .*, protocol version 2/);
     },
     { deadlineMs: 5000, args: ['-lv', '4'] },
   );
@@ -465,11 +472,7 @@ test('version 2, every pair claimed and every other one served (late workers): t
           assert.equal(r.claimed, r.nTokens * r.nUsed, 'every pair claimed');
           assert.ok(r.served > 0 && r.served < r.claimed, `some claimed pairs served, not all: ${r.served} of ${r.claimed}`);
         }
-        const fallback = server
-          .log()
-          .slice(logMark)
-          .split('\n')
-          .filter((l) => FALLBACK_LINE.test(l));
+        const fallback = logLines(server.log().slice(logMark), FALLBACK_LINE);
         assert.deepEqual(fallback, [], 'claimed pairs not served are no fault');
       },
       { deadlineMs: 5000 },
@@ -494,10 +497,7 @@ for (const { behaviour, name, why } of INVALID_V2) {
         const got = await completeGreedy(server.url, PROMPT, 32, m.ban);
         assert.deepEqual(got.tokens, want.tokens);
         assert.ok(d.stats.requests >= 1, 'the dispatcher was asked');
-        const incidents = server
-          .log()
-          .split('\n')
-          .filter((l) => FALLBACK_LINE.test(l));
+        const incidents = logLines(await waitForLog(() => server.log(), FALLBACK_LINE, undefined, 'the local fallback'), FALLBACK_LINE);
         assert.ok(incidents.length >= 1 && incidents.length <= 2, `logged ${incidents.length} times:\n${incidents.join('\n')}`);
         assert.match(incidents[0] as string, why);
         // one dropped connection per incident, then a cool-down: far fewer requests than one per layer and token
@@ -519,10 +519,7 @@ test('a HELLO_ACK of version 2 to a coordinator offering 1 is refused: no reques
       assert.deepEqual(got.tokens, want.tokens);
       assert.equal(d.stats.requests, 0, 'never connected, never asked');
       assert.ok(d.stats.versions.length >= 1 && d.stats.versions.every((v) => v.offered === 1));
-      const lines = server
-        .log()
-        .split('\n')
-        .filter((l) => FALLBACK_LINE.test(l));
+      const lines = logLines(await waitForLog(() => server.log(), FALLBACK_LINE, undefined, 'the refusal'), FALLBACK_LINE);
       assert.equal(lines.length, 1, lines.join('\n'));
       assert.match(lines[0] as string, /protocol version 2 \(want 1\)/);
     },
@@ -555,11 +552,15 @@ test('no dispatcher listening: the coordinator serves alone and says so once', a
   try {
     const got = await completeGreedy(server.url, PROMPT, 16, m.ban);
     assert.deepEqual(got.tokens, want.tokens);
+    const cannot = 'expert-dispatch: cannot connect';
+    await waitForLog(
+      () => server.log(),
+      (log) => log.includes(cannot),
+      undefined,
+      cannot,
+    );
     await new Promise((r) => setTimeout(r, 1500)); // a few background reconnect attempts
-    const lines = server
-      .log()
-      .split('\n')
-      .filter((l) => l.includes('expert-dispatch: cannot connect'));
+    const lines = logLines(server.log(), cannot);
     assert.equal(lines.length, 1, lines.join('\n'));
   } finally {
     await server.stop();
@@ -595,10 +596,7 @@ test('4 slots generating concurrently with dispatch on: the tokens of stock, eve
         answered.reduce((s, r) => s + r.notServed, 0),
         0,
       );
-      const fallback = server
-        .log()
-        .split('\n')
-        .filter((l) => FALLBACK_LINE.test(l));
+      const fallback = logLines(server.log(), FALLBACK_LINE);
       assert.deepEqual(fallback, [], 'no local fallback');
       const health = await fetch(`${server.url}/health`);
       assert.equal(health.status, 200);

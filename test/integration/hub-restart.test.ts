@@ -21,6 +21,7 @@ import type { Browser } from 'playwright-core';
 import { joinVolunteerPage, launchChromium } from '../../harness/browser.ts';
 import { testModel } from '../../harness/models.ts';
 import { buildPages } from '../../harness/pages-build.ts';
+import { waitForLog } from '../../harness/log-wait.ts';
 import { E2E_PROMPT, QWEN_Q4K, completionIds, dispatchMap, spawnVolunteer, until, type HeadlessVolunteer } from '../../harness/swarm.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/expertswarm.js', import.meta.url));
@@ -292,7 +293,7 @@ test('volunteers across a hub restart: tab and headless reconnect and serve, cre
       events: Array<{ detail: string }>;
     };
     assert.ok(!events.events.some((e) => e.detail.startsWith('restart-b ')), 'the quarantined volunteer never joined the new hub');
-    assert.match(heads[1]?.output() ?? '', /QUARANTINED|quarantined/, 'the quarantined volunteer was told why');
+    await waitForLog(() => heads[1]?.output() ?? '', /QUARANTINED|quarantined/, undefined, 'the quarantined volunteer told why');
     assert.deepEqual(tab.errors, [], 'no script errors on the page');
   } finally {
     await browser?.close().catch(() => {});

@@ -7,6 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { testModel } from '../../harness/models.ts';
+import { waitForLog } from '../../harness/log-wait.ts';
 import {
   baselineIds,
   DEEPSEEK_Q8,
@@ -57,7 +58,7 @@ for (const { name, config, backend } of MODELS) {
       // Credit: every served pair is credited to the wallet of the volunteer that computed it, durably.
       let credited = 0;
       for (const v of vols) {
-        const wallet = /wallet (\w+)/.exec(v.output())?.[1];
+        const wallet = /wallet (\w+)/.exec(await waitForLog(() => v.output(), /wallet (\w+)/, undefined, 'its wallet'))?.[1];
         assert.ok(wallet, `the volunteer prints its wallet: ${v.output().slice(-300)}`);
         const c = (await (await fetch(`${hub.url}/api/credit?wallet=${wallet}`)).json()) as { credit_pairs: number };
         assert.ok(c.credit_pairs > 0, `${wallet} has credit`);

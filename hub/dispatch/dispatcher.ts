@@ -51,7 +51,7 @@ import {
   encodeResult,
   negotiateVersion,
 } from '../../protocol/dispatch.ts';
-import { type ClaimConfig, type ClaimReason, DEFAULT_CLAIMS, claimCaps, shadowProbeGapMs } from './claims.ts';
+import { type ClaimConfig, type ClaimReason, DEFAULT_CLAIMS, claimCaps } from './claims.ts';
 import {
   DEFAULT_DEADLINES,
   type DeadlineConfig,
@@ -59,9 +59,7 @@ import {
   type PlanWorker,
   type RequestPlan,
   checkPartial,
-  expectedRoundTripMs,
   gatherRows,
-  latencyLine,
   mergePartials,
   newLatencyModel,
   observeRoundTrip,
@@ -77,8 +75,9 @@ import {
   type LayerOneConfig,
   type PolicyReason,
   type SaturationSnapshot,
-  layerOnePolicy,
 } from './policy.ts';
+import { type Admitted, type Candidate, coveredPairs, selectCandidates } from './candidates.ts';
+import { probationWorker, quietUntilProbeMs, shadowProbeBooking, shadowProbeWorker } from './probes.ts';
 import type { WorkItem, WorkerDirectory, WorkerLink } from './worker-link.ts';
 
 /** The link contract, also importable from here (hub/channel/channel.ts does). */
@@ -380,16 +379,6 @@ export interface AuditResult {
 
 export const DEFAULT_QUIET_MS = 1000;
 
-/**
- * Policy declines that a v2 dispatcher answers with a probe in shadow now and then (claims.ts `shadowProbeEveryMs`):
- * the worker has not proven itself (never served, or benched for missed deadlines); a probe it answers in time proves
- * it, and costs the coordinator nothing (the pairs are not claimed).
- */
-const PROBE_IN_SHADOW: ReadonlySet<PolicyReason> = new Set<PolicyReason>(['never-served', 'benched']);
-
-/** A probation worker's planned queue: ahead of every measured worker (plan.ts picks the lowest expected finish). */
-const PROBATION_FIRST_MS = -1e12;
-
 /** REQUEST's fixed fields (docs/dispatch-protocol.md). */
 const REQUEST_FIXED_BYTES = 24;
 /** HELLO's fixed fields. */
@@ -413,15 +402,6 @@ function socketIsLive(path: string, timeoutMs = 500): Promise<boolean> {
     s.once('connect', () => done(true));
     s.once('error', () => done(false));
   });
-}
-
-function countCovered(ids: Int32Array, n: number, begin: number, end: number): number {
-  let c = 0;
-  for (let p = 0; p < n; p++) {
-    const e = ids[p] as number;
-    if (e >= begin && e < end) c++;
-  }
-  return c;
 }
 
 export class ModelDispatcher {
@@ -803,26 +783,14 @@ export class ModelDispatcher {
       return;
     }
 
-    const saturation = this.saturationSnapshot(nowMs);
-    const nPairs = req.nTokens * req.nUsed;
     const nExpert = (conn.hello as Hello).nExpert;
-    const planWorkers: PlanWorker[] = [];
-    const chosen: WorkerLink[] = [];
-    const chosenStats: WorkerDispatchStats[] = [];
-    const probes: boolean[] = [];
-    const coveredBy: number[] = [];
-    // Covering workers the policy declined; those it declined for want of proof (never served, benched) may be probed
-    // in shadow under v2, where nothing waits on a probe.
-    const declined: WorkerDispatchStats[] = [];
-    const shadowable: Array<{ link: WorkerLink; st: WorkerDispatchStats; covered: number }> = [];
-    // v2: workers whose answers may not be used yet (probation), planned apart from the rest (below).
+    // v2: workers whose answers may not be used yet (probation) are planned apart from the rest (below); covering
+    // workers the policy declined for want of proof (never served, benched) may be probed in shadow under v2, where
+    // nothing waits on a probe.
     const v2 = conn.version === 2;
-    const untrusted: Array<{ link: WorkerLink; st: WorkerDispatchStats; covered: number; probe: boolean }> = [];
-    const mayUse = v2 ? this.opts.mayUse : undefined;
-    const cfg = this.policyCfg;
+    const candidates: Candidate<WorkerLink, WorkerDispatchStats>[] = [];
     for (const link of links) {
-      if (link.layer !== req.layer || !(link.begin >= 0 && link.begin < link.end && link.end <= nExpert)) continue;
-      const covered = countCovered(req.ids, nPairs, link.begin, link.end);
+      const covered = coveredPairs(req, link, nExpert);
       if (covered === 0) continue;
       const st = this.stats(link.workerId, nowMs);
       const rec = this.opts.record?.(link.workerId);
@@ -831,62 +799,34 @@ export class ModelDispatcher {
       r.lastServeMs = st.lastServeMs ?? rec?.lastServeMs ?? null;
       r.released = rec?.released ?? false;
       r.quarantined = rec?.quarantined ?? false;
-      const decision = layerOnePolicy(
-        {
-          mode: this.mode,
-          nowMs,
-          worker: {
-            state: workerState(r, nowMs, cfg),
-            expectedMs: expectedRoundTripMs(st.latency, covered),
-            benchedAtMs: st.benchedAtMs,
-            lastProbeMs: st.lastProbeMs,
-          },
-          pairs: covered,
-          localNsPerPair: req.localNsPerPair,
-          saturation,
-        },
-        cfg,
-      );
-      this.totals.decisions[decision.reason] = (this.totals.decisions[decision.reason] ?? 0) + 1;
-      if (!decision.dispatch) {
-        declined.push(st);
-        if (PROBE_IN_SHADOW.has(decision.reason)) shadowable.push({ link, st, covered });
-        continue;
-      }
-      if (mayUse && !mayUse(link.workerId)) {
-        untrusted.push({ link, st, covered, probe: decision.reason === 'bench-probe' });
-        continue;
-      }
-      const line = latencyLine(st.latency);
-      planWorkers.push({
-        begin: link.begin,
-        end: link.end,
-        // Its queue: what the link reports, or the items this dispatcher sent and has not seen settle (late ones).
-        queueMs: line === null ? 0 : Math.max(link.inFlight, st.outstanding) * st.latency.ms,
-        overheadMs: line === null ? null : line.overheadMs,
-        perPairMs: line === null ? 0 : line.perPairMs,
-      });
-      chosen.push(link);
-      chosenStats.push(st);
-      probes.push(decision.reason === 'bench-probe');
-      coveredBy.push(covered);
+      candidates.push({ link, stats: st, covered, state: workerState(r, nowMs, this.policyCfg) });
     }
+    const selection = selectCandidates(
+      {
+        mode: this.mode,
+        nowMs,
+        localNsPerPair: req.localNsPerPair,
+        saturation: this.saturationSnapshot(nowMs),
+        candidates,
+        mayUse: v2 ? this.opts.mayUse : undefined,
+      },
+      this.policyCfg,
+    );
+    for (const reason of selection.reasons) this.totals.decisions[reason] = (this.totals.decisions[reason] ?? 0) + 1;
+    const { declined, shadowable, untrusted } = selection;
+    const planWorkers: PlanWorker[] = selection.chosen.map((c) => c.worker);
+    const chosen: WorkerLink[] = selection.chosen.map((c) => c.link);
+    const chosenStats: WorkerDispatchStats[] = selection.chosen.map((c) => c.stats);
+    const probes: boolean[] = selection.chosen.map((c) => c.probe);
+    const coveredBy: number[] = selection.chosen.map((c) => c.covered);
     // `always` (tests, benchmarks) hands every covered pair to a worker; otherwise v2 claims only what speeds the layer up.
     const capped = v2 && this.mode !== 'always';
     const shadowProbe: boolean[] =
       capped && planWorkers.length > 0 ? this.capClaims(req, planWorkers, coveredBy, budgetMs, chosenStats, nowMs) : [];
     if (capped) {
-      for (const { link, st, covered } of shadowable) {
+      for (const { link, stats: st, covered } of shadowable) {
         if (!this.shadowProbeDue(st, nowMs)) continue;
-        planWorkers.push({
-          begin: link.begin,
-          end: link.end,
-          // Last in line: a probe takes only pairs no claimed worker takes (it must not thin a proven replica's share).
-          queueMs: Number.MAX_SAFE_INTEGER,
-          overheadMs: null,
-          perPairMs: 0,
-          cap: Math.min(covered, this.claimCfg.probePairs),
-        });
+        planWorkers.push(shadowProbeWorker(link, covered, this.claimCfg));
         chosen.push(link);
         chosenStats.push(st);
         probes.push(false);
@@ -903,7 +843,7 @@ export class ModelDispatcher {
     if (plan.dispatchedPairs === 0) {
       let q = 0;
       if (capped && (declined.length > 0 || planWorkers.length > 0))
-        q = this.quietUntilProbe([...chosenStats, ...shadowable.map((x) => x.st)], nowMs);
+        q = this.quietUntilProbe([...chosenStats, ...shadowable.map((x) => x.stats)], nowMs);
       // (`always` keeps asking: tests and benchmarks count every routed pair.)
       else if (this.mode === 'auto' && declined.length > 0 && planWorkers.length === 0) q = quiet;
       this.answerLocal(conn, req, q, arrivedAt);
@@ -988,23 +928,17 @@ export class ModelDispatcher {
    */
   private planProbation(
     req: DispatchRequest,
-    untrusted: ReadonlyArray<{ link: WorkerLink; st: WorkerDispatchStats; covered: number; probe: boolean }>,
+    untrusted: readonly Admitted<WorkerLink, WorkerDispatchStats>[],
     planWorkers: PlanWorker[],
     chosen: WorkerLink[],
     chosenStats: WorkerDispatchStats[],
     probes: boolean[],
     coveredBy: number[],
   ): void {
-    for (const { link, st, covered, probe } of untrusted) {
-      if (st.outstanding > 0) continue;
-      planWorkers.push({
-        begin: link.begin,
-        end: link.end,
-        queueMs: PROBATION_FIRST_MS + st.servedItems + st.misses,
-        overheadMs: null,
-        perPairMs: 0,
-        cap: Math.min(covered, Math.max(this.claimCfg.probePairs, req.nUsed)),
-      });
+    for (const { link, stats: st, covered, probe } of untrusted) {
+      const w = probationWorker(link, st, covered, req.nUsed, this.claimCfg);
+      if (w === null) continue;
+      planWorkers.push(w);
       chosen.push(link);
       chosenStats.push(st);
       probes.push(probe);
@@ -1107,10 +1041,7 @@ export class ModelDispatcher {
    * whole window when none of them can be probed).
    */
   private quietUntilProbe(stats: readonly WorkerDispatchStats[], nowMs: number): number {
-    const cap = Math.min(this.opts.quietMs ?? DEFAULT_QUIET_MS, DISPATCH_LIMITS.maxQuietMs);
-    let due = cap;
-    for (const st of stats) if (st.outstanding === 0) due = Math.min(due, (st.nextShadowProbeMs ?? 0) - nowMs);
-    return Math.max(0, Math.floor(due));
+    return quietUntilProbeMs(stats, nowMs, Math.min(this.opts.quietMs ?? DEFAULT_QUIET_MS, DISPATCH_LIMITS.maxQuietMs));
   }
 
   /**
@@ -1119,9 +1050,9 @@ export class ModelDispatcher {
    * probe takes it; never while it has work outstanding.
    */
   private shadowProbeDue(st: WorkerDispatchStats, nowMs: number): boolean {
-    if (st.outstanding > 0 || nowMs < (st.nextShadowProbeMs ?? 0)) return false;
-    const probeMs = expectedRoundTripMs(st.latency, this.claimCfg.probePairs);
-    st.nextShadowProbeMs = nowMs + shadowProbeGapMs(st.consecutiveMisses + st.shadowStreak, probeMs, this.claimCfg);
+    const next = shadowProbeBooking(st, nowMs, this.claimCfg);
+    if (next === null) return false;
+    st.nextShadowProbeMs = next;
     st.shadowStreak++;
     return true;
   }

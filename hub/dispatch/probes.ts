@@ -1,0 +1,89 @@
+/**
+ * Protocol v2's shadow and probation planning as pure functions: where a probe in shadow or a worker on probation
+ * stands in the plan (plan.ts `PlanWorker`), when a worker the claim caps left out is due its next probe in shadow, and
+ * how long the layer may stay quiet until then. The dispatcher (dispatcher.ts) applies what they return.
+ *
+ *   const next = shadowProbeBooking(st, nowMs, claimCfg);
+ *   if (next !== null) { st.nextShadowProbeMs = next; st.shadowStreak++; }
+ *
+ * A shadow item is sent and never claimed: the coordinator computes those pairs anyway, so nothing waits on it.
+ */
+import { type ClaimConfig, shadowProbeGapMs } from './claims.ts';
+import { type LatencyModel, type PlanWorker, expectedRoundTripMs } from './plan.ts';
+
+/** What probe planning reads of a worker's dispatch record (the dispatcher's `WorkerDispatchStats` has all of it). */
+export interface ProbeStats {
+  readonly latency: LatencyModel;
+  /** Items sent and not settled: never probe a worker that has work outstanding. */
+  readonly outstanding: number;
+  readonly consecutiveMisses: number;
+  /** Shadow probes sent since it was last claimed pairs. */
+  readonly shadowStreak: number;
+  /** When it may next be probed in shadow (null: at once). */
+  readonly nextShadowProbeMs: number | null;
+  readonly servedItems: number;
+  readonly misses: number;
+}
+
+/** A probation worker's planned queue: ahead of every measured worker (plan.ts picks the lowest expected finish). */
+export const PROBATION_FIRST_MS = -1e12;
+
+/**
+ * Whether a worker may be probed in shadow now: null when not (work outstanding, or its next probe is not due), else
+ * when the probe after this one is due (claims.ts `shadowProbeGapMs`): the base interval doubled per consecutive miss
+ * and per earlier probe since its last claim, and at least 20 × what a probe takes it. The caller books it (sets
+ * `nextShadowProbeMs` and counts one more in `shadowStreak`).
+ */
+export function shadowProbeBooking(st: ProbeStats, nowMs: number, cfg: ClaimConfig): number | null {
+  if (st.outstanding > 0 || nowMs < (st.nextShadowProbeMs ?? 0)) return null;
+  const probeMs = expectedRoundTripMs(st.latency, cfg.probePairs);
+  return nowMs + shadowProbeGapMs(st.consecutiveMisses + st.shadowStreak, probeMs, cfg);
+}
+
+/**
+ * A probe in shadow of a worker the policy declined for want of proof: last in line, so that it takes only pairs no
+ * claimed worker takes (it must not thin a proven replica's share), at most `probePairs`.
+ */
+export function shadowProbeWorker(link: { readonly begin: number; readonly end: number }, covered: number, cfg: ClaimConfig): PlanWorker {
+  return {
+    begin: link.begin,
+    end: link.end,
+    queueMs: Number.MAX_SAFE_INTEGER,
+    overheadMs: null,
+    perPairMs: 0,
+    cap: Math.min(covered, cfg.probePairs),
+  };
+}
+
+/**
+ * A worker on probation, first in line apart from the speed race (a newcomer slower than a trusted replica would
+ * otherwise never be planned once measured, and so never pass its probation): at most one token's worth of pairs
+ * (at least `probePairs`), least-tried first (ties: the order of the list). Null while it has an item outstanding.
+ */
+export function probationWorker(
+  link: { readonly begin: number; readonly end: number },
+  st: ProbeStats,
+  covered: number,
+  nUsed: number,
+  cfg: ClaimConfig,
+): PlanWorker | null {
+  if (st.outstanding > 0) return null;
+  return {
+    begin: link.begin,
+    end: link.end,
+    queueMs: PROBATION_FIRST_MS + st.servedItems + st.misses,
+    overheadMs: null,
+    perPairMs: 0,
+    cap: Math.min(covered, Math.max(cfg.probePairs, nUsed)),
+  };
+}
+
+/**
+ * How long until one of these workers is due a shadow probe again, whole ms (at most `capMs`, the configured quiet
+ * window; the whole window when none of them can be probed: all have work outstanding).
+ */
+export function quietUntilProbeMs(stats: readonly ProbeStats[], nowMs: number, capMs: number): number {
+  let due = capMs;
+  for (const st of stats) if (st.outstanding === 0) due = Math.min(due, (st.nextShadowProbeMs ?? 0) - nowMs);
+  return Math.max(0, Math.floor(due));
+}

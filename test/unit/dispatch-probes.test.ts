@@ -1,0 +1,90 @@
+/**
+ * Protocol v2's shadow and probation planning (hub/dispatch/probes.ts) as tables: when a probe in shadow is due and
+ * the next one booked, where probes and probation workers stand in the plan, how long the layer stays quiet.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { DEFAULT_CLAIMS } from '../../hub/dispatch/claims.ts';
+import { newLatencyModel, observeRoundTrip } from '../../hub/dispatch/plan.ts';
+import {
+  PROBATION_FIRST_MS,
+  type ProbeStats,
+  probationWorker,
+  quietUntilProbeMs,
+  shadowProbeBooking,
+  shadowProbeWorker,
+} from '../../hub/dispatch/probes.ts';
+
+const NOW = 1_000_000;
+const cfg = DEFAULT_CLAIMS; // probePairs 8, shadowProbeEveryMs 2000, shadowProbeDuty 0.05
+
+function st(o: Partial<Omit<ProbeStats, 'latency'>> & { ms?: number } = {}): ProbeStats {
+  const latency = newLatencyModel();
+  if (o.ms !== undefined) observeRoundTrip(latency, cfg.probePairs, o.ms);
+  return {
+    latency,
+    outstanding: o.outstanding ?? 0,
+    consecutiveMisses: o.consecutiveMisses ?? 0,
+    shadowStreak: o.shadowStreak ?? 0,
+    nextShadowProbeMs: o.nextShadowProbeMs ?? null,
+    servedItems: o.servedItems ?? 0,
+    misses: o.misses ?? 0,
+  };
+}
+
+test('shadowProbeBooking: table', () => {
+  const rows: Array<{ name: string; st: ProbeStats; want: number | null }> = [
+    { name: 'never probed, unmeasured: base gap', st: st(), want: NOW + 2000 },
+    { name: 'work outstanding: not now', st: st({ outstanding: 1 }), want: null },
+    { name: 'not due yet', st: st({ nextShadowProbeMs: NOW + 1 }), want: null },
+    { name: 'due exactly now', st: st({ nextShadowProbeMs: NOW }), want: NOW + 2000 },
+    { name: 'backoff: misses and streak double the gap', st: st({ consecutiveMisses: 1, shadowStreak: 1 }), want: NOW + 8000 },
+    { name: 'backoff capped at 2^5', st: st({ shadowStreak: 9 }), want: NOW + 64_000 },
+    { name: 'slow probe: at least 20 × its round trip', st: st({ ms: 500 }), want: NOW + 10_000 },
+  ];
+  for (const r of rows) assert.equal(shadowProbeBooking(r.st, NOW, cfg), r.want, r.name);
+});
+
+test('shadowProbeWorker and probationWorker: table', () => {
+  const link = { begin: 2, end: 6 };
+  assert.deepEqual(shadowProbeWorker(link, 3, cfg), {
+    begin: 2,
+    end: 6,
+    queueMs: Number.MAX_SAFE_INTEGER,
+    overheadMs: null,
+    perPairMs: 0,
+    cap: 3,
+  });
+  assert.equal(shadowProbeWorker(link, 100, cfg).cap, cfg.probePairs, 'a probe takes at most probePairs');
+  const rows: Array<{ name: string; st: ProbeStats; covered: number; nUsed: number; cap: number | null; queueMs?: number }> = [
+    { name: 'outstanding: not planned', st: st({ outstanding: 1 }), covered: 20, nUsed: 8, cap: null },
+    { name: 'at least probePairs', st: st(), covered: 20, nUsed: 4, cap: 8, queueMs: PROBATION_FIRST_MS },
+    { name: 'one token of pairs', st: st(), covered: 20, nUsed: 12, cap: 12 },
+    { name: 'no more than it covers', st: st(), covered: 3, nUsed: 12, cap: 3 },
+    {
+      name: 'least-tried first',
+      st: st({ servedItems: 2, misses: 1 }),
+      covered: 20,
+      nUsed: 8,
+      cap: 8,
+      queueMs: PROBATION_FIRST_MS + 3,
+    },
+  ];
+  for (const r of rows) {
+    const w = probationWorker(link, r.st, r.covered, r.nUsed, cfg);
+    assert.equal(w?.cap ?? null, r.cap, r.name);
+    if (r.queueMs !== undefined) assert.equal(w?.queueMs, r.queueMs, `${r.name}: queue`);
+  }
+});
+
+test('quietUntilProbeMs: table', () => {
+  const rows: Array<{ name: string; stats: ProbeStats[]; want: number }> = [
+    { name: 'nobody: the whole window', stats: [], want: 1000 },
+    { name: 'all outstanding: the whole window', stats: [st({ outstanding: 1, nextShadowProbeMs: NOW })], want: 1000 },
+    { name: 'one due now', stats: [st({ nextShadowProbeMs: NOW + 5000 }), st()], want: 0 },
+    { name: 'the soonest, floored', stats: [st({ nextShadowProbeMs: NOW + 300.7 }), st({ nextShadowProbeMs: NOW + 600 })], want: 300 },
+    { name: 'capped at the window', stats: [st({ nextShadowProbeMs: NOW + 5000 })], want: 1000 },
+    { name: 'overdue: 0', stats: [st({ nextShadowProbeMs: NOW - 50 })], want: 0 },
+  ];
+  for (const r of rows) assert.equal(quietUntilProbeMs(r.stats, NOW, 1000), r.want, r.name);
+});

@@ -21,7 +21,8 @@ export interface HubEvent {
   detail: string;
 }
 
-export interface EventFilter {
+/** A query of the hub's event ring: kind and model to match (absent = any) and how many of the newest to return. */
+export interface EventLogQuery {
   kind?: HubEventKind | undefined;
   model?: string | undefined;
   /** The newest `limit` matching events. */
@@ -74,7 +75,7 @@ export class EventLog {
   }
 
   /** The newest `limit` events of a kind and/or model, newest last. */
-  query(f: EventFilter): HubEvent[] {
+  query(f: EventLogQuery): HubEvent[] {
     return newestEvents(this.ring, f, f.limit).reverse();
   }
 

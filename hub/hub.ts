@@ -30,7 +30,7 @@ import {
 } from './dispatch/trust.ts';
 import { DEFAULT_DISPATCH, DispatchMap, workerState, type DispatchConfig, type DispatchRow } from './dispatch/map.ts';
 import { Counter } from 'prom-client';
-import { EventLog, type EventFilter, type HubEvent } from './events.ts';
+import { EventLog, type EventLogQuery, type HubEvent } from './events.ts';
 import { HubStore } from './store.ts';
 import { NodeAuth, type ChallengeReply, type NodeTokenReply } from './auth/index.ts';
 import { HubError } from './errors.ts';
@@ -1306,7 +1306,7 @@ export class Hub {
   }
 
   /** `GET /api/events` with its filters: the newest `limit` matching events, newest last. */
-  queryEvents(filter: EventFilter): HubEvent[] {
+  queryEvents(filter: EventLogQuery): HubEvent[] {
     return this.events.query(filter);
   }
 

@@ -279,8 +279,8 @@ export interface AdminResult {
   detail: string;
 }
 
-/** An event filter: '' (or absent) matches every kind / model. */
-export interface EventFilter {
+/** What an event must match to be listed (EventMatch): '' (or absent) matches every kind / model. Both ends apply it. */
+export interface EventMatch {
   kind?: HubEventKindName | '' | undefined;
   model?: string | undefined;
 }
@@ -289,7 +289,7 @@ export interface EventFilter {
  * The newest `limit` events matching `f`, NEWEST FIRST, from a list kept oldest first (the hub's ring, the page's
  * copy): the one filter both ends apply.
  */
-export function newestEvents<E extends Pick<HubEventRow, 'kind' | 'model'>>(events: readonly E[], f: EventFilter, limit: number): E[] {
+export function newestEvents<E extends Pick<HubEventRow, 'kind' | 'model'>>(events: readonly E[], f: EventMatch, limit: number): E[] {
   const out: E[] = [];
   for (let i = events.length - 1; i >= 0 && out.length < limit; i--) {
     const e = events[i] as E;

@@ -197,7 +197,8 @@ export function staleMessage(since: number): string {
 
 // --- the event log
 
-export interface EventFilter {
+/** The event log's two filter selects as the page binds them ('' = any); newestEvents reads it as an EventMatch. */
+export interface EventFilterForm {
   kind: HubEventKindName | '';
   model: string;
 }
@@ -206,7 +207,7 @@ export interface EventFilter {
 export { HUB_EVENT_KINDS as EVENT_KINDS };
 
 /** The newest `limit` events matching the filter, newest first (the hub's own filter, from the wire module). */
-export function filterEvents(events: readonly HubEventRow[], f: EventFilter, limit: number): HubEventRow[] {
+export function filterEvents(events: readonly HubEventRow[], f: EventFilterForm, limit: number): HubEventRow[] {
   return newestEvents(events, f, limit);
 }
 

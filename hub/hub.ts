@@ -11,7 +11,8 @@ import { fileURLToPath } from 'node:url';
 import { CoordinatorSupervisor, type CoordinatorStatus } from './supervisor.ts';
 import { DEFAULT_POLLER, SaturationPoller, type PollerOptions } from './poller.ts';
 import { CoverageStore } from './market/coverage.ts';
-import { SliceGrants, type Slice } from './market/grants.ts';
+import type { SliceRef } from '../protocol/slice.ts';
+import { SliceGrants } from './market/grants.ts';
 import { modelDemand } from './market/demand.ts';
 import { chooseReleases, type ReleaseCandidate } from './market/release.ts';
 import { chooseAssignment, type VolunteerAnswer, type VolunteerRequest } from './market/assign.ts';
@@ -520,7 +521,7 @@ export class Hub {
   }
 
   /** The shard server sent `wallet` a slice (or confirmed its cached copy): its workers may now report it held. */
-  sliceDownloaded(wallet: string, slice: Slice): void {
+  sliceDownloaded(wallet: string, slice: SliceRef): void {
     this.grants.downloaded(wallet, slice);
   }
 

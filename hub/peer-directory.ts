@@ -12,6 +12,7 @@
  */
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import type { PeerReport, WelcomePeer } from '../protocol/channel/index.ts';
+import type { AssignedSlice } from '../protocol/slice.ts';
 import type { SliceTransfer } from '../protocol/dashboard.ts';
 
 export type { SliceTransfer };
@@ -43,21 +44,12 @@ export const DEFAULT_PEERS: Readonly<PeerConfig> = Object.freeze({
   slicesKept: 1024,
 });
 
-/** A slice as an assignment names it. */
-export interface SliceKey {
-  model: string;
-  layer: number;
-  experts: [number, number];
-  digest: string;
-  bytes: number;
-}
-
 /** What the channel tells the directory (hub/channel/channel.ts holds one as `peers`). */
 export interface PeerListing {
   /** A volunteer said hello: its PeerJS id and token for welcome, or undefined when peers are off. */
   welcome(workerId: string, wallet: string): WelcomePeer | undefined;
   /** A volunteer is being assigned `slice`: the peers to list in its assign (holders first); it is noted as fetching. */
-  assigning(workerId: string, slice: SliceKey): string[];
+  assigning(workerId: string, slice: AssignedSlice): string[];
   /** It loaded its slice, with what it says it took from peers and from the hub (undefined: an older client). */
   loaded(workerId: string, fromPeers: number | undefined, fromHub: number | undefined): void;
   /** Paused volunteers upload nothing, so they are not listed. */
@@ -75,7 +67,7 @@ interface Member {
   wallet: string;
   peerId: string;
   token: string;
-  slice: SliceKey | null;
+  slice: AssignedSlice | null;
   loaded: boolean;
   paused: boolean;
   reported: Set<string>;
@@ -129,7 +121,7 @@ export class PeerDirectory implements PeerListing {
     return a.length === b.length && timingSafeEqual(a, b);
   }
 
-  assigning(workerId: string, slice: SliceKey): string[] {
+  assigning(workerId: string, slice: AssignedSlice): string[] {
     const m = this.members.get(workerId);
     if (!m) return [];
     this.leaveSlice(m);
@@ -236,7 +228,7 @@ export class PeerDirectory implements PeerListing {
     m.loaded = false;
   }
 
-  private transfer(s: SliceKey): SliceTransfer {
+  private transfer(s: AssignedSlice): SliceTransfer {
     let t = this.transfers.get(s.digest);
     if (!t) {
       t = {

@@ -30,7 +30,7 @@ import { GGUFWriter } from '../gguf/writer.ts';
 import { LinkedMap } from './auth/linked-map.ts';
 import { ChunkLists } from './chunk-lists.ts';
 import { HubError } from './errors.ts';
-import type { Slice } from './market/grants.ts';
+import type { SliceRef } from '../protocol/slice.ts';
 import type { ModelInfo } from './registry.ts';
 import {
   EXPERTS_MAX,
@@ -62,7 +62,7 @@ export interface ShardHost {
   /** The wallet of a market call's Authorization header; throws AUTH_*. */
   authenticate(authorizationHeader: string | undefined): string;
   /** The shard server sent `wallet` a slice (or confirmed its cached copy): its workers may now report it held. */
-  sliceDownloaded(wallet: string, slice: Slice): void;
+  sliceDownloaded(wallet: string, slice: SliceRef): void;
 }
 
 /** Experts [expertBegin, expertEnd) of one layer of one model. */

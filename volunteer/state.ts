@@ -6,15 +6,10 @@
  *   client.on('state', (s) => { if (s.kind === 'retrying') show(`hub unreachable, retrying in ${s.inSeconds} s`); });
  */
 import type { Backend } from '../protocol/numerics.ts';
+import type { AssignedSlice } from '../protocol/slice.ts';
 
-/** The slice the hub assigned: `experts` is `[begin, end)` of `layer`. */
-export interface SliceAssignment {
-  model: string;
-  layer: number;
-  experts: [number, number];
-  /** The slice's size in bytes, as the hub announced it. */
-  bytes: number;
-  digest: string;
+/** The volunteer's record of the slice the hub assigned (`experts` is `[begin, end)` of `layer`), and where it came from. */
+export interface SliceAssignment extends AssignedSlice {
   /** Set once the slice is in hand: true when it came from this device's cache (nothing downloaded). */
   fromCache?: boolean;
 }

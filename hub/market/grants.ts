@@ -30,24 +30,16 @@
 import { HubError } from '../errors.ts';
 import { LinkedMap } from '../auth/linked-map.ts';
 import { SLICE_GRANT_WALLETS_KEPT, SLICE_GRANTS_PER_WALLET } from '../limits.ts';
-import type { HeldRange } from './types.ts';
+import type { HeldRange, SliceRef } from '../../protocol/slice.ts';
 
-/** Experts `[begin, end)` of one layer of one model. */
-export interface Slice {
-  model: string;
-  layer: number;
-  begin: number;
-  end: number;
-}
-
-interface Assigned extends Slice {
+interface Assigned extends SliceRef {
   /** The worker it is for; null until a heartbeat claims it (a request without `worker_id`). */
   workerId: string | null;
 }
 
 interface WalletSlices {
   assigned: Assigned[];
-  downloaded: Slice[];
+  downloaded: SliceRef[];
 }
 
 export interface SliceGrantsOptions {
@@ -55,10 +47,10 @@ export interface SliceGrantsOptions {
   walletsKept?: number;
 }
 
-const inside = (s: Slice, model: string, [layer, begin, end]: Readonly<HeldRange>): boolean =>
+const inside = (s: SliceRef, model: string, [layer, begin, end]: Readonly<HeldRange>): boolean =>
   s.model === model && s.layer === layer && s.begin <= begin && end <= s.end;
 
-const same = (a: Slice, b: Slice): boolean => a.model === b.model && a.layer === b.layer && a.begin === b.begin && a.end === b.end;
+const same = (a: SliceRef, b: SliceRef): boolean => a.model === b.model && a.layer === b.layer && a.begin === b.begin && a.end === b.end;
 
 export class SliceGrants {
   readonly perWallet: number;
@@ -78,7 +70,7 @@ export class SliceGrants {
   }
 
   /** The market assigned `slice` to `workerId` (null: the request named no worker) of `wallet`. */
-  assigned(wallet: string, workerId: string | null, slice: Slice): void {
+  assigned(wallet: string, workerId: string | null, slice: SliceRef): void {
     const w = this.walletOf(wallet);
     const i = w.assigned.findIndex((a) => same(a, slice) && a.workerId === workerId);
     if (i >= 0) w.assigned.splice(i, 1); // the same answer again: it becomes the newest
@@ -87,7 +79,7 @@ export class SliceGrants {
   }
 
   /** `wallet` fetched `slice` from the shard server. */
-  downloaded(wallet: string, slice: Slice): void {
+  downloaded(wallet: string, slice: SliceRef): void {
     const w = this.walletOf(wallet);
     const i = w.downloaded.findIndex((d) => same(d, slice));
     if (i >= 0) w.downloaded.splice(i, 1);

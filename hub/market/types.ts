@@ -1,16 +1,11 @@
 /**
  * The demand market's vocabulary. Plain data only: the stores and policies in this folder pass these around, and the
  * HTTP shell serialises the snake_case ones as they are (`GET /api/expert-demand`, `POST /api/expert-volunteer`).
- *
- * Ranges are half-open everywhere: `[begin, end)` holds experts begin, begin+1, …, end-1, so the width is `end - begin`
- * and two adjacent ranges share a bound without overlapping. The wire pair `experts: [a, b]` follows the same rule.
+ * Ranges are half-open everywhere, as protocol/slice.ts states.
  */
 
-/** Experts `[begin, end)` of one layer; `0 <= begin < end <= nExpert`. */
-export interface ExpertRange {
-  begin: number;
-  end: number;
-}
+/** The slice vocabulary (ExpertRange, HeldRange) lives in protocol/slice.ts; the market names it from there. */
+export type { ExpertRange, HeldRange } from '../../protocol/slice.ts';
 
 /** What the market needs to know about a served model (read from its GGUF). */
 export interface ModelShape {
@@ -57,10 +52,3 @@ export interface ModelDemand {
   recruiting: boolean;
   layers: LayerDemand[];
 }
-
-/**
- * Experts a worker holds on one layer, as heartbeats carry them (an entry of `segments` in `POST /api/expert-coverage`):
- * `[layer, begin, end]`, experts `[begin, end)`. Not a demand `Segment`: this is what one worker has, not a run of
- * the market's replica counts.
- */
-export type HeldRange = [layer: number, begin: number, end: number];

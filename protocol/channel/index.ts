@@ -52,7 +52,6 @@ export { VOLUNTEER_LIMITS, VOLUNTEER_PATH, VOLUNTEER_WIRE_VERSION, WIRE_HEADER_B
 export {
   type Assign,
   type ClientMessage,
-  type CoverageRange,
   type Credit,
   type Heartbeat,
   type ChannelHello,

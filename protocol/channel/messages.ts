@@ -3,6 +3,7 @@
  * the strict parsers each end runs on what it receives, and encoders that check their own output with the same parser.
  */
 import type { Backend, Numerics } from '../numerics.ts';
+import type { HeldRange } from '../slice.ts';
 import { VolunteerWireError, badFrame, tooLarge } from './close-codes.ts';
 import { WIRE_ENCODINGS, type WireEncoding } from './encodings.ts';
 import { type Fields, type Obj, parseObject, show } from './json-fields.ts';
@@ -18,9 +19,6 @@ const DIGEST = /^sha256:[0-9a-f]{64}$/;
 /** PeerJS ids and tokens as the hub issues them, and a path of the hub's own origin. */
 const PEER_ID = /^[A-Za-z0-9]+$/;
 const PEER_PATH = /^\/[A-Za-z0-9/_-]*$/;
-
-/** Experts `[begin, end)` of `layer` that a worker has loaded and serves, as heartbeats carry them. */
-export type CoverageRange = [layer: number, begin: number, end: number];
 
 /** The device as hello states it (mirrors volunteer/state.ts DeviceReport). */
 export interface HelloDevice {
@@ -97,7 +95,7 @@ export interface Heartbeat {
   /** The model of the coverage ('' when it holds nothing). */
   model: string;
   /** Only what is loaded and serving now; empty while waiting or loading. */
-  coverage: CoverageRange[];
+  coverage: HeldRange[];
   paused: boolean;
   /** Pairs served since the connection opened, and work frames queued right now. */
   stats: { pairsServed: number; queueDepth: number };
@@ -284,13 +282,13 @@ function parseHello(f: Fields): ChannelHello {
   };
 }
 
-function parseCoverage(f: Fields): CoverageRange[] {
+function parseCoverage(f: Fields): HeldRange[] {
   return f.list('coverage', L.maxCoverageRanges).map((r, i) => {
     const at = `${f.name('coverage')}[${i}]`;
     if (!Array.isArray(r) || r.length !== 3 || !r.every((x) => typeof x === 'number' && Number.isSafeInteger(x) && x >= 0)) {
       throw badFrame(`${at} must be [layer, begin, end] of integers ≥ 0`);
     }
-    const [layer, begin, end] = r as CoverageRange;
+    const [layer, begin, end] = r as HeldRange;
     if (layer >= L.maxLayers) throw tooLarge(`${at}: layer ${layer} is not below ${L.maxLayers}`);
     if (end > L.maxExperts) throw tooLarge(`${at}: end ${end} exceeds ${L.maxExperts} experts`);
     if (begin >= end) throw badFrame(`${at}: begin ${begin} must be below end ${end}`);

@@ -4,13 +4,14 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { SliceGrants, type Slice } from '../../hub/market/grants.ts';
+import { SliceGrants } from '../../hub/market/grants.ts';
+import type { SliceRef } from '../../protocol/slice.ts';
 import { HubError } from '../../hub/errors.ts';
 import type { HeldRange } from '../../hub/market/types.ts';
 
-const S = (layer: number, begin: number, end: number, model = 'm'): Slice => ({ model, layer, begin, end });
+const S = (layer: number, begin: number, end: number, model = 'm'): SliceRef => ({ model, layer, begin, end });
 
-type Step = ['assign', string | null, Slice] | ['download', Slice];
+type Step = ['assign', string | null, SliceRef] | ['download', SliceRef];
 
 function codeOf(f: () => void): string {
   try {

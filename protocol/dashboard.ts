@@ -21,6 +21,7 @@
  *   POST /api/admin/models/:model/dispatch  {mode}          AdminResult (auto | always | off, per model)
  * Every admin action, done or refused for a bad argument, lands in the event log as kind `admin`.
  */
+import type { AssignedSlice } from './slice.ts';
 
 /** Stream cadence: one tick a second; the history holds HISTORY_MS of ticks per model. */
 export const TICK_MS = 1000;
@@ -81,13 +82,7 @@ export type HubEventKindName = (typeof HUB_EVENT_KINDS)[number];
  * One slice's transfers (`GET /api/peers/slices` → `{ slices: SliceTransfer[] }`, the dashboard's slice transfers;
  * hub/peer-directory.ts keeps them, docs/peers.md): bytes volunteers took from each other vs from the hub.
  */
-export interface SliceTransfer {
-  model: string;
-  layer: number;
-  /** `[begin, end)`. */
-  experts: [number, number];
-  digest: string;
-  bytes: number;
+export interface SliceTransfer extends AssignedSlice {
   /** Loads reported (`loaded`), and of those how many came whole from the volunteer's cache. */
   loads: number;
   fromCache: number;

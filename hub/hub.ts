@@ -18,19 +18,8 @@ import { chooseReleases, type ReleaseCandidate } from './market/release.ts';
 import { chooseAssignment, type VolunteerAnswer, type VolunteerRequest } from './market/assign.ts';
 import { DEFAULT_SATURATION, effectiveTarget, saturationState, type SaturationConfig, type SaturationState } from './market/saturation.ts';
 import type { HeldRange, ModelDemand, ModelShape } from './market/types.ts';
-import {
-  DEFAULT_TRUST,
-  type Standing,
-  type TrustConfig,
-  afterAudit,
-  auditThis,
-  judgeAudit,
-  mayUse,
-  standing,
-  trustOn,
-} from './dispatch/trust.ts';
+import { DEFAULT_TRUST, type TrustConfig, mayUse } from './dispatch/trust.ts';
 import { DEFAULT_DISPATCH, DispatchMap, workerState, type DispatchConfig, type DispatchRow } from './dispatch/map.ts';
-import { Counter } from 'prom-client';
 import { EventLog, type EventLogQuery, type HubEvent } from './events.ts';
 import { HubStore } from './store.ts';
 import { NodeAuth, type ChallengeReply, type NodeTokenReply } from './auth/index.ts';
@@ -38,32 +27,19 @@ import { HubError } from './errors.ts';
 import { DEFAULT_HTTP_SERVER, type HttpServerLimits } from './net.ts';
 import { loadModelInfo, type ModelInfo } from './registry.ts';
 import { HubMetrics, type HubReadings } from './metrics.ts';
-import {
-  AUTH_RATE_LIMIT,
-  CREDIT_CACHE_MAX,
-  RELEASE_COOL_DOWN_MS,
-  RELEASED_WORKERS_KEPT,
-  RETIRED_WORKERS_KEPT,
-  WORKER_STALE_MS,
-  WORKERS_MAX,
-} from './limits.ts';
+import { AUTH_RATE_LIMIT, RELEASE_COOL_DOWN_MS, RETIRED_WORKERS_KEPT, WORKER_STALE_MS, WORKERS_MAX } from './limits.ts';
 import { ShardServer, type ShardHost } from './shards.ts';
+import { type LedgerHost, TrustLedger } from './trust/ledger.ts';
 import { ChunkLists } from './chunk-lists.ts';
 import { DEFAULT_PEERS, PeerDirectory, type PeerConfig, type SliceTransfer } from './peer-directory.ts';
 import { PeerSignal } from './peers-signal.ts';
-import {
-  type AuditChooser,
-  type AuditResult,
-  DispatchMetrics,
-  type DispatcherEvents,
-  ModelDispatcher,
-  type ResponseSummary,
-} from './dispatch/dispatcher.ts';
+import { DispatchMetrics, type DispatcherEvents, ModelDispatcher, type ResponseSummary } from './dispatch/dispatcher.ts';
 import type { DispatchMode } from './dispatch/policy.ts';
 import { DEFAULT_CHANNEL, VolunteerChannel, type ChannelHost, type ChannelOptions } from './channel/channel.ts';
 import type { Numerics } from '../protocol/numerics.ts';
 import type { CoverageAnswer, CreditAnswer, DemandAnswer, HealthAnswer, RecruitmentAnswer } from '../protocol/http.ts';
 import { AdminGate, checkedAdminToken } from './dashboard/admin.ts';
+import { type AdminDone, AdminActions, type AdminHost } from './dashboard/admin-actions.ts';
 import { RoundTripReservoir, round2 } from './dashboard/rates.ts';
 import { DashboardSampler, type ModelReading, type SamplerSource } from './dashboard/sampler.ts';
 import { DashboardStreams, type StreamOptions, type StreamSink } from './dashboard/stream.ts';
@@ -223,7 +199,7 @@ export class Hub {
   private readonly chunks: ChunkLists;
   private readonly signal: PeerSignal;
   private readonly dispatchMetrics: DispatchMetrics;
-  private readonly auditCounter: Counter<'model' | 'result'>;
+  private readonly ledger: TrustLedger;
   private readonly dispatchers = new Map<string, ModelDispatcher>();
   /** Each dispatcher's event hooks: `observeDispatch` adds and removes its onResponse here. */
   private readonly dispatcherEvents = new Map<string, DispatcherEvents>();
@@ -231,12 +207,7 @@ export class Hub {
   private readonly dispatchPaths = new Map<string, string>();
   /** How each model's coordinator computes, from its dispatch HELLO. */
   private readonly numericsOf = new Map<string, Numerics>();
-  /** Served pairs not yet written to the store, by wallet (flushed once a second). */
-  private readonly creditDue = new Map<string, number>();
-  private creditTimer: NodeJS.Timeout | null = null;
   private socketDir: string | null = null;
-  /** Lifetime credit by wallet, read from the store once and kept in step with every write (the workers table). */
-  private readonly credits = new Map<string, number>();
   /** `--dispatch` per model, changeable by an admin. */
   private readonly modes = new Map<string, DispatchMode>();
   /** Each market model's round trips since the last dashboard tick (always on: one reservoir add per result). */
@@ -244,20 +215,10 @@ export class Hub {
   /** observeDispatch's onResult, if one is set. */
   private resultObserver: ((workerId: string, roundTripMs: number, computeUs: number, model: string | undefined) => void) | null = null;
   private readonly retired = new Map<string, RetiredWorker>();
-  private readonly admin: AdminGate;
-  /**
-   * Admin calls refused before acting, by code (ADMIN_TOKEN_INVALID: a wrong or missing token). Counted here, not in
-   * /metrics yet: test/integration/hub-api.test.ts pins the list of metric families.
-   */
-  private readonly adminRefusals = new Map<string, number>();
+  private readonly admin: AdminActions;
   private readonly streams: DashboardStreams;
   private readonly sampler: DashboardSampler;
   private readonly workersTable = new WorkersTable(() => this.workerRows());
-  /**
-   * HTTP-heartbeat workers an operator released, with when their cool-down ends (insertion order = oldest first);
-   * their heartbeats are refused with WORKER_RELEASED until then. At most RELEASED_WORKERS_KEPT.
-   */
-  private readonly released = new Map<string, number>();
   /** Slices the market assigned to HTTP workers and their wallets downloaded: what their heartbeats may report. */
   private readonly grants = new SliceGrants();
   private readonly config: HubConfig;
@@ -291,12 +252,7 @@ export class Hub {
     );
     this.metrics = new HubMetrics(() => this.readings());
     this.dispatchMetrics = new DispatchMetrics(this.metrics.registry);
-    this.auditCounter = new Counter({
-      name: 'expertswarm_audits_total',
-      help: "Workers' answers held against the coordinator's own sums, by result (match: NMSE within AUDIT_MISMATCH_NMSE).",
-      labelNames: ['model', 'result'],
-      registers: [this.metrics.registry],
-    });
+    this.ledger = new TrustLedger(this.ledgerHost(), config.trust, this.metrics.registry);
     this.shards = new ShardServer(this.shardHost());
     this.channel = new VolunteerChannel(
       this.channelHost(),
@@ -317,7 +273,7 @@ export class Hub {
       if (model !== undefined) this.roundTripsOf(model).add(roundTripMs);
       this.resultObserver?.(workerId, roundTripMs, computeUs, model);
     };
-    this.admin = new AdminGate(checkedAdminToken(config.adminToken));
+    this.admin = new AdminActions(this.adminHost(), new AdminGate(checkedAdminToken(config.adminToken)), config.releaseCoolDownMs);
     this.sampler = new DashboardSampler(this.samplerSource(), this.streams, clock, {
       tokensMaxAgeMs: 2 * config.poller.intervalMs + config.poller.timeoutMs,
       onError: (e) => this.noteInternalError(`dashboard tick: ${errorText(e)}`),
@@ -374,8 +330,7 @@ export class Hub {
   async start(): Promise<void> {
     for (const [model, socketPath] of this.dispatchPaths) await this.startDispatcher(model, socketPath);
     await this.supervisor.start();
-    this.creditTimer = setInterval(() => this.flushCredit(), 1_000);
-    this.creditTimer.unref();
+    this.ledger.start();
     this.poller.start();
     this.evictTimer = setInterval(() => this.evict(), this.config.evictEveryMs);
     this.evictTimer.unref();
@@ -386,7 +341,6 @@ export class Hub {
     this.sampler.stop();
     this.streams.closeAll();
     if (this.evictTimer) clearInterval(this.evictTimer);
-    if (this.creditTimer) clearInterval(this.creditTimer);
     this.poller.stop();
     await this.channel.close();
     await this.signal.close();
@@ -394,7 +348,7 @@ export class Hub {
     for (const d of this.dispatchers.values()) await d.close();
     this.dispatchers.clear();
     if (this.socketDir) rmSync(this.socketDir, { recursive: true, force: true });
-    this.flushCredit();
+    this.ledger.stop();
     this.store.close();
   }
 
@@ -414,13 +368,7 @@ export class Hub {
   private async startDispatcher(model: string, socketPath: string): Promise<void> {
     const events: DispatcherEvents = {
       onServe: (workerId, atMs, latencyMs, pairs) => this.dispatch.recordServe(workerId, atMs, latencyMs, pairs),
-      onUsed: (workerId, pairs) => {
-        const rec = this.dispatch.record(workerId);
-        if (!rec) return;
-        // With trust checks on, credit waits for the worker's next passed audit (and is dropped if it is quarantined).
-        if (trustOn(this.config.trust)) rec.unverifiedPairs += pairs;
-        else this.credit(rec.wallet, pairs);
-      },
+      onUsed: (workerId, pairs) => this.ledger.used(workerId, pairs),
       onBench: (workerId, benched) =>
         this.events.add(
           'dispatch',
@@ -428,12 +376,12 @@ export class Hub {
           `${workerId} ${benched ? 'benched: keeps missing deadlines' : 'back: answered in time'}`,
           this.now(),
         ),
-      onAudit: (workerId, result) => this.onAudit(model, workerId, result),
+      onAudit: (workerId, result) => this.ledger.onAudit(model, workerId, result),
       // A partial of the wrong size or with NaN / ±∞ in it is refused at the frame; no honest client sends one (it
       // reports a failed computation instead), so with trust checks on it quarantines like a failed audit.
       onMiss: (workerId, kind) => {
-        if (trustOn(this.config.trust) && (kind === 'non-finite' || kind === 'wrong-size'))
-          this.distrust(workerId, `answered with ${kind === 'non-finite' ? 'sums that are not finite' : 'sums of the wrong size'}`);
+        if (kind === 'non-finite' || kind === 'wrong-size')
+          this.ledger.caught(workerId, `answered with ${kind === 'non-finite' ? 'sums that are not finite' : 'sums of the wrong size'}`);
       },
       onCoordinator: (event, detail) => {
         if (event !== 'closed' && event !== 'connected') this.events.add('coordinator', model, `dispatch ${event}: ${detail}`, this.now());
@@ -454,8 +402,8 @@ export class Hub {
       record: (workerId) => this.dispatch.record(workerId),
       metrics: this.dispatchMetrics,
       events,
-      ...(trustOn(this.config.trust)
-        ? { chooseAudit: this.auditChooser(), mayUse: (workerId: string) => mayUse(this.standingOf(workerId)) }
+      ...(this.ledger.on
+        ? { chooseAudit: this.ledger.auditChooser(), mayUse: (workerId: string) => mayUse(this.ledger.standingOf(workerId)) }
         : {}),
       acceptHello: (hello) => {
         this.numericsOf.set(model, hello.numerics);
@@ -530,102 +478,18 @@ export class Hub {
     return this.channel.release(workerId, 'NOT_NEEDED', reason);
   }
 
-  /** A worker's standing (trust.ts); an unknown one is on probation. */
-  private standingOf(workerId: string): Standing {
-    const rec = this.dispatch.record(workerId);
-    return standing({ passed: rec?.auditsPassed ?? 0, quarantined: rec?.quarantined ?? false }, this.config.trust);
-  }
-
-  /**
-   * Which items of a request are audited: every item of a worker on probation (first, so that a shared row goes to
-   * it), and a random `spotRate` share of the trusted workers' items.
-   */
-  private auditChooser(): AuditChooser {
-    return ({ workerIds, answered }) => {
-      const probation: number[] = [];
-      const spot: number[] = [];
-      workerIds.forEach((id, i) => {
-        if (!answered[i]) return;
-        const s = this.standingOf(id);
-        if (s === 'probation') probation.push(i);
-        else if (auditThis(s, Math.random(), this.config.trust)) spot.push(i);
-      });
-      return [...probation, ...spot];
+  /** What the trust ledger may call (trust/ledger.ts LedgerHost). */
+  private ledgerHost(): LedgerHost {
+    return {
+      store: this.store,
+      dispatch: this.dispatch,
+      creditChanged: (wallet, credit) => this.channel.credit(wallet, credit),
+      event: (model, detail) => this.events.add('dispatch', model, detail, this.now()),
+      quarantineWorker: (workerId, reason, wallet, by) => {
+        this.quarantineWorker(workerId, reason, wallet, by);
+      },
+      now: () => this.now(),
     };
-  }
-
-  /**
-   * An audit's verdict (trust.ts): passed, the audited pairs join the worker's unverified credit, all of which is
-   * credited once the worker is in good standing (probation passed); a strike sends it back on probation (an event);
-   * a gross mismatch or a second strike quarantines it and its wallet (durable), its unverified credit dropped.
-   */
-  private onAudit(model: string, workerId: string, result: AuditResult): void {
-    const verdict = judgeAudit(result.nmse, this.config.trust);
-    this.dispatch.recordAudit(workerId, result.nmse);
-    this.auditCounter.inc({ model, result: verdict.kind === 'pass' ? 'match' : 'mismatch' });
-    const rec = this.dispatch.record(workerId);
-    if (!rec || rec.quarantined) return;
-    const next = afterAudit({ passed: rec.auditsPassed, strikes: rec.strikes }, verdict, this.config.trust);
-    rec.auditsPassed = next.passed;
-    rec.strikes = next.strikes;
-    if (next.quarantine !== null) {
-      this.distrust(workerId, `${next.quarantine} (layer ${result.layer}, ${result.pairs} pairs)`);
-      return;
-    }
-    if (verdict.kind === 'strike') {
-      this.events.add(
-        'dispatch',
-        model,
-        `${workerId}: ${verdict.reason} (layer ${result.layer}, ${result.pairs} pairs): a strike, back on probation`,
-        this.now(),
-      );
-      return;
-    }
-    if (verdict.kind !== 'pass') return;
-    // Verified work counts once the worker is in good standing: a passed audit on probation waits for the rest (and
-    // a worker back on probation after a strike keeps its unverified credit waiting with it).
-    rec.unverifiedPairs += result.pairs;
-    if (this.standingOf(workerId) === 'trusted') {
-      this.credit(rec.wallet, rec.unverifiedPairs);
-      rec.unverifiedPairs = 0;
-    }
-  }
-
-  /**
-   * Quarantines a worker the trust checks caught, and its wallet: at once in the dispatch map (its next items go in
-   * shadow, the policy declines it), the rest (the store, the channel, every dispatcher) once the dispatcher that
-   * reported it has returned. Its unverified credit is dropped.
-   */
-  private distrust(workerId: string, reason: string): void {
-    const rec = this.dispatch.record(workerId);
-    if (!rec || rec.quarantined) return;
-    const dropped = rec.unverifiedPairs;
-    rec.unverifiedPairs = 0;
-    this.dispatch.setQuarantined(workerId);
-    queueMicrotask(() =>
-      this.quarantineWorker(workerId, reason, rec.wallet !== null, `by the trust checks; ${dropped} unverified pairs not credited`),
-    );
-  }
-
-  private credit(wallet: string | null, pairs: number): void {
-    if (wallet && pairs > 0) this.creditDue.set(wallet, (this.creditDue.get(wallet) ?? 0) + pairs);
-  }
-
-  private flushCredit(): void {
-    if (this.creditDue.size === 0) return;
-    const due = [...this.creditDue];
-    this.creditDue.clear();
-    for (const [wallet, pairs] of due) {
-      this.store.addCredit(wallet, pairs, this.now());
-      this.creditAdded(wallet, pairs);
-      this.channel.credit(wallet, this.creditOf(wallet));
-    }
-  }
-
-  /** Keeps the credit cache in step with a write to the store. */
-  private creditAdded(wallet: string, pairs: number): void {
-    const cached = this.credits.get(wallet);
-    if (cached !== undefined) this.credits.set(wallet, cached + pairs);
   }
 
   /** What the shard server may call (shards.ts ShardHost): three methods, not the whole hub. */
@@ -641,9 +505,7 @@ export class Hub {
     return {
       authenticate: (authorization) => this.authenticate(authorization),
       quarantineReason: (workerId, wallet) => this.store.quarantineReason(workerId) ?? this.store.quarantineReason(wallet),
-      badResult: (workerId, reason) => {
-        if (trustOn(this.config.trust)) this.distrust(workerId, `a result frame refused: ${reason}`);
-      },
+      badResult: (workerId, reason) => this.ledger.caught(workerId, `a result frame refused: ${reason}`),
       offer: (workerId, request) => this.volunteer(request, workerId),
       shard: async (model, layer, begin, end) => {
         const s = await this.shards.open({ model, layer, expertBegin: begin, expertEnd: end });
@@ -853,10 +715,11 @@ export class Hub {
     const quarantined = this.store.quarantineReason(workerId) ?? (wallet ? this.store.quarantineReason(wallet) : undefined);
     if (quarantined) throw new HubError('WORKER_QUARANTINED', `this worker is quarantined: ${quarantined}`);
     const now = this.now();
-    if (this.released.size > 0 && this.inCoolDown(workerId, now))
+    const heldOffMs = this.admin.holds.size > 0 ? this.admin.holds.remainingMs(workerId, now) : 0;
+    if (heldOffMs > 0)
       throw new HubError(
         'WORKER_RELEASED',
-        `the operator released this worker; stop serving its slice and ask for a new one after ${Math.ceil(((this.released.get(workerId) ?? now) - now) / 1000)} s`,
+        `the operator released this worker; stop serving its slice and ask for a new one after ${Math.ceil(heldOffMs / 1000)} s`,
       );
     admit?.();
     this.coverage.heartbeat(workerId, model, ranges, now);
@@ -916,32 +779,24 @@ export class Hub {
 
   // --- volunteers' durable record (the dispatcher and verification write these; tests use them directly)
 
+  /** Credits `pairs` to `wallet` in the store at once (trust/ledger.ts). */
   addCredit(wallet: string, pairs: number): void {
-    this.store.addCredit(wallet, pairs, this.now());
-    this.creditAdded(wallet, pairs);
+    this.ledger.addCredit(wallet, pairs);
   }
 
-  /** `GET /api/credit?wallet=`: a volunteer's lifetime credit (pairs served), durable; 0 for an unknown wallet. */
+  /** `GET /api/credit?wallet=` (trust/ledger.ts). */
   creditAnswer(wallet: string): CreditAnswer {
-    this.flushCredit();
-    const v = this.store.volunteer(wallet);
-    return { wallet, credit_pairs: v?.credit_pairs ?? 0, first_seen_ms: v?.first_seen_ms ?? null, last_seen_ms: v?.last_seen_ms ?? null };
+    return this.ledger.creditAnswer(wallet);
   }
 
-  /** A wallet's durable credit (flushed pairs), from the cache; the store is read once per wallet. */
+  /** A wallet's durable credit, cached (trust/ledger.ts). */
   creditOf(wallet: string): number {
-    let credit = this.credits.get(wallet);
-    if (credit === undefined) {
-      credit = this.store.volunteer(wallet)?.credit_pairs ?? 0;
-      if (this.credits.size >= CREDIT_CACHE_MAX) this.credits.clear();
-      this.credits.set(wallet, credit);
-    }
-    return credit;
+    return this.ledger.creditOf(wallet);
   }
 
   /** Refuses every later heartbeat of `subject` (a worker id or a wallet) with WORKER_QUARANTINED. */
   quarantine(subject: string, reason: string): void {
-    this.store.quarantine(subject, reason, this.now());
+    this.ledger.quarantine(subject, reason);
   }
 
   // --- the dashboard (protocol/dashboard.ts)
@@ -1113,18 +968,10 @@ export class Hub {
       lastServeMs: rec?.lastServeMs ?? null,
       latencyMs: rec?.latencyMs == null ? null : round2(rec.latencyMs),
       pairsServed: this.dispatch.pairsServed(id),
-      trust: rec ? this.trustWords(rec.auditsPassed, rec.quarantined) : '',
+      trust: rec ? this.ledger.trustWords(rec.auditsPassed, rec.quarantined) : '',
       benched: this.dispatchers.get(model)?.isBenched(id) ?? false,
       credit: wallet ? this.creditOf(wallet) : null,
     };
-  }
-
-  /** A worker's standing for the dashboard (WorkerRow.trust). */
-  private trustWords(passed: number, quarantined: boolean): string {
-    const cfg = this.config.trust;
-    if (!trustOn(cfg) || quarantined) return '';
-    const s = standing({ passed, quarantined }, cfg);
-    return s === 'probation' ? `probation ${passed}/${cfg.probation}` : 'trusted';
   }
 
   /** A market model's heatmap: live replicas per (MoE layer, expert), capped at 255; throws MODEL_UNKNOWN. */
@@ -1150,41 +997,75 @@ export class Hub {
 
   /** Throws ADMIN_DISABLED (403) or ADMIN_TOKEN_INVALID (401) unless `authorization` carries the admin token. */
   requireAdmin(authorization: string | undefined): void {
-    try {
-      this.admin.require(authorization);
-    } catch (e) {
-      if (e instanceof HubError) this.countRefusal(e.code);
-      throw e;
-    }
+    this.admin.require(authorization);
   }
 
-  private countRefusal(code: string): void {
-    this.adminRefusals.set(code, (this.adminRefusals.get(code) ?? 0) + 1);
-  }
-
-  /** Admin calls refused so far, by code (bad tokens included: they are counted, not logged). */
+  /** Admin calls refused so far, by code (dashboard/admin-actions.ts). */
   adminRefusalCounts(): Record<string, number> {
-    return Object.fromEntries(this.adminRefusals);
+    return this.admin.refusalCounts();
   }
 
-  /**
-   * Runs one admin action: its sentence goes to the event log (kind `admin`), and so does a refusal for a bad argument
-   * (an unknown worker or model, an invalid body), which is then rethrown.
-   */
-  adminAction(what: string, model: string | null, act: () => { model: string | null; detail: string }): AdminResult {
-    let done: { model: string | null; detail: string };
-    try {
-      done = act();
-    } catch (e) {
-      if (e instanceof HubError) {
-        this.countRefusal(e.code);
-        this.events.add('admin', model, `refused ${what}: ${e.message}`, this.now());
-      }
-      throw e;
-    }
-    this.events.add('admin', done.model, done.detail, this.now());
-    this.workersTable.invalidate(); // the next page shows what the action changed
-    return { ok: true, detail: done.detail };
+  /** Runs one admin action, logged (dashboard/admin-actions.ts `run`). */
+  adminAction(what: string, model: string | null, act: () => AdminDone): AdminResult {
+    return this.admin.run(what, model, act);
+  }
+
+  /** Releases a worker's slice (dashboard/admin-actions.ts `release`). */
+  adminRelease(workerId: string, reason: string): AdminDone {
+    return this.admin.release(workerId, reason);
+  }
+
+  /** Quarantines a worker, and its wallet when `wallet` (dashboard/admin-actions.ts `quarantine`). */
+  adminQuarantine(workerId: string, reason: string, wallet = false): AdminDone {
+    return this.admin.quarantine(workerId, reason, wallet);
+  }
+
+  /** The market's targets (dashboard/admin-actions.ts `target`). */
+  adminTarget(change: { base?: number; boost?: number }): { model: null; detail: string } {
+    return this.admin.target(change);
+  }
+
+  /** One model's dispatch mode (dashboard/admin-actions.ts `dispatch`). */
+  adminDispatch(model: string, mode: DispatchModeName): { model: string; detail: string } {
+    return this.admin.dispatch(model, mode);
+  }
+
+  /** What the admin actions may call (dashboard/admin-actions.ts AdminHost). */
+  private adminHost(): AdminHost {
+    return {
+      event: (model, detail) => this.events.add('admin', model, detail, this.now()),
+      workersChanged: () => this.workersTable.invalidate(),
+      workerModel: (workerId) => this.knownWorker(workerId).model,
+      walletOf: (workerId) => this.dispatch.record(workerId)?.wallet ?? this.channel.workerInfo(workerId)?.wallet ?? null,
+      release: (workerId, model, why, coolDownMs) => {
+        const row = model !== null ? this.workerRow(workerId, model, this.now()) : null;
+        if (this.channel.release(workerId, 'NOT_NEEDED', why, coolDownMs)) {
+          this.retire(row, 'released');
+          return 'channel';
+        }
+        if (!this.dispatch.record(workerId) || this.channel.workerInfo(workerId)) return null;
+        this.retire(row, 'released');
+        this.coverage.remove(workerId);
+        this.dispatch.forget(workerId);
+        for (const d of this.dispatchers.values()) d.forget(workerId);
+        this.channel.demandChanged();
+        return 'http';
+      },
+      quarantineWorker: (workerId, reason, wallet, by) => this.quarantineWorker(workerId, reason, wallet, by),
+      saturation: this.config.saturation,
+      targetsChanged: () => {
+        for (const model of this.marketModels.keys()) this.surplusPossible.add(model);
+        this.channel.demandChanged();
+      },
+      serves: (model) => this.supervisor.has(model),
+      dispatchModeOf: (model) => this.dispatchModeOf(model),
+      setDispatchMode: (model, mode) => {
+        this.modes.set(model, mode);
+        this.dispatchers.get(model)?.setMode(mode);
+        this.channel.demandChanged();
+      },
+      now: () => this.now(),
+    };
   }
 
   private knownWorker(workerId: string): { model: string | null } {
@@ -1210,58 +1091,6 @@ export class Hub {
     }
   }
 
-  /**
-   * Release: the worker gives up its slice and the market recruits a replacement. A channel volunteer is told its slice
-   * is not needed and is left out of offer rounds for the cool-down (else the next round would hand it the same slice);
-   * an HTTP-heartbeat worker, which cannot be told, is dropped from the coverage, the dispatch map and every dispatcher,
-   * and its heartbeats are refused with WORKER_RELEASED for the cool-down.
-   */
-  adminRelease(workerId: string, reason: string): { model: string | null; detail: string } {
-    const { model } = this.knownWorker(workerId);
-    const why = reason || 'released by the operator';
-    const coolDownMs = this.config.releaseCoolDownMs;
-    const row = model !== null ? this.workerRow(workerId, model, this.now()) : null;
-    if (this.channel.release(workerId, 'NOT_NEEDED', why, coolDownMs)) this.retire(row, 'released');
-    else if (this.dispatch.record(workerId) && !this.channel.workerInfo(workerId)) {
-      this.retire(row, 'released');
-      this.holdReleased(workerId, this.now() + coolDownMs);
-      this.coverage.remove(workerId);
-      this.dispatch.forget(workerId);
-      for (const d of this.dispatchers.values()) d.forget(workerId);
-      this.channel.demandChanged();
-    } else {
-      throw new HubError('WORKER_UNKNOWN', `worker "${workerId}" holds no slice to release`);
-    }
-    return { model, detail: `released ${workerId}${model ? ` (${model})` : ''}: ${why}` };
-  }
-
-  private holdReleased(workerId: string, untilMs: number): void {
-    this.released.delete(workerId);
-    this.released.set(workerId, untilMs);
-    while (this.released.size > RELEASED_WORKERS_KEPT) this.released.delete(this.released.keys().next().value as string);
-  }
-
-  /** Whether `workerId` is in its release cool-down now (forgets those whose cool-down is over). */
-  private inCoolDown(workerId: string, nowMs: number): boolean {
-    for (const [id, until] of this.released) {
-      if (until > nowMs) break; // the same cool-down for every release: the oldest end first
-      this.released.delete(id);
-    }
-    return (this.released.get(workerId) ?? 0) > nowMs;
-  }
-
-  /**
-   * Quarantine: durable (its worker id is refused from now on), and the worker is disconnected and dropped at once.
-   * A worker id is the client's to choose, so `wallet` quarantines its wallet too (durable as well): every worker of
-   * that wallet is refused at its next hello or heartbeat.
-   */
-  adminQuarantine(workerId: string, reason: string, wallet = false): { model: string | null; detail: string } {
-    this.knownWorker(workerId);
-    if (wallet && !(this.dispatch.record(workerId)?.wallet ?? this.channel.workerInfo(workerId)?.wallet))
-      throw new HubError('BODY_INVALID', `worker "${workerId}" has no wallet known to the hub; quarantine it without wallet: true`);
-    return this.quarantineWorker(workerId, reason, wallet, 'by the operator');
-  }
-
   /** Quarantines a worker (and its wallet when `wallet`): durable, disconnected, forgotten by every dispatcher. */
   private quarantineWorker(workerId: string, reason: string, wallet: boolean, by: string): { model: string | null; detail: string } {
     const model = this.coverage.modelOf(workerId) ?? null;
@@ -1277,27 +1106,6 @@ export class Hub {
     this.channel.demandChanged();
     const what = `${workerId}${model ? ` (${model})` : ''}${walletId ? ` and its wallet ${walletId}` : ''}`;
     return { model, detail: `quarantined ${what}: ${reason}` };
-  }
-
-  /** The market's targets: base replicas at rest and the boost while saturated (every model). */
-  adminTarget(change: { base?: number; boost?: number }): { model: null; detail: string } {
-    const cfg = this.config.saturation;
-    const before = { base: cfg.targetBase, boost: cfg.boost };
-    if (change.base !== undefined) cfg.targetBase = change.base;
-    if (change.boost !== undefined) cfg.boost = change.boost;
-    for (const model of this.marketModels.keys()) this.surplusPossible.add(model);
-    this.channel.demandChanged();
-    return { model: null, detail: `target base ${before.base} → ${cfg.targetBase}, boost ${before.boost} → ${cfg.boost}` };
-  }
-
-  /** One model's dispatch mode (its dispatcher's, and whether the market recruits at rest for `always`). */
-  adminDispatch(model: string, mode: DispatchModeName): { model: string; detail: string } {
-    if (!this.supervisor.has(model)) throw new HubError('MODEL_UNKNOWN', `no model named "${model}" is served here`);
-    const before = this.dispatchModeOf(model);
-    this.modes.set(model, mode);
-    this.dispatchers.get(model)?.setMode(mode);
-    this.channel.demandChanged();
-    return { model, detail: `dispatch of ${model}: ${before} → ${mode}` };
   }
 
   // --- observation

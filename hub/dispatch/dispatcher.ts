@@ -76,12 +76,15 @@ import {
   type PolicyReason,
   type SaturationSnapshot,
 } from './policy.ts';
+import { type AuditResult, auditMask, compareAudit, pickAuditItems } from './audits.ts';
 import { type Admitted, type Candidate, coveredPairs, selectCandidates } from './candidates.ts';
 import { probationWorker, quietUntilProbeMs, shadowProbeBooking, shadowProbeWorker } from './probes.ts';
 import type { WorkItem, WorkerDirectory, WorkerLink } from './worker-link.ts';
 
 /** The link contract, also importable from here (hub/channel/channel.ts does). */
 export type { WorkItem, WorkerDirectory, WorkerLink };
+/** The audit verdict, also importable from here (hub/trust/ledger.ts does). */
+export type { AuditResult };
 
 // ---------------------------------------------------------------------------------------------
 // What the hub plugs in (besides the links and directory of worker-link.ts)
@@ -365,16 +368,6 @@ interface PendingAudit {
     partial: Float32Array | null;
     done: boolean;
   }>;
-}
-
-/** One worker's answer held against the coordinator's own sums (AUDIT frame). */
-export interface AuditResult {
-  layer: number;
-  seq: number;
-  rows: number;
-  pairs: number;
-  /** Σ(worker − coordinator)² / Σ coordinator² over the audited rows (0 when both are 0). */
-  nmse: number;
 }
 
 export const DEFAULT_QUIET_MS = 1000;
@@ -1004,12 +997,9 @@ export class ModelDispatcher {
     const workerIds = f.plan.workers.map((wp) => (chosen[wp.worker] as WorkerLink).workerId);
     const picked = choose({ seq: f.req.seq, layer: f.req.layer, plan: f.plan, workerIds, answered: f.shadow.map(() => true) });
     if (!picked || picked.length === 0) return;
-    const rowTaken = new Uint8Array(f.req.nTokens);
     const items: PendingAudit['items'] = [];
-    for (const i of picked) {
-      const wp = f.plan.workers[i];
-      if (!wp || f.shadow[i] || wp.rowToken.some((t) => rowTaken[t] === 1)) continue;
-      for (const t of wp.rowToken) rowTaken[t] = 1;
+    for (const i of pickAuditItems(f.plan.workers, picked, f.req.nTokens, (i) => !f.shadow[i])) {
+      const wp = f.plan.workers[i] as RequestPlan['workers'][number];
       f.shadow[i] = true;
       f.remaining--;
       f.auditItem[i] = items.length;
@@ -1204,23 +1194,16 @@ export class ModelDispatcher {
     if (!answered.includes(true)) return null;
     const chosen = choose({ seq: f.req.seq, layer: f.req.layer, plan: f.plan, workerIds: f.links.map((l) => l.workerId), answered });
     if (!chosen || chosen.length === 0) return null;
-    const mask = new Uint8Array(f.req.nTokens * f.req.nUsed);
-    const rowTaken = new Uint8Array(f.req.nTokens);
-    const items: number[] = [];
+    const items = pickAuditItems(f.plan.workers, chosen, f.req.nTokens, (i) => f.partials[i] !== null);
+    if (items.length === 0) return null;
     const held: Float32Array[] = [];
     let pairs = 0;
-    for (const i of chosen) {
-      const wp = f.plan.workers[i];
-      const partial = f.partials[i];
-      if (!wp || !partial || wp.rowToken.some((t) => rowTaken[t] === 1)) continue;
-      for (const t of wp.rowToken) rowTaken[t] = 1;
-      for (const p of wp.pairIndex) mask[p] = 1;
-      items.push(i);
-      held.push(partial);
-      pairs += wp.nPairs;
+    for (const i of items) {
+      held.push(f.partials[i] as Float32Array);
+      pairs += (f.plan.workers[i] as RequestPlan['workers'][number]).nPairs;
       f.partials[i] = null;
     }
-    return items.length === 0 ? null : { mask, items, held, pairs };
+    return { mask: auditMask(f.plan.workers, items, f.req.nTokens * f.req.nUsed), items, held, pairs };
   }
 
   /** Work item i settled; answers the coordinator once none is pending (shadow items are not waited for). */
@@ -1310,26 +1293,4 @@ export class ModelDispatcher {
       totalMs: end - f.arrivedAt,
     });
   }
-}
-
-/** NMSE of one worker's partial (its compact rows) against the coordinator's audited sums (one per token row). */
-function compareAudit(
-  it: { rowToken: ArrayLike<number>; nRows: number; nPairs: number; partial: Float32Array },
-  trusted: Float32Array,
-  nEmbd: number,
-  layer: number,
-  seq: number,
-): AuditResult {
-  let err = 0;
-  let ref = 0;
-  for (let r = 0; r < it.nRows; r++) {
-    const t = it.rowToken[r] as number;
-    for (let i = 0; i < nEmbd; i++) {
-      const want = trusted[t * nEmbd + i] as number;
-      const d = (it.partial[r * nEmbd + i] as number) - want;
-      err += d * d;
-      ref += want * want;
-    }
-  }
-  return { layer, seq, rows: it.nRows, pairs: it.nPairs, nmse: ref > 0 ? err / ref : err > 0 ? Number.POSITIVE_INFINITY : 0 };
 }

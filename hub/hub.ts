@@ -19,7 +19,7 @@ import { chooseAssignment, type VolunteerAnswer, type VolunteerRequest } from '.
 import { DEFAULT_SATURATION, effectiveTarget, saturationState, type SaturationConfig, type SaturationState } from './market/saturation.ts';
 import type { HeldRange, ModelDemand, ModelShape } from './market/types.ts';
 import { DEFAULT_TRUST, type TrustConfig, mayUse } from './dispatch/trust.ts';
-import { DEFAULT_DISPATCH, DispatchMap, workerState, type DispatchConfig, type DispatchRow } from './dispatch/map.ts';
+import { DEFAULT_DISPATCH, DispatchMap, type DispatchConfig, type DispatchRow } from './dispatch/map.ts';
 import { EventLog, type EventLogQuery, type HubEvent } from './events.ts';
 import { HubStore } from './store.ts';
 import { NodeAuth, type ChallengeReply, type NodeTokenReply } from './auth/index.ts';
@@ -27,8 +27,8 @@ import { HubError } from './errors.ts';
 import { DEFAULT_HTTP_SERVER, type HttpServerLimits } from './net.ts';
 import { loadModelInfo, type ModelInfo } from './registry.ts';
 import { HubMetrics, type HubReadings } from './metrics.ts';
-import { AUTH_RATE_LIMIT, RELEASE_COOL_DOWN_MS, RETIRED_WORKERS_KEPT, WORKER_STALE_MS, WORKERS_MAX } from './limits.ts';
-import { ShardServer, type ShardHost } from './shards.ts';
+import { AUTH_RATE_LIMIT, RELEASE_COOL_DOWN_MS, WORKER_STALE_MS, WORKERS_MAX } from './limits.ts';
+import { type Shard, ShardServer, type ShardHost } from './shards.ts';
 import { type LedgerHost, TrustLedger } from './trust/ledger.ts';
 import { ChunkLists } from './chunk-lists.ts';
 import { DEFAULT_PEERS, PeerDirectory, type PeerConfig, type SliceTransfer } from './peer-directory.ts';
@@ -40,25 +40,16 @@ import type { Numerics } from '../protocol/numerics.ts';
 import type { CoverageAnswer, CreditAnswer, DemandAnswer, HealthAnswer, RecruitmentAnswer } from '../protocol/http.ts';
 import { AdminGate, checkedAdminToken } from './dashboard/admin.ts';
 import { type AdminDone, AdminActions, type AdminHost } from './dashboard/admin-actions.ts';
-import { RoundTripReservoir, round2 } from './dashboard/rates.ts';
-import { DashboardSampler, type ModelReading, type SamplerSource } from './dashboard/sampler.ts';
-import { DashboardStreams, type StreamOptions, type StreamSink } from './dashboard/stream.ts';
-import { WorkersTable } from './dashboard/workers.ts';
-import {
-  EVENTS_PAGE_MAX,
-  HISTORY_MS,
-  TICK_MS,
-  WORKER_STATES,
-  type AdminResult,
-  type CoverageMap,
-  type DispatchModeName,
-  type ModelStatus,
-  type Snapshot,
-  type Totals,
-  type WorkerRow,
-  type WorkerStateName,
-  type WorkersPage,
-  type WorkersQuery,
+import { DashboardReadModel, type ReadModelHost } from './dashboard/read-model.ts';
+import type { StreamOptions, StreamSink } from './dashboard/stream.ts';
+import type {
+  AdminResult,
+  CoverageMap,
+  DispatchModeName,
+  ModelStatus,
+  Snapshot,
+  WorkersPage,
+  WorkersQuery,
 } from '../protocol/dashboard.ts';
 
 export const DEFAULT_COORDINATOR_BINARY = fileURLToPath(new URL('../coordinator/bin/linkcpp-server', import.meta.url));
@@ -168,16 +159,6 @@ export interface DispatchObserver {
   onResult?(workerId: string, roundTripMs: number, computeUs: number): void;
 }
 
-/** A worker the hub released or quarantined and no longer tracks: the dashboard lists it for HISTORY_MS more. */
-interface RetiredWorker {
-  row: WorkerRow;
-  state: 'released' | 'quarantined';
-  atMs: number;
-}
-
-const NO_WORKERS = (): Record<WorkerStateName, number> =>
-  Object.fromEntries(WORKER_STATES.map((s) => [s, 0])) as Record<WorkerStateName, number>;
-
 export class Hub {
   /** Models whose GGUF the hub read: the ones on the market. Every served model is a coordinator (`servedModels()`). */
   private readonly marketModels = new Map<string, ModelInfo>();
@@ -196,7 +177,7 @@ export class Hub {
   private readonly shards: ShardServer;
   private readonly channel: VolunteerChannel;
   private readonly peerDirectory: PeerDirectory;
-  private readonly chunks: ChunkLists;
+  private readonly chunks: ChunkLists<Shard>;
   private readonly signal: PeerSignal;
   private readonly dispatchMetrics: DispatchMetrics;
   private readonly ledger: TrustLedger;
@@ -210,15 +191,10 @@ export class Hub {
   private socketDir: string | null = null;
   /** `--dispatch` per model, changeable by an admin. */
   private readonly modes = new Map<string, DispatchMode>();
-  /** Each market model's round trips since the last dashboard tick (always on: one reservoir add per result). */
-  private readonly roundTrips = new Map<string, RoundTripReservoir>();
   /** observeDispatch's onResult, if one is set. */
   private resultObserver: ((workerId: string, roundTripMs: number, computeUs: number, model: string | undefined) => void) | null = null;
-  private readonly retired = new Map<string, RetiredWorker>();
   private readonly admin: AdminActions;
-  private readonly streams: DashboardStreams;
-  private readonly sampler: DashboardSampler;
-  private readonly workersTable = new WorkersTable(() => this.workerRows());
+  private readonly dash: DashboardReadModel;
   /** Slices the market assigned to HTTP workers and their wallets downloaded: what their heartbeats may report. */
   private readonly grants = new SliceGrants();
   private readonly config: HubConfig;
@@ -237,7 +213,6 @@ export class Hub {
       channel: { ...config.channel },
       dashboardStreams: { ...config.dashboardStreams },
     };
-    this.streams = new DashboardStreams(this.config.dashboardStreams, clock);
     this.coverage = new CoverageStore({ maxWorkers: config.maxWorkers });
     this.dispatch = new DispatchMap(config.dispatch);
     this.store = new HubStore(config.stateDir === ':memory:' ? ':memory:' : join(config.stateDir, 'hub.sqlite'));
@@ -261,7 +236,7 @@ export class Hub {
     );
     this.peerDirectory = new PeerDirectory({ ...DEFAULT_PEERS, ...config.peers }, clock);
     if (this.peerDirectory.config.enabled) this.channel.peers = this.peerDirectory;
-    this.chunks = new ChunkLists(this.shards, this.peerDirectory.config.chunkBytes);
+    this.chunks = new ChunkLists<Shard>((s) => this.shards.body(s, 0, s.length), this.peerDirectory.config.chunkBytes);
     this.signal = new PeerSignal(this.peerDirectory, {
       path: this.peerDirectory.config.path,
       key: this.peerDirectory.config.key,
@@ -270,16 +245,21 @@ export class Hub {
     this.peerDirectory.onRevoke = (peerId) => this.signal.revoke(peerId);
     this.channel.onResult = (workerId, roundTripMs, computeUs) => {
       const model = this.coverage.modelOf(workerId);
-      if (model !== undefined) this.roundTripsOf(model).add(roundTripMs);
+      if (model !== undefined) this.dash.roundTrip(model, roundTripMs);
       this.resultObserver?.(workerId, roundTripMs, computeUs, model);
     };
     this.admin = new AdminActions(this.adminHost(), new AdminGate(checkedAdminToken(config.adminToken)), config.releaseCoolDownMs);
-    this.sampler = new DashboardSampler(this.samplerSource(), this.streams, clock, {
-      tokensMaxAgeMs: 2 * config.poller.intervalMs + config.poller.timeoutMs,
-      onError: (e) => this.noteInternalError(`dashboard tick: ${errorText(e)}`),
-    });
+    this.dash = new DashboardReadModel(
+      this.readModelHost(),
+      {
+        streams: this.config.dashboardStreams,
+        tokensMaxAgeMs: 2 * config.poller.intervalMs + config.poller.timeoutMs,
+        onError: (e) => this.noteInternalError(`dashboard tick: ${errorText(e)}`),
+      },
+      clock,
+    );
     this.events.onListenerError = (e) => this.noteInternalError(`event listener: ${errorText(e)}`);
-    this.events.subscribe((e) => this.streams.broadcast('event', e));
+    this.events.subscribe((e) => this.dash.event(e));
   }
 
   private now(): number {
@@ -334,12 +314,11 @@ export class Hub {
     this.poller.start();
     this.evictTimer = setInterval(() => this.evict(), this.config.evictEveryMs);
     this.evictTimer.unref();
-    this.sampler.start();
+    this.dash.start();
   }
 
   async stop(): Promise<void> {
-    this.sampler.stop();
-    this.streams.closeAll();
+    this.dash.stop();
     if (this.evictTimer) clearInterval(this.evictTimer);
     this.poller.stop();
     await this.channel.close();
@@ -450,7 +429,7 @@ export class Hub {
   }
 
   /** The shard server's per-chunk hash lists (GET /api/expert-shard/chunks). */
-  chunkLists(): ChunkLists {
+  chunkLists(): ChunkLists<Shard> {
     return this.chunks;
   }
 
@@ -724,7 +703,7 @@ export class Hub {
     admit?.();
     this.coverage.heartbeat(workerId, model, ranges, now);
     this.dispatch.attach(workerId, wallet, now);
-    this.retired.delete(workerId);
+    this.dash.unretire(workerId);
     if (wallet) {
       this.store.touchVolunteer(wallet, now);
       this.creditOf(wallet); // into the cache now, not in the middle of a workers query
@@ -806,112 +785,24 @@ export class Hub {
     return this.modes.get(model) ?? this.config.dispatchMode;
   }
 
-  private roundTripsOf(model: string): RoundTripReservoir {
-    let r = this.roundTrips.get(model);
-    if (!r) {
-      r = new RoundTripReservoir();
-      this.roundTrips.set(model, r);
-    }
-    return r;
-  }
-
-  private samplerSource(): SamplerSource {
-    return {
-      read: () => {
-        this.pruneRetired(this.now());
-        return this.readModels();
-      },
-      coverage: (model) => (this.marketModels.has(model) ? this.coverageMap(model) : null),
-    };
-  }
-
-  private readModels(): { models: ModelReading[]; totals: Totals } {
-    return {
-      models: this.dashboardModels().map((status): ModelReading => {
-        const p = this.dispatchers.get(status.model)?.totals.pairs;
-        return {
-          status,
-          pairs: p ? { served: p.served, fallback: p.fallback, late: p.late, rejected: p.rejected } : null,
-          roundTrips: this.roundTrips.get(status.model)?.drain() ?? [],
-          generation: this.poller.generation(status.model),
-        };
-      }),
-      totals: this.dashboardTotals(),
-    };
-  }
-
-  /** Every served model as the dashboard shows it now; its numbers are those of `recruitment()` and `dispatchMap()`. */
+  /** Every served model as the dashboard shows it now (dashboard/read-model.ts). */
   dashboardModels(): ModelStatus[] {
-    const now = this.now();
-    const cfg = this.config.saturation;
-    const coordinators = new Map(this.supervisor.status().map((c) => [c.name, c]));
-    return this.servedModels().map((model) => {
-      const s = this.saturation(model);
-      const c = coordinators.get(model);
-      const info = this.marketModels.get(model);
-      return {
-        model,
-        coordinator: { state: c?.state ?? 'stopped', restarts: c?.restarts ?? 0, lastExit: c?.lastExit ?? null },
-        market: info !== undefined,
-        busy: s.busy,
-        slots: s.slots,
-        saturated: s.saturated,
-        recruiting: s.recruiting,
-        baseTarget: cfg.targetBase,
-        boost: cfg.boost,
-        effectiveTarget: effectiveTarget(cfg, s.recruiting),
-        dispatchMode: this.dispatchModeOf(model),
-        dispatchConnected: this.dispatchers.get(model)?.connected ?? false,
-        workers: info ? this.workerCounts(model, now) : NO_WORKERS(),
-        shape: info ? { nLayer: info.nLayer, nExpert: info.nExpert, moeLayers: [...info.moeLayers] } : null,
-      };
-    });
+    return this.dash.models();
   }
 
-  /** A model's workers by state: the dispatch map's, `loading` for reservations, and those retired lately. */
-  private workerCounts(model: string, nowMs: number): Record<WorkerStateName, number> {
-    const counts = NO_WORKERS();
-    for (const id of this.coverage.workersOf(model)) counts[this.dispatch.state(id, nowMs) ?? 'loading']++;
-    for (const [id, r] of this.retired) if (r.row.model === model && this.coverage.modelOf(id) === undefined) counts[r.state]++;
-    return counts;
-  }
-
-  private dashboardTotals(): Totals {
-    return { volunteers: this.channel.countByState(), workers: this.coverage.size };
-  }
-
-  /** The stream's first message: everything the page draws from nothing. */
+  /** The dashboard stream's first message (dashboard/read-model.ts). */
   dashboardSnapshot(): Snapshot {
-    return {
-      v: 1,
-      atMs: this.now(),
-      tickMs: TICK_MS,
-      historyMs: HISTORY_MS,
-      models: this.dashboardModels(),
-      history: this.sampler.history.all(),
-      events: this.events.recent(EVENTS_PAGE_MAX),
-      coverage: [...this.marketModels.keys()].map((m) => this.coverageMap(m)),
-      totals: this.dashboardTotals(),
-      adminEnabled: this.admin.enabled,
-    };
+    return this.dash.snapshot();
   }
 
   /**
-   * A dashboard stream for `client` (its address key), in two steps so that every refusal is a JSON answer: this
-   * checks the caps (TOO_MANY_STREAMS, RATE_LIMITED) and builds the snapshot — any throw leaves before the route
-   * commits to a stream — and the function it returns adds the sink and writes the snapshot, then every tick, event
-   * and heatmap change until the sink or the hub closes. Call it at once (no broadcast may fall between).
+   * A dashboard stream for `client`, in two steps (dashboard/read-model.ts `stream`): the caps and the snapshot now,
+   * the sink when the returned function is called, at once.
    *
    *   const open = hub.dashboardStream(ip); reply.hijack(); res.writeHead(200, SSE_HEADERS); open(res);
    */
   dashboardStream(client: string): (sink: StreamSink) => void {
-    this.streams.assertRoom(client);
-    const snapshot = this.dashboardSnapshot();
-    return (sink) => {
-      const first = this.streams.size === 0;
-      this.streams.open(sink, client, 'snapshot', snapshot);
-      this.sampler.snapshotSent(snapshot.coverage, first);
-    };
+    return this.dash.stream(client);
   }
 
   /**
@@ -924,7 +815,7 @@ export class Hub {
 
   /** Ends every dashboard stream (the HTTP server closes; the hub's stop does it too). */
   closeDashboardStreams(): void {
-    this.streams.closeAll();
+    this.dash.closeStreams();
   }
 
   /**
@@ -933,63 +824,40 @@ export class Hub {
    * test) and wants samples at its own instants rather than the wall clock's.
    */
   dashboardTick(): void {
-    this.sampler.tick();
+    this.dash.tick();
   }
 
   /** `GET /api/dashboard/workers`: one page of the workers table; throws MODEL_UNKNOWN for a model not served here. */
   dashboardWorkers(q: WorkersQuery): WorkersPage {
-    if (q.model !== '' && !this.supervisor.has(q.model)) throw new HubError('MODEL_UNKNOWN', `no model named "${q.model}" is served here`);
-    return this.workersTable.page(q);
+    return this.dash.workers(q);
   }
 
-  /** Every worker of every market model, as the table shows it (one pass; no store reads once credits are cached). */
-  private workerRows(): WorkerRow[] {
-    const now = this.now();
-    const rows: WorkerRow[] = [];
-    for (const model of this.marketModels.keys())
-      for (const id of this.coverage.workersOf(model)) rows.push(this.workerRow(id, model, now));
-    for (const [id, r] of this.retired) if (this.coverage.modelOf(id) === undefined) rows.push({ ...r.row, state: r.state });
-    return rows;
-  }
-
-  private workerRow(id: string, model: string, nowMs: number): WorkerRow {
-    const rec = this.dispatch.record(id);
-    const v = this.channel.workerInfo(id);
-    const held = this.coverage.heldRanges(id)?.[0];
-    const wallet = rec?.wallet ?? v?.wallet ?? null;
-    return {
-      id,
-      model,
-      slice: held ? [held[0], held[1], held[2]] : null,
-      state: rec ? workerState(rec, nowMs, this.config.dispatch) : 'loading',
-      backend: v ? v.backend : 'native',
-      device: v?.device ?? '',
-      gflops: v?.gflops ?? null,
-      lastServeMs: rec?.lastServeMs ?? null,
-      latencyMs: rec?.latencyMs == null ? null : round2(rec.latencyMs),
-      pairsServed: this.dispatch.pairsServed(id),
-      trust: rec ? this.ledger.trustWords(rec.auditsPassed, rec.quarantined) : '',
-      benched: this.dispatchers.get(model)?.isBenched(id) ?? false,
-      credit: wallet ? this.creditOf(wallet) : null,
-    };
-  }
-
-  /** A market model's heatmap: live replicas per (MoE layer, expert), capped at 255; throws MODEL_UNKNOWN. */
+  /** A market model's heatmap (dashboard/read-model.ts); throws MODEL_UNKNOWN. */
   coverageMap(model: string): CoverageMap {
-    const info = this.modelInfo(model);
-    const { nExpert, moeLayers } = info;
-    const bytes = Buffer.alloc(moeLayers.length * nExpert);
-    moeLayers.forEach((layer, i) => {
-      const counts = this.coverage.replicaCounts(model, layer);
-      for (let e = 0; e < nExpert; e++) bytes[i * nExpert + e] = Math.min(counts[e] as number, 255);
-    });
+    return this.dash.coverageMap(model);
+  }
+
+  /** What the dashboard's read model may read (dashboard/read-model.ts ReadModelHost). */
+  private readModelHost(): ReadModelHost {
     return {
-      model,
-      atMs: this.now(),
-      moeLayers: [...moeLayers],
-      nExpert,
-      target: effectiveTarget(this.config.saturation, this.saturation(model).recruiting),
-      replicas: bytes.toString('base64'),
+      now: () => this.now(),
+      servedModels: () => this.servedModels(),
+      marketModels: this.marketModels,
+      coordinators: () => this.supervisor.status(),
+      serves: (model) => this.supervisor.has(model),
+      saturation: (model) => this.saturation(model),
+      saturationConfig: this.config.saturation,
+      dispatchConfig: this.config.dispatch,
+      dispatchModeOf: (model) => this.dispatchModeOf(model),
+      dispatcher: (model) => this.dispatchers.get(model),
+      poller: this.poller,
+      coverage: this.coverage,
+      dispatch: this.dispatch,
+      channel: this.channel,
+      trustWords: (passed, quarantined) => this.ledger.trustWords(passed, quarantined),
+      creditOf: (wallet) => this.ledger.creditOf(wallet),
+      recentEvents: (limit) => this.events.recent(limit),
+      adminEnabled: this.admin.enabled,
     };
   }
 
@@ -1034,17 +902,17 @@ export class Hub {
   private adminHost(): AdminHost {
     return {
       event: (model, detail) => this.events.add('admin', model, detail, this.now()),
-      workersChanged: () => this.workersTable.invalidate(),
+      workersChanged: () => this.dash.workersChanged(),
       workerModel: (workerId) => this.knownWorker(workerId).model,
       walletOf: (workerId) => this.dispatch.record(workerId)?.wallet ?? this.channel.workerInfo(workerId)?.wallet ?? null,
       release: (workerId, model, why, coolDownMs) => {
-        const row = model !== null ? this.workerRow(workerId, model, this.now()) : null;
+        const row = model !== null ? this.dash.rowOf(workerId, model) : null;
         if (this.channel.release(workerId, 'NOT_NEEDED', why, coolDownMs)) {
-          this.retire(row, 'released');
+          this.dash.retire(row, 'released');
           return 'channel';
         }
         if (!this.dispatch.record(workerId) || this.channel.workerInfo(workerId)) return null;
-        this.retire(row, 'released');
+        this.dash.retire(row, 'released');
         this.coverage.remove(workerId);
         this.dispatch.forget(workerId);
         for (const d of this.dispatchers.values()) d.forget(workerId);
@@ -1075,27 +943,11 @@ export class Hub {
     throw new HubError('WORKER_UNKNOWN', `no worker "${workerId}" is connected or covering experts here`);
   }
 
-  /** Remembers a worker the hub stops tracking, for the dashboard (the newest RETIRED_WORKERS_KEPT). */
-  private retire(row: WorkerRow | null, state: RetiredWorker['state']): void {
-    if (!row) return;
-    this.retired.delete(row.id);
-    this.retired.set(row.id, { row: { ...row, state }, state, atMs: this.now() });
-    while (this.retired.size > RETIRED_WORKERS_KEPT) this.retired.delete(this.retired.keys().next().value as string);
-  }
-
-  /** Forgets retired workers older than the history (oldest first: the map is in insertion order). */
-  private pruneRetired(nowMs: number): void {
-    for (const [id, r] of this.retired) {
-      if (nowMs - r.atMs <= HISTORY_MS) break;
-      this.retired.delete(id);
-    }
-  }
-
   /** Quarantines a worker (and its wallet when `wallet`): durable, disconnected, forgotten by every dispatcher. */
   private quarantineWorker(workerId: string, reason: string, wallet: boolean, by: string): { model: string | null; detail: string } {
     const model = this.coverage.modelOf(workerId) ?? null;
     const walletId = wallet ? (this.dispatch.record(workerId)?.wallet ?? this.channel.workerInfo(workerId)?.wallet ?? null) : null;
-    this.retire(model !== null ? this.workerRow(workerId, model, this.now()) : null, 'quarantined');
+    this.dash.retire(model !== null ? this.dash.rowOf(workerId, model) : null, 'quarantined');
     this.store.quarantine(workerId, reason, this.now());
     if (walletId) this.store.quarantine(walletId, reason, this.now());
     this.dispatch.setQuarantined(workerId); // the dispatcher skips it until its connection is gone (which forgets it)

@@ -9,24 +9,36 @@
  * then remembered by slice digest (LRU); concurrent first requests share the one read.
  */
 import { createHash } from 'node:crypto';
-import type { ShardServer, Shard } from './shards.ts';
 import { CHUNK_HASH_BYTES, chunkBytesFor, encodeChunkList } from '../protocol/chunk-list.ts';
 
 /** Lists remembered; each is 64 + 32·n bytes (25 KiB for an 800 MB slice in 1 MiB chunks). */
 export const CHUNK_LISTS_KEPT = 1024;
 
-export class ChunkLists {
+/** What a list is computed from: an opened slice (shards.ts Shard is one), its bytes when they are in memory. */
+export interface ChunkSource {
+  /** The slice's sha256, hex. */
+  digest: string;
+  length: number;
+  bytes?: Uint8Array;
+}
+
+/**
+ * Lists of the slices `read` yields (the shard server's `body(shard, 0, shard.length)`): the reader is passed in, so
+ * this module knows nothing of the shard server and the shard server may build its own.
+ */
+export class ChunkLists<S extends ChunkSource = ChunkSource> {
   private readonly kept = new Map<string, Uint8Array>();
   private readonly computing = new Map<string, Promise<Uint8Array>>();
 
   constructor(
-    private readonly server: ShardServer,
+    /** All of a slice's bytes, in order (used only for a slice not kept in memory). */
+    private readonly read: (shard: S) => AsyncIterable<Uint8Array>,
     /** The preferred chunk size (a power of two; larger for slices that would have more than MAX_CHUNKS chunks). */
     readonly chunkBytes: number,
   ) {}
 
   /** The list of an opened shard, and its chunk size. */
-  async of(shard: Shard): Promise<{ list: Uint8Array; chunkBytes: number }> {
+  async of(shard: S): Promise<{ list: Uint8Array; chunkBytes: number }> {
     const chunkBytes = chunkBytesFor(shard.length, this.chunkBytes);
     const key = `${shard.digest}:${chunkBytes}`;
     const known = this.kept.get(key);
@@ -46,7 +58,7 @@ export class ChunkLists {
     return { list, chunkBytes };
   }
 
-  private async compute(shard: Shard, chunkBytes: number): Promise<Uint8Array> {
+  private async compute(shard: S, chunkBytes: number): Promise<Uint8Array> {
     const n = Math.ceil(shard.length / chunkBytes);
     const hashes = new Uint8Array(n * CHUNK_HASH_BYTES);
     const whole = createHash('sha256');
@@ -54,7 +66,7 @@ export class ChunkLists {
     let h = createHash('sha256');
     let inChunk = 0;
     // A slice the shard server keeps in memory is hashed where it lies; a larger one is read once, as a download would.
-    const pieces = shard.bytes ? [shard.bytes] : (this.server.body(shard, 0, shard.length) as AsyncIterable<Uint8Array>);
+    const pieces = shard.bytes ? [shard.bytes] : this.read(shard);
     for await (const piece of pieces) {
       whole.update(piece);
       let at = 0;

@@ -440,7 +440,7 @@ export interface ShardRoutesOptions {
   /** The hub's own shard server (its digests are what assignments announce); a new one when absent. */
   server?: ShardServer;
   /** Per-chunk hash lists (GET /api/expert-shard/chunks, hub/chunk-lists.ts); 1 MiB chunks over `server` when absent. */
-  chunks?: ChunkLists;
+  chunks?: ChunkLists<Shard>;
 }
 
 /** Bytes of each slice sent to each wallet (`wallet digest` → bytes), the least recently used forgotten past `kept`. */
@@ -524,7 +524,7 @@ export function registerShardRoutes(app: FastifyInstance, hub: ShardHost, opts: 
   });
   // The slice's per-chunk hashes, for volunteers that take it from each other (docs/peers.md): as authenticated and
   // bounded as a download (hashing a slice the first time reads it once).
-  const chunks = opts.chunks ?? new ChunkLists(server, 1024 * 1024);
+  const chunks = opts.chunks ?? new ChunkLists<Shard>((s) => server.body(s, 0, s.length), 1024 * 1024);
   app.route({
     method: ['GET', 'HEAD'],
     url: '/api/expert-shard/chunks',

@@ -2044,9 +2044,9 @@ export class ChannelFuzzer {
       rows: finiteFloats(rng, nRows * nEmbd),
       nRows,
       nPairs,
-      pairRow: Uint32Array.from({ length: nPairs }, (_, q) => q % nRows),
-      pairExpert: Uint16Array.from({ length: nPairs }, () => rng.below(width)),
-      pairWeight: finiteFloats(rng, nPairs),
+      rowIndex: Uint32Array.from({ length: nPairs }, (_, q) => q % nRows),
+      localExpert: Uint16Array.from({ length: nPairs }, () => rng.below(width)),
+      weight: finiteFloats(rng, nPairs),
     };
     let settled: string | null = null;
     const t0 = performance.now();

@@ -230,9 +230,9 @@ class VolunteerConnection implements WorkerLink {
       nRows: work.nRows,
       nEmbd: work.nEmbd,
       rows: work.rows.length === work.nRows * work.nEmbd ? work.rows : work.rows.subarray(0, work.nRows * work.nEmbd),
-      rowIndex: Uint16Array.from(work.pairRow.subarray(0, work.nPairs)),
-      localExpert: work.pairExpert.subarray(0, work.nPairs),
-      weight: work.pairWeight.subarray(0, work.nPairs),
+      rowIndex: Uint16Array.from(work.rowIndex.subarray(0, work.nPairs)),
+      localExpert: work.localExpert.subarray(0, work.nPairs),
+      weight: work.weight.subarray(0, work.nPairs),
       rowEncoding: 'f32',
       resultEncoding: encoding,
     });

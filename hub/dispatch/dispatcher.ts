@@ -890,9 +890,9 @@ export class ModelDispatcher {
         rows: gatherRows(wp, req.rows, req.nEmbd),
         nRows: wp.nRows,
         nPairs: wp.nPairs,
-        pairRow: wp.pairRow,
-        pairExpert: wp.pairExpert,
-        pairWeight: wp.pairWeight,
+        rowIndex: wp.rowIndex,
+        localExpert: wp.localExpert,
+        weight: wp.weight,
       };
       const sentAt = performance.now();
       st.outstanding++;

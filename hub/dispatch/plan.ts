@@ -37,11 +37,11 @@ export interface WorkerPlan {
   readonly rowToken: Uint32Array;
   readonly nPairs: number;
   /** Per pair: compact row index. */
-  readonly pairRow: Uint32Array;
+  readonly rowIndex: Uint32Array;
   /** Per pair: local expert id (expert − begin). */
-  readonly pairExpert: Uint16Array;
+  readonly localExpert: Uint16Array;
   /** Per pair: the router weight (prob). */
-  readonly pairWeight: Float32Array;
+  readonly weight: Float32Array;
   /** Per pair: its position t·nUsed + k in the request. */
   readonly pairIndex: Uint32Array;
   /** Expected time until its answer, ms (null when the worker is unmeasured). */
@@ -170,9 +170,9 @@ export function planRequest(req: PlanRequestInput, workers: readonly PlanWorker[
       nRows: rows[w] as number,
       rowToken: new Uint32Array(rows[w] as number),
       nPairs: n,
-      pairRow: new Uint32Array(n),
-      pairExpert: new Uint16Array(n),
-      pairWeight: new Float32Array(n),
+      rowIndex: new Uint32Array(n),
+      localExpert: new Uint16Array(n),
+      weight: new Float32Array(n),
       pairIndex: new Uint32Array(n),
       expectedMs: W.overheadMs === null ? null : finishMs(W, n),
     });
@@ -194,9 +194,9 @@ export function planRequest(req: PlanRequestInput, workers: readonly PlanWorker[
     }
     const i = counts[w] as number;
     counts[w] = i + 1;
-    wp.pairRow[i] = (rows[w] as number) - 1;
-    wp.pairExpert[i] = (ids[p] as number) - (workers[w] as PlanWorker).begin;
-    wp.pairWeight[i] = probs[p] as number;
+    wp.rowIndex[i] = (rows[w] as number) - 1;
+    wp.localExpert[i] = (ids[p] as number) - (workers[w] as PlanWorker).begin;
+    wp.weight[i] = probs[p] as number;
     wp.pairIndex[i] = p;
   }
   return { workers: plans, dispatchedPairs: dispatched };

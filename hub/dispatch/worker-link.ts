@@ -17,11 +17,11 @@ export interface WorkItem {
   nRows: number;
   nPairs: number;
   /** Per pair: row index into `rows`. */
-  pairRow: Uint32Array;
+  rowIndex: Uint32Array;
   /** Per pair: LOCAL expert id (expert − the link's begin). */
-  pairExpert: Uint16Array;
+  localExpert: Uint16Array;
   /** Per pair: router weight. */
-  pairWeight: Float32Array;
+  weight: Float32Array;
 }
 
 /** A worker's slice of one layer, as the volunteer channel exposes it. */

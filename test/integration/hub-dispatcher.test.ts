@@ -87,9 +87,9 @@ class FnLink implements WorkerLink {
 const simple = (w: WorkItem): Promise<Float32Array> => {
   const out = new Float32Array(w.nRows * w.nEmbd);
   for (let q = 0; q < w.nPairs; q++) {
-    const r = w.pairRow[q] as number;
+    const r = w.rowIndex[q] as number;
     for (let i = 0; i < w.nEmbd; i++)
-      out[r * w.nEmbd + i] = (out[r * w.nEmbd + i] as number) + (w.pairWeight[q] as number) * ((w.pairExpert[q] as number) + 1);
+      out[r * w.nEmbd + i] = (out[r * w.nEmbd + i] as number) + (w.weight[q] as number) * ((w.localExpert[q] as number) + 1);
   }
   return Promise.resolve(out);
 };
@@ -1035,9 +1035,9 @@ function exactWorker(
     const out = new Float32Array(w.nRows * w.nEmbd);
     const first = new Uint8Array(w.nRows).fill(1);
     for (let q = 0; q < w.nPairs; q++) {
-      const r = w.pairRow[q] as number;
-      const y = await backend.expertOut(layer, begin + (w.pairExpert[q] as number), w.rows.subarray(r * w.nEmbd, (r + 1) * w.nEmbd));
-      const p = w.pairWeight[q] as number;
+      const r = w.rowIndex[q] as number;
+      const y = await backend.expertOut(layer, begin + (w.localExpert[q] as number), w.rows.subarray(r * w.nEmbd, (r + 1) * w.nEmbd));
+      const p = w.weight[q] as number;
       const o = r * w.nEmbd;
       for (let i = 0; i < w.nEmbd; i++) {
         const v = f32((y[i] as number) * p);

@@ -679,9 +679,9 @@ test('a serving volunteer whose page answers nothing (DevTools offline: its brow
           rows: new Float32Array(32),
           nRows: 1,
           nPairs: 1,
-          pairRow: new Uint32Array(1),
-          pairExpert: new Uint16Array(1),
-          pairWeight: new Float32Array([1]),
+          rowIndex: new Uint32Array(1),
+          localExpert: new Uint16Array(1),
+          weight: new Float32Array([1]),
         },
         60_000,
       )

@@ -55,14 +55,14 @@ test('planRequest: each pair goes to at most one worker whose range covers its e
   // A: pairs 0, 3 (token 0) and 6 (token 1) → rows [0, 1], local experts = expert − 0.
   assert.deepEqual([...a.rowToken], [0, 1]);
   assert.deepEqual([...a.pairIndex], [0, 3, 6]);
-  assert.deepEqual([...a.pairRow], [0, 0, 1]);
-  assert.deepEqual([...a.pairExpert], [0, 7, 3]);
-  assert.deepEqual([...a.pairWeight], [1 / 16, 4 / 16, 7 / 16]);
+  assert.deepEqual([...a.rowIndex], [0, 0, 1]);
+  assert.deepEqual([...a.localExpert], [0, 7, 3]);
+  assert.deepEqual([...a.weight], [1 / 16, 4 / 16, 7 / 16]);
   // B: pairs 1 (token 0), 5 and 7 (token 1); local experts = expert − 8.
   assert.deepEqual([...b.rowToken], [0, 1]);
   assert.deepEqual([...b.pairIndex], [1, 5, 7]);
-  assert.deepEqual([...b.pairRow], [0, 1, 1]);
-  assert.deepEqual([...b.pairExpert], [1, 0, 3]);
+  assert.deepEqual([...b.rowIndex], [0, 1, 1]);
+  assert.deepEqual([...b.localExpert], [1, 0, 3]);
 });
 
 test('planRequest: rows are deduplicated and remapped to a compact index', () => {
@@ -73,7 +73,7 @@ test('planRequest: rows are deduplicated and remapped to a compact index', () =>
   assert.ok(a);
   assert.equal(a.nRows, 2);
   assert.deepEqual([...a.rowToken], [1, 3]);
-  assert.deepEqual([...a.pairRow], [0, 1]);
+  assert.deepEqual([...a.rowIndex], [0, 1]);
   assert.deepEqual([...a.pairIndex], [2, 7]);
   const rows = Float32Array.from({ length: 4 * 3 }, (_, i) => i);
   assert.deepEqual([...gatherRows(a, rows, 3)], [3, 4, 5, 9, 10, 11]);
@@ -178,9 +178,9 @@ test('planRequest agrees with a naive planner on random requests', () => {
       const W = workers[wp.worker] as PlanWorker;
       for (let q = 0; q < wp.nPairs; q++) {
         const p = wp.pairIndex[q] as number;
-        assert.equal((wp.pairExpert[q] as number) + W.begin, ids[p]);
-        assert.equal(wp.rowToken[wp.pairRow[q] as number], Math.floor(p / nUsed));
-        assert.equal(wp.pairWeight[q], req.probs[p]);
+        assert.equal((wp.localExpert[q] as number) + W.begin, ids[p]);
+        assert.equal(wp.rowToken[wp.rowIndex[q] as number], Math.floor(p / nUsed));
+        assert.equal(wp.weight[q], req.probs[p]);
       }
     }
   }

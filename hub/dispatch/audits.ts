@@ -8,6 +8,24 @@
  *   const mask = auditMask(plan.workers, items, nTokens * nUsed);
  */
 
+import type { RequestPlan } from './plan.ts';
+
+/**
+ * Which work items are audited. An audit holds one worker's answer against the coordinator's own sums: the chosen
+ * items' pairs are flagged "audited" (v1: in the RESPONSE, their answers withheld; v2: in the CLAIM, the items sent in
+ * shadow), so the coordinator computes them and reports their per-row sums in an AUDIT frame, and `onAudit` gets the
+ * comparison. Given the items of one request (`answered[i]` for `plan.workers[i]`; v2 chooses before any answer, all
+ * true), the chooser returns the indices to audit (default: none). At most one item per row is audited (the
+ * coordinator reports one sum per row): later ones that share a row with an earlier one are skipped.
+ */
+export type AuditChooser = (ctx: {
+  seq: number;
+  layer: number;
+  plan: RequestPlan;
+  workerIds: readonly string[];
+  answered: readonly boolean[];
+}) => readonly number[] | null;
+
 /** One worker's answer held against the coordinator's own sums (AUDIT frame). */
 export interface AuditResult {
   layer: number;

@@ -47,7 +47,6 @@ import {
   checkVersion,
   encodeClaim,
   encodeHelloAck,
-  encodeResponse,
   encodeResult,
   negotiateVersion,
 } from '../../protocol/dispatch.ts';
@@ -76,15 +75,14 @@ import {
   type PolicyReason,
   type SaturationSnapshot,
 } from './policy.ts';
-import { type AuditResult, auditMask, compareAudit, pickAuditItems } from './audits.ts';
+import { type AuditChooser, type AuditResult, compareAudit, pickAuditItems } from './audits.ts';
+import { type AwaitingAudit, auditWithheld, dropUnusable, encodeV1Answer, encodeV1Local, withholdAudited } from './v1.ts';
 import { type Admitted, type Candidate, coveredPairs, selectCandidates } from './candidates.ts';
 import { probationWorker, quietUntilProbeMs, shadowProbeBooking, shadowProbeWorker } from './probes.ts';
 import type { WorkItem, WorkerDirectory, WorkerLink } from './worker-link.ts';
 
 /** The link contract, also importable from here (hub/channel/channel.ts does). */
 export type { WorkItem, WorkerDirectory, WorkerLink };
-/** The audit verdict, also importable from here (hub/trust/ledger.ts does). */
-export type { AuditResult };
 
 // ---------------------------------------------------------------------------------------------
 // What the hub plugs in (besides the links and directory of worker-link.ts)
@@ -141,22 +139,6 @@ export interface DispatcherEvents {
   /** A worker's withheld answer compared with the coordinator's own sums for the same pairs. */
   onAudit?(workerId: string, result: AuditResult): void;
 }
-
-/**
- * Which work items are audited. An audit holds one worker's answer against the coordinator's own sums: the chosen
- * items' pairs are flagged "audited" (v1: in the RESPONSE, their answers withheld; v2: in the CLAIM, the items sent in
- * shadow), so the coordinator computes them and reports their per-row sums in an AUDIT frame, and `onAudit` gets the
- * comparison. Given the items of one request (`answered[i]` for `plan.workers[i]`; v2 chooses before any answer, all
- * true), the chooser returns the indices to audit (default: none). At most one item per row is audited (the
- * coordinator reports one sum per row): later ones that share a row with an earlier one are skipped.
- */
-export type AuditChooser = (ctx: {
-  seq: number;
-  layer: number;
-  plan: RequestPlan;
-  workerIds: readonly string[];
-  answered: readonly boolean[];
-}) => readonly number[] | null;
 
 // ---------------------------------------------------------------------------------------------
 // Metrics
@@ -344,12 +326,6 @@ interface Connection {
   /** v2: the shadow items of the request whose AUDIT frame is awaited (its AUDIT comes before the next REQUEST). */
   pendingAudit: PendingAudit | null;
   closed: boolean;
-}
-
-interface AwaitingAudit {
-  seq: number;
-  layer: number;
-  items: Array<{ workerId: string; rowToken: ArrayLike<number>; nRows: number; nPairs: number; partial: Float32Array }>;
 }
 
 /**
@@ -633,8 +609,8 @@ export class ModelDispatcher {
           pending.trusted = a.sums;
           this.compareShadow(pending, hello.nEmbd);
         } else {
-          for (const it of (waiting as AwaitingAudit).items)
-            this.events.onAudit?.(it.workerId, compareAudit(it, a.sums, hello.nEmbd, a.layer, a.seq));
+          for (const [workerId, result] of auditWithheld(waiting as AwaitingAudit, a.sums, hello.nEmbd))
+            this.events.onAudit?.(workerId, result);
         }
         return;
       }
@@ -734,7 +710,7 @@ export class ModelDispatcher {
   private answerLocal(conn: Connection, req: DispatchRequest, quietMs: number, arrivedAt: number): void {
     const pairs = req.nTokens * req.nUsed;
     const head = { seq: req.seq, layer: req.layer, nTokens: req.nTokens, nUsed: req.nUsed, quietMs };
-    this.write(conn, conn.version === 2 ? encodeClaim({ ...head, claimed: null }) : encodeResponse({ ...head, mode: 'local' }));
+    this.write(conn, conn.version === 2 ? encodeClaim({ ...head, claimed: null }) : encodeV1Local(head));
     this.totals.localRequests++;
     this.totals.pairs.fallback += pairs;
     const m = this.opts.metrics;
@@ -1183,29 +1159,6 @@ export class ModelDispatcher {
     }
   }
 
-  /**
-   * The AUDIT seam (see `AuditChooser`): takes the chosen answered items' partials out of `f.partials` (so they are
-   * not served) and returns the audit flags of their pairs, or null when nothing is audited.
-   */
-  private withholdAudited(f: InFlight): { mask: Uint8Array; items: number[]; held: Float32Array[]; pairs: number } | null {
-    const choose = this.opts.chooseAudit;
-    if (!choose) return null;
-    const answered = f.partials.map((p) => p !== null);
-    if (!answered.includes(true)) return null;
-    const chosen = choose({ seq: f.req.seq, layer: f.req.layer, plan: f.plan, workerIds: f.links.map((l) => l.workerId), answered });
-    if (!chosen || chosen.length === 0) return null;
-    const items = pickAuditItems(f.plan.workers, chosen, f.req.nTokens, (i) => f.partials[i] !== null);
-    if (items.length === 0) return null;
-    const held: Float32Array[] = [];
-    let pairs = 0;
-    for (const i of items) {
-      held.push(f.partials[i] as Float32Array);
-      pairs += (f.plan.workers[i] as RequestPlan['workers'][number]).nPairs;
-      f.partials[i] = null;
-    }
-    return { mask: auditMask(f.plan.workers, items, f.req.nTokens * f.req.nUsed), items, held, pairs };
-  }
-
   /** Work item i settled; answers the coordinator once none is pending (shadow items are not waited for). */
   private settle(f: InFlight, i: number): void {
     if (f.shadow[i]) return;
@@ -1221,48 +1174,30 @@ export class ModelDispatcher {
     const served = new Uint8Array(pairs);
     const sums = new Float32Array(req.nTokens * req.nEmbd);
     const v2 = conn.version === 2;
-    const audit = v2 ? null : this.withholdAudited(f);
-    const mayUse = this.opts.mayUse;
-    for (const [i, link] of f.links.entries()) {
-      // v1: the answers of workers that may not be used are dropped here (v2 sent them in shadow).
-      if (mayUse && f.partials[i] && !mayUse(link.workerId)) f.partials[i] = null;
-    }
+    const workerIds = f.links.map((l) => l.workerId);
+    const withheld = v2
+      ? null
+      : withholdAudited(
+          { seq: req.seq, layer: req.layer, plan, workerIds, partials: f.partials, nTokens: req.nTokens, nUsed: req.nUsed },
+          this.opts.chooseAudit,
+        );
+    if (!v2) dropUnusable(f.partials, workerIds, this.opts.mayUse);
     const nServed = mergePartials(plan, f.partials, req.nEmbd, served, sums);
     if (this.events.onUsed) {
       for (const [i, p] of f.partials.entries())
-        if (p) this.events.onUsed((f.links[i] as WorkerLink).workerId, (plan.workers[i] as RequestPlan['workers'][number]).nPairs);
+        if (p) this.events.onUsed(workerIds[i] as string, (plan.workers[i] as RequestPlan['workers'][number]).nPairs);
     }
     let rejected = 0;
     for (const r of f.rejectedPairs) rejected += r;
     const fallback = pairs - nServed - rejected;
     const mode = nServed > 0 ? 'served' : 'local';
-    const base = {
-      seq: req.seq,
-      layer: req.layer,
-      nTokens: req.nTokens,
-      nUsed: req.nUsed,
-      quietMs: 0,
-      ...(audit ? { audit: audit.mask } : {}),
-    };
-    if (audit) {
-      this.totals.pairs.audited += audit.pairs;
-      conn.awaitingAudit = {
-        seq: req.seq,
-        layer: req.layer,
-        items: audit.items.map((i, j) => {
-          const wp = plan.workers[i] as RequestPlan['workers'][number];
-          return {
-            workerId: (f.links[i] as WorkerLink).workerId,
-            rowToken: wp.rowToken,
-            nRows: wp.nRows,
-            nPairs: wp.nPairs,
-            partial: audit.held[j] as Float32Array,
-          };
-        }),
-      };
+    const head = { seq: req.seq, layer: req.layer, nTokens: req.nTokens, nUsed: req.nUsed, quietMs: 0 };
+    if (withheld) {
+      this.totals.pairs.audited += withheld.pairs;
+      conn.awaitingAudit = withheld.awaiting;
     }
-    if (!v2) this.write(conn, encodeResponse(nServed > 0 ? { ...base, mode: 'served', served, sums } : { ...base, mode: 'local' }));
-    else if (f.shadow.some((s) => !s)) this.write(conn, encodeResult({ ...base, served, sums }));
+    if (!v2) this.write(conn, encodeV1Answer(head, withheld?.mask ?? null, nServed, served, sums));
+    else if (f.shadow.some((s) => !s)) this.write(conn, encodeResult({ ...head, served, sums }));
     const end = performance.now();
     const t = this.totals;
     if (nServed > 0) t.servedRequests++;

@@ -12,7 +12,7 @@
  *   ledger.onAudit(model, workerId, result); // an audit's verdict
  */
 import { Counter, type Registry } from 'prom-client';
-import type { AuditChooser, AuditResult } from '../dispatch/dispatcher.ts';
+import type { AuditChooser, AuditResult } from '../dispatch/audits.ts';
 import type { DispatchMap } from '../dispatch/map.ts';
 import { type Standing, type TrustConfig, afterAudit, auditThis, judgeAudit, standing, trustOn } from '../dispatch/trust.ts';
 import { CREDIT_CACHE_MAX } from '../limits.ts';

@@ -13,10 +13,8 @@ import { DEFAULT_POLLER, SaturationPoller, type PollerOptions } from './poller.t
 import { CoverageStore } from './market/coverage.ts';
 import type { SliceRef } from '../protocol/slice.ts';
 import { SliceGrants } from './market/grants.ts';
-import { modelDemand } from './market/demand.ts';
-import { chooseReleases, type ReleaseCandidate } from './market/release.ts';
-import { chooseAssignment, type VolunteerAnswer, type VolunteerRequest } from './market/assign.ts';
-import { DEFAULT_SATURATION, effectiveTarget, saturationState, type SaturationConfig, type SaturationState } from './market/saturation.ts';
+import type { VolunteerAnswer, VolunteerRequest } from './market/assign.ts';
+import { DEFAULT_SATURATION, type SaturationConfig, type SaturationState } from './market/saturation.ts';
 import type { HeldRange, ModelDemand, ModelShape } from './market/types.ts';
 import { DEFAULT_TRUST, type TrustConfig, mayUse } from './dispatch/trust.ts';
 import { DEFAULT_DISPATCH, DispatchMap, type DispatchConfig, type DispatchRow } from './dispatch/map.ts';
@@ -31,6 +29,7 @@ import { AUTH_RATE_LIMIT, RELEASE_COOL_DOWN_MS, WORKER_STALE_MS, WORKERS_MAX } f
 import { type Shard, ShardServer, type ShardHost } from './shards.ts';
 import { type LedgerHost, TrustLedger } from './trust/ledger.ts';
 import { ChunkLists } from './chunk-lists.ts';
+import { Recruiter, type RecruiterHost } from './recruiter.ts';
 import { DEFAULT_PEERS, PeerDirectory, type PeerConfig, type SliceTransfer } from './peer-directory.ts';
 import { PeerSignal } from './peers-signal.ts';
 import { DispatchMetrics, type DispatcherEvents, ModelDispatcher, type ResponseSummary } from './dispatch/dispatcher.ts';
@@ -170,9 +169,7 @@ export class Hub {
   private readonly store: HubStore;
   private readonly auth: NodeAuth;
   private readonly metrics: HubMetrics;
-  private readonly recruitingNow = new Map<string, boolean>();
-  /** Models that recruited (or whose target fell) since their surplus was last released: readings look for one. */
-  private readonly surplusPossible = new Set<string>();
+  private readonly recruiter: Recruiter;
   private evictTimer: NodeJS.Timeout | null = null;
   private readonly shards: ShardServer;
   private readonly channel: VolunteerChannel;
@@ -215,6 +212,7 @@ export class Hub {
     };
     this.coverage = new CoverageStore({ maxWorkers: config.maxWorkers });
     this.dispatch = new DispatchMap(config.dispatch);
+    this.recruiter = new Recruiter(this.recruiterHost());
     this.store = new HubStore(config.stateDir === ':memory:' ? ':memory:' : join(config.stateDir, 'hub.sqlite'));
     this.auth = new NodeAuth({ secret: this.store.tokenSecret(), rateLimit: config.authRateLimit });
     this.supervisor = new CoordinatorSupervisor((name, state, detail) =>
@@ -223,7 +221,7 @@ export class Hub {
     this.poller = new SaturationPoller(
       () => this.supervisor.names().map((name) => ({ name, url: this.supervisor.urlOf(name) })),
       config.poller,
-      (name) => this.noteSaturation(name),
+      (name) => this.recruiter.reading(name),
     );
     this.metrics = new HubMetrics(() => this.readings());
     this.dispatchMetrics = new DispatchMetrics(this.metrics.registry);
@@ -457,6 +455,28 @@ export class Hub {
     return this.channel.release(workerId, 'NOT_NEEDED', reason);
   }
 
+  /** What the recruiter may read and tell (recruiter.ts RecruiterHost). */
+  private recruiterHost(): RecruiterHost {
+    return {
+      now: () => this.now(),
+      marketModels: this.marketModels,
+      servedModels: () => this.servedModels(),
+      shape: (model) => this.shape(model),
+      reading: (model) => this.poller.reading(model),
+      saturation: this.config.saturation,
+      dispatchModeOf: (model) => this.dispatchModeOf(model),
+      coverage: this.coverage,
+      dispatch: this.dispatch,
+      channel: { workerInfo: (id) => this.channel.workerInfo(id), demandChanged: () => this.channel.demandChanged() },
+      grants: this.grants,
+      metrics: { assigned: () => this.metrics.assigned(), refused: () => this.metrics.refused() },
+      release: (workerId, reason) => {
+        this.releaseWorker(workerId, reason);
+      },
+      event: (kind, model, detail) => this.events.add(kind, model, detail, this.now()),
+    };
+  }
+
   /** What the trust ledger may call (trust/ledger.ts LedgerHost). */
   private ledgerHost(): LedgerHost {
     return {
@@ -563,111 +583,20 @@ export class Hub {
   // --- the market
 
   private saturation(model: string): SaturationState {
-    return saturationState(this.poller.reading(model), this.now(), this.config.saturation);
+    return this.recruiter.saturation(model);
   }
 
-  private noteSaturation(model: string): void {
-    // Every reading may change demand: idle volunteers on the channel are offered slices at once.
-    this.channel.demandChanged();
-    const recruiting = this.saturation(model).recruiting;
-    const before = this.recruitingNow.get(model) ?? false;
-    if (recruiting !== before) {
-      this.recruitingNow.set(model, recruiting);
-      this.events.add(
-        recruiting ? 'saturation-onset' : 'saturation-end',
-        model,
-        recruiting ? 'recruiting volunteers' : 'load passed',
-        this.now(),
-      );
-    }
-    if (recruiting) this.surplusPossible.add(model);
-    else if (this.surplusPossible.has(model) && !this.releaseSurplus(model)) this.surplusPossible.delete(model);
-  }
-
-  /**
-   * The load passed (or the target fell): volunteers beyond the effective target are released, least useful first
-   * and never below target (market/release.ts); they go back to waiting and are recruited again on the next surge.
-   * Only volunteers on the channel can be told; HTTP-heartbeat workers leave by themselves. Returns whether any
-   * volunteer is still loading a slice (it may become surplus once it holds it: the next reading looks again).
-   */
-  private releaseSurplus(model: string): boolean {
-    if (!this.marketModels.has(model) || this.coverage.workerCount(model) === 0) return false;
-    const target = effectiveTarget(this.config.saturation, false);
-    const now = this.now();
-    const candidates: ReleaseCandidate[] = [];
-    let loading = false;
-    for (const workerId of this.coverage.workersOf(model)) {
-      const info = this.channel.workerInfo(workerId);
-      if (!info) continue;
-      if (info.state === 'loading') loading = true;
-      const r = this.dispatch.record(workerId);
-      candidates.push({
-        workerId,
-        ranges: this.coverage.heldRanges(workerId) ?? [],
-        lastServeMs: r?.lastServeMs ?? null,
-        pairsServed: this.dispatch.pairsServed(workerId),
-        latencyMs: r?.latencyMs ?? null,
-        attachMs: r?.attachMs ?? now,
-      });
-    }
-    for (const workerId of chooseReleases(candidates, (layer) => this.coverage.replicaCounts(model, layer), target)) {
-      this.releaseWorker(workerId, `more replicas than the target ${target} now`);
-    }
-    return loading;
-  }
-
-  private demand(model?: string): ModelDemand[] {
-    const names = model ? [model] : [...this.marketModels.keys()];
-    return names.map((name) => {
-      const shape = this.shape(name);
-      const recruiting = this.saturation(name).recruiting;
-      const target = effectiveTarget(this.config.saturation, recruiting);
-      return modelDemand(
-        shape,
-        (layer) => this.coverage.replicaCounts(name, layer),
-        target,
-        // `--dispatch always` sends every covered pair to a worker, load or not: it wants its base replicas at rest too.
-        recruiting || this.dispatchModeOf(name) === 'always',
-        this.coverage.workerCount(name) > 0,
-      );
-    });
-  }
-
-  /** One market model's demand, or every one's (`model` ''/undefined); throws MODEL_UNKNOWN. */
+  /** One market model's demand, or every one's (`model` ''/undefined); throws MODEL_UNKNOWN (recruiter.ts). */
   demandAnswer(model?: string): DemandAnswer<ModelDemand> {
-    const models = this.demand(model || undefined);
-    return {
-      target_replicas: Math.max(this.config.saturation.targetBase, ...models.map((m) => m.target_replicas)),
-      recruiting: models.some((m) => m.recruiting),
-      models,
-    };
+    return this.recruiter.demandAnswer(model);
   }
 
   /**
-   * The market's answer for one volunteer. `wallet` is the caller's over HTTP (`POST /api/expert-volunteer`): the
-   * slice is then remembered as assigned to `workerId` (or to whichever worker of that wallet reports it first), so
-   * that its heartbeats may report it once the wallet downloaded it (`reportCoverage`).
+   * The market's answer for one volunteer (recruiter.ts `volunteer`). `wallet` is the caller's over HTTP: the slice
+   * is then remembered as assigned, so that its heartbeats may report it once the wallet downloaded it.
    */
   volunteer(request: VolunteerRequest, workerId: string | undefined, wallet?: string): VolunteerAnswer {
-    if (request.model && !this.marketModels.has(request.model))
-      throw new HubError('MODEL_UNKNOWN', `no model named "${request.model}" is served here`);
-    const heldModel = workerId ? this.coverage.modelOf(workerId) : undefined;
-    const held = workerId && heldModel !== undefined ? { model: heldModel, ranges: this.coverage.heldRanges(workerId) ?? [] } : undefined;
-    const answer = chooseAssignment(this.demand(request.model || undefined), this.marketModels, { ...request, ...(held ? { held } : {}) });
-    if (answer.assigned) {
-      const [begin, end] = answer.experts;
-      if (wallet !== undefined) this.grants.assigned(wallet, workerId ?? null, { model: answer.model, layer: answer.layer, begin, end });
-      this.metrics.assigned();
-      this.events.add(
-        'recruit',
-        answer.model,
-        `layer ${answer.layer} experts [${answer.experts[0]}, ${answer.experts[1]})${workerId ? ` to ${workerId}` : ''}`,
-        this.now(),
-      );
-    } else {
-      this.metrics.refused();
-    }
-    return answer;
+    return this.recruiter.volunteer(request, workerId, wallet);
   }
 
   /**
@@ -727,27 +656,9 @@ export class Hub {
     return Math.round(this.config.staleMs / 1000);
   }
 
+  /** `GET /api/moe/recruitment` (recruiter.ts). */
   recruitment(): RecruitmentAnswer {
-    const cfg = this.config.saturation;
-    return {
-      saturate_at: cfg.saturateAt,
-      boost: cfg.boost,
-      target_base: cfg.targetBase,
-      models: this.servedModels().map((model) => {
-        const s = this.saturation(model);
-        return {
-          model,
-          busy: s.busy,
-          slots: s.slots,
-          saturated: s.saturated,
-          recruiting: s.recruiting,
-          base_target: cfg.targetBase,
-          effective_target: effectiveTarget(cfg, s.recruiting),
-          expert_workers: this.marketModels.has(model) ? this.coverage.workerCount(model) : 0,
-          age_s: s.ageS,
-        };
-      }),
-    };
+    return this.recruiter.recruitment();
   }
 
   /** `GET /api/expert-dispatch-map`; throws MODEL_UNKNOWN. */
@@ -802,7 +713,7 @@ export class Hub {
    *   const open = hub.dashboardStream(ip); reply.hijack(); res.writeHead(200, SSE_HEADERS); open(res);
    */
   dashboardStream(client: string): (sink: StreamSink) => void {
-    return this.dash.stream(client);
+    return this.dash.stream(client, () => this.dashboardSnapshot());
   }
 
   /**
@@ -922,8 +833,7 @@ export class Hub {
       quarantineWorker: (workerId, reason, wallet, by) => this.quarantineWorker(workerId, reason, wallet, by),
       saturation: this.config.saturation,
       targetsChanged: () => {
-        for (const model of this.marketModels.keys()) this.surplusPossible.add(model);
-        this.channel.demandChanged();
+        this.recruiter.targetsChanged();
       },
       serves: (model) => this.supervisor.has(model),
       dispatchModeOf: (model) => this.dispatchModeOf(model),

@@ -260,14 +260,15 @@ export class DashboardReadModel {
    * checks the caps (TOO_MANY_STREAMS, RATE_LIMITED) and builds the snapshot — any throw leaves before the route
    * commits to a stream — and the function it returns adds the sink and writes the snapshot, then every tick, event
    * and heatmap change until the sink or the hub closes. Call it at once (no broadcast may fall between).
+   * `snapshot` builds the first message (the Hub passes its own `dashboardSnapshot`, the one public read of it).
    */
-  stream(client: string): (sink: StreamSink) => void {
+  stream(client: string, snapshot: () => Snapshot = () => this.snapshot()): (sink: StreamSink) => void {
     this.streams.assertRoom(client);
-    const snapshot = this.snapshot();
+    const first = snapshot();
     return (sink) => {
-      const first = this.streams.size === 0;
-      this.streams.open(sink, client, 'snapshot', snapshot);
-      this.sampler.snapshotSent(snapshot.coverage, first);
+      const none = this.streams.size === 0;
+      this.streams.open(sink, client, 'snapshot', first);
+      this.sampler.snapshotSent(first.coverage, none);
     };
   }
 

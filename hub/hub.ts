@@ -3,9 +3,7 @@
  * Its parts are private; the HTTP layer (app.ts) and the CLI call only the methods below, one per thing they need.
  */
 import type { ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import type { Server } from 'node:http';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { CoordinatorSupervisor, type CoordinatorStatus } from './supervisor.ts';
@@ -29,13 +27,13 @@ import { AUTH_RATE_LIMIT, RELEASE_COOL_DOWN_MS, WORKER_STALE_MS, WORKERS_MAX } f
 import { type Shard, ShardServer, type ShardHost } from './shards.ts';
 import { type LedgerHost, TrustLedger } from './trust/ledger.ts';
 import { ChunkLists } from './chunk-lists.ts';
+import { type DispatchObserver, Dispatchers, type DispatchersHost } from './dispatch/dispatchers.ts';
 import { Recruiter, type RecruiterHost } from './recruiter.ts';
 import { DEFAULT_PEERS, PeerDirectory, type PeerConfig, type SliceTransfer } from './peer-directory.ts';
 import { PeerSignal } from './peers-signal.ts';
-import { DispatchMetrics, type DispatcherEvents, ModelDispatcher, type ResponseSummary } from './dispatch/dispatcher.ts';
+import { DispatchMetrics, type DispatcherEvents } from './dispatch/dispatcher.ts';
 import type { DispatchMode } from './dispatch/policy.ts';
 import { DEFAULT_CHANNEL, VolunteerChannel, type ChannelHost, type ChannelOptions } from './channel/channel.ts';
-import type { Numerics } from '../protocol/numerics.ts';
 import type { CoverageAnswer, CreditAnswer, DemandAnswer, HealthAnswer, RecruitmentAnswer } from '../protocol/http.ts';
 import { AdminGate, checkedAdminToken } from './dashboard/admin.ts';
 import { type AdminDone, AdminActions, type AdminHost } from './dashboard/admin-actions.ts';
@@ -147,16 +145,7 @@ export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
   };
 }
 
-/** What a measurement may watch of one model's data path (`Hub.observeDispatch`; bench/dispatch.ts). */
-export interface DispatchObserver {
-  /** Every REQUEST the model's dispatcher answered: its ResponseSummary (times in ms from the REQUEST's arrival). */
-  onResponse?(summary: ResponseSummary): void;
-  /**
-   * Every result a worker of this model sent over the volunteer channel, in time or not: the round trip from handing
-   * the work frame to the socket to decoding the answer (ms), and the worker's own time on it (µs, as it reports).
-   */
-  onResult?(workerId: string, roundTripMs: number, computeUs: number): void;
-}
+export type { DispatchObserver } from './dispatch/dispatchers.ts';
 
 export class Hub {
   /** Models whose GGUF the hub read: the ones on the market. Every served model is a coordinator (`servedModels()`). */
@@ -177,19 +166,9 @@ export class Hub {
   private readonly chunks: ChunkLists<Shard>;
   private readonly signal: PeerSignal;
   private readonly dispatchMetrics: DispatchMetrics;
+  /** Every model's dispatcher, its socket, mode and coordinator numerics (dispatch/dispatchers.ts). */
+  private readonly dispatchers: Dispatchers;
   private readonly ledger: TrustLedger;
-  private readonly dispatchers = new Map<string, ModelDispatcher>();
-  /** Each dispatcher's event hooks: `observeDispatch` adds and removes its onResponse here. */
-  private readonly dispatcherEvents = new Map<string, DispatcherEvents>();
-  /** Where each model's dispatcher listens. */
-  private readonly dispatchPaths = new Map<string, string>();
-  /** How each model's coordinator computes, from its dispatch HELLO. */
-  private readonly numericsOf = new Map<string, Numerics>();
-  private socketDir: string | null = null;
-  /** `--dispatch` per model, changeable by an admin. */
-  private readonly modes = new Map<string, DispatchMode>();
-  /** observeDispatch's onResult, if one is set. */
-  private resultObserver: ((workerId: string, roundTripMs: number, computeUs: number, model: string | undefined) => void) | null = null;
   private readonly admin: AdminActions;
   private readonly dash: DashboardReadModel;
   /** Slices the market assigned to HTTP workers and their wallets downloaded: what their heartbeats may report. */
@@ -225,6 +204,7 @@ export class Hub {
     );
     this.metrics = new HubMetrics(() => this.readings());
     this.dispatchMetrics = new DispatchMetrics(this.metrics.registry);
+    this.dispatchers = new Dispatchers(this.dispatchersHost());
     this.ledger = new TrustLedger(this.ledgerHost(), config.trust, this.metrics.registry);
     this.shards = new ShardServer(this.shardHost());
     this.channel = new VolunteerChannel(
@@ -244,7 +224,7 @@ export class Hub {
     this.channel.onResult = (workerId, roundTripMs, computeUs) => {
       const model = this.coverage.modelOf(workerId);
       if (model !== undefined) this.dash.roundTrip(model, roundTripMs);
-      this.resultObserver?.(workerId, roundTripMs, computeUs, model);
+      this.dispatchers.result(workerId, roundTripMs, computeUs, model);
     };
     this.admin = new AdminActions(this.adminHost(), new AdminGate(checkedAdminToken(config.adminToken)), config.releaseCoolDownMs);
     this.dash = new DashboardReadModel(
@@ -279,13 +259,13 @@ export class Hub {
         this.supervisor.addExternal(info.model, url);
         externals.delete(info.model);
         const socket = this.config.dispatchSockets.find((d) => d.name === info.model);
-        if (socket) this.dispatchPaths.set(info.model, socket.path);
+        if (socket) this.dispatchers.externalSocket(info.model, socket.path);
         continue;
       }
       this.supervisor.addManaged({
         name: info.model,
         modelPath: info.path,
-        dispatchSocket: this.socketFor(info.model),
+        dispatchSocket: this.dispatchers.managedSocket(info.model),
         extraArgs: [
           '--expert-dispatch-deadline-ms',
           String(this.config.dispatchDeadlineMs),
@@ -306,7 +286,7 @@ export class Hub {
   }
 
   async start(): Promise<void> {
-    for (const [model, socketPath] of this.dispatchPaths) await this.startDispatcher(model, socketPath);
+    await this.dispatchers.start();
     await this.supervisor.start();
     this.ledger.start();
     this.poller.start();
@@ -322,28 +302,40 @@ export class Hub {
     await this.channel.close();
     await this.signal.close();
     await this.supervisor.stop();
-    for (const d of this.dispatchers.values()) await d.close();
-    this.dispatchers.clear();
-    if (this.socketDir) rmSync(this.socketDir, { recursive: true, force: true });
+    await this.dispatchers.close();
     this.ledger.stop();
     this.store.close();
   }
 
   // --- dispatch (Layer 1) and the volunteer channel
 
-  /** A managed coordinator's dispatch socket: in a private temporary directory (unix socket paths are short). */
-  private socketFor(model: string): string {
-    if (!this.socketDir) {
-      this.socketDir = mkdtempSync(join(tmpdir(), 'xs-'));
-      mkdirSync(this.socketDir, { recursive: true, mode: 0o700 });
-    }
-    const path = join(this.socketDir, `${this.dispatchPaths.size}.sock`);
-    this.dispatchPaths.set(model, path);
-    return path;
+  /** What each model's dispatcher is built with (dispatch/dispatchers.ts DispatchersHost). */
+  private dispatchersHost(): DispatchersHost {
+    return {
+      defaultMode: this.config.dispatchMode,
+      events: (model) => this.dispatcherEvents(model),
+      options: (model) => ({
+        directory: this.channel.directory(model),
+        deadlines: { capMs: this.config.dispatchDeadlineMs },
+        policy: {
+          ...this.config.dispatch,
+          saturateAt: this.config.saturation.saturateAt,
+          maxReadingAgeMs: this.config.saturation.maxReadingAgeMs,
+        },
+        saturation: () => this.poller.reading(model),
+        record: (workerId) => this.dispatch.record(workerId),
+        metrics: this.dispatchMetrics,
+        ...(this.ledger.on
+          ? { chooseAudit: this.ledger.auditChooser(), mayUse: (workerId: string) => mayUse(this.ledger.standingOf(workerId)) }
+          : {}),
+        clock: this.clock,
+      }),
+    };
   }
 
-  private async startDispatcher(model: string, socketPath: string): Promise<void> {
-    const events: DispatcherEvents = {
+  /** A model's dispatcher hooks: serves to the dispatch map, audits and faults to the ledger, the rest as events. */
+  private dispatcherEvents(model: string): DispatcherEvents {
+    return {
       onServe: (workerId, atMs, latencyMs, pairs) => this.dispatch.recordServe(workerId, atMs, latencyMs, pairs),
       onUsed: (workerId, pairs) => this.ledger.used(workerId, pairs),
       onBench: (workerId, benched) =>
@@ -364,57 +356,16 @@ export class Hub {
         if (event !== 'closed' && event !== 'connected') this.events.add('coordinator', model, `dispatch ${event}: ${detail}`, this.now());
       },
     };
-    const d = await ModelDispatcher.listen({
-      model,
-      socketPath,
-      directory: this.channel.directory(model),
-      mode: this.dispatchModeOf(model),
-      deadlines: { capMs: this.config.dispatchDeadlineMs },
-      policy: {
-        ...this.config.dispatch,
-        saturateAt: this.config.saturation.saturateAt,
-        maxReadingAgeMs: this.config.saturation.maxReadingAgeMs,
-      },
-      saturation: () => this.poller.reading(model),
-      record: (workerId) => this.dispatch.record(workerId),
-      metrics: this.dispatchMetrics,
-      events,
-      ...(this.ledger.on
-        ? { chooseAudit: this.ledger.auditChooser(), mayUse: (workerId: string) => mayUse(this.ledger.standingOf(workerId)) }
-        : {}),
-      acceptHello: (hello) => {
-        this.numericsOf.set(model, hello.numerics);
-        return 0;
-      },
-      clock: this.clock,
-    });
-    this.dispatchers.set(model, d);
-    this.dispatcherEvents.set(model, events);
   }
 
   /**
-   * Measurement seam: `observer` sees `model`'s dispatcher responses and its workers' channel results until the
-   * returned function is called. One observer at a time (a second replaces the first). Unobserved, neither hook is
-   * set, so the data path pays nothing for it.
+   * Measurement seam (dispatch/dispatchers.ts `observe`): `observer` sees `model`'s dispatcher responses and its
+   * workers' channel results until the returned function is called; one observer at a time.
    *
    *   const stop = hub.observeDispatch('m', { onResult: (id, rtMs, us) => overheadUs.push(rtMs * 1000 - us) });
    */
   observeDispatch(model: string, observer: DispatchObserver): () => void {
-    const events = this.dispatcherEvents.get(model);
-    if (!events) throw new HubError('MODEL_UNKNOWN', `no dispatcher for "${model}" (unknown model, or the hub has not started)`);
-    const { onResponse, onResult } = observer;
-    if (onResponse) events.onResponse = onResponse;
-    else delete events.onResponse;
-    const watch = onResult
-      ? (workerId: string, roundTripMs: number, computeUs: number, of: string | undefined) => {
-          if (of === model) onResult(workerId, roundTripMs, computeUs);
-        }
-      : null;
-    this.resultObserver = watch;
-    return () => {
-      if (events.onResponse === onResponse) delete events.onResponse;
-      if (this.resultObserver === watch) this.resultObserver = null;
-    };
+    return this.dispatchers.observe(model, observer);
   }
 
   /** Hands `/api/volunteer` upgrades on the HTTP server to the volunteer channel. */
@@ -511,7 +462,7 @@ export class Hub {
         return { bytes: s.length, digest: `sha256:${s.digest}` };
       },
       // linkcpp-server always computes as llama.cpp's CPU backend; the HELLO says so once it connected.
-      numerics: (model) => this.numericsOf.get(model) ?? 'llama',
+      numerics: (model) => this.dispatchers.numericsOf(model),
       reserve: (workerId, model, ranges) => this.coverage.heartbeat(workerId, model, ranges, this.now()),
       serving: (workerId, wallet, model, ranges) => {
         this.heartbeat(workerId, wallet, model, ranges);
@@ -519,7 +470,7 @@ export class Hub {
       forget: (workerId) => {
         this.coverage.remove(workerId);
         this.dispatch.forget(workerId);
-        for (const d of this.dispatchers.values()) d.forget(workerId);
+        this.dispatchers.forget(workerId);
       },
       creditOf: (wallet) => this.creditOf(wallet),
       event: (kind, model, detail) => this.events.add(kind, model, detail, this.now()),
@@ -693,7 +644,7 @@ export class Hub {
 
   /** A model's dispatch mode now (`--dispatch`, or what an admin set). */
   dispatchModeOf(model: string): DispatchMode {
-    return this.modes.get(model) ?? this.config.dispatchMode;
+    return this.dispatchers.modeOf(model);
   }
 
   /** Every served model as the dashboard shows it now (dashboard/read-model.ts). */
@@ -826,7 +777,7 @@ export class Hub {
         this.dash.retire(row, 'released');
         this.coverage.remove(workerId);
         this.dispatch.forget(workerId);
-        for (const d of this.dispatchers.values()) d.forget(workerId);
+        this.dispatchers.forget(workerId);
         this.channel.demandChanged();
         return 'http';
       },
@@ -838,8 +789,7 @@ export class Hub {
       serves: (model) => this.supervisor.has(model),
       dispatchModeOf: (model) => this.dispatchModeOf(model),
       setDispatchMode: (model, mode) => {
-        this.modes.set(model, mode);
-        this.dispatchers.get(model)?.setMode(mode);
+        this.dispatchers.setMode(model, mode);
         this.channel.demandChanged();
       },
       now: () => this.now(),
@@ -863,7 +813,7 @@ export class Hub {
     this.dispatch.setQuarantined(workerId); // the dispatcher skips it until its connection is gone (which forgets it)
     if (!this.channel.disconnect(workerId, 'QUARANTINED', reason)) this.dispatch.forget(workerId);
     this.coverage.remove(workerId);
-    for (const d of this.dispatchers.values()) d.forget(workerId);
+    this.dispatchers.forget(workerId);
     this.events.add('quarantine', model, `${workerId}: ${reason} (${by})`, this.now());
     this.channel.demandChanged();
     const what = `${workerId}${model ? ` (${model})` : ''}${walletId ? ` and its wallet ${walletId}` : ''}`;

@@ -26,7 +26,7 @@ import type { GGUFFile, GGUFTensorInfo } from '../gguf/types.ts';
 import { GGMLType, rowByteSize } from '../gguf/quant-types.ts';
 import { expertTensorName, type ExpertMatrix } from '../gguf/expert-slice.ts';
 import { f16ToF32, f32ToF16 } from '../gguf/half.ts';
-import type { ExpertBackend } from './test-dispatcher.ts';
+import type { ExpertBackend } from './expert-backend.ts';
 
 const f32 = Math.fround;
 const bitsF = new Float32Array(1);

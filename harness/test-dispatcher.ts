@@ -40,6 +40,7 @@ import {
 import { expertFfnAccumulate } from '../shaders/reference/expert-ffn.ts';
 import { ExpertStore } from './expert-store.ts';
 import { GgmlExactBackend } from './ggml-exact.ts';
+import type { ExpertBackend } from './expert-backend.ts';
 import { mulberry32 } from '../shaders/random.ts';
 
 /**
@@ -110,12 +111,7 @@ export interface AuditRecord {
   sums: Float32Array;
 }
 
-/** Computes one layer's routed-expert sums: out[t] = Σ_k probs[t,k] · expert_{ids[t,k]}(rows[t]). */
-export interface ExpertBackend {
-  readonly name: string;
-  layerSums(layer: number, rows: Float32Array, ids: Int32Array, probs: Float32Array, nTokens: number, nUsed: number): Promise<Float32Array>;
-  close?(): Promise<void> | void;
-}
+export type { ExpertBackend };
 
 /** The CPU reference (float64 accumulation), rounding activations as llama.cpp's CPU backend does unless told not to. */
 export class CpuReferenceBackend implements ExpertBackend {

@@ -12,7 +12,7 @@ import { readGGUF } from '../gguf/reader.ts';
 import { expertTensorName, EXPERT_MATRICES, type ExpertMatrix } from '../gguf/expert-slice.ts';
 import { requestExpertDevice } from '../shaders/device.ts';
 import { ExpertRuntime, type ExpertRuntimeCapabilities, type ExpertRuntimeOptions } from '../shaders/runtime.ts';
-import type { ExpertBackend } from './test-dispatcher.ts';
+import type { ExpertBackend } from './expert-backend.ts';
 
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 // The Vulkan loader reads this when the GPU instance is created (below), so setting it here still counts.

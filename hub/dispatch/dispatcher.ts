@@ -76,7 +76,7 @@ import {
   type SaturationSnapshot,
 } from './policy.ts';
 import { type AuditChooser, type AuditResult, compareAudit, pickAuditItems } from './audits.ts';
-import { type AwaitingAudit, auditWithheld, dropUnusable, encodeV1Answer, encodeV1Local, withholdAudited } from './v1.ts';
+import { type AwaitingAudit, type Withheld, auditWithheld, dropUnusable, encodeV1Answer, encodeV1Local, withholdAudited } from './v1.ts';
 import { type Admitted, type Candidate, coveredPairs, selectCandidates } from './candidates.ts';
 import { probationWorker, quietUntilProbeMs, shadowProbeBooking, shadowProbeWorker } from './probes.ts';
 import type { WorkItem, WorkerDirectory, WorkerLink } from './worker-link.ts';
@@ -1174,18 +1174,20 @@ export class ModelDispatcher {
     const served = new Uint8Array(pairs);
     const sums = new Float32Array(req.nTokens * req.nEmbd);
     const v2 = conn.version === 2;
-    const workerIds = f.links.map((l) => l.workerId);
-    const withheld = v2
-      ? null
-      : withholdAudited(
-          { seq: req.seq, layer: req.layer, plan, workerIds, partials: f.partials, nTokens: req.nTokens, nUsed: req.nUsed },
-          this.opts.chooseAudit,
-        );
-    if (!v2) dropUnusable(f.partials, workerIds, this.opts.mayUse);
+    let withheld: Withheld | null = null;
+    if (!v2) {
+      // v1 only: v2 sent unusable and audited items in shadow, so it has nothing to take out here (and no list to build).
+      const workerIds = f.links.map((l) => l.workerId);
+      withheld = withholdAudited(
+        { seq: req.seq, layer: req.layer, plan, workerIds, partials: f.partials, nTokens: req.nTokens, nUsed: req.nUsed },
+        this.opts.chooseAudit,
+      );
+      dropUnusable(f.partials, workerIds, this.opts.mayUse);
+    }
     const nServed = mergePartials(plan, f.partials, req.nEmbd, served, sums);
     if (this.events.onUsed) {
       for (const [i, p] of f.partials.entries())
-        if (p) this.events.onUsed(workerIds[i] as string, (plan.workers[i] as RequestPlan['workers'][number]).nPairs);
+        if (p) this.events.onUsed((f.links[i] as WorkerLink).workerId, (plan.workers[i] as RequestPlan['workers'][number]).nPairs);
     }
     let rejected = 0;
     for (const r of f.rejectedPairs) rejected += r;

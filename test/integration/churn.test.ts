@@ -37,6 +37,10 @@ import {
 } from '../../harness/swarm.ts';
 
 const SERVE_MS = 240_000;
+/** The request in flight when the volunteers die: long enough to outlast a dozen tokens' pairs on a busy machine. */
+const CHURN_TOKENS = 128;
+/** Requests tried, each checked, until one is still generating once a dozen tokens' pairs were served. */
+const CHURN_ATTEMPTS = 3;
 /** The channel's heartbeat and idle timeout here; the bound a silent worker is dropped within is idle + one sweep. */
 const HEARTBEAT_MS = 1000;
 const IDLE_TIMEOUT_MS = 6000;
@@ -130,7 +134,7 @@ test('churn: half of ten volunteers die mid-generation in every way; no request 
   timeout: 900_000,
 }, async () => {
   const m = await testModel(DEEPSEEK_Q8);
-  const want = await baselineIds(m);
+  const want = await baselineIds(m, CHURN_TOKENS);
   const moe = moeLayersOf(m.config);
   const perToken = moe.length * m.config.nExpertUsed;
   let hub: SwarmHub | undefined;
@@ -180,17 +184,32 @@ test('churn: half of ten volunteers die mid-generation in every way; no request 
       );
     console.log(`[churn] ${vs.map((v) => `${v.name} (layer ${v.layer})${v.kill ? `: ${v.kill}` : ''}`).join('; ')}`);
 
-    // Mid-generation: once a dozen tokens' pairs were served.
-    const since = await pairOutcomes(url, hub.model);
-    let done = false;
-    const started = Date.now();
-    const first = completionIds(url, hub.model, E2E_PROMPT, E2E_TOKENS, m.ban).finally(() => {
-      done = true;
-    });
-    await until('a dozen tokens served', 120_000, async () =>
-      done || ((await pairOutcomes(url, hub?.model ?? '')).served as number) - (since.served as number) >= 12 * perToken ? true : undefined,
-    );
-    assert.ok(!done, 'the request was still generating when the volunteers died');
+    // Mid-generation: once a dozen tokens' pairs were served. A request can end first where the volunteers were still
+    // on probation or missing deadlines (a busy CI machine): its tokens are checked and another one starts, bounded.
+    let since = await pairOutcomes(url, hub.model);
+    let started = 0;
+    let first: Promise<number[]> | undefined;
+    for (let attempt = 1; attempt <= CHURN_ATTEMPTS && !first; attempt++) {
+      since = await pairOutcomes(url, hub.model);
+      let done = false;
+      started = Date.now();
+      const request = completionIds(url, hub.model, E2E_PROMPT, CHURN_TOKENS, m.ban).finally(() => {
+        done = true;
+      });
+      await until('a dozen tokens served', 120_000, async () =>
+        done || ((await pairOutcomes(url, hub?.model ?? '')).served as number) - (since.served as number) >= 12 * perToken
+          ? true
+          : undefined,
+      );
+      if (!done) {
+        first = request;
+        break;
+      }
+      const served = ((await pairOutcomes(url, hub.model)).served as number) - (since.served as number);
+      assert.deepEqual(await request, want, `request ${attempt}, done before the kill, gives the coordinator's tokens`);
+      console.log(`[churn] request ${attempt} ended before a dozen tokens' pairs were served (${served} pairs): another`);
+    }
+    assert.ok(first, `a request was still generating when the volunteers died (of ${CHURN_ATTEMPTS} tried)`);
     const devicesAtKill = await (gpuTab.tab as VolunteerTab).page.evaluate(
       () => (window as unknown as { __xsDevices: GPUDevice[] }).__xsDevices.length,
     );
@@ -258,7 +277,7 @@ test('churn: half of ten volunteers die mid-generation in every way; no request 
     while (requests < 5 && !moe.every(layerServed)) {
       const next = await completionIds(url, hub.model, E2E_PROMPT, E2E_TOKENS, m.ban);
       requests++;
-      assert.deepEqual(next, want, `request ${requests} after the churn gives the coordinator’s tokens`);
+      assert.deepEqual(next, want.slice(0, E2E_TOKENS), `request ${requests} after the churn gives the coordinator’s tokens`);
       await new Promise((r) => setTimeout(r, 1500)); // the workers table is sampled about once a second
       const rows = (await workersPage(url)).rows;
       gained = (v) => (rows.find((r) => r.id === v.workerId)?.pairsServed ?? 0) - (servedBefore.get(v.workerId) ?? 0);

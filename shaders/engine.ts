@@ -10,7 +10,7 @@
  * our kernels tens of times slower than wasm): both backends are built first, then timed in `rounds` (default 2)
  * interleaved rounds, the order swapped each round, and each call's best median over the rounds counts, so one slow
  * first round (shader compilation, a JIT tier-up, another process) does not decide; only a software (fallback)
- * adapter measured 10× or more slower than wasm in the first round skips the next.
+ * adapter beside a working wasm skips the next (it cannot win, backend-choice.ts).
  *
  * @example
  *   const engine = await ExpertEngine.start(slice, {
@@ -198,10 +198,11 @@ export class ExpertEngine {
     };
     const total = (b: Backend): number => (best[b] ? best[b]!.decode + best[b]!.batch : NaN);
     for (let round = 0; round < rounds; round++) {
-      // Another round decides nothing with one backend, nor when a software adapter was 10× slower than wasm (what
-      // SwiftShader measures: its second round would cost seconds of start-up; a real GPU always gets every round).
-      const softwareFarBehind = built.webgpu?.isFallbackAdapter === true && total('webgpu') >= 10 * total('wasm');
-      if (round > 0 && (Object.keys(best).length < 2 || softwareFarBehind)) break;
+      // Another round decides nothing with one backend, nor beside a software adapter once wasm has computed (it never
+      // wins while wasm works, backend-choice.ts; its second round would cost seconds of start-up on SwiftShader). A
+      // real GPU always gets every round.
+      const softwareBeside = built.webgpu?.isFallbackAdapter === true && Number.isFinite(total('wasm'));
+      if (round > 0 && (Object.keys(best).length < 2 || softwareBeside)) break;
       for (const backend of (round % 2 === 0 ? ['webgpu', 'wasm'] : ['wasm', 'webgpu']) as Backend[]) await timeOnce(backend);
     }
     const flops = callFlops(call) + callFlops(batchCall);

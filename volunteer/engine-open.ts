@@ -41,10 +41,14 @@ export function wasmBytesFor(slice: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'nExpert'
  * DEFAULT_TOKENS_PER_PASS tokens and ≤ DEFAULT_TOKENS_PER_PASS × PASS_TOP_K pairs whatever a frame's top-k: rows, h
  * and each pair's down output in f32) and 1 MiB for the rest.
  */
-export function kernelWasmBytesFor(slice: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'nExpert' | 'gate' | 'up' | 'down'>): number {
+export function kernelWasmBytesFor(slice: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'gate' | 'up' | 'down'>): number {
+  return slice.gate.length + slice.up.length + slice.down.length + kernelOverheadBytes(slice);
+}
+
+/** What the kernel fallback holds beyond the slice's own bytes: its per-call scratch and 1 MiB. */
+export function kernelOverheadBytes(shape: Pick<ExpertSlice, 'nEmbd' | 'ff'>): number {
   const pairs = DEFAULT_TOKENS_PER_PASS * PASS_TOP_K;
-  const scratch = 4 * (2 * DEFAULT_TOKENS_PER_PASS * slice.nEmbd + pairs * (slice.ff + slice.nEmbd)) * 1.5;
-  return slice.gate.length + slice.up.length + slice.down.length + scratch + 2 ** 20;
+  return 4 * (2 * DEFAULT_TOKENS_PER_PASS * shape.nEmbd + pairs * (shape.ff + shape.nEmbd)) * 1.5 + 2 ** 20;
 }
 
 /** Opens the device once per client (a GPUDevice outlives the slices it computes) and describes it for the page. */
@@ -131,7 +135,15 @@ export async function openEngine(
     );
   }
   const options: ExpertEngineOptions = { numerics };
-  if (useGpu && device) {
+  // A software adapter never wins while wasm works (backend-choice.ts): where the user left the choice to us and wasm
+  // fits, it is not even built — SwiftShader's pipelines and timing cost seconds of start-up for a backend that
+  // cannot be kept.
+  const softwareOnly = device?.isFallbackAdapter === true && env.backend === 'auto' && useWasm;
+  if (useGpu && device && softwareOnly) {
+    options.webgpu = async () => {
+      throw new Error('a fallback (software) adapter: not built while wasm works');
+    };
+  } else if (useGpu && device) {
     options.webgpu = async (s, o) => ({
       runtime: await ExpertRuntime.create(device.device, s, { numerics: o.numerics, label: `layer ${info.layer}` }),
       isFallbackAdapter: device.isFallbackAdapter,

@@ -300,7 +300,7 @@ async function runPhase(made: Made): Promise<PhaseResult> {
   const budget = budgetFor(shape);
   log(`${shape.name}: hubs up (--dispatch off ${local.url}, --dispatch always ${swarm.url})`);
   log(
-    `  ${LAYERS} headless volunteers, one per MoE layer, --budget-mb ${budget.mb} (a layer: ${Math.round(budget.q4kMb)} MiB Q4_K, ${Math.round(budget.wasmMb)} MiB as the wasm fallback's f32), --backend ${BACKEND}`,
+    `  ${LAYERS} headless volunteers, one per MoE layer, --budget-mb ${budget.mb} (a layer: ${Math.round(budget.q4kMb)} MiB Q4_K, ${Math.round(budget.wasmMb)} MiB with the wasm kernel's scratch), --backend ${BACKEND}`,
   );
   const t0 = performance.now();
   const mine: HeadlessVolunteer[] = [];

@@ -9,7 +9,7 @@ import { existsSync, readdirSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { GGMLType, rowByteSize } from '../gguf/quant-types.ts';
 import { MODEL_CACHE, type TestModel, testModel } from '../harness/models.ts';
-import { wasmBytesFor } from '../volunteer/engine-open.ts';
+import { kernelOverheadBytes } from '../volunteer/engine-open.ts';
 
 export interface Shape {
   name: string;
@@ -63,15 +63,14 @@ export async function benchModel(s: Shape, layers: number, log: (line: string) =
 }
 
 /**
- * A volunteer's memory budget for a whole layer. By default the Q4_K slice with a margin: the WebGPU engine keeps the
- * quantized bytes, and the wasm fallback (f32 weights: 2.25 GiB for a realistic layer) is left out when it does not
- * fit — with both fitting, `auto` builds both engines to time them (≈ 9 GiB per volunteer at the realistic shape,
- * minutes of engine start). Small layers get room for the wasm fallback too, so `auto` can choose. `overrideMb` wins.
+ * A volunteer's memory budget for a whole layer: the Q4_K slice with a margin. Both engines hold about the slice —
+ * the WebGPU engine its quantized bytes, the wasm kernel fallback the same bytes plus a bounded per-call scratch
+ * (volunteer/engine-open.ts `kernelWasmBytesFor`) — so `auto` can build and time both. `overrideMb` wins.
  */
 export function volunteerBudget(s: Shape, overrideMb?: number): { mb: number; q4kMb: number; wasmMb: number } {
-  const q4kMb = (s.nExpert * 3 * s.ff * rowByteSize(GGMLType.Q4_K, s.nEmbd)) / 2 ** 20;
-  const wasmMb = wasmBytesFor(s) / 2 ** 20;
-  const want = wasmMb <= 512 ? wasmMb : q4kMb;
-  const mb = overrideMb ?? Math.ceil((want * 1.25) / 64) * 64;
+  const q4kBytes = s.nExpert * 3 * s.ff * rowByteSize(GGMLType.Q4_K, s.nEmbd);
+  const q4kMb = q4kBytes / 2 ** 20;
+  const wasmMb = (q4kBytes + kernelOverheadBytes(s)) / 2 ** 20;
+  const mb = overrideMb ?? Math.ceil((Math.max(q4kMb, wasmMb) * 1.25) / 64) * 64;
   return { mb, q4kMb, wasmMb };
 }

@@ -511,7 +511,7 @@ try {
 
   // B: the volunteers wait on the channel until the load saturates the coordinator and the market recruits them.
   log(
-    `B: ${N_VOLUNTEERS} headless volunteers${N_VOLUNTEERS === 0 ? ' (the control: dispatch auto with nobody to dispatch to)' : ''}, --budget-mb ${budget.mb} (a layer: ${Math.round(budget.q4kMb)} MiB Q4_K, ${Math.round(budget.wasmMb)} MiB f32), --backend ${BACKEND}`,
+    `B: ${N_VOLUNTEERS} headless volunteers${N_VOLUNTEERS === 0 ? ' (the control: dispatch auto with nobody to dispatch to)' : ''}, --budget-mb ${budget.mb} (a layer: ${Math.round(budget.q4kMb)} MiB Q4_K, ${Math.round(budget.wasmMb)} MiB with the wasm kernel's scratch), --backend ${BACKEND}`,
   );
   const mine: HeadlessVolunteer[] = [];
   for (let i = 0; i < N_VOLUNTEERS; i++) {

@@ -29,6 +29,8 @@ interface Row {
   reasons: ClaimReason[];
   /** The expected layer time must be at most this share of the coordinator alone (when measured). */
   maxShareOfAlone?: number;
+  /** One worker: its part and the coordinator's finish together (within one pair of the slower side). */
+  together?: boolean;
 }
 
 const ROWS: Row[] = [
@@ -52,6 +54,36 @@ const ROWS: Row[] = [
     caps: [[14, 16]],
     reasons: ['balanced'],
     maxShareOfAlone: 0.8,
+  },
+  {
+    name: 'a worker that halves the layer (as fast as the coordinator per pair, no overhead): half the pairs, half the time',
+    input: { nPairs: 64, localMsPerPair: 1, budgetMs: 225, workers: [W(64, 0, 1)] },
+    caps: [32],
+    reasons: ['balanced'],
+    maxShareOfAlone: 0.5,
+    together: true,
+  },
+  {
+    name: 'a worker 4× slower per pair than the coordinator: a fifth of the pairs, both parts done at 80 % of alone',
+    input: { nPairs: 100, localMsPerPair: 1, budgetMs: 225, workers: [W(100, 0, 4)] },
+    caps: [20],
+    reasons: ['balanced'],
+    maxShareOfAlone: 0.8,
+    together: true,
+  },
+  {
+    name: "bench:elastic's wasm volunteer on a decode step (6 ms + 0.8 ms/pair; 4 slots × top-8 at 0.12 ms): nothing",
+    input: { nPairs: 32, localMsPerPair: 0.12, budgetMs: 225, workers: [W(32, 6, 0.8)] },
+    caps: [0],
+    reasons: ['too-slow'],
+  },
+  {
+    name: 'the same volunteer on a prompt batch (512 tokens × top-8 at 0.05 ms a pair): its share, finishing with the coordinator',
+    input: { nPairs: 4096, localMsPerPair: 0.05, budgetMs: 225, workers: [W(4096, 6, 0.8)] },
+    caps: [[228, 236]],
+    reasons: ['balanced'],
+    maxShareOfAlone: 0.96,
+    together: true,
   },
   {
     name: 'a worker whose fixed cost alone is past the coordinator alone: nothing (a wasm tab on a phone)',
@@ -131,6 +163,17 @@ for (const row of ROWS) {
       assert.ok(out.expectedMs <= row.maxShareOfAlone * out.aloneMs, `expected ${out.expectedMs.toFixed(2)} ms of ${out.aloneMs} ms alone`);
     }
     if (row.input.localMsPerPair > 0) assert.ok(out.expectedMs <= out.aloneMs + 1e-9, 'never slower than the coordinator alone');
+    if (row.together) {
+      const w = row.input.workers[0] as ClaimWorker;
+      const c = out.caps[0] as number;
+      const local = (row.input.nPairs - c) * row.input.localMsPerPair;
+      const remote = w.queueMs + (w.overheadMs ?? 0) + c * w.perPairMs;
+      const slack = Math.max(row.input.localMsPerPair, w.perPairMs);
+      assert.ok(
+        Math.abs(local - remote) <= slack + 1e-9,
+        `local ${local.toFixed(2)} ms and remote ${remote.toFixed(2)} ms finish together`,
+      );
+    }
   });
 }
 

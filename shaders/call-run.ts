@@ -27,6 +27,17 @@ export interface CallResult {
   out: Float32Array;
   /** Nanoseconds between the pass's start and end timestamps; null when the call was not timed. */
   kernelNs: number | null;
+  counts: CallCounts;
+}
+
+/** What one call asked of the GPU: its fixed costs are per dispatch, per submit and, most of all, per readback. */
+export interface CallCounts {
+  /** Compute dispatches in the call's one pass (roundings, up, down, combine). */
+  dispatches: number;
+  /** Queue submits. */
+  submits: number;
+  /** Buffers mapped to read back (the output; a timed call's timestamps too). */
+  readbacks: number;
 }
 
 /** The state's timestamp query set, created on the first timed call; null where the device lacks 'timestamp-query'. */
@@ -82,6 +93,7 @@ export async function runPlan(
   };
   let b: Record<'shape' | 'rows' | 'ids' | 'probs' | 'hidden' | 'expertOut' | 'out' | 'readback', GPUBuffer> & { tiles: GPUBuffer | null };
   let ts: { set: GPUQuerySet; resolve: GPUBuffer; readback: GPUBuffer } | null = null;
+  const counts: CallCounts = { dispatches: 0, submits: 0, readbacks: 0 };
   try {
     b = {
       shape: acquire(F.BUFFER_UNIFORM | F.BUFFER_COPY_DST, stride * plan.uniforms.length, 'shape uniforms'),
@@ -149,6 +161,7 @@ export async function runPlan(
       ...(set ? { timestampWrites: { querySet: set, beginningOfPassWriteIndex: 0, endOfPassWriteIndex: 1 } } : {}),
     });
     const run = (pipeline: GPUComputePipeline, group: GPUBindGroup, [x, y]: [number, number]): void => {
+      counts.dispatches++;
       pass.setPipeline(pipeline);
       pass.setBindGroup(0, group);
       pass.dispatchWorkgroups(x, y);
@@ -228,6 +241,7 @@ export async function runPlan(
       encoder.copyBufferToBuffer(ts.resolve, 0, ts.readback, 0, TIMESTAMP_BYTES);
     }
     q.submit([encoder.finish({ label: `${label} call commands` })]);
+    counts.submits++;
   } catch (e) {
     void device.popErrorScope().catch(() => undefined);
     void device.popErrorScope().catch(() => undefined);
@@ -243,6 +257,7 @@ export async function runPlan(
       b.readback.mapAsync(F.MAP_MODE_READ, 0, sizes.out),
       ts?.readback.mapAsync(F.MAP_MODE_READ, 0, TIMESTAMP_BYTES),
     ]);
+    counts.readbacks = ts ? 2 : 1;
     const error = (await validation) ?? (await oom);
     if (error) {
       await mapped.catch(() => undefined);
@@ -259,7 +274,7 @@ export async function runPlan(
       kernelNs = end! > start! ? Number(end! - start!) : 0;
     }
     ok = true;
-    return { out, kernelNs };
+    return { out, kernelNs, counts };
   } catch (e) {
     if (st.lost) throw lostError(label, st.lost);
     throw e;

@@ -33,7 +33,7 @@ import type { BufferPoolStats } from './buffer-pool.ts';
 import { bindingLimit, callRounding, planCall, type PlannedCall } from './call-plan.ts';
 import { numericsOption } from './computer.ts';
 import type { Numerics } from '../protocol/numerics.ts';
-import { runPlan, type CallInputs, type CallResult } from './call-run.ts';
+import { runPlan, type CallCounts, type CallInputs, type CallResult } from './call-run.ts';
 import {
   batchedPipelines,
   bytesState,
@@ -68,6 +68,7 @@ export {
   type RegimePolicy,
   type RegimeRequest,
 } from './regime-policy.ts';
+export type { CallCounts } from './call-run.ts';
 export type { IntegerDot, KernelFeature } from './expert-ffn.ts';
 export type { ExpertSlice, SliceStreamSource } from './slice.ts';
 
@@ -186,6 +187,8 @@ export interface ComputeOptions {
    * readback. Not called where the device lacks the feature. Without it a call records no timestamps.
    */
   onTiming?: (timing: KernelTiming) => void;
+  /** Called after every call that ran on the GPU with what it asked of it: dispatches, submits, readbacks. */
+  onCounts?: (counts: CallCounts) => void;
 }
 
 /** The GPU time of one call's compute pass (every dispatch of the call: roundings, up, down, combine). */
@@ -312,13 +315,14 @@ export class ExpertRuntime {
       this.assertUsable();
       const state = this.state;
       try {
-        const { out, kernelNs } = await this.run(
-          state,
-          { rows, ids, probs, nTokens, nUsed, counts, regime },
-          options.onTiming !== undefined,
-        );
+        const {
+          out,
+          kernelNs,
+          counts: asked,
+        } = await this.run(state, { rows, ids, probs, nTokens, nUsed, counts, regime }, options.onTiming !== undefined);
         this.attemptsUsed = 0;
         if (kernelNs !== null) options.onTiming?.({ kernelMs: kernelNs / 1e6 });
+        options.onCounts?.(asked);
         return out;
       } catch (e) {
         // A call cut off by a device loss runs once more on the rebuilt device. Refusals of the call itself

@@ -25,7 +25,7 @@ import { median } from '../../shaders/computer.ts';
 import { mulberry32 } from '../../shaders/random.ts';
 import { dequantizeExperts, nmse } from '../../shaders/reference/expert-call.ts';
 import { compareLlama } from '../../shaders/reference/llama-ties.ts';
-import { ExpertRuntime } from '../../shaders/runtime.ts';
+import { type CallCounts, ExpertRuntime } from '../../shaders/runtime.ts';
 import { OrtRoutedExperts, describeForms, type OrtRoutedModule } from '../ort-routed.ts';
 import { describeTimes, requestBenchDevice } from './bench-device.ts';
 
@@ -114,9 +114,13 @@ for (const type of TYPES) {
       const onTiming = (t: { kernelMs: number }): void => {
         kernel.push(t.kernelMs);
       };
+      let counts: CallCounts | null = null;
+      const onCounts = (c: CallCounts): void => {
+        counts = c;
+      };
       for (let i = 0; i < iterations; i++) {
         const s = performance.now();
-        await rt.compute(rows, ids, probs, nTokens, used, { regime, onTiming });
+        await rt.compute(rows, ids, probs, nTokens, used, { regime, onTiming, onCounts });
         times.push(performance.now() - s);
       }
       const ms = median(times);
@@ -128,7 +132,11 @@ for (const type of TYPES) {
         `${GGMLType[type]!.padEnd(5)} ${name.padEnd(7)} ${String(nTokens).padStart(4)} rows × top-${used} (${ran}, ${variant}): ${ms.toFixed(3)} ms/call (min ${Math.min(...times).toFixed(3)}), ${rates(ms)}` +
           (kernelMs !== null && kernelMs > 0 ? `; in kernel time ${rates(kernelMs)}` : ''),
       );
-      console.log(`      ${describeTimes({ wallMs: ms, kernelMs })}`);
+      const per = counts as CallCounts | null;
+      const asked = per
+        ? `; per call ${per.dispatches} dispatches, ${per.submits} submit, ${per.readbacks} readback${per.readbacks > 1 ? 's (one the timestamps)' : ''}`
+        : '';
+      console.log(`      ${describeTimes({ wallMs: ms, kernelMs })}${asked}`);
     }
     if (!skipOrt) {
       const fair = await OrtRoutedExperts.create(ort as unknown as OrtRoutedModule, slice, ids, nTokens, used, { ep: 'wasm' });

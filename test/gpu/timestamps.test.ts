@@ -2,7 +2,8 @@
  * Kernel times through timestamp-query (compute(…, { onTiming })) on SwiftShader in Node: a timed call reports a
  * positive kernel time no larger than its wall time and returns the same bits as an untimed one, in both regimes and
  * in llama numerics; a device without the feature never calls onTiming and computes as before; capabilities() says
- * which. Skipped (with the reason) where the adapter has no timestamp-query.
+ * which. Skipped (with the reason) where the adapter has no timestamp-query. And what a call asks of the GPU
+ * (compute(…, { onCounts })): one submit and one readback whatever the regime, and a handful of dispatches.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -10,7 +11,7 @@ import { existsSync } from 'node:fs';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
 import { syntheticCall } from '../../shaders/computer.ts';
-import { ExpertRuntime, type ExpertSlice } from '../../shaders/runtime.ts';
+import { type CallCounts, ExpertRuntime, type ExpertSlice } from '../../shaders/runtime.ts';
 import { mulberry32 as rng } from '../../shaders/random.ts';
 
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
@@ -91,6 +92,35 @@ test('a device without timestamp-query: onTiming is never called, results unchan
     assert.equal(called, false);
     assert.deepEqual(timed, await rt.compute(c.rows, c.ids, c.probs, 1, 2));
     rt.dispose();
+  } finally {
+    device.destroy();
+  }
+});
+
+test('every call asks the GPU for one submit and one readback, and its dispatches stay few', async () => {
+  const device = await (await freshAdapter()).requestDevice();
+  try {
+    for (const numerics of ['exact', 'llama'] as const) {
+      const s = slice(GGMLType.Q4_K);
+      const rt = await ExpertRuntime.create(device, s, { numerics });
+      for (const [nTokens, regime] of [
+        [1, 'decode'],
+        [16, 'batched'],
+      ] as const) {
+        const c = syntheticCall({ nEmbd: s.nEmbd, ff: s.ff, nExpert: s.nExpert, nTokens, nUsed: 2 });
+        const seen: CallCounts[] = [];
+        const out = await rt.compute(c.rows, c.ids, c.probs, nTokens, 2, { regime, onCounts: (k) => seen.push(k) });
+        assert.equal(seen.length, 1, `${numerics} ${regime}: counted once`);
+        const k = seen[0] as CallCounts;
+        assert.equal(k.submits, 1, `${numerics} ${regime}: one submit`);
+        assert.equal(k.readbacks, 1, `${numerics} ${regime}: one readback`);
+        // up (gate and up fused), down, combine; llama numerics rounds the rows and h first: two more.
+        const most = numerics === 'llama' ? 5 : 3;
+        assert.ok(k.dispatches >= 3 && k.dispatches <= most, `${numerics} ${regime}: ${k.dispatches} dispatches, at most ${most}`);
+        assert.deepEqual(out, await rt.compute(c.rows, c.ids, c.probs, nTokens, 2, { regime }), 'counting changes nothing');
+      }
+      rt.dispose();
+    }
   } finally {
     device.destroy();
   }

@@ -38,7 +38,7 @@ import { callFlops, median, syntheticCall, type ExpertComputer, type MeasureCall
 import { OrtExpertFallback } from '../shaders/ort/fallback.ts';
 import type { ExpertSlice } from '../shaders/slice.ts';
 import { nodeExpertKernel } from '../shaders/wasm/build.ts';
-import { WasmExpertFallback } from '../shaders/wasm/fallback.ts';
+import { type TouchChoice, WasmExpertFallback } from '../shaders/wasm/fallback.ts';
 import { bestKernelVariant } from '../shaders/wasm/features.ts';
 import { LINKCPP_EXPERT_REF, encodeRecord } from '../harness/native-reference.ts';
 import { mulberry32 } from '../shaders/random.ts';
@@ -195,6 +195,9 @@ console.log(
 // alike; each side's best and median over all rounds are printed, the ratio from the best.
 const kernel = await nodeExpertKernel(variant);
 const ours = await WasmExpertFallback.create(kernel, slice, { numerics: 'llama' });
+/** The touch-ahead measurement of the fallback as it started (WasmExpertFallback.touch). */
+const touchLine = (t: TouchChoice): string =>
+  `${t.on ? 'on' : 'off'}${t.onMs !== null && t.offMs !== null ? ` (1-token call ${t.onMs.toFixed(2)} ms on, ${t.offMs.toFixed(2)} ms off)` : ''}`;
 const emulated = ours.fusedMadd ? await WasmExpertFallback.create(kernel, slice, { numerics: 'llama', emulateFma: true }) : null;
 const rounds = quick ? 1 : ROUNDS;
 const timed = (): Timed[] => calls.map(() => ({ ms: [], cpu: [], out: new Float32Array(0) }));
@@ -265,5 +268,5 @@ console.log(
     (withOrt ? `; ORT dense ${mb(ortBytes)} of f32 model` : ''),
 );
 console.log(
-  `ours/native = native CPU ms / ours CPU ms (throughput ratio; goal ≥ 0.5); ours = the ${variant} build, FMA ${ours.fusedMadd ? 'fused (relaxed_madd)' : 'emulated in f64'}; ${rounds} rounds`,
+  `ours/native = native CPU ms / ours CPU ms (throughput ratio; goal ≥ 0.5); ours = the ${variant} build, FMA ${ours.fusedMadd ? 'fused (relaxed_madd)' : 'emulated in f64'}, touch-ahead ${touchLine(ours.touch)}; ${rounds} rounds`,
 );

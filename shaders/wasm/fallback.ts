@@ -21,7 +21,7 @@
  *   await fb.dispose();
  */
 import { GGMLType } from '../../gguf/quant-types.ts';
-import { numericsOption, type ExpertComputer } from '../computer.ts';
+import { median, numericsOption, type ExpertComputer } from '../computer.ts';
 import type { Numerics } from '../../protocol/numerics.ts';
 import { ExpertRuntimeError } from '../errors.ts';
 import { validateInputs, validateSlice, type ExpertSlice, type SupportedTypes } from '../slice.ts';
@@ -85,7 +85,24 @@ export interface WasmExpertFallbackOptions {
    * relaxed_madd does not fuse runs (the same bits). For tests and benchmarks; default false.
    */
   emulateFma?: boolean;
+  /**
+   * Whether the kernel loads the next weight row while it computes this one (kernel.as touchRow): true, false, or
+   * 'measure' (default): a few 1-token calls of the slice with it on and off, alternating, and the faster kept — it
+   * helps on some CPUs and costs on others (docs/kernels.md). The bits of every result are the same either way.
+   */
+  touchAhead?: boolean | 'measure';
 }
+
+/** What the touch-ahead measurement found (WasmExpertFallback.touch). */
+export interface TouchChoice {
+  on: boolean;
+  /** Median ms of the measured 1-token calls with the touch on and off; null where it was set, not measured. */
+  onMs: number | null;
+  offMs: number | null;
+}
+
+/** Calls per setting when the touch-ahead is measured, alternating. */
+const TOUCH_CALLS = 7;
 
 /** What the kernel module exports (kernel.as). */
 interface KernelExports {
@@ -109,6 +126,8 @@ interface KernelExports {
   compute(T: number, K: number, scratch: number): void;
   /** Uses fused relaxed_madd for ggml's FMAs where it fuses and `allow` is 1; returns 1 if it does (kernel.as). */
   allowFusedMadd(allow: number): number;
+  /** Turns the touch-ahead of weight rows on (1) or off (0). */
+  setTouchAhead(on: number): void;
 }
 
 /** callLayout's parts (kernel.as L_*). */
@@ -133,6 +152,8 @@ export class WasmExpertFallback implements ExpertComputer {
    * with FMA3, ARM) rather than emulated in f64; the same bits either way.
    */
   readonly fusedMadd: boolean;
+  /** Whether the kernel touches the next weight row ahead, and what the measurement behind that found. */
+  touch: TouchChoice = { on: true, onMs: null, offMs: null };
 
   private constructor(
     kernel: KernelExports,
@@ -186,7 +207,7 @@ export class WasmExpertFallback implements ExpertComputer {
     const t = slice.types;
     k.configure(nEmbd, ff, nExpert, t.gate, t.up, t.down, numerics === 'llama' ? 1 : 0, gateAt, upAt, downAt, rowsAt);
     const label = options.label ?? `wasm expert-slice ${nExpert}×[${nEmbd}↔${ff}]${numerics === 'llama' ? ' (llama numerics)' : ''}`;
-    return new WasmExpertFallback(
+    const fb = new WasmExpertFallback(
       k,
       { nEmbd, ff, nExpert },
       numerics,
@@ -196,6 +217,51 @@ export class WasmExpertFallback implements ExpertComputer {
       label,
       options.emulateFma === true,
     );
+    const touch = options.touchAhead ?? 'measure';
+    if (touch === 'measure') await fb.measureTouch();
+    else if (typeof touch === 'boolean') fb.setTouch({ on: touch, onMs: null, offMs: null });
+    else {
+      throw new ExpertRuntimeError(
+        'BAD_OPTION',
+        { option: 'touchAhead', value: Number.NaN, requirement: "true, false or 'measure'" },
+        `touchAhead must be true, false or 'measure', got ${String(touch)}`,
+      );
+    }
+    return fb;
+  }
+
+  private setTouch(choice: TouchChoice): void {
+    this.kernel?.setTouchAhead(choice.on ? 1 : 0);
+    this.touch = choice;
+  }
+
+  /**
+   * Times 1-token calls (top-8 or the slice's width) with the touch-ahead on and off, alternating, each call on other
+   * experts (rotating through the slice, as routed tokens do, so a large slice is read from memory as when serving),
+   * and keeps the faster median; a tie keeps it on.
+   */
+  private async measureTouch(): Promise<void> {
+    const { nEmbd, nExpert } = this.shape;
+    const nUsed = Math.min(PASS_TOP_K, nExpert);
+    const rows = new Float32Array(nEmbd).map((_, i) => Math.sin(i * 0.37) * 0.5);
+    const probs = new Float32Array(nUsed).fill(1 / nUsed);
+    const ids = new Int32Array(nUsed);
+    const ms: Record<'on' | 'off', number[]> = { on: [], off: [] };
+    let call = 0;
+    // One round of warm-up each (V8 tiers the module up as it runs), then the measured rounds.
+    for (let i = -1; i < TOUCH_CALLS; i++) {
+      for (const setting of i % 2 === 0 ? (['on', 'off'] as const) : (['off', 'on'] as const)) {
+        for (let k = 0; k < nUsed; k++) ids[k] = (call * nUsed + k) % nExpert;
+        call++;
+        this.kernel?.setTouchAhead(setting === 'on' ? 1 : 0);
+        const t0 = performance.now();
+        await this.compute(rows, ids, probs, 1, nUsed);
+        if (i >= 0) ms[setting].push(performance.now() - t0);
+      }
+    }
+    const onMs = median(ms.on);
+    const offMs = median(ms.off);
+    this.setTouch({ on: !(offMs < onMs), onMs, offMs });
   }
 
   /**

@@ -262,6 +262,32 @@ test('wasm fallback: passes of any size and every build give the same bits', asy
   for (const out of outs.slice(1)) assert.equal(differingBits(outs[0]!, out), 0);
 });
 
+test('wasm fallback: the touch-ahead on, off or measured gives the same bits; measured, it keeps the faster', async () => {
+  const slice = makeSlice(GGMLType.Q4_K, 17);
+  const c = call(9, 8);
+  for (const variant of VARIANTS) {
+    const k = await kernelOf(variant);
+    const on = await WasmExpertFallback.create(k, slice, { numerics: 'llama', touchAhead: true });
+    const off = await WasmExpertFallback.create(k, slice, { numerics: 'llama', touchAhead: false });
+    const measured = await WasmExpertFallback.create(k, slice, { numerics: 'llama' });
+    assert.deepEqual(
+      [on.touch, off.touch],
+      [
+        { on: true, onMs: null, offMs: null },
+        { on: false, onMs: null, offMs: null },
+      ],
+    );
+    const { onMs, offMs } = measured.touch;
+    assert.ok(onMs !== null && offMs !== null && onMs > 0 && offMs > 0, `${variant}: both measured (${onMs}, ${offMs})`);
+    assert.equal(measured.touch.on, !(offMs < onMs), `${variant}: the faster kept, a tie on`);
+    const want = await run(on, c);
+    assert.equal(differingBits(want, await run(off, c)), 0, `${variant}: off`);
+    assert.equal(differingBits(want, await run(measured, c)), 0, `${variant}: measured`);
+  }
+  const bad = WasmExpertFallback.create(await kernel, slice, { touchAhead: 'sometimes' as 'measure' });
+  await assert.rejects(bad, (e: unknown) => e instanceof ExpertRuntimeError && e.code === 'BAD_OPTION');
+});
+
 test('wasm fallback refuses what ExpertRuntime refuses, with the same codes', async () => {
   const k = await kernel;
   const slice = makeSlice(GGMLType.Q8_0, 1);

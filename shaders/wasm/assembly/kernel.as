@@ -157,16 +157,25 @@ function decodeRow(m: i32, e: i32, r: i32, rowsPerExpert: i32, n: i32): usize {
 
 /** Where touchRow's loads go (a sink, so no compiler drops them). */
 const TOUCHED = memory.data(4, 4);
+/** Whether touchRow loads at all (setTouchAhead): it helps on some CPUs and costs on others, so it is measured. */
+let touchAhead = true;
+
+/** Turns the touch-ahead on (1) or off (0); the bits of every result are the same either way. */
+export function setTouchAhead(on: i32): void {
+  touchAhead = on != 0;
+}
 
 /**
  * Loads one word of each 64-byte line of row r of expert e of matrix m (if the expert has that row): called with the
  * row after the one about to be computed, so that row is on its way from memory meanwhile. Wasm has no prefetch
- * instruction, and the hardware prefetchers alone left the kernel stalled on its weight loads (they stop at 4 KiB
- * pages and start again slowly); with this the 1-row call took ~0.75× the time and the 4-row ~0.65× (docs/kernels.md).
+ * instruction, and on the Intel Xeon it was tuned on the hardware prefetchers alone left the kernel stalled on its
+ * weight loads (they stop at 4 KiB pages and start again slowly); with this the 1-row call took ~0.75× the time and
+ * the 4-row ~0.65× (docs/kernels.md). On an AMD EPYC the same loads made it ~1.3× slower (its prefetchers stream the
+ * rows better than loads that must retire in order): hence touchAhead, which the JS side measures.
  */
 @inline
 function touchRow(m: i32, e: i32, r: i32, rowsPerExpert: i32): void {
-  if (r >= rowsPerExpert) return;
+  if (!touchAhead || r >= rowsPerExpert) return;
   const bytes = <usize>m32(rowBytes, m);
   const src = <usize>m32(base, m) + <usize>(e * rowsPerExpert + r) * bytes;
   let sink = load<u32>(TOUCHED);

@@ -272,8 +272,25 @@ async function request(client: OpenAI, model: string, p: number, ban: readonly n
 
 // --- a round: STREAMS lanes drain a queue of requests
 
+/** The processes whose CPU time each round reports: this one (the hubs and the load), the volunteers, the coordinators. */
+const cpuWatch: Array<{ name: string; pid: number }> = [];
+
+/** CPU seconds (user + system, all threads) a process has used so far; NaN once it is gone. */
+function cpuSeconds(pid: number): number {
+  try {
+    // Fields after the command's closing parenthesis: utime is the 12th, stime the 13th (proc(5)); USER_HZ is 100.
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(f[11]) + Number(f[12])) / 100;
+  } catch {
+    return NaN;
+  }
+}
+
 interface Round {
   hub: 'A' | 'B';
+  /** CPU seconds each watched process used during the round, by name. */
+  cpuS: Record<string, number>;
   reqs: Req[];
   wallMs: number;
   /** The hub's saturation readings sampled every 250 ms during the round: how many said saturated. */
@@ -282,6 +299,13 @@ interface Round {
   /** This process's event-loop delay during the round (the hubs and their dispatchers run on it), ms. */
   loopP50Ms: number;
   loopP99Ms: number;
+}
+
+/** Each watched process's CPU time over the round's wall time, % of one core. */
+function cpuShares(r: Round): string {
+  return Object.entries(r.cpuS)
+    .map(([name, sec]) => `${name} ${((100 * sec) / (r.wallMs / 1000)).toFixed(0)}`)
+    .join(', ');
 }
 
 /** Σ generated tokens / the round's wall time (first request sent → last ended). */
@@ -343,6 +367,7 @@ async function runLoad(
   const more = (): boolean => (opts.until ? !opts.until() : next < (opts.count ?? 0));
   const loop = monitorEventLoopDelay({ resolution: 5 });
   loop.enable();
+  const cpu0 = cpuWatch.map((w) => cpuSeconds(w.pid));
   const t0 = performance.now();
   try {
     await Promise.all(
@@ -363,7 +388,17 @@ async function runLoad(
     loop.disable();
   }
   const wallMs = performance.now() - t0;
-  return { hub: name, reqs, wallMs, saturatedSamples, samples, loopP50Ms: loop.percentile(50) / 1e6, loopP99Ms: loop.percentile(99) / 1e6 };
+  const cpuS = Object.fromEntries(cpuWatch.map((w, i) => [w.name, cpuSeconds(w.pid) - (cpu0[i] as number)]));
+  return {
+    hub: name,
+    cpuS,
+    reqs,
+    wallMs,
+    saturatedSamples,
+    samples,
+    loopP50Ms: loop.percentile(50) / 1e6,
+    loopP99Ms: loop.percentile(99) / 1e6,
+  };
 }
 
 // --- the dispatcher's own counters (no public accessor on Hub: read through its private map, for this bench only)
@@ -520,6 +555,17 @@ try {
     );
   }
   volunteers.push(...mine);
+  cpuWatch.push({ name: 'this process', pid: process.pid });
+  for (const [name, h] of [
+    ['coordinator A', alone],
+    ['coordinator B', swarm],
+  ] as const) {
+    const pid = h.hub.coordinatorProcess(h.model)?.pid;
+    if (pid !== undefined) cpuWatch.push({ name, pid });
+  }
+  mine.forEach((v, i) => {
+    if (v.proc.pid !== undefined) cpuWatch.push({ name: `volunteer ${i}`, pid: v.proc.pid });
+  });
   await wait(500);
   if (PIN)
     for (const v of mine) {
@@ -605,6 +651,7 @@ try {
       log(
         `round ${i + 1}/${ROUNDS} ${name}: decode ${decodeRate(r).toFixed(1)} tok/s, prompt ${promptRate(r).toFixed(1)} tok/s (aggregate ${promptAggregate(r).toFixed(1)}), ${(r.wallMs / 1000).toFixed(1)} s, saturated ${r.saturatedSamples}/${r.samples} samples, event loop delay p50 ${r.loopP50Ms.toFixed(1)} / p99 ${r.loopP99Ms.toFixed(1)} ms`,
       );
+      log(`  CPU in the round, % of one core: ${cpuShares(r)}`);
     }
   }
   totalsB = diffTotals(dB.totals, totalsB0);
@@ -738,6 +785,15 @@ console.log(
 console.log(
   `  this process's event-loop delay (the hubs, the dispatchers), median over rounds of p50 / p99: A ${median(A.map((r) => r.loopP50Ms)).toFixed(1)} / ${median(A.map((r) => r.loopP99Ms)).toFixed(1)} ms, B ${median(B.map((r) => r.loopP50Ms)).toFixed(1)} / ${median(B.map((r) => r.loopP99Ms)).toFixed(1)} ms`,
 );
+
+{
+  // Who used the cores: the coordinators' core should be full in both; what B adds on the other is the swarm's cost.
+  const names = [...new Set(rounds.flatMap((r) => Object.keys(r.cpuS)))];
+  const share = (rs: Round[], n: string): string => `${median(rs.map((r) => (100 * (r.cpuS[n] ?? NaN)) / (r.wallMs / 1000))).toFixed(0)}`;
+  console.log(
+    `  CPU, median % of one core over the rounds (A / B): ${names.map((n) => `${n} ${share(A, n)} / ${share(B, n)}`).join(', ')}`,
+  );
+}
 if (totalsB) {
   const t = totalsB;
   const routed = t.pairs.served + t.pairs.fallback + t.pairs.rejected;

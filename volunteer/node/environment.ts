@@ -8,8 +8,10 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { homedir } from 'node:os';
+import { setFlagsFromString } from 'node:v8';
 import type { OrtModuleLike } from '../../shaders/ort/fallback.ts';
 import { nodeExpertKernel } from '../../shaders/wasm/build.ts';
+import { relaxedSimdSupported } from '../../shaders/wasm/features.ts';
 import type { BackendChoice, ComputeEnvironment } from '../engine-open.ts';
 import type { IdentityStore } from '../identity.ts';
 
@@ -36,6 +38,7 @@ export async function nodeEnvironment(backend: BackendChoice): Promise<ComputeEn
   let wasmKernel: WebAssembly.Module | null = null;
   let ort: OrtModuleLike | null = null;
   if (backend !== 'webgpu') {
+    enableRelaxedSimd();
     try {
       wasmKernel = await nodeExpertKernel();
     } catch (e) {
@@ -47,6 +50,17 @@ export async function nodeEnvironment(backend: BackendChoice): Promise<ComputeEn
     }
   }
   return { gpu: backend === 'wasm' ? null : gpu, ort, wasmKernel, backend };
+}
+
+/**
+ * Node 20 validates relaxed SIMD only behind `--experimental-wasm-relaxed-simd` (Node ≥ 22 and Chromium by default),
+ * and without it the volunteer ran the baseline 'simd' build: the same bits, about half the speed at one row
+ * (docs/kernels.md). V8 reads wasm feature flags when a module is validated, so setting it before the kernel is
+ * compiled is enough; `npx expertswarm volunteer` need not be started with the flag.
+ */
+function enableRelaxedSimd(): void {
+  if (relaxedSimdSupported()) return;
+  setFlagsFromString('--experimental-wasm-relaxed-simd');
 }
 
 export const DEFAULT_IDENTITY_FILE = join(homedir(), '.config', 'expertswarm', 'volunteer-key.json');

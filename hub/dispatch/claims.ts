@@ -55,6 +55,13 @@ export interface ClaimConfig {
    * software-rendered tab) is probed every 40 s at most, whatever the backoff says.
    */
   shadowProbeDuty: number;
+  /**
+   * A measured worker is given at most the pairs it is expected to finish within budget / deadlineSlack, so its
+   * deadline (latencyFactor × its expected time, within the budget: plan.ts) leaves room for a hiccup. A claim sized
+   * to the whole budget had none: a prompt batch's item that ran a little long was a miss, and a miss costs the
+   * coordinator the whole wait and then the pairs themselves (bench:elastic: 35 such misses, 6,261 late pairs).
+   */
+  deadlineSlack: number;
 }
 
 export const DEFAULT_CLAIMS: Readonly<ClaimConfig> = Object.freeze({
@@ -62,6 +69,7 @@ export const DEFAULT_CLAIMS: Readonly<ClaimConfig> = Object.freeze({
   minGain: 0.05,
   shadowProbeEveryMs: 2000,
   shadowProbeDuty: 0.05,
+  deadlineSlack: 2,
 });
 
 /**
@@ -116,8 +124,9 @@ export function claimCaps(input: ClaimInput, cfg: ClaimConfig = DEFAULT_CLAIMS):
   const caps = new Array<number>(workers.length).fill(0);
   const reasons = new Array<ClaimReason>(workers.length).fill('uncovered');
   const aloneMs = nPairs * L;
-  // Probes and the deadline bound every worker whatever the balance says.
-  const bounded = workers.map((w) => (w.overheadMs === null ? w.covered : pairsBy(w, budgetMs)));
+  // Probes and the deadline (with its slack) bound every worker whatever the balance says.
+  const slackMs = budgetMs / Math.max(1, cfg.deadlineSlack);
+  const bounded = workers.map((w) => (w.overheadMs === null ? w.covered : pairsBy(w, slackMs)));
   if (!(L > 0)) {
     workers.forEach((w, i) => {
       if (w.covered === 0) return;

@@ -771,7 +771,7 @@ console.log(`  ${pad('B / A per round pair', 30)}${fmt(pairRatios(promptAggregat
 const ratioDecode = median(pairRatios(decodeRate));
 const ratioPrompt = median(pairRatios(promptRate));
 console.log(
-  `\nRATIO swarm / alone (median of per-pair ratios): decode ${ratioDecode.toFixed(3)}, prompt ${ratioPrompt.toFixed(3)}   [CPU-only goal ≥ 0.97; with GPU volunteers ≥ 2]`,
+  `\nRATIO swarm / alone (median of per-pair ratios): decode ${ratioDecode.toFixed(3)}, prompt ${ratioPrompt.toFixed(3)}   [goals (issue 24): wasm volunteers ≥ 1.25 both; software-adapter ones ≥ 0.97; a GPU volunteer decode ≥ 2, prompt ≥ 3]`,
 );
 console.log(
   `  saturated (hub's reading, sampled every 250 ms): A ${A.reduce((s, r) => s + r.saturatedSamples, 0)}/${A.reduce((s, r) => s + r.samples, 0)}, B ${B.reduce((s, r) => s + r.saturatedSamples, 0)}/${B.reduce((s, r) => s + r.samples, 0)} samples`,

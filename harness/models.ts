@@ -29,11 +29,16 @@ export interface TestModel {
   ban: number[];
 }
 
-export async function testModel(partial: Partial<ModelConfig> & Pick<ModelConfig, 'arch'>): Promise<TestModel> {
+/** Where testModel keeps `config`'s model: MODEL_CACHE/<arch>-<key>, the key a digest of the config and the generator. */
+export function modelCachePath(config: ModelConfig): string {
   digest ??= generatorDigest();
-  const config = defaultConfig(partial);
   const key = createHash('sha256').update(JSON.stringify(config)).update(digest).digest('hex').slice(0, 16);
-  const path = join(MODEL_CACHE, `${config.arch}-${key}.gguf`);
+  return join(MODEL_CACHE, `${config.arch}-${key}.gguf`);
+}
+
+export async function testModel(partial: Partial<ModelConfig> & Pick<ModelConfig, 'arch'>): Promise<TestModel> {
+  const config = defaultConfig(partial);
+  const path = modelCachePath(config);
   if (!existsSync(path)) await makeModel(config, path);
   return { path, config, ban: buildVocabulary().nonUtf8Ids };
 }

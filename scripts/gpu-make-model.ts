@@ -9,13 +9,13 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { type Shape, QUICK, REALISTIC, benchModel } from '../bench/shapes.ts';
 import { GGMLType } from '../gguf/quant-types.ts';
-import { MODEL_CACHE } from '../harness/models.ts';
+import { modelCachePath } from '../harness/models.ts';
 import { type ModelConfig, defaultConfig } from '../tools/model-arch.ts';
-import { cachedModelPath, finishFile, modelLayout, runShare, startFile } from './gpu-model-parallel.ts';
+import { modelHeader } from '../tools/make-model.ts';
+import { finishFile, runShare, startFile } from './gpu-model-parallel.ts';
 
 const { values } = parseArgs({
   options: {
@@ -42,14 +42,13 @@ function benchConfig(s: Shape): ModelConfig {
 
 const shape = values.quick ? QUICK : REALISTIC;
 const config = benchConfig(shape);
-const root = fileURLToPath(new URL('../', import.meta.url));
-const path = cachedModelPath(config, root, MODEL_CACHE);
+const path = modelCachePath(config);
 if (existsSync(path)) console.log(`model ${shape.name}: already at ${path}`);
 else {
   const workers = Math.max(1, Number(values.workers ?? availableParallelism()));
   const t0 = performance.now();
   const tmp = `${path}.part-${process.pid}`;
-  const { writer } = modelLayout(config);
+  const { writer } = modelHeader(config);
   startFile(tmp, writer);
   console.log(`model ${shape.name}: ${(writer.fileSize / 1e6).toFixed(0)} MB by ${workers} processes into ${tmp}`);
   // The worker is this same script (the bundle, or this file under tsx: execArgv carries `--import tsx`).

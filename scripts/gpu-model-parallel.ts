@@ -6,25 +6,15 @@
  * Each tensor's weights come from one xorshift32 stream seeded by (seed, tensor name), one step per element. xorshift32
  * is linear over GF(2), so the state after n steps is a 32 × 32 bit matrix power applied to the seed: any row range of
  * any tensor can be generated on its own, quantized (every GGML block lies within a row) and written at its offset.
- * The header is tools/make-model.ts's, built the same way. What is copied from make-model.ts (hashName, the xorshift
- * step, amplitude, the header's keys) is copied because that module does not export it; the test keeps them equal.
+ * The header, the per-tensor seeds and the amplitudes are tools/make-model.ts's own (modelHeader, hashName, amplitude).
  */
-import { createHash } from 'node:crypto';
-import { closeSync, ftruncateSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, writeSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { closeSync, ftruncateSync, mkdirSync, openSync, renameSync, writeSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { rowByteSize } from '../gguf/quant-types.ts';
 import { quantize } from '../gguf/quantize.ts';
-import { GGUFValueType, arr, f32, str, u32 } from '../gguf/types.ts';
-import { GGUFWriter } from '../gguf/writer.ts';
-import { type ModelConfig, type ModelPlan, type TensorPlan, planModel } from '../tools/model-arch.ts';
-import { CHATML_TEMPLATE, buildVocabulary } from '../tools/tokenizer.ts';
-
-/** tools/make-model.ts hashName: 32-bit FNV-1a of the tensor name, seeded. */
-export function hashName(seed: number, name: string): number {
-  let h = (0x811c9dc5 ^ seed) >>> 0;
-  for (let i = 0; i < name.length; i++) h = Math.imul(h ^ name.charCodeAt(i), 0x01000193) >>> 0;
-  return h || 1;
-}
+import type { GGUFWriter } from '../gguf/writer.ts';
+import { amplitude, hashName, modelHeader } from '../tools/make-model.ts';
+import type { ModelConfig, ModelPlan, TensorPlan } from '../tools/model-arch.ts';
 
 /** One xorshift32 step, as tools/make-model.ts fillUniform takes it. */
 function step(state: number): number {
@@ -59,43 +49,6 @@ export function jump(state: number, n: number): number {
     if (k > 1) m = compose(m, m);
   }
   return s;
-}
-
-/** tools/make-model.ts amplitude: the uniform weights' half-width per tensor role. */
-export function amplitude(t: TensorPlan, expertScale: number): number {
-  const fanIn = t.dims[0] as number;
-  switch (t.role) {
-    case 'norm':
-      return 0;
-    case 'embed':
-      return Math.sqrt(3);
-    case 'output':
-      return (4 * Math.sqrt(3)) / Math.sqrt(fanIn);
-    case 'router':
-      return (2 * Math.sqrt(3)) / Math.sqrt(fanIn);
-    case 'expert':
-      return ((t.name.includes('ffn_down_exps') ? expertScale : 1) * Math.sqrt(3)) / Math.sqrt(fanIn);
-    default:
-      return Math.sqrt(3) / Math.sqrt(fanIn);
-  }
-}
-
-/** The header tools/make-model.ts makeModel writes, with the tensors' data offsets. */
-export function modelLayout(config: ModelConfig): { plan: ModelPlan; writer: GGUFWriter } {
-  const vocab = buildVocabulary();
-  const plan = planModel(config, vocab.tokens.length);
-  const w = new GGUFWriter();
-  for (const m of plan.metadata) w.set(m.key, m.kind === 'u32' ? u32(m.value) : m.kind === 'f32' ? f32(m.value) : str(m.value));
-  w.set('tokenizer.ggml.model', str('gpt2'));
-  w.set('tokenizer.ggml.pre', str('default'));
-  w.set('tokenizer.ggml.tokens', arr(GGUFValueType.STRING, vocab.tokens));
-  w.set('tokenizer.ggml.token_type', arr(GGUFValueType.INT32, vocab.types));
-  w.set('tokenizer.ggml.merges', arr(GGUFValueType.STRING, vocab.merges));
-  w.set('tokenizer.ggml.bos_token_id', u32(vocab.bosId));
-  w.set('tokenizer.ggml.eos_token_id', u32(vocab.eosId));
-  w.set('tokenizer.chat_template', str(CHATML_TEMPLATE));
-  for (const t of plan.tensors) w.addTensor(t.name, t.dims, t.type);
-  return { plan, writer: w };
 }
 
 /** A row range of one tensor: generated, quantized and written on its own. */
@@ -166,7 +119,7 @@ export function startFile(path: string, writer: GGUFWriter): void {
 
 /** Runs the tasks `index`, `index + count`, … of the plan into the started file: one worker's share. */
 export function runShare(path: string, config: ModelConfig, index: number, count: number, maxElements?: number): number {
-  const { plan, writer } = modelLayout(config);
+  const { plan, writer } = modelHeader(config);
   const tasks = planTasks(plan, maxElements);
   const fd = openSync(path, 'r+');
   let done = 0;
@@ -184,19 +137,4 @@ export function runShare(path: string, config: ModelConfig, index: number, count
 /** Renames the finished temporary file into place (a partial file never has the final name, as in make-model.ts). */
 export function finishFile(tmp: string, path: string): void {
   renameSync(tmp, path);
-}
-
-/**
- * Where harness/models.ts testModel keeps `config`'s model: MODEL_CACHE/<arch>-<key>.gguf, the key a digest of the
- * config and of tools/ + gguf/ under `root` (copied from harness/models.ts, which does not export it; the test
- * compares the two, and gpu-make-model.ts checks at run time that benchModel then finds the file).
- */
-export function cachedModelPath(config: ModelConfig, root: string, cacheDir: string): string {
-  const h = createHash('sha256');
-  for (const dir of ['tools', 'gguf']) {
-    for (const f of readdirSync(join(root, dir)).sort()) h.update(f).update(readFileSync(join(root, dir, f)));
-  }
-  const digest = h.digest('hex').slice(0, 12);
-  const key = createHash('sha256').update(JSON.stringify(config)).update(digest).digest('hex').slice(0, 16);
-  return join(cacheDir, `${config.arch}-${key}.gguf`);
 }

@@ -21,8 +21,8 @@ import { CHATML_TEMPLATE, buildVocabulary } from './tokenizer.ts';
 /** Elements generated and quantized at a time: bounds memory whatever the model size. */
 const CHUNK_ELEMENTS = 1 << 20;
 
-/** 32-bit FNV-1a, to derive a per-tensor seed from its name. */
-function hashName(seed: number, name: string): number {
+/** 32-bit FNV-1a, to derive a per-tensor seed from its name (also scripts/gpu-model-parallel.ts's). */
+export function hashName(seed: number, name: string): number {
   let h = (0x811c9dc5 ^ seed) >>> 0;
   for (let i = 0; i < name.length; i++) h = Math.imul(h ^ name.charCodeAt(i), 0x01000193) >>> 0;
   return h || 1;
@@ -51,7 +51,7 @@ function fillUniform(out: Float32Array, state: number, amplitude: number): numbe
  * outputs (test/integration/expert-dispatch.test.ts) use a loud one and compare against workers that round as
  * llama.cpp does.
  */
-function amplitude(t: TensorPlan, expertScale: number): number {
+export function amplitude(t: TensorPlan, expertScale: number): number {
   const fanIn = t.dims[0] as number;
   switch (t.role) {
     case 'norm':
@@ -95,8 +95,8 @@ export interface MadeModel {
   vocabSize: number;
 }
 
-/** Writes the model to `path` (atomically: a partial file never has the final name). */
-export async function makeModel(config: ModelConfig, path: string): Promise<MadeModel> {
+/** The model's plan and its GGUF header (metadata, vocabulary, tensor infos): what every writer of it starts from. */
+export function modelHeader(config: ModelConfig): { plan: ModelPlan; writer: GGUFWriter; vocab: ReturnType<typeof buildVocabulary> } {
   const vocab = buildVocabulary();
   const plan = planModel(config, vocab.tokens.length);
   const w = new GGUFWriter();
@@ -112,6 +112,12 @@ export async function makeModel(config: ModelConfig, path: string): Promise<Made
   w.set('tokenizer.ggml.eos_token_id', u32(vocab.eosId));
   w.set('tokenizer.chat_template', str(CHATML_TEMPLATE));
   for (const t of plan.tensors) w.addTensor(t.name, t.dims, t.type);
+  return { plan, writer: w, vocab };
+}
+
+/** Writes the model to `path` (atomically: a partial file never has the final name). */
+export async function makeModel(config: ModelConfig, path: string): Promise<MadeModel> {
+  const { plan, writer: w, vocab } = modelHeader(config);
 
   await mkdir(dirname(path), { recursive: true });
   const tmp = `${path}.part-${process.pid}`;

@@ -24,10 +24,12 @@
  * number is and holds the last measurement.
  */
 import { spawnSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
-import { cpus, freemem, loadavg, totalmem } from 'node:os';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, freemem, loadavg, tmpdir, totalmem } from 'node:os';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { ResponseSummary } from '../hub/dispatch/dispatcher.ts';
+import type { WorkTimings } from '../volunteer/client.ts';
 import { DEFAULT_DEADLINES, requestBudgetMs } from '../hub/dispatch/plan.ts';
 import { median } from '../shaders/computer.ts';
 import { decodeResult, decodeWork, encodeResult, encodeWork, wireBytesPerToken, type WireEncoding } from '../protocol/channel/index.ts';
@@ -258,6 +260,12 @@ interface PhaseResult {
   answerUs: number[];
   /** c: totalMs×1000 − computeUs per served REQUEST with one worker. */
   endToEndUs: number[];
+  /** d: the volunteers' own share per work frame (`--timings`): arrival → result sent, less the engine call. */
+  volunteerUs: number[];
+  /** d1: arrival → engine call (decoding, queueing); d2: engine returned → result sent (check, encode, send). */
+  volunteerInUs: number[];
+  volunteerOutUs: number[];
+  engineUs: number[];
   /** totalMs of the served one-token (decode) REQUESTs, µs: the dispatcher's whole window per layer. */
   decodeWindowUs: number[];
   /** TCP payload on the volunteers' sockets during the dispatched requests; null when not counted. */
@@ -304,8 +312,20 @@ async function runPhase(made: Made): Promise<PhaseResult> {
   );
   const t0 = performance.now();
   const mine: HeadlessVolunteer[] = [];
+  // Each volunteer writes its work frames' timings here when it stops (the volunteer side's split, d below).
+  const timingsDir = mkdtempSync(join(tmpdir(), 'xs-timings-'));
+  const timingFiles = moeLayers.map((layer) => join(timingsDir, `v${layer}.json`));
   for (const layer of moeLayers) {
-    const args = ['--model', swarm.model, '--budget-mb', String(budget.mb), '--backend', BACKEND];
+    const args = [
+      '--model',
+      swarm.model,
+      '--budget-mb',
+      String(budget.mb),
+      '--backend',
+      BACKEND,
+      '--timings',
+      timingFiles[layer] as string,
+    ];
     mine.push(spawnVolunteer(swarm.url, `${shape.name}-v${layer}`, args));
   }
   volunteers.push(...mine);
@@ -345,6 +365,10 @@ async function runPhase(made: Made): Promise<PhaseResult> {
     dispatchUs: [],
     answerUs: [],
     endToEndUs: [],
+    volunteerUs: [],
+    volunteerInUs: [],
+    volunteerOutUs: [],
+    engineUs: [],
     decodeWindowUs: [],
     wireBytes: 0,
   };
@@ -373,6 +397,7 @@ async function runPhase(made: Made): Promise<PhaseResult> {
   const port = Number(new URL(swarm.url).port);
   const outcomesBefore = await pairOutcomes(swarm.url, swarm.model);
   const ratios: number[] = [];
+  const measuredFromMs = Date.now();
   const runSwarm = async (): Promise<Completion> => {
     const before = tcpBytes(pids, port);
     const c = await complete(swarm, model.ban, N_TOKENS);
@@ -398,6 +423,7 @@ async function runPhase(made: Made): Promise<PhaseResult> {
     log(`  round ${i + 1}/${ROUNDS}: off ${a.decodePerS.toFixed(2)} tok/s, always ${b.decodePerS.toFixed(2)} tok/s`);
   }
   stopObserving();
+  const measuredToMs = Date.now();
   const outcomesAfter = await pairOutcomes(swarm.url, swarm.model);
   const outcomes: Record<string, number> = {};
   for (const k of Object.keys(outcomesAfter)) outcomes[k] = (outcomesAfter[k] ?? 0) - (outcomesBefore[k] ?? 0);
@@ -405,6 +431,17 @@ async function runPhase(made: Made): Promise<PhaseResult> {
 
   for (const v of volunteers.splice(0)) await v.stop();
   for (const h of hubs.splice(0).reverse()) await h.close();
+  for (const f of timingFiles) {
+    if (!existsSync(f)) continue;
+    for (const t of JSON.parse(readFileSync(f, 'utf8')) as WorkTimings[]) {
+      if (t.atMs < measuredFromMs || t.atMs > measuredToMs) continue; // warm-up, or the other hub's window
+      r.volunteerUs.push(t.sentUs - t.engineUs);
+      r.volunteerInUs.push(t.startUs);
+      r.volunteerOutUs.push(t.sentUs - t.startUs - t.engineUs);
+      r.engineUs.push(t.engineUs);
+    }
+  }
+  rmSync(timingsDir, { recursive: true, force: true });
   return { ...r, made, budgetMb: budget.mb, serving, loadS, ratio: median(ratios), outcomes, tokenLayers, responses, results };
 }
 
@@ -488,6 +525,10 @@ for (const p of results) {
   row('c. REQUEST arrival → RESPONSE written − computeUs', p.endToEndUs);
   row('   (context) channel round trip', p.roundTripUs);
   row("   (context) the worker's computeUs", p.computeUs);
+  row('d. volunteer: frame in → result sent − engine call', p.volunteerUs);
+  row('   d1. frame in → engine call starts (decode, queue)', p.volunteerInUs);
+  row('   d2. engine returned → result sent (check, encode, send)', p.volunteerOutUs);
+  row('   (context) the engine call (the kernels)', p.engineUs);
 }
 for (const c of codec)
   console.log(
@@ -500,6 +541,8 @@ console.log(`   a: from handing the encoded work frame to the WebSocket to the d
       gather, frame encoding), plus the last answer → RESPONSE written (merge, encode, write).
    c: the REQUEST's arrival at the dispatcher → its RESPONSE written, less the worker's compute (≈ a + b, one worker
       per layer). The coordinator ↔ dispatcher unix socket is on the coordinator's side of these clocks.
+   d: the volunteer's own share per work frame of the measured requests, as it times itself (volunteer --timings):
+      the frame's message event → its result handed to the socket, less the engine call; a part of a.
    All are wall-clock intervals on a machine whose cores the hub, the coordinator and the volunteers share: a frame
    written to loopback wakes its reader, which may take the hub's core for a slice (ms) inside any of them. p10 shows
    the floor without such waits; the codec lines show what encoding and decoding themselves cost.`);

@@ -336,11 +336,13 @@ export function decodeRequest(header: FrameHeader, payload: Uint8Array, nExpert:
   const want = REQUEST_FIXED + 4 * (nTokens * nEmbd + 2 * nTokens * nUsed);
   if (payload.length !== want)
     throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `request of ${payload.length} bytes, expected ${want}`);
-  // Copy into fresh aligned buffers: the payload may sit at any offset of a pooled buffer.
-  const body = payload.slice(REQUEST_FIXED);
-  const rows = new Float32Array(body.buffer, 0, nTokens * nEmbd);
-  const ids = new Int32Array(body.buffer, 4 * nTokens * nEmbd, nTokens * nUsed);
-  const probs = new Float32Array(body.buffer, 4 * (nTokens * nEmbd + nTokens * nUsed), nTokens * nUsed);
+  // Views of the payload where its floats are 4-aligned (FrameReader hands out the socket's own chunks, which Node
+  // never reuses); a copy only where the payload sits at an odd offset. The request's arrays are read, never written.
+  const body = (payload.byteOffset + REQUEST_FIXED) % 4 === 0 ? payload.subarray(REQUEST_FIXED) : payload.slice(REQUEST_FIXED);
+  const at = body.byteOffset;
+  const rows = new Float32Array(body.buffer, at, nTokens * nEmbd);
+  const ids = new Int32Array(body.buffer, at + 4 * nTokens * nEmbd, nTokens * nUsed);
+  const probs = new Float32Array(body.buffer, at + 4 * (nTokens * nEmbd + nTokens * nUsed), nTokens * nUsed);
   for (const id of ids) {
     if (id < 0 || id >= nExpert) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `expert id ${id} outside [0, ${nExpert})`);
   }
@@ -518,6 +520,40 @@ export function encodeResult(r: DispatchResult): Uint8Array {
   return bytes;
 }
 
+/** A RESULT frame being filled in place: `served` and `sums` are views of `bytes` (zeroed), written by the caller. */
+export interface ResultDraft {
+  readonly bytes: Uint8Array;
+  readonly served: Uint8Array;
+  readonly sums: Float32Array;
+}
+
+/**
+ * Allocates a RESULT frame whose served flags and sums the caller fills where they lie, so the dispatcher merges the
+ * workers' partials straight into the bytes it writes (no second buffer, no copy); `sealResult` completes it. The
+ * bytes are those `encodeResult` writes for the same flags and sums.
+ */
+export function draftResult(r: { seq: number; layer: number; nTokens: number; nUsed: number; nEmbd: number }): ResultDraft {
+  checkInt('n_tokens', r.nTokens, 1, DISPATCH_LIMITS.maxRows);
+  checkInt('n_used', r.nUsed, 1, DISPATCH_LIMITS.maxUsed);
+  checkInt('n_embd', r.nEmbd, 1, DISPATCH_LIMITS.maxEmbd);
+  const pairs = r.nTokens * r.nUsed;
+  const sumsAt = RESULT_FIXED + pad4(pairs);
+  const { bytes, view } = frame(FrameKind.Result, r.seq, sumsAt + 4 * r.nTokens * r.nEmbd, 2);
+  putU32s(view, [r.layer, r.nTokens, r.nUsed, 0]);
+  return {
+    bytes,
+    served: bytes.subarray(HEADER_BYTES + RESULT_FIXED, HEADER_BYTES + RESULT_FIXED + pairs),
+    sums: new Float32Array(bytes.buffer, bytes.byteOffset + HEADER_BYTES + sumsAt, r.nTokens * r.nEmbd),
+  };
+}
+
+/** Checks a draft's served flags (0 or 1 each) and writes their count as n_served; returns the frame's bytes. */
+export function sealResult(d: ResultDraft): Uint8Array {
+  const nServed = countFlags(d.served, 'served', 'DISPATCH_BAD_CLAIM');
+  new DataView(d.bytes.buffer, d.bytes.byteOffset).setUint32(HEADER_BYTES + 12, nServed, true);
+  return d.bytes;
+}
+
 /**
  * Decodes and checks a RESULT as the coordinator does, for a coordinator of width `nEmbd`; with `claimed` (the
  * CLAIM's flags) it also refuses a served pair that was not claimed and non-finite sums.
@@ -586,6 +622,10 @@ export class FrameReader {
   private buffered = 0;
   private header: FrameHeader | undefined;
 
+  /**
+   * Returns the frames completed by `chunk`. A frame that lies within one chunk is returned as a view of it (no copy),
+   * so a chunk must not be written to after it is pushed (a socket's 'data' chunks never are).
+   */
   push(chunk: Uint8Array): Array<{ header: FrameHeader; payload: Uint8Array }> {
     this.chunks.push(chunk);
     this.buffered += chunk.length;
@@ -603,6 +643,15 @@ export class FrameReader {
   }
 
   private take(n: number): Uint8Array {
+    const first = this.chunks[0];
+    if (first && first.length >= n) {
+      // The common case, a frame within one read: a view, not a copy — a plain Uint8Array even of a Buffer chunk, so a
+      // decoder's `slice()` copies (Buffer#slice would be another view).
+      this.buffered -= n;
+      if (first.length === n) this.chunks.shift();
+      else this.chunks[0] = first.subarray(n);
+      return new Uint8Array(first.buffer, first.byteOffset, n);
+    }
     const out = new Uint8Array(n);
     let filled = 0;
     while (filled < n) {

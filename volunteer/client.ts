@@ -45,6 +45,7 @@ import {
   encodeClientMessage,
   encodeResult,
   encodeWorkFailed,
+  firstNonFinite,
   parseHubMessage,
   type Assign,
   type ClientMessage,
@@ -102,6 +103,28 @@ export interface VolunteerClientOptions {
   tamper?: (sums: Float32Array, ctx: TamperContext) => TamperAnswer | Promise<TamperAnswer>;
   random?: () => number;
   now?: () => number;
+  /**
+   * Measurement seam: each answered work frame's path through this client (bench:dispatch splits the volunteer's
+   * share of a layer from its engine's). Never set by the page.
+   */
+  onWorkTimings?: (t: WorkTimings) => void;
+}
+
+/**
+ * One work frame from its arrival (the socket's message event) to its result handed to the socket, µs on the
+ * monotonic clock. The engine call is the compute itself; the rest is this client's own cost.
+ */
+export interface WorkTimings {
+  /** Wall clock at arrival, ms (to match a benchmark's window). */
+  atMs: number;
+  nRows: number;
+  nPairs: number;
+  /** Arrival → the engine call starts: decoding, and waiting behind earlier frames. */
+  startUs: number;
+  /** The engine call. */
+  engineUs: number;
+  /** Arrival → the result frame handed to the socket. */
+  sentUs: number;
 }
 
 const DEFAULT_BUDGET = 512 * 2 ** 20;
@@ -187,6 +210,8 @@ class VolunteerClient implements VolunteerControls {
   private queue: Promise<void> = Promise.resolve();
   private queued = 0;
   private recent: Array<{ atMs: number; pairs: number }> = [];
+  /** Σ pairs of `recent`, kept as frames come and go (a frame's bookkeeping stays O(1) at hundreds of frames a second). */
+  private recentPairs = 0;
 
   constructor(private readonly o: VolunteerClientOptions) {
     this.now = o.now ?? (() => Date.now());
@@ -681,7 +706,8 @@ class VolunteerClient implements VolunteerControls {
   // --- work
 
   private onWork(bytes: Uint8Array): void {
-    const arrived = this.now();
+    // Durations on the monotonic clock: the result's computeUs is in µs, and Date.now() counts whole ms.
+    const arrived = performance.now();
     const h = this.held;
     const frame = decodeWork(bytes, h ? { sliceWidth: h.opened.slice.nExpert } : {});
     // The frame's arrays may be views of the received buffer; they are used before it could be reused.
@@ -696,13 +722,13 @@ class VolunteerClient implements VolunteerControls {
     this.queued++;
     this.queue = this.queue.then(async () => {
       try {
+        const started = performance.now();
         const sums = await compute(h.opened.engine, h.opened.slice, frame);
-        let finite = true;
-        for (let i = 0; i < sums.length; i++) if (!Number.isFinite(sums[i] as number)) finite = false;
-        if (!finite) return this.refuse(frame.workId, 'COMPUTE_ERROR', 'the backend produced sums that are not finite');
+        const computed = performance.now();
+        if (firstNonFinite(sums) >= 0) return this.refuse(frame.workId, 'COMPUTE_ERROR', 'the backend produced sums that are not finite');
         const tamper = this.o.tamper;
         const out = tamper ? ((await tamper(sums, { frame, compute: (f) => compute(h.opened.engine, h.opened.slice, f) })) ?? sums) : sums;
-        const computeUs = Math.round((this.now() - arrived) * 1000);
+        const computeUs = Math.round((performance.now() - arrived) * 1000);
         this.sendBinary(
           out instanceof Uint8Array
             ? out
@@ -715,7 +741,16 @@ class VolunteerClient implements VolunteerControls {
                 computeUs,
               }),
         );
-        this.served(frame.nPairs, this.now() - arrived);
+        const sent = performance.now();
+        this.served(frame.nPairs, sent - arrived);
+        this.o.onWorkTimings?.({
+          atMs: this.now() - (sent - arrived),
+          nRows: frame.nRows,
+          nPairs: frame.nPairs,
+          startUs: (started - arrived) * 1000,
+          engineUs: (computed - started) * 1000,
+          sentUs: (sent - arrived) * 1000,
+        });
       } catch (e) {
         if (e instanceof ExpertRuntimeError && e.code === 'DEVICE_LOST') {
           this.refuse(frame.workId, 'DEVICE_LOST', errorMessage(e));
@@ -821,8 +856,10 @@ class VolunteerClient implements VolunteerControls {
   private served(pairs: number, latencyMs: number): void {
     const t = this.now();
     this.recent.push({ atMs: t, pairs });
-    while (this.recent.length > 0 && (this.recent[0] as { atMs: number }).atMs < t - RATE_WINDOW_MS) this.recent.shift();
-    const inWindow = this.recent.reduce((s, r) => s + r.pairs, 0);
+    this.recentPairs += pairs;
+    while (this.recent.length > 0 && (this.recent[0] as { atMs: number }).atMs < t - RATE_WINDOW_MS)
+      this.recentPairs -= (this.recent.shift() as { pairs: number }).pairs;
+    const inWindow = this.recentPairs;
     this.setStats({
       pairsServed: this.stats.pairsServed + pairs,
       workFrames: this.stats.workFrames + 1,

@@ -230,7 +230,7 @@ class VolunteerConnection implements WorkerLink {
       nRows: work.nRows,
       nEmbd: work.nEmbd,
       rows: work.rows.length === work.nRows * work.nEmbd ? work.rows : work.rows.subarray(0, work.nRows * work.nEmbd),
-      rowIndex: Uint16Array.from(work.rowIndex.subarray(0, work.nPairs)),
+      rowIndex: work.rowIndex.subarray(0, work.nPairs),
       localExpert: work.localExpert.subarray(0, work.nPairs),
       weight: work.weight.subarray(0, work.nPairs),
       rowEncoding: 'f32',

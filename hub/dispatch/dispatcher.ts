@@ -45,10 +45,11 @@ import {
   decodeRequest,
   type DispatchVersion,
   checkVersion,
+  draftResult,
   encodeClaim,
   encodeHelloAck,
-  encodeResult,
   negotiateVersion,
+  sealResult,
 } from '../../protocol/dispatch.ts';
 import { type ClaimConfig, type ClaimReason, DEFAULT_CLAIMS, claimCaps } from './claims.ts';
 import {
@@ -1171,9 +1172,12 @@ export class ModelDispatcher {
     const { conn, req, plan } = f;
     conn.inFlight = null;
     const pairs = req.nTokens * req.nUsed;
-    const served = new Uint8Array(pairs);
-    const sums = new Float32Array(req.nTokens * req.nEmbd);
     const v2 = conn.version === 2;
+    const head = { seq: req.seq, layer: req.layer, nTokens: req.nTokens, nUsed: req.nUsed, quietMs: 0 };
+    // v2 merges the partials straight into the RESULT frame it writes; v1 into arrays its RESPONSE encoder copies.
+    const draft = v2 ? draftResult({ ...head, nEmbd: req.nEmbd }) : null;
+    const served = draft ? draft.served : new Uint8Array(pairs);
+    const sums = draft ? draft.sums : new Float32Array(req.nTokens * req.nEmbd);
     let withheld: Withheld | null = null;
     if (!v2) {
       // v1 only: v2 sent unusable and audited items in shadow, so it has nothing to take out here (and no list to build).
@@ -1185,22 +1189,22 @@ export class ModelDispatcher {
       dropUnusable(f.partials, workerIds, this.opts.mayUse);
     }
     const nServed = mergePartials(plan, f.partials, req.nEmbd, served, sums);
-    if (this.events.onUsed) {
-      for (const [i, p] of f.partials.entries())
-        if (p) this.events.onUsed((f.links[i] as WorkerLink).workerId, (plan.workers[i] as RequestPlan['workers'][number]).nPairs);
-    }
     let rejected = 0;
     for (const r of f.rejectedPairs) rejected += r;
     const fallback = pairs - nServed - rejected;
     const mode = nServed > 0 ? 'served' : 'local';
-    const head = { seq: req.seq, layer: req.layer, nTokens: req.nTokens, nUsed: req.nUsed, quietMs: 0 };
     if (withheld) {
       this.totals.pairs.audited += withheld.pairs;
       conn.awaitingAudit = withheld.awaiting;
     }
-    if (!v2) this.write(conn, encodeV1Answer(head, withheld?.mask ?? null, nServed, served, sums));
-    else if (f.shadow.some((s) => !s)) this.write(conn, encodeResult({ ...head, served, sums }));
+    if (!draft) this.write(conn, encodeV1Answer(head, withheld?.mask ?? null, nServed, served, sums));
+    else if (f.shadow.some((s) => !s)) this.write(conn, sealResult(draft));
     const end = performance.now();
+    // Bookkeeping after the write: the coordinator is reading its answer meanwhile.
+    if (this.events.onUsed) {
+      for (const [i, p] of f.partials.entries())
+        if (p) this.events.onUsed((f.links[i] as WorkerLink).workerId, (plan.workers[i] as RequestPlan['workers'][number]).nPairs);
+    }
     const t = this.totals;
     if (nServed > 0) t.servedRequests++;
     else t.localRequests++;

@@ -55,8 +55,8 @@ export interface WorkInput {
    */
   rows: Float32Array;
   rowSource?: ArrayLike<number>;
-  /** Per pair: the frame row (< nRows). */
-  rowIndex: Uint16Array;
+  /** Per pair: the frame row (< nRows); written as u16 (the hub's plan holds them as u32). */
+  rowIndex: Uint16Array | Uint32Array;
   /** Per pair: expert id − the slice's first expert. */
   localExpert: Uint16Array;
   /** Per pair: the router weight; finite. */

@@ -27,7 +27,7 @@
  * text.ts and json-fields.ts are internal helpers.
  */
 export { CLOSE_CODES, type CloseAction, type CloseName, VolunteerWireError, closeName, closeReason } from './close-codes.ts';
-export { WIRE_ENCODINGS, type WireEncoding, f16ArrayToF32, f32ArrayToF16 } from './encodings.ts';
+export { WIRE_ENCODINGS, type WireEncoding, f16ArrayToF32, f32ArrayToF16, firstNonFinite } from './encodings.ts';
 export {
   type FrameKindName,
   type ResultExpectation,

@@ -13,8 +13,10 @@ import {
   decodeClaim,
   decodeHeader,
   decodeResult,
+  draftResult,
   encodeClaim,
   encodeResult,
+  sealResult,
   negotiateVersion,
   decodeHello,
   decodeRequest,
@@ -505,4 +507,48 @@ test('RESULT round-trips; served ⊆ claimed, finite sums', () => {
   const p = f.payload.slice();
   new DataView(p.buffer).setUint32(12, 3, true);
   assert.throws(() => decodeResult(f.header, p, nEmbd), { code: 'DISPATCH_BAD_CLAIM' }, 'n_served off');
+});
+
+test('a RESULT drafted in place and sealed is byte for byte the encoded one; seal counts and checks the served flags', () => {
+  const r = {
+    seq: 9,
+    layer: 2,
+    nTokens: 3,
+    nUsed: 3,
+    served: Uint8Array.of(1, 0, 1, 0, 0, 0, 1, 1, 1),
+    sums: Float32Array.from({ length: 3 * 4 }, (_, i) => i * 0.25 - 1),
+  };
+  const d = draftResult({ seq: r.seq, layer: r.layer, nTokens: r.nTokens, nUsed: r.nUsed, nEmbd: 4 });
+  assert.ok(d.sums.every((x) => x === 0) && d.served.every((x) => x === 0), 'a draft starts zeroed');
+  d.served.set(r.served);
+  d.sums.set(r.sums);
+  assert.deepEqual(sealResult(d), encodeResult(r));
+  const bad = draftResult({ seq: 1, layer: 0, nTokens: 1, nUsed: 2, nEmbd: 4 });
+  bad.served[1] = 2;
+  assert.throws(() => sealResult(bad), { code: 'DISPATCH_BAD_CLAIM' }, 'a flag of 2');
+  assert.throws(() => draftResult({ seq: 1, layer: 0, nTokens: 1, nUsed: 2, nEmbd: 0 }), { code: 'DISPATCH_BAD_FRAME' }, 'n_embd 0');
+  assert.throws(() => draftResult({ seq: 1, layer: 0, nTokens: 0, nUsed: 2, nEmbd: 4 }), { code: 'DISPATCH_BAD_FRAME' }, 'n_tokens 0');
+});
+
+test('FrameReader hands out a frame within one chunk as a view; a request is decoded in place when aligned, copied when not', () => {
+  const bytes = encodeRequest(request());
+  const reader = new FrameReader();
+  // A socket's chunk is a Buffer, whose slice() is a view: the payload must be a plain Uint8Array all the same.
+  const [f] = reader.push(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length));
+  assert.ok(f);
+  assert.equal(f.payload.buffer, bytes.buffer, 'a view of the chunk, not a copy');
+  assert.ok(!Buffer.isBuffer(f.payload), 'not a Buffer');
+  assert.notEqual(f.payload.slice().buffer, bytes.buffer, 'slice() copies');
+  const inPlace = decodeRequest(f.header, f.payload, 8);
+  assert.equal(inPlace.rows.buffer, bytes.buffer);
+  const odd = new Uint8Array(bytes.length + 1);
+  odd.set(bytes, 1);
+  const copied = decodeRequest(f.header, odd.subarray(1 + HEADER_BYTES), 8);
+  assert.notEqual(copied.rows.buffer, odd.buffer);
+  for (const d of [inPlace, copied]) {
+    const want = request();
+    assert.deepEqual([...d.rows], [...want.rows]);
+    assert.deepEqual([...d.ids], [...want.ids]);
+    assert.deepEqual([...d.probs], [...want.probs]);
+  }
 });

@@ -3,13 +3,17 @@
  * (GPU servers: npm `webgpu` is Dawn), printing one status line per second.
  */
 import { randomUUID } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { WebSocket } from 'ws';
-import { createVolunteerClient, type SocketFactory } from '../client.ts';
+import { createVolunteerClient, type SocketFactory, type WorkTimings } from '../client.ts';
 import type { BackendChoice } from '../engine-open.ts';
 import type { VolunteerControls, VolunteerState } from '../state.ts';
 import { FileShardCache, DEFAULT_SHARD_CACHE_DIR } from './file-cache.ts';
 import { FileIdentityStore, DEFAULT_IDENTITY_FILE, nodeEnvironment } from './environment.ts';
+
+/** Work frames whose timings `--timings` keeps (the first ones; about 100 bytes each). */
+const MAX_TIMINGS = 200_000;
 
 export const VOLUNTEER_USAGE = `usage: expertswarm volunteer --hub URL [options]
 
@@ -22,6 +26,7 @@ export const VOLUNTEER_USAGE = `usage: expertswarm volunteer --hub URL [options]
   --identity FILE          ed25519 key file, made on first run (default ${DEFAULT_IDENTITY_FILE})
   --cache DIR              slice cache (default ${DEFAULT_SHARD_CACHE_DIR})
   --quiet                  no status line
+  --timings FILE           on exit, write each answered work frame's timings there as JSON (benchmarks)
   --help                   this text
 `;
 
@@ -35,6 +40,8 @@ export interface VolunteerArgs {
   identity: string;
   cache: string;
   quiet: boolean;
+  /** Where to write the work frames' timings on exit (null: not kept). */
+  timings: string | null;
 }
 
 export function parseVolunteerArgs(argv: string[]): VolunteerArgs | 'help' {
@@ -51,6 +58,7 @@ export function parseVolunteerArgs(argv: string[]): VolunteerArgs | 'help' {
       identity: { type: 'string' },
       cache: { type: 'string' },
       quiet: { type: 'boolean' },
+      timings: { type: 'string' },
       help: { type: 'boolean' },
     },
   });
@@ -77,6 +85,7 @@ export function parseVolunteerArgs(argv: string[]): VolunteerArgs | 'help' {
     identity: values.identity ?? DEFAULT_IDENTITY_FILE,
     cache: values.cache ?? DEFAULT_SHARD_CACHE_DIR,
     quiet: values.quiet ?? false,
+    timings: values.timings ?? null,
   };
 }
 
@@ -108,7 +117,7 @@ export function describeState(s: VolunteerState): string {
   }
 }
 
-export function startVolunteer(a: VolunteerArgs): VolunteerControls {
+export function startVolunteer(a: VolunteerArgs, onWorkTimings?: (t: WorkTimings) => void): VolunteerControls {
   const client = createVolunteerClient({
     hubUrl: a.hub,
     environment: (backend) => nodeEnvironment(backend),
@@ -119,6 +128,7 @@ export function startVolunteer(a: VolunteerArgs): VolunteerControls {
     model: a.model,
     maxExperts: a.maxExperts,
     agent: `headless/${process.version}`,
+    ...(onWorkTimings ? { onWorkTimings } : {}),
   });
   client.join({ memoryBudgetBytes: a.budgetBytes, backend: a.backend });
   return client;
@@ -137,7 +147,8 @@ export async function main(argv: string[]): Promise<number> {
     return 0;
   }
   const a = args;
-  const client = startVolunteer(a);
+  const timings: WorkTimings[] = [];
+  const client = startVolunteer(a, a.timings ? (t) => (timings.length < MAX_TIMINGS ? timings.push(t) : undefined) : undefined);
   const timer = a.quiet
     ? null
     : setInterval(() => {
@@ -150,6 +161,7 @@ export async function main(argv: string[]): Promise<number> {
   return new Promise<number>((resolve) => {
     const stop = (): void => {
       if (timer) clearInterval(timer);
+      if (a.timings) writeFileSync(a.timings, JSON.stringify(timings));
       void client.leave().then(() => resolve(0));
     };
     process.once('SIGINT', stop);

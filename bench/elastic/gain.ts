@@ -36,7 +36,7 @@ import { cpus, freemem, loadavg, totalmem } from 'node:os';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import OpenAI from 'openai';
-import type { DispatcherTotals, ModelDispatcher } from '../../hub/dispatch/dispatcher.ts';
+import type { DispatcherTotals, ModelDispatcher, ResponseSummary } from '../../hub/dispatch/dispatcher.ts';
 import { latencyLine } from '../../hub/dispatch/plan.ts';
 import { DEFAULT_DISPATCH } from '../../hub/dispatch/map.ts';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
@@ -504,6 +504,12 @@ const dispatchLog: string[] = [];
 const tRun = performance.now();
 /** When the measured rounds began, s since tRun. */
 let measuredFromS = 0;
+/** B's dispatcher over the measured rounds: REQUESTs with pairs served, and every channel result. */
+const hops: { responses: ResponseSummary[]; results: Array<{ roundTripMs: number; computeUs: number }> } = {
+  responses: [],
+  results: [],
+};
+let stopObserving = (): void => {};
 
 try {
   const over = {
@@ -636,7 +642,13 @@ try {
     log('coordinators and this process checked again before measuring: unchanged');
   }
 
-  // Measured: alternating A, B / B, A.
+  // Measured: alternating A, B / B, A. B's every REQUEST and channel result, for the hops' costs.
+  stopObserving = swarm.hub.observeDispatch(swarm.model, {
+    onResponse: (r) => {
+      if (r.served > 0) hops.responses.push(r);
+    },
+    onResult: (_, roundTripMs, computeUs) => hops.results.push({ roundTripMs, computeUs }),
+  });
   const dB = dispatcherOf(swarm);
   const dA = dispatcherOf(alone);
   const totalsB0 = snapshot(dB.totals);
@@ -654,6 +666,7 @@ try {
       log(`  CPU in the round, % of one core: ${cpuShares(r)}`);
     }
   }
+  stopObserving();
   totalsB = diffTotals(dB.totals, totalsB0);
   totalsA = diffTotals(dA.totals, totalsA0);
   const outcomes1 = await pairOutcomes(swarm.url, swarm.model);
@@ -793,6 +806,71 @@ console.log(
   console.log(
     `  CPU, median % of one core over the rounds (A / B): ${names.map((n) => `${n} ${share(A, n)} / ${share(B, n)}`).join(', ')}`,
   );
+}
+if (hops.results.length > 0) {
+  // Each hop of a served layer: the dispatcher's own time (REQUEST in -> work handed to the links, last answer ->
+  // RESPONSE written), the channel's round trip (work handed to the socket -> result decoded) and, within it, the
+  // volunteer's time (frame in -> sums), as it reports them.
+  const q = (xs: number[], p: number): string => {
+    const v = [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(p * xs.length))] as number;
+    return v.toFixed(2);
+  };
+  const line = (name: string, xs: number[]): string => `  ${pad(name, 44)}p10 ${q(xs, 0.1)}  p50 ${q(xs, 0.5)}  p90 ${q(xs, 0.9)} ms`;
+  console.log(`\nB's hops per served layer over the measured rounds (${hops.responses.length} REQUESTs, ${hops.results.length} results)`);
+  console.log(
+    line(
+      'dispatcher: REQUEST in -> work sent',
+      hops.responses.map((r) => r.dispatchMs),
+    ),
+  );
+  console.log(
+    line(
+      'dispatcher: last answer -> RESPONSE written',
+      hops.responses.map((r) => r.totalMs - r.settledMs),
+    ),
+  );
+  console.log(
+    line(
+      'REQUEST in -> RESPONSE written',
+      hops.responses.map((r) => r.totalMs),
+    ),
+  );
+  console.log(
+    line(
+      'channel round trip',
+      hops.results.map((r) => r.roundTripMs),
+    ),
+  );
+  console.log(
+    line(
+      "  of which the volunteer's frame in -> sums",
+      hops.results.map((r) => r.computeUs / 1000),
+    ),
+  );
+  console.log(
+    line(
+      '  the rest (sockets, both event loops)',
+      hops.results.map((r) => r.roundTripMs - r.computeUs / 1000),
+    ),
+  );
+  // A served REQUEST's wait on its workers (work sent -> last answer), by the pairs they served: what the claim
+  // policy's fitted line (overhead + pairs × per pair) should say for each size.
+  for (const [lo, hi] of [
+    [1, 8],
+    [9, 32],
+    [33, 128],
+    [129, Number.POSITIVE_INFINITY],
+  ] as const) {
+    const rs = hops.responses.filter((r) => r.served >= lo && r.served <= hi);
+    if (rs.length === 0) continue;
+    const label = `  ${hi === Number.POSITIVE_INFINITY ? `> ${lo - 1}` : `${lo}–${hi}`} pairs served (${rs.length}): work sent -> last answer`;
+    console.log(
+      line(
+        label,
+        rs.map((r) => r.settledMs - r.dispatchMs),
+      ),
+    );
+  }
 }
 if (totalsB) {
   const t = totalsB;

@@ -3,11 +3,5 @@
 import { register } from 'tsx/esm/api';
 
 register();
-const [command, ...rest] = process.argv.slice(2);
-if (command === 'volunteer') {
-  const { main } = await import('../volunteer/node/main.ts');
-  process.exitCode = await main(rest);
-} else {
-  const { main } = await import('../hub/cli.ts');
-  process.exitCode = await main(process.argv.slice(2));
-}
+const { runCommand } = await import('./commands.ts');
+process.exitCode = await runCommand(process.argv.slice(2));

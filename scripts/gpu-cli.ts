@@ -1,14 +1,9 @@
 /**
- * bin/expertswarm.js for the GPU bundle (scripts/gpu-bundle-plan.ts): the same two commands, without tsx's loader —
- * the bundle is plain JavaScript and the GPU host has no node_modules to load tsx from.
+ * bin/expertswarm.js for the GPU bundle (scripts/gpu-bundle-plan.ts): the same commands (bin/commands.ts), without
+ * tsx's loader — the bundle is plain JavaScript and the GPU host has no node_modules to load tsx from.
  *
  *   node app/bin/expertswarm.js volunteer --hub … | hub …
  */
-const [command, ...rest] = process.argv.slice(2);
-if (command === 'volunteer') {
-  const { main } = await import('../volunteer/node/main.ts');
-  process.exitCode = await main(rest);
-} else {
-  const { main } = await import('../hub/cli.ts');
-  process.exitCode = await main(process.argv.slice(2));
-}
+import { runCommand } from '../bin/commands.ts';
+
+process.exitCode = await runCommand(process.argv.slice(2));

@@ -811,9 +811,10 @@ if (hops.results.length > 0) {
   // Each hop of a served layer: the dispatcher's own time (REQUEST in -> work handed to the links, last answer ->
   // RESPONSE written), the channel's round trip (work handed to the socket -> result decoded) and, within it, the
   // volunteer's time (frame in -> sums), as it reports them.
+  // (No samples — a run whose volunteers were all declined — reads as a dash, not a crash before the totals.)
   const q = (xs: number[], p: number): string => {
-    const v = [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(p * xs.length))] as number;
-    return v.toFixed(2);
+    const v = [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(p * xs.length))];
+    return v === undefined ? '—' : v.toFixed(2);
   };
   const line = (name: string, xs: number[]): string => `  ${pad(name, 44)}p10 ${q(xs, 0.1)}  p50 ${q(xs, 0.5)}  p90 ${q(xs, 0.9)} ms`;
   console.log(`\nB's hops per served layer over the measured rounds (${hops.responses.length} REQUESTs, ${hops.results.length} results)`);

@@ -338,7 +338,11 @@ export function decodeRequest(header: FrameHeader, payload: Uint8Array, nExpert:
     throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `request of ${payload.length} bytes, expected ${want}`);
   // Views of the payload where its floats are 4-aligned (FrameReader hands out the socket's own chunks, which Node
   // never reuses); a copy only where the payload sits at an odd offset. The request's arrays are read, never written.
-  const body = (payload.byteOffset + REQUEST_FIXED) % 4 === 0 ? payload.subarray(REQUEST_FIXED) : payload.slice(REQUEST_FIXED);
+  // (Uint8Array's own slice: a Buffer's slice would be another view at the same odd offset.)
+  const body =
+    (payload.byteOffset + REQUEST_FIXED) % 4 === 0
+      ? payload.subarray(REQUEST_FIXED)
+      : Uint8Array.prototype.slice.call(payload, REQUEST_FIXED);
   const at = body.byteOffset;
   const rows = new Float32Array(body.buffer, at, nTokens * nEmbd);
   const ids = new Int32Array(body.buffer, at + 4 * nTokens * nEmbd, nTokens * nUsed);

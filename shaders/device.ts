@@ -14,7 +14,7 @@ const OPTIONAL_FEATURES: readonly KernelFeature[] = ['subgroups', 'shader-f16'];
 export interface ExpertDevice {
   adapter: GPUAdapter;
   device: GPUDevice;
-  /** A software adapter (SwiftShader, WARP…): the engine then prefers the wasm fallback unless WebGPU measures faster. */
+  /** A software adapter (SwiftShader, WARP…): it never wins while the wasm fallback works (backend-choice.ts). */
   isFallbackAdapter: boolean;
 }
 

@@ -135,28 +135,42 @@ export async function openEngine(
     );
   }
   const options: ExpertEngineOptions = { numerics };
+  const gpu: ExpertEngineOptions['webgpu'] =
+    useGpu && device
+      ? async (s, o) => ({
+          runtime: await ExpertRuntime.create(device.device, s, { numerics: o.numerics, label: `layer ${info.layer}` }),
+          isFallbackAdapter: device.isFallbackAdapter,
+        })
+      : undefined;
   // A software adapter never wins while wasm works (backend-choice.ts): where the user left the choice to us and wasm
-  // fits, it is not even built — SwiftShader's pipelines and timing cost seconds of start-up for a backend that
-  // cannot be kept.
-  const softwareOnly = device?.isFallbackAdapter === true && env.backend === 'auto' && useWasm;
-  if (useGpu && device && softwareOnly) {
+  // fits, it is built only if wasm fails — SwiftShader's pipelines and timing cost seconds of start-up for a backend
+  // that cannot be kept beside a working wasm.
+  const softwareLater = gpu !== undefined && device?.isFallbackAdapter === true && env.backend === 'auto' && useWasm;
+  if (softwareLater) {
     options.webgpu = async () => {
-      throw new Error('a fallback (software) adapter: not built while wasm works');
+      throw new Error('a fallback (software) adapter: built only if wasm fails');
     };
-  } else if (useGpu && device) {
-    options.webgpu = async (s, o) => ({
-      runtime: await ExpertRuntime.create(device.device, s, { numerics: o.numerics, label: `layer ${info.layer}` }),
-      isFallbackAdapter: device.isFallbackAdapter,
-    });
-  }
+  } else if (gpu) options.webgpu = gpu;
   const ort = env.ort;
   if (useWasm && kernel) options.wasm = async (s, o) => WasmExpertFallback.create(kernel, s, { numerics: o.numerics });
   else if (useWasm && ort) options.wasm = async (s, o) => OrtExpertFallback.create(ort, s, { numerics: o.numerics });
+  const opened = (engine: ExpertEngine): OpenedEngine => ({
+    engine,
+    slice,
+    layer: info.layer,
+    expertBegin: info.expertBegin,
+    expertEnd: info.expertEnd,
+  });
   try {
-    const engine = await ExpertEngine.start(slice, options);
-    return { engine, slice, layer: info.layer, expertBegin: info.expertBegin, expertEnd: info.expertEnd };
+    return opened(await ExpertEngine.start(slice, options));
   } catch (e) {
-    throw new VolunteerError('NO_BACKEND', `no backend could compute the slice: ${errorMessage(e)}`);
+    if (!softwareLater) throw new VolunteerError('NO_BACKEND', `no backend could compute the slice: ${errorMessage(e)}`);
+    // wasm failed: the software adapter is better than nothing.
+    try {
+      return opened(await ExpertEngine.start(slice, { numerics, webgpu: gpu }));
+    } catch (again) {
+      throw new VolunteerError('NO_BACKEND', `no backend could compute the slice: ${errorMessage(e)}; then ${errorMessage(again)}`);
+    }
   }
 }
 

@@ -125,7 +125,8 @@ export function claimCaps(input: ClaimInput, cfg: ClaimConfig = DEFAULT_CLAIMS):
   const reasons = new Array<ClaimReason>(workers.length).fill('uncovered');
   const aloneMs = nPairs * L;
   // Probes and the deadline (with its slack) bound every worker whatever the balance says.
-  const slackMs = budgetMs / Math.max(1, cfg.deadlineSlack);
+  const slack = cfg.deadlineSlack;
+  const slackMs = budgetMs / (Number.isFinite(slack) && slack >= 1 ? slack : 1);
   const bounded = workers.map((w) => (w.overheadMs === null ? w.covered : pairsBy(w, slackMs)));
   if (!(L > 0)) {
     workers.forEach((w, i) => {

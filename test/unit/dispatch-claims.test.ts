@@ -214,6 +214,15 @@ test('claim caps never make the layer slower than the coordinator alone (random 
   }
 });
 
+test('claim caps: a deadlineSlack left unset or out of range in an override reads as none (never NaN caps)', () => {
+  const input: ClaimInput = { nPairs: 400, localMsPerPair: 1, budgetMs: 50, workers: [W(400, 0, 0.5)] };
+  for (const deadlineSlack of [undefined as unknown as number, Number.NaN, 0, -3]) {
+    const out = claimCaps(input, { ...DEFAULT_CLAIMS, deadlineSlack });
+    assert.deepEqual(out.caps, [100], `deadlineSlack ${deadlineSlack}: the whole budget`);
+  }
+  assert.deepEqual(claimCaps(input, { ...DEFAULT_CLAIMS, deadlineSlack: 4 }).caps, [25]);
+});
+
 test('shadow probe gaps: the base doubled per backoff step (at most 32×), never under 20 × the probe itself', () => {
   const rows: Array<{ name: string; backoff: number; probeMs: number | null; want: number }> = [
     { name: 'first probe, unmeasured', backoff: 0, probeMs: null, want: 2_000 },

@@ -545,7 +545,10 @@ test('FrameReader hands out a frame within one chunk as a view; a request is dec
   odd.set(bytes, 1);
   const copied = decodeRequest(f.header, odd.subarray(1 + HEADER_BYTES), 8);
   assert.notEqual(copied.rows.buffer, odd.buffer);
-  for (const d of [inPlace, copied]) {
+  // An unaligned Buffer too (its own slice() would be another view at the same odd offset).
+  const oddBuffer = Buffer.from(odd.buffer, 1 + HEADER_BYTES, bytes.length - HEADER_BYTES);
+  const fromBuffer = decodeRequest(f.header, oddBuffer, 8);
+  for (const d of [inPlace, copied, fromBuffer]) {
     const want = request();
     assert.deepEqual([...d.rows], [...want.rows]);
     assert.deepEqual([...d.ids], [...want.ids]);

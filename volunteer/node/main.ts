@@ -161,7 +161,14 @@ export async function main(argv: string[]): Promise<number> {
   return new Promise<number>((resolve) => {
     const stop = (): void => {
       if (timer) clearInterval(timer);
-      if (a.timings) writeFileSync(a.timings, JSON.stringify(timings));
+      if (a.timings) {
+        try {
+          writeFileSync(a.timings, JSON.stringify(timings));
+        } catch (e) {
+          // A bench's file that cannot be written must not keep the volunteer from leaving cleanly.
+          console.error(`[volunteer] --timings ${a.timings}: ${e instanceof Error ? e.message : e}`);
+        }
+      }
       void client.leave().then(() => resolve(0));
     };
     process.once('SIGINT', stop);

@@ -7,24 +7,18 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { openFileSource } from '../../gguf/node-io.ts';
 import { readGGUF } from '../../gguf/reader.ts';
 import { planExpertSlice, writeExpertSlice } from '../../gguf/expert-slice.ts';
 import { memorySink } from '../../gguf/writer.ts';
 import { testModel } from '../../harness/models.ts';
+import { nodeGpu } from '../../harness/node-gpu.ts';
 import { QWEN_Q4K } from '../../harness/swarm.ts';
 import { nodeExpertKernel } from '../../shaders/wasm/build.ts';
 import { openEngine, type ComputeEnvironment } from '../../volunteer/engine-open.ts';
 import type { ExpertDevice } from '../../shaders/device.ts';
 
-const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
-if (!process.env.VK_ICD_FILENAMES && existsSync(SWIFTSHADER_ICD)) process.env.VK_ICD_FILENAMES = SWIFTSHADER_ICD;
-const { create, globals } = await import('webgpu');
-Object.assign(globalThis, globals);
-// dawn.node frees its instance when this object is garbage-collected (docs/kernels.md): keep it for the process.
-const gpu = create([]);
-(globalThis as { expertswarmGpu?: GPU }).expertswarmGpu = gpu;
+const gpu = await nodeGpu();
 
 async function sliceBytes(): Promise<Uint8Array> {
   const m = await testModel(QWEN_Q4K);

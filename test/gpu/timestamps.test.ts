@@ -7,20 +7,14 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
+import { nodeGpu } from '../../harness/node-gpu.ts';
 import { syntheticCall } from '../../shaders/computer.ts';
 import { type CallCounts, ExpertRuntime, type ExpertSlice } from '../../shaders/runtime.ts';
 import { mulberry32 as rng } from '../../shaders/random.ts';
 
-const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
-if (!process.env.VK_ICD_FILENAMES && existsSync(SWIFTSHADER_ICD)) process.env.VK_ICD_FILENAMES = SWIFTSHADER_ICD;
-const { create, globals } = await import('webgpu');
-Object.assign(globalThis, globals);
-// dawn.node frees its instance when this object is garbage-collected (docs/kernels.md): keep it for the process.
-const gpu = create([]);
-(globalThis as { expertswarmGpu?: GPU }).expertswarmGpu = gpu;
+const gpu = await nodeGpu();
 /** A fresh adapter per device (an adapter serves one requestDevice). */
 const freshAdapter = async (): Promise<GPUAdapter> => {
   const a = await gpu.requestAdapter({ powerPreference: 'high-performance' });

@@ -194,8 +194,9 @@ export class Hub {
     this.recruiter = new Recruiter(this.recruiterHost());
     this.store = new HubStore(config.stateDir === ':memory:' ? ':memory:' : join(config.stateDir, 'hub.sqlite'));
     this.auth = new NodeAuth({ secret: this.store.tokenSecret(), rateLimit: config.authRateLimit });
-    this.supervisor = new CoordinatorSupervisor((name, state, detail) =>
-      this.events.add('coordinator', name, `${state}: ${detail}`, this.now()),
+    this.supervisor = new CoordinatorSupervisor(
+      (name, state, detail) => this.events.add('coordinator', name, `${state}: ${detail}`, this.now()),
+      (name, note) => this.events.add('dispatch', name, `the coordinator computes some MoE layers itself: ${note}`, this.now()),
     );
     this.poller = new SaturationPoller(
       () => this.supervisor.names().map((name) => ({ name, url: this.supervisor.urlOf(name) })),

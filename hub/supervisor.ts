@@ -29,6 +29,25 @@ export interface CoordinatorStatus {
   restarts: number;
   pid: number | null;
   lastExit: string | null;
+  /**
+   * Why the coordinator computes some MoE layers itself whatever the swarm holds: its expert-dispatch hook's note
+   * ("architecture gpt-oss uses an expert FFN variant the dispatch path does not cover: expert biases …"); null when
+   * it logged none.
+   */
+  dispatchUnsupported: string | null;
+}
+
+/** The line the expert-dispatch hook logs once when a layer cannot take the dispatch path (llama-expert-dispatch.cpp). */
+const UNSUPPORTED_LINE = /expert-dispatch: (.+); those layers run the stock path/;
+/** A note longer than this is cut (a log line is the coordinator's to write, not ours to trust). */
+const NOTE_MAX = 400;
+
+/** The hook's "not dispatched" note in one line of the coordinator's log, or null. */
+export function dispatchUnsupportedNote(line: string): string | null {
+  const m = UNSUPPORTED_LINE.exec(line);
+  if (!m) return null;
+  const note = (m[1] as string).trim();
+  return note.length > NOTE_MAX ? `${note.slice(0, NOTE_MAX)}…` : note;
 }
 
 const BACKOFF_MIN_MS = 500;
@@ -43,6 +62,7 @@ class Managed {
   url: string | null = null;
   restarts = 0;
   lastExit: string | null = null;
+  dispatchUnsupported: string | null = null;
   proc: ChildProcess | null = null;
   private backoffMs = BACKOFF_MIN_MS;
   private startedAt = 0;
@@ -53,6 +73,7 @@ class Managed {
   constructor(
     readonly spec: ManagedSpec,
     private readonly onState: (name: string, state: CoordinatorState, detail: string) => void,
+    private readonly onNote: (name: string, note: string) => void,
   ) {}
 
   async start(): Promise<void> {
@@ -88,7 +109,15 @@ class Managed {
     this.proc = proc;
     this.startedAt = Date.now();
     const keep = (d: Buffer): void => {
-      for (const line of d.toString().split('\n')) if (line) this.log.push(line);
+      for (const line of d.toString().split('\n')) {
+        if (!line) continue;
+        this.log.push(line);
+        const note = dispatchUnsupportedNote(line);
+        if (note !== null && note !== this.dispatchUnsupported) {
+          this.dispatchUnsupported = note;
+          this.onNote(this.spec.name, note);
+        }
+      }
       if (this.log.length > LOG_LINES) this.log.splice(0, this.log.length - LOG_LINES);
     };
     proc.stdout?.on('data', keep);
@@ -159,11 +188,18 @@ export class CoordinatorSupervisor {
   private managed = new Map<string, Managed>();
   private external = new Map<string, string>();
 
-  constructor(private readonly onState: (name: string, state: CoordinatorState, detail: string) => void = () => {}) {}
+  /**
+   * `onState`: a coordinator changed state. `onNote`: its expert-dispatch hook said why some MoE layers stay local
+   * (an architecture or expert FFN variant the dispatch path does not cover), once per distinct note.
+   */
+  constructor(
+    private readonly onState: (name: string, state: CoordinatorState, detail: string) => void = () => {},
+    private readonly onNote: (name: string, note: string) => void = () => {},
+  ) {}
 
   addManaged(spec: ManagedSpec): void {
     this.assertNew(spec.name);
-    this.managed.set(spec.name, new Managed(spec, this.onState));
+    this.managed.set(spec.name, new Managed(spec, this.onState, this.onNote));
   }
 
   addExternal(name: string, url: string): void {
@@ -218,6 +254,7 @@ export class CoordinatorSupervisor {
         restarts: m.restarts,
         pid: m.proc?.pid ?? null,
         lastExit: m.lastExit,
+        dispatchUnsupported: m.dispatchUnsupported,
       })),
       ...[...this.external.entries()].map(([name, url]) => ({
         name,
@@ -226,6 +263,7 @@ export class CoordinatorSupervisor {
         restarts: 0,
         pid: null,
         lastExit: null,
+        dispatchUnsupported: null,
       })),
     ];
   }

@@ -99,7 +99,11 @@ export interface SliceTransfer extends AssignedSlice {
 /** One model as the dashboard shows it now. */
 export interface ModelStatus {
   model: string;
-  coordinator: { state: CoordinatorStateName; restarts: number; lastExit: string | null };
+  /**
+   * `dispatchUnsupported`: why the coordinator computes some MoE layers itself whatever the swarm holds (its
+   * expert-dispatch hook's note: the architecture and the missing piece), null when it logged none.
+   */
+  coordinator: { state: CoordinatorStateName; restarts: number; lastExit: string | null; dispatchUnsupported: string | null };
   /** Whether its experts are on the market (the hub read its GGUF); external-only models are not. */
   market: boolean;
   /** From the last slots reading; null before one. */

@@ -209,7 +209,12 @@ export class DashboardReadModel {
       const info = this.host.marketModels.get(model);
       return {
         model,
-        coordinator: { state: c?.state ?? 'stopped', restarts: c?.restarts ?? 0, lastExit: c?.lastExit ?? null },
+        coordinator: {
+          state: c?.state ?? 'stopped',
+          restarts: c?.restarts ?? 0,
+          lastExit: c?.lastExit ?? null,
+          dispatchUnsupported: c?.dispatchUnsupported ?? null,
+        },
         market: info !== undefined,
         busy: s.busy,
         slots: s.slots,

@@ -175,10 +175,12 @@ const workerCounts = (over: Partial<Record<WorkerStateName, number>> = {}): Reco
   ...over,
 });
 
+const UNSUPPORTED_NOTE = 'architecture gpt-oss uses an expert FFN variant the dispatch path does not cover: expert biases';
+
 function fakeStatus(model: string, over: Partial<ModelStatus> = {}): ModelStatus {
   return {
     model,
-    coordinator: { state: 'ready', restarts: 0, lastExit: null },
+    coordinator: { state: 'ready', restarts: 0, lastExit: null, dispatchUnsupported: null },
     market: true,
     busy: 1,
     slots: 4,
@@ -253,9 +255,11 @@ async function startFakeHub(dir: string): Promise<FakeHub> {
     tickMs: 1000,
     historyMs: HISTORY_SAMPLES * 1000,
     models: [
-      fakeStatus(big),
+      fakeStatus(big, {
+        coordinator: { state: 'ready', restarts: 0, lastExit: null, dispatchUnsupported: UNSUPPORTED_NOTE },
+      }),
       fakeStatus('ext', {
-        coordinator: { state: 'external', restarts: 0, lastExit: null },
+        coordinator: { state: 'external', restarts: 0, lastExit: null, dispatchUnsupported: null },
         market: false,
         shape: null,
         busy: null,
@@ -384,6 +388,9 @@ test('against a scripted hub: 48 × 256 heatmap, 15 minutes of charts, live tick
     fake.ticking = true;
     assert.equal(await text(page, 'coordinator-ext'), 'coordinator external');
     assert.equal(await text(page, 'busy-ext'), '—', 'no slots reading yet: a dash');
+    // The coordinator's "not dispatched" note: on the card of the model it concerns, and only there.
+    assert.ok((await text(page, 'dispatch-unsupported-big-moe')).endsWith(UNSUPPORTED_NOTE));
+    assert.equal(await page.getByTestId('dispatch-unsupported-ext').count(), 0);
 
     // Charts: five per model, each a uPlot canvas with a caption and a text alternative.
     assert.equal(await page.locator('[data-testid="model-big-moe"] figure.chart').count(), 5);

@@ -50,7 +50,7 @@ const workers = (n = 0): Record<WorkerStateName, number> => ({
 function status(model: string, over: Partial<ModelStatus> = {}): ModelStatus {
   return {
     model,
-    coordinator: { state: 'ready', restarts: 0, lastExit: null },
+    coordinator: { state: 'ready', restarts: 0, lastExit: null, dispatchUnsupported: null },
     market: true,
     busy: 0,
     slots: 4,

@@ -133,7 +133,7 @@ test("generation: llama-server's tokens counter plus what busy slots decoded so 
 test('buildSample: one tick of one model from its reading', () => {
   const status: ModelStatus = {
     model: 'm',
-    coordinator: { state: 'ready', restarts: 0, lastExit: null },
+    coordinator: { state: 'ready', restarts: 0, lastExit: null, dispatchUnsupported: null },
     market: true,
     busy: 3,
     slots: 4,

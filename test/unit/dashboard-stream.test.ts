@@ -367,7 +367,7 @@ test('EventLog: strictly increasing seqs, bounded ring, filters by kind and mode
 test('DashboardSampler: a tick per call with rates from the previous one; a heatmap only when it changed and someone listens', () => {
   const status = (model: string, market: boolean): ModelStatus => ({
     model,
-    coordinator: { state: 'ready', restarts: 0, lastExit: null },
+    coordinator: { state: 'ready', restarts: 0, lastExit: null, dispatchUnsupported: null },
     market,
     busy: 0,
     slots: 1,

@@ -7,6 +7,7 @@
  *   const adapter = await gpu.requestAdapter();
  */
 import { existsSync } from 'node:fs';
+import { requestExpertDevice } from '../shaders/device.ts';
 
 export const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 
@@ -21,4 +22,16 @@ export async function nodeGpu(): Promise<GPU> {
   Object.assign(globalThis, webgpu.globals);
   gpu = webgpu.create([]);
   return gpu;
+}
+
+/** What a missing adapter means on these machines, and what to install. */
+export const NO_ADAPTER_HELP =
+  'requestAdapter() returned null: no WebGPU adapter. Install libvulkan1 and Chromium (for its SwiftShader ICD at ' +
+  `${SWIFTSHADER_ICD}) and run with VK_ICD_FILENAMES=${SWIFTSHADER_ICD}`;
+
+/** A device as the expert runtime asks for it (shaders/device.ts) on the process's GPU; no adapter is an error. */
+export async function nodeExpertDevice(label: string): Promise<GPUDevice> {
+  const got = await requestExpertDevice(await nodeGpu(), label);
+  if (!got) throw new Error(NO_ADAPTER_HELP);
+  return got.device;
 }

@@ -1,40 +1,21 @@
 /**
  * A dispatcher backend that computes experts with the WGSL runtime (shaders/runtime.ts, `ExpertRuntime`) on Node's
- * WebGPU (npm `webgpu`, Dawn; SwiftShader where there is no GPU), one runtime per MoE layer holding all of its
- * experts from the GGUF's quantized bytes: what a volunteer's tab computes, behind the test dispatcher's socket.
- *
- * The `webgpu` GPU object lives at module scope for the life of the process: dawn.node frees its instance when that
- * object is collected, even while a device made from it is in use (docs/kernels.md).
+ * WebGPU (npm `webgpu`, Dawn; SwiftShader where there is no GPU; harness/node-gpu.ts), one runtime per MoE layer
+ * holding all of its experts from the GGUF's quantized bytes: what a volunteer's tab computes, behind the test
+ * dispatcher's socket.
  */
-import { existsSync } from 'node:fs';
 import { openFileSource } from '../gguf/node-io.ts';
 import { readGGUF } from '../gguf/reader.ts';
 import { expertTensorName, EXPERT_MATRICES, type ExpertMatrix } from '../gguf/expert-slice.ts';
-import { requestExpertDevice } from '../shaders/device.ts';
 import { ExpertRuntime, type ExpertRuntimeCapabilities, type ExpertRuntimeOptions } from '../shaders/runtime.ts';
 import type { ExpertBackend } from './expert-backend.ts';
+import { nodeExpertDevice } from './node-gpu.ts';
 
-const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
-// The Vulkan loader reads this when the GPU instance is created (below), so setting it here still counts.
-if (!process.env.VK_ICD_FILENAMES && existsSync(SWIFTSHADER_ICD)) process.env.VK_ICD_FILENAMES = SWIFTSHADER_ICD;
-
-let gpu: GPU | undefined;
 let device: GPUDevice | undefined;
 
 /** The process's one WebGPU device for dispatcher tests (created on first use; no adapter is an error). */
 export async function wgslDevice(): Promise<GPUDevice> {
-  if (device) return device;
-  const webgpu = await import('webgpu');
-  Object.assign(globalThis, webgpu.globals);
-  gpu = webgpu.create([]);
-  const got = await requestExpertDevice(gpu, 'dispatcher test device');
-  if (!got) {
-    throw new Error(
-      'requestAdapter() returned null: no WebGPU adapter. Install libvulkan1 and Chromium (for its SwiftShader ICD at ' +
-        `${SWIFTSHADER_ICD}) and run with VK_ICD_FILENAMES=${SWIFTSHADER_ICD}`,
-    );
-  }
-  device = got.device;
+  device ??= await nodeExpertDevice('dispatcher test device');
   return device;
 }
 

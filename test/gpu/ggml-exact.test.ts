@@ -15,31 +15,23 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
-import { requestExpertDevice } from '../../shaders/device.ts';
 import { INT8_SNIPPETS } from '../../shaders/expert-ffn.ts';
 import { ExpertRuntime, type ExpertSlice, type IntegerDot, type KernelFeature } from '../../shaders/runtime.ts';
 import type { SliceTypes } from '../../shaders/slice.ts';
 import { WGSL } from '../../shaders/wgsl-sources.ts';
 import { fma32, ggmlHidden, ggmlLayerSums, ggmlSwiglu, type ExactExperts } from '../../harness/ggml-exact.ts';
 import { mulberry32 } from '../../shaders/random.ts';
+import { nodeExpertDevice, nodeGpu } from '../../harness/node-gpu.ts';
 
-const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
-if (!process.env.VK_ICD_FILENAMES && existsSync(SWIFTSHADER_ICD)) process.env.VK_ICD_FILENAMES = SWIFTSHADER_ICD;
+// The process's GPU object (module scope: dawn.node frees its instance when it is collected; docs/kernels.md).
+const gpu = await nodeGpu();
 
-let gpu: GPU;
 let device: GPUDevice;
 
 before(async () => {
-  const webgpu = await import('webgpu');
-  Object.assign(globalThis, webgpu.globals);
-  // Module scope for the whole file: dawn.node frees its instance when this object is collected (docs/kernels.md).
-  gpu = webgpu.create([]);
-  const got = await requestExpertDevice(gpu, 'ggml-exact.test device');
-  if (!got) throw new Error(`requestAdapter() returned null: no WebGPU adapter (VK_ICD_FILENAMES=${SWIFTSHADER_ICD})`);
-  device = got.device;
+  device = await nodeExpertDevice('ggml-exact.test device');
 });
 
 after(() => device?.destroy());

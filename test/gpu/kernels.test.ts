@@ -18,7 +18,6 @@
  */
 import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
 import { planExpertSlice, writeExpertSlice } from '../../gguf/expert-slice.ts';
@@ -28,7 +27,6 @@ import { encodeGGUF, memorySink } from '../../gguf/writer.ts';
 import type { ExpertMatrices } from '../../shaders/reference/expert-ffn.ts';
 import { dequantizeExperts, nmse, referenceCall } from '../../shaders/reference/expert-call.ts';
 import { compareLlama } from '../../shaders/reference/llama-ties.ts';
-import { requestExpertDevice } from '../../shaders/device.ts';
 import {
   ExpertRuntime,
   ExpertRuntimeError,
@@ -44,38 +42,24 @@ import { batchedSupported, type RegimeDecision } from '../../shaders/regime-poli
 import type { ExpertRuntimeErrorCode } from '../../shaders/errors.ts';
 import { INT8_SNIPPETS } from '../../shaders/expert-ffn.ts';
 import { mulberry32 } from '../../shaders/random.ts';
+import { nodeExpertDevice, nodeGpu } from '../../harness/node-gpu.ts';
 
-const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
-// The Vulkan loader reads this when the GPU instance is created (below), so setting it here still counts.
-if (!process.env.VK_ICD_FILENAMES && existsSync(SWIFTSHADER_ICD)) process.env.VK_ICD_FILENAMES = SWIFTSHADER_ICD;
+// The process's GPU object (module scope: dawn.node frees its instance when it is collected; docs/kernels.md).
+const gpu = await nodeGpu();
 
 // ---------------------------------------------------------------------------------------------
 // Device.
 
-let gpu: GPU;
 let device: GPUDevice;
 const extraDevices: GPUDevice[] = [];
 let openError: unknown = null;
 
 async function openGpu(): Promise<void> {
-  const webgpu = await import('webgpu');
-  Object.assign(globalThis, webgpu.globals);
-  // Module scope for the whole file: dawn.node frees its instance when this object is collected (docs/kernels.md).
-  gpu = webgpu.create([]);
   device = await testDevice('kernels.test device');
 }
 
 /** A device as the runtime wants it (shaders/device.ts: adapter limits, 'subgroups' where SwiftShader has it). */
-async function testDevice(label: string): Promise<GPUDevice> {
-  const got = await requestExpertDevice(gpu, label);
-  if (!got) {
-    throw new Error(
-      'requestAdapter() returned null: no WebGPU adapter. Install libvulkan1 and Chromium (for its SwiftShader ICD at ' +
-        `${SWIFTSHADER_ICD}) and run with VK_ICD_FILENAMES=${SWIFTSHADER_ICD}`,
-    );
-  }
-  return got.device;
-}
+const testDevice = nodeExpertDevice;
 
 // ---------------------------------------------------------------------------------------------
 // Seeded data.

@@ -15,11 +15,10 @@
  */
 import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { f16ToF32, f16ToF32Table, f32ToBf16, f32ToF16 } from '../../gguf/half.ts';
 import { roundActivations, vecDotType } from '../../shaders/reference/ggml-activations.ts';
-import { requestExpertDevice } from '../../shaders/device.ts';
 import {
   ROUND_BLOCK,
   ROUND_PARAMS_FIELDS,
@@ -30,33 +29,18 @@ import {
 } from '../../shaders/round-activations.ts';
 import { ExpertRuntimeError } from '../../shaders/errors.ts';
 import { mulberry32, mulberry32Uint } from '../../shaders/random.ts';
-
-const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
-// The Vulkan loader reads this when the GPU instance is created (below), so setting it here still counts.
-if (!process.env.VK_ICD_FILENAMES && existsSync(SWIFTSHADER_ICD)) process.env.VK_ICD_FILENAMES = SWIFTSHADER_ICD;
+import { nodeExpertDevice } from '../../harness/node-gpu.ts';
 
 const WGSL_TEXT = readFileSync(new URL('../../shaders/wgsl/round_activations.wgsl', import.meta.url), 'utf8');
 
 // ---------------------------------------------------------------------------------------------
 // Device.
 
-let gpu: GPU;
 let device: GPUDevice;
 let openError: unknown = null;
 
 async function openGpu(): Promise<void> {
-  const webgpu = await import('webgpu');
-  Object.assign(globalThis, webgpu.globals);
-  // Module scope for the whole file: dawn.node frees its instance when this object is collected (docs/kernels.md).
-  gpu = webgpu.create([]);
-  const got = await requestExpertDevice(gpu, 'round-activations.test device');
-  if (!got) {
-    throw new Error(
-      'requestAdapter() returned null: no WebGPU adapter. Install libvulkan1 and Chromium (for its SwiftShader ICD at ' +
-        `${SWIFTSHADER_ICD}) and run with VK_ICD_FILENAMES=${SWIFTSHADER_ICD}`,
-    );
-  }
-  device = got.device;
+  device = await nodeExpertDevice('round-activations.test device');
 }
 
 // ---------------------------------------------------------------------------------------------

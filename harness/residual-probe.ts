@@ -3,7 +3,8 @@
  * the residual stream it is added to, at the prompt's first position, per MoE layer.
  *
  * Position 0 attends only to itself, so its attention output is Wo·(Wv·x) whatever the queries, keys, their norms and
- * RoPE; with every norm weight 1 (make-model.ts) the residual stream at position 0 follows from the embedding, the
+ * RoPE (deepseek2's latent attention: Wo·concat over heads of Wv_b[h]·norm(the latent part of Wkv_a·x)); with every
+ * norm weight 1 (make-model.ts) the residual stream at position 0 follows from the embedding, the
  * attention and FFN matrices (float64 here) and the routed-expert output, which is taken from what the dispatcher
  * returned for row 0 of each layer's prompt request. The dispatcher's row 0 (the coordinator's normed residual) checks
  * the walk: the cosine between it and ours is returned too. The model's last layer is left out: its prompt request
@@ -81,14 +82,29 @@ export async function expertLoudness(
       );
     };
 
+    const has = (name: string): boolean => file.tensors.some((t) => t.name === name);
+    /** Position 0's attention output: its own value, through the output projection. */
+    const attention = async (p: string, x: Float64Array): Promise<Float64Array> => {
+      if (!has(`${p}.attn_kv_a_mqa.weight`)) {
+        const v = await apply(`${p}.attn_v.weight`, x);
+        if (v.length !== config.nEmbd) throw new RangeError('residual probe: grouped-query attention is not walked (nHeadKv < nHead)');
+        return apply(`${p}.attn_output.weight`, v);
+      }
+      const latent = rmsNorm((await apply(`${p}.attn_kv_a_mqa.weight`, x)).subarray(0, config.kvLoraRank));
+      const vb = file.tensors.find((t) => t.name === `${p}.attn_v_b.weight`) as GGUFTensorInfo;
+      const [cols, rows, heads] = vb.dims as [number, number, number];
+      const w = dequantize(vb.type, await src.read(file.dataOffset + vb.offset, vb.byteLength), cols * rows * heads);
+      const v = new Float64Array(rows * heads);
+      for (let h = 0; h < heads; h++) v.set(matVec(w.subarray(h * rows * cols, (h + 1) * rows * cols), rows, cols, latent), h * rows);
+      return apply(`${p}.attn_output.weight`, v);
+    };
+
     const embd = await matrix('token_embd.weight');
     let h = Float64Array.from(embd.w.subarray(firstToken * embd.cols, (firstToken + 1) * embd.cols));
     const out: LayerLoudness[] = [];
     for (let i = 0; i < config.layers - 1; i++) {
       const p = `blk.${i}`;
-      const v = await apply(`${p}.attn_v.weight`, rmsNorm(h));
-      if (v.length !== config.nEmbd) throw new RangeError('residual probe: grouped-query attention is not walked (nHeadKv < nHead)');
-      const attn = await apply(`${p}.attn_output.weight`, v);
+      const attn = await attention(p, rmsNorm(h));
       h = h.map((x, k) => x + (attn[k] as number));
       const xf = rmsNorm(h);
       if (i < config.denseLeading) {
@@ -108,9 +124,9 @@ export async function expertLoudness(
       const rowCosine = dot / (rmsOf(xf) * rmsOf(row) * config.nEmbd);
       out.push({ layer: i, ratio: rmsOf(routed) / rmsOf(h), rowCosine });
       let shared: Float64Array = new Float64Array(config.nEmbd);
-      if (config.arch === 'qwen2moe' || config.arch === 'deepseek') {
+      if (has(`${p}.ffn_gate_shexp.weight`)) {
         shared = await ffn(p, '_shexp', xf);
-        if (config.arch === 'qwen2moe') {
+        if (has(`${p}.ffn_gate_inp_shexp.weight`)) {
           const gate = (await apply(`${p}.ffn_gate_inp_shexp.weight`, xf))[0] as number;
           shared = shared.map((x) => x / (1 + Math.exp(-gate)));
         }

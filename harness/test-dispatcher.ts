@@ -168,8 +168,10 @@ export interface RequestRecord {
   /** RMS of the rows and of the sums sent back (0 when nothing was served). */
   rowsRms: number;
   sumsRms: number;
-  /** The request's rows and the sums sent back, when the dispatcher's `capture` is on. */
+  /** The request's rows, expert ids and router weights and the sums sent back, when the dispatcher's `capture` is on. */
   rows?: Float32Array;
+  ids?: Int32Array;
+  probs?: Float32Array;
   sums?: Float32Array;
 }
 
@@ -495,7 +497,9 @@ export class TestDispatcher {
       audited,
       rowsRms: rms(r.rows),
       sumsRms: sums ? rms(sums) : 0,
-      ...(this.capture ? { rows: r.rows.slice(), ...(sums ? { sums: sums.slice() } : {}) } : {}),
+      ...(this.capture
+        ? { rows: r.rows.slice(), ids: Int32Array.from(r.ids), probs: Float32Array.from(r.probs), ...(sums ? { sums: sums.slice() } : {}) }
+        : {}),
     });
   }
 

@@ -11,11 +11,20 @@ import { parseArgs } from 'node:util';
 import { mkdir, rename } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { GGUFWriter } from '../gguf/writer.ts';
-import { GGUFValueType, arr, f32, str, u32 } from '../gguf/types.ts';
+import { type GGUFValue, GGUFValueType, arr, bool, f32, str, u32 } from '../gguf/types.ts';
 import { fileSink } from '../gguf/node-io.ts';
 import { quantize } from '../gguf/quantize.ts';
 import { quantTypeByName } from '../gguf/quant-types.ts';
-import { ARCHITECTURES, type ArchName, type ModelConfig, type ModelPlan, type TensorPlan, defaultConfig, planModel } from './model-arch.ts';
+import {
+  ARCHITECTURES,
+  type ArchName,
+  type MetaEntry,
+  type ModelConfig,
+  type ModelPlan,
+  type TensorPlan,
+  defaultConfig,
+  planModel,
+} from './model-arch.ts';
 import { CHATML_TEMPLATE, buildVocabulary } from './tokenizer.ts';
 
 /** Elements generated and quantized at a time: bounds memory whatever the model size. */
@@ -62,6 +71,9 @@ export function amplitude(t: TensorPlan, expertScale: number): number {
       return (4 * Math.sqrt(3)) / Math.sqrt(fanIn);
     case 'router':
       return (2 * Math.sqrt(3)) / Math.sqrt(fanIn);
+    case 'router_bias':
+      // Selection bias added to sigmoid gates in (0, 1): large enough to change some picks, not to decide them all.
+      return 0.2;
     case 'expert':
       return ((t.name.includes('ffn_down_exps') ? expertScale : 1) * Math.sqrt(3)) / Math.sqrt(fanIn);
     default:
@@ -95,13 +107,27 @@ export interface MadeModel {
   vocabSize: number;
 }
 
+/** A metadata entry as the GGUF value the writer takes. */
+function metaValue(m: MetaEntry): GGUFValue {
+  switch (m.kind) {
+    case 'u32':
+      return u32(m.value);
+    case 'f32':
+      return f32(m.value);
+    case 'bool':
+      return bool(m.value);
+    case 'str':
+      return str(m.value);
+  }
+}
+
 /** The model's plan and its GGUF header (metadata, vocabulary, tensor infos): what every writer of it starts from. */
 export function modelHeader(config: ModelConfig): { plan: ModelPlan; writer: GGUFWriter; vocab: ReturnType<typeof buildVocabulary> } {
   const vocab = buildVocabulary();
   const plan = planModel(config, vocab.tokens.length);
   const w = new GGUFWriter();
   for (const m of plan.metadata) {
-    w.set(m.key, m.kind === 'u32' ? u32(m.value) : m.kind === 'f32' ? f32(m.value) : str(m.value));
+    w.set(m.key, metaValue(m));
   }
   w.set('tokenizer.ggml.model', str('gpt2'));
   w.set('tokenizer.ggml.pre', str('default'));
@@ -141,10 +167,15 @@ export async function makeModel(config: ModelConfig, path: string): Promise<Made
 
 const USAGE = `usage: npm run make-model -- --arch <${ARCHITECTURES.join('|')}> [--layers N] [--n-embd E]
        [--n-expert X] [--n-expert-used K] [--ff F] [--shared-ff S] [--dense-leading D] [--n-head H] [--n-head-kv H]
+       [--q-lora-rank R] [--kv-lora-rank R] [--expert-groups G] [--expert-groups-used U]
        [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k] [--seed S] [--expert-scale A] --out file.gguf
 
   --expert-scale A   amplitude of the routed experts' down projection relative to unit variance (default 0.1: a quiet
-                     expert branch; 1 or more makes errors in the experts visible in the logits)`;
+                     expert branch; 1 or more makes errors in the experts visible in the logits)
+  --q-lora-rank, --kv-lora-rank
+                     deepseek2's latent-attention ranks (default n-embd / 2; a q-lora-rank of 0 gives one attn_q)
+  --expert-groups, --expert-groups-used
+                     deepseek2's grouped top-k (default 4 and 2 when n-expert is a multiple of 4; 0 turns it off)`;
 
 async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({
@@ -163,6 +194,10 @@ async function main(argv: string[]): Promise<number> {
       type: { type: 'string', default: 'f32' },
       seed: { type: 'string', default: '1' },
       'expert-scale': { type: 'string' },
+      'q-lora-rank': { type: 'string' },
+      'kv-lora-rank': { type: 'string' },
+      'expert-groups': { type: 'string' },
+      'expert-groups-used': { type: 'string' },
       out: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -197,6 +232,10 @@ async function main(argv: string[]): Promise<number> {
   set('nHeadKv', num(values['n-head-kv']));
   set('seed', num(values.seed));
   set('expertScale', num(values['expert-scale']));
+  set('qLoraRank', num(values['q-lora-rank']));
+  set('kvLoraRank', num(values['kv-lora-rank']));
+  set('expertGroups', num(values['expert-groups']));
+  set('expertGroupsUsed', num(values['expert-groups-used']));
   const t0 = performance.now();
   try {
     const made = await makeModel(defaultConfig(partial), values.out);

@@ -6,8 +6,40 @@
  */
 import { GGMLType, quantTypeInfo } from '../gguf/quant-types.ts';
 
-export const ARCHITECTURES = ['qwen3moe', 'qwen2moe', 'deepseek', 'llama', 'olmoe'] as const;
+export const ARCHITECTURES = ['qwen3moe', 'qwen2moe', 'deepseek', 'llama', 'olmoe', 'deepseek2', 'glm4moe', 'minimax-m2'] as const;
 export type ArchName = (typeof ARCHITECTURES)[number];
+
+/** Architectures whose first `denseLeading` layers have a dense FFN instead of routed experts. */
+const DENSE_LEADING: readonly ArchName[] = ['deepseek', 'deepseek2', 'glm4moe'];
+/** Architectures with shared experts counted in units of `ff` (`expert_shared_count` = sharedFf / ff). */
+const SHARED_COUNT: readonly ArchName[] = ['deepseek', 'deepseek2', 'glm4moe'];
+
+/**
+ * How the router of an architecture picks and weighs experts (all on the coordinator: router authority). Sigmoid gates
+ * with a selection bias (`exp_probs_b`), grouped top-k, normalised and scaled weights change which experts a worker is
+ * sent and the weights it sums with, never the expert FFN it computes.
+ */
+export interface Routing {
+  /** llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax, 2 sigmoid. */
+  gating: 1 | 2;
+  /** A per-expert selection bias `blk.N.exp_probs_b.bias` (DeepSeek-V3's e_score_correction_bias). */
+  probsBias: boolean;
+  /** `expert_weights_norm`: the selected weights are divided by their sum. */
+  norm: boolean;
+  /** `expert_weights_scale` (routed_scaling_factor); 0 leaves the key out. */
+  scale: number;
+}
+
+const ROUTING: Partial<Record<ArchName, Routing>> = {
+  deepseek2: { gating: 2, probsBias: true, norm: true, scale: 2.5 },
+  glm4moe: { gating: 2, probsBias: true, norm: true, scale: 1.5 },
+  'minimax-m2': { gating: 2, probsBias: true, norm: true, scale: 0 },
+};
+
+/** The router an architecture's generated model asks llama.cpp for; undefined: softmax over all experts, as stock. */
+export function routingOf(arch: ArchName): Routing | undefined {
+  return ROUTING[arch];
+}
 
 export interface ModelConfig {
   arch: ArchName;
@@ -22,10 +54,17 @@ export interface ModelConfig {
   seed: number;
   nHead: number;
   nHeadKv: number;
-  /** Leading dense (non-MoE) layers; only `deepseek` has them. */
+  /** Leading dense (non-MoE) layers; only the archs of DENSE_LEADING have them. */
   denseLeading: number;
-  /** Width of the shared expert (qwen2moe) or of one shared expert (deepseek: ff × count). */
+  /** Width of the shared expert (qwen2moe) or of the shared experts together (deepseek, deepseek2, glm4moe: ff × count). */
   sharedFf: number;
+  /** deepseek2's multi-head latent attention: rank of the query compression (0: no compression, one `attn_q`). */
+  qLoraRank: number;
+  /** deepseek2: rank of the key/value compression (the width of the latent the KV cache holds). */
+  kvLoraRank: number;
+  /** Expert groups for grouped top-k (deepseek2; 0: none): the router keeps the best `expertGroupsUsed` groups. */
+  expertGroups: number;
+  expertGroupsUsed: number;
   contextLength: number;
   /**
    * Loudness of the routed-expert branch: a multiplier on the amplitude of the routed experts' down projection
@@ -37,7 +76,17 @@ export interface ModelConfig {
 }
 
 /** How a tensor's weights are drawn; also decides its type. */
-export type TensorRole = 'norm' | 'embed' | 'output' | 'attn' | 'router' | 'dense_ffn' | 'shared_ffn' | 'shared_gate' | 'expert';
+export type TensorRole =
+  | 'norm'
+  | 'embed'
+  | 'output'
+  | 'attn'
+  | 'router'
+  | 'router_bias'
+  | 'dense_ffn'
+  | 'shared_ffn'
+  | 'shared_gate'
+  | 'expert';
 
 export interface TensorPlan {
   name: string;
@@ -49,7 +98,8 @@ export interface TensorPlan {
 export type MetaEntry =
   | { key: string; kind: 'u32'; value: number }
   | { key: string; kind: 'f32'; value: number }
-  | { key: string; kind: 'str'; value: string };
+  | { key: string; kind: 'str'; value: string }
+  | { key: string; kind: 'bool'; value: boolean };
 
 export interface ModelPlan {
   config: ModelConfig;
@@ -87,8 +137,12 @@ export function defaultConfig(partial: Partial<ModelConfig> & Pick<ModelConfig, 
     type: GGMLType.F32,
     seed: 1,
     nHeadKv: partial.nHeadKv ?? nHead,
-    denseLeading: partial.arch === 'deepseek' ? 1 : 0,
+    denseLeading: DENSE_LEADING.includes(partial.arch) ? 1 : 0,
     sharedFf: partial.sharedFf ?? partial.ff ?? 64,
+    qLoraRank: partial.arch === 'deepseek2' ? nEmbd / 2 : 0,
+    kvLoraRank: partial.arch === 'deepseek2' ? nEmbd / 2 : 0,
+    expertGroups: partial.arch === 'deepseek2' && (partial.nExpert ?? 8) % 4 === 0 ? 4 : 0,
+    expertGroupsUsed: partial.arch === 'deepseek2' && (partial.nExpert ?? 8) % 4 === 0 ? 2 : 0,
     contextLength: 4096,
     expertScale: 0.1,
     ...partial,
@@ -126,7 +180,35 @@ export function validateConfig(c: ModelConfig): string[] {
   if (c.denseLeading < 0 || c.denseLeading >= c.layers) {
     problems.push(`dense leading layers (${c.denseLeading}) must be in [0, layers)`);
   }
-  if (c.denseLeading > 0 && c.arch !== 'deepseek') problems.push(`only deepseek has leading dense layers`);
+  if (c.denseLeading > 0 && !DENSE_LEADING.includes(c.arch)) {
+    problems.push(`only ${DENSE_LEADING.join(', ')} have leading dense layers`);
+  }
+  if (SHARED_COUNT.includes(c.arch) && c.sharedFf % c.ff !== 0) {
+    problems.push(`${c.arch}: --shared-ff (${c.sharedFf}) must be a multiple of --ff (${c.ff}): shared experts are counted in units of ff`);
+  }
+  if (c.arch === 'deepseek2') {
+    if (!Number.isInteger(c.qLoraRank) || c.qLoraRank < 0) problems.push(`q_lora_rank must be a non-negative integer, got ${c.qLoraRank}`);
+    if (!Number.isInteger(c.kvLoraRank) || c.kvLoraRank <= 0) problems.push(`kv_lora_rank must be a positive integer, got ${c.kvLoraRank}`);
+    if ((c.nEmbd / c.nHead) % 4 !== 0)
+      problems.push(`deepseek2: head size ${c.nEmbd / c.nHead} must be a multiple of 4 (half of it rotated)`);
+  } else if (c.qLoraRank !== 0 || c.kvLoraRank !== 0) {
+    problems.push(`only deepseek2 has q_lora_rank / kv_lora_rank`);
+  }
+  if (c.expertGroups !== 0) {
+    if (c.arch !== 'deepseek2') problems.push(`only deepseek2 routes by expert groups`);
+    else if (
+      !Number.isInteger(c.expertGroups) ||
+      c.expertGroups < 2 ||
+      c.nExpert % c.expertGroups !== 0 ||
+      c.nExpert / c.expertGroups < 2
+    ) {
+      problems.push(`expert groups (${c.expertGroups}) must divide --n-expert (${c.nExpert}) into groups of at least 2`);
+    } else if (!Number.isInteger(c.expertGroupsUsed) || c.expertGroupsUsed < 1 || c.expertGroupsUsed >= c.expertGroups) {
+      problems.push(`expert groups used (${c.expertGroupsUsed}) must be in [1, ${c.expertGroups})`);
+    } else if (c.expertGroupsUsed * (c.nExpert / c.expertGroups) < c.nExpertUsed) {
+      problems.push(`the ${c.expertGroupsUsed} groups used hold fewer experts than --n-expert-used (${c.nExpertUsed})`);
+    }
+  }
   const info = quantTypeInfo(c.type);
   if (!info) problems.push(`unknown type id ${c.type}`);
   else if (FILE_TYPE[c.type] === undefined) problems.push(`type ${info.name} is not supported by the generator`);
@@ -144,6 +226,25 @@ export function validateConfig(c: ModelConfig): string[] {
   return problems;
 }
 
+/**
+ * The type of a matrix whose rows do not fill whole blocks of `type` (deepseek2's latent-attention matrices at K-quant
+ * widths): what llama.cpp's quantizer falls back to for such rows (llama-quant.cpp: q4_K → q5_0, q5_K → q5_1,
+ * q6_K → q8_0; the smaller K-quants to q4_0 here, IQ4_NL not being written), else F32.
+ */
+export function rowType(type: GGMLType, rowLength: number): GGMLType {
+  const fits = (t: GGMLType): boolean => rowLength % (quantTypeInfo(t)?.blockSize ?? 1) === 0;
+  if (fits(type)) return type;
+  const fallback: Partial<Record<GGMLType, GGMLType>> = {
+    [GGMLType.Q2_K]: GGMLType.Q4_0,
+    [GGMLType.Q3_K]: GGMLType.Q4_0,
+    [GGMLType.Q4_K]: GGMLType.Q5_0,
+    [GGMLType.Q5_K]: GGMLType.Q5_1,
+    [GGMLType.Q6_K]: GGMLType.Q8_0,
+  };
+  const f = fallback[type];
+  return f !== undefined && fits(f) ? f : GGMLType.F32;
+}
+
 /** The whole model: metadata and every tensor in file order. */
 export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
   const problems = validateConfig(c);
@@ -153,6 +254,10 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
   const kvDim = headDim * c.nHeadKv;
   const big = c.type;
   const F32 = GGMLType.F32;
+  const mla = a === 'deepseek2';
+  // deepseek2: each head's key is a non-rotated half and a rotated half of headDim; values are headDim wide.
+  const ropeDim = mla ? headDim / 2 : a === 'glm4moe' || a === 'minimax-m2' ? headDim / 2 : headDim;
+  const denseFf = a === 'llama' || a === 'olmoe' || a === 'minimax-m2' ? c.ff : c.sharedFf;
   const metadata: MetaEntry[] = [
     { key: 'general.architecture', kind: 'str', value: a },
     { key: 'general.name', kind: 'str', value: `expertswarm-tiny-${a}` },
@@ -160,32 +265,50 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
     { key: `${a}.context_length`, kind: 'u32', value: c.contextLength },
     { key: `${a}.embedding_length`, kind: 'u32', value: c.nEmbd },
     { key: `${a}.block_count`, kind: 'u32', value: c.layers },
-    // Dense FFN width: used by deepseek's leading layers; the MoE archs read expert_feed_forward_length instead.
-    { key: `${a}.feed_forward_length`, kind: 'u32', value: a === 'llama' || a === 'olmoe' ? c.ff : c.sharedFf },
+    // Dense FFN width: the leading dense layers' (deepseek, deepseek2, glm4moe); llama, olmoe and minimax-m2 size
+    // their experts by it; the other MoE archs read expert_feed_forward_length for the experts.
+    { key: `${a}.feed_forward_length`, kind: 'u32', value: denseFf },
     { key: `${a}.attention.head_count`, kind: 'u32', value: c.nHead },
-    { key: `${a}.attention.head_count_kv`, kind: 'u32', value: c.nHeadKv },
+    // deepseek2's latent attention keeps one key/value head: the compressed latent and the rotated part of the key.
+    { key: `${a}.attention.head_count_kv`, kind: 'u32', value: mla ? 1 : c.nHeadKv },
     { key: `${a}.attention.layer_norm_rms_epsilon`, kind: 'f32', value: 1e-6 },
     { key: `${a}.rope.freq_base`, kind: 'f32', value: 10000 },
-    { key: `${a}.rope.dimension_count`, kind: 'u32', value: headDim },
+    { key: `${a}.rope.dimension_count`, kind: 'u32', value: ropeDim },
     { key: `${a}.expert_count`, kind: 'u32', value: c.nExpert },
     { key: `${a}.expert_used_count`, kind: 'u32', value: c.nExpertUsed },
     { key: `${a}.vocab_size`, kind: 'u32', value: vocabSize },
   ];
-  if (a === 'qwen3moe' || a === 'qwen2moe' || a === 'deepseek') {
-    metadata.push({ key: `${a}.expert_feed_forward_length`, kind: 'u32', value: c.ff });
-  }
+  if (a !== 'llama' && a !== 'olmoe') metadata.push({ key: `${a}.expert_feed_forward_length`, kind: 'u32', value: c.ff });
   if (a === 'qwen2moe') metadata.push({ key: `${a}.expert_shared_feed_forward_length`, kind: 'u32', value: c.sharedFf });
-  if (a === 'deepseek') {
-    metadata.push({ key: `${a}.leading_dense_block_count`, kind: 'u32', value: c.denseLeading });
-    if (c.sharedFf % c.ff !== 0) throw new RangeError(`deepseek: shared-ff (${c.sharedFf}) must be a multiple of ff (${c.ff})`);
-    metadata.push({ key: `${a}.expert_shared_count`, kind: 'u32', value: c.sharedFf / c.ff });
-    metadata.push({ key: `${a}.expert_weights_scale`, kind: 'f32', value: 1 });
+  if (DENSE_LEADING.includes(a)) metadata.push({ key: `${a}.leading_dense_block_count`, kind: 'u32', value: c.denseLeading });
+  if (SHARED_COUNT.includes(a)) metadata.push({ key: `${a}.expert_shared_count`, kind: 'u32', value: c.sharedFf / c.ff });
+  if (a === 'deepseek') metadata.push({ key: `${a}.expert_weights_scale`, kind: 'f32', value: 1 });
+  if (mla) {
+    metadata.push(
+      { key: `${a}.attention.q_lora_rank`, kind: 'u32', value: c.qLoraRank },
+      { key: `${a}.attention.kv_lora_rank`, kind: 'u32', value: c.kvLoraRank },
+      // What the cache holds per token (the latent and the rotated key) and what a head is once decompressed.
+      { key: `${a}.attention.key_length`, kind: 'u32', value: c.kvLoraRank + ropeDim },
+      { key: `${a}.attention.value_length`, kind: 'u32', value: c.kvLoraRank },
+      { key: `${a}.attention.key_length_mla`, kind: 'u32', value: headDim },
+      { key: `${a}.attention.value_length_mla`, kind: 'u32', value: headDim },
+    );
+  }
+  const routing = ROUTING[a];
+  if (routing) {
+    metadata.push({ key: `${a}.expert_gating_func`, kind: 'u32', value: routing.gating });
+    metadata.push({ key: `${a}.expert_weights_norm`, kind: 'bool', value: routing.norm });
+    if (routing.scale !== 0) metadata.push({ key: `${a}.expert_weights_scale`, kind: 'f32', value: routing.scale });
+  }
+  if (c.expertGroups > 0) {
+    metadata.push({ key: `${a}.expert_group_count`, kind: 'u32', value: c.expertGroups });
+    metadata.push({ key: `${a}.expert_group_used_count`, kind: 'u32', value: c.expertGroupsUsed });
   }
 
   const tensors: TensorPlan[] = [];
   const add = (name: string, dims: number[], role: TensorRole): void => {
-    const type = role === 'norm' || role === 'router' || role === 'shared_gate' ? F32 : big;
-    tensors.push({ name, dims, role, type });
+    const small = role === 'norm' || role === 'router' || role === 'router_bias' || role === 'shared_gate';
+    tensors.push({ name, dims, role, type: small ? F32 : rowType(big, dims[0] as number) });
   };
   add('token_embd.weight', [c.nEmbd, vocabSize], 'embed');
   add('output_norm.weight', [c.nEmbd], 'norm');
@@ -195,18 +318,37 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
   for (let i = 0; i < c.layers; i++) {
     const p = `blk.${i}`;
     add(`${p}.attn_norm.weight`, [c.nEmbd], 'norm');
-    add(`${p}.attn_q.weight`, [c.nEmbd, c.nEmbd], 'attn');
-    add(`${p}.attn_k.weight`, [c.nEmbd, kvDim], 'attn');
-    add(`${p}.attn_v.weight`, [c.nEmbd, kvDim], 'attn');
-    add(`${p}.attn_output.weight`, [c.nEmbd, c.nEmbd], 'attn');
-    if (a === 'qwen3moe') {
+    if (mla) {
+      const nope = headDim - ropeDim;
+      if (c.qLoraRank > 0) {
+        add(`${p}.attn_q_a_norm.weight`, [c.qLoraRank], 'norm');
+        add(`${p}.attn_q_a.weight`, [c.nEmbd, c.qLoraRank], 'attn');
+        add(`${p}.attn_q_b.weight`, [c.qLoraRank, c.nHead * headDim], 'attn');
+      } else {
+        add(`${p}.attn_q.weight`, [c.nEmbd, c.nHead * headDim], 'attn');
+      }
+      add(`${p}.attn_kv_a_norm.weight`, [c.kvLoraRank], 'norm');
+      add(`${p}.attn_kv_a_mqa.weight`, [c.nEmbd, c.kvLoraRank + ropeDim], 'attn');
+      // The split form current conversions write (attn_kv_b is the legacy one): per head, the latent → key's
+      // non-rotated part (absorbed into the query) and latent → value.
+      add(`${p}.attn_k_b.weight`, [nope, c.kvLoraRank, c.nHead], 'attn');
+      add(`${p}.attn_v_b.weight`, [c.kvLoraRank, headDim, c.nHead], 'attn');
+      add(`${p}.attn_output.weight`, [c.nHead * headDim, c.nEmbd], 'attn');
+    } else {
+      add(`${p}.attn_q.weight`, [c.nEmbd, c.nEmbd], 'attn');
+      add(`${p}.attn_k.weight`, [c.nEmbd, kvDim], 'attn');
+      add(`${p}.attn_v.weight`, [c.nEmbd, kvDim], 'attn');
+      add(`${p}.attn_output.weight`, [c.nEmbd, c.nEmbd], 'attn');
+    }
+    if (a === 'qwen3moe' || a === 'glm4moe') {
       add(`${p}.attn_q_norm.weight`, [headDim], 'norm');
       add(`${p}.attn_k_norm.weight`, [headDim], 'norm');
-    } else if (a === 'olmoe') {
+    } else if (a === 'olmoe' || a === 'minimax-m2') {
       add(`${p}.attn_q_norm.weight`, [c.nEmbd], 'norm');
       add(`${p}.attn_k_norm.weight`, [kvDim], 'norm');
     }
-    add(`${p}.ffn_norm.weight`, [c.nEmbd], 'norm');
+    // glm4moe names its FFN norm after the attention (HF post_attention_layernorm).
+    add(a === 'glm4moe' ? `${p}.post_attention_norm.weight` : `${p}.ffn_norm.weight`, [c.nEmbd], 'norm');
     if (i < c.denseLeading) {
       add(`${p}.ffn_gate.weight`, [c.nEmbd, c.sharedFf], 'dense_ffn');
       add(`${p}.ffn_up.weight`, [c.nEmbd, c.sharedFf], 'dense_ffn');
@@ -215,10 +357,11 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
     }
     moeLayers.push(i);
     add(`${p}.ffn_gate_inp.weight`, [c.nEmbd, c.nExpert], 'router');
+    if (routing?.probsBias) add(`${p}.exp_probs_b.bias`, [c.nExpert], 'router_bias');
     add(`${p}.ffn_gate_exps.weight`, [c.nEmbd, c.ff, c.nExpert], 'expert');
     add(`${p}.ffn_up_exps.weight`, [c.nEmbd, c.ff, c.nExpert], 'expert');
     add(`${p}.ffn_down_exps.weight`, [c.ff, c.nEmbd, c.nExpert], 'expert');
-    if (a === 'qwen2moe' || a === 'deepseek') {
+    if (a === 'qwen2moe' || SHARED_COUNT.includes(a)) {
       if (a === 'qwen2moe') add(`${p}.ffn_gate_inp_shexp.weight`, [c.nEmbd], 'shared_gate');
       add(`${p}.ffn_gate_shexp.weight`, [c.nEmbd, c.sharedFf], 'shared_ffn');
       add(`${p}.ffn_up_shexp.weight`, [c.nEmbd, c.sharedFf], 'shared_ffn');

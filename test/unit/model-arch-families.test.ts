@@ -1,0 +1,244 @@
+/**
+ * planModel for the families added for issue 25 (deepseek2, glm4moe, minimax-m2): the metadata keys llama.cpp's
+ * loader reads for each (`${arch}.…`, pinned commit: src/models/<arch>.cpp load_arch_hparams) and every tensor of a
+ * dense and of a routed layer with its name, shape and type (load_arch_tensors). llama.cpp loading and running the
+ * files is test/integration/llama-loads.test.ts; dispatching their experts, test/integration/expert-dispatch.test.ts.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { GGMLType } from '../../gguf/quant-types.ts';
+import {
+  type ArchName,
+  type MetaEntry,
+  type ModelConfig,
+  type ModelPlan,
+  defaultConfig,
+  planModel,
+  rowType,
+  validateConfig,
+} from '../../tools/model-arch.ts';
+
+const VOCAB = 300;
+
+function plan(partial: Partial<ModelConfig> & { arch: ArchName }): ModelPlan {
+  return planModel(defaultConfig({ layers: 3, nEmbd: 64, ff: 64, sharedFf: 64, nExpert: 8, nExpertUsed: 2, ...partial }), VOCAB);
+}
+
+function meta(p: ModelPlan): Record<string, MetaEntry['value']> {
+  return Object.fromEntries(p.metadata.map((m) => [m.key, m.value]));
+}
+
+/** The tensors of layer `l` as `name dims type`, in file order. */
+function layer(p: ModelPlan, l: number): string[] {
+  return p.tensors.filter((t) => t.name.startsWith(`blk.${l}.`)).map((t) => `${t.name} ${t.dims.join('x')} ${GGMLType[t.type]}`);
+}
+
+test('deepseek2: latent attention (q and kv compression, split k_b / v_b), sigmoid router with a selection bias, grouped top-k, normalised and scaled weights, shared experts, a leading dense layer', () => {
+  const p = plan({ arch: 'deepseek2' });
+  const m = meta(p);
+  // nEmbd 64, 2 heads of 32: 16 non-rotated + 16 rotated key dims; ranks nEmbd / 2.
+  assert.deepEqual(
+    {
+      q: m['deepseek2.attention.q_lora_rank'],
+      kv: m['deepseek2.attention.kv_lora_rank'],
+      kLen: m['deepseek2.attention.key_length'],
+      vLen: m['deepseek2.attention.value_length'],
+      kMla: m['deepseek2.attention.key_length_mla'],
+      vMla: m['deepseek2.attention.value_length_mla'],
+      rope: m['deepseek2.rope.dimension_count'],
+      heads: m['deepseek2.attention.head_count'],
+      kvHeads: m['deepseek2.attention.head_count_kv'],
+    },
+    { q: 32, kv: 32, kLen: 48, vLen: 32, kMla: 32, vMla: 32, rope: 16, heads: 2, kvHeads: 1 },
+  );
+  assert.deepEqual(
+    {
+      gating: m['deepseek2.expert_gating_func'],
+      norm: m['deepseek2.expert_weights_norm'],
+      scale: m['deepseek2.expert_weights_scale'],
+      groups: m['deepseek2.expert_group_count'],
+      groupsUsed: m['deepseek2.expert_group_used_count'],
+      dense: m['deepseek2.leading_dense_block_count'],
+      shared: m['deepseek2.expert_shared_count'],
+      ffExp: m['deepseek2.expert_feed_forward_length'],
+      ff: m['deepseek2.feed_forward_length'],
+    },
+    { gating: 2, norm: true, scale: 2.5, groups: 4, groupsUsed: 2, dense: 1, shared: 1, ffExp: 64, ff: 64 },
+  );
+  assert.equal(p.metadata.find((e) => e.key === 'deepseek2.expert_weights_norm')?.kind, 'bool', 'a GGUF bool, as the loader reads it');
+  const attn = [
+    'attn_norm.weight 64 F32',
+    'attn_q_a_norm.weight 32 F32',
+    'attn_q_a.weight 64x32 F32',
+    'attn_q_b.weight 32x64 F32',
+    'attn_kv_a_norm.weight 32 F32',
+    'attn_kv_a_mqa.weight 64x48 F32',
+    'attn_k_b.weight 16x32x2 F32',
+    'attn_v_b.weight 32x32x2 F32',
+    'attn_output.weight 64x64 F32',
+    'ffn_norm.weight 64 F32',
+  ];
+  assert.deepEqual(
+    layer(p, 0),
+    [...attn, 'ffn_gate.weight 64x64 F32', 'ffn_up.weight 64x64 F32', 'ffn_down.weight 64x64 F32'].map((s) => `blk.0.${s}`),
+  );
+  assert.deepEqual(
+    layer(p, 1),
+    [
+      ...attn,
+      'ffn_gate_inp.weight 64x8 F32',
+      'exp_probs_b.bias 8 F32',
+      'ffn_gate_exps.weight 64x64x8 F32',
+      'ffn_up_exps.weight 64x64x8 F32',
+      'ffn_down_exps.weight 64x64x8 F32',
+      'ffn_gate_shexp.weight 64x64 F32',
+      'ffn_up_shexp.weight 64x64 F32',
+      'ffn_down_shexp.weight 64x64 F32',
+    ].map((s) => `blk.1.${s}`),
+  );
+  assert.deepEqual(p.moeLayers, [1, 2]);
+  assert.equal(p.tensors.filter((t) => t.role === 'router_bias').length, 2, 'one selection bias per routed layer');
+});
+
+test('deepseek2 variants: q_lora_rank 0 gives one attn_q; at Q4_K the expert matrices are Q4_K and latent rows that are not whole super-blocks fall back as llama-quantize does', () => {
+  const lite = plan({ arch: 'deepseek2', qLoraRank: 0 });
+  assert.equal(meta(lite)['deepseek2.attention.q_lora_rank'], 0);
+  assert.ok(layer(lite, 1).includes('blk.1.attn_q.weight 64x64 F32'));
+  assert.ok(!layer(lite, 1).some((s) => s.includes('attn_q_a')));
+
+  const q = plan({ arch: 'deepseek2', nEmbd: 256, ff: 256, sharedFf: 256, type: GGMLType.Q4_K });
+  const types = Object.fromEntries(q.tensors.filter((t) => t.name.startsWith('blk.1.')).map((t) => [t.name.slice(6), GGMLType[t.type]]));
+  // 8 heads of 32: attn_k_b rows of 16 (F32: not whole q5_0 blocks), attn_v_b and attn_q_b rows of 128 (q5_0).
+  assert.deepEqual(
+    {
+      gate: types['ffn_gate_exps.weight'],
+      down: types['ffn_down_exps.weight'],
+      qa: types['attn_q_a.weight'],
+      qb: types['attn_q_b.weight'],
+      kb: types['attn_k_b.weight'],
+      vb: types['attn_v_b.weight'],
+      out: types['attn_output.weight'],
+      bias: types['exp_probs_b.bias'],
+    },
+    { gate: 'Q4_K', down: 'Q4_K', qa: 'Q4_K', qb: 'Q5_0', kb: 'F32', vb: 'Q5_0', out: 'Q4_K', bias: 'F32' },
+  );
+  assert.equal(rowType(GGMLType.Q6_K, 64), GGMLType.Q8_0);
+  assert.equal(rowType(GGMLType.Q8_0, 16), GGMLType.F32);
+  assert.equal(rowType(GGMLType.Q4_K, 512), GGMLType.Q4_K);
+});
+
+test('glm4moe: post_attention_norm before the FFN, per-head q/k norms, partial RoPE, sigmoid router with a selection bias, scaled weights, a shared expert, a leading dense layer; no MTP layer', () => {
+  const p = plan({ arch: 'glm4moe' });
+  const m = meta(p);
+  assert.deepEqual(
+    {
+      gating: m['glm4moe.expert_gating_func'],
+      norm: m['glm4moe.expert_weights_norm'],
+      scale: m['glm4moe.expert_weights_scale'],
+      dense: m['glm4moe.leading_dense_block_count'],
+      shared: m['glm4moe.expert_shared_count'],
+      rope: m['glm4moe.rope.dimension_count'],
+      kvHeads: m['glm4moe.attention.head_count_kv'],
+      nextn: m['glm4moe.nextn_predict_layers'],
+      groups: m['glm4moe.expert_group_count'],
+    },
+    { gating: 2, norm: true, scale: 1.5, dense: 1, shared: 1, rope: 16, kvHeads: 2, nextn: undefined, groups: undefined },
+  );
+  const attn = [
+    'attn_norm.weight 64 F32',
+    'attn_q.weight 64x64 F32',
+    'attn_k.weight 64x64 F32',
+    'attn_v.weight 64x64 F32',
+    'attn_output.weight 64x64 F32',
+    'attn_q_norm.weight 32 F32',
+    'attn_k_norm.weight 32 F32',
+    'post_attention_norm.weight 64 F32',
+  ];
+  assert.deepEqual(
+    layer(p, 0),
+    [...attn, 'ffn_gate.weight 64x64 F32', 'ffn_up.weight 64x64 F32', 'ffn_down.weight 64x64 F32'].map((s) => `blk.0.${s}`),
+  );
+  assert.deepEqual(
+    layer(p, 2),
+    [
+      ...attn,
+      'ffn_gate_inp.weight 64x8 F32',
+      'exp_probs_b.bias 8 F32',
+      'ffn_gate_exps.weight 64x64x8 F32',
+      'ffn_up_exps.weight 64x64x8 F32',
+      'ffn_down_exps.weight 64x64x8 F32',
+      'ffn_gate_shexp.weight 64x64 F32',
+      'ffn_up_shexp.weight 64x64 F32',
+      'ffn_down_shexp.weight 64x64 F32',
+    ].map((s) => `blk.2.${s}`),
+  );
+  assert.deepEqual(p.moeLayers, [1, 2]);
+});
+
+test('minimax-m2: every layer routed, experts sized by feed_forward_length (and expert_feed_forward_length, both read), q/k norms over all heads, sigmoid router with a selection bias, no shared expert', () => {
+  const p = plan({ arch: 'minimax-m2', ff: 32, nHeadKv: 1 });
+  const m = meta(p);
+  assert.deepEqual(
+    {
+      ff: m['minimax-m2.feed_forward_length'],
+      ffExp: m['minimax-m2.expert_feed_forward_length'],
+      gating: m['minimax-m2.expert_gating_func'],
+      norm: m['minimax-m2.expert_weights_norm'],
+      scale: m['minimax-m2.expert_weights_scale'],
+      rope: m['minimax-m2.rope.dimension_count'],
+      dense: m['minimax-m2.leading_dense_block_count'],
+    },
+    { ff: 32, ffExp: 32, gating: 2, norm: true, scale: undefined, rope: 16, dense: undefined },
+  );
+  assert.deepEqual(
+    layer(p, 0),
+    [
+      'attn_norm.weight 64 F32',
+      'attn_q.weight 64x64 F32',
+      'attn_k.weight 64x32 F32',
+      'attn_v.weight 64x32 F32',
+      'attn_output.weight 64x64 F32',
+      'attn_q_norm.weight 64 F32',
+      'attn_k_norm.weight 32 F32',
+      'ffn_norm.weight 64 F32',
+      'ffn_gate_inp.weight 64x8 F32',
+      'exp_probs_b.bias 8 F32',
+      'ffn_gate_exps.weight 64x32x8 F32',
+      'ffn_up_exps.weight 64x32x8 F32',
+      'ffn_down_exps.weight 32x64x8 F32',
+    ].map((s) => `blk.0.${s}`),
+  );
+  assert.deepEqual(p.moeLayers, [0, 1, 2]);
+});
+
+test('the first five architectures keep their softmax router: no gating key, no selection bias, no groups, no MLA keys', () => {
+  for (const arch of ['qwen3moe', 'qwen2moe', 'deepseek', 'llama', 'olmoe'] as const) {
+    const p = plan({ arch });
+    const keys = p.metadata.map((e) => e.key);
+    assert.ok(!keys.some((k) => /gating_func|expert_group|lora_rank|_mla$|weights_norm/.test(k)), `${arch}: ${keys.join(', ')}`);
+    assert.ok(!p.tensors.some((t) => t.role === 'router_bias'), arch);
+  }
+});
+
+test('validateConfig names the wrong number for the new families', () => {
+  const cases: Array<[Partial<ModelConfig> & { arch: ArchName }, RegExp]> = [
+    [{ arch: 'minimax-m2', denseLeading: 1 }, /only deepseek, deepseek2, glm4moe have leading dense layers/],
+    [{ arch: 'glm4moe', sharedFf: 96 }, /--shared-ff \(96\) must be a multiple of --ff \(64\)/],
+    [{ arch: 'deepseek2', expertGroups: 3 }, /expert groups \(3\) must divide --n-expert \(8\)/],
+    [{ arch: 'deepseek2', expertGroups: 4, expertGroupsUsed: 4 }, /expert groups used \(4\) must be in \[1, 4\)/],
+    [
+      { arch: 'deepseek2', nExpertUsed: 4, expertGroups: 4, expertGroupsUsed: 1 },
+      /groups used hold fewer experts than --n-expert-used \(4\)/,
+    ],
+    [{ arch: 'deepseek2', kvLoraRank: 0 }, /kv_lora_rank must be a positive integer/],
+    [{ arch: 'glm4moe', expertGroups: 4, expertGroupsUsed: 2 }, /only deepseek2 routes by expert groups/],
+    [{ arch: 'qwen3moe', kvLoraRank: 32 }, /only deepseek2 has q_lora_rank/],
+  ];
+  for (const [partial, want] of cases) {
+    const problems = validateConfig(defaultConfig({ layers: 3, nEmbd: 64, ff: 64, sharedFf: 64, nExpert: 8, nExpertUsed: 2, ...partial }));
+    assert.ok(
+      problems.some((p) => want.test(p)),
+      `${JSON.stringify(partial)}: ${problems.join('; ') || 'no problem found'}`,
+    );
+  }
+});

@@ -5,7 +5,9 @@
  * A model stores layer L's routed experts as three 3-D tensors (ggml order, ne0 first), expert-major:
  *   blk.L.ffn_gate_exps.weight, blk.L.ffn_up_exps.weight   ne = [n_embd, ff, n_expert]
  *   blk.L.ffn_down_exps.weight                             ne = [ff, n_embd, n_expert]
- * so experts [begin, end) of each are one contiguous byte range. A slice is a GGUF v3 file (alignment 32) with the
+ * so experts [begin, end) of each are one contiguous byte range. Where a model fuses gate and up (llama.cpp's
+ *   blk.L.ffn_gate_up_exps.weight                          ne = [n_embd, 2·ff, n_expert], per expert its gate rows then its up rows)
+ * a slice's gate and up are gathered expert by expert from it. A slice is a GGUF v3 file (alignment 32) with the
  * same three tensors — same names and types, ne2 = end − begin, bytes copied unchanged, data in the order gate, up,
  * down — and this metadata:
  *   general.architecture                                       str, copied from the model when it has one
@@ -91,14 +93,48 @@ export interface ByteRange {
   end: number;
 }
 
-/** One matrix of a planned slice; its ByteRange is where the sliced experts lie in the model file. */
+/**
+ * One matrix of a planned slice; its ByteRange spans the sliced experts in the model file, `pieces` are the bytes
+ * themselves, in order (one range, or one per expert where the model fuses gate and up: `ffn_gate_up_exps` holds each
+ * expert's gate rows, then its up rows).
+ */
 export interface ExpertSliceMatrixPlan extends ByteRange {
-  /** The tensor's name, the same in model and slice. */
+  /** The tensor's name in the slice (the model's own, or the unfused name where the model fuses gate and up). */
   name: string;
   source: GGUFTensorInfo;
-  /** Dims in the slice: the source's with ne2 = expertEnd − expertBegin. */
+  /** Dims in the slice: [row length, rows, expertEnd − expertBegin]. */
   dims: [number, number, number];
   bytesPerExpert: number;
+  /** Absolute byte ranges of the model file whose concatenation is this matrix's data in the slice. */
+  pieces: ReadonlyArray<{ start: number; end: number }>;
+}
+
+/** The fused gate-and-up tensor of `layer` (llama.cpp's `ffn_gate_up_exps`): [n_embd, 2·ff, n_expert]. */
+export function gateUpTensorName(layer: number): string {
+  return `blk.${layer}.ffn_gate_up_exps.weight`;
+}
+
+/**
+ * A layer's three expert matrices as the slice sees them: the model's own tensors, or for a fused layer the gate and
+ * up halves of its `ffn_gate_up_exps` (infos with the unfused name, dims [n_embd, ff, n_expert] and half the bytes).
+ * `fusedFrom` is the fused tensor, absent when the layer is not fused.
+ */
+export function layerExpertTensors(
+  file: GGUFFile,
+  layer: number,
+): { found: Partial<Record<ExpertMatrix, GGUFTensorInfo>>; fusedFrom?: GGUFTensorInfo } {
+  const found = byMatrix((m) => findTensor(file, expertTensorName(layer, m)));
+  const gu = found.gate || found.up ? undefined : findTensor(file, gateUpTensorName(layer));
+  if (!gu) return { found };
+  const [nEmbd = 0, ff2 = 0, nExpert = 0] = gu.dims;
+  if (gu.dims.length !== 3 || ff2 % 2 !== 0) return { found };
+  const half = (m: ExpertMatrix): GGUFTensorInfo => ({
+    ...gu,
+    name: expertTensorName(layer, m),
+    dims: [nEmbd, ff2 / 2, nExpert],
+    byteLength: gu.byteLength / 2,
+  });
+  return { found: { ...found, gate: half('gate'), up: half('up') }, fusedFrom: gu };
 }
 
 export interface ExpertSlicePlan extends ExpertSliceInfo {
@@ -143,7 +179,7 @@ export function planExpertSlice(file: GGUFFile, layer: number, expertBegin: numb
       throw new ExpertSliceError('SLICE_BAD_RANGE', `${what} must be an integer in [0, 2^32), got ${String(v)}`);
     }
   }
-  const found = byMatrix((m) => findTensor(file, expertTensorName(layer, m)));
+  const { found, fusedFrom } = layerExpertTensors(file, layer);
   const missing = EXPERT_MATRICES.filter((m) => !found[m]).map((m) => expertTensorName(layer, m));
   if (missing.length === 3) {
     const why = `layer ${layer} has no routed experts (no ${missing[0]}): a dense layer, or no such layer`;
@@ -163,9 +199,27 @@ export function planExpertSlice(file: GGUFFile, layer: number, expertBegin: numb
   const matrices = EXPERT_MATRICES.map((matrix): ExpertSliceMatrixPlan => {
     const source = t[matrix];
     const bytesPerExpert = source.byteLength / nExpertTotal;
-    const start = file.dataOffset + source.offset + expertBegin * bytesPerExpert;
     const [d0 = 0, d1 = 0] = source.dims;
-    return { matrix, name: source.name, source, dims: [d0, d1, n], bytesPerExpert, start, end: start + n * bytesPerExpert };
+    const dims: [number, number, number] = [d0, d1, n];
+    if (fusedFrom && matrix !== 'down') {
+      // Expert e's gate rows, then its up rows: this half of each expert's block of the fused tensor.
+      const stride = 2 * bytesPerExpert;
+      const first = file.dataOffset + fusedFrom.offset + expertBegin * stride + (matrix === 'up' ? bytesPerExpert : 0);
+      const pieces = Array.from({ length: n }, (_, i) => ({ start: first + i * stride, end: first + i * stride + bytesPerExpert }));
+      return {
+        matrix,
+        name: source.name,
+        source,
+        dims,
+        bytesPerExpert,
+        start: first,
+        end: first + (n - 1) * stride + bytesPerExpert,
+        pieces,
+      };
+    }
+    const start = file.dataOffset + source.offset + expertBegin * bytesPerExpert;
+    const end = start + n * bytesPerExpert;
+    return { matrix, name: source.name, source, dims, bytesPerExpert, start, end, pieces: [{ start, end }] };
   });
   const architecture = optString(file, 'general.architecture');
   const modelName = optString(file, 'general.name');
@@ -191,6 +245,41 @@ export function planExpertSlice(file: GGUFFile, layer: number, expertBegin: numb
     matrices,
     metadata,
   };
+}
+
+/** The planned experts' bytes of each matrix, read whole into memory (tests and tools; the hub streams them). */
+export async function readPlannedMatrices(source: ByteSource, plan: ExpertSlicePlan): Promise<Record<ExpertMatrix, Uint8Array>> {
+  const out = {} as Record<ExpertMatrix, Uint8Array>;
+  for (const m of plan.matrices) {
+    const bytes = new Uint8Array(m.pieces.reduce((n, p) => n + (p.end - p.start), 0));
+    let at = 0;
+    for (const p of m.pieces) {
+      const got = await source.read(p.start, p.end - p.start);
+      if (got.length !== p.end - p.start)
+        throw new GGUFError('GGUF_IO', `byte source returned ${got.length} bytes, ${p.end - p.start} were asked for`, p.start);
+      bytes.set(got, at);
+      at += got.length;
+    }
+    out[m.matrix] = bytes;
+  }
+  return out;
+}
+
+/** One expert's bytes of one matrix of `layer` (a fused gate_up_exps read as its halves), read from `source`. */
+export async function readExpertMatrix(
+  source: ByteSource,
+  file: GGUFFile,
+  layer: number,
+  matrix: ExpertMatrix,
+  expert: number,
+): Promise<{ info: GGUFTensorInfo; bytes: Uint8Array }> {
+  const plan = planExpertSlice(file, layer, expert, expert + 1);
+  const m = plan.matrices.find((x) => x.matrix === matrix) as ExpertSliceMatrixPlan;
+  const { start, end } = m.pieces[0] as { start: number; end: number };
+  const bytes = await source.read(start, end - start);
+  if (bytes.length !== end - start)
+    throw new GGUFError('GGUF_IO', `byte source returned ${bytes.length} bytes, ${end - start} were asked for`, start);
+  return { info: m.source, bytes };
 }
 
 function sliceWriter(plan: ExpertSlicePlan): GGUFWriter {
@@ -228,11 +317,13 @@ export async function writeExpertSlice(
   const w = sliceWriter(plan);
   await w.writeHeader(sink);
   for (const m of plan.matrices) {
-    for (let at = m.start; at < m.end; at += chunkBytes) {
-      const n = Math.min(chunkBytes, m.end - at);
-      const bytes = await source.read(at, n);
-      if (bytes.length !== n) throw new GGUFError('GGUF_IO', `byte source returned ${bytes.length} bytes, ${n} were asked for`, at);
-      await w.writeTensorData(sink, bytes, m.name);
+    for (const piece of m.pieces) {
+      for (let at = piece.start; at < piece.end; at += chunkBytes) {
+        const n = Math.min(chunkBytes, piece.end - at);
+        const bytes = await source.read(at, n);
+        if (bytes.length !== n) throw new GGUFError('GGUF_IO', `byte source returned ${bytes.length} bytes, ${n} were asked for`, at);
+        await w.writeTensorData(sink, bytes, m.name);
+      }
     }
   }
   await w.finish(sink);

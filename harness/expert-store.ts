@@ -5,7 +5,7 @@ import { openFileSource } from '../gguf/node-io.ts';
 import { readGGUF } from '../gguf/reader.ts';
 import type { GGUFFile, GGUFTensorInfo } from '../gguf/types.ts';
 import { dequantize } from '../gguf/dequantize.ts';
-import { expertTensorName, type ExpertMatrix } from '../gguf/expert-slice.ts';
+import { expertTensorName, layerExpertTensors, readExpertMatrix, type ExpertMatrix } from '../gguf/expert-slice.ts';
 import type { ExpertMatrices } from '../shaders/reference/expert-ffn.ts';
 
 export class ExpertStore {
@@ -26,17 +26,14 @@ export class ExpertStore {
   }
 
   private tensor(layer: number, matrix: ExpertMatrix): GGUFTensorInfo {
-    const name = expertTensorName(layer, matrix);
-    const t = this.file.tensors.find((x) => x.name === name);
-    if (!t) throw new RangeError(`layer ${layer} has no routed experts (${name} missing)`);
+    const t = layerExpertTensors(this.file, layer).found[matrix];
+    if (!t) throw new RangeError(`layer ${layer} has no routed experts (${expertTensorName(layer, matrix)} missing)`);
     return t;
   }
 
-  private async slice(t: GGUFTensorInfo, expert: number): Promise<Float32Array> {
-    const perExpert = (t.dims[0] as number) * (t.dims[1] as number);
-    const bytesPerExpert = t.byteLength / (t.dims[2] as number);
-    const bytes = await this.src.read(this.file.dataOffset + t.offset + expert * bytesPerExpert, bytesPerExpert);
-    return dequantize(t.type, bytes, perExpert);
+  private async slice(layer: number, matrix: ExpertMatrix, expert: number): Promise<Float32Array> {
+    const { info, bytes } = await readExpertMatrix(this.src, this.file, layer, matrix, expert);
+    return dequantize(info.type, bytes, (info.dims[0] as number) * (info.dims[1] as number));
   }
 
   async expert(layer: number, expert: number): Promise<ExpertMatrices> {
@@ -49,9 +46,9 @@ export class ExpertStore {
     const m: ExpertMatrices = {
       nEmbd: gateT.dims[0] as number,
       ff: gateT.dims[1] as number,
-      gate: await this.slice(gateT, expert),
-      up: await this.slice(upT, expert),
-      down: await this.slice(downT, expert),
+      gate: await this.slice(layer, 'gate', expert),
+      up: await this.slice(layer, 'up', expert),
+      down: await this.slice(layer, 'down', expert),
       ggmlTypes: { gate: gateT.type, up: upT.type, down: downT.type },
     };
     this.cache.set(key, m);

@@ -24,7 +24,7 @@ import { openFileSource } from '../gguf/node-io.ts';
 import { readGGUF } from '../gguf/reader.ts';
 import type { GGUFFile, GGUFTensorInfo } from '../gguf/types.ts';
 import { GGMLType, rowByteSize } from '../gguf/quant-types.ts';
-import { expertTensorName, type ExpertMatrix } from '../gguf/expert-slice.ts';
+import { expertTensorName, layerExpertTensors, readExpertMatrix, type ExpertMatrix } from '../gguf/expert-slice.ts';
 import { f16ToF32, f32ToF16 } from '../gguf/half.ts';
 import type { ExpertBackend } from './expert-backend.ts';
 
@@ -573,9 +573,8 @@ export class GgmlExactBackend implements ExpertBackend {
   }
 
   private tensor(layer: number, m: ExpertMatrix): GGUFTensorInfo {
-    const name = expertTensorName(layer, m);
-    const t = this.file.tensors.find((x) => x.name === name);
-    if (!t) throw new RangeError(`layer ${layer} has no routed experts (${name} missing)`);
+    const t = layerExpertTensors(this.file, layer).found[m];
+    if (!t) throw new RangeError(`layer ${layer} has no routed experts (${expertTensorName(layer, m)} missing)`);
     return t;
   }
 
@@ -599,9 +598,8 @@ export class GgmlExactBackend implements ExpertBackend {
     const key = `${m}/${expert}`;
     let w = L.weights.get(key);
     if (!w) {
-      const t = this.tensor(layer, m);
-      const per = t.byteLength / (t.dims[2] as number);
-      w = weights(t.type, await this.src.read(this.file.dataOffset + t.offset + expert * per, per));
+      const { info, bytes } = await readExpertMatrix(this.src, this.file, layer, m, expert);
+      w = weights(info.type, bytes);
       L.weights.set(key, w);
     }
     return w;

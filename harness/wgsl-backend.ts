@@ -6,7 +6,7 @@
  */
 import { openFileSource } from '../gguf/node-io.ts';
 import { readGGUF } from '../gguf/reader.ts';
-import { expertTensorName, EXPERT_MATRICES, type ExpertMatrix } from '../gguf/expert-slice.ts';
+import { layerExpertTensors, planExpertSlice, readPlannedMatrices } from '../gguf/expert-slice.ts';
 import { ExpertRuntime, type ExpertRuntimeCapabilities, type ExpertRuntimeOptions } from '../shaders/runtime.ts';
 import type { ExpertBackend } from './expert-backend.ts';
 import { nodeExpertDevice } from './node-gpu.ts';
@@ -40,18 +40,12 @@ export class WgslBackend implements ExpertBackend {
     try {
       const file = await readGGUF(src);
       for (const layer of moeLayers) {
-        const bytes = {} as Record<ExpertMatrix, Uint8Array>;
-        const types = {} as Record<ExpertMatrix, number>;
-        let nEmbd = 0;
-        let ff = 0;
-        let nExpert = 0;
-        for (const m of EXPERT_MATRICES) {
-          const t = file.tensors.find((x) => x.name === expertTensorName(layer, m));
-          if (!t) throw new RangeError(`layer ${layer}: ${expertTensorName(layer, m)} missing`);
-          bytes[m] = await src.read(file.dataOffset + t.offset, t.byteLength);
-          types[m] = t.type;
-          if (m === 'gate') [nEmbd, ff, nExpert] = t.dims as [number, number, number];
-        }
+        // The whole layer as one slice (a fused gate_up_exps comes apart into gate and up as it does for volunteers).
+        const whole = layerExpertTensors(file, layer).found.gate?.dims[2];
+        if (whole === undefined) throw new RangeError(`layer ${layer} has no routed experts`);
+        const plan = planExpertSlice(file, layer, 0, whole);
+        const bytes = await readPlannedMatrices(src, plan);
+        const { nEmbd, ff, nExpertTotal: nExpert, types } = plan;
         const rt = await ExpertRuntime.create(dev, { nEmbd, ff, nExpert, types, ...bytes }, { label: `xd layer ${layer}`, ...options });
         runtimes.set(layer, rt);
         for (const nTokens of [1, 8]) {

@@ -5,6 +5,7 @@ import { basename } from 'node:path';
 import { readGGUFFile } from '../gguf/node-io.ts';
 import { metaNumber, requireMetaString, type GGUFFile } from '../gguf/types.ts';
 import { GGMLType } from '../gguf/quant-types.ts';
+import { layerExpertTensors } from '../gguf/expert-slice.ts';
 import type { ModelShape } from './market/types.ts';
 
 export interface ModelInfo extends ModelShape {
@@ -28,16 +29,14 @@ export function describeModel(path: string, file: GGUFFile, name = modelNameFrom
   const num = (key: string): number => metaNumber(file, `${arch}.${key}`) ?? 0;
   const nLayer = num('block_count');
   const nExpert = num('expert_count');
-  const byName = new Map(file.tensors.map((t) => [t.name, t]));
   const moeLayers: number[] = [];
   let bytesPerExpert = 0;
   let maxMatrixBytesPerExpert = 0;
   let expertFf = 0;
   let expertTypes = { gate: '', up: '', down: '' };
   for (let l = 0; l < nLayer; l++) {
-    const gate = byName.get(`blk.${l}.ffn_gate_exps.weight`);
-    const up = byName.get(`blk.${l}.ffn_up_exps.weight`);
-    const down = byName.get(`blk.${l}.ffn_down_exps.weight`);
+    // A fused ffn_gate_up_exps counts as its gate and up halves (what a slice of it carries).
+    const { gate, up, down } = layerExpertTensors(file, l).found;
     if (!gate || !up || !down) continue;
     moeLayers.push(l);
     if (expertFf === 0) {

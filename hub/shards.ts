@@ -202,7 +202,14 @@ function sliceLayout(plan: ExpertSlicePlan): SliceLayout {
   if (length !== expertSliceByteLength(plan))
     throw new Error(`slice layout of ${length} bytes, writeExpertSlice writes ${expertSliceByteLength(plan)}`);
   const tensors = w.tensors;
-  const pieces = plan.matrices.map((m, i) => ({ at: w.dataOffset + (tensors[i]?.offset ?? 0), start: m.start, end: m.end }));
+  const pieces = plan.matrices.flatMap((m, i) => {
+    let at = w.dataOffset + (tensors[i]?.offset ?? 0);
+    return m.pieces.map((p) => {
+      const piece = { at, start: p.start, end: p.end };
+      at += p.end - p.start;
+      return piece;
+    });
+  });
   return { length, header: w.encodeHeader(), pieces };
 }
 

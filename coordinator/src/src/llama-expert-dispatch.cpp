@@ -1240,11 +1240,17 @@ bool llama_xd_experts_supported(const ggml_tensor * gate, const ggml_tensor * up
         return fail("expert weight type has no CPU dot product");
     }
     const int64_t n_embd = gate->ne[0], ff = gate->ne[1], n_expert = gate->ne[2];
+    // Rows whole and packed within an expert; experts may be further apart than their rows (the gate and up views of
+    // a fused gate_up_exps tensor: each expert's gate rows, then its up rows).
+    auto rows_packed = [](const ggml_tensor * t) {
+        return t->nb[0] == ggml_type_size(t->type) && t->nb[1] == ggml_row_size(t->type, t->ne[0]) &&
+               t->nb[2] >= t->nb[1] * t->ne[1];
+    };
     const bool shapes_ok =
         up->ne[0] == n_embd && up->ne[1] == ff && up->ne[2] == n_expert &&
         down->ne[0] == ff && down->ne[1] == n_embd && down->ne[2] == n_expert &&
         gate->ne[3] == 1 && up->ne[3] == 1 && down->ne[3] == 1 &&
-        ggml_is_contiguous(gate) && ggml_is_contiguous(up) && ggml_is_contiguous(down);
+        rows_packed(gate) && rows_packed(up) && rows_packed(down);
     if (!shapes_ok) return fail("unexpected MoE tensor shapes");
     return true;
 }
@@ -1356,7 +1362,9 @@ ggml_tensor * llama_xd_build_moe(
         ggml_tensor * cur, ggml_tensor * selected, ggml_tensor * probs,
         ggml_tensor * gate_exps, ggml_tensor * up_exps, ggml_tensor * down_exps) {
     if (xd == nullptr || il < 0 || il >= LLAMA_XD_MAX_LAYERS) return nullptr;
-    if (!standard_layout(gate_exps) || !standard_layout(up_exps) || !standard_layout(down_exps)) {
+    // (a view of a fused gate_up_exps tensor is judged by the tensor it views)
+    auto base = [](const ggml_tensor * t) { return t != nullptr && t->view_src != nullptr ? t->view_src : t; };
+    if (!standard_layout(base(gate_exps)) || !standard_layout(base(up_exps)) || !standard_layout(base(down_exps))) {
         llama_xd_note_unsupported("expert weights are repacked or not in host memory");
         return nullptr;
     }

@@ -52,16 +52,37 @@ struct model_file {
     gguf_context * gguf = nullptr;
     ggml_context * meta = nullptr;
     std::map<uint32_t, layer_experts> layers;
+    // The gate and up views of fused gate_up_exps tensors (two per layer read; no data of their own).
+    ggml_context * views = nullptr;
 
     explicit model_file(const std::string & p) : path(p) {
         gguf_init_params params = { /*no_alloc =*/ true, /*ctx =*/ &meta };
         gguf = gguf_init_from_file(p.c_str(), params);
         if (gguf == nullptr) die("cannot read GGUF " + p);
+        ggml_init_params vp = { /*mem_size =*/ 2 * 4096 * ggml_tensor_overhead(), /*mem_buffer =*/ nullptr, /*no_alloc =*/ true };
+        views = ggml_init(vp);
+        if (views == nullptr) die("out of memory");
     }
 
     ~model_file() {
+        if (views) ggml_free(views);
         if (meta) ggml_free(meta);
         if (gguf) gguf_free(gguf);
+    }
+
+    // A layer's gate and up matrices: its ffn_gate_exps and ffn_up_exps, or views of its fused ffn_gate_up_exps (each
+    // expert's gate rows, then its up rows) once `gu` is loaded. False when it has neither.
+    bool gate_up(uint32_t il, ggml_tensor ** g, ggml_tensor ** u, ggml_tensor ** gu) const {
+        *g = tensor(il, "gate");
+        *u = tensor(il, "up");
+        *gu = nullptr;
+        if (*g != nullptr && *u != nullptr) return true;
+        *gu = tensor(il, "gate_up");
+        if (*gu == nullptr || (*gu)->ne[1] % 2 != 0) return false;
+        const int64_t ff = (*gu)->ne[1] / 2;
+        *g = ggml_view_3d(views, *gu, (*gu)->ne[0], ff, (*gu)->ne[2], (*gu)->nb[1], (*gu)->nb[2], 0);
+        *u = ggml_view_3d(views, *gu, (*gu)->ne[0], ff, (*gu)->ne[2], (*gu)->nb[1], (*gu)->nb[2], ff * (*gu)->nb[1]);
+        return true;
     }
 
     ggml_tensor * tensor(uint32_t il, const char * what) const {
@@ -90,12 +111,21 @@ struct model_file {
         auto it = layers.find(il);
         if (it != layers.end()) return it->second;
         layer_experts & L = layers[il];
-        L.gate = tensor(il, "gate");
-        L.up = tensor(il, "up");
+        ggml_tensor * gu = nullptr;
+        const bool has_gate_up = gate_up(il, &L.gate, &L.up, &gu);
         L.down = tensor(il, "down");
-        if (!L.gate || !L.up || !L.down) die("layer " + std::to_string(il) + " has no routed experts (blk.N.ffn_{gate,up,down}_exps)");
-        load(L.gate, L);
-        load(L.up, L);
+        if (!has_gate_up || !L.down) {
+            die("layer " + std::to_string(il) + " has no routed experts (blk.N.ffn_{gate,up,down}_exps or ffn_gate_up_exps)");
+        }
+        if (gu != nullptr) {
+            load(gu, L);
+            // the views were made before their source had data: point them into it now
+            L.gate->data = (char *) gu->data + L.gate->view_offs;
+            L.up->data = (char *) gu->data + L.up->view_offs;
+        } else {
+            load(L.gate, L);
+            load(L.up, L);
+        }
         load(L.down, L);
         std::string why;
         if (!llama_xd_experts_supported(L.gate, L.up, L.down, &why)) die("layer " + std::to_string(il) + ": " + why);
@@ -107,8 +137,9 @@ void info(model_file & m) {
     std::string layers;
     int64_t n_embd = 0, ff = 0, n_expert = 0;
     for (uint32_t il = 0; il < 4096; ++il) {
-        const ggml_tensor * g = m.tensor(il, "gate"), * u = m.tensor(il, "up"), * d = m.tensor(il, "down");
-        if (!g || !u || !d) continue;
+        ggml_tensor * g = nullptr, * u = nullptr, * gu = nullptr;
+        const ggml_tensor * d = m.tensor(il, "down");
+        if (!m.gate_up(il, &g, &u, &gu) || !d) continue;
         n_embd = g->ne[0], ff = g->ne[1], n_expert = g->ne[2];
         char buf[256];
         snprintf(buf, sizeof(buf), "%s{\"layer\":%u,\"gate\":\"%s\",\"up\":\"%s\",\"down\":\"%s\"}", layers.empty() ? "" : ",", il,

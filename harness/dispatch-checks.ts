@@ -67,22 +67,47 @@ export function promptTokens(c: Completion): number {
   return n;
 }
 
+/** Tokens at the end of a prompt that llama-server evaluates in a graph of their own when it checkpoints the memory. */
+export const CHECKPOINT_TAIL = 4;
+
+/** How a model's prompt evaluation departs from the plain one (the hybrid Qwen families: both). */
+export interface PromptEvaluation {
+  /** The last layer evaluates every prompt row (qwen3next, qwen35moe pick the wanted rows after the output norm). */
+  lastLayerAllRows?: boolean;
+  /**
+   * The prompt's last CHECKPOINT_TAIL tokens are evaluated in a graph of their own, so that the server can checkpoint
+   * the memory before them: models whose memory cannot be rolled back (recurrent and hybrid ones), with llama-server's
+   * context checkpoints on (--ctx-checkpoints, the default).
+   */
+  checkpointSplit?: boolean;
+}
+
 /**
  * The requests a dispatcher serving everything gets for one completion alone on the server (cache_prompt off): per
  * MoE layer, one evaluation of the whole prompt, then one single-row evaluation per generated token except the last
  * (the last sampled token is never evaluated). In the model's last layer llama.cpp keeps only the rows whose logits
- * are wanted (one: the prompt's last token), so that layer's prompt request has one row. Prompts longer than a
- * physical batch (evaluated in several graphs) are out of scope here.
+ * are wanted (one: the prompt's last token), so that layer's prompt request has one row. `how` gives the departures
+ * of the hybrid families (PromptEvaluation). Prompts longer than a physical batch (evaluated in several graphs) are
+ * out of scope here.
  */
 export function expectedRequests(
   moeLayers: readonly number[],
   nLayer: number,
   promptN: number,
   nPredict: number,
+  how: PromptEvaluation = {},
 ): Array<{ layer: number; nTokens: number }> {
   if (promptN > DEFAULT_UBATCH)
     throw new RangeError(`a prompt of ${promptN} tokens is evaluated in several graphs; keep it under ${DEFAULT_UBATCH}`);
-  const out = moeLayers.map((layer) => ({ layer, nTokens: layer === nLayer - 1 ? 1 : promptN }));
+  const graphs = how.checkpointSplit && promptN > CHECKPOINT_TAIL ? [promptN - CHECKPOINT_TAIL, CHECKPOINT_TAIL] : [promptN];
+  const out: Array<{ layer: number; nTokens: number }> = [];
+  for (const [g, rows] of graphs.entries()) {
+    const wanted = g === graphs.length - 1 ? 1 : 0;
+    for (const layer of moeLayers) {
+      const nTokens = layer === nLayer - 1 && !how.lastLayerAllRows ? wanted : rows;
+      if (nTokens > 0) out.push({ layer, nTokens });
+    }
+  }
   for (let i = 1; i < nPredict; i++) out.push(...moeLayers.map((layer) => ({ layer, nTokens: 1 })));
   return out;
 }
@@ -96,6 +121,8 @@ export interface RunCheckInput {
   moeLayers: readonly number[];
   /** Layers of the model (the last one evaluates only the rows whose logits are wanted). */
   nLayer: number;
+  /** How the model's prompt is evaluated, where it departs from one graph with one row kept in the last layer. */
+  evaluation?: PromptEvaluation;
   /** What the dispatcher answered during `got` (TestDispatcher.since(mark)). */
   requests: readonly RequestRecord[];
   /** The coordinator's log written during `got`. */
@@ -129,7 +156,7 @@ export function checkRun(c: RunCheckInput): RunCheck {
     failures.push(`tokens differ from stock from position ${first}`);
   }
 
-  const want = expectedRequests(c.moeLayers, c.nLayer, promptTokens(c.got), c.nPredict);
+  const want = expectedRequests(c.moeLayers, c.nLayer, promptTokens(c.got), c.nPredict, c.evaluation);
   const servedPairs = c.requests.reduce((s, r) => s + r.served, 0);
   const wantPairs = want.reduce((s, r) => s + r.nTokens, 0) * (c.requests[0]?.nUsed ?? 0);
   const shape = (rs: ReadonlyArray<{ layer: number; nTokens: number }>): string => rs.map((r) => `${r.layer}:${r.nTokens}`).join(' ');

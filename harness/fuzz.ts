@@ -2051,7 +2051,8 @@ export class ChannelFuzzer {
     let settled: string | null = null;
     const t0 = performance.now();
     const answer = link.compute(work, 100).then(
-      (sums) => {
+      (answer) => {
+        const sums = answer instanceof Float32Array ? answer : answer.sums;
         settled = sums.length === nRows * nEmbd && sums.every(Number.isFinite) ? 'resolved' : `resolved with ${sums.length} sums`;
       },
       () => {

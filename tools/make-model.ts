@@ -12,6 +12,7 @@ import { mkdir, rename } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { GGUFWriter } from '../gguf/writer.ts';
 import { type GGUFValue, GGUFValueType, arr, bool, f32, str, u32 } from '../gguf/types.ts';
+import { HYBRID_FILL } from './model-arch-hybrid.ts';
 import { fileSink } from '../gguf/node-io.ts';
 import { quantize } from '../gguf/quantize.ts';
 import { quantTypeByName } from '../gguf/quant-types.ts';
@@ -74,11 +75,19 @@ export function amplitude(t: TensorPlan, expertScale: number): number {
     case 'router_bias':
       // Selection bias added to sigmoid gates in (0, 1): large enough to change some picks, not to decide them all.
       return 0.2;
+    case 'ssm_a':
+    case 'ssm_dt':
+      return HYBRID_FILL[t.role].amplitude;
     case 'expert':
       return ((t.name.includes('ffn_down_exps') ? expertScale : 1) * Math.sqrt(3)) / Math.sqrt(fanIn);
     default:
       return Math.sqrt(3) / Math.sqrt(fanIn);
   }
+}
+
+/** Centre of a tensor's uniform weights: 0 but for the linear-attention decay, which must be negative (HYBRID_FILL). */
+export function centre(t: TensorPlan): number {
+  return t.role === 'ssm_a' || t.role === 'ssm_dt' ? HYBRID_FILL[t.role].centre : 0;
 }
 
 /** Streams one tensor's bytes in chunks of whole rows. */
@@ -88,11 +97,13 @@ async function* tensorChunks(t: TensorPlan, seed: number, expertScale: number): 
   const rowsPerChunk = Math.max(1, Math.floor(CHUNK_ELEMENTS / rowLength));
   let state = hashName(seed, t.name);
   const amp = amplitude(t, expertScale);
+  const mid = centre(t);
   for (let done = 0; done < total; ) {
     const n = Math.min(rowsPerChunk * rowLength, total - done);
     const values = new Float32Array(n);
     if (amp === 0) values.fill(1);
     else state = fillUniform(values, state, amp);
+    if (mid !== 0) for (let i = 0; i < n; i++) values[i] = (values[i] as number) + mid;
     yield quantize(t.type, values);
     done += n;
   }
@@ -116,6 +127,8 @@ function metaValue(m: MetaEntry): GGUFValue {
       return f32(m.value);
     case 'bool':
       return bool(m.value);
+    case 'i32[]':
+      return arr(GGUFValueType.INT32, m.value);
     case 'str':
       return str(m.value);
   }

@@ -5,8 +5,19 @@
  * Shapes are in ggml order: dims[0] is the row length (the contiguous dimension).
  */
 import { GGMLType, quantTypeInfo } from '../gguf/quant-types.ts';
+import { HYBRID_ARCHITECTURES, isHybridArch, planHybridModel, validateHybrid } from './model-arch-hybrid.ts';
 
-export const ARCHITECTURES = ['qwen3moe', 'qwen2moe', 'deepseek', 'llama', 'olmoe', 'deepseek2', 'glm4moe', 'minimax-m2'] as const;
+export const ARCHITECTURES = [
+  'qwen3moe',
+  'qwen2moe',
+  'deepseek',
+  'llama',
+  'olmoe',
+  'deepseek2',
+  'glm4moe',
+  'minimax-m2',
+  ...HYBRID_ARCHITECTURES,
+] as const;
 export type ArchName = (typeof ARCHITECTURES)[number];
 
 /** Architectures whose first `denseLeading` layers have a dense FFN instead of routed experts. */
@@ -86,7 +97,12 @@ export type TensorRole =
   | 'dense_ffn'
   | 'shared_ffn'
   | 'shared_gate'
-  | 'expert';
+  | 'expert'
+  // the linear-attention layers of the hybrid families (model-arch-hybrid.ts): projections, convolution, decay, dt bias
+  | 'ssm'
+  | 'ssm_conv'
+  | 'ssm_a'
+  | 'ssm_dt';
 
 export interface TensorPlan {
   name: string;
@@ -99,7 +115,8 @@ export type MetaEntry =
   | { key: string; kind: 'u32'; value: number }
   | { key: string; kind: 'f32'; value: number }
   | { key: string; kind: 'str'; value: string }
-  | { key: string; kind: 'bool'; value: boolean };
+  | { key: string; kind: 'bool'; value: boolean }
+  | { key: string; kind: 'i32[]'; value: number[] };
 
 export interface ModelPlan {
   config: ModelConfig;
@@ -223,6 +240,7 @@ export function validateConfig(c: ModelConfig): string[] {
       }
     }
   }
+  if (isHybridArch(c.arch)) problems.push(...validateHybrid(c));
   return problems;
 }
 
@@ -249,6 +267,7 @@ export function rowType(type: GGMLType, rowLength: number): GGMLType {
 export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
   const problems = validateConfig(c);
   if (problems.length > 0) throw new RangeError(problems.join('; '));
+  if (isHybridArch(c.arch)) return planHybridModel(c, vocabSize, FILE_TYPE[c.type] as number);
   const a = c.arch;
   const headDim = c.nEmbd / c.nHead;
   const kvDim = headDim * c.nHeadKv;

@@ -37,7 +37,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import OpenAI from 'openai';
 import type { DispatcherTotals, ModelDispatcher, ResponseSummary } from '../../hub/dispatch/dispatcher.ts';
-import { latencyLine } from '../../hub/dispatch/plan.ts';
+import { describeLatency } from '../../hub/dispatch/plan.ts';
 import { DEFAULT_DISPATCH } from '../../hub/dispatch/map.ts';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
 import { median } from '../../shaders/computer.ts';
@@ -458,10 +458,7 @@ function workerLines(h: SwarmHub, rows: MapRow[]): string[] {
   return rows.map((row) => {
     const st = d.workerStats(row.worker_id);
     if (!st) return `${row.worker_id} layer ${row.layer} [${row.experts[0]}, ${row.experts[1]}): ${row.state}, never dispatched`;
-    const line = latencyLine(st.latency);
-    const fit = line
-      ? `round trip ${line.overheadMs.toFixed(1)} ms + ${line.perPairMs.toFixed(2)} ms/pair (n ${st.latency.n})`
-      : 'not measured';
+    const fit = `claim line ${describeLatency(st.latency)}`;
     return `${row.worker_id} layer ${row.layer} [${row.experts[0]}, ${row.experts[1]}): ${row.state}; ${fit}; served ${st.servedPairs} pairs in ${st.servedItems} items, ${st.misses} misses, ${st.lateAnswers} late answers, ${st.benchedAtMs === null ? 'not benched' : 'benched'}`;
   });
 }

@@ -47,7 +47,7 @@ import {
 import type { Numerics } from '../../protocol/numerics.ts';
 import type { Assignment, VolunteerAnswer, VolunteerRequest } from '../market/assign.ts';
 import type { HeldRange } from '../market/types.ts';
-import type { WorkItem, WorkerDirectory, WorkerLink } from '../dispatch/worker-link.ts';
+import type { WorkAnswer, WorkItem, WorkerDirectory, WorkerLink } from '../dispatch/worker-link.ts';
 import { RateLimiter } from '../auth/rate-limit.ts';
 import { HubError } from '../errors.ts';
 import {
@@ -147,7 +147,7 @@ export interface VolunteerInfo {
 interface Pending {
   /** When the frame was handed to the socket (performance.now(), ms). */
   sentAt: number;
-  resolve(sums: Float32Array): void;
+  resolve(answer: WorkAnswer): void;
   reject(e: Error): void;
   nRows: number;
   nEmbd: number;
@@ -215,7 +215,7 @@ class VolunteerConnection implements WorkerLink {
     if (this.ws.readyState === this.ws.OPEN) this.ws.send(encodeHubMessage(m));
   }
 
-  compute(work: WorkItem, deadlineMs: number): Promise<Float32Array> {
+  compute(work: WorkItem, deadlineMs: number): Promise<WorkAnswer> {
     const a = this.assign;
     if (!a || this.state !== 'serving') return Promise.reject(new WorkError('not serving'));
     // A volunteer that does not read would make the hub buffer every frame it is sent.
@@ -236,7 +236,7 @@ class VolunteerConnection implements WorkerLink {
       rowEncoding: 'f32',
       resultEncoding: encoding,
     });
-    return new Promise<Float32Array>((resolve, reject) => {
+    return new Promise<WorkAnswer>((resolve, reject) => {
       const forgetMs = Math.max(deadlineMs * 4, this.channel.options.forgetWorkMs);
       const timer = setTimeout(() => this.giveUp(workId, 'no answer'), forgetMs);
       timer.unref();
@@ -734,7 +734,7 @@ export class VolunteerChannel {
       throw e;
     }
     this.onResult?.(c.workerId, performance.now() - p.sentAt, r.computeUs);
-    c.settle(workId)?.resolve(r.sums);
+    c.settle(workId)?.resolve({ sums: r.sums, computeUs: r.computeUs });
   }
 
   // --- assignments

@@ -16,6 +16,13 @@
  * the deadline it is given; the Layer-1 policy decides whether it may try at all). Without a measurement of `L` (the
  * coordinator has not computed a pair of this layer yet) the caps are the workers' coverage within the deadline.
  *
+ * Keeping a proven worker warm: a worker the split leaves out (`no-gain`, `too-slow`) but which the dispatcher marks
+ * `keepWarm` (it served claimed pairs lately and is due; dispatcher.ts) is given the most pairs, at most `probePairs`,
+ * that its line says it finishes within the layer's expected time without it — free by the model, so a marginal
+ * `no-gain` still gets small claimed items, which keep its engine warm and its line measured on warm items, instead of
+ * only cold probes in shadow that re-confirm the decline. A worker whose fixed cost alone is past that time (a software
+ * adapter, 50× slower) gets nothing this way: it stays declined at no cost.
+ *
  *   const caps = claimCaps({ nPairs, localMsPerPair, budgetMs, workers }, cfg);   // caps.caps[i] for workers[i]
  */
 
@@ -28,6 +35,8 @@ export interface ClaimWorker {
   overheadMs: number | null;
   /** Fitted cost per pair, ms. */
   perPairMs: number;
+  /** Proven and due a keep-warm claim (the dispatcher's judgement): see above. */
+  keepWarm?: boolean;
 }
 
 export interface ClaimInput {
@@ -62,6 +71,16 @@ export interface ClaimConfig {
    * coordinator the whole wait and then the pairs themselves (bench:elastic: 35 such misses, 6,261 late pairs).
    */
   deadlineSlack: number;
+  /** A proven worker the caps leave out is given a keep-warm claim at most this often, ms (the dispatcher's part). */
+  keepWarmEveryMs: number;
+  /** …while it was last claimed and answered within this long, ms: past it, only probes in shadow measure it. */
+  keepWarmForMs: number;
+  /**
+   * A probe in shadow of a worker measured only cold (plan.ts `LatencyModel`) that answers within this long, ms, is
+   * followed at once by the same item again, which finds its engine warm (probes.ts `warmFollowUp`); a slower one (a
+   * software adapter's 2 s) is not: no wait of a layer is longer than this anyway (the architecture's 250 ms cap).
+   */
+  warmFollowUpMaxMs: number;
 }
 
 export const DEFAULT_CLAIMS: Readonly<ClaimConfig> = Object.freeze({
@@ -70,6 +89,9 @@ export const DEFAULT_CLAIMS: Readonly<ClaimConfig> = Object.freeze({
   shadowProbeEveryMs: 2000,
   shadowProbeDuty: 0.05,
   deadlineSlack: 2,
+  keepWarmEveryMs: 250,
+  keepWarmForMs: 30_000,
+  warmFollowUpMaxMs: 250,
 });
 
 /**
@@ -86,6 +108,8 @@ export type ClaimReason =
   | 'balanced'
   /** Never measured: a probe of at most probePairs. */
   | 'probe'
+  /** Left out by the split, but proven and due: the pairs it finishes within the layer's expected time (keepWarm). */
+  | 'keep-warm'
   /** The coordinator's speed is not measured yet: the worker's coverage within its deadline. */
   | 'unmeasured-local'
   /** Its fixed cost (queue + overhead) alone is later than the balanced finish, or its deadline allows no pair. */
@@ -95,7 +119,9 @@ export type ClaimReason =
   /** It covers no pair of this request. */
   | 'uncovered'
   /** Left out by the caps, given a probe in shadow (the dispatcher's, counted beside the reasons). */
-  | 'shadow-probe';
+  | 'shadow-probe'
+  /** A quick shadow probe of a worker measured only cold, sent again at once for a warm sample (the dispatcher's). */
+  | 'warm-follow-up';
 
 export interface ClaimCaps {
   /** Pairs each worker may be given, by index of `workers`. */
@@ -181,6 +207,15 @@ export function claimCaps(input: ClaimInput, cfg: ClaimConfig = DEFAULT_CLAIMS):
       reasons[i] = 'no-gain';
     }
     expectedMs = Math.max(0, nPairs - probed) * L;
+  }
+  // Keep-warm claims: only within the expected time already planned, so the layer is expected no later for them.
+  for (const i of measured) {
+    const w = workers[i] as ClaimWorker;
+    if (!w.keepWarm || (caps[i] as number) > 0) continue;
+    const c = Math.min(cfg.probePairs, bounded[i] as number, pairsBy(w, expectedMs));
+    if (c <= 0) continue;
+    caps[i] = c;
+    reasons[i] = 'keep-warm';
   }
   return { caps, reasons, expectedMs, aloneMs };
 }

@@ -79,11 +79,18 @@ import {
 import { type AuditChooser, type AuditResult, compareAudit, pickAuditItems } from './audits.ts';
 import { type AwaitingAudit, type Withheld, auditWithheld, dropUnusable, encodeV1Answer, encodeV1Local, withholdAudited } from './v1.ts';
 import { type Admitted, type Candidate, coveredPairs, selectCandidates } from './candidates.ts';
-import { probationWorker, quietUntilProbeMs, shadowProbeBooking, shadowProbeWorker } from './probes.ts';
-import type { WorkItem, WorkerDirectory, WorkerLink } from './worker-link.ts';
+import { keepWarmDue, probationWorker, quietUntilProbeMs, shadowProbeBooking, shadowProbeWorker, warmFollowUp } from './probes.ts';
+import type { WorkAnswer, WorkItem, WorkerDirectory, WorkerLink } from './worker-link.ts';
 
 /** The link contract, also importable from here (hub/channel/channel.ts does). */
-export type { WorkItem, WorkerDirectory, WorkerLink };
+export type { WorkAnswer, WorkItem, WorkerDirectory, WorkerLink };
+
+/**
+ * An item sent to a worker that has nothing outstanding and has not answered for this long is a cold sample of its
+ * speed (plan.ts `LatencyModel`): an idle volunteer's event loop and engine wake up slowly (bench:elastic: 19 ms probes
+ * against a 3.4 ms warm round trip), and that is not what its next items under load will take.
+ */
+export const COLD_AFTER_IDLE_MS = 500;
 
 // ---------------------------------------------------------------------------------------------
 // What the hub plugs in (besides the links and directory of worker-link.ts)
@@ -262,6 +269,12 @@ export interface WorkerDispatchStats {
   shadowStreak: number;
   /** Items sent and not settled yet (late ones included). */
   outstanding: number;
+  /** When it last answered anything (performance.now(); null: never): an item after a long gap is a cold sample. */
+  lastAnswerAt: number | null;
+  /** When it last answered a claimed item in time (the dispatcher's clock): it is proven warm for a while (probes.ts). */
+  lastClaimedServeMs: number | null;
+  /** v2: when it may next be given a keep-warm claim (claims.ts; null: at once). */
+  nextKeepWarmMs: number | null;
 }
 
 export interface DispatcherTotals {
@@ -689,6 +702,9 @@ export class ModelDispatcher {
         nextShadowProbeMs: null,
         shadowStreak: 0,
         outstanding: 0,
+        lastAnswerAt: null,
+        lastClaimedServeMs: null,
+        nextKeepWarmMs: null,
       };
       this.workers.set(workerId, s);
     }
@@ -872,8 +888,11 @@ export class ModelDispatcher {
         weight: wp.weight,
       };
       const sentAt = performance.now();
+      // A speed probe, or the first item after the worker sat idle: a cold sample (plan.ts LatencyModel).
+      const speedProbe = shadowProbe[wp.worker] === true;
+      const cold = speedProbe || (st.outstanding === 0 && (st.lastAnswerAt === null || sentAt - st.lastAnswerAt > COLD_AFTER_IDLE_MS));
       st.outstanding++;
-      let answer: Promise<Float32Array>;
+      let answer: Promise<Float32Array | WorkAnswer>;
       try {
         answer = link.compute(work, deadlineMs);
       } catch (e) {
@@ -881,7 +900,11 @@ export class ModelDispatcher {
       }
       f.timers[i] = setTimeout(() => this.onTimeout(f, i), deadlineMs);
       Promise.resolve(answer).then(
-        (partial) => this.onAnswer(f, i, partial, sentAt, sentAt + deadlineMs),
+        (partial) => {
+          this.onAnswer(f, i, partial, sentAt, sentAt + deadlineMs, cold);
+          if (speedProbe && f.state[i] === ANSWERED && warmFollowUp(st, (st.lastAnswerAt ?? sentAt) - sentAt, this.claimCfg))
+            this.sendWarmFollowUp(link, st, work, shadowDeadlineMs(budgetMs, this.deadlineCfg));
+        },
         () => this.onFailure(f, i),
       );
     }
@@ -930,6 +953,7 @@ export class ModelDispatcher {
     stats: readonly WorkerDispatchStats[],
     nowMs: number,
   ): boolean[] {
+    const keepWarm = stats.map((st) => keepWarmDue(st, nowMs, this.claimCfg));
     const caps = claimCaps(
       {
         nPairs: req.nTokens * req.nUsed,
@@ -940,6 +964,7 @@ export class ModelDispatcher {
           queueMs: w.queueMs,
           overheadMs: w.overheadMs,
           perPairMs: w.perPairMs,
+          keepWarm: keepWarm[i] as boolean,
         })),
       },
       this.claimCfg,
@@ -950,6 +975,11 @@ export class ModelDispatcher {
       const r = caps.reasons[i] as ClaimReason;
       this.totals.claims[r] = (this.totals.claims[r] ?? 0) + 1;
       const st = stats[i] as WorkerDispatchStats;
+      // A keep-warm claim books the next one; one due that the caps still gave nothing (too slow for even one pair
+      // within the layer's time: the coordinator is fast now) waits as long as a probe would, so that it does not cut
+      // the layer's quiet window short for nothing (probes.ts quietUntilProbeMs).
+      if (r === 'keep-warm') st.nextKeepWarmMs = nowMs + this.claimCfg.keepWarmEveryMs;
+      else if (keepWarm[i] && w.cap === 0) st.nextKeepWarmMs = nowMs + this.claimCfg.shadowProbeEveryMs;
       if (w.cap > 0) {
         // Claimed: the probes' backoff starts over the next time the caps leave it out.
         st.shadowStreak = 0;
@@ -1008,7 +1038,7 @@ export class ModelDispatcher {
    * whole window when none of them can be probed).
    */
   private quietUntilProbe(stats: readonly WorkerDispatchStats[], nowMs: number): number {
-    return quietUntilProbeMs(stats, nowMs, Math.min(this.opts.quietMs ?? DEFAULT_QUIET_MS, DISPATCH_LIMITS.maxQuietMs));
+    return quietUntilProbeMs(stats, nowMs, Math.min(this.opts.quietMs ?? DEFAULT_QUIET_MS, DISPATCH_LIMITS.maxQuietMs), this.claimCfg);
   }
 
   /**
@@ -1022,6 +1052,37 @@ export class ModelDispatcher {
     st.nextShadowProbeMs = next;
     st.shadowStreak++;
     return true;
+  }
+
+  /**
+   * v2: the same item as a quick probe in shadow, sent again at once to a worker measured only cold (probes.ts
+   * `warmFollowUp`): its answer is a warm sample of its speed and nothing else (no request waits on it, its sums are
+   * dropped). Bounded like a shadow item: it counts as outstanding until it settles, the link gives up on it in time.
+   */
+  private sendWarmFollowUp(link: WorkerLink, st: WorkerDispatchStats, work: WorkItem, deadlineMs: number): void {
+    const sentAt = performance.now();
+    st.outstanding++;
+    let answer: Promise<Float32Array | WorkAnswer>;
+    try {
+      answer = link.compute(work, deadlineMs);
+    } catch (e) {
+      answer = Promise.reject(e);
+    }
+    this.totals.claims['warm-follow-up'] = (this.totals.claims['warm-follow-up'] ?? 0) + 1;
+    Promise.resolve(answer).then(
+      (a) => {
+        st.outstanding--;
+        const now = performance.now();
+        st.lastAnswerAt = now;
+        const sums: unknown = a instanceof Float32Array ? a : (a as WorkAnswer | undefined)?.sums;
+        if (!(sums instanceof Float32Array) || sums.length !== work.nRows * work.nEmbd || now - sentAt > deadlineMs) return;
+        const computeMs = a instanceof Float32Array ? 0 : ((a as WorkAnswer).computeUs ?? 0) / 1000;
+        observeRoundTrip(st.latency, work.nPairs, now - sentAt, computeMs, false);
+      },
+      () => {
+        st.outstanding--;
+      },
+    );
   }
 
   /** v2: the CLAIM, at once: the pairs of the items not in shadow are claimed, the shadow items' pairs audited. */
@@ -1072,18 +1133,22 @@ export class ModelDispatcher {
     }
   }
 
-  private onAnswer(f: InFlight, i: number, partial: Float32Array, sentAt: number, deadlineAt: number): void {
+  private onAnswer(f: InFlight, i: number, answer: Float32Array | WorkAnswer, sentAt: number, deadlineAt: number, cold: boolean): void {
     const st = f.stats[i] as WorkerDispatchStats;
     const wp = f.plan.workers[i] as (typeof f.plan.workers)[number];
     st.outstanding--;
     const now = performance.now();
+    st.lastAnswerAt = now;
+    // A link may resolve anything (checkPartial judges it): the sums alone, or them with the worker's compute time.
+    const partial: unknown = answer instanceof Float32Array ? answer : (answer as WorkAnswer | undefined)?.sums;
+    const computeMs = answer instanceof Float32Array ? 0 : ((answer as WorkAnswer | undefined)?.computeUs ?? 0) / 1000;
     // Timers of an abandoned request are cleared: its deadlines are judged by the clock.
     if (f.state[i] === TIMED_OUT || (f.state[i] === PENDING && f.abandoned && now > deadlineAt)) {
       f.state[i] = TIMED_OUT;
       st.lateAnswers++;
       // Too late to use, but a true measure of its speed now: the next deadline is set from it (a worker that slowed
       // down — a busy machine — is otherwise held to its old speed and misses for ever).
-      observeRoundTrip(st.latency, wp.nPairs, now - sentAt);
+      observeRoundTrip(st.latency, wp.nPairs, now - sentAt, computeMs, cold);
       this.totals.pairs.late += wp.nPairs;
       this.opts.metrics?.pairs.inc({ model: this.opts.model, outcome: 'late' }, wp.nPairs);
       this.events.onLate?.(st.workerId, wp.nPairs, now - deadlineAt);
@@ -1099,9 +1164,12 @@ export class ModelDispatcher {
       this.miss(st, verdict);
     } else {
       f.state[i] = ANSWERED;
-      this.served(st, wp.nPairs, now - sentAt);
-      if (f.shadow[i]) this.shadowAnswer(f, i, partial);
-      else f.partials[i] = partial;
+      this.served(st, wp.nPairs, now - sentAt, computeMs, cold);
+      if (f.shadow[i]) this.shadowAnswer(f, i, partial as Float32Array);
+      else {
+        f.partials[i] = partial as Float32Array;
+        st.lastClaimedServeMs = st.lastServeMs; // proven warm for a while: keep-warm claims (claims.ts)
+      }
     }
     this.settle(f, i);
   }
@@ -1134,13 +1202,13 @@ export class ModelDispatcher {
     this.settle(f, i);
   }
 
-  private served(st: WorkerDispatchStats, pairs: number, latencyMs: number): void {
+  private served(st: WorkerDispatchStats, pairs: number, latencyMs: number, computeMs: number, cold: boolean): void {
     const atMs = this.clock();
     st.lastServeMs = atMs;
     st.servedItems++;
     st.servedPairs += pairs;
     st.consecutiveMisses = 0;
-    observeRoundTrip(st.latency, pairs, latencyMs);
+    observeRoundTrip(st.latency, pairs, latencyMs, computeMs, cold);
     if (st.benchedAtMs !== null) {
       st.benchedAtMs = null;
       st.lastProbeMs = null;

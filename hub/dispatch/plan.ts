@@ -330,51 +330,158 @@ export function shadowDeadlineMs(budgetMs: number, cfg: DeadlineConfig = DEFAULT
 // ---------------------------------------------------------------------------------------------
 // A worker's speed
 
+/** Transport samples (round trip − the worker's compute) whose median is the line's fixed cost beyond compute. */
+export const TRANSPORT_WINDOW = 16;
+
 /**
- * A worker's round-trip cost as `overhead + pairs × perPair`, fitted online: exponentially weighted means of the pairs
- * and of the round trip (and their product and square) give a least-squares line. While the sizes seen hardly vary
- * (decode only: one token, the same count of pairs) the line is undetermined and the whole round trip is charged per
- * pair — pessimistic for a large request, which is the safe side.
+ * A worker's speed as `overhead + pairs × perPair`, fitted online on exponentially weighted means (α LATENCY_ALPHA) of
+ * the pairs and the time (and their product and square): a least-squares line. While the sizes seen hardly vary (decode
+ * only: one token, the same count of pairs) the line is undetermined and the whole time is charged per pair —
+ * pessimistic for a large request, which is the safe side.
+ *
+ * Where the worker reports its own compute time per item (the volunteer channel's RESULT `compute_us`), the line is
+ * fitted on that — pairs against compute, what the pairs really cost — and the rest of the round trip (sockets, event
+ * loops, the hub's own GC pauses: "transport") is tracked apart as the median of the last TRANSPORT_WINDOW samples and
+ * added to the fixed cost. A round-trip fit let one slow trip in five set most of the fixed cost: bench:elastic's
+ * volunteers were fitted at ~10 ms + 0.3 ms/pair where their round trip was p50 3.4 ms, and every decode item was
+ * declined (docs/elastic.md, "Measured for issue 24"). A worker that reports nothing keeps the round-trip fit.
+ *
+ * Cold samples — a speed probe in shadow, or the first item after the worker sat idle (dispatcher.ts
+ * `COLD_AFTER_IDLE_MS`) — are slow for reasons that do not last (an idle tab's engine and event loop wake up slowly: 19 ms
+ * probes against 3.4 ms warm in bench:elastic). Once a worker has a warm sample, a cold one enters its line only if
+ * it makes the worker look no slower than the line expects; otherwise it is counted (`coldSkipped`) and left out. So a
+ * worker measured warm is not declined on its cold probes, while one that never ran warm is judged on what there is (a
+ * slow worker's probes are all there is of it, and decline it) — until its first warm sample, which replaces such a
+ * cold-only line outright (an EWMA would keep most of the cold start for several samples, and a declined worker gets
+ * few: dispatcher.ts sends a worker measured only cold a warm follow-up to a quick probe, probes.ts `warmFollowUp`).
+ * A worker that really slowed down shows it in its warm items (claimed ones, late ones included).
  */
 export interface LatencyModel {
-  /** Round trips observed. */
+  /** Samples in the line (cold ones left out do not count). */
   n: number;
-  /** EWMA of the round trip, ms (what the dispatch map and dashboards show as the worker's latency). */
+  /** EWMA of the round trip, ms (what the dispatch map and dashboards show as the worker's latency; its queue's cost). */
   ms: number;
+  /** The round trip's fit (used while no compute was reported): EWMAs of pairs, pairs², pairs·ms. */
   pairs: number;
   pairs2: number;
   pairsMs: number;
+  /** Samples that reported the worker's compute time, and the compute fit's EWMAs (pairs, pairs², pairs·ms, ms). */
+  nCompute: number;
+  cPairs: number;
+  cPairs2: number;
+  cPairsMs: number;
+  cMs: number;
+  /** The last TRANSPORT_WINDOW transports (a ring; `nCompute` says how many are filled), ms, and their median. */
+  readonly transport: Float64Array;
+  transportMs: number;
+  /** Warm samples in the line. */
+  warm: number;
+  /** Cold samples left out of the line (slower than it expected). */
+  coldSkipped: number;
 }
 
 export const LATENCY_ALPHA = 0.2;
 
 export function newLatencyModel(): LatencyModel {
-  return { n: 0, ms: 0, pairs: 0, pairs2: 0, pairsMs: 0 };
+  return {
+    n: 0,
+    ms: 0,
+    pairs: 0,
+    pairs2: 0,
+    pairsMs: 0,
+    nCompute: 0,
+    cPairs: 0,
+    cPairs2: 0,
+    cPairsMs: 0,
+    cMs: 0,
+    transport: new Float64Array(TRANSPORT_WINDOW),
+    transportMs: 0,
+    warm: 0,
+    coldSkipped: 0,
+  };
 }
 
-export function observeRoundTrip(m: LatencyModel, pairs: number, ms: number, alpha = LATENCY_ALPHA): void {
+const sorted = new Float64Array(TRANSPORT_WINDOW);
+
+/** The lower median of the filled part of the transport ring. */
+function transportMedian(m: LatencyModel): number {
+  const k = Math.min(m.nCompute, TRANSPORT_WINDOW);
+  sorted.set(k === TRANSPORT_WINDOW ? m.transport : m.transport.subarray(0, k));
+  const s = sorted.subarray(0, k).sort();
+  return s[(k - 1) >> 1] as number;
+}
+
+/**
+ * One answered item: `pairs` pairs, `ms` from sending it to its answer; `computeMs` the worker's own time on it as it
+ * reported (≤ 0: not reported); `cold`: a speed probe, or the first item after an idle gap (see LatencyModel). Returns
+ * whether the sample entered the line.
+ */
+export function observeRoundTrip(m: LatencyModel, pairs: number, ms: number, computeMs = 0, cold = false, alpha = LATENCY_ALPHA): boolean {
+  if (cold && m.warm > 0) {
+    const expected = expectedRoundTripMs(m, pairs);
+    if (expected !== null && ms > expected) {
+      m.coldSkipped++;
+      return false;
+    }
+  }
+  if (!cold) {
+    if (m.warm === 0) m.n = m.nCompute = 0; // the first warm sample replaces a cold-only line
+    m.warm++;
+  }
   const a = m.n === 0 ? 1 : alpha;
   m.ms += a * (ms - m.ms);
   m.pairs += a * (pairs - m.pairs);
   m.pairs2 += a * (pairs * pairs - m.pairs2);
   m.pairsMs += a * (pairs * ms - m.pairsMs);
   m.n++;
+  if (computeMs > 0) {
+    const c = Math.min(computeMs, ms);
+    const b = m.nCompute === 0 ? 1 : alpha;
+    m.cMs += b * (c - m.cMs);
+    m.cPairs += b * (pairs - m.cPairs);
+    m.cPairs2 += b * (pairs * pairs - m.cPairs2);
+    m.cPairsMs += b * (pairs * c - m.cPairsMs);
+    m.transport[m.nCompute % TRANSPORT_WINDOW] = ms - c;
+    m.nCompute++;
+    m.transportMs = transportMedian(m);
+  }
+  return true;
 }
 
-/** `{overheadMs, perPairMs}` of the fitted line; null before the first observation. */
-export function latencyLine(m: LatencyModel): { overheadMs: number; perPairMs: number } | null {
-  if (m.n === 0) return null;
-  const variance = m.pairs2 - m.pairs * m.pairs;
-  if (variance > 0.01 * m.pairs * m.pairs + 1e-9) {
-    const slope = (m.pairsMs - m.pairs * m.ms) / variance;
-    const overhead = m.ms - slope * m.pairs;
+/** The least-squares line of EWMAs, or the whole mean time per pair while the sizes hardly vary (or the fit is < 0). */
+function fitLine(pairs: number, pairs2: number, pairsMs: number, ms: number): { overheadMs: number; perPairMs: number } {
+  const variance = pairs2 - pairs * pairs;
+  if (variance > 0.01 * pairs * pairs + 1e-9) {
+    const slope = (pairsMs - pairs * ms) / variance;
+    const overhead = ms - slope * pairs;
     if (slope >= 0 && overhead >= 0) return { overheadMs: overhead, perPairMs: slope };
   }
-  return { overheadMs: 0, perPairMs: m.pairs > 0 ? m.ms / m.pairs : m.ms };
+  return { overheadMs: 0, perPairMs: pairs > 0 ? ms / pairs : ms };
+}
+
+/**
+ * `{overheadMs, perPairMs}` of the worker's line; null before the first observation. With compute reported: the
+ * compute fit, its fixed cost plus the median transport; else the round trip's fit.
+ */
+export function latencyLine(m: LatencyModel): { overheadMs: number; perPairMs: number } | null {
+  if (m.n === 0) return null;
+  if (m.nCompute === 0) return fitLine(m.pairs, m.pairs2, m.pairsMs, m.ms);
+  const c = fitLine(m.cPairs, m.cPairs2, m.cPairsMs, m.cMs);
+  return { overheadMs: c.overheadMs + m.transportMs, perPairMs: c.perPairMs };
 }
 
 /** Expected round trip for `pairs` pairs, ms; null before the first observation. */
 export function expectedRoundTripMs(m: LatencyModel, pairs: number): number | null {
   const line = latencyLine(m);
   return line === null ? null : line.overheadMs + pairs * line.perPairMs;
+}
+
+/** The line and how it was measured, for benchmarks and logs: "3.1 ms + 0.30 ms/pair (compute …; transport p50 …)". */
+export function describeLatency(m: LatencyModel): string {
+  const line = latencyLine(m);
+  if (line === null) return 'unmeasured';
+  const head = `${line.overheadMs.toFixed(1)} ms + ${line.perPairMs.toFixed(2)} ms/pair`;
+  const cold = m.coldSkipped > 0 ? `, ${m.coldSkipped} cold left out` : '';
+  if (m.nCompute === 0) return `${head} (round trip; n ${m.n}, ${m.warm} warm${cold})`;
+  return `${head} (compute fit + transport median ${m.transportMs.toFixed(2)} ms; n ${m.n}, ${m.warm} warm${cold})`;
 }

@@ -23,6 +23,10 @@ export interface ProbeStats {
   readonly nextShadowProbeMs: number | null;
   readonly servedItems: number;
   readonly misses: number;
+  /** When it last answered a claimed item in time (the dispatcher's clock; null: never). */
+  readonly lastClaimedServeMs: number | null;
+  /** When it may next be given a keep-warm claim (null: at once). */
+  readonly nextKeepWarmMs: number | null;
 }
 
 /** A probation worker's planned queue: ahead of every measured worker (plan.ts picks the lowest expected finish). */
@@ -79,11 +83,42 @@ export function probationWorker(
 }
 
 /**
- * How long until one of these workers is due a shadow probe again, whole ms (at most `capMs`, the configured quiet
- * window; the whole window when none of them can be probed: all have work outstanding).
+ * Whether a probe in shadow that answered in `roundTripMs` is followed at once by the same item again: only for a
+ * worker with no warm sample in its line (all it has run were cold: its first item, probes after idle gaps), and only
+ * when the probe was quick (`warmFollowUpMaxMs`). The follow-up finds the worker's engine and event loop awake — a warm
+ * sample, which replaces the cold-only line (plan.ts) — so a worker first measured cold (bench:elastic: 8.5 ms +
+ * 3.2 ms/pair, declined on every decode item) is judged on its warm speed (~1 ms + 0.3 ms/pair), while a slow
+ * worker's probe (seconds) gets no follow-up and it stays declined at the cost of its probes only. In shadow: the
+ * coordinator waits on neither.
  */
-export function quietUntilProbeMs(stats: readonly ProbeStats[], nowMs: number, capMs: number): number {
+export function warmFollowUp(st: Pick<ProbeStats, 'latency'>, roundTripMs: number, cfg: ClaimConfig): boolean {
+  return st.latency.warm === 0 && st.latency.n > 0 && roundTripMs <= cfg.warmFollowUpMaxMs;
+}
+
+/**
+ * Whether a worker is proven warm: it has warm samples in its line (plan.ts `LatencyModel`) and answered a claimed
+ * item within `keepWarmForMs`. Such a worker, left out by a marginal split, gets keep-warm claims (claims.ts).
+ */
+export function provenWarm(st: ProbeStats, nowMs: number, cfg: ClaimConfig): boolean {
+  return st.latency.warm > 0 && st.lastClaimedServeMs !== null && nowMs - st.lastClaimedServeMs <= cfg.keepWarmForMs;
+}
+
+/** Whether a proven-warm worker is due a keep-warm claim now (at most one per `keepWarmEveryMs`). */
+export function keepWarmDue(st: ProbeStats, nowMs: number, cfg: ClaimConfig): boolean {
+  return provenWarm(st, nowMs, cfg) && nowMs >= (st.nextKeepWarmMs ?? 0);
+}
+
+/**
+ * How long until one of these workers is due a shadow probe or (proven warm) a keep-warm claim again, whole ms (at most
+ * `capMs`, the configured quiet window; the whole window when none of them can be probed: all have work outstanding).
+ * A proven worker declined by a marginal split so leaves the layer quiet for at most `keepWarmEveryMs`, not the whole
+ * window: the next request may be one it helps with.
+ */
+export function quietUntilProbeMs(stats: readonly ProbeStats[], nowMs: number, capMs: number, cfg?: ClaimConfig): number {
   let due = capMs;
-  for (const st of stats) if (st.outstanding === 0) due = Math.min(due, (st.nextShadowProbeMs ?? 0) - nowMs);
+  for (const st of stats) {
+    if (st.outstanding === 0) due = Math.min(due, (st.nextShadowProbeMs ?? 0) - nowMs);
+    if (cfg && provenWarm(st, nowMs, cfg)) due = Math.min(due, (st.nextKeepWarmMs ?? 0) - nowMs);
+  }
   return Math.max(0, Math.floor(due));
 }

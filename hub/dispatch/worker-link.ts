@@ -24,6 +24,14 @@ export interface WorkItem {
   weight: Float32Array;
 }
 
+/** A work item's answer with the worker's own time on it (the volunteer channel's RESULT `compute_us`). */
+export interface WorkAnswer {
+  /** `f32[nRows × nEmbd]`. */
+  sums: Float32Array;
+  /** The worker's time from the frame's arrival to its sums, µs, as it reports it (0: not reported). */
+  computeUs: number;
+}
+
 /** A worker's slice of one layer, as the volunteer channel exposes it. */
 export interface WorkerLink {
   readonly workerId: string;
@@ -34,10 +42,11 @@ export interface WorkerLink {
   /** Work items sent to it and not answered yet (its queue). */
   readonly inFlight: number;
   /**
-   * Sends one work item; resolves with the sums `f32[nRows × nEmbd]` or rejects. `deadlineMs` is how long the
-   * dispatcher will wait (from the call), for the link to pass on; the dispatcher enforces it itself.
+   * Sends one work item; resolves with the sums `f32[nRows × nEmbd]` (or them and the worker's reported compute time:
+   * the dispatcher then fits the worker's speed on its compute, plan.ts `LatencyModel`) or rejects. `deadlineMs` is
+   * how long the dispatcher will wait (from the call), for the link to pass on; the dispatcher enforces it itself.
    */
-  compute(work: WorkItem, deadlineMs: number): Promise<Float32Array>;
+  compute(work: WorkItem, deadlineMs: number): Promise<Float32Array | WorkAnswer>;
 }
 
 export interface WorkerDirectory {

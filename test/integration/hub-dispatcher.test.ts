@@ -849,7 +849,7 @@ describe('ModelDispatcher, protocol v2 (claims) against a scripted coordinator',
       assert.equal(d.totals.decisions['never-served'], 1);
       assert.equal(d.totals.claims['shadow-probe'], 1, 'but probed in shadow');
       await sleep(20);
-      assert.equal(worker.calls, 1);
+      assert.equal(worker.calls, 2, 'the probe, and its warm follow-up (the worker was measured only cold until then)');
       assert.ok(d.workerStats('w')?.lastServeMs != null, 'the probe, answered in time, proves it');
       const second = await c.sendV2(c.request({ ids, nUsed: 8, localNsPerPair: 1_000_000 }));
       assert.ok((second.claim.claimed ?? []).length > 0, 'proven and faster than the coordinator: claimed');
@@ -932,6 +932,37 @@ describe('ModelDispatcher, protocol v2 (claims) against a scripted coordinator',
       const st = d.workerStats('w');
       assert.ok(st?.lastServeMs != null, 'the slow answer counts: the worker is measured');
       assert.equal(st?.misses, 0, 'and is not a miss');
+      assert.equal(worker.calls, 1, 'a probe slower than a layer could wait gets no warm follow-up');
+      assert.equal(d.totals.claims['warm-follow-up'], undefined);
+    } finally {
+      c.close();
+      await d.close();
+    }
+  });
+
+  test('v2: a quick shadow probe of a worker measured only cold is sent again at once, for a warm sample', async () => {
+    const links = new Links();
+    const worker = new FnLink('w', 0, 0, 16, (w) => sleep(5).then(() => simple(w)));
+    links.list = [worker];
+    const now = 1_000_000;
+    const d = await dispatcher(links, {
+      mode: 'auto',
+      clock: () => now,
+      record: () => ({ attachMs: now - 60_000, lastServeMs: null, released: false, quarantined: false }),
+      saturation: () => ({ atMs: now, busy: 4, slots: 4, source: 'slots' }),
+    });
+    const c = await ScriptedCoordinator.connect(d.socketPath, { nExpertUsed: 8 }, true, 2);
+    const ids = Int32Array.from({ length: 32 }, (_, i) => i % 16);
+    try {
+      const x = await c.sendV2(c.request({ ids, nUsed: 8, localNsPerPair: 1_000_000 }));
+      assert.equal(x.claim.claimed, null, 'never served: a probe in shadow');
+      await sleep(100);
+      const st = d.workerStats('w');
+      assert.equal(worker.calls, 2, 'the probe, then the same item again at once');
+      assert.equal(d.totals.claims['warm-follow-up'], 1);
+      assert.equal(st?.outstanding, 0);
+      assert.equal(st?.latency.warm, 1, 'the follow-up is a warm sample');
+      assert.equal(st?.latency.n, 1, 'and it replaced the cold-only line');
     } finally {
       c.close();
       await d.close();

@@ -13,6 +13,8 @@ import {
   claimCaps,
   shadowProbeGapMs,
 } from '../../hub/dispatch/claims.ts';
+import { type LatencyModel, expectedRoundTripMs, latencyLine, newLatencyModel, observeRoundTrip } from '../../hub/dispatch/plan.ts';
+import { warmFollowUp } from '../../hub/dispatch/probes.ts';
 
 const W = (covered: number, overheadMs: number | null, perPairMs = 0, queueMs = 0): ClaimWorker => ({
   covered,
@@ -235,4 +237,156 @@ test('shadow probe gaps: the base doubled per backoff step (at most 32×), never
   ];
   for (const r of rows) assert.equal(shadowProbeGapMs(r.backoff, r.probeMs), r.want, r.name);
   assert.equal(shadowProbeGapMs(0, 2_000, { ...DEFAULT_CLAIMS, shadowProbeDuty: 0 }), 2_000, 'duty 0: no floor from the probe');
+});
+
+// ---------------------------------------------------------------------------------------------
+// Claims on lines the dispatcher fits (plan.ts LatencyModel): the decline loop of docs/elastic.md ("Measured for
+// issue 24") — a line fitted at ~10 ms of fixed cost declined every decode item, and the cold probes that were then
+// all it saw re-confirmed the decline.
+
+/** bench:elastic's coordinator on one core, ms per pair; a decode step of its 4 slots × top-8. */
+const L = 0.15;
+const DECODE = 32;
+
+/** A wasm volunteer warm under load: compute 0.2 ms + 0.28 ms/pair, transport 0.7–1.1 ms, decode batches of 1–4 tokens. */
+function warmWorker(samples = 40): LatencyModel {
+  const m = newLatencyModel();
+  for (let i = 0; i < samples; i++) {
+    const pairs = 8 * (1 + (i % 4));
+    const compute = 0.2 + 0.28 * pairs;
+    observeRoundTrip(m, pairs, compute + 0.7 + 0.1 * (i % 5), compute);
+  }
+  return m;
+}
+
+/** bench:elastic run 6's cold shadow probe: 8 pairs, 19 ms on the channel, of which 8.2 ms the volunteer's own. */
+const coldProbe = (m: LatencyModel): boolean => observeRoundTrip(m, 8, 19, 8.2, true);
+
+function claimOn(m: LatencyModel, nPairs = DECODE, keepWarm = false): ReturnType<typeof claimCaps> {
+  const line = latencyLine(m);
+  assert.ok(line, 'measured');
+  return claimCaps({
+    nPairs,
+    localMsPerPair: L,
+    budgetMs: 225,
+    workers: [{ covered: nPairs, queueMs: 0, overheadMs: line.overheadMs, perPairMs: line.perPairMs, keepWarm }],
+  });
+}
+
+test('fitted claims: a warm worker that helps on a decode step is claimed (the line is its compute plus its transport)', () => {
+  const m = warmWorker();
+  const line = latencyLine(m);
+  assert.ok(line && line.overheadMs > 0.8 && line.overheadMs < 1.3, `fixed cost ${line?.overheadMs} ms: 0.2 compute + ~0.9 transport`);
+  assert.ok(Math.abs(line.perPairMs - 0.28) < 0.01, `per pair ${line.perPairMs} ms`);
+  const out = claimOn(m);
+  assert.equal(out.reasons[0], 'balanced');
+  assert.ok((out.caps[0] as number) >= 6, `cap ${out.caps[0]}`);
+  assert.ok(out.expectedMs <= 0.8 * out.aloneMs, `${out.expectedMs} ms of ${out.aloneMs} alone`);
+});
+
+test('fitted claims: cold probes after warm service do not flip the decision (they leave the line as it was)', () => {
+  const m = warmWorker();
+  const before = latencyLine(m);
+  for (let i = 0; i < 10; i++) assert.equal(coldProbe(m), false, 'a cold probe slower than the line is left out');
+  assert.equal(m.coldSkipped, 10);
+  assert.deepEqual(latencyLine(m), before);
+  assert.equal(claimOn(m).reasons[0], 'balanced');
+  // A cold item that shows the worker faster than its line does enter it.
+  assert.equal(observeRoundTrip(m, 8, 1.5, 1.0, true), true);
+  assert.ok((latencyLine(m)?.overheadMs ?? 99) <= (before?.overheadMs ?? 0) + 0.05);
+});
+
+test('fitted claims: one GC pause in the round trip does not set the fixed cost (transport is a windowed median)', () => {
+  const m = warmWorker();
+  const before = latencyLine(m);
+  assert.ok(before);
+  const compute = 0.2 + 0.28 * DECODE;
+  observeRoundTrip(m, DECODE, compute + 40, compute); // the hub's event loop stalled 40 ms before it read the answer
+  const after = latencyLine(m);
+  assert.ok(after && Math.abs(after.overheadMs - before.overheadMs) < 0.15, `${before.overheadMs} → ${after?.overheadMs} ms`);
+  assert.ok(Math.abs(after.perPairMs - before.perPairMs) < 1e-9, 'the compute fit does not see it');
+  assert.equal(claimOn(m).reasons[0], 'balanced');
+  // Without compute reports the round trip is all there is: the same pause moves that line by several ms (why
+  // compute is fitted apart).
+  const rt = newLatencyModel();
+  for (let i = 0; i < 40; i++) {
+    const pairs = 8 * (1 + (i % 4));
+    observeRoundTrip(rt, pairs, 0.2 + 0.28 * pairs + 0.9);
+  }
+  const rtBefore = expectedRoundTripMs(rt, DECODE) as number;
+  observeRoundTrip(rt, DECODE, compute + 40);
+  assert.ok((expectedRoundTripMs(rt, DECODE) as number) - rtBefore > 2, 'a round-trip fit is moved by it');
+  assert.ok(Math.abs((expectedRoundTripMs(m, DECODE) as number) - (before.overheadMs + DECODE * before.perPairMs)) < 0.15);
+});
+
+test('fitted claims: a truly slow worker (a software adapter, 50× slower) stays declined, keep-warm or not', () => {
+  const m = newLatencyModel();
+  // Its probation and probes are all it has run: cold, and they count in full (they are all there is of it).
+  for (let i = 0; i < 6; i++) assert.equal(observeRoundTrip(m, 8, 2_000 + 10 * i, 1_990 + 10 * i, true), true);
+  for (const nPairs of [8, DECODE, 800]) {
+    for (const keepWarm of [false, true]) {
+      const out = claimOn(m, nPairs, keepWarm);
+      assert.equal(out.caps[0], 0, `${nPairs} pairs, keepWarm ${keepWarm}`);
+      assert.ok(out.reasons[0] === 'too-slow' || out.reasons[0] === 'no-gain', String(out.reasons[0]));
+    }
+  }
+});
+
+test("fitted claims: a worker that halves the layer (its pairs as fast as the coordinator's, little fixed cost) takes half", () => {
+  const m = newLatencyModel();
+  for (let i = 0; i < 40; i++) {
+    const pairs = 64 * (1 + (i % 4));
+    observeRoundTrip(m, pairs, L * pairs + 0.05, L * pairs);
+  }
+  const out = claimOn(m, 256);
+  assert.equal(out.reasons[0], 'balanced');
+  assert.ok(Math.abs((out.caps[0] as number) - 128) <= 2, `cap ${out.caps[0]}`);
+  assert.ok(out.expectedMs <= 0.51 * out.aloneMs, `${out.expectedMs} ms of ${out.aloneMs} alone`);
+});
+
+test('keep-warm claims: a proven worker left out by a marginal split gets a small item, free by its line', () => {
+  // A split that saves 3 % (under minGain): no-gain — unless the worker is proven and due (keepWarm).
+  const input: ClaimInput = { nPairs: 100, localMsPerPair: 1, budgetMs: 225, workers: [W(3, 0, 0.5)] };
+  assert.deepEqual(claimCaps(input).reasons, ['no-gain']);
+  const warm = claimCaps({ ...input, workers: [{ ...W(3, 0, 0.5), keepWarm: true }] });
+  assert.deepEqual(warm.caps, [3]);
+  assert.deepEqual(warm.reasons, ['keep-warm']);
+  assert.ok(warm.expectedMs <= warm.aloneMs);
+  // At most probePairs, and only what it finishes within the layer's expected time.
+  const wide = claimCaps({ nPairs: 1000, localMsPerPair: 0.02, budgetMs: 225, workers: [{ ...W(1000, 19, 0.01), keepWarm: true }] });
+  assert.deepEqual(wide.reasons, ['keep-warm']);
+  assert.equal(wide.caps[0], DEFAULT_CLAIMS.probePairs);
+  // Too slow for any pair within the coordinator's time alone: nothing, keepWarm or not.
+  const slow = claimCaps({ nPairs: 8, localMsPerPair: 0.05, budgetMs: 225, workers: [{ ...W(8, 30, 1), keepWarm: true }] });
+  assert.deepEqual(slow.caps, [0]);
+  assert.deepEqual(slow.reasons, ['too-slow']);
+  // Beside a worker the split claims: only what it finishes within the split's expected time.
+  const two = claimCaps({
+    nPairs: 64,
+    localMsPerPair: 1,
+    budgetMs: 225,
+    workers: [W(64, 2, 0.05), { ...W(64, 20, 0.5), keepWarm: true }],
+  });
+  assert.equal(two.reasons[0], 'balanced');
+  const c = two.caps[1] as number;
+  assert.ok(c === 0 || 20 + 0.5 * c <= two.expectedMs + 1e-9, `keep-warm cap ${c} within ${two.expectedMs} ms`);
+});
+
+test('fitted claims: a worker first measured only cold is declined, and claimed after the warm follow-up to its probe', () => {
+  const m = newLatencyModel();
+  // bench:elastic: its first item and the probes after it, all cold (its engine had just started; idle between).
+  for (let i = 0; i < 6; i++) {
+    const pairs = 8 * (1 + (i % 2));
+    observeRoundTrip(m, pairs, 8.5 + 3.2 * pairs, 3.2 * pairs, true);
+  }
+  assert.equal(claimOn(m).caps[0], 0, 'declined on its cold line');
+  assert.equal(warmFollowUp({ latency: m }, 19, DEFAULT_CLAIMS), true, 'its quick probe is followed up');
+  observeRoundTrip(m, 8, 0.9 + 0.2 + 0.28 * 8, 0.2 + 0.28 * 8, false); // the follow-up: warm
+  assert.equal(claimOn(m).reasons[0], 'balanced');
+  assert.equal(warmFollowUp({ latency: m }, 19, DEFAULT_CLAIMS), false, 'once is enough: it has a warm sample now');
+  // A software adapter's probe takes seconds: no follow-up, and it stays declined.
+  const slow = newLatencyModel();
+  observeRoundTrip(slow, 8, 2_000, 1_990, true);
+  assert.equal(warmFollowUp({ latency: slow }, 2_000, DEFAULT_CLAIMS), false);
+  assert.equal(claimOn(slow).caps[0], 0);
 });

@@ -260,6 +260,74 @@ test('latency model: a fitted line when sizes vary, the whole round trip per pai
   assert.ok(Math.abs((expectedRoundTripMs(fit, 100) as number) - 28) < 1e-4);
 });
 
+test("latency model with the worker's compute reported: compute fit + median transport; cold samples; none reported", () => {
+  const rows: Array<{
+    name: string;
+    samples: Array<[pairs: number, ms: number, computeMs: number, cold?: boolean]>;
+    line: { overheadMs: number; perPairMs: number };
+    coldSkipped?: number;
+  }> = [
+    {
+      name: 'compute 1 + 0.5/pair, transport 2 ms: the line is their sum',
+      samples: [8, 16, 24, 32, 8, 16, 24, 32].map((p) => [p, 3 + 0.5 * p, 1 + 0.5 * p]),
+      line: { overheadMs: 3, perPairMs: 0.5 },
+    },
+    {
+      name: 'transport is the (lower) median of the window: one 40 ms stall in 9 does not move it',
+      samples: [2, 2, 2, 2, 42, 2, 2, 2, 2].map((t, i) => [8 * (1 + (i % 2)), 4 * (1 + (i % 2)) + t, 4 * (1 + (i % 2))]),
+      line: { overheadMs: 2, perPairMs: 0.5 },
+    },
+    {
+      name: 'a report longer than the round trip is clipped to it (transport 0)',
+      samples: [[8, 4, 9]],
+      line: { overheadMs: 0, perPairMs: 0.5 },
+    },
+    {
+      name: 'cold samples count in full until the first warm one (they are all there is)…',
+      samples: [
+        [8, 80, 40, true],
+        [8, 80, 40, true],
+      ],
+      line: { overheadMs: 40, perPairMs: 5 },
+    },
+    {
+      name: '…and the first warm one replaces that cold-only line outright',
+      samples: [
+        [8, 80, 40, true],
+        [16, 160, 80, true],
+        [8, 5, 2.4],
+      ],
+      line: { overheadMs: 2.6, perPairMs: 0.3 },
+    },
+    {
+      name: '…then only when they make the worker look no slower',
+      samples: [
+        [8, 8, 4],
+        [8, 80, 40, true],
+        [8, 6, 3, true],
+      ],
+      line: { overheadMs: 3, perPairMs: 0.475 },
+      coldSkipped: 1,
+    },
+    {
+      name: 'nothing reported (0): the round trip is fitted, as before',
+      samples: [8, 16, 24, 32, 8, 16, 24, 32].map((p) => [p, 3 + 0.5 * p, 0]),
+      line: { overheadMs: 3, perPairMs: 0.5 },
+    },
+  ];
+  for (const r of rows) {
+    const m = newLatencyModel();
+    for (const [pairs, ms, computeMs, cold] of r.samples) observeRoundTrip(m, pairs, ms, computeMs, cold ?? false);
+    const line = latencyLine(m);
+    assert.ok(line, r.name);
+    assert.ok(
+      Math.abs(line.overheadMs - r.line.overheadMs) < 1e-6 && Math.abs(line.perPairMs - r.line.perPairMs) < 1e-6,
+      `${r.name}: ${JSON.stringify(line)}`,
+    );
+    assert.equal(m.coldSkipped, r.coldSkipped ?? 0, `${r.name}: cold left out`);
+  }
+});
+
 test('micro-benchmark: plan + gather + merge for 1 token × 8 experts (printed, not asserted)', (t) => {
   const nEmbd = 2048;
   const req = { ...request(1, 8, [3, 17, 40, 77, 90, 101, 120, 127]), rows: new Float32Array(nEmbd) };

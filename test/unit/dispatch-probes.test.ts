@@ -9,7 +9,10 @@ import { newLatencyModel, observeRoundTrip } from '../../hub/dispatch/plan.ts';
 import {
   PROBATION_FIRST_MS,
   type ProbeStats,
+  keepWarmDue,
   probationWorker,
+  provenWarm,
+  warmFollowUp,
   quietUntilProbeMs,
   shadowProbeBooking,
   shadowProbeWorker,
@@ -29,6 +32,8 @@ function st(o: Partial<Omit<ProbeStats, 'latency'>> & { ms?: number } = {}): Pro
     nextShadowProbeMs: o.nextShadowProbeMs ?? null,
     servedItems: o.servedItems ?? 0,
     misses: o.misses ?? 0,
+    lastClaimedServeMs: o.lastClaimedServeMs ?? null,
+    nextKeepWarmMs: o.nextKeepWarmMs ?? null,
   };
 }
 
@@ -87,4 +92,49 @@ test('quietUntilProbeMs: table', () => {
     { name: 'overdue: 0', stats: [st({ nextShadowProbeMs: NOW - 50 })], want: 0 },
   ];
   for (const r of rows) assert.equal(quietUntilProbeMs(r.stats, NOW, 1000), r.want, r.name);
+});
+
+test('keep-warm: proven warm (warm samples, a claimed item answered lately) and due at most every keepWarmEveryMs', () => {
+  const warm = (o: Partial<Omit<ProbeStats, 'latency'>>, warmSamples = true): ProbeStats => {
+    const s = st({ ms: 3, ...o });
+    if (!warmSamples) {
+      const latency = newLatencyModel();
+      observeRoundTrip(latency, cfg.probePairs, 3, 0, true);
+      return { ...s, latency };
+    }
+    return s;
+  };
+  const rows: Array<{ name: string; st: ProbeStats; proven: boolean; due: boolean }> = [
+    { name: 'never claimed', st: warm({}), proven: false, due: false },
+    { name: 'claimed just now, never kept warm', st: warm({ lastClaimedServeMs: NOW }), proven: true, due: true },
+    { name: 'kept warm, not due yet', st: warm({ lastClaimedServeMs: NOW - 100, nextKeepWarmMs: NOW + 1 }), proven: true, due: false },
+    { name: 'due exactly now', st: warm({ lastClaimedServeMs: NOW - 100, nextKeepWarmMs: NOW }), proven: true, due: true },
+    { name: 'claimed too long ago', st: warm({ lastClaimedServeMs: NOW - cfg.keepWarmForMs - 1 }), proven: false, due: false },
+    { name: 'only cold samples (probes)', st: warm({ lastClaimedServeMs: NOW }, false), proven: false, due: false },
+  ];
+  for (const r of rows) {
+    assert.equal(provenWarm(r.st, NOW, cfg), r.proven, `${r.name}: proven`);
+    assert.equal(keepWarmDue(r.st, NOW, cfg), r.due, `${r.name}: due`);
+  }
+  // Quiet: a proven worker declined leaves the layer quiet only until its next keep-warm claim is due.
+  const declined = warm({ lastClaimedServeMs: NOW - 100, nextKeepWarmMs: NOW + 180, nextShadowProbeMs: NOW + 5000 });
+  assert.equal(quietUntilProbeMs([declined], NOW, 1000, cfg), 180);
+  assert.equal(quietUntilProbeMs([declined], NOW, 1000), 1000, 'without the claim config: probes only');
+  const stale = warm({ lastClaimedServeMs: NOW - cfg.keepWarmForMs - 1, nextKeepWarmMs: NOW, nextShadowProbeMs: NOW + 5000 });
+  assert.equal(quietUntilProbeMs([stale], NOW, 1000, cfg), 1000, 'no longer proven: the whole window');
+});
+
+test('warmFollowUp: a quick probe of a worker measured only cold is sent again at once; a slow one, or a warm worker, not', () => {
+  const cold = newLatencyModel();
+  observeRoundTrip(cold, 8, 19, 8.2, true);
+  const warm = newLatencyModel();
+  observeRoundTrip(warm, 8, 3.4, 2.4, false);
+  const rows: Array<{ name: string; latency: ReturnType<typeof newLatencyModel>; ms: number; want: boolean }> = [
+    { name: 'measured only cold, probe answered in 19 ms', latency: cold, ms: 19, want: true },
+    { name: 'at the bound', latency: cold, ms: cfg.warmFollowUpMaxMs, want: true },
+    { name: "a software adapter's 2 s probe", latency: cold, ms: 2_000, want: false },
+    { name: 'already has a warm sample', latency: warm, ms: 19, want: false },
+    { name: 'never measured', latency: newLatencyModel(), ms: 19, want: false },
+  ];
+  for (const r of rows) assert.equal(warmFollowUp({ latency: r.latency }, r.ms, cfg), r.want, r.name);
 });

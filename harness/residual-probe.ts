@@ -85,6 +85,14 @@ export async function expertLoudness(
     const has = (name: string): boolean => file.tensors.some((t) => t.name === name);
     /** Position 0's attention output: its own value, through the output projection. */
     const attention = async (p: string, x: Float64Array): Promise<Float64Array> => {
+      if (has(`${p}.attn_qkv.weight`)) {
+        // Fused projection (bailingmoe2): queries, keys, then values.
+        const qkv = await apply(`${p}.attn_qkv.weight`, x);
+        const v = qkv.subarray(qkv.length - config.nEmbd);
+        if ((qkv.length - config.nEmbd) / 2 !== config.nEmbd)
+          throw new RangeError('residual probe: grouped-query attention is not walked (nHeadKv < nHead)');
+        return apply(`${p}.attn_output.weight`, v);
+      }
       if (!has(`${p}.attn_kv_a_mqa.weight`)) {
         const v = await apply(`${p}.attn_v.weight`, x);
         if (v.length !== config.nEmbd) throw new RangeError('residual probe: grouped-query attention is not walked (nHeadKv < nHead)');

@@ -16,14 +16,26 @@ export const ARCHITECTURES = [
   'deepseek2',
   'glm4moe',
   'minimax-m2',
+  'dots1',
+  'ernie4_5-moe',
+  'hunyuan-moe',
+  'bailingmoe2',
   ...HYBRID_ARCHITECTURES,
 ] as const;
 export type ArchName = (typeof ARCHITECTURES)[number];
 
 /** Architectures whose first `denseLeading` layers have a dense FFN instead of routed experts. */
-const DENSE_LEADING: readonly ArchName[] = ['deepseek', 'deepseek2', 'glm4moe'];
+const DENSE_LEADING: readonly ArchName[] = ['deepseek', 'deepseek2', 'glm4moe', 'dots1', 'ernie4_5-moe', 'bailingmoe2'];
 /** Architectures with shared experts counted in units of `ff` (`expert_shared_count` = sharedFf / ff). */
-const SHARED_COUNT: readonly ArchName[] = ['deepseek', 'deepseek2', 'glm4moe'];
+const SHARED_COUNT: readonly ArchName[] = ['deepseek', 'deepseek2', 'glm4moe', 'dots1', 'bailingmoe2'];
+/** Architectures with one shared expert of its own width (`expert_shared_feed_forward_length` = sharedFf). */
+const SHARED_FF: readonly ArchName[] = ['qwen2moe', 'ernie4_5-moe', 'hunyuan-moe'];
+/** Architectures whose experts are sized by `feed_forward_length` (the others read expert_feed_forward_length). */
+const EXPERTS_BY_FF: readonly ArchName[] = ['llama', 'olmoe', 'minimax-m2', 'hunyuan-moe'];
+/** Architectures with RMS norms over each head's queries and keys. */
+const HEAD_QK_NORM: readonly ArchName[] = ['qwen3moe', 'glm4moe', 'dots1', 'hunyuan-moe', 'bailingmoe2'];
+/** Architectures that rotate half of each head (partial RoPE). */
+const HALF_ROPE: readonly ArchName[] = ['deepseek2', 'glm4moe', 'minimax-m2', 'bailingmoe2'];
 
 /**
  * How the router of an architecture picks and weighs experts (all on the coordinator: router authority). Sigmoid gates
@@ -31,7 +43,10 @@ const SHARED_COUNT: readonly ArchName[] = ['deepseek', 'deepseek2', 'glm4moe'];
  * sent and the weights it sums with, never the expert FFN it computes.
  */
 export interface Routing {
-  /** llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax, 2 sigmoid. */
+  /**
+   * llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax, 2 sigmoid. Sigmoid families read the gating, norm and scale
+   * keys from the file (written); softmax ones here have them fixed in their graph (not written).
+   */
   gating: 1 | 2;
   /** A per-expert selection bias `blk.N.exp_probs_b.bias` (DeepSeek-V3's e_score_correction_bias). */
   probsBias: boolean;
@@ -45,6 +60,10 @@ const ROUTING: Partial<Record<ArchName, Routing>> = {
   deepseek2: { gating: 2, probsBias: true, norm: true, scale: 2.5 },
   glm4moe: { gating: 2, probsBias: true, norm: true, scale: 1.5 },
   'minimax-m2': { gating: 2, probsBias: true, norm: true, scale: 0 },
+  dots1: { gating: 2, probsBias: true, norm: true, scale: 2.5 },
+  bailingmoe2: { gating: 2, probsBias: true, norm: true, scale: 2.5 },
+  'ernie4_5-moe': { gating: 1, probsBias: true, norm: true, scale: 0 },
+  'hunyuan-moe': { gating: 1, probsBias: false, norm: true, scale: 0 },
 };
 
 /** The router an architecture's generated model asks llama.cpp for; undefined: softmax over all experts, as stock. */
@@ -200,6 +219,7 @@ export function validateConfig(c: ModelConfig): string[] {
   if (c.denseLeading > 0 && !DENSE_LEADING.includes(c.arch)) {
     problems.push(`only ${DENSE_LEADING.join(', ')} have leading dense layers`);
   }
+  if (c.arch === 'dots1' && c.nHeadKv !== c.nHead) problems.push(`dots1 has no grouped-query attention: --n-head-kv must equal --n-head`);
   if (SHARED_COUNT.includes(c.arch) && c.sharedFf % c.ff !== 0) {
     problems.push(`${c.arch}: --shared-ff (${c.sharedFf}) must be a multiple of --ff (${c.ff}): shared experts are counted in units of ff`);
   }
@@ -275,8 +295,8 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
   const F32 = GGMLType.F32;
   const mla = a === 'deepseek2';
   // deepseek2: each head's key is a non-rotated half and a rotated half of headDim; values are headDim wide.
-  const ropeDim = mla ? headDim / 2 : a === 'glm4moe' || a === 'minimax-m2' ? headDim / 2 : headDim;
-  const denseFf = a === 'llama' || a === 'olmoe' || a === 'minimax-m2' ? c.ff : c.sharedFf;
+  const ropeDim = HALF_ROPE.includes(a) ? headDim / 2 : headDim;
+  const denseFf = EXPERTS_BY_FF.includes(a) ? c.ff : c.sharedFf;
   const metadata: MetaEntry[] = [
     { key: 'general.architecture', kind: 'str', value: a },
     { key: 'general.name', kind: 'str', value: `expertswarm-tiny-${a}` },
@@ -298,7 +318,9 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
     { key: `${a}.vocab_size`, kind: 'u32', value: vocabSize },
   ];
   if (a !== 'llama' && a !== 'olmoe') metadata.push({ key: `${a}.expert_feed_forward_length`, kind: 'u32', value: c.ff });
-  if (a === 'qwen2moe') metadata.push({ key: `${a}.expert_shared_feed_forward_length`, kind: 'u32', value: c.sharedFf });
+  if (SHARED_FF.includes(a)) metadata.push({ key: `${a}.expert_shared_feed_forward_length`, kind: 'u32', value: c.sharedFf });
+  // ernie4_5-moe: every layer past the dense ones routed (the step between MoE layers is required).
+  if (a === 'ernie4_5-moe') metadata.push({ key: `${a}.interleave_moe_layer_step`, kind: 'u32', value: 1 });
   if (DENSE_LEADING.includes(a)) metadata.push({ key: `${a}.leading_dense_block_count`, kind: 'u32', value: c.denseLeading });
   if (SHARED_COUNT.includes(a)) metadata.push({ key: `${a}.expert_shared_count`, kind: 'u32', value: c.sharedFf / c.ff });
   if (a === 'deepseek') metadata.push({ key: `${a}.expert_weights_scale`, kind: 'f32', value: 1 });
@@ -314,7 +336,7 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
     );
   }
   const routing = ROUTING[a];
-  if (routing) {
+  if (routing?.gating === 2) {
     metadata.push({ key: `${a}.expert_gating_func`, kind: 'u32', value: routing.gating });
     metadata.push({ key: `${a}.expert_weights_norm`, kind: 'bool', value: routing.norm });
     if (routing.scale !== 0) metadata.push({ key: `${a}.expert_weights_scale`, kind: 'f32', value: routing.scale });
@@ -353,13 +375,16 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
       add(`${p}.attn_k_b.weight`, [nope, c.kvLoraRank, c.nHead], 'attn');
       add(`${p}.attn_v_b.weight`, [c.kvLoraRank, headDim, c.nHead], 'attn');
       add(`${p}.attn_output.weight`, [c.nHead * headDim, c.nEmbd], 'attn');
+    } else if (a === 'bailingmoe2') {
+      add(`${p}.attn_qkv.weight`, [c.nEmbd, c.nEmbd + 2 * kvDim], 'attn');
+      add(`${p}.attn_output.weight`, [c.nEmbd, c.nEmbd], 'attn');
     } else {
       add(`${p}.attn_q.weight`, [c.nEmbd, c.nEmbd], 'attn');
       add(`${p}.attn_k.weight`, [c.nEmbd, kvDim], 'attn');
       add(`${p}.attn_v.weight`, [c.nEmbd, kvDim], 'attn');
       add(`${p}.attn_output.weight`, [c.nEmbd, c.nEmbd], 'attn');
     }
-    if (a === 'qwen3moe' || a === 'glm4moe') {
+    if (HEAD_QK_NORM.includes(a)) {
       add(`${p}.attn_q_norm.weight`, [headDim], 'norm');
       add(`${p}.attn_k_norm.weight`, [headDim], 'norm');
     } else if (a === 'olmoe' || a === 'minimax-m2') {
@@ -380,7 +405,7 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
     add(`${p}.ffn_gate_exps.weight`, [c.nEmbd, c.ff, c.nExpert], 'expert');
     add(`${p}.ffn_up_exps.weight`, [c.nEmbd, c.ff, c.nExpert], 'expert');
     add(`${p}.ffn_down_exps.weight`, [c.ff, c.nEmbd, c.nExpert], 'expert');
-    if (a === 'qwen2moe' || SHARED_COUNT.includes(a)) {
+    if (SHARED_FF.includes(a) || SHARED_COUNT.includes(a)) {
       if (a === 'qwen2moe') add(`${p}.ffn_gate_inp_shexp.weight`, [c.nEmbd], 'shared_gate');
       add(`${p}.ffn_gate_shexp.weight`, [c.nEmbd, c.sharedFf], 'shared_ffn');
       add(`${p}.ffn_up_shexp.weight`, [c.nEmbd, c.sharedFf], 'shared_ffn');

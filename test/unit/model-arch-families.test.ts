@@ -1,5 +1,6 @@
 /**
- * planModel for the families added for issue 25 (deepseek2, glm4moe, minimax-m2): the metadata keys llama.cpp's
+ * planModel for the families added for issue 25 (deepseek2, glm4moe, minimax-m2, dots1, ernie4_5-moe, hunyuan-moe,
+ * bailingmoe2): the metadata keys llama.cpp's
  * loader reads for each (`${arch}.…`, pinned commit: src/models/<arch>.cpp load_arch_hparams) and every tensor of a
  * dense and of a routed layer with its name, shape and type (load_arch_tensors). llama.cpp loading and running the
  * files is test/integration/llama-loads.test.ts; dispatching their experts, test/integration/expert-dispatch.test.ts.
@@ -222,7 +223,10 @@ test('the first five architectures keep their softmax router: no gating key, no 
 
 test('validateConfig names the wrong number for the new families', () => {
   const cases: Array<[Partial<ModelConfig> & { arch: ArchName }, RegExp]> = [
-    [{ arch: 'minimax-m2', denseLeading: 1 }, /only deepseek, deepseek2, glm4moe have leading dense layers/],
+    [
+      { arch: 'minimax-m2', denseLeading: 1 },
+      /only deepseek, deepseek2, glm4moe, dots1, ernie4_5-moe, bailingmoe2 have leading dense layers/,
+    ],
     [{ arch: 'glm4moe', sharedFf: 96 }, /--shared-ff \(96\) must be a multiple of --ff \(64\)/],
     [{ arch: 'deepseek2', expertGroups: 3 }, /expert groups \(3\) must divide --n-expert \(8\)/],
     [{ arch: 'deepseek2', expertGroups: 4, expertGroupsUsed: 4 }, /expert groups used \(4\) must be in \[1, 4\)/],
@@ -241,4 +245,127 @@ test('validateConfig names the wrong number for the new families', () => {
       `${JSON.stringify(partial)}: ${problems.join('; ') || 'no problem found'}`,
     );
   }
+});
+
+test('dots1: per-head q/k norms, sigmoid router with a selection bias, normalised weights × 2.5, shared experts, a leading dense layer; no grouped-query attention', () => {
+  const p = plan({ arch: 'dots1' });
+  const m = meta(p);
+  assert.deepEqual(
+    [m['dots1.expert_gating_func'], m['dots1.expert_weights_norm'], m['dots1.expert_weights_scale'], m['dots1.leading_dense_block_count']],
+    [2, true, 2.5, 1],
+  );
+  assert.deepEqual([m['dots1.expert_shared_count'], m['dots1.expert_feed_forward_length'], m['dots1.rope.dimension_count']], [1, 64, 32]);
+  assert.deepEqual(
+    layer(p, 1).map((s) => s.slice('blk.1.'.length)),
+    [
+      'attn_norm.weight 64 F32',
+      'attn_q.weight 64x64 F32',
+      'attn_k.weight 64x64 F32',
+      'attn_v.weight 64x64 F32',
+      'attn_output.weight 64x64 F32',
+      'attn_q_norm.weight 32 F32',
+      'attn_k_norm.weight 32 F32',
+      'ffn_norm.weight 64 F32',
+      'ffn_gate_inp.weight 64x8 F32',
+      'exp_probs_b.bias 8 F32',
+      'ffn_gate_exps.weight 64x64x8 F32',
+      'ffn_up_exps.weight 64x64x8 F32',
+      'ffn_down_exps.weight 64x64x8 F32',
+      'ffn_gate_shexp.weight 64x64 F32',
+      'ffn_up_shexp.weight 64x64 F32',
+      'ffn_down_shexp.weight 64x64 F32',
+    ],
+  );
+  assert.deepEqual(p.moeLayers, [1, 2]);
+  assert.match(validateConfig(defaultConfig({ arch: 'dots1', nHead: 2, nHeadKv: 1 })).join('; '), /dots1 has no grouped-query attention/);
+});
+
+test('ernie4_5-moe: softmax router (fixed by its graph: no gating keys) with a selection bias, a shared expert of its own width, the MoE step, a leading dense layer', () => {
+  const p = plan({ arch: 'ernie4_5-moe', sharedFf: 96 });
+  const m = meta(p);
+  assert.deepEqual(
+    {
+      step: m['ernie4_5-moe.interleave_moe_layer_step'],
+      dense: m['ernie4_5-moe.leading_dense_block_count'],
+      ff: m['ernie4_5-moe.feed_forward_length'],
+      ffExp: m['ernie4_5-moe.expert_feed_forward_length'],
+      ffShared: m['ernie4_5-moe.expert_shared_feed_forward_length'],
+      gating: m['ernie4_5-moe.expert_gating_func'],
+      sharedCount: m['ernie4_5-moe.expert_shared_count'],
+    },
+    { step: 1, dense: 1, ff: 96, ffExp: 64, ffShared: 96, gating: undefined, sharedCount: undefined },
+  );
+  assert.deepEqual(
+    layer(p, 0).slice(-3),
+    ['ffn_gate.weight 64x96 F32', 'ffn_up.weight 64x96 F32', 'ffn_down.weight 96x64 F32'].map((s) => `blk.0.${s}`),
+  );
+  assert.deepEqual(
+    layer(p, 2).slice(5),
+    [
+      'ffn_norm.weight 64 F32',
+      'ffn_gate_inp.weight 64x8 F32',
+      'exp_probs_b.bias 8 F32',
+      'ffn_gate_exps.weight 64x64x8 F32',
+      'ffn_up_exps.weight 64x64x8 F32',
+      'ffn_down_exps.weight 64x64x8 F32',
+      'ffn_gate_shexp.weight 64x96 F32',
+      'ffn_up_shexp.weight 64x96 F32',
+      'ffn_down_shexp.weight 96x64 F32',
+    ].map((s) => `blk.2.${s}`),
+  );
+  assert.deepEqual(p.moeLayers, [1, 2]);
+});
+
+test('hunyuan-moe: experts sized by feed_forward_length, a shared expert of its own width, per-head q/k norms, softmax router; every layer routed', () => {
+  const p = plan({ arch: 'hunyuan-moe', ff: 32, sharedFf: 96 });
+  const m = meta(p);
+  assert.deepEqual(
+    [m['hunyuan-moe.feed_forward_length'], m['hunyuan-moe.expert_feed_forward_length'], m['hunyuan-moe.expert_shared_feed_forward_length']],
+    [32, 32, 96],
+  );
+  assert.equal(m['hunyuan-moe.leading_dense_block_count'], undefined);
+  assert.deepEqual(
+    layer(p, 0).slice(5),
+    [
+      'attn_q_norm.weight 32 F32',
+      'attn_k_norm.weight 32 F32',
+      'ffn_norm.weight 64 F32',
+      'ffn_gate_inp.weight 64x8 F32',
+      'ffn_gate_exps.weight 64x32x8 F32',
+      'ffn_up_exps.weight 64x32x8 F32',
+      'ffn_down_exps.weight 32x64x8 F32',
+      'ffn_gate_shexp.weight 64x96 F32',
+      'ffn_up_shexp.weight 64x96 F32',
+      'ffn_down_shexp.weight 96x64 F32',
+    ].map((s) => `blk.0.${s}`),
+  );
+  assert.deepEqual(p.moeLayers, [0, 1, 2]);
+});
+
+test('bailingmoe2: one fused attn_qkv, per-head q/k norms, partial RoPE, sigmoid router with a selection bias, × 2.5, shared experts, a leading dense layer', () => {
+  const p = plan({ arch: 'bailingmoe2', nHeadKv: 1 });
+  const m = meta(p);
+  assert.deepEqual(
+    [
+      m['bailingmoe2.expert_gating_func'],
+      m['bailingmoe2.expert_weights_scale'],
+      m['bailingmoe2.expert_shared_count'],
+      m['bailingmoe2.rope.dimension_count'],
+    ],
+    [2, 2.5, 1, 16],
+  );
+  assert.deepEqual(
+    layer(p, 1).slice(0, 6),
+    [
+      'attn_norm.weight 64 F32',
+      'attn_qkv.weight 64x128 F32',
+      'attn_output.weight 64x64 F32',
+      'attn_q_norm.weight 32 F32',
+      'attn_k_norm.weight 32 F32',
+      'ffn_norm.weight 64 F32',
+    ].map((s) => `blk.1.${s}`),
+  );
+  assert.ok(!p.tensors.some((t) => /attn_[qkv]\.weight/.test(t.name)), 'no separate q, k, v');
+  assert.ok(layer(p, 1).includes('blk.1.exp_probs_b.bias 8 F32'));
+  assert.deepEqual(p.moeLayers, [1, 2]);
 });

@@ -12,6 +12,10 @@
  *  - the honest dispatcher again after the controls: stock's logits, so no state from the corrupted runs leaks into
  *    the next request of the slot;
  *  - the WGSL runtime (ExpertRuntime on Node's WebGPU, SwiftShader here) with llama numerics: stock's tokens.
+ * Then the recurrent state in the server's other paths, with dispatch on: 4 slots generating at once (one state per
+ * sequence, however the server batches them) give the tokens of stock alone with every pair served; and a request
+ * that reuses the cached prompt (the server restores the state from its context checkpoint and evaluates only the
+ * prompt's tail) gives stock's logits at every position, as the request that filled the cache did.
  *
  * Their prompt is evaluated unlike the other families' (HYBRID_EVALUATION): in two graphs, the last 4 tokens apart (the
  * server checkpoints the recurrent state before them), so the state crosses a graph boundary inside the prompt too;
@@ -29,7 +33,15 @@ import { testModel, type TestModel } from '../../harness/models.ts';
 import { completeGreedy, startServer, type Completion, type RunningServer } from '../../harness/linkcpp.ts';
 import { TestDispatcher, type DispatcherBehaviour, type RequestRecord } from '../../harness/test-dispatcher.ts';
 import type { Hello } from '../../protocol/dispatch.ts';
-import { checkRun, promptTokens, type PromptEvaluation, type RunCheck } from '../../harness/dispatch-checks.ts';
+import {
+  FALLBACK_LINE,
+  checkRun,
+  logitDistances,
+  promptTokens,
+  type PromptEvaluation,
+  type RunCheck,
+} from '../../harness/dispatch-checks.ts';
+import { logLines } from '../../harness/log-wait.ts';
 import { WgslBackend } from '../../harness/wgsl-backend.ts';
 import { planModel, type ModelConfig } from '../../tools/model-arch.ts';
 import { HYBRID_ARCHITECTURES, type HybridArchName, hybridShape } from '../../tools/model-arch-hybrid.ts';
@@ -75,25 +87,33 @@ function fmt(x: number): string {
   return x === 0 ? '0' : x.toExponential(1);
 }
 
-/** The stock server; `--no-repack-exps` keeps the expert weights in the layout `--expert-dispatch` leaves them in. */
-async function baseline(m: TestModel): Promise<Completion> {
+/**
+ * The stock server, one slot, the prompts one after the other; `--no-repack-exps` keeps the expert weights in the
+ * layout `--expert-dispatch` leaves them in (repacked kernels round activations differently).
+ */
+async function stock(m: TestModel, prompts: string[], nPredict: number, extra: Record<string, unknown> = {}): Promise<Completion[]> {
   const server = await startServer({ model: m.path, args: ['--no-repack-exps'] });
   try {
-    const c = await completeGreedy(server.url, PROMPT, N, m.ban, ALL_PROBS);
-    assert.equal(c.tokens?.length, N, `stock gave ${c.tokens?.length} tokens, ${N} requested`);
-    return c;
+    const out: Completion[] = [];
+    for (const p of prompts) {
+      const c = await completeGreedy(server.url, p, nPredict, m.ban, extra);
+      assert.equal(c.tokens?.length, nPredict, `stock gave ${c.tokens?.length} tokens, ${nPredict} requested`);
+      out.push(c);
+    }
+    return out;
   } finally {
     await server.stop();
   }
 }
 
-/** The coordinator with `--expert-dispatch` to a TestDispatcher serving `behaviour`; HELLO and protocol checked. */
-async function withDispatch(m: TestModel, run: (server: RunningServer, d: TestDispatcher) => Promise<void>): Promise<void> {
+/** The coordinator with `--expert-dispatch` to a TestDispatcher serving every pair; HELLO and protocol checked. */
+async function withDispatch(m: TestModel, run: (server: RunningServer, d: TestDispatcher) => Promise<void>, slots = 1): Promise<void> {
   const sock = join(dir, `xdh-${process.pid}-${socketCounter++}.sock`);
   const d = await TestDispatcher.start(sock, m.path, 'all');
   const deadlineMs = 5000;
   const server = await startServer({
     model: m.path,
+    slots,
     args: ['--expert-dispatch', sock, '--expert-dispatch-deadline-ms', String(deadlineMs)],
   });
   try {
@@ -147,7 +167,7 @@ for (const arch of HYBRID_ARCHITECTURES) {
       const shape = hybridShape(m.config);
       assert.ok(shape.recurrent.includes(true) && shape.recurrent.includes(false), 'both kinds of layer in the model');
       assert.deepEqual(moeLayers(m), [0, 1, 2], 'every layer has routed experts');
-      const want = await baseline(m);
+      const [want] = (await stock(m, [PROMPT], N, ALL_PROBS)) as [Completion];
       const distinct = new Set(want.tokens).size;
       assert.ok(distinct >= MIN_DISTINCT, `the stock baseline has ${distinct} distinct tokens of ${N} (need ≥ ${MIN_DISTINCT})`);
       assert.ok(promptTokens(want) > 1, 'the prompt is more than one token (generation steps are the one-row requests)');
@@ -201,3 +221,69 @@ for (const arch of HYBRID_ARCHITECTURES) {
     });
   }
 }
+
+test('4 slots generating concurrently on a hybrid model with dispatch on (one recurrent state per sequence): the tokens of stock alone, every pair served', async () => {
+  const m = await testModel(gridConfig('qwen35moe', GGMLType.F32));
+  const prompts = ['The swarm serves', 'hello world', 'A volunteer opens a page', 'numbers 1 2 3'];
+  const nPredict = 32;
+  const want = await stock(m, prompts, nPredict);
+  await withDispatch(
+    m,
+    async (server, d) => {
+      const mark = d.mark();
+      const logMark = server.log().length;
+      const outs = await Promise.all(prompts.map((p) => completeGreedy(server.url, p, nPredict, m.ban)));
+      const answered = d.since(mark);
+      for (const [i, o] of outs.entries()) {
+        assert.deepEqual(o.tokens, want[i]?.tokens, `prompt ${JSON.stringify(prompts[i])}: concurrent dispatch differs from stock alone`);
+      }
+      // Per sequence and MoE layer: every prompt row (every layer keeps them all here), then one row per generated
+      // token but the last, however the server batched and split them.
+      const rowsPerSeq = (promptN: number): number => moeLayers(m).length * (promptN + nPredict - 1);
+      const wantPairs = m.config.nExpertUsed * outs.reduce((s, o) => s + rowsPerSeq(promptTokens(o)), 0);
+      const served = answered.reduce((s, r) => s + r.served, 0);
+      assert.equal(served, wantPairs, `served ${served} pairs, expected ${wantPairs}`);
+      assert.equal(
+        answered.reduce((s, r) => s + r.notServed, 0),
+        0,
+        'nothing answered not served',
+      );
+      assert.deepEqual(logLines(server.log().slice(logMark), FALLBACK_LINE), [], 'no local fallback');
+    },
+    4,
+  );
+});
+
+test("qwen3next: a request that reuses the cached prompt (the server restores the recurrent state from a checkpoint and re-evaluates the prompt's tail) gives stock's logits at every position with dispatch on", async (t: TestContext) => {
+  const m = await testModel(gridConfig('qwen3next', GGMLType.F32));
+  const cached = { ...ALL_PROBS, cache_prompt: true };
+  // The same two requests on each server: the first fills the cache and its checkpoints, the second reuses them.
+  const want = await stock(m, [PROMPT, PROMPT], N, cached);
+  await withDispatch(m, async (server, d) => {
+    const evaluated: number[] = [];
+    for (const [i, w] of want.entries()) {
+      const mark = d.mark();
+      const logMark = server.log().length;
+      const got = await completeGreedy(server.url, PROMPT, N, m.ban, cached);
+      const requests = d.since(mark);
+      evaluated.push(promptTokens(got));
+      assert.equal(promptTokens(got), promptTokens(w), `request ${i + 1}: the prompt rows stock evaluated`);
+      assert.deepEqual(got.tokens, w.tokens, `request ${i + 1}: stock's tokens`);
+      const distances = logitDistances(w, got, nVocab);
+      assert.equal(distances.length, N, `request ${i + 1}: logits at every position`);
+      const max = Math.max(...distances);
+      assert.ok(max <= EXACT_BOUND, `request ${i + 1}: 1 − cos of the logits up to ${max}`);
+      const rows = requests.reduce((s, r) => s + r.nTokens, 0);
+      const wantRows = moeLayers(m).length * (promptTokens(got) + N - 1);
+      assert.equal(rows, wantRows, `request ${i + 1}: ${rows} rows asked, ${wantRows} expected`);
+      assert.ok(
+        requests.every((r) => r.notServed === 0 && r.served === r.nTokens * r.nUsed),
+        `request ${i + 1}: every pair served`,
+      );
+      assert.deepEqual(logLines(server.log().slice(logMark), FALLBACK_LINE), [], `request ${i + 1}: no local fallback`);
+    }
+    const [first, second] = evaluated as [number, number];
+    t.diagnostic(`prompt tokens evaluated: ${first}, then ${second} after the checkpoint restore`);
+    assert.ok(second < first, `the second request evaluated ${second} prompt tokens, the first ${first}: the cache was not used`);
+  });
+});

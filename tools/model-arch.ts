@@ -20,6 +20,7 @@ export const ARCHITECTURES = [
   'ernie4_5-moe',
   'hunyuan-moe',
   'bailingmoe2',
+  'llama4',
   ...HYBRID_ARCHITECTURES,
 ] as const;
 export type ArchName = (typeof ARCHITECTURES)[number];
@@ -321,6 +322,10 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
   if (SHARED_FF.includes(a)) metadata.push({ key: `${a}.expert_shared_feed_forward_length`, kind: 'u32', value: c.sharedFf });
   // ernie4_5-moe: every layer past the dense ones routed (the step between MoE layers is required).
   if (a === 'ernie4_5-moe') metadata.push({ key: `${a}.interleave_moe_layer_step`, kind: 'u32', value: 1 });
+  // llama4: every second layer routed, the others dense (Maverick's interleave). No sliding_window key: the loader
+  // then sets Llama 4's own attention (chunks of 8192, longer than any test context; no RoPE in every 4th layer;
+  // temperature tuning). Its experts take the router weight before the FFN.
+  if (a === 'llama4') metadata.push({ key: `${a}.interleave_moe_layer_step`, kind: 'u32', value: 2 });
   if (DENSE_LEADING.includes(a)) metadata.push({ key: `${a}.leading_dense_block_count`, kind: 'u32', value: c.denseLeading });
   if (SHARED_COUNT.includes(a)) metadata.push({ key: `${a}.expert_shared_count`, kind: 'u32', value: c.sharedFf / c.ff });
   if (a === 'deepseek') metadata.push({ key: `${a}.expert_weights_scale`, kind: 'f32', value: 1 });
@@ -393,7 +398,7 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
     }
     // glm4moe names its FFN norm after the attention (HF post_attention_layernorm).
     add(a === 'glm4moe' ? `${p}.post_attention_norm.weight` : `${p}.ffn_norm.weight`, [c.nEmbd], 'norm');
-    if (i < c.denseLeading) {
+    if (i < c.denseLeading || (a === 'llama4' && (i + 1) % 2 !== 0)) {
       add(`${p}.ffn_gate.weight`, [c.nEmbd, c.sharedFf], 'dense_ffn');
       add(`${p}.ffn_up.weight`, [c.nEmbd, c.sharedFf], 'dense_ffn');
       add(`${p}.ffn_down.weight`, [c.sharedFf, c.nEmbd], 'dense_ffn');
@@ -405,6 +410,12 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
     add(`${p}.ffn_gate_exps.weight`, [c.nEmbd, c.ff, c.nExpert], 'expert');
     add(`${p}.ffn_up_exps.weight`, [c.nEmbd, c.ff, c.nExpert], 'expert');
     add(`${p}.ffn_down_exps.weight`, [c.ff, c.nEmbd, c.nExpert], 'expert');
+    if (a === 'llama4') {
+      // one shared expert as wide as a routed one
+      add(`${p}.ffn_gate_shexp.weight`, [c.nEmbd, c.ff], 'shared_ffn');
+      add(`${p}.ffn_up_shexp.weight`, [c.nEmbd, c.ff], 'shared_ffn');
+      add(`${p}.ffn_down_shexp.weight`, [c.ff, c.nEmbd], 'shared_ffn');
+    }
     if (SHARED_FF.includes(a) || SHARED_COUNT.includes(a)) {
       if (a === 'qwen2moe') add(`${p}.ffn_gate_inp_shexp.weight`, [c.nEmbd], 'shared_gate');
       add(`${p}.ffn_gate_shexp.weight`, [c.nEmbd, c.sharedFf], 'shared_ffn');

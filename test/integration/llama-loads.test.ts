@@ -81,3 +81,27 @@ for (const arch of ARCHITECTURES) {
     });
   }
 }
+
+test('llama.cpp loads and runs deepseek2 without query compression (q_lora_rank 0: one attn_q, as DeepSeek-V2-Lite)', async () => {
+  const model = await testModel({
+    arch: 'deepseek2',
+    layers: 3,
+    nEmbd: 64,
+    ff: 64,
+    sharedFf: 64,
+    nExpert: 8,
+    nExpertUsed: 2,
+    qLoraRank: 0,
+    seed: 11,
+  });
+  const file = await readGGUFFile(model.path);
+  assert.ok(file.tensors.some((t) => t.name === 'blk.1.attn_q.weight'));
+  assert.ok(!file.tensors.some((t) => t.name.includes('attn_q_a')));
+  const server = await startServer({ model: model.path });
+  try {
+    const out = await completeGreedy(server.url, 'The swarm serves', 8, model.ban);
+    assert.equal(out.tokens.length, 8, 'eight tokens generated');
+  } finally {
+    await server.stop();
+  }
+});

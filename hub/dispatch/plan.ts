@@ -330,7 +330,7 @@ export function shadowDeadlineMs(budgetMs: number, cfg: DeadlineConfig = DEFAULT
 // ---------------------------------------------------------------------------------------------
 // A worker's speed
 
-/** Transport samples (round trip − the worker's compute) whose median is the line's fixed cost beyond compute. */
+/** Transport samples (round trip − the worker's compute) whose upper quartile is the line's fixed cost beyond compute. */
 export const TRANSPORT_WINDOW = 16;
 
 /**
@@ -341,8 +341,11 @@ export const TRANSPORT_WINDOW = 16;
  *
  * Where the worker reports its own compute time per item (the volunteer channel's RESULT `compute_us`), the line is
  * fitted on that — pairs against compute, what the pairs really cost — and the rest of the round trip (sockets, event
- * loops, the hub's own GC pauses: "transport") is tracked apart as the median of the last TRANSPORT_WINDOW samples and
- * added to the fixed cost. A round-trip fit let one slow trip in five set most of the fixed cost: bench:elastic's
+ * loops, the hub's own GC pauses: "transport") is tracked apart as the upper quartile of the last TRANSPORT_WINDOW
+ * samples and added to the fixed cost. A quartile, not the mean: one stalled trip in 16 does not move it (it takes 5);
+ * the upper one, not the median: the coordinator waits for the later of its own part and the worker's, so a worker
+ * whose trips are often slow costs it that often (bench:elastic with the median: transport 0.7 ms, p90 5 ms; decode
+ * items of 1–8 pairs were claimed and the coordinator's core sat 12–28 % idle waiting, decode 0.88×). A round-trip fit let one slow trip in five set most of the fixed cost: bench:elastic's
  * volunteers were fitted at ~10 ms + 0.3 ms/pair where their round trip was p50 3.4 ms, and every decode item was
  * declined (docs/elastic.md, "Measured for issue 24"). A worker that reports nothing keeps the round-trip fit.
  *
@@ -371,7 +374,7 @@ export interface LatencyModel {
   cPairs2: number;
   cPairsMs: number;
   cMs: number;
-  /** The last TRANSPORT_WINDOW transports (a ring; `nCompute` says how many are filled), ms, and their median. */
+  /** The last TRANSPORT_WINDOW transports (a ring; `nCompute` says how many are filled), ms, and their upper quartile. */
   readonly transport: Float64Array;
   transportMs: number;
   /** Warm samples in the line. */
@@ -403,12 +406,12 @@ export function newLatencyModel(): LatencyModel {
 
 const sorted = new Float64Array(TRANSPORT_WINDOW);
 
-/** The lower median of the filled part of the transport ring. */
+/** The upper quartile (the ⌊¾(k − 1)⌋-th smallest of k) of the filled part of the transport ring. */
 function transportMedian(m: LatencyModel): number {
   const k = Math.min(m.nCompute, TRANSPORT_WINDOW);
   sorted.set(k === TRANSPORT_WINDOW ? m.transport : m.transport.subarray(0, k));
   const s = sorted.subarray(0, k).sort();
-  return s[(k - 1) >> 1] as number;
+  return s[Math.floor((3 * (k - 1)) / 4)] as number;
 }
 
 /**
@@ -461,7 +464,7 @@ function fitLine(pairs: number, pairs2: number, pairsMs: number, ms: number): { 
 
 /**
  * `{overheadMs, perPairMs}` of the worker's line; null before the first observation. With compute reported: the
- * compute fit, its fixed cost plus the median transport; else the round trip's fit.
+ * compute fit, its fixed cost plus the transport's upper quartile; else the round trip's fit.
  */
 export function latencyLine(m: LatencyModel): { overheadMs: number; perPairMs: number } | null {
   if (m.n === 0) return null;
@@ -483,5 +486,5 @@ export function describeLatency(m: LatencyModel): string {
   const head = `${line.overheadMs.toFixed(1)} ms + ${line.perPairMs.toFixed(2)} ms/pair`;
   const cold = m.coldSkipped > 0 ? `, ${m.coldSkipped} cold left out` : '';
   if (m.nCompute === 0) return `${head} (round trip; n ${m.n}, ${m.warm} warm${cold})`;
-  return `${head} (compute fit + transport median ${m.transportMs.toFixed(2)} ms; n ${m.n}, ${m.warm} warm${cold})`;
+  return `${head} (compute fit + transport p75 ${m.transportMs.toFixed(2)} ms; n ${m.n}, ${m.warm} warm${cold})`;
 }

@@ -296,7 +296,7 @@ test('fitted claims: cold probes after warm service do not flip the decision (th
   assert.ok((latencyLine(m)?.overheadMs ?? 99) <= (before?.overheadMs ?? 0) + 0.05);
 });
 
-test('fitted claims: one GC pause in the round trip does not set the fixed cost (transport is a windowed median)', () => {
+test('fitted claims: one GC pause in the round trip does not set the fixed cost (transport is a windowed upper quartile)', () => {
   const m = warmWorker();
   const before = latencyLine(m);
   assert.ok(before);

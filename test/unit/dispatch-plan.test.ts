@@ -260,7 +260,7 @@ test('latency model: a fitted line when sizes vary, the whole round trip per pai
   assert.ok(Math.abs((expectedRoundTripMs(fit, 100) as number) - 28) < 1e-4);
 });
 
-test("latency model with the worker's compute reported: compute fit + median transport; cold samples; none reported", () => {
+test("latency model with the worker's compute reported: compute fit + the transport's upper quartile; cold samples; none reported", () => {
   const rows: Array<{
     name: string;
     samples: Array<[pairs: number, ms: number, computeMs: number, cold?: boolean]>;
@@ -273,7 +273,7 @@ test("latency model with the worker's compute reported: compute fit + median tra
       line: { overheadMs: 3, perPairMs: 0.5 },
     },
     {
-      name: 'transport is the (lower) median of the window: one 40 ms stall in 9 does not move it',
+      name: 'transport is the upper quartile of the window: one 40 ms stall in 9 does not move it',
       samples: [2, 2, 2, 2, 42, 2, 2, 2, 2].map((t, i) => [8 * (1 + (i % 2)), 4 * (1 + (i % 2)) + t, 4 * (1 + (i % 2))]),
       line: { overheadMs: 2, perPairMs: 0.5 },
     },

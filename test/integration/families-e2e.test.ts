@@ -6,7 +6,8 @@
  * greedy completion has those token ids again with ≥ 90% of its routed pairs served by the volunteers.
  *
  * The coordinator keeps everything but the routed experts (latent attention, sigmoid routers with selection biases
- * and groups, shared experts, dense layers); the volunteers compute the same expert FFN as for the first five
+ * and groups, shared experts, dense layers, Llama 4's weighting of each pair's row, the hybrids' delta-net layers);
+ * the volunteers compute the same expert FFN as for the first five
  * architectures. One model per family: Q4_K (exact in WebGPU numerics), 3 layers, loud experts.
  */
 import { test } from 'node:test';
@@ -28,21 +29,35 @@ import { GGMLType } from '../../gguf/quant-types.ts';
 import { type ArchName, defaultConfig, planModel } from '../../tools/model-arch.ts';
 import { buildVocabulary } from '../../tools/tokenizer.ts';
 
-const FAMILIES: ArchName[] = ['deepseek2', 'glm4moe', 'minimax-m2', 'dots1', 'ernie4_5-moe', 'hunyuan-moe', 'bailingmoe2'];
+const FAMILIES: ArchName[] = [
+  'deepseek2',
+  'glm4moe',
+  'minimax-m2',
+  'dots1',
+  'ernie4_5-moe',
+  'hunyuan-moe',
+  'bailingmoe2',
+  'llama4',
+  'qwen3next',
+  'qwen35moe',
+];
 const N = E2E_TOKENS;
 
 for (const arch of FAMILIES) {
   test(`${arch}: headless volunteers pass probation and serve ≥ 90% of routed pairs with the token ids of --dispatch off`, {
     timeout: 600_000,
   }, async (t) => {
+    // Llama 4: top-1 routing (Scout, Maverick), MoE in layers 1 and 3 of 4 (the router weight before the FFN: the
+    // coordinator weighs each pair's row, the volunteers compute the common variant).
+    const llama4 = arch === 'llama4';
     const config = {
       arch,
-      layers: 3,
+      layers: llama4 ? 4 : 3,
       nEmbd: 256,
       ff: 256,
       sharedFf: 256,
       nExpert: 8,
-      nExpertUsed: 2,
+      nExpertUsed: llama4 ? 1 : 2,
       type: GGMLType.Q4_K,
       seed: 33,
       expertScale: 2,

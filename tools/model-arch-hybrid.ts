@@ -14,10 +14,17 @@
  * Shapes are in ggml order, as in model-arch.ts: dims[0] is the row length.
  */
 import { GGMLType } from '../gguf/quant-types.ts';
-import type { MetaEntry, ModelConfig, ModelPlan, TensorPlan, TensorRole } from './model-arch.ts';
+import {
+  HYBRID_ARCHITECTURES,
+  type HybridArchName,
+  type MetaEntry,
+  type ModelConfig,
+  type ModelPlan,
+  type TensorPlan,
+  type TensorRole,
+} from './model-types.ts';
 
-export const HYBRID_ARCHITECTURES = ['qwen3next', 'qwen35moe'] as const;
-export type HybridArchName = (typeof HYBRID_ARCHITECTURES)[number];
+export { HYBRID_ARCHITECTURES, type HybridArchName };
 
 export function isHybridArch(arch: string): arch is HybridArchName {
   return (HYBRID_ARCHITECTURES as readonly string[]).includes(arch);

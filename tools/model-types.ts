@@ -1,0 +1,102 @@
+/**
+ * The shapes the model generator's modules share (model-arch.ts, model-arch-hybrid.ts, make-model.ts): the
+ * architectures it writes, a model's configuration, and the plan of a model (its metadata and tensors). Types and
+ * names only, so that the per-family modules import them from here and not from each other.
+ */
+import type { GGMLType } from '../gguf/quant-types.ts';
+
+/** The hybrid families (linear-attention layers beside attention ones): model-arch-hybrid.ts plans them. */
+export const HYBRID_ARCHITECTURES = ['qwen3next', 'qwen35moe'] as const;
+export type HybridArchName = (typeof HYBRID_ARCHITECTURES)[number];
+
+export const ARCHITECTURES = [
+  'qwen3moe',
+  'qwen2moe',
+  'deepseek',
+  'llama',
+  'olmoe',
+  'deepseek2',
+  'glm4moe',
+  'minimax-m2',
+  'dots1',
+  'ernie4_5-moe',
+  'hunyuan-moe',
+  'bailingmoe2',
+  'llama4',
+  ...HYBRID_ARCHITECTURES,
+] as const;
+export type ArchName = (typeof ARCHITECTURES)[number];
+
+export interface ModelConfig {
+  arch: ArchName;
+  layers: number;
+  nEmbd: number;
+  nExpert: number;
+  nExpertUsed: number;
+  /** Feed-forward width of one routed expert. */
+  ff: number;
+  /** Type of the big matrices (norms, router and other 1-D tensors stay F32). */
+  type: GGMLType;
+  seed: number;
+  nHead: number;
+  nHeadKv: number;
+  /** Leading dense (non-MoE) layers; only the archs of DENSE_LEADING have them. */
+  denseLeading: number;
+  /** Width of the shared expert (qwen2moe) or of the shared experts together (deepseek, deepseek2, glm4moe: ff × count). */
+  sharedFf: number;
+  /** deepseek2's multi-head latent attention: rank of the query compression (0: no compression, one `attn_q`). */
+  qLoraRank: number;
+  /** deepseek2: rank of the key/value compression (the width of the latent the KV cache holds). */
+  kvLoraRank: number;
+  /** Expert groups for grouped top-k (deepseek2; 0: none): the router keeps the best `expertGroupsUsed` groups. */
+  expertGroups: number;
+  expertGroupsUsed: number;
+  contextLength: number;
+  /**
+   * Loudness of the routed-expert branch: a multiplier on the amplitude of the routed experts' down projection
+   * (1 = the unit-variance amplitude every other matrix gets). The default 0.1 keeps the branch quiet (see
+   * make-model.ts); tests that judge expert outputs through the logits use a loud branch (≥ 1), so that an error in
+   * the experts moves the logits as much as an error in any other matrix would.
+   */
+  expertScale: number;
+}
+
+/** How a tensor's weights are drawn; also decides its type. */
+export type TensorRole =
+  | 'norm'
+  | 'embed'
+  | 'output'
+  | 'attn'
+  | 'router'
+  | 'router_bias'
+  | 'dense_ffn'
+  | 'shared_ffn'
+  | 'shared_gate'
+  | 'expert'
+  // the linear-attention layers of the hybrid families (model-arch-hybrid.ts): projections, convolution, decay, dt bias
+  | 'ssm'
+  | 'ssm_conv'
+  | 'ssm_a'
+  | 'ssm_dt';
+
+export interface TensorPlan {
+  name: string;
+  dims: number[];
+  role: TensorRole;
+  type: GGMLType;
+}
+
+export type MetaEntry =
+  | { key: string; kind: 'u32'; value: number }
+  | { key: string; kind: 'f32'; value: number }
+  | { key: string; kind: 'str'; value: string }
+  | { key: string; kind: 'bool'; value: boolean }
+  | { key: string; kind: 'i32[]'; value: number[] };
+
+export interface ModelPlan {
+  config: ModelConfig;
+  metadata: MetaEntry[];
+  tensors: TensorPlan[];
+  /** Layers whose FFN is routed experts (the ones a volunteer can serve). */
+  moeLayers: number[];
+}

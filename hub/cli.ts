@@ -194,7 +194,15 @@ export async function runHub(
   const app = await buildApp(hub, pages);
   const address = await app.listen({ port: config.port, host: config.host });
   log(`[hub] API on ${address} — models: ${hub.servedModels().join(', ')}; starting coordinators…`);
-  await hub.start();
+  try {
+    await hub.start();
+  } catch (e) {
+    // A hub that cannot start (a coordinator binary missing) lets go of its port, sockets and database, so that its
+    // process can exit with the error instead of holding them open.
+    await app.close().catch(() => {});
+    await hub.stop().catch(() => {});
+    throw e;
+  }
   for (const c of hub.coordinators()) log(`[hub] coordinator ${c.name}: ${c.state}${c.url ? ` at ${c.url}` : ''}`);
   return {
     hub,

@@ -139,6 +139,8 @@ export function validateConfig(c: ModelConfig): string[] {
   if (c.denseLeading > 0 && !DENSE_LEADING.includes(c.arch)) {
     problems.push(`only ${DENSE_LEADING.join(', ')} have leading dense layers`);
   }
+  // Llama 4's attention is chunked in 3 layers of every 4 and full in the 4th; llama.cpp needs one full layer at least.
+  if (c.arch === 'llama4' && c.layers < 4) problems.push(`llama4 needs at least 4 layers (every 4th attends in full), got ${c.layers}`);
   if (c.arch === 'dots1' && c.nHeadKv !== c.nHead) problems.push(`dots1 has no grouped-query attention: --n-head-kv must equal --n-head`);
   if (SHARED_COUNT.includes(c.arch) && c.sharedFf % c.ff !== 0) {
     problems.push(`${c.arch}: --shared-ff (${c.sharedFf}) must be a multiple of --ff (${c.ff}): shared experts are counted in units of ff`);

@@ -369,3 +369,21 @@ test('bailingmoe2: one fused attn_qkv, per-head q/k norms, partial RoPE, sigmoid
   assert.ok(layer(p, 1).includes('blk.1.exp_probs_b.bias 8 F32'));
   assert.deepEqual(p.moeLayers, [1, 2]);
 });
+
+test('llama4: MoE every second layer with a shared expert, dense between; fewer than 4 layers refused', () => {
+  const plan = planModel(defaultConfig({ arch: 'llama4', layers: 4, nEmbd: 64, ff: 64, sharedFf: 128, nExpert: 8, nExpertUsed: 1 }), VOCAB);
+  assert.deepEqual(plan.moeLayers, [1, 3]);
+  const names = new Set(plan.tensors.map((t) => t.name));
+  for (const l of [1, 3]) {
+    for (const t of ['ffn_gate_exps', 'ffn_up_exps', 'ffn_down_exps', 'ffn_gate_shexp', 'ffn_up_shexp', 'ffn_down_shexp'])
+      assert.ok(names.has(`blk.${l}.${t}.weight`), `blk.${l}.${t}`);
+  }
+  assert.deepEqual(plan.tensors.find((t) => t.name === 'blk.0.ffn_up.weight')?.dims, [64, 128], 'dense FFN at feed_forward_length');
+  assert.ok(!names.has('blk.0.ffn_up_exps.weight') && !names.has('blk.2.ffn_up_exps.weight'));
+  assert.ok(plan.metadata.some((m) => m.key === 'llama4.interleave_moe_layer_step' && m.value === 2));
+  const problems = validateConfig(defaultConfig({ arch: 'llama4', layers: 3, nEmbd: 64, ff: 64, nExpert: 8, nExpertUsed: 1 }));
+  assert.ok(
+    problems.some((p) => p.includes('llama4 needs at least 4 layers')),
+    problems.join('; '),
+  );
+});

@@ -100,7 +100,7 @@ class Managed {
       ...(s.dispatchSocket ? ['--expert-dispatch', s.dispatchSocket] : []),
       ...(s.extraArgs ?? []),
     ];
-    // The coordinator does not outlive this hub (its expert-dispatch hook asks the kernel for SIGTERM when we die): a
+    // The coordinator does not outlive this hub (its expert-dispatch hook asks the kernel for SIGKILL when we die): a
     // SIGKILLed hub leaves no coordinator serving unsupervised; the next hub starts a fresh one.
     const proc = spawn(s.binary, args, {
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -1,7 +1,7 @@
 /**
  * A hub killed with SIGKILL mid-stream (`npx expertswarm hub` as its own process, its real coordinator): the client's
  * stream ends with an error at once instead of hanging, the coordinator it supervised exits within seconds instead of
- * serving on unsupervised (the hub starts it with LINKCPP_EXIT_WITH_PARENT: the kernel sends it SIGTERM when the hub
+ * serving on unsupervised (the hub starts it with LINKCPP_EXIT_WITH_PARENT: the kernel sends it SIGKILL when the hub
  * dies), and a new hub on the same state directory starts a fresh coordinator and serves the same tokens.
  *
  * Why restart, not re-adopt: the coordinator's dispatch socket lives in the dead hub's private temporary directory and
@@ -11,7 +11,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -47,6 +47,39 @@ function alive(pid: number): boolean {
   }
   const state = processState(pid);
   return state !== 'Z' && state !== 'X';
+}
+
+/**
+ * Waits (bounded) for the coordinator a SIGKILLed hub left behind to exit and returns how long it took from `killedAt`.
+ * On a timeout the error names each of its threads with its state and kernel wait channel, so a hang says where.
+ */
+async function orphanGone(pid: number, killedAt: number, timeoutMs = 15_000): Promise<number> {
+  return until('the orphan coordinator to exit', timeoutMs, () => (alive(pid) ? undefined : Date.now() - killedAt)).catch(
+    (e: Error) => {
+      throw new Error(`${e.message}; its threads: ${threadStates(pid)}`);
+    },
+  );
+}
+
+/** "tid name state wchan" for each thread of `pid`, as /proc shows them now. */
+function threadStates(pid: number): string {
+  try {
+    return readdirSync(`/proc/${pid}/task`)
+      .map((tid) => {
+        const read = (f: string): string => {
+          try {
+            return readFileSync(`/proc/${pid}/task/${tid}/${f}`, 'utf8').trim();
+          } catch {
+            return '?';
+          }
+        };
+        const stat = read('stat');
+        return `${tid} ${read('comm')} ${stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0]} ${read('wchan')}`;
+      })
+      .join('; ');
+  } catch (e) {
+    return `unreadable (${(e as Error).message})`;
+  }
 }
 
 /** The state letter of /proc/<pid>/stat (R, S, D, Z, …), or undefined when it cannot be read. */
@@ -137,9 +170,7 @@ test('a SIGKILLed hub: its streams end with an error, its coordinator exits, a n
     ctl.abort();
     assert.match(ended, /^error|^done$/, `the stream ended: ${ended}`);
     assert.notEqual(ended, 'hang');
-    const goneMs = await until('the orphan coordinator to exit', 15_000, () =>
-      alive((first as HubProcess).coordinatorPid) ? undefined : Date.now() - killedAt,
-    );
+    const goneMs = await orphanGone(first.coordinatorPid, killedAt);
     console.log(
       `# the stream ended (${ended}); the coordinator (pid ${first.coordinatorPid}) exited ${goneMs} ms after the hub was killed`,
     );
@@ -257,10 +288,12 @@ test('volunteers across a hub restart: tab and headless reconnect and serve, cre
       for (;;) if ((await reader.read()).done) return 'done';
     });
     await new Promise((r) => setTimeout(r, 500));
+    const killedAt = Date.now();
     first.proc.kill('SIGKILL');
     const ended = await Promise.race([stream.catch((e: Error) => `error: ${e.message}`), sleep(10_000).then(() => 'hang')]);
     assert.notEqual(ended, 'hang', 'the stream in flight ends');
-    await until('the orphan coordinator to exit', 15_000, () => (alive(first.coordinatorPid) ? undefined : true));
+    const goneMs = await orphanGone(first.coordinatorPid, killedAt);
+    console.log(`# the coordinator (pid ${first.coordinatorPid}) exited ${goneMs} ms after the hub was killed mid-stream`);
 
     const restartedAt = Date.now();
     const second = await startHub(m.path, stateDir, args, pages);

@@ -1286,20 +1286,23 @@ bool llama_xd_compute_pairs(const ggml_tensor * gate, const ggml_tensor * up, co
 
 // LINKCPP_EXIT_WITH_PARENT=<pid> (the hub's supervisor sets it to its own pid): a managed coordinator is part of the
 // hub that started it and must not outlive it — a SIGKILLed hub would leave it serving on its port, unsupervised, and
-// the next hub would start another. The kernel sends SIGTERM when the parent dies; a parent that died before this
-// call (the model loads first) is seen by the pid it no longer has.
+// the next hub would start another. The kernel sends SIGKILL when the parent dies. Not SIGTERM: the server's SIGTERM
+// handler takes its task-queue lock on whichever thread the signal lands, so a signal that lands on a thread holding
+// that lock never returns (a CI run saw an orphan still alive 15 s after its hub was killed), and a graceful stop has
+// nothing to save for a hub that is gone. A parent that died before this call (the model loads first) is seen by the
+// pid it no longer has.
 static void exit_with_parent() {
     const char * v = getenv("LINKCPP_EXIT_WITH_PARENT");
     if (v == nullptr || v[0] == '\0') return;
 #ifdef __linux__
     const long parent = strtol(v, nullptr, 10);
-    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) {
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
         LLAMA_LOG_WARN("expert-dispatch: LINKCPP_EXIT_WITH_PARENT: prctl failed (errno %d); this server may outlive its hub\n", errno);
         return;
     }
     if (parent > 0 && (long) getppid() != parent) {
         LLAMA_LOG_WARN("expert-dispatch: the hub (pid %ld) is gone; exiting\n", parent);
-        raise(SIGTERM);
+        _exit(1);
     }
 #else
     LLAMA_LOG_WARN("expert-dispatch: LINKCPP_EXIT_WITH_PARENT is only supported on Linux\n");

@@ -6,6 +6,10 @@ import type { ExpertMatrix } from '../gguf/expert-slice.ts';
 export interface ExpertRuntimeErrorDetails {
   /** The backend (WGSL kernels, or the onnxruntime fallback) cannot read this weight type (yet). */
   UNSUPPORTED_TYPE: { matrix: ExpertMatrix; type: number; typeName: string; supported: string[] };
+  /** The slice's expert FFN variant (protocol/variant.ts) is one this backend does not compute (yet). */
+  UNSUPPORTED_VARIANT: { variant: string; supported: string[] };
+  /** The slice's biases do not match its variant (present without it, missing with it, or of the wrong length). */
+  BAD_SLICE_BIASES: { bias: string; expected: number; actual: number };
   /** A slice or call dimension is not a positive integer, or a row is not a whole number of blocks. */
   BAD_SHAPE: { field: string; value: number; requirement: string };
   /** A weight matrix's bytes do not match nExpert × rows × row bytes. */

@@ -6,6 +6,7 @@
  */
 import { EXPERT_MATRICES, type ExpertMatrix } from '../gguf/expert-slice.ts';
 import { rowByteSize, requireQuantType, typeName, type GGMLType } from '../gguf/quant-types.ts';
+import { computesVariant, describeVariant, SILU_VARIANT, type ExpertVariant, type VariantFeature } from '../protocol/variant.ts';
 import { ExpertRuntimeError } from './errors.ts';
 
 export type SliceTypes = Record<ExpertMatrix, GGMLType>;
@@ -24,6 +25,17 @@ export interface ExpertSlice extends SliceShape {
   up: Uint8Array;
   /** nExpert down matrices [nEmbd rows × ff]. */
   down: Uint8Array;
+  /** The expert FFN variant (protocol/variant.ts); absent: SiLU-gated without biases, as every slice before it. */
+  variant?: ExpertVariant;
+  /** Float32 biases, present exactly when `variant.biases`: gate and up [nExpert × ff], down [nExpert × nEmbd]. */
+  biases?: SliceBiases;
+}
+
+/** A slice's expert biases, expert-major as in the model (`ffn_{gate,up,down}_exps.bias`). */
+export interface SliceBiases {
+  gate: Float32Array;
+  up: Float32Array;
+  down: Float32Array;
 }
 
 /** A mini-GGUF expert slice (gguf/expert-slice.ts) to stream into GPU buffers; open() is called again to rebuild. */
@@ -98,6 +110,36 @@ export function validateSlice(s: SliceShape, bytes: Record<ExpertMatrix, { lengt
         'BAD_SLICE_BYTES',
         { matrix: m, expected: expected[m], actual: bytes[m].length },
         `${m}: ${s.nExpert} experts of ${typeName(s.types[m])} need ${expected[m]} bytes, got ${bytes[m].length}`,
+      );
+    }
+  }
+}
+
+/**
+ * Checks a slice's variant against what a backend computes (`features`, protocol/variant.ts) and its biases against
+ * the variant: UNSUPPORTED_VARIANT, or BAD_SLICE_BIASES naming the bias and its lengths.
+ */
+export function validateVariant(
+  s: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'nExpert' | 'variant' | 'biases'>,
+  features: readonly VariantFeature[],
+): void {
+  const v = s.variant ?? SILU_VARIANT;
+  if (!computesVariant(features, v)) {
+    throw new ExpertRuntimeError(
+      'UNSUPPORTED_VARIANT',
+      { variant: describeVariant(v), supported: [...features] },
+      `this backend does not compute ${describeVariant(v)} experts (it computes: ${features.join(', ')})`,
+    );
+  }
+  const want = { gate: s.nExpert * s.ff, up: s.nExpert * s.ff, down: s.nExpert * s.nEmbd };
+  for (const b of ['gate', 'up', 'down'] as const) {
+    const got = s.biases?.[b].length ?? 0;
+    const expected = v.biases ? want[b] : 0;
+    if (got !== expected) {
+      throw new ExpertRuntimeError(
+        'BAD_SLICE_BIASES',
+        { bias: b, expected, actual: got },
+        `${b} bias: ${v.biases ? `${describeVariant(v)} needs` : 'a variant without biases takes'} ${expected} values, got ${got}`,
       );
     }
   }

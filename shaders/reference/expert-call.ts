@@ -25,7 +25,10 @@ export interface RoutedCall {
   nUsed: number;
 }
 
-/** Each expert of a slice, dequantized (views into one dequantized array per matrix), with the stored types (ggmlTypes). */
+/**
+ * Each expert of a slice, dequantized (views into one dequantized array per matrix), with the stored types (ggmlTypes)
+ * and the slice's variant and biases (views).
+ */
 export function dequantizeExperts(slice: ExpertSlice): ExpertMatrices[] {
   const { nEmbd, ff, nExpert, types } = slice;
   const per = nEmbd * ff;
@@ -34,7 +37,23 @@ export function dequantizeExperts(slice: ExpertSlice): ExpertMatrices[] {
   const experts: ExpertMatrices[] = [];
   for (let e = 0; e < nExpert; e++) {
     const sub = (m: Float32Array): Float32Array => m.subarray(e * per, (e + 1) * per);
-    experts.push({ nEmbd, ff, gate: sub(gate), up: sub(up), down: sub(down), ggmlTypes: { ...types } });
+    const b = slice.biases;
+    experts.push({
+      nEmbd,
+      ff,
+      gate: sub(gate),
+      up: sub(up),
+      down: sub(down),
+      ggmlTypes: { ...types },
+      ...(slice.variant && { variant: slice.variant }),
+      ...(b && {
+        biases: {
+          gate: b.gate.subarray(e * ff, (e + 1) * ff),
+          up: b.up.subarray(e * ff, (e + 1) * ff),
+          down: b.down.subarray(e * nEmbd, (e + 1) * nEmbd),
+        },
+      }),
+    });
   }
   return experts;
 }

@@ -1,6 +1,8 @@
 /**
  * CPU reference of one routed expert, the function every expert kernel is tested against:
  *   y += scale · down( silu(gate · x) ⊙ (up · x) )
+ * or, for another expert FFN variant (protocol/variant.ts), its activation and biases:
+ *   y += scale · (down( act(gate · x + bg, up · x + bu) ) + bd)
  * Weights are dequantized row-major matrices: gate and up are [ff rows × nEmbd], down is [nEmbd rows × ff],
  * which is how a GGUF expert slice lays them out (ggml dims [nEmbd, ff] and [ff, nEmbd]).
  * Accumulates in float64 so the reference is more exact than any float32 kernel it judges.
@@ -9,6 +11,7 @@
  * types (see ggml-activations.ts), so the result tracks llama.cpp's own numbers rather than the exact math.
  */
 import type { GGMLType } from '../../gguf/quant-types.ts';
+import { SILU_VARIANT, type ExpertVariant } from '../../protocol/variant.ts';
 import { roundActivations, vecDotType } from './ggml-activations.ts';
 
 export interface ExpertMatrices {
@@ -19,6 +22,40 @@ export interface ExpertMatrices {
   down: Float32Array;
   /** Stored types of the three matrices, when they come from a GGUF. */
   ggmlTypes?: { gate: GGMLType; up: GGMLType; down: GGMLType };
+  /** The expert FFN variant; absent: SiLU-gated without biases. */
+  variant?: ExpertVariant;
+  /** This expert's biases when the variant has them: gate and up [ff], down [nEmbd]. */
+  biases?: ExpertBiasVectors;
+}
+
+export interface ExpertBiasVectors {
+  gate: Float32Array;
+  up: Float32Array;
+  down: Float32Array;
+}
+
+/** gpt-oss's gated unit (ggml_swiglu_oai): min(g, L) · σ(α · min(g, L)) · (clamp(u, −L, L) + 1), in float64. */
+export function swigluOai(g: number, u: number, alpha: number, limit: number): number {
+  const x = Math.min(g, limit);
+  const y = Math.min(Math.max(u, -limit), limit);
+  return (x / (1 + Math.exp(-alpha * x))) * (y + 1);
+}
+
+/**
+ * ggml's float32 swiglu_oai, step by step as ggml_compute_forward_swiglu_oai_f32 rounds (each operation to float32;
+ * expf as the correctly rounded float of exp, which glibc's expf returns but in rare near-ties).
+ */
+export function swigluOaiF32(g: number, u: number, alpha: number, limit: number): number {
+  const f = Math.fround;
+  const x = Math.min(f(g), f(limit));
+  const y = Math.min(Math.max(f(u), -f(limit)), f(limit));
+  const e = f(Math.exp(f(f(alpha) * -x)));
+  return f(f(x / f(1 + e)) * f(y + 1));
+}
+
+/** The gated unit of `variant` on one gate and up value (float64). */
+export function gatedUnit(variant: ExpertVariant, g: number, u: number): number {
+  return variant.activation === 'silu' ? silu(g) * u : swigluOai(g, u, variant.alpha, variant.limit);
 }
 
 export function silu(v: number): number {
@@ -27,6 +64,9 @@ export function silu(v: number): number {
 
 export function expertFfnAccumulate(w: ExpertMatrices, x: Float32Array, scale: number, y: Float64Array, ggmlRounding = false): void {
   const { nEmbd, ff, gate, up, down } = w;
+  const variant = w.variant ?? SILU_VARIANT;
+  const b = variant.biases ? w.biases : undefined;
+  if (variant.biases && !b) throw new RangeError(`expertFfnAccumulate: the variant has biases and the expert has none`);
   if (x.length !== nEmbd || y.length !== nEmbd) throw new RangeError(`expected vectors of ${nEmbd}, got x ${x.length} y ${y.length}`);
   const types = ggmlRounding ? w.ggmlTypes : undefined;
   const xg = types ? roundActivations(vecDotType(types.gate), x) : x;
@@ -40,13 +80,18 @@ export function expertFfnAccumulate(w: ExpertMatrices, x: Float32Array, scale: n
       g += (gate[o + i] as number) * (xg[i] as number);
       u += (up[o + i] as number) * (xu[i] as number);
     }
-    h[r] = silu(g) * u;
+    if (b) {
+      g += b.gate[r] as number;
+      u += b.up[r] as number;
+    }
+    h[r] = gatedUnit(variant, g, u);
   }
   const hd = types ? roundActivations(vecDotType(types.down), h) : h;
   for (let r = 0; r < nEmbd; r++) {
     let d = 0;
     const o = r * ff;
     for (let i = 0; i < ff; i++) d += (down[o + i] as number) * (hd[i] as number);
+    if (b) d += b.down[r] as number;
     y[r] = (y[r] as number) + scale * d;
   }
 }

@@ -9,8 +9,8 @@
  * Browser-safe.
  */
 import { GGUFError, isGGUFError } from './errors.ts';
-import { expertSliceLayout, trailingBytesError } from './expert-slice.ts';
-import type { ExpertMatrix, ExpertSliceInfo } from './expert-slice.ts';
+import { biasValues, expertSliceLayout, trailingBytesError } from './expert-slice.ts';
+import type { ExpertMatrix, ExpertSliceBiasValues, ExpertSliceInfo } from './expert-slice.ts';
 import { bytesSource, readGGUF } from './reader.ts';
 import type { ByteSource } from './reader.ts';
 import type { GGUFFile } from './types.ts';
@@ -28,6 +28,11 @@ export interface ExpertSliceHandlers {
    * only during the call: copy it to keep it.
    */
   onData(matrix: ExpertMatrix, offsetInMatrix: number, chunk: Uint8Array): void | Promise<void>;
+  /**
+   * Once, after the matrices, when the slice carries expert biases (a biased variant: info.variant.biases): their
+   * float32 values, each whole (they are small: (2·ff + n_embd) floats per expert). Awaited.
+   */
+  onBiases?(biases: ExpertSliceBiasValues): void | Promise<void>;
 }
 
 export interface ReadExpertSliceLimits {
@@ -176,7 +181,7 @@ export async function readExpertSliceStream(
   const inflow = new Inflow(stream);
   try {
     const file = await readStreamHeader(inflow, maxHeaderBytes);
-    const { info, ranges, dataEnd, fileEnd } = expertSliceLayout(file);
+    const { info, ranges, biasRanges, dataEnd, fileEnd } = expertSliceLayout(file);
     await handlers.onHeader?.(info);
     const truncated = (): GGUFError => {
       const short = `${dataEnd - inflow.pos} bytes short of the end of the tensor data (byte ${dataEnd})`;
@@ -190,6 +195,21 @@ export async function readExpertSliceStream(
         if (!chunk) throw truncated();
         await handlers.onData(s.matrix, offset, chunk);
       }
+    }
+    if (biasRanges.length > 0) {
+      const values: Partial<ExpertSliceBiasValues> = {};
+      for (const b of biasRanges) {
+        if (!(await inflow.skipTo(b.start))) throw truncated();
+        const bytes = new Uint8Array(b.end - b.start);
+        while (inflow.pos < b.end) {
+          const at = inflow.pos - b.start;
+          const chunk = await inflow.take(b.end - inflow.pos);
+          if (!chunk) throw truncated();
+          bytes.set(chunk, at);
+        }
+        values[b.bias] = biasValues(bytes);
+      }
+      await handlers.onBiases?.(values as ExpertSliceBiasValues);
     }
     if ((await inflow.skipTo(fileEnd)) && (await inflow.take(1))) throw trailingBytesError(fileEnd);
     return info;

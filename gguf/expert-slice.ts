@@ -15,6 +15,11 @@
  *   expertswarm.slice.{layer, expert_begin, expert_end,
  *                      n_expert_total, n_embd, ff}             u32
  *   expertswarm.slice.model_name                               str, the model's general.name when it has one
+ *   expertswarm.slice.activation                               str, the experts' activation when not 'silu'
+ *   expertswarm.slice.{alpha, limit}                           f32, with it (swiglu_oai: gpt-oss's 1.702 and 7)
+ * A slice of a layer whose experts have biases (gpt-oss) carries them after the matrices, sliced the same way:
+ *   blk.L.ffn_{gate,up}_exps.bias [ff, end − begin], blk.L.ffn_down_exps.bias [n_embd, end − begin]   F32
+ * (gguf/expert-variant.ts; protocol/variant.ts says what a worker computes with them).
  *
  *   const plan = planExpertSlice(file, 3, 16, 32);                 // hub
  *   reply.header('content-length', expertSliceByteLength(plan));
@@ -27,10 +32,12 @@
  * through, notably GGUF_TRUNCATED and GGUF_IO. Browser-safe.
  */
 import { GGUFError } from './errors.ts';
-import type { GGMLType } from './quant-types.ts';
+import { GGMLType } from './quant-types.ts';
 import { bytesSource, readGGUF } from './reader.ts';
 import type { ByteSource } from './reader.ts';
-import { GGUFValueType, describeValueType, findTensor, str, u32 } from './types.ts';
+import { GGUFValueType, describeValueType, f32, findTensor, str, u32 } from './types.ts';
+import { EXPERT_BIASES, expertBiasName, layerBiasTensors, layerVariant, type ExpertBiasName } from './expert-variant.ts';
+import { EXPERT_ACTIVATIONS, SILU_VARIANT, type ExpertActivation, type ExpertVariant } from '../protocol/variant.ts';
 import type { GGUFFile, GGUFTensorInfo, GGUFValue } from './types.ts';
 import { GGUFWriter } from './writer.ts';
 import type { ByteSink } from './writer.ts';
@@ -84,6 +91,22 @@ export interface ExpertSliceInfo {
   bytes: Record<ExpertMatrix, number>;
   architecture?: string;
   modelName?: string;
+  /** What the experts compute beyond their matrices; absent: SiLU-gated without biases. */
+  variant?: ExpertVariant;
+}
+
+/** Bytes [start, end) of one bias tensor's data, absolute in a file. */
+export interface BiasRange {
+  bias: ExpertBiasName;
+  start: number;
+  end: number;
+}
+
+/** One bias tensor of a planned slice: experts [begin, end) of the model's, one contiguous range. */
+export interface ExpertSliceBiasPlan extends BiasRange {
+  name: string;
+  /** [ff or n_embd, expertEnd − expertBegin]. */
+  dims: [number, number];
 }
 
 /** Bytes [start, end) of one matrix's data, absolute in a file. */
@@ -140,6 +163,8 @@ export function layerExpertTensors(
 export interface ExpertSlicePlan extends ExpertSliceInfo {
   /** gate, up, down: the order their data is written. */
   matrices: ExpertSliceMatrixPlan[];
+  /** The gate, up and down biases (written after the matrices), or none when the layer has none. */
+  biases: ExpertSliceBiasPlan[];
   metadata: Array<[string, GGUFValue]>;
 }
 
@@ -231,6 +256,28 @@ export function planExpertSlice(file: GGUFFile, layer: number, expertBegin: numb
     metadata.push([EXPERT_SLICE_PREFIX + k, u32(values[i] as number)]);
   });
   if (modelName !== undefined) metadata.push([`${EXPERT_SLICE_PREFIX}model_name`, str(modelName)]);
+  const shape = { nEmbd, ff, nExpert: nExpertTotal };
+  let variant: ExpertVariant;
+  let biasTensors: ReturnType<typeof layerBiasTensors>;
+  try {
+    variant = layerVariant(file, layer, shape);
+    biasTensors = layerBiasTensors(file, layer, shape);
+  } catch (e) {
+    throw new ExpertSliceError('SLICE_BAD_TENSORS', (e as Error).message);
+  }
+  if (variant.activation !== 'silu') {
+    metadata.push([`${EXPERT_SLICE_PREFIX}activation`, str(variant.activation)]);
+    metadata.push([`${EXPERT_SLICE_PREFIX}alpha`, f32(variant.alpha)]);
+    metadata.push([`${EXPERT_SLICE_PREFIX}limit`, f32(variant.limit)]);
+  }
+  const biases = !biasTensors
+    ? []
+    : EXPERT_BIASES.map((bias): ExpertSliceBiasPlan => {
+        const t = biasTensors[bias];
+        const len = t.dims[0] as number;
+        const start = file.dataOffset + t.offset + expertBegin * len * 4;
+        return { bias, name: t.name, dims: [len, n], start, end: start + n * len * 4 };
+      });
   return {
     layer,
     expertBegin,
@@ -242,7 +289,9 @@ export function planExpertSlice(file: GGUFFile, layer: number, expertBegin: numb
     bytes: byMatrix((m) => n * (t[m].byteLength / nExpertTotal)),
     ...(architecture !== undefined && { architecture }),
     ...(modelName !== undefined && { modelName }),
+    ...(variant.activation !== 'silu' || variant.biases ? { variant } : {}),
     matrices,
+    biases,
     metadata,
   };
 }
@@ -286,6 +335,7 @@ function sliceWriter(plan: ExpertSlicePlan): GGUFWriter {
   const w = new GGUFWriter();
   for (const [k, v] of plan.metadata) w.set(k, v);
   for (const m of plan.matrices) w.addTensor(m.name, m.dims, m.source.type);
+  for (const b of plan.biases) w.addTensor(b.name, b.dims, GGMLType.F32);
   return w;
 }
 
@@ -308,7 +358,7 @@ export async function writeExpertSlice(
   if (!(Number.isSafeInteger(chunkBytes) && chunkBytes > 0)) {
     throw new RangeError(`chunkBytes must be a positive integer, got ${chunkBytes}`);
   }
-  for (const m of plan.matrices) {
+  for (const m of [...plan.matrices, ...plan.biases]) {
     if (m.end > source.size) {
       const why = `${m.name}: experts end at byte ${m.end}, past the ${source.size}-byte source (another model's plan?)`;
       throw new GGUFError('GGUF_IO', why);
@@ -326,6 +376,12 @@ export async function writeExpertSlice(
       }
     }
   }
+  for (const b of plan.biases) {
+    const bytes = await source.read(b.start, b.end - b.start);
+    if (bytes.length !== b.end - b.start)
+      throw new GGUFError('GGUF_IO', `byte source returned ${bytes.length} bytes, ${b.end - b.start} were asked for`, b.start);
+    await w.writeTensorData(sink, bytes, b.name);
+  }
   await w.finish(sink);
   return w.bytesWritten;
 }
@@ -337,7 +393,29 @@ function notSlice(why: string): ExpertSliceError {
   return new ExpertSliceError('SLICE_NOT_A_SLICE', why);
 }
 
-function sliceTensors(file: GGUFFile): { info: ExpertSliceInfo; tensors: Record<ExpertMatrix, GGUFTensorInfo> } {
+/** The slice's variant from its metadata (activation, alpha, limit) and whether it carries biases. */
+function sliceVariant(file: GGUFFile, biases: boolean): ExpertVariant {
+  const act = file.metadata.get(`${EXPERT_SLICE_PREFIX}activation`);
+  if (act === undefined) return { ...SILU_VARIANT, biases };
+  if (act.type !== GGUFValueType.STRING || !EXPERT_ACTIVATIONS.includes(act.value as ExpertActivation)) {
+    throw notSlice(`metadata key "${EXPERT_SLICE_PREFIX}activation" is not one of ${EXPERT_ACTIVATIONS.join(', ')}`);
+  }
+  const num = (k: string): number => {
+    const v = file.metadata.get(EXPERT_SLICE_PREFIX + k);
+    if (v?.type !== GGUFValueType.FLOAT32 || !(Number.isFinite(v.value) && v.value > 0)) {
+      throw notSlice(`metadata key "${EXPERT_SLICE_PREFIX}${k}" must be a positive f32`);
+    }
+    return v.value;
+  };
+  if (act.value === 'silu') return { ...SILU_VARIANT, biases };
+  return { activation: act.value as ExpertActivation, alpha: num('alpha'), limit: num('limit'), biases };
+}
+
+function sliceTensors(file: GGUFFile): {
+  info: ExpertSliceInfo;
+  tensors: Record<ExpertMatrix, GGUFTensorInfo>;
+  biases?: Record<ExpertBiasName, GGUFTensorInfo>;
+} {
   const key = (k: string): number => {
     const v = file.metadata.get(EXPERT_SLICE_PREFIX + k);
     if (v?.type !== GGUFValueType.UINT32) {
@@ -352,13 +430,21 @@ function sliceTensors(file: GGUFFile): { info: ExpertSliceInfo; tensors: Record<
     throw notSlice(`experts [${expertBegin}, ${expertEnd}) of ${nExpertTotal} is not a non-empty range`);
   }
   const found = byMatrix((m) => findTensor(file, expertTensorName(layer, m)));
-  if (file.tensors.length !== 3 || EXPERT_MATRICES.some((m) => !found[m])) {
+  const hasBiases = EXPERT_BIASES.some((b) => findTensor(file, expertBiasName(layer, b)));
+  if (file.tensors.length !== (hasBiases ? 6 : 3) || EXPERT_MATRICES.some((m) => !found[m])) {
     const names = file.tensors.map((t) => t.name).join(', ') || 'none';
     const want = EXPERT_MATRICES.map((m) => expertTensorName(layer, m)).join(', ');
-    throw notSlice(`expected exactly the tensors ${want}; found ${names}`);
+    throw notSlice(`expected exactly the tensors ${want} (and their three biases, or none); found ${names}`);
   }
   const tensors = found as Record<ExpertMatrix, GGUFTensorInfo>;
   checkDims(tensors, nEmbd, ff, expertEnd - expertBegin, 'SLICE_NOT_A_SLICE');
+  let biases: Record<ExpertBiasName, GGUFTensorInfo> | undefined;
+  try {
+    biases = layerBiasTensors(file, layer, { nEmbd, ff, nExpert: expertEnd - expertBegin });
+  } catch (e) {
+    throw notSlice((e as Error).message);
+  }
+  const variant = sliceVariant(file, biases !== undefined);
   const architecture = optString(file, 'general.architecture');
   const modelName = optString(file, `${EXPERT_SLICE_PREFIX}model_name`);
   const info: ExpertSliceInfo = {
@@ -372,8 +458,9 @@ function sliceTensors(file: GGUFFile): { info: ExpertSliceInfo; tensors: Record<
     bytes: byMatrix((m) => tensors[m].byteLength),
     ...(architecture !== undefined && { architecture }),
     ...(modelName !== undefined && { modelName }),
+    ...(variant.activation !== 'silu' || variant.biases ? { variant } : {}),
   };
-  return { info, tensors };
+  return { info, tensors, ...(biases && { biases }) };
 }
 
 /** Checks that a parsed GGUF is an expert slice and describes it; throws SLICE_NOT_A_SLICE otherwise. */
@@ -384,8 +471,10 @@ export function expertSliceInfo(file: GGUFFile): ExpertSliceInfo {
 /** Where a slice's data lies in its file (readExpertSliceBytes, and readExpertSliceStream in expert-slice-stream.ts). */
 export interface ExpertSliceLayout {
   info: ExpertSliceInfo;
-  /** The tensors' data in the slice file, in file order whatever the order of their infos. */
+  /** The matrices' data in the slice file, in file order whatever the order of their infos. */
   ranges: ByteRange[];
+  /** The biases' data (none when the slice has none), in file order. */
+  biasRanges: BiasRange[];
   /** End of the last tensor's data; fileEnd: with its padding. */
   dataEnd: number;
   fileEnd: number;
@@ -393,14 +482,20 @@ export interface ExpertSliceLayout {
 
 /** Checks that a parsed GGUF is an expert slice (SLICE_NOT_A_SLICE otherwise) and locates its data. */
 export function expertSliceLayout(file: GGUFFile): ExpertSliceLayout {
-  const { info, tensors } = sliceTensors(file);
+  const { info, tensors, biases } = sliceTensors(file);
   const ranges = EXPERT_MATRICES.map((matrix): ByteRange => {
     const start = file.dataOffset + tensors[matrix].offset;
     return { matrix, start, end: start + tensors[matrix].byteLength };
   }).sort((a, b) => a.start - b.start);
-  const dataEnd = (ranges[2] as ByteRange).end;
+  const biasRanges = !biases
+    ? []
+    : EXPERT_BIASES.map((bias): BiasRange => {
+        const start = file.dataOffset + biases[bias].offset;
+        return { bias, start, end: start + biases[bias].byteLength };
+      }).sort((a, b) => a.start - b.start);
+  const dataEnd = Math.max(...ranges.map((r) => r.end), ...biasRanges.map((r) => r.end));
   const fileEnd = dataEnd + ((file.alignment - ((dataEnd - file.dataOffset) % file.alignment)) % file.alignment);
-  return { info, ranges, dataEnd, fileEnd };
+  return { info, ranges, biasRanges, dataEnd, fileEnd };
 }
 
 /** SLICE_TRAILING_BYTES: bytes after `fileEnd`, the end of the last tensor's padding. */
@@ -408,16 +503,31 @@ export function trailingBytesError(fileEnd: number): ExpertSliceError {
   return new ExpertSliceError('SLICE_TRAILING_BYTES', `bytes after the end of the slice (byte ${fileEnd})`);
 }
 
-export type ExpertSliceBytes = { info: ExpertSliceInfo } & Record<ExpertMatrix, Uint8Array>;
+/** A slice's biases as float32 values: gate and up [n × ff], down [n × n_embd], n = expertEnd − expertBegin. */
+export type ExpertSliceBiasValues = Record<ExpertBiasName, Float32Array>;
+
+export type ExpertSliceBytes = { info: ExpertSliceInfo; biases?: ExpertSliceBiasValues } & Record<ExpertMatrix, Uint8Array>;
+
+/** Float32 values of bias bytes (a copy: the bytes may sit at any offset). */
+export function biasValues(bytes: Uint8Array): Float32Array {
+  const copy = new Uint8Array(bytes.length);
+  copy.set(bytes);
+  return new Float32Array(copy.buffer);
+}
 
 /** Parses a whole slice in memory; the matrices are views of `bytes` (no copy). */
 export async function readExpertSliceBytes(bytes: Uint8Array): Promise<ExpertSliceBytes> {
   const file = await readGGUF(bytesSource(bytes));
-  const { info, ranges, fileEnd } = expertSliceLayout(file);
+  const { info, ranges, biasRanges, fileEnd } = expertSliceLayout(file);
   if (bytes.length > fileEnd) throw trailingBytesError(fileEnd);
   const view = (m: ExpertMatrix): Uint8Array => {
     const s = ranges.find((x) => x.matrix === m) as ByteRange;
     return bytes.subarray(s.start, s.end);
   };
-  return { info, gate: view('gate'), up: view('up'), down: view('down') };
+  const bias = (b: ExpertBiasName): Float32Array => {
+    const s = biasRanges.find((x) => x.bias === b) as BiasRange;
+    return biasValues(bytes.subarray(s.start, s.end));
+  };
+  const biases = biasRanges.length > 0 ? { gate: bias('gate'), up: bias('up'), down: bias('down') } : undefined;
+  return { info, gate: view('gate'), up: view('up'), down: view('down'), ...(biases && { biases }) };
 }

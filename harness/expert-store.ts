@@ -1,11 +1,13 @@
 /**
- * Reads one expert's matrices out of a GGUF file and dequantizes them with the CPU references (cached per expert).
+ * Reads one expert's matrices out of a GGUF file and dequantizes them with the CPU references (cached per expert),
+ * with the layer's expert FFN variant and the expert's biases where the layer has them.
  */
 import { openFileSource } from '../gguf/node-io.ts';
 import { readGGUF } from '../gguf/reader.ts';
 import type { GGUFFile, GGUFTensorInfo } from '../gguf/types.ts';
 import { dequantize } from '../gguf/dequantize.ts';
 import { expertTensorName, layerExpertTensors, readExpertMatrix, type ExpertMatrix } from '../gguf/expert-slice.ts';
+import { layerBiasTensors, layerVariant, readBiasRange } from '../gguf/expert-variant.ts';
 import type { ExpertMatrices } from '../shaders/reference/expert-ffn.ts';
 
 export class ExpertStore {
@@ -43,13 +45,19 @@ export class ExpertStore {
     const gateT = this.tensor(layer, 'gate');
     const upT = this.tensor(layer, 'up');
     const downT = this.tensor(layer, 'down');
+    const shape = { nEmbd: gateT.dims[0] as number, ff: gateT.dims[1] as number, nExpert: gateT.dims[2] as number };
+    const biasT = layerBiasTensors(this.file, layer, shape);
+    const bias = (b: 'gate' | 'up' | 'down'): Promise<Float32Array> =>
+      readBiasRange(this.src, this.file, biasT![b], expert, expert + 1);
     const m: ExpertMatrices = {
-      nEmbd: gateT.dims[0] as number,
-      ff: gateT.dims[1] as number,
+      nEmbd: shape.nEmbd,
+      ff: shape.ff,
       gate: await this.slice(layer, 'gate', expert),
       up: await this.slice(layer, 'up', expert),
       down: await this.slice(layer, 'down', expert),
       ggmlTypes: { gate: gateT.type, up: upT.type, down: downT.type },
+      variant: layerVariant(this.file, layer, shape),
+      ...(biasT && { biases: { gate: await bias('gate'), up: await bias('up'), down: await bias('down') } }),
     };
     this.cache.set(key, m);
     return m;

@@ -26,6 +26,9 @@ import type { GGUFFile, GGUFTensorInfo } from '../gguf/types.ts';
 import { GGMLType, rowByteSize } from '../gguf/quant-types.ts';
 import { expertTensorName, layerExpertTensors, readExpertMatrix, type ExpertMatrix } from '../gguf/expert-slice.ts';
 import { f16ToF32, f32ToF16 } from '../gguf/half.ts';
+import { layerBiasTensors, layerVariant, readBiasRange } from '../gguf/expert-variant.ts';
+import { SILU_VARIANT, type ExpertVariant } from '../protocol/variant.ts';
+import { swigluOaiF32 } from '../shaders/reference/expert-ffn.ts';
 import type { ExpertBackend } from './expert-backend.ts';
 
 const f32 = Math.fround;
@@ -425,7 +428,7 @@ export function ggmlSwiglu(g: number, u: number): number {
 // ---------------------------------------------------------------------------------------------
 // One expert and one layer, from matrices in memory.
 
-/** One expert's three matrices as the dot products read them. */
+/** One expert's three matrices as the dot products read them, its layer's variant and its biases (when it has them). */
 interface ExpertWeights {
   types: Record<ExpertMatrix, GGMLType>;
   nEmbd: number;
@@ -433,24 +436,38 @@ interface ExpertWeights {
   gate: Weights;
   up: Weights;
   down: Weights;
+  variant: ExpertVariant;
+  biases?: { gate: Float32Array; up: Float32Array; down: Float32Array };
 }
 
-/** h = ggml_vec_swiglu_f32(gate·x, up·x), x converted to the gate's (and up's) vec_dot type first. */
+/**
+ * h = glu(gate·x + bg, up·x + bu), x converted to the gate's (and up's) vec_dot type first; the biases added as
+ * ggml_add_id adds them (one float add), the unit ggml_vec_swiglu_f32 or ggml's swiglu_oai op.
+ */
 function hiddenOf(e: ExpertWeights, x: Float32Array): Float32Array {
-  const { nEmbd, ff, types } = e;
+  const { nEmbd, ff, types, variant, biases } = e;
   const xg = toVecDot(types.gate, x);
   const xu = types.up === types.gate ? xg : toVecDot(types.up, x);
   const h = new Float32Array(ff);
-  for (let r = 0; r < ff; r++) h[r] = ggmlSwiglu(vecDot(e.gate, r, xg, nEmbd), vecDot(e.up, r, xu, nEmbd));
+  for (let r = 0; r < ff; r++) {
+    let g = vecDot(e.gate, r, xg, nEmbd);
+    let u = vecDot(e.up, r, xu, nEmbd);
+    if (biases) {
+      g = f32(g + (biases.gate[r] as number));
+      u = f32(u + (biases.up[r] as number));
+    }
+    h[r] = variant.activation === 'silu' ? ggmlSwiglu(g, u) : swigluOaiF32(g, u, variant.alpha, variant.limit);
+  }
   return h;
 }
 
-/** down · h, h converted to down's vec_dot type first. */
+/** down · h (+ the down bias), h converted to down's vec_dot type first. */
 function downOf(e: ExpertWeights, h: Float32Array): Float32Array {
-  const { nEmbd, ff, types } = e;
+  const { nEmbd, ff, types, biases } = e;
   const hd = toVecDot(types.down, h);
   const out = new Float32Array(nEmbd);
   for (let r = 0; r < nEmbd; r++) out[r] = vecDot(e.down, r, hd, ff);
+  if (biases) for (let r = 0; r < nEmbd; r++) out[r] = f32((out[r] as number) + (biases.down[r] as number));
   return out;
 }
 
@@ -494,6 +511,10 @@ export interface ExactExperts {
   gate: Uint8Array;
   up: Uint8Array;
   down: Uint8Array;
+  /** Absent: SiLU-gated without biases. */
+  variant?: ExpertVariant;
+  /** With a biased variant: gate and up [nExpert × ff], down [nExpert × nEmbd]. */
+  biases?: { gate: Float32Array; up: Float32Array; down: Float32Array };
 }
 
 function expertWeightsOf(e: ExactExperts, expert: number): ExpertWeights {
@@ -501,6 +522,7 @@ function expertWeightsOf(e: ExactExperts, expert: number): ExpertWeights {
     const per = rows * rowByteSize(e.types[m], rowLen);
     return weights(e.types[m], e[m].subarray(expert * per, (expert + 1) * per));
   };
+  const b = e.biases;
   return {
     types: e.types,
     nEmbd: e.nEmbd,
@@ -508,6 +530,14 @@ function expertWeightsOf(e: ExactExperts, expert: number): ExpertWeights {
     gate: one('gate', e.ff, e.nEmbd),
     up: one('up', e.ff, e.nEmbd),
     down: one('down', e.nEmbd, e.ff),
+    variant: e.variant ?? SILU_VARIANT,
+    ...(b && {
+      biases: {
+        gate: b.gate.subarray(expert * e.ff, (expert + 1) * e.ff),
+        up: b.up.subarray(expert * e.ff, (expert + 1) * e.ff),
+        down: b.down.subarray(expert * e.nEmbd, (expert + 1) * e.nEmbd),
+      },
+    }),
   };
 }
 
@@ -550,6 +580,9 @@ interface LayerTensors {
   types: Record<ExpertMatrix, GGMLType>;
   nEmbd: number;
   ff: number;
+  variant: ExpertVariant;
+  /** Each expert's biases, cached per expert (biased layers only). */
+  biases: Map<number, { gate: Float32Array; up: Float32Array; down: Float32Array }>;
   /** Each expert's matrix, cached per (matrix, expert). */
   weights: Map<string, Weights>;
 }
@@ -582,10 +615,13 @@ export class GgmlExactBackend implements ExpertBackend {
     let L = this.layers.get(layer);
     if (!L) {
       const gate = this.tensor(layer, 'gate');
+      const shape = { nEmbd: gate.dims[0] as number, ff: gate.dims[1] as number, nExpert: gate.dims[2] as number };
       L = {
         types: { gate: gate.type, up: this.tensor(layer, 'up').type, down: this.tensor(layer, 'down').type },
-        nEmbd: gate.dims[0] as number,
-        ff: gate.dims[1] as number,
+        nEmbd: shape.nEmbd,
+        ff: shape.ff,
+        variant: layerVariant(this.file, layer, shape),
+        biases: new Map(),
         weights: new Map(),
       };
       this.layers.set(layer, L);
@@ -605,9 +641,26 @@ export class GgmlExactBackend implements ExpertBackend {
     return w;
   }
 
-  /** down_e(swiglu(gate_e·x, up_e·x)) for one row, as mul_mat_id + ggml_vec_swiglu_f32 + mul_mat_id compute it. */
+  private async expertBiases(layer: number, expert: number): Promise<ExpertWeights['biases']> {
+    const L = this.layer(layer);
+    if (!L.variant.biases) return undefined;
+    let b = L.biases.get(expert);
+    if (!b) {
+      const t = layerBiasTensors(this.file, layer, { nEmbd: L.nEmbd, ff: L.ff, nExpert: this.tensor(layer, 'gate').dims[2] as number });
+      const read = (which: 'gate' | 'up' | 'down'): Promise<Float32Array> => readBiasRange(this.src, this.file, t![which], expert, expert + 1);
+      b = { gate: await read('gate'), up: await read('up'), down: await read('down') };
+      L.biases.set(expert, b);
+    }
+    return b;
+  }
+
+  /**
+   * down_e(glu(gate_e·x, up_e·x)) for one row, as mul_mat_id (+ add_id) + the variant's GLU op + mul_mat_id (+ add_id)
+   * compute it.
+   */
   async expertOut(layer: number, expert: number, x: Float32Array): Promise<Float32Array> {
-    const { nEmbd, ff, types } = this.layer(layer);
+    const { nEmbd, ff, types, variant } = this.layer(layer);
+    const biases = await this.expertBiases(layer, expert);
     const w: ExpertWeights = {
       types,
       nEmbd,
@@ -615,6 +668,8 @@ export class GgmlExactBackend implements ExpertBackend {
       gate: await this.expertWeights(layer, 'gate', expert),
       up: await this.expertWeights(layer, 'up', expert),
       down: await this.expertWeights(layer, 'down', expert),
+      variant,
+      ...(biases && { biases }),
     };
     return downOf(w, hiddenOf(w, x));
   }

@@ -111,7 +111,7 @@ export async function openEngine(
   device: ExpertDevice | null,
   memoryBudgetBytes: number,
 ): Promise<OpenedEngine> {
-  const { info, gate, up, down } = await readExpertSliceBytes(bytes);
+  const { info, gate, up, down, biases } = await readExpertSliceBytes(bytes);
   const slice: ExpertSlice = {
     nEmbd: info.nEmbd,
     ff: info.ff,
@@ -120,6 +120,8 @@ export async function openEngine(
     gate,
     up,
     down,
+    ...(info.variant && { variant: info.variant }),
+    ...(biases && { biases }),
   };
   const gpuBytes = gate.length + up.length + down.length;
   const useGpu = device !== null && env.backend !== 'wasm' && gpuBytes <= memoryBudgetBytes;

@@ -1,0 +1,148 @@
+/**
+ * Slices of layers whose experts are not plain SiLU-gated (issue 25): gpt-oss's SwiGLU-OAI with expert biases. The
+ * model file says the variant (its architecture, its `ffn_*_exps.bias` tensors); the slice carries the variant in
+ * its metadata and each expert's biases beside its matrices; both readers (whole bytes, stream) give them back.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { GGMLType, bytesSource, encodeGGUF, memorySink, readGGUF, requireQuantType, str, u32 } from '../../gguf/index.ts';
+import type { GGUFFile } from '../../gguf/index.ts';
+import {
+  EXPERT_MATRICES,
+  ExpertSliceError,
+  expertSliceByteLength,
+  expertTensorName,
+  planExpertSlice,
+  readExpertSliceBytes,
+  writeExpertSlice,
+} from '../../gguf/expert-slice.ts';
+import type { ExpertMatrix, ExpertSliceBiasValues } from '../../gguf/expert-slice.ts';
+import { readExpertSliceStream } from '../../gguf/expert-slice-stream.ts';
+import { EXPERT_BIASES, expertBiasName, layerVariant } from '../../gguf/expert-variant.ts';
+import { GPT_OSS_VARIANT, SILU_VARIANT, computesVariant, describeVariant, variantFeatures } from '../../protocol/variant.ts';
+import { mulberry32 } from '../../shaders/random.ts';
+
+const N_EMBD = 64;
+const FF = 32;
+const N_EXPERT = 8;
+
+function f32Bytes(values: Float32Array): Uint8Array {
+  return new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
+}
+
+function randomF32(n: number, seed: number): Float32Array {
+  const r = mulberry32(seed);
+  return Float32Array.from({ length: n }, () => r() * 2 - 1);
+}
+
+interface Spec {
+  arch: string;
+  /** Which biases to write (default: all three). */
+  biases?: readonly ('gate' | 'up' | 'down')[];
+  biasType?: GGMLType;
+}
+
+/** A one-layer model with routed experts (F32), and biases as `spec` says. */
+async function makeModel(spec: Spec): Promise<{ bytes: Uint8Array; file: GGUFFile; bias: Record<string, Float32Array> }> {
+  let seed = 7;
+  const tensors: { name: string; dims: number[]; type: GGMLType; data: Uint8Array }[] = [];
+  for (const m of EXPERT_MATRICES) {
+    const dims = m === 'down' ? [FF, N_EMBD, N_EXPERT] : [N_EMBD, FF, N_EXPERT];
+    tensors.push({ name: expertTensorName(0, m), dims, type: GGMLType.F32, data: f32Bytes(randomF32(N_EMBD * FF * N_EXPERT, seed++)) });
+  }
+  const bias: Record<string, Float32Array> = {};
+  for (const b of spec.biases ?? EXPERT_BIASES) {
+    const len = b === 'down' ? N_EMBD : FF;
+    const values = randomF32(len * N_EXPERT, seed++);
+    bias[b] = values;
+    const type = spec.biasType ?? GGMLType.F32;
+    const data = type === GGMLType.F32 ? f32Bytes(values) : new Uint8Array((len * N_EXPERT * requireQuantType(type).bytesPerBlock) / requireQuantType(type).blockSize);
+    tensors.push({ name: expertBiasName(0, b), dims: [len, N_EXPERT], type, data });
+  }
+  const bytes = encodeGGUF({ metadata: { 'general.architecture': str(spec.arch), [`${spec.arch}.block_count`]: u32(1) }, tensors });
+  return { bytes, file: await readGGUF(bytesSource(bytes)), bias };
+}
+
+async function sliceBytes(bytes: Uint8Array, file: GGUFFile, begin: number, end: number): Promise<Uint8Array> {
+  const plan = planExpertSlice(file, 0, begin, end);
+  const sink = memorySink();
+  await writeExpertSlice(bytesSource(bytes), plan, sink);
+  const out = sink.bytes();
+  assert.equal(out.length, expertSliceByteLength(plan));
+  return out;
+}
+
+describe('expert FFN variants', () => {
+  it('features: a worker computes a variant only when it lists its activation and, for biases, bias', () => {
+    assert.deepEqual(variantFeatures(SILU_VARIANT), ['silu']);
+    assert.deepEqual(variantFeatures(GPT_OSS_VARIANT), ['swiglu_oai', 'bias']);
+    assert.ok(computesVariant(['silu'], SILU_VARIANT));
+    assert.ok(!computesVariant(['silu'], GPT_OSS_VARIANT));
+    assert.ok(!computesVariant(['silu', 'swiglu_oai'], GPT_OSS_VARIANT));
+    assert.ok(computesVariant(['silu', 'swiglu_oai', 'bias'], GPT_OSS_VARIANT));
+    assert.equal(describeVariant(GPT_OSS_VARIANT), 'swiglu_oai(α 1.702, limit 7) + biases');
+  });
+
+  it('a layer’s variant comes from the architecture and its bias tensors', async () => {
+    const oss = await makeModel({ arch: 'gpt-oss' });
+    assert.deepEqual(layerVariant(oss.file, 0, { nEmbd: N_EMBD, ff: FF, nExpert: N_EXPERT }), GPT_OSS_VARIANT);
+    const plain = await makeModel({ arch: 'qwen3moe', biases: [] });
+    assert.deepEqual(layerVariant(plain.file, 0, { nEmbd: N_EMBD, ff: FF, nExpert: N_EXPERT }), SILU_VARIANT);
+    const biasedSilu = await makeModel({ arch: 'qwen3moe' });
+    assert.deepEqual(layerVariant(biasedSilu.file, 0, { nEmbd: N_EMBD, ff: FF, nExpert: N_EXPERT }), { ...SILU_VARIANT, biases: true });
+  });
+
+  it('a gpt-oss slice carries its variant and each sliced expert’s biases, read back whole and streamed', async () => {
+    const m = await makeModel({ arch: 'gpt-oss' });
+    const [begin, end] = [3, 7];
+    const bytes = await sliceBytes(m.bytes, m.file, begin, end);
+    const want = (b: string): Float32Array => {
+      const len = b === 'down' ? N_EMBD : FF;
+      return m.bias[b]!.slice(begin * len, end * len);
+    };
+    const whole = await readExpertSliceBytes(bytes);
+    assert.deepEqual(whole.info.variant, GPT_OSS_VARIANT);
+    assert.ok(whole.biases);
+    for (const b of EXPERT_BIASES) assert.deepEqual(whole.biases[b], want(b), `${b} bias`);
+
+    let streamed: ExpertSliceBiasValues | undefined;
+    const got: Record<ExpertMatrix, number> = { gate: 0, up: 0, down: 0 };
+    const info = await readExpertSliceStream(
+      (async function* () {
+        for (let at = 0; at < bytes.length; at += 997) yield bytes.subarray(at, at + 997);
+      })(),
+      {
+        onData(matrix, _offset, chunk) {
+          got[matrix] += chunk.length;
+        },
+        onBiases(values) {
+          streamed = values;
+        },
+      },
+    );
+    assert.deepEqual(info.variant, GPT_OSS_VARIANT);
+    for (const mtx of EXPERT_MATRICES) assert.equal(got[mtx], info.bytes[mtx]);
+    assert.ok(streamed);
+    for (const b of EXPERT_BIASES) assert.deepEqual(streamed[b], want(b), `${b} bias (streamed)`);
+  });
+
+  it('a slice of a plain layer has no variant and no biases, as before', async () => {
+    const m = await makeModel({ arch: 'qwen3moe', biases: [] });
+    const whole = await readExpertSliceBytes(await sliceBytes(m.bytes, m.file, 0, 2));
+    assert.equal(whole.info.variant, undefined);
+    assert.equal(whole.biases, undefined);
+  });
+
+  it('some biases but not all, or biases of another type, are refused by name', async () => {
+    const partial = await makeModel({ arch: 'gpt-oss', biases: ['gate', 'up'] });
+    assert.throws(
+      () => planExpertSlice(partial.file, 0, 0, 2),
+      (e: unknown) => e instanceof ExpertSliceError && e.code === 'SLICE_BAD_TENSORS' && /blk\.0\.ffn_down_exps\.bias/.test(e.message),
+    );
+    const f16 = await makeModel({ arch: 'gpt-oss', biasType: GGMLType.F16 });
+    assert.throws(
+      () => planExpertSlice(f16.file, 0, 0, 2),
+      (e: unknown) => e instanceof ExpertSliceError && e.code === 'SLICE_BAD_TENSORS' && /expected F32/.test(e.message),
+    );
+  });
+});

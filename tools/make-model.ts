@@ -73,8 +73,19 @@ export function amplitude(t: TensorPlan, expertScale: number): number {
     case 'router':
       return (2 * Math.sqrt(3)) / Math.sqrt(fanIn);
     case 'router_bias':
-      // Selection bias added to sigmoid gates in (0, 1): large enough to change some picks, not to decide them all.
+      // Selection bias added to sigmoid gates in (0, 1), or gpt-oss's bias on router logits of standard deviation 2:
+      // large enough to change some picks, not to decide them all.
       return 0.2;
+    case 'attn_bias':
+      return 0.5;
+    case 'attn_sinks':
+      // Sink logits beside attention scores of about unit spread: some heads give the sink most of their attention,
+      // others hardly any, so a lost sink moves the logits.
+      return 3;
+    case 'expert_bias':
+      // As loud as the matrix product each is added to: a unit-variance term on gate and up, the down projection's
+      // expertScale on down (so that --expert-scale quiets or raises the whole routed branch alike).
+      return (t.name.includes('ffn_down_exps') ? expertScale : 1) * Math.sqrt(3);
     case 'ssm_a':
     case 'ssm_dt':
       return HYBRID_FILL[t.role].amplitude;

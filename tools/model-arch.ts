@@ -32,16 +32,24 @@ const HEAD_QK_NORM: readonly ArchName[] = ['qwen3moe', 'glm4moe', 'dots1', 'huny
 const HALF_ROPE: readonly ArchName[] = ['deepseek2', 'glm4moe', 'minimax-m2', 'bailingmoe2'];
 
 /**
+ * gpt-oss's sliding window (attention.sliding_window; the real models use 128). Its even layers attend to the last
+ * GPT_OSS_SLIDING_WINDOW tokens only (llama.cpp's default swa pattern 2: every second layer full). Shorter than the
+ * tests' prompt and generation together, so that the windowed layers attend differently from the full ones.
+ */
+export const GPT_OSS_SLIDING_WINDOW = 8;
+
+/**
  * How the router of an architecture picks and weighs experts (all on the coordinator: router authority). Sigmoid gates
  * with a selection bias (`exp_probs_b`), grouped top-k, normalised and scaled weights change which experts a worker is
  * sent and the weights it sums with, never the expert FFN it computes.
  */
 export interface Routing {
   /**
-   * llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax, 2 sigmoid. Sigmoid families read the gating, norm and scale
-   * keys from the file (written); softmax ones here have them fixed in their graph (not written).
+   * llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax, 2 sigmoid, 3 softmax over the selected experts' logits
+   * (gpt-oss). Sigmoid families read the gating, norm and scale keys from the file (written); the others here have
+   * them fixed in their graph (not written).
    */
-  gating: 1 | 2;
+  gating: 1 | 2 | 3;
   /** A per-expert selection bias `blk.N.exp_probs_b.bias` (DeepSeek-V3's e_score_correction_bias). */
   probsBias: boolean;
   /** `expert_weights_norm`: the selected weights are divided by their sum. */
@@ -58,6 +66,9 @@ const ROUTING: Partial<Record<ArchName, Routing>> = {
   bailingmoe2: { gating: 2, probsBias: true, norm: true, scale: 2.5 },
   'ernie4_5-moe': { gating: 1, probsBias: true, norm: true, scale: 0 },
   'hunyuan-moe': { gating: 1, probsBias: false, norm: true, scale: 0 },
+  // The router's own bias (ffn_gate_inp.bias) shifts the logits before the top-k, so it weighs as well as selects:
+  // not a selection-only exp_probs_b. The softmax over the k selected logits makes the weights sum to 1.
+  'gpt-oss': { gating: 3, probsBias: false, norm: true, scale: 0 },
 };
 
 /** The router an architecture's generated model asks llama.cpp for; undefined: softmax over all experts, as stock. */
@@ -205,6 +216,9 @@ export function rowType(type: GGMLType, rowLength: number): GGMLType {
   return f !== undefined && fits(f) ? f : GGMLType.F32;
 }
 
+/** Roles of the tensors that stay F32 whatever the type asked for: vectors, the router, the shared expert's gate. */
+const SMALL_ROLES: readonly TensorRole[] = ['norm', 'router', 'router_bias', 'shared_gate', 'attn_bias', 'attn_sinks', 'expert_bias'];
+
 /** The whole model: metadata and every tensor in file order. */
 export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
   const problems = validateConfig(c);
@@ -216,9 +230,11 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
   const big = c.type;
   const F32 = GGMLType.F32;
   const mla = a === 'deepseek2';
+  const oss = a === 'gpt-oss';
   // deepseek2: each head's key is a non-rotated half and a rotated half of headDim; values are headDim wide.
   const ropeDim = HALF_ROPE.includes(a) ? headDim / 2 : headDim;
-  const denseFf = EXPERTS_BY_FF.includes(a) ? c.ff : c.sharedFf;
+  // gpt-oss has no dense FFN: its converter writes the experts' width (intermediate_size) to both keys.
+  const denseFf = EXPERTS_BY_FF.includes(a) || oss ? c.ff : c.sharedFf;
   const metadata: MetaEntry[] = [
     { key: 'general.architecture', kind: 'str', value: a },
     { key: 'general.name', kind: 'str', value: `expertswarm-tiny-${a}` },
@@ -261,6 +277,15 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
       { key: `${a}.attention.value_length_mla`, kind: 'u32', value: headDim },
     );
   }
+  if (oss) {
+    // No sliding_window_pattern key: llama.cpp's default for gpt-oss (2) is the real models' alternation, and their
+    // files do not write it. key_length sizes the q, k and v projections (n_rot per head).
+    metadata.push(
+      { key: `${a}.attention.sliding_window`, kind: 'u32', value: GPT_OSS_SLIDING_WINDOW },
+      { key: `${a}.attention.key_length`, kind: 'u32', value: headDim },
+      { key: `${a}.attention.value_length`, kind: 'u32', value: headDim },
+    );
+  }
   const routing = ROUTING[a];
   if (routing?.gating === 2) {
     metadata.push({ key: `${a}.expert_gating_func`, kind: 'u32', value: routing.gating });
@@ -274,7 +299,7 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
 
   const tensors: TensorPlan[] = [];
   const add = (name: string, dims: number[], role: TensorRole): void => {
-    const small = role === 'norm' || role === 'router' || role === 'router_bias' || role === 'shared_gate';
+    const small = SMALL_ROLES.includes(role);
     tensors.push({ name, dims, role, type: small ? F32 : rowType(big, dims[0] as number) });
   };
   add('token_embd.weight', [c.nEmbd, vocabSize], 'embed');
@@ -304,6 +329,17 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
     } else if (a === 'bailingmoe2') {
       add(`${p}.attn_qkv.weight`, [c.nEmbd, c.nEmbd + 2 * kvDim], 'attn');
       add(`${p}.attn_output.weight`, [c.nEmbd, c.nEmbd], 'attn');
+    } else if (oss) {
+      // Biases on q, k, v and the output; one sink logit per head.
+      add(`${p}.attn_q.weight`, [c.nEmbd, c.nEmbd], 'attn');
+      add(`${p}.attn_q.bias`, [c.nEmbd], 'attn_bias');
+      add(`${p}.attn_k.weight`, [c.nEmbd, kvDim], 'attn');
+      add(`${p}.attn_k.bias`, [kvDim], 'attn_bias');
+      add(`${p}.attn_v.weight`, [c.nEmbd, kvDim], 'attn');
+      add(`${p}.attn_v.bias`, [kvDim], 'attn_bias');
+      add(`${p}.attn_output.weight`, [c.nEmbd, c.nEmbd], 'attn');
+      add(`${p}.attn_output.bias`, [c.nEmbd], 'attn_bias');
+      add(`${p}.attn_sinks.weight`, [c.nHead], 'attn_sinks');
     } else {
       add(`${p}.attn_q.weight`, [c.nEmbd, c.nEmbd], 'attn');
       add(`${p}.attn_k.weight`, [c.nEmbd, kvDim], 'attn');
@@ -317,8 +353,8 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
       add(`${p}.attn_q_norm.weight`, [c.nEmbd], 'norm');
       add(`${p}.attn_k_norm.weight`, [kvDim], 'norm');
     }
-    // glm4moe names its FFN norm after the attention (HF post_attention_layernorm).
-    add(a === 'glm4moe' ? `${p}.post_attention_norm.weight` : `${p}.ffn_norm.weight`, [c.nEmbd], 'norm');
+    // glm4moe and gpt-oss name their FFN norm after the attention (HF post_attention_layernorm).
+    add(a === 'glm4moe' || oss ? `${p}.post_attention_norm.weight` : `${p}.ffn_norm.weight`, [c.nEmbd], 'norm');
     if (i < c.denseLeading || (a === 'llama4' && (i + 1) % 2 !== 0)) {
       add(`${p}.ffn_gate.weight`, [c.nEmbd, c.sharedFf], 'dense_ffn');
       add(`${p}.ffn_up.weight`, [c.nEmbd, c.sharedFf], 'dense_ffn');
@@ -328,6 +364,18 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
     moeLayers.push(i);
     add(`${p}.ffn_gate_inp.weight`, [c.nEmbd, c.nExpert], 'router');
     if (routing?.probsBias) add(`${p}.exp_probs_b.bias`, [c.nExpert], 'router_bias');
+    if (oss) {
+      // gpt-oss: the router's bias on its logits; each expert's gate, up and down projections have biases (one row
+      // per expert), separate tensors as its converter writes them (it splits HF's interleaved gate_up).
+      add(`${p}.ffn_gate_inp.bias`, [c.nExpert], 'router_bias');
+      add(`${p}.ffn_gate_exps.weight`, [c.nEmbd, c.ff, c.nExpert], 'expert');
+      add(`${p}.ffn_gate_exps.bias`, [c.ff, c.nExpert], 'expert_bias');
+      add(`${p}.ffn_up_exps.weight`, [c.nEmbd, c.ff, c.nExpert], 'expert');
+      add(`${p}.ffn_up_exps.bias`, [c.ff, c.nExpert], 'expert_bias');
+      add(`${p}.ffn_down_exps.weight`, [c.ff, c.nEmbd, c.nExpert], 'expert');
+      add(`${p}.ffn_down_exps.bias`, [c.nEmbd, c.nExpert], 'expert_bias');
+      continue;
+    }
     add(`${p}.ffn_gate_exps.weight`, [c.nEmbd, c.ff, c.nExpert], 'expert');
     add(`${p}.ffn_up_exps.weight`, [c.nEmbd, c.ff, c.nExpert], 'expert');
     add(`${p}.ffn_down_exps.weight`, [c.ff, c.nEmbd, c.nExpert], 'expert');

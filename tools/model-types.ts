@@ -23,6 +23,7 @@ export const ARCHITECTURES = [
   'hunyuan-moe',
   'bailingmoe2',
   'llama4',
+  'gpt-oss',
   ...HYBRID_ARCHITECTURES,
 ] as const;
 export type ArchName = (typeof ARCHITECTURES)[number];
@@ -73,6 +74,11 @@ export type TensorRole =
   | 'shared_ffn'
   | 'shared_gate'
   | 'expert'
+  // gpt-oss: the biases of q, k, v and the attention output; each head's attention sink (a logit every query also
+  // attends to); the biases of the routed experts' gate, up and down projections
+  | 'attn_bias'
+  | 'attn_sinks'
+  | 'expert_bias'
   // the linear-attention layers of the hybrid families (model-arch-hybrid.ts): projections, convolution, decay, dt bias
   | 'ssm'
   | 'ssm_conv'

@@ -1,6 +1,6 @@
 /**
  * planModel for the families added for issue 25 (deepseek2, glm4moe, minimax-m2, dots1, ernie4_5-moe, hunyuan-moe,
- * bailingmoe2): the metadata keys llama.cpp's
+ * bailingmoe2) and later (llama4, gpt-oss): the metadata keys llama.cpp's
  * loader reads for each (`${arch}.…`, pinned commit: src/models/<arch>.cpp load_arch_hparams) and every tensor of a
  * dense and of a routed layer with its name, shape and type (load_arch_tensors). llama.cpp loading and running the
  * files is test/integration/llama-loads.test.ts; dispatching their experts, test/integration/expert-dispatch.test.ts.
@@ -8,13 +8,16 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { GGMLType } from '../../gguf/quant-types.ts';
+import { amplitude } from '../../tools/make-model.ts';
 import {
   type ArchName,
+  GPT_OSS_SLIDING_WINDOW,
   type MetaEntry,
   type ModelConfig,
   type ModelPlan,
   defaultConfig,
   planModel,
+  routingOf,
   rowType,
   validateConfig,
 } from '../../tools/model-arch.ts';
@@ -386,4 +389,91 @@ test('llama4: MoE every second layer with a shared expert, dense between; fewer 
     problems.some((p) => p.includes('llama4 needs at least 4 layers')),
     problems.join('; '),
   );
+});
+
+test('gpt-oss: every layer routed; biases on q, k, v, the output, the router and each expert gate, up and down; one sink per head; windowed and full attention alternate; softmax over the selected experts', () => {
+  const p = plan({ arch: 'gpt-oss', nHeadKv: 1, ff: 32 });
+  const m = meta(p);
+  assert.deepEqual(
+    {
+      window: m['gpt-oss.attention.sliding_window'],
+      pattern: m['gpt-oss.attention.sliding_window_pattern'],
+      keyLength: m['gpt-oss.attention.key_length'],
+      valueLength: m['gpt-oss.attention.value_length'],
+      rope: m['gpt-oss.rope.dimension_count'],
+      heads: m['gpt-oss.attention.head_count'],
+      kvHeads: m['gpt-oss.attention.head_count_kv'],
+      ff: m['gpt-oss.feed_forward_length'],
+      ffExp: m['gpt-oss.expert_feed_forward_length'],
+      experts: m['gpt-oss.expert_count'],
+      used: m['gpt-oss.expert_used_count'],
+      gating: m['gpt-oss.expert_gating_func'],
+      dense: m['gpt-oss.leading_dense_block_count'],
+    },
+    {
+      window: GPT_OSS_SLIDING_WINDOW,
+      pattern: undefined,
+      keyLength: 32,
+      valueLength: 32,
+      rope: 32,
+      heads: 2,
+      kvHeads: 1,
+      ff: 32,
+      ffExp: 32,
+      experts: 8,
+      used: 2,
+      gating: undefined,
+      dense: undefined,
+    },
+  );
+  const want = [
+    'attn_norm.weight 64 F32',
+    'attn_q.weight 64x64 F32',
+    'attn_q.bias 64 F32',
+    'attn_k.weight 64x32 F32',
+    'attn_k.bias 32 F32',
+    'attn_v.weight 64x32 F32',
+    'attn_v.bias 32 F32',
+    'attn_output.weight 64x64 F32',
+    'attn_output.bias 64 F32',
+    'attn_sinks.weight 2 F32',
+    'post_attention_norm.weight 64 F32',
+    'ffn_gate_inp.weight 64x8 F32',
+    'ffn_gate_inp.bias 8 F32',
+    'ffn_gate_exps.weight 64x32x8 F32',
+    'ffn_gate_exps.bias 32x8 F32',
+    'ffn_up_exps.weight 64x32x8 F32',
+    'ffn_up_exps.bias 32x8 F32',
+    'ffn_down_exps.weight 32x64x8 F32',
+    'ffn_down_exps.bias 64x8 F32',
+  ];
+  for (const l of [0, 1, 2])
+    assert.deepEqual(
+      layer(p, l),
+      want.map((s) => `blk.${l}.${s}`),
+    );
+  assert.deepEqual(p.moeLayers, [0, 1, 2]);
+  assert.deepEqual(routingOf('gpt-oss'), { gating: 3, probsBias: false, norm: true, scale: 0 });
+
+  // Q8_0: the matrices take the type asked for, every bias and sink stays F32; all are drawn non-zero (amplitude > 0),
+  // and the down biases follow --expert-scale as the down projection does.
+  const q = plan({ arch: 'gpt-oss', type: GGMLType.Q8_0 });
+  const types = Object.fromEntries(q.tensors.filter((t) => t.name.startsWith('blk.1.')).map((t) => [t.name.slice(6), GGMLType[t.type]]));
+  assert.deepEqual(
+    [types['attn_q.weight'], types['ffn_gate_exps.weight'], types['ffn_up_exps.weight'], types['ffn_down_exps.weight']],
+    ['Q8_0', 'Q8_0', 'Q8_0', 'Q8_0'],
+  );
+  const vectors = q.tensors.filter((t) => t.name.endsWith('.bias') || t.name.endsWith('attn_sinks.weight'));
+  assert.equal(vectors.length, 3 * 9, 'nine bias or sink vectors per layer');
+  for (const t of vectors) {
+    assert.equal(t.type, GGMLType.F32, t.name);
+    assert.ok(amplitude(t, 0.1) > 0, `${t.name} is drawn non-zero`);
+  }
+  const down = vectors.find((t) => t.name === 'blk.0.ffn_down_exps.bias');
+  const gate = vectors.find((t) => t.name === 'blk.0.ffn_gate_exps.bias');
+  assert.ok(down && gate);
+  assert.equal(amplitude(down, 2) / amplitude(down, 0.1), 20, 'the down biases scale with --expert-scale');
+  assert.equal(amplitude(gate, 2), amplitude(gate, 0.1), 'the gate and up biases do not');
+  // Unlike llama4, no minimum of layers: llama.cpp loads and runs a one-layer gpt-oss (its one layer windowed).
+  assert.deepEqual(validateConfig(defaultConfig({ arch: 'gpt-oss', layers: 1, nEmbd: 64, ff: 64, nExpert: 8, nExpertUsed: 2 })), []);
 });

@@ -15,6 +15,11 @@
  * ggml_v_expf, the sums in k order): the coordinator's result bit for bit. Q4_1, Q5_0, Q5_1, Q2_K and Q3_K weights
  * get the same activation rounding with f32 sums of the dequantized weights (float-summation precision).
  *
+ * Variants (protocol/variant.ts, WASM_VARIANT_FEATURES): silu and gpt-oss's swiglu_oai, each with or without expert
+ * biases. The biases are copied into the kernel's memory with the slice; in 'llama' numerics each is added in f32 as
+ * ggml_add_id adds it (gate and up before the gated unit, down before the router weight), and swiglu_oai is
+ * ggml_compute_forward_swiglu_oai_f32's f32 steps with a correctly rounded expf (ggml-float.as ggmlSwigluOai).
+ *
  * @example
  *   const fb = await WasmExpertFallback.create(await nodeExpertKernel(), slice, { numerics: 'llama' });
  *   const out = await fb.compute(rows, ids, probs, nTokens, nUsed); // Float32Array [nTokens × nEmbd]
@@ -24,7 +29,8 @@ import { GGMLType } from '../../gguf/quant-types.ts';
 import { median, numericsOption, type ExpertComputer } from '../computer.ts';
 import type { Numerics } from '../../protocol/numerics.ts';
 import { ExpertRuntimeError } from '../errors.ts';
-import { validateInputs, validateSlice, type ExpertSlice, type SupportedTypes } from '../slice.ts';
+import { validateInputs, validateSlice, validateVariant, type ExpertSlice, type SupportedTypes } from '../slice.ts';
+import { SILU_VARIANT, type VariantFeature } from '../../protocol/variant.ts';
 
 /** Every type the kernel decodes (weight-rows.as), in either numerics. */
 export const WASM_FALLBACK_TYPES: SupportedTypes = {
@@ -45,6 +51,9 @@ export const WASM_FALLBACK_TYPES: SupportedTypes = {
   ],
   cannot: 'the wasm fallback cannot read',
 };
+
+/** The expert FFN variants the kernel computes (protocol/variant.ts): both activations, with or without biases. */
+export const WASM_VARIANT_FEATURES: readonly VariantFeature[] = ['silu', 'swiglu_oai', 'bias'];
 
 /** The weight types whose 'llama' numerics are ggml's own arithmetic here (bit for bit); the others: f32 sums. */
 export const WASM_BIT_EXACT_TYPES: readonly GGMLType[] = [
@@ -122,6 +131,8 @@ interface KernelExports {
     down: number,
     rowBuffers: number,
   ): void;
+  /** After configure: activation (0 silu, 1 swiglu_oai), α, limit, and the biases' addresses (0s: none). */
+  configureVariant(activation: number, alpha: number, limit: number, gateBias: number, upBias: number, downBias: number): void;
   callLayout(T: number, K: number, what: number): number;
   compute(T: number, K: number, scratch: number): void;
   /** Uses fused relaxed_madd for ggml's FMAs where it fuses and `allow` is 1; returns 1 if it does (kernel.as). */
@@ -140,7 +151,7 @@ export interface WasmFallbackMemory {
   wasmBytes: number;
   /** The slice's three matrices. */
   sliceBytes: number;
-  /** Where the per-call scratch starts: everything below is static data, the slice and the row buffers. */
+  /** Where the per-call scratch starts: everything below is static data, the slice, its biases and the row buffers. */
   loadedBytes: number;
 }
 
@@ -171,8 +182,9 @@ export class WasmExpertFallback implements ExpertComputer {
   }
 
   /**
-   * Validates the slice and the options, instantiates the kernel and copies the slice into its memory. Throws
-   * ExpertRuntimeError: BAD_SHAPE / UNSUPPORTED_TYPE / BAD_SLICE_BYTES for a malformed slice, BAD_OPTION for an
+   * Validates the slice and the options, instantiates the kernel and copies the slice (and its biases) into its
+   * memory. Throws ExpertRuntimeError: BAD_SHAPE / UNSUPPORTED_TYPE / BAD_SLICE_BYTES for a malformed slice,
+   * UNSUPPORTED_VARIANT / BAD_SLICE_BIASES for a variant it does not compute or biases that do not fit, BAD_OPTION for an
    * unknown `numerics` or a bad `maxTokensPerPass`, SLICE_TOO_LARGE past wasm32's 4 GiB.
    */
   static async create(
@@ -190,13 +202,20 @@ export class WasmExpertFallback implements ExpertComputer {
       );
     }
     validateSlice(slice, slice, WASM_FALLBACK_TYPES);
+    validateVariant(slice, WASM_VARIANT_FEATURES);
     const { nEmbd, ff, nExpert } = slice;
+    const variant = slice.variant ?? SILU_VARIANT;
+    const biases = variant.biases ? slice.biases : undefined;
     const instance = await WebAssembly.instantiate(kernel, {});
     const k = instance.exports as unknown as KernelExports;
     const gateAt = alignUp(k.heapBase(), 64);
     const upAt = alignUp(gateAt + slice.gate.length, 64);
     const downAt = alignUp(upAt + slice.up.length, 64);
-    const rowsAt = alignUp(downAt + slice.down.length, 64);
+    const biasAt = alignUp(downAt + slice.down.length, 64);
+    const gateBiasAt = biasAt;
+    const upBiasAt = gateBiasAt + 4 * nExpert * ff;
+    const downBiasAt = upBiasAt + 4 * nExpert * ff;
+    const rowsAt = biases ? alignUp(downBiasAt + 4 * nExpert * nEmbd, 64) : biasAt;
     const scratch = alignUp(rowsAt + 3 * k.rowBufferBytes(Math.max(nEmbd, ff)), 64);
     const sliceBytes = slice.gate.length + slice.up.length + slice.down.length;
     grow(k.memory, scratch, sliceBytes);
@@ -204,8 +223,21 @@ export class WasmExpertFallback implements ExpertComputer {
     mem.set(slice.gate, gateAt);
     mem.set(slice.up, upAt);
     mem.set(slice.down, downAt);
+    if (biases) {
+      new Float32Array(k.memory.buffer, gateBiasAt, nExpert * ff).set(biases.gate);
+      new Float32Array(k.memory.buffer, upBiasAt, nExpert * ff).set(biases.up);
+      new Float32Array(k.memory.buffer, downBiasAt, nExpert * nEmbd).set(biases.down);
+    }
     const t = slice.types;
     k.configure(nEmbd, ff, nExpert, t.gate, t.up, t.down, numerics === 'llama' ? 1 : 0, gateAt, upAt, downAt, rowsAt);
+    k.configureVariant(
+      variant.activation === 'swiglu_oai' ? 1 : 0,
+      variant.alpha,
+      variant.limit,
+      biases ? gateBiasAt : 0,
+      biases ? upBiasAt : 0,
+      biases ? downBiasAt : 0,
+    );
     const label = options.label ?? `wasm expert-slice ${nExpert}×[${nEmbd}↔${ff}]${numerics === 'llama' ? ' (llama numerics)' : ''}`;
     const fb = new WasmExpertFallback(
       k,

@@ -2,7 +2,8 @@
 // the fused multiply-add its AVX2 vec_dot lanes use (wasm has none: the product is exact in f64, the sum is rounded
 // once to f64 and then to f32, and the one case where that double rounding can differ, an f64 sum exactly halfway
 // between two f32s, is redone from the sum's exact error), f16/bf16 conversions as F16C and ggml round, and
-// ggml_v_expf / ggml_vec_swiglu_f32 (harness/ggml-exact.ts is the TypeScript model of the same steps).
+// ggml_v_expf / ggml_vec_swiglu_f32 (harness/ggml-exact.ts is the TypeScript model of the same steps), and
+// ggml_compute_forward_swiglu_oai_f32 (shaders/reference/expert-ffn.ts swigluOaiF32 is its TypeScript twin).
 import { RELAXED } from './kinds';
 
 /** Low 29 bits of an f64 (the bits an f32 drops) and the pattern of an f64 exactly halfway between two f32s. */
@@ -203,4 +204,32 @@ export function ggmlSwiglu(g: f32, u: f32): f32 {
 export function exactSwiglu(g: f32, u: f32): f32 {
   const g64 = <f64>g;
   return <f32>((g64 / (1.0 + Math.exp(-g64))) * <f64>u);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// gpt-oss's gated unit, ggml_swiglu_oai (protocol/variant.ts).
+
+/**
+ * min(g, L) / (1 + expf(α · −min(g, L))) · (clamp(u, −L, L) + 1), each step in f32 in the order of
+ * ggml_compute_forward_swiglu_oai_f32 (scalar C, no vector expf). Its expf is libm's; here the f64 exp of the f32
+ * argument rounded to f32, which is the correctly rounded expf: glibc's expf returns that too but in rare near-ties
+ * (its error bound is 0.502 ulp, not 0.5), so this can differ from glibc in the last bit there. AssemblyScript's
+ * Math.exp is musl's (< 1 f64 ulp): its f32 rounding is the correct one but where exp lies within an f64 ulp of an f32
+ * midpoint (a chance of about 2^-28 per value).
+ * std::min / std::clamp and wasm's min / max agree on every input but NaN, where both give NaN.
+ */
+@inline
+export function ggmlSwigluOai(g: f32, u: f32, alpha: f32, limit: f32): f32 {
+  const x = min<f32>(g, limit);
+  const y = min<f32>(max<f32>(u, -limit), limit);
+  const e = <f32>Math.exp(<f64>(alpha * -x));
+  return (x / (<f32>1.0 + e)) * (y + <f32>1.0);
+}
+
+/** The same in f64, rounded once ('exact' numerics: the reference's swigluOai). */
+@inline
+export function exactSwigluOai(g: f32, u: f32, alpha: f32, limit: f32): f32 {
+  const x = min<f64>(<f64>g, <f64>limit);
+  const y = min<f64>(max<f64>(<f64>u, -<f64>limit), <f64>limit);
+  return <f32>((x / (1.0 + Math.exp(-<f64>alpha * x))) * (y + 1.0));
 }

@@ -2,12 +2,12 @@
 // The slice's GGUF bytes sit in this module's memory as they are; each call decodes one weight row at a time into a
 // small buffer and meets it with every routed row of that expert (so a row of weights is read once per call).
 //
-// Memory (JS lays it out): [static data][gate | up | down bytes][3 row buffers][call scratch (callLayout)].
+// Memory (JS lays it out): [static data][gate | up | down bytes][biases, if any][3 row buffers][call scratch (callLayout)].
 import { T_F32, ROW_INT, ROW_U8, ROW_GGUF, DOT_Q32, DOT_Q4K, DOT_Q5K, RELAXED, rowKind, actKind, dotKind, blockSize, blockBytes, align16 } from './kinds';
 import { actBytes, quantizeRow } from './activations';
 import { intRow, u8Row, dequantRow } from './weight-rows';
 import { dot, intDots, q4kDots, k45Dots, twoRowsQ4K, u8Dots } from './dots';
-import { ggmlSwiglu, exactSwiglu, probeFusedMadd, usesFusedMadd } from './ggml-float';
+import { ggmlSwiglu, exactSwiglu, ggmlSwigluOai, exactSwigluOai, probeFusedMadd, usesFusedMadd } from './ggml-float';
 
 let nEmbd = 0;
 let ff = 0;
@@ -22,6 +22,16 @@ const rowBuf = memory.data(12, 4);
 const ACTS = memory.data(16, 4);
 const GOUT = memory.data(16, 4);
 const UOUT = memory.data(16, 4);
+
+// The expert FFN variant (protocol/variant.ts; configureVariant): the gated unit and where the biases are (0: none).
+const ACT_SILU: i32 = 0;
+const ACT_SWIGLU_OAI: i32 = 1;
+let activation = ACT_SILU;
+let alpha: f32 = 0;
+let limit: f32 = 0;
+let biasGate: usize = 0;
+let biasUp: usize = 0;
+let biasDown: usize = 0;
 
 @inline
 function m32(at: usize, m: i32): i32 {
@@ -82,6 +92,33 @@ export function configure(
   store<i32>(rowBytes, rowBytesOf(tDown, ff), 8);
   const each = rowBufferBytes(max<i32>(nEmbd, ff));
   for (let m = 0; m < 3; m++) store<i32>(rowBuf + 4 * m, <i32>(rowBuffers + each * m));
+}
+
+/**
+ * Sets the slice's variant, after configure: activation 0 silu, 1 swiglu_oai (with α and the limit L), and where its
+ * f32 biases are (gate and up [nExpert × ff], down [nExpert × nEmbd], expert-major), or 0s for a variant without.
+ */
+export function configureVariant(activation_: i32, alpha_: f32, limit_: f32, gateBias: usize, upBias: usize, downBias: usize): void {
+  activation = activation_;
+  alpha = alpha_;
+  limit = limit_;
+  biasGate = gateBias;
+  biasUp = upBias;
+  biasDown = downBias;
+}
+
+/**
+ * h of one pair's row r of expert e for a variant other than plain silu: the expert's gate and up biases added in f32
+ * (ggml_add_id), then the gated unit (ggml_swiglu / ggml_swiglu_oai). Apart from compute's loop so silu's stays as it was.
+ */
+function variantUnit(g: f32, u: f32, e: i32, r: i32): f32 {
+  if (biasGate != 0) {
+    const at = 4 * (<usize>e * <usize>ff + <usize>r);
+    g += load<f32>(biasGate + at);
+    u += load<f32>(biasUp + at);
+  }
+  if (activation == ACT_SWIGLU_OAI) return llama ? ggmlSwigluOai(g, u, alpha, limit) : exactSwigluOai(g, u, alpha, limit);
+  return llama ? ggmlSwiglu(g, u) : exactSwiglu(g, u);
 }
 
 // Call scratch, in order: rows f32 [T × nEmbd], ids i32 [P], probs f32 [P], out f32 [T × nEmbd] (these four JS
@@ -233,6 +270,7 @@ export function compute(T: i32, K: i32, s: usize): void {
   const dd = dotKind(tD, llama);
   const pg = align16(<usize>(4 * nEmbd));
   const pd = align16(<usize>(4 * ff));
+  const plainSilu = activation == ACT_SILU && biasGate == 0;
 
   // Routed pairs grouped by expert, in token order within each expert.
   memory.fill(starts, 0, 4 * (nExpert + 1));
@@ -281,7 +319,8 @@ export function compute(T: i32, K: i32, s: usize): void {
           const q = load<i32>(order + 4 * (i + j));
           const g = load<f32>(GOUT + 4 * j);
           const u = load<f32>(UOUT + 4 * j);
-          store<f32>(h + 4 * (<usize>q * ff + r), llama ? ggmlSwiglu(g, u) : exactSwiglu(g, u));
+          const hv = plainSilu ? (llama ? ggmlSwiglu(g, u) : exactSwiglu(g, u)) : variantUnit(g, u, e, r);
+          store<f32>(h + 4 * (<usize>q * ff + r), hv);
         }
       }
     }
@@ -319,6 +358,17 @@ export function compute(T: i32, K: i32, s: usize): void {
           const q = load<i32>(order + 4 * (i + j));
           store<f32>(y + 4 * (<usize>q * nEmbd + r), load<f32>(GOUT + 4 * j));
         }
+      }
+    }
+  }
+
+  // each pair's down bias, in f32 before its router weight (ggml_add_id, then ggml_mul)
+  if (biasDown != 0) {
+    for (let e = 0; e < nExpert; e++) {
+      const bias = biasDown + 4 * <usize>e * <usize>nEmbd;
+      for (let i = load<i32>(starts + 4 * e); i < load<i32>(starts + 4 * (e + 1)); i++) {
+        const yq = y + 4 * <usize>load<i32>(order + 4 * i) * <usize>nEmbd;
+        for (let r = 0; r < nEmbd; r++) store<f32>(yq + 4 * r, load<f32>(yq + 4 * r) + load<f32>(bias + 4 * r));
       }
     }
   }

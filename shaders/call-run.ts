@@ -101,7 +101,7 @@ export async function runPlan(
       ids: acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.ids, groups ? 'pairs by expert' : 'ids'),
       tiles: groups ? acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.tiles, 'row tiles') : null,
       probs: acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_DST, sizes.probs, 'probs'),
-      hidden: acquire(F.BUFFER_STORAGE, sizes.hidden, 'hidden (silu(gate)·up)'),
+      hidden: acquire(F.BUFFER_STORAGE, sizes.hidden, 'hidden (act(gate, up))'),
       expertOut: acquire(F.BUFFER_STORAGE, sizes.expertOut, 'expert outputs'),
       out: acquire(F.BUFFER_STORAGE | F.BUFFER_COPY_SRC, sizes.out, 'out'),
       readback: acquire(F.BUFFER_MAP_READ | F.BUFFER_COPY_DST, sizes.out, 'readback'),
@@ -147,6 +147,7 @@ export async function runPlan(
     const idsR = range(b.ids, sizes.ids);
     const hiddenR = range(b.hidden, sizes.hidden);
     const outR = range(b.expertOut, sizes.expertOut);
+    const biasesR: GPUBufferBinding = { buffer: st.biases }; // the slice's, last binding of every up and down kernel
     const encoder = device.createCommandEncoder({ label: `${label} call (${plan.regime})` });
     const set = timed ? timestampSet(st, label) : null;
     if (set) {
@@ -194,7 +195,7 @@ export async function runPlan(
         const act = roundedFor(upPass === 'up' ? 'up' : 'gate');
         let group: GPUBindGroup;
         if (act?.qs && act.scales) {
-          group = bind('expert_up_q8', [shapeOf(i), { buffer: w.gate }, { buffer: w.up }, act.qs, idsR, hiddenR, act.scales]);
+          group = bind('expert_up_q8', [shapeOf(i), { buffer: w.gate }, { buffer: w.up }, act.qs, idsR, hiddenR, act.scales, biasesR]);
         } else {
           const rows = act?.values ?? rowsR;
           group = b.tiles
@@ -206,8 +207,9 @@ export async function runPlan(
                 idsR,
                 range(b.tiles, sizes.tiles),
                 hiddenR,
+                biasesR,
               ])
-            : bind('expert_up', [shapeOf(i), { buffer: w.gate }, { buffer: w.up }, rows, idsR, hiddenR]);
+            : bind('expert_up', [shapeOf(i), { buffer: w.gate }, { buffer: w.up }, rows, idsR, hiddenR, biasesR]);
         }
         run(pipeline, group, p.up);
       }
@@ -220,12 +222,12 @@ export async function runPlan(
       const w = st.parts[p.index]!.buffers;
       let downGroup: GPUBindGroup;
       if (downAct?.qs && downAct.scales) {
-        downGroup = bind('expert_down_q8', [shapeOf(i), { buffer: w.down }, downAct.qs, idsR, outR, downAct.scales]);
+        downGroup = bind('expert_down_q8', [shapeOf(i), { buffer: w.down }, downAct.qs, idsR, outR, downAct.scales, biasesR]);
       } else {
         const hidden = downAct?.values ?? hiddenR;
         downGroup = b.tiles
-          ? bind('expert_down_batched', [shapeOf(i), { buffer: w.down }, hidden, idsR, range(b.tiles, sizes.tiles), outR])
-          : bind('expert_down', [shapeOf(i), { buffer: w.down }, hidden, idsR, outR]);
+          ? bind('expert_down_batched', [shapeOf(i), { buffer: w.down }, hidden, idsR, range(b.tiles, sizes.tiles), outR, biasesR])
+          : bind('expert_down', [shapeOf(i), { buffer: w.down }, hidden, idsR, outR, biasesR]);
       }
       run(pipelines.down, downGroup, p.down);
     });

@@ -7,6 +7,7 @@ import { GGUFError } from '../gguf/errors.ts';
 import { EXPERT_MATRICES, ExpertSliceError } from '../gguf/expert-slice.ts';
 import { readExpertSliceStream } from '../gguf/expert-slice-stream.ts';
 import { typeName, type GGMLType } from '../gguf/quant-types.ts';
+import type { ExpertVariant } from '../protocol/variant.ts';
 import { BufferPool } from './buffer-pool.ts';
 import { bindingLimit, callRounding, type CallRounding, type RoundStep } from './call-plan.ts';
 import type { Numerics } from '../protocol/numerics.ts';
@@ -19,6 +20,7 @@ import {
   kernelVariant,
   quantSnippet,
   validateTuning,
+  WGSL_VARIANT_FEATURES,
   type Int8Dot,
   type IntegerDot,
   type KernelFeature,
@@ -27,8 +29,24 @@ import {
 } from './expert-ffn.ts';
 import type { Regime, RegimePolicy } from './regime-policy.ts';
 import { roundKernels, type RoundKernels } from './round-activations.ts';
-import { sliceMatrixBytes, validateSlice, type ExpertSlice, type SliceShape, type SliceStreamSource, type SliceTypes } from './slice.ts';
-import { WeightWriter, createWeightParts, destroyWeightParts, planParts, type WeightPart } from './weight-parts.ts';
+import {
+  sliceMatrixBytes,
+  validateSlice,
+  validateVariant,
+  type ExpertSlice,
+  type SliceShape,
+  type SliceStreamSource,
+  type SliceTypes,
+} from './slice.ts';
+import {
+  WeightWriter,
+  createBiasBuffer,
+  createWeightParts,
+  destroyWeightParts,
+  planParts,
+  writeBiases,
+  type WeightPart,
+} from './weight-parts.ts';
 
 /** The runtime's options, checked (runtime.ts makeSettings): what every device state is built with. */
 export interface Settings {
@@ -41,6 +59,11 @@ export interface Settings {
   numerics: Numerics;
   integerDot: 'auto' | IntegerDot;
   label: string;
+  /**
+   * The slice's expert FFN variant (validated: validateVariant): built into the up and down pipelines as override
+   * constants (variant.wgsl), so a silu slice's kernels are the ones it always had.
+   */
+  variant: ExpertVariant;
 }
 
 /**
@@ -84,6 +107,8 @@ export interface GpuState {
   /** The batched regime's pipelines, built on its first call. */
   batched: Promise<Pipelines> | null;
   parts: WeightPart[];
+  /** The slice's biases (variant.wgsl's layout), or a small unused buffer for a variant without them. */
+  biases: GPUBuffer;
   pool: BufferPool;
   /**
    * The two timestamps (start and end of a call's compute pass) of calls that ask for their kernel time, created on
@@ -207,9 +232,11 @@ async function prepareState(device: GPUDevice, owned: boolean, shape: SliceShape
   // Out of GPU memory only shows as an error scope's error (the buffers are invalid, not missing).
   device.pushErrorScope('out-of-memory');
   const parts = createWeightParts(device, shape, ranges, settings.label);
+  const biases = createBiasBuffer(device, shape, settings.variant.biases, settings.label);
   const oom = await device.popErrorScope();
   if (oom) {
     destroyWeightParts(parts);
+    biases.destroy();
     throw new ExpertRuntimeError(
       'GPU_ERROR',
       { message: oom.message },
@@ -230,6 +257,7 @@ async function prepareState(device: GPUDevice, owned: boolean, shape: SliceShape
     combine,
     batched: null,
     parts,
+    biases,
     pool: new BufferPool(device, settings.label),
     timestamps: null,
     lost: null,
@@ -241,6 +269,7 @@ const isCompileError = (e: unknown): boolean => e instanceof ExpertRuntimeError 
 /** Frees a state's buffers, and its device when the runtime requested it. */
 export function releaseState(st: GpuState): void {
   destroyWeightParts(st.parts);
+  st.biases.destroy();
   st.pool.dispose();
   st.timestamps?.destroy();
   if (st.owned) st.device.destroy();
@@ -259,6 +288,7 @@ export async function bytesState(
     const writer = new WeightWriter(device.queue, shape, st.parts);
     for (const m of EXPERT_MATRICES) writer.write(m, 0, slice[m]);
     writer.finish();
+    if (settings.variant.biases && slice.biases) writeBiases(device.queue, st.biases, slice.biases);
     return st;
   } catch (e) {
     releaseState(st);
@@ -301,6 +331,10 @@ export async function streamState(
           { gate: { length: info.bytes.gate }, up: { length: info.bytes.up }, down: { length: info.bytes.down } },
           KERNEL_TYPES,
         );
+        // The slice file format carries no variant or biases yet (gguf/expert-slice.ts): a streamed slice computes
+        // silu without biases, and a header that declares another variant is refused (UNSUPPORTED_VARIANT) until
+        // the stream can bring its biases.
+        validateVariant({ ...s, variant: (info as { variant?: ExpertVariant }).variant }, STREAM_VARIANT_FEATURES);
         if (expect && !sameShape(expect, s)) {
           throw new ExpertRuntimeError(
             'BAD_SLICE_STREAM',
@@ -323,6 +357,9 @@ export async function streamState(
     throw sliceError(e);
   }
 }
+
+/** What a streamed slice may be (see streamState): its biases cannot arrive yet. */
+const STREAM_VARIANT_FEATURES = WGSL_VARIANT_FEATURES.filter((f) => f === 'silu');
 
 /** A slice reader's error as BAD_SLICE_STREAM (with its code as the cause); anything else unchanged. */
 export function sliceError(e: unknown): unknown {
@@ -382,14 +419,17 @@ async function buildPipelines(
   const int8 = (t: GGMLType) => INT8_SNIPPETS.get(t)!;
   const upKernel = regime === 'decode' ? (rounding.gate?.packed ? 'expert_up_q8' : 'expert_up') : 'expert_up_batched';
   const downKernel = regime === 'decode' ? (rounding.down?.packed ? 'expert_down_q8' : 'expert_down') : 'expert_down_batched';
+  const ffn = settings.variant;
+  const upVariant = kernelVariant(upKernel, features);
+  const downVariant = kernelVariant(downKernel, features);
   const upPipeline = (pass: UpPass, type: GGMLType): Promise<GPUComputePipeline> =>
     upKernel === 'expert_up_q8'
-      ? kernels.pipeline({ kernel: upKernel, quant: int8(type), pass, tuning, variant: kernelVariant(upKernel, features), dot })
-      : kernels.pipeline({ kernel: upKernel, quant: quantSnippet(type), pass, tuning, variant: kernelVariant(upKernel, features) });
+      ? kernels.pipeline({ kernel: upKernel, quant: int8(type), pass, tuning, variant: upVariant, dot, ffn })
+      : kernels.pipeline({ kernel: upKernel, quant: quantSnippet(type), pass, tuning, variant: upVariant, ffn });
   const downPipeline = (): Promise<GPUComputePipeline> =>
     downKernel === 'expert_down_q8'
-      ? kernels.pipeline({ kernel: downKernel, quant: int8(types.down), tuning, variant: kernelVariant(downKernel, features), dot })
-      : kernels.pipeline({ kernel: downKernel, quant: quantSnippet(types.down), tuning, variant: kernelVariant(downKernel, features) });
+      ? kernels.pipeline({ kernel: downKernel, quant: int8(types.down), tuning, variant: downVariant, dot, ffn })
+      : kernels.pipeline({ kernel: downKernel, quant: quantSnippet(types.down), tuning, variant: downVariant, ffn });
   const steps = [rounding.gate, rounding.up, rounding.down].filter((r): r is RoundStep => r !== null);
   const keys = [...new Set(steps.map(roundKey))];
   const [up, down, roundPipelines] = await Promise.all([

@@ -2,10 +2,14 @@
  * TS side of the expert-FFN kernels (wgsl/expert_up.wgsl, expert_down.wgsl and their batched forms
  * expert_up_batched.wgsl, expert_down_batched.wgsl, and expert_combine.wgsl): the weight types they read, their
  * variants by optional feature, the tuning and its checks, module assembly (fixed files concatenated, shapes only in
- * uniforms and `override`s) and a pipeline cache per device keyed by kernel / quant / pass / tuning / variant.
+ * uniforms and `override`s) and a pipeline cache per device keyed by kernel / quant / pass / tuning / variant. The
+ * expert FFN variant (silu, or gpt-oss's swiglu_oai, with or without biases: WGSL_VARIANT_FEATURES) is a set of
+ * override constants of the up and down pipelines (wgsl/variant.wgsl, variantConstants), so one module serves every
+ * variant and a silu slice's pipelines fold the others' branches away.
  * What a call dispatches is call-plan.ts's; buffers and their lifetimes belong to device-state.ts and call-run.ts.
  */
 import { GGMLType, typeName } from '../gguf/quant-types.ts';
+import { SILU_VARIANT, type ExpertVariant, type VariantFeature } from '../protocol/variant.ts';
 import { ExpertRuntimeError } from './errors.ts';
 import { GPU_FLAGS } from './gpu-flags.ts';
 import type { SupportedTypes } from './slice.ts';
@@ -58,6 +62,9 @@ export type IntegerDot = Int8Dot | 'float';
 /** The WGSL language feature the 'packed' int8 kernels need. */
 export const PACKED_DOT_LANGUAGE_FEATURE = 'packed_4x8_integer_dot_product';
 
+/** The expert FFN variants the kernels compute (protocol/variant.ts), for validateVariant (slice.ts). */
+export const WGSL_VARIANT_FEATURES: readonly VariantFeature[] = ['silu', 'swiglu_oai', 'bias'];
+
 /** The weight types the kernels read, for validateSlice (slice.ts). */
 export const KERNEL_TYPES: SupportedTypes = { types: [...QUANT_SNIPPETS.keys()], cannot: 'the expert kernels cannot read' };
 
@@ -98,22 +105,52 @@ export interface KernelTuning {
   tileCols: number;
 }
 
+/**
+ * What an up or down kernel computes besides its matrices (variant.wgsl's override constants): the slice's expert FFN
+ * variant. Absent: silu without biases, the overrides' defaults.
+ */
+type FfnOf = { ffn?: ExpertVariant };
+
 export type PipelineKey =
-  | { kernel: 'expert_up'; quant: QuantSnippet; pass: UpPass; tuning: KernelTuning; variant: KernelVariant }
-  | { kernel: 'expert_down'; quant: QuantSnippet; tuning: KernelTuning; variant: KernelVariant }
+  | ({ kernel: 'expert_up'; quant: QuantSnippet; pass: UpPass; tuning: KernelTuning; variant: KernelVariant } & FfnOf)
+  | ({ kernel: 'expert_down'; quant: QuantSnippet; tuning: KernelTuning; variant: KernelVariant } & FfnOf)
   | { kernel: 'expert_combine'; tuning: KernelTuning; variant: KernelVariant }
-  | { kernel: 'expert_up_batched'; quant: QuantSnippet; pass: UpPass; tuning: KernelTuning; variant: KernelVariant }
-  | { kernel: 'expert_down_batched'; quant: QuantSnippet; tuning: KernelTuning; variant: KernelVariant }
-  | { kernel: 'expert_up_q8'; quant: Int8Quant; pass: UpPass; tuning: KernelTuning; variant: KernelVariant; dot: Int8Dot }
-  | { kernel: 'expert_down_q8'; quant: Int8Quant; tuning: KernelTuning; variant: KernelVariant; dot: Int8Dot };
+  | ({ kernel: 'expert_up_batched'; quant: QuantSnippet; pass: UpPass; tuning: KernelTuning; variant: KernelVariant } & FfnOf)
+  | ({ kernel: 'expert_down_batched'; quant: QuantSnippet; tuning: KernelTuning; variant: KernelVariant } & FfnOf)
+  | ({ kernel: 'expert_up_q8'; quant: Int8Quant; pass: UpPass; tuning: KernelTuning; variant: KernelVariant; dot: Int8Dot } & FfnOf)
+  | ({ kernel: 'expert_down_q8'; quant: Int8Quant; tuning: KernelTuning; variant: KernelVariant; dot: Int8Dot } & FfnOf);
+
+/** Whether `v` is what every slice before issue 25 computes (the overrides' defaults; no name suffix). */
+const isPlainSilu = (v: ExpertVariant): boolean => v.activation === 'silu' && !v.biases;
+
+/**
+ * The override constants of variant.wgsl for `v`. α is passed as the f32 it is (GPT_OSS_VARIANT's is
+ * Math.fround(1.702)), so the kernels use the same α as llama.cpp's float.
+ */
+export function variantConstants(v: ExpertVariant): Record<string, number> {
+  return {
+    ACTIVATION: v.activation === 'swiglu_oai' ? 1 : 0,
+    SWIGLU_ALPHA: Math.fround(v.alpha),
+    SWIGLU_LIMIT: Math.fround(v.limit),
+    HAS_BIASES: v.biases ? 1 : 0,
+  };
+}
+
+/** Pipeline-name suffix of a variant: '' for plain silu, else e.g. `/swiglu_oai-a1.7020000219345093-l7+bias`. */
+function ffnSuffix(v: ExpertVariant | undefined): string {
+  if (!v || isPlainSilu(v)) return '';
+  const act = v.activation === 'silu' ? 'silu' : `${v.activation}-a${Math.fround(v.alpha)}-l${Math.fround(v.limit)}`;
+  return `/${act}${v.biases ? '+bias' : ''}`;
+}
 
 /**
  * Stable name of a variant, e.g. `expert_up/q4_k/fused/wg64r4/base`, `expert_down_batched/q6_k/wg64m16n32/base`
  * (m: tile rows, n: tile columns) or `expert_up_q8/q4_k/fused/wg64/subgroups/packed` (8 invocations per row, so
- * no rows-per-workgroup); also the pipeline's label.
+ * no rows-per-workgroup); an expert FFN variant other than plain silu adds its own suffix (ffnSuffix); also the
+ * pipeline's label.
  */
 export function pipelineName(k: PipelineKey): string {
-  const f = k.variant;
+  const f = k.kernel === 'expert_combine' ? k.variant : `${k.variant}${ffnSuffix(k.ffn)}`;
   const wg = `wg${k.tuning.workgroupSize}`;
   const tiles = `${wg}m${k.tuning.tileRows}n${k.tuning.tileCols}`;
   switch (k.kernel) {
@@ -169,6 +206,7 @@ export function moduleSource(
       ...requires,
       ...enables,
       WGSL.common,
+      WGSL.variant,
       WGSL.weights,
       WGSL.ggmlMath,
       WGSL.quant[quant],
@@ -180,7 +218,7 @@ export function moduleSource(
   }
   const decode = kernel === 'expert_up' || kernel === 'expert_down';
   const helper = decode ? WGSL.reduce[variant === 'subgroups' ? 'subgroups' : 'base'] : WGSL.tile[variant === 'shader-f16' ? 'f16' : 'f32'];
-  return [...enables, WGSL.common, WGSL.weights, WGSL.quant[quant], helper, WGSL.kernels[kernel]].join('\n');
+  return [...enables, WGSL.common, WGSL.variant, WGSL.weights, WGSL.quant[quant], helper, WGSL.kernels[kernel]].join('\n');
 }
 
 export function quantSnippet(type: GGMLType): QuantSnippet {
@@ -265,51 +303,8 @@ export class ExpertFfnKernels {
   constructor(private readonly device: GPUDevice) {
     const bgl = (label: string, entries: GPUBindGroupLayoutEntry[]): GPUBindGroupLayout => device.createBindGroupLayout({ label, entries });
     this.layouts = {
-      // uniform, gate_w, up_w, rows, ids, h
+      // uniform, gate_w, up_w, rows, ids, h, biases
       expert_up: bgl('expert_up bind group layout', [
-        uniform,
-        storage(1, 'read-only-storage'),
-        storage(2, 'read-only-storage'),
-        storage(3, 'read-only-storage'),
-        storage(4, 'read-only-storage'),
-        storage(5, 'storage'),
-      ]),
-      // uniform, down_w, h, ids, y
-      expert_down: bgl('expert_down bind group layout', [
-        uniform,
-        storage(1, 'read-only-storage'),
-        storage(2, 'read-only-storage'),
-        storage(3, 'read-only-storage'),
-        storage(4, 'storage'),
-      ]),
-      // uniform, y, probs, out
-      expert_combine: bgl('expert_combine bind group layout', [
-        uniform,
-        storage(1, 'read-only-storage'),
-        storage(2, 'read-only-storage'),
-        storage(3, 'storage'),
-      ]),
-      // uniform, gate_w, up_w, rows, perm, tiles, h
-      expert_up_batched: bgl('expert_up_batched bind group layout', [
-        uniform,
-        storage(1, 'read-only-storage'),
-        storage(2, 'read-only-storage'),
-        storage(3, 'read-only-storage'),
-        storage(4, 'read-only-storage'),
-        storage(5, 'read-only-storage'),
-        storage(6, 'storage'),
-      ]),
-      // uniform, down_w, h, perm, tiles, y
-      expert_down_batched: bgl('expert_down_batched bind group layout', [
-        uniform,
-        storage(1, 'read-only-storage'),
-        storage(2, 'read-only-storage'),
-        storage(3, 'read-only-storage'),
-        storage(4, 'read-only-storage'),
-        storage(5, 'storage'),
-      ]),
-      // uniform, gate_w, up_w, act_qs, ids, h, act_d
-      expert_up_q8: bgl('expert_up_q8 bind group layout', [
         uniform,
         storage(1, 'read-only-storage'),
         storage(2, 'read-only-storage'),
@@ -318,7 +313,55 @@ export class ExpertFfnKernels {
         storage(5, 'storage'),
         storage(6, 'read-only-storage'),
       ]),
-      // uniform, down_w, act_qs, ids, y, act_d
+      // uniform, down_w, h, ids, y, biases
+      expert_down: bgl('expert_down bind group layout', [
+        uniform,
+        storage(1, 'read-only-storage'),
+        storage(2, 'read-only-storage'),
+        storage(3, 'read-only-storage'),
+        storage(4, 'storage'),
+        storage(5, 'read-only-storage'),
+      ]),
+      // uniform, y, probs, out
+      expert_combine: bgl('expert_combine bind group layout', [
+        uniform,
+        storage(1, 'read-only-storage'),
+        storage(2, 'read-only-storage'),
+        storage(3, 'storage'),
+      ]),
+      // uniform, gate_w, up_w, rows, perm, tiles, h, biases
+      expert_up_batched: bgl('expert_up_batched bind group layout', [
+        uniform,
+        storage(1, 'read-only-storage'),
+        storage(2, 'read-only-storage'),
+        storage(3, 'read-only-storage'),
+        storage(4, 'read-only-storage'),
+        storage(5, 'read-only-storage'),
+        storage(6, 'storage'),
+        storage(7, 'read-only-storage'),
+      ]),
+      // uniform, down_w, h, perm, tiles, y, biases
+      expert_down_batched: bgl('expert_down_batched bind group layout', [
+        uniform,
+        storage(1, 'read-only-storage'),
+        storage(2, 'read-only-storage'),
+        storage(3, 'read-only-storage'),
+        storage(4, 'read-only-storage'),
+        storage(5, 'storage'),
+        storage(6, 'read-only-storage'),
+      ]),
+      // uniform, gate_w, up_w, act_qs, ids, h, act_d, biases
+      expert_up_q8: bgl('expert_up_q8 bind group layout', [
+        uniform,
+        storage(1, 'read-only-storage'),
+        storage(2, 'read-only-storage'),
+        storage(3, 'read-only-storage'),
+        storage(4, 'read-only-storage'),
+        storage(5, 'storage'),
+        storage(6, 'read-only-storage'),
+        storage(7, 'read-only-storage'),
+      ]),
+      // uniform, down_w, act_qs, ids, y, act_d, biases
       expert_down_q8: bgl('expert_down_q8 bind group layout', [
         uniform,
         storage(1, 'read-only-storage'),
@@ -326,6 +369,7 @@ export class ExpertFfnKernels {
         storage(3, 'read-only-storage'),
         storage(4, 'storage'),
         storage(5, 'read-only-storage'),
+        storage(6, 'read-only-storage'),
       ]),
     };
     const pl = (k: KernelName): GPUPipelineLayout =>
@@ -379,6 +423,7 @@ export class ExpertFfnKernels {
     }
     if (key.kernel === 'expert_up' || key.kernel === 'expert_up_batched' || key.kernel === 'expert_up_q8')
       constants.PASS = UP_PASS_CONSTANT[key.pass];
+    if (key.kernel !== 'expert_combine') Object.assign(constants, variantConstants(key.ffn ?? SILU_VARIANT));
     try {
       return await this.device.createComputePipelineAsync({
         label: name,

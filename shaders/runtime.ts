@@ -1,6 +1,9 @@
 /**
  * One MoE layer's slice of experts on one GPU device, computed from the GGUF quantized bytes as they are (no
- * dequantized copy): for each token t, out[t] = Σ_k probs[t,k] · down_e(silu(gate_e · x_t) ⊙ (up_e · x_t)).
+ * dequantized copy): for each token t, out[t] = Σ_k probs[t,k] · down_e(silu(gate_e · x_t) ⊙ (up_e · x_t)), or the
+ * slice's expert FFN variant (protocol/variant.ts: gpt-oss's swiglu_oai with expert biases, added before the router
+ * weight), which the up and down pipelines are built for (override constants, wgsl/variant.wgsl; the biases in one
+ * buffer per slice). WGSL_VARIANT_FEATURES lists the variants computed.
  *
  * @example
  *   const rt = await ExpertRuntime.create(device, { nEmbd, ff, nExpert, types: { gate, up, down }, gate: g, up: u, down: d });
@@ -56,8 +59,17 @@ import {
   type RegimeRequest,
   type RegimePolicy,
 } from './regime-policy.ts';
-import { KERNEL_TYPES, type IntegerDot, type KernelFeature, type KernelTuning } from './expert-ffn.ts';
-import { validateInputs, validateSlice, type ExpertSlice, type SliceShape, type SliceStreamSource } from './slice.ts';
+import { KERNEL_TYPES, WGSL_VARIANT_FEATURES, type IntegerDot, type KernelFeature, type KernelTuning } from './expert-ffn.ts';
+import {
+  validateInputs,
+  validateSlice,
+  validateVariant,
+  type ExpertSlice,
+  type SliceBiases,
+  type SliceShape,
+  type SliceStreamSource,
+} from './slice.ts';
+import { describeVariant, SILU_VARIANT, type ExpertVariant, type VariantFeature } from '../protocol/variant.ts';
 
 export { ExpertRuntimeError } from './errors.ts';
 export {
@@ -70,6 +82,7 @@ export {
 } from './regime-policy.ts';
 export type { CallCounts } from './call-run.ts';
 export type { IntegerDot, KernelFeature } from './expert-ffn.ts';
+export { WGSL_VARIANT_FEATURES } from './expert-ffn.ts';
 export type { ExpertSlice, SliceStreamSource } from './slice.ts';
 
 export interface ExpertRuntimeOptions {
@@ -167,7 +180,10 @@ export interface ExpertRuntimeCapabilities {
   /** Bytes one weight binding may hold here, and the parts the slice's matrices are split into. */
   maxBindingBytes: number;
   weightParts: number;
-  slice: { nEmbd: number; ff: number; nExpert: number; types: Record<ExpertMatrix, string>; weightBytes: number };
+  /** The expert FFN variants the kernels compute (protocol/variant.ts: a worker lists these in its hello). */
+  variants: VariantFeature[];
+  /** `variant`: the slice's, as describeVariant writes it ("silu", "swiglu_oai(α 1.702, limit 7) + biases"). */
+  slice: { nEmbd: number; ff: number; nExpert: number; types: Record<ExpertMatrix, string>; weightBytes: number; variant: string };
 }
 
 export interface ExpertRuntimeMemory {
@@ -237,7 +253,8 @@ export class ExpertRuntime {
    * Validates the slice, builds the pipelines its types need and uploads the quantized bytes, split into parts
    * where a matrix exceeds one binding. Keeps a reference to the slice's arrays to upload them again after a device
    * loss (with `recovery`). Throws ExpertRuntimeError: BAD_SHAPE / UNSUPPORTED_TYPE / BAD_SLICE_BYTES for a
-   * malformed slice, BINDING_TOO_LARGE when not even one expert fits a binding, BAD_OPTION, FEATURE_UNAVAILABLE.
+   * malformed slice, UNSUPPORTED_VARIANT / BAD_SLICE_BIASES for a variant the kernels do not compute or biases that
+   * do not fit it, BINDING_TOO_LARGE when not even one expert fits a binding, BAD_OPTION, FEATURE_UNAVAILABLE.
    *
    * Create the device with the adapter's limits (`requiredLimits: { maxStorageBufferBindingSize: adapter.limits…,
    * maxBufferSize: … }`) and its 'subgroups' feature where it has one: a device gets only the defaults otherwise.
@@ -245,7 +262,8 @@ export class ExpertRuntime {
   static async create(device: GPUDevice, slice: ExpertSlice, options: ExpertRuntimeOptions = {}): Promise<ExpertRuntime> {
     const shape: SliceShape = { nEmbd: slice.nEmbd, ff: slice.ff, nExpert: slice.nExpert, types: { ...slice.types } };
     validateSlice(shape, slice, KERNEL_TYPES);
-    const settings = makeSettings(shape, options);
+    validateVariant(slice, WGSL_VARIANT_FEATURES);
+    const settings = makeSettings(shape, options, slice.variant ?? SILU_VARIANT);
     const state = await bytesState(device, false, slice, shape, settings);
     return new ExpertRuntime(shape, settings, options, { bytes: slice }, state);
   }
@@ -253,11 +271,18 @@ export class ExpertRuntime {
   /**
    * Streams a mini-GGUF expert slice (as the hub's /api/expert-shard serves it) into GPU buffers: only the header
    * and a few bytes per matrix are held in memory. Errors as create(), plus BAD_SLICE_STREAM for a stream that is not
-   * a valid expert slice.
+   * a valid expert slice. The slice file carries no biases yet, so a streamed slice is silu without biases (a header
+   * declaring another variant: UNSUPPORTED_VARIANT).
    */
   static async load(device: GPUDevice, source: SliceStreamSource, options: ExpertRuntimeOptions = {}): Promise<ExpertRuntime> {
     let settings: Settings | null = null;
-    const { shape, state } = await streamState(device, false, source, null, (shape) => (settings = makeSettings(shape, options)));
+    const { shape, state } = await streamState(
+      device,
+      false,
+      source,
+      null,
+      (shape) => (settings = makeSettings(shape, options, SILU_VARIANT)),
+    );
     return new ExpertRuntime(shape, settings!, options, { stream: source }, state);
   }
 
@@ -273,9 +298,23 @@ export class ExpertRuntime {
       throw sliceError(e);
     }
     const { info, gate, up, down } = parsed;
+    // The file's variant and biases where the slice format carries them (gguf/expert-slice.ts, issue 25), so a
+    // gpt-oss slice computes as one, or is refused (BAD_SLICE_BIASES), and never silently as silu.
+    const { variant } = info as { variant?: ExpertVariant };
+    const { biases } = parsed as { biases?: SliceBiases };
     return ExpertRuntime.create(
       device,
-      { nEmbd: info.nEmbd, ff: info.ff, nExpert: info.expertEnd - info.expertBegin, types: { ...info.types }, gate, up, down },
+      {
+        nEmbd: info.nEmbd,
+        ff: info.ff,
+        nExpert: info.expertEnd - info.expertBegin,
+        types: { ...info.types },
+        gate,
+        up,
+        down,
+        ...(variant && { variant }),
+        ...(biases && { biases }),
+      },
       options,
     );
   }
@@ -366,6 +405,7 @@ export class ExpertRuntime {
       integerDot: this.settings.numerics === 'exact' ? null : st.integerDot,
       integerDotReason: st.integerDotReason,
       timestampQuery: st.device.features.has('timestamp-query'),
+      variants: [...WGSL_VARIANT_FEATURES],
       maxBindingBytes: bindingLimit(l, this.settings.maxBindingBytes).limit,
       weightParts: st.parts.length,
       slice: {
@@ -374,6 +414,7 @@ export class ExpertRuntime {
         nExpert: this.shape.nExpert,
         types: { gate: typeName(this.shape.types.gate), up: typeName(this.shape.types.up), down: typeName(this.shape.types.down) },
         weightBytes: weightBytes(st.parts),
+        variant: describeVariant(this.settings.variant),
       },
     };
   }
@@ -528,7 +569,7 @@ async function lostSoon(st: GpuState): Promise<boolean> {
   return st.lost !== null;
 }
 
-function makeSettings(shape: SliceShape, options: ExpertRuntimeOptions): Settings {
+function makeSettings(shape: SliceShape, options: ExpertRuntimeOptions, variant: ExpertVariant): Settings {
   const tuning: KernelTuning = {
     workgroupSize: options.workgroupSize ?? 64,
     rowsPerWorkgroup: options.rowsPerWorkgroup ?? 4,
@@ -583,5 +624,6 @@ function makeSettings(shape: SliceShape, options: ExpertRuntimeOptions): Setting
     maxWeightBytes: options.maxWeightBytes,
     features,
     label: options.label ?? `expert-slice ${shape.nExpert}×[${shape.nEmbd}↔${shape.ff}]`,
+    variant: { ...variant },
   };
 }

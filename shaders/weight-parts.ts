@@ -15,7 +15,7 @@ import { EXPERT_MATRICES, type ExpertMatrix } from '../gguf/expert-slice.ts';
 import { typeName } from '../gguf/quant-types.ts';
 import { ExpertRuntimeError } from './errors.ts';
 import { GPU_FLAGS } from './gpu-flags.ts';
-import { sliceMatrixBytes, type SliceShape } from './slice.ts';
+import { sliceMatrixBytes, type SliceBiases, type SliceShape } from './slice.ts';
 
 export interface WeightPart {
   /** Experts [begin, end) of the slice. */
@@ -186,5 +186,38 @@ export class WeightWriter {
     const carry = this.carry[m];
     carry.fill(0, valid);
     this.queue.writeBuffer(buffer, wordStart, carry);
+  }
+}
+
+/**
+ * Bytes of a slice's bias buffer (variant.wgsl's `biases`): gate and up [nExpert × ff], then down [nExpert × nEmbd],
+ * float32. One buffer for the whole slice (indexed by the expert's slice index, whatever part holds its weights): even
+ * gpt-oss-120b's 128 experts need 4.4 MB. A slice without biases gets a 16-byte buffer its kernels never read, since
+ * every up and down bind group has the binding.
+ */
+export function biasBufferBytes(shape: Pick<SliceShape, 'nEmbd' | 'ff' | 'nExpert'>, biases: boolean): number {
+  return biases ? 4 * shape.nExpert * (2 * shape.ff + shape.nEmbd) : 16;
+}
+
+/** Creates the (zeroed) bias buffer of a slice; `biases`: whether its variant has biases. */
+export function createBiasBuffer(
+  device: GPUDevice,
+  shape: Pick<SliceShape, 'nEmbd' | 'ff' | 'nExpert'>,
+  biases: boolean,
+  label: string,
+): GPUBuffer {
+  return device.createBuffer({
+    label: `${label} ${biases ? 'expert biases (gate, up, down)' : 'expert biases (none: unused)'}`,
+    size: biasBufferBytes(shape, biases),
+    usage: GPU_FLAGS.BUFFER_STORAGE | GPU_FLAGS.BUFFER_COPY_DST,
+  });
+}
+
+/** Writes a slice's biases (validated: validateVariant) into its bias buffer, in the order variant.wgsl reads them. */
+export function writeBiases(queue: GPUQueue, buffer: GPUBuffer, biases: SliceBiases): void {
+  let at = 0;
+  for (const b of [biases.gate, biases.up, biases.down]) {
+    queue.writeBuffer(buffer, at, b as Float32Array<ArrayBuffer>);
+    at += b.byteLength;
   }
 }

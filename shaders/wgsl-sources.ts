@@ -22,6 +22,8 @@ export type KernelName =
 export interface WgslSources {
   /** Shape uniform and pure helpers; part of every module. */
   readonly common: string;
+  /** The expert FFN variant's overrides and helpers (gated unit, biases); part of every up and down kernel. */
+  readonly variant: string;
   /** Readers of weight bytes; part of every module that reads quantized weights. */
   readonly weights: string;
   /** row_sum of the decode kernels, by feature variant. */
@@ -45,6 +47,7 @@ export interface WgslSources {
 
 export const WGSL: WgslSources = {
   common: read('common.wgsl'),
+  variant: read('variant.wgsl'),
   weights: read('weights.wgsl'),
   reduce: { base: read('reduce.wgsl'), subgroups: read('reduce_subgroups.wgsl') },
   lanes: { base: read('lanes.wgsl'), subgroups: read('lanes_subgroups.wgsl') },

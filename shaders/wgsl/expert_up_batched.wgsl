@@ -1,8 +1,8 @@
-// First half of a routed expert, batched regime: the same h[p, r] = silu(gate_e[r] · x_t) · (up_e[r] · x_t) as
+// First half of a routed expert, batched regime: the same h[p, r] = act(gate_e[r] · x_t + bg, up_e[r] · x_t + bu) as
 // expert_up.wgsl, but with the pairs grouped by expert (TS sorts them: `perm` lists pair indices by expert, `tiles`
 // cuts each expert's run into tiles of at most TILE_ROWS pairs), so one workgroup computes a TILE_ROWS × TILE_COLS
 // block of h for one expert and decodes each weight element once for all the pairs of its tile.
-// Assembled as [enable directives] + common.wgsl + weights.wgsl + one quant/*.wgsl (the weight type) + a tile snippet
+// Assembled as [enable directives] + common.wgsl + variant.wgsl + weights.wgsl + one quant/*.wgsl (the weight type) + a tile snippet
 // (tile_f32.wgsl, or tile_f16.wgsl in the shader-f16 variant) + this file.
 //
 // Workgroup index: row tile fastest (tile = wg % n_row_tiles, column tile = wg / n_row_tiles), so neighbouring
@@ -13,7 +13,7 @@
 // Needs n_embd % 4 == 0 (weights are decoded four elements at a time; TS falls back to decode otherwise); the
 // last step is zero-padded when n_embd is not a multiple of TILE_K.
 //
-// PASS as in expert_up.wgsl: 0 fused, 1 gate only (h = gate · x), 2 up (h = silu(h) · (up · x)).
+// PASS as in expert_up.wgsl: 0 fused, 1 gate only (h = gate · x + bg), 2 up (h = act(h, up · x + bu)).
 // TS checks (validateTuning): TILE_COLS divides WORKGROUP_SIZE, row_stride divides TILE_ROWS,
 // TILE_ROWS / row_stride ≤ MAX_ROWS_PER_THREAD, and the workgroup memory fits the device.
 
@@ -43,6 +43,7 @@ struct Tile {
 @group(0) @binding(4) var<storage, read> perm: array<u32>;  // [n_tokens · n_used] pair indices, sorted by expert
 @group(0) @binding(5) var<storage, read> tiles: array<Tile>; // [n_row_tiles]
 @group(0) @binding(6) var<storage, read_write> h: array<f32>; // [n_tokens · n_used × ff]
+@group(0) @binding(7) var<storage, read> biases: array<f32>; // the slice's (variant.wgsl)
 
 const GATE = 0u;
 const UP = 1u;
@@ -155,13 +156,13 @@ fn main(
     let o = perm[tile.first + r] * shape.ff + col0 + col;
     switch (PASS) {
       case 1u: {
-        h[o] = acc_g[i];
+        h[o] = with_gate_bias(acc_g[i], tile.expert, col0 + col);
       }
       case 2u: {
-        h[o] = silu(h[o]) * acc_u[i];
+        h[o] = gated_unit(h[o], with_up_bias(acc_u[i], tile.expert, col0 + col));
       }
       default: {
-        h[o] = silu(acc_g[i]) * acc_u[i];
+        h[o] = gated_unit(with_gate_bias(acc_g[i], tile.expert, col0 + col), with_up_bias(acc_u[i], tile.expert, col0 + col));
       }
     }
   }

@@ -1,5 +1,6 @@
 // expert_up.wgsl with integer dot products, bit for bit as llama.cpp's CPU backend (llama numerics, decode regime):
 //   h[p, r] = swiglu(gate_e[r] · x_t, up_e[r] · x_t)      with t = p / n_used, e = ids[p]
+// (or the slice's variant: its biases added to each sum, its gated unit; variant.wgsl, ggml_swiglu_oai)
 // where x_t is token t's row as llama.cpp's CPU backend rounds it for the weight type (Q8_0 blocks of 32 for Q8_0 /
 // Q4_0 weights, Q8_K blocks of 256 for the K-quants), given as round_activations.wgsl's main_packed output: int8
 // quants packed four to a word (act_qs), one f32 scale per block and, for Q8_K, the bsums after the scales (act_d).
@@ -7,7 +8,7 @@
 // (int8/<quant>.wgsl says which integer products land in which lane), each lane's fused multiply-adds over the row's
 // blocks in order (fma_rn, ggml_math.wgsl), the lanes added as hsum_float_8 (lanes.wgsl); then swiglu with ggml's
 // own expf and division. So h equals the coordinator's h to the last bit (test/gpu/ggml-exact.test.ts).
-// Assembled as [requires packed_4x8_integer_dot_product;] + [enable subgroups;] + common.wgsl + weights.wgsl +
+// Assembled as [requires packed_4x8_integer_dot_product;] + [enable subgroups;] + common.wgsl + variant.wgsl + weights.wgsl +
 // ggml_math.wgsl + quant/<q>.wgsl (BLOCK_SIZE, BLOCK_BYTES) + int8/dot_packed.wgsl or int8/dot_unpacked.wgsl +
 // int8/<q>.wgsl + lanes.wgsl or lanes_subgroups.wgsl + this file. Work split: a workgroup serves one (token, expert)
 // pair and WORKGROUP_SIZE / LANES rows of it (call-plan.ts int8RowsPerWorkgroup); PASS and the part check as in
@@ -24,6 +25,7 @@ const LANES: u32 = 8u;
 @group(0) @binding(4) var<storage, read> ids: array<i32>;    // [n_tokens × n_used], local expert index in the slice
 @group(0) @binding(5) var<storage, read_write> h: array<f32>; // [n_tokens · n_used × ff]
 @group(0) @binding(6) var<storage, read> act_d: array<u32>;  // f32 scales [n_tokens × n_embd / BLOCK_SIZE], Q8_K: then bsums
+@group(0) @binding(7) var<storage, read> biases: array<f32>; // the slice's (variant.wgsl)
 
 const GATE = 0u;
 const UP = 1u;
@@ -36,6 +38,15 @@ fn weight_word(m: u32, i: u32) -> u32 {
     return gate_w[i];
   }
   return up_w[i];
+}
+
+// The gated unit as llama.cpp's CPU computes it: ggml_vec_swiglu_f32 for silu, ggml_compute_forward_swiglu_oai_f32's
+// float steps for swiglu_oai (ggml_math.wgsl).
+fn ggml_gated_unit(g: f32, u: f32) -> f32 {
+  if (ACTIVATION == ACT_SWIGLU_OAI) {
+    return ggml_swiglu_oai(g, u, SWIGLU_ALPHA, SWIGLU_LIMIT);
+  }
+  return ggml_swiglu(g, u);
 }
 
 fn act_q(i: u32) -> u32 {
@@ -113,13 +124,13 @@ fn main(
     let o = pair * shape.ff + row;
     switch (PASS) {
       case 1u: {
-        h[o] = g;
+        h[o] = with_gate_bias(g, id, row);
       }
       case 2u: {
-        h[o] = ggml_swiglu(h[o], u);
+        h[o] = ggml_gated_unit(h[o], with_up_bias(u, id, row));
       }
       default: {
-        h[o] = ggml_swiglu(g, u);
+        h[o] = ggml_gated_unit(with_gate_bias(g, id, row), with_up_bias(u, id, row));
       }
     }
   }

@@ -123,3 +123,13 @@ fn ggml_expf(x: f32) -> f32 {
 fn ggml_swiglu(g: f32, u: f32) -> f32 {
   return div_rn(g, opaque(1.0) + ggml_expf(opaque(0.0) - g)) * u;
 }
+
+// ggml_compute_forward_swiglu_oai_f32, one element: x = min(g, limit), y = clamp(u, −limit, limit),
+// x / (1 + expf(alpha · −x)) · (y + 1), each step rounded to f32 in that order (the division correctly rounded).
+// expf is the CPU's libm here, not ggml_v_expf: WGSL's exp stands in for it (a few ulps at most, so h agrees with
+// the coordinator's to float precision, not bit for bit).
+fn ggml_swiglu_oai(g: f32, u: f32, alpha: f32, limit: f32) -> f32 {
+  let x = min(g, limit);
+  let y = clamp(u, -limit, limit);
+  return div_rn(x, opaque(1.0) + exp(opaque(alpha) * -x)) * (y + opaque(1.0));
+}

@@ -296,6 +296,19 @@ export function planExpertSlice(file: GGUFFile, layer: number, expertBegin: numb
   };
 }
 
+/** The planned experts' biases as float32 values, or undefined when the layer has none. */
+export async function readPlannedBiases(source: ByteSource, plan: ExpertSlicePlan): Promise<ExpertSliceBiasValues | undefined> {
+  if (plan.biases.length === 0) return undefined;
+  const out = {} as ExpertSliceBiasValues;
+  for (const b of plan.biases) {
+    const bytes = await source.read(b.start, b.end - b.start);
+    if (bytes.length !== b.end - b.start)
+      throw new GGUFError('GGUF_IO', `byte source returned ${bytes.length} bytes, ${b.end - b.start} were asked for`, b.start);
+    out[b.bias] = biasValues(bytes);
+  }
+  return out;
+}
+
 /** The planned experts' bytes of each matrix, read whole into memory (tests and tools; the hub streams them). */
 export async function readPlannedMatrices(source: ByteSource, plan: ExpertSlicePlan): Promise<Record<ExpertMatrix, Uint8Array>> {
   const out = {} as Record<ExpertMatrix, Uint8Array>;

@@ -47,7 +47,9 @@ export function layerBiasTensors(
   if (found.every((t) => t === undefined)) return undefined;
   const missing = EXPERT_BIASES.filter((_, i) => found[i] === undefined);
   if (missing.length > 0) {
-    throw new ExpertVariantError(`layer ${layer} has some expert biases but not ${missing.map((b) => expertBiasName(layer, b)).join(', ')}`);
+    throw new ExpertVariantError(
+      `layer ${layer} has some expert biases but not ${missing.map((b) => expertBiasName(layer, b)).join(', ')}`,
+    );
   }
   const out = {} as Record<ExpertBiasName, GGUFTensorInfo>;
   EXPERT_BIASES.forEach((b, i) => {

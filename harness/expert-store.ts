@@ -47,8 +47,7 @@ export class ExpertStore {
     const downT = this.tensor(layer, 'down');
     const shape = { nEmbd: gateT.dims[0] as number, ff: gateT.dims[1] as number, nExpert: gateT.dims[2] as number };
     const biasT = layerBiasTensors(this.file, layer, shape);
-    const bias = (b: 'gate' | 'up' | 'down'): Promise<Float32Array> =>
-      readBiasRange(this.src, this.file, biasT![b], expert, expert + 1);
+    const bias = (b: 'gate' | 'up' | 'down'): Promise<Float32Array> => readBiasRange(this.src, this.file, biasT![b], expert, expert + 1);
     const m: ExpertMatrices = {
       nEmbd: shape.nEmbd,
       ff: shape.ff,

@@ -647,7 +647,8 @@ export class GgmlExactBackend implements ExpertBackend {
     let b = L.biases.get(expert);
     if (!b) {
       const t = layerBiasTensors(this.file, layer, { nEmbd: L.nEmbd, ff: L.ff, nExpert: this.tensor(layer, 'gate').dims[2] as number });
-      const read = (which: 'gate' | 'up' | 'down'): Promise<Float32Array> => readBiasRange(this.src, this.file, t![which], expert, expert + 1);
+      const read = (which: 'gate' | 'up' | 'down'): Promise<Float32Array> =>
+        readBiasRange(this.src, this.file, t![which], expert, expert + 1);
       b = { gate: await read('gate'), up: await read('up'), down: await read('down') };
       L.biases.set(expert, b);
     }

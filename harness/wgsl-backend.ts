@@ -6,7 +6,7 @@
  */
 import { openFileSource } from '../gguf/node-io.ts';
 import { readGGUF } from '../gguf/reader.ts';
-import { layerExpertTensors, planExpertSlice, readPlannedMatrices } from '../gguf/expert-slice.ts';
+import { layerExpertTensors, planExpertSlice, readPlannedBiases, readPlannedMatrices } from '../gguf/expert-slice.ts';
 import { ExpertRuntime, type ExpertRuntimeCapabilities, type ExpertRuntimeOptions } from '../shaders/runtime.ts';
 import type { ExpertBackend } from './expert-backend.ts';
 import { nodeExpertDevice } from './node-gpu.ts';
@@ -45,8 +45,10 @@ export class WgslBackend implements ExpertBackend {
         if (whole === undefined) throw new RangeError(`layer ${layer} has no routed experts`);
         const plan = planExpertSlice(file, layer, 0, whole);
         const bytes = await readPlannedMatrices(src, plan);
-        const { nEmbd, ff, nExpertTotal: nExpert, types } = plan;
-        const rt = await ExpertRuntime.create(dev, { nEmbd, ff, nExpert, types, ...bytes }, { label: `xd layer ${layer}`, ...options });
+        const biases = await readPlannedBiases(src, plan);
+        const { nEmbd, ff, nExpertTotal: nExpert, types, variant } = plan;
+        const slice = { nEmbd, ff, nExpert, types, ...bytes, ...(variant && { variant }), ...(biases && { biases }) };
+        const rt = await ExpertRuntime.create(dev, slice, { label: `xd layer ${layer}`, ...options });
         runtimes.set(layer, rt);
         for (const nTokens of [1, 8]) {
           const ids = Int32Array.from({ length: 2 * nTokens }, (_, i) => i % nExpert);

@@ -14,6 +14,7 @@ import { registerDashboardRoutes } from './dashboard/routes.ts';
 import { BASE58_MAX_CHARS } from '../protocol/base58.ts';
 import { parseWallet } from './auth/wallet.ts';
 import type { DeviceCapabilities, HeldRange } from './market/types.ts';
+import { VARIANT_FEATURES, type VariantFeature } from '../protocol/variant.ts';
 import {
   API_BODY_MAX_BYTES,
   DEVICE_BYTES_MAX,
@@ -38,6 +39,18 @@ function device(v: unknown): DeviceCapabilities | undefined {
   if (b !== undefined) out.maxBufferSize = b;
   if (c !== undefined) out.memoryBudgetBytes = c;
   return out;
+}
+
+/**
+ * The optional `variants` of `POST /api/expert-volunteer`: the expert FFN variant features the worker computes
+ * (protocol/variant.ts); unknown names are dropped, as the channel's hello drops them. Missing: ['silu'].
+ */
+function variantList(v: unknown): VariantFeature[] | undefined {
+  if (v === undefined) return undefined;
+  if (!Array.isArray(v) || v.length > VARIANT_FEATURES.length * 4 || v.some((x) => typeof x !== 'string')) {
+    throw new HubError('BODY_INVALID', `variants must be an array of at most ${VARIANT_FEATURES.length * 4} strings`);
+  }
+  return VARIANT_FEATURES.filter((f) => v.includes(f));
 }
 
 /** The `segments` field of a heartbeat: the worker's held ranges, shape-checked here, against the model by the hub. */
@@ -128,7 +141,8 @@ export async function buildApp(hub: Hub, pages: PagesOptions = {}): Promise<Fast
     const maxExperts = integer(b, 'max_experts', 0, OFFER_EXPERTS_MAX, 0);
     const workerId = b.worker_id === undefined ? undefined : string(b, 'worker_id', WORKER_ID_MAX_CHARS);
     const dev = device(b.device);
-    return hub.volunteer({ model, maxExperts, ...(dev ? { device: dev } : {}) }, workerId, w);
+    const variants = variantList(b.variants);
+    return hub.volunteer({ model, maxExperts, ...(dev ? { device: dev } : {}), ...(variants ? { variants } : {}) }, workerId, w);
   });
 
   app.post('/api/expert-coverage', async (req) => {

@@ -6,6 +6,8 @@ import { readGGUFFile } from '../gguf/node-io.ts';
 import { metaNumber, requireMetaString, type GGUFFile } from '../gguf/types.ts';
 import { GGMLType } from '../gguf/quant-types.ts';
 import { layerExpertTensors } from '../gguf/expert-slice.ts';
+import { layerVariant } from '../gguf/expert-variant.ts';
+import type { ExpertVariant } from '../protocol/variant.ts';
 import type { ModelShape } from './market/types.ts';
 
 export interface ModelInfo extends ModelShape {
@@ -34,15 +36,21 @@ export function describeModel(path: string, file: GGUFFile, name = modelNameFrom
   let maxMatrixBytesPerExpert = 0;
   let expertFf = 0;
   let expertTypes = { gate: '', up: '', down: '' };
+  const layerVariants: Record<number, ExpertVariant> = {};
   for (let l = 0; l < nLayer; l++) {
     // A fused ffn_gate_up_exps counts as its gate and up halves (what a slice of it carries).
     const { gate, up, down } = layerExpertTensors(file, l).found;
     if (!gate || !up || !down) continue;
     moeLayers.push(l);
+    const shape = { nEmbd: gate.dims[0] as number, ff: gate.dims[1] as number, nExpert: gate.dims[2] as number };
+    const variant = layerVariant(file, l, shape);
+    if (variant.activation !== 'silu' || variant.biases) layerVariants[l] = variant;
     if (expertFf === 0) {
       expertFf = gate.dims[1] as number;
       const per = [gate, up, down].map((t) => t.byteLength / (t.dims[2] as number));
-      bytesPerExpert = per.reduce((a, b) => a + b, 0);
+      // a slice of a biased layer also carries each expert's float32 biases: gate and up [ff], down [n_embd]
+      const biasBytes = variant.biases ? 4 * (2 * shape.ff + shape.nEmbd) : 0;
+      bytesPerExpert = per.reduce((a, b) => a + b, 0) + biasBytes;
       maxMatrixBytesPerExpert = Math.max(...per);
       expertTypes = {
         gate: GGMLType[gate.type] ?? String(gate.type),
@@ -62,6 +70,7 @@ export function describeModel(path: string, file: GGUFFile, name = modelNameFrom
     moeLayers,
     bytesPerExpert,
     maxMatrixBytesPerExpert,
+    ...(Object.keys(layerVariants).length > 0 && { layerVariants }),
     expertFf,
     expertTypes,
     fileBytes: file.fileSize,

@@ -809,6 +809,7 @@ export class VolunteerChannel {
           ...(h.device.limits ?? {}),
           memoryBudgetBytes: h.device.memoryBudgetBytes,
         },
+        ...(h.variants && { variants: h.variants }),
       });
     } catch (e) {
       // The market refuses this request itself (a model not served here): nothing can be offered to it until it

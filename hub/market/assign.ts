@@ -15,6 +15,7 @@
  */
 import { HubError } from '../errors.ts';
 import type { DeviceCapabilities, ExpertRange, HeldRange, ModelDemand, ModelShape } from './types.ts';
+import { computesVariant, describeVariant, variantFeatures, type ExpertVariant } from '../../protocol/variant.ts';
 
 export interface VolunteerRequest {
   /** '' or missing = any model. */
@@ -24,6 +25,8 @@ export interface VolunteerRequest {
   device?: DeviceCapabilities;
   /** What this volunteer already holds (its coverage: ranges of one model); never offered again. */
   held?: { model: string; ranges: readonly HeldRange[] };
+  /** Expert FFN variant features it computes (protocol/variant.ts); missing = ['silu'] (clients before variants). */
+  variants?: readonly string[];
 }
 
 export interface Assignment {
@@ -55,6 +58,8 @@ export type RefusalCode =
   | 'nothing-wanted'
   /** Everything below target is already held by this volunteer. */
   | 'already-held'
+  /** Every wanted piece is on a layer whose expert FFN variant this volunteer does not compute. */
+  | 'variant-unsupported'
   /** Something is wanted, but no model with a wanted piece fits the device; the code says which limit. */
   | DeviceRefusalCode;
 
@@ -83,7 +88,7 @@ export function chooseAssignment(
   shapes: ReadonlyMap<string, ModelShape>,
   request: VolunteerRequest = {},
 ): VolunteerAnswer {
-  const { model = '', maxExperts = 0, device, held } = request;
+  const { model = '', maxExperts = 0, device, held, variants = ['silu'] } = request;
   checkRequest(model, maxExperts, device);
   if (model !== '' && !demands.some((d) => d.model === model)) {
     throw new HubError('MODEL_UNKNOWN', `model ${JSON.stringify(model)} is not served here; GET /v1/models lists the names`);
@@ -93,6 +98,7 @@ export function chooseAssignment(
   let best: Candidate | undefined;
   let bestFitting: Candidate | undefined;
   let scarceSeen = false;
+  let variantSkipped: ExpertVariant | undefined;
   for (const demand of demands) {
     if (model !== '' && demand.model !== model) continue;
     const shape = shapes.get(demand.model);
@@ -104,6 +110,11 @@ export function chooseAssignment(
     }
     const heldOfModel = held?.model === demand.model ? held.ranges : [];
     for (const { layer, segments } of demand.layers) {
+      const variant = shape.layerVariants?.[layer];
+      if (variant && !computesVariant(variants, variant)) {
+        if (segments.some((seg) => seg.scarcity > 0)) variantSkipped = variant;
+        continue;
+      }
       const heldHere = heldOfModel.filter(([l]) => l === layer).map(([, begin, end]) => ({ begin, end }));
       for (const seg of segments) {
         if (!(seg.scarcity > 0)) continue;
@@ -118,6 +129,14 @@ export function chooseAssignment(
   }
 
   const scope = model === '' ? 'any served model' : JSON.stringify(model);
+  if (!scarceSeen && variantSkipped) {
+    const need = variantFeatures(variantSkipped).join(', ');
+    return {
+      assigned: false,
+      code: 'variant-unsupported',
+      reason: `the wanted experts of ${scope} are ${describeVariant(variantSkipped)} experts (features ${need}); this volunteer computes ${variants.join(', ') || 'none'}`,
+    };
+  }
   if (!scarceSeen) return { assigned: false, code: 'nothing-wanted', reason: `no expert of ${scope} is below its target replicas` };
   if (!best)
     return { assigned: false, code: 'already-held', reason: `this volunteer already holds every expert of ${scope} that is below target` };

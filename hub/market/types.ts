@@ -3,6 +3,7 @@
  * HTTP shell serialises the snake_case ones as they are (`GET /api/expert-demand`, `POST /api/expert-volunteer`).
  * Ranges are half-open everywhere, as protocol/slice.ts states.
  */
+import type { ExpertVariant } from '../../protocol/variant.ts';
 
 /** The slice vocabulary (ExpertRange, HeldRange) lives in protocol/slice.ts; the market names it from there. */
 export type { ExpertRange, HeldRange } from '../../protocol/slice.ts';
@@ -19,6 +20,11 @@ export interface ModelShape {
   bytesPerExpert: number;
   /** The largest of the three matrices for one expert (what one storage-buffer binding must hold). */
   maxMatrixBytesPerExpert: number;
+  /**
+   * The expert FFN variant of each MoE layer that is not plain SiLU-gated (protocol/variant.ts), by layer; absent
+   * (or a layer not listed): SiLU-gated without biases. A volunteer is offered a layer only if it computes its variant.
+   */
+  layerVariants?: Readonly<Record<number, ExpertVariant>>;
 }
 
 /** What a volunteer's browser reports about its GPU; any field may be missing. */

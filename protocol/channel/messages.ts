@@ -6,6 +6,7 @@ import type { Backend, Numerics } from '../numerics.ts';
 import type { HeldRange } from '../slice.ts';
 import { VolunteerWireError, badFrame, tooLarge } from './close-codes.ts';
 import { WIRE_ENCODINGS, type WireEncoding } from './encodings.ts';
+import { VARIANT_FEATURES, type VariantFeature } from '../variant.ts';
 import { type Fields, type Obj, parseObject, show } from './json-fields.ts';
 import { VOLUNTEER_LIMITS, VOLUNTEER_WIRE_VERSION } from './limits.ts';
 import { sentence } from './text.ts';
@@ -48,6 +49,12 @@ export interface ChannelHello {
   numerics: Numerics[];
   /** Encodings it can read rows in and write sums in; must include 'f32'; unknown entries are dropped. */
   encodings: WireEncoding[];
+  /**
+   * Expert FFN variant features it computes (protocol/variant.ts: 'silu', 'swiglu_oai', 'bias'); unknown entries are
+   * dropped. Optional on the wire: a client that sends none computes ['silu'] (every client before it existed), and
+   * it is offered only slices of layers whose variant it computes.
+   */
+  variants?: VariantFeature[];
   /** Preferred model ('' = any). */
   model: string;
   /** Widest slice it wants (0 = no limit), as `max_experts` of `POST /api/expert-volunteer`. */
@@ -276,6 +283,7 @@ function parseHello(f: Fields): ChannelHello {
     device: parseDevice(f.obj('device')),
     numerics,
     encodings,
+    ...(f.has('variants') && { variants: f.known<VariantFeature>('variants', VARIANT_FEATURES) }),
     model: f.has('model') ? f.str('model', L.maxModelChars) : '',
     maxExperts: f.has('max_experts') ? f.int('max_experts', 0, L.maxOfferExperts, L.maxOfferExperts) : 0,
     agent: f.has('agent') ? f.str('agent', L.maxAgentChars) : '',
@@ -461,6 +469,7 @@ function wireClient(m: ClientMessage): Obj {
         },
         numerics: m.numerics,
         encodings: m.encodings,
+        ...(m.variants && { variants: m.variants }),
         model: m.model,
         max_experts: m.maxExperts,
         agent: m.agent,

@@ -200,15 +200,19 @@ async function dispatchedRun(
     protocolErrors: d.stats.protocolErrors,
     bound,
     ...(m.config.arch === 'llama4' && { evaluation: SWA_EVALUATION }),
+    ...(m.config.arch === 'gpt-oss' && { evaluation: GPT_OSS_EVALUATION }),
   });
   return { ...check, requests };
 }
 
 /**
- * Llama 4's chunked attention keeps a sliding-window cache, which cannot be rolled back: llama-server evaluates the
- * prompt's last tokens in a graph of their own to checkpoint before them (harness/dispatch-checks.ts).
+ * Llama 4's chunked attention and gpt-oss's sliding-window layers keep a windowed cache, which cannot be rolled back:
+ * llama-server evaluates the prompt's last tokens in a graph of their own to checkpoint before them
+ * (harness/dispatch-checks.ts).
  */
 const SWA_EVALUATION: PromptEvaluation = { checkpointSplit: true };
+/** gpt-oss's graph keeps every row through its last layer (it drops the unwanted rows after the layers). */
+const GPT_OSS_EVALUATION: PromptEvaluation = { checkpointSplit: true, lastLayerAllRows: true };
 
 function gridConfig(arch: ArchName, type: GGMLType): Partial<ModelConfig> & { arch: ArchName } {
   const width = type === GGMLType.Q4_K ? 256 : 64;
@@ -314,9 +318,11 @@ for (const arch of ARCHITECTURES.filter((a) => !isHybridArch(a))) {
               assert.deepEqual(routingProblems(honest.requests, m.config, routing).slice(0, 5), [], 'the router as the model asks');
             const [first] = await tokenize(server.url, PROMPT);
             // The residual probe walks from layer 0 through dense-free stacks; Llama 4's first MoE layer is its second
-            // (after a dense one), so its loudness is judged by the controls below (a dropped expert must move the logits).
+            // (after a dense one), and gpt-oss's attention has what the probe does not model (biases, sinks), so their
+            // loudness is judged by the controls below (a dropped expert must move the logits) and, for gpt-oss, by
+            // llama-loads (zeroed expert biases move the logits by 1 − cos ≥ 0.05).
             const loud =
-              arch === 'llama4'
+              arch === 'llama4' || arch === 'gpt-oss'
                 ? []
                 : await expertLoudness(m.path, m.config, first as number, honest.requests.slice(0, moeLayers(m).length));
             for (const l of loud) {
@@ -374,7 +380,8 @@ test('the grid baselines differ across types: F32, F16 and Q8_0 of one architect
 const small = { layers: 3, nEmbd: 64, ff: 64, sharedFf: 64, nExpert: 8, nExpertUsed: 2, type: GGMLType.Q8_0, seed: 23, expertScale: LOUD };
 
 test('half of the pairs served, the rest reported not served → same tokens, both paths used', async () => {
-  for (const arch of ['qwen3moe', 'deepseek'] as const) {
+  // gpt-oss: the coordinator's own half runs its variant (biases, SwiGLU-OAI) in the dispatch path's local ops
+  for (const arch of ['qwen3moe', 'deepseek', 'gpt-oss'] as const) {
     const m = await testModel({ arch, ...small });
     const want = await baseline(m, 64);
     await withDispatch(m, 'half', async (server, d) => {
@@ -385,7 +392,8 @@ test('half of the pairs served, the rest reported not served → same tokens, bo
       const served = answered.reduce((s, r) => s + r.served, 0);
       const local = answered.reduce((s, r) => s + r.notServed, 0);
       assert.ok(served > 0 && local > 0, `${arch}: served ${served}, not served ${local}`);
-      const asked = expectedRequests(moeLayers(m), m.config.layers, promptTokens(got), 64);
+      const how = arch === 'gpt-oss' ? GPT_OSS_EVALUATION : {};
+      const asked = expectedRequests(moeLayers(m), m.config.layers, promptTokens(got), 64, how);
       assert.equal(answered.length, asked.length, `${arch}: every MoE layer of every evaluation asked`);
       assert.equal(served + local, asked.reduce((s, r) => s + r.nTokens, 0) * m.config.nExpertUsed, `${arch}: every pair asked`);
       // The coordinator measured its own cost for the pairs it computed and reports it in later requests.

@@ -54,11 +54,9 @@ function alive(pid: number): boolean {
  * On a timeout the error names each of its threads with its state and kernel wait channel, so a hang says where.
  */
 async function orphanGone(pid: number, killedAt: number, timeoutMs = 15_000): Promise<number> {
-  return until('the orphan coordinator to exit', timeoutMs, () => (alive(pid) ? undefined : Date.now() - killedAt)).catch(
-    (e: Error) => {
-      throw new Error(`${e.message}; its threads: ${threadStates(pid)}`);
-    },
-  );
+  return until('the orphan coordinator to exit', timeoutMs, () => (alive(pid) ? undefined : Date.now() - killedAt)).catch((e: Error) => {
+    throw new Error(`${e.message}; its threads: ${threadStates(pid)}`);
+  });
 }
 
 /** "tid name state wchan" for each thread of `pid`, as /proc shows them now. */

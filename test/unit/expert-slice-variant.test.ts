@@ -56,7 +56,10 @@ async function makeModel(spec: Spec): Promise<{ bytes: Uint8Array; file: GGUFFil
     const values = randomF32(len * N_EXPERT, seed++);
     bias[b] = values;
     const type = spec.biasType ?? GGMLType.F32;
-    const data = type === GGMLType.F32 ? f32Bytes(values) : new Uint8Array((len * N_EXPERT * requireQuantType(type).bytesPerBlock) / requireQuantType(type).blockSize);
+    const data =
+      type === GGMLType.F32
+        ? f32Bytes(values)
+        : new Uint8Array((len * N_EXPERT * requireQuantType(type).bytesPerBlock) / requireQuantType(type).blockSize);
     tensors.push({ name: expertBiasName(0, b), dims: [len, N_EXPERT], type, data });
   }
   const bytes = encodeGGUF({ metadata: { 'general.architecture': str(spec.arch), [`${spec.arch}.block_count`]: u32(1) }, tensors });

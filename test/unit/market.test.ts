@@ -6,6 +6,7 @@ import { HELD_RANGES_MAX, WORKER_ID_MAX_CHARS } from '../../hub/limits.ts';
 import { layerSegments, modelDemand, scarcity } from '../../hub/market/demand.ts';
 import { chooseAssignment, freeRanges, type RefusalCode, type VolunteerAnswer, type VolunteerRequest } from '../../hub/market/assign.ts';
 import type { HeldRange, ModelDemand, ModelShape } from '../../hub/market/types.ts';
+import { GPT_OSS_VARIANT, SILU_VARIANT } from '../../protocol/variant.ts';
 
 /** 4 layers, MoE on 1 and 3 (0 and 2 dense), 256 experts. */
 const WIDE: ModelShape = {
@@ -532,4 +533,36 @@ test("addModel: same shape is a no-op, a changed shape drops that model's covera
   assert.equal(store.workerCount('small'), 0);
   assert.equal(store.replicaCounts('small', 1).length, 4);
   assert.throws(() => store.addModel({ ...SMALL, moeLayers: [3] }), RangeError);
+});
+
+test('variants: a layer is offered only to a volunteer that computes its expert FFN variant', () => {
+  // gpt-oss-like: both MoE layers SwiGLU-OAI with biases; a mixed model: only layer 2 biased.
+  const OSS: ModelShape = { ...SMALL, model: 'oss', layerVariants: { 1: GPT_OSS_VARIANT, 2: GPT_OSS_VARIANT } };
+  const MIXED: ModelShape = { ...SMALL, model: 'mixed', layerVariants: { 2: { ...SILU_VARIANT, biases: true } } };
+  const shapes = new Map([OSS, MIXED].map((s) => [s.model, s]));
+  const want = (s: ModelShape): ModelDemand => modelDemand(s, () => new Int32Array(8), 2, true, false);
+  const table: Array<[string, ModelShape, VolunteerRequest, RefusalCode | [number, number, number]]> = [
+    ['an old client (no variants) computes silu only', OSS, {}, 'variant-unsupported'],
+    ['silu alone', OSS, { variants: ['silu'] }, 'variant-unsupported'],
+    ['the activation without bias', OSS, { variants: ['silu', 'swiglu_oai'] }, 'variant-unsupported'],
+    ['every feature', OSS, { variants: ['silu', 'swiglu_oai', 'bias'] }, [1, 0, 8]],
+    ['mixed, silu only: the plain layer', MIXED, { variants: ['silu'] }, [1, 0, 8]],
+    ['mixed, silu + bias: the plain layer first (lowest layer)', MIXED, { variants: ['silu', 'bias'] }, [1, 0, 8]],
+  ];
+  for (const [name, shape, req, expected] of table) {
+    const a = chooseAssignment([want(shape)], shapes, req);
+    if (typeof expected === 'string') {
+      assert.equal(refusal(a), expected, name);
+      if (!a.assigned) assert.match(a.reason, /swiglu_oai|biases/, name);
+    } else {
+      assert.ok(a.assigned, name);
+      assert.deepEqual([a.layer, ...a.experts], expected, name);
+    }
+  }
+  // Layer 1 of the mixed model held already: a silu-only volunteer has nothing it can take (layer 2 is biased).
+  const held = { model: 'mixed', ranges: [[1, 0, 8]] as HeldRange[] };
+  assert.equal(refusal(chooseAssignment([want(MIXED)], shapes, { variants: ['silu'], held })), 'already-held');
+  const withBias = chooseAssignment([want(MIXED)], shapes, { variants: ['silu', 'bias'], held });
+  assert.ok(withBias.assigned);
+  assert.equal(withBias.layer, 2);
 });

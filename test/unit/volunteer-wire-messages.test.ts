@@ -31,6 +31,7 @@ const HELLO: ClientMessage = {
   },
   numerics: ['exact', 'llama'],
   encodings: ['f32', 'f16'],
+  variants: ['silu', 'swiglu_oai', 'bias'],
   model: 'qwen3-30b',
   maxExperts: 64,
   agent: 'page/0.1.0 Chrome/131',
@@ -120,6 +121,7 @@ test('unknown fields are ignored, unknown capability entries dropped, absent opt
   o.device.future = 'x';
   o.numerics = ['quantum', 'llama', 'llama'];
   o.encodings = ['bf16', 'f32'];
+  o.variants = ['gelu', 'swiglu_oai', 'bias', 'bias'];
   delete o.model;
   delete o.max_experts;
   delete o.agent;
@@ -130,6 +132,7 @@ test('unknown fields are ignored, unknown capability entries dropped, absent opt
   if (h.type !== 'hello') return;
   assert.deepEqual(h.numerics, ['llama']);
   assert.deepEqual(h.encodings, ['f32']);
+  assert.deepEqual(h.variants, ['swiglu_oai', 'bias'], 'expert FFN variant features: unknown dropped, duplicates dropped');
   assert.equal(h.model, '');
   assert.equal(h.maxExperts, 0);
   assert.equal(h.agent, '');

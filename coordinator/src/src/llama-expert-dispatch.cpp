@@ -1073,6 +1073,7 @@ void local_down_op(ggml_tensor * dst, int ith, int nth, void * ud) {
     auto * L = (llama_xd_layer *) ud;
     const int64_t t_start = ith == 0 ? now_us() : 0;
     const ggml_tensor * H = dst->src[0], * ids = dst->src[1], * R = dst->src[2], * probs = dst->src[3], * down = dst->src[4];
+    const ggml_tensor * down_b = dst->src[5]; // [n_embd, n_expert] f32, or null: no down bias
     const int64_t ff = down->ne[0], n_embd = down->ne[1], n_expert = down->ne[2], n_used = ids->ne[0], n_tok = ids->ne[1];
     const int64_t per = (n_embd + nth - 1) / nth;
     const int64_t r0 = std::min(n_embd, per * ith), r1 = std::min(n_embd, r0 + per);
@@ -1139,8 +1140,13 @@ void local_down_op(ggml_tensor * dst, int ith, int nth, void * ud) {
                     const float flag = pair_flag(R, n_embd, t, k);
                     if (flag == XD_PAIR_SERVED) continue;
                     const float pk = *(const float *) ((const char *) probs->data + k * probs->nb[1] + t * probs->nb[2]);
-                    add_terms(s.dots.data() + (size_t) ((t - t0) * n_used + k) * tile, pk, rb0, rb1, out,
-                              flag == XD_PAIR_AUDITED ? audit : nullptr);
+                    float * d = s.dots.data() + (size_t) ((t - t0) * n_used + k) * tile;
+                    if (down_b != nullptr) {
+                        // the stock graph's ggml_add_id before the product with the weight: one float add per row
+                        const float * b = (const float *) ((const char *) down_b->data + pair_expert(ids, t, k) * down_b->nb[1]);
+                        for (int64_t r = rb0; r < rb1; ++r) d[r - rb0] += b[r];
+                    }
+                    add_terms(d, pk, rb0, rb1, out, flag == XD_PAIR_AUDITED ? audit : nullptr);
                 }
             }
         }
@@ -1200,28 +1206,32 @@ bool cpu_dot_supported(ggml_type type) {
     return tr->vec_dot_type == GGML_TYPE_F32 || ggml_get_type_traits_cpu(tr->vec_dot_type)->from_float != nullptr;
 }
 
-// The local part of a dispatched layer: gate/up for the pairs R marks not served, ggml's swiglu, down + served partial
-// sums. R: [n_embd + n_used, n_tok], the served partial sums then a flag per pair (XD_PAIR_*; all zero: every pair
-// local). L: the layer whose cost per pair is measured (null: not measured). Returns [n_embd, n_tok, 1], or with
-// `audit_plane` [n_embd, n_tok, 2]: plane 0 the output, plane 1 the audited pairs' sums.
+// The local part of a dispatched layer: gate/up for the pairs R marks not served, the variant's biases and gated unit
+// (ggml's own ops: add_id, swiglu or swiglu_oai), down (+ its bias) + served partial sums. R: [n_embd + n_used, n_tok],
+// the served partial sums then a flag per pair (XD_PAIR_*; all zero: every pair local). L: the layer whose cost per
+// pair is measured (null: not measured). Returns [n_embd, n_tok, 1], or with `audit_plane` [n_embd, n_tok, 2]: plane 0
+// the output, plane 1 the audited pairs' sums.
 ggml_tensor * build_local(ggml_context * ctx, llama_xd_layer * L, int il, ggml_tensor * cur, ggml_tensor * selected,
                           ggml_tensor * probs, ggml_tensor * R, ggml_tensor * gate_exps, ggml_tensor * up_exps,
-                          ggml_tensor * down_exps, bool audit_plane, const char * pass = "") {
+                          ggml_tensor * down_exps, const llama_xd_variant & v, bool audit_plane, const char * pass = "") {
     const int64_t n_embd = cur->ne[0], n_tok = cur->ne[1], n_used = selected->ne[0], ff = gate_exps->ne[1];
 
     ggml_tensor * a_gu[5] = { cur, selected, R, gate_exps, up_exps };
     ggml_tensor * GU = ggml_custom_4d(ctx, GGML_TYPE_F32, 2 * ff, n_used, n_tok, 1, a_gu, 5, local_gate_up_op, GGML_N_TASKS_MAX, L);
     ggml_format_name(GU, "xd_local%s_gate_up-%d", pass, il);
 
-    // the same split views and op as llama.cpp's stock MoE graph with fused gate_up experts
+    // the same split views and ops as llama.cpp's stock MoE graph: the biases by ggml_add_id (up's first, as the stock
+    // graph adds them), then the gated unit (the served pairs' rows are zeros and never read by the down op)
     ggml_tensor * G = ggml_view_3d(ctx, GU, ff, n_used, n_tok, GU->nb[1], GU->nb[2], 0);
     ggml_tensor * U = ggml_view_3d(ctx, GU, ff, n_used, n_tok, GU->nb[1], GU->nb[2], ff * GU->nb[0]);
-    ggml_tensor * H = ggml_swiglu_split(ctx, G, U);
-    ggml_format_name(H, "xd_local%s_swiglu-%d", pass, il);
+    if (v.up_b != nullptr) U = ggml_add_id(ctx, U, v.up_b, selected);
+    if (v.gate_b != nullptr) G = ggml_add_id(ctx, G, v.gate_b, selected);
+    ggml_tensor * H = v.swiglu_oai ? ggml_swiglu_oai(ctx, G, U, v.alpha, v.limit) : ggml_swiglu_split(ctx, G, U);
+    ggml_format_name(H, "xd_local%s_glu-%d", pass, il);
 
-    ggml_tensor * a_down[5] = { H, selected, R, probs, down_exps };
-    ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd, n_tok, audit_plane ? 2 : 1, 1, a_down, 5, local_down_op,
-                                       GGML_N_TASKS_MAX, L);
+    ggml_tensor * a_down[6] = { H, selected, R, probs, down_exps, v.down_b };
+    ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd, n_tok, audit_plane ? 2 : 1, 1, a_down, v.down_b != nullptr ? 6 : 5,
+                                       local_down_op, GGML_N_TASKS_MAX, L);
     ggml_format_name(out, "xd_local%s_down-%d", pass, il);
     return out;
 }
@@ -1255,11 +1265,28 @@ bool llama_xd_experts_supported(const ggml_tensor * gate, const ggml_tensor * up
     return true;
 }
 
+bool llama_xd_variant_supported(const llama_xd_variant & v, int64_t n_embd, int64_t ff, int64_t n_expert, std::string * why) {
+    auto bias_ok = [&](const ggml_tensor * b, int64_t n) {
+        return b == nullptr || (b->type == GGML_TYPE_F32 && b->data != nullptr && b->ne[0] == n && b->ne[1] == n_expert &&
+                                b->ne[2] == 1 && b->ne[3] == 1 && b->nb[0] == sizeof(float) && b->nb[1] == n * sizeof(float) &&
+                                (b->buffer == nullptr || ggml_backend_buft_is_host(ggml_backend_buffer_get_type(b->buffer))));
+    };
+    if (!bias_ok(v.gate_b, ff) || !bias_ok(v.up_b, ff) || !bias_ok(v.down_b, n_embd)) {
+        if (why != nullptr) *why = "expert biases not f32 [ff or n_embd, n_expert] in host memory";
+        return false;
+    }
+    if (v.swiglu_oai && !(v.alpha > 0.0f && v.limit > 0.0f)) {
+        if (why != nullptr) *why = "a SwiGLU-OAI without a positive alpha and limit";
+        return false;
+    }
+    return true;
+}
+
 bool llama_xd_compute_pairs(const ggml_tensor * gate, const ggml_tensor * up, const ggml_tensor * down,
                             const float * rows, const int32_t * ids, const float * probs, int64_t n_tokens, int64_t n_used,
-                            float * sums, int n_threads) {
+                            float * sums, int n_threads, const llama_xd_variant & variant) {
     const int64_t n_embd = gate->ne[0], ff = gate->ne[1];
-    const size_t data = sizeof(float) * (size_t) (n_embd * n_tokens * 2 + (n_embd + n_used) * n_tokens + 3 * ff * n_used * n_tokens) +
+    const size_t data = sizeof(float) * (size_t) (n_embd * n_tokens * 2 + (n_embd + n_used) * n_tokens + 5 * ff * n_used * n_tokens) +
                         2 * sizeof(float) * (size_t) (n_used * n_tokens);
     ggml_init_params params = { /*mem_size =*/ data + 16 * ggml_tensor_overhead() + ggml_graph_overhead() + (1u << 20),
                                 /*mem_buffer =*/ nullptr, /*no_alloc =*/ false };
@@ -1275,7 +1302,7 @@ bool llama_xd_compute_pairs(const ggml_tensor * gate, const ggml_tensor * up, co
     memset(R->data, 0, ggml_nbytes(R)); // nothing served: every pair computed here
     // the graph only reads the weights; the casts let them be graph sources
     ggml_tensor * out = build_local(ctx, nullptr, -1, x, sel, pr, R, const_cast<ggml_tensor *>(gate), const_cast<ggml_tensor *>(up),
-                                    const_cast<ggml_tensor *>(down), /*audit_plane =*/ false);
+                                    const_cast<ggml_tensor *>(down), variant, /*audit_plane =*/ false);
     ggml_cgraph * gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, out);
     const bool ok = ggml_graph_compute_with_ctx(ctx, gf, std::max(1, n_threads)) == GGML_STATUS_SUCCESS;
@@ -1363,7 +1390,7 @@ void llama_xd_note_unsupported(const char * what) {
 ggml_tensor * llama_xd_build_moe(
         ggml_context * ctx, llama_expert_dispatch * xd, int il,
         ggml_tensor * cur, ggml_tensor * selected, ggml_tensor * probs,
-        ggml_tensor * gate_exps, ggml_tensor * up_exps, ggml_tensor * down_exps) {
+        ggml_tensor * gate_exps, ggml_tensor * up_exps, ggml_tensor * down_exps, const llama_xd_variant & variant) {
     if (xd == nullptr || il < 0 || il >= LLAMA_XD_MAX_LAYERS) return nullptr;
     // (a view of a fused gate_up_exps tensor is judged by the tensor it views)
     auto base = [](const ggml_tensor * t) { return t != nullptr && t->view_src != nullptr ? t->view_src : t; };
@@ -1373,6 +1400,10 @@ ggml_tensor * llama_xd_build_moe(
     }
     std::string why;
     if (!llama_xd_experts_supported(gate_exps, up_exps, down_exps, &why)) {
+        llama_xd_note_unsupported(why.c_str());
+        return nullptr;
+    }
+    if (!llama_xd_variant_supported(variant, gate_exps->ne[0], gate_exps->ne[1], gate_exps->ne[2], &why)) {
         llama_xd_note_unsupported(why.c_str());
         return nullptr;
     }
@@ -1387,7 +1418,7 @@ ggml_tensor * llama_xd_build_moe(
     ggml_tensor * a_remote[3] = { cur, selected, probs };
     ggml_tensor * R = ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd + n_used, n_tok, 1, 1, a_remote, 3, remote_op, 1, L);
     ggml_format_name(R, "xd_remote-%d", il);
-    ggml_tensor * D = build_local(ctx, L, il, cur, selected, probs, R, gate_exps, up_exps, down_exps, /*audit_plane =*/ true);
+    ggml_tensor * D = build_local(ctx, L, il, cur, selected, probs, R, gate_exps, up_exps, down_exps, variant, /*audit_plane =*/ true);
     // The output is plane 0 of D; the audit op runs in place on it, so the layer's output depends on the audit op and
     // every graph that dispatches the layer sends its audits, at no copy.
     ggml_tensor * out = ggml_view_2d(ctx, D, n_embd, n_tok, D->nb[1], 0);
@@ -1400,5 +1431,5 @@ ggml_tensor * llama_xd_build_moe(
     ggml_tensor * a_collect[2] = { res, R };
     ggml_tensor * R2 = ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd + n_used, n_tok, 1, 1, a_collect, 2, collect_op, 1, L);
     ggml_format_name(R2, "xd_collect-%d", il);
-    return build_local(ctx, L, il, cur, selected, probs, R2, gate_exps, up_exps, down_exps, /*audit_plane =*/ false, "2");
+    return build_local(ctx, L, il, cur, selected, probs, R2, gate_exps, up_exps, down_exps, variant, /*audit_plane =*/ false, "2");
 }

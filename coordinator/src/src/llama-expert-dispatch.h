@@ -38,6 +38,18 @@ void llama_xd_free(llama_expert_dispatch * xd);
 // Which layers should build the dispatch path now: connected, and the dispatcher has not asked for quiet on the layer.
 llama_xd_mask llama_xd_plan(llama_expert_dispatch * xd);
 
+// The expert FFN variant of a layer beyond its three matrices (the hub's protocol/variant.ts): SiLU-gated (the default)
+// or gpt-oss's SwiGLU-OAI, min(g, limit) · σ(alpha · min(g, limit)) · (clamp(u, −limit, limit) + 1); and optional
+// float32 biases [ff, n_expert] (gate, up) and [n_embd, n_expert] (down), each added as ggml_add_id adds them.
+struct llama_xd_variant {
+    bool swiglu_oai = false;
+    float alpha     = 0.0f;
+    float limit     = 0.0f;
+    ggml_tensor * gate_b = nullptr;
+    ggml_tensor * up_b   = nullptr;
+    ggml_tensor * down_b = nullptr;
+};
+
 // Says once per process that an architecture or layer shape is not supported by the dispatch path.
 void llama_xd_note_unsupported(const char * what);
 
@@ -47,11 +59,13 @@ void llama_xd_note_unsupported(const char * what);
 //   probs    [1, n_used, n_tokens]       router probabilities of those experts, already normalised/scaled
 //                                        (llama.cpp's build_moe_ffn calls them `weights`)
 //   *_exps   [.., .., n_expert]          expert matrices (standard ggml layout, not repacked)
-// Returns Σ_k probs[k] · down_k(silu(gate_k · x) ⊙ (up_k · x)) per token, [n_embd, n_tokens].
+//   variant                              the activation and biases (default: SiLU-gated, no biases)
+// Returns Σ_k probs[k] · (down_k(act(gate_k · x + bg_k, up_k · x + bu_k)) + bd_k) per token, [n_embd, n_tokens].
 ggml_tensor * llama_xd_build_moe(
         ggml_context * ctx, llama_expert_dispatch * xd, int il,
         ggml_tensor * cur, ggml_tensor * selected, ggml_tensor * probs,
-        ggml_tensor * gate_exps, ggml_tensor * up_exps, ggml_tensor * down_exps);
+        ggml_tensor * gate_exps, ggml_tensor * up_exps, ggml_tensor * down_exps,
+        const llama_xd_variant & variant = llama_xd_variant());
 
 // Whether the dispatch path's local computation covers these expert matrices: CPU dot products for their types, gate and
 // up [n_embd, ff, n_expert], down [ff, n_embd, n_expert], contiguous rows. On false, `why` says what is wrong.
@@ -67,6 +81,9 @@ bool llama_xd_experts_supported(const ggml_tensor * gate_exps, const ggml_tensor
 // from_float to the vec_dot type, ggml's swiglu op, the product with the probs, the adds in k order), so these are
 // also the sums the coordinator computes with dispatch off. linkcpp-expert-ref calls this. False if ggml fails.
 // Preconditions: llama_xd_experts_supported(...) and every id in [0, n_expert).
+// With `variant`: its activation and biases, as llama_xd_build_moe computes them.
 bool llama_xd_compute_pairs(const ggml_tensor * gate_exps, const ggml_tensor * up_exps, const ggml_tensor * down_exps,
                             const float * rows, const int32_t * ids, const float * probs, int64_t n_tokens, int64_t n_used,
-                            float * sums, int n_threads = 1);
+                            float * sums, int n_threads = 1, const llama_xd_variant & variant = llama_xd_variant());
+// Whether a variant's biases have the shapes its matrices need (f32, [ff or n_embd, n_expert], contiguous); `why` on false.
+bool llama_xd_variant_supported(const llama_xd_variant & variant, int64_t n_embd, int64_t ff, int64_t n_expert, std::string * why);

@@ -44,6 +44,7 @@ constexpr uint32_t MAX_TOKENS = 1u << 16;
 
 struct layer_experts {
     ggml_tensor * gate = nullptr, * up = nullptr, * down = nullptr;
+    llama_xd_variant variant; // the activation (from the architecture) and the biases the file has
     std::vector<std::unique_ptr<char, decltype(&free)>> data;
 };
 
@@ -85,9 +86,23 @@ struct model_file {
         return true;
     }
 
-    ggml_tensor * tensor(uint32_t il, const char * what) const {
-        const std::string name = "blk." + std::to_string(il) + ".ffn_" + what + "_exps.weight";
+    ggml_tensor * tensor(uint32_t il, const char * what, const char * suffix = "weight") const {
+        const std::string name = "blk." + std::to_string(il) + ".ffn_" + what + "_exps." + suffix;
         return ggml_get_tensor(meta, name.c_str());
+    }
+
+    // gpt-oss's experts are SwiGLU-OAI with llama.cpp's fixed alpha and limit (build_moe_ffn); every other
+    // architecture this tool reads is SiLU-gated. Biases: whatever ffn_*_exps.bias tensors the layer has.
+    llama_xd_variant variant(uint32_t il) const {
+        llama_xd_variant v;
+        const int64_t k = gguf_find_key(gguf, "general.architecture");
+        v.swiglu_oai = k >= 0 && gguf_get_kv_type(gguf, k) == GGUF_TYPE_STRING && strcmp(gguf_get_val_str(gguf, k), "gpt-oss") == 0;
+        v.alpha = v.swiglu_oai ? 1.702f : 0.0f;
+        v.limit = v.swiglu_oai ? 7.0f : 0.0f;
+        v.gate_b = tensor(il, "gate", "bias");
+        v.up_b = tensor(il, "up", "bias");
+        v.down_b = tensor(il, "down", "bias");
+        return v;
     }
 
     // Reads a tensor's bytes from the file into memory owned by `into`.
@@ -127,8 +142,15 @@ struct model_file {
             load(L.up, L);
         }
         load(L.down, L);
+        L.variant = variant(il);
+        for (ggml_tensor * b : { L.variant.gate_b, L.variant.up_b, L.variant.down_b }) {
+            if (b != nullptr) load(b, L);
+        }
         std::string why;
-        if (!llama_xd_experts_supported(L.gate, L.up, L.down, &why)) die("layer " + std::to_string(il) + ": " + why);
+        if (!llama_xd_experts_supported(L.gate, L.up, L.down, &why) ||
+            !llama_xd_variant_supported(L.variant, L.gate->ne[0], L.gate->ne[1], L.gate->ne[2], &why)) {
+            die("layer " + std::to_string(il) + ": " + why);
+        }
         return L;
     }
 };
@@ -142,8 +164,11 @@ void info(model_file & m) {
         if (!m.gate_up(il, &g, &u, &gu) || !d) continue;
         n_embd = g->ne[0], ff = g->ne[1], n_expert = g->ne[2];
         char buf[256];
-        snprintf(buf, sizeof(buf), "%s{\"layer\":%u,\"gate\":\"%s\",\"up\":\"%s\",\"down\":\"%s\"}", layers.empty() ? "" : ",", il,
-                 ggml_type_name(g->type), ggml_type_name(u->type), ggml_type_name(d->type));
+        const llama_xd_variant v = m.variant(il);
+        snprintf(buf, sizeof(buf),
+                 "%s{\"layer\":%u,\"gate\":\"%s\",\"up\":\"%s\",\"down\":\"%s\",\"activation\":\"%s\",\"biases\":%s}",
+                 layers.empty() ? "" : ",", il, ggml_type_name(g->type), ggml_type_name(u->type), ggml_type_name(d->type),
+                 v.swiglu_oai ? "swiglu_oai" : "silu", v.gate_b || v.up_b || v.down_b ? "true" : "false");
         layers += buf;
     }
     printf("{\"n_embd\":%lld,\"ff\":%lld,\"n_expert\":%lld,\"numerics\":%d,\"layers\":[%s]}\n", (long long) n_embd, (long long) ff,
@@ -179,7 +204,7 @@ int run(model_file & m, FILE * in, FILE * out, int n_threads, int repeat) {
         for (int32_t e : ids) {
             if (e < 0 || e >= n_expert) die("expert id " + std::to_string(e) + " outside [0, " + std::to_string(n_expert) + ")");
         }
-        if (!llama_xd_compute_pairs(L.gate, L.up, L.down, rows.data(), ids.data(), probs.data(), n_tok, n_used, sums.data(), n_threads)) {
+        if (!llama_xd_compute_pairs(L.gate, L.up, L.down, rows.data(), ids.data(), probs.data(), n_tok, n_used, sums.data(), n_threads, L.variant)) {
             die("ggml could not compute the graph");
         }
         if (repeat > 0) {
@@ -188,7 +213,7 @@ int run(model_file & m, FILE * in, FILE * out, int n_threads, int repeat) {
                 const std::clock_t c0 = std::clock();
                 const auto t0 = std::chrono::steady_clock::now();
                 if (!llama_xd_compute_pairs(L.gate, L.up, L.down, rows.data(), ids.data(), probs.data(), n_tok, n_used, sums.data(),
-                                            n_threads)) {
+                                            n_threads, L.variant)) {
                     die("ggml could not compute the graph");
                 }
                 const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -24,6 +24,7 @@ import { stat } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ExpertSliceError, expertSliceByteLength, planExpertSlice, type ExpertSlicePlan } from '../gguf/expert-slice.ts';
+import { GGMLType } from '../gguf/quant-types.ts';
 import { openFileSource, readGGUFFile } from '../gguf/node-io.ts';
 import type { GGUFFile } from '../gguf/types.ts';
 import { GGUFWriter } from '../gguf/writer.ts';
@@ -194,10 +195,12 @@ interface SliceLayout {
 }
 
 function sliceLayout(plan: ExpertSlicePlan): SliceLayout {
-  // The writer writeExpertSlice builds (expert-slice.ts): the plan's metadata, then its matrices in order.
+  // The writer writeExpertSlice builds (expert-slice.ts): the plan's metadata, then its matrices in order, then the
+  // biases of a biased layer (float32, one model range each).
   const w = new GGUFWriter();
   for (const [k, v] of plan.metadata) w.set(k, v);
   for (const m of plan.matrices) w.addTensor(m.name, m.dims, m.source.type);
+  for (const b of plan.biases) w.addTensor(b.name, b.dims, GGMLType.F32);
   const length = w.fileSize;
   if (length !== expertSliceByteLength(plan))
     throw new Error(`slice layout of ${length} bytes, writeExpertSlice writes ${expertSliceByteLength(plan)}`);
@@ -209,6 +212,9 @@ function sliceLayout(plan: ExpertSlicePlan): SliceLayout {
       at += p.end - p.start;
       return piece;
     });
+  });
+  plan.biases.forEach((b, i) => {
+    pieces.push({ at: w.dataOffset + (tensors[plan.matrices.length + i]?.offset ?? 0), start: b.start, end: b.end });
   });
   return { length, header: w.encodeHeader(), pieces };
 }

@@ -15,7 +15,7 @@
  * slice stays in the cache, so the next assignment of it costs no download.
  */
 import { laterDelayMs, reconnectDelayMs } from './backoff.ts';
-import { openEngine, probeDevice, type ComputeEnvironment, type OpenedEngine } from './engine-open.ts';
+import { computedVariants, openEngine, probeDevice, type ComputeEnvironment, type OpenedEngine } from './engine-open.ts';
 import { VolunteerError, errorMessage, type VolunteerErrorCode } from './errors.ts';
 import type { ExpertDevice } from '../shaders/device.ts';
 import { ExpertRuntimeError } from '../shaders/errors.ts';
@@ -381,6 +381,7 @@ class VolunteerClient implements VolunteerControls {
       },
       numerics: ['exact', 'llama'],
       encodings: ['f32', 'f16'],
+      variants: this.env ? computedVariants(this.env, this.gpuDevice !== null) : ['silu'],
       model: this.o.model ?? '',
       maxExperts: this.o.maxExperts ?? 0,
       agent: this.o.agent ?? '',

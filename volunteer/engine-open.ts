@@ -9,10 +9,11 @@
 import { readExpertSliceBytes } from '../gguf/expert-slice.ts';
 import { requestExpertDevice, type ExpertDevice } from '../shaders/device.ts';
 import { ExpertEngine, type ExpertEngineOptions } from '../shaders/engine.ts';
-import { OrtExpertFallback, type OrtModuleLike } from '../shaders/ort/fallback.ts';
-import { DEFAULT_TOKENS_PER_PASS, PASS_TOP_K, WasmExpertFallback } from '../shaders/wasm/fallback.ts';
+import { ORT_VARIANT_FEATURES, OrtExpertFallback, type OrtModuleLike } from '../shaders/ort/fallback.ts';
+import { DEFAULT_TOKENS_PER_PASS, PASS_TOP_K, WASM_VARIANT_FEATURES, WasmExpertFallback } from '../shaders/wasm/fallback.ts';
 import type { Numerics } from '../protocol/numerics.ts';
-import { ExpertRuntime, type ExpertSlice } from '../shaders/runtime.ts';
+import { ExpertRuntime, WGSL_VARIANT_FEATURES, type ExpertSlice } from '../shaders/runtime.ts';
+import { VARIANT_FEATURES, type VariantFeature } from '../protocol/variant.ts';
 import { VolunteerError, errorMessage } from './errors.ts';
 import type { BackendPreference, DeviceReport } from './state.ts';
 
@@ -31,6 +32,22 @@ export interface ComputeEnvironment {
   backend: BackendChoice;
 }
 
+/**
+ * The expert FFN variant features this client computes (protocol/variant.ts), for its hello: those every backend it
+ * may serve with computes — WebGPU (where a device is), the wasm kernel (where loaded), or else the onnxruntime
+ * fallback — since which one serves is measured only once a slice is assigned.
+ */
+export function computedVariants(env: Pick<ComputeEnvironment, 'backend' | 'wasmKernel' | 'ort'>, hasDevice: boolean): VariantFeature[] {
+  const lists: (readonly VariantFeature[])[] = [];
+  if (hasDevice && env.backend !== 'wasm') lists.push(WGSL_VARIANT_FEATURES);
+  if (env.backend !== 'webgpu') {
+    if (env.wasmKernel) lists.push(WASM_VARIANT_FEATURES);
+    else if (env.ort) lists.push(ORT_VARIANT_FEATURES);
+  }
+  if (lists.length === 0) return ['silu'];
+  return VARIANT_FEATURES.filter((f) => lists.every((l) => l.includes(f)));
+}
+
 /** The ORT dense fallback keeps each weight as an f32 (shaders/ort/expert-ffn-graph.ts): its memory per slice. */
 export function wasmBytesFor(slice: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'nExpert'>): number {
   return 3 * slice.nExpert * slice.ff * slice.nEmbd * 4;
@@ -41,8 +58,14 @@ export function wasmBytesFor(slice: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'nExpert'
  * DEFAULT_TOKENS_PER_PASS tokens and ≤ DEFAULT_TOKENS_PER_PASS × PASS_TOP_K pairs whatever a frame's top-k: rows, h
  * and each pair's down output in f32) and 1 MiB for the rest.
  */
-export function kernelWasmBytesFor(slice: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'gate' | 'up' | 'down'>): number {
-  return slice.gate.length + slice.up.length + slice.down.length + kernelOverheadBytes(slice);
+export function kernelWasmBytesFor(slice: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'gate' | 'up' | 'down' | 'biases'>): number {
+  return sliceBytes(slice) + kernelOverheadBytes(slice);
+}
+
+/** A slice's own bytes: its matrices and, for a biased variant, its float32 biases. */
+export function sliceBytes(slice: Pick<ExpertSlice, 'gate' | 'up' | 'down' | 'biases'>): number {
+  const b = slice.biases;
+  return slice.gate.length + slice.up.length + slice.down.length + (b ? 4 * (b.gate.length + b.up.length + b.down.length) : 0);
 }
 
 /** What the kernel fallback holds beyond the slice's own bytes: its per-call scratch and 1 MiB. */
@@ -123,7 +146,7 @@ export async function openEngine(
     ...(info.variant && { variant: info.variant }),
     ...(biases && { biases }),
   };
-  const gpuBytes = gate.length + up.length + down.length;
+  const gpuBytes = sliceBytes(slice);
   const useGpu = device !== null && env.backend !== 'wasm' && gpuBytes <= memoryBudgetBytes;
   const kernel = env.wasmKernel ?? null;
   const wasmBytes = kernel ? kernelWasmBytesFor(slice) : wasmBytesFor(slice);

@@ -838,7 +838,14 @@ export class VolunteerChannel {
     let shard: { bytes: number; digest: string };
     try {
       shard = await this.host.shard(answer.model, answer.layer, answer.experts[0], answer.experts[1]);
-    } catch {
+    } catch (e) {
+      // Said once per failure: a slice the hub cannot prepare would otherwise be offered again every round unseen.
+      const slice = `layer ${answer.layer} experts [${answer.experts[0]}, ${answer.experts[1]})`;
+      this.host.event(
+        'load-failed',
+        answer.model,
+        `${c.workerId}: the hub cannot prepare ${slice}: ${e instanceof Error ? e.message : String(e)}`,
+      );
       this.host.forget(c.workerId);
       if (c.state === 'loading') c.state = 'waiting';
       return;

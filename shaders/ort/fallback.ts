@@ -36,7 +36,8 @@ import type { Numerics } from '../../protocol/numerics.ts';
 import { ExpertRuntimeError } from '../errors.ts';
 import { roundActivations, vecDotType } from '../reference/ggml-activations.ts';
 import { silu } from '../reference/expert-ffn.ts';
-import { validateInputs, validateSlice, type ExpertSlice, type SliceTypes, type SupportedTypes } from '../slice.ts';
+import { validateInputs, validateSlice, validateVariant, type ExpertSlice, type SliceTypes, type SupportedTypes } from '../slice.ts';
+import type { VariantFeature } from '../../protocol/variant.ts';
 import {
   EXPERT_DOWN_INPUTS,
   EXPERT_FFN_INPUTS,
@@ -89,6 +90,9 @@ export interface OrtExpertFallbackOptions {
 export function fallbackQuantTypes(): GGMLType[] {
   return (Object.values(GGMLType).filter((v) => typeof v === 'number') as GGMLType[]).filter((t) => canDequantize(t));
 }
+
+/** The expert FFN variants the onnxruntime graph computes: SiLU-gated without biases (a biased or SwiGLU-OAI slice is refused). */
+export const ORT_VARIANT_FEATURES: readonly VariantFeature[] = ['silu'];
 
 /** The weight types the fallback reads, for validateSlice (slice.ts): the same checks as ExpertRuntime's otherwise. */
 export const FALLBACK_TYPES: SupportedTypes = { types: fallbackQuantTypes(), cannot: 'the onnxruntime fallback cannot dequantize' };
@@ -184,6 +188,7 @@ export class OrtExpertFallback {
   static async create(ort: OrtModuleLike, slice: ExpertSlice, options: OrtExpertFallbackOptions = {}): Promise<OrtExpertFallback> {
     const numerics = numericsOption(options.numerics);
     validateSlice(slice, slice, numerics === 'llama' ? LLAMA_FALLBACK_TYPES : FALLBACK_TYPES);
+    validateVariant(slice, ORT_VARIANT_FEATURES);
     const { nEmbd, ff, nExpert } = slice;
     const n = nExpert * nEmbd * ff;
     const gate = dequantize(slice.types.gate, slice.gate, n);

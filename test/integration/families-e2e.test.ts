@@ -38,6 +38,7 @@ const FAMILIES: ArchName[] = [
   'hunyuan-moe',
   'bailingmoe2',
   'llama4',
+  'gpt-oss',
   'qwen3next',
   'qwen35moe',
 ];

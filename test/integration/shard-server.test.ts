@@ -524,3 +524,38 @@ test('byteRange, If-None-Match and If-Range follow RFC 9110', () => {
   assert.equal(ifRangeHolds(`W/${e}`, e), false, 'If-Range compares strongly');
   assert.equal(ifRangeHolds('Wed, 21 Oct 2015 07:28:00 GMT', e), false);
 });
+
+test('a gpt-oss slice (SwiGLU-OAI, expert biases) is the slice writeExpertSlice builds, in memory and streamed from the file', async () => {
+  const oss = await testModel({ arch: 'gpt-oss', layers: 2, nEmbd: 64, ff: 64, nExpert: 8, nExpertUsed: 2, type: GGMLType.Q8_0, seed: 5 });
+  const t = await testHub({ models: [{ path: oss.path, name: 'oss' }] });
+  const app = Fastify();
+  try {
+    registerShardRoutes(app, t.hub, { clientKey: () => 'here', limits: { memorySliceMaxBytes: 0, readChunkBytes: 100, perWallet: 100 } });
+    const token = await t.login(newVolunteer());
+    const headers = { authorization: `Bearer ${token}` };
+    const plan = planExpertSlice(await readGGUFFile(oss.path), 1, 2, 6);
+    assert.equal(plan.biases.length, 3, 'the plan carries the three biases');
+    const src = await openFileSource(oss.path);
+    const sink = memorySink();
+    try {
+      await writeExpertSlice(src, plan, sink);
+    } finally {
+      await src.close();
+    }
+    const want = sink.bytes();
+    const inMemory = await get(t, shardUrl(1, 2, 6, 'oss'), token);
+    const streamed = await app.inject({ method: 'GET', url: shardUrl(1, 2, 6, 'oss'), headers });
+    for (const [how, body] of [
+      ['in memory', inMemory.body],
+      ['streamed', new Uint8Array(streamed.rawPayload)],
+    ] as const) {
+      assert.deepEqual(body, want, `${how}: byte for byte the slice writeExpertSlice builds`);
+      const slice = await readExpertSliceBytes(body);
+      assert.equal(slice.info.variant?.activation, 'swiglu_oai', how);
+      assert.ok(slice.biases && slice.biases.down.length === 4 * 64, `${how}: four experts' down biases`);
+    }
+  } finally {
+    await app.close();
+    await t.close();
+  }
+});

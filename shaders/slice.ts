@@ -6,7 +6,14 @@
  */
 import { EXPERT_MATRICES, type ExpertMatrix } from '../gguf/expert-slice.ts';
 import { rowByteSize, requireQuantType, typeName, type GGMLType } from '../gguf/quant-types.ts';
-import { computesVariant, describeVariant, SILU_VARIANT, type ExpertVariant, type VariantFeature } from '../protocol/variant.ts';
+import {
+  checkVariant,
+  computesVariant,
+  describeVariant,
+  SILU_VARIANT,
+  type ExpertVariant,
+  type VariantFeature,
+} from '../protocol/variant.ts';
 import { ExpertRuntimeError } from './errors.ts';
 
 export type SliceTypes = Record<ExpertMatrix, GGMLType>;
@@ -117,13 +124,21 @@ export function validateSlice(s: SliceShape, bytes: Record<ExpertMatrix, { lengt
 
 /**
  * Checks a slice's variant against what a backend computes (`features`, protocol/variant.ts) and its biases against
- * the variant: UNSUPPORTED_VARIANT, or BAD_SLICE_BIASES naming the bias and its lengths.
+ * the variant: UNSUPPORTED_VARIANT (also for a variant checkVariant refuses), or BAD_SLICE_BIASES naming the bias and
+ * its lengths.
  */
 export function validateVariant(
   s: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'nExpert' | 'variant' | 'biases'>,
   features: readonly VariantFeature[],
 ): void {
   const v = s.variant ?? SILU_VARIANT;
+  try {
+    checkVariant(v);
+  } catch (e) {
+    // A variant no backend could compute (alpha ≤ 0, a NaN limit, …) is refused as one this backend does not compute.
+    if (!(e instanceof RangeError)) throw e;
+    throw new ExpertRuntimeError('UNSUPPORTED_VARIANT', { variant: describeVariant(v), supported: [...features] }, e.message);
+  }
   if (!computesVariant(features, v)) {
     throw new ExpertRuntimeError(
       'UNSUPPORTED_VARIANT',

@@ -1,0 +1,77 @@
+/**
+ * validateVariant (shaders/slice.ts) refuses what checkVariant (protocol/variant.ts) refuses, with the code every
+ * backend uses for a variant it cannot compute (UNSUPPORTED_VARIANT) and checkVariant's sentence, before it looks at
+ * the backend's features or the biases. Valid variants still pass, and biases are still checked against them.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { GPT_OSS_VARIANT, SILU_VARIANT, VARIANT_FEATURES, type ExpertActivation, type ExpertVariant } from '../../protocol/variant.ts';
+import { ExpertRuntimeError } from '../../shaders/errors.ts';
+import { validateVariant, type SliceBiases } from '../../shaders/slice.ts';
+
+const SHAPE = { nEmbd: 8, ff: 4, nExpert: 2 };
+
+function biases(): SliceBiases {
+  return {
+    gate: new Float32Array(SHAPE.nExpert * SHAPE.ff),
+    up: new Float32Array(SHAPE.nExpert * SHAPE.ff),
+    down: new Float32Array(SHAPE.nExpert * SHAPE.nEmbd),
+  };
+}
+
+function refusal(code: string, message: RegExp) {
+  return (e: unknown): boolean => {
+    assert.ok(e instanceof ExpertRuntimeError, `not an ExpertRuntimeError: ${String(e)}`);
+    assert.equal(e.code, code);
+    assert.match(e.message, message);
+    return true;
+  };
+}
+
+describe('validateVariant checks the variant itself', () => {
+  const bad: [string, ExpertVariant, RegExp][] = [
+    ['swiglu_oai alpha 0', { ...GPT_OSS_VARIANT, alpha: 0 }, /swiglu_oai needs alpha > 0, got 0/],
+    ['swiglu_oai alpha < 0', { ...GPT_OSS_VARIANT, alpha: -1.702 }, /swiglu_oai needs alpha > 0, got -1\.702/],
+    ['swiglu_oai alpha NaN', { ...GPT_OSS_VARIANT, alpha: Number.NaN }, /swiglu_oai needs alpha > 0, got NaN/],
+    ['swiglu_oai limit NaN', { ...GPT_OSS_VARIANT, limit: Number.NaN }, /swiglu_oai needs limit > 0, got NaN/],
+    ['swiglu_oai limit ∞', { ...GPT_OSS_VARIANT, limit: Number.POSITIVE_INFINITY }, /swiglu_oai needs limit > 0, got Infinity/],
+    ['swiglu_oai limit 0', { ...GPT_OSS_VARIANT, limit: 0 }, /swiglu_oai needs limit > 0, got 0/],
+    ['silu with an alpha', { ...SILU_VARIANT, alpha: 1.702 }, /silu takes no alpha or limit, got 1\.702 and 0/],
+    ['an unknown activation', { ...GPT_OSS_VARIANT, activation: 'geglu' as ExpertActivation }, /unknown expert activation geglu/],
+  ];
+  for (const [what, variant, message] of bad) {
+    it(`refuses ${what}: UNSUPPORTED_VARIANT with checkVariant's message`, () => {
+      // Every feature listed and the biases the right size: only the variant's own numbers are wrong.
+      assert.throws(
+        () => validateVariant({ ...SHAPE, variant, biases: variant.biases ? biases() : undefined }, VARIANT_FEATURES),
+        refusal('UNSUPPORTED_VARIANT', message),
+      );
+    });
+  }
+
+  it('names the variant and the features in the details', () => {
+    const variant = { ...GPT_OSS_VARIANT, alpha: -1 };
+    try {
+      validateVariant({ ...SHAPE, variant, biases: biases() }, ['silu', 'swiglu_oai', 'bias']);
+      assert.fail('accepted alpha -1');
+    } catch (e) {
+      assert.ok(e instanceof ExpertRuntimeError && e.code === 'UNSUPPORTED_VARIANT');
+      assert.deepEqual(e.details, { variant: 'swiglu_oai(α -1, limit 7) + biases', supported: ['silu', 'swiglu_oai', 'bias'] });
+    }
+  });
+
+  it('accepts valid variants, and still checks features and biases after them', () => {
+    validateVariant({ ...SHAPE, variant: GPT_OSS_VARIANT, biases: biases() }, VARIANT_FEATURES);
+    validateVariant({ ...SHAPE, variant: { ...GPT_OSS_VARIANT, biases: false } }, ['swiglu_oai']);
+    validateVariant({ ...SHAPE, variant: SILU_VARIANT }, ['silu']);
+    validateVariant(SHAPE, ['silu']);
+    assert.throws(
+      () => validateVariant({ ...SHAPE, variant: GPT_OSS_VARIANT, biases: biases() }, ['silu']),
+      refusal('UNSUPPORTED_VARIANT', /does not compute swiglu_oai/),
+    );
+    assert.throws(
+      () => validateVariant({ ...SHAPE, variant: GPT_OSS_VARIANT }, VARIANT_FEATURES),
+      refusal('BAD_SLICE_BIASES', /gate bias/),
+    );
+  });
+});

@@ -1,18 +1,23 @@
 /**
  * The families added for issue 25 end to end through the hub, with the production trust defaults: a hub with its real
- * coordinator (linkcpp-server, `--dispatch always`) and one headless volunteer per routed layer (`npx expertswarm
- * volunteer`, WebGPU on Dawn/SwiftShader) to which the market gives those layers; all pass their probation (20 audited items,
- * none used) on completions that keep the token ids of the same hub with `--dispatch off`; then, trusted, a 64-token
- * greedy completion has those token ids again with ≥ 90% of its routed pairs served by the volunteers.
+ * coordinator (linkcpp-server, `--dispatch always`) serving a production build of the volunteer page, one Chromium tab
+ * (Debian's chromium, the page's Join button, WebGPU on SwiftShader) and one headless volunteer (`npx expertswarm
+ * volunteer`, WebGPU on Dawn/SwiftShader) for each other routed layer; the market gives each its layer; all pass their
+ * probation (20 audited items, none used) on completions that keep the token ids of the same hub with
+ * `--dispatch off`; then, trusted, a 64-token greedy completion has those token ids again with ≥ 90% of its routed
+ * pairs served by the volunteers, the tab among them.
  *
  * The coordinator keeps everything but the routed experts (latent attention, sigmoid routers with selection biases
  * and groups, shared experts, dense layers, Llama 4's weighting of each pair's row, the hybrids' delta-net layers);
- * the volunteers compute the same expert FFN as for the first five
- * architectures. One model per family: Q4_K (exact in WebGPU numerics), 3 layers, loud experts.
+ * the volunteers compute the expert FFN variant of each layer (gpt-oss: SwiGLU-OAI with expert biases, announced in
+ * their hello). One model per family: Q4_K (exact in WebGPU numerics), 3 layers, loud experts.
  */
-import { test } from 'node:test';
+import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import type { Browser } from 'playwright-core';
+import { joinVolunteerPage, launchChromium, waitServing, type VolunteerTab } from '../../harness/browser.ts';
 import { testModel } from '../../harness/models.ts';
+import { buildPages } from '../../harness/pages-build.ts';
 import {
   baselineIds,
   completionIds,
@@ -43,9 +48,23 @@ const FAMILIES: ArchName[] = [
   'qwen35moe',
 ];
 const N = E2E_TOKENS;
+/** From Join to serving: the page's bundle, SwiftShader's shader compiles and the slice, on 2 busy cores. */
+const TAB_SERVE_MS = 150_000;
+
+let pagesDir = '';
+let browser: Browser | undefined;
+
+before(async () => {
+  pagesDir = await buildPages('production');
+  browser = await launchChromium();
+});
+
+after(async () => {
+  await browser?.close();
+});
 
 for (const arch of FAMILIES) {
-  test(`${arch}: headless volunteers pass probation and serve ≥ 90% of routed pairs with the token ids of --dispatch off`, {
+  test(`${arch}: a Chromium tab and headless volunteers pass probation and serve ≥ 90% of routed pairs with the token ids of --dispatch off`, {
     timeout: 600_000,
   }, async (t) => {
     // Llama 4: top-1 routing (Scout, Maverick), MoE in layers 1 and 3 of 4 (the router weight before the FFN: the
@@ -67,9 +86,14 @@ for (const arch of FAMILIES) {
     const moeLayers = planModel(defaultConfig(config), buildVocabulary().tokens.length).moeLayers;
     const want = await baselineIds(m);
     assert.ok(new Set(want).size >= 16, `the baseline must not collapse: ${new Set(want).size} distinct tokens`);
-    const hub = await startSwarmHub(m.path, 'always', { trust: DEFAULT_TRUST });
-    const vols = moeLayers.map((_, i) => spawnVolunteer(hub.url, `f${i}`, ['--backend', 'webgpu']));
+    const hub = await startSwarmHub(m.path, 'always', { trust: DEFAULT_TRUST }, 'm', { dir: pagesDir });
+    // The tab joins first, so the market gives it a layer; a headless volunteer takes each other one.
+    let tab: VolunteerTab | undefined;
+    const vols: Array<ReturnType<typeof spawnVolunteer>> = [];
     try {
+      tab = await joinVolunteerPage(browser as Browser, hub.url, 'webgpu');
+      await waitServing(tab, `${arch} tab`, TAB_SERVE_MS);
+      for (let i = 1; i < moeLayers.length; i++) vols.push(spawnVolunteer(hub.url, `f${i}`, ['--backend', 'webgpu']));
       await waitForCoverage(hub.url, hub.model, moeLayers, config.nExpert, 1);
       // Probation: every item audited against the coordinator, none used; the tokens stay the coordinator's.
       let rounds = 0;
@@ -93,10 +117,21 @@ for (const arch of FAMILIES) {
       assert.ok(routed >= N * moeLayers.length * config.nExpertUsed, `every routed pair is counted: ${JSON.stringify({ before, after })}`);
       assert.ok(d('served') >= 0.9 * routed, `volunteers served ${d('served')} of ${routed} routed pairs`);
       assert.equal(d('rejected'), 0);
+      const tabId = (tab as VolunteerTab).workerId;
+      const tabRows = rows.filter((r) => r.worker_id === tabId);
+      assert.ok(tabRows.length > 0, `the Chromium tab ${tabId} holds a slice: ${JSON.stringify(rows)}`);
+      assert.deepEqual((tab as VolunteerTab).errors, [], 'no page errors');
+      // The page counts what its tab served (pushed about once a second): trusted, it served pairs of this layer.
+      const page = (tab as VolunteerTab).page;
+      await page.waitForFunction(() => Number((document.querySelector('#stat-pairs')?.textContent ?? '0').replace(/,/g, '')) > 0, null, {
+        timeout: 15_000,
+        polling: 250,
+      });
       t.diagnostic(
         `${rounds} probation round(s); served ${d('served')} of ${routed} routed pairs; workers ${rows.map((r) => `${r.worker_id} L${r.layer} [${r.experts.join(',')})`).join(' ')}`,
       );
     } finally {
+      await tab?.close();
       for (const v of vols) await v.stop();
       await hub.close();
     }

@@ -111,6 +111,7 @@ export async function probeDevice(
     backend: null,
     backendReason: device ? 'measured on the first slice' : env.backend === 'wasm' ? 'wasm chosen by the user' : `${why} → wasm`,
     gflops: null,
+    variants: computedVariants(env, device !== null),
   };
   return { report, device };
 }

@@ -7,6 +7,7 @@
  */
 import type { Backend } from '../protocol/numerics.ts';
 import type { AssignedSlice } from '../protocol/slice.ts';
+import type { VariantFeature } from '../protocol/variant.ts';
 
 /** The volunteer's record of the slice the hub assigned (`experts` is `[begin, end)` of `layer`), and where it came from. */
 export interface SliceAssignment extends AssignedSlice {
@@ -53,6 +54,11 @@ export interface DeviceReport {
   backendReason: string;
   /** The chosen backend's measured speed on this slice, GFLOP/s (null before the first measurement). */
   gflops: number | null;
+  /**
+   * The expert FFN variant features this client computes (protocol/variant.ts; engine-open.ts computedVariants): what it
+   * announces in its hello, so the hub offers it only layers of those variants.
+   */
+  variants: VariantFeature[];
 }
 
 export interface VolunteerStats {

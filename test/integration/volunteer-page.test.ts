@@ -123,6 +123,7 @@ const gpuDevice: DeviceReport = {
   backend: 'webgpu',
   backendReason: 'WebGPU is faster: fallback (software) WebGPU adapter 3.10 GFLOP/s vs wasm 0.800 GFLOP/s',
   gflops: 3.1,
+  variants: ['silu', 'swiglu_oai', 'bias'],
 };
 const noGpuDevice: DeviceReport = {
   webgpu: false,
@@ -133,6 +134,7 @@ const noGpuDevice: DeviceReport = {
   backend: 'wasm',
   backendReason: 'only wasm was measured (0.800 GFLOP/s)',
   gflops: 0.8,
+  variants: ['silu', 'swiglu_oai', 'bias'],
 };
 
 test('every state of the volunteer, through the page’s own controls, at laptop and phone size, accessible', {
@@ -254,7 +256,14 @@ test('every state of the volunteer, through the page’s own controls, at laptop
       'live numbers',
     );
     const deviceText = await textOf(page.locator('#device-rows'));
-    for (const part of ['google · swiftshader (SwiftShader device)', 'software fallback', '128 MiB', '256 MiB', 'WebGPU is faster']) {
+    for (const part of [
+      'google · swiftshader (SwiftShader device)',
+      'software fallback',
+      '128 MiB',
+      '256 MiB',
+      'WebGPU is faster',
+      'SwiGLU-OAI (gpt-oss)',
+    ]) {
       assert.ok(deviceText.includes(part), `device panel shows ${part}`);
     }
 

@@ -13,6 +13,7 @@ import {
   describeDevice,
   describeSlice,
   describeState,
+  describeVariants,
   downloadPercent,
   failureHint,
   formatBytes,
@@ -20,6 +21,9 @@ import {
   formatRate,
   retrySecondsLeft,
 } from '../../web/src/volunteer/page-model.ts';
+import type { VariantFeature } from '../../protocol/variant.ts';
+import type { OrtModuleLike } from '../../shaders/ort/fallback.ts';
+import { computedVariants } from '../../volunteer/engine-open.ts';
 import type { DeviceReport, SliceAssignment, VolunteerState, VolunteerStateKind } from '../../volunteer/state.ts';
 
 const MIB = 1024 * 1024;
@@ -105,6 +109,7 @@ const device = (over: Partial<DeviceReport>): DeviceReport => ({
   backend: 'webgpu',
   backendReason: 'WebGPU is faster: 3.10 vs 0.800 GFLOP/s',
   gflops: 3.1,
+  variants: ['silu', 'swiglu_oai', 'bias'],
   ...over,
 });
 
@@ -187,4 +192,24 @@ test('the device panel lists the adapter, its limits and the backend with its re
   assert.equal(none.get('WebGPU'), 'not available in this browser');
   assert.equal(none.get('Backend'), 'not chosen yet');
   assert.ok(!none.has('Features') && !none.has('Largest buffer') && !none.has('Measured speed'));
+});
+
+test('the device panel lists the expert types this client computes, in words', () => {
+  const rows = new Map(describeDevice(device({})));
+  assert.equal(rows.get('Expert types'), 'SiLU-gated (most models), SwiGLU-OAI (gpt-oss), expert biases');
+  // A client whose only backend is the onnxruntime fallback (no WebGPU, no wasm kernel) computes SiLU only.
+  const ort = computedVariants({ backend: 'auto', wasmKernel: null, ort: {} as OrtModuleLike }, false);
+  const onlyOrt = new Map(describeDevice(device({ webgpu: false, adapter: null, limits: null, backend: 'wasm', variants: ort })));
+  assert.equal(onlyOrt.get('Expert types'), 'SiLU-gated (most models)');
+});
+
+test('expert types for people: protocol order, each feature named, none listed is SiLU-gated', () => {
+  const rows: [VariantFeature[], string][] = [
+    [['silu'], 'SiLU-gated (most models)'],
+    [['silu', 'bias'], 'SiLU-gated (most models), expert biases'],
+    [['swiglu_oai'], 'SwiGLU-OAI (gpt-oss)'],
+    [['bias', 'swiglu_oai', 'silu'], 'SiLU-gated (most models), SwiGLU-OAI (gpt-oss), expert biases'],
+    [[], 'SiLU-gated (most models)'],
+  ];
+  for (const [features, expected] of rows) assert.equal(describeVariants(features), expected, features.join(',') || 'none');
 });

@@ -149,11 +149,19 @@ export async function main(argv: string[]): Promise<number> {
   const a = args;
   const timings: WorkTimings[] = [];
   const client = startVolunteer(a, a.timings ? (t) => (timings.length < MAX_TIMINGS ? timings.push(t) : undefined) : undefined);
+  let variantsSaid = '';
   const timer = a.quiet
     ? null
     : setInterval(() => {
         const s = client.stats;
         const d = client.device;
+        const variants = d ? d.variants.join(', ') : '';
+        if (d && variants !== variantsSaid) {
+          // Once the device is examined (again only if a rejoin changes it): the variants its hello announces, whose
+          // layers alone the hub offers it.
+          variantsSaid = variants;
+          process.stdout.write(`[volunteer ${a.workerId}] computes expert variants: ${variants}\n`);
+        }
         process.stdout.write(
           `[volunteer ${a.workerId}] ${describeState(client.state)}${client.wallet ? ` · wallet ${client.wallet}` : ''} · pairs ${s.pairsServed} (${s.pairsPerSec.toFixed(1)}/s) · last ${s.lastLatencyMs === null ? '-' : `${s.lastLatencyMs.toFixed(1)} ms`} · credit ${s.credit}${d?.backend ? ` · ${d.backend} ${d.gflops?.toFixed(2) ?? '?'} GFLOP/s` : ''}\n`,
         );

@@ -5,6 +5,7 @@
  *   const m = describeState({ kind: 'retrying', inSeconds: 4, reason: 'connection refused', attempt: 2 }, { secondsLeft: 3 });
  *   m.title; // "Hub unreachable — retrying in 3 s"
  */
+import { VARIANT_FEATURES, type VariantFeature } from '../../../protocol/variant.ts';
 import type { VolunteerErrorCode } from '../../../volunteer/errors.ts';
 import type { DeviceReport, PeerStats, ShareChoice, SliceAssignment, VolunteerState } from '../../../volunteer/state.ts';
 
@@ -232,7 +233,24 @@ export function describeDevice(d: DeviceReport): [string, string][] {
   rows.push(['Backend', d.backend ? BACKEND_NAMES[d.backend] : 'not chosen yet']);
   if (d.backendReason) rows.push(['Why', d.backendReason]);
   if (d.gflops !== null && Number.isFinite(d.gflops)) rows.push(['Measured speed', `${d.gflops.toPrecision(3)} GFLOP/s`]);
+  rows.push(['Expert types', describeVariants(d.variants)]);
   return rows;
+}
+
+/** Each expert FFN variant feature (protocol/variant.ts) in words people know it by; one not named here shows as its name. */
+const VARIANT_NAMES: Readonly<Partial<Record<VariantFeature, string>>> = {
+  silu: 'SiLU-gated (most models)',
+  swiglu_oai: 'SwiGLU-OAI (gpt-oss)',
+  bias: 'expert biases',
+};
+
+/**
+ * The expert types a volunteer computes, for people: "SiLU-gated (most models), SwiGLU-OAI (gpt-oss), expert biases".
+ * Listed in protocol order whatever the order given; an empty list is SiLU-gated, as the hub reads a hello that lists none.
+ */
+export function describeVariants(features: readonly VariantFeature[]): string {
+  const listed = VARIANT_FEATURES.filter((f) => features.includes(f));
+  return (listed.length > 0 ? listed : (['silu'] as const)).map((f) => VARIANT_NAMES[f] ?? f).join(', ');
 }
 
 /** Live numbers for the stats panel. */

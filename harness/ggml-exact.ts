@@ -29,45 +29,14 @@ import { f16ToF32, f32ToF16 } from '../gguf/half.ts';
 import { layerBiasTensors, layerVariant, readBiasRange } from '../gguf/expert-variant.ts';
 import { SILU_VARIANT, type ExpertVariant } from '../protocol/variant.ts';
 import { swigluOaiF32 } from '../shaders/reference/expert-ffn.ts';
+import { f32Bits as f32BitsOf, fma32, fromF32Bits } from '../shaders/reference/ggml-float.ts';
 import type { ExpertBackend } from './expert-backend.ts';
 
 const f32 = Math.fround;
-const bitsF = new Float32Array(1);
-const bitsU = new Uint32Array(bitsF.buffer);
+const f32Bits = f32BitsOf;
+const fromBits = fromF32Bits;
 
-function f32Bits(x: number): number {
-  bitsF[0] = x;
-  return bitsU[0] as number;
-}
-
-function fromBits(u: number): number {
-  bitsU[0] = u >>> 0;
-  return bitsF[0] as number;
-}
-
-/** The float32 next to `r` (a float32) towards +∞ (up) or −∞. */
-function nextF32(r: number, up: boolean): number {
-  if (r === 0) return up ? fromBits(1) : -fromBits(1);
-  const b = f32Bits(r);
-  return fromBits(r > 0 === up ? b + 1 : b - 1);
-}
-
-/**
- * Single-rounded float32 a·b + c (the FMA instruction) for float32 inputs. a·b is exact in float64 (48 bits); the sum
- * is rounded once to float64 with its exact error kept (TwoSum), so the only case where rounding that float64 to
- * float32 differs from rounding the exact value is a float64 sum lying exactly halfway between two float32s.
- */
-export function fma32(a: number, b: number, c: number): number {
-  const p = a * b;
-  const s = p + c;
-  const bb = s - p;
-  const e = p - (s - bb) + (c - bb);
-  const r = f32(s);
-  if (e === 0 || r === s) return r;
-  const other = nextF32(r, s > r);
-  if (s - r !== other - s) return r; // not a tie: the float64 rounding cannot have crossed a float32 midpoint
-  return e > 0 === other > r ? other : r;
-}
+export { fma32 };
 
 /** hsum_float_8: ((x0+x4) + (x2+x6)) + ((x1+x5) + (x3+x7)), each add in float32. */
 function hsum8(x: Float64Array): number {

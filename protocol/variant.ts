@@ -4,24 +4,37 @@
  * the biases it needs), a worker announces which variants it computes, and the dispatcher sends a layer only to
  * workers that announce its variant.
  *
- * For one (token row x, expert e, router weight w), with g = gate_e·x, u = up_e·x (each + its bias where the variant
- * has biases):
- *   - `silu`:       h = silu(g) ⊙ u                                        (Qwen, DeepSeek, GLM, Llama 4, …)
- *   - `swiglu_oai`: h = min(g, L) · σ(α · min(g, L)) ⊙ (clamp(u, −L, L) + 1)  (gpt-oss: α = 1.702, L = 7)
- * then y += w · (down_e·h + down bias). llama.cpp computes each step in float32 in this order
- * (ggml_compute_forward_swiglu_oai_f32: x / (1 + expf(α · −x)) · (y + 1); ggml_add_id adds the biases).
+ * For one (token row x, expert e, router weight w), with g = gate_e·x, u = up_e·x (each × its expert's scale, then +
+ * its bias, where the variant has them):
+ *   - `silu`:         h = silu(g) ⊙ u                                        (Qwen, DeepSeek, GLM, Llama 4, …)
+ *   - `swiglu_oai`:   h = min(g, L) · σ(α · min(g, L)) ⊙ (clamp(u, −L, L) + 1)  (gpt-oss: α = 1.702, L = 7)
+ *   - `swiglu_clamp`: h = silu(min(g, L)) ⊙ clamp(u, −L, L)                   (DeepSeek-V4: swiglu_clamp_exp)
+ *   - `silu_limit`:   h = min(silu(g), L) ⊙ clamp(u, −L, L)                   (Step-3.5, Ling 3: swiglu_clamp_exp)
+ *   - `gelu`:         h = gelu(g) ⊙ u, the tanh approximation                   (Grok)
+ * then y += w · (down_e·h × its scale + its down bias). llama.cpp computes each step in float32 in this order: the
+ * scales by ggml_mul (build_lora_mm_id), the biases by ggml_add_id, then the op — ggml_swiglu_split (SIMD silu),
+ * ggml_swiglu_oai and ggml_swiglu_clamp (scalar expf), ggml_silu + ggml_clamp + ggml_mul, ggml_geglu_split (gelu read
+ * from an f16 table of f16 inputs: gelu(g) = table[f16(g)] for −10 < g < 10, 0 below, g above).
  */
 
-export type ExpertActivation = 'silu' | 'swiglu_oai';
-export const EXPERT_ACTIVATIONS: readonly ExpertActivation[] = ['silu', 'swiglu_oai'];
+export type ExpertActivation = 'silu' | 'swiglu_oai' | 'swiglu_clamp' | 'silu_limit' | 'gelu';
+export const EXPERT_ACTIVATIONS: readonly ExpertActivation[] = ['silu', 'swiglu_oai', 'swiglu_clamp', 'silu_limit', 'gelu'];
+/** The activations that take a limit L (and, swiglu_oai alone, a slope α). */
+export const LIMITED_ACTIVATIONS: readonly ExpertActivation[] = ['swiglu_oai', 'swiglu_clamp', 'silu_limit'];
 
 export interface ExpertVariant {
   activation: ExpertActivation;
-  /** swiglu_oai: the sigmoid's slope α and the clamp limit L (gpt-oss: 1.702 and 7; llama.cpp fixes both). 0 for silu. */
+  /** swiglu_oai: the sigmoid's slope α (gpt-oss: 1.702, fixed by llama.cpp); 0 for every other activation. */
   alpha: number;
+  /** The clamp limit L of swiglu_oai (gpt-oss: 7), swiglu_clamp and silu_limit (the model's swiglu_clamp_exp); else 0. */
   limit: number;
   /** Whether each expert adds a bias after its gate, up and down products (float32 vectors, ffn_*_exps.bias). */
   biases: boolean;
+  /**
+   * Whether each expert multiplies its gate, up and down products by a scale of its own (float32 scalars,
+   * ffn_*_exps.scale: models whose expert weights are stored scaled). Absent: false.
+   */
+  scales?: boolean;
 }
 
 /** Every family before issue 25: SiLU-gated, no biases. A slice or layer that says nothing is this. */
@@ -39,12 +52,15 @@ export const GPT_OSS_VARIANT: Readonly<ExpertVariant> = Object.freeze({
  * The capability names a worker lists (`variants` in its channel hello): one per activation, plus `bias` when it adds
  * expert biases. A worker that lists none computes `silu` without biases (every client before issue 25).
  */
-export type VariantFeature = ExpertActivation | 'bias';
-export const VARIANT_FEATURES: readonly VariantFeature[] = ['silu', 'swiglu_oai', 'bias'];
+export type VariantFeature = ExpertActivation | 'bias' | 'scale';
+export const VARIANT_FEATURES: readonly VariantFeature[] = [...EXPERT_ACTIVATIONS, 'bias', 'scale'];
 
 /** The features a worker needs to compute `v`. */
 export function variantFeatures(v: ExpertVariant): VariantFeature[] {
-  return v.biases ? [v.activation, 'bias'] : [v.activation];
+  const out: VariantFeature[] = [v.activation];
+  if (v.biases) out.push('bias');
+  if (v.scales) out.push('scale');
+  return out;
 }
 
 /** Whether a worker that lists `features` computes `v`. */
@@ -53,13 +69,26 @@ export function computesVariant(features: readonly string[], v: ExpertVariant): 
 }
 
 export function sameVariant(a: ExpertVariant, b: ExpertVariant): boolean {
-  return a.activation === b.activation && a.biases === b.biases && a.alpha === b.alpha && a.limit === b.limit;
+  return (
+    a.activation === b.activation && a.biases === b.biases && !!a.scales === !!b.scales && a.alpha === b.alpha && a.limit === b.limit
+  );
 }
 
-/** For people and logs: "silu", "swiglu_oai(α 1.702, limit 7) + biases". */
+/** Whether `v` is anything but plain SiLU-gated experts without biases or scales. */
+export function isPlainVariant(v: ExpertVariant): boolean {
+  return v.activation === 'silu' && !v.biases && !v.scales;
+}
+
+/** For people and logs: "silu", "swiglu_oai(α 1.702, limit 7) + biases", "silu_limit(limit 7) + scales". */
 export function describeVariant(v: ExpertVariant): string {
-  const act = v.activation === 'silu' ? 'silu' : `${v.activation}(α ${Number(v.alpha.toPrecision(6))}, limit ${v.limit})`;
-  return v.biases ? `${act} + biases` : act;
+  const p = (x: number): number => Number(x.toPrecision(6));
+  const act =
+    v.activation === 'swiglu_oai'
+      ? `swiglu_oai(α ${p(v.alpha)}, limit ${p(v.limit)})`
+      : LIMITED_ACTIVATIONS.includes(v.activation)
+        ? `${v.activation}(limit ${p(v.limit)})`
+        : v.activation;
+  return act + (v.biases ? ' + biases' : '') + (v.scales ? ' + scales' : '');
 }
 
 /** Throws a RangeError naming the field when `v` is not a variant a worker could compute. */
@@ -67,8 +96,12 @@ export function checkVariant(v: ExpertVariant): void {
   if (!EXPERT_ACTIVATIONS.includes(v.activation)) throw new RangeError(`unknown expert activation ${String(v.activation)}`);
   if (v.activation === 'swiglu_oai') {
     if (!(Number.isFinite(v.alpha) && v.alpha > 0)) throw new RangeError(`swiglu_oai needs alpha > 0, got ${v.alpha}`);
-    if (!(Number.isFinite(v.limit) && v.limit > 0)) throw new RangeError(`swiglu_oai needs limit > 0, got ${v.limit}`);
-  } else if (v.alpha !== 0 || v.limit !== 0) {
-    throw new RangeError(`silu takes no alpha or limit, got ${v.alpha} and ${v.limit}`);
+  } else if (v.alpha !== 0) {
+    throw new RangeError(`${v.activation} takes no alpha, got ${v.alpha}`);
+  }
+  if (LIMITED_ACTIVATIONS.includes(v.activation)) {
+    if (!(Number.isFinite(v.limit) && v.limit > 0)) throw new RangeError(`${v.activation} needs limit > 0, got ${v.limit}`);
+  } else if (v.limit !== 0) {
+    throw new RangeError(`${v.activation} takes no limit, got ${v.limit}`);
   }
 }

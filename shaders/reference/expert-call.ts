@@ -46,6 +46,9 @@ export function dequantizeExperts(slice: ExpertSlice): ExpertMatrices[] {
       down: sub(down),
       ggmlTypes: { ...types },
       ...(slice.variant && { variant: slice.variant }),
+      ...(slice.scales && {
+        scales: { gate: slice.scales.gate[e] as number, up: slice.scales.up[e] as number, down: slice.scales.down[e] as number },
+      }),
       ...(b && {
         biases: {
           gate: b.gate.subarray(e * ff, (e + 1) * ff),

@@ -26,6 +26,8 @@ export interface ExpertMatrices {
   variant?: ExpertVariant;
   /** This expert's biases when the variant has them: gate and up [ff], down [nEmbd]. */
   biases?: ExpertBiasVectors;
+  /** This expert's scales when the variant has them: each product of that matrix is multiplied by it. */
+  scales?: { gate: number; up: number; down: number };
 }
 
 export interface ExpertBiasVectors {
@@ -53,9 +55,50 @@ export function swigluOaiF32(g: number, u: number, alpha: number, limit: number)
   return f(f(x / f(1 + e)) * f(y + 1));
 }
 
-/** The gated unit of `variant` on one gate and up value (float64). */
+/** The tanh approximation of GELU llama.cpp uses (ggml_gelu_f32's formula), in float64. */
+export function gelu(v: number): number {
+  return 0.5 * v * (1 + Math.tanh(0.7978845608028654 * v * (1 + 0.044715 * v * v)));
+}
+
+/** The gated unit of `variant` on one gate and up value (float64, exact math: no f16 table, no float32 steps). */
 export function gatedUnit(variant: ExpertVariant, g: number, u: number): number {
-  return variant.activation === 'silu' ? silu(g) * u : swigluOai(g, u, variant.alpha, variant.limit);
+  const L = variant.limit;
+  const clampU = (): number => Math.min(Math.max(u, -L), L);
+  switch (variant.activation) {
+    case 'silu':
+      return silu(g) * u;
+    case 'swiglu_oai':
+      return swigluOai(g, u, variant.alpha, L);
+    case 'swiglu_clamp':
+      return silu(Math.min(g, L)) * clampU();
+    case 'silu_limit':
+      return Math.min(silu(g), L) * clampU();
+    case 'gelu':
+      return gelu(g) * u;
+  }
+}
+
+/**
+ * ggml's float32 swiglu_clamp (DeepSeek-V4), as ggml_compute_forward_swiglu_clamp_f32 rounds: x = min(g, L),
+ * y = clamp(u, −L, L), x / (1 + expf(−x)) · y (expf as the correctly rounded float of exp).
+ */
+export function swigluClampF32(g: number, u: number, limit: number): number {
+  const f = Math.fround;
+  const x = Math.min(f(g), f(limit));
+  const y = Math.min(Math.max(f(u), -f(limit)), f(limit));
+  const e = f(Math.exp(-x));
+  return f(f(x / f(1 + e)) * y);
+}
+
+/**
+ * ggml's float32 silu_limit (Step-3.5, Ling 3): ggml_silu (`silu`: the build's SIMD silu, harness/ggml-exact.ts
+ * ggmlSilu), ggml_clamp to ≤ L, times clamp(u, −L, L).
+ */
+export function siluLimitF32(g: number, u: number, limit: number, silu32: (x: number) => number): number {
+  const f = Math.fround;
+  const a = Math.min(silu32(f(g)), f(limit));
+  const y = Math.min(Math.max(f(u), -f(limit)), f(limit));
+  return f(a * y);
 }
 
 export function silu(v: number): number {
@@ -67,6 +110,8 @@ export function expertFfnAccumulate(w: ExpertMatrices, x: Float32Array, scale: n
   const variant = w.variant ?? SILU_VARIANT;
   const b = variant.biases ? w.biases : undefined;
   if (variant.biases && !b) throw new RangeError(`expertFfnAccumulate: the variant has biases and the expert has none`);
+  const sc = variant.scales ? w.scales : undefined;
+  if (variant.scales && !sc) throw new RangeError(`expertFfnAccumulate: the variant has scales and the expert has none`);
   if (x.length !== nEmbd || y.length !== nEmbd) throw new RangeError(`expected vectors of ${nEmbd}, got x ${x.length} y ${y.length}`);
   const types = ggmlRounding ? w.ggmlTypes : undefined;
   const xg = types ? roundActivations(vecDotType(types.gate), x) : x;
@@ -80,6 +125,10 @@ export function expertFfnAccumulate(w: ExpertMatrices, x: Float32Array, scale: n
       g += (gate[o + i] as number) * (xg[i] as number);
       u += (up[o + i] as number) * (xu[i] as number);
     }
+    if (sc) {
+      g *= sc.gate;
+      u *= sc.up;
+    }
     if (b) {
       g += b.gate[r] as number;
       u += b.up[r] as number;
@@ -91,6 +140,7 @@ export function expertFfnAccumulate(w: ExpertMatrices, x: Float32Array, scale: n
     let d = 0;
     const o = r * ff;
     for (let i = 0; i < ff; i++) d += (down[o + i] as number) * (hd[i] as number);
+    if (sc) d *= sc.down;
     if (b) d += b.down[r] as number;
     y[r] = (y[r] as number) + scale * d;
   }

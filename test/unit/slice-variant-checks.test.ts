@@ -5,9 +5,17 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { GPT_OSS_VARIANT, SILU_VARIANT, VARIANT_FEATURES, type ExpertActivation, type ExpertVariant } from '../../protocol/variant.ts';
+import {
+  checkVariant,
+  describeVariant,
+  GPT_OSS_VARIANT,
+  SILU_VARIANT,
+  VARIANT_FEATURES,
+  type ExpertActivation,
+  type ExpertVariant,
+} from '../../protocol/variant.ts';
 import { ExpertRuntimeError } from '../../shaders/errors.ts';
-import { validateVariant, type SliceBiases } from '../../shaders/slice.ts';
+import { validateVariant, validateVariantFeatures, type SliceBiases } from '../../shaders/slice.ts';
 
 const SHAPE = { nEmbd: 8, ff: 4, nExpert: 2 };
 
@@ -29,22 +37,33 @@ function refusal(code: string, message: RegExp) {
 }
 
 describe('validateVariant checks the variant itself', () => {
-  const bad: [string, ExpertVariant, RegExp][] = [
-    ['swiglu_oai alpha 0', { ...GPT_OSS_VARIANT, alpha: 0 }, /swiglu_oai needs alpha > 0, got 0/],
-    ['swiglu_oai alpha < 0', { ...GPT_OSS_VARIANT, alpha: -1.702 }, /swiglu_oai needs alpha > 0, got -1\.702/],
-    ['swiglu_oai alpha NaN', { ...GPT_OSS_VARIANT, alpha: Number.NaN }, /swiglu_oai needs alpha > 0, got NaN/],
-    ['swiglu_oai limit NaN', { ...GPT_OSS_VARIANT, limit: Number.NaN }, /swiglu_oai needs limit > 0, got NaN/],
-    ['swiglu_oai limit ∞', { ...GPT_OSS_VARIANT, limit: Number.POSITIVE_INFINITY }, /swiglu_oai needs limit > 0, got Infinity/],
-    ['swiglu_oai limit 0', { ...GPT_OSS_VARIANT, limit: 0 }, /swiglu_oai needs limit > 0, got 0/],
-    ['silu with an alpha', { ...SILU_VARIANT, alpha: 1.702 }, /silu takes no alpha or limit, got 1\.702 and 0/],
-    ['an unknown activation', { ...GPT_OSS_VARIANT, activation: 'geglu' as ExpertActivation }, /unknown expert activation geglu/],
+  // Each still wrong however many activations protocol/variant.ts knows.
+  const bad: [string, ExpertVariant][] = [
+    ['swiglu_oai alpha 0', { ...GPT_OSS_VARIANT, alpha: 0 }],
+    ['swiglu_oai alpha < 0', { ...GPT_OSS_VARIANT, alpha: -1.702 }],
+    ['swiglu_oai alpha NaN', { ...GPT_OSS_VARIANT, alpha: Number.NaN }],
+    ['swiglu_oai limit NaN', { ...GPT_OSS_VARIANT, limit: Number.NaN }],
+    ['swiglu_oai limit ∞', { ...GPT_OSS_VARIANT, limit: Number.POSITIVE_INFINITY }],
+    ['swiglu_oai limit 0', { ...GPT_OSS_VARIANT, limit: 0 }],
+    ['silu with an alpha', { ...SILU_VARIANT, alpha: 1.702 }],
+    ['an unknown activation', { ...GPT_OSS_VARIANT, activation: 'geglu' as ExpertActivation }],
   ];
-  for (const [what, variant, message] of bad) {
+  /** checkVariant's own sentence for `v` (the refusal carries it unchanged). */
+  const checkMessage = (v: ExpertVariant): RegExp => {
+    try {
+      checkVariant(v);
+    } catch (e) {
+      assert.ok(e instanceof RangeError);
+      return new RegExp(`^${e.message.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`);
+    }
+    return assert.fail(`checkVariant accepts ${JSON.stringify(v)}`);
+  };
+  for (const [what, variant] of bad) {
     it(`refuses ${what}: UNSUPPORTED_VARIANT with checkVariant's message`, () => {
       // Every feature listed and the biases the right size: only the variant's own numbers are wrong.
       assert.throws(
         () => validateVariant({ ...SHAPE, variant, biases: variant.biases ? biases() : undefined }, VARIANT_FEATURES),
-        refusal('UNSUPPORTED_VARIANT', message),
+        refusal('UNSUPPORTED_VARIANT', checkMessage(variant)),
       );
     });
   }
@@ -56,8 +75,19 @@ describe('validateVariant checks the variant itself', () => {
       assert.fail('accepted alpha -1');
     } catch (e) {
       assert.ok(e instanceof ExpertRuntimeError && e.code === 'UNSUPPORTED_VARIANT');
-      assert.deepEqual(e.details, { variant: 'swiglu_oai(α -1, limit 7) + biases', supported: ['silu', 'swiglu_oai', 'bias'] });
+      assert.deepEqual(e.details, { variant: describeVariant(variant), supported: ['silu', 'swiglu_oai', 'bias'] });
     }
+  });
+
+  it('validateVariantFeatures (a stream header, before its biases) checks the variant the same way, biases aside', () => {
+    validateVariantFeatures(GPT_OSS_VARIANT, VARIANT_FEATURES);
+    for (const [, variant] of bad) {
+      assert.throws(() => validateVariantFeatures(variant, VARIANT_FEATURES), refusal('UNSUPPORTED_VARIANT', checkMessage(variant)));
+    }
+    assert.throws(
+      () => validateVariantFeatures(GPT_OSS_VARIANT, ['silu', 'swiglu_oai']),
+      refusal('UNSUPPORTED_VARIANT', /does not compute/),
+    );
   });
 
   it('accepts valid variants, and still checks features and biases after them', () => {

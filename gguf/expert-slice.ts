@@ -36,8 +36,17 @@ import { GGMLType } from './quant-types.ts';
 import { bytesSource, readGGUF } from './reader.ts';
 import type { ByteSource } from './reader.ts';
 import { GGUFValueType, describeValueType, f32, findTensor, str, u32 } from './types.ts';
-import { EXPERT_BIASES, expertBiasName, layerBiasTensors, layerVariant, type ExpertBiasName } from './expert-variant.ts';
-import { EXPERT_ACTIVATIONS, SILU_VARIANT, type ExpertActivation, type ExpertVariant } from '../protocol/variant.ts';
+import {
+  EXPERT_ACTIVATIONS,
+  EXPERT_BIASES,
+  SILU_VARIANT,
+  expertBiasName,
+  layerBiasTensors,
+  layerVariant,
+  type ExpertActivation,
+  type ExpertBiasName,
+  type ExpertVariant,
+} from './expert-variant.ts';
 import type { GGUFFile, GGUFTensorInfo, GGUFValue } from './types.ts';
 import { GGUFWriter } from './writer.ts';
 import type { ByteSink } from './writer.ts';

@@ -17,36 +17,15 @@
  * from an f16 table of f16 inputs: gelu(g) = table[f16(g)] for −10 < g < 10, 0 below, g above).
  */
 
-export type ExpertActivation = 'silu' | 'swiglu_oai' | 'swiglu_clamp' | 'silu_limit' | 'gelu';
-export const EXPERT_ACTIVATIONS: readonly ExpertActivation[] = ['silu', 'swiglu_oai', 'swiglu_clamp', 'silu_limit', 'gelu'];
-/** The activations that take a limit L (and, swiglu_oai alone, a slope α). */
-export const LIMITED_ACTIVATIONS: readonly ExpertActivation[] = ['swiglu_oai', 'swiglu_clamp', 'silu_limit'];
-
-export interface ExpertVariant {
-  activation: ExpertActivation;
-  /** swiglu_oai: the sigmoid's slope α (gpt-oss: 1.702, fixed by llama.cpp); 0 for every other activation. */
-  alpha: number;
-  /** The clamp limit L of swiglu_oai (gpt-oss: 7), swiglu_clamp and silu_limit (the model's swiglu_clamp_exp); else 0. */
-  limit: number;
-  /** Whether each expert adds a bias after its gate, up and down products (float32 vectors, ffn_*_exps.bias). */
-  biases: boolean;
-  /**
-   * Whether each expert multiplies its gate, up and down products by a scale of its own (float32 scalars,
-   * ffn_*_exps.scale: models whose expert weights are stored scaled). Absent: false.
-   */
-  scales?: boolean;
-}
-
-/** Every family before issue 25: SiLU-gated, no biases. A slice or layer that says nothing is this. */
-export const SILU_VARIANT: Readonly<ExpertVariant> = Object.freeze({ activation: 'silu', alpha: 0, limit: 0, biases: false });
-
-/** gpt-oss (llama.cpp's LLM_FFN_SWIGLU_OAI_MOE with the constants build_moe_ffn fixes, and expert biases). */
-export const GPT_OSS_VARIANT: Readonly<ExpertVariant> = Object.freeze({
-  activation: 'swiglu_oai',
-  alpha: Math.fround(1.702),
-  limit: 7,
-  biases: true,
-});
+export {
+  EXPERT_ACTIVATIONS,
+  GPT_OSS_VARIANT,
+  LIMITED_ACTIVATIONS,
+  SILU_VARIANT,
+  type ExpertActivation,
+  type ExpertVariant,
+} from '../gguf/expert-variant.ts';
+import { EXPERT_ACTIVATIONS, LIMITED_ACTIVATIONS, type ExpertActivation, type ExpertVariant } from '../gguf/expert-variant.ts';
 
 /**
  * The capability names a worker lists (`variants` in its channel hello): one per activation, plus `bias` when it adds
@@ -69,9 +48,7 @@ export function computesVariant(features: readonly string[], v: ExpertVariant): 
 }
 
 export function sameVariant(a: ExpertVariant, b: ExpertVariant): boolean {
-  return (
-    a.activation === b.activation && a.biases === b.biases && !!a.scales === !!b.scales && a.alpha === b.alpha && a.limit === b.limit
-  );
+  return a.activation === b.activation && a.biases === b.biases && !!a.scales === !!b.scales && a.alpha === b.alpha && a.limit === b.limit;
 }
 
 /** Whether `v` is anything but plain SiLU-gated experts without biases or scales. */

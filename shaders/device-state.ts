@@ -7,7 +7,7 @@ import { GGUFError } from '../gguf/errors.ts';
 import { EXPERT_MATRICES, ExpertSliceError } from '../gguf/expert-slice.ts';
 import { readExpertSliceStream } from '../gguf/expert-slice-stream.ts';
 import { typeName, type GGMLType } from '../gguf/quant-types.ts';
-import type { ExpertVariant } from '../protocol/variant.ts';
+import { describeVariant, sameVariant, SILU_VARIANT, type ExpertVariant } from '../protocol/variant.ts';
 import { BufferPool } from './buffer-pool.ts';
 import { bindingLimit, callRounding, type CallRounding, type RoundStep } from './call-plan.ts';
 import type { Numerics } from '../protocol/numerics.ts';
@@ -33,6 +33,7 @@ import {
   sliceMatrixBytes,
   validateSlice,
   validateVariant,
+  validateVariantFeatures,
   type ExpertSlice,
   type SliceShape,
   type SliceStreamSource,
@@ -307,20 +308,29 @@ const sameShape = (a: SliceShape, b: SliceShape): boolean =>
 const describe = (s: SliceShape): string =>
   `${s.nExpert} experts [${s.nEmbd}↔${s.ff}] of ${typeName(s.types.gate)}/${typeName(s.types.up)}/${typeName(s.types.down)}`;
 
+/** What a stream's header must repeat when the stream is reopened (recovery): the slice's shape and variant. */
+export interface StreamExpect {
+  shape: SliceShape;
+  variant: ExpertVariant;
+}
+
 /**
- * A state filled from a newly opened mini-GGUF slice stream: the header gives the shape (which must equal `expect`
- * when rebuilding), then the tensor data goes straight into the weight buffers.
+ * A state filled from a newly opened mini-GGUF slice stream: the header gives the shape and the variant (which must
+ * equal `expect` when rebuilding), then the tensor data goes straight into the weight buffers and, for a biased
+ * variant, the biases (after the matrices, in one piece) into the bias buffer: all queued before this resolves.
  */
 export async function streamState(
   device: GPUDevice,
   owned: boolean,
   source: SliceStreamSource,
-  expect: SliceShape | null,
-  settingsFor: (shape: SliceShape) => Settings,
-): Promise<{ shape: SliceShape; state: GpuState }> {
+  expect: StreamExpect | null,
+  settingsFor: (shape: SliceShape, variant: ExpertVariant) => Settings,
+): Promise<{ shape: SliceShape; variant: ExpertVariant; state: GpuState }> {
   let st: GpuState | null = null;
   let writer: WeightWriter | null = null;
   let shape: SliceShape | null = null;
+  let variant: ExpertVariant = SILU_VARIANT;
+  let biasesArrived = false;
   try {
     const stream = await source.open();
     await readExpertSliceStream(stream, {
@@ -331,35 +341,43 @@ export async function streamState(
           { gate: { length: info.bytes.gate }, up: { length: info.bytes.up }, down: { length: info.bytes.down } },
           KERNEL_TYPES,
         );
-        // The slice file format carries no variant or biases yet (gguf/expert-slice.ts): a streamed slice computes
-        // silu without biases, and a header that declares another variant is refused (UNSUPPORTED_VARIANT) until
-        // the stream can bring its biases.
-        validateVariant({ ...s, variant: (info as { variant?: ExpertVariant }).variant }, STREAM_VARIANT_FEATURES);
-        if (expect && !sameShape(expect, s)) {
+        const v = info.variant ?? SILU_VARIANT;
+        // The biases come after the matrices: their lengths are checked when they arrive (onBiases).
+        validateVariantFeatures(v, WGSL_VARIANT_FEATURES);
+        if (expect && !(sameShape(expect.shape, s) && sameVariant(expect.variant, v))) {
+          const was = `${describe(expect.shape)} (${describeVariant(expect.variant)})`;
+          const now = `${describe(s)} (${describeVariant(v)})`;
           throw new ExpertRuntimeError(
             'BAD_SLICE_STREAM',
-            { cause: 'changed', message: `holds ${describe(s)}` },
-            `the reopened slice stream holds ${describe(s)}, not ${describe(expect)}`,
+            { cause: 'changed', message: `holds ${now}` },
+            `the reopened slice stream holds ${now}, not ${was}`,
           );
         }
         shape = s;
-        st = await prepareState(device, owned, s, settingsFor(s));
+        variant = v;
+        st = await prepareState(device, owned, s, settingsFor(s, v));
         writer = new WeightWriter(device.queue, s, st.parts);
       },
       onData: (matrix, offset, chunk) => {
         writer!.write(matrix, offset, chunk);
       },
+      onBiases: (values) => {
+        const biases = { gate: values.gate, up: values.up, down: values.down };
+        validateVariant({ ...shape!, variant, biases }, WGSL_VARIANT_FEATURES);
+        writeBiases(device.queue, st!.biases, biases);
+        biasesArrived = true;
+      },
     });
     writer!.finish();
-    return { shape: shape!, state: st! };
+    // A biased variant whose stream brought no biases (the reader lays them out from the header, so only a reader
+    // that skipped them could): BAD_SLICE_BIASES rather than a slice computing with zero biases.
+    if (variant.biases && !biasesArrived) validateVariant({ ...shape!, variant }, WGSL_VARIANT_FEATURES);
+    return { shape: shape!, variant, state: st! };
   } catch (e) {
     if (st) releaseState(st);
     throw sliceError(e);
   }
 }
-
-/** What a streamed slice may be (see streamState): its biases cannot arrive yet. */
-const STREAM_VARIANT_FEATURES = WGSL_VARIANT_FEATURES.filter((f) => f === 'silu');
 
 /** A slice reader's error as BAD_SLICE_STREAM (with its code as the cause); anything else unchanged. */
 export function sliceError(e: unknown): unknown {

@@ -60,15 +60,7 @@ import {
   type RegimePolicy,
 } from './regime-policy.ts';
 import { KERNEL_TYPES, WGSL_VARIANT_FEATURES, type IntegerDot, type KernelFeature, type KernelTuning } from './expert-ffn.ts';
-import {
-  validateInputs,
-  validateSlice,
-  validateVariant,
-  type ExpertSlice,
-  type SliceBiases,
-  type SliceShape,
-  type SliceStreamSource,
-} from './slice.ts';
+import { validateInputs, validateSlice, validateVariant, type ExpertSlice, type SliceShape, type SliceStreamSource } from './slice.ts';
 import { describeVariant, SILU_VARIANT, type ExpertVariant, type VariantFeature } from '../protocol/variant.ts';
 
 export { ExpertRuntimeError } from './errors.ts';
@@ -271,8 +263,9 @@ export class ExpertRuntime {
   /**
    * Streams a mini-GGUF expert slice (as the hub's /api/expert-shard serves it) into GPU buffers: only the header
    * and a few bytes per matrix are held in memory. Errors as create(), plus BAD_SLICE_STREAM for a stream that is not
-   * a valid expert slice. The slice file carries no biases yet, so a streamed slice is silu without biases (a header
-   * declaring another variant: UNSUPPORTED_VARIANT).
+   * a valid expert slice. The header's variant is built into the pipelines as create() builds a slice's; a biased
+   * variant's biases, which follow the matrices, are uploaded before this resolves (a stream that ends before them:
+   * BAD_SLICE_STREAM, cause GGUF_TRUNCATED).
    */
   static async load(device: GPUDevice, source: SliceStreamSource, options: ExpertRuntimeOptions = {}): Promise<ExpertRuntime> {
     let settings: Settings | null = null;
@@ -281,7 +274,7 @@ export class ExpertRuntime {
       false,
       source,
       null,
-      (shape) => (settings = makeSettings(shape, options, SILU_VARIANT)),
+      (shape, variant) => (settings = makeSettings(shape, options, variant)),
     );
     return new ExpertRuntime(shape, settings!, options, { stream: source }, state);
   }
@@ -297,11 +290,10 @@ export class ExpertRuntime {
     } catch (e) {
       throw sliceError(e);
     }
-    const { info, gate, up, down } = parsed;
-    // The file's variant and biases where the slice format carries them (gguf/expert-slice.ts, issue 25), so a
-    // gpt-oss slice computes as one, or is refused (BAD_SLICE_BIASES), and never silently as silu.
-    const { variant } = info as { variant?: ExpertVariant };
-    const { biases } = parsed as { biases?: SliceBiases };
+    const { info, gate, up, down, biases } = parsed;
+    // The file's variant and biases (gguf/expert-slice.ts, issue 25), so a gpt-oss slice computes as one, or is
+    // refused (BAD_SLICE_BIASES), and never silently as silu.
+    const { variant } = info;
     return ExpertRuntime.create(
       device,
       {
@@ -514,7 +506,8 @@ export class ExpertRuntime {
         const source = this.source;
         return 'bytes' in source
           ? await bytesState(device, true, source.bytes, this.shape, this.settings)
-          : (await streamState(device, true, source.stream, this.shape, () => this.settings)).state;
+          : (await streamState(device, true, source.stream, { shape: this.shape, variant: this.settings.variant }, () => this.settings))
+              .state;
       } catch (e) {
         device.destroy();
         throw e;

@@ -36,6 +36,15 @@ export interface ExpertSlice extends SliceShape {
   variant?: ExpertVariant;
   /** Float32 biases, present exactly when `variant.biases`: gate and up [nExpert × ff], down [nExpert × nEmbd]. */
   biases?: SliceBiases;
+  /** Float32 per-expert scales, present exactly when `variant.scales`: one per expert and matrix [nExpert]. */
+  scales?: SliceScales;
+}
+
+/** A slice's per-expert scales (`ffn_{gate,up,down}_exps.scale`), one float per expert of the slice. */
+export interface SliceScales {
+  gate: Float32Array;
+  up: Float32Array;
+  down: Float32Array;
 }
 
 /** A slice's expert biases, expert-major as in the model (`ffn_{gate,up,down}_exps.bias`). */
@@ -123,19 +132,14 @@ export function validateSlice(s: SliceShape, bytes: Record<ExpertMatrix, { lengt
 }
 
 /**
- * Checks a slice's variant against what a backend computes (`features`, protocol/variant.ts) and its biases against
- * the variant: UNSUPPORTED_VARIANT (also for a variant checkVariant refuses), or BAD_SLICE_BIASES naming the bias and
- * its lengths.
+ * Checks a variant itself (checkVariant) and against what a backend computes (`features`, protocol/variant.ts):
+ * UNSUPPORTED_VARIANT, with checkVariant's sentence for a variant no backend could compute (alpha ≤ 0, a NaN limit).
+ * What a stream's header can be checked for before its biases arrive.
  */
-export function validateVariant(
-  s: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'nExpert' | 'variant' | 'biases'>,
-  features: readonly VariantFeature[],
-): void {
-  const v = s.variant ?? SILU_VARIANT;
+export function validateVariantFeatures(v: ExpertVariant, features: readonly VariantFeature[]): void {
   try {
     checkVariant(v);
   } catch (e) {
-    // A variant no backend could compute (alpha ≤ 0, a NaN limit, …) is refused as one this backend does not compute.
     if (!(e instanceof RangeError)) throw e;
     throw new ExpertRuntimeError('UNSUPPORTED_VARIANT', { variant: describeVariant(v), supported: [...features] }, e.message);
   }
@@ -146,6 +150,18 @@ export function validateVariant(
       `this backend does not compute ${describeVariant(v)} experts (it computes: ${features.join(', ')})`,
     );
   }
+}
+
+/**
+ * Checks a slice's variant (validateVariantFeatures) and its biases against the variant: UNSUPPORTED_VARIANT, or
+ * BAD_SLICE_BIASES naming the bias and its lengths.
+ */
+export function validateVariant(
+  s: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'nExpert' | 'variant' | 'biases'>,
+  features: readonly VariantFeature[],
+): void {
+  const v = s.variant ?? SILU_VARIANT;
+  validateVariantFeatures(v, features);
   const want = { gate: s.nExpert * s.ff, up: s.nExpert * s.ff, down: s.nExpert * s.nEmbd };
   for (const b of ['gate', 'up', 'down'] as const) {
     const got = s.biases?.[b].length ?? 0;

@@ -33,6 +33,8 @@ export interface ExpertSliceHandlers {
    * float32 values, each whole (they are small: (2·ff + n_embd) floats per expert). Awaited.
    */
   onBiases?(biases: ExpertSliceBiasValues): void | Promise<void>;
+  /** Once, after the biases, when the slice carries per-expert scales (info.variant.scales): one float per expert. */
+  onScales?(scales: ExpertSliceBiasValues): void | Promise<void>;
 }
 
 export interface ReadExpertSliceLimits {
@@ -181,7 +183,7 @@ export async function readExpertSliceStream(
   const inflow = new Inflow(stream);
   try {
     const file = await readStreamHeader(inflow, maxHeaderBytes);
-    const { info, ranges, biasRanges, dataEnd, fileEnd } = expertSliceLayout(file);
+    const { info, ranges, biasRanges, scaleRanges, dataEnd, fileEnd } = expertSliceLayout(file);
     await handlers.onHeader?.(info);
     const truncated = (): GGUFError => {
       const short = `${dataEnd - inflow.pos} bytes short of the end of the tensor data (byte ${dataEnd})`;
@@ -196,9 +198,9 @@ export async function readExpertSliceStream(
         await handlers.onData(s.matrix, offset, chunk);
       }
     }
-    if (biasRanges.length > 0) {
+    const vectors = async (rs: typeof biasRanges): Promise<ExpertSliceBiasValues> => {
       const values: Partial<ExpertSliceBiasValues> = {};
-      for (const b of biasRanges) {
+      for (const b of rs) {
         if (!(await inflow.skipTo(b.start))) throw truncated();
         const bytes = new Uint8Array(b.end - b.start);
         while (inflow.pos < b.end) {
@@ -209,7 +211,15 @@ export async function readExpertSliceStream(
         }
         values[b.bias] = biasValues(bytes);
       }
-      await handlers.onBiases?.(values as ExpertSliceBiasValues);
+      return values as ExpertSliceBiasValues;
+    };
+    if (biasRanges.length > 0) {
+      const values = await vectors(biasRanges);
+      await handlers.onBiases?.(values);
+    }
+    if (scaleRanges.length > 0) {
+      const values = await vectors(scaleRanges);
+      await handlers.onScales?.(values);
     }
     if ((await inflow.skipTo(fileEnd)) && (await inflow.take(1))) throw trailingBytesError(fileEnd);
     return info;

@@ -17,7 +17,8 @@
  *   expertswarm.slice.model_name                               str, the model's general.name when it has one
  *   expertswarm.slice.activation                               str, the experts' activation when not 'silu'
  *   expertswarm.slice.{alpha, limit}                           f32, with it (swiglu_oai: gpt-oss's 1.702 and 7)
- * A slice of a layer whose experts have biases (gpt-oss) carries them after the matrices, sliced the same way:
+ * A slice of a layer whose experts have biases (gpt-oss) or per-expert scales carries them after the matrices (biases,
+ * then scales), sliced the same way (scales: blk.L.ffn_{gate,up,down}_exps.scale [end − begin], F32). Biases:
  *   blk.L.ffn_{gate,up}_exps.bias [ff, end − begin], blk.L.ffn_down_exps.bias [n_embd, end − begin]   F32
  * (gguf/expert-variant.ts; protocol/variant.ts says what a worker computes with them).
  *
@@ -40,8 +41,12 @@ import {
   EXPERT_ACTIVATIONS,
   EXPERT_BIASES,
   SILU_VARIANT,
+  checkVariant,
   expertBiasName,
+  expertScaleName,
+  isPlainVariant,
   layerBiasTensors,
+  layerScaleTensors,
   layerVariant,
   type ExpertActivation,
   type ExpertBiasName,
@@ -174,6 +179,8 @@ export interface ExpertSlicePlan extends ExpertSliceInfo {
   matrices: ExpertSliceMatrixPlan[];
   /** The gate, up and down biases (written after the matrices), or none when the layer has none. */
   biases: ExpertSliceBiasPlan[];
+  /** The gate, up and down per-expert scales (written after the biases), or none; `bias` names the matrix. */
+  scales: ExpertSliceBiasPlan[];
   metadata: Array<[string, GGUFValue]>;
 }
 
@@ -268,16 +275,18 @@ export function planExpertSlice(file: GGUFFile, layer: number, expertBegin: numb
   const shape = { nEmbd, ff, nExpert: nExpertTotal };
   let variant: ExpertVariant;
   let biasTensors: ReturnType<typeof layerBiasTensors>;
+  let scaleTensors: ReturnType<typeof layerScaleTensors>;
   try {
     variant = layerVariant(file, layer, shape);
     biasTensors = layerBiasTensors(file, layer, shape);
+    scaleTensors = layerScaleTensors(file, layer, nExpertTotal);
   } catch (e) {
     throw new ExpertSliceError('SLICE_BAD_TENSORS', (e as Error).message);
   }
   if (variant.activation !== 'silu') {
     metadata.push([`${EXPERT_SLICE_PREFIX}activation`, str(variant.activation)]);
-    metadata.push([`${EXPERT_SLICE_PREFIX}alpha`, f32(variant.alpha)]);
-    metadata.push([`${EXPERT_SLICE_PREFIX}limit`, f32(variant.limit)]);
+    if (variant.alpha !== 0) metadata.push([`${EXPERT_SLICE_PREFIX}alpha`, f32(variant.alpha)]);
+    if (variant.limit !== 0) metadata.push([`${EXPERT_SLICE_PREFIX}limit`, f32(variant.limit)]);
   }
   const biases = !biasTensors
     ? []
@@ -286,6 +295,13 @@ export function planExpertSlice(file: GGUFFile, layer: number, expertBegin: numb
         const len = t.dims[0] as number;
         const start = file.dataOffset + t.offset + expertBegin * len * 4;
         return { bias, name: t.name, dims: [len, n], start, end: start + n * len * 4 };
+      });
+  const scales = !scaleTensors
+    ? []
+    : EXPERT_BIASES.map((bias): ExpertSliceBiasPlan => {
+        const t = scaleTensors[bias];
+        const start = file.dataOffset + t.offset + expertBegin * 4;
+        return { bias, name: t.name, dims: [n, 1], start, end: start + n * 4 };
       });
   return {
     layer,
@@ -298,9 +314,10 @@ export function planExpertSlice(file: GGUFFile, layer: number, expertBegin: numb
     bytes: byMatrix((m) => n * (t[m].byteLength / nExpertTotal)),
     ...(architecture !== undefined && { architecture }),
     ...(modelName !== undefined && { modelName }),
-    ...(variant.activation !== 'silu' || variant.biases ? { variant } : {}),
+    ...(!isPlainVariant(variant) ? { variant } : {}),
     matrices,
     biases,
+    scales,
     metadata,
   };
 }
@@ -316,6 +333,11 @@ export async function readPlannedBiases(source: ByteSource, plan: ExpertSlicePla
     out[b.bias] = biasValues(bytes);
   }
   return out;
+}
+
+/** The planned experts' per-expert scales as float32 values, or undefined when the layer has none. */
+export async function readPlannedScales(source: ByteSource, plan: ExpertSlicePlan): Promise<ExpertSliceBiasValues | undefined> {
+  return readPlannedBiases(source, { ...plan, biases: plan.scales });
 }
 
 /** The planned experts' bytes of each matrix, read whole into memory (tests and tools; the hub streams them). */
@@ -358,6 +380,7 @@ function sliceWriter(plan: ExpertSlicePlan): GGUFWriter {
   for (const [k, v] of plan.metadata) w.set(k, v);
   for (const m of plan.matrices) w.addTensor(m.name, m.dims, m.source.type);
   for (const b of plan.biases) w.addTensor(b.name, b.dims, GGMLType.F32);
+  for (const b of plan.scales) w.addTensor(b.name, [b.dims[0]], GGMLType.F32);
   return w;
 }
 
@@ -380,7 +403,7 @@ export async function writeExpertSlice(
   if (!(Number.isSafeInteger(chunkBytes) && chunkBytes > 0)) {
     throw new RangeError(`chunkBytes must be a positive integer, got ${chunkBytes}`);
   }
-  for (const m of [...plan.matrices, ...plan.biases]) {
+  for (const m of [...plan.matrices, ...plan.biases, ...plan.scales]) {
     if (m.end > source.size) {
       const why = `${m.name}: experts end at byte ${m.end}, past the ${source.size}-byte source (another model's plan?)`;
       throw new GGUFError('GGUF_IO', why);
@@ -398,7 +421,7 @@ export async function writeExpertSlice(
       }
     }
   }
-  for (const b of plan.biases) {
+  for (const b of [...plan.biases, ...plan.scales]) {
     const bytes = await source.read(b.start, b.end - b.start);
     if (bytes.length !== b.end - b.start)
       throw new GGUFError('GGUF_IO', `byte source returned ${bytes.length} bytes, ${b.end - b.start} were asked for`, b.start);
@@ -416,9 +439,10 @@ function notSlice(why: string): ExpertSliceError {
 }
 
 /** The slice's variant from its metadata (activation, alpha, limit) and whether it carries biases. */
-function sliceVariant(file: GGUFFile, biases: boolean): ExpertVariant {
+function sliceVariant(file: GGUFFile, biases: boolean, scales: boolean): ExpertVariant {
   const act = file.metadata.get(`${EXPERT_SLICE_PREFIX}activation`);
-  if (act === undefined) return { ...SILU_VARIANT, biases };
+  const extra = { biases, ...(scales && { scales }) };
+  if (act === undefined) return { ...SILU_VARIANT, ...extra };
   if (act.type !== GGUFValueType.STRING || !EXPERT_ACTIVATIONS.includes(act.value as ExpertActivation)) {
     throw notSlice(`metadata key "${EXPERT_SLICE_PREFIX}activation" is not one of ${EXPERT_ACTIVATIONS.join(', ')}`);
   }
@@ -429,14 +453,22 @@ function sliceVariant(file: GGUFFile, biases: boolean): ExpertVariant {
     }
     return v.value;
   };
-  if (act.value === 'silu') return { ...SILU_VARIANT, biases };
-  return { activation: act.value as ExpertActivation, alpha: num('alpha'), limit: num('limit'), biases };
+  const activation = act.value as ExpertActivation;
+  const has = (k: string): boolean => file.metadata.has(EXPERT_SLICE_PREFIX + k);
+  const v: ExpertVariant = { activation, alpha: has('alpha') ? num('alpha') : 0, limit: has('limit') ? num('limit') : 0, ...extra };
+  try {
+    checkVariant(v);
+  } catch (e) {
+    throw notSlice(`the slice's variant: ${(e as Error).message}`);
+  }
+  return v;
 }
 
 function sliceTensors(file: GGUFFile): {
   info: ExpertSliceInfo;
   tensors: Record<ExpertMatrix, GGUFTensorInfo>;
   biases?: Record<ExpertBiasName, GGUFTensorInfo>;
+  scales?: Record<ExpertBiasName, GGUFTensorInfo>;
 } {
   const key = (k: string): number => {
     const v = file.metadata.get(EXPERT_SLICE_PREFIX + k);
@@ -453,20 +485,23 @@ function sliceTensors(file: GGUFFile): {
   }
   const found = byMatrix((m) => findTensor(file, expertTensorName(layer, m)));
   const hasBiases = EXPERT_BIASES.some((b) => findTensor(file, expertBiasName(layer, b)));
-  if (file.tensors.length !== (hasBiases ? 6 : 3) || EXPERT_MATRICES.some((m) => !found[m])) {
+  const hasScales = EXPERT_BIASES.some((b) => findTensor(file, expertScaleName(layer, b)));
+  if (file.tensors.length !== 3 + (hasBiases ? 3 : 0) + (hasScales ? 3 : 0) || EXPERT_MATRICES.some((m) => !found[m])) {
     const names = file.tensors.map((t) => t.name).join(', ') || 'none';
     const want = EXPERT_MATRICES.map((m) => expertTensorName(layer, m)).join(', ');
-    throw notSlice(`expected exactly the tensors ${want} (and their three biases, or none); found ${names}`);
+    throw notSlice(`expected exactly the tensors ${want} (and their three biases and three scales, or none); found ${names}`);
   }
   const tensors = found as Record<ExpertMatrix, GGUFTensorInfo>;
   checkDims(tensors, nEmbd, ff, expertEnd - expertBegin, 'SLICE_NOT_A_SLICE');
   let biases: Record<ExpertBiasName, GGUFTensorInfo> | undefined;
+  let scales: Record<ExpertBiasName, GGUFTensorInfo> | undefined;
   try {
     biases = layerBiasTensors(file, layer, { nEmbd, ff, nExpert: expertEnd - expertBegin });
+    scales = layerScaleTensors(file, layer, expertEnd - expertBegin);
   } catch (e) {
     throw notSlice((e as Error).message);
   }
-  const variant = sliceVariant(file, biases !== undefined);
+  const variant = sliceVariant(file, biases !== undefined, scales !== undefined);
   const architecture = optString(file, 'general.architecture');
   const modelName = optString(file, `${EXPERT_SLICE_PREFIX}model_name`);
   const info: ExpertSliceInfo = {
@@ -480,9 +515,9 @@ function sliceTensors(file: GGUFFile): {
     bytes: byMatrix((m) => tensors[m].byteLength),
     ...(architecture !== undefined && { architecture }),
     ...(modelName !== undefined && { modelName }),
-    ...(variant.activation !== 'silu' || variant.biases ? { variant } : {}),
+    ...(!isPlainVariant(variant) ? { variant } : {}),
   };
-  return { info, tensors, ...(biases && { biases }) };
+  return { info, tensors, ...(biases && { biases }), ...(scales && { scales }) };
 }
 
 /** Checks that a parsed GGUF is an expert slice and describes it; throws SLICE_NOT_A_SLICE otherwise. */
@@ -497,6 +532,8 @@ export interface ExpertSliceLayout {
   ranges: ByteRange[];
   /** The biases' data (none when the slice has none), in file order. */
   biasRanges: BiasRange[];
+  /** The per-expert scales' data (none when the slice has none), in file order; `bias` names the matrix. */
+  scaleRanges: BiasRange[];
   /** End of the last tensor's data; fileEnd: with its padding. */
   dataEnd: number;
   fileEnd: number;
@@ -504,7 +541,7 @@ export interface ExpertSliceLayout {
 
 /** Checks that a parsed GGUF is an expert slice (SLICE_NOT_A_SLICE otherwise) and locates its data. */
 export function expertSliceLayout(file: GGUFFile): ExpertSliceLayout {
-  const { info, tensors, biases } = sliceTensors(file);
+  const { info, tensors, biases, scales } = sliceTensors(file);
   const ranges = EXPERT_MATRICES.map((matrix): ByteRange => {
     const start = file.dataOffset + tensors[matrix].offset;
     return { matrix, start, end: start + tensors[matrix].byteLength };
@@ -515,9 +552,15 @@ export function expertSliceLayout(file: GGUFFile): ExpertSliceLayout {
         const start = file.dataOffset + biases[bias].offset;
         return { bias, start, end: start + biases[bias].byteLength };
       }).sort((a, b) => a.start - b.start);
-  const dataEnd = Math.max(...ranges.map((r) => r.end), ...biasRanges.map((r) => r.end));
+  const scaleRanges = !scales
+    ? []
+    : EXPERT_BIASES.map((bias): BiasRange => {
+        const start = file.dataOffset + scales[bias].offset;
+        return { bias, start, end: start + scales[bias].byteLength };
+      }).sort((a, b) => a.start - b.start);
+  const dataEnd = Math.max(...ranges.map((r) => r.end), ...biasRanges.map((r) => r.end), ...scaleRanges.map((r) => r.end));
   const fileEnd = dataEnd + ((file.alignment - ((dataEnd - file.dataOffset) % file.alignment)) % file.alignment);
-  return { info, ranges, biasRanges, dataEnd, fileEnd };
+  return { info, ranges, biasRanges, scaleRanges, dataEnd, fileEnd };
 }
 
 /** SLICE_TRAILING_BYTES: bytes after `fileEnd`, the end of the last tensor's padding. */
@@ -528,7 +571,12 @@ export function trailingBytesError(fileEnd: number): ExpertSliceError {
 /** A slice's biases as float32 values: gate and up [n × ff], down [n × n_embd], n = expertEnd − expertBegin. */
 export type ExpertSliceBiasValues = Record<ExpertBiasName, Float32Array>;
 
-export type ExpertSliceBytes = { info: ExpertSliceInfo; biases?: ExpertSliceBiasValues } & Record<ExpertMatrix, Uint8Array>;
+export type ExpertSliceBytes = {
+  info: ExpertSliceInfo;
+  biases?: ExpertSliceBiasValues;
+  /** Per-expert scales, one float per expert of the slice for each matrix. */
+  scales?: ExpertSliceBiasValues;
+} & Record<ExpertMatrix, Uint8Array>;
 
 /** Float32 values of bias bytes (a copy: the bytes may sit at any offset). */
 export function biasValues(bytes: Uint8Array): Float32Array {
@@ -540,16 +588,21 @@ export function biasValues(bytes: Uint8Array): Float32Array {
 /** Parses a whole slice in memory; the matrices are views of `bytes` (no copy). */
 export async function readExpertSliceBytes(bytes: Uint8Array): Promise<ExpertSliceBytes> {
   const file = await readGGUF(bytesSource(bytes));
-  const { info, ranges, biasRanges, fileEnd } = expertSliceLayout(file);
+  const { info, ranges, biasRanges, scaleRanges, fileEnd } = expertSliceLayout(file);
   if (bytes.length > fileEnd) throw trailingBytesError(fileEnd);
   const view = (m: ExpertMatrix): Uint8Array => {
     const s = ranges.find((x) => x.matrix === m) as ByteRange;
     return bytes.subarray(s.start, s.end);
   };
-  const bias = (b: ExpertBiasName): Float32Array => {
-    const s = biasRanges.find((x) => x.bias === b) as BiasRange;
-    return biasValues(bytes.subarray(s.start, s.end));
+  const vectors = (rs: BiasRange[]): ExpertSliceBiasValues | undefined => {
+    if (rs.length === 0) return undefined;
+    const one = (b: ExpertBiasName): Float32Array => {
+      const s = rs.find((x) => x.bias === b) as BiasRange;
+      return biasValues(bytes.subarray(s.start, s.end));
+    };
+    return { gate: one('gate'), up: one('up'), down: one('down') };
   };
-  const biases = biasRanges.length > 0 ? { gate: bias('gate'), up: bias('up'), down: bias('down') } : undefined;
-  return { info, gate: view('gate'), up: view('up'), down: view('down'), ...(biases && { biases }) };
+  const biases = vectors(biasRanges);
+  const scales = vectors(scaleRanges);
+  return { info, gate: view('gate'), up: view('up'), down: view('down'), ...(biases && { biases }), ...(scales && { scales }) };
 }

@@ -11,7 +11,7 @@
 import { GGUFError } from './errors.ts';
 import { GGMLType } from './quant-types.ts';
 import type { ByteSource } from './reader.ts';
-import { GGUFValueType, findTensor } from './types.ts';
+import { GGUFValueType, findTensor, metaNumberArray } from './types.ts';
 import type { GGUFFile, GGUFTensorInfo } from './types.ts';
 
 // The variant vocabulary (protocol/variant.ts re-exports it with what a worker announces): defined here, at the
@@ -48,6 +48,26 @@ export const GPT_OSS_VARIANT: Readonly<ExpertVariant> = Object.freeze({
   biases: true,
 });
 
+/** Whether `v` is anything but plain SiLU-gated experts without biases or scales. */
+export function isPlainVariant(v: ExpertVariant): boolean {
+  return v.activation === 'silu' && !v.biases && !v.scales;
+}
+
+/** Throws a RangeError naming the field when `v` is not a variant a worker could compute. */
+export function checkVariant(v: ExpertVariant): void {
+  if (!EXPERT_ACTIVATIONS.includes(v.activation)) throw new RangeError(`unknown expert activation ${String(v.activation)}`);
+  if (v.activation === 'swiglu_oai') {
+    if (!(Number.isFinite(v.alpha) && v.alpha > 0)) throw new RangeError(`swiglu_oai needs alpha > 0, got ${v.alpha}`);
+  } else if (v.alpha !== 0) {
+    throw new RangeError(`${v.activation} takes no alpha, got ${v.alpha}`);
+  }
+  if (LIMITED_ACTIVATIONS.includes(v.activation)) {
+    if (!(Number.isFinite(v.limit) && v.limit > 0)) throw new RangeError(`${v.activation} needs limit > 0, got ${v.limit}`);
+  } else if (v.limit !== 0) {
+    throw new RangeError(`${v.activation} takes no limit, got ${v.limit}`);
+  }
+}
+
 export type ExpertBiasName = 'gate' | 'up' | 'down';
 export const EXPERT_BIASES: readonly ExpertBiasName[] = ['gate', 'up', 'down'];
 
@@ -56,11 +76,27 @@ export function expertBiasName(layer: number, which: ExpertBiasName): string {
 }
 
 /**
- * Architectures whose experts are not SiLU-gated, with the variant llama.cpp's build_moe_ffn computes for them
- * (gpt-oss: LLM_FFN_SWIGLU_OAI_MOE, alpha 1.702 and limit 7 fixed there). Every other architecture the dispatch path
- * serves is SiLU-gated; those it does not serve are refused by the coordinator (docs/families.md).
+ * Architectures whose experts are not SiLU-gated, with the gated unit llama.cpp's build_moe_ffn computes for them:
+ * gpt-oss and minimax-m3 LLM_FFN_SWIGLU_OAI_MOE (alpha 1.702 and limit 7, fixed there), grok and gemma4 LLM_FFN_GELU.
+ * Every other architecture is SiLU-gated, clamped where the model sets swiglu_clamp_exp (layerVariant); those the
+ * dispatch path does not serve are refused by the coordinator (docs/families.md).
  */
-const ACTIVATION_OF_ARCH: Readonly<Record<string, ExpertVariant>> = { 'gpt-oss': GPT_OSS_VARIANT };
+const ACTIVATION_OF_ARCH: Readonly<Record<string, Pick<ExpertVariant, 'activation' | 'alpha' | 'limit'>>> = {
+  'gpt-oss': { activation: 'swiglu_oai', alpha: GPT_OSS_VARIANT.alpha, limit: 7 },
+  'minimax-m3': { activation: 'swiglu_oai', alpha: GPT_OSS_VARIANT.alpha, limit: 7 },
+  grok: { activation: 'gelu', alpha: 0, limit: 0 },
+  gemma4: { activation: 'gelu', alpha: 0, limit: 0 },
+};
+
+/** `<arch>.swiglu_clamp_exp` of `layer`: one float for every layer or an array of one per layer; 0 when absent. */
+export function swigluClampLimit(file: GGUFFile, arch: string, layer: number): number {
+  const key = `${arch}.swiglu_clamp_exp`;
+  const v = file.metadata.get(key);
+  if (v?.type === GGUFValueType.FLOAT32) return v.value;
+  const per = metaNumberArray(file, key);
+  const x = per?.[layer];
+  return typeof x === 'number' ? x : 0;
+}
 
 export class ExpertVariantError extends Error {
   override readonly name = 'ExpertVariantError';
@@ -100,13 +136,48 @@ export function layerBiasTensors(
 
 /** The variant of `layer` (shape: its experts' dims): the architecture's activation, biases if the layer has them. */
 export function layerVariant(file: GGUFFile, layer: number, shape: { nEmbd: number; ff: number; nExpert: number }): ExpertVariant {
-  const arch = file.metadata.get('general.architecture');
-  const base = (arch?.type === GGUFValueType.STRING && ACTIVATION_OF_ARCH[arch.value]) || SILU_VARIANT;
+  const a = file.metadata.get('general.architecture');
+  const arch = a?.type === GGUFValueType.STRING ? a.value : '';
+  let unit: Pick<ExpertVariant, 'activation' | 'alpha' | 'limit'> = ACTIVATION_OF_ARCH[arch] ?? SILU_VARIANT;
+  // build_moe_ffn clamps a SiLU-gated layer with a split gate (not a fused gate_up) whose limit is set
+  const limit = unit.activation === 'silu' ? Math.fround(swigluClampLimit(file, arch, layer)) : 0;
+  if (limit > 1e-6 && findTensor(file, `blk.${layer}.ffn_gate_exps.weight`)) {
+    unit = { activation: arch === 'deepseek4' ? 'swiglu_clamp' : 'silu_limit', alpha: 0, limit };
+  }
   const biases = layerBiasTensors(file, layer, shape) !== undefined;
-  return { ...base, biases };
+  const scales = layerScaleTensors(file, layer, shape.nExpert) !== undefined;
+  return { ...unit, biases, ...(scales && { scales }) };
 }
 
-/** Experts [begin, end) of one bias tensor, as float32 values (absolute offsets: the file's data offset is added). */
+export function expertScaleName(layer: number, which: ExpertBiasName): string {
+  return `blk.${layer}.ffn_${which}_exps.scale`;
+}
+
+/**
+ * The layer's per-expert scale tensors (F32 [nExpert]): all three, or none. Throws ExpertVariantError when only some
+ * exist or one has another type or shape (llama.cpp would take each alone; the hub does not describe such a layer).
+ */
+export function layerScaleTensors(file: GGUFFile, layer: number, nExpert: number): Record<ExpertBiasName, GGUFTensorInfo> | undefined {
+  const found = EXPERT_BIASES.map((b) => findTensor(file, expertScaleName(layer, b)));
+  if (found.every((t) => t === undefined)) return undefined;
+  const missing = EXPERT_BIASES.filter((_, i) => found[i] === undefined);
+  if (missing.length > 0) {
+    throw new ExpertVariantError(
+      `layer ${layer} has some per-expert scales but not ${missing.map((b) => expertScaleName(layer, b)).join(', ')}`,
+    );
+  }
+  const out = {} as Record<ExpertBiasName, GGUFTensorInfo>;
+  EXPERT_BIASES.forEach((b, i) => {
+    const t = found[i] as GGUFTensorInfo;
+    if (t.type !== GGMLType.F32 || t.dims.length !== 1 || t.dims[0] !== nExpert) {
+      throw new ExpertVariantError(`${t.name} is ${GGMLType[t.type] ?? t.type} [${t.dims.join(', ')}]; expected F32 [${nExpert}]`);
+    }
+    out[b] = t;
+  });
+  return out;
+}
+
+/** Experts [begin, end) of one bias or scale tensor, as float32 values (absolute offsets: the file's data offset is added). */
 export async function readBiasRange(
   source: ByteSource,
   file: GGUFFile,
@@ -114,7 +185,8 @@ export async function readBiasRange(
   begin: number,
   end: number,
 ): Promise<Float32Array> {
-  const len = t.dims[0] as number;
+  // a bias tensor [len, n_expert] holds len floats per expert, a scale tensor [n_expert] one
+  const len = t.dims.length === 1 ? 1 : (t.dims[0] as number);
   const start = file.dataOffset + t.offset + begin * len * 4;
   const n = (end - begin) * len * 4;
   const bytes = await source.read(start, n);

@@ -26,9 +26,10 @@ import type { GGUFFile, GGUFTensorInfo } from '../gguf/types.ts';
 import { GGMLType, rowByteSize } from '../gguf/quant-types.ts';
 import { expertTensorName, layerExpertTensors, readExpertMatrix, type ExpertMatrix } from '../gguf/expert-slice.ts';
 import { f16ToF32, f32ToF16 } from '../gguf/half.ts';
-import { layerBiasTensors, layerVariant, readBiasRange } from '../gguf/expert-variant.ts';
+import { layerBiasTensors, layerScaleTensors, layerVariant, readBiasRange } from '../gguf/expert-variant.ts';
 import { SILU_VARIANT, type ExpertVariant } from '../protocol/variant.ts';
-import { swigluOaiF32 } from '../shaders/reference/expert-ffn.ts';
+import { siluLimitF32, swigluClampF32, swigluOaiF32 } from '../shaders/reference/expert-ffn.ts';
+import { ggmlGeglu } from '../shaders/reference/ggml-gelu.ts';
 import { f32Bits as f32BitsOf, fma32, fromF32Bits } from '../shaders/reference/ggml-float.ts';
 import type { ExpertBackend } from './expert-backend.ts';
 
@@ -407,6 +408,28 @@ interface ExpertWeights {
   down: Weights;
   variant: ExpertVariant;
   biases?: { gate: Float32Array; up: Float32Array; down: Float32Array };
+  scales?: { gate: number; up: number; down: number };
+}
+
+/** ggml_vec_silu_f32 for one element (the ggml_silu op): the same AVX2 silu as ggml_vec_swiglu_f32's. */
+export function ggmlSilu(x: number): number {
+  return f32(x / f32(1 + ggmlExpf(f32(0 - x))));
+}
+
+/** The variant's gated unit on one gate and up value, as the coordinator's op for it computes it. */
+function gatedUnit32(v: ExpertVariant, g: number, u: number): number {
+  switch (v.activation) {
+    case 'silu':
+      return ggmlSwiglu(g, u);
+    case 'swiglu_oai':
+      return swigluOaiF32(g, u, v.alpha, v.limit);
+    case 'swiglu_clamp':
+      return swigluClampF32(g, u, v.limit);
+    case 'silu_limit':
+      return siluLimitF32(g, u, v.limit, ggmlSilu);
+    case 'gelu':
+      return ggmlGeglu(g, u);
+  }
 }
 
 /**
@@ -414,28 +437,33 @@ interface ExpertWeights {
  * ggml_add_id adds them (one float add), the unit ggml_vec_swiglu_f32 or ggml's swiglu_oai op.
  */
 function hiddenOf(e: ExpertWeights, x: Float32Array): Float32Array {
-  const { nEmbd, ff, types, variant, biases } = e;
+  const { nEmbd, ff, types, variant, biases, scales } = e;
   const xg = toVecDot(types.gate, x);
   const xu = types.up === types.gate ? xg : toVecDot(types.up, x);
   const h = new Float32Array(ff);
   for (let r = 0; r < ff; r++) {
     let g = vecDot(e.gate, r, xg, nEmbd);
     let u = vecDot(e.up, r, xu, nEmbd);
+    if (scales) {
+      g = f32(g * scales.gate);
+      u = f32(u * scales.up);
+    }
     if (biases) {
       g = f32(g + (biases.gate[r] as number));
       u = f32(u + (biases.up[r] as number));
     }
-    h[r] = variant.activation === 'silu' ? ggmlSwiglu(g, u) : swigluOaiF32(g, u, variant.alpha, variant.limit);
+    h[r] = gatedUnit32(variant, g, u);
   }
   return h;
 }
 
 /** down · h (+ the down bias), h converted to down's vec_dot type first. */
 function downOf(e: ExpertWeights, h: Float32Array): Float32Array {
-  const { nEmbd, ff, types, biases } = e;
+  const { nEmbd, ff, types, biases, scales } = e;
   const hd = toVecDot(types.down, h);
   const out = new Float32Array(nEmbd);
   for (let r = 0; r < nEmbd; r++) out[r] = vecDot(e.down, r, hd, ff);
+  if (scales) for (let r = 0; r < nEmbd; r++) out[r] = f32((out[r] as number) * scales.down);
   if (biases) for (let r = 0; r < nEmbd; r++) out[r] = f32((out[r] as number) + (biases.down[r] as number));
   return out;
 }
@@ -484,6 +512,8 @@ export interface ExactExperts {
   variant?: ExpertVariant;
   /** With a biased variant: gate and up [nExpert × ff], down [nExpert × nEmbd]. */
   biases?: { gate: Float32Array; up: Float32Array; down: Float32Array };
+  /** With a scaled variant: one scale per expert for each matrix [nExpert]. */
+  scales?: { gate: Float32Array; up: Float32Array; down: Float32Array };
 }
 
 function expertWeightsOf(e: ExactExperts, expert: number): ExpertWeights {
@@ -500,6 +530,9 @@ function expertWeightsOf(e: ExactExperts, expert: number): ExpertWeights {
     up: one('up', e.ff, e.nEmbd),
     down: one('down', e.nEmbd, e.ff),
     variant: e.variant ?? SILU_VARIANT,
+    ...(e.scales && {
+      scales: { gate: e.scales.gate[expert] as number, up: e.scales.up[expert] as number, down: e.scales.down[expert] as number },
+    }),
     ...(b && {
       biases: {
         gate: b.gate.subarray(expert * e.ff, (expert + 1) * e.ff),
@@ -552,6 +585,8 @@ interface LayerTensors {
   variant: ExpertVariant;
   /** Each expert's biases, cached per expert (biased layers only). */
   biases: Map<number, { gate: Float32Array; up: Float32Array; down: Float32Array }>;
+  /** The layer's per-expert scales [nExpert] of each matrix (scaled layers only). */
+  scales?: { gate: Float32Array; up: Float32Array; down: Float32Array };
   /** Each expert's matrix, cached per (matrix, expert). */
   weights: Map<string, Weights>;
 }
@@ -598,6 +633,18 @@ export class GgmlExactBackend implements ExpertBackend {
     return L;
   }
 
+  private async layerScales(layer: number): Promise<LayerTensors['scales']> {
+    const L = this.layer(layer);
+    if (!L.variant.scales) return undefined;
+    if (!L.scales) {
+      const nExpert = this.tensor(layer, 'gate').dims[2] as number;
+      const t = layerScaleTensors(this.file, layer, nExpert);
+      const read = (m: 'gate' | 'up' | 'down'): Promise<Float32Array> => readBiasRange(this.src, this.file, t![m], 0, nExpert);
+      L.scales = { gate: await read('gate'), up: await read('up'), down: await read('down') };
+    }
+    return L.scales;
+  }
+
   private async expertWeights(layer: number, m: ExpertMatrix, expert: number): Promise<Weights> {
     const L = this.layer(layer);
     const key = `${m}/${expert}`;
@@ -631,6 +678,7 @@ export class GgmlExactBackend implements ExpertBackend {
   async expertOut(layer: number, expert: number, x: Float32Array): Promise<Float32Array> {
     const { nEmbd, ff, types, variant } = this.layer(layer);
     const biases = await this.expertBiases(layer, expert);
+    const sc = await this.layerScales(layer);
     const w: ExpertWeights = {
       types,
       nEmbd,
@@ -640,6 +688,7 @@ export class GgmlExactBackend implements ExpertBackend {
       down: await this.expertWeights(layer, 'down', expert),
       variant,
       ...(biases && { biases }),
+      ...(sc && { scales: { gate: sc.gate[expert] as number, up: sc.up[expert] as number, down: sc.down[expert] as number } }),
     };
     return downOf(w, hiddenOf(w, x));
   }

@@ -6,7 +6,7 @@
  */
 import { openFileSource } from '../gguf/node-io.ts';
 import { readGGUF } from '../gguf/reader.ts';
-import { layerExpertTensors, planExpertSlice, readPlannedBiases, readPlannedMatrices } from '../gguf/expert-slice.ts';
+import { layerExpertTensors, planExpertSlice, readPlannedBiases, readPlannedMatrices, readPlannedScales } from '../gguf/expert-slice.ts';
 import { ExpertRuntime, type ExpertRuntimeCapabilities, type ExpertRuntimeOptions } from '../shaders/runtime.ts';
 import type { ExpertBackend } from './expert-backend.ts';
 import { nodeExpertDevice } from './node-gpu.ts';
@@ -46,8 +46,18 @@ export class WgslBackend implements ExpertBackend {
         const plan = planExpertSlice(file, layer, 0, whole);
         const bytes = await readPlannedMatrices(src, plan);
         const biases = await readPlannedBiases(src, plan);
+        const scales = await readPlannedScales(src, plan);
         const { nEmbd, ff, nExpertTotal: nExpert, types, variant } = plan;
-        const slice = { nEmbd, ff, nExpert, types, ...bytes, ...(variant && { variant }), ...(biases && { biases }) };
+        const slice = {
+          nEmbd,
+          ff,
+          nExpert,
+          types,
+          ...bytes,
+          ...(variant && { variant }),
+          ...(biases && { biases }),
+          ...(scales && { scales }),
+        };
         const rt = await ExpertRuntime.create(dev, slice, { label: `xd layer ${layer}`, ...options });
         runtimes.set(layer, rt);
         for (const nTokens of [1, 8]) {

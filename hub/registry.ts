@@ -6,7 +6,7 @@ import { readGGUFFile } from '../gguf/node-io.ts';
 import { metaNumber, requireMetaString, type GGUFFile } from '../gguf/types.ts';
 import { GGMLType } from '../gguf/quant-types.ts';
 import { layerExpertTensors } from '../gguf/expert-slice.ts';
-import { layerVariant } from '../gguf/expert-variant.ts';
+import { ExpertVariantError, isPlainVariant, layerVariant } from '../gguf/expert-variant.ts';
 import type { ExpertVariant } from '../protocol/variant.ts';
 import type { ModelShape } from './market/types.ts';
 
@@ -41,15 +41,23 @@ export function describeModel(path: string, file: GGUFFile, name = modelNameFrom
     // A fused ffn_gate_up_exps counts as its gate and up halves (what a slice of it carries).
     const { gate, up, down } = layerExpertTensors(file, l).found;
     if (!gate || !up || !down) continue;
-    moeLayers.push(l);
     const shape = { nEmbd: gate.dims[0] as number, ff: gate.dims[1] as number, nExpert: gate.dims[2] as number };
-    const variant = layerVariant(file, l, shape);
-    if (variant.activation !== 'silu' || variant.biases) layerVariants[l] = variant;
+    let variant: ExpertVariant;
+    try {
+      variant = layerVariant(file, l, shape);
+    } catch (e) {
+      // Biases or scales the hub cannot describe (some of the three, another type): the layer is not offered and the
+      // coordinator computes it, as it computes any layer no volunteer holds.
+      if (e instanceof ExpertVariantError) continue;
+      throw e;
+    }
+    moeLayers.push(l);
+    if (!isPlainVariant(variant)) layerVariants[l] = variant;
     if (expertFf === 0) {
       expertFf = gate.dims[1] as number;
       const per = [gate, up, down].map((t) => t.byteLength / (t.dims[2] as number));
       // a slice of a biased layer also carries each expert's float32 biases: gate and up [ff], down [n_embd]
-      const biasBytes = variant.biases ? 4 * (2 * shape.ff + shape.nEmbd) : 0;
+      const biasBytes = (variant.biases ? 4 * (2 * shape.ff + shape.nEmbd) : 0) + (variant.scales ? 12 : 0);
       bytesPerExpert = per.reduce((a, b) => a + b, 0) + biasBytes;
       maxMatrixBytesPerExpert = Math.max(...per);
       expertTypes = {

@@ -201,6 +201,7 @@ function sliceLayout(plan: ExpertSlicePlan): SliceLayout {
   for (const [k, v] of plan.metadata) w.set(k, v);
   for (const m of plan.matrices) w.addTensor(m.name, m.dims, m.source.type);
   for (const b of plan.biases) w.addTensor(b.name, b.dims, GGMLType.F32);
+  for (const b of plan.scales) w.addTensor(b.name, [b.dims[0]], GGMLType.F32);
   const length = w.fileSize;
   if (length !== expertSliceByteLength(plan))
     throw new Error(`slice layout of ${length} bytes, writeExpertSlice writes ${expertSliceByteLength(plan)}`);
@@ -213,7 +214,7 @@ function sliceLayout(plan: ExpertSlicePlan): SliceLayout {
       return piece;
     });
   });
-  plan.biases.forEach((b, i) => {
+  [...plan.biases, ...plan.scales].forEach((b, i) => {
     pieces.push({ at: w.dataOffset + (tensors[plan.matrices.length + i]?.offset ?? 0), start: b.start, end: b.end });
   });
   return { length, header: w.encodeHeader(), pieces };

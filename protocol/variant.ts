@@ -22,6 +22,8 @@ export {
   GPT_OSS_VARIANT,
   LIMITED_ACTIVATIONS,
   SILU_VARIANT,
+  checkVariant,
+  isPlainVariant,
   type ExpertActivation,
   type ExpertVariant,
 } from '../gguf/expert-variant.ts';
@@ -51,11 +53,6 @@ export function sameVariant(a: ExpertVariant, b: ExpertVariant): boolean {
   return a.activation === b.activation && a.biases === b.biases && !!a.scales === !!b.scales && a.alpha === b.alpha && a.limit === b.limit;
 }
 
-/** Whether `v` is anything but plain SiLU-gated experts without biases or scales. */
-export function isPlainVariant(v: ExpertVariant): boolean {
-  return v.activation === 'silu' && !v.biases && !v.scales;
-}
-
 /** For people and logs: "silu", "swiglu_oai(α 1.702, limit 7) + biases", "silu_limit(limit 7) + scales". */
 export function describeVariant(v: ExpertVariant): string {
   const p = (x: number): number => Number(x.toPrecision(6));
@@ -66,19 +63,4 @@ export function describeVariant(v: ExpertVariant): string {
         ? `${v.activation}(limit ${p(v.limit)})`
         : v.activation;
   return act + (v.biases ? ' + biases' : '') + (v.scales ? ' + scales' : '');
-}
-
-/** Throws a RangeError naming the field when `v` is not a variant a worker could compute. */
-export function checkVariant(v: ExpertVariant): void {
-  if (!EXPERT_ACTIVATIONS.includes(v.activation)) throw new RangeError(`unknown expert activation ${String(v.activation)}`);
-  if (v.activation === 'swiglu_oai') {
-    if (!(Number.isFinite(v.alpha) && v.alpha > 0)) throw new RangeError(`swiglu_oai needs alpha > 0, got ${v.alpha}`);
-  } else if (v.alpha !== 0) {
-    throw new RangeError(`${v.activation} takes no alpha, got ${v.alpha}`);
-  }
-  if (LIMITED_ACTIVATIONS.includes(v.activation)) {
-    if (!(Number.isFinite(v.limit) && v.limit > 0)) throw new RangeError(`${v.activation} needs limit > 0, got ${v.limit}`);
-  } else if (v.limit !== 0) {
-    throw new RangeError(`${v.activation} takes no limit, got ${v.limit}`);
-  }
 }

@@ -58,14 +58,15 @@ export function wasmBytesFor(slice: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'nExpert'
  * DEFAULT_TOKENS_PER_PASS tokens and ≤ DEFAULT_TOKENS_PER_PASS × PASS_TOP_K pairs whatever a frame's top-k: rows, h
  * and each pair's down output in f32) and 1 MiB for the rest.
  */
-export function kernelWasmBytesFor(slice: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'gate' | 'up' | 'down' | 'biases'>): number {
+export function kernelWasmBytesFor(slice: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'gate' | 'up' | 'down' | 'biases' | 'scales'>): number {
   return sliceBytes(slice) + kernelOverheadBytes(slice);
 }
 
 /** A slice's own bytes: its matrices and, for a biased variant, its float32 biases. */
-export function sliceBytes(slice: Pick<ExpertSlice, 'gate' | 'up' | 'down' | 'biases'>): number {
-  const b = slice.biases;
-  return slice.gate.length + slice.up.length + slice.down.length + (b ? 4 * (b.gate.length + b.up.length + b.down.length) : 0);
+export function sliceBytes(slice: Pick<ExpertSlice, 'gate' | 'up' | 'down' | 'biases' | 'scales'>): number {
+  const vectors = (v: { gate: Float32Array; up: Float32Array; down: Float32Array } | undefined): number =>
+    v ? 4 * (v.gate.length + v.up.length + v.down.length) : 0;
+  return slice.gate.length + slice.up.length + slice.down.length + vectors(slice.biases) + vectors(slice.scales);
 }
 
 /** What the kernel fallback holds beyond the slice's own bytes: its per-call scratch and 1 MiB. */
@@ -135,7 +136,7 @@ export async function openEngine(
   device: ExpertDevice | null,
   memoryBudgetBytes: number,
 ): Promise<OpenedEngine> {
-  const { info, gate, up, down, biases } = await readExpertSliceBytes(bytes);
+  const { info, gate, up, down, biases, scales } = await readExpertSliceBytes(bytes);
   const slice: ExpertSlice = {
     nEmbd: info.nEmbd,
     ff: info.ff,
@@ -146,6 +147,7 @@ export async function openEngine(
     down,
     ...(info.variant && { variant: info.variant }),
     ...(biases && { biases }),
+    ...(scales && { scales }),
   };
   const gpuBytes = sliceBytes(slice);
   const useGpu = device !== null && env.backend !== 'wasm' && gpuBytes <= memoryBudgetBytes;

@@ -5,8 +5,9 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { GGMLType, bytesSource, encodeGGUF, memorySink, readGGUF, requireQuantType, str, u32 } from '../../gguf/index.ts';
-import type { GGUFFile } from '../../gguf/index.ts';
+import { GGMLType, arr, bytesSource, encodeGGUF, f32, memorySink, readGGUF, requireQuantType, str, u32 } from '../../gguf/index.ts';
+import { GGUFValueType } from '../../gguf/types.ts';
+import type { GGUFFile, GGUFValue } from '../../gguf/index.ts';
 import {
   EXPERT_MATRICES,
   ExpertSliceError,
@@ -18,7 +19,7 @@ import {
 } from '../../gguf/expert-slice.ts';
 import type { ExpertMatrix, ExpertSliceBiasValues } from '../../gguf/expert-slice.ts';
 import { readExpertSliceStream } from '../../gguf/expert-slice-stream.ts';
-import { EXPERT_BIASES, expertBiasName, layerVariant } from '../../gguf/expert-variant.ts';
+import { EXPERT_BIASES, expertBiasName, expertScaleName, layerVariant } from '../../gguf/expert-variant.ts';
 import { GPT_OSS_VARIANT, SILU_VARIANT, computesVariant, describeVariant, variantFeatures } from '../../protocol/variant.ts';
 import { mulberry32 } from '../../shaders/random.ts';
 
@@ -37,6 +38,10 @@ function randomF32(n: number, seed: number): Float32Array {
 
 interface Spec {
   arch: string;
+  /** Write per-expert scales (F32 [N_EXPERT] for each matrix). */
+  scales?: boolean;
+  /** Metadata beside the architecture (e.g. a swiglu_clamp_exp). */
+  meta?: Record<string, GGUFValue>;
   /** Which biases to write (default: all three). */
   biases?: readonly ('gate' | 'up' | 'down')[];
   biasType?: GGMLType;
@@ -62,7 +67,15 @@ async function makeModel(spec: Spec): Promise<{ bytes: Uint8Array; file: GGUFFil
         : new Uint8Array((len * N_EXPERT * requireQuantType(type).bytesPerBlock) / requireQuantType(type).blockSize);
     tensors.push({ name: expertBiasName(0, b), dims: [len, N_EXPERT], type, data });
   }
-  const bytes = encodeGGUF({ metadata: { 'general.architecture': str(spec.arch), [`${spec.arch}.block_count`]: u32(1) }, tensors });
+  if (spec.scales) {
+    for (const m of EXPERT_BIASES) {
+      const values = Float32Array.from({ length: N_EXPERT }, (_, e) => 0.5 + e / 4 + (m === 'down' ? 0.125 : 0));
+      bias[`${m}_scale`] = values;
+      tensors.push({ name: expertScaleName(0, m), dims: [N_EXPERT], type: GGMLType.F32, data: f32Bytes(values) });
+    }
+  }
+  const metadata = { 'general.architecture': str(spec.arch), [`${spec.arch}.block_count`]: u32(1), ...spec.meta };
+  const bytes = encodeGGUF({ metadata, tensors });
   return { bytes, file: await readGGUF(bytesSource(bytes)), bias };
 }
 
@@ -147,5 +160,50 @@ describe('expert FFN variants', () => {
       () => planExpertSlice(f16.file, 0, 0, 2),
       (e: unknown) => e instanceof ExpertSliceError && e.code === 'SLICE_BAD_TENSORS' && /expected F32/.test(e.message),
     );
+  });
+
+  it('second wave: gelu, the two clamps (scalar or per-layer limit) and per-expert scales, from the model to the slice', async () => {
+    const shape = { nEmbd: N_EMBD, ff: FF, nExpert: N_EXPERT };
+    const grok = await makeModel({ arch: 'grok', biases: [] });
+    assert.deepEqual(layerVariant(grok.file, 0, shape), { activation: 'gelu', alpha: 0, limit: 0, biases: false });
+    const step = await makeModel({ arch: 'step35', biases: [], meta: { 'step35.swiglu_clamp_exp': f32(7) } });
+    assert.deepEqual(layerVariant(step.file, 0, shape), { activation: 'silu_limit', alpha: 0, limit: 7, biases: false });
+    const perLayer = await makeModel({
+      arch: 'deepseek4',
+      biases: [],
+      meta: { 'deepseek4.swiglu_clamp_exp': arr(GGUFValueType.FLOAT32, [10.5, 0]) },
+    });
+    assert.deepEqual(layerVariant(perLayer.file, 0, shape), { activation: 'swiglu_clamp', alpha: 0, limit: 10.5, biases: false });
+    const unclamped = await makeModel({ arch: 'step35', biases: [], meta: { 'step35.swiglu_clamp_exp': f32(0) } });
+    assert.deepEqual(layerVariant(unclamped.file, 0, shape), SILU_VARIANT, 'a zero limit clamps nothing');
+
+    const scaled = await makeModel({ arch: 'qwen3moe', biases: [], scales: true });
+    assert.deepEqual(layerVariant(scaled.file, 0, shape), { ...SILU_VARIANT, scales: true });
+    const whole = await readExpertSliceBytes(await sliceBytes(scaled.bytes, scaled.file, 2, 5));
+    assert.deepEqual(whole.info.variant, { ...SILU_VARIANT, scales: true });
+    assert.equal(whole.biases, undefined);
+    for (const m of EXPERT_BIASES) assert.deepEqual(whole.scales?.[m], scaled.bias[`${m}_scale`]!.slice(2, 5), `${m} scales`);
+    const sb = await sliceBytes(scaled.bytes, scaled.file, 2, 5);
+    let streamedScales: ExpertSliceBiasValues | undefined;
+    await readExpertSliceStream(
+      (async function* () {
+        for (let at = 0; at < sb.length; at += 7) yield sb.subarray(at, at + 7);
+      })(),
+      {
+        onData() {},
+        onBiases() {
+          assert.fail('a slice without biases streams none');
+        },
+        onScales(values) {
+          streamedScales = values;
+        },
+      },
+    );
+    for (const m of EXPERT_BIASES) assert.deepEqual(streamedScales?.[m], scaled.bias[`${m}_scale`]!.slice(2, 5), `${m} scales, streamed`);
+
+    const clamped = await readExpertSliceBytes(await sliceBytes(step.bytes, step.file, 0, 8));
+    assert.deepEqual(clamped.info.variant, { activation: 'silu_limit', alpha: 0, limit: 7, biases: false });
+    const g = await readExpertSliceBytes(await sliceBytes(grok.bytes, grok.file, 0, 8));
+    assert.equal(g.info.variant?.activation, 'gelu');
   });
 });

@@ -17,6 +17,7 @@ import {
   INT8_SNIPPETS,
   KERNEL_TYPES,
   PACKED_DOT_LANGUAGE_FEATURE,
+  kernelFfn,
   kernelVariant,
   quantSnippet,
   validateTuning,
@@ -46,8 +47,17 @@ import {
   destroyWeightParts,
   planParts,
   writeBiases,
+  writeGeluTable,
+  writeScales,
+  type VariantData,
   type WeightPart,
 } from './weight-parts.ts';
+
+/** What a state's variant buffer holds (weight-parts.ts): gelu reads ggml's table in llama numerics only. */
+function variantData(settings: Settings): VariantData {
+  const v = settings.variant;
+  return { biases: v.biases, scales: !!v.scales, geluTable: kernelFfn(v, settings.numerics).geluTable === true };
+}
 
 /** The runtime's options, checked (runtime.ts makeSettings): what every device state is built with. */
 export interface Settings {
@@ -233,7 +243,8 @@ async function prepareState(device: GPUDevice, owned: boolean, shape: SliceShape
   // Out of GPU memory only shows as an error scope's error (the buffers are invalid, not missing).
   device.pushErrorScope('out-of-memory');
   const parts = createWeightParts(device, shape, ranges, settings.label);
-  const biases = createBiasBuffer(device, shape, settings.variant.biases, settings.label);
+  const data = variantData(settings);
+  const biases = createBiasBuffer(device, shape, data, settings.label);
   const oom = await device.popErrorScope();
   if (oom) {
     destroyWeightParts(parts);
@@ -244,6 +255,8 @@ async function prepareState(device: GPUDevice, owned: boolean, shape: SliceShape
       `${settings.label}: no GPU memory for ${total} bytes of weights: ${oom.message}`,
     );
   }
+  // The GELU table depends on nothing in the slice: written with the buffer, so every path (bytes, stream, recovery) has it.
+  if (data.geluTable) writeGeluTable(device.queue, biases, shape, data);
   return {
     device,
     owned,
@@ -290,6 +303,11 @@ export async function bytesState(
     for (const m of EXPERT_MATRICES) writer.write(m, 0, slice[m]);
     writer.finish();
     if (settings.variant.biases && slice.biases) writeBiases(device.queue, st.biases, slice.biases);
+    if (settings.variant.scales) {
+      const missing = new Float32Array(0);
+      const scales = slice.scales ?? { gate: missing, up: missing, down: missing };
+      writeScales(device.queue, st.biases, shape, variantData(settings), scales);
+    }
     return st;
   } catch (e) {
     releaseState(st);
@@ -343,7 +361,7 @@ export async function streamState(
         );
         const v = info.variant ?? SILU_VARIANT;
         // The biases come after the matrices: their lengths are checked when they arrive (onBiases).
-        validateVariantFeatures(v, WGSL_VARIANT_FEATURES);
+        validateVariantFeatures(v, STREAM_VARIANT_FEATURES);
         if (expect && !(sameShape(expect.shape, s) && sameVariant(expect.variant, v))) {
           const was = `${describe(expect.shape)} (${describeVariant(expect.variant)})`;
           const now = `${describe(s)} (${describeVariant(v)})`;
@@ -378,6 +396,12 @@ export async function streamState(
     throw sliceError(e);
   }
 }
+
+/**
+ * What a streamed slice may be: the stream reader does not hand over per-expert scales yet (a slice from bytes brings
+ * them), so a header declaring scales is refused (UNSUPPORTED_VARIANT) rather than computed with zero scales.
+ */
+const STREAM_VARIANT_FEATURES = WGSL_VARIANT_FEATURES.filter((f) => f !== 'scale');
 
 /** A slice reader's error as BAD_SLICE_STREAM (with its code as the cause); anything else unchanged. */
 export function sliceError(e: unknown): unknown {
@@ -437,7 +461,7 @@ async function buildPipelines(
   const int8 = (t: GGMLType) => INT8_SNIPPETS.get(t)!;
   const upKernel = regime === 'decode' ? (rounding.gate?.packed ? 'expert_up_q8' : 'expert_up') : 'expert_up_batched';
   const downKernel = regime === 'decode' ? (rounding.down?.packed ? 'expert_down_q8' : 'expert_down') : 'expert_down_batched';
-  const ffn = settings.variant;
+  const ffn = kernelFfn(settings.variant, settings.numerics);
   const upVariant = kernelVariant(upKernel, features);
   const downVariant = kernelVariant(downKernel, features);
   const upPipeline = (pass: UpPass, type: GGMLType): Promise<GPUComputePipeline> =>

@@ -3,13 +3,15 @@
  * expert_up_batched.wgsl, expert_down_batched.wgsl, and expert_combine.wgsl): the weight types they read, their
  * variants by optional feature, the tuning and its checks, module assembly (fixed files concatenated, shapes only in
  * uniforms and `override`s) and a pipeline cache per device keyed by kernel / quant / pass / tuning / variant. The
- * expert FFN variant (silu, or gpt-oss's swiglu_oai, with or without biases: WGSL_VARIANT_FEATURES) is a set of
- * override constants of the up and down pipelines (wgsl/variant.wgsl, variantConstants), so one module serves every
- * variant and a silu slice's pipelines fold the others' branches away.
+ * expert FFN variant (its activation — silu, swiglu_oai, swiglu_clamp, silu_limit, gelu — with or without biases and
+ * per-expert scales: WGSL_VARIANT_FEATURES) is a set of override constants of the up and down pipelines
+ * (wgsl/variant.wgsl, variantConstants), so one module serves every variant and a silu slice's pipelines fold the
+ * others' branches away.
  * What a call dispatches is call-plan.ts's; buffers and their lifetimes belong to device-state.ts and call-run.ts.
  */
 import { GGMLType, typeName } from '../gguf/quant-types.ts';
-import { SILU_VARIANT, type ExpertVariant, type VariantFeature } from '../protocol/variant.ts';
+import { SILU_VARIANT, type ExpertActivation, type ExpertVariant, type VariantFeature } from '../protocol/variant.ts';
+import type { Numerics } from '../protocol/numerics.ts';
 import { ExpertRuntimeError } from './errors.ts';
 import { GPU_FLAGS } from './gpu-flags.ts';
 import type { SupportedTypes } from './slice.ts';
@@ -63,7 +65,15 @@ export type IntegerDot = Int8Dot | 'float';
 export const PACKED_DOT_LANGUAGE_FEATURE = 'packed_4x8_integer_dot_product';
 
 /** The expert FFN variants the kernels compute (protocol/variant.ts), for validateVariant (slice.ts). */
-export const WGSL_VARIANT_FEATURES: readonly VariantFeature[] = ['silu', 'swiglu_oai', 'bias'];
+export const WGSL_VARIANT_FEATURES: readonly VariantFeature[] = [
+  'silu',
+  'swiglu_oai',
+  'swiglu_clamp',
+  'silu_limit',
+  'gelu',
+  'bias',
+  'scale',
+];
 
 /** The weight types the kernels read, for validateSlice (slice.ts). */
 export const KERNEL_TYPES: SupportedTypes = { types: [...QUANT_SNIPPETS.keys()], cannot: 'the expert kernels cannot read' };
@@ -107,9 +117,17 @@ export interface KernelTuning {
 
 /**
  * What an up or down kernel computes besides its matrices (variant.wgsl's override constants): the slice's expert FFN
- * variant. Absent: silu without biases, the overrides' defaults.
+ * variant, and for gelu whether it reads ggml's f16 table (llama numerics) or computes the formula (kernelFfn).
  */
-type FfnOf = { ffn?: ExpertVariant };
+export type KernelFfn = ExpertVariant & { geluTable?: boolean };
+
+/** The kernels' variant of a slice's `variant` in `numerics`: gelu reads ggml's table in llama numerics. */
+export function kernelFfn(variant: ExpertVariant, numerics: Numerics): KernelFfn {
+  return variant.activation === 'gelu' && numerics === 'llama' ? { ...variant, geluTable: true } : { ...variant };
+}
+
+/** Absent: silu without biases or scales, the overrides' defaults. */
+type FfnOf = { ffn?: KernelFfn };
 
 export type PipelineKey =
   | ({ kernel: 'expert_up'; quant: QuantSnippet; pass: UpPass; tuning: KernelTuning; variant: KernelVariant } & FfnOf)
@@ -121,26 +139,42 @@ export type PipelineKey =
   | ({ kernel: 'expert_down_q8'; quant: Int8Quant; tuning: KernelTuning; variant: KernelVariant; dot: Int8Dot } & FfnOf);
 
 /** Whether `v` is what every slice before issue 25 computes (the overrides' defaults; no name suffix). */
-const isPlainSilu = (v: ExpertVariant): boolean => v.activation === 'silu' && !v.biases;
+const isPlainSilu = (v: ExpertVariant): boolean => v.activation === 'silu' && !v.biases && !v.scales;
+
+/** variant.wgsl's ACT_ constants. */
+const ACTIVATION_CONSTANT: Record<ExpertActivation, number> = { silu: 0, swiglu_oai: 1, swiglu_clamp: 2, silu_limit: 3, gelu: 4 };
 
 /**
  * The override constants of variant.wgsl for `v`. α is passed as the f32 it is (GPT_OSS_VARIANT's is
  * Math.fround(1.702)), so the kernels use the same α as llama.cpp's float.
  */
-export function variantConstants(v: ExpertVariant): Record<string, number> {
+export function variantConstants(v: KernelFfn): Record<string, number> {
   return {
-    ACTIVATION: v.activation === 'swiglu_oai' ? 1 : 0,
+    ACTIVATION: ACTIVATION_CONSTANT[v.activation],
     SWIGLU_ALPHA: Math.fround(v.alpha),
     SWIGLU_LIMIT: Math.fround(v.limit),
     HAS_BIASES: v.biases ? 1 : 0,
+    HAS_SCALES: v.scales ? 1 : 0,
+    GELU_TABLE: v.activation === 'gelu' && v.geluTable ? 1 : 0,
   };
 }
 
-/** Pipeline-name suffix of a variant: '' for plain silu, else e.g. `/swiglu_oai-a1.7020000219345093-l7+bias`. */
-function ffnSuffix(v: ExpertVariant | undefined): string {
+/**
+ * Pipeline-name suffix of a variant: '' for plain silu, else e.g. `/swiglu_oai-a1.7020000219345093-l7+bias`,
+ * `/silu_limit-l7+scale`, `/gelu-table+bias+scale` (llama numerics) or `/gelu` (the formula).
+ */
+function ffnSuffix(v: KernelFfn | undefined): string {
   if (!v || isPlainSilu(v)) return '';
-  const act = v.activation === 'silu' ? 'silu' : `${v.activation}-a${Math.fround(v.alpha)}-l${Math.fround(v.limit)}`;
-  return `/${act}${v.biases ? '+bias' : ''}`;
+  const L = Math.fround(v.limit);
+  const act =
+    v.activation === 'swiglu_oai'
+      ? `swiglu_oai-a${Math.fround(v.alpha)}-l${L}`
+      : v.activation === 'swiglu_clamp' || v.activation === 'silu_limit'
+        ? `${v.activation}-l${L}`
+        : v.activation === 'gelu' && v.geluTable
+          ? 'gelu-table'
+          : v.activation;
+  return `/${act}${v.biases ? '+bias' : ''}${v.scales ? '+scale' : ''}`;
 }
 
 /**
@@ -303,7 +337,7 @@ export class ExpertFfnKernels {
   constructor(private readonly device: GPUDevice) {
     const bgl = (label: string, entries: GPUBindGroupLayoutEntry[]): GPUBindGroupLayout => device.createBindGroupLayout({ label, entries });
     this.layouts = {
-      // uniform, gate_w, up_w, rows, ids, h, biases
+      // uniform, gate_w, up_w, rows, ids, h, variant_words
       expert_up: bgl('expert_up bind group layout', [
         uniform,
         storage(1, 'read-only-storage'),
@@ -313,7 +347,7 @@ export class ExpertFfnKernels {
         storage(5, 'storage'),
         storage(6, 'read-only-storage'),
       ]),
-      // uniform, down_w, h, ids, y, biases
+      // uniform, down_w, h, ids, y, variant_words
       expert_down: bgl('expert_down bind group layout', [
         uniform,
         storage(1, 'read-only-storage'),
@@ -329,7 +363,7 @@ export class ExpertFfnKernels {
         storage(2, 'read-only-storage'),
         storage(3, 'storage'),
       ]),
-      // uniform, gate_w, up_w, rows, perm, tiles, h, biases
+      // uniform, gate_w, up_w, rows, perm, tiles, h, variant_words
       expert_up_batched: bgl('expert_up_batched bind group layout', [
         uniform,
         storage(1, 'read-only-storage'),
@@ -340,7 +374,7 @@ export class ExpertFfnKernels {
         storage(6, 'storage'),
         storage(7, 'read-only-storage'),
       ]),
-      // uniform, down_w, h, perm, tiles, y, biases
+      // uniform, down_w, h, perm, tiles, y, variant_words
       expert_down_batched: bgl('expert_down_batched bind group layout', [
         uniform,
         storage(1, 'read-only-storage'),
@@ -350,7 +384,7 @@ export class ExpertFfnKernels {
         storage(5, 'storage'),
         storage(6, 'read-only-storage'),
       ]),
-      // uniform, gate_w, up_w, act_qs, ids, h, act_d, biases
+      // uniform, gate_w, up_w, act_qs, ids, h, act_d, variant_words
       expert_up_q8: bgl('expert_up_q8 bind group layout', [
         uniform,
         storage(1, 'read-only-storage'),
@@ -361,7 +395,7 @@ export class ExpertFfnKernels {
         storage(6, 'read-only-storage'),
         storage(7, 'read-only-storage'),
       ]),
-      // uniform, down_w, act_qs, ids, y, act_d, biases
+      // uniform, down_w, act_qs, ids, y, act_d, variant_words
       expert_down_q8: bgl('expert_down_q8 bind group layout', [
         uniform,
         storage(1, 'read-only-storage'),

@@ -1,9 +1,10 @@
 /**
  * One MoE layer's slice of experts on one GPU device, computed from the GGUF quantized bytes as they are (no
  * dequantized copy): for each token t, out[t] = Σ_k probs[t,k] · down_e(silu(gate_e · x_t) ⊙ (up_e · x_t)), or the
- * slice's expert FFN variant (protocol/variant.ts: gpt-oss's swiglu_oai with expert biases, added before the router
- * weight), which the up and down pipelines are built for (override constants, wgsl/variant.wgsl; the biases in one
- * buffer per slice). WGSL_VARIANT_FEATURES lists the variants computed.
+ * slice's expert FFN variant (protocol/variant.ts: swiglu_oai, swiglu_clamp, silu_limit or gelu, with expert biases
+ * and per-expert scales, the down product's applied before the router weight), which the up and down pipelines are
+ * built for (override constants, wgsl/variant.wgsl; biases, scales and, for gelu in llama numerics, ggml's f16 GELU
+ * table in one buffer per slice). WGSL_VARIANT_FEATURES lists the variants computed.
  *
  * @example
  *   const rt = await ExpertRuntime.create(device, { nEmbd, ff, nExpert, types: { gate, up, down }, gate: g, up: u, down: d });
@@ -60,7 +61,15 @@ import {
   type RegimePolicy,
 } from './regime-policy.ts';
 import { KERNEL_TYPES, WGSL_VARIANT_FEATURES, type IntegerDot, type KernelFeature, type KernelTuning } from './expert-ffn.ts';
-import { validateInputs, validateSlice, validateVariant, type ExpertSlice, type SliceShape, type SliceStreamSource } from './slice.ts';
+import {
+  validateInputs,
+  validateSlice,
+  validateVariant,
+  type ExpertSlice,
+  type SliceScales,
+  type SliceShape,
+  type SliceStreamSource,
+} from './slice.ts';
 import { describeVariant, SILU_VARIANT, type ExpertVariant, type VariantFeature } from '../protocol/variant.ts';
 
 export { ExpertRuntimeError } from './errors.ts';
@@ -291,9 +300,10 @@ export class ExpertRuntime {
       throw sliceError(e);
     }
     const { info, gate, up, down, biases } = parsed;
-    // The file's variant and biases (gguf/expert-slice.ts, issue 25), so a gpt-oss slice computes as one, or is
-    // refused (BAD_SLICE_BIASES), and never silently as silu.
+    // The file's variant, biases and scales (gguf/expert-slice.ts, issue 25), so a gpt-oss slice computes as one, or
+    // is refused (BAD_SLICE_BIASES), and never silently as silu.
     const { variant } = info;
+    const { scales } = parsed as { scales?: SliceScales };
     return ExpertRuntime.create(
       device,
       {
@@ -306,6 +316,7 @@ export class ExpertRuntime {
         down,
         ...(variant && { variant }),
         ...(biases && { biases }),
+        ...(scales && { scales }),
       },
       options,
     );

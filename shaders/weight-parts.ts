@@ -15,7 +15,8 @@ import { EXPERT_MATRICES, type ExpertMatrix } from '../gguf/expert-slice.ts';
 import { typeName } from '../gguf/quant-types.ts';
 import { ExpertRuntimeError } from './errors.ts';
 import { GPU_FLAGS } from './gpu-flags.ts';
-import { sliceMatrixBytes, type SliceBiases, type SliceShape } from './slice.ts';
+import { ggmlGeluTable } from './reference/ggml-gelu.ts';
+import { sliceMatrixBytes, type SliceBiases, type SliceScales, type SliceShape } from './slice.ts';
 
 export interface WeightPart {
   /** Experts [begin, end) of the slice. */
@@ -190,34 +191,90 @@ export class WeightWriter {
 }
 
 /**
- * Bytes of a slice's bias buffer (variant.wgsl's `biases`): gate and up [nExpert × ff], then down [nExpert × nEmbd],
- * float32. One buffer for the whole slice (indexed by the expert's slice index, whatever part holds its weights): even
- * gpt-oss-120b's 128 experts need 4.4 MB. A slice without biases gets a 16-byte buffer its kernels never read, since
- * every up and down bind group has the binding.
+ * What a slice's variant buffer (variant.wgsl's `variant_words`) holds, each section only where the variant has it:
+ * float32 biases, gate and up [nExpert × ff] then down [nExpert × nEmbd]; float32 per-expert scales, gate, up and down
+ * [nExpert] each; ggml's f16 GELU table (gelu in llama numerics: 65,536 f16 values, 128 KiB). One buffer for the whole
+ * slice (indexed by the expert's slice index, whatever part holds its weights): even gpt-oss-120b's 128 experts need
+ * 4.4 MB of biases. A slice with none of them gets a 16-byte buffer its kernels never read, since every up and down
+ * bind group has the binding.
  */
-export function biasBufferBytes(shape: Pick<SliceShape, 'nEmbd' | 'ff' | 'nExpert'>, biases: boolean): number {
-  return biases ? 4 * shape.nExpert * (2 * shape.ff + shape.nEmbd) : 16;
+export interface VariantData {
+  biases: boolean;
+  scales: boolean;
+  geluTable: boolean;
 }
 
-/** Creates the (zeroed) bias buffer of a slice; `biases`: whether its variant has biases. */
+/** Byte offsets of a variant buffer's sections (variant.wgsl scales_at, gelu_table_at) and its size. */
+export function variantDataLayout(
+  shape: Pick<SliceShape, 'nEmbd' | 'ff' | 'nExpert'>,
+  data: VariantData,
+): { scalesAt: number; geluTableAt: number; bytes: number } {
+  const scalesAt = data.biases ? 4 * shape.nExpert * (2 * shape.ff + shape.nEmbd) : 0;
+  const geluTableAt = scalesAt + (data.scales ? 4 * 3 * shape.nExpert : 0);
+  const end = geluTableAt + (data.geluTable ? 2 * GELU_TABLE_ENTRIES : 0);
+  return { scalesAt, geluTableAt, bytes: Math.max(end, 16) };
+}
+
+const GELU_TABLE_ENTRIES = 65536;
+
+/** Creates the (zeroed) variant buffer of a slice (biases, scales, GELU table: VariantData). */
 export function createBiasBuffer(
   device: GPUDevice,
   shape: Pick<SliceShape, 'nEmbd' | 'ff' | 'nExpert'>,
-  biases: boolean,
+  data: VariantData,
   label: string,
 ): GPUBuffer {
+  const held = [data.biases && 'biases', data.scales && 'scales', data.geluTable && 'GELU table'].filter(Boolean);
   return device.createBuffer({
-    label: `${label} ${biases ? 'expert biases (gate, up, down)' : 'expert biases (none: unused)'}`,
-    size: biasBufferBytes(shape, biases),
+    label: `${label} expert variant data (${held.length > 0 ? held.join(', ') : 'none: unused'})`,
+    size: variantDataLayout(shape, data).bytes,
     usage: GPU_FLAGS.BUFFER_STORAGE | GPU_FLAGS.BUFFER_COPY_DST,
   });
 }
 
-/** Writes a slice's biases (validated: validateVariant) into its bias buffer, in the order variant.wgsl reads them. */
+/** Writes a slice's biases (validated: validateVariant) into its variant buffer, in the order variant.wgsl reads them. */
 export function writeBiases(queue: GPUQueue, buffer: GPUBuffer, biases: SliceBiases): void {
   let at = 0;
   for (const b of [biases.gate, biases.up, biases.down]) {
     queue.writeBuffer(buffer, at, b as Float32Array<ArrayBuffer>);
     at += b.byteLength;
   }
+}
+
+/**
+ * Writes a slice's per-expert scales (gate, up, down: nExpert each) after its biases; throws BAD_SLICE_BIASES (naming
+ * `gate scale` …) when one has another length, should validateVariant not have caught it.
+ */
+export function writeScales(
+  queue: GPUQueue,
+  buffer: GPUBuffer,
+  shape: Pick<SliceShape, 'nEmbd' | 'ff' | 'nExpert'>,
+  data: VariantData,
+  scales: SliceScales,
+): void {
+  let at = variantDataLayout(shape, data).scalesAt;
+  for (const m of EXPERT_MATRICES) {
+    const s = scales[m];
+    if (s.length !== shape.nExpert) {
+      throw new ExpertRuntimeError(
+        'BAD_SLICE_BIASES',
+        { bias: `${m} scale`, expected: shape.nExpert, actual: s.length },
+        `${m} scales: ${shape.nExpert} experts need ${shape.nExpert} values, got ${s.length}`,
+      );
+    }
+    queue.writeBuffer(buffer, at, s as Float32Array<ArrayBuffer>);
+    at += s.byteLength;
+  }
+}
+
+/** Writes ggml's f16 GELU table (ggml_table_gelu_f16, shaders/reference/ggml-gelu.ts) after the biases and scales. */
+export function writeGeluTable(
+  queue: GPUQueue,
+  buffer: GPUBuffer,
+  shape: Pick<SliceShape, 'nEmbd' | 'ff' | 'nExpert'>,
+  data: VariantData,
+): void {
+  const table = ggmlGeluTable();
+  if (table.length !== GELU_TABLE_ENTRIES) throw new RangeError(`the GELU table has ${table.length} entries`);
+  queue.writeBuffer(buffer, variantDataLayout(shape, data).geluTableAt, table as Uint16Array<ArrayBuffer>);
 }

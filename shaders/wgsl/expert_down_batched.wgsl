@@ -1,4 +1,4 @@
-// Second half of a routed expert, batched regime: y[p, r] = down_e[r] · h[p] + bd_e[r] as in expert_down.wgsl, with the pairs
+// Second half of a routed expert, batched regime: y[p, r] = down_e[r] · h[p] (scaled, biased) as in expert_down.wgsl, with the pairs
 // grouped by expert (perm, tiles) and one workgroup per TILE_ROWS × TILE_COLS block of y of one expert; each weight
 // element is decoded once per tile of pairs.
 // Assembled as expert_up_batched.wgsl is, with down's quant snippet.
@@ -26,7 +26,7 @@ struct Tile {
 @group(0) @binding(3) var<storage, read> perm: array<u32>;  // [n_tokens · n_used] pair indices, sorted by expert
 @group(0) @binding(4) var<storage, read> tiles: array<Tile>; // [n_row_tiles]
 @group(0) @binding(5) var<storage, read_write> y: array<f32>; // [n_tokens · n_used × n_embd]
-@group(0) @binding(6) var<storage, read> biases: array<f32>; // the slice's (variant.wgsl)
+@group(0) @binding(6) var<storage, read> variant_words: array<u32>; // the slice's biases, scales, GELU table (variant.wgsl)
 
 fn weight_word(m: u32, i: u32) -> u32 {
   return down_w[i];
@@ -117,6 +117,6 @@ fn main(
     if (r >= tile.count) {
       break;
     }
-    y[pair_of[r] * shape.n_embd + col0 + col] = with_down_bias(acc[i], tile.expert, col0 + col);
+    y[pair_of[r] * shape.n_embd + col0 + col] = finish_down(acc[i], tile.expert, col0 + col);
   }
 }

@@ -1,6 +1,7 @@
 // First half of a routed expert: for each (token, expert) pair p and hidden row r,
-//   h[p, r] = act(gate_e[r] · x_t + bg_e[r], up_e[r] · x_t + bu_e[r])      with t = p / n_used, e = ids[p]
-// where act and the biases are the slice's variant (variant.wgsl; silu(g) · u without biases for most models).
+//   h[p, r] = act(gate_e[r] · x_t · sg_e + bg_e[r], up_e[r] · x_t · su_e + bu_e[r])      with t = p / n_used, e = ids[p]
+// where act, the scales and the biases are the slice's variant (variant.wgsl; silu(g) · u without either for most
+// models).
 // Assembled as [enable directives] + common.wgsl + variant.wgsl + weights.wgsl + one quant/*.wgsl (the weight type) +
 // a reduce snippet + this file.
 //
@@ -9,8 +10,8 @@
 // module's feature variant). Both overrides must be powers of two (checked in TS).
 //
 // PASS: 0 = fused (gate and up share the quant type, the usual case); when they differ the quant snippet can serve
-// only one of them, so TS runs PASS 1 (gate only: h = gate · x + bg) with the gate type's module, then PASS 2
-// (h = act(h, up · x + bu)) with the up type's module.
+// only one of them, so TS runs PASS 1 (gate only: h = gate · x, scaled and biased) with the gate type's module, then PASS 2
+// (h = act(h, up · x scaled and biased)) with the up type's module.
 
 override WORKGROUP_SIZE: u32 = 64u;
 override ROWS_PER_WORKGROUP: u32 = 4u;
@@ -22,7 +23,7 @@ override PASS: u32 = 0u;
 @group(0) @binding(3) var<storage, read> rows: array<f32>;  // [n_tokens × n_embd]
 @group(0) @binding(4) var<storage, read> ids: array<i32>;   // [n_tokens × n_used], local expert index in the slice
 @group(0) @binding(5) var<storage, read_write> h: array<f32>; // [n_tokens · n_used × ff]
-@group(0) @binding(6) var<storage, read> biases: array<f32>; // the slice's (variant.wgsl)
+@group(0) @binding(6) var<storage, read> variant_words: array<u32>; // the slice's biases, scales, GELU table (variant.wgsl)
 
 const GATE = 0u;
 const UP = 1u;
@@ -83,13 +84,13 @@ fn main(
     let o = pair * shape.ff + row;
     switch (PASS) {
       case 1u: {
-        h[o] = with_gate_bias(sums.x, id, row);
+        h[o] = finish_gate(sums.x, id, row);
       }
       case 2u: {
-        h[o] = gated_unit(h[o], with_up_bias(sums.y, id, row));
+        h[o] = gated_unit(h[o], finish_up(sums.y, id, row));
       }
       default: {
-        h[o] = gated_unit(with_gate_bias(sums.x, id, row), with_up_bias(sums.y, id, row));
+        h[o] = gated_unit(finish_gate(sums.x, id, row), finish_up(sums.y, id, row));
       }
     }
   }

@@ -1,4 +1,4 @@
-// First half of a routed expert, batched regime: the same h[p, r] = act(gate_e[r] · x_t + bg, up_e[r] · x_t + bu) as
+// First half of a routed expert, batched regime: the same h[p, r] = act(gate_e[r] · x_t, up_e[r] · x_t) (scaled, biased) as
 // expert_up.wgsl, but with the pairs grouped by expert (TS sorts them: `perm` lists pair indices by expert, `tiles`
 // cuts each expert's run into tiles of at most TILE_ROWS pairs), so one workgroup computes a TILE_ROWS × TILE_COLS
 // block of h for one expert and decodes each weight element once for all the pairs of its tile.
@@ -13,7 +13,7 @@
 // Needs n_embd % 4 == 0 (weights are decoded four elements at a time; TS falls back to decode otherwise); the
 // last step is zero-padded when n_embd is not a multiple of TILE_K.
 //
-// PASS as in expert_up.wgsl: 0 fused, 1 gate only (h = gate · x + bg), 2 up (h = act(h, up · x + bu)).
+// PASS as in expert_up.wgsl: 0 fused, 1 gate only (h = gate · x scaled and biased), 2 up (h = act(h, up · x scaled and biased)).
 // TS checks (validateTuning): TILE_COLS divides WORKGROUP_SIZE, row_stride divides TILE_ROWS,
 // TILE_ROWS / row_stride ≤ MAX_ROWS_PER_THREAD, and the workgroup memory fits the device.
 
@@ -43,7 +43,7 @@ struct Tile {
 @group(0) @binding(4) var<storage, read> perm: array<u32>;  // [n_tokens · n_used] pair indices, sorted by expert
 @group(0) @binding(5) var<storage, read> tiles: array<Tile>; // [n_row_tiles]
 @group(0) @binding(6) var<storage, read_write> h: array<f32>; // [n_tokens · n_used × ff]
-@group(0) @binding(7) var<storage, read> biases: array<f32>; // the slice's (variant.wgsl)
+@group(0) @binding(7) var<storage, read> variant_words: array<u32>; // the slice's biases, scales, GELU table (variant.wgsl)
 
 const GATE = 0u;
 const UP = 1u;
@@ -156,13 +156,13 @@ fn main(
     let o = perm[tile.first + r] * shape.ff + col0 + col;
     switch (PASS) {
       case 1u: {
-        h[o] = with_gate_bias(acc_g[i], tile.expert, col0 + col);
+        h[o] = finish_gate(acc_g[i], tile.expert, col0 + col);
       }
       case 2u: {
-        h[o] = gated_unit(h[o], with_up_bias(acc_u[i], tile.expert, col0 + col));
+        h[o] = gated_unit(h[o], finish_up(acc_u[i], tile.expert, col0 + col));
       }
       default: {
-        h[o] = gated_unit(with_gate_bias(acc_g[i], tile.expert, col0 + col), with_up_bias(acc_u[i], tile.expert, col0 + col));
+        h[o] = gated_unit(finish_gate(acc_g[i], tile.expert, col0 + col), finish_up(acc_u[i], tile.expert, col0 + col));
       }
     }
   }

@@ -1,6 +1,6 @@
 // expert_up.wgsl with integer dot products, bit for bit as llama.cpp's CPU backend (llama numerics, decode regime):
 //   h[p, r] = swiglu(gate_e[r] · x_t, up_e[r] · x_t)      with t = p / n_used, e = ids[p]
-// (or the slice's variant: its biases added to each sum, its gated unit; variant.wgsl, ggml_swiglu_oai)
+// (or the slice's variant: each sum scaled and biased, its gated unit; variant.wgsl, ggml_gated_unit below)
 // where x_t is token t's row as llama.cpp's CPU backend rounds it for the weight type (Q8_0 blocks of 32 for Q8_0 /
 // Q4_0 weights, Q8_K blocks of 256 for the K-quants), given as round_activations.wgsl's main_packed output: int8
 // quants packed four to a word (act_qs), one f32 scale per block and, for Q8_K, the bsums after the scales (act_d).
@@ -25,7 +25,7 @@ const LANES: u32 = 8u;
 @group(0) @binding(4) var<storage, read> ids: array<i32>;    // [n_tokens × n_used], local expert index in the slice
 @group(0) @binding(5) var<storage, read_write> h: array<f32>; // [n_tokens · n_used × ff]
 @group(0) @binding(6) var<storage, read> act_d: array<u32>;  // f32 scales [n_tokens × n_embd / BLOCK_SIZE], Q8_K: then bsums
-@group(0) @binding(7) var<storage, read> biases: array<f32>; // the slice's (variant.wgsl)
+@group(0) @binding(7) var<storage, read> variant_words: array<u32>; // the slice's biases, scales, GELU table (variant.wgsl)
 
 const GATE = 0u;
 const UP = 1u;
@@ -40,13 +40,27 @@ fn weight_word(m: u32, i: u32) -> u32 {
   return up_w[i];
 }
 
-// The gated unit as llama.cpp's CPU computes it: ggml_vec_swiglu_f32 for silu, ggml_compute_forward_swiglu_oai_f32's
-// float steps for swiglu_oai (ggml_math.wgsl).
+// The gated unit as llama.cpp's CPU computes it (ggml_math.wgsl): ggml_vec_swiglu_f32 for silu, the float steps of
+// ggml_compute_forward_swiglu_oai_f32 / _swiglu_clamp_f32, ggml_silu + ggml_clamp + ggml_mul for silu_limit, and
+// ggml_vec_geglu_f32's table for gelu (variant.wgsl; this kernel runs in llama numerics only, so GELU_TABLE is set).
 fn ggml_gated_unit(g: f32, u: f32) -> f32 {
-  if (ACTIVATION == ACT_SWIGLU_OAI) {
-    return ggml_swiglu_oai(g, u, SWIGLU_ALPHA, SWIGLU_LIMIT);
+  switch (ACTIVATION) {
+    case ACT_SWIGLU_OAI: {
+      return ggml_swiglu_oai(g, u, SWIGLU_ALPHA, SWIGLU_LIMIT);
+    }
+    case ACT_SWIGLU_CLAMP: {
+      return ggml_swiglu_clamp(g, u, SWIGLU_LIMIT);
+    }
+    case ACT_SILU_LIMIT: {
+      return ggml_silu_limit(g, u, SWIGLU_LIMIT);
+    }
+    case ACT_GELU: {
+      return gelu_unit(g, u);
+    }
+    default: {
+      return ggml_swiglu(g, u);
+    }
   }
-  return ggml_swiglu(g, u);
 }
 
 fn act_q(i: u32) -> u32 {
@@ -73,6 +87,7 @@ fn main(
   @builtin(local_invocation_index) lid: u32,
 ) {
   opaque_init(shape.n_embd);
+  product_barrier_init(shape.n_embd);
   let rows_per_group = WORKGROUP_SIZE / LANES;
   let groups_per_pair = (shape.ff + rows_per_group - 1u) / rows_per_group;
   let wg = linear_workgroup(wid, nwg);
@@ -124,13 +139,13 @@ fn main(
     let o = pair * shape.ff + row;
     switch (PASS) {
       case 1u: {
-        h[o] = with_gate_bias(g, id, row);
+        h[o] = finish_gate(g, id, row);
       }
       case 2u: {
-        h[o] = ggml_gated_unit(h[o], with_up_bias(u, id, row));
+        h[o] = ggml_gated_unit(h[o], finish_up(u, id, row));
       }
       default: {
-        h[o] = ggml_gated_unit(with_gate_bias(g, id, row), with_up_bias(u, id, row));
+        h[o] = ggml_gated_unit(finish_gate(g, id, row), finish_up(u, id, row));
       }
     }
   }

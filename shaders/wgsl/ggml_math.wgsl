@@ -119,9 +119,14 @@ fn ggml_expf(x: f32) -> f32 {
   return opaque(fma_rn(s2, j, s2) * s1);
 }
 
-// ggml_vec_swiglu_f32, one element: silu(g) · u with silu(g) = g / (1 + ggml_v_expf(0 - g)).
+// ggml_v_silu (ggml_vec_silu_f32 and ggml_vec_swiglu_f32), one lane: g / (1 + ggml_v_expf(0 - g)).
+fn ggml_silu(g: f32) -> f32 {
+  return div_rn(g, opaque(1.0) + ggml_expf(opaque(0.0) - g));
+}
+
+// ggml_vec_swiglu_f32, one element: silu(g) · u.
 fn ggml_swiglu(g: f32, u: f32) -> f32 {
-  return div_rn(g, opaque(1.0) + ggml_expf(opaque(0.0) - g)) * u;
+  return ggml_silu(g) * u;
 }
 
 // ggml_compute_forward_swiglu_oai_f32, one element: x = min(g, limit), y = clamp(u, −limit, limit),
@@ -132,4 +137,17 @@ fn ggml_swiglu_oai(g: f32, u: f32, alpha: f32, limit: f32) -> f32 {
   let x = min(g, limit);
   let y = clamp(u, -limit, limit);
   return div_rn(x, opaque(1.0) + exp(opaque(alpha) * -x)) * (y + opaque(1.0));
+}
+
+// ggml_compute_forward_swiglu_clamp_f32, one element: x = min(g, limit), y = clamp(u, −limit, limit),
+// x / (1 + expf(−x)) · y, each step rounded to f32 in that order; expf as in ggml_swiglu_oai (WGSL's exp).
+fn ggml_swiglu_clamp(g: f32, u: f32, limit: f32) -> f32 {
+  let x = min(g, limit);
+  let y = clamp(u, -limit, limit);
+  return div_rn(x, opaque(1.0) + exp(opaque(0.0) - x)) * y;
+}
+
+// ggml_silu, then ggml_clamp of it to at most limit, times clamp(u, −limit, limit) (ggml_mul): silu_limit's steps.
+fn ggml_silu_limit(g: f32, u: f32, limit: f32) -> f32 {
+  return min(ggml_silu(g), limit) * clamp(u, -limit, limit);
 }

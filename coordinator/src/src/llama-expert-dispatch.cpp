@@ -1074,6 +1074,7 @@ void local_down_op(ggml_tensor * dst, int ith, int nth, void * ud) {
     const int64_t t_start = ith == 0 ? now_us() : 0;
     const ggml_tensor * H = dst->src[0], * ids = dst->src[1], * R = dst->src[2], * probs = dst->src[3], * down = dst->src[4];
     const ggml_tensor * down_b = dst->src[5]; // [n_embd, n_expert] f32, or null: no down bias
+    const ggml_tensor * down_s = dst->src[6]; // [n_expert] f32, or null: no per-expert down scale
     const int64_t ff = down->ne[0], n_embd = down->ne[1], n_expert = down->ne[2], n_used = ids->ne[0], n_tok = ids->ne[1];
     const int64_t per = (n_embd + nth - 1) / nth;
     const int64_t r0 = std::min(n_embd, per * ith), r1 = std::min(n_embd, r0 + per);
@@ -1141,6 +1142,11 @@ void local_down_op(ggml_tensor * dst, int ith, int nth, void * ud) {
                     if (flag == XD_PAIR_SERVED) continue;
                     const float pk = *(const float *) ((const char *) probs->data + k * probs->nb[1] + t * probs->nb[2]);
                     float * d = s.dots.data() + (size_t) ((t - t0) * n_used + k) * tile;
+                    if (down_s != nullptr) {
+                        // build_lora_mm_id's ggml_mul by the expert's scale, before the bias: one float multiply per row
+                        const float sc = ((const float *) down_s->data)[pair_expert(ids, t, k)];
+                        for (int64_t r = rb0; r < rb1; ++r) d[r - rb0] *= sc;
+                    }
                     if (down_b != nullptr) {
                         // the stock graph's ggml_add_id before the product with the weight: one float add per row
                         const float * b = (const float *) ((const char *) down_b->data + pair_expert(ids, t, k) * down_b->nb[1]);
@@ -1224,13 +1230,32 @@ ggml_tensor * build_local(ggml_context * ctx, llama_xd_layer * L, int il, ggml_t
     // graph adds them), then the gated unit (the served pairs' rows are zeros and never read by the down op)
     ggml_tensor * G = ggml_view_3d(ctx, GU, ff, n_used, n_tok, GU->nb[1], GU->nb[2], 0);
     ggml_tensor * U = ggml_view_3d(ctx, GU, ff, n_used, n_tok, GU->nb[1], GU->nb[2], ff * GU->nb[0]);
+    // per-expert scales as build_lora_mm_id applies them: the scale of each pair's expert, gathered, then ggml_mul
+    auto scaled = [&](ggml_tensor * x, ggml_tensor * w_s) {
+        const int64_t n_expert = w_s->ne[0];
+        ggml_tensor * sc = ggml_repeat_4d(ctx, ggml_reshape_3d(ctx, w_s, 1, n_expert, 1), 1, n_expert, n_tok, 1);
+        return ggml_mul(ctx, ggml_cont(ctx, x), ggml_get_rows(ctx, sc, selected));
+    };
+    if (v.up_s != nullptr) U = scaled(U, v.up_s);
     if (v.up_b != nullptr) U = ggml_add_id(ctx, U, v.up_b, selected);
+    if (v.gate_s != nullptr) G = scaled(G, v.gate_s);
     if (v.gate_b != nullptr) G = ggml_add_id(ctx, G, v.gate_b, selected);
-    ggml_tensor * H = v.swiglu_oai ? ggml_swiglu_oai(ctx, G, U, v.alpha, v.limit) : ggml_swiglu_split(ctx, G, U);
+    ggml_tensor * H = nullptr;
+    switch (v.activation) {
+        case LLAMA_XD_ACT_SILU:         H = ggml_swiglu_split(ctx, G, U); break;
+        case LLAMA_XD_ACT_SWIGLU_OAI:   H = ggml_swiglu_oai(ctx, G, U, v.alpha, v.limit); break;
+        case LLAMA_XD_ACT_SWIGLU_CLAMP: H = ggml_swiglu_clamp(ctx, G, U, v.limit); break;
+        case LLAMA_XD_ACT_GELU:         H = ggml_geglu_split(ctx, G, U); break;
+        case LLAMA_XD_ACT_SILU_LIMIT:
+            // the stock graph's ops for a swiglu_clamp_exp limit outside DeepSeek-V4: clamp up, silu, clamp, multiply
+            H = ggml_mul(ctx, ggml_clamp(ctx, ggml_silu(ctx, ggml_cont(ctx, G)), -INFINITY, v.limit),
+                         ggml_clamp(ctx, ggml_cont(ctx, U), -v.limit, v.limit));
+            break;
+    }
     ggml_format_name(H, "xd_local%s_glu-%d", pass, il);
 
-    ggml_tensor * a_down[6] = { H, selected, R, probs, down_exps, v.down_b };
-    ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd, n_tok, audit_plane ? 2 : 1, 1, a_down, v.down_b != nullptr ? 6 : 5,
+    ggml_tensor * a_down[7] = { H, selected, R, probs, down_exps, v.down_b, v.down_s };
+    ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, n_embd, n_tok, audit_plane ? 2 : 1, 1, a_down, 7,
                                        local_down_op, GGML_N_TASKS_MAX, L);
     ggml_format_name(out, "xd_local%s_down-%d", pass, il);
     return out;
@@ -1275,8 +1300,22 @@ bool llama_xd_variant_supported(const llama_xd_variant & v, int64_t n_embd, int6
         if (why != nullptr) *why = "expert biases not f32 [ff or n_embd, n_expert] in host memory";
         return false;
     }
-    if (v.swiglu_oai && !(v.alpha > 0.0f && v.limit > 0.0f)) {
-        if (why != nullptr) *why = "a SwiGLU-OAI without a positive alpha and limit";
+    auto scale_ok = [&](const ggml_tensor * sc) {
+        return sc == nullptr || (sc->type == GGML_TYPE_F32 && sc->data != nullptr && sc->ne[0] == n_expert && ggml_nelements(sc) == n_expert &&
+                                 (sc->buffer == nullptr || ggml_backend_buft_is_host(ggml_backend_buffer_get_type(sc->buffer))));
+    };
+    if (!scale_ok(v.gate_s) || !scale_ok(v.up_s) || !scale_ok(v.down_s)) {
+        if (why != nullptr) *why = "per-expert scales not f32 [n_expert] in host memory";
+        return false;
+    }
+    if (v.activation == LLAMA_XD_ACT_SWIGLU_OAI && !(v.alpha > 0.0f)) {
+        if (why != nullptr) *why = "a SwiGLU-OAI without a positive alpha";
+        return false;
+    }
+    const bool limited = v.activation == LLAMA_XD_ACT_SWIGLU_OAI || v.activation == LLAMA_XD_ACT_SWIGLU_CLAMP ||
+                         v.activation == LLAMA_XD_ACT_SILU_LIMIT;
+    if (limited && !(v.limit > 0.0f)) {
+        if (why != nullptr) *why = "a clamped activation without a positive limit";
         return false;
     }
     return true;
@@ -1286,7 +1325,7 @@ bool llama_xd_compute_pairs(const ggml_tensor * gate, const ggml_tensor * up, co
                             const float * rows, const int32_t * ids, const float * probs, int64_t n_tokens, int64_t n_used,
                             float * sums, int n_threads, const llama_xd_variant & variant) {
     const int64_t n_embd = gate->ne[0], ff = gate->ne[1];
-    const size_t data = sizeof(float) * (size_t) (n_embd * n_tokens * 2 + (n_embd + n_used) * n_tokens + 5 * ff * n_used * n_tokens) +
+    const size_t data = sizeof(float) * (size_t) (n_embd * n_tokens * 2 + (n_embd + n_used) * n_tokens + 9 * ff * n_used * n_tokens) + 3 * sizeof(float) * (size_t) (n_used * n_tokens) +
                         2 * sizeof(float) * (size_t) (n_used * n_tokens);
     ggml_init_params params = { /*mem_size =*/ data + 16 * ggml_tensor_overhead() + ggml_graph_overhead() + (1u << 20),
                                 /*mem_buffer =*/ nullptr, /*no_alloc =*/ false };

@@ -38,16 +38,30 @@ void llama_xd_free(llama_expert_dispatch * xd);
 // Which layers should build the dispatch path now: connected, and the dispatcher has not asked for quiet on the layer.
 llama_xd_mask llama_xd_plan(llama_expert_dispatch * xd);
 
-// The expert FFN variant of a layer beyond its three matrices (the hub's protocol/variant.ts): SiLU-gated (the default)
-// or gpt-oss's SwiGLU-OAI, min(g, limit) · σ(alpha · min(g, limit)) · (clamp(u, −limit, limit) + 1); and optional
-// float32 biases [ff, n_expert] (gate, up) and [n_embd, n_expert] (down), each added as ggml_add_id adds them.
+// The expert FFN variant of a layer beyond its three matrices (the hub's gguf/expert-variant.ts): its gated unit —
+// SiLU-gated (the default); gpt-oss's SwiGLU-OAI, min(g, limit) · σ(alpha · min(g, limit)) · (clamp(u, ±limit) + 1);
+// DeepSeek-V4's clamped SwiGLU, silu(min(g, limit)) · clamp(u, ±limit); the limited SiLU of Step-3.5 and Ling 3,
+// min(silu(g), limit) · clamp(u, ±limit); GELU-gated (tanh approximation) — and optional per-expert float32 scales
+// [n_expert] (each matrix's products multiplied by its expert's, ggml_mul as build_lora_mm_id) and biases [ff or
+// n_embd, n_expert] (added after the scales, ggml_add_id).
+enum llama_xd_activation {
+    LLAMA_XD_ACT_SILU         = 0,
+    LLAMA_XD_ACT_SWIGLU_OAI   = 1,
+    LLAMA_XD_ACT_SWIGLU_CLAMP = 2,
+    LLAMA_XD_ACT_SILU_LIMIT   = 3,
+    LLAMA_XD_ACT_GELU         = 4,
+};
+
 struct llama_xd_variant {
-    bool swiglu_oai = false;
-    float alpha     = 0.0f;
-    float limit     = 0.0f;
+    llama_xd_activation activation = LLAMA_XD_ACT_SILU;
+    float alpha = 0.0f; // SwiGLU-OAI only
+    float limit = 0.0f; // SwiGLU-OAI, clamped SwiGLU, limited SiLU
     ggml_tensor * gate_b = nullptr;
     ggml_tensor * up_b   = nullptr;
     ggml_tensor * down_b = nullptr;
+    ggml_tensor * gate_s = nullptr;
+    ggml_tensor * up_s   = nullptr;
+    ggml_tensor * down_s = nullptr;
 };
 
 // Says once per process that an architecture or layer shape is not supported by the dispatch path.

@@ -36,6 +36,8 @@
 namespace {
 
 constexpr uint32_t MAX_TOKENS = 1u << 16;
+// llama_xd_activation's names, as the hub's gguf/expert-variant.ts spells them
+constexpr const char * ACTIVATION_NAMES[] = { "silu", "swiglu_oai", "swiglu_clamp", "silu_limit", "gelu" };
 
 [[noreturn]] void die(const std::string & msg) {
     fprintf(stderr, "linkcpp-expert-ref: %s\n", msg.c_str());
@@ -91,18 +93,43 @@ struct model_file {
         return ggml_get_tensor(meta, name.c_str());
     }
 
-    // gpt-oss's experts are SwiGLU-OAI with llama.cpp's fixed alpha and limit (build_moe_ffn); every other
-    // architecture this tool reads is SiLU-gated. Biases: whatever ffn_*_exps.bias tensors the layer has.
+    // The layer's gated unit from the architecture and its hyperparameters, as llama.cpp's build_moe_ffn picks it:
+    // gpt-oss and minimax-m3 SwiGLU-OAI (alpha 1.702, limit 7, fixed there); grok and gemma4 GELU; a swiglu_clamp_exp
+    // limit (a scalar or one per layer) clamps DeepSeek-V4's SwiGLU (ggml_swiglu_clamp) and every other architecture's
+    // SiLU (silu_limit); the rest SiLU. Biases and scales: whatever ffn_*_exps.{bias,scale} tensors the layer has.
     llama_xd_variant variant(uint32_t il) const {
         llama_xd_variant v;
         const int64_t k = gguf_find_key(gguf, "general.architecture");
-        v.swiglu_oai = k >= 0 && gguf_get_kv_type(gguf, k) == GGUF_TYPE_STRING && strcmp(gguf_get_val_str(gguf, k), "gpt-oss") == 0;
-        v.alpha = v.swiglu_oai ? 1.702f : 0.0f;
-        v.limit = v.swiglu_oai ? 7.0f : 0.0f;
+        const std::string arch = k >= 0 && gguf_get_kv_type(gguf, k) == GGUF_TYPE_STRING ? gguf_get_val_str(gguf, k) : "";
+        if (arch == "gpt-oss" || arch == "minimax-m3") {
+            v.activation = LLAMA_XD_ACT_SWIGLU_OAI;
+            v.alpha = 1.702f;
+            v.limit = 7.0f;
+        } else if (arch == "grok" || arch == "gemma4") {
+            v.activation = LLAMA_XD_ACT_GELU;
+        } else if (const float limit = clamp_limit(arch, il); limit > 1e-6f && tensor(il, "gate") != nullptr) {
+            v.activation = arch == "deepseek4" ? LLAMA_XD_ACT_SWIGLU_CLAMP : LLAMA_XD_ACT_SILU_LIMIT;
+            v.limit = limit;
+        }
         v.gate_b = tensor(il, "gate", "bias");
         v.up_b = tensor(il, "up", "bias");
         v.down_b = tensor(il, "down", "bias");
+        v.gate_s = tensor(il, "gate", "scale");
+        v.up_s = tensor(il, "up", "scale");
+        v.down_s = tensor(il, "down", "scale");
         return v;
+    }
+
+    // <arch>.swiglu_clamp_exp for layer il: a float for every layer, or an array of one per layer; 0 when absent.
+    float clamp_limit(const std::string & arch, uint32_t il) const {
+        const int64_t k = gguf_find_key(gguf, (arch + ".swiglu_clamp_exp").c_str());
+        if (k < 0) return 0.0f;
+        if (gguf_get_kv_type(gguf, k) == GGUF_TYPE_FLOAT32) return gguf_get_val_f32(gguf, k);
+        if (gguf_get_kv_type(gguf, k) == GGUF_TYPE_ARRAY && gguf_get_arr_type(gguf, k) == GGUF_TYPE_FLOAT32 &&
+            il < gguf_get_arr_n(gguf, k)) {
+            return ((const float *) gguf_get_arr_data(gguf, k))[il];
+        }
+        return 0.0f;
     }
 
     // Reads a tensor's bytes from the file into memory owned by `into`.
@@ -143,7 +170,7 @@ struct model_file {
         }
         load(L.down, L);
         L.variant = variant(il);
-        for (ggml_tensor * b : { L.variant.gate_b, L.variant.up_b, L.variant.down_b }) {
+        for (ggml_tensor * b : { L.variant.gate_b, L.variant.up_b, L.variant.down_b, L.variant.gate_s, L.variant.up_s, L.variant.down_s }) {
             if (b != nullptr) load(b, L);
         }
         std::string why;
@@ -168,7 +195,7 @@ void info(model_file & m) {
         snprintf(buf, sizeof(buf),
                  "%s{\"layer\":%u,\"gate\":\"%s\",\"up\":\"%s\",\"down\":\"%s\",\"activation\":\"%s\",\"biases\":%s}",
                  layers.empty() ? "" : ",", il, ggml_type_name(g->type), ggml_type_name(u->type), ggml_type_name(d->type),
-                 v.swiglu_oai ? "swiglu_oai" : "silu", v.gate_b || v.up_b || v.down_b ? "true" : "false");
+                 ACTIVATION_NAMES[v.activation], v.gate_b || v.up_b || v.down_b ? "true" : "false");
         layers += buf;
     }
     printf("{\"n_embd\":%lld,\"ff\":%lld,\"n_expert\":%lld,\"numerics\":%d,\"layers\":[%s]}\n", (long long) n_embd, (long long) ff,

@@ -15,10 +15,14 @@
  * ggml_v_expf, the sums in k order): the coordinator's result bit for bit. Q4_1, Q5_0, Q5_1, Q2_K and Q3_K weights
  * get the same activation rounding with f32 sums of the dequantized weights (float-summation precision).
  *
- * Variants (protocol/variant.ts, WASM_VARIANT_FEATURES): silu and gpt-oss's swiglu_oai, each with or without expert
- * biases. The biases are copied into the kernel's memory with the slice; in 'llama' numerics each is added in f32 as
- * ggml_add_id adds it (gate and up before the gated unit, down before the router weight), and swiglu_oai is
- * ggml_compute_forward_swiglu_oai_f32's f32 steps with a correctly rounded expf (ggml-float.as ggmlSwigluOai).
+ * Variants (protocol/variant.ts, WASM_VARIANT_FEATURES): every activation (silu, swiglu_oai, swiglu_clamp, silu_limit,
+ * gelu), each with or without expert biases and per-expert scales. Biases and scales are copied into the kernel's
+ * memory with the slice; in 'llama' numerics each is applied in f32 where llama.cpp's graph applies it (gate and up
+ * times their scale (ggml_mul), plus their bias (ggml_add_id), before the gated unit; down times its scale, plus its
+ * bias, before the router weight), and the gated units are ggml's f32 steps (ggml-float.as): swiglu_oai and
+ * swiglu_clamp with a correctly rounded expf, silu_limit with the SIMD silu of plain silu, gelu read from ggml's f16
+ * table (ggml-gelu.ts ggmlGeluTable, copied into the kernel's memory when a gelu slice is loaded in 'llama' numerics).
+ * 'exact' numerics compute each gated unit in f64, rounded once.
  *
  * @example
  *   const fb = await WasmExpertFallback.create(await nodeExpertKernel(), slice, { numerics: 'llama' });
@@ -30,7 +34,8 @@ import { median, numericsOption, type ExpertComputer } from '../computer.ts';
 import type { Numerics } from '../../protocol/numerics.ts';
 import { ExpertRuntimeError } from '../errors.ts';
 import { validateInputs, validateSlice, validateVariant, type ExpertSlice, type SupportedTypes } from '../slice.ts';
-import { SILU_VARIANT, type VariantFeature } from '../../protocol/variant.ts';
+import { SILU_VARIANT, type ExpertActivation, type VariantFeature } from '../../protocol/variant.ts';
+import { ggmlGeluTable } from '../reference/ggml-gelu.ts';
 
 /** Every type the kernel decodes (weight-rows.as), in either numerics. */
 export const WASM_FALLBACK_TYPES: SupportedTypes = {
@@ -52,8 +57,22 @@ export const WASM_FALLBACK_TYPES: SupportedTypes = {
   cannot: 'the wasm fallback cannot read',
 };
 
-/** The expert FFN variants the kernel computes (protocol/variant.ts): both activations, with or without biases. */
-export const WASM_VARIANT_FEATURES: readonly VariantFeature[] = ['silu', 'swiglu_oai', 'bias'];
+/** The expert FFN variants the kernel computes (protocol/variant.ts): every activation, with or without biases and scales. */
+export const WASM_VARIANT_FEATURES: readonly VariantFeature[] = [
+  'silu',
+  'swiglu_oai',
+  'swiglu_clamp',
+  'silu_limit',
+  'gelu',
+  'bias',
+  'scale',
+];
+
+/** configureVariant's activation numbers (kernel.as ACT_*). */
+const ACTIVATION_CODE: Record<ExpertActivation, number> = { silu: 0, swiglu_oai: 1, swiglu_clamp: 2, silu_limit: 3, gelu: 4 };
+
+/** ggml's f16 GELU table in the kernel's memory: one u16 per f16 input. */
+const GELU_TABLE_BYTES = 2 * 65536;
 
 /** The weight types whose 'llama' numerics are ggml's own arithmetic here (bit for bit); the others: f32 sums. */
 export const WASM_BIT_EXACT_TYPES: readonly GGMLType[] = [
@@ -131,8 +150,20 @@ interface KernelExports {
     down: number,
     rowBuffers: number,
   ): void;
-  /** After configure: activation (0 silu, 1 swiglu_oai), α, limit, and the biases' addresses (0s: none). */
-  configureVariant(activation: number, alpha: number, limit: number, gateBias: number, upBias: number, downBias: number): void;
+  /**
+   * After configure: activation (ACTIVATION_CODE), α, limit, the biases' addresses (0s: none), the scales' address
+   * (f32 gate [nExpert], up, down; 0: none) and the GELU table's (0: not read).
+   */
+  configureVariant(
+    activation: number,
+    alpha: number,
+    limit: number,
+    gateBias: number,
+    upBias: number,
+    downBias: number,
+    scales: number,
+    geluTable: number,
+  ): void;
   callLayout(T: number, K: number, what: number): number;
   compute(T: number, K: number, scratch: number): void;
   /** Uses fused relaxed_madd for ggml's FMAs where it fuses and `allow` is 1; returns 1 if it does (kernel.as). */
@@ -151,7 +182,10 @@ export interface WasmFallbackMemory {
   wasmBytes: number;
   /** The slice's three matrices. */
   sliceBytes: number;
-  /** Where the per-call scratch starts: everything below is static data, the slice, its biases and the row buffers. */
+  /**
+   * Where the per-call scratch starts: everything below is static data, the slice, its biases and scales, ggml's GELU
+   * table (a gelu slice in 'llama' numerics: 128 KiB) and the row buffers.
+   */
   loadedBytes: number;
 }
 
@@ -182,10 +216,11 @@ export class WasmExpertFallback implements ExpertComputer {
   }
 
   /**
-   * Validates the slice and the options, instantiates the kernel and copies the slice (and its biases) into its
-   * memory. Throws ExpertRuntimeError: BAD_SHAPE / UNSUPPORTED_TYPE / BAD_SLICE_BYTES for a malformed slice,
-   * UNSUPPORTED_VARIANT / BAD_SLICE_BIASES for a variant it does not compute or biases that do not fit, BAD_OPTION for an
-   * unknown `numerics` or a bad `maxTokensPerPass`, SLICE_TOO_LARGE past wasm32's 4 GiB.
+   * Validates the slice and the options, instantiates the kernel and copies the slice (and its biases and scales) into
+   * its memory. Throws ExpertRuntimeError: BAD_SHAPE / UNSUPPORTED_TYPE / BAD_SLICE_BYTES for a malformed slice,
+   * UNSUPPORTED_VARIANT / BAD_SLICE_BIASES for a variant it does not compute or biases or scales that do not fit (the
+   * code names them `gate scale` …), BAD_OPTION for an unknown `numerics` or a bad `maxTokensPerPass`, SLICE_TOO_LARGE
+   * past wasm32's 4 GiB.
    */
   static async create(
     kernel: WebAssembly.Module,
@@ -203,9 +238,12 @@ export class WasmExpertFallback implements ExpertComputer {
     }
     validateSlice(slice, slice, WASM_FALLBACK_TYPES);
     validateVariant(slice, WASM_VARIANT_FEATURES);
+    validateScales(slice);
     const { nEmbd, ff, nExpert } = slice;
     const variant = slice.variant ?? SILU_VARIANT;
     const biases = variant.biases ? slice.biases : undefined;
+    const scales = variant.scales ? slice.scales : undefined;
+    const readsGeluTable = variant.activation === 'gelu' && numerics === 'llama';
     const instance = await WebAssembly.instantiate(kernel, {});
     const k = instance.exports as unknown as KernelExports;
     const gateAt = alignUp(k.heapBase(), 64);
@@ -215,7 +253,9 @@ export class WasmExpertFallback implements ExpertComputer {
     const gateBiasAt = biasAt;
     const upBiasAt = gateBiasAt + 4 * nExpert * ff;
     const downBiasAt = upBiasAt + 4 * nExpert * ff;
-    const rowsAt = biases ? alignUp(downBiasAt + 4 * nExpert * nEmbd, 64) : biasAt;
+    const scalesAt = biases ? alignUp(downBiasAt + 4 * nExpert * nEmbd, 64) : biasAt;
+    const geluAt = scales ? alignUp(scalesAt + 3 * 4 * nExpert, 64) : scalesAt;
+    const rowsAt = readsGeluTable ? geluAt + GELU_TABLE_BYTES : geluAt;
     const scratch = alignUp(rowsAt + 3 * k.rowBufferBytes(Math.max(nEmbd, ff)), 64);
     const sliceBytes = slice.gate.length + slice.up.length + slice.down.length;
     grow(k.memory, scratch, sliceBytes);
@@ -228,15 +268,24 @@ export class WasmExpertFallback implements ExpertComputer {
       new Float32Array(k.memory.buffer, upBiasAt, nExpert * ff).set(biases.up);
       new Float32Array(k.memory.buffer, downBiasAt, nExpert * nEmbd).set(biases.down);
     }
+    if (scales) {
+      const at = (i: number): number => scalesAt + 4 * nExpert * i;
+      new Float32Array(k.memory.buffer, at(0), nExpert).set(scales.gate);
+      new Float32Array(k.memory.buffer, at(1), nExpert).set(scales.up);
+      new Float32Array(k.memory.buffer, at(2), nExpert).set(scales.down);
+    }
+    if (readsGeluTable) new Uint16Array(k.memory.buffer, geluAt, 65536).set(ggmlGeluTable());
     const t = slice.types;
     k.configure(nEmbd, ff, nExpert, t.gate, t.up, t.down, numerics === 'llama' ? 1 : 0, gateAt, upAt, downAt, rowsAt);
     k.configureVariant(
-      variant.activation === 'swiglu_oai' ? 1 : 0,
+      ACTIVATION_CODE[variant.activation],
       variant.alpha,
       variant.limit,
       biases ? gateBiasAt : 0,
       biases ? upBiasAt : 0,
       biases ? downBiasAt : 0,
+      scales ? scalesAt : 0,
+      readsGeluTable ? geluAt : 0,
     );
     const label = options.label ?? `wasm expert-slice ${nExpert}×[${nEmbd}↔${ff}]${numerics === 'llama' ? ' (llama numerics)' : ''}`;
     const fb = new WasmExpertFallback(
@@ -332,6 +381,25 @@ export class WasmExpertFallback implements ExpertComputer {
   async dispose(): Promise<void> {
     this.disposed = true;
     this.kernel = null;
+  }
+}
+
+/**
+ * The slice's scales against its variant: nExpert floats per matrix when `variant.scales`, none otherwise;
+ * BAD_SLICE_BIASES naming `gate scale`, `up scale` or `down scale` (validateVariant checks the biases).
+ */
+function validateScales(s: Pick<ExpertSlice, 'nExpert' | 'variant' | 'scales'>): void {
+  const v = s.variant ?? SILU_VARIANT;
+  for (const m of ['gate', 'up', 'down'] as const) {
+    const got = s.scales?.[m].length ?? 0;
+    const expected = v.scales ? s.nExpert : 0;
+    if (got !== expected) {
+      throw new ExpertRuntimeError(
+        'BAD_SLICE_BIASES',
+        { bias: `${m} scale`, expected, actual: got },
+        `${m} scale: ${v.scales ? 'a variant with scales needs' : 'a variant without scales takes'} ${expected} values, got ${got}`,
+      );
+    }
   }
 }
 

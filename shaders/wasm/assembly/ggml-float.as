@@ -2,8 +2,9 @@
 // the fused multiply-add its AVX2 vec_dot lanes use (wasm has none: the product is exact in f64, the sum is rounded
 // once to f64 and then to f32, and the one case where that double rounding can differ, an f64 sum exactly halfway
 // between two f32s, is redone from the sum's exact error), f16/bf16 conversions as F16C and ggml round, and
-// ggml_v_expf / ggml_vec_swiglu_f32 (harness/ggml-exact.ts is the TypeScript model of the same steps), and
-// ggml_compute_forward_swiglu_oai_f32 (shaders/reference/expert-ffn.ts swigluOaiF32 is its TypeScript twin).
+// ggml_v_expf / ggml_vec_swiglu_f32 (harness/ggml-exact.ts is the TypeScript model of the same steps), and the gated
+// units of the other expert variants: ggml_compute_forward_swiglu_oai_f32 and _swiglu_clamp_f32, ggml_silu + ggml_clamp,
+// ggml_vec_geglu_f32 (shaders/reference/expert-ffn.ts and ggml-gelu.ts are their TypeScript twins).
 import { RELAXED } from './kinds';
 
 /** Low 29 bits of an f64 (the bits an f32 drops) and the pattern of an f64 exactly halfway between two f32s. */
@@ -232,4 +233,66 @@ export function exactSwigluOai(g: f32, u: f32, alpha: f32, limit: f32): f32 {
   const x = min<f64>(<f64>g, <f64>limit);
   const y = min<f64>(max<f64>(<f64>u, -<f64>limit), <f64>limit);
   return <f32>((x / (1.0 + Math.exp(-<f64>alpha * x))) * (y + 1.0));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The second wave of expert variants (protocol/variant.ts): swiglu_clamp, silu_limit, gelu.
+
+/**
+ * DeepSeek-V4's gated unit, ggml_compute_forward_swiglu_clamp_f32's f32 steps: x = min(g, L), y = clamp(u, −L, L),
+ * x / (1 + expf(−x)) · y, expf as in ggmlSwigluOai (the f64 exp rounded to f32). shaders/reference swigluClampF32.
+ */
+@inline
+export function ggmlSwigluClamp(g: f32, u: f32, limit: f32): f32 {
+  const x = min<f32>(g, limit);
+  const y = min<f32>(max<f32>(u, -limit), limit);
+  const e = <f32>Math.exp(<f64>-x);
+  return (x / (<f32>1.0 + e)) * y;
+}
+
+/** The same in f64, rounded once ('exact' numerics: the reference's silu(min(g, L)) · clamp(u, −L, L)). */
+@inline
+export function exactSwigluClamp(g: f32, u: f32, limit: f32): f32 {
+  const x = min<f64>(<f64>g, <f64>limit);
+  const y = min<f64>(max<f64>(<f64>u, -<f64>limit), <f64>limit);
+  return <f32>((x / (1.0 + Math.exp(-x))) * y);
+}
+
+/**
+ * Step-3.5's and Ling 3's gated unit: ggml_silu (the SIMD silu of ggml_vec_silu_f32, ggml_v_silu: g / (1 +
+ * ggml_v_expf(−g)), as in ggmlSwiglu), ggml_clamp to ≤ L, ggml_mul by clamp(u, −L, L). shaders/reference siluLimitF32.
+ */
+@inline
+export function ggmlSiluLimit(g: f32, u: f32, limit: f32): f32 {
+  const s = g / (<f32>1.0 + ggmlExpf(<f32>0.0 - g));
+  const y = min<f32>(max<f32>(u, -limit), limit);
+  return min<f32>(s, limit) * y;
+}
+
+/** The same in f64, rounded once ('exact' numerics: the reference's min(silu(g), L) · clamp(u, −L, L)). */
+@inline
+export function exactSiluLimit(g: f32, u: f32, limit: f32): f32 {
+  const g64 = <f64>g;
+  const y = min<f64>(max<f64>(<f64>u, -<f64>limit), <f64>limit);
+  return <f32>(min<f64>(g64 / (1.0 + Math.exp(-g64)), <f64>limit) * y);
+}
+
+/**
+ * Grok's gated unit, ggml_vec_geglu_f32 (GGML_GELU_FP16): 0 for g ≤ −10, g · u for g ≥ 10, else the f16 table (at
+ * `table`: ggml_table_gelu_f16's 65,536 f16 values, which the JS side copies in, shaders/reference/ggml-gelu.ts) read
+ * at g rounded to f16 (f32ToF16: to nearest even, as F16C), times u in f32.
+ */
+@inline
+export function ggmlGeglu(g: f32, u: f32, table: usize): f32 {
+  if (g <= <f32>-10.0) return 0;
+  if (g >= <f32>10.0) return g * u;
+  return f16ToF32(<u32>load<u16>(table + 2 * <usize>f32ToF16(g))) * u;
+}
+
+/** GELU's tanh formula times u in f64, rounded once ('exact' numerics: the reference's gelu(g) · u). */
+@inline
+export function exactGeglu(g: f32, u: f32): f32 {
+  const v = <f64>g;
+  const gelu = 0.5 * v * (1.0 + Math.tanh(0.7978845608028654 * v * (1.0 + 0.044715 * v * v)));
+  return <f32>(gelu * <f64>u);
 }

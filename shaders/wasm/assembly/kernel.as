@@ -2,12 +2,26 @@
 // The slice's GGUF bytes sit in this module's memory as they are; each call decodes one weight row at a time into a
 // small buffer and meets it with every routed row of that expert (so a row of weights is read once per call).
 //
-// Memory (JS lays it out): [static data][gate | up | down bytes][biases, if any][3 row buffers][call scratch (callLayout)].
+// Memory (JS lays it out): [static data][gate | up | down bytes][biases, if any][scales, if any][gelu table, if read]
+// [3 row buffers][call scratch (callLayout)].
 import { T_F32, ROW_INT, ROW_U8, ROW_GGUF, DOT_Q32, DOT_Q4K, DOT_Q5K, RELAXED, rowKind, actKind, dotKind, blockSize, blockBytes, align16 } from './kinds';
 import { actBytes, quantizeRow } from './activations';
 import { intRow, u8Row, dequantRow } from './weight-rows';
 import { dot, intDots, q4kDots, k45Dots, twoRowsQ4K, u8Dots } from './dots';
-import { ggmlSwiglu, exactSwiglu, ggmlSwigluOai, exactSwigluOai, probeFusedMadd, usesFusedMadd } from './ggml-float';
+import {
+  ggmlSwiglu,
+  exactSwiglu,
+  ggmlSwigluOai,
+  exactSwigluOai,
+  ggmlSwigluClamp,
+  exactSwigluClamp,
+  ggmlSiluLimit,
+  exactSiluLimit,
+  ggmlGeglu,
+  exactGeglu,
+  probeFusedMadd,
+  usesFusedMadd,
+} from './ggml-float';
 
 let nEmbd = 0;
 let ff = 0;
@@ -23,15 +37,22 @@ const ACTS = memory.data(16, 4);
 const GOUT = memory.data(16, 4);
 const UOUT = memory.data(16, 4);
 
-// The expert FFN variant (protocol/variant.ts; configureVariant): the gated unit and where the biases are (0: none).
+// The expert FFN variant (protocol/variant.ts; configureVariant): the gated unit, where the biases and the scales are
+// (0: none) and where ggml's f16 GELU table is (0: not read).
 const ACT_SILU: i32 = 0;
 const ACT_SWIGLU_OAI: i32 = 1;
+const ACT_SWIGLU_CLAMP: i32 = 2;
+const ACT_SILU_LIMIT: i32 = 3;
+const ACT_GELU: i32 = 4;
 let activation = ACT_SILU;
 let alpha: f32 = 0;
 let limit: f32 = 0;
 let biasGate: usize = 0;
 let biasUp: usize = 0;
 let biasDown: usize = 0;
+/** f32 [3 × nExpert]: gate's scales, up's, down's. */
+let scales: usize = 0;
+let geluTable: usize = 0;
 
 @inline
 function m32(at: usize, m: i32): i32 {
@@ -95,30 +116,58 @@ export function configure(
 }
 
 /**
- * Sets the slice's variant, after configure: activation 0 silu, 1 swiglu_oai (with α and the limit L), and where its
- * f32 biases are (gate and up [nExpert × ff], down [nExpert × nEmbd], expert-major), or 0s for a variant without.
+ * Sets the slice's variant, after configure: activation (0 silu, 1 swiglu_oai, 2 swiglu_clamp, 3 silu_limit, 4 gelu),
+ * α and the limit L where it takes them; where its f32 biases are (gate and up [nExpert × ff], down [nExpert × nEmbd],
+ * expert-major) and its f32 per-expert scales (gate's [nExpert], then up's, then down's), or 0s for a variant without;
+ * and, for gelu in llama numerics, where ggml's f16 GELU table is (65,536 u16; else 0).
  */
-export function configureVariant(activation_: i32, alpha_: f32, limit_: f32, gateBias: usize, upBias: usize, downBias: usize): void {
+export function configureVariant(
+  activation_: i32,
+  alpha_: f32,
+  limit_: f32,
+  gateBias: usize,
+  upBias: usize,
+  downBias: usize,
+  scales_: usize,
+  geluTable_: usize,
+): void {
   activation = activation_;
   alpha = alpha_;
   limit = limit_;
   biasGate = gateBias;
   biasUp = upBias;
   biasDown = downBias;
+  scales = scales_;
+  geluTable = geluTable_;
 }
 
 /**
- * h of one pair's row r of expert e for a variant other than plain silu: the expert's gate and up biases added in f32
- * (ggml_add_id), then the gated unit (ggml_swiglu / ggml_swiglu_oai). Apart from compute's loop so silu's stays as it was.
+ * h of one pair's row r of expert e for a variant other than plain silu: gate and up times the expert's scales (f32,
+ * ggml_mul), then its biases added in f32 (ggml_add_id), then the gated unit. Apart from compute's loop so silu's stays
+ * as it was.
  */
 function variantUnit(g: f32, u: f32, e: i32, r: i32): f32 {
+  if (scales != 0) {
+    g *= load<f32>(scales + 4 * <usize>e);
+    u *= load<f32>(scales + 4 * <usize>(nExpert + e));
+  }
   if (biasGate != 0) {
     const at = 4 * (<usize>e * <usize>ff + <usize>r);
     g += load<f32>(biasGate + at);
     u += load<f32>(biasUp + at);
   }
-  if (activation == ACT_SWIGLU_OAI) return llama ? ggmlSwigluOai(g, u, alpha, limit) : exactSwigluOai(g, u, alpha, limit);
-  return llama ? ggmlSwiglu(g, u) : exactSwiglu(g, u);
+  switch (activation) {
+    case ACT_SWIGLU_OAI:
+      return llama ? ggmlSwigluOai(g, u, alpha, limit) : exactSwigluOai(g, u, alpha, limit);
+    case ACT_SWIGLU_CLAMP:
+      return llama ? ggmlSwigluClamp(g, u, limit) : exactSwigluClamp(g, u, limit);
+    case ACT_SILU_LIMIT:
+      return llama ? ggmlSiluLimit(g, u, limit) : exactSiluLimit(g, u, limit);
+    case ACT_GELU:
+      return llama ? ggmlGeglu(g, u, geluTable) : exactGeglu(g, u);
+    default:
+      return llama ? ggmlSwiglu(g, u) : exactSwiglu(g, u);
+  }
 }
 
 // Call scratch, in order: rows f32 [T × nEmbd], ids i32 [P], probs f32 [P], out f32 [T × nEmbd] (these four JS
@@ -270,7 +319,7 @@ export function compute(T: i32, K: i32, s: usize): void {
   const dd = dotKind(tD, llama);
   const pg = align16(<usize>(4 * nEmbd));
   const pd = align16(<usize>(4 * ff));
-  const plainSilu = activation == ACT_SILU && biasGate == 0;
+  const plainSilu = activation == ACT_SILU && biasGate == 0 && scales == 0;
 
   // Routed pairs grouped by expert, in token order within each expert.
   memory.fill(starts, 0, 4 * (nExpert + 1));
@@ -362,7 +411,16 @@ export function compute(T: i32, K: i32, s: usize): void {
     }
   }
 
-  // each pair's down bias, in f32 before its router weight (ggml_add_id, then ggml_mul)
+  // each pair's down scale, then its down bias, in f32 before its router weight (ggml_mul, ggml_add_id, then ggml_mul)
+  if (scales != 0) {
+    for (let e = 0; e < nExpert; e++) {
+      const sd = load<f32>(scales + 4 * <usize>(2 * nExpert + e));
+      for (let i = load<i32>(starts + 4 * e); i < load<i32>(starts + 4 * (e + 1)); i++) {
+        const yq = y + 4 * <usize>load<i32>(order + 4 * i) * <usize>nEmbd;
+        for (let r = 0; r < nEmbd; r++) store<f32>(yq + 4 * r, load<f32>(yq + 4 * r) * sd);
+      }
+    }
+  }
   if (biasDown != 0) {
     for (let e = 0; e < nExpert; e++) {
       const bias = biasDown + 4 * <usize>e * <usize>nEmbd;

@@ -1,8 +1,9 @@
 /**
  * How far a result computed in llama numerics may honestly stray from the reference (referenceCall(…, 'llama')).
  *
- * llama.cpp's CPU backend rounds the hidden vector h = silu(gate·x) ⊙ (up·x) to the down type's vec-dot type before
- * the down projection (8-bit blocks for the quants, f16/bf16 for half weights). h itself is a float result: any two
+ * llama.cpp's CPU backend rounds the hidden vector h = silu(gate·x) ⊙ (up·x) (or the expert FFN variant's gated unit
+ * of the scaled and biased products, protocol/variant.ts) to the down type's vec-dot type before the down projection
+ * (8-bit blocks for the quants, f16/bf16 for half weights). h itself is a float result: any two
  * honest implementations (two CPUs, a GPU, this float64 reference) compute it a few f32 ulps apart, and an element
  * of h that lies that close to a rounding boundary (h·id within float error of k + ½, or a Q8_0 block's scale
  * amax / 127 within float error of an f16 tie) may round one step either way. One such step in an 8-bit block moves
@@ -11,8 +12,8 @@
  * so h is the only place ties arise.
  *
  * compareLlama() finds the elements of h within `margin` of a tie (in the reference's h), bounds what one step at
- * each could move each output row (the slack: Σ over the tied elements of step · prob · ‖down column‖, a rigorous
- * triangle bound, ~0.1–0.2% of a token's output norm at ff·nUsed = 1024), and reports the NMSE beyond that slack: ~1e-14
+ * each could move each output row (the slack: Σ over the tied elements of step · prob · |down scale| · ‖down column‖,
+ * a rigorous triangle bound, ~0.1–0.2% of a token's output norm at ff·nUsed = 1024), and reports the NMSE beyond that slack: ~1e-14
  * for an honest result, while anything that rounds wrongly everywhere (exact math: 1e-7 for F16 … 1e-4 for the 8-bit
  * types; a skipped rounding; sums 1% off: 1e-4) stays far above 1e-9. Browser-safe.
  */
@@ -20,7 +21,8 @@ import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../../gguf/half.ts';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import type { RoutedCall } from './expert-call.ts';
 import { referenceCall } from './expert-call.ts';
-import { silu, type ExpertMatrices } from './expert-ffn.ts';
+import { SILU_VARIANT } from '../../protocol/variant.ts';
+import { gatedUnit, type ExpertMatrices } from './expert-ffn.ts';
 import { roundActivations, vecDotType } from './ggml-activations.ts';
 
 const f32 = Math.fround;
@@ -132,8 +134,45 @@ function tieSteps(vt: GGMLType, h: Float32Array, m: TieMargins): { step: Float64
 }
 
 /**
+ * h of expert `w` on row `x`, as expertFfnAccumulate computes it in llama numerics, so the ties are the reference's:
+ * float64 sums of the rounded rows, then in ggml's order (build_moe_ffn) the expert's scales (ggml_mul), its gate and
+ * up biases (ggml_add_id), the variant's gated unit (gatedUnit), stored as f32. An honest float32 implementation
+ * (ggml's swiglu_oai steps, swigluOaiF32) lands a few ulps away: the margins cover that.
+ */
+function hiddenOf(w: ExpertMatrices, x: Float32Array): Float32Array {
+  const types = w.ggmlTypes!;
+  const variant = w.variant ?? SILU_VARIANT;
+  const b = variant.biases ? w.biases : undefined;
+  if (variant.biases && !b) throw new RangeError('compareLlama: the variant has biases and the expert has none');
+  const sc = variant.scales ? w.scales : undefined;
+  if (variant.scales && !sc) throw new RangeError('compareLlama: the variant has scales and the expert has none');
+  const xg = roundActivations(vecDotType(types.gate), x);
+  const xu = roundActivations(vecDotType(types.up), x);
+  const h = new Float32Array(w.ff);
+  for (let r = 0; r < w.ff; r++) {
+    let g = 0;
+    let u = 0;
+    const o = r * w.nEmbd;
+    for (let i = 0; i < w.nEmbd; i++) {
+      g += w.gate[o + i]! * xg[i]!;
+      u += w.up[o + i]! * xu[i]!;
+    }
+    if (sc) {
+      g *= sc.gate;
+      u *= sc.up;
+    }
+    if (b) {
+      g += b.gate[r]!;
+      u += b.up[r]!;
+    }
+    h[r] = gatedUnit(variant, g, u);
+  }
+  return h;
+}
+
+/**
  * `got` against referenceCall(experts, c, 'llama'), allowing one rounding step at each tie of h (see the header).
- * The experts need their ggmlTypes (dequantizeExperts sets them).
+ * The experts need their ggmlTypes (dequantizeExperts sets them); a variant's experts their biases and scales.
  */
 export function compareLlama(
   experts: readonly ExpertMatrices[],
@@ -167,27 +206,16 @@ export function compareLlama(
     for (let k = 0; k < c.nUsed; k++) {
       const w = experts[c.ids[t * c.nUsed + k]!]!;
       const types = w.ggmlTypes!;
-      // h as expertFfnAccumulate computes it (float64 sums of the rounded rows, stored as f32).
-      const xg = roundActivations(vecDotType(types.gate), x);
-      const xu = roundActivations(vecDotType(types.up), x);
-      const h = new Float32Array(w.ff);
-      for (let r = 0; r < w.ff; r++) {
-        let g = 0;
-        let u = 0;
-        const o = r * w.nEmbd;
-        for (let i = 0; i < w.nEmbd; i++) {
-          g += w.gate[o + i]! * xg[i]!;
-          u += w.up[o + i]! * xu[i]!;
-        }
-        h[r] = silu(g) * u;
-      }
-      const s = tieSteps(vecDotType(types.down), h, margins);
+      const s = tieSteps(vecDotType(types.down), hiddenOf(w, x), margins);
       ties += s.ties;
       elements += w.ff;
       const norms = colNorm(w);
       let pairSlack = 0;
       for (let i = 0; i < w.ff; i++) pairSlack += s.step[i]! * norms[i]!;
-      slack += Math.abs(c.probs[t * c.nUsed + k]!) * pairSlack;
+      // A step of h moves down·h by step · ‖column‖, and the output by that times the down scale and the router weight
+      // (the down bias is added after the rounding: no step there).
+      const downScale = w.variant?.scales && w.scales ? Math.abs(w.scales.down) : 1;
+      slack += Math.abs(c.probs[t * c.nUsed + k]!) * downScale * pairSlack;
     }
     let e2 = 0;
     for (let r = 0; r < nEmbd; r++) {

@@ -157,7 +157,7 @@ export function validateVariantFeatures(v: ExpertVariant, features: readonly Var
  * BAD_SLICE_BIASES naming the bias and its lengths.
  */
 export function validateVariant(
-  s: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'nExpert' | 'variant' | 'biases'>,
+  s: Pick<ExpertSlice, 'nEmbd' | 'ff' | 'nExpert' | 'variant' | 'biases' | 'scales'>,
   features: readonly VariantFeature[],
 ): void {
   const v = s.variant ?? SILU_VARIANT;
@@ -171,6 +171,17 @@ export function validateVariant(
         'BAD_SLICE_BIASES',
         { bias: b, expected, actual: got },
         `${b} bias: ${v.biases ? `${describeVariant(v)} needs` : 'a variant without biases takes'} ${expected} values, got ${got}`,
+      );
+    }
+  }
+  for (const m of ['gate', 'up', 'down'] as const) {
+    const got = s.scales?.[m].length ?? 0;
+    const expected = v.scales ? s.nExpert : 0;
+    if (got !== expected) {
+      throw new ExpertRuntimeError(
+        'BAD_SLICE_BIASES',
+        { bias: `${m} scale`, expected, actual: got },
+        `${m} scale: ${v.scales ? `${describeVariant(v)} needs` : 'a variant without scales takes'} ${expected} values, got ${got}`,
       );
     }
   }

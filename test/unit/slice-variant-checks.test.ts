@@ -105,3 +105,22 @@ describe('validateVariant checks the variant itself', () => {
     );
   });
 });
+
+it('per-expert scales: present exactly when the variant has them, one per expert and matrix', () => {
+  const base = { nEmbd: 32, ff: 32, nExpert: 4 };
+  const four = (): Float32Array => new Float32Array(4).fill(1.5);
+  const scaled = { ...SILU_VARIANT, scales: true };
+  validateVariant({ ...base, variant: scaled, scales: { gate: four(), up: four(), down: four() } }, ['silu', 'scale']);
+  const refuse = (s: Parameters<typeof validateVariant>[0], which: RegExp): void =>
+    assert.throws(
+      () => validateVariant(s, ['silu', 'scale']),
+      (e: unknown) => e instanceof ExpertRuntimeError && e.code === 'BAD_SLICE_BIASES' && which.test(e.message),
+    );
+  refuse({ ...base, variant: scaled }, /^gate scale: .* needs 4 values, got 0/);
+  refuse({ ...base, variant: scaled, scales: { gate: four(), up: new Float32Array(3), down: four() } }, /^up scale/);
+  refuse({ ...base, variant: SILU_VARIANT, scales: { gate: four(), up: four(), down: four() } }, /without scales takes 0/);
+  assert.throws(
+    () => validateVariant({ ...base, variant: scaled, scales: { gate: four(), up: four(), down: four() } }, ['silu']),
+    (e: unknown) => e instanceof ExpertRuntimeError && e.code === 'UNSUPPORTED_VARIANT',
+  );
+});

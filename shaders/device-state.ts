@@ -349,6 +349,7 @@ export async function streamState(
   let shape: SliceShape | null = null;
   let variant: ExpertVariant = SILU_VARIANT;
   let biasesArrived = false;
+  let scalesArrived = false;
   try {
     const stream = await source.open();
     await readExpertSliceStream(stream, {
@@ -361,7 +362,7 @@ export async function streamState(
         );
         const v = info.variant ?? SILU_VARIANT;
         // The biases come after the matrices: their lengths are checked when they arrive (onBiases).
-        validateVariantFeatures(v, STREAM_VARIANT_FEATURES);
+        validateVariantFeatures(v, WGSL_VARIANT_FEATURES);
         if (expect && !(sameShape(expect.shape, s) && sameVariant(expect.variant, v))) {
           const was = `${describe(expect.shape)} (${describeVariant(expect.variant)})`;
           const now = `${describe(s)} (${describeVariant(v)})`;
@@ -381,27 +382,30 @@ export async function streamState(
       },
       onBiases: (values) => {
         const biases = { gate: values.gate, up: values.up, down: values.down };
-        validateVariant({ ...shape!, variant, biases }, WGSL_VARIANT_FEATURES);
+        // the biases alone (scales, if any, come after them)
+        validateVariant({ ...shape!, variant: { ...variant, scales: false }, biases }, WGSL_VARIANT_FEATURES);
         writeBiases(device.queue, st!.biases, biases);
         biasesArrived = true;
+      },
+      onScales: (values) => {
+        const scales = { gate: values.gate, up: values.up, down: values.down };
+        // the scales alone (the biases, if any, were checked when they arrived)
+        validateVariant({ ...shape!, variant: { ...variant, biases: false }, scales }, WGSL_VARIANT_FEATURES);
+        writeScales(device.queue, st!.biases, shape!, variantData(settingsFor(shape!, variant)), scales);
+        scalesArrived = true;
       },
     });
     writer!.finish();
     // A biased variant whose stream brought no biases (the reader lays them out from the header, so only a reader
     // that skipped them could): BAD_SLICE_BIASES rather than a slice computing with zero biases.
     if (variant.biases && !biasesArrived) validateVariant({ ...shape!, variant }, WGSL_VARIANT_FEATURES);
+    if (variant.scales && !scalesArrived) validateVariant({ ...shape!, variant: { ...variant, biases: false } }, WGSL_VARIANT_FEATURES);
     return { shape: shape!, variant, state: st! };
   } catch (e) {
     if (st) releaseState(st);
     throw sliceError(e);
   }
 }
-
-/**
- * What a streamed slice may be: the stream reader does not hand over per-expert scales yet (a slice from bytes brings
- * them), so a header declaring scales is refused (UNSUPPORTED_VARIANT) rather than computed with zero scales.
- */
-const STREAM_VARIANT_FEATURES = WGSL_VARIANT_FEATURES.filter((f) => f !== 'scale');
 
 /** A slice reader's error as BAD_SLICE_STREAM (with its code as the cause); anything else unchanged. */
 export function sliceError(e: unknown): unknown {

@@ -24,7 +24,7 @@ import {
   readExpertSliceBytes,
   writeExpertSlice,
 } from '../../gguf/expert-slice.ts';
-import { EXPERT_BIASES, expertBiasName } from '../../gguf/expert-variant.ts';
+import { EXPERT_BIASES, expertBiasName, expertScaleName } from '../../gguf/expert-variant.ts';
 import { GPT_OSS_VARIANT } from '../../protocol/variant.ts';
 import { dequantizeExperts, nmse, referenceCall, type RoutedCall } from '../../shaders/reference/expert-call.ts';
 import { ExpertRuntime, ExpertRuntimeError, type ExpertSlice, type Regime, type SliceStreamSource } from '../../shaders/runtime.ts';
@@ -58,7 +58,7 @@ const f32Bytes = (v: Float32Array): Uint8Array => new Uint8Array(v.buffer, v.byt
  * A one-layer gpt-oss model file: expert matrices of `type` (weights as variant-kernels.test.ts makes them, so with
  * rows of scale 4 the clamps of swiglu_oai are reached) and F32 biases of about 1.5 (gate, up) and 3 (down).
  */
-function gptOssModel(type: GGMLType, seed: number): Uint8Array {
+function gptOssModel(type: GGMLType, seed: number, scales = false): Uint8Array {
   const rand = mulberry32(seed);
   const tensors = EXPERT_MATRICES.map((m) => {
     const [cols, rows] = m === 'down' ? [FF, N_EMBD] : [N_EMBD, FF];
@@ -69,6 +69,12 @@ function gptOssModel(type: GGMLType, seed: number): Uint8Array {
     const len = b === 'down' ? N_EMBD : FF;
     const data = f32Bytes(gaussian(N_EXPERT_TOTAL * len, rand, b === 'down' ? 3 : 1.5));
     tensors.push({ name: expertBiasName(0, b), dims: [len, N_EXPERT_TOTAL], type: GGMLType.F32, data });
+  }
+  if (scales) {
+    for (const m of EXPERT_BIASES) {
+      const data = f32Bytes(Float32Array.from({ length: N_EXPERT_TOTAL }, () => 0.5 + 1.5 * rand()));
+      tensors.push({ name: expertScaleName(0, m), dims: [N_EXPERT_TOTAL], type: GGMLType.F32, data });
+    }
   }
   return encodeGGUF({ metadata: { 'general.architecture': str('gpt-oss'), 'gpt-oss.block_count': u32(1) }, tensors });
 }
@@ -83,7 +89,7 @@ async function sliceFile(model: Uint8Array): Promise<Uint8Array> {
 
 /** The slice file read whole, as create() takes it. */
 async function wholeSlice(file: Uint8Array): Promise<ExpertSlice> {
-  const { info, gate, up, down, biases } = await readExpertSliceBytes(file);
+  const { info, gate, up, down, biases, scales } = await readExpertSliceBytes(file);
   return {
     nEmbd: info.nEmbd,
     ff: info.ff,
@@ -94,6 +100,7 @@ async function wholeSlice(file: Uint8Array): Promise<ExpertSlice> {
     down,
     ...(info.variant && { variant: info.variant }),
     ...(biases && { biases }),
+    ...(scales && { scales }),
   };
 }
 
@@ -252,5 +259,29 @@ describe('a gpt-oss slice streamed into ExpertRuntime.load', { concurrency: 1 },
     // The whole file still loads (the failed loads left nothing behind that a new one trips on).
     const rt = await ExpertRuntime.load(device, streamOf(file));
     rt.dispose();
+  });
+
+  test('per-expert scales arrive through the stream too: the bits of create(), not those of unit scales', async () => {
+    const file = await sliceFile(gptOssModel(GGMLType.Q8_0, seed++, true));
+    const slice = await wholeSlice(file);
+    assert.equal(slice.variant?.scales, true);
+    const ones = {
+      gate: new Float32Array(slice.nExpert).fill(1),
+      up: new Float32Array(slice.nExpert).fill(1),
+      down: new Float32Array(slice.nExpert).fill(1),
+    };
+    const call = makeCall(5, 3, slice.nExpert, seed++);
+    const created = await ExpertRuntime.create(device, slice, { label: 'created, scaled' });
+    const unit = await ExpertRuntime.create(device, { ...slice, scales: ones }, { label: 'unit scales' });
+    const streamed = await ExpertRuntime.load(device, streamOf(file), { label: 'streamed, scaled' });
+    try {
+      for (const regime of ['decode', 'batched'] as Regime[]) {
+        const want = await compute(created, call, regime);
+        assert.ok(sameBits(await compute(streamed, call, regime), want), `${regime}: streamed = created`);
+        assert.ok(!sameBits(await compute(unit, call, regime), want), `${regime}: the scales matter`);
+      }
+    } finally {
+      for (const rt of [created, unit, streamed]) rt.dispose();
+    }
   });
 });

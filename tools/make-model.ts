@@ -86,6 +86,9 @@ export function amplitude(t: TensorPlan, expertScale: number): number {
       // As loud as the matrix product each is added to: a unit-variance term on gate and up, the down projection's
       // expertScale on down (so that --expert-scale quiets or raises the whole routed branch alike).
       return (t.name.includes('ffn_down_exps') ? expertScale : 1) * Math.sqrt(3);
+    case 'expert_scale':
+      // Uniform in [0.5, 2) (centre 1.25): each expert's gate, up and down products scaled apart.
+      return 0.75;
     case 'ssm_a':
     case 'ssm_dt':
       return HYBRID_FILL[t.role].amplitude;
@@ -96,8 +99,12 @@ export function amplitude(t: TensorPlan, expertScale: number): number {
   }
 }
 
-/** Centre of a tensor's uniform weights: 0 but for the linear-attention decay, which must be negative (HYBRID_FILL). */
+/**
+ * Centre of a tensor's uniform weights: 0 but for the linear-attention decay, which must be negative (HYBRID_FILL),
+ * and the per-expert scales (1.25: positive multipliers in [0.5, 2)).
+ */
 export function centre(t: TensorPlan): number {
+  if (t.role === 'expert_scale') return 1.25;
   return t.role === 'ssm_a' || t.role === 'ssm_dt' ? HYBRID_FILL[t.role].centre : 0;
 }
 
@@ -140,6 +147,10 @@ function metaValue(m: MetaEntry): GGUFValue {
       return bool(m.value);
     case 'i32[]':
       return arr(GGUFValueType.INT32, m.value);
+    case 'f32[]':
+      return arr(GGUFValueType.FLOAT32, m.value);
+    case 'bool[]':
+      return arr(GGUFValueType.BOOL, m.value);
     case 'str':
       return str(m.value);
   }
@@ -191,7 +202,8 @@ export async function makeModel(config: ModelConfig, path: string): Promise<Made
 
 const USAGE = `usage: npm run make-model -- --arch <${ARCHITECTURES.join('|')}> [--layers N] [--n-embd E]
        [--n-expert X] [--n-expert-used K] [--ff F] [--shared-ff S] [--dense-leading D] [--n-head H] [--n-head-kv H]
-       [--q-lora-rank R] [--kv-lora-rank R] [--expert-groups G] [--expert-groups-used U]
+       [--q-lora-rank R] [--kv-lora-rank R] [--expert-groups G] [--expert-groups-used U] [--expert-scales]
+       [--swiglu-limit L[,L...]]
        [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k] [--seed S] [--expert-scale A] --out file.gguf
 
   --expert-scale A   amplitude of the routed experts' down projection relative to unit variance (default 0.1: a quiet
@@ -199,7 +211,11 @@ const USAGE = `usage: npm run make-model -- --arch <${ARCHITECTURES.join('|')}> 
   --q-lora-rank, --kv-lora-rank
                      deepseek2's latent-attention ranks (default n-embd / 2; a q-lora-rank of 0 gives one attn_q)
   --expert-groups, --expert-groups-used
-                     deepseek2's grouped top-k (default 4 and 2 when n-expert is a multiple of 4; 0 turns it off)`;
+                     deepseek2's grouped top-k (default 4 and 2 when n-expert is a multiple of 4; 0 turns it off)
+  --expert-scales    per-expert scale tensors ffn_{gate,up,down}_exps.scale (F32, in [0.5, 2)) for qwen3moe, llama,
+                     qwen3next and qwen35moe, whose graphs multiply each expert's products by them
+  --swiglu-limit L   step35's clamped SwiGLU: one limit for every layer, or one per layer (comma-separated; 0 leaves a
+                     layer unclamped). Default: 1.5 + 0.25·layer on even layers, 0 on odd ones`;
 
 async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({
@@ -222,6 +238,8 @@ async function main(argv: string[]): Promise<number> {
       'kv-lora-rank': { type: 'string' },
       'expert-groups': { type: 'string' },
       'expert-groups-used': { type: 'string' },
+      'expert-scales': { type: 'boolean' },
+      'swiglu-limit': { type: 'string' },
       out: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -260,6 +278,12 @@ async function main(argv: string[]): Promise<number> {
   set('kvLoraRank', num(values['kv-lora-rank']));
   set('expertGroups', num(values['expert-groups']));
   set('expertGroupsUsed', num(values['expert-groups-used']));
+  set('expertScales', values['expert-scales']);
+  if (values['swiglu-limit'] !== undefined) {
+    const limits = values['swiglu-limit'].split(',').map(Number);
+    // One limit: every layer's (the layer count is known once the rest of the config is).
+    partial.swigluLimits = limits.length === 1 ? Array(partial.layers ?? defaultConfig(partial).layers).fill(limits[0]) : limits;
+  }
   const t0 = performance.now();
   try {
     const made = await makeModel(defaultConfig(partial), values.out);

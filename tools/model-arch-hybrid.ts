@@ -155,7 +155,7 @@ export function planHybridModel(c: ModelConfig, vocabSize: number, fileType: num
   const tensors: TensorPlan[] = [];
   // The vectors, the router, the shared expert's gate and the convolution (rows of SSM_CONV_KERNEL) stay F32, as
   // llama.cpp's quantizer keeps them; every other matrix gets the requested type.
-  const small = new Set<TensorRole>(['norm', 'router', 'shared_gate', 'ssm_conv', 'ssm_a', 'ssm_dt']);
+  const small = new Set<TensorRole>(['norm', 'router', 'shared_gate', 'expert_scale', 'ssm_conv', 'ssm_a', 'ssm_dt']);
   const add = (name: string, dims: number[], role: TensorRole): void => {
     tensors.push({ name, dims, role, type: small.has(role) ? GGMLType.F32 : c.type });
   };
@@ -197,6 +197,10 @@ export function planHybridModel(c: ModelConfig, vocabSize: number, fileType: num
     add(`${p}.ffn_gate_exps.weight`, [c.nEmbd, c.ff, c.nExpert], 'expert');
     add(`${p}.ffn_up_exps.weight`, [c.nEmbd, c.ff, c.nExpert], 'expert');
     add(`${p}.ffn_down_exps.weight`, [c.ff, c.nEmbd, c.nExpert], 'expert');
+    // Per-expert scales (ModelConfig.expertScales): both graphs pass them to build_moe_ffn.
+    if (c.expertScales) {
+      for (const m of ['gate', 'up', 'down']) add(`${p}.ffn_${m}_exps.scale`, [c.nExpert], 'expert_scale');
+    }
     add(`${p}.ffn_gate_inp_shexp.weight`, [c.nEmbd], 'shared_gate');
     add(`${p}.ffn_gate_shexp.weight`, [c.nEmbd, c.sharedFf], 'shared_ffn');
     add(`${p}.ffn_up_shexp.weight`, [c.nEmbd, c.sharedFf], 'shared_ffn');

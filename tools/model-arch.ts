@@ -23,11 +23,11 @@ const DENSE_LEADING: readonly ArchName[] = ['deepseek', 'deepseek2', 'glm4moe', 
 /** Architectures with shared experts counted in units of `ff` (`expert_shared_count` = sharedFf / ff). */
 const SHARED_COUNT: readonly ArchName[] = ['deepseek', 'deepseek2', 'glm4moe', 'dots1', 'bailingmoe2'];
 /** Architectures with one shared expert of its own width (`expert_shared_feed_forward_length` = sharedFf). */
-const SHARED_FF: readonly ArchName[] = ['qwen2moe', 'ernie4_5-moe', 'hunyuan-moe'];
+const SHARED_FF: readonly ArchName[] = ['qwen2moe', 'ernie4_5-moe', 'hunyuan-moe', 'step35'];
 /** Architectures whose experts are sized by `feed_forward_length` (the others read expert_feed_forward_length). */
 const EXPERTS_BY_FF: readonly ArchName[] = ['llama', 'olmoe', 'minimax-m2', 'hunyuan-moe'];
 /** Architectures with RMS norms over each head's queries and keys. */
-const HEAD_QK_NORM: readonly ArchName[] = ['qwen3moe', 'glm4moe', 'dots1', 'hunyuan-moe', 'bailingmoe2'];
+const HEAD_QK_NORM: readonly ArchName[] = ['qwen3moe', 'glm4moe', 'dots1', 'hunyuan-moe', 'bailingmoe2', 'step35'];
 /** Architectures that rotate half of each head (partial RoPE). */
 const HALF_ROPE: readonly ArchName[] = ['deepseek2', 'glm4moe', 'minimax-m2', 'bailingmoe2'];
 
@@ -37,6 +37,31 @@ const HALF_ROPE: readonly ArchName[] = ['deepseek2', 'glm4moe', 'minimax-m2', 'b
  * tests' prompt and generation together, so that the windowed layers attend differently from the full ones.
  */
 export const GPT_OSS_SLIDING_WINDOW = 8;
+
+/**
+ * The families whose graph passes the per-expert scale tensors (`ffn_*_exps.scale`) to build_moe_ffn (pinned commit:
+ * src/models/qwen3moe.cpp, llama.cpp, qwen3next.cpp, qwen35moe.cpp). llama.cpp's loader reads them for every
+ * architecture, but the others' graphs would load and then ignore them: the generator refuses those.
+ */
+export const EXPERT_SCALE_ARCHS: readonly ArchName[] = ['qwen3moe', 'llama', 'qwen3next', 'qwen35moe'];
+
+/** step35's sliding window, as gpt-oss's: shorter than the tests' prompt and generation together. */
+export const STEP35_SLIDING_WINDOW = 8;
+
+/** step35: layer `il` attends through the sliding window, as Step-3.5's layer_types (one full layer, three windowed). */
+export function step35Windowed(il: number): boolean {
+  return il % 4 !== 0;
+}
+
+/**
+ * step35's default clamp limits, one per layer (`swiglu_clamp_exp`). Unit-variance gate and up products (normed input,
+ * unit-variance matrices) would never reach Step-3.5's own limit of 7, so these are low enough to bite: |up| > 1.5 for
+ * about 13% of the values, silu(gate) > 1.5 for about 6%. Every second layer is left unclamped (0) and the clamped ones
+ * differ, as the real files' limits do per layer: a reader must take each layer's limit, not the first one.
+ */
+export function defaultSwigluLimits(layers: number): number[] {
+  return Array.from({ length: layers }, (_, il) => (il % 2 === 1 ? 0 : 1.5 + 0.25 * il));
+}
 
 /**
  * How the router of an architecture picks and weighs experts (all on the coordinator: router authority). Sigmoid gates
@@ -69,6 +94,10 @@ const ROUTING: Partial<Record<ArchName, Routing>> = {
   // The router's own bias (ffn_gate_inp.bias) shifts the logits before the top-k, so it weighs as well as selects:
   // not a selection-only exp_probs_b. The softmax over the k selected logits makes the weights sum to 1.
   'gpt-oss': { gating: 3, probsBias: false, norm: true, scale: 0 },
+  // Grok: softmax over all experts, the selected weights renormalised (build_moe_ffn's norm_w fixed true in grok.cpp).
+  grok: { gating: 1, probsBias: false, norm: true, scale: 0 },
+  // Step-3.5: sigmoid gates with a selection bias, normalised and scaled (moe_router_scaling_factor 3).
+  step35: { gating: 2, probsBias: true, norm: true, scale: 3 },
 };
 
 /** The router an architecture's generated model asks llama.cpp for; undefined: softmax over all experts, as stock. */
@@ -112,6 +141,8 @@ export function defaultConfig(partial: Partial<ModelConfig> & Pick<ModelConfig, 
     expertGroupsUsed: partial.arch === 'deepseek2' && (partial.nExpert ?? 8) % 4 === 0 ? 2 : 0,
     contextLength: 4096,
     expertScale: 0.1,
+    expertScales: false,
+    swigluLimits: partial.arch === 'step35' ? defaultSwigluLimits(partial.layers ?? 2) : [],
     ...partial,
     nEmbd,
     nHead,
@@ -152,6 +183,24 @@ export function validateConfig(c: ModelConfig): string[] {
   }
   // Llama 4's attention is chunked in 3 layers of every 4 and full in the 4th; llama.cpp needs one full layer at least.
   if (c.arch === 'llama4' && c.layers < 4) problems.push(`llama4 needs at least 4 layers (every 4th attends in full), got ${c.layers}`);
+  if (c.expertScales && !EXPERT_SCALE_ARCHS.includes(c.arch)) {
+    problems.push(`--expert-scales: only ${EXPERT_SCALE_ARCHS.join(', ')} pass per-expert scales to their experts, not ${c.arch}`);
+  }
+  if (c.swigluLimits.length > 0) {
+    if (c.arch !== 'step35') problems.push(`--swiglu-limit: only step35 clamps its experts' SwiGLU, not ${c.arch}`);
+    else if (c.swigluLimits.length !== c.layers) {
+      problems.push(`--swiglu-limit: ${c.swigluLimits.length} limits for ${c.layers} layers (give one, or one per layer)`);
+    }
+    for (const v of c.swigluLimits) {
+      if (!Number.isFinite(v) || v < 0) problems.push(`--swiglu-limit must be finite and ≥ 0 (0: unclamped), got ${v}`);
+    }
+  }
+  if (c.arch === 'step35') {
+    // Layer 0 attends in full, the next through the window: llama.cpp's windowed cache needs one windowed layer.
+    if (c.layers < 2) problems.push(`step35 needs at least 2 layers (a windowed one beside a full one), got ${c.layers}`);
+    if ((c.nEmbd / c.nHead) % 4 !== 0)
+      problems.push(`step35: head size ${c.nEmbd / c.nHead} must be a multiple of 4 (full layers rotate half of it)`);
+  }
   if (c.arch === 'dots1' && c.nHeadKv !== c.nHead) problems.push(`dots1 has no grouped-query attention: --n-head-kv must equal --n-head`);
   if (SHARED_COUNT.includes(c.arch) && c.sharedFf % c.ff !== 0) {
     problems.push(`${c.arch}: --shared-ff (${c.sharedFf}) must be a multiple of --ff (${c.ff}): shared experts are counted in units of ff`);
@@ -217,7 +266,16 @@ export function rowType(type: GGMLType, rowLength: number): GGMLType {
 }
 
 /** Roles of the tensors that stay F32 whatever the type asked for: vectors, the router, the shared expert's gate. */
-const SMALL_ROLES: readonly TensorRole[] = ['norm', 'router', 'router_bias', 'shared_gate', 'attn_bias', 'attn_sinks', 'expert_bias'];
+const SMALL_ROLES: readonly TensorRole[] = [
+  'norm',
+  'router',
+  'router_bias',
+  'shared_gate',
+  'attn_bias',
+  'attn_sinks',
+  'expert_bias',
+  'expert_scale',
+];
 
 /** The whole model: metadata and every tensor in file order. */
 export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
@@ -231,6 +289,8 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
   const F32 = GGMLType.F32;
   const mla = a === 'deepseek2';
   const oss = a === 'gpt-oss';
+  const grok = a === 'grok';
+  const step = a === 'step35';
   // deepseek2: each head's key is a non-rotated half and a rotated half of headDim; values are headDim wide.
   const ropeDim = HALF_ROPE.includes(a) ? headDim / 2 : headDim;
   // gpt-oss has no dense FFN: its converter writes the experts' width (intermediate_size) to both keys.
@@ -286,6 +346,29 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
       { key: `${a}.attention.value_length`, kind: 'u32', value: headDim },
     );
   }
+  if (grok) {
+    // The loader's defaults are Grok-1's multipliers (embeddings × 78.4, logits × 0.577, attention logits × 0.088
+    // before the tanh soft-cap of 30): ×78 would drown the layers' normed outputs in the residual of these unit-variance
+    // embeddings. 1, 1 and 1/√head (the real models' attention multiplier for their head size 128) instead.
+    metadata.push(
+      { key: `${a}.embedding_scale`, kind: 'f32', value: 1 },
+      { key: `${a}.logit_scale`, kind: 'f32', value: 1 },
+      { key: `${a}.attention.output_scale`, kind: 'f32', value: 1 / Math.sqrt(headDim) },
+    );
+  }
+  if (step) {
+    // Full layers rotate half of each head (the loader halves rope.dimension_count), windowed ones all of it.
+    metadata.push(
+      { key: `${a}.attention.sliding_window`, kind: 'u32', value: STEP35_SLIDING_WINDOW },
+      {
+        key: `${a}.attention.sliding_window_pattern`,
+        kind: 'bool[]',
+        value: Array.from({ length: c.layers }, (_, il) => step35Windowed(il)),
+      },
+    );
+  }
+  // One limit per layer, as Step-3.5's converter writes them (llama.cpp also takes one scalar for all layers).
+  if (c.swigluLimits.length > 0) metadata.push({ key: `${a}.swiglu_clamp_exp`, kind: 'f32[]', value: [...c.swigluLimits] });
   const routing = ROUTING[a];
   if (routing?.gating === 2) {
     metadata.push({ key: `${a}.expert_gating_func`, kind: 'u32', value: routing.gating });
@@ -345,6 +428,10 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
       add(`${p}.attn_k.weight`, [c.nEmbd, kvDim], 'attn');
       add(`${p}.attn_v.weight`, [c.nEmbd, kvDim], 'attn');
       add(`${p}.attn_output.weight`, [c.nEmbd, c.nEmbd], 'attn');
+      // Grok RMS-normalises the attention output before the residual add.
+      if (grok) add(`${p}.attn_output_norm.weight`, [c.nEmbd], 'norm');
+      // Step-3.5: one sigmoid gate per head on the attention output (g_proj).
+      if (step) add(`${p}.attn_gate.weight`, [c.nEmbd, c.nHead], 'attn');
     }
     if (HEAD_QK_NORM.includes(a)) {
       add(`${p}.attn_q_norm.weight`, [headDim], 'norm');
@@ -360,6 +447,12 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
       add(`${p}.ffn_up.weight`, [c.nEmbd, c.sharedFf], 'dense_ffn');
       add(`${p}.ffn_down.weight`, [c.sharedFf, c.nEmbd], 'dense_ffn');
       continue;
+    }
+    // Grok-2: a dense GELU-gated FFN beside the experts in every layer ((dense + experts) · √2/2, then normed).
+    if (grok) {
+      add(`${p}.ffn_gate.weight`, [c.nEmbd, c.sharedFf], 'dense_ffn');
+      add(`${p}.ffn_up.weight`, [c.nEmbd, c.sharedFf], 'dense_ffn');
+      add(`${p}.ffn_down.weight`, [c.sharedFf, c.nEmbd], 'dense_ffn');
     }
     moeLayers.push(i);
     add(`${p}.ffn_gate_inp.weight`, [c.nEmbd, c.nExpert], 'router');
@@ -379,6 +472,11 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
     add(`${p}.ffn_gate_exps.weight`, [c.nEmbd, c.ff, c.nExpert], 'expert');
     add(`${p}.ffn_up_exps.weight`, [c.nEmbd, c.ff, c.nExpert], 'expert');
     add(`${p}.ffn_down_exps.weight`, [c.ff, c.nEmbd, c.nExpert], 'expert');
+    if (c.expertScales) {
+      for (const m of ['gate', 'up', 'down']) add(`${p}.ffn_${m}_exps.scale`, [c.nExpert], 'expert_scale');
+    }
+    // Grok RMS-normalises the FFN output before the residual add.
+    if (grok) add(`${p}.layer_output_norm.weight`, [c.nEmbd], 'norm');
     if (a === 'llama4') {
       // one shared expert as wide as a routed one
       add(`${p}.ffn_gate_shexp.weight`, [c.nEmbd, c.ff], 'shared_ffn');

@@ -24,6 +24,8 @@ export const ARCHITECTURES = [
   'bailingmoe2',
   'llama4',
   'gpt-oss',
+  'grok',
+  'step35',
   ...HYBRID_ARCHITECTURES,
 ] as const;
 export type ArchName = (typeof ARCHITECTURES)[number];
@@ -60,6 +62,17 @@ export interface ModelConfig {
    * the experts moves the logits as much as an error in any other matrix would.
    */
   expertScale: number;
+  /**
+   * Per-expert scale tensors `blk.N.ffn_{gate,up,down}_exps.scale` (F32 [n_expert], drawn in [0.5, 2)): llama.cpp
+   * multiplies each selected expert's gate, up and down products by its scale. Only the families whose graph passes
+   * them to build_moe_ffn (EXPERT_SCALE_ARCHS in model-arch.ts); `--expert-scales`. Not the loudness `expertScale`.
+   */
+  expertScales: boolean;
+  /**
+   * step35's clamped SwiGLU (`<arch>.swiglu_clamp_exp`, one limit per layer, 0: that layer unclamped): the routed
+   * experts' up products are clamped to ±limit and silu(gate) to ≤ limit. Empty for the families without it.
+   */
+  swigluLimits: number[];
 }
 
 /** How a tensor's weights are drawn; also decides its type. */
@@ -79,6 +92,8 @@ export type TensorRole =
   | 'attn_bias'
   | 'attn_sinks'
   | 'expert_bias'
+  // per-expert multipliers of the routed experts' gate, up and down products (ModelConfig.expertScales)
+  | 'expert_scale'
   // the linear-attention layers of the hybrid families (model-arch-hybrid.ts): projections, convolution, decay, dt bias
   | 'ssm'
   | 'ssm_conv'
@@ -97,7 +112,9 @@ export type MetaEntry =
   | { key: string; kind: 'f32'; value: number }
   | { key: string; kind: 'str'; value: string }
   | { key: string; kind: 'bool'; value: boolean }
-  | { key: string; kind: 'i32[]'; value: number[] };
+  | { key: string; kind: 'i32[]'; value: number[] }
+  | { key: string; kind: 'f32[]'; value: number[] }
+  | { key: string; kind: 'bool[]'; value: boolean[] };
 
 export interface ModelPlan {
   config: ModelConfig;

@@ -4,7 +4,9 @@
  * through all of TYPES; the later families (deepseek2, glm4moe, minimax-m2, ...) through FAMILY_TYPES, a float, a
  * block quant and a K-quant: what differs between families is the loader and the graph, not the quantisation.
  * gpt-oss also has a test of its own: llama.cpp reads its expert biases and attention sinks (zeroing them moves the
- * logits).
+ * logits); so do the second-wave expert variants: grok's GELU-gated experts beside a dense FFN (the expert branch is
+ * loud), qwen3moe's per-expert scale tensors (set to 1, they move the logits) and step35's clamped SwiGLU (raised out
+ * of reach, its per-layer limits move the logits).
  * Runs one server at a time: on a 2-core machine parallel servers only slow each other down.
  */
 import { test } from 'node:test';
@@ -15,7 +17,15 @@ import { join } from 'node:path';
 import { testModel } from '../../harness/models.ts';
 import { type Completion, completeGreedy, startServer } from '../../harness/linkcpp.ts';
 import { logitDistances } from '../../harness/dispatch-checks.ts';
-import { ARCHITECTURES, GPT_OSS_SLIDING_WINDOW, planModel } from '../../tools/model-arch.ts';
+import {
+  ARCHITECTURES,
+  EXPERT_SCALE_ARCHS,
+  GPT_OSS_SLIDING_WINDOW,
+  type ModelConfig,
+  STEP35_SLIDING_WINDOW,
+  defaultSwigluLimits,
+  planModel,
+} from '../../tools/model-arch.ts';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { readGGUFFile } from '../../gguf/node-io.ts';
 import { requireMetaStringArray, tensorDataRange } from '../../gguf/types.ts';
@@ -57,10 +67,12 @@ for (const arch of ARCHITECTURES) {
           routed,
           `layer ${l} routed: ${routed}`,
         );
+        // grok: a dense FFN beside the experts in every layer
+        const dense = !routed || arch === 'grok';
         assert.equal(
           file.tensors.some((t) => t.name === `blk.${l}.ffn_up.weight`),
-          !routed,
-          `layer ${l} dense: ${!routed}`,
+          dense,
+          `layer ${l} dense: ${dense}`,
         );
       }
       if (arch === 'deepseek' || arch === 'deepseek2' || arch === 'glm4moe') assert.deepEqual(plan.moeLayers, [1, 2], 'layer 0 is dense');
@@ -113,24 +125,58 @@ test('llama.cpp loads and runs deepseek2 without query compression (q_lora_rank 
   }
 });
 
-/** A copy of the model at `path`, in `dir`, with every tensor whose name ends with `suffix` zeroed (F32 only). */
-async function zeroedCopy(path: string, suffix: string, dir: string): Promise<string> {
+/** A copy of the model at `path`, in `dir`, with every tensor whose name ends with `suffix` filled with `value` (F32 only). */
+async function filledCopy(path: string, suffix: string, value: number, dir: string): Promise<string> {
   const file = await readGGUFFile(path);
   const targets = file.tensors.filter((t) => t.name.endsWith(suffix));
   assert.ok(targets.length > 0, `the model has ${suffix} tensors`);
-  const out = join(dir, `zeroed-${suffix}.gguf`);
+  const out = join(dir, `filled-${value}-${suffix}.gguf`);
   await copyFile(path, out);
   const h = await open(out, 'r+');
   try {
     for (const t of targets) {
-      assert.equal(t.type, GGMLType.F32, `${t.name} is F32 (zero bytes are 0.0)`);
+      assert.equal(t.type, GGMLType.F32, `${t.name} is F32`);
       const { start, end } = tensorDataRange(file, t);
-      await h.write(new Uint8Array(end - start), 0, end - start, start);
+      const bytes = new Uint8Array(new Float32Array((end - start) / 4).fill(value).buffer);
+      await h.write(bytes, 0, bytes.length, start);
     }
   } finally {
     await h.close();
   }
   return out;
+}
+
+const zeroedCopy = (path: string, suffix: string, dir: string): Promise<string> => filledCopy(path, suffix, 0, dir);
+
+/** The loud expert branch (expert-scale 2) the dispatch tests use, on a small model of `arch`. */
+function loudConfig(partial: Partial<ModelConfig> & Pick<ModelConfig, 'arch'>): Partial<ModelConfig> & Pick<ModelConfig, 'arch'> {
+  return {
+    layers: 3,
+    nEmbd: 64,
+    ff: 64,
+    sharedFf: 64,
+    nExpert: 8,
+    nExpertUsed: 2,
+    type: GGMLType.F32,
+    seed: 11,
+    expertScale: 2,
+    ...partial,
+  };
+}
+
+/** Greedy completion of `path` with every token's probability (to compare logits), 8 tokens past the windows. */
+async function completeAll(path: string, ban: number[], nVocab: number): Promise<Completion> {
+  const server = await startServer({ model: path });
+  try {
+    return await completeGreedy(server.url, 'The swarm serves', 8, ban, { n_probs: nVocab, post_sampling_probs: false });
+  } finally {
+    await server.stop();
+  }
+}
+
+/** 1 − cos of the first generated position's logits of two completions (the same context on both sides). */
+function firstDistance(want: Completion, got: Completion, nVocab: number): number {
+  return logitDistances(want, got, nVocab)[0] ?? 0;
 }
 
 test('gpt-oss: llama.cpp reads its expert biases and attention sinks: zeroing the gate, up or down biases or the sinks moves the logits', async () => {
@@ -181,4 +227,97 @@ test('gpt-oss: llama.cpp reads its expert biases and attention sinks: zeroing th
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
+});
+
+test('grok: llama.cpp runs its GELU-gated experts beside the dense FFN, loud: zeroing the expert gates (gelu(0) · up = 0) moves the logits', async () => {
+  const model = await testModel(loudConfig({ arch: 'grok' }));
+  const file = await readGGUFFile(model.path);
+  const nVocab = requireMetaStringArray(file, 'tokenizer.ggml.tokens').length;
+  assert.ok(file.tensors.some((t) => t.name === 'blk.2.ffn_up.weight') && file.tensors.some((t) => t.name === 'blk.2.ffn_up_exps.weight'));
+  const want = await completeAll(model.path, model.ban, nVocab);
+  assert.equal(want.tokens.length, 8);
+  const dir = await mkdtemp(join(tmpdir(), 'llama-loads-grok-'));
+  try {
+    // Zero gates switch the routed branch off (GELU(0) = 0): the experts' share of each layer's normed FFN output.
+    // Measured (seed 11): 1 − cos 0.34; a silent branch gives 0. (The activation itself cannot be swapped in the file:
+    // this shows the branch loud enough that SiLU for GELU, about 20% apart on unit-variance gates, would show.)
+    const got = await completeAll(await zeroedCopy(model.path, 'ffn_gate_exps.weight', dir), model.ban, nVocab);
+    const d = firstDistance(want, got, nVocab);
+    assert.ok(d >= 0.05, `expert gates zeroed: 1 − cos ${d.toExponential(2)} at the first position (want ≥ 0.05)`);
+    assert.notDeepEqual(got.tokens, want.tokens, 'expert gates zeroed: the greedy tokens change');
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test('qwen3moe --expert-scales: llama.cpp reads the per-expert gate, up and down scales: setting either to 1 moves the logits', async () => {
+  const model = await testModel(loudConfig({ arch: 'qwen3moe', expertScales: true }));
+  const file = await readGGUFFile(model.path);
+  const nVocab = requireMetaStringArray(file, 'tokenizer.ggml.tokens').length;
+  const want = await completeAll(model.path, model.ban, nVocab);
+  assert.equal(want.tokens.length, 8);
+  // Measured (seed 11): 1 − cos 0.16 (gate), 0.054 (up), 0.019 (down); a scale llama.cpp did not read gives exactly 0.
+  const dir = await mkdtemp(join(tmpdir(), 'llama-loads-scales-'));
+  try {
+    for (const suffix of ['ffn_gate_exps.scale', 'ffn_up_exps.scale', 'ffn_down_exps.scale']) {
+      const got = await completeAll(await filledCopy(model.path, suffix, 1, dir), model.ban, nVocab);
+      const d = firstDistance(want, got, nVocab);
+      assert.ok(d >= 5e-3, `${suffix} set to 1: 1 − cos ${d.toExponential(2)} at the first position (want ≥ 5e-3)`);
+      assert.notDeepEqual(got.tokens, want.tokens, `${suffix} set to 1: the greedy tokens change`);
+    }
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test('--expert-scales on llama, qwen3next and qwen35moe: their graphs read the scales too (the down scales set to 1 move the logits)', async () => {
+  // Measured (seed 11): 1 − cos 0.043 (llama), 0.080 (qwen3next), 0.23 (qwen35moe).
+  const dir = await mkdtemp(join(tmpdir(), 'llama-loads-scales-'));
+  try {
+    for (const arch of EXPERT_SCALE_ARCHS.filter((a) => a !== 'qwen3moe')) {
+      const model = await testModel(loudConfig({ arch, expertScales: true }));
+      const nVocab = requireMetaStringArray(await readGGUFFile(model.path), 'tokenizer.ggml.tokens').length;
+      const want = await completeAll(model.path, model.ban, nVocab);
+      const got = await completeAll(await filledCopy(model.path, 'ffn_down_exps.scale', 1, dir), model.ban, nVocab);
+      const d = firstDistance(want, got, nVocab);
+      assert.ok(d >= 5e-3, `${arch}: down scales set to 1: 1 − cos ${d.toExponential(2)} at the first position (want ≥ 5e-3)`);
+    }
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test("step35: llama.cpp clamps the experts' SwiGLU at each layer's own limit (swiglu_clamp_exp): limits out of reach move the logits, as does raising one layer's", async () => {
+  const base = loudConfig({ arch: 'step35' });
+  const limits = defaultSwigluLimits(3);
+  const model = await testModel({ ...base, swigluLimits: limits });
+  const file = await readGGUFFile(model.path);
+  const nVocab = requireMetaStringArray(file, 'tokenizer.ggml.tokens').length;
+  assert.deepEqual(Array.from(file.metadata.get('step35.swiglu_clamp_exp')?.value as ArrayLike<number>), limits);
+  assert.equal(file.metadata.get('step35.attention.sliding_window')?.value, STEP35_SLIDING_WINDOW);
+  const want = await completeAll(model.path, model.ban, nVocab);
+  assert.equal(want.tokens.length, 8);
+  // The same weights (drawn per tensor name and seed), other limits: out of reach in every layer, in layer 0 only, in
+  // layer 2 only; 0 (off) everywhere.
+  const other = async (swigluLimits: number[]): Promise<Completion> =>
+    completeAll((await testModel({ ...base, swigluLimits })).path, model.ban, nVocab);
+  const unclamped = await other([1e9, 1e9, 1e9]);
+  const layer0 = await other([1e9, 0, limits[2] ?? 0]);
+  const layer2 = await other([limits[0] ?? 0, 0, 1e9]);
+  const off = await other([0, 0, 0]);
+  // Measured (seed 11), 1 − cos at the first position: 0.042 (all), 0.043 (layer 0), 1.1e-3 (layer 2, the last: the
+  // greedy tokens change from the second on); limits 0 and 1e9 give the same logits exactly.
+  const cases: Array<[string, Completion, number]> = [
+    ['every limit raised to 1e9', unclamped, 0.01],
+    ["layer 0's limit raised", layer0, 0.01],
+    ["layer 2's limit raised", layer2, 3e-4],
+  ];
+  for (const [what, got, bound] of cases) {
+    const d = firstDistance(want, got, nVocab);
+    assert.ok(d >= bound, `${what}: 1 − cos ${d.toExponential(2)} at the first position (want ≥ ${bound})`);
+    assert.notDeepEqual(got.tokens, want.tokens, `${what}: the greedy tokens change`);
+  }
+  // A limit of 0 is no clamp: the same logits as limits no value reaches.
+  const zero = firstDistance(unclamped, off, nVocab);
+  assert.ok(zero < 1e-6, `limits 0 and 1e9: 1 − cos ${zero.toExponential(2)} (want < 1e-6)`);
 });

@@ -1,24 +1,33 @@
 /**
  * planModel for the families added for issue 25 (deepseek2, glm4moe, minimax-m2, dots1, ernie4_5-moe, hunyuan-moe,
- * bailingmoe2) and later (llama4, gpt-oss): the metadata keys llama.cpp's
+ * bailingmoe2) and later (llama4, gpt-oss, grok, step35, the per-expert scales of --expert-scales): the metadata keys llama.cpp's
  * loader reads for each (`${arch}.…`, pinned commit: src/models/<arch>.cpp load_arch_hparams) and every tensor of a
  * dense and of a routed layer with its name, shape and type (load_arch_tensors). llama.cpp loading and running the
  * files is test/integration/llama-loads.test.ts; dispatching their experts, test/integration/expert-dispatch.test.ts.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { GGMLType } from '../../gguf/quant-types.ts';
-import { amplitude } from '../../tools/make-model.ts';
+import { readGGUFFile } from '../../gguf/node-io.ts';
+import { tensorDataRange } from '../../gguf/types.ts';
+import { amplitude, centre, makeModel } from '../../tools/make-model.ts';
 import {
   type ArchName,
+  EXPERT_SCALE_ARCHS,
   GPT_OSS_SLIDING_WINDOW,
+  STEP35_SLIDING_WINDOW,
   type MetaEntry,
   type ModelConfig,
   type ModelPlan,
   defaultConfig,
+  defaultSwigluLimits,
   planModel,
   routingOf,
   rowType,
+  step35Windowed,
   validateConfig,
 } from '../../tools/model-arch.ts';
 
@@ -476,4 +485,177 @@ test('gpt-oss: every layer routed; biases on q, k, v, the output, the router and
   assert.equal(amplitude(gate, 2), amplitude(gate, 0.1), 'the gate and up biases do not');
   // Unlike llama4, no minimum of layers: llama.cpp loads and runs a one-layer gpt-oss (its one layer windowed).
   assert.deepEqual(validateConfig(defaultConfig({ arch: 'gpt-oss', layers: 1, nEmbd: 64, ff: 64, nExpert: 8, nExpertUsed: 2 })), []);
+});
+
+test('grok: every layer routed (GELU-gated experts, separate gate and up) beside a dense FFN; attention and FFN outputs normed; multipliers written; softmax router, weights renormalised', () => {
+  const p = plan({ arch: 'grok', ff: 32 });
+  const m = meta(p);
+  assert.deepEqual(
+    {
+      ff: m['grok.feed_forward_length'],
+      ffExp: m['grok.expert_feed_forward_length'],
+      rope: m['grok.rope.dimension_count'],
+      embedding: m['grok.embedding_scale'],
+      logit: m['grok.logit_scale'],
+      attention: m['grok.attention.output_scale'],
+      gating: m['grok.expert_gating_func'],
+      dense: m['grok.leading_dense_block_count'],
+    },
+    { ff: 64, ffExp: 32, rope: 32, embedding: 1, logit: 1, attention: 1 / Math.sqrt(32), gating: undefined, dense: undefined },
+  );
+  const want = [
+    'attn_norm.weight 64 F32',
+    'attn_q.weight 64x64 F32',
+    'attn_k.weight 64x64 F32',
+    'attn_v.weight 64x64 F32',
+    'attn_output.weight 64x64 F32',
+    'attn_output_norm.weight 64 F32',
+    'ffn_norm.weight 64 F32',
+    'ffn_gate.weight 64x64 F32',
+    'ffn_up.weight 64x64 F32',
+    'ffn_down.weight 64x64 F32',
+    'ffn_gate_inp.weight 64x8 F32',
+    'ffn_gate_exps.weight 64x32x8 F32',
+    'ffn_up_exps.weight 64x32x8 F32',
+    'ffn_down_exps.weight 32x64x8 F32',
+    'layer_output_norm.weight 64 F32',
+  ];
+  for (const l of [0, 1, 2])
+    assert.deepEqual(
+      layer(p, l),
+      want.map((s) => `blk.${l}.${s}`),
+    );
+  assert.deepEqual(p.moeLayers, [0, 1, 2]);
+  assert.deepEqual(routingOf('grok'), { gating: 1, probsBias: false, norm: true, scale: 0 });
+  // The routed branch follows --expert-scale as the other families' do; the dense FFN beside it does not.
+  const q = plan({ arch: 'grok', type: GGMLType.Q8_0 });
+  const down = q.tensors.find((t) => t.name === 'blk.0.ffn_down_exps.weight');
+  const dense = q.tensors.find((t) => t.name === 'blk.0.ffn_down.weight');
+  assert.ok(down && dense);
+  assert.equal(down.type, GGMLType.Q8_0);
+  assert.equal(amplitude(down, 2) / amplitude(down, 0.1), 20);
+  assert.equal(amplitude(dense, 2), amplitude(dense, 0.1));
+});
+
+test('step35: every layer routed with a shared expert, sigmoid router with a selection bias; full and windowed attention (one in four full), a head gate; one SwiGLU clamp limit per layer, 0 on odd layers', () => {
+  const p = plan({ arch: 'step35', ff: 32 });
+  const m = meta(p);
+  assert.deepEqual(
+    {
+      window: m['step35.attention.sliding_window'],
+      pattern: m['step35.attention.sliding_window_pattern'],
+      limits: m['step35.swiglu_clamp_exp'],
+      shexp: m['step35.swiglu_clamp_shexp'],
+      rope: m['step35.rope.dimension_count'],
+      ff: m['step35.feed_forward_length'],
+      ffExp: m['step35.expert_feed_forward_length'],
+      ffShared: m['step35.expert_shared_feed_forward_length'],
+      gating: m['step35.expert_gating_func'],
+      norm: m['step35.expert_weights_norm'],
+      scale: m['step35.expert_weights_scale'],
+    },
+    {
+      window: STEP35_SLIDING_WINDOW,
+      pattern: [false, true, true],
+      limits: [1.5, 0, 2],
+      shexp: undefined,
+      rope: 32,
+      ff: 64,
+      ffExp: 32,
+      ffShared: 64,
+      gating: 2,
+      norm: true,
+      scale: 3,
+    },
+  );
+  const kinds = Object.fromEntries(p.metadata.map((e) => [e.key, e.kind]));
+  assert.equal(kinds['step35.swiglu_clamp_exp'], 'f32[]', 'an F32 array, as the converter writes it');
+  assert.equal(kinds['step35.attention.sliding_window_pattern'], 'bool[]');
+  const want = [
+    'attn_norm.weight 64 F32',
+    'attn_q.weight 64x64 F32',
+    'attn_k.weight 64x64 F32',
+    'attn_v.weight 64x64 F32',
+    'attn_output.weight 64x64 F32',
+    'attn_gate.weight 64x2 F32',
+    'attn_q_norm.weight 32 F32',
+    'attn_k_norm.weight 32 F32',
+    'ffn_norm.weight 64 F32',
+    'ffn_gate_inp.weight 64x8 F32',
+    'exp_probs_b.bias 8 F32',
+    'ffn_gate_exps.weight 64x32x8 F32',
+    'ffn_up_exps.weight 64x32x8 F32',
+    'ffn_down_exps.weight 32x64x8 F32',
+    'ffn_gate_shexp.weight 64x64 F32',
+    'ffn_up_shexp.weight 64x64 F32',
+    'ffn_down_shexp.weight 64x64 F32',
+  ];
+  for (const l of [0, 1, 2])
+    assert.deepEqual(
+      layer(p, l),
+      want.map((s) => `blk.${l}.${s}`),
+    );
+  assert.deepEqual(p.moeLayers, [0, 1, 2]);
+  assert.deepEqual(defaultSwigluLimits(5), [1.5, 0, 2, 0, 2.5]);
+  assert.deepEqual(
+    [0, 1, 2, 3, 4, 5].map((l) => step35Windowed(l)),
+    [false, true, true, true, false, true],
+  );
+  // Limits given: one per layer, written as given; none: no key (llama.cpp: no clamp).
+  assert.deepEqual(meta(plan({ arch: 'step35', swigluLimits: [7, 7, 0] }))['step35.swiglu_clamp_exp'], [7, 7, 0]);
+  assert.equal(meta(plan({ arch: 'step35', swigluLimits: [] }))['step35.swiglu_clamp_exp'], undefined);
+  const bad = (partial: Partial<ModelConfig> & { arch: ArchName }): string =>
+    validateConfig(defaultConfig({ layers: 3, nEmbd: 64, ff: 64, nExpert: 8, nExpertUsed: 2, ...partial })).join('; ');
+  assert.match(bad({ arch: 'step35', swigluLimits: [7, 7] }), /2 limits for 3 layers/);
+  assert.match(bad({ arch: 'step35', swigluLimits: [7, -1, 7] }), /finite and ≥ 0/);
+  assert.match(bad({ arch: 'step35', swigluLimits: [7, Number.NaN, 7] }), /finite and ≥ 0/);
+  assert.match(bad({ arch: 'qwen3moe', swigluLimits: [7, 7, 7] }), /only step35 clamps/);
+  assert.match(bad({ arch: 'step35', layers: 1 }), /at least 2 layers/);
+  assert.match(bad({ arch: 'step35', nEmbd: 96, nHead: 16 }), /multiple of 4/);
+  assert.equal(bad({ arch: 'step35', layers: 2 }), '');
+});
+
+test('--expert-scales: ffn_gate, up and down_exps.scale (F32 [n_expert], whatever the type) on every routed layer of the families whose graph reads them, drawn in [0.5, 2) and distinct; refused elsewhere', async () => {
+  for (const arch of EXPERT_SCALE_ARCHS) {
+    const p = plan({ arch, expertScales: true, type: GGMLType.Q8_0, nEmbd: 64, nHead: 2, nHeadKv: 2 });
+    const scales = p.tensors.filter((t) => t.name.endsWith('_exps.scale'));
+    assert.deepEqual(
+      scales.map((t) => t.name),
+      p.moeLayers.flatMap((l) => ['gate', 'up', 'down'].map((m) => `blk.${l}.ffn_${m}_exps.scale`)),
+      arch,
+    );
+    for (const t of scales) {
+      assert.deepEqual([t.dims, t.type, t.role], [[8], GGMLType.F32, 'expert_scale'], t.name);
+      assert.deepEqual([centre(t) - amplitude(t, 0.1), centre(t) + amplitude(t, 2)], [0.5, 2]);
+    }
+    assert.equal(plan({ arch }).tensors.filter((t) => t.name.endsWith('.scale')).length, 0, `${arch}: none unless asked`);
+  }
+  // Drawn: every value in [0.5, 2), none repeated across experts and matrices.
+  const dir = await mkdtemp(join(tmpdir(), 'expert-scales-'));
+  try {
+    const made = await makeModel(defaultConfig({ arch: 'qwen3moe', layers: 2, expertScales: true, seed: 3 }), join(dir, 'm.gguf'));
+    const file = await readGGUFFile(made.path);
+    const bytes = await readFile(made.path);
+    const values = file.tensors
+      .filter((t) => t.name.endsWith('_exps.scale'))
+      .flatMap((t) => {
+        const { start, end } = tensorDataRange(file, t);
+        return [...new Float32Array(bytes.buffer.slice(bytes.byteOffset + start, bytes.byteOffset + end))];
+      });
+    assert.equal(values.length, 2 * 3 * 8);
+    assert.ok(
+      values.every((v) => v >= 0.5 && v < 2),
+      `${values}`,
+    );
+    assert.equal(new Set(values).size, values.length);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+  for (const arch of ['qwen2moe', 'deepseek2', 'gpt-oss', 'grok', 'step35'] as const) {
+    const problems = validateConfig(defaultConfig({ arch, expertScales: true }));
+    assert.ok(
+      problems.some((s) => s.includes('--expert-scales')),
+      `${arch}: ${problems.join('; ')}`,
+    );
+  }
 });

@@ -11,7 +11,8 @@ import { fma32 } from './ggml-float.ts';
 
 const f32 = Math.fround;
 const GELU_COEF_A = f32(0.044715);
-const SQRT_2_OVER_PI = f32(0.79788456080286535587989211986876);
+// the C source writes √(2/π) to 32 digits; as a float32 it is the float32 of 0.7978845608028654
+const SQRT_2_OVER_PI = f32(0.7978845608028654);
 
 /** ggml_gelu_f32 for one float32, in the build's float32 order (tanhf as the float32 of tanh). */
 export function ggmlGeluF32(x: number): number {
@@ -35,7 +36,7 @@ export function ggmlGeluTable(): Uint16Array {
 export function ggmlGelu(g: number): number {
   if (g <= -10) return 0;
   if (g >= 10) return g;
-  return f16ToF32((ggmlGeluTable()[f32ToF16(g)] as number));
+  return f16ToF32(ggmlGeluTable()[f32ToF16(g)] as number);
 }
 
 /** ggml_vec_geglu_f32 for one element: gelu(g) · u in float32. */

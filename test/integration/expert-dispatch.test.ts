@@ -200,7 +200,7 @@ async function dispatchedRun(
     protocolErrors: d.stats.protocolErrors,
     bound,
     ...(m.config.arch === 'llama4' && { evaluation: SWA_EVALUATION }),
-    ...(m.config.arch === 'gpt-oss' && { evaluation: GPT_OSS_EVALUATION }),
+    ...((m.config.arch === 'gpt-oss' || m.config.arch === 'step35') && { evaluation: GPT_OSS_EVALUATION }),
   });
   return { ...check, requests };
 }
@@ -211,7 +211,10 @@ async function dispatchedRun(
  * (harness/dispatch-checks.ts).
  */
 const SWA_EVALUATION: PromptEvaluation = { checkpointSplit: true };
-/** gpt-oss's graph keeps every row through its last layer (it drops the unwanted rows after the layers). */
+/**
+ * gpt-oss's and step35's graphs (sliding-window layers too) keep every row through their last layer (they drop the
+ * unwanted rows after the layers).
+ */
 const GPT_OSS_EVALUATION: PromptEvaluation = { checkpointSplit: true, lastLayerAllRows: true };
 
 function gridConfig(arch: ArchName, type: GGMLType): Partial<ModelConfig> & { arch: ArchName } {
@@ -278,6 +281,7 @@ const GRID_TYPES = [GGMLType.F32, GGMLType.F16, GGMLType.Q8_0, GGMLType.Q4_0, GG
  * expert FFN the workers compute (the same kernels): a float and a K-quant cell each keep `npm test` bounded.
  */
 const FAMILY_GRID_TYPES = [GGMLType.F32, GGMLType.Q4_K];
+const NO_RESIDUAL_PROBE: readonly string[] = ['llama4', 'gpt-oss', 'grok', 'step35'];
 const FIRST_FIVE: readonly string[] = ['qwen3moe', 'qwen2moe', 'deepseek', 'llama', 'olmoe'];
 const gridBaselines = new Map<string, number[]>();
 
@@ -285,18 +289,27 @@ function fmt(x: number): string {
   return x === 0 ? '0' : x.toExponential(1);
 }
 
-// The hybrid families (linear-attention layers) have their own grid: expert-dispatch-hybrid.test.ts.
-for (const arch of ARCHITECTURES.filter((a) => !isHybridArch(a))) {
-  for (const type of FIRST_FIVE.includes(arch) ? GRID_TYPES : FAMILY_GRID_TYPES) {
-    test(`${arch} ${GGMLType[type]}: dispatch gives stock's logits at every position; dropped expert, sums × 1.01 and prompt-only serving are caught; WGSL gives stock's tokens`, async (t: TestContext) => {
-      const m = await testModel(gridConfig(arch, type));
+/**
+ * The grid's cells: every non-hybrid architecture (the hybrid families, with linear-attention layers, have their own
+ * grid: expert-dispatch-hybrid.test.ts), and variants a family takes from its file rather than its architecture:
+ * per-expert scale tensors (issue 25), on qwen3moe.
+ */
+const GRID_CASES: Array<{ name: string; arch: ArchName; extra?: Partial<ModelConfig> }> = [
+  ...ARCHITECTURES.filter((a) => !isHybridArch(a)).map((arch) => ({ name: arch as string, arch })),
+  { name: 'qwen3moe with per-expert scales', arch: 'qwen3moe', extra: { expertScales: true } },
+];
+
+for (const { name, arch, extra } of GRID_CASES) {
+  for (const type of FIRST_FIVE.includes(name) ? GRID_TYPES : FAMILY_GRID_TYPES) {
+    test(`${name} ${GGMLType[type]}: dispatch gives stock's logits at every position; dropped expert, sums × 1.01 and prompt-only serving are caught; WGSL gives stock's tokens`, async (t: TestContext) => {
+      const m = await testModel({ ...gridConfig(arch, type), ...extra });
       const want = await baseline(m, N, ALL_PROBS);
       const distinct = new Set(want.tokens).size;
       assert.ok(
         distinct >= MIN_DISTINCT,
         `the stock baseline has ${distinct} distinct tokens of ${N} (need ≥ ${MIN_DISTINCT}): pick another seed or prompt`,
       );
-      gridBaselines.set(`${arch}/${type}`, want.tokens);
+      gridBaselines.set(`${name}/${type}`, want.tokens);
       assert.ok(promptTokens(want) > 1, 'the prompt is more than one token (generation steps are the one-row requests)');
       let wgsl: WgslBackend | undefined;
       try {
@@ -318,13 +331,13 @@ for (const arch of ARCHITECTURES.filter((a) => !isHybridArch(a))) {
               assert.deepEqual(routingProblems(honest.requests, m.config, routing).slice(0, 5), [], 'the router as the model asks');
             const [first] = await tokenize(server.url, PROMPT);
             // The residual probe walks from layer 0 through dense-free stacks; Llama 4's first MoE layer is its second
-            // (after a dense one), and gpt-oss's attention has what the probe does not model (biases, sinks), so their
-            // loudness is judged by the controls below (a dropped expert must move the logits) and, for gpt-oss, by
-            // llama-loads (zeroed expert biases move the logits by 1 − cos ≥ 0.05).
-            const loud =
-              arch === 'llama4' || arch === 'gpt-oss'
-                ? []
-                : await expertLoudness(m.path, m.config, first as number, honest.requests.slice(0, moeLayers(m).length));
+            // (after a dense one), and gpt-oss's, grok's and step35's attention have what the probe does not model
+            // (biases, sinks; grok's multipliers and extra norms; step35's head-wise gates), so their loudness is judged
+            // by the controls below (a dropped expert must move the logits) and by llama-loads (each variant's
+            // distinctive part moves the logits).
+            const loud = NO_RESIDUAL_PROBE.includes(arch)
+              ? []
+              : await expertLoudness(m.path, m.config, first as number, honest.requests.slice(0, moeLayers(m).length));
             for (const l of loud) {
               assert.ok(l.rowCosine > 0.999, `residual probe off the coordinator's rows at layer ${l.layer} (cos ${l.rowCosine})`);
               assert.ok(
@@ -380,9 +393,18 @@ test('the grid baselines differ across types: F32, F16 and Q8_0 of one architect
 const small = { layers: 3, nEmbd: 64, ff: 64, sharedFf: 64, nExpert: 8, nExpertUsed: 2, type: GGMLType.Q8_0, seed: 23, expertScale: LOUD };
 
 test('half of the pairs served, the rest reported not served → same tokens, both paths used', async () => {
-  // gpt-oss: the coordinator's own half runs its variant (biases, SwiGLU-OAI) in the dispatch path's local ops
-  for (const arch of ['qwen3moe', 'deepseek', 'gpt-oss'] as const) {
-    const m = await testModel({ arch, ...small });
+  // gpt-oss, grok, step35 and scaled qwen3moe: the coordinator's own half runs the variant (biases and SwiGLU-OAI,
+  // GELU, the clamped SiLU, per-expert scales) in the dispatch path's local ops
+  const cases = [
+    { arch: 'qwen3moe', extra: {} },
+    { arch: 'deepseek', extra: {} },
+    { arch: 'gpt-oss', extra: {} },
+    { arch: 'grok', extra: {} },
+    { arch: 'step35', extra: {} },
+    { arch: 'qwen3moe', extra: { expertScales: true } },
+  ] as const;
+  for (const { arch, extra } of cases) {
+    const m = await testModel({ arch, ...small, ...extra });
     const want = await baseline(m, 64);
     await withDispatch(m, 'half', async (server, d) => {
       const mark = d.mark();
@@ -392,7 +414,7 @@ test('half of the pairs served, the rest reported not served → same tokens, bo
       const served = answered.reduce((s, r) => s + r.served, 0);
       const local = answered.reduce((s, r) => s + r.notServed, 0);
       assert.ok(served > 0 && local > 0, `${arch}: served ${served}, not served ${local}`);
-      const how = arch === 'gpt-oss' ? GPT_OSS_EVALUATION : {};
+      const how = arch === 'gpt-oss' || arch === 'step35' ? GPT_OSS_EVALUATION : {};
       const asked = expectedRequests(moeLayers(m), m.config.layers, promptTokens(got), 64, how);
       assert.equal(answered.length, asked.length, `${arch}: every MoE layer of every evaluation asked`);
       assert.equal(served + local, asked.reduce((s, r) => s + r.nTokens, 0) * m.config.nExpertUsed, `${arch}: every pair asked`);

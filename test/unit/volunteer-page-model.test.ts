@@ -210,6 +210,10 @@ test('expert types for people: protocol order, each feature named, none listed i
     [['swiglu_oai'], 'SwiGLU-OAI (gpt-oss)'],
     [['bias', 'swiglu_oai', 'silu'], 'SiLU-gated (most models), SwiGLU-OAI (gpt-oss), expert biases'],
     [[], 'SiLU-gated (most models)'],
+    [
+      ['scale', 'gelu', 'silu_limit', 'swiglu_clamp', 'silu'],
+      'SiLU-gated (most models), clamped SwiGLU (DeepSeek-V4), limited SiLU (Step-3.5), GELU-gated (Grok), per-expert scales',
+    ],
   ];
   for (const [features, expected] of rows) assert.equal(describeVariants(features), expected, features.join(',') || 'none');
 });

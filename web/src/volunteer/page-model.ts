@@ -237,11 +237,15 @@ export function describeDevice(d: DeviceReport): [string, string][] {
   return rows;
 }
 
-/** Each expert FFN variant feature (protocol/variant.ts) in words people know it by; one not named here shows as its name. */
-const VARIANT_NAMES: Readonly<Partial<Record<VariantFeature, string>>> = {
+/** Each expert FFN variant feature (protocol/variant.ts) in words people know it by. */
+const VARIANT_NAMES: Readonly<Record<VariantFeature, string>> = {
   silu: 'SiLU-gated (most models)',
   swiglu_oai: 'SwiGLU-OAI (gpt-oss)',
+  swiglu_clamp: 'clamped SwiGLU (DeepSeek-V4)',
+  silu_limit: 'limited SiLU (Step-3.5)',
+  gelu: 'GELU-gated (Grok)',
   bias: 'expert biases',
+  scale: 'per-expert scales',
 };
 
 /**
@@ -250,7 +254,7 @@ const VARIANT_NAMES: Readonly<Partial<Record<VariantFeature, string>>> = {
  */
 export function describeVariants(features: readonly VariantFeature[]): string {
   const listed = VARIANT_FEATURES.filter((f) => features.includes(f));
-  return (listed.length > 0 ? listed : (['silu'] as const)).map((f) => VARIANT_NAMES[f] ?? f).join(', ');
+  return (listed.length > 0 ? listed : (['silu'] as const)).map((f) => VARIANT_NAMES[f]).join(', ');
 }
 
 /** Live numbers for the stats panel. */

@@ -72,7 +72,7 @@ export interface Settings {
   label: string;
   /**
    * The slice's expert FFN variant (validated: validateVariant): built into the up and down pipelines as override
-   * constants (variant.wgsl), so a silu slice's kernels are the ones it always had.
+   * constants (ffn_variant.wgsl), so a silu slice's kernels are the ones it always had.
    */
   variant: ExpertVariant;
 }
@@ -118,7 +118,7 @@ export interface GpuState {
   /** The batched regime's pipelines, built on its first call. */
   batched: Promise<Pipelines> | null;
   parts: WeightPart[];
-  /** The slice's biases (variant.wgsl's layout), or a small unused buffer for a variant without them. */
+  /** The slice's biases (ffn_variant.wgsl's layout), or a small unused buffer for a variant without them. */
   biases: GPUBuffer;
   pool: BufferPool;
   /**

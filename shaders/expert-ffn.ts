@@ -5,7 +5,7 @@
  * uniforms and `override`s) and a pipeline cache per device keyed by kernel / quant / pass / tuning / variant. The
  * expert FFN variant (its activation — silu, swiglu_oai, swiglu_clamp, silu_limit, gelu — with or without biases and
  * per-expert scales: WGSL_VARIANT_FEATURES) is a set of override constants of the up and down pipelines
- * (wgsl/variant.wgsl, variantConstants), so one module serves every variant and a silu slice's pipelines fold the
+ * (wgsl/ffn_variant.wgsl, variantConstants), so one module serves every variant and a silu slice's pipelines fold the
  * others' branches away.
  * What a call dispatches is call-plan.ts's; buffers and their lifetimes belong to device-state.ts and call-run.ts.
  */
@@ -116,7 +116,7 @@ export interface KernelTuning {
 }
 
 /**
- * What an up or down kernel computes besides its matrices (variant.wgsl's override constants): the slice's expert FFN
+ * What an up or down kernel computes besides its matrices (ffn_variant.wgsl's override constants): the slice's expert FFN
  * variant, and for gelu whether it reads ggml's f16 table (llama numerics) or computes the formula (kernelFfn).
  */
 export type KernelFfn = ExpertVariant & { geluTable?: boolean };
@@ -141,11 +141,11 @@ export type PipelineKey =
 /** Whether `v` is what every slice before issue 25 computes (the overrides' defaults; no name suffix). */
 const isPlainSilu = (v: ExpertVariant): boolean => v.activation === 'silu' && !v.biases && !v.scales;
 
-/** variant.wgsl's ACT_ constants. */
+/** ffn_variant.wgsl's ACT_ constants. */
 const ACTIVATION_CONSTANT: Record<ExpertActivation, number> = { silu: 0, swiglu_oai: 1, swiglu_clamp: 2, silu_limit: 3, gelu: 4 };
 
 /**
- * The override constants of variant.wgsl for `v`. α is passed as the f32 it is (GPT_OSS_VARIANT's is
+ * The override constants of ffn_variant.wgsl for `v`. α is passed as the f32 it is (GPT_OSS_VARIANT's is
  * Math.fround(1.702)), so the kernels use the same α as llama.cpp's float.
  */
 export function variantConstants(v: KernelFfn): Record<string, number> {

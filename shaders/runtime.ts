@@ -3,7 +3,7 @@
  * dequantized copy): for each token t, out[t] = Σ_k probs[t,k] · down_e(silu(gate_e · x_t) ⊙ (up_e · x_t)), or the
  * slice's expert FFN variant (protocol/variant.ts: swiglu_oai, swiglu_clamp, silu_limit or gelu, with expert biases
  * and per-expert scales, the down product's applied before the router weight), which the up and down pipelines are
- * built for (override constants, wgsl/variant.wgsl; biases, scales and, for gelu in llama numerics, ggml's f16 GELU
+ * built for (override constants, wgsl/ffn_variant.wgsl; biases, scales and, for gelu in llama numerics, ggml's f16 GELU
  * table in one buffer per slice). WGSL_VARIANT_FEATURES lists the variants computed.
  *
  * @example

@@ -191,7 +191,7 @@ export class WeightWriter {
 }
 
 /**
- * What a slice's variant buffer (variant.wgsl's `variant_words`) holds, each section only where the variant has it:
+ * What a slice's variant buffer (ffn_variant.wgsl's `variant_words`) holds, each section only where the variant has it:
  * float32 biases, gate and up [nExpert × ff] then down [nExpert × nEmbd]; float32 per-expert scales, gate, up and down
  * [nExpert] each; ggml's f16 GELU table (gelu in llama numerics: 65,536 f16 values, 128 KiB). One buffer for the whole
  * slice (indexed by the expert's slice index, whatever part holds its weights): even gpt-oss-120b's 128 experts need
@@ -204,7 +204,7 @@ export interface VariantData {
   geluTable: boolean;
 }
 
-/** Byte offsets of a variant buffer's sections (variant.wgsl scales_at, gelu_table_at) and its size. */
+/** Byte offsets of a variant buffer's sections (ffn_variant.wgsl scales_at, gelu_table_at) and its size. */
 export function variantDataLayout(
   shape: Pick<SliceShape, 'nEmbd' | 'ff' | 'nExpert'>,
   data: VariantData,
@@ -232,7 +232,7 @@ export function createBiasBuffer(
   });
 }
 
-/** Writes a slice's biases (validated: validateVariant) into its variant buffer, in the order variant.wgsl reads them. */
+/** Writes a slice's biases (validated: validateVariant) into its variant buffer, in the order ffn_variant.wgsl reads them. */
 export function writeBiases(queue: GPUQueue, buffer: GPUBuffer, biases: SliceBiases): void {
   let at = 0;
   for (const b of [biases.gate, biases.up, biases.down]) {

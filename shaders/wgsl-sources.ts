@@ -47,7 +47,7 @@ export interface WgslSources {
 
 export const WGSL: WgslSources = {
   common: read('common.wgsl'),
-  variant: read('variant.wgsl'),
+  variant: read('ffn_variant.wgsl'),
   weights: read('weights.wgsl'),
   reduce: { base: read('reduce.wgsl'), subgroups: read('reduce_subgroups.wgsl') },
   lanes: { base: read('lanes.wgsl'), subgroups: read('lanes_subgroups.wgsl') },

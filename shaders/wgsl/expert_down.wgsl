@@ -1,5 +1,5 @@
 // Second half of a routed expert: for each (token, expert) pair p and output row r,
-//   y[p, r] = (down_e[r] · h[p]) · s_e + bd_e[r]      with e = ids[p] (scale and bias where the variant has them: variant.wgsl)
+//   y[p, r] = (down_e[r] · h[p]) · s_e + bd_e[r]      with e = ids[p] (scale and bias where the variant has them: ffn_variant.wgsl)
 // Assembled as expert_up.wgsl is, with down's quant snippet.
 // Work split as in expert_up.wgsl: one workgroup per (pair, group of rows), threads of a row split its blocks.
 
@@ -11,7 +11,7 @@ override ROWS_PER_WORKGROUP: u32 = 4u;
 @group(0) @binding(2) var<storage, read> h: array<f32>;   // [n_tokens · n_used × ff]
 @group(0) @binding(3) var<storage, read> ids: array<i32>; // [n_tokens × n_used]
 @group(0) @binding(4) var<storage, read_write> y: array<f32>; // [n_tokens · n_used × n_embd]
-@group(0) @binding(5) var<storage, read> variant_words: array<u32>; // the slice's biases, scales, GELU table (variant.wgsl)
+@group(0) @binding(5) var<storage, read> variant_words: array<u32>; // the slice's biases, scales, GELU table (ffn_variant.wgsl)
 
 fn weight_word(m: u32, i: u32) -> u32 {
   return down_w[i];

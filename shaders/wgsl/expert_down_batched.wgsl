@@ -26,7 +26,7 @@ struct Tile {
 @group(0) @binding(3) var<storage, read> perm: array<u32>;  // [n_tokens · n_used] pair indices, sorted by expert
 @group(0) @binding(4) var<storage, read> tiles: array<Tile>; // [n_row_tiles]
 @group(0) @binding(5) var<storage, read_write> y: array<f32>; // [n_tokens · n_used × n_embd]
-@group(0) @binding(6) var<storage, read> variant_words: array<u32>; // the slice's biases, scales, GELU table (variant.wgsl)
+@group(0) @binding(6) var<storage, read> variant_words: array<u32>; // the slice's biases, scales, GELU table (ffn_variant.wgsl)
 
 fn weight_word(m: u32, i: u32) -> u32 {
   return down_w[i];

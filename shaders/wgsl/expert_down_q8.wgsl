@@ -1,5 +1,5 @@
 // expert_down.wgsl with integer dot products, bit for bit as llama.cpp's CPU backend (llama numerics, decode regime):
-//   y[p, r] = down_e[r] · h[p] (× s_e + bd_e[r] where the variant has scales or biases: variant.wgsl)      with e = ids[p]
+//   y[p, r] = down_e[r] · h[p] (× s_e + bd_e[r] where the variant has scales or biases: ffn_variant.wgsl)      with e = ids[p]
 // where h[p] is the hidden vector as llama.cpp's CPU backend rounds it for the down type, given as
 // round_activations.wgsl's main_packed output (act_qs, act_d; see expert_up_q8.wgsl). Assembled and computed as
 // expert_up_q8.wgsl is, with down's snippets; work split as there.
@@ -13,7 +13,7 @@ const LANES: u32 = 8u;
 @group(0) @binding(3) var<storage, read> ids: array<i32>;     // [n_tokens × n_used]
 @group(0) @binding(4) var<storage, read_write> y: array<f32>; // [n_tokens · n_used × n_embd]
 @group(0) @binding(5) var<storage, read> act_d: array<u32>;   // f32 scales [n_tokens · n_used × ff / BLOCK_SIZE], Q8_K: then bsums
-@group(0) @binding(6) var<storage, read> variant_words: array<u32>;  // the slice's biases, scales, GELU table (variant.wgsl)
+@group(0) @binding(6) var<storage, read> variant_words: array<u32>;  // the slice's biases, scales, GELU table (ffn_variant.wgsl)
 
 var<private> act_blocks: u32;
 

@@ -1,8 +1,8 @@
 // First half of a routed expert: for each (token, expert) pair p and hidden row r,
 //   h[p, r] = act(gate_e[r] · x_t · sg_e + bg_e[r], up_e[r] · x_t · su_e + bu_e[r])      with t = p / n_used, e = ids[p]
-// where act, the scales and the biases are the slice's variant (variant.wgsl; silu(g) · u without either for most
+// where act, the scales and the biases are the slice's variant (ffn_variant.wgsl; silu(g) · u without either for most
 // models).
-// Assembled as [enable directives] + common.wgsl + variant.wgsl + weights.wgsl + one quant/*.wgsl (the weight type) +
+// Assembled as [enable directives] + common.wgsl + ffn_variant.wgsl + weights.wgsl + one quant/*.wgsl (the weight type) +
 // a reduce snippet + this file.
 //
 // One workgroup per (pair, group of ROWS_PER_WORKGROUP rows); the WORKGROUP_SIZE / ROWS_PER_WORKGROUP threads of a
@@ -23,7 +23,7 @@ override PASS: u32 = 0u;
 @group(0) @binding(3) var<storage, read> rows: array<f32>;  // [n_tokens × n_embd]
 @group(0) @binding(4) var<storage, read> ids: array<i32>;   // [n_tokens × n_used], local expert index in the slice
 @group(0) @binding(5) var<storage, read_write> h: array<f32>; // [n_tokens · n_used × ff]
-@group(0) @binding(6) var<storage, read> variant_words: array<u32>; // the slice's biases, scales, GELU table (variant.wgsl)
+@group(0) @binding(6) var<storage, read> variant_words: array<u32>; // the slice's biases, scales, GELU table (ffn_variant.wgsl)
 
 const GATE = 0u;
 const UP = 1u;

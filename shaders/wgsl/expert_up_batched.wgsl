@@ -2,7 +2,7 @@
 // expert_up.wgsl, but with the pairs grouped by expert (TS sorts them: `perm` lists pair indices by expert, `tiles`
 // cuts each expert's run into tiles of at most TILE_ROWS pairs), so one workgroup computes a TILE_ROWS × TILE_COLS
 // block of h for one expert and decodes each weight element once for all the pairs of its tile.
-// Assembled as [enable directives] + common.wgsl + variant.wgsl + weights.wgsl + one quant/*.wgsl (the weight type) + a tile snippet
+// Assembled as [enable directives] + common.wgsl + ffn_variant.wgsl + weights.wgsl + one quant/*.wgsl (the weight type) + a tile snippet
 // (tile_f32.wgsl, or tile_f16.wgsl in the shader-f16 variant) + this file.
 //
 // Workgroup index: row tile fastest (tile = wg % n_row_tiles, column tile = wg / n_row_tiles), so neighbouring
@@ -43,7 +43,7 @@ struct Tile {
 @group(0) @binding(4) var<storage, read> perm: array<u32>;  // [n_tokens · n_used] pair indices, sorted by expert
 @group(0) @binding(5) var<storage, read> tiles: array<Tile>; // [n_row_tiles]
 @group(0) @binding(6) var<storage, read_write> h: array<f32>; // [n_tokens · n_used × ff]
-@group(0) @binding(7) var<storage, read> variant_words: array<u32>; // the slice's biases, scales, GELU table (variant.wgsl)
+@group(0) @binding(7) var<storage, read> variant_words: array<u32>; // the slice's biases, scales, GELU table (ffn_variant.wgsl)
 
 const GATE = 0u;
 const UP = 1u;

@@ -1,6 +1,6 @@
 // expert_up.wgsl with integer dot products, bit for bit as llama.cpp's CPU backend (llama numerics, decode regime):
 //   h[p, r] = swiglu(gate_e[r] · x_t, up_e[r] · x_t)      with t = p / n_used, e = ids[p]
-// (or the slice's variant: each sum scaled and biased, its gated unit; variant.wgsl, ggml_gated_unit below)
+// (or the slice's variant: each sum scaled and biased, its gated unit; ffn_variant.wgsl, ggml_gated_unit below)
 // where x_t is token t's row as llama.cpp's CPU backend rounds it for the weight type (Q8_0 blocks of 32 for Q8_0 /
 // Q4_0 weights, Q8_K blocks of 256 for the K-quants), given as round_activations.wgsl's main_packed output: int8
 // quants packed four to a word (act_qs), one f32 scale per block and, for Q8_K, the bsums after the scales (act_d).
@@ -8,7 +8,7 @@
 // (int8/<quant>.wgsl says which integer products land in which lane), each lane's fused multiply-adds over the row's
 // blocks in order (fma_rn, ggml_math.wgsl), the lanes added as hsum_float_8 (lanes.wgsl); then swiglu with ggml's
 // own expf and division. So h equals the coordinator's h to the last bit (test/gpu/ggml-exact.test.ts).
-// Assembled as [requires packed_4x8_integer_dot_product;] + [enable subgroups;] + common.wgsl + variant.wgsl + weights.wgsl +
+// Assembled as [requires packed_4x8_integer_dot_product;] + [enable subgroups;] + common.wgsl + ffn_variant.wgsl + weights.wgsl +
 // ggml_math.wgsl + quant/<q>.wgsl (BLOCK_SIZE, BLOCK_BYTES) + int8/dot_packed.wgsl or int8/dot_unpacked.wgsl +
 // int8/<q>.wgsl + lanes.wgsl or lanes_subgroups.wgsl + this file. Work split: a workgroup serves one (token, expert)
 // pair and WORKGROUP_SIZE / LANES rows of it (call-plan.ts int8RowsPerWorkgroup); PASS and the part check as in
@@ -25,7 +25,7 @@ const LANES: u32 = 8u;
 @group(0) @binding(4) var<storage, read> ids: array<i32>;    // [n_tokens × n_used], local expert index in the slice
 @group(0) @binding(5) var<storage, read_write> h: array<f32>; // [n_tokens · n_used × ff]
 @group(0) @binding(6) var<storage, read> act_d: array<u32>;  // f32 scales [n_tokens × n_embd / BLOCK_SIZE], Q8_K: then bsums
-@group(0) @binding(7) var<storage, read> variant_words: array<u32>; // the slice's biases, scales, GELU table (variant.wgsl)
+@group(0) @binding(7) var<storage, read> variant_words: array<u32>; // the slice's biases, scales, GELU table (ffn_variant.wgsl)
 
 const GATE = 0u;
 const UP = 1u;
@@ -42,7 +42,7 @@ fn weight_word(m: u32, i: u32) -> u32 {
 
 // The gated unit as llama.cpp's CPU computes it (ggml_math.wgsl): ggml_vec_swiglu_f32 for silu, the float steps of
 // ggml_compute_forward_swiglu_oai_f32 / _swiglu_clamp_f32, ggml_silu + ggml_clamp + ggml_mul for silu_limit, and
-// ggml_vec_geglu_f32's table for gelu (variant.wgsl; this kernel runs in llama numerics only, so GELU_TABLE is set).
+// ggml_vec_geglu_f32's table for gelu (ffn_variant.wgsl; this kernel runs in llama numerics only, so GELU_TABLE is set).
 fn ggml_gated_unit(g: f32, u: f32) -> f32 {
   switch (ACTIVATION) {
     case ACT_SWIGLU_OAI: {

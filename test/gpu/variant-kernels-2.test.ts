@@ -3,7 +3,7 @@
  * without expert biases and per-expert scales, on SwiftShader through the `webgpu` npm package as
  * test/gpu/variant-kernels.test.ts runs. No adapter is a failure, not a skip.
  *
- *  - variant.wgsl's f32 → f16 conversion (the GELU table's index) against gguf/half.ts at every f16 value, at each
+ *  - ffn_variant.wgsl's f32 → f16 conversion (the GELU table's index) against gguf/half.ts at every f16 value, at each
  *    midpoint between neighbours (ties to even) and one f32 ulp either side, subnormals and overflow included.
  *  - h itself, read through an F32 identity down matrix (one pair per token, weight 1: out = h × s_down + b_down,
  *    each step in f32), on Q8_0 and Q4_K gate/up: in llama numerics on the int8 kernels against ggml's float32 order
@@ -400,7 +400,7 @@ describe('expert FFN variants, second wave (swiglu_clamp, silu_limit, gelu; bias
     );
   });
 
-  test("variant.wgsl's f32 → f16 bits round to nearest even as gguf/half.ts (every f16, every tie, an ulp either side)", async () => {
+  test("ffn_variant.wgsl's f32 → f16 bits round to nearest even as gguf/half.ts (every f16, every tie, an ulp either side)", async () => {
     const xs: number[] = [];
     const bits = new Uint32Array(1);
     const asF32 = new Float32Array(bits.buffer);

@@ -88,6 +88,14 @@ const ACTIVATION_OF_ARCH: Readonly<Record<string, Pick<ExpertVariant, 'activatio
   gemma4: { activation: 'gelu', alpha: 0, limit: 0 },
 };
 
+/**
+ * Whether metadata key `key` is one layerVariant reads (besides general.architecture): a reader that keeps only some of
+ * a model's metadata (the hub's shard server drops the tokenizer's arrays) keeps these, or every clamp reads as 0.
+ */
+export function isVariantMetadataKey(key: string): boolean {
+  return key.endsWith('.swiglu_clamp_exp');
+}
+
 /** `<arch>.swiglu_clamp_exp` of `layer`: one float for every layer or an array of one per layer; 0 when absent. */
 export function swigluClampLimit(file: GGUFFile, arch: string, layer: number): number {
   const key = `${arch}.swiglu_clamp_exp`;

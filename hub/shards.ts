@@ -25,6 +25,7 @@ import { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ExpertSliceError, expertSliceByteLength, planExpertSlice, type ExpertSlicePlan } from '../gguf/expert-slice.ts';
 import { GGMLType } from '../gguf/quant-types.ts';
+import { isVariantMetadataKey } from '../gguf/expert-variant.ts';
 import { openFileSource, readGGUFFile } from '../gguf/node-io.ts';
 import type { GGUFFile } from '../gguf/types.ts';
 import { GGUFWriter } from '../gguf/writer.ts';
@@ -273,9 +274,11 @@ function fileIdentity(s: { dev: number; ino: number; size: number; mtimeMs: numb
   return `${s.dev}:${s.ino}:${s.size}:${s.mtimeMs}`;
 }
 
-/** Only what planExpertSlice reads: the tensors and two names (a tokenizer's metadata can be megabytes). */
+/** Only what planExpertSlice reads: the tensors, two names and the variant keys (a tokenizer's metadata can be megabytes). */
 function plannable(file: GGUFFile): GGUFFile {
-  const metadata = new Map([...file.metadata].filter(([k]) => k === 'general.architecture' || k === 'general.name'));
+  // The keys planExpertSlice reads: a slice's architecture, name and expert FFN variant (a layer's clamp limit)
+  const keep = (k: string): boolean => k === 'general.architecture' || k === 'general.name' || isVariantMetadataKey(k);
+  const metadata = new Map([...file.metadata].filter(([k]) => keep(k)));
   return { ...file, metadata };
 }
 

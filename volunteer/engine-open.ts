@@ -33,15 +33,6 @@ export interface ComputeEnvironment {
 }
 
 /**
- * Features the backends compute but a client does not announce yet. silu_limit (Step-3.5's clamped SiLU): the WGSL and
- * wasm kernels equal ggml-exact and the coordinator's own local ops on a step35 layer, and the dispatch grid gives
- * stock's logits, but through the hub the volunteers' sums on step35's clamped layers missed the coordinator's audit
- * sums (NMSE 2e-2 to 1e-1) and the trust checks quarantined them (no wrong token): until that is understood, the
- * market does not recruit volunteers for such layers and the coordinator computes them.
- */
-const WITHHELD_VARIANT_FEATURES: readonly VariantFeature[] = ['silu_limit'];
-
-/**
  * The expert FFN variant features this client computes (protocol/variant.ts), for its hello: those every backend it
  * may serve with computes — WebGPU (where a device is), the wasm kernel (where loaded), or else the onnxruntime
  * fallback — since which one serves is measured only once a slice is assigned.
@@ -54,7 +45,7 @@ export function computedVariants(env: Pick<ComputeEnvironment, 'backend' | 'wasm
     else if (env.ort) lists.push(ORT_VARIANT_FEATURES);
   }
   if (lists.length === 0) return ['silu'];
-  return VARIANT_FEATURES.filter((f) => !WITHHELD_VARIANT_FEATURES.includes(f) && lists.every((l) => l.includes(f)));
+  return VARIANT_FEATURES.filter((f) => lists.every((l) => l.includes(f)));
 }
 
 /** The ORT dense fallback keeps each weight as an f32 (shaders/ort/expert-ffn-graph.ts): its memory per slice. */

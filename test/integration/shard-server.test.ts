@@ -554,6 +554,34 @@ test('a gpt-oss slice (SwiGLU-OAI, expert biases) is the slice writeExpertSlice 
       assert.equal(slice.info.variant?.activation, 'swiglu_oai', how);
       assert.ok(slice.biases && slice.biases.down.length === 4 * 64, `${how}: four experts' down biases`);
     }
+    // A variant read from the model's metadata, not its architecture: step35's per-layer swiglu_clamp_exp (the shard
+    // server keeps those keys when it drops the rest of the metadata; once it did not, and volunteers computed silu).
+    const step = await testModel({
+      arch: 'step35',
+      layers: 3,
+      nEmbd: 64,
+      ff: 64,
+      nExpert: 8,
+      nExpertUsed: 2,
+      type: GGMLType.Q8_0,
+      seed: 5,
+    });
+    const s2 = await testHub({ models: [{ path: step.path, name: 'step' }] });
+    try {
+      const t2 = await s2.login(newVolunteer());
+      for (const [layer, limit] of [
+        [0, 1.5],
+        [2, 2],
+      ] as const) {
+        const r = await get(s2, shardUrl(layer, 0, 8, 'step'), t2);
+        assert.equal(r.status, 200);
+        const v = (await readExpertSliceBytes(r.body)).info.variant;
+        assert.deepEqual([v?.activation, v?.limit], ['silu_limit', limit], `step35 layer ${layer}'s clamp`);
+      }
+      assert.equal((await readExpertSliceBytes((await get(s2, shardUrl(1, 0, 8, 'step'), t2)).body)).info.variant, undefined);
+    } finally {
+      await s2.close();
+    }
   } finally {
     await app.close();
     await t.close();

@@ -1,8 +1,8 @@
 /**
  * What a volunteer announces it computes (volunteer/engine-open.ts computedVariants, the `variants` of its hello and of
  * its DeviceReport): the expert FFN variant features every backend it may serve with computes, since which backend
- * serves is measured only once a slice is assigned. WebGPU and the wasm kernel compute every variant (silu_limit is
- * withheld for now); the onnxruntime fallback silu only, so a client that may fall back to it must not claim more.
+ * serves is measured only once a slice is assigned. WebGPU and the wasm kernel compute every variant; the onnxruntime
+ * fallback silu only, so a client that may fall back to it must not claim more.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -10,8 +10,8 @@ import type { VariantFeature } from '../../protocol/variant.ts';
 import type { OrtModuleLike } from '../../shaders/ort/fallback.ts';
 import { computedVariants, probeDevice, type BackendChoice, type ComputeEnvironment } from '../../volunteer/engine-open.ts';
 
-/** What WebGPU and the wasm kernel compute, less what a client withholds (silu_limit: engine-open.ts). */
-const ALL: VariantFeature[] = ['silu', 'swiglu_oai', 'swiglu_clamp', 'gelu', 'bias', 'scale'];
+/** What WebGPU and the wasm kernel compute. */
+const ALL: VariantFeature[] = ['silu', 'swiglu_oai', 'swiglu_clamp', 'silu_limit', 'gelu', 'bias', 'scale'];
 const SILU: VariantFeature[] = ['silu'];
 
 /** Stand-ins: computedVariants only asks whether each is there. */

@@ -121,7 +121,7 @@ test('unknown fields are ignored, unknown capability entries dropped, absent opt
   o.device.future = 'x';
   o.numerics = ['quantum', 'llama', 'llama'];
   o.encodings = ['bf16', 'f32'];
-  o.variants = ['gelu', 'swiglu_oai', 'bias', 'bias'];
+  o.variants = ['relu', 'swiglu_oai', 'bias', 'bias'];
   delete o.model;
   delete o.max_experts;
   delete o.agent;

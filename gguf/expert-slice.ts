@@ -48,6 +48,7 @@ import {
   layerBiasTensors,
   layerScaleTensors,
   layerVariant,
+  modelScaleTensors,
   type ExpertActivation,
   type ExpertBiasName,
   type ExpertVariant,
@@ -116,11 +117,23 @@ export interface BiasRange {
   end: number;
 }
 
-/** One bias tensor of a planned slice: experts [begin, end) of the model's, one contiguous range. */
+/** One bias or scale tensor of a planned slice: experts [begin, end) of the model's, one contiguous range. */
 export interface ExpertSliceBiasPlan extends BiasRange {
   name: string;
-  /** [ff or n_embd, expertEnd − expertBegin]. */
+  /** [ff or n_embd, expertEnd − expertBegin]; a scale's is [expertEnd − expertBegin, 1]. */
   dims: [number, number];
+  /**
+   * A scale the model does not have (Gemma 4's files scale down alone): every value of the slice's tensor is `fill`
+   * (1: llama.cpp leaves that product alone), and the range is empty (start = end = 0).
+   */
+  fill?: number;
+}
+
+/** The bytes of a planned tensor that the model does not hold (`fill`), or undefined for a range of the model. */
+export function filledBytes(b: ExpertSliceBiasPlan): Uint8Array | undefined {
+  if (b.fill === undefined) return undefined;
+  const values = new Float32Array(b.dims[0] * b.dims[1]).fill(b.fill);
+  return new Uint8Array(values.buffer);
 }
 
 /** Bytes [start, end) of one matrix's data, absolute in a file. */
@@ -275,11 +288,11 @@ export function planExpertSlice(file: GGUFFile, layer: number, expertBegin: numb
   const shape = { nEmbd, ff, nExpert: nExpertTotal };
   let variant: ExpertVariant;
   let biasTensors: ReturnType<typeof layerBiasTensors>;
-  let scaleTensors: ReturnType<typeof layerScaleTensors>;
+  let scaleTensors: ReturnType<typeof modelScaleTensors>;
   try {
     variant = layerVariant(file, layer, shape);
     biasTensors = layerBiasTensors(file, layer, shape);
-    scaleTensors = layerScaleTensors(file, layer, nExpertTotal);
+    scaleTensors = modelScaleTensors(file, layer, nExpertTotal);
   } catch (e) {
     throw new ExpertSliceError('SLICE_BAD_TENSORS', (e as Error).message);
   }
@@ -300,6 +313,8 @@ export function planExpertSlice(file: GGUFFile, layer: number, expertBegin: numb
     ? []
     : EXPERT_BIASES.map((bias): ExpertSliceBiasPlan => {
         const t = scaleTensors[bias];
+        // a scale the model lacks is carried as ones, so that a slice has all three or none
+        if (!t) return { bias, name: expertScaleName(layer, bias), dims: [n, 1], start: 0, end: 0, fill: 1 };
         const start = file.dataOffset + t.offset + expertBegin * 4;
         return { bias, name: t.name, dims: [n, 1], start, end: start + n * 4 };
       });
@@ -327,6 +342,11 @@ export async function readPlannedBiases(source: ByteSource, plan: ExpertSlicePla
   if (plan.biases.length === 0) return undefined;
   const out = {} as ExpertSliceBiasValues;
   for (const b of plan.biases) {
+    const filled = filledBytes(b);
+    if (filled) {
+      out[b.bias] = biasValues(filled);
+      continue;
+    }
     const bytes = await source.read(b.start, b.end - b.start);
     if (bytes.length !== b.end - b.start)
       throw new GGUFError('GGUF_IO', `byte source returned ${bytes.length} bytes, ${b.end - b.start} were asked for`, b.start);
@@ -422,8 +442,9 @@ export async function writeExpertSlice(
     }
   }
   for (const b of [...plan.biases, ...plan.scales]) {
-    const bytes = await source.read(b.start, b.end - b.start);
-    if (bytes.length !== b.end - b.start)
+    const filled = filledBytes(b);
+    const bytes = filled ?? (await source.read(b.start, b.end - b.start));
+    if (!filled && bytes.length !== b.end - b.start)
       throw new GGUFError('GGUF_IO', `byte source returned ${bytes.length} bytes, ${b.end - b.start} were asked for`, b.start);
     await w.writeTensorData(sink, bytes, b.name);
   }

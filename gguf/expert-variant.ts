@@ -153,7 +153,7 @@ export function layerVariant(file: GGUFFile, layer: number, shape: { nEmbd: numb
     unit = { activation: arch === 'deepseek4' ? 'swiglu_clamp' : 'silu_limit', alpha: 0, limit };
   }
   const biases = layerBiasTensors(file, layer, shape) !== undefined;
-  const scales = layerScaleTensors(file, layer, shape.nExpert) !== undefined;
+  const scales = modelScaleTensors(file, layer, shape.nExpert) !== undefined;
   return { ...unit, biases, ...(scales && { scales }) };
 }
 
@@ -161,28 +161,56 @@ export function expertScaleName(layer: number, which: ExpertBiasName): string {
   return `blk.${layer}.ffn_${which}_exps.scale`;
 }
 
+/** A layer's per-expert scale tensors as a model file has them: any of the three; a missing one scales by 1. */
+export type LayerScaleTensors = Partial<Record<ExpertBiasName, GGUFTensorInfo>>;
+
+function scaleTensor(file: GGUFFile, layer: number, which: ExpertBiasName, nExpert: number): GGUFTensorInfo | undefined {
+  const t = findTensor(file, expertScaleName(layer, which));
+  if (t && (t.type !== GGMLType.F32 || t.dims.length !== 1 || t.dims[0] !== nExpert)) {
+    throw new ExpertVariantError(`${t.name} is ${GGMLType[t.type] ?? t.type} [${t.dims.join(', ')}]; expected F32 [${nExpert}]`);
+  }
+  return t;
+}
+
 /**
- * The layer's per-expert scale tensors (F32 [nExpert]): all three, or none. Throws ExpertVariantError when only some
- * exist or one has another type or shape (llama.cpp would take each alone; the hub does not describe such a layer).
+ * A model layer's per-expert scale tensors (F32 [nExpert]): those it has (llama.cpp multiplies each product by its
+ * scale when the tensor exists and leaves it alone when not: Gemma 4's files carry a down scale alone), or undefined
+ * when it has none. Throws ExpertVariantError when one has another type or shape.
+ */
+export function modelScaleTensors(file: GGUFFile, layer: number, nExpert: number): LayerScaleTensors | undefined {
+  const out: LayerScaleTensors = {};
+  for (const b of EXPERT_BIASES) {
+    const t = scaleTensor(file, layer, b, nExpert);
+    if (t) out[b] = t;
+  }
+  return Object.keys(out).length === 0 ? undefined : out;
+}
+
+/**
+ * A slice's per-expert scale tensors (F32 [nExpert]): all three, or none (the hub writes a missing model scale as
+ * ones). Throws ExpertVariantError when only some exist or one has another type or shape.
  */
 export function layerScaleTensors(file: GGUFFile, layer: number, nExpert: number): Record<ExpertBiasName, GGUFTensorInfo> | undefined {
-  const found = EXPERT_BIASES.map((b) => findTensor(file, expertScaleName(layer, b)));
-  if (found.every((t) => t === undefined)) return undefined;
-  const missing = EXPERT_BIASES.filter((_, i) => found[i] === undefined);
+  const found = modelScaleTensors(file, layer, nExpert);
+  if (found === undefined) return undefined;
+  const missing = EXPERT_BIASES.filter((b) => found[b] === undefined);
   if (missing.length > 0) {
     throw new ExpertVariantError(
       `layer ${layer} has some per-expert scales but not ${missing.map((b) => expertScaleName(layer, b)).join(', ')}`,
     );
   }
-  const out = {} as Record<ExpertBiasName, GGUFTensorInfo>;
-  EXPERT_BIASES.forEach((b, i) => {
-    const t = found[i] as GGUFTensorInfo;
-    if (t.type !== GGMLType.F32 || t.dims.length !== 1 || t.dims[0] !== nExpert) {
-      throw new ExpertVariantError(`${t.name} is ${GGMLType[t.type] ?? t.type} [${t.dims.join(', ')}]; expected F32 [${nExpert}]`);
-    }
-    out[b] = t;
-  });
-  return out;
+  return found as Record<ExpertBiasName, GGUFTensorInfo>;
+}
+
+/** Experts [begin, end) of one scale tensor as float32 values; ones where the model has no such tensor. */
+export async function readScaleRange(
+  source: ByteSource,
+  file: GGUFFile,
+  t: GGUFTensorInfo | undefined,
+  begin: number,
+  end: number,
+): Promise<Float32Array> {
+  return t ? readBiasRange(source, file, t, begin, end) : new Float32Array(end - begin).fill(1);
 }
 
 /** Experts [begin, end) of one bias or scale tensor, as float32 values (absolute offsets: the file's data offset is added). */

@@ -7,7 +7,7 @@ import { readGGUF } from '../gguf/reader.ts';
 import type { GGUFFile, GGUFTensorInfo } from '../gguf/types.ts';
 import { dequantize } from '../gguf/dequantize.ts';
 import { expertTensorName, layerExpertTensors, readExpertMatrix, type ExpertMatrix } from '../gguf/expert-slice.ts';
-import { layerBiasTensors, layerScaleTensors, layerVariant, readBiasRange } from '../gguf/expert-variant.ts';
+import { layerBiasTensors, layerVariant, modelScaleTensors, readBiasRange, readScaleRange } from '../gguf/expert-variant.ts';
 import type { ExpertMatrices } from '../shaders/reference/expert-ffn.ts';
 
 export class ExpertStore {
@@ -48,9 +48,9 @@ export class ExpertStore {
     const shape = { nEmbd: gateT.dims[0] as number, ff: gateT.dims[1] as number, nExpert: gateT.dims[2] as number };
     const biasT = layerBiasTensors(this.file, layer, shape);
     const bias = (b: 'gate' | 'up' | 'down'): Promise<Float32Array> => readBiasRange(this.src, this.file, biasT![b], expert, expert + 1);
-    const scaleT = layerScaleTensors(this.file, layer, shape.nExpert);
+    const scaleT = modelScaleTensors(this.file, layer, shape.nExpert);
     const scale = async (m: 'gate' | 'up' | 'down'): Promise<number> =>
-      (await readBiasRange(this.src, this.file, scaleT![m], expert, expert + 1))[0] as number;
+      (await readScaleRange(this.src, this.file, scaleT?.[m], expert, expert + 1))[0] as number;
     const m: ExpertMatrices = {
       nEmbd: shape.nEmbd,
       ff: shape.ff,

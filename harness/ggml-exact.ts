@@ -26,7 +26,7 @@ import type { GGUFFile, GGUFTensorInfo } from '../gguf/types.ts';
 import { GGMLType, rowByteSize } from '../gguf/quant-types.ts';
 import { expertTensorName, layerExpertTensors, readExpertMatrix, type ExpertMatrix } from '../gguf/expert-slice.ts';
 import { f16ToF32, f32ToF16 } from '../gguf/half.ts';
-import { layerBiasTensors, layerScaleTensors, layerVariant, readBiasRange } from '../gguf/expert-variant.ts';
+import { layerBiasTensors, layerVariant, modelScaleTensors, readBiasRange, readScaleRange } from '../gguf/expert-variant.ts';
 import { SILU_VARIANT, type ExpertVariant } from '../protocol/variant.ts';
 import { siluLimitF32, swigluClampF32, swigluOaiF32 } from '../shaders/reference/expert-ffn.ts';
 import { ggmlGeglu } from '../shaders/reference/ggml-gelu.ts';
@@ -638,8 +638,8 @@ export class GgmlExactBackend implements ExpertBackend {
     if (!L.variant.scales) return undefined;
     if (!L.scales) {
       const nExpert = this.tensor(layer, 'gate').dims[2] as number;
-      const t = layerScaleTensors(this.file, layer, nExpert);
-      const read = (m: 'gate' | 'up' | 'down'): Promise<Float32Array> => readBiasRange(this.src, this.file, t![m], 0, nExpert);
+      const t = modelScaleTensors(this.file, layer, nExpert);
+      const read = (m: 'gate' | 'up' | 'down'): Promise<Float32Array> => readScaleRange(this.src, this.file, t?.[m], 0, nExpert);
       L.scales = { gate: await read('gate'), up: await read('up'), down: await read('down') };
     }
     return L.scales;

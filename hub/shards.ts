@@ -23,7 +23,7 @@ import { createHash } from 'node:crypto';
 import { stat } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { ExpertSliceError, expertSliceByteLength, planExpertSlice, type ExpertSlicePlan } from '../gguf/expert-slice.ts';
+import { ExpertSliceError, expertSliceByteLength, filledBytes, planExpertSlice, type ExpertSlicePlan } from '../gguf/expert-slice.ts';
 import { GGMLType } from '../gguf/quant-types.ts';
 import { isVariantMetadataKey } from '../gguf/expert-variant.ts';
 import { openFileSource, readGGUFFile } from '../gguf/node-io.ts';
@@ -191,13 +191,16 @@ export class DownloadSlots {
 interface SliceLayout {
   length: number;
   header: Uint8Array;
-  /** Each matrix's data, in file order: slice bytes [at, at + end − start) are model bytes [start, end). */
-  pieces: Array<{ at: number; start: number; end: number }>;
+  /**
+   * Each tensor's data, in file order: slice bytes [at, at + end − start) are model bytes [start, end), or, for a
+   * tensor the model does not hold (a scale of ones), the piece's own `bytes`.
+   */
+  pieces: Array<{ at: number; start: number; end: number; bytes?: Uint8Array }>;
 }
 
 function sliceLayout(plan: ExpertSlicePlan): SliceLayout {
   // The writer writeExpertSlice builds (expert-slice.ts): the plan's metadata, then its matrices in order, then the
-  // biases of a biased layer (float32, one model range each).
+  // biases of a biased layer and the scales of a scaled one (float32, one model range each, or ones: filledBytes).
   const w = new GGUFWriter();
   for (const [k, v] of plan.metadata) w.set(k, v);
   for (const m of plan.matrices) w.addTensor(m.name, m.dims, m.source.type);
@@ -207,7 +210,7 @@ function sliceLayout(plan: ExpertSlicePlan): SliceLayout {
   if (length !== expertSliceByteLength(plan))
     throw new Error(`slice layout of ${length} bytes, writeExpertSlice writes ${expertSliceByteLength(plan)}`);
   const tensors = w.tensors;
-  const pieces = plan.matrices.flatMap((m, i) => {
+  const pieces: SliceLayout['pieces'] = plan.matrices.flatMap((m, i) => {
     let at = w.dataOffset + (tensors[i]?.offset ?? 0);
     return m.pieces.map((p) => {
       const piece = { at, start: p.start, end: p.end };
@@ -216,7 +219,9 @@ function sliceLayout(plan: ExpertSlicePlan): SliceLayout {
     });
   });
   [...plan.biases, ...plan.scales].forEach((b, i) => {
-    pieces.push({ at: w.dataOffset + (tensors[plan.matrices.length + i]?.offset ?? 0), start: b.start, end: b.end });
+    const at = w.dataOffset + (tensors[plan.matrices.length + i]?.offset ?? 0);
+    const bytes = filledBytes(b);
+    pieces.push(bytes ? { at, start: 0, end: bytes.length, bytes } : { at, start: b.start, end: b.end });
   });
   return { length, header: w.encodeHeader(), pieces };
 }
@@ -240,7 +245,7 @@ async function* fileBytes(layout: SliceLayout, path: string, from: number, to: n
       const end = Math.min(p.at + (p.end - p.start), to);
       while (pos < end) {
         const n = Math.min(chunk, end - pos);
-        yield await src.read(p.start + (pos - p.at), n);
+        yield p.bytes ? p.bytes.subarray(pos - p.at, pos - p.at + n) : await src.read(p.start + (pos - p.at), n);
         pos += n;
       }
     }

@@ -15,6 +15,7 @@ import {
   expertTensorName,
   planExpertSlice,
   readExpertSliceBytes,
+  readPlannedScales,
   writeExpertSlice,
 } from '../../gguf/expert-slice.ts';
 import type { ExpertMatrix, ExpertSliceBiasValues } from '../../gguf/expert-slice.ts';
@@ -38,8 +39,8 @@ function randomF32(n: number, seed: number): Float32Array {
 
 interface Spec {
   arch: string;
-  /** Write per-expert scales (F32 [N_EXPERT] for each matrix). */
-  scales?: boolean;
+  /** Write per-expert scales (F32 [N_EXPERT]): for each matrix (true) or for those listed. */
+  scales?: boolean | readonly ('gate' | 'up' | 'down')[];
   /** Metadata beside the architecture (e.g. a swiglu_clamp_exp). */
   meta?: Record<string, GGUFValue>;
   /** Which biases to write (default: all three). */
@@ -68,7 +69,7 @@ async function makeModel(spec: Spec): Promise<{ bytes: Uint8Array; file: GGUFFil
     tensors.push({ name: expertBiasName(0, b), dims: [len, N_EXPERT], type, data });
   }
   if (spec.scales) {
-    for (const m of EXPERT_BIASES) {
+    for (const m of spec.scales === true ? EXPERT_BIASES : spec.scales) {
       const values = Float32Array.from({ length: N_EXPERT }, (_, e) => 0.5 + e / 4 + (m === 'down' ? 0.125 : 0));
       bias[`${m}_scale`] = values;
       tensors.push({ name: expertScaleName(0, m), dims: [N_EXPERT], type: GGMLType.F32, data: f32Bytes(values) });
@@ -200,6 +201,18 @@ describe('expert FFN variants', () => {
       },
     );
     for (const m of EXPERT_BIASES) assert.deepEqual(streamedScales?.[m], scaled.bias[`${m}_scale`]!.slice(2, 5), `${m} scales, streamed`);
+
+    // Gemma 4's files scale down alone: the layer is scaled, and its slices carry ones for gate and up
+    const downOnly = await makeModel({ arch: 'gemma4', biases: [], scales: ['down'] });
+    assert.deepEqual(layerVariant(downOnly.file, 0, shape), { activation: 'gelu', alpha: 0, limit: 0, biases: false, scales: true });
+    const db = await sliceBytes(downOnly.bytes, downOnly.file, 1, 6);
+    const d = await readExpertSliceBytes(db);
+    assert.deepEqual(d.info.variant, { activation: 'gelu', alpha: 0, limit: 0, biases: false, scales: true });
+    assert.deepEqual(d.scales?.down, downOnly.bias.down_scale!.slice(1, 6), 'down scales from the model');
+    assert.deepEqual(d.scales?.gate, new Float32Array(5).fill(1), 'no gate scale in the model: ones');
+    assert.deepEqual(d.scales?.up, new Float32Array(5).fill(1), 'no up scale in the model: ones');
+    const downPlan = planExpertSlice(downOnly.file, 0, 1, 6);
+    assert.deepEqual(await readPlannedScales(bytesSource(downOnly.bytes), downPlan), d.scales, 'the plan reads what the slice holds');
 
     const clamped = await readExpertSliceBytes(await sliceBytes(step.bytes, step.file, 0, 8));
     assert.deepEqual(clamped.info.variant, { activation: 'silu_limit', alpha: 0, limit: 7, biases: false });

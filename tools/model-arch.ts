@@ -6,6 +6,7 @@
  */
 import { GGMLType, quantTypeInfo } from '../gguf/quant-types.ts';
 import { isHybridArch, planHybridModel, validateHybrid } from './model-arch-hybrid.ts';
+import { MINIMAX_M3_ROUTING, planMinimaxM3, validateMinimaxM3 } from './model-arch-minimax-m3.ts';
 import {
   ARCHITECTURES,
   type ArchName,
@@ -19,7 +20,7 @@ import {
 export { ARCHITECTURES, type ArchName, type MetaEntry, type ModelConfig, type ModelPlan, type TensorPlan, type TensorRole };
 
 /** Architectures whose first `denseLeading` layers have a dense FFN instead of routed experts. */
-const DENSE_LEADING: readonly ArchName[] = ['deepseek', 'deepseek2', 'glm4moe', 'dots1', 'ernie4_5-moe', 'bailingmoe2'];
+const DENSE_LEADING: readonly ArchName[] = ['deepseek', 'deepseek2', 'glm4moe', 'dots1', 'ernie4_5-moe', 'bailingmoe2', 'minimax-m3'];
 /** Architectures with shared experts counted in units of `ff` (`expert_shared_count` = sharedFf / ff). */
 const SHARED_COUNT: readonly ArchName[] = ['deepseek', 'deepseek2', 'glm4moe', 'dots1', 'bailingmoe2'];
 /** Architectures with one shared expert of its own width (`expert_shared_feed_forward_length` = sharedFf). */
@@ -98,6 +99,7 @@ const ROUTING: Partial<Record<ArchName, Routing>> = {
   grok: { gating: 1, probsBias: false, norm: true, scale: 0 },
   // Step-3.5: sigmoid gates with a selection bias, normalised and scaled (moe_router_scaling_factor 3).
   step35: { gating: 2, probsBias: true, norm: true, scale: 3 },
+  'minimax-m3': MINIMAX_M3_ROUTING,
 };
 
 /** The router an architecture's generated model asks llama.cpp for; undefined: softmax over all experts, as stock. */
@@ -243,6 +245,7 @@ export function validateConfig(c: ModelConfig): string[] {
     }
   }
   if (isHybridArch(c.arch)) problems.push(...validateHybrid(c));
+  if (c.arch === 'minimax-m3') problems.push(...validateMinimaxM3(c));
   return problems;
 }
 
@@ -282,6 +285,7 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
   const problems = validateConfig(c);
   if (problems.length > 0) throw new RangeError(problems.join('; '));
   if (isHybridArch(c.arch)) return planHybridModel(c, vocabSize, FILE_TYPE[c.type] as number);
+  if (c.arch === 'minimax-m3') return planMinimaxM3(c, vocabSize, FILE_TYPE[c.type] as number);
   const a = c.arch;
   const headDim = c.nEmbd / c.nHead;
   const kvDim = headDim * c.nHeadKv;

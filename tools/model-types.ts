@@ -26,6 +26,7 @@ export const ARCHITECTURES = [
   'gpt-oss',
   'grok',
   'step35',
+  'minimax-m3',
   ...HYBRID_ARCHITECTURES,
 ] as const;
 export type ArchName = (typeof ARCHITECTURES)[number];

@@ -6,6 +6,7 @@
  */
 import { GGMLType, quantTypeInfo } from '../gguf/quant-types.ts';
 import { isHybridArch, planHybridModel, validateHybrid } from './model-arch-hybrid.ts';
+import { planGemma4, validateGemma4 } from './model-arch-gemma4.ts';
 import { MINIMAX_M3_ROUTING, planMinimaxM3, validateMinimaxM3 } from './model-arch-minimax-m3.ts';
 import {
   ARCHITECTURES,
@@ -245,6 +246,7 @@ export function validateConfig(c: ModelConfig): string[] {
     }
   }
   if (isHybridArch(c.arch)) problems.push(...validateHybrid(c));
+  if (c.arch === 'gemma4') problems.push(...validateGemma4(c));
   if (c.arch === 'minimax-m3') problems.push(...validateMinimaxM3(c));
   return problems;
 }
@@ -285,6 +287,7 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
   const problems = validateConfig(c);
   if (problems.length > 0) throw new RangeError(problems.join('; '));
   if (isHybridArch(c.arch)) return planHybridModel(c, vocabSize, FILE_TYPE[c.type] as number);
+  if (c.arch === 'gemma4') return planGemma4(c, vocabSize, FILE_TYPE[c.type] as number);
   if (c.arch === 'minimax-m3') return planMinimaxM3(c, vocabSize, FILE_TYPE[c.type] as number);
   const a = c.arch;
   const headDim = c.nEmbd / c.nHead;

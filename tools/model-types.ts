@@ -26,6 +26,7 @@ export const ARCHITECTURES = [
   'gpt-oss',
   'grok',
   'step35',
+  'gemma4',
   'minimax-m3',
   ...HYBRID_ARCHITECTURES,
 ] as const;
@@ -80,6 +81,8 @@ export interface ModelConfig {
 export type TensorRole =
   | 'norm'
   | 'embed'
+  // token embeddings the graph multiplies by √n_embd (gemma4): drawn √n_embd smaller, unit variance once scaled
+  | 'embed_scaled'
   | 'output'
   | 'attn'
   | 'router'

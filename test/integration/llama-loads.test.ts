@@ -5,8 +5,9 @@
  * block quant and a K-quant: what differs between families is the loader and the graph, not the quantisation.
  * gpt-oss also has a test of its own: llama.cpp reads its expert biases and attention sinks (zeroing them moves the
  * logits); so do the second-wave expert variants: grok's GELU-gated experts beside a dense FFN (the expert branch is
- * loud), qwen3moe's per-expert scale tensors (set to 1, they move the logits) and step35's clamped SwiGLU (raised out
- * of reach, its per-layer limits move the logits).
+ * loud), qwen3moe's per-expert scale tensors (set to 1, they move the logits), step35's clamped SwiGLU (raised out
+ * of reach, its per-layer limits move the logits) and gemma4's fused experts with a down scale alone (set to 1, it
+ * moves the logits).
  * Runs one server at a time: on a 2-core machine parallel servers only slow each other down.
  */
 import { test } from 'node:test';
@@ -52,7 +53,8 @@ for (const arch of ARCHITECTURES) {
         seed: 11,
       });
       const file = await readGGUFFile(model.path);
-      const expertTensor = file.tensors.find((t) => t.name.endsWith('ffn_up_exps.weight'));
+      // gemma4: gate and up fused (ffn_gate_up_exps)
+      const expertTensor = file.tensors.find((t) => /ffn_(gate_)?up_exps\.weight$/.test(t.name));
       assert.equal(expertTensor?.type, type, 'expert tensors carry the requested type');
       // The file holds the plan's tensors (dense leading layers: a dense FFN, no experts).
       const plan = planModel(model.config, requireMetaStringArray(file, 'tokenizer.ggml.tokens').length);
@@ -63,12 +65,12 @@ for (const arch of ARCHITECTURES) {
       for (let l = 0; l < model.config.layers; l++) {
         const routed = plan.moeLayers.includes(l);
         assert.equal(
-          file.tensors.some((t) => t.name === `blk.${l}.ffn_up_exps.weight`),
+          file.tensors.some((t) => t.name === `blk.${l}.ffn_up_exps.weight` || t.name === `blk.${l}.ffn_gate_up_exps.weight`),
           routed,
           `layer ${l} routed: ${routed}`,
         );
-        // grok: a dense FFN beside the experts in every layer
-        const dense = !routed || arch === 'grok';
+        // grok, gemma4: a dense FFN beside the experts in every layer
+        const dense = !routed || arch === 'grok' || arch === 'gemma4';
         assert.equal(
           file.tensors.some((t) => t.name === `blk.${l}.ffn_up.weight`),
           dense,
@@ -282,6 +284,48 @@ test('--expert-scales on llama, qwen3next and qwen35moe: their graphs read the s
       const d = firstDistance(want, got, nVocab);
       assert.ok(d >= 5e-3, `${arch}: down scales set to 1: 1 − cos ${d.toExponential(2)} at the first position (want ≥ 5e-3)`);
     }
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test('gemma4: fused GELU-gated experts beside the dense FFN with a per-expert down scale alone; llama.cpp reads it: set to 1, it moves the logits', async () => {
+  const model = await testModel(loudConfig({ arch: 'gemma4' }));
+  const file = await readGGUFFile(model.path);
+  const nVocab = requireMetaStringArray(file, 'tokenizer.ggml.tokens').length;
+  for (let l = 0; l < 3; l++) {
+    const names = new Set(file.tensors.filter((t) => t.name.startsWith(`blk.${l}.`)).map((t) => t.name.slice(`blk.${l}.`.length)));
+    assert.deepEqual(
+      file.tensors.find((t) => t.name === `blk.${l}.ffn_gate_up_exps.weight`)?.dims,
+      [64, 128, 8],
+      `layer ${l}: gate and up fused, [n_embd, 2·ff, n_expert]`,
+    );
+    const down = file.tensors.find((t) => t.name === `blk.${l}.ffn_down_exps.scale`);
+    assert.deepEqual([down?.type, down?.dims], [GGMLType.F32, [8]], `layer ${l}: the down scale, F32 [n_expert]`);
+    for (const absent of ['ffn_gate_exps.weight', 'ffn_up_exps.weight', 'ffn_gate_exps.scale', 'ffn_up_exps.scale']) {
+      assert.ok(!names.has(absent), `layer ${l}: no ${absent}`);
+    }
+    for (const present of [
+      'ffn_up.weight',
+      'ffn_gate_inp.scale',
+      'pre_ffw_norm_2.weight',
+      'post_ffw_norm_1.weight',
+      'post_ffw_norm_2.weight',
+    ]) {
+      assert.ok(names.has(present), `layer ${l}: ${present}`);
+    }
+  }
+  const want = await completeAll(model.path, model.ban, nVocab);
+  assert.equal(want.tokens.length, 8);
+  // The routed branch is RMS-normed before it joins the dense one (post_ffw_norm_2): the scales move the logits by
+  // changing each token's mix of its experts. Measured (seed 11): 1 − cos 0.050; a model whose scales are all 1
+  // already gives exactly 0.
+  const dir = await mkdtemp(join(tmpdir(), 'llama-loads-gemma4-'));
+  try {
+    const got = await completeAll(await filledCopy(model.path, 'ffn_down_exps.scale', 1, dir), model.ban, nVocab);
+    const d = firstDistance(want, got, nVocab);
+    assert.ok(d >= 5e-3, `down scales set to 1: 1 − cos ${d.toExponential(2)} at the first position (want ≥ 5e-3)`);
+    assert.notDeepEqual(got.tokens, want.tokens, 'down scales set to 1: the greedy tokens change');
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

@@ -48,6 +48,11 @@ function matVec(w: Float32Array, rows: number, cols: number, x: Float64Array): F
 }
 
 const silu = (v: number): number => v / (1 + Math.exp(-v));
+/** SwiGLU-OAI with build_moe_ffn's constants (α 1.702, limit 7): minimax-m3's dense and shared FFNs. */
+const swigluOai = (g: number, u: number): number => {
+  const x = Math.min(g, 7);
+  return (x / (1 + Math.exp(-1.702 * x))) * (Math.min(Math.max(u, -7), 7) + 1);
+};
 
 /**
  * `firstToken`: the prompt's first token id; `promptRequests`: the dispatcher's log of the prompt evaluation, captured
@@ -73,12 +78,13 @@ export async function expertLoudness(
       const m = await matrix(name);
       return matVec(m.w, m.rows, m.cols, x);
     };
+    const unit = config.arch === 'minimax-m3' ? swigluOai : (g: number, u: number): number => silu(g) * u;
     const ffn = async (prefix: string, suffix: string, x: Float64Array): Promise<Float64Array> => {
       const g = await apply(`${prefix}.ffn_gate${suffix}.weight`, x);
       const u = await apply(`${prefix}.ffn_up${suffix}.weight`, x);
       return apply(
         `${prefix}.ffn_down${suffix}.weight`,
-        g.map((v, i) => silu(v) * (u[i] as number)),
+        g.map((v, i) => unit(v, u[i] as number)),
       );
     };
 

@@ -23,8 +23,9 @@
  * that the scaled embeddings have unit variance, as the layers' normed outputs do. Every branch added to the residual
  * is RMS-normed, so the routed branch is as loud as the other branches whatever `expertScale` (which sets the experts'
  * down amplitude before that norm): an error in the experts moves the residual stream by a share of its own size.
- * The same norm makes one uniform factor on a token's routed sum invisible (rms_norm(1.01·y) = rms_norm(y) but for
- * the epsilon).
+ * The same norm all but hides one uniform factor on a token's routed sum (rms_norm(1.01·y) = rms_norm(y) but for
+ * the epsilon and rounding): the exactness grid's sums × 1.01 move the logits by 1 − cos 1.6e-7 (F32) and 1.9e-6
+ * (Q4_K) here, where a dropped expert moves them by more than 1.
  *
  * The keys and shapes are the pinned llama.cpp loader's (src/models/gemma4.cpp: load_arch_hparams, load_arch_tensors,
  * the graph); model-arch.ts's planModel and validateConfig hand this architecture to planGemma4 and validateGemma4.

@@ -200,7 +200,7 @@ async function dispatchedRun(
     protocolErrors: d.stats.protocolErrors,
     bound,
     ...(m.config.arch === 'llama4' && { evaluation: SWA_EVALUATION }),
-    ...((m.config.arch === 'gpt-oss' || m.config.arch === 'step35') && { evaluation: GPT_OSS_EVALUATION }),
+    ...((m.config.arch === 'gpt-oss' || m.config.arch === 'step35' || m.config.arch === 'gemma4') && { evaluation: GPT_OSS_EVALUATION }),
   });
   return { ...check, requests };
 }
@@ -212,8 +212,8 @@ async function dispatchedRun(
  */
 const SWA_EVALUATION: PromptEvaluation = { checkpointSplit: true };
 /**
- * gpt-oss's and step35's graphs (sliding-window layers too) keep every row through their last layer (they drop the
- * unwanted rows after the layers).
+ * gpt-oss's, step35's and gemma4's graphs (sliding-window layers too) keep every row through their last layer (they
+ * drop the unwanted rows after the layers).
  */
 const GPT_OSS_EVALUATION: PromptEvaluation = { checkpointSplit: true, lastLayerAllRows: true };
 
@@ -281,7 +281,7 @@ const GRID_TYPES = [GGMLType.F32, GGMLType.F16, GGMLType.Q8_0, GGMLType.Q4_0, GG
  * expert FFN the workers compute (the same kernels): a float and a K-quant cell each keep `npm test` bounded.
  */
 const FAMILY_GRID_TYPES = [GGMLType.F32, GGMLType.Q4_K];
-const NO_RESIDUAL_PROBE: readonly string[] = ['llama4', 'gpt-oss', 'grok', 'step35'];
+const NO_RESIDUAL_PROBE: readonly string[] = ['llama4', 'gpt-oss', 'grok', 'step35', 'gemma4'];
 const FIRST_FIVE: readonly string[] = ['qwen3moe', 'qwen2moe', 'deepseek', 'llama', 'olmoe'];
 const gridBaselines = new Map<string, number[]>();
 
@@ -331,10 +331,10 @@ for (const { name, arch, extra } of GRID_CASES) {
               assert.deepEqual(routingProblems(honest.requests, m.config, routing).slice(0, 5), [], 'the router as the model asks');
             const [first] = await tokenize(server.url, PROMPT);
             // The residual probe walks from layer 0 through dense-free stacks; Llama 4's first MoE layer is its second
-            // (after a dense one), and gpt-oss's, grok's and step35's attention have what the probe does not model
-            // (biases, sinks; grok's multipliers and extra norms; step35's head-wise gates), so their loudness is judged
-            // by the controls below (a dropped expert must move the logits) and by llama-loads (each variant's
-            // distinctive part moves the logits).
+            // (after a dense one), and gpt-oss's, grok's, step35's and gemma4's graphs have what the probe does not
+            // model (biases, sinks; grok's multipliers and extra norms; step35's head-wise gates; gemma4's scaled
+            // embeddings and normed branches), so their loudness is judged by the controls below (a dropped expert must
+            // move the logits) and by llama-loads (each variant's distinctive part moves the logits).
             const loud = NO_RESIDUAL_PROBE.includes(arch)
               ? []
               : await expertLoudness(m.path, m.config, first as number, honest.requests.slice(0, moeLayers(m).length));
@@ -393,14 +393,16 @@ test('the grid baselines differ across types: F32, F16 and Q8_0 of one architect
 const small = { layers: 3, nEmbd: 64, ff: 64, sharedFf: 64, nExpert: 8, nExpertUsed: 2, type: GGMLType.Q8_0, seed: 23, expertScale: LOUD };
 
 test('half of the pairs served, the rest reported not served → same tokens, both paths used', async () => {
-  // gpt-oss, grok, step35 and scaled qwen3moe: the coordinator's own half runs the variant (biases and SwiGLU-OAI,
-  // GELU, the clamped SiLU, per-expert scales) in the dispatch path's local ops
+  // gpt-oss, grok, step35, gemma4 and scaled qwen3moe: the coordinator's own half runs the variant (biases and
+  // SwiGLU-OAI, GELU, the clamped SiLU, fused gate/up with a down scale alone, per-expert scales) in the dispatch
+  // path's local ops
   const cases = [
     { arch: 'qwen3moe', extra: {} },
     { arch: 'deepseek', extra: {} },
     { arch: 'gpt-oss', extra: {} },
     { arch: 'grok', extra: {} },
     { arch: 'step35', extra: {} },
+    { arch: 'gemma4', extra: {} },
     { arch: 'qwen3moe', extra: { expertScales: true } },
   ] as const;
   for (const { arch, extra } of cases) {
@@ -414,7 +416,7 @@ test('half of the pairs served, the rest reported not served → same tokens, bo
       const served = answered.reduce((s, r) => s + r.served, 0);
       const local = answered.reduce((s, r) => s + r.notServed, 0);
       assert.ok(served > 0 && local > 0, `${arch}: served ${served}, not served ${local}`);
-      const how = arch === 'gpt-oss' || arch === 'step35' ? GPT_OSS_EVALUATION : {};
+      const how = arch === 'gpt-oss' || arch === 'step35' || arch === 'gemma4' ? GPT_OSS_EVALUATION : {};
       const asked = expectedRequests(moeLayers(m), m.config.layers, promptTokens(got), 64, how);
       assert.equal(answered.length, asked.length, `${arch}: every MoE layer of every evaluation asked`);
       assert.equal(served + local, asked.reduce((s, r) => s + r.nTokens, 0) * m.config.nExpertUsed, `${arch}: every pair asked`);

@@ -48,6 +48,7 @@ const FAMILIES: ArchName[] = [
   'gpt-oss',
   'grok',
   'step35',
+  'minimax-m3',
   'qwen3next',
   'qwen35moe',
 ];

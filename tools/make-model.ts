@@ -214,8 +214,9 @@ const USAGE = `usage: npm run make-model -- --arch <${ARCHITECTURES.join('|')}> 
                      deepseek2's grouped top-k (default 4 and 2 when n-expert is a multiple of 4; 0 turns it off)
   --expert-scales    per-expert scale tensors ffn_{gate,up,down}_exps.scale (F32, in [0.5, 2)) for qwen3moe, llama,
                      qwen3next and qwen35moe, whose graphs multiply each expert's products by them
-  --swiglu-limit L   step35's clamped SwiGLU: one limit for every layer, or one per layer (comma-separated; 0 leaves a
-                     layer unclamped). Default: 1.5 + 0.25·layer on even layers, 0 on odd ones`;
+  --swiglu-limit L   step35's and deepseek4's clamped SwiGLU: one limit for every layer, or one per layer
+                     (comma-separated; 0 leaves a layer unclamped). Default: step35 1.5 + 0.25·layer on even layers, 0
+                     on odd ones; deepseek4 1.5, 1.75, 2 repeating (every layer clamped)`;
 
 async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({

@@ -6,6 +6,7 @@
  */
 import { GGMLType, quantTypeInfo } from '../gguf/quant-types.ts';
 import { isHybridArch, planHybridModel, validateHybrid } from './model-arch-hybrid.ts';
+import { DEEPSEEK4_ROUTING, deepseek4SwigluLimits, planDeepseek4Model, validateDeepseek4 } from './model-arch-deepseek4.ts';
 import { planGemma4, validateGemma4 } from './model-arch-gemma4.ts';
 import { MINIMAX_M3_ROUTING, planMinimaxM3, validateMinimaxM3 } from './model-arch-minimax-m3.ts';
 import {
@@ -73,10 +74,10 @@ export function defaultSwigluLimits(layers: number): number[] {
 export interface Routing {
   /**
    * llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax, 2 sigmoid, 3 softmax over the selected experts' logits
-   * (gpt-oss). Sigmoid families read the gating, norm and scale keys from the file (written); the others here have
-   * them fixed in their graph (not written).
+   * (gpt-oss), 4 sqrt(softplus) (deepseek4: its own module writes its keys). Sigmoid families read the gating, norm
+   * and scale keys from the file (written); the others here have them fixed in their graph (not written).
    */
-  gating: 1 | 2 | 3;
+  gating: 1 | 2 | 3 | 4;
   /** A per-expert selection bias `blk.N.exp_probs_b.bias` (DeepSeek-V3's e_score_correction_bias). */
   probsBias: boolean;
   /** `expert_weights_norm`: the selected weights are divided by their sum. */
@@ -100,6 +101,8 @@ const ROUTING: Partial<Record<ArchName, Routing>> = {
   grok: { gating: 1, probsBias: false, norm: true, scale: 0 },
   // Step-3.5: sigmoid gates with a selection bias, normalised and scaled (moe_router_scaling_factor 3).
   step35: { gating: 2, probsBias: true, norm: true, scale: 3 },
+  // DeepSeek-V4: sqrt(softplus) gates with a selection bias, normalised and scaled (model-arch-deepseek4.ts).
+  deepseek4: DEEPSEEK4_ROUTING,
   'minimax-m3': MINIMAX_M3_ROUTING,
 };
 
@@ -145,7 +148,12 @@ export function defaultConfig(partial: Partial<ModelConfig> & Pick<ModelConfig, 
     contextLength: 4096,
     expertScale: 0.1,
     expertScales: false,
-    swigluLimits: partial.arch === 'step35' ? defaultSwigluLimits(partial.layers ?? 2) : [],
+    swigluLimits:
+      partial.arch === 'step35'
+        ? defaultSwigluLimits(partial.layers ?? 2)
+        : partial.arch === 'deepseek4'
+          ? deepseek4SwigluLimits(partial.layers ?? 2)
+          : [],
     ...partial,
     nEmbd,
     nHead,
@@ -190,7 +198,8 @@ export function validateConfig(c: ModelConfig): string[] {
     problems.push(`--expert-scales: only ${EXPERT_SCALE_ARCHS.join(', ')} pass per-expert scales to their experts, not ${c.arch}`);
   }
   if (c.swigluLimits.length > 0) {
-    if (c.arch !== 'step35') problems.push(`--swiglu-limit: only step35 clamps its experts' SwiGLU, not ${c.arch}`);
+    if (c.arch !== 'step35' && c.arch !== 'deepseek4')
+      problems.push(`--swiglu-limit: only step35 and deepseek4 clamp their experts' SwiGLU, not ${c.arch}`);
     else if (c.swigluLimits.length !== c.layers) {
       problems.push(`--swiglu-limit: ${c.swigluLimits.length} limits for ${c.layers} layers (give one, or one per layer)`);
     }
@@ -246,6 +255,7 @@ export function validateConfig(c: ModelConfig): string[] {
     }
   }
   if (isHybridArch(c.arch)) problems.push(...validateHybrid(c));
+  if (c.arch === 'deepseek4') problems.push(...validateDeepseek4(c));
   if (c.arch === 'gemma4') problems.push(...validateGemma4(c));
   if (c.arch === 'minimax-m3') problems.push(...validateMinimaxM3(c));
   return problems;
@@ -287,6 +297,7 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
   const problems = validateConfig(c);
   if (problems.length > 0) throw new RangeError(problems.join('; '));
   if (isHybridArch(c.arch)) return planHybridModel(c, vocabSize, FILE_TYPE[c.type] as number);
+  if (c.arch === 'deepseek4') return planDeepseek4Model(c, vocabSize, FILE_TYPE[c.type] as number, rowType);
   if (c.arch === 'gemma4') return planGemma4(c, vocabSize, FILE_TYPE[c.type] as number);
   if (c.arch === 'minimax-m3') return planMinimaxM3(c, vocabSize, FILE_TYPE[c.type] as number);
   const a = c.arch;

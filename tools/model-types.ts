@@ -26,6 +26,7 @@ export const ARCHITECTURES = [
   'gpt-oss',
   'grok',
   'step35',
+  'deepseek4',
   'gemma4',
   'minimax-m3',
   ...HYBRID_ARCHITECTURES,
@@ -72,7 +73,8 @@ export interface ModelConfig {
   expertScales: boolean;
   /**
    * step35's clamped SwiGLU (`<arch>.swiglu_clamp_exp`, one limit per layer, 0: that layer unclamped): the routed
-   * experts' up products are clamped to ±limit and silu(gate) to ≤ limit. Empty for the families without it.
+   * experts' up products are clamped to ±limit and silu(gate) to ≤ limit (deepseek4: silu(min(gate, limit)) and up
+   * clamped to ±limit, ggml_swiglu_clamp). Empty for the families without it.
    */
   swigluLimits: number[];
 }
@@ -102,7 +104,9 @@ export type TensorRole =
   | 'ssm'
   | 'ssm_conv'
   | 'ssm_a'
-  | 'ssm_dt';
+  | 'ssm_dt'
+  // deepseek4's hyper-connection mixers (hc_*_fn: F32, unit-variance mixes)
+  | 'hc';
 
 export interface TensorPlan {
   name: string;

@@ -609,7 +609,7 @@ test('step35: every layer routed with a shared expert, sigmoid router with a sel
   assert.match(bad({ arch: 'step35', swigluLimits: [7, 7] }), /2 limits for 3 layers/);
   assert.match(bad({ arch: 'step35', swigluLimits: [7, -1, 7] }), /finite and ≥ 0/);
   assert.match(bad({ arch: 'step35', swigluLimits: [7, Number.NaN, 7] }), /finite and ≥ 0/);
-  assert.match(bad({ arch: 'qwen3moe', swigluLimits: [7, 7, 7] }), /only step35 clamps/);
+  assert.match(bad({ arch: 'qwen3moe', swigluLimits: [7, 7, 7] }), /only step35 and deepseek4 clamp/);
   assert.match(bad({ arch: 'step35', layers: 1 }), /at least 2 layers/);
   assert.match(bad({ arch: 'step35', nEmbd: 96, nHead: 16 }), /multiple of 4/);
   assert.equal(bad({ arch: 'step35', layers: 2 }), '');

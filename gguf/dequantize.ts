@@ -138,6 +138,35 @@ function decodeQ8_0(src: Uint8Array, nb: number, out: Float32Array, o: number): 
   }
 }
 
+/** kvalues_fp4 (ggml-common.h, kvalues_mxfp4): E2M1 values doubled, so a block's scale is half its E8M0 exponent. */
+export const KVALUES_MXFP4: readonly number[] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/** kvalues_iq4nl (ggml-common.h): IQ4_NL's 16 non-linear levels. */
+export const KVALUES_IQ4NL: readonly number[] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+
+/**
+ * ggml_e8m0_to_fp32_half (ggml-impl.h): 2^(e-128) as a float32, the subnormals 2^-128 and 2^-127 for e < 2
+ * (e = 255 gives 2^127; NaN is not handled, as in ggml).
+ */
+export function e8m0ToF32Half(e: number): number {
+  return 2 ** (e - 128);
+}
+
+/**
+ * MXFP4: BLOCK_SIZE 32, 17 bytes. [0] u8 e (E8M0 exponent); [1..17) qs[16]: byte j holds element j (low nibble)
+ * and element j+16 (high nibble), each an index into KVALUES_MXFP4. y = kvalue * 2^(e-128) (exact in float32).
+ */
+function decodeMXFP4(src: Uint8Array, nb: number, out: Float32Array, o: number): void {
+  for (let b = 0, p = 0; b < nb; b++, p += 17, o += 32) {
+    const d = e8m0ToF32Half(src[p]!);
+    for (let j = 0; j < 16; j++) {
+      const q = src[p + 1 + j]!;
+      out[o + j] = KVALUES_MXFP4[q & 15]! * d;
+      out[o + j + 16] = KVALUES_MXFP4[q >> 4]! * d;
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // K-quants: super-blocks of QK_K = 256 elements (the decoders hard-code 256).
 
@@ -291,6 +320,7 @@ const decoders = new Map<GGMLType, Decoder>([
   [GGMLType.Q5_0, decodeQ5_0],
   [GGMLType.Q5_1, decodeQ5_1],
   [GGMLType.Q8_0, decodeQ8_0],
+  [GGMLType.MXFP4, decodeMXFP4],
   [GGMLType.Q2_K, decodeQ2_K],
   [GGMLType.Q3_K, decodeQ3_K],
   [GGMLType.Q4_K, decodeQ4_K],

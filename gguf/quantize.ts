@@ -1,7 +1,7 @@
 /**
  * Encoding float32 data into ggml tensor formats. Standard JS only (browser-safe).
  *
- * F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 follow ggml's reference quantizers
+ * F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4 follow ggml's reference quantizers
  * (quantize_row_*_ref in ggml-quants.c, ggml_fp32_to_fp16_row, ggml_fp32_to_bf16_row_ref) step by
  * step, with Math.fround after every float operation, so the bytes equal llama.cpp's (what
  * llama-quantize writes without an importance matrix) for finite inputs.
@@ -28,6 +28,7 @@
  */
 import { GGMLType, requireQuantType, typeName } from './quant-types.ts';
 import { f16ToF32, f32ToBf16, f32ToF16 } from './half.ts';
+import { e8m0ToF32Half, KVALUES_MXFP4 } from './dequantize.ts';
 
 type Encoder = (x: Float32Array, nBlocks: number, out: Uint8Array) => void;
 
@@ -186,6 +187,43 @@ function encodeQ8_0(x: Float32Array, nb: number, out: Uint8Array): void {
     const id = d ? fround(1 / d) : 0;
     putU16(out, p, f32ToF16(d));
     for (let j = 0; j < 32; j++) out[p + 2 + j] = roundf(fround(x[o + j]! * id)) & 255;
+  }
+}
+
+/** best_index_mxfp4: the first kvalue k minimising |k*e - x| in float. */
+function bestIndexMXFP4(x: number, e: number): number {
+  let best = 0;
+  let bestErr = Math.abs(fround(KVALUES_MXFP4[0]! * e - x));
+  for (let i = 1; i < 16; i++) {
+    const err = Math.abs(fround(KVALUES_MXFP4[i]! * e - x));
+    if (err < bestErr) {
+      best = i;
+      bestErr = err;
+    }
+  }
+  return best;
+}
+
+/**
+ * MXFP4 (quantize_row_mxfp4_ref): e = (uint8)(floorf(log2f(amax)) - 2 + 127) (0 for an all-zero block), scale
+ * d = 2^(e-128), each element the nearest of KVALUES_MXFP4 × d. log2f is taken as the correctly rounded float
+ * (glibc's is); the uint8 cast of a negative exponent (amax < 2^-125) wraps as x86's cvttss2si does.
+ */
+function encodeMXFP4(x: Float32Array, nb: number, out: Uint8Array): void {
+  for (let b = 0; b < nb; b++) {
+    const o = 32 * b,
+      p = 17 * b;
+    let amax = 0;
+    for (let j = 0; j < 32; j++) {
+      const a = Math.abs(x[o + j]!);
+      if (amax < a) amax = a;
+    }
+    const e = amax > 0 ? (Math.floor(fround(Math.log2(amax))) - 2 + 127) & 255 : 0;
+    const d = e8m0ToF32Half(e);
+    out[p] = e;
+    for (let j = 0; j < 16; j++) {
+      out[p + 1 + j] = bestIndexMXFP4(x[o + j]!, d) | (bestIndexMXFP4(x[o + 16 + j]!, d) << 4);
+    }
   }
 }
 
@@ -475,6 +513,7 @@ const encoders = new Map<GGMLType, Encoder>([
   [GGMLType.Q5_0, encodeQ5_0],
   [GGMLType.Q5_1, encodeQ5_1],
   [GGMLType.Q8_0, encodeQ8_0],
+  [GGMLType.MXFP4, encodeMXFP4],
   [GGMLType.Q2_K, encodeQ2_K],
   [GGMLType.Q3_K, encodeQ3_K],
   [GGMLType.Q4_K, encodeQ4_K],

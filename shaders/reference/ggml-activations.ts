@@ -1,6 +1,6 @@
 /**
  * How ggml's CPU backend rounds activations before a dot product with quantized weights: the activation row is
- * converted to the weight type's "vec_dot type" (Q8_0 for the 32-element quants, Q8_K for the K-quants, F16/BF16
+ * converted to the weight type's "vec_dot type" (Q8_0 for the 32-element quants, MXFP4 and IQ4_NL included, Q8_K for the K-quants, F16/BF16
  * for half weights) and only then multiplied. A reference that wants to reproduce llama.cpp's numbers (not just the
  * exact math) applies the same rounding; the differences are ~0.4 % per dot for Q8_0, enough to flip near-tied
  * routing decisions in later layers of a random-weight model.
@@ -21,6 +21,8 @@ export function vecDotType(weightType: GGMLType): GGMLType {
     case GGMLType.Q5_0:
     case GGMLType.Q5_1:
     case GGMLType.Q8_0:
+    case GGMLType.MXFP4:
+    case GGMLType.IQ4_NL:
       return GGMLType.Q8_0; // Q4_1/Q5_1 use Q8_1, whose quantized values are the same as Q8_0's
     case GGMLType.Q2_K:
     case GGMLType.Q3_K:

@@ -31,7 +31,17 @@ import { GGMLType } from '../../gguf/quant-types.ts';
 import { readGGUFFile } from '../../gguf/node-io.ts';
 import { requireMetaStringArray, tensorDataRange } from '../../gguf/types.ts';
 
-const TYPES = [GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K];
+const TYPES = [
+  GGMLType.F32,
+  GGMLType.F16,
+  GGMLType.BF16,
+  GGMLType.Q8_0,
+  GGMLType.Q4_0,
+  GGMLType.Q4_K,
+  GGMLType.Q5_K,
+  GGMLType.Q6_K,
+  GGMLType.MXFP4,
+];
 const FAMILY_TYPES = [GGMLType.F32, GGMLType.Q8_0, GGMLType.Q4_K];
 const FIRST_FIVE: readonly string[] = ['qwen3moe', 'qwen2moe', 'deepseek', 'llama', 'olmoe'];
 

@@ -742,6 +742,50 @@ test('blocks with huge or tiny magnitudes stay finite and bounded', () => {
 });
 
 // ---------------------------------------------------------------------------------------------
+// MXFP4 (bytes and values against llama.cpp's own: test/integration/quant-vs-llama.test.ts).
+
+test('dequantize MXFP4: E8M0 exponent, E2M1 nibbles (doubled kvalues × 2^(e-128))', () => {
+  const e2m1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6, 0, -0.5, -1, -1.5, -2, -3, -4, -6];
+  const qs: Record<number, number> = {};
+  for (let j = 0; j < 16; j++) qs[1 + j] = j | ((15 - j) << 4);
+  // e = 127: scale 2^-1, so the values are E2M1's own; e = 130: × 8.
+  for (const [e, mul] of [
+    [127, 1],
+    [130, 8],
+  ] as const) {
+    const expected = [...e2m1.map((v) => v * mul), ...e2m1.map((_, j) => (e2m1[15 - j] as number) * mul)];
+    assertArrayEqual(dequantize(GGMLType.MXFP4, block(17, {}, { 0: e, ...qs }), 32), expected, `MXFP4 e=${e}`);
+  }
+  // e < 2: the subnormal scales 2^-128 and 2^-127; e = 255: 2^127, so 12 × it (or 2 ×) overflows to +Inf as in ggml.
+  assert.equal(dequantize(GGMLType.MXFP4, block(17, {}, { 0: 0, 1: 1 }), 32)[0], 2 ** -128);
+  assert.equal(dequantize(GGMLType.MXFP4, block(17, {}, { 0: 1, 1: 7 }), 32)[0], 12 * 2 ** -127);
+  const top = dequantize(GGMLType.MXFP4, block(17, {}, { 0: 255, 1: 1 | (7 << 4) }), 32);
+  assert.equal(top[0], 2 ** 127);
+  assert.equal(top[16], Infinity);
+});
+
+test('quantize MXFP4 (quantize_row_mxfp4_ref): e = floor(log2 amax) - 2 + 127, nearest level, first of ties', () => {
+  // amax 6 -> e = 2 - 2 + 127 = 127, d = 0.5: the E2M1 levels themselves; 2.5 ties 2 and 3 -> the first (2).
+  const x = new Float32Array(32);
+  x.set([6, -6, 0.5, 2.5, -0.25, 5.1, 0, -0]);
+  const q = quantize(GGMLType.MXFP4, x);
+  assert.equal(q.length, 17);
+  assert.equal(q[0], 127);
+  assert.deepEqual([...dequantize(GGMLType.MXFP4, q, 32).subarray(0, 8)], [6, -6, 0.5, 2, 0, 6, 0, 0]);
+  // An all-zero block: e = 0.
+  assert.equal(quantize(GGMLType.MXFP4, new Float32Array(32))[0], 0);
+  // Error: E2M1's coarse top (4 -> 6) and values in (1.5, 2) × 2^k clipping to 1.5 × 2^k leave up to a quarter of
+  // the block's absmax; ~1.3e-2 NMSE on gaussian data at any magnitude.
+  for (const scale of [1, 5e3, 1e-3, 1e-30]) {
+    const x = gaussian(16384, 31, scale);
+    const { nmse, rel, y } = errors(GGMLType.MXFP4, x);
+    assert.ok(y.every(Number.isFinite), `scale ${scale}: finite`);
+    assert.ok(nmse < 1.6e-2, `scale ${scale}: NMSE ${nmse.toExponential(3)}`);
+    assert.ok(rel <= 0.25, `scale ${scale}: block max error ${rel.toFixed(4)} x absmax`);
+  }
+});
+
+// ---------------------------------------------------------------------------------------------
 // Arguments.
 
 test('supported type sets', () => {
@@ -750,6 +794,7 @@ test('supported type sets', () => {
     assert.ok(canDequantize(t), `canDequantize ${GGMLType[t]}`);
     assert.ok(canQuantize(t), `canQuantize ${GGMLType[t]}`);
   }
+  assert.ok(canDequantize(GGMLType.MXFP4) && canQuantize(GGMLType.MXFP4), 'MXFP4');
   for (const t of [
     GGMLType.Q8_1,
     GGMLType.Q8_K,
@@ -757,7 +802,7 @@ test('supported type sets', () => {
     GGMLType.IQ4_NL,
     GGMLType.I8,
     GGMLType.F64,
-    GGMLType.MXFP4,
+    GGMLType.NVFP4,
     999 as GGMLType,
   ]) {
     assert.equal(canDequantize(t), false, `canDequantize ${t}`);

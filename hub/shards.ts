@@ -4,7 +4,8 @@
  * not in it).
  *
  *   GET|HEAD /api/expert-shard?model=M&layer=L&expert_begin=a&expert_end=b
- *   GET|HEAD /api/proxy/models/M/expert-shard?layers=L:L+1&experts=a:b        (Kvasir's path, the same bytes)
+ *   GET|HEAD /api/proxy/models/M/expert-shard?layer=L&expert_begin=a&expert_end=b   (Kvasir's path, the same bytes)
+ *   either path also takes Kvasir's older range form, layers=L:L+1&experts=a:b (never mixed with the other)
  *   Authorization: Bearer <node_token>
  *
  *   registerShardRoutes(app, hub, { clientKey });   // in buildApp (app.ts)
@@ -421,7 +422,7 @@ export class ShardServer {
 // ---------------------------------------------------------------------------------------------------------------
 // routes
 
-/** `a:b` of Kvasir's query, the half-open range [a, b). */
+/** `a:b` of Kvasir's older query form, the half-open range [a, b). */
 function span(q: Record<string, unknown>, key: string): [number, number] {
   const v = q[key];
   const m = typeof v === 'string' ? /^(\d{1,9}):(\d{1,9})$/.exec(v) : null;
@@ -429,24 +430,50 @@ function span(q: Record<string, unknown>, key: string): [number, number] {
   return [Number(m[1]), Number(m[2])];
 }
 
-function shardQuery(query: unknown): ShardRequest {
-  const q = object(query, 'query', 'QUERY_INVALID');
-  return {
-    model: queryString(q, 'model', MODEL_NAME_MAX_CHARS),
-    layer: queryInt(q, 'layer', 0, LAYERS_MAX),
-    expertBegin: queryInt(q, 'expert_begin', 0, EXPERTS_MAX),
-    expertEnd: queryInt(q, 'expert_end', 0, EXPERTS_MAX),
-  };
-}
+const NEW_FORM = ['layer', 'expert_begin', 'expert_end'] as const;
+const OLD_FORM = ['layers', 'experts'] as const;
 
-function kvasirQuery(params: unknown, query: unknown): ShardRequest {
-  const model = queryString(object(params, 'path', 'QUERY_INVALID'), 'model', MODEL_NAME_MAX_CHARS);
-  const q = object(query, 'query', 'QUERY_INVALID');
+/**
+ * The layer and experts of a shard query, in either form, on either path: `layer=L&expert_begin=a&expert_end=b` (ours,
+ * and what Kvasir's bridge and clients send today) or Kvasir's older `layers=L:L+1&experts=a:b`. A query that mixes
+ * the two forms is refused (QUERY_INVALID), never read half one way and half the other.
+ */
+function shardRange(q: Record<string, unknown>): Omit<ShardRequest, 'model'> {
+  const given = (keys: readonly string[]): string[] => keys.filter((k) => q[k] !== undefined);
+  const newer = given(NEW_FORM);
+  const older = given(OLD_FORM);
+  if (newer.length > 0 && older.length > 0) {
+    throw new HubError(
+      'QUERY_INVALID',
+      `the query mixes two forms (${[...newer, ...older].join(', ')}): give layer, expert_begin and expert_end, or layers=L:L+1 and experts=a:b`,
+    );
+  }
+  if (older.length === 0) {
+    return {
+      layer: queryInt(q, 'layer', 0, LAYERS_MAX),
+      expertBegin: queryInt(q, 'expert_begin', 0, EXPERTS_MAX),
+      expertEnd: queryInt(q, 'expert_end', 0, EXPERTS_MAX),
+    };
+  }
   const [layer, layerEnd] = span(q, 'layers');
   const [expertBegin, expertEnd] = span(q, 'experts');
   if (layerEnd !== layer + 1)
     throw new HubError('RANGE_OUT_OF_BOUNDS', `a shard holds one layer: layers=${layer}:${layer + 1}, not ${layer}:${layerEnd}`);
-  return { model, layer, expertBegin, expertEnd };
+  return { layer, expertBegin, expertEnd };
+}
+
+function shardQuery(query: unknown): ShardRequest {
+  const q = object(query, 'query', 'QUERY_INVALID');
+  return { model: queryString(q, 'model', MODEL_NAME_MAX_CHARS), ...shardRange(q) };
+}
+
+/** Kvasir's path: the model in the path (a `model` in the query too must name the same one), the range in either form. */
+function kvasirQuery(params: unknown, query: unknown): ShardRequest {
+  const model = queryString(object(params, 'path', 'QUERY_INVALID'), 'model', MODEL_NAME_MAX_CHARS);
+  const q = object(query, 'query', 'QUERY_INVALID');
+  if (q.model !== undefined && q.model !== model)
+    throw new HubError('QUERY_INVALID', 'the query names another model than the path; give the model once, in the path');
+  return { model, ...shardRange(q) };
 }
 
 /** A request header as one string (a repeated one joined as a list). */

@@ -255,6 +255,16 @@ test('Range resumes, If-Range, If-None-Match, HEAD and the Kvasir path give the 
     assert.deepEqual([kvasirHead.status, kvasirHead.headers.etag], [200, etag]);
     const kvasirPart = await get(t, '/api/proxy/models/ds/expert-shard?layers=1:2&experts=0:8', token, { range: `bytes=${half}-` });
     assert.deepEqual(kvasirPart.body, full.body.subarray(half));
+    // Both query forms on both paths: Kvasir's bridge and clients send layer/expert_begin/expert_end on its path today.
+    for (const url of [
+      '/api/proxy/models/ds/expert-shard?layer=1&expert_begin=0&expert_end=8',
+      '/api/proxy/models/ds/expert-shard?layer=1&expert_begin=0&expert_end=8&model=ds',
+      '/api/expert-shard?model=ds&layers=1:2&experts=0:8',
+    ]) {
+      const r = await get(t, url, token);
+      assert.deepEqual([r.status, r.headers.etag], [200, etag], url);
+      assert.deepEqual(r.body, full.body, `${url}: the same bytes`);
+    }
 
     const other = await get(t, shardUrl(1, 8, 16), token);
     assert.notEqual(other.headers.etag, etag, 'another range, another digest');
@@ -343,6 +353,15 @@ test('bad shard requests get their exact status and code', async () => {
       ['kvasir: dash experts', k('layers=1:2&experts=0-8'), token, 400, 'QUERY_INVALID'],
       ['kvasir: no experts', k('layers=1:2'), token, 400, 'QUERY_INVALID'],
       ['kvasir: no token', k('layers=1:2&experts=0:8'), null, 401, 'AUTH_REQUIRED'],
+      ['kvasir, new form: no expert_end', k('layer=1&expert_begin=0'), token, 400, 'QUERY_INVALID'],
+      ['kvasir, new form: dense layer', k('layer=0&expert_begin=0&expert_end=8'), token, 400, 'LAYER_NOT_MOE'],
+      ['kvasir, new form: end > n_expert', k('layer=1&expert_begin=0&expert_end=33'), token, 400, 'RANGE_OUT_OF_BOUNDS'],
+      ['kvasir, new form: word begin', k('layer=1&expert_begin=a&expert_end=8'), token, 400, 'QUERY_INVALID'],
+      ['kvasir: forms mixed', k('layer=1&experts=0:8'), token, 400, 'QUERY_INVALID'],
+      ['kvasir: both forms whole', k('layer=1&expert_begin=0&expert_end=8&layers=1:2&experts=0:8'), token, 400, 'QUERY_INVALID'],
+      ['kvasir: another model in the query', k('layer=1&expert_begin=0&expert_end=8&model=other'), token, 400, 'QUERY_INVALID'],
+      ['older form here: two layers', '/api/expert-shard?model=ds&layers=1:3&experts=0:8', token, 400, 'RANGE_OUT_OF_BOUNDS'],
+      ['forms mixed here', `${q(1, 0, 8)}&experts=0:8`, token, 400, 'QUERY_INVALID'],
     ];
     for (const [what, url, tk, status, code] of cases) {
       for (const method of ['GET', 'HEAD'] as const) {

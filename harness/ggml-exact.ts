@@ -12,8 +12,8 @@
  * the coordinator does has no such noise, so the tests can hold it to "identical logits" and catch a 1 % error by
  * orders of magnitude (test/integration/expert-dispatch.test.ts measures both).
  *
- * Types: F32, F16, Q8_0, Q4_0, Q4_K (the dispatch grid's; checked against the coordinator there), Q5_K and Q6_K
- * (checked against the coordinator's own local computation, linkcpp-expert-ref, in numerics-vs-coordinator.test.ts).
+ * Types: F32, F16, Q8_0, Q4_0, Q4_K (the dispatch grid's; checked against the coordinator there), Q5_K, Q6_K and
+ * MXFP4 (checked against the coordinator's own local computation, linkcpp-expert-ref, in numerics-vs-coordinator.test.ts).
  * Row lengths must be multiples of 32 (F32/F16) or of the type's block.
  *
  * Besides the dispatcher backend (GgmlExactBackend, over a GGUF file), `ggmlHidden`, `ggmlExpertOut` and
@@ -26,6 +26,7 @@ import type { GGUFFile, GGUFTensorInfo } from '../gguf/types.ts';
 import { GGMLType, rowByteSize } from '../gguf/quant-types.ts';
 import { expertTensorName, layerExpertTensors, readExpertMatrix, type ExpertMatrix } from '../gguf/expert-slice.ts';
 import { f16ToF32, f32ToF16 } from '../gguf/half.ts';
+import { e8m0ToF32Half, KVALUES_MXFP4 } from '../gguf/dequantize.ts';
 import { layerBiasTensors, layerVariant, modelScaleTensors, readBiasRange, readScaleRange } from '../gguf/expert-variant.ts';
 import { SILU_VARIANT, type ExpertVariant } from '../protocol/variant.ts';
 import { siluLimitF32, swigluClampF32, swigluOaiF32 } from '../shaders/reference/expert-ffn.ts';
@@ -135,6 +136,7 @@ function toVecDot(type: GGMLType, x: Float32Array): Activation {
     }
     case GGMLType.Q8_0:
     case GGMLType.Q4_0:
+    case GGMLType.MXFP4:
       return { kind: 'q', q: quantizeQ8_0(x) };
     case GGMLType.Q4_K:
     case GGMLType.Q5_K:
@@ -150,6 +152,7 @@ function toVecDot(type: GGMLType, x: Float32Array): Activation {
 
 const FLOAT_ACC = [new Float64Array(8), new Float64Array(8), new Float64Array(8), new Float64Array(8)];
 const LANES = new Float64Array(8);
+const LANES2 = new Float64Array(8);
 const LANES_M = new Float64Array(4);
 const SC = new Int32Array(8);
 const MN = new Int32Array(8);
@@ -195,6 +198,51 @@ function dotQ32(wType: GGMLType.Q8_0 | GGMLType.Q4_0, w: Uint8Array, wOff: numbe
     }
   }
   return hsum8(acc);
+}
+
+/**
+ * ggml_vec_dot_mxfp4_q8_0 (AVX2): the 16 nibbles looked up in kvalues_fp4 (low nibbles = elements 0..15, high =
+ * 16..31), 8 integer lanes of 4 products per block; blocks in pairs, the even one into acc1, the odd one into acc2,
+ * acc = fma(y.d · 2^(e−128), lane, acc); hsum8(acc1 + acc2); an odd last block in scalar: sumf = fma(d, Σ, sumf)
+ * (GCC contracts `sumf += d * (sumi1 + sumi2)`: vfmadd231ss in the build).
+ */
+function dotMXFP4(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
+  const acc1 = LANES.fill(0);
+  const acc2 = LANES2.fill(0);
+  const wq = WQ;
+  const nb = n / 32;
+  const blockSum = (b: number): number => {
+    const o = wOff + b * 17;
+    for (let i = 0; i < 16; i++) {
+      const byte = w[o + 1 + i] as number;
+      wq[i] = KVALUES_MXFP4[byte & 0xf] as number;
+      wq[i + 16] = KVALUES_MXFP4[byte >> 4] as number;
+    }
+    return f32((y.d[b] as number) * e8m0ToF32Half(w[o] as number));
+  };
+  let b = 0;
+  for (; b + 1 < nb; b += 2) {
+    for (const [k, acc] of [
+      [0, acc1],
+      [1, acc2],
+    ] as const) {
+      const d = blockSum(b + k);
+      for (let l = 0; l < 8; l++) {
+        let s = 0;
+        for (let i = 4 * l; i < 4 * l + 4; i++) s += (wq[i] as number) * (y.qs[32 * (b + k) + i] as number);
+        acc[l] = fma32(d, s, acc[l] as number);
+      }
+    }
+  }
+  for (let l = 0; l < 8; l++) acc1[l] = f32((acc1[l] as number) + (acc2[l] as number));
+  let sumf = hsum8(acc1);
+  if (b < nb) {
+    const d = blockSum(b);
+    let s = 0;
+    for (let i = 0; i < 32; i++) s += (wq[i] as number) * (y.qs[32 * b + i] as number);
+    sumf = fma32(d, s, sumf);
+  }
+  return sumf;
 }
 
 /** The 6-bit scale and min of sub-block j of a Q4_K super-block (get_scale_min_k4). */
@@ -344,6 +392,8 @@ function vecDot(w: Weights, r: number, a: Activation, n: number): number {
     case GGMLType.Q8_0:
     case GGMLType.Q4_0:
       return dotQ32(w.type, w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
+    case GGMLType.MXFP4:
+      return dotMXFP4(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     case GGMLType.Q4_K:
       return dotQ4K(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     case GGMLType.Q5_K:

@@ -200,7 +200,7 @@ async function dispatchedRun(
     protocolErrors: d.stats.protocolErrors,
     bound,
     ...(m.config.arch === 'llama4' && { evaluation: SWA_EVALUATION }),
-    ...((m.config.arch === 'gpt-oss' || m.config.arch === 'step35' || m.config.arch === 'gemma4') && { evaluation: GPT_OSS_EVALUATION }),
+    ...(['gpt-oss', 'step35', 'gemma4', 'deepseek4'].includes(m.config.arch) && { evaluation: GPT_OSS_EVALUATION }),
   });
   return { ...check, requests };
 }
@@ -213,7 +213,8 @@ async function dispatchedRun(
 const SWA_EVALUATION: PromptEvaluation = { checkpointSplit: true };
 /**
  * gpt-oss's, step35's and gemma4's graphs (sliding-window layers too) keep every row through their last layer (they
- * drop the unwanted rows after the layers).
+ * drop the unwanted rows after the layers); so does deepseek4's (it drops them after the last layer's hyper-connection
+ * mix), whose windowed and compressed caches are checkpointed the same way.
  */
 const GPT_OSS_EVALUATION: PromptEvaluation = { checkpointSplit: true, lastLayerAllRows: true };
 
@@ -281,7 +282,7 @@ const GRID_TYPES = [GGMLType.F32, GGMLType.F16, GGMLType.Q8_0, GGMLType.Q4_0, GG
  * expert FFN the workers compute (the same kernels): a float and a K-quant cell each keep `npm test` bounded.
  */
 const FAMILY_GRID_TYPES = [GGMLType.F32, GGMLType.Q4_K];
-const NO_RESIDUAL_PROBE: readonly string[] = ['llama4', 'gpt-oss', 'grok', 'step35', 'gemma4'];
+const NO_RESIDUAL_PROBE: readonly string[] = ['llama4', 'gpt-oss', 'grok', 'step35', 'gemma4', 'deepseek4'];
 const FIRST_FIVE: readonly string[] = ['qwen3moe', 'qwen2moe', 'deepseek', 'llama', 'olmoe'];
 const gridBaselines = new Map<string, number[]>();
 
@@ -393,9 +394,9 @@ test('the grid baselines differ across types: F32, F16 and Q8_0 of one architect
 const small = { layers: 3, nEmbd: 64, ff: 64, sharedFf: 64, nExpert: 8, nExpertUsed: 2, type: GGMLType.Q8_0, seed: 23, expertScale: LOUD };
 
 test('half of the pairs served, the rest reported not served → same tokens, both paths used', async () => {
-  // gpt-oss, grok, step35, gemma4 and scaled qwen3moe: the coordinator's own half runs the variant (biases and
-  // SwiGLU-OAI, GELU, the clamped SiLU, fused gate/up with a down scale alone, per-expert scales) in the dispatch
-  // path's local ops
+  // gpt-oss, grok, step35, gemma4, deepseek4 and scaled qwen3moe: the coordinator's own half runs the variant
+  // (biases and SwiGLU-OAI, GELU, the clamped SiLU, fused gate/up with a down scale alone, DeepSeek-V4's
+  // swiglu_clamp, per-expert scales) in the dispatch path's local ops
   const cases = [
     { arch: 'qwen3moe', extra: {} },
     { arch: 'deepseek', extra: {} },
@@ -403,6 +404,7 @@ test('half of the pairs served, the rest reported not served → same tokens, bo
     { arch: 'grok', extra: {} },
     { arch: 'step35', extra: {} },
     { arch: 'gemma4', extra: {} },
+    { arch: 'deepseek4', extra: {} },
     { arch: 'qwen3moe', extra: { expertScales: true } },
   ] as const;
   for (const { arch, extra } of cases) {
@@ -416,7 +418,7 @@ test('half of the pairs served, the rest reported not served → same tokens, bo
       const served = answered.reduce((s, r) => s + r.served, 0);
       const local = answered.reduce((s, r) => s + r.notServed, 0);
       assert.ok(served > 0 && local > 0, `${arch}: served ${served}, not served ${local}`);
-      const how = arch === 'gpt-oss' || arch === 'step35' || arch === 'gemma4' ? GPT_OSS_EVALUATION : {};
+      const how = ['gpt-oss', 'step35', 'gemma4', 'deepseek4'].includes(arch) ? GPT_OSS_EVALUATION : {};
       const asked = expectedRequests(moeLayers(m), m.config.layers, promptTokens(got), 64, how);
       assert.equal(answered.length, asked.length, `${arch}: every MoE layer of every evaluation asked`);
       assert.equal(served + local, asked.reduce((s, r) => s + r.nTokens, 0) * m.config.nExpertUsed, `${arch}: every pair asked`);

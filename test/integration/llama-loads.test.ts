@@ -27,6 +27,7 @@ import {
   defaultSwigluLimits,
   planModel,
 } from '../../tools/model-arch.ts';
+import { deepseek4SwigluLimits } from '../../tools/model-arch-deepseek4.ts';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { readGGUFFile } from '../../gguf/node-io.ts';
 import { requireMetaStringArray, tensorDataRange } from '../../gguf/types.ts';
@@ -365,6 +366,45 @@ test("step35: llama.cpp clamps the experts' SwiGLU at each layer's own limit (sw
     ['every limit raised to 1e9', unclamped, 0.01],
     ["layer 0's limit raised", layer0, 0.01],
     ["layer 2's limit raised", layer2, 3e-4],
+  ];
+  for (const [what, got, bound] of cases) {
+    const d = firstDistance(want, got, nVocab);
+    assert.ok(d >= bound, `${what}: 1 − cos ${d.toExponential(2)} at the first position (want ≥ ${bound})`);
+    assert.notDeepEqual(got.tokens, want.tokens, `${what}: the greedy tokens change`);
+  }
+  // A limit of 0 is no clamp: the same logits as limits no value reaches.
+  const zero = firstDistance(unclamped, off, nVocab);
+  assert.ok(zero < 1e-6, `limits 0 and 1e9: 1 − cos ${zero.toExponential(2)} (want < 1e-6)`);
+});
+
+test("deepseek4: llama.cpp clamps the experts' SwiGLU in DeepSeek-V4's form at each layer's own limit (swiglu_clamp_exp): limits out of reach move the logits, as does raising one layer's", async () => {
+  const base = loudConfig({ arch: 'deepseek4' });
+  const limits = deepseek4SwigluLimits(3);
+  const model = await testModel({ ...base, swigluLimits: limits });
+  const file = await readGGUFFile(model.path);
+  const nVocab = requireMetaStringArray(file, 'tokenizer.ggml.tokens').length;
+  assert.deepEqual(Array.from(file.metadata.get('deepseek4.swiglu_clamp_exp')?.value as ArrayLike<number>), limits);
+  assert.ok(
+    limits.every((l) => l > 1e-6),
+    'every layer clamped, as DeepSeek-V4',
+  );
+  const want = await completeAll(model.path, model.ban, nVocab);
+  assert.equal(want.tokens.length, 8);
+  // The same weights (drawn per tensor name and seed), other limits: out of reach in every layer, in layer 0 only, in
+  // layer 2 only; 0 (off) everywhere.
+  const other = async (swigluLimits: number[]): Promise<Completion> =>
+    completeAll((await testModel({ ...base, swigluLimits })).path, model.ban, nVocab);
+  const unclamped = await other([1e9, 1e9, 1e9]);
+  const layer0 = await other([1e9, limits[1] ?? 0, limits[2] ?? 0]);
+  const layer2 = await other([limits[0] ?? 0, limits[1] ?? 0, 1e9]);
+  const off = await other([0, 0, 0]);
+  // Measured (seed 11), 1 − cos at the first position: 0.18 (all), 0.17 (layer 0), 0.028 (layer 2, the last); limits
+  // 0 and 1e9 give the same logits exactly. (That dispatch computes this form, not silu(g) · u or step35's
+  // min(silu(g), L) · clamp(u), is the exactness grid's part: expert-dispatch.test.ts.)
+  const cases: Array<[string, Completion, number]> = [
+    ['every limit raised to 1e9', unclamped, 0.05],
+    ["layer 0's limit raised", layer0, 0.05],
+    ["layer 2's limit raised", layer2, 5e-3],
   ];
   for (const [what, got, bound] of cases) {
     const d = firstDistance(want, got, nVocab);

@@ -19,7 +19,7 @@
  *               bit-identical
  *   wasm        OrtExpertFallback { numerics: 'llama' } on onnxruntime-web's wasm backend
  *   ggml-exact  harness/ggml-exact.ts, the TypeScript emulation of ggml's CPU arithmetic (its types: all but
- *               BF16): must be bit-identical
+ *               BF16): must be bit-identical (MXFP4 also on a shape of odd block counts: its dot's scalar tail)
  * The 'llama' paths must agree to float-summation precision but for rare one-step differences in the hidden
  * vector's rounding (bounds below), and exact math must fall clearly outside, so the check can fail. Measured
  * numbers are printed per type and path (docs/numerics.md).
@@ -54,6 +54,7 @@ import { requestExpertDevice } from '../../shaders/device.ts';
 import { OrtExpertFallback } from '../../shaders/ort/fallback.ts';
 import { expertFfnAccumulate } from '../../shaders/reference/expert-ffn.ts';
 import { ExpertRuntime } from '../../shaders/runtime.ts';
+import { KERNEL_TYPES } from '../../shaders/expert-ffn.ts';
 import type { ExpertSlice } from '../../shaders/slice.ts';
 import { nmse, type RoutedCall } from '../../shaders/reference/expert-call.ts';
 import { planModel, type ArchName } from '../../tools/model-arch.ts';
@@ -88,12 +89,19 @@ const TYPES = [
   GGMLType.Q4_K,
   GGMLType.Q5_K,
   GGMLType.Q6_K,
+  GGMLType.MXFP4,
 ] as const;
 /** Two architectures, with different widths (non-square matrices, both orientations). */
 const SHAPES: Array<{ arch: ArchName; nEmbd: number; ff: number }> = [
   { arch: 'qwen3moe', nEmbd: 256, ff: 512 },
   { arch: 'llama', nEmbd: 512, ff: 256 },
 ];
+/**
+ * Types whose AVX2 dot product takes blocks in pairs (two accumulators) and an odd last block in scalar code: a third
+ * shape with odd block counts (3 and 5 blocks of 32) reaches that tail.
+ */
+const PAIRED_BLOCKS = new Set<GGMLType>([GGMLType.MXFP4]);
+const ODD_BLOCKS_SHAPE = { arch: 'llama' as ArchName, nEmbd: 96, ff: 160 };
 
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 // The Vulkan loader reads this when the GPU instance is created (below), so setting it here still counts.
@@ -506,6 +514,7 @@ const GGML_EXACT_TYPES = new Set<GGMLType>([
   GGMLType.Q4_K,
   GGMLType.Q5_K,
   GGMLType.Q6_K,
+  GGMLType.MXFP4,
 ]);
 
 const ggmlExactPath: WorkerPath = {
@@ -524,7 +533,8 @@ function pathsFor(type: GGMLType): WorkerPath[] {
   return [
     tsPath('llama'),
     tsPath('exact'),
-    wgslPath,
+    // the WGSL kernels' types (KERNEL_TYPES): a type they cannot read is refused by ExpertRuntime.create
+    ...(KERNEL_TYPES.types.includes(type) ? [wgslPath] : []),
     ...(INT8_EXACT_TYPES.has(type) ? [wgslInt8Path] : []),
     wasmPath,
     ...(GGML_EXACT_TYPES.has(type) ? [ggmlExactPath] : []),
@@ -584,7 +594,16 @@ ${rows.join('\n')}`);
 });
 
 /** Types whose vec_dot type rounds activations: exact math must be clearly off for them. */
-const ROUNDS = new Set<GGMLType>([GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]);
+const ROUNDS = new Set<GGMLType>([
+  GGMLType.F16,
+  GGMLType.BF16,
+  GGMLType.Q8_0,
+  GGMLType.Q4_0,
+  GGMLType.Q4_K,
+  GGMLType.Q5_K,
+  GGMLType.Q6_K,
+  GGMLType.MXFP4,
+]);
 
 for (const type of TYPES) {
   test(`${GGMLType[type]}: workers in 'llama' numerics agree with the coordinator's own sums, exact math does not`, async () => {
@@ -592,7 +611,7 @@ for (const type of TYPES) {
     const perPath = new Map<string, number[]>(PATHS.map((p) => [p.name, []]));
     const differing = new Map<string, number>(PATHS.map((p) => [p.name, 0]));
     let seed = 1000 * type;
-    for (const { arch, nEmbd, ff } of SHAPES) {
+    for (const { arch, nEmbd, ff } of PAIRED_BLOCKS.has(type) ? [...SHAPES, ODD_BLOCKS_SHAPE] : SHAPES) {
       const m = await model(arch, type, nEmbd, ff);
       const ref = await NativeReference.start(m.path);
       const runs = await Promise.all(PATHS.map((p) => p.prepare(m, nEmbd)));

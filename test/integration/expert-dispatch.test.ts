@@ -394,15 +394,16 @@ test('the grid baselines differ across types: F32, F16 and Q8_0 of one architect
 const small = { layers: 3, nEmbd: 64, ff: 64, sharedFf: 64, nExpert: 8, nExpertUsed: 2, type: GGMLType.Q8_0, seed: 23, expertScale: LOUD };
 
 test('half of the pairs served, the rest reported not served → same tokens, both paths used', async () => {
-  // gpt-oss, grok, step35, gemma4, deepseek4 and scaled qwen3moe: the coordinator's own half runs the variant
-  // (biases and SwiGLU-OAI, GELU, the clamped SiLU, fused gate/up with a down scale alone, DeepSeek-V4's
-  // swiglu_clamp, per-expert scales) in the dispatch path's local ops
+  // gpt-oss, grok, step35, minimax-m3, gemma4, deepseek4 and scaled qwen3moe: the coordinator's own half runs the
+  // variant (biases and SwiGLU-OAI, GELU, the clamped SiLU, SwiGLU-OAI without biases, fused gate/up with a down
+  // scale alone, DeepSeek-V4's swiglu_clamp, per-expert scales) in the dispatch path's local ops
   const cases = [
     { arch: 'qwen3moe', extra: {} },
     { arch: 'deepseek', extra: {} },
     { arch: 'gpt-oss', extra: {} },
     { arch: 'grok', extra: {} },
     { arch: 'step35', extra: {} },
+    { arch: 'minimax-m3', extra: {} },
     { arch: 'gemma4', extra: {} },
     { arch: 'deepseek4', extra: {} },
     { arch: 'qwen3moe', extra: { expertScales: true } },

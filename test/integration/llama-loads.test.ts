@@ -415,3 +415,54 @@ test("deepseek4: llama.cpp clamps the experts' SwiGLU in DeepSeek-V4's form at e
   const zero = firstDistance(unclamped, off, nVocab);
   assert.ok(zero < 1e-6, `limits 0 and 1e9: 1 − cos ${zero.toExponential(2)} (want < 1e-6)`);
 });
+
+test("minimax-m3: llama.cpp clamps its experts' SwiGLU-OAI (min(g, 7), clamp(u, −7, 7)): gates and ups far past the limit give the same logits at 1e4 and 1e5, an unclamped SiLU family's do not", async (t) => {
+  // Every expert's gate, up and down filled with constants: each unit sees g = u = c·Σx (Σx of the normed input, about
+  // ±8), so at c = 1e4 and 1e5 every unit is saturated: 7·σ(1.702·7)·(7 + 1) where Σx > 0, 0 where it is < 0. The
+  // routed branch then adds the same vector at both scales (the down fill makes it about as loud as the residual):
+  // identical logits. Without the clamp it would grow 100-fold, as qwen3moe's silu(g)·u does (its down fill scaled so
+  // that the 1e4 branch is as loud). The minimax-m3 model also attends through MSA and its dense and shared FFNs are
+  // SwiGLU-OAI; those are left as drawn.
+  const dir = await mkdtemp(join(tmpdir(), 'llama-loads-m3-clamp-'));
+  try {
+    const saturated = async (path: string, c: number, down: number): Promise<string> => {
+      const sub = await mkdtemp(join(dir, `${c}-${down}-`));
+      const gate = await filledCopy(path, 'ffn_gate_exps.weight', c, sub);
+      return filledCopy(await filledCopy(gate, 'ffn_up_exps.weight', c, sub), 'ffn_down_exps.weight', down, sub);
+    };
+    const run = async (arch: 'minimax-m3' | 'qwen3moe', down: number): Promise<Completion[]> => {
+      const model = await testModel(loudConfig({ arch }));
+      const nVocab = requireMetaStringArray(await readGGUFFile(model.path), 'tokenizer.ggml.tokens').length;
+      const out: Completion[] = [];
+      for (const [c, d] of [
+        [1e4, down],
+        [1e5, down],
+        [1e4, 0],
+      ] as const) {
+        out.push(await completeAll(await saturated(model.path, c, d), model.ban, nVocab));
+      }
+      return out;
+    };
+    const nVocab = requireMetaStringArray(
+      await readGGUFFile((await testModel(loudConfig({ arch: 'minimax-m3' }))).path),
+      'tokenizer.ggml.tokens',
+    ).length;
+    const [m4, m5, mSilent] = (await run('minimax-m3', 1e-4)) as [Completion, Completion, Completion];
+    const clamped = Math.max(...logitDistances(m4, m5, nVocab));
+    // Measured (seed 11): 0 at every position (gate and up at 1e-2 vs 1e-1, below the limit: 1.2e-4); silenced 0.14;
+    // qwen3moe 0.26.
+    assert.ok(clamped < 1e-12, `minimax-m3, gate and up 1e4 vs 1e5: max 1 − cos ${clamped.toExponential(2)} (want < 1e-12)`);
+    assert.deepEqual(m5.tokens, m4.tokens, 'minimax-m3, gate and up 1e4 vs 1e5: the same tokens');
+    // The saturated branch is loud: silenced (down 0), the logits move.
+    const loud = firstDistance(m4, mSilent, nVocab);
+    assert.ok(loud >= 0.01, `minimax-m3, the saturated routed branch silenced: 1 − cos ${loud.toExponential(2)} (want ≥ 0.01)`);
+    const [q4, q5] = (await run('qwen3moe', 1e-13)) as [Completion, Completion, Completion];
+    const unclamped = firstDistance(q4, q5, nVocab);
+    t.diagnostic(
+      `minimax-m3 1e4 vs 1e5 max ${clamped.toExponential(1)}; silenced ${loud.toExponential(1)}; qwen3moe 1e4 vs 1e5 ${unclamped.toExponential(1)}`,
+    );
+    assert.ok(unclamped >= 0.01, `qwen3moe (SiLU, no clamp), gate and up 1e4 vs 1e5: 1 − cos ${unclamped.toExponential(2)} (want ≥ 0.01)`);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});

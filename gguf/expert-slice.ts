@@ -17,6 +17,10 @@
  *   expertswarm.slice.model_name                               str, the model's general.name when it has one
  *   expertswarm.slice.activation                               str, the experts' activation when not 'silu'
  *   expertswarm.slice.{alpha, limit}                           f32, with it (swiglu_oai: gpt-oss's 1.702 and 7)
+ *   kvasir.expert_shard.{layer, expert_begin, expert_end,
+ *                        n_expert_total, n_embd}               u32, what Kvasir's clients check (kvasirSliceKeys)
+ *   linkcpp.expert_shard.{expert_begin, expert_end,
+ *                         n_expert_global, n_embd}             i32, what Kvasir's native worker reads
  * A slice of a layer whose experts have biases (gpt-oss) or per-expert scales carries them after the matrices (biases,
  * then scales), sliced the same way (scales: blk.L.ffn_{gate,up,down}_exps.scale [end − begin], F32). Biases:
  *   blk.L.ffn_{gate,up}_exps.bias [ff, end − begin], blk.L.ffn_down_exps.bias [n_embd, end − begin]   F32
@@ -36,7 +40,7 @@ import { GGUFError } from './errors.ts';
 import { GGMLType } from './quant-types.ts';
 import { bytesSource, readGGUF } from './reader.ts';
 import type { ByteSource } from './reader.ts';
-import { GGUFValueType, describeValueType, f32, findTensor, str, u32 } from './types.ts';
+import { GGUFValueType, describeValueType, f32, findTensor, i32, str, u32 } from './types.ts';
 import {
   EXPERT_ACTIVATIONS,
   EXPERT_BIASES,
@@ -86,6 +90,37 @@ export const EXPERT_SLICE_PREFIX = 'expertswarm.slice.';
 export const EXPERT_SLICE_VERSION = 1;
 /** The u32 keys after `${EXPERT_SLICE_PREFIX}version`, in the order they are written. */
 const SLICE_KEYS = ['layer', 'expert_begin', 'expert_end', 'n_expert_total', 'n_embd', 'ff'] as const;
+
+/**
+ * The keys Kvasir's clients and native worker read from a shard, written beside ours (issue 28): its desktop and server
+ * clients refuse a shard whose `kvasir.expert_shard.{layer, expert_begin, expert_end}` (or the `linkcpp.` begin/end)
+ * are not the range they asked for; its shard writer puts them, n_expert_total and n_embd as u32. Its native worker
+ * reads `linkcpp.expert_shard.*` with gguf_get_val_i32, which aborts on any other type: those are i32, and left out
+ * when a value does not fit one. Our readers ignore every one of them.
+ */
+export function kvasirSliceKeys(
+  layer: number,
+  begin: number,
+  end: number,
+  nExpertTotal: number,
+  nEmbd: number,
+): Array<[string, GGUFValue]> {
+  const out: Array<[string, GGUFValue]> = [
+    ['kvasir.expert_shard.layer', u32(layer)],
+    ['kvasir.expert_shard.expert_begin', u32(begin)],
+    ['kvasir.expert_shard.expert_end', u32(end)],
+    ['kvasir.expert_shard.n_expert_total', u32(nExpertTotal)],
+    ['kvasir.expert_shard.n_embd', u32(nEmbd)],
+  ];
+  if (Math.max(begin, end, nExpertTotal, nEmbd) > 0x7fffffff) return out;
+  out.push(
+    ['linkcpp.expert_shard.expert_begin', i32(begin)],
+    ['linkcpp.expert_shard.expert_end', i32(end)],
+    ['linkcpp.expert_shard.n_expert_global', i32(nExpertTotal)],
+    ['linkcpp.expert_shard.n_embd', i32(nEmbd)],
+  );
+  return out;
+}
 export const DEFAULT_COPY_CHUNK_BYTES = 4 * 1024 * 1024;
 
 export function expertTensorName(layer: number, matrix: ExpertMatrix): string {
@@ -285,6 +320,7 @@ export function planExpertSlice(file: GGUFFile, layer: number, expertBegin: numb
     metadata.push([EXPERT_SLICE_PREFIX + k, u32(values[i] as number)]);
   });
   if (modelName !== undefined) metadata.push([`${EXPERT_SLICE_PREFIX}model_name`, str(modelName)]);
+  metadata.push(...kvasirSliceKeys(layer, expertBegin, expertEnd, nExpertTotal, nEmbd));
   const shape = { nEmbd, ff, nExpert: nExpertTotal };
   let variant: ExpertVariant;
   let biasTensors: ReturnType<typeof layerBiasTensors>;

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import {
   GGMLType,
   GGUFError,
+  GGUFValueType,
   bytesSource,
   encodeGGUF,
   findTensor,
@@ -275,7 +276,51 @@ describe('planExpertSlice', () => {
       'expertswarm.slice.n_embd': 64,
       'expertswarm.slice.ff': 32,
       'expertswarm.slice.model_name': 'tiny-test',
+      'kvasir.expert_shard.layer': 1,
+      'kvasir.expert_shard.expert_begin': 2,
+      'kvasir.expert_shard.expert_end': 5,
+      'kvasir.expert_shard.n_expert_total': 8,
+      'kvasir.expert_shard.n_embd': 64,
+      'linkcpp.expert_shard.expert_begin': 2,
+      'linkcpp.expert_shard.expert_end': 5,
+      'linkcpp.expert_shard.n_expert_global': 8,
+      'linkcpp.expert_shard.n_embd': 64,
     });
+  });
+
+  it("carries Kvasir's shard keys in the types its clients and native worker read; slices with and without them read alike", async () => {
+    const m = await makeModel({ nEmbd: 64, ff: 32, nExpert: 8 });
+    const { plan, bytes } = await sliceOf(m, 3, 7);
+    const file = await readGGUF(bytesSource(bytes));
+    const typeOf = (k: string): number | undefined => file.metadata.get(k)?.type;
+    const valueAt = (k: string): unknown => file.metadata.get(k)?.value;
+    // Kvasir's clients compare layer/begin/end to what they asked for; its worker's gguf_get_val_i32 aborts on non-i32.
+    for (const [k, v] of [
+      ['layer', 1],
+      ['expert_begin', 3],
+      ['expert_end', 7],
+      ['n_expert_total', 8],
+      ['n_embd', 64],
+    ] as const) {
+      assert.deepEqual([typeOf(`kvasir.expert_shard.${k}`), valueAt(`kvasir.expert_shard.${k}`)], [GGUFValueType.UINT32, v], k);
+    }
+    for (const [k, v] of [
+      ['expert_begin', 3],
+      ['expert_end', 7],
+      ['n_expert_global', 8],
+      ['n_embd', 64],
+    ] as const) {
+      assert.deepEqual([typeOf(`linkcpp.expert_shard.${k}`), valueAt(`linkcpp.expert_shard.${k}`)], [GGUFValueType.INT32, v], k);
+    }
+    const without = customSlice(plan, (meta) => {
+      for (const k of [...meta.keys()]) if (/^(kvasir|linkcpp)\./.test(k)) meta.delete(k);
+    });
+    assert.ok(without.length < bytes.length, 'the keys were there to remove');
+    const a = await readExpertSliceBytes(bytes);
+    const b = await readExpertSliceBytes(without);
+    assert.deepEqual(b.info, a.info, 'a slice from before the keys reads as one with them');
+    assert.deepEqual((await collect(chunked(without, 5, 1 << 10))).info, a.info, 'and streamed');
+    assert.deepEqual((await collect(chunked(bytes, 5, 1 << 10))).info, a.info);
   });
 
   it('refuses bad requests and bad layers with a stable code', async () => {

@@ -10,7 +10,8 @@
  * The coordinator keeps everything but the routed experts (latent attention, sigmoid routers with selection biases
  * and groups, shared experts, dense layers, Llama 4's weighting of each pair's row, the hybrids' delta-net layers);
  * the volunteers compute the expert FFN variant of each layer (gpt-oss: SwiGLU-OAI with expert biases; grok: GELU;
- * step35: the clamped SiLU, its limits from the model's metadata; gemma4: GELU on fused gate/up with a down scale
+ * step35: the clamped SiLU, its limits from the model's metadata; deepseek4: DeepSeek-V4's clamp silu(min(g, L)) ·
+ * clamp(u, −L, L), likewise (beside hyper-connections, compressed attention and a sqrt-softplus router); gemma4: GELU on fused gate/up with a down scale
  * alone, the slices carrying ones for gate and up; qwen3moe with per-expert scale tensors, a variant its file asks
  * for; announced in their hello). One model per family: Q4_K (exact in WebGPU numerics), 3 layers, loud experts.
  */
@@ -50,6 +51,7 @@ const FAMILIES: ArchName[] = [
   'step35',
   'gemma4',
   'minimax-m3',
+  'deepseek4',
   'qwen3next',
   'qwen35moe',
 ];

@@ -93,6 +93,7 @@ async function main(): Promise<void> {
     authenticate: () => 'wallet',
     quarantineReason: () => undefined,
     offer: () => ({ assigned: true, model: 'm', layer: 0, experts: [0, N_EXPERT], n_embd: N_EMBD, n_expert: N_EXPERT }) as never,
+    expertBytes: () => 1,
     shard: async () => ({ bytes: 1, digest: `sha256:${'0'.repeat(64)}` }),
     numerics: () => 'llama',
     reserve: () => {},

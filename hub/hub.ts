@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { CoordinatorSupervisor, type CoordinatorStatus } from './supervisor.ts';
 import { DEFAULT_POLLER, SaturationPoller, type PollerOptions } from './poller.ts';
 import { CoverageStore } from './market/coverage.ts';
+import { replicaVerdict } from './market/replicas.ts';
 import type { SliceRef } from '../protocol/slice.ts';
 import { SliceGrants } from './market/grants.ts';
 import type { VolunteerAnswer, VolunteerRequest } from './market/assign.ts';
@@ -16,6 +17,9 @@ import { DEFAULT_SATURATION, type SaturationConfig, type SaturationState } from 
 import type { HeldRange, ModelDemand, ModelShape } from './market/types.ts';
 import { DEFAULT_TRUST, type TrustConfig, mayUse } from './dispatch/trust.ts';
 import { DEFAULT_DISPATCH, DispatchMap, type DispatchConfig, type DispatchRow } from './dispatch/map.ts';
+
+/** A row of `GET /api/expert-dispatch-map`: the dispatch map's, with Kvasir's node id and (unwired) relay fields. */
+export type KvasirDispatchRow = DispatchRow & { node_id: string; listen_port: null; session: null };
 import { EventLog, type EventLogQuery, type HubEvent } from './events.ts';
 import { HubStore } from './store.ts';
 import { NodeAuth, type ChallengeReply, type NodeTokenReply } from './auth/index.ts';
@@ -458,6 +462,7 @@ export class Hub {
       quarantineReason: (workerId, wallet) => this.store.quarantineReason(workerId) ?? this.store.quarantineReason(wallet),
       badResult: (workerId, reason) => this.ledger.caught(workerId, `a result frame refused: ${reason}`),
       offer: (workerId, request) => this.volunteer(request, workerId),
+      expertBytes: (model) => this.shape(model).bytesPerExpert,
       shard: async (model, layer, begin, end) => {
         const s = await this.shards.open({ model, layer, expertBegin: begin, expertEnd: end });
         return { bytes: s.length, digest: `sha256:${s.digest}` };
@@ -556,22 +561,40 @@ export class Hub {
    * worker and its wallet downloaded (market/grants.ts: COVERAGE_NOT_ASSIGNED, COVERAGE_NOT_DOWNLOADED), after the
    * ranges' own checks; and the worker id must not be live under another wallet (WORKER_ID_TAKEN), or one token could
    * overwrite another volunteer's coverage by naming its worker id (the dashboard lists them).
+   * The ranges count as replicas only when the hub can send the worker work (market/replicas.ts): over HTTP alone it
+   * cannot (no relay yet, issue 28), so the answer says `replica: false` and Kvasir's relay fields say "not wired".
    */
   reportCoverage(workerId: string, wallet: string, model: string, ranges: readonly HeldRange[]): CoverageAnswer {
-    return this.heartbeat(workerId, wallet, model, ranges, () => {
-      this.coverage.check(model, ranges);
-      const owner = this.dispatch.record(workerId)?.wallet || this.channel.workerInfo(workerId)?.wallet;
-      if (owner && owner !== wallet)
-        throw new HubError('WORKER_ID_TAKEN', `worker id ${workerId} is live under another wallet; choose another worker id`);
-      this.grants.admit(wallet, workerId, model, ranges);
-    });
+    const verdict = replicaVerdict({ via: this.channel.workerInfo(workerId) ? 'channel' : 'http', relay: 'none' });
+    const answer = this.heartbeat(
+      workerId,
+      wallet,
+      model,
+      ranges,
+      () => {
+        this.coverage.check(model, ranges);
+        const owner = this.dispatch.record(workerId)?.wallet || this.channel.workerInfo(workerId)?.wallet;
+        if (owner && owner !== wallet)
+          throw new HubError('WORKER_ID_TAKEN', `worker id ${workerId} is live under another wallet; choose another worker id`);
+        this.grants.admit(wallet, workerId, model, ranges);
+      },
+      verdict.counts,
+    );
+    return { ...answer, workers: this.coverage.size, replica: verdict.counts, wired: false, listen_port: null, session: null };
   }
 
   /**
    * A heartbeat: the worker holds `ranges` now. The hub's own callers (the volunteer channel, tests) report what it
    * knows; `admit` is the HTTP path's extra rule, run after the quarantine and release checks, before anything changes.
    */
-  heartbeat(workerId: string, wallet: string | null, model: string, ranges: readonly HeldRange[], admit?: () => void): CoverageAnswer {
+  heartbeat(
+    workerId: string,
+    wallet: string | null,
+    model: string,
+    ranges: readonly HeldRange[],
+    admit?: () => void,
+    replica = true,
+  ): CoverageAnswer {
     const quarantined = this.store.quarantineReason(workerId) ?? (wallet ? this.store.quarantineReason(wallet) : undefined);
     if (quarantined) throw new HubError('WORKER_QUARANTINED', `this worker is quarantined: ${quarantined}`);
     const now = this.now();
@@ -582,7 +605,7 @@ export class Hub {
         `the operator released this worker; stop serving its slice and ask for a new one after ${Math.ceil(heldOffMs / 1000)} s`,
       );
     admit?.();
-    this.coverage.heartbeat(workerId, model, ranges, now);
+    this.coverage.heartbeat(workerId, model, ranges, now, replica);
     this.dispatch.attach(workerId, wallet, now);
     this.dash.unretire(workerId);
     if (wallet) {
@@ -613,10 +636,21 @@ export class Hub {
     return this.recruiter.recruitment();
   }
 
-  /** `GET /api/expert-dispatch-map`; throws MODEL_UNKNOWN. */
-  dispatchMap(model: string): { model: string; rows: DispatchRow[] } {
-    this.shape(model);
-    return { model, rows: this.dispatch.rows(model, this.coverage, this.now()) };
+  /**
+   * `GET /api/expert-dispatch-map`: one market model's rows (MODEL_UNKNOWN for another name), or, as Kvasir answers
+   * when `model` is '' or absent, every market model's (`model` then names the only one, or is ''); `layer` ≥ 0 keeps
+   * that layer's rows (Kvasir's -1: all). Rows carry Kvasir's `node_id` (the worker id, its convention) and its relay
+   * fields `listen_port` and `session`, null: the hub wires no relay (issue 28).
+   */
+  dispatchMap(model = '', layer = -1): { model: string; rows: KvasirDispatchRow[] } {
+    if (model) this.shape(model);
+    const names = model ? [model] : [...this.marketModels.keys()];
+    const now = this.now();
+    const rows = names
+      .flatMap((name) => this.dispatch.rows(name, this.coverage, now))
+      .filter((r) => layer < 0 || r.layer === layer)
+      .map((r) => ({ ...r, node_id: r.worker_id, listen_port: null, session: null }));
+    return { model: model || (names.length === 1 ? (names[0] as string) : ''), rows };
   }
 
   // --- volunteers' durable record (the dispatcher and verification write these; tests use them directly)

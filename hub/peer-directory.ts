@@ -50,16 +50,30 @@ export interface PeerListing {
   welcome(workerId: string, wallet: string): WelcomePeer | undefined;
   /** A volunteer is being assigned `slice`: the peers to list in its assign (holders first); it is noted as fetching. */
   assigning(workerId: string, slice: AssignedSlice): string[];
-  /** It loaded its slice, with what it says it took from peers and from the hub (undefined: an older client). */
-  loaded(workerId: string, fromPeers: number | undefined, fromHub: number | undefined): void;
+  /**
+   * It loaded its slice of `digest`, with what it says it took from peers and from the hub (undefined: an older
+   * client).
+   */
+  loaded(workerId: string, digest: string, fromPeers: number | undefined, fromHub: number | undefined): void;
   /** Paused volunteers upload nothing, so they are not listed. */
   paused(workerId: string, paused: boolean): void;
-  /** Its assignment ended (released, failed, replaced): it no longer holds the slice. */
-  dropped(workerId: string): void;
+  /** An assignment ended (released, failed, replaced): it no longer holds the slice of `digest` (undefined: any). */
+  dropped(workerId: string, digest?: string): void;
   /** Its connection closed: its PeerJS id is revoked. */
   gone(workerId: string): void;
-  /** It reports a peer that sent a bad chunk or a malformed message. Returns the event's sentence, or null when ignored. */
-  report(workerId: string, r: PeerReport): string | null;
+  /**
+   * It reports a peer that sent a bad chunk or a malformed message while it fetched the slice of `digest`. Returns
+   * the event's sentence, or null when ignored.
+   */
+  report(workerId: string, digest: string, r: PeerReport): string | null;
+}
+
+/** One slice a member holds or fetches (a volunteer may hold several: docs/volunteer-channel.md, max_slices). */
+interface MemberSlice {
+  slice: AssignedSlice;
+  loaded: boolean;
+  /** Peers it reported for this slice (each counted once). */
+  reported: Set<string>;
 }
 
 interface Member {
@@ -67,10 +81,9 @@ interface Member {
   wallet: string;
   peerId: string;
   token: string;
-  slice: AssignedSlice | null;
-  loaded: boolean;
+  /** By digest. */
+  slices: Map<string, MemberSlice>;
   paused: boolean;
-  reported: Set<string>;
 }
 
 const newId = (): string => `p${randomBytes(16).toString('hex')}`;
@@ -83,7 +96,7 @@ export class PeerDirectory implements PeerListing {
   private readonly byDigest = new Map<string, Set<Member>>();
   private readonly banned = new Map<string, number>();
   /** Peers whose connection closed lately, so that a report arriving after a liar left still bans its worker and wallet. */
-  private readonly departed = new Map<string, { workerId: string; wallet: string; digest: string | null; atMs: number }>();
+  private readonly departed = new Map<string, { workerId: string; wallet: string; digests: string[]; atMs: number }>();
   private readonly transfers = new Map<string, SliceTransfer>();
   /** Called with a peer id the moment it is revoked (the signalling server closes that id's socket). */
   onRevoke: ((peerId: string) => void) | null = null;
@@ -102,10 +115,8 @@ export class PeerDirectory implements PeerListing {
       wallet,
       peerId: newId(),
       token: randomBytes(20).toString('hex'),
-      slice: null,
-      loaded: false,
+      slices: new Map(),
       paused: false,
-      reported: new Set(),
     };
     this.members.set(workerId, m);
     this.byPeer.set(m.peerId, m);
@@ -124,10 +135,8 @@ export class PeerDirectory implements PeerListing {
   assigning(workerId: string, slice: AssignedSlice): string[] {
     const m = this.members.get(workerId);
     if (!m) return [];
-    this.leaveSlice(m);
-    m.slice = slice;
-    m.loaded = false;
-    m.reported.clear();
+    this.leaveSlice(m, slice.digest);
+    m.slices.set(slice.digest, { slice, loaded: false, reported: new Set() });
     const t = this.transfer(slice);
     const others = [...(this.byDigest.get(slice.digest) ?? [])].filter((o) => o !== m && !o.paused && !this.isBanned(o));
     const set = this.byDigest.get(slice.digest) ?? new Set<Member>();
@@ -135,22 +144,23 @@ export class PeerDirectory implements PeerListing {
     t.fetching++;
     // Holders first (they have every chunk), then those fetching (they pass on what they have); random within each, so
     // one holder is not every newcomer's first choice.
-    const shuffled = others.map((o) => ({ o, r: this.random() })).sort((x, y) => Number(y.o.loaded) - Number(x.o.loaded) || x.r - y.r);
+    const holds = (o: Member): number => Number(o.slices.get(slice.digest)?.loaded === true);
+    const shuffled = others.map((o) => ({ o, r: this.random() })).sort((x, y) => holds(y.o) - holds(x.o) || x.r - y.r);
     return shuffled.slice(0, this.config.maxListed).map((x) => x.o.peerId);
   }
 
-  loaded(workerId: string, fromPeers: number | undefined, fromHub: number | undefined): void {
-    const m = this.members.get(workerId);
-    if (!m?.slice || m.loaded) return;
-    m.loaded = true;
-    const t = this.transfer(m.slice);
+  loaded(workerId: string, digest: string, fromPeers: number | undefined, fromHub: number | undefined): void {
+    const h = this.members.get(workerId)?.slices.get(digest);
+    if (!h || h.loaded) return;
+    h.loaded = true;
+    const t = this.transfer(h.slice);
     t.fetching = Math.max(0, t.fetching - 1);
     t.holders++;
     t.loads++;
     // A client's own account, capped so that one volunteer cannot skew the counters by more than a few slices.
-    const cap = 4 * m.slice.bytes;
+    const cap = 4 * h.slice.bytes;
     const peers = Math.min(cap, fromPeers ?? 0);
-    const hub = Math.min(cap, fromHub ?? (fromPeers === undefined ? m.slice.bytes : 0));
+    const hub = Math.min(cap, fromHub ?? (fromPeers === undefined ? h.slice.bytes : 0));
     t.fromPeers += peers;
     t.fromHub += hub;
     if (fromPeers !== undefined && peers === 0 && hub === 0) t.fromCache++;
@@ -161,32 +171,35 @@ export class PeerDirectory implements PeerListing {
     if (m) m.paused = paused;
   }
 
-  dropped(workerId: string): void {
+  dropped(workerId: string, digest?: string): void {
     const m = this.members.get(workerId);
-    if (m) this.leaveSlice(m);
+    if (!m) return;
+    if (digest !== undefined) this.leaveSlice(m, digest);
+    else for (const d of [...m.slices.keys()]) this.leaveSlice(m, d);
   }
 
   gone(workerId: string): void {
     const m = this.members.get(workerId);
     if (!m) return;
     const t = this.now();
-    this.departed.set(m.peerId, { workerId, wallet: m.wallet, digest: m.slice?.digest ?? null, atMs: t });
+    this.departed.set(m.peerId, { workerId, wallet: m.wallet, digests: [...m.slices.keys()], atMs: t });
     for (const [id, d] of this.departed) {
       if (this.departed.size <= 10_000 && t - d.atMs < DEPARTED_KEPT_MS) break;
       this.departed.delete(id);
     }
-    this.leaveSlice(m);
+    for (const d of [...m.slices.keys()]) this.leaveSlice(m, d);
     this.members.delete(workerId);
     this.byPeer.delete(m.peerId);
     this.onRevoke?.(m.peerId);
   }
 
-  report(workerId: string, r: PeerReport): string | null {
-    const from = this.members.get(workerId);
+  report(workerId: string, digest: string, r: PeerReport): string | null {
+    const reporter = this.members.get(workerId);
+    const from = reporter?.slices.get(digest);
     const live = this.byPeer.get(r.peerId);
-    const bad = live ? { workerId: live.workerId, wallet: live.wallet, digest: live.slice?.digest ?? null } : this.departed.get(r.peerId);
+    const bad = live ? { workerId: live.workerId, wallet: live.wallet, digests: [...live.slices.keys()] } : this.departed.get(r.peerId);
     // Only a report about a peer of the reporter's own slice counts (one it could have been given), once per pair.
-    if (!from?.slice || !bad || live === from || bad.digest !== from.slice.digest || from.reported.has(r.peerId)) return null;
+    if (!from || !bad || live === reporter || !bad.digests.includes(digest) || from.reported.has(r.peerId)) return null;
     from.reported.add(r.peerId);
     const until = this.now() + this.config.banMs;
     this.banned.set(`w:${bad.workerId}`, until);
@@ -213,19 +226,18 @@ export class PeerDirectory implements PeerListing {
     return (this.banned.get(`w:${m.workerId}`) ?? 0) > t || (this.banned.get(`k:${m.wallet}`) ?? 0) > t;
   }
 
-  private leaveSlice(m: Member): void {
-    const s = m.slice;
-    if (!s) return;
-    const set = this.byDigest.get(s.digest);
+  private leaveSlice(m: Member, digest: string): void {
+    const h = m.slices.get(digest);
+    if (!h) return;
+    const set = this.byDigest.get(digest);
     set?.delete(m);
-    if (set?.size === 0) this.byDigest.delete(s.digest);
-    const t = this.transfers.get(s.digest);
+    if (set?.size === 0) this.byDigest.delete(digest);
+    const t = this.transfers.get(digest);
     if (t) {
-      if (m.loaded) t.holders = Math.max(0, t.holders - 1);
+      if (h.loaded) t.holders = Math.max(0, t.holders - 1);
       else t.fetching = Math.max(0, t.fetching - 1);
     }
-    m.slice = null;
-    m.loaded = false;
+    m.slices.delete(digest);
   }
 
   private transfer(s: AssignedSlice): SliceTransfer {

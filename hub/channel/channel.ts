@@ -70,6 +70,8 @@ export interface ChannelHost {
   quarantineReason(workerId: string, wallet: string): string | undefined;
   /** The market's answer for one idle volunteer (POST /api/expert-volunteer's logic). */
   offer(workerId: string, request: VolunteerRequest): VolunteerAnswer;
+  /** Bytes one expert of the model takes on a volunteer (the market's measure of a budget: ModelShape.bytesPerExpert). */
+  expertBytes(model: string): number;
   /** Size and `sha256:<hex>` of a slice (the shard server's). */
   shard(model: string, layer: number, begin: number, end: number): Promise<{ bytes: number; digest: string }>;
   /** How the model's coordinator computes (from its dispatch HELLO; 'llama' for linkcpp-server). */
@@ -153,21 +155,66 @@ interface Pending {
   nEmbd: number;
   encoding: WireEncoding;
   timer: NodeJS.Timeout;
+  /** The slice the work was for. */
+  assignmentId: number;
 }
 
 class WorkError extends Error {}
 
-/** One volunteer's connection. While it serves, it is the dispatcher's link to that worker. */
-class VolunteerConnection implements WorkerLink {
-  state: VolunteerConnectionState = 'hello';
+/**
+ * One slice a volunteer was assigned: loading until it says `loaded`, then, while the volunteer is not paused, the
+ * dispatcher's link to those experts. A volunteer that holds several slices (hello `max_slices`) has one per slice,
+ * all on its one connection and its one queue.
+ */
+class SliceLink implements WorkerLink {
+  loaded = false;
+  loadTimer: NodeJS.Timeout | null = null;
+  constructor(
+    readonly conn: VolunteerConnection,
+    readonly assign: Assign,
+  ) {}
+  get workerId(): string {
+    return this.conn.workerId;
+  }
+  get model(): string {
+    return this.assign.model;
+  }
+  get layer(): number {
+    return this.assign.layer;
+  }
+  get begin(): number {
+    return this.assign.experts[0];
+  }
+  get end(): number {
+    return this.assign.experts[1];
+  }
+  get range(): HeldRange {
+    return [this.assign.layer, this.assign.experts[0], this.assign.experts[1]];
+  }
+  /** The volunteer's queue, shared by every slice it holds: one device computes them all, one frame at a time. */
+  get inFlight(): number {
+    return this.conn.inFlight;
+  }
+  compute(work: WorkItem, deadlineMs: number): Promise<WorkAnswer> {
+    return this.conn.compute(this, work, deadlineMs);
+  }
+}
+
+/** One volunteer's connection and the slices it holds (each a SliceLink). */
+class VolunteerConnection {
   workerId = '';
   wallet = '';
   hello: ChannelHello | null = null;
-  assign: Assign | null = null;
+  /** Its slices by assignment id, loading or loaded, in the order they were assigned. */
+  readonly slices = new Map<number, SliceLink>();
+  /** Between the market's answer and its `assign`: the range is reserved, the shard being looked up. */
+  reserving = false;
   paused = false;
   /** Set after a slice did not fit: offer at most this many experts next time (0 = no limit). */
   maxExperts = 0;
   unfit = false;
+  /** A slice did not fit beside those it holds: offer it no more until one is released. */
+  full = false;
   /** An operator released it: offer rounds skip it until then (this clock), or until it reconnects. */
   heldOffUntilMs = 0;
   inFlight = 0;
@@ -182,7 +229,6 @@ class VolunteerConnection implements WorkerLink {
   private nextPingId = 1;
   tokens: number;
   tokensAtMs: number;
-  loadTimer: NodeJS.Timeout | null = null;
 
   constructor(
     readonly ws: WebSocket,
@@ -195,14 +241,50 @@ class VolunteerConnection implements WorkerLink {
     this.tokensAtMs = nowMs;
   }
 
-  get layer(): number {
-    return this.assign?.layer ?? -1;
+  /**
+   * Where it stands: `hello` before its hello; `paused` when the user paused (unless its only slices are still
+   * loading); else `serving` with a slice loaded, `loading` with one on its way, `waiting` with none.
+   */
+  get state(): VolunteerConnectionState {
+    if (!this.hello) return 'hello';
+    let loaded = false;
+    let loading = this.reserving;
+    for (const s of this.slices.values()) {
+      if (s.loaded) loaded = true;
+      else loading = true;
+    }
+    if (this.paused && (loaded || !loading)) return 'paused';
+    if (loaded) return 'serving';
+    return loading ? 'loading' : 'waiting';
   }
-  get begin(): number {
-    return this.assign?.experts[0] ?? 0;
+
+  /** Slices it holds at once: one for a client from before multi-slice volunteers. */
+  get maxSlices(): number {
+    return this.hello?.maxSlices ?? 1;
   }
-  get end(): number {
-    return this.assign?.experts[1] ?? 0;
+
+  /** The model of its slices (one model per volunteer), or undefined while it holds none. */
+  get model(): string | undefined {
+    for (const s of this.slices.values()) return s.model;
+    return undefined;
+  }
+
+  /** Every range it holds or loads, for the coverage store. */
+  ranges(): HeldRange[] {
+    return [...this.slices.values()].map((s) => s.range);
+  }
+
+  /** Whether any of its slices is loaded (then it is attached to the dispatch map). */
+  anyLoaded(): boolean {
+    for (const s of this.slices.values()) if (s.loaded) return true;
+    return false;
+  }
+
+  /** Experts it holds or loads, all slices together. */
+  heldExperts(): number {
+    let n = 0;
+    for (const s of this.slices.values()) n += s.end - s.begin;
+    return n;
   }
 
   /** The channel's keep-alive: a `ping` the volunteer's script answers with a `pong` (heard like any message). */
@@ -215,9 +297,9 @@ class VolunteerConnection implements WorkerLink {
     if (this.ws.readyState === this.ws.OPEN) this.ws.send(encodeHubMessage(m));
   }
 
-  compute(work: WorkItem, deadlineMs: number): Promise<WorkAnswer> {
-    const a = this.assign;
-    if (!a || this.state !== 'serving') return Promise.reject(new WorkError('not serving'));
+  compute(slice: SliceLink, work: WorkItem, deadlineMs: number): Promise<WorkAnswer> {
+    const a = slice.assign;
+    if (this.slices.get(a.assignmentId) !== slice || !slice.loaded || this.paused) return Promise.reject(new WorkError('not serving'));
     // A volunteer that does not read would make the hub buffer every frame it is sent.
     if (this.ws.bufferedAmount > this.channel.options.sendBacklogMaxBytes)
       return Promise.reject(new WorkError('backlogged: the volunteer is not reading its frames'));
@@ -240,7 +322,16 @@ class VolunteerConnection implements WorkerLink {
       const forgetMs = Math.max(deadlineMs * 4, this.channel.options.forgetWorkMs);
       const timer = setTimeout(() => this.giveUp(workId, 'no answer'), forgetMs);
       timer.unref();
-      this.pending.set(workId, { sentAt: performance.now(), resolve, reject, nRows: work.nRows, nEmbd: work.nEmbd, encoding, timer });
+      this.pending.set(workId, {
+        sentAt: performance.now(),
+        resolve,
+        reject,
+        nRows: work.nRows,
+        nEmbd: work.nEmbd,
+        encoding,
+        timer,
+        assignmentId: a.assignmentId,
+      });
       this.inFlight++;
       this.ws.send(frame, (err) => {
         if (err) this.settle(workId)?.reject(err);
@@ -257,8 +348,9 @@ class VolunteerConnection implements WorkerLink {
     return p;
   }
 
-  failAll(why: string): void {
-    for (const id of [...this.pending.keys()]) this.giveUp(id, why);
+  /** Gives up on the work in flight: all of it, or that of one slice. */
+  failAll(why: string, assignmentId?: number): void {
+    for (const [id, p] of [...this.pending]) if (assignmentId === undefined || p.assignmentId === assignmentId) this.giveUp(id, why);
   }
 
   /** Stops waiting for a work item; its id is remembered as late (the newest CHANNEL_LATE_IDS_KEPT). */
@@ -297,8 +389,8 @@ export class VolunteerChannel {
   private readonly opens: RateLimiter;
   private readonly allowedOrigins: ReadonlySet<string>;
   private nextAssignment = 1;
-  /** Serving links per model and layer, rebuilt when a connection starts or stops serving. */
-  private readonly links = new Map<string, Map<number, VolunteerConnection[]>>();
+  /** Serving slices per model and layer, rebuilt when a slice starts or stops serving. */
+  private readonly links = new Map<string, Map<number, SliceLink[]>>();
   /** Connections holding an assignment, by model: what a rebuild of the links looks through (not every connection). */
   private readonly assigned = new Map<string, Set<VolunteerConnection>>();
   private assigning = false;
@@ -410,14 +502,21 @@ export class VolunteerChannel {
    * `holdOffMs` > 0 (an operator's release) keeps it out of offer rounds that long: the market may still want that
    * very slice, and would hand it straight back.
    */
-  release(workerId: string, code: ReleaseCode, reason: string, holdOffMs = 0): boolean {
+  release(workerId: string, code: ReleaseCode, reason: string, holdOffMs = 0, range?: HeldRange): boolean {
     const c = this.byWorker.get(workerId);
-    if (!c?.assign) return false;
+    if (!c) return false;
+    const which = [...c.slices.values()].filter((s) => !range || (s.layer === range[0] && s.begin === range[1] && s.end === range[2]));
+    if (which.length === 0) return false;
     if (holdOffMs > 0) c.heldOffUntilMs = this.nowMs() + holdOffMs;
-    c.send({ type: 'release', assignmentId: c.assign.assignmentId, code, reason });
-    this.host.event('release', c.assign.model, `${workerId}: ${code} (${reason})`);
-    this.dropAssignment(c);
-    c.state = c.paused ? 'paused' : 'waiting';
+    for (const s of which) {
+      c.send({ type: 'release', assignmentId: s.assign.assignmentId, code, reason });
+      this.host.event(
+        'release',
+        s.model,
+        `${workerId}: ${code} (${reason})${c.maxSlices > 1 ? ` layer ${s.layer} [${s.begin}, ${s.end})` : ''}`,
+      );
+      this.dropSlice(c, s);
+    }
     this.demandChanged();
     return true;
   }
@@ -517,9 +616,10 @@ export class VolunteerChannel {
     if (c.wallet) countDown(this.perWallet, c.wallet);
     c.failAll('the volunteer disconnected');
     if (c.workerId && this.byWorker.get(c.workerId) === c) {
-      const held = c.assign !== null || c.state === 'loading'; // only a slice given up changes what the market wants
+      const held = c.slices.size > 0 || c.reserving; // only a slice given up changes what the market wants
       this.byWorker.delete(c.workerId);
-      this.dropAssignment(c);
+      for (const sl of [...c.slices.values()]) this.dropSlice(c, sl);
+      if (c.reserving) this.host.forget(c.workerId);
       this.peers?.gone(c.workerId);
       this.host.forget(c.workerId);
       this.host.event('volunteer-leave', null, c.workerId);
@@ -560,57 +660,55 @@ export class VolunteerChannel {
     switch (m.type) {
       case 'hello':
         throw new VolunteerWireError('UNEXPECTED_MESSAGE', 'a second hello');
-      case 'loaded':
-        if (this.onLoaded(c, m.assignmentId, m.ready, m.backend, m.gflops)) this.peers?.loaded(c.workerId, m.peerBytes, m.hubBytes);
+      case 'loaded': {
+        const sl = c.slices.get(m.assignmentId);
+        if (sl && this.onLoaded(c, sl, m.ready, m.backend, m.gflops))
+          this.peers?.loaded(c.workerId, sl.assign.shardDigest, m.peerBytes, m.hubBytes);
         return;
+      }
       case 'peer_report': {
-        if (c.assign?.assignmentId !== m.assignmentId) return; // about an assignment already gone
-        const line = this.peers?.report(c.workerId, m);
-        if (line) this.host.event('peer-report', c.assign.model, line);
+        const sl = c.slices.get(m.assignmentId);
+        if (!sl) return; // about an assignment already gone
+        const line = this.peers?.report(c.workerId, sl.assign.shardDigest, m);
+        if (line) this.host.event('peer-report', sl.model, line);
         return;
       }
       case 'load_failed': {
-        if (!c.assign || c.assign.assignmentId !== m.assignmentId) return;
-        const a = c.assign;
-        this.host.event('load-failed', a.model, `${c.workerId}: ${m.code} ${m.message}`);
-        if (m.code === 'DOES_NOT_FIT') {
-          const width = a.experts[1] - a.experts[0];
+        const sl = c.slices.get(m.assignmentId);
+        if (!sl) return;
+        this.host.event('load-failed', sl.model, `${c.workerId}: ${m.code} ${m.message}`);
+        const others = c.slices.size > 1;
+        if (others)
+          c.full = true; // it serves what it holds; it takes more once one is released
+        else if (m.code === 'DOES_NOT_FIT') {
+          const width = sl.end - sl.begin;
           c.maxExperts = Math.floor(width / 2);
           if (c.maxExperts === 0) c.unfit = true;
         } else c.unfit = true; // nothing this volunteer can serve until it reconnects
-        this.dropAssignment(c);
-        c.state = c.paused ? 'paused' : 'waiting';
+        this.dropSlice(c, sl);
         this.demandChanged();
         return;
       }
-      case 'heartbeat':
+      case 'heartbeat': {
         // Coverage follows what the hub assigned and the worker said it loaded; the heartbeat keeps it fresh.
-        if (c.state === 'serving' && c.assign) {
-          const a = c.assign;
-          const holds = m.coverage.some(([l, b, e]) => l === a.layer && b === a.experts[0] && e === a.experts[1]);
+        for (const sl of c.slices.values()) {
+          if (!sl.loaded) continue;
+          const holds = m.coverage.some(([l, b, e]) => l === sl.layer && b === sl.begin && e === sl.end);
           if (!holds) throw new VolunteerWireError('UNEXPECTED_MESSAGE', 'a serving worker reported coverage without its slice');
-          this.refresh(c);
-        } else if (c.state === 'loading' && c.assign) {
-          this.host.reserve(c.workerId, c.assign.model, [[c.assign.layer, c.assign.experts[0], c.assign.experts[1]]]);
         }
+        this.refresh(c);
         return;
+      }
       case 'pause':
         c.paused = true;
         this.peers?.paused(c.workerId, true);
-        if (c.state === 'serving' || c.state === 'waiting') {
-          const wasServing = c.state === 'serving';
-          c.state = 'paused';
-          if (wasServing) this.rebuildLinks(c.assign?.model);
-        }
+        if (c.anyLoaded()) this.rebuildLinks(c.model);
         return;
       case 'resume':
         c.paused = false;
         this.peers?.paused(c.workerId, false);
-        if (c.state === 'paused') {
-          c.state = c.assign ? 'serving' : 'waiting';
-          if (c.assign) this.rebuildLinks(c.assign.model);
-          else this.offerRound(c);
-        }
+        if (c.anyLoaded()) this.rebuildLinks(c.model);
+        this.offerRound(c);
         return;
       case 'leave':
         c.ws.close(1000, 'left');
@@ -651,7 +749,6 @@ export class VolunteerChannel {
     this.perWallet.set(wallet, (this.perWallet.get(wallet) ?? 0) + 1);
     c.hello = h;
     c.paused = false;
-    c.state = 'waiting';
     this.byWorker.set(h.workerId, c);
     const peer = this.peers?.welcome(h.workerId, wallet);
     c.send({
@@ -672,37 +769,36 @@ export class VolunteerChannel {
     this.offerRound(c);
   }
 
-  /** Returns whether this `loaded` put the slice in service (false: stale, said again, or refused). */
-  private onLoaded(c: VolunteerConnection, assignmentId: number, ready: boolean, backend: string, gflops: number): boolean {
-    const a = c.assign;
-    if (!a || a.assignmentId !== assignmentId) return false; // a stale loaded (released meanwhile)
-    if (c.state === 'serving' || c.state === 'paused') {
-      // Again for the slice it serves: its engine was rebuilt (a lost GPU device), maybe on another backend.
-      c.backend = backend;
-      c.gflops = gflops;
-      return false;
-    }
-    if (c.state !== 'loading') return false;
+  /** Returns whether this `loaded` put the slice in service (false: said again, or refused). */
+  private onLoaded(c: VolunteerConnection, sl: SliceLink, ready: boolean, backend: string, gflops: number): boolean {
     c.backend = backend;
     c.gflops = gflops;
-    if (c.loadTimer) clearTimeout(c.loadTimer);
-    c.loadTimer = null;
+    // Again for a slice it serves: its engine was rebuilt (a lost GPU device), maybe on another backend.
+    if (sl.loaded) return false;
+    sl.loaded = true;
+    if (sl.loadTimer) clearTimeout(sl.loadTimer);
+    sl.loadTimer = null;
     try {
-      this.host.serving(c.workerId, c.wallet, a.model, [[a.layer, a.experts[0], a.experts[1]]]);
+      this.host.serving(c.workerId, c.wallet, sl.model, c.ranges());
     } catch (e) {
       this.closeWith(c, 'QUARANTINED', e instanceof Error ? e.message : String(e));
       return false;
     }
-    c.state = ready && !c.paused ? 'serving' : 'paused';
-    this.rebuildLinks(a.model);
+    // `ready` false: it paused while loading, and said `pause` before this; it serves after `resume`.
+    if (!ready) c.paused = true;
+    this.rebuildLinks(sl.model);
+    // One slice at a time: the next is offered once this one serves.
+    if (c.maxSlices > 1) this.offerRound(c);
     return true;
   }
 
+  /** Tells the coverage store what the volunteer holds now (a heartbeat, or a slice that came or went). */
   private refresh(c: VolunteerConnection): void {
-    const a = c.assign;
-    if (!a) return;
+    const model = c.model;
+    if (model === undefined) return;
     try {
-      this.host.serving(c.workerId, c.wallet, a.model, [[a.layer, a.experts[0], a.experts[1]]]);
+      if (c.anyLoaded()) this.host.serving(c.workerId, c.wallet, model, c.ranges());
+      else this.host.reserve(c.workerId, model, c.ranges());
     } catch (e) {
       this.closeWith(c, 'QUARANTINED', e instanceof Error ? e.message : String(e));
     }
@@ -739,27 +835,33 @@ export class VolunteerChannel {
 
   // --- assignments
 
-  private dropAssignment(c: VolunteerConnection): void {
-    if (c.loadTimer) clearTimeout(c.loadTimer);
-    c.loadTimer = null;
-    const a = c.assign;
-    if (!a) return;
-    c.assign = null;
-    this.peers?.dropped(c.workerId);
-    this.assigned.get(a.model)?.delete(c);
-    c.failAll('released');
-    this.host.forget(c.workerId);
-    this.rebuildLinks(a.model);
+  /** A slice ends (released, failed, the volunteer gone): its work fails over, its range leaves the coverage store. */
+  private dropSlice(c: VolunteerConnection, sl: SliceLink): void {
+    if (sl.loadTimer) clearTimeout(sl.loadTimer);
+    sl.loadTimer = null;
+    if (c.slices.get(sl.assign.assignmentId) !== sl) return;
+    c.slices.delete(sl.assign.assignmentId);
+    c.full = false;
+    this.peers?.dropped(c.workerId, sl.assign.shardDigest);
+    c.failAll('released', sl.assign.assignmentId);
+    if (c.slices.size === 0) {
+      this.assigned.get(sl.model)?.delete(c);
+      if (!c.reserving) this.host.forget(c.workerId);
+    } else this.refresh(c);
+    this.rebuildLinks(sl.model);
   }
 
   private rebuildLinks(model: string | undefined): void {
     if (!model) return;
-    const byLayer = new Map<number, VolunteerConnection[]>();
+    const byLayer = new Map<number, SliceLink[]>();
     for (const c of this.assigned.get(model) ?? []) {
-      if (c.state !== 'serving' || c.assign?.model !== model) continue;
-      const list = byLayer.get(c.assign.layer) ?? [];
-      list.push(c);
-      byLayer.set(c.assign.layer, list);
+      if (c.paused) continue;
+      for (const sl of c.slices.values()) {
+        if (!sl.loaded || sl.model !== model) continue;
+        const list = byLayer.get(sl.layer) ?? [];
+        list.push(sl);
+        byLayer.set(sl.layer, list);
+      }
     }
     // A stable order (the dispatcher sums partials in it): by first expert, then worker id.
     for (const list of byLayer.values()) list.sort((x, y) => x.begin - y.begin || (x.workerId < y.workerId ? -1 : 1));
@@ -768,7 +870,7 @@ export class VolunteerChannel {
 
   private async assignRound(candidates: Iterable<VolunteerConnection>): Promise<void> {
     const now = this.nowMs();
-    const idle = [...candidates].filter((c) => c.state === 'waiting' && !c.unfit && c.hello && c.heldOffUntilMs <= now);
+    const idle = [...candidates].filter((c) => this.offerable(c, now));
     idle.sort((x, y) => speed(y) - speed(x) || budget(y) - budget(x) || (x.workerId < y.workerId ? -1 : 1));
     // Models ('' = any) of which nothing is wanted: assignments in this round only lower demand, so a later volunteer
     // asking for one of them would be refused too, whatever its device.
@@ -795,19 +897,39 @@ export class VolunteerChannel {
     }
   }
 
-  /** The market's slice for one idle volunteer, its range reserved and the volunteer loading; null when none. */
+  /**
+   * Whether a round may offer `c` a slice: it said hello, is not paused, refused or held off, loads nothing now, and
+   * holds fewer slices than it takes (one, for a client from before multi-slice volunteers).
+   */
+  private offerable(c: VolunteerConnection, now: number): boolean {
+    if (!c.hello || c.paused || c.unfit || c.full || c.reserving || c.heldOffUntilMs > now) return false;
+    if (c.slices.size >= c.maxSlices) return false;
+    for (const sl of c.slices.values()) if (!sl.loaded) return false;
+    return true;
+  }
+
+  /** The market's slice for one volunteer, its range reserved and the volunteer loading; null when none. */
   private reserveFor(c: VolunteerConnection, nothingWanted: Set<string>): Assignment | null {
-    if (c.state !== 'waiting' || !this.all.has(c)) return null;
+    if (!this.all.has(c) || !this.offerable(c, this.nowMs())) return null;
     const h = c.hello as ChannelHello;
-    if (nothingWanted.has('') || nothingWanted.has(h.model)) return null;
+    // One model per volunteer: the next slice of one that holds some is of the same model.
+    const model = c.model ?? h.model;
+    if (nothingWanted.has('') || nothingWanted.has(model)) return null;
+    // What its slices take is spent, in the market's measure (the experts' bytes: a shard's header is not held).
+    const budget =
+      c.slices.size === 0 ? h.device.memoryBudgetBytes : h.device.memoryBudgetBytes - c.heldExperts() * this.host.expertBytes(model);
+    if (c.slices.size > 0 && budget <= 0) {
+      c.full = true;
+      return null;
+    }
     let answer: VolunteerAnswer;
     try {
       answer = this.host.offer(c.workerId, {
-        model: h.model,
+        model,
         maxExperts: c.maxExperts > 0 ? (h.maxExperts > 0 ? Math.min(h.maxExperts, c.maxExperts) : c.maxExperts) : h.maxExperts,
         device: {
           ...(h.device.limits ?? {}),
-          memoryBudgetBytes: h.device.memoryBudgetBytes,
+          memoryBudgetBytes: Math.max(0, budget),
         },
         ...(h.variants && { variants: h.variants }),
       });
@@ -819,18 +941,20 @@ export class VolunteerChannel {
       return null;
     }
     if (!answer.assigned) {
-      if (answer.code === 'nothing-wanted') nothingWanted.add(h.model);
+      if (answer.code === 'nothing-wanted') nothingWanted.add(model);
+      // What it holds already fills its budget: no more offers until a slice is released.
+      else if (c.slices.size > 0 && answer.code === 'budget-too-small') c.full = true;
       return null;
     }
     // Reserve before the first await: the next volunteer in this round must see this range as taken.
     try {
-      this.host.reserve(c.workerId, answer.model, [[answer.layer, answer.experts[0], answer.experts[1]]]);
+      this.host.reserve(c.workerId, answer.model, [...c.ranges(), [answer.layer, answer.experts[0], answer.experts[1]]]);
     } catch (e) {
       // The coverage store is full (TOO_MANY_WORKERS): this one waits for the next round.
       this.host.event('load-failed', answer.model, `${c.workerId}: not reserved: ${e instanceof Error ? e.message : String(e)}`);
       return null;
     }
-    c.state = 'loading';
+    c.reserving = true;
     return answer;
   }
 
@@ -846,14 +970,16 @@ export class VolunteerChannel {
         answer.model,
         `${c.workerId}: the hub cannot prepare ${slice}: ${e instanceof Error ? e.message : String(e)}`,
       );
-      this.host.forget(c.workerId);
-      if (c.state === 'loading') c.state = 'waiting';
+      c.reserving = false;
+      if (c.slices.size > 0) this.refresh(c);
+      else this.host.forget(c.workerId);
       return;
     }
-    if (!this.all.has(c) || c.state !== 'loading') {
+    if (!this.all.has(c) || !c.reserving) {
       if (!this.all.has(c)) this.host.forget(c.workerId);
       return;
     }
+    c.reserving = false;
     const query = `model=${encodeURIComponent(answer.model)}&layer=${answer.layer}&expert_begin=${answer.experts[0]}&expert_end=${answer.experts[1]}`;
     const peers = this.peers?.assigning(c.workerId, {
       model: answer.model,
@@ -876,14 +1002,15 @@ export class VolunteerChannel {
       shardDigest: shard.digest,
       ...(peers ? { peers, chunksUrl: `/api/expert-shard/chunks?${query}` } : {}),
     };
-    c.assign = assign;
+    const sl = new SliceLink(c, assign);
+    c.slices.set(assign.assignmentId, sl);
     const holders = this.assigned.get(assign.model) ?? new Set<VolunteerConnection>();
     this.assigned.set(assign.model, holders.add(c));
-    c.loadTimer = setTimeout(() => {
-      if (c.assign === assign && c.state === 'loading')
-        this.release(c.workerId, 'LOAD_TIMEOUT', `not loaded within ${this.options.loadTimeoutMs} ms`);
+    sl.loadTimer = setTimeout(() => {
+      if (c.slices.get(assign.assignmentId) === sl && !sl.loaded)
+        this.release(c.workerId, 'LOAD_TIMEOUT', `not loaded within ${this.options.loadTimeoutMs} ms`, 0, sl.range);
     }, this.options.loadTimeoutMs);
-    c.loadTimer.unref();
+    sl.loadTimer.unref();
     c.send(assign);
   }
 }

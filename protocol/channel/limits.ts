@@ -59,6 +59,8 @@ export const VOLUNTEER_LIMITS = Object.freeze({
   maxExperts: EXPERTS_MAX,
   /** Held ranges in one heartbeat. */
   maxCoverageRanges: HELD_RANGES_MAX,
+  /** Slices one volunteer holds at once (hello.max_slices): each is one range of its heartbeat. */
+  maxSlices: HELD_RANGES_MAX,
   maxShardUrlChars: 2048,
   /** Human sentences: load_failed.message, release.reason. */
   maxMessageChars: 512,

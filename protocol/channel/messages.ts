@@ -59,6 +59,12 @@ export interface ChannelHello {
   model: string;
   /** Widest slice it wants (0 = no limit), as `max_experts` of `POST /api/expert-volunteer`. */
   maxExperts: number;
+  /**
+   * Slices it holds at once (`max_slices`, 1…maxSlices). Optional on the wire: a client that sends none holds one
+   * (every client before multi-slice volunteers), and an `assign` replaces what it holds; with more, an `assign` adds
+   * a slice (of the same model) and `release` frees only the slice it names.
+   */
+  maxSlices?: number;
   /** Free-form description of the client, for the hub's logs and dashboard ('' = none). */
   agent: string;
 }
@@ -286,6 +292,7 @@ function parseHello(f: Fields): ChannelHello {
     ...(f.has('variants') && { variants: f.known<VariantFeature>('variants', VARIANT_FEATURES) }),
     model: f.has('model') ? f.str('model', L.maxModelChars) : '',
     maxExperts: f.has('max_experts') ? f.int('max_experts', 0, L.maxOfferExperts, L.maxOfferExperts) : 0,
+    ...(f.has('max_slices') && { maxSlices: f.int('max_slices', 1, L.maxSlices, L.maxSlices) }),
     agent: f.has('agent') ? f.str('agent', L.maxAgentChars) : '',
   };
 }
@@ -472,6 +479,7 @@ function wireClient(m: ClientMessage): Obj {
         ...(m.variants && { variants: m.variants }),
         model: m.model,
         max_experts: m.maxExperts,
+        ...(m.maxSlices !== undefined && { max_slices: m.maxSlices }),
         agent: m.agent,
       };
     }

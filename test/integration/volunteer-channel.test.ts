@@ -933,6 +933,114 @@ test('pushed assignments: shard digest, the reservation, DOES_NOT_FIT, loaded â†
   }
 });
 
+test('multi-slice volunteers (max_slices): one slice at a time up to the budget, every layer a route, released one by one; an old client holds one', async () => {
+  const h = await listening(ALWAYS);
+  try {
+    const token = await h.t.login(newVolunteer());
+    const channel = (h.t.hub as unknown as { channel: VolunteerChannel }).channel;
+
+    // An old client (no max_slices) holds one slice: after it loads, it is offered nothing more though the other
+    // layer is wanted, and it is a route as before.
+    const old = await join(h, token, 'old');
+    const o = await old.next('assign', 1_000);
+    assert.deepEqual([o.layer, o.experts], [0, [0, 8]]);
+    loaded(old, o);
+    await old.alive();
+    channel.demandChanged(); // a round over every volunteer
+    await old.none('assign', 300);
+    assert.deepEqual(servingIds(h, 0), ['old']);
+    old.json({ type: 'leave' });
+    await old.closed;
+
+    // A volunteer that holds up to 4 slices is offered one, and the next only once that one is loaded.
+    const v1 = await join(h, token, 'v1', { maxSlices: 4 });
+    const a = await v1.next('assign', 1_000);
+    assert.deepEqual([a.layer, a.experts], [0, [0, 8]]);
+    await v1.none('assign', 300);
+    loaded(v1, a);
+    const b = await v1.next('assign', 1_000);
+    assert.deepEqual([b.layer, b.experts], [1, [0, 8]], 'the other layer, never a second copy of layer 0');
+    assert.notEqual(b.assignmentId, a.assignmentId);
+    // While it loads the second, it serves the first.
+    assert.deepEqual(servingIds(h, 0), ['v1']);
+    assert.deepEqual(servingIds(h, 1), []);
+    loaded(v1, b);
+    v1.json(
+      heartbeat([
+        [0, 0, 8],
+        [1, 0, 8],
+      ]),
+    );
+    await v1.alive();
+    assert.deepEqual(servingIds(h, 0), ['v1']);
+    assert.deepEqual(servingIds(h, 1), ['v1'], 'each held slice is its own route');
+    assert.deepEqual((await dispatchRows(h)).map((x) => [x.worker_id, x.layer, x.experts]).sort(), [
+      ['v1', 0, [0, 8]],
+      ['v1', 1, [0, 8]],
+    ]);
+    // Everything is covered: nothing more to offer, and a second volunteer waits.
+    await v1.none('assign', 300);
+    const v2 = await join(h, token, 'v2', { maxSlices: 4, device: { ...DEVICE, gflops: 1_000 } });
+    await v2.none('assign', 300);
+
+    // One slice released alone: v1 keeps serving layer 0; layer 1 is wanted again and goes to v2, the faster one
+    // (fast devices first), not back to v1 though v1 has room for it.
+    assert.equal(channel.release('v1', 'REBALANCE', 'moved', 0, [1, 0, 8]), true);
+    const rel = await v1.next('release');
+    assert.equal(rel.assignmentId, b.assignmentId);
+    const c = await v2.next('assign', 1_000);
+    assert.deepEqual([c.layer, c.experts], [1, [0, 8]]);
+    assert.deepEqual(servingIds(h, 0), ['v1']);
+    assert.deepEqual(servingIds(h, 1), []);
+    // v1 heartbeats the slice it still holds; one that leaves out a held slice is refused.
+    v1.json(heartbeat([[0, 0, 8]]));
+    await v1.alive();
+    loaded(v2, c);
+    await v2.alive();
+    assert.deepEqual(servingIds(h, 1), ['v2']);
+    // Pausing takes every slice of a volunteer out of service, resuming puts them back.
+    v1.json({ type: 'pause' });
+    await v1.alive();
+    assert.deepEqual(servingIds(h, 0), []);
+    v1.json({ type: 'resume' });
+    await v1.alive();
+    assert.deepEqual(servingIds(h, 0), ['v1']);
+    v2.json(heartbeat([]));
+    await closedWith(v2, 'UNEXPECTED_MESSAGE', 'a serving worker reporting coverage without its slice');
+  } finally {
+    await h.close();
+  }
+
+  // The budget bounds what it holds: a budget of one layer's slice and a half gets the rest as a narrower slice, and
+  // nothing after that.
+  const h2 = await listening(ALWAYS);
+  try {
+    const token = await h2.t.login(newVolunteer());
+    const probe = await join(h2, token, 'probe');
+    const whole = await probe.next('assign', 1_000);
+    probe.ws.terminate();
+    await probe.closed;
+    const budget = Math.floor(whole.shardBytes * 1.5);
+    const v = await join(h2, token, 'v', { maxSlices: 8, device: { ...DEVICE, memoryBudgetBytes: budget } });
+    const held: Assign[] = [];
+    for (;;) {
+      const next = await v.next('assign', 1_000).catch(() => null);
+      if (!next) break;
+      held.push(next);
+      loaded(v, next);
+    }
+    assert.ok(held.length >= 2, `two slices at least: ${JSON.stringify(held.map((x) => [x.layer, x.experts]))}`);
+    // in the market's measure: the experts' bytes (a shard's header is read, not held)
+    const bytes = held.reduce((n, x) => n + (x.experts[1] - x.experts[0]) * h2.t.hub.shape('m').bytesPerExpert, 0);
+    assert.ok(bytes <= budget, `${bytes} bytes held within the ${budget}-byte budget`);
+    const layers = new Set(held.map((x) => x.layer));
+    assert.equal(layers.size, held.length, 'never two slices of one layer to one volunteer here (no duplicate experts)');
+    assert.ok(held[1]!.experts[1] - held[1]!.experts[0] < 8, 'the second slice is narrower: what the budget has left');
+  } finally {
+    await h2.close();
+  }
+});
+
 test('an operatorâ€™s release while the market still wants the slice: the volunteer is not handed it back until the cool-down ends', async () => {
   const ADMIN = 'channel-test-admin-token-0123456789';
   // The base target stays where it is: the released slice is still wanted when the release happens.

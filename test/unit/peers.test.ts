@@ -436,17 +436,17 @@ test('hub directory: lists holders first, not paused or reported ones, and count
   assert.ok(d.verify(grants[0]!.id, grants[0]!.token));
   assert.ok(!d.verify(grants[0]!.id, grants[1]!.token), 'another token');
   assert.deepEqual(d.assigning('w1', key), [], 'the first has nobody to ask');
-  d.loaded('w1', 0, 1000);
+  d.loaded('w1', key.digest, 0, 1000);
   assert.deepEqual(d.assigning('w2', key), [grants[0]!.id]);
   assert.deepEqual(d.assigning('w3', key), [grants[0]!.id, grants[1]!.id], 'holders first, then those fetching');
-  d.loaded('w2', 900, 100);
+  d.loaded('w2', key.digest, 900, 100);
   d.paused('w1', true);
   assert.deepEqual(d.assigning('w4', key), [grants[1]!.id, grants[2]!.id], 'a paused holder is not listed');
   d.paused('w1', false);
   // w4 reports w2; a second report of the same pair, or of a peer of another slice, is ignored.
   const r = { type: 'peer_report' as const, assignmentId: 1, peerId: grants[1]!.id, code: 'BAD_CHUNK' as const, chunk: 3, detail: '' };
-  assert.match(d.report('w4', r) ?? '', /w4 reported peer w2 \(BAD_CHUNK, chunk 3\)/);
-  assert.equal(d.report('w4', r), null);
+  assert.match(d.report('w4', key.digest, r) ?? '', /w4 reported peer w2 \(BAD_CHUNK, chunk 3\)/);
+  assert.equal(d.report('w4', key.digest, r), null);
   assert.ok(d.isBannedWorker('w2'));
   d.welcome('w5', 'wallet-w5');
   assert.ok(!d.assigning('w5', key).includes(grants[1]!.id), 'a reported peer is not listed');
@@ -463,11 +463,45 @@ test('hub directory: lists holders first, not paused or reported ones, and count
   assert.equal(d.slices()[0]?.holders, 1);
   // A peer reported after it left (a liar that disconnects at once) is still not listed when it comes back.
   d.gone('w3');
-  assert.match(d.report('w4', { ...r, peerId: grants[2]!.id }) ?? '', /reported peer w3/);
+  assert.match(d.report('w4', key.digest, { ...r, peerId: grants[2]!.id }) ?? '', /reported peer w3/);
   const back = d.welcome('w3', 'wallet-w3');
   d.assigning('w3', key);
   d.welcome('w7', 'wallet-w7');
   assert.ok(!d.assigning('w7', key).includes(back!.id), 'its worker id stays banned');
+});
+
+test('hub directory: a volunteer holding several slices is listed for each, and drops one alone', () => {
+  const d = new PeerDirectory(
+    { ...DEFAULT_PEERS },
+    () => 1000,
+    () => 0.5,
+  );
+  const slice = (layer: number, c: string) => ({
+    model: 'm',
+    layer,
+    experts: [0, 8] as [number, number],
+    digest: `sha256:${c.repeat(64)}`,
+    bytes: 1000,
+  });
+  const [a, b] = [slice(0, 'a'), slice(1, 'b')];
+  const [g1] = ['w1', 'w2'].map((w) => d.welcome(w, `wallet-${w}`));
+  d.assigning('w1', a);
+  d.assigning('w1', b);
+  d.loaded('w1', a.digest, 0, 1000);
+  d.loaded('w1', b.digest, 0, 1000);
+  assert.deepEqual(d.assigning('w2', a), [g1!.id], 'a holder of layer 0');
+  d.dropped('w2', a.digest);
+  assert.deepEqual(d.assigning('w2', b), [g1!.id], 'and of layer 1');
+  d.dropped('w1', a.digest);
+  d.welcome('w3', 'wallet-w3');
+  assert.deepEqual(d.assigning('w3', a), [], 'w1 no longer holds layer 0');
+  assert.deepEqual(d.assigning('w3', b).includes(g1!.id), true, 'but still layer 1');
+  // a report counts only for the slice the reporter fetched from that peer
+  const r = { type: 'peer_report' as const, assignmentId: 1, peerId: g1!.id, code: 'BAD_CHUNK' as const, chunk: 0, detail: '' };
+  assert.equal(d.report('w3', a.digest, r), null, 'w1 holds nothing of layer 0 now');
+  assert.match(d.report('w3', b.digest, r) ?? '', /w3 reported peer w1/);
+  const byDigest = new Map(d.slices().map((t) => [t.digest, t.holders]));
+  assert.deepEqual([byDigest.get(a.digest), byDigest.get(b.digest)], [0, 1]);
 });
 
 test('channel wire: the optional peer fields round-trip, and a bad peer id is refused', () => {

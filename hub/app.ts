@@ -5,7 +5,7 @@
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { HubError } from './errors.ts';
 import type { Hub } from './hub.ts';
-import { integer, object, optionalNumber, queryString, shallowJson, string } from './validate.ts';
+import { integer, object, optionalNumber, queryInt, queryString, shallowJson, string } from './validate.ts';
 import { capSockets, clientKey, httpServerOptions } from './net.ts';
 import { proxyJson } from './proxy.ts';
 import { registerPages, type PagesOptions } from './pages.ts';
@@ -152,9 +152,10 @@ export async function buildApp(hub: Hub, pages: PagesOptions = {}): Promise<Fast
     if (workerId.length === 0) throw new HubError('BODY_INVALID', 'worker_id must not be empty');
     const model = string(b, 'model', MODEL_NAME_MAX_CHARS);
     const shape = hub.shape(model);
-    const nLayer = integer(b, 'n_layer', 1, LAYERS_MAX);
-    const nExpert = integer(b, 'n_expert', 1, EXPERTS_MAX);
-    if (nLayer !== shape.nLayer || nExpert !== shape.nExpert) {
+    // 0 (or absent) = unknown, as Kvasir's clients send while they hold nothing; any other value must be the model's.
+    const nLayer = integer(b, 'n_layer', 0, LAYERS_MAX, 0);
+    const nExpert = integer(b, 'n_expert', 0, EXPERTS_MAX, 0);
+    if ((nLayer !== 0 && nLayer !== shape.nLayer) || (nExpert !== 0 && nExpert !== shape.nExpert)) {
       throw new HubError(
         'BODY_INVALID',
         `n_layer/n_expert (${nLayer}/${nExpert}) do not match ${model} (${shape.nLayer}/${shape.nExpert})`,
@@ -169,9 +170,11 @@ export async function buildApp(hub: Hub, pages: PagesOptions = {}): Promise<Fast
   registerShardRoutes(app, hub, { clientKey, server: hub.shardServer(), chunks: hub.chunkLists() });
   app.get('/api/peers/slices', async () => ({ slices: hub.peerSlices() })); // bytes from peers vs from the hub, per slice
 
+  // Kvasir's defaults: no model (or '') = every market model, layer -1 = every layer.
   app.get('/api/expert-dispatch-map', async (req) => {
     const q = object(req.query, 'query', 'QUERY_INVALID');
-    return hub.dispatchMap(queryString(q, 'model', MODEL_NAME_MAX_CHARS));
+    const layer = q.layer === undefined || q.layer === '-1' ? -1 : queryInt(q, 'layer', 0, LAYERS_MAX);
+    return hub.dispatchMap(queryString(q, 'model', MODEL_NAME_MAX_CHARS, ''), layer);
   });
 
   // The dashboard's stream, workers table, heatmaps, event log (GET /api/events) and admin actions (protocol/dashboard.ts).

@@ -38,7 +38,7 @@ export interface RecruiterHost {
   /** The market's targets now (an admin may change them). */
   saturation: SaturationConfig;
   dispatchModeOf(model: string): DispatchMode;
-  coverage: Pick<CoverageStore, 'workerCount' | 'workersOf' | 'heldRanges' | 'replicaCounts' | 'modelOf'>;
+  coverage: Pick<CoverageStore, 'workerCount' | 'replicaWorkerCount' | 'workersOf' | 'heldRanges' | 'replicaCounts' | 'modelOf'>;
   dispatch: Pick<DispatchMap, 'record' | 'pairsServed'>;
   channel: Pick<VolunteerChannel, 'workerInfo' | 'demandChanged'>;
   grants: Pick<SliceGrants, 'assigned'>;
@@ -123,7 +123,8 @@ export class Recruiter {
         effectiveTarget(this.host.saturation, recruiting),
         // `--dispatch always` sends every covered pair to a worker, load or not: it wants its base replicas at rest too.
         recruiting || this.host.dispatchModeOf(name) === 'always',
-        this.host.coverage.workerCount(name) > 0,
+        // Workers that hold ranges nothing can send work to (market/replicas.ts) do not make a model wanted at rest.
+        this.host.coverage.replicaWorkerCount(name) > 0,
       );
     });
   }

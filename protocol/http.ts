@@ -38,10 +38,19 @@ export interface DemandAnswer<Model> {
   models: Model[];
 }
 
-/** `POST /api/expert-coverage`. */
+/**
+ * `POST /api/expert-coverage`. The last four are Kvasir's (issue 28) and only in the HTTP answer: `workers` the live
+ * workers of every model (its census), and its relay's `wired`, `listen_port`, `session`, always false and null: the hub
+ * serves no relay yet. `replica`: whether the reported ranges count as replicas for recruitment (hub/market/replicas.ts).
+ */
 export interface CoverageAnswer {
   ok: true;
   stale_after_s: number;
+  workers?: number;
+  replica?: boolean;
+  wired?: false;
+  listen_port?: null;
+  session?: null;
 }
 
 /** `GET /api/health`. */

@@ -30,6 +30,8 @@ interface WorkerEntry {
   /** Merged, sorted by layer then begin. */
   ranges: HeldRange[];
   lastSeenMs: number;
+  /** Whether its ranges count in the replica counts (replicas.ts: only a worker the hub can send work to). */
+  replica: boolean;
 }
 
 interface ModelEntry {
@@ -38,6 +40,8 @@ interface ModelEntry {
   /** layer → difference array of length nExpert + 1 (count[e] = Σ diff[0..e]). */
   diff: Map<number, Int32Array>;
   workers: Set<string>;
+  /** The workers of `workers` whose ranges count as replicas. */
+  replicas: Set<string>;
 }
 
 export class CoverageStore {
@@ -67,6 +71,7 @@ export class CoverageStore {
       moe: new Set(shape.moeLayers),
       diff,
       workers: new Set(),
+      replicas: new Set(),
     });
   }
 
@@ -86,10 +91,11 @@ export class CoverageStore {
   /**
    * Replaces `workerId`'s coverage with `ranges` (`[layer, begin, end]`, experts `[begin, end)`) and marks it
    * live at `nowMs`. Everything is validated before anything changes, so a refused heartbeat leaves the old
-   * coverage in place. An empty list is allowed: the worker is live but serves nothing yet.
+   * coverage in place. An empty list is allowed: the worker is live but serves nothing yet. `replica` false: the
+   * worker holds the ranges but nothing can send it work (replicas.ts), so they stay out of `replicaCounts`.
    * Returns the merged ranges as stored. (Messages name the wire field, `segments`.)
    */
-  heartbeat(workerId: string, model: string, ranges: ReadonlyArray<Readonly<HeldRange>>, nowMs: number): HeldRange[] {
+  heartbeat(workerId: string, model: string, ranges: ReadonlyArray<Readonly<HeldRange>>, nowMs: number, replica = true): HeldRange[] {
     checkNow(nowMs);
     if (typeof workerId !== 'string' || workerId.length === 0 || workerId.length > WORKER_ID_MAX_CHARS) {
       throw new HubError('BODY_INVALID', `worker_id must be a non-empty string of at most ${WORKER_ID_MAX_CHARS} characters`);
@@ -102,7 +108,7 @@ export class CoverageStore {
     }
 
     if (old) this.#unindex(workerId, old);
-    const worker: WorkerEntry = { model, ranges: merged, lastSeenMs: nowMs };
+    const worker: WorkerEntry = { model, ranges: merged, lastSeenMs: nowMs, replica };
     this.#workers.set(workerId, worker);
     this.#index(workerId, worker, entry);
     return merged.map((r) => [...r]);
@@ -148,7 +154,7 @@ export class CoverageStore {
     return true;
   }
 
-  /** Live workers covering each expert of one MoE layer (a fresh array of length nExpert). */
+  /** Live replicas (workers the hub can send work to) covering each expert of one MoE layer (a fresh array of length nExpert). */
   replicaCounts(model: string, layer: number): Int32Array {
     const entry = this.#models.get(model);
     if (!entry) throw new HubError('MODEL_UNKNOWN', `model ${JSON.stringify(model)} is not served here`);
@@ -170,6 +176,11 @@ export class CoverageStore {
     return this.#models.get(model)?.workers.size ?? 0;
   }
 
+  /** How many of them count as replicas (their ranges are in `replicaCounts`). */
+  replicaWorkerCount(model: string): number {
+    return this.#models.get(model)?.replicas.size ?? 0;
+  }
+
   /** The worker's merged held ranges, or undefined if it is not live. */
   heldRanges(workerId: string): HeldRange[] | undefined {
     return this.#workers.get(workerId)?.ranges.map((r) => [...r]);
@@ -186,6 +197,8 @@ export class CoverageStore {
 
   #index(id: string, w: WorkerEntry, entry: ModelEntry): void {
     entry.workers.add(id);
+    if (!w.replica) return;
+    entry.replicas.add(id);
     for (const [layer, begin, end] of w.ranges) {
       const diff = entry.diff.get(layer)!;
       diff[begin]! += 1;
@@ -197,6 +210,8 @@ export class CoverageStore {
     const entry = this.#models.get(w.model);
     if (!entry) return;
     entry.workers.delete(id);
+    if (!w.replica) return;
+    entry.replicas.delete(id);
     for (const [layer, begin, end] of w.ranges) {
       const diff = entry.diff.get(layer)!;
       diff[begin]! -= 1;

@@ -43,7 +43,16 @@ const SHAPE = { nEmbd: 256, ff: 256, nExpert: 4 };
 const ROWS = [1, 4, 64];
 const N_USED = 2;
 /** Types ggml-exact models bit for bit (its toVecDot / vecDot). */
-const GGML_EXACT = new Set([GGMLType.F32, GGMLType.F16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]);
+const GGML_EXACT = new Set([
+  GGMLType.F32,
+  GGMLType.F16,
+  GGMLType.Q8_0,
+  GGMLType.Q4_0,
+  GGMLType.Q4_K,
+  GGMLType.Q5_K,
+  GGMLType.Q6_K,
+  GGMLType.MXFP4,
+]);
 
 function makeSlice(type: GGMLType | SliceTypes, seed: number, shape = SHAPE): ExpertSlice {
   const { nEmbd, ff, nExpert } = shape;
@@ -113,8 +122,8 @@ if (!FORCED && !relaxedSimdSupported()) {
 test('the wasm fallback reads every type it lists', () => {
   assert.deepEqual(
     [...WASM_FALLBACK_TYPES.types].sort((a, b) => a - b),
-    [0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 30],
-    'F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K BF16',
+    [0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 30, 39],
+    'F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K BF16 MXFP4',
   );
   for (const t of WASM_BIT_EXACT_TYPES) assert.ok(WASM_FALLBACK_TYPES.types.includes(t));
 });
@@ -180,6 +189,37 @@ for (const variant of VARIANTS) {
           0,
           `${JSON.stringify(types)}${emulateFma ? ', FMA emulated' : ''}, ${nTokens} rows`,
         );
+      }
+    }
+  });
+}
+
+for (const variant of VARIANTS) {
+  test(`wasm fallback (${variant}): MXFP4 (blocks in pairs, an odd last block in scalar) on odd block counts, bit for bit with ggml-exact; FMA fused or emulated`, async () => {
+    // 96 and 160: 3 and 5 blocks of 32, so every row ends in ggml's scalar tail; 64: 2 blocks, no tail.
+    for (const [shape, types] of [
+      [
+        { nEmbd: 96, ff: 160, nExpert: 4 },
+        { gate: GGMLType.MXFP4, up: GGMLType.MXFP4, down: GGMLType.MXFP4 },
+      ],
+      [
+        { nEmbd: 160, ff: 64, nExpert: 4 },
+        { gate: GGMLType.MXFP4, up: GGMLType.Q8_0, down: GGMLType.MXFP4 },
+      ],
+    ] as const) {
+      const slice = makeSlice(types, 17, shape);
+      for (const emulateFma of [false, true]) {
+        const fb = await WasmExpertFallback.create(await kernelOf(variant), slice, { numerics: 'llama', emulateFma });
+        try {
+          for (const nTokens of [1, 3, 4, 33]) {
+            const c = call(nTokens, 90 + nTokens, shape.nExpert, shape.nEmbd);
+            const want = await ggmlLayerSums(slice, c.rows, c.ids, c.probs, c.nTokens, c.nUsed);
+            const what = `${JSON.stringify(shape)} ${JSON.stringify(types)}${emulateFma ? ', FMA emulated' : ''}, ${nTokens} rows`;
+            assert.equal(differingBits(await run(fb, c), want), 0, what);
+          }
+        } finally {
+          await fb.dispose();
+        }
       }
     }
   });

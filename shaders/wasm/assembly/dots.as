@@ -1,7 +1,7 @@
 // Dot products of one decoded weight row (weight-rows.as) with one activation record (activations.as), each kind in
 // the order of ggml's AVX2 vec_dot where the kind says so (kinds.as). harness/ggml-exact.ts is the TypeScript
 // model of the same arithmetic; the wasm fallback's tests hold these to it bit for bit.
-import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q4K, DOT_Q5K, DOT_Q6K, RELAXED } from './kinds';
+import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, RELAXED } from './kinds';
 import { K_PARAMS } from './weight-rows';
 import { fmaPair, fmaPairExact, fma32, hsum8, f16ToF32, usesFusedMadd } from './ggml-float';
 
@@ -29,6 +29,7 @@ export function dot(kind: i32, w: usize, wp: usize, a: usize, n: i32): f32 {
     case DOT_Q5K:
     case DOT_Q6K:
     case DOT_Q32:
+    case DOT_Q32P:
       store<usize>(ONE_ACT, a);
       intDots(kind, w, wp, ONE_ACT, 1, n, ONE_OUT);
       return load<f32>(ONE_OUT);
@@ -132,8 +133,11 @@ function lanes16(w0: v128, w1: v128, a: usize): v128 {
 }
 
 // Float accumulators of up to 4 tokens' integer dots, ACC_BYTES each: lanes 0-1, 2-3, 4-5, 6-7 (f64x2 holding f32
-// values), Q4_K's min lanes 0-1, 2-3 at 64 and 80, Q5_K's scalar min sum (f32) at 96.
-const ACC_BYTES = 112;
+// values), Q4_K's min lanes 0-1, 2-3 at 64 and 80, Q5_K's scalar min sum (f32) at 96; DOT_Q32P's second accumulator
+// (odd blocks) at ACC2 as the first's, and its scalar tail (an odd last block) at TAIL: f32 d, i32 sum, i32 present.
+const ACC2: usize = 112;
+const TAIL: usize = 176;
+const ACC_BYTES = 192;
 const FACC = memory.data(4 * ACC_BYTES, 16);
 /** Zeroes the accumulators of `count` tokens (v128 stores: memory.fill is a call out of wasm in V8, per row). */
 @inline
@@ -148,6 +152,11 @@ function clearAcc(count: i32): void {
     v128.store(acc, z, 64);
     v128.store(acc, z, 80);
     v128.store(acc, z, 96);
+    v128.store(acc, z, 112);
+    v128.store(acc, z, 128);
+    v128.store(acc, z, 144);
+    v128.store(acc, z, 160);
+    v128.store(acc, z, 176);
   }
 }
 
@@ -272,9 +281,56 @@ function finishFused(kind: i32, acc: usize): f32 {
   return h + (f32x4.extract_lane(m, 0) + f32x4.extract_lane(m, 2) + (f32x4.extract_lane(m, 1) + f32x4.extract_lane(m, 3)));
 }
 
+/**
+ * DOT_Q32P's step (ggml_vec_dot_mxfp4_q8_0 on AVX2): even blocks into the first accumulator, odd ones into the second
+ * (ACC2), each acc = fma(d, lane, acc); an odd last block is kept apart (TAIL) as one integer sum for finishPaired.
+ */
+@inline
+function pairedStep(acc: usize, l03: v128, l47: v128, a: usize, pp: usize, b: i32, n: i32): void {
+  const d = load<f32>(pp) * load<f32>(a + 2 * n + 4 * b);
+  if ((b & 1) == 0 && b == (n >> 5) - 1) {
+    const s = i32x4.add(l03, l47);
+    store<f32>(acc + TAIL, d);
+    store<i32>(acc + TAIL, i32x4.extract_lane(s, 0) + i32x4.extract_lane(s, 1) + i32x4.extract_lane(s, 2) + i32x4.extract_lane(s, 3), 4);
+    store<i32>(acc + TAIL, 1, 8);
+    return;
+  }
+  const at = acc + ((b & 1) != 0 ? ACC2 : 0);
+  if (usesFusedMadd()) {
+    const dd = f32x4.splat(d);
+    maddLanes(at, 0, dd, l03);
+    maddLanes(at, 16, dd, l47);
+  } else {
+    laneFma(at, d, l03, l47);
+  }
+}
+
+/** DOT_Q32P's result: hsum_float_8 of the two accumulators' lane sums, then sumf = fma(d, Σ, sumf) for the tail. */
+@inline
+function finishPaired(acc: usize): f32 {
+  let h: f32;
+  if (usesFusedMadd()) {
+    const s = f32x4.add(f32x4.add(v128.load(acc), v128.load(acc + ACC2)), f32x4.add(v128.load(acc, 16), v128.load(acc + ACC2, 16)));
+    h = f32x4.extract_lane(s, 0) + f32x4.extract_lane(s, 2) + (f32x4.extract_lane(s, 1) + f32x4.extract_lane(s, 3));
+  } else {
+    h = hsum8(
+      rounded(f64x2.add(v128.load(acc), v128.load(acc + ACC2))),
+      rounded(f64x2.add(v128.load(acc, 16), v128.load(acc + ACC2, 16))),
+      rounded(f64x2.add(v128.load(acc, 32), v128.load(acc + ACC2, 32))),
+      rounded(f64x2.add(v128.load(acc, 48), v128.load(acc + ACC2, 48))),
+    );
+  }
+  if (load<i32>(acc + TAIL, 8) != 0) h = fma32(load<f32>(acc + TAIL), <f32>load<i32>(acc + TAIL, 4), h);
+  return h;
+}
+
 /** One block's float step for one token: Q6_K's bsum correction, the lane fmas, the mins. */
 @inline
 function blockStep(kind: i32, acc: usize, l03: v128, l47: v128, a: usize, pp: usize, b: i32, n: i32): void {
+  if (kind == DOT_Q32P) {
+    pairedStep(acc, l03, l47, a, pp, b, n);
+    return;
+  }
   if (usesFusedMadd()) {
     blockStepFused(kind, acc, l03, l47, a, pp, b, n);
     return;
@@ -319,6 +375,7 @@ function blockStep(kind: i32, acc: usize, l03: v128, l47: v128, a: usize, pp: us
 /** The result of one token's integer dot from its accumulators: hsum_float_8, plus the mins (Q4_K, Q5_K). */
 @inline
 function finish(kind: i32, acc: usize): f32 {
+  if (kind == DOT_Q32P) return finishPaired(acc);
   if (usesFusedMadd()) return finishFused(kind, acc);
   const h = hsum8(v128.load(acc), v128.load(acc, 16), v128.load(acc, 32), v128.load(acc, 48));
   if (kind == DOT_Q5K) return h + load<f32>(acc, 96);
@@ -335,13 +392,13 @@ function finish(kind: i32, acc: usize): f32 {
 /** Bytes of one block's parameters in an integer row (weight-rows.as). */
 @inline
 function paramBytes(kind: i32): usize {
-  return kind == DOT_Q32 ? 4 : K_PARAMS;
+  return kind == DOT_Q32 || kind == DOT_Q32P ? 4 : K_PARAMS;
 }
 
 /** 32-element runs per float step: one Q8_0 / Q4_0 block, or the 8 sub-blocks of a K-quant super-block. */
 @inline
 function runsPerBlock(kind: i32): i32 {
-  return kind == DOT_Q32 ? 1 : 8;
+  return kind == DOT_Q32 || kind == DOT_Q32P ? 1 : 8;
 }
 
 /**

@@ -16,6 +16,7 @@ export const T_Q4_K: i32 = 12;
 export const T_Q5_K: i32 = 13;
 export const T_Q6_K: i32 = 14;
 export const T_BF16: i32 = 30;
+export const T_MXFP4: i32 = 39;
 
 /** A weight row dequantized to f32 (any type). */
 export const ROW_F32: i32 = 0;
@@ -54,6 +55,11 @@ export const DOT_Q32: i32 = 4;
 export const DOT_Q4K: i32 = 5;
 export const DOT_Q5K: i32 = 6;
 export const DOT_Q6K: i32 = 7;
+/**
+ * ggml_vec_dot_mxfp4_q8_0 on AVX2: Q8_0's integer lanes (the nibbles looked up in a table), but blocks in pairs into two
+ * accumulators summed before the hsum, and an odd last block in scalar code (dots.as).
+ */
+export const DOT_Q32P: i32 = 8;
 
 export function isKQuant(t: i32): bool {
   return t == T_Q2_K || t == T_Q3_K || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K;
@@ -62,14 +68,14 @@ export function isKQuant(t: i32): bool {
 export function rowKind(t: i32, llama: bool): i32 {
   if (llama && (t == T_Q4_K || (RELAXED && t == T_Q5_K))) return ROW_GGUF;
   if (RELAXED && llama && t == T_Q6_K) return ROW_U8;
-  return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
+  return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
 }
 
 export function actKind(t: i32, llama: bool): i32 {
   if (!llama || t == T_F32) return ACT_F32;
   if (t == T_F16) return ACT_F16;
   if (t == T_BF16) return ACT_BF16;
-  if (t == T_Q8_0 || t == T_Q4_0) return ACT_Q8_0;
+  if (t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4) return ACT_Q8_0;
   if (t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) return ACT_Q8_K;
   return isKQuant(t) ? ACT_Q8_K_VALUES : ACT_Q8_0_VALUES;
 }
@@ -80,6 +86,7 @@ export function dotKind(t: i32, llama: bool): i32 {
   if (t == T_F16) return DOT_GGML_F16;
   if (t == T_BF16) return DOT_GGML_BF16;
   if (t == T_Q8_0 || t == T_Q4_0) return DOT_Q32;
+  if (t == T_MXFP4) return DOT_Q32P;
   if (t == T_Q4_K) return DOT_Q4K;
   if (t == T_Q5_K) return DOT_Q5K;
   if (t == T_Q6_K) return DOT_Q6K;
@@ -109,6 +116,8 @@ export function blockBytes(t: i32): i32 {
       return 24;
     case T_Q8_0:
       return 34;
+    case T_MXFP4:
+      return 17;
     case T_Q2_K:
       return 84;
     case T_Q3_K:

@@ -27,6 +27,7 @@ import {
   emptyStats,
   type BackendPreference,
   type DeviceReport,
+  type HeldSlice,
   type SliceAssignment,
   type VolunteerControls,
   type VolunteerEvents,
@@ -87,6 +88,8 @@ export interface VolunteerClientOptions {
   /** Preferred model ('' = any). */
   model?: string;
   maxExperts?: number;
+  /** Slices held at once (hello `max_slices`, 1…256; default DEFAULT_MAX_SLICES): the memory budget bounds them first. */
+  maxSlices?: number;
   /** e.g. "page/0.1.0". */
   agent?: string;
   fetch?: typeof fetch;
@@ -143,7 +146,17 @@ interface Held {
   opened: OpenedEngine;
   /** Its GPU device was lost and a new engine is being built (rebuildEngine). */
   rebuilding?: boolean;
+  /** Pairs served with it on this connection. */
+  pairs: number;
+  /** The GPU device its engine was built on (null: none then). */
+  device: ExpertDevice | null;
+  /** Where its bytes came from. */
+  fromPeers: number;
+  fromHub: number;
 }
+
+/** Slices held at once unless told otherwise (hello `max_slices`); the memory budget bounds them first. */
+export const DEFAULT_MAX_SLICES = 64;
 
 const LOAD_CODES: Partial<Record<VolunteerErrorCode, LoadFailedCode>> = {
   SHARD_HTTP: 'DOWNLOAD_FAILED',
@@ -184,6 +197,8 @@ class VolunteerClient implements VolunteerControls {
   private gpuDevice: ExpertDevice | null = null;
   /** The probed device was lost while no WebGPU engine was held: the next load probes again. */
   private gpuLost = false;
+  /** A new GPU device being probed after a loss (slices rebuilt together wait for the one probe). */
+  private reprobe: Promise<void> | null = null;
   private token: NodeToken | null = null;
   private socket: SocketLike | null = null;
   private attempt = 0;
@@ -191,12 +206,14 @@ class VolunteerClient implements VolunteerControls {
   private backend: BackendPreference = 'auto';
   private joined = false;
   private paused = false;
-  private held: Held | null = null;
+  /** The slices it holds, by assignment id, in the order they were assigned. */
+  private readonly held = new Map<number, Held>();
   /** Slice sharing for this connection (welcome's `peer`), with what the volunteer allows itself to upload. */
   private peerHost: PeerHost | null = null;
   private share: ShareSettings = { ...DEFAULT_SHARE };
   /** The assignment being downloaded or started; a release or a newer assign cancels it. */
-  private loading: { assignmentId: number; abort: AbortController } | null = null;
+  /** Slices being fetched or started, by assignment id. */
+  private readonly loading = new Map<number, { slice: SliceAssignment; abort: AbortController }>();
   private timers = new Set<ReturnType<typeof setTimeout>>();
   private heartbeatTimer: ReturnType<typeof setInterval> | null = null;
   /** When the hub was last heard on this connection, and how long a silence the welcome said ends it. */
@@ -242,20 +259,20 @@ class VolunteerClient implements VolunteerControls {
     this.paused = true;
     this.peerHost?.setPaused(true); // uploads stop at once
     this.send({ type: 'pause' });
-    this.setState({ kind: 'paused', slice: this.held?.slice ?? null });
+    this.setState({ kind: 'paused', slice: this.latest()?.slice ?? null });
   }
 
   resume(): void {
     if (!this.joined || !this.paused) return;
     this.paused = false;
     this.peerHost?.setPaused(false);
-    const h = this.held;
-    if (h?.rebuilding) {
-      this.setState({ kind: 'starting', slice: h.slice }); // rebuildEngine says resume once the engine is back
+    const rebuilding = [...this.held.values()].find((h) => h.rebuilding);
+    if (rebuilding) {
+      this.setState({ kind: 'starting', slice: rebuilding.slice }); // rebuildEngine says resume once the engine is back
       return;
     }
     this.send({ type: 'resume' });
-    this.setState(h ? { kind: 'serving', slice: h.slice, backend: h.opened.engine.report.backend } : { kind: 'waiting' });
+    this.setState(this.settled());
   }
 
   async leave(): Promise<void> {
@@ -264,8 +281,7 @@ class VolunteerClient implements VolunteerControls {
     this.timers.clear();
     this.stopHeartbeat();
     this.closePeers();
-    this.loading?.abort.abort();
-    this.loading = null;
+    this.abortLoads();
     const s = this.socket;
     this.socket = null;
     if (s) {
@@ -273,7 +289,7 @@ class VolunteerClient implements VolunteerControls {
       s.onclose = null;
       s.close(1000, 'left');
     }
-    await this.dropEngine();
+    await this.dropEngines();
     this.setState({ kind: 'left' });
   }
 
@@ -384,6 +400,7 @@ class VolunteerClient implements VolunteerControls {
       variants: this.env ? computedVariants(this.env, this.gpuDevice !== null) : ['silu'],
       model: this.o.model ?? '',
       maxExperts: this.o.maxExperts ?? 0,
+      maxSlices: this.o.maxSlices ?? DEFAULT_MAX_SLICES,
       agent: this.o.agent ?? '',
     });
   }
@@ -410,9 +427,8 @@ class VolunteerClient implements VolunteerControls {
   private async onClosed(code: number, reason: string): Promise<void> {
     this.stopHeartbeat();
     this.closePeers(); // its peer id was this connection's
-    this.loading?.abort.abort();
-    this.loading = null;
-    await this.dropEngine();
+    this.abortLoads();
+    await this.dropEngines();
     if (!this.joined) return;
     const name = closeName(code);
     const entry = name ? CLOSE_CODES[name] : undefined;
@@ -523,13 +539,13 @@ class VolunteerClient implements VolunteerControls {
   /** Only what is loaded and serving counts as coverage. */
   private heartbeat(): void {
     if (this.hubSilent()) return;
-    const h = this.held;
+    const held = [...this.held.values()];
     const p = this.stats.peers;
     if (p && this.peerHost && p.uploaded !== this.peerHost.uploaded) this.setStats({ peers: { ...p, uploaded: this.peerHost.uploaded } });
     this.send({
       type: 'heartbeat',
-      model: h ? h.assign.model : '',
-      coverage: h ? [[h.assign.layer, h.assign.experts[0], h.assign.experts[1]]] : [],
+      model: held[0]?.assign.model ?? '',
+      coverage: held.map((h) => [h.assign.layer, h.assign.experts[0], h.assign.experts[1]]),
       paused: this.paused,
       stats: { pairsServed: this.stats.pairsServed, queueDepth: this.queued },
     });
@@ -537,11 +553,63 @@ class VolunteerClient implements VolunteerControls {
 
   // --- slices
 
+  /** The slice assigned last of those it holds (what the page's state names while it serves). */
+  private latest(): Held | undefined {
+    let last: Held | undefined;
+    for (const h of this.held.values()) last = h;
+    return last;
+  }
+
+  /** Where it stands when nothing is loading: serving what it holds, paused, or waiting. */
+  private settled(): VolunteerState {
+    const h = this.latest();
+    if (this.paused) return { kind: 'paused', slice: h?.slice ?? null };
+    return h ? { kind: 'serving', slice: h.slice, backend: h.opened.engine.report.backend } : { kind: 'waiting' };
+  }
+
+  /** Back to the settled state a moment after a failure or release, unless something else happened meanwhile. */
+  private settleLater(kind: VolunteerState['kind']): void {
+    this.later(SETTLE_MS, () => {
+      if (this.joined && this.state.kind === kind && this.loading.size === 0) this.setState(this.settled());
+    });
+  }
+
+  /** The page's list of slices: those held, then those loading. */
+  private listSlices(): void {
+    const slices: HeldSlice[] = [...this.held.values()].map((h) => ({
+      ...h.slice,
+      state: 'serving',
+      backend: h.opened.engine.report.backend,
+      pairsServed: h.pairs,
+      fromPeers: h.fromPeers,
+      fromHub: h.fromHub,
+    }));
+    for (const l of this.loading.values())
+      slices.push({ ...l.slice, state: 'loading', backend: null, pairsServed: 0, fromPeers: 0, fromHub: 0 });
+    this.setStats({ slices });
+  }
+
+  private abortLoads(): void {
+    for (const l of this.loading.values()) l.abort.abort();
+    this.loading.clear();
+  }
+
+  /** Bytes of the slices it holds: what is left of the budget for the next one is the rest. */
+  private heldBytes(): number {
+    let n = 0;
+    for (const h of this.held.values()) n += h.assign.shardBytes;
+    return n;
+  }
+
   private async load(a: Assign): Promise<void> {
-    this.loading?.abort.abort();
-    await this.dropEngine();
+    // A hub assigns one model per volunteer and never two copies of the same experts; an assign that breaks either
+    // (a hub from before multi-slice volunteers replacing what it holds) replaces what it overlaps.
+    for (const h of [...this.held.values()]) {
+      const overlaps = h.assign.layer === a.layer && h.assign.experts[0] < a.experts[1] && a.experts[0] < h.assign.experts[1];
+      if (h.assign.model !== a.model || overlaps) await this.dropEngine(h);
+    }
+    this.loading.get(a.assignmentId)?.abort.abort();
     const abort = new AbortController();
-    this.loading = { assignmentId: a.assignmentId, abort };
     const slice: SliceAssignment = {
       model: a.model,
       layer: a.layer,
@@ -549,7 +617,10 @@ class VolunteerClient implements VolunteerControls {
       bytes: a.shardBytes,
       digest: a.shardDigest,
     };
-    const current = (): boolean => this.loading?.assignmentId === a.assignmentId && !abort.signal.aborted;
+    const entry = { slice, abort };
+    this.loading.set(a.assignmentId, entry);
+    this.listSlices();
+    const current = (): boolean => this.loading.get(a.assignmentId) === entry && !abort.signal.aborted;
     try {
       let bytes = await this.o.cache.get(a.shardDigest).catch(() => null);
       const fromCache = bytes !== null && bytes.length === a.shardBytes;
@@ -581,7 +652,7 @@ class VolunteerClient implements VolunteerControls {
         this.setState({ kind: 'downloading', slice, loadedBytes: a.shardBytes, totalBytes: a.shardBytes, fromCache: true });
       }
       if (!current()) {
-        this.peerHost?.drop(a.shardDigest); // cancelled: nothing of this slice is held, or shared
+        if (!this.holdsDigest(a.shardDigest)) this.peerHost?.drop(a.shardDigest); // cancelled: nothing of it held, or shared
         return;
       }
       slice.fromCache = fromCache;
@@ -592,9 +663,10 @@ class VolunteerClient implements VolunteerControls {
         this.useDevice(probed.device);
         this.setDevice(probed.report);
       }
-      const opened = await openEngine(bytes as Uint8Array, a.numerics, env, this.gpuDevice, this.budget);
+      // What the slices it holds take is spent: this one gets the rest of the budget.
+      const opened = await openEngine(bytes as Uint8Array, a.numerics, env, this.gpuDevice, Math.max(0, this.budget - this.heldBytes()));
       if (!current()) {
-        this.peerHost?.drop(a.shardDigest);
+        if (!this.holdsDigest(a.shardDigest)) this.peerHost?.drop(a.shardDigest);
         await opened.engine.dispose();
         return;
       }
@@ -605,21 +677,23 @@ class VolunteerClient implements VolunteerControls {
           `the slice holds layer ${opened.layer} [${opened.expertBegin}, ${opened.expertEnd}), not what was assigned`,
         );
       }
-      this.loading = null;
-      this.held = { assign: a, slice, opened };
+      this.loading.delete(a.assignmentId);
+      this.held.set(a.assignmentId, { assign: a, slice, opened, pairs: 0, device: this.gpuDevice, ...source });
       const backend = this.announceEngine(
         a.assignmentId,
         opened,
         this.peerHost ? { peerBytes: source.fromPeers, hubBytes: source.fromHub } : {},
       );
       this.setStats({ peers: { ...source, uploaded: this.peerHost?.uploaded ?? 0 } });
+      this.listSlices();
       void this.sharePeers(a, bytes as Uint8Array);
       this.heartbeat();
       this.setState(this.paused ? { kind: 'paused', slice } : { kind: 'serving', slice, backend });
     } catch (e) {
-      this.peerHost?.drop(a.shardDigest);
+      if (!this.holdsDigest(a.shardDigest)) this.peerHost?.drop(a.shardDigest);
       if (!current()) return;
-      this.loading = null;
+      this.loading.delete(a.assignmentId);
+      this.listSlices();
       const code: VolunteerErrorCode = e instanceof VolunteerError ? e.code : 'NO_BACKEND';
       this.send({
         type: 'load_failed',
@@ -628,35 +702,43 @@ class VolunteerClient implements VolunteerControls {
         message: errorMessage(e).slice(0, 500),
       });
       this.setState({ kind: 'failed', code, message: errorMessage(e), retrying: true });
-      this.later(SETTLE_MS, () => {
-        if (this.joined && this.state.kind === 'failed') this.setState(this.paused ? { kind: 'paused', slice: null } : { kind: 'waiting' });
-      });
+      this.settleLater('failed');
     }
+  }
+
+  /** Whether a held slice has this digest (then its bytes stay shared with peers). */
+  private holdsDigest(digest: string): boolean {
+    for (const h of this.held.values()) if (h.assign.shardDigest === digest) return true;
+    return false;
   }
 
   private async release(assignmentId: number, reason: string): Promise<void> {
-    if (this.loading?.assignmentId === assignmentId) {
-      this.loading.abort.abort();
-      this.loading = null;
+    const l = this.loading.get(assignmentId);
+    if (l) {
+      l.abort.abort();
+      this.loading.delete(assignmentId);
+      this.listSlices();
     }
-    const h = this.held;
-    if (!h || h.assign.assignmentId !== assignmentId) return;
-    await this.dropEngine();
+    const h = this.held.get(assignmentId);
+    if (!h) return;
+    await this.dropEngine(h);
     this.heartbeat();
     this.setState({ kind: 'released', slice: h.slice, reason });
-    this.later(SETTLE_MS, () => {
-      if (this.joined && this.state.kind === 'released') this.setState(this.paused ? { kind: 'paused', slice: null } : { kind: 'waiting' });
-    });
+    this.settleLater('released');
   }
 
-  private async dropEngine(): Promise<void> {
-    const h = this.held;
-    this.held = null;
-    if (!h) return;
+  /** Frees one slice's engine; frames already queued for it finish first (disposing under a running compute would fail it). */
+  private async dropEngine(h: Held): Promise<void> {
+    if (this.held.get(h.assign.assignmentId) !== h) return;
+    this.held.delete(h.assign.assignmentId);
+    this.listSlices();
     this.peerHost?.drop(h.assign.shardDigest); // peers are told it no longer holds it by the hub's next listings
-    // Frames already queued finish first: disposing under a running compute would fail it.
     await this.queue.catch(() => {});
     await h.opened.engine.dispose().catch(() => {});
+  }
+
+  private async dropEngines(): Promise<void> {
+    for (const h of [...this.held.values()]) await this.dropEngine(h);
   }
 
   // --- sharing slices with other volunteers (docs/peers.md)
@@ -671,7 +753,10 @@ class VolunteerClient implements VolunteerControls {
       openNetwork: open,
       settings: this.share,
       report: (peerId, code, chunk, detail) => {
-        const id = this.loading?.assignmentId ?? this.held?.assign.assignmentId;
+        // Slices are fetched one at a time: a bad chunk belongs to the one loading (else the last one held).
+        let id: number | undefined;
+        for (const k of this.loading.keys()) id = k;
+        id ??= this.latest()?.assign.assignmentId;
         if (id !== undefined) this.send({ type: 'peer_report', assignmentId: id, peerId, code, chunk, detail });
       },
     });
@@ -695,10 +780,10 @@ class VolunteerClient implements VolunteerControls {
         bytes: a.shardBytes,
         ...(this.o.fetch ? { fetch: this.o.fetch } : {}),
       });
-      if (this.held?.assign !== a || this.peerHost !== host) return;
+      if (this.held.get(a.assignmentId)?.assign !== a || this.peerHost !== host) return;
       await host.hold(a.shardDigest, list, bytes);
       // Released while the host opened its network: share nothing of a slice no longer held.
-      if (this.held?.assign !== a) host.drop(a.shardDigest);
+      if (this.held.get(a.assignmentId)?.assign !== a) host.drop(a.shardDigest);
     } catch {
       // Not shared: peers take the slice from the hub instead.
     }
@@ -709,10 +794,10 @@ class VolunteerClient implements VolunteerControls {
   private onWork(bytes: Uint8Array): void {
     // Durations on the monotonic clock: the result's computeUs is in µs, and Date.now() counts whole ms.
     const arrived = performance.now();
-    const h = this.held;
-    const frame = decodeWork(bytes, h ? { sliceWidth: h.opened.slice.nExpert } : {});
+    const frame = decodeWork(bytes, { sliceWidth: (id) => this.held.get(id)?.opened.slice.nExpert });
+    const h = this.held.get(frame.assignmentId);
     // The frame's arrays may be views of the received buffer; they are used before it could be reused.
-    if (!h || frame.assignmentId !== h.assign.assignmentId) {
+    if (!h) {
       this.refuse(frame.workId, 'NOT_LOADED', 'no loaded slice has this assignment');
       return;
     }
@@ -743,6 +828,7 @@ class VolunteerClient implements VolunteerControls {
               }),
         );
         const sent = performance.now();
+        h.pairs += frame.nPairs;
         this.served(frame.nPairs, sent - arrived);
         this.o.onWorkTimings?.({
           atMs: this.now() - (sent - arrived),
@@ -775,8 +861,7 @@ class VolunteerClient implements VolunteerControls {
     void device.device.lost.then(() => {
       if (this.gpuDevice !== device) return; // replaced, or destroyed by join() on purpose
       this.gpuLost = true;
-      const h = this.held;
-      if (h && h.opened.engine.report.backend === 'webgpu') void this.rebuildEngine(h);
+      for (const h of this.held.values()) if (h.opened.engine.report.backend === 'webgpu') void this.rebuildEngine(h);
     });
   }
 
@@ -788,32 +873,49 @@ class VolunteerClient implements VolunteerControls {
    * DEVICE_LOST; the hub computes those pairs itself.
    */
   private async rebuildEngine(h: Held): Promise<void> {
-    if (h.rebuilding || this.held !== h) return;
+    if (h.rebuilding || this.held.get(h.assign.assignmentId) !== h) return;
     h.rebuilding = true;
     this.send({ type: 'pause' });
     this.setState({ kind: 'starting', slice: h.slice });
     try {
       const env = this.env as ComputeEnvironment;
-      const probed = await probeDevice(env, this.budget);
-      this.useDevice(probed.device);
-      this.setDevice(probed.report);
+      // Slices rebuilt together share one new device: the first to get here probes it, the others wait for it.
+      if (this.gpuDevice === h.device || this.gpuLost) {
+        this.reprobe ??= (async () => {
+          const probed = await probeDevice(env, this.budget);
+          this.useDevice(probed.device);
+          this.setDevice(probed.report);
+        })().finally(() => {
+          this.reprobe = null;
+        });
+        await this.reprobe;
+      }
       const bytes = await this.o.cache.get(h.assign.shardDigest).catch(() => null);
       if (!bytes || bytes.length !== h.assign.shardBytes) throw new VolunteerError('NO_BACKEND', 'the slice is no longer in the cache');
-      const opened = await openEngine(bytes, h.assign.numerics, env, this.gpuDevice, this.budget);
+      const opened = await openEngine(
+        bytes,
+        h.assign.numerics,
+        env,
+        this.gpuDevice,
+        Math.max(0, this.budget - this.heldBytes() + h.assign.shardBytes),
+      );
       await this.queue.catch(() => {}); // frames queued for the lost engine are refused first
-      if (this.held !== h) {
+      if (this.held.get(h.assign.assignmentId) !== h) {
         await opened.engine.dispose(); // released or replaced meanwhile
         return;
       }
-      this.held = { assign: h.assign, slice: h.slice, opened };
+      this.held.set(h.assign.assignmentId, { ...h, opened, rebuilding: false, device: this.gpuDevice });
       await h.opened.engine.dispose().catch(() => {});
       // The same slice again: the hub shows the backend and speed of the engine now serving it.
       const backend = this.announceEngine(h.assign.assignmentId, opened);
+      this.listSlices();
+      // The hub sends work again once every slice is rebuilt.
+      if ([...this.held.values()].some((x) => x.rebuilding)) return;
       if (!this.paused) this.send({ type: 'resume' });
       this.setState(this.paused ? { kind: 'paused', slice: h.slice } : { kind: 'serving', slice: h.slice, backend });
     } catch (e) {
-      if (this.held !== h) return;
-      await this.dropEngine();
+      if (this.held.get(h.assign.assignmentId) !== h) return;
+      await this.dropEngine(h);
       // load_failed first: the hub drops the assignment while it still counts the worker paused, then resume makes it
       // an idle volunteer again.
       this.send({
@@ -822,12 +924,10 @@ class VolunteerClient implements VolunteerControls {
         code: 'ENGINE_FAILED',
         message: errorMessage(e).slice(0, 500),
       });
-      if (!this.paused) this.send({ type: 'resume' });
+      if (!this.paused && ![...this.held.values()].some((x) => x.rebuilding)) this.send({ type: 'resume' });
       this.heartbeat();
       this.setState({ kind: 'failed', code: 'NO_BACKEND', message: errorMessage(e), retrying: true });
-      this.later(SETTLE_MS, () => {
-        if (this.joined && this.state.kind === 'failed') this.setState(this.paused ? { kind: 'paused', slice: null } : { kind: 'waiting' });
-      });
+      this.settleLater('failed');
     }
   }
 

@@ -15,6 +15,21 @@ export interface SliceAssignment extends AssignedSlice {
   fromCache?: boolean;
 }
 
+/**
+ * One slice the volunteer holds or loads (it holds several at once, up to its budget: docs/volunteer-channel.md
+ * `max_slices`), as the page lists them.
+ */
+export interface HeldSlice extends SliceAssignment {
+  state: 'loading' | 'serving';
+  /** What computes it once loaded. */
+  backend: Backend | null;
+  /** Pairs it served on this connection. */
+  pairsServed: number;
+  /** Its bytes taken from other volunteers and from the hub (both 0: from this device's cache). */
+  fromPeers: number;
+  fromHub: number;
+}
+
 export type VolunteerState =
   /** Not joined yet: nothing is downloaded before the user consents (`join()`). */
   | { kind: 'idle' }
@@ -71,6 +86,8 @@ export interface VolunteerStats {
   credit: number;
   /** Slice sharing (docs/peers.md), once a slice was loaded on a hub that lists peers; absent before. */
   peers?: PeerStats;
+  /** Every slice it holds or loads now, in the order the hub assigned them. */
+  slices: HeldSlice[];
 }
 
 /** Where the last slice's bytes came from, and what this volunteer has passed on to others on this connection. */
@@ -94,7 +111,7 @@ export interface VolunteerEvents {
 }
 
 export function emptyStats(): VolunteerStats {
-  return { pairsServed: 0, pairsPerSec: 0, workFrames: 0, lastLatencyMs: null, credit: 0 };
+  return { pairsServed: 0, pairsPerSec: 0, workFrames: 0, lastLatencyMs: null, credit: 0, slices: [] };
 }
 
 /** What a user interface may do with the client: the page, the widget's frame and the headless volunteer use only this. */

@@ -47,6 +47,7 @@ import {
 import type { Numerics } from '../../protocol/numerics.ts';
 import type { Assignment, VolunteerAnswer, VolunteerRequest } from '../market/assign.ts';
 import type { HeldRange } from '../market/types.ts';
+import { chooseRebalance } from '../market/rebalance.ts';
 import type { WorkAnswer, WorkItem, WorkerDirectory, WorkerLink } from '../dispatch/worker-link.ts';
 import { RateLimiter } from '../auth/rate-limit.ts';
 import { HubError } from '../errors.ts';
@@ -215,6 +216,8 @@ class VolunteerConnection {
   unfit = false;
   /** A slice did not fit beside those it holds: offer it no more until one is released. */
   full = false;
+  /** Waiting with nothing, it had a slice moved its way (market/rebalance.ts): not again until it is assigned one. */
+  rebalanceAsked = false;
   /** An operator released it: offer rounds skip it until then (this clock), or until it reconnects. */
   heldOffUntilMs = 0;
   inFlight = 0;
@@ -272,6 +275,12 @@ class VolunteerConnection {
   /** Every range it holds or loads, for the coverage store. */
   ranges(): HeldRange[] {
     return [...this.slices.values()].map((s) => s.range);
+  }
+
+  loadedCount(): number {
+    let n = 0;
+    for (const s of this.slices.values()) if (s.loaded) n++;
+    return n;
   }
 
   /** Whether any of its slices is loaded (then it is attached to the dispatch map). */
@@ -871,7 +880,14 @@ export class VolunteerChannel {
   private async assignRound(candidates: Iterable<VolunteerConnection>): Promise<void> {
     const now = this.nowMs();
     const idle = [...candidates].filter((c) => this.offerable(c, now));
-    idle.sort((x, y) => speed(y) - speed(x) || budget(y) - budget(x) || (x.workerId < y.workerId ? -1 : 1));
+    // Those holding nothing first (one slice each before anyone gets a second), then the fastest, then the largest budget.
+    idle.sort(
+      (x, y) =>
+        Number(x.slices.size > 0) - Number(y.slices.size > 0) ||
+        speed(y) - speed(x) ||
+        budget(y) - budget(x) ||
+        (x.workerId < y.workerId ? -1 : 1),
+    );
     // Models ('' = any) of which nothing is wanted: assignments in this round only lower demand, so a later volunteer
     // asking for one of them would be refused too, whatever its device.
     const nothingWanted = new Set<string>();
@@ -894,6 +910,36 @@ export class VolunteerChannel {
         }
       };
       await Promise.all(Array.from({ length: Math.min(SHARD_LOOKUPS, batch.length) }, lane));
+    }
+    this.rebalance();
+  }
+
+  /**
+   * Everything wanted is held, yet volunteers wait with nothing: the holders of several slices give one each their
+   * way (market/rebalance.ts), released with REBALANCE; the round that follows offers them to those waiting first.
+   */
+  private rebalance(): void {
+    const now = this.nowMs();
+    const waiting: VolunteerConnection[] = [];
+    const holders: VolunteerConnection[] = [];
+    for (const c of this.all) {
+      if (c.slices.size === 0 && !c.rebalanceAsked && this.offerable(c, now)) waiting.push(c);
+      else if (!c.paused && c.loadedCount() >= 2) holders.push(c);
+    }
+    if (waiting.length === 0 || holders.length === 0) return;
+    const moves = chooseRebalance(
+      waiting.map((c) => ({ id: c.workerId, model: c.hello?.model ?? '', speed: c.gflops ?? c.hello?.device.gflops ?? null })),
+      holders.map((c) => ({
+        id: c.workerId,
+        model: c.model ?? '',
+        speed: c.gflops ?? c.hello?.device.gflops ?? null,
+        slices: [...c.slices.values()].filter((sl) => sl.loaded).map((sl) => sl.range),
+      })),
+    );
+    for (const m of moves) {
+      const to = this.byWorker.get(m.to);
+      if (to) to.rebalanceAsked = true;
+      this.release(m.from, 'REBALANCE', `a slice moves to ${m.to}, which holds nothing`, 0, m.range);
     }
   }
 
@@ -1004,6 +1050,7 @@ export class VolunteerChannel {
     };
     const sl = new SliceLink(c, assign);
     c.slices.set(assign.assignmentId, sl);
+    c.rebalanceAsked = false;
     const holders = this.assigned.get(assign.model) ?? new Set<VolunteerConnection>();
     this.assigned.set(assign.model, holders.add(c));
     sl.loadTimer = setTimeout(() => {

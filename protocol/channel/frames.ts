@@ -261,10 +261,14 @@ export function encodeWork(w: WorkInput): Uint8Array {
 }
 
 /**
- * Decodes and checks a work frame. `sliceWidth` (the assignment's end − begin) bounds the local expert ids; without
- * it any u16 passes.
+ * Decodes and checks a work frame. `sliceWidth` (the assignment's end − begin, or the width of the frame's assignment
+ * among those a volunteer holds) bounds the local expert ids; without it (or for an assignment it does not know) any
+ * u16 passes.
  */
-export function decodeWork(data: WireBytes, opts: { sliceWidth?: number } = {}): WorkFrame {
+export function decodeWork(
+  data: WireBytes,
+  opts: { sliceWidth?: number | ((assignmentId: number) => number | undefined) } = {},
+): WorkFrame {
   const bytes = asBytes(data);
   const { view, kind, workId } = readHeader(bytes);
   expectKind(kind, 'work');
@@ -293,7 +297,7 @@ export function decodeWork(data: WireBytes, opts: { sliceWidth?: number } = {}):
   o += 2 * nPairs;
   const badWeight = firstNonFinite(weight);
   if (badWeight >= 0) throw badFrame(`weight of pair ${badWeight} is not finite`);
-  const width = opts.sliceWidth ?? 0x10000;
+  const width = (typeof opts.sliceWidth === 'function' ? opts.sliceWidth(assignmentId) : opts.sliceWidth) ?? 0x10000;
   for (let i = 0; i < nPairs; i++) {
     if (rowIndex[i]! >= nRows) throw badFrame(`pair ${i}: row index ${rowIndex[i]} is not below n_rows ${nRows}`);
     if (localExpert[i]! >= width) throw badFrame(`pair ${i}: local expert ${localExpert[i]} is not below the slice width ${width}`);

@@ -933,7 +933,7 @@ test('pushed assignments: shard digest, the reservation, DOES_NOT_FIT, loaded â†
   }
 });
 
-test('multi-slice volunteers (max_slices): one slice at a time up to the budget, every layer a route, released one by one; an old client holds one', async () => {
+test('multi-slice volunteers (max_slices): one slice at a time up to the budget, every layer a route, spread to a newcomer (REBALANCE), released one by one; an old client holds one', async () => {
   const h = await listening(ALWAYS);
   try {
     const token = await h.t.login(newVolunteer());
@@ -978,26 +978,37 @@ test('multi-slice volunteers (max_slices): one slice at a time up to the budget,
       ['v1', 0, [0, 8]],
       ['v1', 1, [0, 8]],
     ]);
-    // Everything is covered: nothing more to offer, and a second volunteer waits.
+    // Everything is covered, and a faster volunteer joins with nothing: v1 gives it its newest slice (REBALANCE, one
+    // slice alone), so that two devices compute the two layers.
     await v1.none('assign', 300);
     const v2 = await join(h, token, 'v2', { maxSlices: 4, device: { ...DEVICE, gflops: 1_000 } });
-    await v2.none('assign', 300);
-
-    // One slice released alone: v1 keeps serving layer 0; layer 1 is wanted again and goes to v2, the faster one
-    // (fast devices first), not back to v1 though v1 has room for it.
-    assert.equal(channel.release('v1', 'REBALANCE', 'moved', 0, [1, 0, 8]), true);
-    const rel = await v1.next('release');
-    assert.equal(rel.assignmentId, b.assignmentId);
+    const rel = await v1.next('release', 1_000);
+    assert.deepEqual([rel.assignmentId, rel.code], [b.assignmentId, 'REBALANCE']);
     const c = await v2.next('assign', 1_000);
     assert.deepEqual([c.layer, c.experts], [1, [0, 8]]);
-    assert.deepEqual(servingIds(h, 0), ['v1']);
+    assert.deepEqual(servingIds(h, 0), ['v1'], 'v1 keeps serving the slice it still holds');
     assert.deepEqual(servingIds(h, 1), []);
-    // v1 heartbeats the slice it still holds; one that leaves out a held slice is refused.
+    // v1 heartbeats the slice it still holds; one that leaves out a held slice is refused (below).
     v1.json(heartbeat([[0, 0, 8]]));
     await v1.alive();
     loaded(v2, c);
     await v2.alive();
     assert.deepEqual(servingIds(h, 1), ['v2']);
+    // Holders of one slice keep it: the next volunteer with nothing waits.
+    const v3 = await join(h, token, 'v3', { maxSlices: 4 });
+    await v3.none('assign', 300);
+    assert.equal(
+      v1.inbox.find((m) => m.type === 'release'),
+      undefined,
+      'a holder of one slice is not asked for it',
+    );
+    // One slice released alone with a cool-down (as an operator's release): it goes to v3, not back to v2.
+    assert.equal(channel.release('v2', 'NOT_NEEDED', 'moved', 60_000, [1, 0, 8]), true);
+    assert.equal((await v2.next('release')).assignmentId, c.assignmentId);
+    const d = await v3.next('assign', 1_000);
+    assert.deepEqual([d.layer, d.experts], [1, [0, 8]]);
+    loaded(v3, d);
+    await v3.alive();
     // Pausing takes every slice of a volunteer out of service, resuming puts them back.
     v1.json({ type: 'pause' });
     await v1.alive();
@@ -1005,8 +1016,8 @@ test('multi-slice volunteers (max_slices): one slice at a time up to the budget,
     v1.json({ type: 'resume' });
     await v1.alive();
     assert.deepEqual(servingIds(h, 0), ['v1']);
-    v2.json(heartbeat([]));
-    await closedWith(v2, 'UNEXPECTED_MESSAGE', 'a serving worker reporting coverage without its slice');
+    v3.json(heartbeat([]));
+    await closedWith(v3, 'UNEXPECTED_MESSAGE', 'a serving worker reporting coverage without its slice');
   } finally {
     await h.close();
   }

@@ -247,7 +247,14 @@ test('every state of the volunteer, through the page’s own controls, at laptop
     await setDevice(gpuDevice);
     await set({ kind: 'serving', slice, backend: 'webgpu' });
     await page.evaluate(() =>
-      window.volunteerFake!.setStats({ pairsServed: 12_345, pairsPerSec: 42.4, workFrames: 300, lastLatencyMs: 7.25, credit: 98_765 }),
+      window.volunteerFake!.setStats({
+        pairsServed: 12_345,
+        pairsPerSec: 42.4,
+        workFrames: 300,
+        lastLatencyMs: 7.25,
+        credit: 98_765,
+        slices: [],
+      }),
     );
     await check('serving-webgpu', 'Serving with WebGPU', ['Pause', 'Leave']);
     assert.deepEqual(

@@ -662,7 +662,7 @@ test('through the test build: forged consent refused, every state, wrong-window 
     const setState = (state: VolunteerState, pairs = 0): Promise<void> =>
       frame.evaluate(
         ([s, n]) => {
-          window.volunteerFake?.setStats({ pairsServed: n, pairsPerSec: 0, workFrames: 0, lastLatencyMs: null, credit: 0 });
+          window.volunteerFake?.setStats({ pairsServed: n, pairsPerSec: 0, workFrames: 0, lastLatencyMs: null, credit: 0, slices: [] });
           window.volunteerFake?.set(s);
         },
         [state, pairs] as const,

@@ -6,9 +6,10 @@ import { randomUUID } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { WebSocket } from 'ws';
-import { createVolunteerClient, type SocketFactory, type WorkTimings } from '../client.ts';
+import { DEFAULT_MAX_SLICES, createVolunteerClient, type SocketFactory, type WorkTimings } from '../client.ts';
+import { VOLUNTEER_LIMITS } from '../../protocol/channel/index.ts';
 import type { BackendChoice } from '../engine-open.ts';
-import type { VolunteerControls, VolunteerState } from '../state.ts';
+import type { HeldSlice, VolunteerControls, VolunteerState } from '../state.ts';
 import { FileShardCache, DEFAULT_SHARD_CACHE_DIR } from './file-cache.ts';
 import { FileIdentityStore, DEFAULT_IDENTITY_FILE, nodeEnvironment } from './environment.ts';
 
@@ -19,8 +20,9 @@ export const VOLUNTEER_USAGE = `usage: expertswarm volunteer --hub URL [options]
 
   --hub URL                the hub's address, e.g. http://127.0.0.1:8080
   --model NAME             serve only this model (default: whichever needs help)
-  --budget-mb N            memory lent to one slice, MiB (default 2048)
+  --budget-mb N            memory lent to the slices it holds, MiB (default 2048)
   --max-experts N          widest slice to take (default: no limit)
+  --max-slices N           slices held at once, 1–256 (default 64; the budget bounds them first)
   --backend B              auto | webgpu | wasm (default auto: both measured, the faster kept)
   --worker-id ID           stable id of this volunteer (default: a new one per run)
   --identity FILE          ed25519 key file, made on first run (default ${DEFAULT_IDENTITY_FILE})
@@ -35,6 +37,7 @@ export interface VolunteerArgs {
   model: string;
   budgetBytes: number;
   maxExperts: number;
+  maxSlices: number;
   backend: BackendChoice;
   workerId: string;
   identity: string;
@@ -53,6 +56,7 @@ export function parseVolunteerArgs(argv: string[]): VolunteerArgs | 'help' {
       model: { type: 'string' },
       'budget-mb': { type: 'string' },
       'max-experts': { type: 'string' },
+      'max-slices': { type: 'string' },
       backend: { type: 'string' },
       'worker-id': { type: 'string' },
       identity: { type: 'string' },
@@ -73,6 +77,8 @@ export function parseVolunteerArgs(argv: string[]): VolunteerArgs | 'help' {
     return n;
   };
   const backend = values.backend ?? 'auto';
+  if (values['max-slices'] !== undefined && Number(values['max-slices']) > VOLUNTEER_LIMITS.maxSlices)
+    throw new Error(`--max-slices must be at most ${VOLUNTEER_LIMITS.maxSlices}, got "${values['max-slices']}"`);
   if (backend !== 'auto' && backend !== 'webgpu' && backend !== 'wasm')
     throw new Error(`--backend must be auto, webgpu or wasm, got "${backend}"`);
   return {
@@ -80,6 +86,7 @@ export function parseVolunteerArgs(argv: string[]): VolunteerArgs | 'help' {
     model: values.model ?? '',
     budgetBytes: int(values['budget-mb'], '--budget-mb', 2048, 1) * 2 ** 20,
     maxExperts: int(values['max-experts'], '--max-experts', 0, 0),
+    maxSlices: int(values['max-slices'], '--max-slices', DEFAULT_MAX_SLICES, 1),
     backend,
     workerId: values['worker-id'] ?? `node-${randomUUID()}`,
     identity: values.identity ?? DEFAULT_IDENTITY_FILE,
@@ -117,6 +124,14 @@ export function describeState(s: VolunteerState): string {
   }
 }
 
+/** What it holds beyond the slice its state names: " · holds 4 slices, layers 0–3 (3.2 MiB)", or nothing for one. */
+export function describeHeld(slices: readonly HeldSlice[]): string {
+  if (slices.length < 2) return '';
+  const layers = [...new Set(slices.map((x) => x.layer))].sort((x, y) => x - y);
+  const mib = slices.reduce((n, x) => n + x.bytes, 0) / 2 ** 20;
+  return ` · holds ${slices.length} slices, layers ${layers.join(', ')} (${mib.toFixed(1)} MiB)`;
+}
+
 export function startVolunteer(a: VolunteerArgs, onWorkTimings?: (t: WorkTimings) => void): VolunteerControls {
   const client = createVolunteerClient({
     hubUrl: a.hub,
@@ -127,6 +142,7 @@ export function startVolunteer(a: VolunteerArgs, onWorkTimings?: (t: WorkTimings
     workerId: a.workerId,
     model: a.model,
     maxExperts: a.maxExperts,
+    maxSlices: a.maxSlices,
     agent: `headless/${process.version}`,
     ...(onWorkTimings ? { onWorkTimings } : {}),
   });
@@ -163,7 +179,7 @@ export async function main(argv: string[]): Promise<number> {
           process.stdout.write(`[volunteer ${a.workerId}] computes expert variants: ${variants}\n`);
         }
         process.stdout.write(
-          `[volunteer ${a.workerId}] ${describeState(client.state)}${client.wallet ? ` · wallet ${client.wallet}` : ''} · pairs ${s.pairsServed} (${s.pairsPerSec.toFixed(1)}/s) · last ${s.lastLatencyMs === null ? '-' : `${s.lastLatencyMs.toFixed(1)} ms`} · credit ${s.credit}${d?.backend ? ` · ${d.backend} ${d.gflops?.toFixed(2) ?? '?'} GFLOP/s` : ''}\n`,
+          `[volunteer ${a.workerId}] ${describeState(client.state)}${describeHeld(s.slices)}${client.wallet ? ` · wallet ${client.wallet}` : ''} · pairs ${s.pairsServed} (${s.pairsPerSec.toFixed(1)}/s) · last ${s.lastLatencyMs === null ? '-' : `${s.lastLatencyMs.toFixed(1)} ms`} · credit ${s.credit}${d?.backend ? ` · ${d.backend} ${d.gflops?.toFixed(2) ?? '?'} GFLOP/s` : ''}\n`,
         );
       }, 1000);
   return new Promise<number>((resolve) => {

@@ -288,6 +288,15 @@ export function shareLabel(mibPerS: number): string {
 }
 
 /** "93% from other volunteers (4.0 MiB of 4.3 MiB)", or "all from the hub" when none came from peers. */
+/** Where one held slice's bytes came from, in a few words (the page's slice list). */
+export function describeSliceSource(s: Pick<PeerStats, 'fromPeers' | 'fromHub'>): string {
+  const total = s.fromPeers + s.fromHub;
+  if (total === 0) return 'this browser’s cache';
+  if (s.fromPeers === 0) return 'the hub';
+  if (s.fromHub === 0) return 'other volunteers';
+  return `${Math.round((100 * s.fromPeers) / total)}% from other volunteers`;
+}
+
 export function describeSource(p: PeerStats): string {
   const total = p.fromPeers + p.fromHub;
   if (total === 0) return 'from this browser’s cache';

@@ -12,8 +12,7 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import { makeModel } from '../tools/make-model.ts';
-import { defaultConfig as modelConfig } from '../tools/model-arch.ts';
-import { GGMLType } from '../gguf/quant-types.ts';
+import { DEMO_MODEL_CONFIG } from '../tools/demo-model.ts';
 import { buildVocabulary } from '../tools/tokenizer.ts';
 import { runHub } from '../hub/cli.ts';
 import { defaultConfig } from '../hub/hub.ts';
@@ -34,10 +33,7 @@ if (pages.status !== 0) process.exit(pages.status ?? 1);
 
 if (!existsSync(demo)) {
   console.log(`[start] generating the demo model ${demo}`);
-  await makeModel(
-    modelConfig({ arch: 'qwen3moe', layers: 4, nEmbd: 256, nExpert: 16, nExpertUsed: 4, ff: 256, type: GGMLType.Q8_0, seed: 7 }),
-    demo,
-  );
+  await makeModel({ ...DEMO_MODEL_CONFIG }, demo);
 }
 // Random weights emit arbitrary bytes; the example bans the byte tokens that are not valid UTF-8 alone.
 mkdirSync(demoDir, { recursive: true });

@@ -27,7 +27,16 @@ import { DEFAULT_OPTIONS, parseBudgetMiB, parseWidgetOptions } from '../../web/s
 import { toWidgetState } from '../../web/src/embed/widget-state.ts';
 import { emptyStats, type SliceAssignment } from '../../volunteer/state.ts';
 
-const STATE: WidgetState = { phase: 'serving', progress: null, pairsServed: 12, backend: 'wasm', message: '', code: '' };
+const STATE: WidgetState = {
+  phase: 'serving',
+  progress: null,
+  pairsServed: 12,
+  slicesHeld: 0,
+  bytesHeld: 0,
+  backend: 'wasm',
+  message: '',
+  code: '',
+};
 const tag = { ns: WIDGET_NS, v: WIDGET_PROTOCOL_VERSION };
 
 test('every message survives its own round trip through structured data', () => {
@@ -210,6 +219,13 @@ test('the card: consent first, the state line per phase, pause reasons, and the 
   assert.equal(describeCard({ ...STATE, phase: 'downloading', backend: null, progress: null }, j).progress, 'indeterminate');
   const serving = describeCard(STATE, j);
   assert.equal(serving.line, 'Serving with WebAssembly');
+  const holding = describeCard({ ...STATE, slicesHeld: 4, bytesHeld: 4 * 3_342_336 }, j);
+  assert.equal(holding.line, 'Serving with WebAssembly · 4 slices of the model, 13 MiB', 'the card says how much it holds');
+  assert.equal(holding.announce, 'Serving with WebAssembly', 'what screen readers hear has no numbers');
+  assert.equal(
+    describeCard({ ...STATE, slicesHeld: 1, bytesHeld: 3_342_336 }, j).line,
+    'Serving with WebAssembly · one slice of the model, 3.2 MiB',
+  );
   assert.deepEqual([serving.consent, serving.pause, serving.resume, serving.leave], [false, true, false, true]);
   assert.equal(describeCard({ ...STATE, backend: 'webgpu' }, j).line, 'Serving with WebGPU');
   assert.match(
@@ -238,7 +254,16 @@ test("the frame's report: phase, percent, pairs and backend, nothing secret", ()
   const slice: SliceAssignment = { model: 'm', layer: 1, experts: [0, 8], bytes: 1000, digest: 'sha256:secret-ish' };
   const stats = { ...emptyStats(), pairsServed: 7, credit: 99 };
   const dl = toWidgetState({ kind: 'downloading', slice, loadedBytes: 333, totalBytes: 1000, fromCache: false }, stats);
-  assert.deepEqual(dl, { phase: 'downloading', progress: 33, pairsServed: 7, backend: null, message: '', code: '' });
+  assert.deepEqual(dl, {
+    phase: 'downloading',
+    progress: 33,
+    pairsServed: 7,
+    slicesHeld: 0,
+    bytesHeld: 0,
+    backend: null,
+    message: '',
+    code: '',
+  });
   assert.equal(toWidgetState({ kind: 'downloading', slice, loadedBytes: 5, totalBytes: 0, fromCache: false }, stats).progress, null);
   assert.deepEqual(toWidgetState({ kind: 'serving', slice, backend: 'webgpu' }, stats), {
     ...dl,
@@ -246,10 +271,25 @@ test("the frame's report: phase, percent, pairs and backend, nothing secret", ()
     progress: null,
     backend: 'webgpu',
   });
+  // what it holds: the slices serving, not one still loading
+  const held = (state: 'serving' | 'loading', layer: number) => ({
+    ...slice,
+    layer,
+    state,
+    backend: null,
+    pairsServed: 0,
+    fromPeers: 0,
+    fromHub: 0,
+  });
+  const many = toWidgetState(
+    { kind: 'serving', slice, backend: 'wasm' },
+    { ...stats, slices: [held('serving', 0), held('serving', 1), held('loading', 2)] },
+  );
+  assert.deepEqual([many.slicesHeld, many.bytesHeld], [2, 2000]);
   const failed = toWidgetState({ kind: 'failed', code: 'NO_BACKEND', message: 'x'.repeat(1000), retrying: false }, stats);
   assert.equal(failed.code, 'NO_BACKEND');
   assert.equal(failed.message.length, LIMITS.message);
-  for (const s of [dl, failed]) {
+  for (const s of [dl, failed, many]) {
     assert.ok(parseFrameMessage(frameMessage({ type: 'state', state: s })), 'the report passes the card’s parser');
     assert.doesNotMatch(JSON.stringify(s), /secret|digest|credit|wallet|token/);
   }

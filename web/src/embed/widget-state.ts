@@ -8,7 +8,17 @@ import { LIMITS, type WidgetState } from '../widget/messages.ts';
 const clip = (text: string): string => (text.length > LIMITS.message ? `${text.slice(0, LIMITS.message - 1)}…` : text);
 
 export function toWidgetState(s: VolunteerState, stats: VolunteerStats): WidgetState {
-  const out: WidgetState = { phase: s.kind, progress: null, pairsServed: stats.pairsServed, backend: null, message: '', code: '' };
+  const held = stats.slices.filter((x) => x.state === 'serving');
+  const out: WidgetState = {
+    phase: s.kind,
+    progress: null,
+    pairsServed: stats.pairsServed,
+    slicesHeld: held.length,
+    bytesHeld: held.reduce((n, x) => n + x.bytes, 0),
+    backend: null,
+    message: '',
+    code: '',
+  };
   switch (s.kind) {
     case 'downloading':
       out.progress = s.totalBytes > 0 ? Math.floor((100 * Math.min(Math.max(s.loadedBytes, 0), s.totalBytes)) / s.totalBytes) : null;

@@ -39,6 +39,14 @@ function pausedLine(paused: ReadonlySet<PauseReason>): string {
   return 'Paused.';
 }
 
+/** How much it holds, for the serving line: " · 4 slices of the model, 12.8 MiB" ('' before a frame says). */
+export function heldText(s: Pick<WidgetState, 'slicesHeld' | 'bytesHeld'>): string {
+  if (s.slicesHeld <= 0) return '';
+  const mib = s.bytesHeld / 2 ** 20;
+  const size = mib >= 10 ? `${Math.round(mib)} MiB` : `${mib.toFixed(1)} MiB`;
+  return ` · ${s.slicesHeld === 1 ? 'one slice' : `${s.slicesHeld} slices`} of the model, ${size}`;
+}
+
 export function describeCard(s: WidgetState, ctx: CardContext): CardView {
   const line = (text: string, announce = text): Pick<CardView, 'line' | 'announce'> => ({ line: text, announce });
   const controls = { consent: false, pause: ctx.paused.size === 0, resume: ctx.paused.size > 0, leave: true, progress: null };
@@ -71,8 +79,10 @@ export function describeCard(s: WidgetState, ctx: CardContext): CardView {
       };
     case 'starting':
       return { ...controls, ...line('Starting the compute engine…') };
-    case 'serving':
-      return { ...controls, ...line(`Serving with ${s.backend ? BACKEND_NAMES[s.backend] : 'this device'}`) };
+    case 'serving': {
+      const serving = `Serving with ${s.backend ? BACKEND_NAMES[s.backend] : 'this device'}`;
+      return { ...controls, ...line(`${serving}${heldText(s)}`, serving) };
+    }
     case 'paused':
       return { ...controls, ...line(pausedLine(ctx.paused)) };
     case 'released':

@@ -19,7 +19,16 @@ import { parseWidgetOptions, type WidgetOptions } from './options.ts';
 
 const TAG = 'expertswarm-widget';
 
-const IDLE: WidgetState = { phase: 'idle', progress: null, pairsServed: 0, backend: null, message: '', code: '' };
+const IDLE: WidgetState = {
+  phase: 'idle',
+  progress: null,
+  pairsServed: 0,
+  slicesHeld: 0,
+  bytesHeld: 0,
+  backend: null,
+  message: '',
+  code: '',
+};
 
 /** After Leave, the frame is replaced (by a fresh one that dials nothing) when it says `left`, or after this long. */
 const LEAVE_GRACE_MS = 5_000;

@@ -58,6 +58,9 @@ export interface WidgetState {
   progress: number | null;
   /** Pairs this frame served since it loaded. */
   pairsServed: number;
+  /** Slices it holds and serves now, and their bytes (a volunteer holds several: issue 27); 0 from a frame before them. */
+  slicesHeld: number;
+  bytesHeld: number;
   /** What computes while `serving` (null otherwise). */
   backend: WidgetBackend | null;
   /** A sentence for people: why it retries, failed or released ('' when there is nothing to add). */
@@ -114,6 +117,8 @@ function parseState(x: unknown): WidgetState | null {
     phase: s.phase,
     progress: s.progress as number | null,
     pairsServed: s.pairsServed,
+    slicesHeld: isCount(s.slicesHeld) ? s.slicesHeld : 0,
+    bytesHeld: isCount(s.bytesHeld) ? s.bytesHeld : 0,
     backend: s.backend as WidgetBackend | null,
     message: s.message,
     code: s.code,

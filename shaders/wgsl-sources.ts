@@ -7,9 +7,9 @@ import { readFileSync } from 'node:fs';
 const read = (path: string): string => readFileSync(new URL(`./wgsl/${path}`, import.meta.url), 'utf8');
 
 /** Quant snippets by file stem (shaders/wgsl/quant/<stem>.wgsl). */
-export type QuantSnippet = 'f32' | 'f16' | 'bf16' | 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k';
+export type QuantSnippet = 'f32' | 'f16' | 'bf16' | 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k' | 'mxfp4';
 /** Quant snippets that also have an integer block dot against 8-bit activations (shaders/wgsl/int8/<stem>.wgsl). */
-export type Int8Quant = 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k';
+export type Int8Quant = 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k' | 'mxfp4';
 export type KernelName =
   | 'expert_up'
   | 'expert_down'
@@ -63,6 +63,7 @@ export const WGSL: WgslSources = {
     q4_k: read('quant/q4_k.wgsl'),
     q5_k: read('quant/q5_k.wgsl'),
     q6_k: read('quant/q6_k.wgsl'),
+    mxfp4: read('quant/mxfp4.wgsl'),
   },
   int8: {
     q8_0: read('int8/q8_0.wgsl'),
@@ -70,6 +71,7 @@ export const WGSL: WgslSources = {
     q4_k: read('int8/q4_k.wgsl'),
     q5_k: read('int8/q5_k.wgsl'),
     q6_k: read('int8/q6_k.wgsl'),
+    mxfp4: read('int8/mxfp4.wgsl'),
   },
   dot: { packed: read('int8/dot_packed.wgsl'), unpacked: read('int8/dot_unpacked.wgsl') },
   roundActivations: read('round_activations.wgsl'),

@@ -65,20 +65,41 @@ fn main(
   let row_bytes = blocks_per_row * BLOCK_BYTES;
   act_blocks = shape.n_tokens * shape.n_used * blocks_per_row;
 
-  var acc = vec4<f32>(opaque(0.0)); // lane l's accumulator and its mins' (.z, .w unused)
+  var acc = vec4<f32>(opaque(0.0)); // lane l's accumulator and its mins' (PAIRED: the odd blocks'; .z, .w unused)
+  // PAIRED: an odd last block is left to the scalar tail below.
+  let tail = PAIRED && (blocks_per_row & 1u) == 1u;
+  let row_byte = (expert * shape.n_embd + row) * row_bytes;
+  let act_block = pair * blocks_per_row;
   if (row < shape.n_embd) {
-    let row_byte = (expert * shape.n_embd + row) * row_bytes;
-    let act_block = pair * blocks_per_row;
-    for (var b = 0u; b < blocks_per_row; b++) {
+    for (var b = 0u; b < select(blocks_per_row, blocks_per_row - 1u, tail); b++) {
       let wb = row_byte + b * BLOCK_BYTES;
       let da = act_block + b;
-      acc.x = fma_rn(lane_scale(0u, wb, da), f32(lane_dot(0u, wb, da * (BLOCK_SIZE / 4u), da, l)), acc.x);
-      acc.y = min_step(0u, wb, da, l, acc.y);
+      let v = f32(lane_dot(0u, wb, da * (BLOCK_SIZE / 4u), da, l));
+      if (PAIRED && (b & 1u) == 1u) {
+        acc.y = fma_rn(lane_scale(0u, wb, da), v, acc.y);
+      } else {
+        acc.x = fma_rn(lane_scale(0u, wb, da), v, acc.x);
+        acc.y = min_step(0u, wb, da, l, acc.y);
+      }
     }
+  }
+  if (PAIRED) {
+    acc = vec4<f32>(acc.x + acc.y, 0.0, acc.z, acc.w);
   }
   let sums = lane_sum(acc, lid);
 
   if (l == 0u && row < shape.n_embd) {
-    y[pair * shape.n_embd + row] = finish_down(select(sums.x, sums.x + sums.y, MIN_SUM), id, row);
+    var s = select(sums.x, sums.x + sums.y, MIN_SUM);
+    if (tail) {
+      // ggml's scalar loop for the odd last block: sumf = fma(d, Σ of its 32 products, sumf)
+      let wb = row_byte + (blocks_per_row - 1u) * BLOCK_BYTES;
+      let da = act_block + blocks_per_row - 1u;
+      var si = 0;
+      for (var k = 0u; k < LANES; k++) {
+        si += lane_dot(0u, wb, da * (BLOCK_SIZE / 4u), da, k);
+      }
+      s = fma_rn(lane_scale(0u, wb, da), f32(si), s);
+    }
+    y[pair * shape.n_embd + row] = finish_down(s, id, row);
   }
 }

@@ -108,24 +108,40 @@ fn main(
   let row_bytes = blocks_per_row * BLOCK_BYTES;
   act_blocks = shape.n_tokens * blocks_per_row;
 
-  // Lane l's accumulators: gate, gate's mins, up, up's mins.
+  // Lane l's accumulators: gate, gate's mins, up, up's mins (PAIRED: the odd blocks' gate and up accumulators).
   var acc = vec4<f32>(opaque(0.0));
+  // PAIRED: an odd last block is left to the scalar tail below.
+  let tail = PAIRED && (blocks_per_row & 1u) == 1u;
+  let row_byte = (expert * shape.ff + row) * row_bytes;
+  let act_block = token * blocks_per_row; // scale index of the token's first block
   if (row < shape.ff) {
-    let row_byte = (expert * shape.ff + row) * row_bytes;
-    let act_block = token * blocks_per_row; // scale index of the token's first block
-    for (var b = 0u; b < blocks_per_row; b++) {
+    for (var b = 0u; b < select(blocks_per_row, blocks_per_row - 1u, tail); b++) {
       let wb = row_byte + b * BLOCK_BYTES;
       let da = act_block + b;
       let qa = da * (BLOCK_SIZE / 4u);
+      let odd = PAIRED && (b & 1u) == 1u;
       if (PASS != 2u) {
-        acc.x = fma_rn(lane_scale(GATE, wb, da), f32(lane_dot(GATE, wb, qa, da, l)), acc.x);
-        acc.y = min_step(GATE, wb, da, l, acc.y);
+        let v = f32(lane_dot(GATE, wb, qa, da, l));
+        if (odd) {
+          acc.y = fma_rn(lane_scale(GATE, wb, da), v, acc.y);
+        } else {
+          acc.x = fma_rn(lane_scale(GATE, wb, da), v, acc.x);
+          acc.y = min_step(GATE, wb, da, l, acc.y);
+        }
       }
       if (PASS != 1u) {
-        acc.z = fma_rn(lane_scale(UP, wb, da), f32(lane_dot(UP, wb, qa, da, l)), acc.z);
-        acc.w = min_step(UP, wb, da, l, acc.w);
+        let v = f32(lane_dot(UP, wb, qa, da, l));
+        if (odd) {
+          acc.w = fma_rn(lane_scale(UP, wb, da), v, acc.w);
+        } else {
+          acc.z = fma_rn(lane_scale(UP, wb, da), v, acc.z);
+          acc.w = min_step(UP, wb, da, l, acc.w);
+        }
       }
     }
+  }
+  if (PAIRED) {
+    acc = vec4<f32>(acc.x + acc.y, 0.0, acc.z + acc.w, 0.0);
   }
   let sums = lane_sum(acc, lid);
 
@@ -135,6 +151,28 @@ fn main(
     if (MIN_SUM) {
       g = sums.x + sums.y;
       u = sums.z + sums.w;
+    }
+    if (tail) {
+      // ggml's scalar loop for the odd last block: sumf = fma(d, Σ of its 32 products, sumf)
+      let wb = row_byte + (blocks_per_row - 1u) * BLOCK_BYTES;
+      let da = act_block + blocks_per_row - 1u;
+      let qa = da * (BLOCK_SIZE / 4u);
+      var sg = 0;
+      var su = 0;
+      for (var k = 0u; k < LANES; k++) {
+        if (PASS != 2u) {
+          sg += lane_dot(GATE, wb, qa, da, k);
+        }
+        if (PASS != 1u) {
+          su += lane_dot(UP, wb, qa, da, k);
+        }
+      }
+      if (PASS != 2u) {
+        g = fma_rn(lane_scale(GATE, wb, da), f32(sg), g);
+      }
+      if (PASS != 1u) {
+        u = fma_rn(lane_scale(UP, wb, da), f32(su), u);
+      }
     }
     let o = pair * shape.ff + row;
     switch (PASS) {

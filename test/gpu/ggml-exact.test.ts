@@ -105,17 +105,17 @@ function assertSameBits(got: Float32Array, want: Float32Array, what: string): vo
 const INT8_TYPES = [...INT8_SNIPPETS.keys()];
 const same = (t: GGMLType): SliceTypes => ({ gate: t, up: t, down: t });
 const isK = (t: GGMLType): boolean => t === GGMLType.Q4_K || t === GGMLType.Q5_K || t === GGMLType.Q6_K;
-/** One block per row and several (K-quants: 256 and 512; Q8_0/Q4_0: 32 and 96). */
+/**
+ * One block per row and several (K-quants: 256 and 512; Q8_0/Q4_0: 32 and 96); MXFP4, whose dot takes blocks in pairs
+ * and an odd last one apart, also 8 and 5 blocks.
+ */
 const widths = (t: GGMLType): [number, number][] =>
   isK(t)
     ? [
         [256, 256],
         [512, 256],
       ]
-    : [
-        [32, 32],
-        [96, 64],
-      ];
+    : [[32, 32], [96, 64], ...(t === GGMLType.MXFP4 ? ([[256, 160]] as [number, number][]) : [])];
 
 function packedDot(): boolean {
   return gpu.wgslLanguageFeatures.has('packed_4x8_integer_dot_product');

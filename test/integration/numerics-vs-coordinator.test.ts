@@ -15,7 +15,7 @@
  *   ts-exact    the TypeScript reference in exact math (what an 'exact'-numerics worker computes)
  *   wgsl        ExpertRuntime { numerics: 'llama' } on Node's WebGPU (Dawn on SwiftShader), decode and batched kernels
  *   wgsl-int8   the same runtime with every call in the decode regime: for the weight types with int8 kernels
- *               (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), which compute as ggml's vec_dot does lane by lane, must be
+ *               (Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, Q6_K), which compute as ggml's vec_dot does lane by lane, must be
  *               bit-identical
  *   wasm        OrtExpertFallback { numerics: 'llama' } on onnxruntime-web's wasm backend
  *   ggml-exact  harness/ggml-exact.ts, the TypeScript emulation of ggml's CPU arithmetic (its types: all but
@@ -490,7 +490,7 @@ const wgslPath = slicePath('wgsl', async (slice) => {
 });
 
 /** Weight types whose int8 kernels compute as ggml does, bit for bit (the decode regime's expert_up_q8 / expert_down_q8). */
-const INT8_EXACT_TYPES = new Set<GGMLType>([GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]);
+const INT8_EXACT_TYPES = new Set<GGMLType>([GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.MXFP4]);
 
 const wgslInt8Path = slicePath('wgsl-int8', async (slice) => {
   const rt = await ExpertRuntime.create(await device(), slice, { numerics: 'llama' });

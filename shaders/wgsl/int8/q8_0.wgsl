@@ -6,6 +6,9 @@
 //   lane_scale(m, wb, da) -> f32        the block's float factor, as ggml rounds it (x.d · y.d)
 //   min_step(m, wb, da, l, acc) -> f32  the mins' accumulator of lane l after this block (acc where the type has none)
 //   const MIN_SUM: bool                 whether the row's result adds the mins' accumulators
+//   const PAIRED: bool                  blocks in pairs (MXFP4's vec_dot): odd blocks go to a second accumulator
+//                                        (the mins' slot, so MIN_SUM is false), the two added lane by lane before
+//                                        the hsum, and an odd last block is one integer sum added after it with one fma
 // for the weight block of matrix `m` at byte `wb`, whose activations are 8-bit quants packed four to a word at
 // act_q(qa) .. act_q(qa + BLOCK_SIZE / 4 - 1) with one scale act_scale(da) and, for Q8_K, the sums of 16 quants
 // act_bsum(da, 0..15) (round_activations.wgsl's main_packed output; one activation block per weight block: 32
@@ -15,6 +18,7 @@
 // the order inside them.
 // Here: lane l holds the products of bytes 4l .. 4l + 3 (mul_sum_i8_pairs_float).
 const MIN_SUM = false;
+const PAIRED = false;
 
 fn lane_dot(m: u32, wb: u32, qa: u32, da: u32, l: u32) -> i32 {
   return dot_i8(w_u32(m, wb + 2u + 4u * l), act_q(qa + l));

@@ -167,6 +167,22 @@ function decodeMXFP4(src: Uint8Array, nb: number, out: Float32Array, o: number):
   }
 }
 
+/**
+ * IQ4_NL: BLOCK_SIZE 32, 18 bytes. [0] f16 d; [2..18) qs[16] nibbles as in Q4_0, each an index into KVALUES_IQ4NL.
+ * y = d * kvalue.
+ */
+function decodeIQ4_NL(src: Uint8Array, nb: number, out: Float32Array, o: number): void {
+  const tab = f16ToF32Table();
+  for (let b = 0, p = 0; b < nb; b++, p += 18, o += 32) {
+    const d = half(tab, src, p);
+    for (let j = 0; j < 16; j++) {
+      const q = src[p + 2 + j]!;
+      out[o + j] = d * KVALUES_IQ4NL[q & 15]!;
+      out[o + j + 16] = d * KVALUES_IQ4NL[q >> 4]!;
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // K-quants: super-blocks of QK_K = 256 elements (the decoders hard-code 256).
 
@@ -321,6 +337,7 @@ const decoders = new Map<GGMLType, Decoder>([
   [GGMLType.Q5_1, decodeQ5_1],
   [GGMLType.Q8_0, decodeQ8_0],
   [GGMLType.MXFP4, decodeMXFP4],
+  [GGMLType.IQ4_NL, decodeIQ4_NL],
   [GGMLType.Q2_K, decodeQ2_K],
   [GGMLType.Q3_K, decodeQ3_K],
   [GGMLType.Q4_K, decodeQ4_K],

@@ -28,7 +28,7 @@
  */
 import { GGMLType, requireQuantType, typeName } from './quant-types.ts';
 import { f16ToF32, f32ToBf16, f32ToF16 } from './half.ts';
-import { e8m0ToF32Half, KVALUES_MXFP4 } from './dequantize.ts';
+import { e8m0ToF32Half, KVALUES_IQ4NL, KVALUES_MXFP4 } from './dequantize.ts';
 
 type Encoder = (x: Float32Array, nBlocks: number, out: Uint8Array) => void;
 
@@ -224,6 +224,88 @@ function encodeMXFP4(x: Float32Array, nb: number, out: Uint8Array): void {
     for (let j = 0; j < 16; j++) {
       out[p + 1 + j] = bestIndexMXFP4(x[o + j]!, d) | (bestIndexMXFP4(x[o + 16 + j]!, d) << 4);
     }
+  }
+}
+
+/** best_index_int8 (ggml-quants.c): the nearest of the sorted int8 `values` to x (float comparisons, ties upward). */
+function bestIndexInt8(values: readonly number[], x: number): number {
+  const n = values.length;
+  if (x <= values[0]!) return 0;
+  if (x >= values[n - 1]!) return n - 1;
+  let ml = 0,
+    mu = n - 1;
+  while (mu - ml > 1) {
+    const mav = (ml + mu) >> 1;
+    if (x < values[mav]!) mu = mav;
+    else ml = mav;
+  }
+  return fround(x - values[mu - 1]!) < fround(values[mu]! - x) ? mu - 1 : mu;
+}
+
+const GROUP_MAX_EPS = fround(1e-15);
+
+/**
+ * IQ4_NL as llama-quantize writes it without an importance matrix (quantize_iq4_nl → quantize_row_iq4_nl_impl with
+ * ntry 7, weights x²): d from the signed max (max/127), a least-squares refit of d to the chosen levels, 15 more
+ * trial scales (itry − 127)/max keeping the best sumqx²/sumq2, then the levels again for the f16-unrounded d.
+ * Every float step rounded as ggml-base computes it (no FMA there: SSE2 scalar code).
+ */
+function encodeIQ4_NL(x: Float32Array, nb: number, out: Uint8Array): void {
+  const values = KVALUES_IQ4NL;
+  const L = new Uint8Array(32);
+  const w = new Float32Array(32);
+  const ntry = 7;
+  for (let b = 0; b < nb; b++) {
+    const o = 32 * b,
+      p = 18 * b;
+    let amax = 0,
+      max = 0;
+    for (let j = 0; j < 32; j++) {
+      const v = x[o + j]!;
+      w[j] = v * v;
+      const ax = Math.abs(v);
+      if (ax > amax) {
+        amax = ax;
+        max = v;
+      }
+    }
+    let scale = 0;
+    if (!(amax < GROUP_MAX_EPS)) {
+      let d = fround(-max / values[0]!);
+      let id = fround(1 / d);
+      let sumqx = 0,
+        sumq2 = 0;
+      for (let j = 0; j < 32; j++) {
+        const xj = x[o + j]!;
+        const q = values[bestIndexInt8(values, fround(id * xj))]!;
+        const wq = fround(w[j]! * q);
+        sumqx = fround(sumqx + fround(wq * xj));
+        sumq2 = fround(sumq2 + fround(wq * q));
+      }
+      d = sumq2 > 0 ? fround(sumqx / sumq2) : 0;
+      let best = fround(d * sumqx);
+      for (let itry = -ntry; itry <= ntry; itry++) {
+        id = fround((itry + values[0]!) / max);
+        sumqx = 0;
+        sumq2 = 0;
+        for (let j = 0; j < 32; j++) {
+          const xj = x[o + j]!;
+          const q = values[bestIndexInt8(values, fround(id * xj))]!;
+          const wq = fround(w[j]! * q);
+          sumqx = fround(sumqx + fround(wq * xj));
+          sumq2 = fround(sumq2 + fround(wq * q));
+        }
+        if (sumq2 > 0 && fround(sumqx * sumqx) > fround(best * sumq2)) {
+          d = fround(sumqx / sumq2);
+          best = fround(d * sumqx);
+        }
+      }
+      scale = d;
+    }
+    putU16(out, p, f32ToF16(scale));
+    const id = scale ? fround(1 / scale) : 0;
+    for (let j = 0; j < 32; j++) L[j] = bestIndexInt8(values, fround(id * x[o + j]!));
+    for (let j = 0; j < 16; j++) out[p + 2 + j] = L[j]! | (L[j + 16]! << 4);
   }
 }
 
@@ -514,6 +596,7 @@ const encoders = new Map<GGMLType, Encoder>([
   [GGMLType.Q5_1, encodeQ5_1],
   [GGMLType.Q8_0, encodeQ8_0],
   [GGMLType.MXFP4, encodeMXFP4],
+  [GGMLType.IQ4_NL, encodeIQ4_NL],
   [GGMLType.Q2_K, encodeQ2_K],
   [GGMLType.Q3_K, encodeQ3_K],
   [GGMLType.Q4_K, encodeQ4_K],

@@ -127,6 +127,7 @@ const FILE_TYPE: Partial<Record<GGMLType, number>> = {
   [GGMLType.Q6_K]: 18,
   [GGMLType.BF16]: 32,
   [GGMLType.MXFP4]: 38, // LLAMA_FTYPE_MOSTLY_MXFP4_MOE (every matrix MXFP4 here, as llama-quantize --pure writes it)
+  [GGMLType.IQ4_NL]: 25, // LLAMA_FTYPE_MOSTLY_IQ4_NL
 };
 
 export function defaultConfig(partial: Partial<ModelConfig> & Pick<ModelConfig, 'arch'>): ModelConfig {

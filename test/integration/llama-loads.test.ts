@@ -42,6 +42,7 @@ const TYPES = [
   GGMLType.Q5_K,
   GGMLType.Q6_K,
   GGMLType.MXFP4,
+  GGMLType.IQ4_NL,
 ];
 const FAMILY_TYPES = [GGMLType.F32, GGMLType.Q8_0, GGMLType.Q4_K];
 const FIRST_FIVE: readonly string[] = ['qwen3moe', 'qwen2moe', 'deepseek', 'llama', 'olmoe'];

@@ -87,6 +87,7 @@ const OURS = [
   GGMLType.Q5_K,
   GGMLType.Q6_K,
   GGMLType.MXFP4,
+  GGMLType.IQ4_NL,
 ];
 for (const type of OURS) {
   test(`llama.cpp dequantizes our ${GGMLType[type]} exactly as we do`, async () => {
@@ -130,8 +131,18 @@ const THEIRS: Array<[GGMLType, string, number]> = [
   [GGMLType.Q6_K, 'Q6_K', 1e-3],
   // E2M1 levels × a power of two: the step is coarse near the block max (2 of 12) and the scale up to 2× loose.
   [GGMLType.MXFP4, 'MXFP4_MOE', 5e-2],
+  // 16 non-linear levels, the scale fitted by least squares (no importance matrix)
+  [GGMLType.IQ4_NL, 'IQ4_NL', 1.5e-2],
 ];
-const BYTE_IDENTICAL = new Set([GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.MXFP4]);
+const BYTE_IDENTICAL = new Set([
+  GGMLType.Q8_0,
+  GGMLType.Q4_0,
+  GGMLType.Q4_1,
+  GGMLType.Q5_0,
+  GGMLType.Q5_1,
+  GGMLType.MXFP4,
+  GGMLType.IQ4_NL,
+]);
 
 for (const [type, ftype, bound] of THEIRS) {
   test(`llama.cpp's ${GGMLType[type]} bytes: our dequantizer agrees${BYTE_IDENTICAL.has(type) ? ', our quantizer writes the same bytes' : ''}`, async () => {

@@ -785,6 +785,33 @@ test('quantize MXFP4 (quantize_row_mxfp4_ref): e = floor(log2 amax) - 2 + 127, n
   }
 });
 
+test('dequantize IQ4_NL: f16 d × kvalues_iq4nl[nibble]', () => {
+  const kv = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+  const qs: Record<number, number> = {};
+  for (let j = 0; j < 16; j++) qs[2 + j] = j | ((15 - j) << 4);
+  const expected = [...kv.map((v) => v * 0.25), ...kv.map((_, j) => (kv[15 - j] as number) * 0.25)];
+  assertArrayEqual(dequantize(GGMLType.IQ4_NL, block(18, { 0: f32ToF16(0.25) }, qs), 32), expected, 'IQ4_NL');
+});
+
+test('quantize IQ4_NL (quantize_iq4_nl without an importance matrix): levels and error', () => {
+  // The block max maps onto the level -127 (d = max/127 first, then refitted): -127 × d for the largest magnitude.
+  const x = new Float32Array(32).map((_, i) => (i - 16) / 16);
+  const q = quantize(GGMLType.IQ4_NL, x);
+  assert.equal(q.length, 18);
+  const y = dequantize(GGMLType.IQ4_NL, q, 32);
+  assert.ok(Math.abs((y[0] as number) + 1) < 0.05, `element 0 (-1) decodes to ${y[0]}`);
+  // Tiny blocks (below GROUP_MAX_EPS): d = 0, every nibble 8 (the level 1 nearest to 0).
+  const t = quantize(GGMLType.IQ4_NL, new Float32Array(32).fill(1e-16));
+  assert.deepEqual([...t], [0, 0, ...new Array(16).fill(0x88)]);
+  // ~4.5 bits: NMSE about 6e-3 on gaussian data, the block max error within an eighth of its absmax.
+  for (const scale of [1, 5e3, 1e-3]) {
+    const { nmse, rel, y } = errors(GGMLType.IQ4_NL, gaussian(16384, 31, scale));
+    assert.ok(y.every(Number.isFinite), `scale ${scale}: finite`);
+    assert.ok(nmse < 8e-3, `scale ${scale}: NMSE ${nmse.toExponential(3)}`);
+    assert.ok(rel < 0.125, `scale ${scale}: block max error ${rel.toFixed(4)} x absmax`);
+  }
+});
+
 // ---------------------------------------------------------------------------------------------
 // Arguments.
 
@@ -795,11 +822,12 @@ test('supported type sets', () => {
     assert.ok(canQuantize(t), `canQuantize ${GGMLType[t]}`);
   }
   assert.ok(canDequantize(GGMLType.MXFP4) && canQuantize(GGMLType.MXFP4), 'MXFP4');
+  assert.ok(canDequantize(GGMLType.IQ4_NL) && canQuantize(GGMLType.IQ4_NL), 'IQ4_NL');
   for (const t of [
     GGMLType.Q8_1,
     GGMLType.Q8_K,
     GGMLType.IQ2_XXS,
-    GGMLType.IQ4_NL,
+    GGMLType.IQ4_XS,
     GGMLType.I8,
     GGMLType.F64,
     GGMLType.NVFP4,

@@ -184,6 +184,17 @@ export async function waitForCoverage(
   throw new Error(`coverage not reached in ${timeoutMs} ms: ${JSON.stringify(rows)}`);
 }
 
+/**
+ * Waits until every worker of `workerIds` holds a slice (a row of the dispatch map): volunteers hold several slices
+ * (issue 27), so the first to load may hold what others wait for until the hub moves some their way (REBALANCE).
+ */
+export async function waitForHolders(url: string, model: string, workerIds: readonly string[], timeoutMs = 120_000): Promise<MapRow[]> {
+  return until(`every volunteer holding a slice (${workerIds.join(', ')})`, timeoutMs, async () => {
+    const rows = await dispatchMap(url, model);
+    return workerIds.every((id) => rows.some((r) => r.worker_id === id)) ? rows : undefined;
+  });
+}
+
 /** `expertswarm_dispatch_pairs_total{model,outcome}` by outcome. */
 export async function pairOutcomes(url: string, model: string): Promise<Record<string, number>> {
   const text = await (await fetch(`${url}/metrics`)).text();

@@ -243,6 +243,8 @@ export interface WorkerRow {
   model: string;
   /** `[layer, begin, end)` of the slice it holds or is loading; null when it holds none. */
   slice: [number, number, number] | null;
+  /** Every slice it holds or loads when it holds more than one (a volunteer holds several: issue 27); absent else. */
+  slices?: Array<[number, number, number]>;
   state: WorkerStateName;
   /** `webgpu` / `wasm` / `native` (an HTTP-heartbeat worker), or null when unknown. */
   backend: string | null;

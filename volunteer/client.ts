@@ -576,6 +576,10 @@ class VolunteerClient implements VolunteerControls {
 
   /** The page's list of slices: those held, then those loading. */
   private listSlices(): void {
+    this.setStats({ slices: this.sliceList() });
+  }
+
+  private sliceList(): HeldSlice[] {
     const slices: HeldSlice[] = [...this.held.values()].map((h) => ({
       ...h.slice,
       state: 'serving',
@@ -586,7 +590,7 @@ class VolunteerClient implements VolunteerControls {
     }));
     for (const l of this.loading.values())
       slices.push({ ...l.slice, state: 'loading', backend: null, pairsServed: 0, fromPeers: 0, fromHub: 0 });
-    this.setStats({ slices });
+    return slices;
   }
 
   private abortLoads(): void {
@@ -966,6 +970,7 @@ class VolunteerClient implements VolunteerControls {
       workFrames: this.stats.workFrames + 1,
       lastLatencyMs: latencyMs,
       pairsPerSec: inWindow / (RATE_WINDOW_MS / 1000),
+      slices: this.sliceList(),
     });
   }
 }

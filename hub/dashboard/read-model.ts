@@ -302,12 +302,14 @@ export class DashboardReadModel {
     const { dispatch, channel, coverage } = this.host;
     const rec = dispatch.record(id);
     const v = channel.workerInfo(id);
-    const held = coverage.heldRanges(id)?.[0];
+    const ranges = coverage.heldRanges(id) ?? [];
+    const held = ranges[0];
     const wallet = rec?.wallet ?? v?.wallet ?? null;
     return {
       id,
       model,
       slice: held ? [held[0], held[1], held[2]] : null,
+      ...(ranges.length > 1 && { slices: ranges.map(([l, b, e]): [number, number, number] => [l, b, e]) }),
       state: rec ? workerState(rec, nowMs, this.host.dispatchConfig) : 'loading',
       backend: v ? v.backend : 'native',
       device: v?.device ?? '',

@@ -31,6 +31,7 @@ import {
   spawnVolunteer,
   startSwarmHub,
   until,
+  waitForHolders,
   waitForCoverage,
   type HeadlessVolunteer,
   type SwarmHub,
@@ -161,7 +162,15 @@ test('churn: half of ten volunteers die mid-generation in every way; no request 
       const id = `headless-${i}`;
       vs.push({ name: id, workerId: id, proc: spawnVolunteer(url, id), layer: -1 });
     }
-    const rows = await waitForCoverage(url, hub.model, moe, m.config.nExpert, 5, SERVE_MS);
+    await waitForCoverage(url, hub.model, moe, m.config.nExpert, 5, SERVE_MS);
+    // Volunteers hold several slices (issue 27): the first to load take both layers, and the hub then moves one slice
+    // of each to a volunteer holding nothing (REBALANCE) until every one of the ten holds one.
+    const rows = await waitForHolders(
+      url,
+      hub.model,
+      vs.map((v) => v.workerId),
+      SERVE_MS,
+    );
     for (const v of vs) {
       const row = rows.find((r) => r.worker_id === v.workerId);
       assert.ok(row, `${v.name} holds a slice: ${JSON.stringify(rows)}`);

@@ -46,11 +46,13 @@ import {
   QWEN_Q4K,
   completionIds,
   dispatchMap,
+  until,
   moeLayersOf,
   pairOutcomes,
   startSwarmHub,
   TRUST_OFF,
   waitForCoverage,
+  waitForHolders,
   type MapRow,
   type SwarmHub,
 } from '../../harness/swarm.ts';
@@ -203,7 +205,14 @@ async function twoTabsServe(config: typeof DEEPSEEK_Q8, shot: string, opts: TwoT
     hub = await startSwarmHub(m.path, 'always', {}, 'm', { dir: pagesDir });
     const moe = moeLayersOf(m.config);
     await openTabs([browser, browser], hub.url, tabs, backend);
-    const rows = await waitForCoverage(hub.url, hub.model, moe, m.config.nExpert, 1, SERVE_MS);
+    await waitForCoverage(hub.url, hub.model, moe, m.config.nExpert, 1, SERVE_MS);
+    // A tab holds several slices: the first to load may take both layers, then gives one to the other (REBALANCE).
+    const rows = await waitForHolders(
+      hub.url,
+      hub.model,
+      tabs.map((t) => t.workerId),
+      SERVE_MS,
+    );
     assert.deepEqual(new Set(rows.map((r) => r.worker_id)), new Set(tabs.map((t) => t.workerId)), 'the market gave each tab a slice');
     const titles: string[] = [];
     for (const t of tabs) {
@@ -345,7 +354,13 @@ test('two replicas per layer: closing a tab mid-generation keeps the tokens, its
     hub = await startSwarmHub(m.path, 'always', { saturation: { ...DEFAULT_SATURATION, targetBase: 2 } }, 'm', { dir: pagesDir });
     const moe = moeLayersOf(m.config);
     await openTabs([browser, browser, browser, browser], hub.url, tabs);
-    const rows = await waitForCoverage(hub.url, hub.model, moe, m.config.nExpert, 2, SERVE_MS);
+    await waitForCoverage(hub.url, hub.model, moe, m.config.nExpert, 2, SERVE_MS);
+    // Tabs hold several slices (issue 27): the first two to load may hold both layers until the hub moves one of
+    // each to the other two (REBALANCE). Settled, each of the four holds one.
+    const rows = await until('each tab holding one slice', SERVE_MS, async () => {
+      const now = await dispatchMap(hub!.url, hub!.model);
+      return now.length === tabs.length && tabs.every((t) => now.filter((r) => r.worker_id === t.workerId).length === 1) ? now : undefined;
+    });
     for (const t of tabs) await waitServing(t);
     const layer = moe[0] as number;
     const holders = tabs.filter((t) => layerOf(rows, t.workerId).includes(layer));
@@ -370,6 +385,15 @@ test('two replicas per layer: closing a tab mid-generation keeps the tokens, its
     const survivor = holders[1 - v] as Tab;
     const victimPairs = counts[v] as number;
     const survivorBefore = counts[1 - v] as number;
+    // Every other tab's count at the close: the market may also hand the closed tab's layer to a tab with room
+    // (volunteers hold several slices, issue 27), which may then serve part of it.
+    const others = tabs.filter((t) => t !== victim);
+    // Pairs each has served of that layer, from the page's list of the slices it holds (0 when it holds none of it).
+    const layerPairs = async (t: Tab): Promise<number> => {
+      const cells = await t.page.locator(`#slices-table tbody tr[data-layer="${layer}"] td`).allInnerTexts();
+      return Number((cells[4] ?? '0').replace(/,/g, '')) || 0;
+    };
+    const othersBefore = await Promise.all(others.map(layerPairs));
     const closeMs = Date.now() - started;
     assert.ok(!done, 'the request was still generating when the tab closed');
     await victim.close();
@@ -387,7 +411,13 @@ test('two replicas per layer: closing a tab mid-generation keeps the tokens, its
     // those pairs are not counted at all: the second bound keeps that from passing as "all served".
     assert.ok((o.served as number) >= 0.7 * routed, `served pairs keep flowing after the close: ${line}`);
     assert.ok((o.served as number) >= 0.5 * N * perToken, `most of the request's pairs were served: ${line}`);
-    assert.ok(survivorAfter > survivorBefore, `the other replica of layer ${layer} serves after the close: ${line}`);
+    // The layer goes on with a volunteer that holds it after the close: the other replica, or one the market gave it to.
+    const othersAfter = await Promise.all(others.map(layerPairs));
+    const holdsNow = new Set((await dispatchMap(hub.url, hub.model)).filter((r) => r.layer === layer).map((r) => r.worker_id));
+    assert.ok(
+      others.some((t, i) => holdsNow.has(t.workerId) && (othersAfter[i] as number) > (othersBefore[i] as number)),
+      `a tab holding layer ${layer} serves after the close: ${line}; counts ${JSON.stringify(othersBefore)} → ${JSON.stringify(othersAfter)}`,
+    );
     assert.equal(o.rejected, 0);
     const gone = Date.now() + 30_000;
     while ((await dispatchMap(hub.url, hub.model)).some((r) => r.worker_id === victim.workerId) && Date.now() < gone) {

@@ -27,6 +27,7 @@ import {
   blocksToForget,
   fetchPlan,
   formatSlice,
+  formatSlices,
   nextSort,
   queryKey,
   rowWindow,
@@ -122,6 +123,17 @@ test('sorting: a new column starts at its natural direction, the same column fli
   assert.equal(queryKey(base), queryKey({ ...base }));
   assert.equal(formatSlice([3, 0, 64]), 'L3 [0, 64)');
   assert.equal(formatSlice(null), '—');
+  assert.equal(formatSlices([3, 0, 64]), 'L3 [0, 64)');
+  assert.equal(
+    formatSlices(
+      [0, 0, 8],
+      [
+        [0, 0, 8],
+        [1, 0, 8],
+      ],
+    ),
+    '2 slices: L0 [0, 8), L1 [0, 8)',
+  );
 });
 
 test('heatmap colours: none is red, under target amber, at target green, above it dark green', () => {

@@ -97,3 +97,9 @@ export { workersQueryKey as queryKey };
 export function formatSlice(slice: [number, number, number] | null): string {
   return slice === null ? '—' : `L${slice[0]} [${slice[1]}, ${slice[2]})`;
 }
+
+/** A worker's slices in the table: one as formatSlice says it, several counted then listed ("2 slices: L0 [0, 8), L1 [0, 8)"). */
+export function formatSlices(slice: [number, number, number] | null, slices?: ReadonlyArray<[number, number, number]>): string {
+  if (!slices || slices.length < 2) return formatSlice(slice);
+  return `${slices.length} slices: ${slices.map((s) => formatSlice(s)).join(', ')}`;
+}

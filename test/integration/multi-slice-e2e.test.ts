@@ -1,0 +1,107 @@
+/**
+ * Issue 27's acceptance, as a user of `npm start` meets it: the demo model (tools/demo-model.ts, what `npm start`
+ * serves) behind a hub with `--dispatch always` and the production trust defaults, one Chromium tab on the hub's
+ * volunteer page (production build), joined with the page's default budget and backend choice. The tab alone holds
+ * every MoE layer (four slices, one after another), passes probation on completions that keep the token ids of
+ * `--dispatch off`, then serves ≥ 90% of the routed pairs of a 64-token completion with those token ids; the page
+ * lists the four slices it holds.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Browser } from 'playwright-core';
+import { joinVolunteerPage, launchChromium, type VolunteerTab } from '../../harness/browser.ts';
+import { testModel } from '../../harness/models.ts';
+import { buildPages } from '../../harness/pages-build.ts';
+import {
+  baselineIds,
+  completionIds,
+  dispatchMap,
+  E2E_PROMPT,
+  E2E_TOKENS,
+  pairOutcomes,
+  startSwarmHub,
+  waitForCoverage,
+} from '../../harness/swarm.ts';
+import { DEFAULT_TRUST } from '../../hub/dispatch/trust.ts';
+import { DEMO_MODEL_CONFIG } from '../../tools/demo-model.ts';
+
+/** Join → four slices loaded, each engine measured (WebGPU on SwiftShader against wasm), on 2 busy cores. */
+const COVER_MS = 240_000;
+
+let pagesDir = '';
+let browser: Browser | undefined;
+
+before(async () => {
+  pagesDir = await buildPages('production');
+  browser = await launchChromium();
+});
+
+after(async () => {
+  await browser?.close();
+});
+
+test('npm start’s demo model, one tab with the default budget: it holds every MoE layer, passes probation and serves ≥ 90% of routed pairs with the token ids of --dispatch off', {
+  timeout: 600_000,
+}, async (t) => {
+  const m = await testModel({ ...DEMO_MODEL_CONFIG });
+  const c = m.config;
+  const layers = Array.from({ length: c.layers }, (_, i) => i);
+  const want = await baselineIds(m);
+  const hub = await startSwarmHub(m.path, 'always', { trust: DEFAULT_TRUST }, 'demo', { dir: pagesDir });
+  let tab: VolunteerTab | undefined;
+  try {
+    tab = await joinVolunteerPage(browser as Browser, hub.url);
+    const rows = await waitForCoverage(hub.url, hub.model, layers, c.nExpert, 1, COVER_MS);
+    assert.deepEqual(
+      [...new Set(rows.map((r) => r.worker_id))],
+      [tab.workerId],
+      `the tab alone holds every layer: ${JSON.stringify(rows.map((r) => [r.worker_id, r.layer, r.experts]))}`,
+    );
+    assert.deepEqual(
+      rows.map((r) => r.layer).sort(),
+      layers,
+      'one slice per layer, each whole (its 16 experts in 3.2 MiB: the default 512 MiB budget holds them all)',
+    );
+    // The page lists what it holds: four slices, each serving.
+    await tab.page.waitForFunction(
+      (n) => document.querySelectorAll('#slices-table tbody tr[data-state="serving"]').length === n,
+      layers.length,
+      { timeout: 15_000, polling: 250 },
+    );
+    // The dashboard's workers table lists every slice the tab holds.
+    const workers = (await (await fetch(`${hub.url}/api/dashboard/workers?limit=20`)).json()) as {
+      rows: Array<{ id: string; slices?: Array<[number, number, number]> }>;
+    };
+    const tabRow = workers.rows.find((r) => r.id === tab?.workerId);
+    assert.deepEqual(
+      tabRow?.slices?.map((x) => x[0]).sort(),
+      layers,
+      `the dashboard row lists the tab's four slices: ${JSON.stringify(workers.rows)}`,
+    );
+    // Probation: every item audited against the coordinator, none used.
+    let rounds = 0;
+    for (; rounds < 8; rounds++) {
+      const now = await dispatchMap(hub.url, hub.model);
+      if (now.length === layers.length && now.every((r) => r.audits_passed >= DEFAULT_TRUST.probation)) break;
+      assert.deepEqual(await completionIds(hub.url, hub.model, E2E_PROMPT, E2E_TOKENS, m.ban), want, `on probation, round ${rounds}`);
+    }
+    const trusted = await dispatchMap(hub.url, hub.model);
+    assert.ok(
+      trusted.length === layers.length && trusted.every((r) => r.audits_passed >= DEFAULT_TRUST.probation && r.audits === r.audits_passed),
+      `every slice passed its probation: ${JSON.stringify(trusted)}`,
+    );
+    const before = await pairOutcomes(hub.url, hub.model);
+    const got = await completionIds(hub.url, hub.model, E2E_PROMPT, E2E_TOKENS, m.ban);
+    const after = await pairOutcomes(hub.url, hub.model);
+    assert.deepEqual(got, want, 'the token ids of --dispatch off');
+    const d = (k: string): number => (after[k] as number) - (before[k] as number);
+    const routed = d('served') + d('fallback') + d('rejected');
+    assert.ok(routed >= E2E_TOKENS * layers.length * c.nExpertUsed, `every routed pair is counted: ${JSON.stringify({ before, after })}`);
+    assert.ok(d('served') >= 0.9 * routed, `the tab served ${d('served')} of ${routed} routed pairs`);
+    assert.deepEqual(tab.errors, [], 'no page errors');
+    t.diagnostic(`${rounds} probation round(s); the tab served ${d('served')} of ${routed} routed pairs over ${layers.length} layers`);
+  } finally {
+    await tab?.close();
+    await hub.close();
+  }
+});

@@ -31,6 +31,7 @@ import {
   spawnVolunteer,
   startSwarmHub,
   waitForCoverage,
+  waitForHolders,
 } from '../../harness/swarm.ts';
 import { DEFAULT_TRUST } from '../../hub/dispatch/trust.ts';
 import { GGMLType } from '../../gguf/quant-types.ts';
@@ -107,6 +108,10 @@ for (const { name, arch, extra } of [...FAMILIES.map((arch) => ({ name: arch as 
       tab = await joinVolunteerPage(browser as Browser, hub.url, 'webgpu');
       await waitServing(tab, `${arch} tab`, TAB_SERVE_MS);
       for (let i = 1; i < moeLayers.length; i++) vols.push(spawnVolunteer(hub.url, `f${i}`, ['--backend', 'webgpu']));
+      await waitForCoverage(hub.url, hub.model, moeLayers, config.nExpert, 1);
+      // The tab holds several slices (issue 27): it may have taken more than one layer before the headless volunteers
+      // came, and gives them on (REBALANCE) until each holds one.
+      await waitForHolders(hub.url, hub.model, [(tab as VolunteerTab).workerId, ...vols.map((_, i) => `f${i + 1}`)], TAB_SERVE_MS);
       await waitForCoverage(hub.url, hub.model, moeLayers, config.nExpert, 1);
       // Probation: every item audited against the coordinator, none used; the tokens stay the coordinator's.
       let rounds = 0;

@@ -45,7 +45,7 @@ import {
   type WireEncoding,
 } from '../../protocol/channel/index.ts';
 import type { Numerics } from '../../protocol/numerics.ts';
-import type { Assignment, VolunteerAnswer, VolunteerRequest } from '../market/assign.ts';
+import { type Assignment, type VolunteerAnswer, type VolunteerRequest, nextSliceRequest } from '../market/assign.ts';
 import type { HeldRange } from '../market/types.ts';
 import { chooseRebalance } from '../market/rebalance.ts';
 import type { WorkAnswer, WorkItem, WorkerDirectory, WorkerLink } from '../dispatch/worker-link.ts';
@@ -958,27 +958,26 @@ export class VolunteerChannel {
   private reserveFor(c: VolunteerConnection, nothingWanted: Set<string>): Assignment | null {
     if (!this.all.has(c) || !this.offerable(c, this.nowMs())) return null;
     const h = c.hello as ChannelHello;
-    // One model per volunteer: the next slice of one that holds some is of the same model.
-    const model = c.model ?? h.model;
-    if (nothingWanted.has('') || nothingWanted.has(model)) return null;
-    // What its slices take is spent, in the market's measure (the experts' bytes: a shard's header is not held).
-    const budget =
-      c.slices.size === 0 ? h.device.memoryBudgetBytes : h.device.memoryBudgetBytes - c.heldExperts() * this.host.expertBytes(model);
-    if (c.slices.size > 0 && budget <= 0) {
+    if (nothingWanted.has('') || nothingWanted.has(c.model ?? h.model)) return null;
+    // One model per volunteer; the next slice of one that holds some is of that model, within what its budget has left.
+    const request = nextSliceRequest(
+      {
+        model: h.model,
+        maxExperts: c.maxExperts > 0 ? (h.maxExperts > 0 ? Math.min(h.maxExperts, c.maxExperts) : c.maxExperts) : h.maxExperts,
+        device: { ...(h.device.limits ?? {}), memoryBudgetBytes: h.device.memoryBudgetBytes },
+        ...(h.variants && { variants: h.variants }),
+      },
+      { model: c.model ?? h.model, ranges: c.ranges() },
+      c.slices.size > 0 ? this.host.expertBytes(c.model ?? h.model) : 0,
+    );
+    const model = request.model ?? '';
+    if (c.slices.size > 0 && (request.device?.memoryBudgetBytes ?? 1) <= 0) {
       c.full = true;
       return null;
     }
     let answer: VolunteerAnswer;
     try {
-      answer = this.host.offer(c.workerId, {
-        model,
-        maxExperts: c.maxExperts > 0 ? (h.maxExperts > 0 ? Math.min(h.maxExperts, c.maxExperts) : c.maxExperts) : h.maxExperts,
-        device: {
-          ...(h.device.limits ?? {}),
-          memoryBudgetBytes: Math.max(0, budget),
-        },
-        ...(h.variants && { variants: h.variants }),
-      });
+      answer = this.host.offer(c.workerId, request);
     } catch (e) {
       // The market refuses this request itself (a model not served here): nothing can be offered to it until it
       // reconnects, and the volunteers after it in this round are still offered theirs.

@@ -168,6 +168,28 @@ export function chooseAssignment(
 }
 
 /**
+ * The request for the next slice of a volunteer that holds `held` (ranges of one model; multi-slice volunteers,
+ * docs/volunteer-channel.md `max_slices`) and asks as `request`: the same model, never those ranges again, and its
+ * memory budget less what the experts it holds take (the market's measure, `bytesPerExpert`). Holding nothing, the
+ * request as it is.
+ */
+export function nextSliceRequest(
+  request: VolunteerRequest,
+  held: { model: string; ranges: readonly HeldRange[] },
+  bytesPerExpert: number,
+): VolunteerRequest {
+  if (held.ranges.length === 0) return request;
+  const experts = held.ranges.reduce((n, [, begin, end]) => n + (end - begin), 0);
+  const budget = request.device?.memoryBudgetBytes;
+  return {
+    ...request,
+    model: held.model,
+    held,
+    ...(budget !== undefined && { device: { ...request.device, memoryBudgetBytes: Math.max(0, budget - experts * bytesPerExpert) } }),
+  };
+}
+
+/**
  * How many experts of `shape` the device can take (Infinity when it states no budget). Each expert matrix has to
  * fit one storage-buffer binding and one buffer; the memory budget bounds the count.
  */

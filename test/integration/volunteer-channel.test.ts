@@ -974,6 +974,21 @@ test('multi-slice volunteers (max_slices): one slice at a time up to the budget,
     await v1.alive();
     assert.deepEqual(servingIds(h, 0), ['v1']);
     assert.deepEqual(servingIds(h, 1), ['v1'], 'each held slice is its own route');
+    // One volunteer computes all its slices, one frame at a time: work sent for layer 0 is in the queue the
+    // dispatcher sees for its layer-1 route too (the claim policy's queue time is the volunteer's).
+    const [l0, l1] = [channel.directory('m').workersFor(0)[0], channel.directory('m').workersFor(1)[0]];
+    const work = {
+      layer: 0,
+      nEmbd: 32,
+      rows: new Float32Array(32),
+      nRows: 1,
+      nPairs: 1,
+      rowIndex: new Uint32Array([0]),
+      localExpert: new Uint16Array([0]),
+      weight: new Float32Array([1]),
+    };
+    const pendingWork = l0?.compute(work, 1000).catch(() => null);
+    assert.deepEqual([l0?.inFlight, l1?.inFlight], [1, 1], 'the layer-1 route counts the layer-0 frame in flight');
     assert.deepEqual((await dispatchRows(h)).map((x) => [x.worker_id, x.layer, x.experts]).sort(), [
       ['v1', 0, [0, 8]],
       ['v1', 1, [0, 8]],
@@ -1018,6 +1033,8 @@ test('multi-slice volunteers (max_slices): one slice at a time up to the budget,
     assert.deepEqual(servingIds(h, 0), ['v1']);
     v3.json(heartbeat([]));
     await closedWith(v3, 'UNEXPECTED_MESSAGE', 'a serving worker reporting coverage without its slice');
+    v1.ws.terminate();
+    assert.equal(await pendingWork, null, 'the frame v1 never answered fails when it goes');
   } finally {
     await h.close();
   }

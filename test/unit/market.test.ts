@@ -4,7 +4,14 @@ import { isHubError, type ErrorCode } from '../../hub/errors.ts';
 import { CoverageStore } from '../../hub/market/coverage.ts';
 import { HELD_RANGES_MAX, WORKER_ID_MAX_CHARS } from '../../hub/limits.ts';
 import { layerSegments, modelDemand, scarcity } from '../../hub/market/demand.ts';
-import { chooseAssignment, freeRanges, type RefusalCode, type VolunteerAnswer, type VolunteerRequest } from '../../hub/market/assign.ts';
+import {
+  chooseAssignment,
+  freeRanges,
+  nextSliceRequest,
+  type RefusalCode,
+  type VolunteerAnswer,
+  type VolunteerRequest,
+} from '../../hub/market/assign.ts';
 import type { HeldRange, ModelDemand, ModelShape } from '../../hub/market/types.ts';
 import { GPT_OSS_VARIANT, SILU_VARIANT } from '../../protocol/variant.ts';
 
@@ -565,4 +572,112 @@ test('variants: a layer is offered only to a volunteer that computes its expert 
   const withBias = chooseAssignment([want(MIXED)], shapes, { variants: ['silu', 'bias'], held });
   assert.ok(withBias.assigned);
   assert.equal(withBias.layer, 2);
+});
+
+// ---------------------------------------------------------------------------------------------------------------
+// multi-slice volunteers (issue 27): the next slice of a volunteer that holds some
+
+/** Offers `id` slices of `small` one after another, as the channel does (each held before the next), until refused. */
+function holdAll(store: CoverageStore, id: string, budget: number, target: number): { held: HeldRange[]; last: RefusalCode | 'assigned' } {
+  const held: HeldRange[] = [];
+  for (;;) {
+    const request = nextSliceRequest(
+      { model: '', device: { memoryBudgetBytes: budget } },
+      { model: 'small', ranges: held },
+      SMALL.bytesPerExpert,
+    );
+    const a = chooseAssignment(demandsOf(store, target, new Set(['small'])), SHAPES, request);
+    if (!a.assigned) return { held, last: refusal(a) };
+    held.push([a.layer, a.experts[0], a.experts[1]]);
+    store.heartbeat(id, 'small', held, 1000);
+    assert.ok(held.length <= 8, 'a bounded number of offers');
+  }
+}
+
+const LAYER_BYTES = 8 * SMALL.bytesPerExpert;
+const MULTI: Array<{ name: string; budget: number; target: number; want: HeldRange[]; last: RefusalCode }> = [
+  { name: 'a budget of one layer holds one layer', budget: LAYER_BYTES, target: 1, want: [[1, 0, 8]], last: 'budget-too-small' },
+  {
+    name: 'a budget of two layers holds both MoE layers',
+    budget: 2 * LAYER_BYTES,
+    target: 1,
+    want: [
+      [1, 0, 8],
+      [2, 0, 8],
+    ],
+    last: 'nothing-wanted',
+  },
+  {
+    name: 'a layer and a half: the second slice is what is left',
+    budget: 1.5 * LAYER_BYTES,
+    target: 1,
+    want: [
+      [1, 0, 8],
+      [2, 0, 4],
+    ],
+    last: 'budget-too-small',
+  },
+  {
+    name: 'a large budget holds every layer once',
+    budget: 100 * LAYER_BYTES,
+    target: 1,
+    want: [
+      [1, 0, 8],
+      [2, 0, 8],
+    ],
+    last: 'nothing-wanted',
+  },
+  {
+    name: 'two replicas wanted: never the same experts twice to one volunteer',
+    budget: 100 * LAYER_BYTES,
+    target: 2,
+    want: [
+      [1, 0, 8],
+      [2, 0, 8],
+    ],
+    last: 'already-held',
+  },
+];
+
+for (const c of MULTI) {
+  test(`multi-slice offers: ${c.name}`, () => {
+    const { held, last } = holdAll(storeWith(SMALL), 'v', c.budget, c.target);
+    assert.deepEqual(held, c.want);
+    assert.equal(last, c.last);
+  });
+}
+
+test('multi-slice offers: two volunteers share — the second gets what the first does not hold', () => {
+  const store = storeWith(SMALL);
+  assert.deepEqual(holdAll(store, 'a', LAYER_BYTES, 1).held, [[1, 0, 8]]);
+  assert.deepEqual(holdAll(store, 'b', 100 * LAYER_BYTES, 1).held, [[2, 0, 8]]);
+});
+
+test('nextSliceRequest: the same model, the ranges held, the budget less their experts; holding nothing, the request as it is', () => {
+  const base: VolunteerRequest = { model: '', maxExperts: 4, device: { memoryBudgetBytes: 1000, maxBufferSize: 50 } };
+  assert.equal(nextSliceRequest(base, { model: 'small', ranges: [] }, 30), base);
+  const next = nextSliceRequest(
+    base,
+    {
+      model: 'small',
+      ranges: [
+        [1, 0, 8],
+        [2, 2, 4],
+      ],
+    },
+    30,
+  );
+  assert.deepEqual(next, {
+    ...base,
+    model: 'small',
+    held: {
+      model: 'small',
+      ranges: [
+        [1, 0, 8],
+        [2, 2, 4],
+      ],
+    },
+    device: { memoryBudgetBytes: 700, maxBufferSize: 50 },
+  });
+  assert.equal(nextSliceRequest(base, { model: 'small', ranges: [[1, 0, 8]] }, 1000).device?.memoryBudgetBytes, 0, 'never below 0');
 });

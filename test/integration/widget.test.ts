@@ -384,7 +384,8 @@ test('the widget on a strict-CSP site: consent, serve with identical tokens, pau
     const shown = Date.now() + STEP_MS;
     while ((await pairsShown(page)) < 1 && Date.now() < shown) await new Promise((r) => setTimeout(r, 100));
     assert.ok((await pairsShown(page)) >= 1, 'the card counts the pairs served');
-    assert.match(await line(page), /^Serving with (WebGPU|WebAssembly)$/);
+    // The card says how much the frame holds (every MoE layer of this model: it holds several slices, issue 27).
+    assert.match(await line(page), /^Serving with (WebGPU|WebAssembly) · (one slice|\d+ slices) of the model, [\d.]+ MiB$/);
     await shot(page, 'real-2-serving.png');
 
     // 3. Pause and resume from the card, then the automatic pauses.

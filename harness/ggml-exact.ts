@@ -12,8 +12,8 @@
  * the coordinator does has no such noise, so the tests can hold it to "identical logits" and catch a 1 % error by
  * orders of magnitude (test/integration/expert-dispatch.test.ts measures both).
  *
- * Types: F32, F16, Q8_0, Q4_0, Q4_K (the dispatch grid's; checked against the coordinator there), Q5_K, Q6_K and
- * MXFP4 (checked against the coordinator's own local computation, linkcpp-expert-ref, in numerics-vs-coordinator.test.ts).
+ * Types: F32, F16, Q8_0, Q4_0, Q4_K (the dispatch grid's; checked against the coordinator there), Q5_K, Q6_K, MXFP4
+ * and IQ4_NL (checked against the coordinator's own local computation, linkcpp-expert-ref, in numerics-vs-coordinator.test.ts).
  * Row lengths must be multiples of 32 (F32/F16) or of the type's block.
  *
  * Besides the dispatcher backend (GgmlExactBackend, over a GGUF file), `ggmlHidden`, `ggmlExpertOut` and
@@ -26,7 +26,7 @@ import type { GGUFFile, GGUFTensorInfo } from '../gguf/types.ts';
 import { GGMLType, rowByteSize } from '../gguf/quant-types.ts';
 import { expertTensorName, layerExpertTensors, readExpertMatrix, type ExpertMatrix } from '../gguf/expert-slice.ts';
 import { f16ToF32, f32ToF16 } from '../gguf/half.ts';
-import { e8m0ToF32Half, KVALUES_MXFP4 } from '../gguf/dequantize.ts';
+import { e8m0ToF32Half, KVALUES_IQ4NL, KVALUES_MXFP4 } from '../gguf/dequantize.ts';
 import { layerBiasTensors, layerVariant, modelScaleTensors, readBiasRange, readScaleRange } from '../gguf/expert-variant.ts';
 import { SILU_VARIANT, type ExpertVariant } from '../protocol/variant.ts';
 import { siluLimitF32, swigluClampF32, swigluOaiF32 } from '../shaders/reference/expert-ffn.ts';
@@ -137,6 +137,7 @@ function toVecDot(type: GGMLType, x: Float32Array): Activation {
     case GGMLType.Q8_0:
     case GGMLType.Q4_0:
     case GGMLType.MXFP4:
+    case GGMLType.IQ4_NL:
       return { kind: 'q', q: quantizeQ8_0(x) };
     case GGMLType.Q4_K:
     case GGMLType.Q5_K:
@@ -201,24 +202,30 @@ function dotQ32(wType: GGMLType.Q8_0 | GGMLType.Q4_0, w: Uint8Array, wOff: numbe
 }
 
 /**
- * ggml_vec_dot_mxfp4_q8_0 (AVX2): the 16 nibbles looked up in kvalues_fp4 (low nibbles = elements 0..15, high =
- * 16..31), 8 integer lanes of 4 products per block; blocks in pairs, the even one into acc1, the odd one into acc2,
- * acc = fma(y.d · 2^(e−128), lane, acc); hsum8(acc1 + acc2); an odd last block in scalar: sumf = fma(d, Σ, sumf)
- * (GCC contracts `sumf += d * (sumi1 + sumi2)`: vfmadd231ss in the build).
+ * ggml_vec_dot_mxfp4_q8_0 / ggml_vec_dot_iq4_nl_q8_0 (AVX2): the 16 nibbles looked up in kvalues_fp4 / kvalues_iq4nl
+ * (low nibbles = elements 0..15, high = 16..31), 8 integer lanes of 4 products per block; blocks in pairs, the even
+ * one into acc1, the odd one into acc2, acc = fma(y.d · x's scale (2^(e−128); IQ4_NL's f16 d), lane, acc);
+ * hsum8(acc1 + acc2); an odd last block in scalar: sumf = fma(d, Σ, sumf) (GCC contracts `sumf += d * (sumi1 +
+ * sumi2)`: vfmadd231ss in the build).
  */
-function dotMXFP4(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
+function dotPaired(type: GGMLType.MXFP4 | GGMLType.IQ4_NL, w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
   const acc1 = LANES.fill(0);
   const acc2 = LANES2.fill(0);
   const wq = WQ;
   const nb = n / 32;
+  const mx = type === GGMLType.MXFP4;
+  const kv = mx ? KVALUES_MXFP4 : KVALUES_IQ4NL;
+  const blockBytes = mx ? 17 : 18;
+  const qs = mx ? 1 : 2;
   const blockSum = (b: number): number => {
-    const o = wOff + b * 17;
+    const o = wOff + b * blockBytes;
     for (let i = 0; i < 16; i++) {
-      const byte = w[o + 1 + i] as number;
-      wq[i] = KVALUES_MXFP4[byte & 0xf] as number;
-      wq[i + 16] = KVALUES_MXFP4[byte >> 4] as number;
+      const byte = w[o + qs + i] as number;
+      wq[i] = kv[byte & 0xf] as number;
+      wq[i + 16] = kv[byte >> 4] as number;
     }
-    return f32((y.d[b] as number) * e8m0ToF32Half(w[o] as number));
+    const xd = mx ? e8m0ToF32Half(w[o] as number) : f16ToF32((w[o] as number) | ((w[o + 1] as number) << 8));
+    return f32((y.d[b] as number) * xd);
   };
   let b = 0;
   for (; b + 1 < nb; b += 2) {
@@ -393,7 +400,8 @@ function vecDot(w: Weights, r: number, a: Activation, n: number): number {
     case GGMLType.Q4_0:
       return dotQ32(w.type, w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     case GGMLType.MXFP4:
-      return dotMXFP4(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
+    case GGMLType.IQ4_NL:
+      return dotPaired(w.type, w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     case GGMLType.Q4_K:
       return dotQ4K(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     case GGMLType.Q5_K:

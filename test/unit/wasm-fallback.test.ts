@@ -52,6 +52,7 @@ const GGML_EXACT = new Set([
   GGMLType.Q5_K,
   GGMLType.Q6_K,
   GGMLType.MXFP4,
+  GGMLType.IQ4_NL,
 ]);
 
 function makeSlice(type: GGMLType | SliceTypes, seed: number, shape = SHAPE): ExpertSlice {
@@ -122,8 +123,8 @@ if (!FORCED && !relaxedSimdSupported()) {
 test('the wasm fallback reads every type it lists', () => {
   assert.deepEqual(
     [...WASM_FALLBACK_TYPES.types].sort((a, b) => a - b),
-    [0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 30, 39],
-    'F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K BF16 MXFP4',
+    [0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 30, 39],
+    'F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL BF16 MXFP4',
   );
   for (const t of WASM_BIT_EXACT_TYPES) assert.ok(WASM_FALLBACK_TYPES.types.includes(t));
 });
@@ -195,12 +196,20 @@ for (const variant of VARIANTS) {
 }
 
 for (const variant of VARIANTS) {
-  test(`wasm fallback (${variant}): MXFP4 (blocks in pairs, an odd last block in scalar) on odd block counts, bit for bit with ggml-exact; FMA fused or emulated`, async () => {
+  test(`wasm fallback (${variant}): MXFP4 and IQ4_NL (blocks in pairs, an odd last block in scalar) on odd block counts, bit for bit with ggml-exact; FMA fused or emulated`, async () => {
     // 96 and 160: 3 and 5 blocks of 32, so every row ends in ggml's scalar tail; 64: 2 blocks, no tail.
     for (const [shape, types] of [
       [
         { nEmbd: 96, ff: 160, nExpert: 4 },
         { gate: GGMLType.MXFP4, up: GGMLType.MXFP4, down: GGMLType.MXFP4 },
+      ],
+      [
+        { nEmbd: 96, ff: 160, nExpert: 4 },
+        { gate: GGMLType.IQ4_NL, up: GGMLType.IQ4_NL, down: GGMLType.IQ4_NL },
+      ],
+      [
+        { nEmbd: 160, ff: 64, nExpert: 4 },
+        { gate: GGMLType.IQ4_NL, up: GGMLType.MXFP4, down: GGMLType.IQ4_NL },
       ],
       [
         { nEmbd: 160, ff: 64, nExpert: 4 },

@@ -7,6 +7,7 @@ export const T_F32: i32 = 0;
 export const T_F16: i32 = 1;
 export const T_Q4_0: i32 = 2;
 export const T_Q4_1: i32 = 3;
+export const T_IQ4_NL: i32 = 20;
 export const T_Q5_0: i32 = 6;
 export const T_Q5_1: i32 = 7;
 export const T_Q8_0: i32 = 8;
@@ -56,8 +57,8 @@ export const DOT_Q4K: i32 = 5;
 export const DOT_Q5K: i32 = 6;
 export const DOT_Q6K: i32 = 7;
 /**
- * ggml_vec_dot_mxfp4_q8_0 on AVX2: Q8_0's integer lanes (the nibbles looked up in a table), but blocks in pairs into two
- * accumulators summed before the hsum, and an odd last block in scalar code (dots.as).
+ * ggml_vec_dot_mxfp4_q8_0 / ggml_vec_dot_iq4_nl_q8_0 on AVX2: Q8_0's integer lanes (the nibbles looked up in a table),
+ * but blocks in pairs into two accumulators summed before the hsum, and an odd last block in scalar code (dots.as).
  */
 export const DOT_Q32P: i32 = 8;
 
@@ -68,14 +69,14 @@ export function isKQuant(t: i32): bool {
 export function rowKind(t: i32, llama: bool): i32 {
   if (llama && (t == T_Q4_K || (RELAXED && t == T_Q5_K))) return ROW_GGUF;
   if (RELAXED && llama && t == T_Q6_K) return ROW_U8;
-  return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
+  return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
 }
 
 export function actKind(t: i32, llama: bool): i32 {
   if (!llama || t == T_F32) return ACT_F32;
   if (t == T_F16) return ACT_F16;
   if (t == T_BF16) return ACT_BF16;
-  if (t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4) return ACT_Q8_0;
+  if (t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL) return ACT_Q8_0;
   if (t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) return ACT_Q8_K;
   return isKQuant(t) ? ACT_Q8_K_VALUES : ACT_Q8_0_VALUES;
 }
@@ -86,7 +87,7 @@ export function dotKind(t: i32, llama: bool): i32 {
   if (t == T_F16) return DOT_GGML_F16;
   if (t == T_BF16) return DOT_GGML_BF16;
   if (t == T_Q8_0 || t == T_Q4_0) return DOT_Q32;
-  if (t == T_MXFP4) return DOT_Q32P;
+  if (t == T_MXFP4 || t == T_IQ4_NL) return DOT_Q32P;
   if (t == T_Q4_K) return DOT_Q4K;
   if (t == T_Q5_K) return DOT_Q5K;
   if (t == T_Q6_K) return DOT_Q6K;
@@ -107,6 +108,7 @@ export function blockBytes(t: i32): i32 {
     case T_BF16:
       return 2;
     case T_Q4_0:
+    case T_IQ4_NL:
       return 18;
     case T_Q4_1:
       return 20;

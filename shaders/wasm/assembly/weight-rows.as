@@ -5,18 +5,21 @@
 // intRow: i16 quants in lane order (activations.as), and per block the float parameters:
 //   Q8_0 / Q4_0: q (Q4_0: nibble − 8); params f32 d per 32.
 //   MXFP4:       kvalues_fp4[nibble]; params f32 2^(e−128) per 32.
+//   IQ4_NL:      kvalues_iq4nl[nibble]; params f32 d per 32.
 //   Q4_K / Q5_K: scale × q (6-bit scale of the 32-element sub-block, q 4 or 5 bits); params per 256, 48 bytes:
 //                f32 d, f32 dmin, then at 16 the eight 6-bit mins as i16.
 //   Q6_K:        scale × q (8-bit scale of the 16-element group, q unsigned 0..63); params per 256, 48 bytes: f32 d,
 //                then at 16 the sixteen scales as i16.
 // Folding the scales into the quants changes no integer ggml sums: its lanes hold Σ scale · (q · a) exactly.
-import { T_F32, T_F16, T_BF16, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0, T_MXFP4, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K } from './kinds';
+import { T_F32, T_F16, T_BF16, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0, T_MXFP4, T_IQ4_NL, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K } from './kinds';
 import { f16ToF32 } from './ggml-float';
 
 export const K_PARAMS: i32 = 48;
 
 /** kvalues_fp4 (ggml-common.h): MXFP4's E2M1 values doubled, as i8x16.swizzle reads them. */
 const KVALUES_FP4 = memory.data<i8>([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], 16);
+/** kvalues_iq4nl (ggml-common.h): IQ4_NL's 16 non-linear levels. */
+const KVALUES_IQ4NL = memory.data<i8>([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], 16);
 
 /** ggml_e8m0_to_fp32_half: 2^(e−128), the subnormals 2^-128 and 2^-127 for e < 2. */
 @inline
@@ -80,13 +83,15 @@ export function intRow(t: i32, src: usize, n: i32, dst: usize, params: usize): v
     }
     return;
   }
-  if (t == T_MXFP4) {
-    const kv = v128.load(KVALUES_FP4);
+  if (t == T_MXFP4 || t == T_IQ4_NL) {
+    const mx = t == T_MXFP4;
+    const kv = v128.load(mx ? KVALUES_FP4 : KVALUES_IQ4NL);
+    const bytes: usize = mx ? 17 : 18;
     for (let b = 0; b < n >> 5; b++) {
-      const p = src + 17 * b;
+      const p = src + bytes * b;
       const o = dst + 64 * b;
-      store<f32>(params + 4 * b, e8m0Half(<u32>load<u8>(p)));
-      const q = lanes(v128.load(p, 1));
+      store<f32>(params + 4 * b, mx ? e8m0Half(<u32>load<u8>(p)) : half(p));
+      const q = lanes(v128.load(p + (mx ? 1 : 2)));
       storeSigned(o, i8x16.swizzle(kv, v128.and(q, m15)));
       storeSigned(o + 32, i8x16.swizzle(kv, i8x16.shr_u(q, 4)));
     }
@@ -261,6 +266,17 @@ export function dequantRow(t: i32, src: usize, n: i32, dst: usize): void {
     case T_Q5_1:
     case T_Q8_0:
       dequant32(t, src, n >> 5, dst);
+      return;
+    case T_IQ4_NL:
+      for (let b = 0; b < n >> 5; b++) {
+        const p = src + 18 * b;
+        const d = half(p);
+        for (let j = 0; j < 16; j++) {
+          const q = <usize>load<u8>(p + 2 + j);
+          store<f32>(dst + 4 * (32 * b + j), d * <f32>load<i8>(KVALUES_IQ4NL + (q & 15)));
+          store<f32>(dst + 4 * (32 * b + j + 16), d * <f32>load<i8>(KVALUES_IQ4NL + (q >> 4)));
+        }
+      }
       return;
     case T_MXFP4:
       for (let b = 0; b < n >> 5; b++) {

@@ -124,6 +124,7 @@ export const DECODE_GRID: GridCase[] = [
   GGMLType.Q5_K,
   GGMLType.Q6_K,
   GGMLType.MXFP4,
+  GGMLType.IQ4_NL,
 ].flatMap((type): GridCase[] => {
   const k = type >= GGMLType.Q2_K && type <= GGMLType.Q6_K;
   const nEmbd = k ? 256 : 64;
@@ -157,10 +158,11 @@ export const BATCHED_GRID: GridCase[] = [
   GGMLType.Q5_K,
   GGMLType.Q6_K,
   GGMLType.MXFP4,
+  GGMLType.IQ4_NL,
 ]
   .flatMap((type): GridCase[] => {
     const k = type >= GGMLType.Q2_K && type <= GGMLType.Q6_K;
-    const block32 = type === GGMLType.Q8_0 || type === GGMLType.Q4_0 || type === GGMLType.MXFP4;
+    const block32 = type === GGMLType.Q8_0 || type === GGMLType.Q4_0 || type === GGMLType.MXFP4 || type === GGMLType.IQ4_NL;
     const nEmbd = k ? 256 : block32 ? 64 : 36;
     const ff = k ? 256 : block32 ? 96 : 20;
     return [{ type, nEmbd, ff, nExpert: 4, nTokens: 16, nUsed: 4, regime: 'batched' }];
@@ -177,8 +179,17 @@ const ALL_TYPES = [
   GGMLType.Q5_K,
   GGMLType.Q6_K,
   GGMLType.MXFP4,
+  GGMLType.IQ4_NL,
 ] as const;
-const INT8 = new Set<GGMLType>([GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.MXFP4]);
+const INT8 = new Set<GGMLType>([
+  GGMLType.Q8_0,
+  GGMLType.Q4_0,
+  GGMLType.Q4_K,
+  GGMLType.Q5_K,
+  GGMLType.Q6_K,
+  GGMLType.MXFP4,
+  GGMLType.IQ4_NL,
+]);
 
 /**
  * llama numerics: every type in the decode regime (every integer-dot path for the 8-bit types: dot4I8Packed, its
@@ -188,7 +199,7 @@ const INT8 = new Set<GGMLType>([GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGM
 export const LLAMA_GRID: GridCase[] = [
   ...ALL_TYPES.flatMap((type): GridCase[] => {
     const k = type >= GGMLType.Q2_K && type <= GGMLType.Q6_K;
-    const block32 = type === GGMLType.Q8_0 || type === GGMLType.Q4_0 || type === GGMLType.MXFP4;
+    const block32 = type === GGMLType.Q8_0 || type === GGMLType.Q4_0 || type === GGMLType.MXFP4 || type === GGMLType.IQ4_NL;
     const [nEmbd, ff] = k ? [256, 256] : block32 ? [64, 96] : [36, 20];
     const paths: ('auto' | IntegerDot)[] = INT8.has(type) ? ['packed', 'unpacked', 'float'] : ['auto'];
     return [

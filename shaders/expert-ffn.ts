@@ -29,6 +29,7 @@ export const QUANT_SNIPPETS: ReadonlyMap<GGMLType, QuantSnippet> = new Map<GGMLT
   [GGMLType.Q5_K, 'q5_k'],
   [GGMLType.Q6_K, 'q6_k'],
   [GGMLType.MXFP4, 'mxfp4'],
+  [GGMLType.IQ4_NL, 'iq4_nl'],
 ]);
 
 /** Weight types with an integer block dot against 8-bit activations (llama numerics; wgsl/int8/), with their snippet. */
@@ -39,6 +40,7 @@ export const INT8_SNIPPETS: ReadonlyMap<GGMLType, Int8Quant> = new Map<GGMLType,
   [GGMLType.Q5_K, 'q5_k'],
   [GGMLType.Q6_K, 'q6_k'],
   [GGMLType.MXFP4, 'mxfp4'],
+  [GGMLType.IQ4_NL, 'iq4_nl'],
 ]);
 
 /**

@@ -115,7 +115,7 @@ const widths = (t: GGMLType): [number, number][] =>
         [256, 256],
         [512, 256],
       ]
-    : [[32, 32], [96, 64], ...(t === GGMLType.MXFP4 ? ([[256, 160]] as [number, number][]) : [])];
+    : [[32, 32], [96, 64], ...(t === GGMLType.MXFP4 || t === GGMLType.IQ4_NL ? ([[256, 160]] as [number, number][]) : [])];
 
 function packedDot(): boolean {
   return gpu.wgslLanguageFeatures.has('packed_4x8_integer_dot_product');

@@ -43,7 +43,7 @@ test('every expert kernel and variant, decode and batched, whole and split, matc
     );
     if (r.features && r.features !== 'auto') assert.deepEqual(r.kernelFeatures, r.features);
   }
-  const all = ['BF16', 'F16', 'F32', 'MXFP4', 'Q4_0', 'Q4_K', 'Q5_K', 'Q6_K', 'Q8_0'];
+  const all = ['BF16', 'F16', 'F32', 'IQ4_NL', 'MXFP4', 'Q4_0', 'Q4_K', 'Q5_K', 'Q6_K', 'Q8_0'];
   for (const regime of ['decode', 'batched']) {
     const types = new Set(out.results.filter((r) => r.ran === regime).map((r) => r.typeName));
     assert.deepEqual([...types].sort(), all, `${regime} regime covers every type`);
@@ -91,7 +91,7 @@ test('llama numerics: every type, both regimes, every integer-dot path and split
     worst.set(key, { nmse: Math.max(w.nmse, r.nmse), beyond: Math.max(w.beyond, r.beyondTies!) });
   }
   for (const [k, v] of worst) t.diagnostic(`${k}: NMSE ${v.nmse.toExponential(1)}, beyond ties ${v.beyond.toExponential(1)}`);
-  const all = ['BF16', 'F16', 'F32', 'MXFP4', 'Q4_0', 'Q4_K', 'Q5_K', 'Q6_K', 'Q8_0'];
+  const all = ['BF16', 'F16', 'F32', 'IQ4_NL', 'MXFP4', 'Q4_0', 'Q4_K', 'Q5_K', 'Q6_K', 'Q8_0'];
   for (const regime of ['decode', 'batched']) {
     const types = new Set(out.results.filter((r) => r.numerics === 'llama' && r.ran === regime).map((r) => r.typeName));
     assert.deepEqual([...types].sort(), all, `${regime} regime covers every type`);

@@ -90,6 +90,7 @@ const TYPES = [
   GGMLType.Q5_K,
   GGMLType.Q6_K,
   GGMLType.MXFP4,
+  GGMLType.IQ4_NL,
 ] as const;
 /** Two architectures, with different widths (non-square matrices, both orientations). */
 const SHAPES: Array<{ arch: ArchName; nEmbd: number; ff: number }> = [
@@ -100,7 +101,7 @@ const SHAPES: Array<{ arch: ArchName; nEmbd: number; ff: number }> = [
  * Types whose AVX2 dot product takes blocks in pairs (two accumulators) and an odd last block in scalar code: a third
  * shape with odd block counts (3 and 5 blocks of 32) reaches that tail.
  */
-const PAIRED_BLOCKS = new Set<GGMLType>([GGMLType.MXFP4]);
+const PAIRED_BLOCKS = new Set<GGMLType>([GGMLType.MXFP4, GGMLType.IQ4_NL]);
 const ODD_BLOCKS_SHAPE = { arch: 'llama' as ArchName, nEmbd: 96, ff: 160 };
 
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
@@ -490,7 +491,15 @@ const wgslPath = slicePath('wgsl', async (slice) => {
 });
 
 /** Weight types whose int8 kernels compute as ggml does, bit for bit (the decode regime's expert_up_q8 / expert_down_q8). */
-const INT8_EXACT_TYPES = new Set<GGMLType>([GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.MXFP4]);
+const INT8_EXACT_TYPES = new Set<GGMLType>([
+  GGMLType.Q8_0,
+  GGMLType.Q4_0,
+  GGMLType.Q4_K,
+  GGMLType.Q5_K,
+  GGMLType.Q6_K,
+  GGMLType.MXFP4,
+  GGMLType.IQ4_NL,
+]);
 
 const wgslInt8Path = slicePath('wgsl-int8', async (slice) => {
   const rt = await ExpertRuntime.create(await device(), slice, { numerics: 'llama' });
@@ -515,6 +524,7 @@ const GGML_EXACT_TYPES = new Set<GGMLType>([
   GGMLType.Q5_K,
   GGMLType.Q6_K,
   GGMLType.MXFP4,
+  GGMLType.IQ4_NL,
 ]);
 
 const ggmlExactPath: WorkerPath = {
@@ -603,6 +613,7 @@ const ROUNDS = new Set<GGMLType>([
   GGMLType.Q5_K,
   GGMLType.Q6_K,
   GGMLType.MXFP4,
+  GGMLType.IQ4_NL,
 ]);
 
 for (const type of TYPES) {

@@ -476,8 +476,13 @@ class LabImpl implements Lab {
     const server = createServer((local) => {
       local.pause();
       local.on('error', () => {});
+      // Tracked, so that close() ends the keep-alive connections a client (fetch) holds to the portal.
+      this.sockets.add(local);
+      local.once('close', () => this.sockets.delete(local));
       this.dial(place, host, port).then(
         (remote) => {
+          remote.on('close', () => local.destroy());
+          local.on('close', () => remote.destroy());
           remote.on('error', () => local.destroy());
           local.on('error', () => remote.destroy());
           local.pipe(remote);

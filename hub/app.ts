@@ -11,6 +11,7 @@ import { proxyJson } from './proxy.ts';
 import { registerPages, type PagesOptions } from './pages.ts';
 import { registerShardRoutes } from './shards.ts';
 import { registerDashboardRoutes } from './dashboard/routes.ts';
+import { COVERAGE_URL_MAX_CHARS } from './relay/relay.ts';
 import { BASE58_MAX_CHARS } from '../protocol/base58.ts';
 import { parseWallet } from './auth/wallet.ts';
 import type { DeviceCapabilities, HeldRange } from './market/types.ts';
@@ -161,7 +162,9 @@ export async function buildApp(hub: Hub, pages: PagesOptions = {}): Promise<Fast
         `n_layer/n_expert (${nLayer}/${nExpert}) do not match ${model} (${shape.nLayer}/${shape.nExpert})`,
       );
     }
-    return hub.reportCoverage(workerId, w, model, heldRanges(b.segments));
+    // Kvasir's `url`: `relay:<session>` holds the worker's relay session (hub/relay/relay.ts); others are ignored.
+    const url = b.url === undefined ? '' : string(b, 'url', COVERAGE_URL_MAX_CHARS);
+    return hub.reportCoverage(workerId, w, model, heldRanges(b.segments), url);
   });
 
   app.get('/api/moe/recruitment', async () => hub.recruitment());

@@ -18,8 +18,8 @@ import type { HeldRange, ModelDemand, ModelShape } from './market/types.ts';
 import { DEFAULT_TRUST, type TrustConfig, mayUse } from './dispatch/trust.ts';
 import { DEFAULT_DISPATCH, DispatchMap, type DispatchConfig, type DispatchRow } from './dispatch/map.ts';
 
-/** A row of `GET /api/expert-dispatch-map`: the dispatch map's, with Kvasir's node id and (unwired) relay fields. */
-export type KvasirDispatchRow = DispatchRow & { node_id: string; listen_port: null; session: null };
+/** A row of `GET /api/expert-dispatch-map`: the dispatch map's, with Kvasir's node id and relay fields (null: no relay). */
+export type KvasirDispatchRow = DispatchRow & { node_id: string; listen_port: number | null; session: string | null };
 import { EventLog, type EventLogQuery, type HubEvent } from './events.ts';
 import { HubStore } from './store.ts';
 import { NodeAuth, type ChallengeReply, type NodeTokenReply } from './auth/index.ts';
@@ -38,6 +38,7 @@ import { PeerSignal } from './peers-signal.ts';
 import { DispatchMetrics, type DispatcherEvents } from './dispatch/dispatcher.ts';
 import type { DispatchMode } from './dispatch/policy.ts';
 import { DEFAULT_CHANNEL, VolunteerChannel, type ChannelHost, type ChannelOptions } from './channel/channel.ts';
+import { KvasirRelays, joinDirectories, type RelayHost, type RelayOptions } from './relay/relay.ts';
 import type { CoverageAnswer, CreditAnswer, DemandAnswer, HealthAnswer, RecruitmentAnswer } from '../protocol/http.ts';
 import { AdminGate, checkedAdminToken } from './dashboard/admin.ts';
 import { type AdminDone, AdminActions, type AdminHost } from './dashboard/admin-actions.ts';
@@ -115,6 +116,8 @@ export interface HubConfig {
   http: Partial<HttpServerLimits>;
   /** Volunteers passing slices to each other (hub/peer-directory.ts DEFAULT_PEERS, docs/peers.md); absent: the defaults. */
   peers?: Partial<PeerConfig>;
+  /** Kvasir's relays (hub/relay/relay.ts DEFAULT_RELAY: the worker wire written, timings, caps); absent: the defaults. */
+  relay?: Partial<RelayOptions>;
 }
 
 export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
@@ -166,6 +169,8 @@ export class Hub {
   private evictTimer: NodeJS.Timeout | null = null;
   private readonly shards: ShardServer;
   private readonly channel: VolunteerChannel;
+  /** Kvasir's workers: their relay sessions and dialed relays, each a dispatcher link (relay/relay.ts). */
+  private readonly relays: KvasirRelays;
   private readonly peerDirectory: PeerDirectory;
   private readonly chunks: ChunkLists<Shard>;
   private readonly signal: PeerSignal;
@@ -217,6 +222,7 @@ export class Hub {
       { ...DEFAULT_CHANNEL, maxConnections: config.maxWorkers, ...config.channel },
       clock,
     );
+    this.relays = new KvasirRelays(this.relayHost(), { maxRelays: config.maxWorkers, ...config.relay }, clock);
     this.peerDirectory = new PeerDirectory({ ...DEFAULT_PEERS, ...config.peers }, clock);
     if (this.peerDirectory.config.enabled) this.channel.peers = this.peerDirectory;
     this.chunks = new ChunkLists<Shard>((s) => this.shards.body(s, 0, s.length), this.peerDirectory.config.chunkBytes);
@@ -306,6 +312,7 @@ export class Hub {
     this.poller.stop();
     await this.channel.close();
     await this.signal.close();
+    await this.relays.close();
     await this.supervisor.stop();
     await this.dispatchers.close();
     this.ledger.stop();
@@ -320,7 +327,7 @@ export class Hub {
       defaultMode: this.config.dispatchMode,
       events: (model) => this.dispatcherEvents(model),
       options: (model) => ({
-        directory: this.channel.directory(model),
+        directory: joinDirectories(this.channel.directory(model), this.relays.directory(model)),
         deadlines: { capMs: this.config.dispatchDeadlineMs },
         policy: {
           ...this.config.dispatch,
@@ -375,10 +382,10 @@ export class Hub {
 
   /** Hands `/api/volunteer` upgrades on the HTTP server to the volunteer channel. */
   attachVolunteers(server: Server): void {
-    if (this.peerDirectory.config.enabled) {
-      this.signal.attach(server); // the PeerJS signalling server: docs/peers.md
-      this.channel.upgradesElsewhere = (path) => this.signal.handles(path);
-    }
+    const peers = this.peerDirectory.config.enabled;
+    if (peers) this.signal.attach(server); // the PeerJS signalling server: docs/peers.md
+    this.relays.attach(server); // Kvasir's /api/expert-relay (relay/relay.ts)
+    this.channel.upgradesElsewhere = (path) => this.relays.handles(path) || (peers && this.signal.handles(path));
     this.channel.attach(server);
   }
 
@@ -483,6 +490,25 @@ export class Hub {
     };
   }
 
+  /** What Kvasir's relays may call (relay/relay.ts RelayHost). */
+  private relayHost(): RelayHost {
+    return {
+      authenticate: (authorization) => this.authenticate(authorization),
+      quarantineReason: (workerId, wallet) => this.store.quarantineReason(workerId) ?? this.store.quarantineReason(wallet),
+      relayChanged: (workerId, model, ranges, seenMs, dialed) => {
+        if (this.coverage.modelOf(workerId) !== model) return;
+        this.coverage.heartbeat(workerId, model, ranges, seenMs, dialed);
+        // Its grace window starts when work can first reach it, as a channel volunteer's does at `loaded`.
+        const r = this.dispatch.record(workerId);
+        if (dialed && r && r.lastServeMs === null && r.audits === 0) r.attachMs = this.now();
+        this.channel.demandChanged();
+      },
+      badAnswer: (workerId, reason) => this.ledger.caught(workerId, reason),
+      nEmbd: (model) => this.shape(model).nEmbd,
+      event: (model, detail) => this.events.add('dispatch', model, detail, this.now()),
+    };
+  }
+
   // --- models and coordinators
 
   /** Every model served here (one coordinator each), market or not: what `/v1/models` lists. */
@@ -561,11 +587,14 @@ export class Hub {
    * worker and its wallet downloaded (market/grants.ts: COVERAGE_NOT_ASSIGNED, COVERAGE_NOT_DOWNLOADED), after the
    * ranges' own checks; and the worker id must not be live under another wallet (WORKER_ID_TAKEN), or one token could
    * overwrite another volunteer's coverage by naming its worker id (the dashboard lists them).
-   * The ranges count as replicas only when the hub can send the worker work (market/replicas.ts): over HTTP alone it
-   * cannot (no relay yet, issue 28), so the answer says `replica: false` and Kvasir's relay fields say "not wired".
+   * The ranges count as replicas only when the hub can send the worker work (market/replicas.ts): over its channel, or
+   * over the relay it dialed (Kvasir's, relay/relay.ts). A `url` of `relay:<session>` holds the worker's relay session:
+   * the answer hands out `session` and `listen_port`, and says `wired` once the relay is dialed; another url ends it.
    */
-  reportCoverage(workerId: string, wallet: string, model: string, ranges: readonly HeldRange[]): CoverageAnswer {
-    const verdict = replicaVerdict({ via: this.channel.workerInfo(workerId) ? 'channel' : 'http', relay: 'none' });
+  reportCoverage(workerId: string, wallet: string, model: string, ranges: readonly HeldRange[], url = ''): CoverageAnswer {
+    const viaChannel = this.channel.workerInfo(workerId) !== undefined;
+    const dialed = !viaChannel && ranges.length > 0 && this.relays.dialed(workerId, url);
+    const verdict = replicaVerdict({ via: viaChannel ? 'channel' : 'http', relay: dialed ? 'dialed' : 'none' });
     const answer = this.heartbeat(
       workerId,
       wallet,
@@ -577,10 +606,14 @@ export class Hub {
         if (owner && owner !== wallet)
           throw new HubError('WORKER_ID_TAKEN', `worker id ${workerId} is live under another wallet; choose another worker id`);
         this.grants.admit(wallet, workerId, model, ranges);
+        if (!viaChannel) this.relays.check(workerId, url);
       },
       verdict.counts,
     );
-    return { ...answer, workers: this.coverage.size, replica: verdict.counts, wired: false, listen_port: null, session: null };
+    const relay = viaChannel
+      ? { wired: false, listen_port: null, session: null }
+      : this.relays.report(workerId, wallet, model, ranges, url, this.now());
+    return { ...answer, workers: this.coverage.size, replica: verdict.counts, ...relay };
   }
 
   /**
@@ -621,6 +654,7 @@ export class Hub {
     const gone = this.coverage.evictStale(this.now(), this.config.staleMs);
     for (const w of gone) {
       this.dispatch.forget(w);
+      this.relays.forget(w, 'SESSION_ENDED', 'no heartbeat');
       this.events.add('evict', null, `${w}: no heartbeat for ${this.staleAfterS()} s`, this.now());
     }
     this.metrics.evicted(gone.length);
@@ -649,7 +683,7 @@ export class Hub {
     const rows = names
       .flatMap((name) => this.dispatch.rows(name, this.coverage, now))
       .filter((r) => layer < 0 || r.layer === layer)
-      .map((r) => ({ ...r, node_id: r.worker_id, listen_port: null, session: null }));
+      .map((r) => ({ ...r, node_id: r.worker_id, ...this.relays.fieldsOf(r.worker_id) }));
     return { model: model || (names.length === 1 ? (names[0] as string) : ''), rows };
   }
 
@@ -707,7 +741,7 @@ export class Hub {
    * upgraded WebSockets too, so the app calls this before closing (a preClose hook); stop() calls it again, harmlessly.
    */
   closeVolunteers(): Promise<void> {
-    return Promise.all([this.channel.close(), this.signal.close()]).then(() => {});
+    return Promise.all([this.channel.close(), this.signal.close(), this.relays.close()]).then(() => {});
   }
 
   /** Ends every dashboard stream (the HTTP server closes; the hub's stop does it too). */
@@ -813,6 +847,7 @@ export class Hub {
         this.coverage.remove(workerId);
         this.dispatch.forget(workerId);
         this.dispatchers.forget(workerId);
+        this.relays.forget(workerId, 'SESSION_ENDED', `released by the operator: ${why}`);
         this.channel.demandChanged();
         return 'http';
       },
@@ -847,6 +882,7 @@ export class Hub {
     if (walletId) this.store.quarantine(walletId, reason, this.now());
     this.dispatch.setQuarantined(workerId); // the dispatcher skips it until its connection is gone (which forgets it)
     if (!this.channel.disconnect(workerId, 'QUARANTINED', reason)) this.dispatch.forget(workerId);
+    this.relays.forget(workerId, 'FORBIDDEN', `quarantined: ${reason}`);
     this.coverage.remove(workerId);
     this.dispatchers.forget(workerId);
     this.events.add('quarantine', model, `${workerId}: ${reason} (${by})`, this.now());

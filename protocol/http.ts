@@ -40,17 +40,18 @@ export interface DemandAnswer<Model> {
 
 /**
  * `POST /api/expert-coverage`. The last four are Kvasir's (issue 28) and only in the HTTP answer: `workers` the live
- * workers of every model (its census), and its relay's `wired`, `listen_port`, `session`, always false and null: the hub
- * serves no relay yet. `replica`: whether the reported ranges count as replicas for recruitment (hub/market/replicas.ts).
+ * workers of every model (its census), and its relay's `session` and `listen_port` (handed out for a `relay:` url, else
+ * null) and `wired` (its relay is dialed now). `replica`: whether the reported ranges count as replicas for recruitment
+ * (hub/market/replicas.ts).
  */
 export interface CoverageAnswer {
   ok: true;
   stale_after_s: number;
   workers?: number;
   replica?: boolean;
-  wired?: false;
-  listen_port?: null;
-  session?: null;
+  wired?: boolean;
+  listen_port?: number | null;
+  session?: string | null;
 }
 
 /** `GET /api/health`. */

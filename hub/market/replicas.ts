@@ -8,15 +8,15 @@
  *   store.heartbeat(workerId, model, ranges, nowMs, v.counts);
  *
  * Work reaches a worker over its volunteer channel (`/api/volunteer`: each serving tab is a dispatcher link), or, for a
- * Kvasir worker that reports over HTTP, over the relay it dials (Kvasir's `/api/expert-relay`), which the hub does not
- * serve yet (issue 28): today an HTTP-only worker never counts. A channel volunteer still loading its slice counts
+ * Kvasir worker that reports over HTTP, over the relay it dials (Kvasir's `/api/expert-relay`, hub/relay/relay.ts): an
+ * HTTP-only worker counts while its relay is dialed, never before. A channel volunteer still loading its slice counts
  * already (the channel reserves its range, so that one round of demand does not recruit every idle volunteer).
  */
 
 export interface ReplicaInput {
   /** 'channel': the worker is on the volunteer channel; 'http': it reports over `POST /api/expert-coverage` only. */
   via: 'channel' | 'http';
-  /** An HTTP worker's relay session: 'dialed' once its relay is connected (not served by the hub yet), else 'none'. */
+  /** An HTTP worker's relay session: 'dialed' while its relay is connected, else 'none'. */
   relay: 'none' | 'dialed';
 }
 
@@ -40,6 +40,6 @@ export function replicaVerdict(w: ReplicaInput): ReplicaVerdict {
   return {
     counts: false,
     code: 'no-work-link',
-    reason: 'nothing can send it work (no channel, no relay: the hub serves no relay yet), so it is not a replica',
+    reason: 'nothing can send it work (no channel, no dialed relay), so it is not a replica',
   };
 }

@@ -4,8 +4,9 @@
  * nothing with n_layer/n_expert 0, volunteer, download the shard on `/api/proxy/models/M/expert-shard?layer=&expert_begin=
  * &expert_end=`, check the shard's `kvasir.expert_shard.*` metadata before trusting it, heartbeat the held segment with a
  * `relay:<session>` url; its coordinator's `GET /api/expert-dispatch-map` with no model and layer -1).
- * The relay WebSocket and the worker wire are not served yet: the answers say so (wired false, listen_port and session
- * null), and such a worker is held but is no replica (hub/market/replicas.ts).
+ * In-process there is no relay to dial (kvasir-relay.test.ts dials one): the relay url holds its session (`session`
+ * handed out; `listen_port` null, no listening server here), the answers say not wired, and such a worker is held but
+ * is no replica (hub/market/replicas.ts).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -166,13 +167,14 @@ test("a Kvasir client logs in, takes a slice, downloads and checks it, and repor
     });
     assert.deepEqual(new Uint8Array(ours.rawPayload), shard.bytes, "Kvasir's older form on our path: the same bytes");
 
-    // Serving, it reports the segment with its relay url: accepted, held, not wired (no relay here), not a replica.
+    // Serving, it reports the segment with its relay url: accepted, held, its session handed out, not wired (no relay
+    // dialed here), not a replica.
     const seg = [a.json.layer, ...a.json.experts];
     const held = await k.report(a.json.model, [seg], `relay:expert-${k.workerId}`);
     assert.equal(held.status, 200, JSON.stringify(held.json));
     assert.deepEqual(
       [held.json.workers, held.json.replica, held.json.wired, held.json.listen_port, held.json.session],
-      [1, false, false, null, null],
+      [1, false, false, null, `expert-${k.workerId}`],
     );
     assert.deepEqual(await replicasOf(t, a.json.layer), before, 'nothing can send it work: demand is as before');
     // A volunteer on the channel holding the same range counts (the hub's own heartbeat path).
@@ -190,7 +192,7 @@ test("a Kvasir client logs in, takes a slice, downloads and checks it, and repor
     const row = all.json.rows.find((r: { worker_id: string }) => r.worker_id === k.workerId);
     assert.deepEqual(
       [row?.model, row?.layer, row?.experts, row?.node_id, row?.listen_port, row?.session],
-      [a.json.model, a.json.layer, a.json.experts, k.workerId, null, null],
+      [a.json.model, a.json.layer, a.json.experts, k.workerId, null, `expert-${k.workerId}`],
     );
     for (const [url, rows] of [
       ['/api/expert-dispatch-map?model=&layer=-1', 2],

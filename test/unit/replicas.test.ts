@@ -1,6 +1,6 @@
 /**
  * Which held ranges count as replicas (hub/market/replicas.ts): only a worker the hub can send work to. A Kvasir worker
- * that reports over HTTP and has no relay (the hub serves none yet, issue 28) is held, not a replica: its heartbeat must
+ * that reports over HTTP and has not dialed its relay (hub/relay/relay.ts) is held, not a replica: its heartbeat must
  * not lower the demand for experts nobody serves, nor make a model wanted at rest.
  */
 import { test } from 'node:test';
@@ -24,8 +24,8 @@ test('replicaVerdict: a worker counts exactly when something can send it work', 
   const table: Array<[string, ReplicaInput, boolean, ReplicaCode]> = [
     ['a channel volunteer (serving, or loading with its range reserved)', { via: 'channel', relay: 'none' }, true, 'channel'],
     ['a channel volunteer that also names a relay', { via: 'channel', relay: 'dialed' }, true, 'channel'],
-    ['an HTTP worker with no relay (every Kvasir worker today)', { via: 'http', relay: 'none' }, false, 'no-work-link'],
-    ['an HTTP worker whose relay is dialed (once the hub serves the relay)', { via: 'http', relay: 'dialed' }, true, 'relay'],
+    ['an HTTP worker with no relay dialed (a Kvasir worker before its dial)', { via: 'http', relay: 'none' }, false, 'no-work-link'],
+    ['an HTTP worker whose relay is dialed', { via: 'http', relay: 'dialed' }, true, 'relay'],
   ];
   for (const [what, input, counts, code] of table) {
     const v = replicaVerdict(input);

@@ -674,7 +674,7 @@ export class Hub {
    * `GET /api/expert-dispatch-map`: one market model's rows (MODEL_UNKNOWN for another name), or, as Kvasir answers
    * when `model` is '' or absent, every market model's (`model` then names the only one, or is ''); `layer` ≥ 0 keeps
    * that layer's rows (Kvasir's -1: all). Rows carry Kvasir's `node_id` (the worker id, its convention) and its relay
-   * fields `listen_port` and `session`, null: the hub wires no relay (issue 28).
+   * fields `listen_port` and `session` (null for a worker without a relay session, relay/relay.ts).
    */
   dispatchMap(model = '', layer = -1): { model: string; rows: KvasirDispatchRow[] } {
     if (model) this.shape(model);

@@ -23,7 +23,7 @@
  * `createLab` throws, saying why: a test of the lab fails, never skips.
  */
 import { type ChildProcess, execFile, execFileSync, spawn, type SpawnOptions } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -174,6 +174,11 @@ export function cleanStaleLabs(): string[] {
     return m !== null && Number(m[1]) !== process.pid && !alive(Number(m[1]));
   });
   if (stale.length > 0) destroyNamespacesSync(stale);
+  // Their agents' control-socket folders (xslab-PID-N-XXXXXX in the temp folder) go too.
+  for (const d of readdirSync(tmpdir())) {
+    const m = /^xslab-(\d+)-\d+-\w{6}$/.exec(d);
+    if (m && Number(m[1]) !== process.pid && !alive(Number(m[1]))) rmSync(join(tmpdir(), d), { recursive: true, force: true });
+  }
   return stale;
 }
 

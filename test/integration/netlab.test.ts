@@ -10,7 +10,8 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import type { Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { cleanStaleLabs, createLab, HUB_ADDRESS, type Lab, ROUTER_ADDRESS } from '../../harness/netlab.ts';
@@ -309,6 +310,12 @@ test('a crash tears its lab down on exit; a SIGKILLed run’s lab is removed at 
   for (const n of killed.names) assert.ok(!list.includes(n), `${n} is gone`);
   for (const n of lab.namespaces()) assert.ok(list.includes(n), `a live lab (${n}) is left alone`);
   assert.ok(!existsSync(`/run/netns/${killed.names[0]}`));
+  const pid = /^xslab-(\d+)-/.exec(killed.names[0] as string)?.[1];
+  assert.deepEqual(
+    readdirSync(tmpdir()).filter((d) => d.startsWith(`xslab-${pid}-`)),
+    [],
+    'and its control-socket folder',
+  );
 });
 
 test('without root the lab refuses loudly (it never skips)', async () => {

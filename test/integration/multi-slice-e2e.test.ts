@@ -15,9 +15,11 @@ import { buildPages } from '../../harness/pages-build.ts';
 import {
   baselineIds,
   completionIds,
+  DEEPSEEK_Q8,
   dispatchMap,
   E2E_PROMPT,
   E2E_TOKENS,
+  moeLayersOf,
   pairOutcomes,
   startSwarmHub,
   waitForCoverage,
@@ -100,6 +102,75 @@ test('npm start’s demo model, one tab with the default budget: it holds every 
     assert.ok(d('served') >= 0.9 * routed, `the tab served ${d('served')} of ${routed} routed pairs`);
     assert.deepEqual(tab.errors, [], 'no page errors');
     t.diagnostic(`${rounds} probation round(s); the tab served ${d('served')} of ${routed} routed pairs over ${layers.length} layers`);
+  } finally {
+    await tab?.close();
+    await hub.close();
+  }
+});
+
+/** Keeps every GPUDevice the page requests, so the test can destroy them as a driver reset would lose them. */
+function captureDevices(): void {
+  const w = window as unknown as { __xsDevices: GPUDevice[] };
+  w.__xsDevices = [];
+  if (typeof GPUAdapter === 'undefined') return;
+  const request = GPUAdapter.prototype.requestDevice;
+  GPUAdapter.prototype.requestDevice = async function (this: GPUAdapter, ...args: Parameters<GPUAdapter['requestDevice']>) {
+    const device = await request.apply(this, args);
+    w.__xsDevices.push(device);
+    return device;
+  };
+}
+
+test('a WebGPU tab holding two slices loses its GPU device: it rebuilds both on one new device, the hub keeps both routes, tokens identical', {
+  timeout: 600_000,
+}, async (t) => {
+  const m = await testModel({ ...DEEPSEEK_Q8 });
+  const moe = moeLayersOf(m.config);
+  assert.equal(moe.length, 2, 'two MoE layers');
+  const want = await baselineIds(m);
+  const hub = await startSwarmHub(m.path, 'always', {}, 'm', { dir: pagesDir });
+  let tab: VolunteerTab | undefined;
+  try {
+    tab = await joinVolunteerPage(browser as Browser, hub.url, 'webgpu', undefined, captureDevices);
+    const page = tab.page;
+    const rows = await waitForCoverage(hub.url, hub.model, moe, m.config.nExpert, 1, COVER_MS);
+    assert.deepEqual([...new Set(rows.map((r) => r.worker_id))], [tab.workerId], 'the tab holds both layers');
+    await page.waitForFunction(() => document.querySelectorAll('#slices-table tbody tr[data-state="serving"]').length === 2, null, {
+      timeout: 30_000,
+      polling: 250,
+    });
+    const devicesBefore = await page.evaluate(() => (window as unknown as { __xsDevices: GPUDevice[] }).__xsDevices.length);
+    await page.evaluate(() => {
+      for (const d of (window as unknown as { __xsDevices: GPUDevice[] }).__xsDevices) d.destroy();
+    });
+    // Both engines are rebuilt on one new device (one probe), and the tab serves both layers again.
+    await page.waitForFunction(
+      (n) =>
+        (window as unknown as { __xsDevices: GPUDevice[] }).__xsDevices.length > n &&
+        /^Serving with /.test(document.querySelector('#state-title')?.textContent ?? '') &&
+        document.querySelectorAll('#slices-table tbody tr[data-state="serving"]').length === 2,
+      devicesBefore,
+      { timeout: COVER_MS, polling: 250 },
+    );
+    const devicesAfter = await page.evaluate(() => (window as unknown as { __xsDevices: GPUDevice[] }).__xsDevices.length);
+    assert.equal(devicesAfter, devicesBefore + 1, 'one new device for both slices');
+    const after = await dispatchMap(hub.url, hub.model);
+    assert.deepEqual(
+      after
+        .filter((r) => r.worker_id === tab?.workerId)
+        .map((r) => r.layer)
+        .sort(),
+      moe,
+      'the hub keeps both of its routes',
+    );
+    const before = await pairOutcomes(hub.url, hub.model);
+    const got = await completionIds(hub.url, hub.model, E2E_PROMPT, E2E_TOKENS, m.ban);
+    const o = await pairOutcomes(hub.url, hub.model);
+    assert.deepEqual(got, want, 'the token ids of --dispatch off');
+    const served = (o.served as number) - (before.served as number);
+    assert.ok(served > 0, `the rebuilt tab serves: ${served} pairs`);
+    assert.deepEqual(tab.errors, [], 'no page errors');
+    t.diagnostic(`devices ${devicesBefore} → ${devicesAfter}; served ${served} pairs after the rebuild`);
   } finally {
     await tab?.close();
     await hub.close();

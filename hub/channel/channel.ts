@@ -21,9 +21,10 @@
  * for work not in flight share one token bucket per connection (RATE_LIMITED), and no work is queued to a volunteer
  * that does not read (`sendBacklogMaxBytes`).
  */
-import { STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
+import type { IncomingMessage, Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
+import { countDown, messageBytes, refuseUpgrade } from './upgrade.ts';
 import {
   CLOSE_CODES,
   VOLUNTEER_LIMITS,
@@ -599,7 +600,7 @@ export class VolunteerChannel {
     ws.on('message', (data: RawData, isBinary: boolean) => {
       c.lastHeardMs = this.nowMs();
       try {
-        const bytes = toBytes(data);
+        const bytes = messageBytes(data);
         if (isBinary) this.onBinary(c, bytes);
         else this.onText(c, bytes);
       } catch (e) {
@@ -1066,29 +1067,5 @@ const ROUND_BATCH = 32;
 /** Shard lookups at once in a round (each may open and read the model file once). */
 const SHARD_LOOKUPS = 8;
 
-/** Lowers a count of `key`, deleting it at zero (so the map holds only keys with something open). */
-function countDown(counts: Map<string, number>, key: string): void {
-  const n = (counts.get(key) ?? 1) - 1;
-  if (n <= 0) counts.delete(key);
-  else counts.set(key, n);
-}
-
-/** Answers an upgrade with a catalogue error, as the HTTP API would, and closes the socket once it is written. */
-function refuseUpgrade(socket: Duplex, e: HubError): void {
-  const body = JSON.stringify(e.toJSON());
-  const headers = Object.entries(e.headers).map(([k, v]) => `${k.toLowerCase()}: ${v}\r\n`);
-  socket.end(
-    `HTTP/1.1 ${e.status} ${STATUS_CODES[e.status] ?? ''}\r\nconnection: close\r\ncontent-type: application/json; charset=utf-8\r\n` +
-      `content-length: ${Buffer.byteLength(body)}\r\n${headers.join('')}\r\n${body}`,
-    () => socket.destroy(),
-  );
-}
-
 const speed = (c: VolunteerConnection): number => c.hello?.device.gflops ?? 0;
 const budget = (c: VolunteerConnection): number => c.hello?.device.memoryBudgetBytes ?? 0;
-
-function toBytes(data: RawData): Uint8Array {
-  if (Array.isArray(data)) return new Uint8Array(Buffer.concat(data));
-  if (data instanceof ArrayBuffer) return new Uint8Array(data);
-  return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
-}

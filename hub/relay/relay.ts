@@ -25,11 +25,12 @@
  * (`maxPerAddress`), opens per address (`opensPerAddress`) and the Origin (channel/admission.ts) are checked at the
  * upgrade with an HTTP refusal, as the volunteer channel does.
  */
-import { STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
+import type { IncomingMessage, Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { performance } from 'node:perf_hooks';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
+import { countDown, messageBytes, refuseUpgrade } from '../channel/upgrade.ts';
 import {
   KVASIR_RELAY_CLOSE,
   KVASIR_RELAY_PATH,
@@ -339,7 +340,7 @@ export class KvasirRelays {
       relay.alive = true;
       try {
         if (!isBinary) throw new Error('a text message (the relay carries bytes only)');
-        relay.take(toBytes(data));
+        relay.take(messageBytes(data));
       } catch (e) {
         const reason = e instanceof Error ? e.message : String(e);
         if ((e as { code?: string }).code === 'NON_FINITE' || (e as { code?: string }).code === 'ANSWER_SIZE')
@@ -517,26 +518,4 @@ function clip(reason: string): string {
   let s = reason;
   while (Buffer.byteLength(s) > 123) s = s.slice(0, -1);
   return s;
-}
-
-function countDown(counts: Map<string, number>, key: string): void {
-  const n = (counts.get(key) ?? 1) - 1;
-  if (n <= 0) counts.delete(key);
-  else counts.set(key, n);
-}
-
-function refuseUpgrade(socket: Duplex, e: HubError): void {
-  const body = JSON.stringify(e.toJSON());
-  const headers = Object.entries(e.headers).map(([k, v]) => `${k.toLowerCase()}: ${v}\r\n`);
-  socket.end(
-    `HTTP/1.1 ${e.status} ${STATUS_CODES[e.status] ?? ''}\r\nconnection: close\r\ncontent-type: application/json; charset=utf-8\r\n` +
-      `content-length: ${Buffer.byteLength(body)}\r\n${headers.join('')}\r\n${body}`,
-    () => socket.destroy(),
-  );
-}
-
-function toBytes(data: RawData): Uint8Array {
-  if (Array.isArray(data)) return new Uint8Array(Buffer.concat(data));
-  if (data instanceof ArrayBuffer) return new Uint8Array(data);
-  return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
 }

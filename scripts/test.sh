@@ -6,6 +6,8 @@
 # loop: test/unit/ only, no build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "== system packages"
+bash scripts/ensure-packages.sh
 echo "== typecheck"
 npx tsc -p tsconfig.json --noEmit
 npx svelte-check --tsconfig web/tsconfig.json --fail-on-warnings --output machine

@@ -112,6 +112,10 @@ export type MissKind = 'timeout' | 'error' | 'wrong-size' | 'non-finite';
 export interface ResponseSummary {
   seq: number;
   layer: number;
+  /** Tokens of the REQUEST (a decode step's batch, or a prompt batch). */
+  tokens: number;
+  /** The coordinator's measured wall time per locally computed pair on this layer (REQUEST `local_ns_per_pair`). */
+  localNsPerPair: number;
   pairs: number;
   served: number;
   fallback: number;
@@ -127,15 +131,18 @@ export interface ResponseSummary {
   totalMs: number;
 }
 
+/** The slice a link serves (a volunteer holding several has one link each): per-slice pairs and credit. */
+export type SliceOfLink = Pick<WorkerLink, 'layer' | 'begin' | 'end'>;
+
 /** Callbacks the hub hooks into the DispatchMap, the event log and the dashboards. All optional; none may throw. */
 export interface DispatcherEvents {
   /**
    * A worker answered in time with a valid partial (used or not: shadow items count too):
    * `DispatchMap.recordServe(workerId, atMs, latencyMs)`.
    */
-  onServe?(workerId: string, atMs: number, latencyMs: number, pairs: number): void;
-  /** A worker's answer went into the sums the coordinator was sent: its pairs were computed by it (credit). */
-  onUsed?(workerId: string, pairs: number): void;
+  onServe?(workerId: string, atMs: number, latencyMs: number, pairs: number, slice: SliceOfLink): void;
+  /** A worker's answer went into the sums the coordinator was sent: its pairs were computed by it (credit), with `slice`. */
+  onUsed?(workerId: string, pairs: number, slice: SliceOfLink): void;
   /** A work item not served: timed out, failed, or answered with a wrong-sized or non-finite partial. */
   onMiss?(workerId: string, kind: MissKind, consecutive: number): void;
   /** A worker was benched (true) or came back (false). */
@@ -740,6 +747,8 @@ export class ModelDispatcher {
       this.events.onResponse({
         seq: req.seq,
         layer: req.layer,
+        tokens: req.nTokens,
+        localNsPerPair: req.localNsPerPair,
         pairs,
         served: 0,
         fallback: pairs,
@@ -1164,7 +1173,7 @@ export class ModelDispatcher {
       this.miss(st, verdict);
     } else {
       f.state[i] = ANSWERED;
-      this.served(st, wp.nPairs, now - sentAt, computeMs, cold);
+      this.served(st, wp.nPairs, now - sentAt, computeMs, cold, f.links[i] as WorkerLink);
       if (f.shadow[i]) this.shadowAnswer(f, i, partial as Float32Array);
       else {
         f.partials[i] = partial as Float32Array;
@@ -1202,7 +1211,7 @@ export class ModelDispatcher {
     this.settle(f, i);
   }
 
-  private served(st: WorkerDispatchStats, pairs: number, latencyMs: number, computeMs: number, cold: boolean): void {
+  private served(st: WorkerDispatchStats, pairs: number, latencyMs: number, computeMs: number, cold: boolean, link: SliceOfLink): void {
     const atMs = this.clock();
     st.lastServeMs = atMs;
     st.servedItems++;
@@ -1214,7 +1223,7 @@ export class ModelDispatcher {
       st.lastProbeMs = null;
       this.events.onBench?.(st.workerId, false);
     }
-    this.events.onServe?.(st.workerId, atMs, latencyMs, pairs);
+    this.events.onServe?.(st.workerId, atMs, latencyMs, pairs, { layer: link.layer, begin: link.begin, end: link.end });
   }
 
   private miss(st: WorkerDispatchStats, kind: MissKind): void {
@@ -1270,8 +1279,15 @@ export class ModelDispatcher {
     const end = performance.now();
     // Bookkeeping after the write: the coordinator is reading its answer meanwhile.
     if (this.events.onUsed) {
-      for (const [i, p] of f.partials.entries())
-        if (p) this.events.onUsed((f.links[i] as WorkerLink).workerId, (plan.workers[i] as RequestPlan['workers'][number]).nPairs);
+      for (const [i, p] of f.partials.entries()) {
+        const link = f.links[i] as WorkerLink;
+        if (p)
+          this.events.onUsed(link.workerId, (plan.workers[i] as RequestPlan['workers'][number]).nPairs, {
+            layer: link.layer,
+            begin: link.begin,
+            end: link.end,
+          });
+      }
     }
     const t = this.totals;
     if (nServed > 0) t.servedRequests++;
@@ -1291,6 +1307,8 @@ export class ModelDispatcher {
     this.events.onResponse?.({
       seq: req.seq,
       layer: req.layer,
+      tokens: req.nTokens,
+      localNsPerPair: req.localNsPerPair,
       pairs,
       served: nServed,
       fallback,

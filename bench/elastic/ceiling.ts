@@ -38,6 +38,11 @@ export interface Ceiling {
   freeExperts: number;
   /** Speed-up with the balanced split at remoteMsPerPair; null without a measured volunteer. */
   balanced: number | null;
+  /**
+   * The per-pair times came to more than the round's wall time: they carry per-layer fixed costs (a small model's
+   * pairs cost less than the exchange around them), so the share is no measurement and the figures bound nothing.
+   */
+  overshoot: boolean;
 }
 
 export function swarmCeiling(input: CeilingInput): Ceiling {
@@ -47,15 +52,16 @@ export function swarmCeiling(input: CeilingInput): Ceiling {
     if (!(b.tokens >= 0 && b.pairsPerToken >= 0 && b.localMsPerPair >= 0)) throw new RangeError(`bad bucket ${JSON.stringify(b)}`);
     expertMs += b.tokens * b.pairsPerToken * b.localMsPerPair;
   }
-  const scale = expertMs > input.wallMs ? input.wallMs / expertMs : 1; // measured per-pair times can overshoot a little
+  const overshoot = expertMs > input.wallMs;
+  const scale = overshoot ? input.wallMs / expertMs : 1;
   const s = Math.min(1, expertMs / input.wallMs);
   const freeExperts = s >= 1 ? Number.POSITIVE_INFINITY : 1 / (1 - s);
   const r = input.remoteMsPerPair;
-  if (r === null || !(r > 0)) return { expertShare: s, freeExperts, balanced: null };
+  if (r === null || !(r > 0)) return { expertShare: s, freeExperts, balanced: null, overshoot };
   let left = 1 - s;
   for (const b of input.buckets) {
     const share = (b.tokens * b.pairsPerToken * b.localMsPerPair * scale) / input.wallMs;
     left += b.localMsPerPair > 0 ? (share * r) / (b.localMsPerPair + r) : 0;
   }
-  return { expertShare: s, freeExperts, balanced: 1 / left };
+  return { expertShare: s, freeExperts, balanced: 1 / left, overshoot };
 }

@@ -831,9 +831,14 @@ console.log(
     console.log(
       `  ceiling (Amdahl, ceiling.ts; median over A's rounds): A's coordinator spends ${m((c) => 100 * c.expertShare)} % of its wall time on routed experts (${pairsPerToken} pairs a token; its time per pair ${ld.toFixed(3)} ms in decode steps (n ${decodeL.length}), ${lp.toFixed(3)} ms in prompt batches (n ${promptL.length}), from its REQUESTs)`,
     );
-    console.log(
-      `    → at most ${m((c) => c.freeExperts)}× with every routed expert away for free; at most ${m((c) => c.balanced)}× with the balanced split at the volunteers' measured ${r === null ? '— (none measured)' : `${r.toFixed(3)} ms/pair`} and no cost per exchange`,
-    );
+    if (ceilings.some((c) => c.overshoot))
+      console.log(
+        `    → no bound: those per-pair times add up to more than the rounds' wall time (they carry the layer's fixed costs — a small model's pairs cost less than the exchange around them)`,
+      );
+    else
+      console.log(
+        `    → at most ${m((c) => c.freeExperts)}× with every routed expert away for free; at most ${m((c) => c.balanced)}× with the balanced split at the volunteers' measured ${r === null ? '— (none measured)' : `${r.toFixed(3)} ms/pair`} and no cost per exchange`,
+      );
   } else console.log(`  ceiling: A's coordinator sent no REQUEST with a measured time per pair (nothing to bound it by)`);
 }
 console.log(

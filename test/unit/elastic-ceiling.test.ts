@@ -60,6 +60,8 @@ test('swarmCeiling: buckets of different per-pair cost add; no volunteer measure
   );
   const over = swarmCeiling({ wallMs: 10, buckets: [{ tokens: 20, pairsPerToken: 1, localMsPerPair: 1 }], remoteMsPerPair: 1 });
   assert.equal(over.expertShare, 1);
+  assert.equal(over.overshoot, true, 'per-pair times beyond the wall time are flagged');
+  assert.equal(c.overshoot, false);
   assert.equal(over.freeExperts, Number.POSITIVE_INFINITY);
   near(over.balanced, 2, 'all experts, equal speed');
   assert.throws(() => swarmCeiling({ wallMs: 0, buckets: [], remoteMsPerPair: null }), RangeError);

@@ -12,8 +12,9 @@
  * the coordinator does has no such noise, so the tests can hold it to "identical logits" and catch a 1 % error by
  * orders of magnitude (test/integration/expert-dispatch.test.ts measures both).
  *
- * Types: F32, F16, Q8_0, Q4_0, Q4_K (the dispatch grid's; checked against the coordinator there), Q5_K, Q6_K, MXFP4
- * and IQ4_NL (checked against the coordinator's own local computation, linkcpp-expert-ref, in numerics-vs-coordinator.test.ts).
+ * Types (GGML_EXACT_TYPES): F32, F16, Q8_0, Q4_0, Q4_K (the dispatch grid's; checked against the coordinator there),
+ * Q5_0, Q5_K, Q6_K, MXFP4 and IQ4_NL (checked against the coordinator's own local computation, linkcpp-expert-ref, in
+ * numerics-vs-coordinator.test.ts).
  * Row lengths must be multiples of 32 (F32/F16) or of the type's block.
  *
  * Besides the dispatcher backend (GgmlExactBackend, over a GGUF file), `ggmlHidden`, `ggmlExpertOut` and
@@ -61,6 +62,20 @@ function reduce4x8(acc: Float64Array[]): number {
   const t = [0, 1, 2, 3].map((i) => f32((v[i] as number) + (v[i + 4] as number))) as [number, number, number, number];
   return f32(f32(t[0] + t[1]) + f32(t[2] + t[3]));
 }
+
+/** The weight types whose vec_dot this module emulates bit for bit. */
+export const GGML_EXACT_TYPES: ReadonlySet<GGMLType> = new Set([
+  GGMLType.F32,
+  GGMLType.F16,
+  GGMLType.Q8_0,
+  GGMLType.Q4_0,
+  GGMLType.Q5_0,
+  GGMLType.Q4_K,
+  GGMLType.Q5_K,
+  GGMLType.Q6_K,
+  GGMLType.MXFP4,
+  GGMLType.IQ4_NL,
+]);
 
 // ---------------------------------------------------------------------------------------------
 // Activations in the vec_dot type.
@@ -136,6 +151,7 @@ function toVecDot(type: GGMLType, x: Float32Array): Activation {
     }
     case GGMLType.Q8_0:
     case GGMLType.Q4_0:
+    case GGMLType.Q5_0:
     case GGMLType.MXFP4:
     case GGMLType.IQ4_NL:
       return { kind: 'q', q: quantizeQ8_0(x) };
@@ -173,17 +189,27 @@ function dotFloat(w: Float32Array, wOff: number, x: Float32Array, n: number): nu
   return reduce4x8(acc);
 }
 
-/** ggml_vec_dot_q8_0_q8_0 / q4_0_q8_0: per block 8 integer lanes of 4 products, acc = fma(dx·dy, lane, acc), hsum. */
-function dotQ32(wType: GGMLType.Q8_0 | GGMLType.Q4_0, w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
+/**
+ * ggml_vec_dot_q8_0_q8_0 / q4_0_q8_0 / q5_0_q8_0: per block 8 integer lanes of 4 products, acc = fma(dx·dy, lane,
+ * acc), hsum. Q5_0's quants are (nibble | 5th bit from qh) − 16 (bytes_from_bits_32: bit j of qh for element j).
+ */
+function dotQ32(wType: GGMLType.Q8_0 | GGMLType.Q4_0 | GGMLType.Q5_0, w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
   const acc = LANES.fill(0);
   const view = new DataView(w.buffer, w.byteOffset, w.byteLength);
-  const blockBytes = wType === GGMLType.Q8_0 ? 34 : 18;
+  const blockBytes = wType === GGMLType.Q8_0 ? 34 : wType === GGMLType.Q5_0 ? 22 : 18;
   const wq = WQ;
   for (let b = 0; b < n / 32; b++) {
     const o = wOff + b * blockBytes;
     const dw = f16ToF32(view.getUint16(o, true));
     if (wType === GGMLType.Q8_0) {
       for (let i = 0; i < 32; i++) wq[i] = view.getInt8(o + 2 + i);
+    } else if (wType === GGMLType.Q5_0) {
+      const qh = view.getUint32(o + 2, true);
+      for (let i = 0; i < 16; i++) {
+        const byte = w[o + 6 + i] as number;
+        wq[i] = ((byte & 0xf) | (((qh >>> i) & 1) << 4)) - 16;
+        wq[i + 16] = ((byte >> 4) | (((qh >>> (i + 16)) & 1) << 4)) - 16;
+      }
     } else {
       for (let i = 0; i < 16; i++) {
         const byte = w[o + 2 + i] as number;
@@ -398,6 +424,7 @@ function vecDot(w: Weights, r: number, a: Activation, n: number): number {
       return dotFloat(w.floats as Float32Array, r * n, (a as { x: Float32Array }).x, n);
     case GGMLType.Q8_0:
     case GGMLType.Q4_0:
+    case GGMLType.Q5_0:
       return dotQ32(w.type, w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     case GGMLType.MXFP4:
     case GGMLType.IQ4_NL:

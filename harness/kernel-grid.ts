@@ -3,7 +3,7 @@
  * code as in Node), each compared with the CPU reference by NMSE: exact numerics against the exact reference, llama
  * numerics against the reference with ggml's rounding (compareLlama: also the NMSE beyond the ties of h).
  */
-import { GGMLType, typeName } from '../gguf/quant-types.ts';
+import { GGMLType, requireQuantType, typeName } from '../gguf/quant-types.ts';
 import { quantize } from '../gguf/quantize.ts';
 import { dequantizeExperts, nmse, referenceCall } from '../shaders/reference/expert-call.ts';
 import { compareLlama } from '../shaders/reference/llama-ties.ts';
@@ -15,6 +15,7 @@ import {
   type Regime,
   type RegimeRequest,
 } from '../shaders/runtime.ts';
+import { INT8_SNIPPETS, QUANT_SNIPPETS } from '../shaders/expert-ffn.ts';
 import type { Numerics } from '../protocol/numerics.ts';
 import { mulberry32 as rng } from '../shaders/random.ts';
 
@@ -110,23 +111,19 @@ export async function runGridCase(device: GPUDevice, c: GridCase, seed: number):
   return result;
 }
 
+/** Every weight type the kernels read (QUANT_SNIPPETS), so a new quant snippet is in every grid below. */
+const KERNEL_GRID_TYPES: readonly GGMLType[] = [...QUANT_SNIPPETS.keys()];
+/** Super-blocks of 256 (the K-quants): shapes of 256. */
+const isK = (t: GGMLType): boolean => requireQuantType(t).blockSize === 256;
+/** Blocks of 32 (Q8_0, Q4_0, …, MXFP4, IQ4_NL); the float types (blocks of 1) get widths that are not multiples of 32. */
+const isBlock32 = (t: GGMLType): boolean => requireQuantType(t).blockSize === 32;
+
 /**
  * Every kernel quant type, decode shapes (a few rows) small enough for SwiftShader, on both variants of the decode
  * kernels ('subgroups' cases are skipped with a reason where the adapter lacks the feature).
  */
-export const DECODE_GRID: GridCase[] = [
-  GGMLType.F32,
-  GGMLType.F16,
-  GGMLType.BF16,
-  GGMLType.Q8_0,
-  GGMLType.Q4_0,
-  GGMLType.Q4_K,
-  GGMLType.Q5_K,
-  GGMLType.Q6_K,
-  GGMLType.MXFP4,
-  GGMLType.IQ4_NL,
-].flatMap((type): GridCase[] => {
-  const k = type >= GGMLType.Q2_K && type <= GGMLType.Q6_K;
+export const DECODE_GRID: GridCase[] = KERNEL_GRID_TYPES.flatMap((type): GridCase[] => {
+  const k = isK(type);
   const nEmbd = k ? 256 : 64;
   const ff = k ? 256 : 64;
   const variants: KernelFeature[][] = [[], ['subgroups']];
@@ -148,48 +145,13 @@ export const SPLIT_GRID: GridCase[] = [
  * experts, 16 pairs per expert (one full tile each); forced, and once through the auto policy, which picks batched
  * here too. Float shapes are not multiples of the tiles (partial staging step and column tile).
  */
-export const BATCHED_GRID: GridCase[] = [
-  GGMLType.F32,
-  GGMLType.F16,
-  GGMLType.BF16,
-  GGMLType.Q8_0,
-  GGMLType.Q4_0,
-  GGMLType.Q4_K,
-  GGMLType.Q5_K,
-  GGMLType.Q6_K,
-  GGMLType.MXFP4,
-  GGMLType.IQ4_NL,
-]
-  .flatMap((type): GridCase[] => {
-    const k = type >= GGMLType.Q2_K && type <= GGMLType.Q6_K;
-    const block32 = type === GGMLType.Q8_0 || type === GGMLType.Q4_0 || type === GGMLType.MXFP4 || type === GGMLType.IQ4_NL;
-    const nEmbd = k ? 256 : block32 ? 64 : 36;
-    const ff = k ? 256 : block32 ? 96 : 20;
-    return [{ type, nEmbd, ff, nExpert: 4, nTokens: 16, nUsed: 4, regime: 'batched' }];
-  })
-  .concat([{ type: GGMLType.Q4_K, nEmbd: 256, ff: 256, nExpert: 4, nTokens: 32, nUsed: 2, regime: 'auto' }]);
-
-const ALL_TYPES = [
-  GGMLType.F32,
-  GGMLType.F16,
-  GGMLType.BF16,
-  GGMLType.Q8_0,
-  GGMLType.Q4_0,
-  GGMLType.Q4_K,
-  GGMLType.Q5_K,
-  GGMLType.Q6_K,
-  GGMLType.MXFP4,
-  GGMLType.IQ4_NL,
-] as const;
-const INT8 = new Set<GGMLType>([
-  GGMLType.Q8_0,
-  GGMLType.Q4_0,
-  GGMLType.Q4_K,
-  GGMLType.Q5_K,
-  GGMLType.Q6_K,
-  GGMLType.MXFP4,
-  GGMLType.IQ4_NL,
-]);
+export const BATCHED_GRID: GridCase[] = KERNEL_GRID_TYPES.flatMap((type): GridCase[] => {
+  const k = isK(type);
+  const block32 = isBlock32(type);
+  const nEmbd = k ? 256 : block32 ? 64 : 36;
+  const ff = k ? 256 : block32 ? 96 : 20;
+  return [{ type, nEmbd, ff, nExpert: 4, nTokens: 16, nUsed: 4, regime: 'batched' }];
+}).concat([{ type: GGMLType.Q4_K, nEmbd: 256, ff: 256, nExpert: 4, nTokens: 32, nUsed: 2, regime: 'auto' }]);
 
 /**
  * llama numerics: every type in the decode regime (every integer-dot path for the 8-bit types: dot4I8Packed, its
@@ -197,11 +159,11 @@ const INT8 = new Set<GGMLType>([
  * and the negative check: exact numerics on Q8_0 and Q4_K against the rounded reference (crossCheck).
  */
 export const LLAMA_GRID: GridCase[] = [
-  ...ALL_TYPES.flatMap((type): GridCase[] => {
-    const k = type >= GGMLType.Q2_K && type <= GGMLType.Q6_K;
-    const block32 = type === GGMLType.Q8_0 || type === GGMLType.Q4_0 || type === GGMLType.MXFP4 || type === GGMLType.IQ4_NL;
+  ...KERNEL_GRID_TYPES.flatMap((type): GridCase[] => {
+    const k = isK(type);
+    const block32 = isBlock32(type);
     const [nEmbd, ff] = k ? [256, 256] : block32 ? [64, 96] : [36, 20];
-    const paths: ('auto' | IntegerDot)[] = INT8.has(type) ? ['packed', 'unpacked', 'float'] : ['auto'];
+    const paths: ('auto' | IntegerDot)[] = INT8_SNIPPETS.has(type) ? ['packed', 'unpacked', 'float'] : ['auto'];
     return [
       ...paths.map(
         (integerDot): GridCase => ({ type, nEmbd, ff, nExpert: 3, nTokens: 4, nUsed: 2, regime: 'decode', numerics: 'llama', integerDot }),

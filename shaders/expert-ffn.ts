@@ -30,6 +30,7 @@ export const QUANT_SNIPPETS: ReadonlyMap<GGMLType, QuantSnippet> = new Map<GGMLT
   [GGMLType.Q6_K, 'q6_k'],
   [GGMLType.MXFP4, 'mxfp4'],
   [GGMLType.IQ4_NL, 'iq4_nl'],
+  [GGMLType.Q5_0, 'q5_0'],
 ]);
 
 /** Weight types with an integer block dot against 8-bit activations (llama numerics; wgsl/int8/), with their snippet. */
@@ -41,6 +42,7 @@ export const INT8_SNIPPETS: ReadonlyMap<GGMLType, Int8Quant> = new Map<GGMLType,
   [GGMLType.Q6_K, 'q6_k'],
   [GGMLType.MXFP4, 'mxfp4'],
   [GGMLType.IQ4_NL, 'iq4_nl'],
+  [GGMLType.Q5_0, 'q5_0'],
 ]);
 
 /**

@@ -7,9 +7,9 @@ import { readFileSync } from 'node:fs';
 const read = (path: string): string => readFileSync(new URL(`./wgsl/${path}`, import.meta.url), 'utf8');
 
 /** Quant snippets by file stem (shaders/wgsl/quant/<stem>.wgsl). */
-export type QuantSnippet = 'f32' | 'f16' | 'bf16' | 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k' | 'mxfp4' | 'iq4_nl';
+export type QuantSnippet = 'f32' | 'f16' | 'bf16' | 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k' | 'mxfp4' | 'iq4_nl' | 'q5_0';
 /** Quant snippets that also have an integer block dot against 8-bit activations (shaders/wgsl/int8/<stem>.wgsl). */
-export type Int8Quant = 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k' | 'mxfp4' | 'iq4_nl';
+export type Int8Quant = 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k' | 'mxfp4' | 'iq4_nl' | 'q5_0';
 export type KernelName =
   | 'expert_up'
   | 'expert_down'
@@ -65,6 +65,7 @@ export const WGSL: WgslSources = {
     q6_k: read('quant/q6_k.wgsl'),
     mxfp4: read('quant/mxfp4.wgsl'),
     iq4_nl: read('quant/iq4_nl.wgsl'),
+    q5_0: read('quant/q5_0.wgsl'),
   },
   int8: {
     q8_0: read('int8/q8_0.wgsl'),
@@ -74,6 +75,7 @@ export const WGSL: WgslSources = {
     q6_k: read('int8/q6_k.wgsl'),
     mxfp4: read('int8/mxfp4.wgsl'),
     iq4_nl: read('int8/iq4_nl.wgsl'),
+    q5_0: read('int8/q5_0.wgsl'),
   },
   dot: { packed: read('int8/dot_packed.wgsl'), unpacked: read('int8/dot_unpacked.wgsl') },
   roundActivations: read('round_activations.wgsl'),

@@ -13,6 +13,11 @@ import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
 import { bundle, openPage, type BrowserPage } from '../../harness/browser.ts';
 import { BATCHED_GRID, DECODE_GRID, LLAMA_GRID, SPLIT_GRID, type GridResult } from '../../harness/kernel-grid.ts';
+import { typeName } from '../../gguf/quant-types.ts';
+import { QUANT_SNIPPETS } from '../../shaders/expert-ffn.ts';
+
+/** Every weight type the kernels read, by name, sorted: each regime of the grid must cover them all. */
+const KERNEL_TYPE_NAMES = [...QUANT_SNIPPETS.keys()].map(typeName).sort();
 
 /** The bound of a result, from the kernels that ran: f16 tiles (batched, 'shader-f16') 1e-5, otherwise 1e-9. */
 const boundOf = (r: GridResult): number => (r.ran === 'batched' && r.kernelFeatures.includes('shader-f16') ? 1e-5 : 1e-9);
@@ -43,7 +48,7 @@ test('every expert kernel and variant, decode and batched, whole and split, matc
     );
     if (r.features && r.features !== 'auto') assert.deepEqual(r.kernelFeatures, r.features);
   }
-  const all = ['BF16', 'F16', 'F32', 'IQ4_NL', 'MXFP4', 'Q4_0', 'Q4_K', 'Q5_K', 'Q6_K', 'Q8_0'];
+  const all = KERNEL_TYPE_NAMES;
   for (const regime of ['decode', 'batched']) {
     const types = new Set(out.results.filter((r) => r.ran === regime).map((r) => r.typeName));
     assert.deepEqual([...types].sort(), all, `${regime} regime covers every type`);
@@ -91,7 +96,7 @@ test('llama numerics: every type, both regimes, every integer-dot path and split
     worst.set(key, { nmse: Math.max(w.nmse, r.nmse), beyond: Math.max(w.beyond, r.beyondTies!) });
   }
   for (const [k, v] of worst) t.diagnostic(`${k}: NMSE ${v.nmse.toExponential(1)}, beyond ties ${v.beyond.toExponential(1)}`);
-  const all = ['BF16', 'F16', 'F32', 'IQ4_NL', 'MXFP4', 'Q4_0', 'Q4_K', 'Q5_K', 'Q6_K', 'Q8_0'];
+  const all = KERNEL_TYPE_NAMES;
   for (const regime of ['decode', 'batched']) {
     const types = new Set(out.results.filter((r) => r.numerics === 'llama' && r.ran === regime).map((r) => r.typeName));
     assert.deepEqual([...types].sort(), all, `${regime} regime covers every type`);

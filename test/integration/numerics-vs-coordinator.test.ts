@@ -53,14 +53,15 @@ import {
 import { requestExpertDevice } from '../../shaders/device.ts';
 import { OrtExpertFallback } from '../../shaders/ort/fallback.ts';
 import { expertFfnAccumulate } from '../../shaders/reference/expert-ffn.ts';
+import { vecDotType } from '../../shaders/reference/ggml-activations.ts';
 import { ExpertRuntime } from '../../shaders/runtime.ts';
-import { KERNEL_TYPES } from '../../shaders/expert-ffn.ts';
+import { INT8_SNIPPETS, KERNEL_TYPES } from '../../shaders/expert-ffn.ts';
 import type { ExpertSlice } from '../../shaders/slice.ts';
 import { nmse, type RoutedCall } from '../../shaders/reference/expert-call.ts';
 import { planModel, type ArchName } from '../../tools/model-arch.ts';
 import { buildVocabulary } from '../../tools/tokenizer.ts';
 import { ExpertStore } from '../../harness/expert-store.ts';
-import { GgmlExactBackend } from '../../harness/ggml-exact.ts';
+import { GGML_EXACT_TYPES, GgmlExactBackend } from '../../harness/ggml-exact.ts';
 import { completeGreedy, startServer } from '../../harness/linkcpp.ts';
 import { testModel, type TestModel } from '../../harness/models.ts';
 import { NativeReference } from '../../harness/native-reference.ts';
@@ -91,6 +92,7 @@ const TYPES = [
   GGMLType.Q6_K,
   GGMLType.MXFP4,
   GGMLType.IQ4_NL,
+  GGMLType.Q5_0,
 ] as const;
 /** Two architectures, with different widths (non-square matrices, both orientations). */
 const SHAPES: Array<{ arch: ArchName; nEmbd: number; ff: number }> = [
@@ -491,15 +493,7 @@ const wgslPath = slicePath('wgsl', async (slice) => {
 });
 
 /** Weight types whose int8 kernels compute as ggml does, bit for bit (the decode regime's expert_up_q8 / expert_down_q8). */
-const INT8_EXACT_TYPES = new Set<GGMLType>([
-  GGMLType.Q8_0,
-  GGMLType.Q4_0,
-  GGMLType.Q4_K,
-  GGMLType.Q5_K,
-  GGMLType.Q6_K,
-  GGMLType.MXFP4,
-  GGMLType.IQ4_NL,
-]);
+const INT8_EXACT_TYPES: ReadonlySet<GGMLType> = new Set(INT8_SNIPPETS.keys());
 
 const wgslInt8Path = slicePath('wgsl-int8', async (slice) => {
   const rt = await ExpertRuntime.create(await device(), slice, { numerics: 'llama' });
@@ -513,19 +507,6 @@ const wasmPath = slicePath('wasm', async (slice) => {
   const fb = await OrtExpertFallback.create(ort, slice, { numerics: 'llama' });
   return { compute: (c) => fb.compute(c.rows, c.ids, c.probs, c.nTokens, c.nUsed), dispose: () => fb.dispose() };
 });
-
-/** The types ggml-exact.ts emulates. */
-const GGML_EXACT_TYPES = new Set<GGMLType>([
-  GGMLType.F32,
-  GGMLType.F16,
-  GGMLType.Q8_0,
-  GGMLType.Q4_0,
-  GGMLType.Q4_K,
-  GGMLType.Q5_K,
-  GGMLType.Q6_K,
-  GGMLType.MXFP4,
-  GGMLType.IQ4_NL,
-]);
 
 const ggmlExactPath: WorkerPath = {
   name: 'ggml-exact',
@@ -604,17 +585,7 @@ ${rows.join('\n')}`);
 });
 
 /** Types whose vec_dot type rounds activations: exact math must be clearly off for them. */
-const ROUNDS = new Set<GGMLType>([
-  GGMLType.F16,
-  GGMLType.BF16,
-  GGMLType.Q8_0,
-  GGMLType.Q4_0,
-  GGMLType.Q4_K,
-  GGMLType.Q5_K,
-  GGMLType.Q6_K,
-  GGMLType.MXFP4,
-  GGMLType.IQ4_NL,
-]);
+const ROUNDS: ReadonlySet<GGMLType> = new Set(TYPES.filter((t) => vecDotType(t) !== GGMLType.F32));
 
 for (const type of TYPES) {
   test(`${GGMLType[type]}: workers in 'llama' numerics agree with the coordinator's own sums, exact math does not`, async () => {

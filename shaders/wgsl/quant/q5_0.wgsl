@@ -1,0 +1,37 @@
+// Q5_0 weights. Block: 32 elements, 22 bytes.
+//   [0..2)   f16 d
+//   [2..6)   qh: u32 little-endian, bit j is the 5th bit of element j
+//   [6..22)  qs[16]: byte j holds element j in its low nibble and element j+16 in its high nibble
+//   y = d · ((nibble | 5th bit << 4) - 16)
+// Interface as in f32.wgsl.
+const BLOCK_SIZE: u32 = 32u;
+const BLOCK_BYTES: u32 = 22u;
+
+fn block_dot(m: u32, wb: u32, a: u32) -> f32 {
+  let d = w_f16(m, wb);
+  let qh = w_u32(m, wb + 2u);
+  var sum = 0.0;
+  for (var j = 0u; j < 16u; j += 4u) {
+    let q = w_u32(m, wb + 6u + j);
+    for (var k = 0u; k < 4u; k++) {
+      let b = byte_of(q, k);
+      let lo = (b & 15u) | (((qh >> (j + k)) & 1u) << 4u);
+      let hi = (b >> 4u) | (((qh >> (16u + j + k)) & 1u) << 4u);
+      sum += (f32(lo) - 16.0) * load_act(a + j + k) + (f32(hi) - 16.0) * load_act(a + 16u + j + k);
+    }
+  }
+  return d * sum;
+}
+
+// The 5th bits of elements i..i+3 (bits i..i+3 of qh) as bit 4 of four bytes.
+fn q5_high_bytes(qh: u32, i: u32) -> u32 {
+  let h = (qh >> i) & 15u;
+  return ((h & 1u) | ((h & 2u) << 7u) | ((h & 4u) << 14u) | ((h & 8u) << 21u)) << 4u;
+}
+
+fn weight_quad(m: u32, rb: u32, e: u32) -> vec4<f32> {
+  let wb = rb + (e / BLOCK_SIZE) * BLOCK_BYTES;
+  let i = e % BLOCK_SIZE;
+  let lo = (w_u32(m, wb + 6u + (i & 15u)) >> select(0u, 4u, i >= 16u)) & 0x0f0f0f0fu;
+  return w_f16(m, wb) * (u8x4(lo | q5_high_bytes(w_u32(m, wb + 2u), i)) - 16.0);
+}

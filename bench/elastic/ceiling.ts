@@ -65,3 +65,17 @@ export function swarmCeiling(input: CeilingInput): Ceiling {
   }
   return { expertShare: s, freeExperts, balanced: 1 / left, overshoot };
 }
+
+/**
+ * The share of a coordinator's time its routed experts take, from two runs of the same load that differ only in top-k:
+ * T_k = O + E and T_1 = O + E / k (the expert work scales with the pairs), so E = (T_k − T_1) · k / (k − 1) and the
+ * share is E / T_k. `t1OverTk` is T_1 / T_k (the top-k run's rate over the top-1 run's). Clamped to [0, 1]: noise can
+ * make the top-1 run no faster.
+ *
+ *   shareFromTopOne(0.7, 8)   // 0.3 · 8/7 ≈ 0.343
+ */
+export function shareFromTopOne(t1OverTk: number, k: number): number {
+  if (!(k > 1)) throw new RangeError(`top-k must be > 1, got ${k}`);
+  if (!(t1OverTk > 0)) throw new RangeError(`T_1 / T_k must be > 0, got ${t1OverTk}`);
+  return Math.min(1, Math.max(0, ((1 - t1OverTk) * k) / (k - 1)));
+}

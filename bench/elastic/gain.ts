@@ -52,7 +52,7 @@ import {
   waitForCoverage,
 } from '../../harness/swarm.ts';
 import { type Shape, QUICK, REALISTIC, benchModel, describeShape, volunteerBudget } from '../shapes.ts';
-import { swarmCeiling } from './ceiling.ts';
+import { shareFromTopOne, swarmCeiling } from './ceiling.ts';
 
 // `--memory`: the coordinator's memory alone vs with the swarm, under a limit below the experts (bench/elastic/memory.ts).
 if (process.argv.includes('--memory')) {
@@ -74,8 +74,16 @@ const { values } = parseArgs({
     'deadline-ms': { type: 'string', default: '250' },
     volunteers: { type: 'string' },
     quick: { type: 'boolean', default: false },
+    share: { type: 'boolean', default: false },
   },
 });
+/**
+ * `--share`: how much of the coordinator's time the routed experts take, measured by difference. B is no swarm but the
+ * same coordinator with top-1 routing (`--override-kv <arch>.expert_used_count=int:1`, dispatch off, no volunteers):
+ * only the routed experts' work shrinks (k → 1), so T_k − T_1 = (k − 1)/k of the expert time (shareFromTopOne,
+ * ceiling.ts), and Amdahl's ceiling on this machine follows (what any volunteer could give at most).
+ */
+const SHARE = values.share;
 const int = (v: string | undefined, name: string): number => {
   const x = Number(v);
   if (!Number.isInteger(x) || x < 1) throw new Error(`--${name} must be a positive integer, got ${v}`);
@@ -96,7 +104,7 @@ const SATURATE_AT = 3;
 const POLL_MS = 500;
 const LAYERS = 2;
 /** Headless volunteers on B: one per MoE layer by default; 0 runs B as the control (dispatch auto, nobody to dispatch to). */
-const N_VOLUNTEERS = values.volunteers === undefined ? LAYERS : Number(values.volunteers);
+const N_VOLUNTEERS = SHARE ? 0 : values.volunteers === undefined ? LAYERS : Number(values.volunteers);
 if (!Number.isInteger(N_VOLUNTEERS) || (N_VOLUNTEERS !== 0 && N_VOLUNTEERS < LAYERS))
   throw new Error(`--volunteers must be 0 or at least the ${LAYERS} MoE layers, got ${values.volunteers}`);
 if (STREAMS <= SLOTS) throw new Error(`--streams must exceed the ${SLOTS} slots (a request must wait in the queue), got ${STREAMS}`);
@@ -525,7 +533,9 @@ try {
   };
   const alone = await startSwarmHub(model.path, 'off', over);
   hubs.push(alone);
-  const swarm = await startSwarmHub(model.path, 'auto', over);
+  const swarm = SHARE
+    ? await startSwarmHub(model.path, 'off', { ...over, coordinatorArgs: ['--override-kv', `qwen3moe.expert_used_count=int:1`] })
+    : await startSwarmHub(model.path, 'auto', over);
   hubs.push(swarm);
   log(`hubs up: A --dispatch off ${alone.url}, B --dispatch auto ${swarm.url}; ${SLOTS} slots, -t ${THREADS} each`);
   for (const [name, h] of [
@@ -773,7 +783,8 @@ console.log(
 );
 for (const l of affinityLines) console.log(`  ${l}`);
 if (affinityDrift.length) console.log(`  after the measured rounds: ${affinityDrift.join('; ')}`);
-if (N_VOLUNTEERS === 0) console.log('volunteers: none (the control: B is --dispatch auto with nobody to dispatch to)');
+if (SHARE) console.log('volunteers: none (--share: B is --dispatch off with top-1 routing)');
+else if (N_VOLUNTEERS === 0) console.log('volunteers: none (the control: B is --dispatch auto with nobody to dispatch to)');
 else {
   console.log(
     `volunteers: ${N_VOLUNTEERS === LAYERS ? 'one per MoE layer' : `${N_VOLUNTEERS} for ${LAYERS} MoE layers`}, --budget-mb ${budget.mb}, --backend ${BACKEND}; every layer served ${loadS.toFixed(0)} s into B's warm-up`,
@@ -789,7 +800,7 @@ for (const w of [warmA, warmB])
 
 console.log(`\naggregate decode tokens/s: Σ generated tokens / the round's wall time (first request sent → last ended)`);
 console.log(`  ${pad('A  coordinator alone', 30)}${fmt(A.map(decodeRate))}`);
-console.log(`  ${pad('B  coordinator + swarm', 30)}${fmt(B.map(decodeRate))}`);
+console.log(`  ${pad(SHARE ? 'B  alone, top-1 routing' : 'B  coordinator + swarm', 30)}${fmt(B.map(decodeRate))}`);
 console.log(`  ${pad('B / A per round pair', 30)}${fmt(pairRatios(decodeRate), 3)}`);
 console.log(`prompt tokens/s: Σ prompt_n / Σ prompt_ms of llama-server's timings (the prompt rate the requests saw)`);
 console.log(`  ${pad('A', 30)}${fmt(A.map(promptRate))}`);
@@ -804,6 +815,26 @@ const ratioPrompt = median(pairRatios(promptRate));
 console.log(
   `\nRATIO swarm / alone (median of per-pair ratios): decode ${ratioDecode.toFixed(3)}, prompt ${ratioPrompt.toFixed(3)}   [goals (issue 24): wasm volunteers ≥ 1.25 both; software-adapter ones ≥ 0.97; a GPU volunteer decode ≥ 2, prompt ≥ 3]`,
 );
+if (SHARE) {
+  // T_k / T_1 per round pair is B's rate over A's (B: top-1); the expert share s = (1 − T_1/T_k) · k/(k − 1).
+  const k = SHAPE.nExpertUsed;
+  const shareOf = (ratio: number): number => shareFromTopOne(1 / ratio, k);
+  const sd = pairRatios(decodeRate).map(shareOf);
+  const sp = pairRatios(promptAggregate).map(shareOf);
+  console.log(
+    `\nSHARE (--share: B is A's coordinator with top-1 routing, no swarm): routed experts take ${(100 * median(sd)).toFixed(1)} % of the coordinator's decode time (per round ${sd.map((x) => (100 * x).toFixed(1)).join(', ')}) and ${(100 * median(sp)).toFixed(1)} % of its prompt time (aggregate rate)`,
+  );
+  for (const [what, xs] of [
+    ['decode', sd],
+    ['prompt', sp],
+  ] as const) {
+    const s0 = median(xs);
+    const at = (rho: number): string => (1 / (1 - s0 + (s0 * rho) / (1 + rho))).toFixed(3);
+    console.log(
+      `  ${what}: ceiling with every routed expert away for free ${(1 / (1 - s0)).toFixed(3)}×; with a second core balanced against the coordinator (no cost per exchange), a volunteer as fast as llama.cpp per core ${at(1)}×, at 0.5× its speed (wasm here) ${at(2)}×, at 0.45× ${at(1 / 0.45)}×`,
+    );
+  }
+}
 {
   // Amdahl's ceiling on this machine (ceiling.ts): the share of A's core spent on routed experts bounds what any
   // volunteer can give; the balanced split at the volunteers' measured speed bounds what these ones can.

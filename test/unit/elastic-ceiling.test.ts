@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { swarmCeiling } from '../../bench/elastic/ceiling.ts';
+import { shareFromTopOne, swarmCeiling } from '../../bench/elastic/ceiling.ts';
 
 const near = (a: number | null, b: number, what: string): void => {
   assert.ok(a !== null && Math.abs(a - b) < 1e-9, `${what}: ${a} ≠ ${b}`);
@@ -69,4 +69,15 @@ test('swarmCeiling: buckets of different per-pair cost add; no volunteer measure
     () => swarmCeiling({ wallMs: 1, buckets: [{ tokens: -1, pairsPerToken: 1, localMsPerPair: 1 }], remoteMsPerPair: null }),
     RangeError,
   );
+});
+
+test("shareFromTopOne: the routed experts' share from a top-k run against a top-1 run of the same load (table)", () => {
+  // O 60 + E 40 at top-8; top-1: 60 + 5 = 65 → T1/Tk 0.65 → share 0.4.
+  near(shareFromTopOne(0.65, 8), 0.4, 'top-8');
+  // top-2: 60 + 20 = 80.
+  near(shareFromTopOne(0.8, 2), 0.4, 'top-2');
+  assert.equal(shareFromTopOne(1.02, 8), 0, 'noise: the top-1 run no faster → 0');
+  assert.equal(shareFromTopOne(0.05, 8), 1, 'clamped');
+  assert.throws(() => shareFromTopOne(0.5, 1), RangeError);
+  assert.throws(() => shareFromTopOne(0, 8), RangeError);
 });

@@ -12,6 +12,7 @@ import { DEFAULT_CHANNEL } from './channel/channel.ts';
 import { normalOrigin } from './channel/admission.ts';
 import { checkedAdminToken } from './dashboard/admin.ts';
 import { ADMIN_TOKEN_MIN_CHARS } from './limits.ts';
+import { checkedTurnConfig, DEFAULT_TURN_TTL_S } from './turn-credentials.ts';
 
 const DEFAULTS = defaultConfig();
 
@@ -57,6 +58,12 @@ export const USAGE = `usage: expertswarm hub --model PATH.gguf [--model NAME=PAT
                              open it
   --no-peers                 volunteers fetch slices from the hub only: no PeerJS signalling, no peer lists
                              (docs/peers.md; by default a newcomer gets chunks from peers that hold its slice)
+  --turn-url URL             a TURN server for peers behind NATs, turn:HOST[:PORT] (repeatable; stun: URLs too): each
+                             volunteer's welcome carries it with a credential minted for that connection (TURN REST
+                             API: coturn's use-auth-secret). Needs --turn-secret
+  --turn-secret S            the secret shared with the TURN server (coturn's static-auth-secret), ≥ 16 characters.
+                             Prefer env EXPERTSWARM_TURN_SECRET (a flag shows in the process list)
+  --turn-ttl SECONDS         how long a minted TURN credential lasts (default ${DEFAULT_TURN_TTL_S})
   --admin-token TOKEN        enables the dashboard's admin actions (release, quarantine, targets, dispatch mode) for
                              requests carrying Authorization: Bearer TOKEN; at least ${ADMIN_TOKEN_MIN_CHARS} characters. Prefer
                              env EXPERTSWARM_ADMIN_TOKEN (a flag shows in the process list). Without one they are disabled
@@ -110,6 +117,9 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
       'heartbeat-ms': { type: 'string' },
       'allow-origin': { type: 'string', multiple: true },
       'no-peers': { type: 'boolean' },
+      'turn-url': { type: 'string', multiple: true },
+      'turn-secret': { type: 'string' },
+      'turn-ttl': { type: 'string' },
       'audit-rate': { type: 'string' },
       probation: { type: 'string' },
       'dispatch-deadline-ms': { type: 'string' },
@@ -168,6 +178,15 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   const heartbeatMs = int(values['heartbeat-ms'], '--heartbeat-ms', 1000);
   if (heartbeatMs !== undefined) c.channel = { ...c.channel, heartbeatMs, idleTimeoutMs: 3 * heartbeatMs };
   if (values['no-peers']) c.peers = { ...c.peers, enabled: false };
+  const turnSecret = values['turn-secret'] ?? (env.EXPERTSWARM_TURN_SECRET || undefined);
+  if (values['turn-url'] !== undefined || turnSecret !== undefined || values['turn-ttl'] !== undefined) {
+    const file = c.peers?.turn;
+    const ttlS = int(values['turn-ttl'], '--turn-ttl', 1) ?? file?.ttlS;
+    c.peers = {
+      ...c.peers,
+      turn: checkedTurnConfig({ urls: values['turn-url'] ?? file?.urls, secret: turnSecret ?? file?.secret, ...(ttlS ? { ttlS } : {}) }),
+    };
+  }
   const origins = (values['allow-origin'] ?? []).map(normalOrigin);
   if (origins.length > 0) c.channel = { ...c.channel, allowedOrigins: [...(c.channel.allowedOrigins ?? []), ...origins] };
   // An empty variable (`EXPERTSWARM_ADMIN_TOKEN=` in a unit file or compose file) is unset, not "no token": it must not

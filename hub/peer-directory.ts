@@ -14,6 +14,7 @@ import { randomBytes, timingSafeEqual } from 'node:crypto';
 import type { PeerReport, WelcomePeer } from '../protocol/channel/index.ts';
 import type { AssignedSlice } from '../protocol/slice.ts';
 import type { SliceTransfer } from '../protocol/dashboard.ts';
+import { checkedTurnConfig, iceServersFor, type TurnConfig } from './turn-credentials.ts';
 
 export type { SliceTransfer };
 
@@ -32,6 +33,11 @@ export interface PeerConfig {
   chunkBytes: number;
   /** Slices whose counters are kept (oldest dropped). */
   slicesKept: number;
+  /**
+   * A TURN server for peers behind NATs (issue 29, hub/turn-credentials.ts): each welcome carries its URLs with a
+   * credential minted for that connection. Absent: no ICE servers (peers meet only where host candidates reach).
+   */
+  turn?: TurnConfig;
 }
 
 export const DEFAULT_PEERS: Readonly<PeerConfig> = Object.freeze({
@@ -105,7 +111,9 @@ export class PeerDirectory implements PeerListing {
     readonly config: PeerConfig,
     private readonly now: () => number = Date.now,
     private readonly random: () => number = Math.random,
-  ) {}
+  ) {
+    if (config.turn) this.config = { ...config, turn: checkedTurnConfig(config.turn) };
+  }
 
   welcome(workerId: string, wallet: string): WelcomePeer | undefined {
     if (!this.config.enabled) return undefined;
@@ -120,7 +128,14 @@ export class PeerDirectory implements PeerListing {
     };
     this.members.set(workerId, m);
     this.byPeer.set(m.peerId, m);
-    return { path: this.config.path, key: this.config.key, id: m.peerId, token: m.token };
+    const turn = this.config.turn;
+    return {
+      path: this.config.path,
+      key: this.config.key,
+      id: m.peerId,
+      token: m.token,
+      ...(turn ? { iceServers: iceServersFor(turn, workerId, this.now()) } : {}),
+    };
   }
 
   /** The signalling server's admission: an id this hub issued, with its token. */

@@ -5,9 +5,10 @@
  *
  *   if (webRtcAvailable()) network = await openPeerJsNetwork(location.origin, welcome.peer);
  *
- * No STUN or TURN server is configured (no outside service): peers connect where their host candidates reach each
- * other (one machine, one network, or public addresses); elsewhere the connection fails within its timeout and the
- * slice comes from the hub (docs/peers.md).
+ * ICE servers are the welcome's (`peer.iceServers`: the hub's TURN server with a credential it minted for this
+ * connection, issue 29); a hub without TURN sends none, and then peers connect only where their host candidates reach
+ * each other (one machine, one network, or public addresses). Where no candidate pair works the connection fails
+ * within its timeout and the slice comes from the hub (docs/peers.md).
  */
 import type { DataConnection, Peer } from 'peerjs';
 import type { PeerLink, PeerNetwork } from './peers-swarm.ts';
@@ -72,7 +73,7 @@ export async function openPeerJsNetwork(hubUrl: string, w: WelcomePeer, timeoutM
     key: w.key,
     token: w.token,
     secure,
-    config: { iceServers: [] },
+    config: { iceServers: (w.iceServers ?? []).map((x) => ({ ...x, urls: [...x.urls] })) },
     debug: 0,
   });
   await new Promise<void>((resolve, reject) => {

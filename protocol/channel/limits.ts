@@ -71,6 +71,11 @@ export const VOLUNTEER_LIMITS = Object.freeze({
   maxPeerIdChars: 64,
   /** The path of the hub's PeerJS signalling server. */
   maxPeerPathChars: 128,
+  /** welcome.peer.ice_servers: servers, URLs per server, a URL's and a username's or credential's characters. */
+  maxIceServers: 4,
+  maxIceUrls: 4,
+  maxIceUrlChars: 256,
+  maxIceCredentialChars: 256,
   /** Heartbeat interval and idle timeout the hub may announce, ms. */
   minIntervalMs: 1000,
   maxIntervalMs: 3_600_000,

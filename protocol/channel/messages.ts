@@ -8,6 +8,7 @@ import { VolunteerWireError, badFrame, tooLarge } from './close-codes.ts';
 import { WIRE_ENCODINGS, type WireEncoding } from './encodings.ts';
 import { VARIANT_FEATURES, type VariantFeature } from '../variant.ts';
 import { type Fields, type Obj, parseObject, show } from './json-fields.ts';
+import { type IceServer, parseIceServers, wireIceServers } from './ice-servers.ts';
 import { VOLUNTEER_LIMITS, VOLUNTEER_WIRE_VERSION } from './limits.ts';
 import { sentence } from './text.ts';
 
@@ -161,6 +162,12 @@ export interface WelcomePeer {
   /** This connection's peer id (`p` and hex) and token: the server admits only ids the hub issued. */
   id: string;
   token: string;
+  /**
+   * Optional (issue 29): STUN/TURN servers for the peer connections, TURN ones with short-lived credentials the hub
+   * minted for this connection (protocol/channel/ice-servers.ts). Absent: none (peers meet only where host candidates
+   * reach).
+   */
+  iceServers?: IceServer[];
 }
 
 export interface Welcome {
@@ -317,6 +324,7 @@ function parseWelcomePeer(p: Fields): WelcomePeer {
     key: p.str('key', L.maxPeerIdChars, { min: 1, pattern: PEER_ID }),
     id: p.str('id', L.maxPeerIdChars, { min: 1, pattern: PEER_ID }),
     token: p.str('token', L.maxPeerIdChars, { min: 1, pattern: PEER_ID }),
+    ...(p.has('ice_servers') ? { iceServers: parseIceServers(p) } : {}),
   };
 }
 
@@ -531,7 +539,17 @@ function wireHub(m: HubMessage): Obj {
         idle_timeout_ms: m.idleTimeoutMs,
         encoding: m.encoding,
         credit: m.credit,
-        ...(m.peer ? { peer: { path: m.peer.path, key: m.peer.key, id: m.peer.id, token: m.peer.token } } : {}),
+        ...(m.peer
+          ? {
+              peer: {
+                path: m.peer.path,
+                key: m.peer.key,
+                id: m.peer.id,
+                token: m.peer.token,
+                ...(m.peer.iceServers ? { ice_servers: wireIceServers(m.peer.iceServers) } : {}),
+              },
+            }
+          : {}),
       };
     case 'assign':
       return {

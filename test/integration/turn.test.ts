@@ -1,22 +1,23 @@
 /**
- * harness/turn.ts with the real coturn on loopback: it listens only where told, accepts TURN REST API credentials
- * (username `expiry:id`, password base64(HMAC-SHA1(secret, username))) and refuses a wrong password and an expired
- * username, and stops. The client is coturn's own `turnutils_uclient` (an ALLOCATE with those credentials); what the
+ * harness/turn.ts with the real coturn on loopback: it listens only where told, accepts the hub's TURN REST API
+ * credentials (hub/turn-credentials.ts: username `expiry:id`, password base64(HMAC-SHA1(secret, username))) and
+ * refuses a wrong password and an expired username, and stops. The client is coturn's own `turnutils_uclient` (an ALLOCATE with those credentials); what the
  * server made of each request is read from its log, waited for (bounded).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, execFileSync } from 'node:child_process';
-import { createHmac } from 'node:crypto';
 import { promisify } from 'node:util';
 import { startTurn, type TurnServer } from '../../harness/turn.ts';
+import { turnCredential } from '../../hub/turn-credentials.ts';
 
 const run = promisify(execFile);
 const SECRET = 'turn-test-secret-0123456789';
 
-function credential(secret: string, expirySec: number, id: string): { username: string; password: string } {
-  const username = `${expirySec}:${id}`;
-  return { username, password: createHmac('sha1', secret).update(username).digest('base64') };
+/** The hub's credential (hub/turn-credentials.ts) of `id`, expiring `ttlS` from now. */
+function credential(secret: string, ttlS: number, id: string): { username: string; password: string } {
+  const c = turnCredential(secret, id, Date.now(), ttlS);
+  return { username: c.username, password: c.credential };
 }
 
 /** One ALLOCATE (and a message to a peer nobody runs) by coturn's client; it may run until the timeout. */
@@ -56,18 +57,20 @@ test('coturn on loopback: REST API credentials allocate, a wrong password and an
     assert.match(listen, new RegExp(`127\\.0\\.0\\.1:${port}`), 'UDP on the address given');
     assert.doesNotMatch(listen, new RegExp(`0\\.0\\.0\\.0:${port}|\\*:${port}`), 'and nowhere else');
 
-    const now = Math.floor(Date.now() / 1000);
-    const good = credential(SECRET, now + 300, 'w-good');
-    await allocate(turn, good.username, good.password);
-    const ok = await logLine(turn, new RegExp(`user <${good.username}>: incoming packet ALLOCATE processed, success`));
-    assert.ok(ok);
+    // A worker id may hold ':' (the channel allows it): coturn reads the expiry before the first one.
+    for (const id of ['w-good', 'page-1:x']) {
+      const good = credential(SECRET, 300, id);
+      await allocate(turn, good.username, good.password);
+      const ok = await logLine(turn, new RegExp(`user <${good.username}>: incoming packet ALLOCATE processed, success`));
+      assert.ok(ok);
+    }
 
-    const wrong = credential('another-secret-000', now + 300, 'w-wrong');
+    const wrong = credential('another-secret-000', 300, 'w-wrong');
     const out = await allocate(turn, wrong.username, wrong.password);
     assert.match(out, /Cannot complete Allocation/, 'a password from another secret is refused');
     assert.ok(!turn.log().includes(`user <${wrong.username}>: incoming packet ALLOCATE processed, success`));
 
-    const old = credential(SECRET, now - 10, 'w-expired');
+    const old = credential(SECRET, -10, 'w-expired');
     const out2 = await allocate(turn, old.username, old.password);
     assert.match(out2, /Cannot complete Allocation/, 'an expired username is refused');
     assert.ok(!turn.log().includes(`user <${old.username}>: incoming packet ALLOCATE processed, success`));

@@ -875,6 +875,10 @@ export class ModelDispatcher {
       this.chooseShadow(f, chosen);
       this.shadowUntrusted(f, chosen);
     }
+    // v2: the CLAIM before the work goes out. The coordinator waits for it before it computes its own pairs, and it
+    // depends on the plan alone; a worker whose send fails below is a claimed pair not served, which the coordinator
+    // computes after the RESULT (as for any miss).
+    const claimedAny = v2 ? this.writeClaim(f) : true;
     for (let i = 0; i < n; i++) {
       const wp = plan.workers[i] as (typeof plan.workers)[number];
       const link = chosen[wp.worker] as WorkerLink;
@@ -918,7 +922,11 @@ export class ModelDispatcher {
       );
     }
     f.dispatchedAt = performance.now();
-    if (v2) this.writeClaim(f);
+    if (!claimedAny) {
+      // Only shadow items: every pair is the coordinator's, no RESULT follows; the shadow answers still come to `audit`.
+      conn.inFlight = null;
+      this.finish(f);
+    }
   }
 
   /**
@@ -1094,8 +1102,11 @@ export class ModelDispatcher {
     );
   }
 
-  /** v2: the CLAIM, at once: the pairs of the items not in shadow are claimed, the shadow items' pairs audited. */
-  private writeClaim(f: InFlight): void {
+  /**
+   * v2: the CLAIM, at once: the pairs of the items not in shadow are claimed, the shadow items' pairs audited. Returns
+   * whether any pair was claimed (none: no RESULT follows).
+   */
+  private writeClaim(f: InFlight): boolean {
     const { conn, req, plan } = f;
     const pairs = req.nTokens * req.nUsed;
     const claimed = new Uint8Array(pairs);
@@ -1125,11 +1136,7 @@ export class ModelDispatcher {
         audit,
       }),
     );
-    if (!claimedAny) {
-      // Only shadow items: every pair is the coordinator's, no RESULT follows; the shadow answers still come to `audit`.
-      conn.inFlight = null;
-      this.finish(f);
-    }
+    return claimedAny;
   }
 
   /** v2: compares the shadow items that have both their answer and the coordinator's sums. */

@@ -734,6 +734,40 @@ describe('ModelDispatcher, protocol v2 (claims) against a scripted coordinator',
     }
   });
 
+  test('the CLAIM is written before any work goes out: the coordinator starts its own pairs while the items are sent', async () => {
+    // Ordering, seen from inside the hub's one thread: its writes to the coordinator's socket against the workers'
+    // compute calls (a scripted coordinator in this process would only see the frames after the whole turn).
+    const order: string[] = [];
+    const links = new Links();
+    const noted = (id: string) => (w: WorkItem) => {
+      order.push(`compute ${id}`);
+      return simple(w);
+    };
+    links.list = [new FnLink('a', 0, 0, 4, noted('a')), new FnLink('b', 0, 4, 8, noted('b'))];
+    const d = await dispatcher(links);
+    const spied = d as unknown as { write(conn: unknown, bytes: Uint8Array): void };
+    const write = spied.write.bind(d);
+    spied.write = (conn, bytes) => {
+      order.push(`write kind ${bytes[6]}`);
+      write(conn, bytes);
+    };
+    const c = await ScriptedCoordinator.connect(d.socketPath, {}, true, 2);
+    try {
+      order.length = 0; // the HELLO_ACK
+      const { claim, result } = await c.sendV2(c.request({ ids: Int32Array.of(1, 5, 9, 2, 7, 6, 15, 0) }));
+      assert.ok(claim.claimed);
+      await result();
+      assert.deepEqual(
+        order,
+        [`write kind ${FrameKind.Claim}`, 'compute a', 'compute b', `write kind ${FrameKind.Result}`],
+        'CLAIM, then the work items, then the RESULT',
+      );
+    } finally {
+      c.close();
+      await d.close();
+    }
+  });
+
   test('a worker that misses its deadline: claimed, not served; its RESULT comes by the deadline', async () => {
     const links = new Links();
     links.list = [new FnLink('slow', 0, 0, 8, never), new FnLink('ok', 0, 8, 16, simple)];

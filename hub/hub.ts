@@ -30,6 +30,7 @@ import { HubMetrics, type HubReadings } from './metrics.ts';
 import { AUTH_RATE_LIMIT, RELEASE_COOL_DOWN_MS, WORKER_STALE_MS, WORKERS_MAX } from './limits.ts';
 import { type Shard, ShardServer, type ShardHost } from './shards.ts';
 import { type LedgerHost, TrustLedger } from './trust/ledger.ts';
+import { sliceKey } from './trust/slice-credit.ts';
 import { ChunkLists } from './chunk-lists.ts';
 import { type DispatchObserver, Dispatchers, type DispatchersHost } from './dispatch/dispatchers.ts';
 import { Recruiter, type RecruiterHost } from './recruiter.ts';
@@ -348,8 +349,8 @@ export class Hub {
   /** A model's dispatcher hooks: serves to the dispatch map, audits and faults to the ledger, the rest as events. */
   private dispatcherEvents(model: string): DispatcherEvents {
     return {
-      onServe: (workerId, atMs, latencyMs, pairs) => this.dispatch.recordServe(workerId, atMs, latencyMs, pairs),
-      onUsed: (workerId, pairs) => this.ledger.used(workerId, pairs),
+      onServe: (workerId, atMs, latencyMs, pairs, slice) => this.dispatch.recordServe(workerId, atMs, latencyMs, pairs, slice),
+      onUsed: (workerId, pairs, slice) => this.ledger.used(workerId, pairs, slice),
       onBench: (workerId, benched) =>
         this.events.add(
           'dispatch',
@@ -486,6 +487,7 @@ export class Hub {
         this.dispatchers.forget(workerId);
       },
       creditOf: (wallet) => this.creditOf(wallet),
+      sliceCredit: (workerId, slice) => this.dispatch.record(workerId)?.slices.get(sliceKey(slice))?.credit ?? 0,
       event: (kind, model, detail) => this.events.add(kind, model, detail, this.now()),
     };
   }
@@ -639,7 +641,7 @@ export class Hub {
       );
     admit?.();
     this.coverage.heartbeat(workerId, model, ranges, now, replica);
-    this.dispatch.attach(workerId, wallet, now);
+    this.dispatch.attach(workerId, wallet, now, ranges);
     this.dash.unretire(workerId);
     if (wallet) {
       this.store.touchVolunteer(wallet, now);

@@ -238,6 +238,13 @@ export const DEFAULT_WORKERS_QUERY: Readonly<WorkersQuery> = Object.freeze({
   limit: 100,
 });
 
+/** One served slice of a worker in the workers table: its pairs served in time and the credit they earned. */
+export interface WorkerSliceStats {
+  slice: [number, number, number];
+  pairs: number;
+  credit: number;
+}
+
 export interface WorkerRow {
   id: string;
   model: string;
@@ -245,6 +252,11 @@ export interface WorkerRow {
   slice: [number, number, number] | null;
   /** Every slice it holds or loads when it holds more than one (a volunteer holds several: issue 27); absent else. */
   slices?: Array<[number, number, number]>;
+  /**
+   * Pairs served and credited for each slice it serves (heartbeat order), counted since it began serving that slice
+   * (hub/trust/slice-credit.ts); absent for a worker without a dispatch record.
+   */
+  sliceStats?: WorkerSliceStats[];
   state: WorkerStateName;
   /** `webgpu` / `wasm` / `native` (an HTTP-heartbeat worker), or null when unknown. */
   backend: string | null;

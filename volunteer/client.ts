@@ -148,6 +148,8 @@ interface Held {
   rebuilding?: boolean;
   /** Pairs served with it on this connection. */
   pairs: number;
+  /** Pairs the hub credited for it (`credit` messages' per-slice counts). */
+  credit: number;
   /** The GPU device its engine was built on (null: none then). */
   device: ExpertDevice | null;
   /** Where its bytes came from. */
@@ -488,7 +490,11 @@ class VolunteerClient implements VolunteerControls {
         void this.release(m.assignmentId, m.reason);
         return;
       case 'credit':
-        this.setStats({ credit: m.credit });
+        for (const c of m.slices ?? []) {
+          const h = this.held.get(c.assignmentId);
+          if (h) h.credit = c.credit;
+        }
+        this.setStats(m.slices ? { credit: m.credit, slices: this.sliceList() } : { credit: m.credit });
         return;
       case 'ping':
         this.send({ type: 'pong', id: m.id });
@@ -585,11 +591,12 @@ class VolunteerClient implements VolunteerControls {
       state: 'serving',
       backend: h.opened.engine.report.backend,
       pairsServed: h.pairs,
+      credit: h.credit,
       fromPeers: h.fromPeers,
       fromHub: h.fromHub,
     }));
     for (const l of this.loading.values())
-      slices.push({ ...l.slice, state: 'loading', backend: null, pairsServed: 0, fromPeers: 0, fromHub: 0 });
+      slices.push({ ...l.slice, state: 'loading', backend: null, pairsServed: 0, credit: 0, fromPeers: 0, fromHub: 0 });
     return slices;
   }
 
@@ -682,7 +689,7 @@ class VolunteerClient implements VolunteerControls {
         );
       }
       this.loading.delete(a.assignmentId);
-      this.held.set(a.assignmentId, { assign: a, slice, opened, pairs: 0, device: this.gpuDevice, ...source });
+      this.held.set(a.assignmentId, { assign: a, slice, opened, pairs: 0, credit: 0, device: this.gpuDevice, ...source });
       const backend = this.announceEngine(
         a.assignmentId,
         opened,

@@ -25,6 +25,8 @@ export interface HeldSlice extends SliceAssignment {
   backend: Backend | null;
   /** Pairs it served on this connection. */
   pairsServed: number;
+  /** Pairs the hub credited for it (its `credit` messages' per-slice counts; 0 from a hub that sends none). */
+  credit: number;
   /** Its bytes taken from other volunteers and from the hub (both 0: from this device's cache). */
   fromPeers: number;
   fromHub: number;

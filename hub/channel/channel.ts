@@ -85,6 +85,8 @@ export interface ChannelHost {
   /** The worker is gone: drop its coverage and dispatch record. */
   forget(workerId: string): void;
   creditOf(wallet: string): number;
+  /** Pairs credited to a worker for one slice it holds (trust/slice-credit.ts); absent: credit messages list no slices. */
+  sliceCredit?(workerId: string, slice: { layer: number; begin: number; end: number }): number;
   /**
    * A result frame that does not decode (NaN or ±∞ in it, the wrong size, the wrong work): the connection is closed
    * with BAD_FRAME; the host may also distrust the worker (quarantine).
@@ -531,9 +533,18 @@ export class VolunteerChannel {
     return true;
   }
 
-  /** Pushes credit totals to a wallet's connections. */
+  /** Pushes credit totals to a wallet's connections, with each loaded slice's credit (optional on the wire). */
   credit(wallet: string, total: number): void {
-    for (const c of this.all) if (c.wallet === wallet) c.send({ type: 'credit', credit: total });
+    const of = this.host.sliceCredit?.bind(this.host);
+    for (const c of this.all) {
+      if (c.wallet !== wallet) continue;
+      const held = of ? [...c.slices.values()].filter((sl) => sl.loaded) : [];
+      c.send({
+        type: 'credit',
+        credit: total,
+        ...(of && held.length > 0 && { slices: held.map((sl) => ({ assignmentId: sl.assign.assignmentId, credit: of(c.workerId, sl) })) }),
+      });
+    }
   }
 
   /**

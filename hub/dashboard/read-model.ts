@@ -25,6 +25,7 @@ import { RoundTripReservoir, round2 } from './rates.ts';
 import { DashboardSampler, type ModelReading, type SamplerSource } from './sampler.ts';
 import { DashboardStreams, type StreamOptions, type StreamSink } from './stream.ts';
 import { WorkersTable } from './workers.ts';
+import { sliceKey } from '../trust/slice-credit.ts';
 import {
   EVENTS_PAGE_MAX,
   HISTORY_MS,
@@ -310,6 +311,13 @@ export class DashboardReadModel {
       model,
       slice: held ? [held[0], held[1], held[2]] : null,
       ...(ranges.length > 1 && { slices: ranges.map(([l, b, e]): [number, number, number] => [l, b, e]) }),
+      ...(rec &&
+        ranges.length > 0 && {
+          sliceStats: ranges.map(([l, b, e]) => {
+            const x = rec.slices.get(sliceKey({ layer: l, begin: b, end: e }));
+            return { slice: [l, b, e] as [number, number, number], pairs: x?.pairs ?? 0, credit: x?.credit ?? 0 };
+          }),
+        }),
       state: rec ? workerState(rec, nowMs, this.host.dispatchConfig) : 'loading',
       backend: v ? v.backend : 'native',
       device: v?.device ?? '',

@@ -4,6 +4,8 @@
  * here. The state is a pure function of that record and the clock.
  */
 import type { CoverageStore } from '../market/coverage.ts';
+import { type SliceRef, type SliceTallies, tallyKeep, tallyServed } from '../trust/slice-credit.ts';
+import type { HeldRange } from '../../protocol/slice.ts';
 
 export type WorkerState = 'joining' | 'grace' | 'proven' | 'idle' | 'released' | 'quarantined';
 
@@ -33,6 +35,8 @@ export interface WorkerRecord {
   auditNmseMax: number | null;
   /** Pairs of its answers that went into the sums since its last passed audit: credit not yet verified. */
   unverifiedPairs: number;
+  /** Its pairs and credit per slice it holds (trust/slice-credit.ts; a volunteer holds several: issue 27). */
+  slices: SliceTallies;
 }
 
 /**
@@ -71,8 +75,8 @@ export class DispatchMap {
 
   constructor(private readonly cfg: DispatchConfig = DEFAULT_DISPATCH) {}
 
-  /** Called on every heartbeat; the first one attaches the worker. */
-  attach(workerId: string, wallet: string | null, nowMs: number): WorkerRecord {
+  /** Called on every heartbeat (with the ranges it holds: the tallies of others are forgotten); the first attaches it. */
+  attach(workerId: string, wallet: string | null, nowMs: number, held?: readonly HeldRange[]): WorkerRecord {
     let r = this.records.get(workerId);
     if (!r) {
       r = {
@@ -89,16 +93,20 @@ export class DispatchMap {
         auditNmseLast: null,
         auditNmseMax: null,
         unverifiedPairs: 0,
+        slices: new Map(),
       };
       this.records.set(workerId, r);
     }
+    if (held) tallyKeep(r.slices, held);
     return r;
   }
 
-  recordServe(workerId: string, nowMs: number, latencyMs: number, pairs = 0): void {
+  /** A worker answered in time: `pairs` of `slice` (when the link said which) served. */
+  recordServe(workerId: string, nowMs: number, latencyMs: number, pairs = 0, slice?: SliceRef): void {
     const r = this.records.get(workerId);
     if (!r) return;
     if (pairs > 0) this.pairs.set(workerId, (this.pairs.get(workerId) ?? 0) + pairs);
+    if (slice) tallyServed(r.slices, slice, pairs);
     r.lastServeMs = nowMs;
     r.latencyMs = r.latencyMs === null ? latencyMs : r.latencyMs * 0.8 + latencyMs * 0.2;
   }

@@ -16,6 +16,7 @@ import type { AuditChooser, AuditResult } from '../dispatch/audits.ts';
 import type { DispatchMap } from '../dispatch/map.ts';
 import { type Standing, type TrustConfig, afterAudit, auditThis, judgeAudit, standing, trustOn } from '../dispatch/trust.ts';
 import { CREDIT_CACHE_MAX } from '../limits.ts';
+import { type SliceRef, tallyAudited, tallyCredited, tallyDropped, tallyUsed } from './slice-credit.ts';
 import type { HubStore } from '../store.ts';
 import type { CreditAnswer } from '../../protocol/http.ts';
 
@@ -110,10 +111,14 @@ export class TrustLedger {
     };
   }
 
-  /** A dispatcher used `pairs` of a worker's: credited now, or with trust checks on at the worker's next passed audit. */
-  used(workerId: string, pairs: number): void {
+  /**
+   * A dispatcher used `pairs` of a worker's (of `slice`, when the link said): credited now, or with trust checks on at
+   * the worker's next passed audit. The slice's tally follows the wallet's credit (slice-credit.ts).
+   */
+  used(workerId: string, pairs: number, slice?: SliceRef): void {
     const rec = this.host.dispatch.record(workerId);
     if (!rec) return;
+    if (slice && rec.wallet) tallyUsed(rec.slices, slice, pairs, !this.on);
     // With trust checks on, credit waits for the worker's next passed audit (and is dropped if it is quarantined).
     if (this.on) rec.unverifiedPairs += pairs;
     else this.credit(rec.wallet, pairs);
@@ -145,9 +150,11 @@ export class TrustLedger {
     // Verified work counts once the worker is in good standing: a passed audit on probation waits for the rest (and
     // a worker back on probation after a strike keeps its unverified credit waiting with it).
     rec.unverifiedPairs += result.pairs;
+    if (rec.wallet) tallyAudited(rec.slices, result.layer, result.pairs);
     if (this.standingOf(workerId) === 'trusted') {
       this.credit(rec.wallet, rec.unverifiedPairs);
       rec.unverifiedPairs = 0;
+      tallyCredited(rec.slices);
     }
   }
 
@@ -166,6 +173,7 @@ export class TrustLedger {
     if (!rec || rec.quarantined) return;
     const dropped = rec.unverifiedPairs;
     rec.unverifiedPairs = 0;
+    tallyDropped(rec.slices);
     this.host.dispatch.setQuarantined(workerId);
     queueMicrotask(() =>
       this.host.quarantineWorker(workerId, reason, rec.wallet !== null, `by the trust checks; ${dropped} unverified pairs not credited`),

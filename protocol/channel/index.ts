@@ -53,6 +53,7 @@ export {
   type Assign,
   type ClientMessage,
   type Credit,
+  type SliceCredit,
   type Heartbeat,
   type ChannelHello,
   type HelloDevice,

@@ -7,7 +7,7 @@ import type { HeldRange } from '../slice.ts';
 import { VolunteerWireError, badFrame, tooLarge } from './close-codes.ts';
 import { WIRE_ENCODINGS, type WireEncoding } from './encodings.ts';
 import { VARIANT_FEATURES, type VariantFeature } from '../variant.ts';
-import { type Fields, type Obj, parseObject, show } from './json-fields.ts';
+import { Fields, type Obj, parseObject, show } from './json-fields.ts';
 import { type IceServer, parseIceServers, wireIceServers } from './ice-servers.ts';
 import { VOLUNTEER_LIMITS, VOLUNTEER_WIRE_VERSION } from './limits.ts';
 import { sentence } from './text.ts';
@@ -225,6 +225,17 @@ export interface Release {
 export interface Credit {
   type: 'credit';
   /** Pairs credited to this wallet in total (durable). */
+  credit: number;
+  /**
+   * Optional (hubs of multi-slice volunteers): pairs credited to each slice this connection holds, by assignment id,
+   * since it was assigned (≤ maxSlices entries; older clients ignore the field).
+   */
+  slices?: SliceCredit[];
+}
+
+/** One held slice's credit in a `credit` message. */
+export interface SliceCredit {
+  assignmentId: number;
   credit: number;
 }
 
@@ -447,7 +458,18 @@ export function parseHubMessage(data: string | Uint8Array): HubMessage {
     case 'release':
       return { type, assignmentId: assignmentId(g), code: g.oneOf('code', RELEASE_CODES), reason: g.str('reason', L.maxMessageChars) };
     case 'credit':
-      return { type, credit: g.int('credit', 0, Number.MAX_SAFE_INTEGER) };
+      return {
+        type,
+        credit: g.int('credit', 0, Number.MAX_SAFE_INTEGER),
+        ...(g.has('slices')
+          ? {
+              slices: g.list('slices', L.maxSlices).map((x, i) => {
+                const s = Fields.of(x, `credit.slices[${i}]`);
+                return { assignmentId: assignmentId(s), credit: s.int('credit', 0, Number.MAX_SAFE_INTEGER) };
+              }),
+            }
+          : {}),
+      };
     case 'ping':
     case 'pong':
       return { type, id: g.int('id', 0, 0xffffffff) };
@@ -570,7 +592,11 @@ function wireHub(m: HubMessage): Obj {
     case 'release':
       return { type: m.type, assignment_id: m.assignmentId, code: m.code, reason: sentence(m.reason, L.maxMessageChars) };
     case 'credit':
-      return { type: m.type, credit: m.credit };
+      return {
+        type: m.type,
+        credit: m.credit,
+        ...(m.slices ? { slices: m.slices.map((s) => ({ assignment_id: s.assignmentId, credit: s.credit })) } : {}),
+      };
     default:
       return { type: m.type, id: m.id };
   }

@@ -100,6 +100,43 @@ test('npm start’s demo model, one tab with the default budget: it holds every 
     const routed = d('served') + d('fallback') + d('rejected');
     assert.ok(routed >= E2E_TOKENS * layers.length * c.nExpertUsed, `every routed pair is counted: ${JSON.stringify({ before, after })}`);
     assert.ok(d('served') >= 0.9 * routed, `the tab served ${d('served')} of ${routed} routed pairs`);
+    // Per-slice pairs and credit (trusted now, its pairs are credited as used, flushed once a second): each slice's
+    // own on the dashboard's row, and the page's list shows each slice's credit as the hub's credit message says it.
+    type SliceStats = { slice: [number, number, number]; pairs: number; credit: number };
+    let stats: SliceStats[] = [];
+    let rowCredit = 0;
+    for (const until = Date.now() + 10_000; Date.now() < until; await new Promise((r) => setTimeout(r, 250))) {
+      const page = (await (await fetch(`${hub.url}/api/dashboard/workers?limit=20`)).json()) as {
+        rows: Array<{ id: string; credit: number | null; sliceStats?: SliceStats[] }>;
+      };
+      const row = page.rows.find((r) => r.id === tab?.workerId);
+      stats = row?.sliceStats ?? [];
+      rowCredit = row?.credit ?? 0;
+      // The tallies count at once, the wallet's credit once its second's flush is written: compare after it.
+      const sum = stats.reduce((n, x) => n + x.credit, 0);
+      if (stats.length === layers.length && stats.every((x) => x.pairs > 0 && x.credit > 0) && sum <= rowCredit) break;
+    }
+    assert.deepEqual(
+      stats.map((x) => x.slice[0]).sort(),
+      layers,
+      `the dashboard row has each slice's pairs and credit: ${JSON.stringify(stats)}`,
+    );
+    assert.ok(
+      stats.every((x) => x.pairs > 0 && x.credit > 0 && x.credit <= x.pairs),
+      `every slice served and earned credit: ${JSON.stringify(stats)}`,
+    );
+    const sliceCredit = stats.reduce((n, x) => n + x.credit, 0);
+    assert.ok(sliceCredit <= rowCredit, `the slices' credit ${sliceCredit} is within the wallet's ${rowCredit}`);
+    await tab.page.waitForFunction(
+      (n) => {
+        const cells = document.querySelectorAll('#slices-table tbody tr[data-state="serving"] [data-testid="slice-credit"]');
+        return (
+          cells.length === n && Array.prototype.every.call(cells, (c: Element) => Number((c.textContent ?? '').replace(/[^0-9]/g, '')) > 0)
+        );
+      },
+      layers.length,
+      { timeout: 15_000, polling: 250 },
+    );
     assert.deepEqual(tab.errors, [], 'no page errors');
     t.diagnostic(`${rounds} probation round(s); the tab served ${d('served')} of ${routed} routed pairs over ${layers.length} layers`);
   } finally {

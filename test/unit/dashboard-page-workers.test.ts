@@ -27,6 +27,7 @@ import {
   blocksToForget,
   fetchPlan,
   formatSlice,
+  formatSliceStats,
   formatSlices,
   nextSort,
   queryKey,
@@ -133,6 +134,14 @@ test('sorting: a new column starts at its natural direction, the same column fli
       ],
     ),
     '2 slices: L0 [0, 8), L1 [0, 8)',
+  );
+  assert.equal(formatSliceStats(undefined), '');
+  assert.equal(
+    formatSliceStats([
+      { slice: [0, 0, 8], pairs: 120, credit: 100 },
+      { slice: [1, 0, 8], pairs: 4, credit: 0 },
+    ]),
+    'L0 [0, 8): 120 pairs, 100 credited; L1 [0, 8): 4 pairs, 0 credited',
   );
 });
 

@@ -95,6 +95,14 @@ const HUB_MESSAGES: HubMessage[] = [
   ASSIGN,
   { type: 'release', assignmentId: 7, code: 'NOT_NEEDED', reason: 'demand for layer 3 fell back' },
   { type: 'credit', credit: 2 ** 40 },
+  {
+    type: 'credit',
+    credit: 12,
+    slices: [
+      { assignmentId: 7, credit: 12 },
+      { assignmentId: 0xffffffff, credit: 0 },
+    ],
+  },
   { type: 'ping', id: 5 },
   { type: 'pong', id: 6 },
 ];
@@ -299,6 +307,17 @@ test('malformed hub messages get their exact close codes', () => {
     ['release reason over-long', edited(release, (o) => (o.reason = 'r'.repeat(513)), true), 'TOO_LARGE'],
     ['credit negative', '{"type":"credit","credit":-1}', 'BAD_FRAME'],
     ['credit as text', '{"type":"credit","credit":"5"}', 'BAD_FRAME'],
+    ['credit slices not a list', '{"type":"credit","credit":5,"slices":{"7":5}}', 'BAD_FRAME'],
+    ['credit slice not an object', '{"type":"credit","credit":5,"slices":[[7,5]]}', 'BAD_FRAME'],
+    ['credit slice without an assignment', '{"type":"credit","credit":5,"slices":[{"credit":5}]}', 'BAD_FRAME'],
+    ['credit slice of assignment 0', '{"type":"credit","credit":5,"slices":[{"assignment_id":0,"credit":5}]}', 'BAD_FRAME'],
+    ['credit slice negative', '{"type":"credit","credit":5,"slices":[{"assignment_id":7,"credit":-1}]}', 'BAD_FRAME'],
+    ['credit slice fractional', '{"type":"credit","credit":5,"slices":[{"assignment_id":7,"credit":0.5}]}', 'BAD_FRAME'],
+    [
+      'credit slices over the cap',
+      JSON.stringify({ type: 'credit', credit: 5, slices: Array.from({ length: 257 }, (_, i) => ({ assignment_id: i + 1, credit: 0 })) }),
+      'TOO_LARGE',
+    ],
   ];
   for (const [label, text, code] of table) throwsCode(() => parseHubMessage(text), code, label);
 });

@@ -278,6 +278,7 @@ test("the frame's report: phase, percent, pairs and backend, nothing secret", ()
     state,
     backend: null,
     pairsServed: 0,
+    credit: 0,
     fromPeers: 0,
     fromHub: 0,
   });

@@ -103,3 +103,9 @@ export function formatSlices(slice: [number, number, number] | null, slices?: Re
   if (!slices || slices.length < 2) return formatSlice(slice);
   return `${slices.length} slices: ${slices.map((s) => formatSlice(s)).join(', ')}`;
 }
+
+/** Each served slice's pairs and credit, for the slice cell's title ("L0 [0, 8): 120 pairs, 100 credited; …"). */
+export function formatSliceStats(stats?: ReadonlyArray<{ slice: [number, number, number]; pairs: number; credit: number }>): string {
+  if (!stats || stats.length === 0) return '';
+  return stats.map((s) => `${formatSlice(s.slice)}: ${s.pairs} pairs, ${s.credit} credited`).join('; ');
+}

@@ -1,12 +1,51 @@
 /**
  * What the hub's two WebSocket endpoints (the volunteer channel, hub/channel/channel.ts; Kvasir's relay,
- * hub/relay/relay.ts) share around an upgrade: refusing it with a catalogue error before any WebSocket exists,
- * counting what an address holds open, and reading a `ws` message as bytes.
+ * hub/relay/relay.ts) share around an upgrade: admitting it (Origin, the caps, the open rate), refusing it with a
+ * catalogue error before any WebSocket exists, counting what an address holds open, and reading a `ws` message as
+ * bytes.
  */
+import type { IncomingMessage } from 'node:http';
 import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { RawData } from 'ws';
-import type { HubError } from '../errors.ts';
+import type { RateLimiter } from '../auth/rate-limit.ts';
+import { HubError } from '../errors.ts';
+import { checkOrigin } from './admission.ts';
+
+/** One endpoint's limits on upgrades. */
+export interface UpgradeGate {
+  /** What the endpoint holds, plural, for the refusals ("volunteer connections", "relays"). */
+  noun: string;
+  allowedOrigins: ReadonlySet<string>;
+  /** Connections open per address (countDown on close), and the most one address may hold. */
+  perAddress: ReadonlyMap<string, number>;
+  maxPerAddress: number;
+  /** Opens per address over time. */
+  opens: RateLimiter;
+  /** The endpoint's connections open now and the most the hub holds; absent: no hub-wide cap here. */
+  total?: { open: number; max: number };
+}
+
+/**
+ * The upgrade's checks, cheapest first; throws the refusal as a HubError: ORIGIN_FORBIDDEN, TOO_MANY_CONNECTIONS
+ * (the hub's cap, then the address's), RATE_LIMITED. Takes one open from the address's rate when it admits.
+ */
+export function admitUpgrade(req: IncomingMessage, key: string, gate: UpgradeGate, nowMs: number): void {
+  const origin = checkOrigin(req.headers.origin, req.headers.host, gate.allowedOrigins);
+  if (!origin.ok) throw new HubError('ORIGIN_FORBIDDEN', origin.reason);
+  if (gate.total && gate.total.open >= gate.total.max)
+    throw new HubError('TOO_MANY_CONNECTIONS', `the hub holds ${gate.total.max} ${gate.noun}, the most it may`, { 'Retry-After': '60' });
+  if ((gate.perAddress.get(key) ?? 0) >= gate.maxPerAddress)
+    throw new HubError('TOO_MANY_CONNECTIONS', `this address has ${gate.maxPerAddress} ${gate.noun} open, the most one address may`, {
+      'Retry-After': '60',
+    });
+  if (!gate.opens.take(key, nowMs)) {
+    const retryS = Math.max(1, Math.ceil(gate.opens.waitMs(key, nowMs) / 1000));
+    throw new HubError('RATE_LIMITED', `too many ${gate.noun} opened from this address; retry in ${retryS} s`, {
+      'Retry-After': String(retryS),
+    });
+  }
+}
 
 /** Answers an upgrade with a catalogue error, as the HTTP API would, and closes the socket once it is written. */
 export function refuseUpgrade(socket: Duplex, e: HubError): void {

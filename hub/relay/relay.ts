@@ -30,7 +30,7 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { performance } from 'node:perf_hooks';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
-import { countDown, messageBytes, refuseUpgrade } from '../channel/upgrade.ts';
+import { admitUpgrade, countDown, messageBytes, refuseUpgrade } from '../channel/upgrade.ts';
 import {
   KVASIR_RELAY_CLOSE,
   KVASIR_RELAY_PATH,
@@ -46,7 +46,7 @@ import type { HeldRange } from '../market/types.ts';
 import { RateLimiter } from '../auth/rate-limit.ts';
 import { HubError } from '../errors.ts';
 import { clientKey } from '../net.ts';
-import { checkOrigin, normalOrigin } from '../channel/admission.ts';
+import { normalOrigin } from '../channel/admission.ts';
 import { kvasirRequestOf, kvasirSums } from './work.ts';
 
 /** A coverage `url` naming a relay session: `relay:<session>`. */
@@ -281,23 +281,9 @@ export class KvasirRelays {
   }
 
   private admit(req: IncomingMessage, key: string): void {
-    const origin = checkOrigin(req.headers.origin, req.headers.host, this.allowedOrigins);
-    if (!origin.ok) throw new HubError('ORIGIN_FORBIDDEN', origin.reason);
-    if (this.relays.size >= this.options.maxRelays)
-      throw new HubError('TOO_MANY_CONNECTIONS', `the hub holds ${this.options.maxRelays} relays, the most it may`, {
-        'Retry-After': '60',
-      });
-    if ((this.perAddress.get(key) ?? 0) >= this.options.maxPerAddress)
-      throw new HubError('TOO_MANY_CONNECTIONS', `this address has ${this.options.maxPerAddress} relays open, the most one may`, {
-        'Retry-After': '60',
-      });
-    const now = this.nowMs();
-    if (!this.opens.take(key, now)) {
-      const retryS = Math.max(1, Math.ceil(this.opens.waitMs(key, now) / 1000));
-      throw new HubError('RATE_LIMITED', `too many relays opened from this address; retry in ${retryS} s`, {
-        'Retry-After': String(retryS),
-      });
-    }
+    const { maxPerAddress, maxRelays } = this.options;
+    const gate = { noun: 'relays', allowedOrigins: this.allowedOrigins, perAddress: this.perAddress, maxPerAddress, opens: this.opens };
+    admitUpgrade(req, key, { ...gate, total: { open: this.relays.size, max: maxRelays } }, this.nowMs());
   }
 
   /** After the 101: the token, the session, then the relay is the session's (a relay it had before is replaced). */

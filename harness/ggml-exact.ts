@@ -13,7 +13,7 @@
  * orders of magnitude (test/integration/expert-dispatch.test.ts measures both).
  *
  * Types (GGML_EXACT_TYPES): F32, F16, Q8_0, Q4_0, Q4_K (the dispatch grid's; checked against the coordinator there),
- * Q5_0, Q5_K, Q6_K, MXFP4 and IQ4_NL (checked against the coordinator's own local computation, linkcpp-expert-ref, in
+ * Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, Q6_K, MXFP4 and IQ4_NL (checked against the coordinator's own local computation, linkcpp-expert-ref, in
  * numerics-vs-coordinator.test.ts).
  * Row lengths must be multiples of 32 (F32/F16) or of the type's block.
  *
@@ -69,7 +69,11 @@ export const GGML_EXACT_TYPES: ReadonlySet<GGMLType> = new Set([
   GGMLType.F16,
   GGMLType.Q8_0,
   GGMLType.Q4_0,
+  GGMLType.Q4_1,
   GGMLType.Q5_0,
+  GGMLType.Q5_1,
+  GGMLType.Q2_K,
+  GGMLType.Q3_K,
   GGMLType.Q4_K,
   GGMLType.Q5_K,
   GGMLType.Q6_K,
@@ -86,6 +90,8 @@ interface QuantRow {
   qs: Int8Array;
   /** Q8_K: sums of 16 consecutive qs. */
   bsums?: Int32Array;
+  /** Q8_1: per block s = f16(d · Σ qs) (d before its f16 rounding), f16-decoded. */
+  s?: Float64Array;
 }
 
 function roundEven(v: number): number {
@@ -106,6 +112,25 @@ function quantizeQ8_0(x: Float32Array): QuantRow {
     for (let i = 32 * b; i < 32 * b + 32; i++) qs[i] = roundEven(f32((x[i] as number) * id));
   }
   return { d, qs };
+}
+
+/**
+ * quantize_row_q8_1 (x86 AVX2): Q8_0's quants and f16 d, and s = f16(d · Σ qs) with d = amax/127 as a float32 (not
+ * the f16 one); Q4_1 and Q5_1 read it for their mins.
+ */
+function quantizeQ8_1(x: Float32Array): QuantRow {
+  const row = quantizeQ8_0(x);
+  const s = new Float64Array(x.length / 32);
+  for (let b = 0; b < s.length; b++) {
+    let amax = 0;
+    let sum = 0;
+    for (let i = 32 * b; i < 32 * b + 32; i++) {
+      amax = Math.max(amax, Math.abs(x[i] as number));
+      sum += row.qs[i] as number;
+    }
+    s[b] = f16ToF32(f32ToF16(f32(f32(amax / 127) * sum)));
+  }
+  return { ...row, s };
 }
 
 /** quantize_row_q8_K_ref: iscale = −127/max (signed), float32 scale 1/iscale, values ≤ 127, bsums per 16. */
@@ -155,6 +180,11 @@ function toVecDot(type: GGMLType, x: Float32Array): Activation {
     case GGMLType.MXFP4:
     case GGMLType.IQ4_NL:
       return { kind: 'q', q: quantizeQ8_0(x) };
+    case GGMLType.Q4_1:
+    case GGMLType.Q5_1:
+      return { kind: 'q', q: quantizeQ8_1(x) };
+    case GGMLType.Q2_K:
+    case GGMLType.Q3_K:
     case GGMLType.Q4_K:
     case GGMLType.Q5_K:
     case GGMLType.Q6_K:
@@ -174,6 +204,7 @@ const LANES_M = new Float64Array(4);
 const SC = new Int32Array(8);
 const MN = new Int32Array(8);
 const WQ = new Int32Array(32);
+const SC16 = new Int32Array(16);
 
 /** ggml_vec_dot_f32 / ggml_vec_dot_f16: 4 accumulators × 8 lanes of FMAs over steps of 32, then GGML_F32x8_REDUCE. */
 function dotFloat(w: Float32Array, wOff: number, x: Float32Array, n: number): number {
@@ -228,6 +259,39 @@ function dotQ32(wType: GGMLType.Q8_0 | GGMLType.Q4_0 | GGMLType.Q5_0, w: Uint8Ar
 }
 
 /**
+ * ggml_vec_dot_q4_1_q8_1 / ggml_vec_dot_q5_1_q8_1 (AVX2): unsigned quants (Q4_1's nibbles; Q5_1's with the 5th bit
+ * from qh), 8 integer lanes of 4 products per block, acc = fma(x.d·y.d, lane, acc); the mins one scalar, summs =
+ * fma(x.m, y.s, summs) (GCC contracts `summs += m * s`: vfmadd231ss in the build); hsum8(acc) + summs.
+ */
+function dotQ1(type: GGMLType.Q4_1 | GGMLType.Q5_1, w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
+  const acc = LANES.fill(0);
+  let summs = 0;
+  const view = new DataView(w.buffer, w.byteOffset, w.byteLength);
+  const q5 = type === GGMLType.Q5_1;
+  const blockBytes = q5 ? 24 : 20;
+  const ys = y.s as Float64Array;
+  const wq = WQ;
+  for (let b = 0; b < n / 32; b++) {
+    const o = wOff + b * blockBytes;
+    const qh = q5 ? view.getUint32(o + 4, true) : 0;
+    const qs = o + (q5 ? 8 : 4);
+    for (let i = 0; i < 16; i++) {
+      const byte = w[qs + i] as number;
+      wq[i] = (byte & 0xf) | (((qh >>> i) & 1) << 4);
+      wq[i + 16] = (byte >> 4) | (((qh >>> (i + 16)) & 1) << 4);
+    }
+    summs = fma32(f16ToF32(view.getUint16(o + 2, true)), ys[b] as number, summs);
+    const d = f32(f16ToF32(view.getUint16(o, true)) * (y.d[b] as number));
+    for (let l = 0; l < 8; l++) {
+      let s = 0;
+      for (let i = 4 * l; i < 4 * l + 4; i++) s += (wq[i] as number) * (y.qs[32 * b + i] as number);
+      acc[l] = fma32(d, s, acc[l] as number);
+    }
+  }
+  return f32(hsum8(acc) + summs);
+}
+
+/**
  * ggml_vec_dot_mxfp4_q8_0 / ggml_vec_dot_iq4_nl_q8_0 (AVX2): the 16 nibbles looked up in kvalues_fp4 / kvalues_iq4nl
  * (low nibbles = elements 0..15, high = 16..31), 8 integer lanes of 4 products per block; blocks in pairs, the even
  * one into acc1, the odd one into acc2, acc = fma(y.d · x's scale (2^(e−128); IQ4_NL's f16 d), lane, acc);
@@ -276,6 +340,69 @@ function dotPaired(type: GGMLType.MXFP4 | GGMLType.IQ4_NL, w: Uint8Array, wOff: 
     sumf = fma32(d, s, sumf);
   }
   return sumf;
+}
+
+/** Scale s (0..15) of a Q3_K super-block, 6 bits less 32 (low 4 bits in scales[s % 8], high 2 in scales[8 + s % 4]). */
+function scaleQ3K(q: Uint8Array, o: number, s: number): number {
+  const low = s < 8 ? (q[o + s] as number) & 15 : (q[o + s - 8] as number) >> 4;
+  const high = ((q[o + 8 + (s & 3)] as number) >> (2 * (s >> 2))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
+/**
+ * ggml_vec_dot_q2_K_q8_K / ggml_vec_dot_q3_K_q8_K (AVX2): for each 128-element half j and 32-element run k of it,
+ * lane l gets scale[8j + 2k + (l ≥ 4)] · Σ(quants of bytes 4l..4l+3 of the run × their activations) (Q2_K's quants
+ * 0..3, Q3_K's low 2 bits less 4 where the hmask bit is clear). Q2_K's mins share the one accumulator and come first:
+ * lane l = min[2l]·bsum[2l] + min[2l+1]·bsum[2l+1], acc = fma(−y.d·x.dmin, lane, acc); then acc = fma(y.d·x.d,
+ * f32(lane), acc) per block; hsum8.
+ */
+function dotQ23K(type: GGMLType.Q2_K | GGMLType.Q3_K, w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
+  const acc = LANES.fill(0);
+  const view = new DataView(w.buffer, w.byteOffset, w.byteLength);
+  const bsums = y.bsums as Int32Array;
+  const q2 = type === GGMLType.Q2_K;
+  const sc = SC16;
+  for (let b = 0; b < n / 256; b++) {
+    const yd = y.d[b] as number;
+    let qs: number;
+    let hm = 0;
+    let d: number;
+    if (q2) {
+      const o = wOff + b * 84;
+      const dmin = f32(-yd * f16ToF32(view.getUint16(o + 82, true)));
+      d = f32(yd * f16ToF32(view.getUint16(o + 80, true)));
+      for (let s = 0; s < 16; s++) sc[s] = (w[o + s] as number) & 15;
+      for (let l = 0; l < 8; l++) {
+        const prod =
+          ((w[o + 2 * l] as number) >> 4) * (bsums[16 * b + 2 * l] as number) +
+          ((w[o + 2 * l + 1] as number) >> 4) * (bsums[16 * b + 2 * l + 1] as number);
+        acc[l] = fma32(dmin, prod, acc[l] as number);
+      }
+      qs = o + 16;
+    } else {
+      const o = wOff + b * 110;
+      d = f32(yd * f16ToF32(view.getUint16(o + 108, true)));
+      for (let s = 0; s < 16; s++) sc[s] = scaleQ3K(w, o + 96, s);
+      hm = o;
+      qs = o + 32;
+    }
+    for (let l = 0; l < 8; l++) {
+      let lane = 0;
+      for (let j = 0; j < 2; j++) {
+        for (let k = 0; k < 4; k++) {
+          let sum = 0;
+          for (let t = 4 * l; t < 4 * l + 4; t++) {
+            let q = ((w[qs + 32 * j + t] as number) >> (2 * k)) & 3;
+            if (!q2 && (((w[hm + t] as number) >> (4 * j + k)) & 1) === 0) q -= 4;
+            sum += q * (y.qs[256 * b + 128 * j + 32 * k + t] as number);
+          }
+          lane += (sc[8 * j + 2 * k + (l >> 2)] as number) * sum;
+        }
+      }
+      acc[l] = fma32(d, lane, acc[l] as number);
+    }
+  }
+  return hsum8(acc);
 }
 
 /** The 6-bit scale and min of sub-block j of a Q4_K super-block (get_scale_min_k4). */
@@ -429,6 +556,12 @@ function vecDot(w: Weights, r: number, a: Activation, n: number): number {
     case GGMLType.MXFP4:
     case GGMLType.IQ4_NL:
       return dotPaired(w.type, w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
+    case GGMLType.Q4_1:
+    case GGMLType.Q5_1:
+      return dotQ1(w.type, w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
+    case GGMLType.Q2_K:
+    case GGMLType.Q3_K:
+      return dotQ23K(w.type, w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     case GGMLType.Q4_K:
       return dotQ4K(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     case GGMLType.Q5_K:

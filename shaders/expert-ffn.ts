@@ -30,6 +30,8 @@ export const QUANT_SNIPPETS: ReadonlyMap<GGMLType, QuantSnippet> = new Map<GGMLT
   [GGMLType.Q6_K, 'q6_k'],
   [GGMLType.MXFP4, 'mxfp4'],
   [GGMLType.IQ4_NL, 'iq4_nl'],
+  [GGMLType.Q2_K, 'q2_k'],
+  [GGMLType.Q3_K, 'q3_k'],
   [GGMLType.Q5_0, 'q5_0'],
 ]);
 
@@ -42,6 +44,8 @@ export const INT8_SNIPPETS: ReadonlyMap<GGMLType, Int8Quant> = new Map<GGMLType,
   [GGMLType.Q6_K, 'q6_k'],
   [GGMLType.MXFP4, 'mxfp4'],
   [GGMLType.IQ4_NL, 'iq4_nl'],
+  [GGMLType.Q2_K, 'q2_k'],
+  [GGMLType.Q3_K, 'q3_k'],
   [GGMLType.Q5_0, 'q5_0'],
 ]);
 
@@ -135,12 +139,12 @@ export function kernelFfn(variant: ExpertVariant, numerics: Numerics): KernelFfn
 /** Absent: silu without biases or scales, the overrides' defaults. */
 type FfnOf = { ffn?: KernelFfn };
 
+// The decode and batched float kernels share one member each (a key with `kernel: 'expert_up' | 'expert_up_batched'`
+// and a QuantSnippet would otherwise be more combinations than TypeScript matches against a union).
 export type PipelineKey =
-  | ({ kernel: 'expert_up'; quant: QuantSnippet; pass: UpPass; tuning: KernelTuning; variant: KernelVariant } & FfnOf)
-  | ({ kernel: 'expert_down'; quant: QuantSnippet; tuning: KernelTuning; variant: KernelVariant } & FfnOf)
+  | ({ kernel: 'expert_up' | 'expert_up_batched'; quant: QuantSnippet; pass: UpPass; tuning: KernelTuning; variant: KernelVariant } & FfnOf)
+  | ({ kernel: 'expert_down' | 'expert_down_batched'; quant: QuantSnippet; tuning: KernelTuning; variant: KernelVariant } & FfnOf)
   | { kernel: 'expert_combine'; tuning: KernelTuning; variant: KernelVariant }
-  | ({ kernel: 'expert_up_batched'; quant: QuantSnippet; pass: UpPass; tuning: KernelTuning; variant: KernelVariant } & FfnOf)
-  | ({ kernel: 'expert_down_batched'; quant: QuantSnippet; tuning: KernelTuning; variant: KernelVariant } & FfnOf)
   | ({ kernel: 'expert_up_q8'; quant: Int8Quant; pass: UpPass; tuning: KernelTuning; variant: KernelVariant; dot: Int8Dot } & FfnOf)
   | ({ kernel: 'expert_down_q8'; quant: Int8Quant; tuning: KernelTuning; variant: KernelVariant; dot: Int8Dot } & FfnOf);
 

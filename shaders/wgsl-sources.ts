@@ -7,9 +7,22 @@ import { readFileSync } from 'node:fs';
 const read = (path: string): string => readFileSync(new URL(`./wgsl/${path}`, import.meta.url), 'utf8');
 
 /** Quant snippets by file stem (shaders/wgsl/quant/<stem>.wgsl). */
-export type QuantSnippet = 'f32' | 'f16' | 'bf16' | 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k' | 'mxfp4' | 'iq4_nl' | 'q5_0';
+export type QuantSnippet =
+  | 'f32'
+  | 'f16'
+  | 'bf16'
+  | 'q8_0'
+  | 'q4_0'
+  | 'q4_k'
+  | 'q5_k'
+  | 'q6_k'
+  | 'mxfp4'
+  | 'iq4_nl'
+  | 'q5_0'
+  | 'q2_k'
+  | 'q3_k';
 /** Quant snippets that also have an integer block dot against 8-bit activations (shaders/wgsl/int8/<stem>.wgsl). */
-export type Int8Quant = 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k' | 'mxfp4' | 'iq4_nl' | 'q5_0';
+export type Int8Quant = 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k' | 'mxfp4' | 'iq4_nl' | 'q5_0' | 'q3_k' | 'q2_k';
 export type KernelName =
   | 'expert_up'
   | 'expert_down'
@@ -65,6 +78,8 @@ export const WGSL: WgslSources = {
     q6_k: read('quant/q6_k.wgsl'),
     mxfp4: read('quant/mxfp4.wgsl'),
     iq4_nl: read('quant/iq4_nl.wgsl'),
+    q2_k: read('quant/q2_k.wgsl'),
+    q3_k: read('quant/q3_k.wgsl'),
     q5_0: read('quant/q5_0.wgsl'),
   },
   int8: {
@@ -75,6 +90,8 @@ export const WGSL: WgslSources = {
     q6_k: read('int8/q6_k.wgsl'),
     mxfp4: read('int8/mxfp4.wgsl'),
     iq4_nl: read('int8/iq4_nl.wgsl'),
+    q2_k: read('int8/q2_k.wgsl'),
+    q3_k: read('int8/q3_k.wgsl'),
     q5_0: read('int8/q5_0.wgsl'),
   },
   dot: { packed: read('int8/dot_packed.wgsl'), unpacked: read('int8/dot_unpacked.wgsl') },

@@ -77,6 +77,8 @@ fn main(
       let v = f32(lane_dot(0u, wb, da * (BLOCK_SIZE / 4u), da, l));
       if (PAIRED && (b & 1u) == 1u) {
         acc.y = fma_rn(lane_scale(0u, wb, da), v, acc.y);
+      } else if (MIN_FIRST) {
+        acc.x = fma_rn(lane_scale(0u, wb, da), v, min_step(0u, wb, da, l, acc.x));
       } else {
         acc.x = fma_rn(lane_scale(0u, wb, da), v, acc.x);
         acc.y = min_step(0u, wb, da, l, acc.y);

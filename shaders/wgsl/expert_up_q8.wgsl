@@ -124,6 +124,8 @@ fn main(
         let v = f32(lane_dot(GATE, wb, qa, da, l));
         if (odd) {
           acc.y = fma_rn(lane_scale(GATE, wb, da), v, acc.y);
+        } else if (MIN_FIRST) {
+          acc.x = fma_rn(lane_scale(GATE, wb, da), v, min_step(GATE, wb, da, l, acc.x));
         } else {
           acc.x = fma_rn(lane_scale(GATE, wb, da), v, acc.x);
           acc.y = min_step(GATE, wb, da, l, acc.y);
@@ -133,6 +135,8 @@ fn main(
         let v = f32(lane_dot(UP, wb, qa, da, l));
         if (odd) {
           acc.w = fma_rn(lane_scale(UP, wb, da), v, acc.w);
+        } else if (MIN_FIRST) {
+          acc.z = fma_rn(lane_scale(UP, wb, da), v, min_step(UP, wb, da, l, acc.z));
         } else {
           acc.z = fma_rn(lane_scale(UP, wb, da), v, acc.z);
           acc.w = min_step(UP, wb, da, l, acc.w);

@@ -15,7 +15,7 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { GGMLType } from '../../gguf/quant-types.ts';
+import { GGMLType, requireQuantType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
 import { INT8_SNIPPETS } from '../../shaders/expert-ffn.ts';
 import { ExpertRuntime, type ExpertSlice, type IntegerDot, type KernelFeature } from '../../shaders/runtime.ts';
@@ -104,17 +104,19 @@ function assertSameBits(got: Float32Array, want: Float32Array, what: string): vo
 
 const INT8_TYPES = [...INT8_SNIPPETS.keys()];
 const same = (t: GGMLType): SliceTypes => ({ gate: t, up: t, down: t });
-const isK = (t: GGMLType): boolean => t === GGMLType.Q4_K || t === GGMLType.Q5_K || t === GGMLType.Q6_K;
+const isK = (t: GGMLType): boolean => requireQuantType(t).blockSize === 256;
 /**
- * One block per row and several (K-quants: 256 and 512; Q8_0/Q4_0: 32 and 96); MXFP4, whose dot takes blocks in pairs
+ * One block per row and several (K-quants: 256 and 512; the blocks of 32: 32 and 96); MXFP4, whose dot takes blocks in pairs
  * and an odd last one apart, also 8 and 5 blocks.
  */
 const widths = (t: GGMLType): [number, number][] =>
   isK(t)
-    ? [
-        [256, 256],
-        [512, 256],
-      ]
+    ? t === GGMLType.Q2_K || t === GGMLType.Q3_K
+      ? [[512, 256]] // two super-blocks per row (h: 512 × 512); one block adds little and costs SwiftShader seconds
+      : [
+          [256, 256],
+          [512, 256],
+        ]
     : [[32, 32], [96, 64], ...(t === GGMLType.MXFP4 || t === GGMLType.IQ4_NL ? ([[256, 160]] as [number, number][]) : [])];
 
 function packedDot(): boolean {

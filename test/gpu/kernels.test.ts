@@ -204,6 +204,8 @@ const GRID: { name: string; types: SliceTypes; sizes: [number, number, number][]
   { name: 'Q4_K', types: same(T.Q4_K), sizes: K_SIZES },
   { name: 'Q5_K', types: same(T.Q5_K), sizes: K_SIZES },
   { name: 'Q6_K', types: same(T.Q6_K), sizes: K_SIZES },
+  { name: 'Q2_K', types: same(T.Q2_K), sizes: [[256, 256, 2]] },
+  { name: 'Q3_K', types: same(T.Q3_K), sizes: [[256, 256, 2]] },
   // gate and up of different types run the two-pass expert_up path (Q4_K_M-like mix, and a float mix)
   { name: 'mix Q4_K/Q5_K/Q6_K', types: { gate: T.Q4_K, up: T.Q5_K, down: T.Q6_K }, sizes: [[256, 256, 3]] },
   { name: 'mix F16/BF16/Q8_0', types: { gate: T.F16, up: T.BF16, down: T.Q8_0 }, sizes: [[64, 64, 4]] },
@@ -241,6 +243,8 @@ const BATCHED_GRID: { name: string; types: SliceTypes; sizes: [number, number][]
   { name: 'Q4_K', types: same(T.Q4_K), sizes: BATCHED_K_SIZES },
   { name: 'Q5_K', types: same(T.Q5_K), sizes: BATCHED_K_SIZES },
   { name: 'Q6_K', types: same(T.Q6_K), sizes: BATCHED_K_SIZES },
+  { name: 'Q2_K', types: same(T.Q2_K), sizes: [[256, 256]] },
+  { name: 'Q3_K', types: same(T.Q3_K), sizes: [[256, 256]] },
   // gate and up of different types: the two-pass expert_up_batched path
   { name: 'mix Q4_K/Q5_K/Q6_K', types: { gate: T.Q4_K, up: T.Q5_K, down: T.Q6_K }, sizes: [[256, 256]] },
 ];
@@ -419,6 +423,8 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     { name: 'Q4_K', types: same(T.Q4_K), nEmbd: 256, ff: 256 },
     { name: 'Q5_K', types: same(T.Q5_K), nEmbd: 256, ff: 256 },
     { name: 'Q6_K', types: same(T.Q6_K), nEmbd: 256, ff: 256 },
+    { name: 'Q2_K', types: same(T.Q2_K), nEmbd: 256, ff: 256 },
+    { name: 'Q3_K', types: same(T.Q3_K), nEmbd: 256, ff: 256 },
     // two-pass up with int8 kernels (gate and up both round to Q8_K); two row roundings (f16, bf16) and a packed down
     { name: 'mix Q4_K/Q5_K/Q6_K', types: { gate: T.Q4_K, up: T.Q5_K, down: T.Q6_K }, nEmbd: 256, ff: 256 },
     { name: 'mix F16/BF16/Q8_0', types: { gate: T.F16, up: T.BF16, down: T.Q8_0 }, nEmbd: 64, ff: 64 },

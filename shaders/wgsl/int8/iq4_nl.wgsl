@@ -2,6 +2,7 @@
 // interface: int8/q8_0.wgsl. ggml_vec_dot_iq4_nl_q8_0 (AVX2) is ggml_vec_dot_mxfp4_q8_0 with kvalues_iq4nl and an f16
 // scale: the same lanes (int8/mxfp4.wgsl), blocks in pairs, an odd last block in scalar code (PAIRED).
 const MIN_SUM = false;
+const MIN_FIRST = false;
 const PAIRED = true;
 
 // Four nibbles (bits 0..3 of each byte of q) as four int8 kvalues_iq4nl, packed.

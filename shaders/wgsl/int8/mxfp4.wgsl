@@ -5,6 +5,7 @@
 // blocks go in pairs into two accumulators summed before the hsum, and an odd last block is added in scalar code
 // (PAIRED: the kernels' second accumulator and tail).
 const MIN_SUM = false;
+const MIN_FIRST = false;
 const PAIRED = true;
 
 // Four nibbles (bits 0..3 of each byte of q) as four int8 kvalues_fp4, packed.

@@ -3,6 +3,7 @@
 // in bytes 16..31, so lane l < 4 holds low nibbles 4l .. 4l + 3 and lane l >= 4 the high nibbles of bytes
 // 4(l - 4) ..; the quants q - 8 are formed per byte (bytes_minus) so one dot_i8 takes four of them.
 const MIN_SUM = false;
+const MIN_FIRST = false;
 const PAIRED = false;
 
 fn lane_dot(m: u32, wb: u32, qa: u32, da: u32, l: u32) -> i32 {

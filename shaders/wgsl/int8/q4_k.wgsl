@@ -5,6 +5,7 @@
 // l < 4 holds min[2l] · S(2l) + min[2l + 1] · S(2l + 1), S(s) the sum of sub-block s's activation quants (two bsums),
 // times dmin = -y.d · x.dmin; the row's result is hsum_float_8(acc) + ((m0 + m2) + (m1 + m3)).
 const MIN_SUM = true;
+const MIN_FIRST = false;
 const PAIRED = false;
 
 fn lane_dot(m: u32, wb: u32, qa: u32, da: u32, l: u32) -> i32 {

@@ -3,6 +3,7 @@
 // l < 4 the low nibbles of bytes 4l .. 4l + 3, lane l >= 4 the high nibbles of bytes 4(l - 4) ..), each quant with
 // its 5th bit from qh (bytes_from_bits_32: bit i of qh for element i) and minus 16.
 const MIN_SUM = false;
+const MIN_FIRST = false;
 const PAIRED = false;
 
 fn lane_dot(m: u32, wb: u32, qa: u32, da: u32, l: u32) -> i32 {

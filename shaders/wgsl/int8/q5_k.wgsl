@@ -5,6 +5,7 @@
 // contracts: vfmadd231ss in the coordinator's build), kept here in lane 0; the row's result is
 // hsum_float_8(acc) + summs.
 const MIN_SUM = true;
+const MIN_FIRST = false;
 const PAIRED = false;
 
 fn lane_dot(m: u32, wb: u32, qa: u32, da: u32, l: u32) -> i32 {

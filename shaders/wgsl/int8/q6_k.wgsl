@@ -4,6 +4,7 @@
 // scale[8h + 2k + (l >= 4)] · Σ(quants of bytes 4l .. 4l + 3 × their activations), and then loses
 // 32 · (scale[2l] · bsum[2l] + scale[2l + 1] · bsum[2l + 1]). The scales are int8.
 const MIN_SUM = false;
+const MIN_FIRST = false;
 const PAIRED = false;
 
 fn lane_dot(m: u32, wb: u32, qa: u32, da: u32, l: u32) -> i32 {

@@ -6,6 +6,8 @@
 //   lane_scale(m, wb, da) -> f32        the block's float factor, as ggml rounds it (x.d · y.d)
 //   min_step(m, wb, da, l, acc) -> f32  the mins' accumulator of lane l after this block (acc where the type has none)
 //   const MIN_SUM: bool                 whether the row's result adds the mins' accumulators
+//   const MIN_FIRST: bool               the mins go into the block accumulator itself, before the block's fma
+//                                        (Q2_K's vec_dot: acc = fma(d, lane, min_step(acc))), not into their own
 //   const PAIRED: bool                  blocks in pairs (MXFP4's vec_dot): odd blocks go to a second accumulator
 //                                        (the mins' slot, so MIN_SUM is false), the two added lane by lane before
 //                                        the hsum, and an odd last block is one integer sum added after it with one fma
@@ -18,6 +20,7 @@
 // the order inside them.
 // Here: lane l holds the products of bytes 4l .. 4l + 3 (mul_sum_i8_pairs_float).
 const MIN_SUM = false;
+const MIN_FIRST = false;
 const PAIRED = false;
 
 fn lane_dot(m: u32, wb: u32, qa: u32, da: u32, l: u32) -> i32 {

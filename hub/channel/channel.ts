@@ -24,7 +24,7 @@
 import type { IncomingMessage, Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
-import { countDown, messageBytes, refuseUpgrade } from './upgrade.ts';
+import { admitUpgrade, countDown, messageBytes, refuseUpgrade } from './upgrade.ts';
 import {
   CLOSE_CODES,
   VOLUNTEER_LIMITS,
@@ -61,7 +61,7 @@ import {
   CHANNEL_UNSOLICITED_BYTES_PER_TOKEN,
 } from '../limits.ts';
 import { clientKey } from '../net.ts';
-import { checkOrigin, normalOrigin } from './admission.ts';
+import { normalOrigin } from './admission.ts';
 import type { PeerListing } from '../peer-directory.ts';
 
 /** What the channel needs of the hub (the Hub implements it; tests may pass their own). */
@@ -457,22 +457,16 @@ export class VolunteerChannel {
     });
   }
 
-  /** The upgrade's checks, cheapest first: ORIGIN_FORBIDDEN, TOO_MANY_CONNECTIONS, RATE_LIMITED (each a HubError). */
+  /** The upgrade's checks, cheapest first: ORIGIN_FORBIDDEN, TOO_MANY_CONNECTIONS, RATE_LIMITED (upgrade.ts). */
   private admit(req: IncomingMessage, key: string): void {
-    const origin = checkOrigin(req.headers.origin, req.headers.host, this.allowedOrigins);
-    if (!origin.ok) throw new HubError('ORIGIN_FORBIDDEN', origin.reason);
-    const { maxPerAddress } = this.options;
-    if ((this.perAddress.get(key) ?? 0) >= maxPerAddress)
-      throw new HubError('TOO_MANY_CONNECTIONS', `this address has ${maxPerAddress} volunteer connections open, the most one address may`, {
-        'Retry-After': '60',
-      });
-    const now = this.nowMs();
-    if (!this.opens.take(key, now)) {
-      const retryS = Math.max(1, Math.ceil(this.opens.waitMs(key, now) / 1000));
-      throw new HubError('RATE_LIMITED', `too many volunteer connections opened from this address; retry in ${retryS} s`, {
-        'Retry-After': String(retryS),
-      });
-    }
+    const gate = {
+      noun: 'volunteer connections',
+      allowedOrigins: this.allowedOrigins,
+      perAddress: this.perAddress,
+      maxPerAddress: this.options.maxPerAddress,
+      opens: this.opens,
+    };
+    admitUpgrade(req, key, gate, this.nowMs());
   }
 
   /** The dispatcher's view of one model's serving workers. */

@@ -53,11 +53,15 @@ export interface TestHub {
   close(): Promise<void>;
 }
 
-/** A hub over the given models with no coordinator started: the market, auth and durable store, driven in-process. */
+/**
+ * A hub over the given models with no coordinator started: the market, auth and durable store, driven in-process;
+ * with `redis` (harness/redis.ts) it joins that cluster of hubs.
+ */
 export async function testHub(over: Partial<HubConfig>): Promise<TestHub> {
   const clock = { now: 1_800_000_000_000 };
   const hub = new Hub(defaultConfig({ stateDir: ':memory:', ...over }), () => clock.now);
   await hub.load();
+  await hub.startCluster(); // with `redis` in `over`: the hub joins that cluster (no coordinator is started either way)
   const app = await buildApp(hub);
   const call: TestHub['call'] = async (method, url, body, token, raw) => {
     const headers: Record<string, string> = {};

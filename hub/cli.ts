@@ -12,6 +12,7 @@ import { DEFAULT_CHANNEL } from './channel/channel.ts';
 import { normalOrigin } from './channel/admission.ts';
 import { checkedAdminToken } from './dashboard/admin.ts';
 import { ADMIN_TOKEN_MIN_CHARS } from './limits.ts';
+import { checkHubId, parseRedisUrl } from './cluster/keys.ts';
 import { checkedTurnConfig, DEFAULT_TURN_TTL_S } from './turn-credentials.ts';
 
 const DEFAULTS = defaultConfig();
@@ -67,6 +68,11 @@ export const USAGE = `usage: expertswarm hub --model PATH.gguf [--model NAME=PAT
   --admin-token TOKEN        enables the dashboard's admin actions (release, quarantine, targets, dispatch mode) for
                              requests carrying Authorization: Bearer TOKEN; at least ${ADMIN_TOKEN_MIN_CHARS} characters. Prefer
                              env EXPERTSWARM_ADMIN_TOKEN (a flag shows in the process list). Without one they are disabled
+  --redis URL                join the cluster of hubs sharing this Redis (redis://host:port[/db], rediss://…,
+                             unix:///path/redis.sock; env EXPERTSWARM_REDIS): worker records, quarantine and credit
+                             are shared, every hub's dispatch map and demand see every hub's workers (docs/cluster.md).
+                             Without it the hub stands alone (SQLite and memory)
+  --hub-id ID                this hub's name in the cluster (default: host name, pid and 4 random hex digits)
   --config FILE              JSON file with any of: port, host, slots, ctxPerSlot, threads, stateDir, models
                              ([{path, name?}]), externals ([{name, url}]), adminToken, expertsOnDemand, channel
                              ({allowedOrigins, maxPerAddress, maxPerWallet, opensPerAddress}) and http ({socketsPerAddress,
@@ -125,6 +131,8 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
       'dispatch-deadline-ms': { type: 'string' },
       'experts-on-demand': { type: 'boolean' },
       'admin-token': { type: 'string' },
+      redis: { type: 'string' },
+      'hub-id': { type: 'string' },
       config: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -195,6 +203,12 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   const adminToken = values['admin-token'] ?? envToken;
   if (adminToken !== undefined) c.adminToken = checkedAdminToken(adminToken);
   else if (c.adminToken !== null) c.adminToken = checkedAdminToken(c.adminToken); // from --config
+  // An empty variable is unset, as for the admin token.
+  const redis = values.redis ?? (env.EXPERTSWARM_REDIS === '' ? undefined : env.EXPERTSWARM_REDIS);
+  if (redis !== undefined) c.redis = redis;
+  if (c.redis !== null) parseRedisUrl(c.redis); // a malformed URL (flag, variable or --config) stops the start here
+  if (values['hub-id'] !== undefined) c.cluster = { ...c.cluster, hubId: checkHubId(values['hub-id']) };
+  if (c.redis === null && values['hub-id'] !== undefined) throw new Error('--hub-id names this hub in a cluster: give --redis URL too');
   for (const u of values['coordinator-url'] ?? []) {
     const [name, url] = pair(u, '--coordinator-url');
     c.externals.push({ name, url });

@@ -60,6 +60,11 @@ export const ERRORS = {
   COORDINATOR_ERROR: 502,
   // pages
   PAGES_NOT_BUILT: 503,
+  // the cluster of hubs (--redis, hub/cluster/)
+  /** The cluster's Redis does not answer (down, restarting, unreachable) within its command timeout: retry later. */
+  CLUSTER_UNAVAILABLE: 503,
+  /** A value read back from the cluster's Redis is not what a hub writes there (hub/cluster/codec.ts). */
+  CLUSTER_STATE_CORRUPT: 502,
   // anything else
   INTERNAL: 500,
 } as const;

@@ -18,8 +18,11 @@ import type { HeldRange, ModelDemand, ModelShape } from './market/types.ts';
 import { DEFAULT_TRUST, type TrustConfig, mayUse } from './dispatch/trust.ts';
 import { DEFAULT_DISPATCH, DispatchMap, type DispatchConfig, type DispatchRow } from './dispatch/map.ts';
 
-/** A row of `GET /api/expert-dispatch-map`: the dispatch map's, with Kvasir's node id and relay fields (null: no relay). */
-export type KvasirDispatchRow = DispatchRow & { node_id: string; listen_port: number | null; session: string | null };
+/**
+ * A row of `GET /api/expert-dispatch-map`: the dispatch map's, with Kvasir's node id and relay fields (null: no relay),
+ * and the hub the worker is attached to (`--redis`: any hub of the cluster; null for a hub alone).
+ */
+export type KvasirDispatchRow = DispatchRow & { node_id: string; listen_port: number | null; session: string | null; hub: string | null };
 import { EventLog, type EventLogQuery, type HubEvent } from './events.ts';
 import { HubStore } from './store.ts';
 import { NodeAuth, type ChallengeReply, type NodeTokenReply } from './auth/index.ts';
@@ -42,6 +45,16 @@ import { DEFAULT_CHANNEL, VolunteerChannel, type ChannelHost, type ChannelOption
 import { KvasirRelays, joinDirectories, type RelayHost, type RelayOptions } from './relay/relay.ts';
 import type { CoverageAnswer, CreditAnswer, DemandAnswer, HealthAnswer, RecruitmentAnswer } from '../protocol/http.ts';
 import { AdminGate, checkedAdminToken } from './dashboard/admin.ts';
+import { ClusterSync, type ClusterHost, type ClusterOptions, type ClusterStatus } from './cluster/cluster.ts';
+import type { ClusterWorker } from './cluster/codec.ts';
+import {
+  ClusterCoverage,
+  type CoverageView,
+  type CreditBook,
+  type CreditOnce,
+  LocalCreditBook,
+  type QuarantineList,
+} from './cluster/shared.ts';
 import { type AdminDone, AdminActions, type AdminHost } from './dashboard/admin-actions.ts';
 import { DashboardReadModel, type ReadModelHost } from './dashboard/read-model.ts';
 import type { StreamOptions, StreamSink } from './dashboard/stream.ts';
@@ -119,6 +132,13 @@ export interface HubConfig {
   peers?: Partial<PeerConfig>;
   /** Kvasir's relays (hub/relay/relay.ts DEFAULT_RELAY: the worker wire written, timings, caps); absent: the defaults. */
   relay?: Partial<RelayOptions>;
+  /**
+   * `--redis URL` (env EXPERTSWARM_REDIS): this hub joins the cluster of hubs sharing that Redis (docs/cluster.md):
+   * worker records, quarantine and credit are shared. null (the default): a hub alone, SQLite and memory only.
+   */
+  redis: string | null;
+  /** The cluster's settings (hub/cluster/cluster.ts DEFAULT_CLUSTER; `--hub-id`); used only with `redis`. */
+  cluster: Partial<ClusterOptions>;
 }
 
 export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
@@ -149,6 +169,8 @@ export function defaultConfig(over: Partial<HubConfig> = {}): HubConfig {
     releaseCoolDownMs: RELEASE_COOL_DOWN_MS,
     dashboardStreams: {},
     http: {},
+    redis: null,
+    cluster: {},
     ...over,
   };
 }
@@ -184,6 +206,15 @@ export class Hub {
   /** Slices the market assigned to HTTP workers and their wallets downloaded: what their heartbeats may report. */
   private readonly grants = new SliceGrants();
   private readonly config: HubConfig;
+  /** With `--redis`: this hub's part in the cluster (cluster/cluster.ts); null for a hub alone. */
+  private readonly cluster: ClusterSync | null;
+  /** Who is refused: the store's list, or with `--redis` the store's and the cluster's (cluster/shared.ts). */
+  private readonly quarantines: QuarantineList;
+  /** Credit by verified item: the store's, or the cluster's (cluster/shared.ts). */
+  private readonly creditBook: CreditBook;
+  /** Coverage as demand and recruitment read it: this hub's, or this hub's and the other hubs' (cluster/shared.ts). */
+  private readonly coverageView: CoverageView;
+  private clusterStarted = false;
 
   constructor(
     config: HubConfig,
@@ -201,8 +232,16 @@ export class Hub {
     };
     this.coverage = new CoverageStore({ maxWorkers: config.maxWorkers });
     this.dispatch = new DispatchMap(config.dispatch);
-    this.recruiter = new Recruiter(this.recruiterHost());
     this.store = new HubStore(config.stateDir === ':memory:' ? ':memory:' : join(config.stateDir, 'hub.sqlite'));
+    this.cluster = config.redis ? new ClusterSync(config.redis, config.cluster ?? {}, this.clusterHost()) : null;
+    this.quarantines = this.cluster ?? this.store;
+    this.creditBook = this.cluster ?? new LocalCreditBook(this.store, (wallet, pairs) => this.ledger.addCredit(wallet, pairs));
+    this.coverageView = this.cluster ? new ClusterCoverage(this.coverage, this.cluster.remoteCoverage()) : this.coverage;
+    if (this.cluster) {
+      const cluster = this.cluster;
+      this.coverage.onChange = (workerId, model) => cluster.localChanged(workerId, model);
+    }
+    this.recruiter = new Recruiter(this.recruiterHost());
     this.auth = new NodeAuth({ secret: this.store.tokenSecret(), rateLimit: config.authRateLimit });
     this.supervisor = new CoordinatorSupervisor(
       (name, state, detail) => this.events.add('coordinator', name, `${state}: ${detail}`, this.now()),
@@ -264,6 +303,7 @@ export class Hub {
       if (this.marketModels.has(info.model)) throw new Error(`two models are named ${info.model}; name one with NAME=PATH`);
       this.marketModels.set(info.model, info);
       this.coverage.addModel(info);
+      this.cluster?.addModel(info);
       this.store.recordModel(info.model, info.path, this.now());
       // A model whose coordinator runs elsewhere (--coordinator-url with the same name) is only described by its GGUF.
       const url = externals.get(info.model);
@@ -298,6 +338,7 @@ export class Hub {
   }
 
   async start(): Promise<void> {
+    await this.startCluster();
     await this.dispatchers.start();
     await this.supervisor.start();
     this.ledger.start();
@@ -317,6 +358,7 @@ export class Hub {
     await this.supervisor.stop();
     await this.dispatchers.close();
     this.ledger.stop();
+    await this.cluster?.stop();
     this.store.close();
   }
 
@@ -429,7 +471,8 @@ export class Hub {
       reading: (model) => this.poller.reading(model),
       saturation: this.config.saturation,
       dispatchModeOf: (model) => this.dispatchModeOf(model),
-      coverage: this.coverage,
+      coverage: this.coverageView,
+      releaseCoverage: this.coverage,
       dispatch: this.dispatch,
       channel: { workerInfo: (id) => this.channel.workerInfo(id), demandChanged: () => this.channel.demandChanged() },
       grants: this.grants,
@@ -443,10 +486,21 @@ export class Hub {
 
   /** What the trust ledger may call (trust/ledger.ts LedgerHost). */
   private ledgerHost(): LedgerHost {
+    const cluster = this.cluster;
     return {
-      store: this.store,
+      // With --redis the credit goes to the cluster (each write with an item id: counted once), and the cluster tells
+      // the volunteers their cluster-wide total when Redis answers.
+      store: cluster
+        ? {
+            addCredit: (wallet, pairs, nowMs) => cluster.addCredit(wallet, pairs, nowMs),
+            volunteer: (wallet) => this.store.volunteer(wallet),
+            quarantine: (subject, reason, nowMs) => cluster.quarantine(subject, reason, nowMs),
+          }
+        : this.store,
       dispatch: this.dispatch,
-      creditChanged: (wallet, credit) => this.channel.credit(wallet, credit),
+      creditChanged: (wallet, credit) => {
+        if (!cluster) this.channel.credit(wallet, credit);
+      },
       event: (model, detail) => this.events.add('dispatch', model, detail, this.now()),
       quarantineWorker: (workerId, reason, wallet, by) => {
         this.quarantineWorker(workerId, reason, wallet, by);
@@ -467,7 +521,7 @@ export class Hub {
   private channelHost(): ChannelHost {
     return {
       authenticate: (authorization) => this.authenticate(authorization),
-      quarantineReason: (workerId, wallet) => this.store.quarantineReason(workerId) ?? this.store.quarantineReason(wallet),
+      quarantineReason: (workerId, wallet) => this.quarantines.quarantineReason(workerId) ?? this.quarantines.quarantineReason(wallet),
       badResult: (workerId, reason) => this.ledger.caught(workerId, `a result frame refused: ${reason}`),
       offer: (workerId, request) => this.volunteer(request, workerId),
       expertBytes: (model) => this.shape(model).bytesPerExpert,
@@ -496,7 +550,7 @@ export class Hub {
   private relayHost(): RelayHost {
     return {
       authenticate: (authorization) => this.authenticate(authorization),
-      quarantineReason: (workerId, wallet) => this.store.quarantineReason(workerId) ?? this.store.quarantineReason(wallet),
+      quarantineReason: (workerId, wallet) => this.quarantines.quarantineReason(workerId) ?? this.quarantines.quarantineReason(wallet),
       relayChanged: (workerId, model, ranges, seenMs, dialed) => {
         if (this.coverage.modelOf(workerId) !== model) return;
         this.coverage.heartbeat(workerId, model, ranges, seenMs, dialed);
@@ -544,7 +598,100 @@ export class Hub {
   }
 
   health(): HealthAnswer {
-    return { ok: true, coordinators: this.coordinators().map((c) => ({ model: c.name, state: c.state, restarts: c.restarts })) };
+    return {
+      ok: true,
+      coordinators: this.coordinators().map((c) => ({ model: c.name, state: c.state, restarts: c.restarts })),
+      ...(this.cluster ? { cluster: this.cluster.status() } : {}),
+    };
+  }
+
+  // --- the cluster (--redis, cluster/cluster.ts)
+
+  /**
+   * Joins the cluster (`--redis`; nothing for a hub alone): connects, bounded, and syncs from then on. `start()` calls
+   * it first; in-process tests that start no coordinator call it alone (harness/hub-fixtures.ts). Idempotent.
+   */
+  async startCluster(): Promise<void> {
+    if (this.cluster && !this.clusterStarted) {
+      this.clusterStarted = true;
+      await this.cluster.start();
+    }
+  }
+
+  /** The cluster's state now; null for a hub alone. */
+  clusterStatus(): ClusterStatus | null {
+    return this.cluster?.status() ?? null;
+  }
+
+  /** Writes this hub's due cluster state now (worker records, quarantines, credit) instead of at the next batch. */
+  async clusterFlush(): Promise<void> {
+    await this.cluster?.flush();
+  }
+
+  /** Reads the other hubs' state now (worker records, quarantines) instead of at the next `syncMs` tick. */
+  async clusterSync(): Promise<void> {
+    await this.cluster?.sync();
+  }
+
+  /** What the cluster may read and tell (cluster/cluster.ts ClusterHost). */
+  private clusterHost(): ClusterHost {
+    return {
+      now: () => this.now(),
+      staleMs: this.config.staleMs,
+      dispatch: this.config.dispatch,
+      localWorker: (workerId) => this.clusterRecord(workerId),
+      localWorkerIds: () => this.coverage.models().flatMap((m) => this.coverage.workersOf(m)),
+      isLocal: (workerId) => this.coverage.modelOf(workerId) !== undefined,
+      store: this.store,
+      quarantinedElsewhere: (subject, reason, hub) => this.quarantinedElsewhere(subject, reason, hub),
+      creditChanged: (wallet, credit) => this.channel.credit(wallet, credit),
+      event: (detail) => this.events.add('coordinator', null, `cluster: ${detail}`, this.now()),
+    };
+  }
+
+  /** A worker of this hub as the cluster publishes it (cluster/codec.ts ClusterWorker); null if it is not live here. */
+  private clusterRecord(workerId: string): ClusterWorker | null {
+    const model = this.coverage.modelOf(workerId);
+    if (model === undefined || !this.cluster) return null;
+    const seen = this.coverage.lastSeenMs(workerId) ?? this.now();
+    const r = this.dispatch.record(workerId);
+    return {
+      v: 1,
+      worker_id: workerId,
+      hub: this.cluster.hubId,
+      model,
+      wallet: r?.wallet ?? this.channel.workerInfo(workerId)?.wallet ?? null,
+      ranges: this.coverage.heldRanges(workerId) ?? [],
+      replica: this.coverage.isReplica(workerId) ?? false,
+      seen_ms: Math.max(0, Math.round(seen)),
+      attach_ms: Math.max(0, Math.round(r?.attachMs ?? seen)),
+      last_serve_ms: r?.lastServeMs === null || r?.lastServeMs === undefined ? null : Math.max(0, Math.round(r.lastServeMs)),
+      latency_ms: r?.latencyMs ?? null,
+      audits: r?.audits ?? 0,
+      audits_passed: r?.auditsPassed ?? 0,
+      audit_nmse_last: r?.auditNmseLast ?? null,
+      audit_nmse_max: r?.auditNmseMax ?? null,
+      quarantined: r?.quarantined ?? false,
+      released: r?.released ?? false,
+    };
+  }
+
+  /**
+   * Another hub quarantined `subject`: every later heartbeat and hello of it is refused here already (the cluster's
+   * list); a worker of that id attached here is disconnected and forgotten now, as on the hub that decided.
+   */
+  private quarantinedElsewhere(subject: string, reason: string, hub: string): void {
+    const model = this.coverage.modelOf(subject) ?? null;
+    const here = model !== null || this.dispatch.record(subject) !== undefined || this.channel.workerInfo(subject) !== undefined;
+    this.events.add('quarantine', model, `${subject}: ${reason} (on hub ${hub})`, this.now());
+    if (!here) return;
+    this.dash.retire(model !== null ? this.dash.rowOf(subject, model) : null, 'quarantined');
+    this.dispatch.setQuarantined(subject);
+    if (!this.channel.disconnect(subject, 'QUARANTINED', reason)) this.dispatch.forget(subject);
+    this.relays.forget(subject, 'FORBIDDEN', `quarantined: ${reason}`);
+    this.coverage.remove(subject);
+    this.dispatchers.forget(subject);
+    this.channel.demandChanged();
   }
 
   // --- auth
@@ -604,7 +751,10 @@ export class Hub {
       ranges,
       () => {
         this.coverage.check(model, ranges);
-        const owner = this.dispatch.record(workerId)?.wallet || this.channel.workerInfo(workerId)?.wallet;
+        const owner =
+          this.dispatch.record(workerId)?.wallet ||
+          this.channel.workerInfo(workerId)?.wallet ||
+          this.cluster?.remoteWorker(workerId)?.wallet;
         if (owner && owner !== wallet)
           throw new HubError('WORKER_ID_TAKEN', `worker id ${workerId} is live under another wallet; choose another worker id`);
         this.grants.admit(wallet, workerId, model, ranges);
@@ -630,7 +780,7 @@ export class Hub {
     admit?: () => void,
     replica = true,
   ): CoverageAnswer {
-    const quarantined = this.store.quarantineReason(workerId) ?? (wallet ? this.store.quarantineReason(wallet) : undefined);
+    const quarantined = this.quarantines.quarantineReason(workerId) ?? (wallet ? this.quarantines.quarantineReason(wallet) : undefined);
     if (quarantined) throw new HubError('WORKER_QUARANTINED', `this worker is quarantined: ${quarantined}`);
     const now = this.now();
     const heldOffMs = this.admin.holds.size > 0 ? this.admin.holds.remainingMs(workerId, now) : 0;
@@ -682,10 +832,20 @@ export class Hub {
     if (model) this.shape(model);
     const names = model ? [model] : [...this.marketModels.keys()];
     const now = this.now();
+    const here = this.cluster?.hubId ?? null;
+    const cluster = this.cluster;
     const rows = names
-      .flatMap((name) => this.dispatch.rows(name, this.coverage, now))
+      .flatMap((name) => {
+        const local = this.dispatch.rows(name, this.coverage, now).map((r) => ({ ...r, ...this.relays.fieldsOf(r.worker_id), hub: here }));
+        if (!cluster) return local;
+        // The other hubs' workers (from their records): no relay session here, theirs ends in their hub.
+        const remote = cluster.remoteRows(name, now).map((r) => ({ ...r, listen_port: null, session: null }));
+        return [...local, ...remote].sort(
+          (a, b) => a.layer - b.layer || a.experts[0] - b.experts[0] || a.worker_id.localeCompare(b.worker_id),
+        );
+      })
       .filter((r) => layer < 0 || r.layer === layer)
-      .map((r) => ({ ...r, node_id: r.worker_id, ...this.relays.fieldsOf(r.worker_id) }));
+      .map((r) => ({ ...r, node_id: r.worker_id }));
     return { model: model || (names.length === 1 ? (names[0] as string) : ''), rows };
   }
 
@@ -696,14 +856,30 @@ export class Hub {
     this.ledger.addCredit(wallet, pairs);
   }
 
-  /** `GET /api/credit?wallet=` (trust/ledger.ts). */
-  creditAnswer(wallet: string): CreditAnswer {
-    return this.ledger.creditAnswer(wallet);
+  /**
+   * `GET /api/credit?wallet=` (trust/ledger.ts); with `--redis` the cluster-wide credit, after this hub's due credit
+   * is written (CLUSTER_UNAVAILABLE while Redis is away, CLUSTER_STATE_CORRUPT for an unreadable wallet).
+   */
+  async creditAnswer(wallet: string): Promise<CreditAnswer> {
+    if (!this.cluster) return this.ledger.creditAnswer(wallet);
+    this.ledger.flush();
+    return await this.cluster.creditAnswer(wallet);
   }
 
-  /** A wallet's durable credit, cached (trust/ledger.ts). */
+  /** A wallet's durable credit, cached (trust/ledger.ts; with `--redis` the cluster's, cluster/cluster.ts `creditOf`). */
   creditOf(wallet: string): number {
-    return this.ledger.creditOf(wallet);
+    return this.cluster ? this.cluster.creditOf(wallet) : this.ledger.creditOf(wallet);
+  }
+
+  /**
+   * Credits one verified item exactly once, whichever hub (or how many) reports it: `item` is the item's id, the same
+   * on every hub that saw it (1 to 256 printable ASCII characters). Returns whether this report credited it, and the
+   * wallet's credit after. In the store alone, or in the cluster's Redis with `--redis` (CLUSTER_UNAVAILABLE while away).
+   */
+  async creditVerified(item: string, wallet: string, pairs: number): Promise<CreditOnce> {
+    const r = await this.creditBook.creditOnce(item, wallet, pairs, this.now());
+    if (r.credited && !this.cluster) this.channel.credit(wallet, r.credit);
+    return r;
   }
 
   /** Refuses every later heartbeat of `subject` (a worker id or a wallet) with WORKER_QUARANTINED. */
@@ -788,7 +964,7 @@ export class Hub {
       dispatch: this.dispatch,
       channel: this.channel,
       trustWords: (passed, quarantined) => this.ledger.trustWords(passed, quarantined),
-      creditOf: (wallet) => this.ledger.creditOf(wallet),
+      creditOf: (wallet) => this.creditOf(wallet),
       recentEvents: (limit) => this.events.recent(limit),
       adminEnabled: this.admin.enabled,
     };
@@ -880,8 +1056,8 @@ export class Hub {
     const model = this.coverage.modelOf(workerId) ?? null;
     const walletId = wallet ? (this.dispatch.record(workerId)?.wallet ?? this.channel.workerInfo(workerId)?.wallet ?? null) : null;
     this.dash.retire(model !== null ? this.dash.rowOf(workerId, model) : null, 'quarantined');
-    this.store.quarantine(workerId, reason, this.now());
-    if (walletId) this.store.quarantine(walletId, reason, this.now());
+    this.quarantines.quarantine(workerId, reason, this.now());
+    if (walletId) this.quarantines.quarantine(walletId, reason, this.now());
     this.dispatch.setQuarantined(workerId); // the dispatcher skips it until its connection is gone (which forgets it)
     if (!this.channel.disconnect(workerId, 'QUARANTINED', reason)) this.dispatch.forget(workerId);
     this.relays.forget(workerId, 'FORBIDDEN', `quarantined: ${reason}`);

@@ -39,6 +39,12 @@ export interface RecruiterHost {
   saturation: SaturationConfig;
   dispatchModeOf(model: string): DispatchMode;
   coverage: Pick<CoverageStore, 'workerCount' | 'replicaWorkerCount' | 'workersOf' | 'heldRanges' | 'replicaCounts' | 'modelOf'>;
+  /**
+   * The coverage surplus release counts against, when not `coverage`: with `--redis`, `coverage` is the whole cluster's
+   * (demand and recruitment see every hub's workers) but each hub releases only its own volunteers, counted against its
+   * own coverage, so that two hubs never release the same surplus twice (docs/cluster.md).
+   */
+  releaseCoverage?: Pick<CoverageStore, 'workerCount' | 'workersOf' | 'heldRanges' | 'replicaCounts'>;
   dispatch: Pick<DispatchMap, 'record' | 'pairsServed'>;
   channel: Pick<VolunteerChannel, 'workerInfo' | 'demandChanged'>;
   grants: Pick<SliceGrants, 'assigned'>;
@@ -87,7 +93,8 @@ export class Recruiter {
    * volunteer is still loading a slice (it may become surplus once it holds it: the next reading looks again).
    */
   private releaseSurplus(model: string): boolean {
-    const { coverage, dispatch, channel } = this.host;
+    const { dispatch, channel } = this.host;
+    const coverage = this.host.releaseCoverage ?? this.host.coverage;
     if (!this.host.marketModels.has(model) || coverage.workerCount(model) === 0) return false;
     const target = effectiveTarget(this.host.saturation, false);
     const now = this.host.now();

@@ -1,6 +1,9 @@
 /**
  * The hub's durable store, one SQLite file (in --state DIR): settings (the token secret), models served, volunteer
- * identities, lifetime credit (expert-token pairs served) and the quarantine list. Live coverage stays in memory.
+ * identities, lifetime credit (expert-token pairs served), the items credited (each once: `markCredited`) and the
+ * quarantine list. Live coverage stays in memory. With `--redis` the cluster's Redis holds credit and quarantine for
+ * every hub (hub/cluster/); this file keeps the hub's own quarantines then too (they are pushed again after Redis lost
+ * them).
  */
 import Database from 'better-sqlite3';
 import { randomBytes } from 'node:crypto';
@@ -13,11 +16,18 @@ CREATE TABLE IF NOT EXISTS models (name TEXT PRIMARY KEY, path TEXT, first_seen_
 CREATE TABLE IF NOT EXISTS volunteers (wallet TEXT PRIMARY KEY, first_seen_ms INTEGER NOT NULL, last_seen_ms INTEGER NOT NULL,
   credit_pairs INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS quarantine (subject TEXT PRIMARY KEY, reason TEXT NOT NULL, since_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS credited_items (item TEXT PRIMARY KEY, at_ms INTEGER NOT NULL);
 `;
+
+/** How long a credited item's id is kept (as hub/cluster/redis-state.ts CREDIT_ITEM_TTL_MS: the same promise). */
+export const CREDITED_ITEM_KEEP_MS = 24 * 60 * 60 * 1000;
+/** Forgetting old item ids runs once per this many credited items. */
+const PRUNE_EVERY = 1000;
 
 export class HubStore {
   private readonly db: Database.Database;
   private readonly stmts;
+  private sincePrune = 0;
 
   constructor(path: string) {
     if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
@@ -51,6 +61,12 @@ export class HubStore {
       ),
       release: this.db.prepare('DELETE FROM quarantine WHERE subject = ?'),
       isQuarantined: this.db.prepare<[string], { reason: string }>('SELECT reason FROM quarantine WHERE subject = ?'),
+      quarantined: this.db.prepare<[], { subject: string; reason: string; since_ms: number }>(
+        'SELECT subject, reason, since_ms FROM quarantine ORDER BY since_ms, subject',
+      ),
+      markItem: this.db.prepare('INSERT INTO credited_items (item, at_ms) VALUES (?, ?) ON CONFLICT(item) DO NOTHING'),
+      pruneItems: this.db.prepare('DELETE FROM credited_items WHERE at_ms < ?'),
+      unmarkItem: this.db.prepare('DELETE FROM credited_items WHERE item = ?'),
     };
   }
 
@@ -92,6 +108,25 @@ export class HubStore {
     this.stmts.addCredit.run(wallet, nowMs, nowMs, pairs);
   }
 
+  /**
+   * Marks `item` (the id of one verified item) credited; false if it was before (then nothing changes). The caller
+   * credits the pairs in the same tick (LocalCreditBook), and unmarks the item if that throws. Item ids are kept
+   * CREDITED_ITEM_KEEP_MS.
+   */
+  markCredited(item: string, nowMs: number): boolean {
+    const fresh = this.stmts.markItem.run(item, nowMs).changes === 1;
+    if (fresh && ++this.sincePrune >= PRUNE_EVERY) {
+      this.sincePrune = 0;
+      this.stmts.pruneItems.run(nowMs - CREDITED_ITEM_KEEP_MS);
+    }
+    return fresh;
+  }
+
+  /** Takes back a mark whose credit could not be written. */
+  unmarkCredited(item: string): void {
+    this.stmts.unmarkItem.run(item);
+  }
+
   volunteer(wallet: string): { wallet: string; first_seen_ms: number; last_seen_ms: number; credit_pairs: number } | undefined {
     return this.stmts.volunteer.get(wallet);
   }
@@ -110,5 +145,10 @@ export class HubStore {
 
   quarantineReason(subject: string): string | undefined {
     return this.stmts.isQuarantined.get(subject)?.reason;
+  }
+
+  /** Every quarantined subject, oldest first. */
+  quarantined(): Array<{ subject: string; reason: string; since_ms: number }> {
+    return this.stmts.quarantined.all();
   }
 }

@@ -58,6 +58,22 @@ export interface CoverageAnswer {
 export interface HealthAnswer {
   ok: true;
   coordinators: Array<{ model: string; state: CoordinatorStateName; restarts: number }>;
+  /**
+   * With `--redis` only: this hub's part in the cluster (docs/cluster.md): its id, 'ready' / 'degraded' /
+   * 'connecting', since when, why degraded, the hubs announced, the other hubs' workers mirrored, writes waiting.
+   */
+  cluster?: {
+    hub_id: string;
+    redis: string;
+    state: 'connecting' | 'ready' | 'degraded';
+    since_ms: number;
+    error: string | null;
+    hubs: string[];
+    remote_workers: number;
+    last_sync_ms: number | null;
+    pending: { workers: number; credits: number; quarantines: number };
+    corrupt_values: number;
+  };
 }
 
 /** `GET /api/credit?wallet=`: a volunteer's lifetime credit (pairs served), durable; 0 and nulls for an unknown wallet. */

@@ -46,6 +46,11 @@ interface ModelEntry {
 
 export class CoverageStore {
   readonly maxWorkers: number;
+  /**
+   * Told after every change of one worker's coverage (a heartbeat, a removal, an eviction), with the worker's model
+   * (its old one for a removal): the cluster publishes the hub's own workers from here (hub/cluster/cluster.ts).
+   */
+  onChange: ((workerId: string, model: string) => void) | null = null;
   #models = new Map<string, ModelEntry>();
   #workers = new Map<string, WorkerEntry>();
 
@@ -111,6 +116,7 @@ export class CoverageStore {
     const worker: WorkerEntry = { model, ranges: merged, lastSeenMs: nowMs, replica };
     this.#workers.set(workerId, worker);
     this.#index(workerId, worker, entry);
+    this.onChange?.(workerId, model);
     return merged.map((r) => [...r]);
   }
 
@@ -151,6 +157,7 @@ export class CoverageStore {
     if (!w) return false;
     this.#unindex(workerId, w);
     this.#workers.delete(workerId);
+    this.onChange?.(workerId, w.model);
     return true;
   }
 
@@ -193,6 +200,11 @@ export class CoverageStore {
 
   lastSeenMs(workerId: string): number | undefined {
     return this.#workers.get(workerId)?.lastSeenMs;
+  }
+
+  /** Whether a live worker's ranges count as replicas (undefined if it is not live). */
+  isReplica(workerId: string): boolean | undefined {
+    return this.#workers.get(workerId)?.replica;
   }
 
   #index(id: string, w: WorkerEntry, entry: ModelEntry): void {

@@ -33,7 +33,6 @@
 import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { cpus, freemem, loadavg, totalmem } from 'node:os';
-import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import OpenAI from 'openai';
 import type { DispatcherTotals, ModelDispatcher, ResponseSummary } from '../../hub/dispatch/dispatcher.ts';
@@ -52,6 +51,7 @@ import {
   waitForCoverage,
 } from '../../harness/swarm.ts';
 import { type Shape, QUICK, REALISTIC, benchModel, describeShape, volunteerBudget } from '../shapes.ts';
+import { loopDelay } from '../loop-delay.ts';
 import { shareFromTopOne, swarmCeiling } from './ceiling.ts';
 
 // `--memory`: the coordinator's memory alone vs with the swarm, under a limit below the experts (bench/elastic/memory.ts).
@@ -392,8 +392,7 @@ async function runLoad(
     if (saturatedNow(h)) saturatedSamples++;
   }, 250);
   const more = (): boolean => (opts.until ? !opts.until() : next < (opts.count ?? 0));
-  const loop = monitorEventLoopDelay({ resolution: 5 });
-  loop.enable();
+  const loop = loopDelay(5);
   const cpu0 = cpuWatch.map((w) => cpuSeconds(w.pid));
   const t0 = performance.now();
   try {
@@ -412,7 +411,7 @@ async function runLoad(
     );
   } finally {
     clearInterval(sampler);
-    loop.disable();
+    loop.stop();
   }
   const wallMs = performance.now() - t0;
   const cpuS = Object.fromEntries(cpuWatch.map((w, i) => [w.name, cpuSeconds(w.pid) - (cpu0[i] as number)]));
@@ -423,8 +422,8 @@ async function runLoad(
     wallMs,
     saturatedSamples,
     samples,
-    loopP50Ms: loop.percentile(50) / 1e6,
-    loopP99Ms: loop.percentile(99) / 1e6,
+    loopP50Ms: loop.ms(50),
+    loopP99Ms: loop.ms(99),
   };
 }
 

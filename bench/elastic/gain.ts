@@ -36,7 +36,7 @@ import { cpus, freemem, loadavg, totalmem } from 'node:os';
 import { parseArgs } from 'node:util';
 import OpenAI from 'openai';
 import type { DispatcherTotals, ModelDispatcher, ResponseSummary } from '../../hub/dispatch/dispatcher.ts';
-import { describeLatency, latencyLine } from '../../hub/dispatch/plan.ts';
+import { describeLatency } from '../../hub/dispatch/plan.ts';
 import { DEFAULT_DISPATCH } from '../../hub/dispatch/map.ts';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
 import { median } from '../../shaders/computer.ts';
@@ -52,7 +52,7 @@ import {
 } from '../../harness/swarm.ts';
 import { type Shape, QUICK, REALISTIC, benchModel, describeShape, volunteerBudget } from '../shapes.ts';
 import { loopDelay } from '../loop-delay.ts';
-import { shareFromTopOne, swarmCeiling } from './ceiling.ts';
+import { amdahlCeiling, shareFromTopOne } from './ceiling.ts';
 
 // `--memory`: the coordinator's memory alone vs with the swarm, under a limit below the experts (bench/elastic/memory.ts).
 if (process.argv.includes('--memory')) {
@@ -533,10 +533,6 @@ const hops: { responses: ResponseSummary[]; results: Array<{ roundTripMs: number
   results: [],
 };
 let stopObserving = (): void => {};
-/** A's coordinator's time per routed pair, by the REQUEST's tokens (decode steps vs prompt batches). */
-const localA: Array<{ tokens: number; ms: number }> = [];
-/** The volunteers' per-pair slopes (their claim lines) at the end of the measured rounds, ms. */
-let remotePerPair: number[] = [];
 
 try {
   const over = {
@@ -679,22 +675,12 @@ try {
     }
 
   // Measured: alternating A, B / B, A. B's every REQUEST and channel result, for the hops' costs.
-  const stopB = swarm.hub.observeDispatch(swarm.model, {
+  stopObserving = swarm.hub.observeDispatch(swarm.model, {
     onResponse: (r) => {
       if (r.served > 0) hops.responses.push(r);
     },
     onResult: (_, roundTripMs, computeUs) => hops.results.push({ roundTripMs, computeUs }),
   });
-  // A's REQUESTs (one per quiet window) carry its coordinator's time per pair: the ceiling's `l` (ceiling.ts).
-  const stopA = alone.hub.observeDispatch(alone.model, {
-    onResponse: (r) => {
-      if (r.localNsPerPair > 0) localA.push({ tokens: r.tokens, ms: r.localNsPerPair / 1e6 });
-    },
-  });
-  stopObserving = () => {
-    stopB();
-    stopA();
-  };
   const dB = dispatcherOf(swarm);
   const dA = dispatcherOf(alone);
   const totalsB0 = snapshot(dB.totals);
@@ -717,13 +703,7 @@ try {
   totalsA = diffTotals(dA.totals, totalsA0);
   const outcomes1 = await pairOutcomes(swarm.url, swarm.model);
   outcomesB = Object.fromEntries(Object.keys(outcomes1).map((k) => [k, (outcomes1[k] ?? 0) - (outcomes0[k] ?? 0)]));
-  const rowsEnd = await dispatchMap(swarm.url, swarm.model);
-  mapAtEnd = workerLines(swarm, rowsEnd);
-  remotePerPair = rowsEnd.flatMap((row) => {
-    const st = dispatcherOf(swarm).workerStats(row.worker_id);
-    const line = st ? latencyLine(st.latency) : null;
-    return line && line.perPairMs > 0 ? [line.perPairMs] : [];
-  });
+  mapAtEnd = workerLines(swarm, await dispatchMap(swarm.url, swarm.model));
   if (PIN) {
     // Did anything leave its cores during the measured rounds?
     const procs: Array<[string, number, string]> = [
@@ -853,48 +833,11 @@ if (SHARE) {
     ['prompt', sp],
   ] as const) {
     const s0 = median(xs);
-    const at = (rho: number): string => (1 / (1 - s0 + (s0 * rho) / (1 + rho))).toFixed(3);
+    const at = (rho: number): string => amdahlCeiling(s0, rho).toFixed(3);
     console.log(
-      `  ${what}: ceiling with every routed expert away for free ${(1 / (1 - s0)).toFixed(3)}×; with a second core balanced against the coordinator (no cost per exchange), a volunteer as fast as llama.cpp per core ${at(1)}×, at 0.5× its speed (wasm here) ${at(2)}×, at 0.45× ${at(1 / 0.45)}×`,
+      `  ${what}: ceiling with every routed expert away for free ${amdahlCeiling(s0, null).toFixed(3)}×; with a second core balanced against the coordinator (no cost per exchange), a volunteer as fast as llama.cpp per core ${at(1)}×, at 0.5× its speed (wasm here) ${at(2)}×, at 0.45× ${at(1 / 0.45)}×`,
     );
   }
-}
-{
-  // Amdahl's ceiling on this machine (ceiling.ts): the share of A's core spent on routed experts bounds what any
-  // volunteer can give; the balanced split at the volunteers' measured speed bounds what these ones can.
-  const decodeL = localA.filter((x) => x.tokens <= STREAMS).map((x) => x.ms);
-  const promptL = localA.filter((x) => x.tokens > STREAMS).map((x) => x.ms);
-  if (decodeL.length + promptL.length > 0) {
-    const ld = median(decodeL.length ? decodeL : promptL);
-    const lp = median(promptL.length ? promptL : decodeL);
-    const r = remotePerPair.length ? median(remotePerPair) : null;
-    const pairsPerToken = LAYERS * SHAPE.nExpertUsed;
-    const ceilings = A.map((round) =>
-      swarmCeiling({
-        wallMs: round.wallMs,
-        buckets: [
-          { tokens: round.reqs.reduce((n, q) => n + q.ids.length, 0), pairsPerToken, localMsPerPair: ld },
-          { tokens: round.reqs.reduce((n, q) => n + (q.timings?.prompt_n ?? 0), 0), pairsPerToken, localMsPerPair: lp },
-        ],
-        remoteMsPerPair: r,
-      }),
-    );
-    const m = (f: (c: (typeof ceilings)[number]) => number | null): string => {
-      const xs = ceilings.map(f).filter((x): x is number => x !== null);
-      return xs.length ? median(xs).toFixed(2) : '—';
-    };
-    console.log(
-      `  ceiling (Amdahl, ceiling.ts; median over A's rounds): A's coordinator spends ${m((c) => 100 * c.expertShare)} % of its wall time on routed experts (${pairsPerToken} pairs a token; its time per pair ${ld.toFixed(3)} ms in decode steps (n ${decodeL.length}), ${lp.toFixed(3)} ms in prompt batches (n ${promptL.length}), from its REQUESTs)`,
-    );
-    if (ceilings.some((c) => c.overshoot))
-      console.log(
-        `    → no bound: those per-pair times add up to more than the rounds' wall time (they carry the layer's fixed costs — a small model's pairs cost less than the exchange around them)`,
-      );
-    else
-      console.log(
-        `    → at most ${m((c) => c.freeExperts)}× with every routed expert away for free; at most ${m((c) => c.balanced)}× with the balanced split at the volunteers' measured ${r === null ? '— (none measured)' : `${r.toFixed(3)} ms/pair`} and no cost per exchange`,
-      );
-  } else console.log(`  ceiling: A's coordinator sent no REQUEST with a measured time per pair (nothing to bound it by)`);
 }
 console.log(
   `  saturated (hub's reading, sampled every 250 ms): A ${A.reduce((s, r) => s + r.saturatedSamples, 0)}/${A.reduce((s, r) => s + r.samples, 0)}, B ${B.reduce((s, r) => s + r.saturatedSamples, 0)}/${B.reduce((s, r) => s + r.samples, 0)} samples`,

@@ -112,10 +112,6 @@ export type MissKind = 'timeout' | 'error' | 'wrong-size' | 'non-finite';
 export interface ResponseSummary {
   seq: number;
   layer: number;
-  /** Tokens of the REQUEST (a decode step's batch, or a prompt batch). */
-  tokens: number;
-  /** The coordinator's measured wall time per locally computed pair on this layer (REQUEST `local_ns_per_pair`). */
-  localNsPerPair: number;
   pairs: number;
   served: number;
   fallback: number;
@@ -747,8 +743,6 @@ export class ModelDispatcher {
       this.events.onResponse({
         seq: req.seq,
         layer: req.layer,
-        tokens: req.nTokens,
-        localNsPerPair: req.localNsPerPair,
         pairs,
         served: 0,
         fallback: pairs,
@@ -1314,8 +1308,6 @@ export class ModelDispatcher {
     this.events.onResponse?.({
       seq: req.seq,
       layer: req.layer,
-      tokens: req.nTokens,
-      localNsPerPair: req.localNsPerPair,
       pairs,
       served: nServed,
       fallback,

@@ -1,0 +1,280 @@
+/**
+ * NAT traversal for peer slices (issue 29, docs/netlab.md, docs/peers.md), real parts only: the network lab's two
+ * homes behind the router's NAT (which neither hairpins nor lets one home reach another), Debian's coturn in the hub
+ * namespace on the "internet" side (harness/turn.ts, TURN REST API secret), the hub in its own process there
+ * (harness/hub-process.ts, its real coordinator, a production build of the volunteer page), and a headless Chromium
+ * inside each home namespace (harness/netlab-browser.ts), each tab joined with the page's Join button.
+ *
+ * Without TURN (the hub sends no ICE servers) the second tab's peer connection cannot open (host candidates do not
+ * reach across the NAT) and it takes the whole slice from the hub. With TURN (--turn-url, --turn-secret: each welcome
+ * carries a credential minted for that tab) the second tab takes its chunks from the first through coturn's relay:
+ * both tabs allocated with their own credential (coturn's log names the worker ids), permissions were made between
+ * the relays, and the chunks came from a peer, each checked against the hub's hash list, the slice against its
+ * digest (the page loads nothing else).
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { ChildProcess } from 'node:child_process';
+import { rmSync } from 'node:fs';
+import type { Browser } from 'playwright-core';
+import { GGMLType } from '../../gguf/quant-types.ts';
+import type { TurnConfig } from '../../hub/turn-credentials.ts';
+import type { SliceTransfer } from '../../protocol/dashboard.ts';
+import { joinVolunteerPage, type VolunteerTab, waitServing } from '../../harness/browser.ts';
+import { HUB_PROCESS, type HubProcessSpec } from '../../harness/hub-process.ts';
+import { testModel } from '../../harness/models.ts';
+import { createLab, HUB_ADDRESS, type Lab } from '../../harness/netlab.ts';
+import { launchChromiumIn } from '../../harness/netlab-browser.ts';
+import { buildPages } from '../../harness/pages-build.ts';
+import { TRUST_OFF, until } from '../../harness/swarm.ts';
+import { startTurn, type TurnServer } from '../../harness/turn.ts';
+
+/** One MoE layer (deepseek's layer 0 is dense) of 16 experts: both tabs are assigned layer 1, experts [0, 16). */
+const ONE_LAYER = {
+  arch: 'deepseek' as const,
+  layers: 2,
+  nEmbd: 256,
+  ff: 256,
+  sharedFf: 256,
+  nExpert: 16,
+  nExpertUsed: 2,
+  type: GGMLType.Q8_0,
+  seed: 41,
+  expertScale: 2,
+};
+const CHUNK_BYTES = 128 * 1024;
+const SECRET = 'netlab-turn-secret-0123456789';
+const PORT_PLAIN = 8080;
+const PORT_TURN = 8081;
+const SERVE_MS = 90_000;
+
+interface CaseResult {
+  a: VolunteerTab;
+  b: VolunteerTab;
+  share: { percent: number; text: string };
+  slices: SliceTransfer[];
+  seconds: number;
+  /** Bytes coturn reported relayed between the tabs' relays and their peers so far (0 without TURN). */
+  relayed: number;
+}
+
+/**
+ * Bytes coturn reported exchanged between these tabs' relays and their peers (`peer usage: … username=<EXPIRY:WORKER>,
+ * rp=…, rb=…, sp=…, sb=…` in its verbose log): a diagnostic only, as coturn reports a session's traffic in steps and
+ * the last one may come only when the session ends.
+ */
+function relayedBytes(turn: TurnServer, tabs: VolunteerTab[]): number {
+  let sum = 0;
+  for (const tab of tabs) {
+    const re = new RegExp(`: peer usage: realm=<[^>]*>, username=<\\d+:${tab.workerId}>, rp=\\d+, rb=(\\d+), sp=\\d+, sb=(\\d+)`);
+    for (const l of turn.log().split('\n')) {
+      const m = re.exec(l);
+      if (m) sum += Number(m[1]) + Number(m[2]);
+    }
+  }
+  return sum;
+}
+
+async function peerShare(t: VolunteerTab): Promise<{ percent: number; text: string }> {
+  const text = ((await t.page.locator('#stat-source').textContent({ timeout: 10_000 })) ?? '').trim();
+  const m = /^(\d+)% from other volunteers/.exec(text);
+  return { percent: m ? Number(m[1]) : 0, text };
+}
+
+/**
+ * UDP bytes the router forwarded between the TURN server's address and the homes (iptables counting rules with no
+ * target, inserted at the head of the router's FORWARD chain): coturn is the only UDP endpoint on that address (the
+ * hub speaks TCP), so with TURN the slice's bytes show here, whichever tab's relay ICE chose (one relay suffices: the
+ * other tab reaches it through its NAT).
+ */
+const COUNT_RULES = [
+  ['-i', 'xs-lan1', '-d', HUB_ADDRESS, '-p', 'udp'],
+  ['-s', HUB_ADDRESS, '-o', 'xs-lan2', '-p', 'udp'],
+] as const;
+
+async function udpCounters(lab: Lab): Promise<{ fromA: number; toB: number }> {
+  const { stdout } = await lab.exec('router', 'iptables-save', ['-c', '-t', 'filter']);
+  const bytesOf = (rule: readonly string[]): number => {
+    const line = stdout
+      .split('\n')
+      .find((l) => l.includes('-A FORWARD') && rule.every((w) => l.includes(w.replace(HUB_ADDRESS, `${HUB_ADDRESS}/32`))));
+    const m = line ? /^\[\d+:(\d+)\]/.exec(line) : null;
+    if (!m) throw new Error(`no counting rule ${rule.join(' ')} in the router:\n${stdout}`);
+    return Number(m[1]);
+  };
+  return { fromA: bytesOf(COUNT_RULES[0]), toB: bytesOf(COUNT_RULES[1]) };
+}
+
+function startHub(lab: Lab, spec: HubProcessSpec): { proc: ChildProcess; log: () => string; ready: Promise<void> } {
+  const proc = lab.spawn('hub', process.execPath, ['--import', 'tsx', HUB_PROCESS, JSON.stringify(spec)]);
+  let out = '';
+  const keep = (d: Buffer): void => {
+    out = (out + d.toString()).slice(-20_000);
+  };
+  proc.stdout?.on('data', keep);
+  proc.stderr?.on('data', keep);
+  const ready = until('the hub in its namespace ready', 90_000, () => {
+    if (proc.exitCode !== null) throw new Error(`the hub exited (${proc.exitCode}): ${out}`);
+    return out.includes('"ready":true') ? true : undefined;
+  }).then(() => {});
+  ready.catch(() => {}); // awaited by its case; a hub stopped before its case is not an unhandled rejection
+  return { proc, log: () => out, ready };
+}
+
+async function stopHub(proc: ChildProcess): Promise<void> {
+  if (proc.exitCode !== null || proc.signalCode !== null) return;
+  const gone = new Promise((r) => proc.once('exit', r));
+  proc.kill('SIGTERM');
+  const t = setTimeout(() => proc.kill('SIGKILL'), 10_000);
+  await gone;
+  clearTimeout(t);
+}
+
+type HubHandle = ReturnType<typeof startHub>;
+
+function hubSpec(modelPath: string, pagesDir: string, port: number, turn: TurnConfig | undefined): HubProcessSpec {
+  return {
+    config: {
+      host: HUB_ADDRESS,
+      port,
+      stateDir: ':memory:',
+      models: [{ path: modelPath, name: 'm' }],
+      dispatchMode: 'always',
+      slots: 1,
+      channel: { heartbeatMs: 2000, idleTimeoutMs: 10_000 },
+      dispatchDeadlineMs: 1000,
+      trust: TRUST_OFF,
+      saturation: { targetBase: 2 } as HubProcessSpec['config']['saturation'],
+      peers: { chunkBytes: CHUNK_BYTES, ...(turn ? { turn } : {}) },
+    },
+    pagesDir,
+  };
+}
+
+/** On the hub at `port` (TURN or not): the tab in home a joins and serves, then the tab in home b. */
+async function runCase(
+  lab: Lab,
+  browsers: { a: Browser; b: Browser },
+  hub: HubHandle,
+  port: number,
+  turn: TurnServer | undefined,
+): Promise<CaseResult> {
+  const tabs: VolunteerTab[] = [];
+  try {
+    await hub.ready;
+    const api = await lab.portal('hub', port, HUB_ADDRESS);
+    const url = `http://${HUB_ADDRESS}:${port}`;
+    const t0 = Date.now();
+    const a = await joinVolunteerPage(browsers.a, url, 'wasm');
+    tabs.push(a);
+    await waitServing(a, 'the tab in home a', SERVE_MS);
+    const b = await joinVolunteerPage(browsers.b, url, 'wasm');
+    tabs.push(b);
+    await waitServing(b, 'the tab in home b', SERVE_MS);
+    const seconds = (Date.now() - t0) / 1000;
+    const share = await peerShare(b);
+    const slices = ((await (await fetch(`${api}/api/peers/slices`)).json()) as { slices: SliceTransfer[] }).slices;
+    const relayed = turn ? relayedBytes(turn, [a, b]) : 0;
+    return { a, b, share, slices, seconds, relayed };
+  } catch (e) {
+    throw new Error(`${e instanceof Error ? e.message : e}\nhub log: ${hub.log().slice(-3000)}`);
+  } finally {
+    for (const t of tabs) await t.close();
+    await stopHub(hub.proc);
+  }
+}
+
+test('two tabs behind different NATs: without TURN the second takes the slice from the hub; with TURN from the first, through coturn', {
+  timeout: 300_000,
+}, async (t) => {
+  const t0 = Date.now();
+  let pagesDir: string | undefined;
+  let lab: Lab | undefined;
+  let turn: TurnServer | undefined;
+  const browsers: Browser[] = [];
+  const hubs: HubHandle[] = [];
+  try {
+    const [m, pages] = await Promise.all([
+      testModel(ONE_LAYER),
+      buildPages('production'),
+      createLab({
+        homes: [
+          { name: 'a', profile: 'lan' },
+          { name: 'b', profile: 'lan' },
+        ],
+      }).then((l) => {
+        lab = l;
+      }),
+    ]);
+    pagesDir = pages;
+    if (!lab) throw new Error('no lab');
+    turn = await startTurn({ netns: lab.hubNs, ip: HUB_ADDRESS, secret: SECRET });
+    const config: TurnConfig = { urls: [turn.url], secret: SECRET, ttlS: 600 };
+    // Both hubs start at once (each with its coordinator), and both browsers, while the other waits.
+    hubs.push(startHub(lab, hubSpec(m.path, pages, PORT_PLAIN, undefined)), startHub(lab, hubSpec(m.path, pages, PORT_TURN, config)));
+    const origins = [PORT_PLAIN, PORT_TURN].map((p) => `http://${HUB_ADDRESS}:${p}`);
+    const launched = await Promise.allSettled([launchChromiumIn(lab.nsOf('a'), origins), launchChromiumIn(lab.nsOf('b'), origins)]);
+    for (const r of launched) if (r.status === 'fulfilled') browsers.push(r.value);
+    for (const r of launched) if (r.status === 'rejected') throw r.reason;
+    const [a, b] = browsers as [Browser, Browser];
+    const tReady = Date.now();
+
+    for (const rule of COUNT_RULES) await lab.exec('router', 'iptables', ['-I', 'FORWARD', '1', ...rule]);
+    const c0 = await udpCounters(lab);
+    const plain = await runCase(lab, { a, b }, hubs[0] as HubHandle, PORT_PLAIN, undefined);
+    const c1 = await udpCounters(lab);
+    t.diagnostic(`without TURN: ${plain.share.text}; ${JSON.stringify(plain.slices)}; ${plain.seconds.toFixed(1)} s`);
+    const withTurn = await runCase(lab, { a, b }, hubs[1] as HubHandle, PORT_TURN, turn);
+    const c2 = await udpCounters(lab);
+    t.diagnostic(`with TURN: ${withTurn.share.text}; ${JSON.stringify(withTurn.slices)}; ${withTurn.seconds.toFixed(1)} s`);
+    t.diagnostic(
+      `UDP through the router, TURN server ↔ homes: without TURN a→ ${c1.fromA - c0.fromA} B, →b ${c1.toB - c0.toB} B; ` +
+        `with TURN a→ ${c2.fromA - c1.fromA} B, →b ${c2.toB - c1.toB} B`,
+    );
+
+    // Without TURN: nothing from peers, the whole slice from the hub, both tabs loaded the one digest.
+    assert.equal(plain.share.percent, 0, `without TURN the second tab took nothing from peers: ${plain.share.text}`);
+    assert.equal(plain.slices.length, 1);
+    assert.equal(plain.slices[0]?.loads, 2);
+    assert.equal(plain.slices[0]?.fromPeers, 0, 'the hub counted no bytes from peers');
+    const bytes = plain.slices[0]?.bytes ?? 0;
+    assert.ok(c1.toB - c0.toB < bytes / 100, 'without TURN no slice bytes came from the TURN server');
+
+    // With TURN: the second tab's chunks came from the first, through the relay.
+    const s = withTurn.slices[0];
+    assert.equal(withTurn.slices.length, 1);
+    assert.equal(s?.loads, 2, 'both tabs loaded the slice (each chunk and the digest checked)');
+    assert.equal(s?.digest, plain.slices[0]?.digest, 'the same slice as without TURN');
+    assert.ok(withTurn.share.percent >= 50, `the second tab took most of its slice from the first: ${withTurn.share.text}`);
+    assert.ok((s?.fromPeers ?? 0) >= 0.5 * (s?.bytes ?? 0), `the hub counted the peers' bytes: ${JSON.stringify(s)}`);
+    const log = turn.log();
+    const lines = (re: RegExp): string[] => log.split('\n').filter((l) => re.test(l));
+    for (const tab of [withTurn.a, withTurn.b]) {
+      const user = `\\d+:${tab.workerId.replace(/[.]/g, '\\.')}`;
+      assert.ok(
+        lines(new RegExp(`user <${user}>: incoming packet ALLOCATE processed, success`)).length > 0,
+        `${tab.workerId} allocated a relay`,
+      );
+      assert.ok(
+        lines(new RegExp(`user <${user}>: incoming packet (CREATE_PERMISSION|CHANNEL_BIND) processed, success`)).length > 0,
+        `${tab.workerId} let the other relay in`,
+      );
+    }
+    for (const tab of [plain.a, plain.b]) assert.ok(!log.includes(`:${tab.workerId}>`), 'without TURN nobody asked coturn');
+    assert.ok(c2.fromA - c1.fromA >= bytes, `tab a sent the slice to the TURN server: ${c2.fromA - c1.fromA} B of ${bytes}`);
+    assert.ok(c2.toB - c1.toB >= bytes, `tab b received the slice from the TURN server: ${c2.toB - c1.toB} B of ${bytes}`);
+    t.diagnostic(
+      `coturn: ${lines(/ALLOCATE processed, success/).length} allocations, ${lines(/peer 198\.18\.0\.\d+ lifetime updated/).length} permissions; ` +
+        `${withTurn.relayed} B reported relayed between the tabs' relays and peers so far (slice ${s?.bytes} B)`,
+    );
+    t.diagnostic(
+      `time: model, pages, lab, coturn, hubs and browsers ${((tReady - t0) / 1000).toFixed(1)} s, the two cases ${((Date.now() - tReady) / 1000).toFixed(1)} s`,
+    );
+  } finally {
+    for (const br of browsers) await br.close().catch(() => {});
+    for (const h of hubs) await stopHub(h.proc);
+    await turn?.stop();
+    await lab?.close();
+    if (pagesDir) rmSync(pagesDir, { recursive: true, force: true });
+  }
+});

@@ -29,6 +29,7 @@ import {
   pairOutcomes,
   spawnVolunteer,
   waitForCoverage,
+  waitForHolders,
   type HeadlessVolunteer,
 } from '../../harness/swarm.ts';
 
@@ -114,7 +115,10 @@ test('an external coordinator on --dispatch-socket is served by the hub’s disp
 
     vols.push(spawnVolunteer(running.url, 'x0'), spawnVolunteer(running.url, 'x1'));
     const moeLayers = moeLayersOf(DEEPSEEK_Q8);
-    const rows = await waitForCoverage(running.url, MODEL, moeLayers, DEEPSEEK_Q8.nExpert, 1);
+    await waitForCoverage(running.url, MODEL, moeLayers, DEEPSEEK_Q8.nExpert, 1);
+    // Volunteers hold several slices: the first may take every layer, and the market then hands one of its slices to
+    // the volunteer that holds nothing (REBALANCE).
+    const rows = await waitForHolders(running.url, MODEL, ['x0', 'x1']);
     assert.deepEqual(new Set(rows.map((r) => r.worker_id)), new Set(['x0', 'x1']), 'the market gave each volunteer a slice');
 
     const since = await pairOutcomes(running.url, MODEL);

@@ -512,7 +512,8 @@ test('10,000 workers cap: new workers refused, known workers keep heartbeating, 
   for (let r = 0; r < 100; r++) demandsOf(store, 3);
   const total = store.replicaCounts('wide', 1).reduce((s, c) => s + c, 0) + store.replicaCounts('wide', 3).reduce((s, c) => s + c, 0);
   assert.equal(total, 10_000 * 56);
-  assert.ok(performance.now() - t0 < 1500, `took ${performance.now() - t0} ms`);
+  // A guard against a quadratic path (190 ms alone here), not a speed goal: loose enough for a loaded 2-core machine.
+  assert.ok(performance.now() - t0 < 5000, `took ${performance.now() - t0} ms`);
   store.remove('w1');
   store.heartbeat('one-more', 'wide', [[1, 0, 1]], 40_000);
   assert.equal(store.size, 10_000);

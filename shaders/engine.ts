@@ -40,6 +40,8 @@ export interface EngineBackend extends ExpertComputer {
   dispose(): void | Promise<void>;
   /** The numerics it computes in, where it says (ExpertRuntime does): checked against the engine's. */
   readonly numerics?: Numerics;
+  /** Bytes it holds now (GPU buffers, wasm memory), where it can tell (ExpertRuntime and the wasm kernel do). */
+  heldBytes?(): number;
 }
 
 /** What the engine asks of each backend it builds. */
@@ -246,6 +248,11 @@ export class ExpertEngine {
   compute(rows: Float32Array, ids: Int32Array, probs: Float32Array, nTokens: number, nUsed: number): Promise<Float32Array> {
     if (this.disposed) return Promise.reject(new ExpertRuntimeError('DISPOSED', {}, 'expert engine: used after dispose()'));
     return this.runtime.compute(rows, ids, probs, nTokens, nUsed);
+  }
+
+  /** Bytes the kept backend holds now, or null where it cannot tell (the onnxruntime fallback). */
+  heldBytes(): number | null {
+    return this.disposed ? 0 : (this.runtime.heldBytes?.() ?? null);
   }
 
   async dispose(): Promise<void> {

@@ -428,6 +428,16 @@ export class ExpertRuntime {
   }
 
   /**
+   * GPU bytes it holds between calls: the weight parts, the biases buffer and the pool's kept scratch (a call's own
+   * buffers go back to the pool when it ends). 0 after dispose.
+   */
+  heldBytes(): number {
+    if (this.disposed) return 0;
+    const st = this.state;
+    return weightBytes(st.parts) + st.biases.size + st.pool.stats().freeBytes;
+  }
+
+  /**
    * Destroys the weight buffers and pooled buffers (buffers of calls still in flight go when those finish), and the
    * devices the runtime requested itself. Idempotent.
    */

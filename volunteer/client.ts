@@ -15,7 +15,7 @@
  * slice stays in the cache, so the next assignment of it costs no download.
  */
 import { laterDelayMs, reconnectDelayMs } from './backoff.ts';
-import { computedVariants, openEngine, probeDevice, type ComputeEnvironment, type OpenedEngine } from './engine-open.ts';
+import { computedVariants, heldMemoryBytes, openEngine, probeDevice, type ComputeEnvironment, type OpenedEngine } from './engine-open.ts';
 import { VolunteerError, errorMessage, type VolunteerErrorCode } from './errors.ts';
 import type { ExpertDevice } from '../shaders/device.ts';
 import { ExpertRuntimeError } from '../shaders/errors.ts';
@@ -150,6 +150,8 @@ interface Held {
   pairs: number;
   /** Pairs the hub credited for it (`credit` messages' per-slice counts). */
   credit: number;
+  /** Bytes it takes of the memory budget (heldMemoryBytes: at least what its engine holds, checked after each frame). */
+  memoryBytes: number;
   /** The GPU device its engine was built on (null: none then). */
   device: ExpertDevice | null;
   /** Where its bytes came from. */
@@ -592,11 +594,12 @@ class VolunteerClient implements VolunteerControls {
       backend: h.opened.engine.report.backend,
       pairsServed: h.pairs,
       credit: h.credit,
+      memoryBytes: h.memoryBytes,
       fromPeers: h.fromPeers,
       fromHub: h.fromHub,
     }));
     for (const l of this.loading.values())
-      slices.push({ ...l.slice, state: 'loading', backend: null, pairsServed: 0, credit: 0, fromPeers: 0, fromHub: 0 });
+      slices.push({ ...l.slice, state: 'loading', backend: null, pairsServed: 0, credit: 0, memoryBytes: 0, fromPeers: 0, fromHub: 0 });
     return slices;
   }
 
@@ -605,10 +608,10 @@ class VolunteerClient implements VolunteerControls {
     this.loading.clear();
   }
 
-  /** Bytes of the slices it holds: what is left of the budget for the next one is the rest. */
+  /** Bytes of memory the slices it holds take: what is left of the budget for the next one is the rest. */
   private heldBytes(): number {
     let n = 0;
-    for (const h of this.held.values()) n += h.assign.shardBytes;
+    for (const h of this.held.values()) n += h.memoryBytes;
     return n;
   }
 
@@ -689,7 +692,16 @@ class VolunteerClient implements VolunteerControls {
         );
       }
       this.loading.delete(a.assignmentId);
-      this.held.set(a.assignmentId, { assign: a, slice, opened, pairs: 0, credit: 0, device: this.gpuDevice, ...source });
+      this.held.set(a.assignmentId, {
+        assign: a,
+        slice,
+        opened,
+        pairs: 0,
+        credit: 0,
+        memoryBytes: heldMemoryBytes(opened),
+        device: this.gpuDevice,
+        ...source,
+      });
       const backend = this.announceEngine(
         a.assignmentId,
         opened,
@@ -840,6 +852,7 @@ class VolunteerClient implements VolunteerControls {
         );
         const sent = performance.now();
         h.pairs += frame.nPairs;
+        h.memoryBytes = Math.max(h.memoryBytes, heldMemoryBytes(h.opened)); // a larger frame may have grown its scratch
         this.served(frame.nPairs, sent - arrived);
         this.o.onWorkTimings?.({
           atMs: this.now() - (sent - arrived),
@@ -908,14 +921,20 @@ class VolunteerClient implements VolunteerControls {
         h.assign.numerics,
         env,
         this.gpuDevice,
-        Math.max(0, this.budget - this.heldBytes() + h.assign.shardBytes),
+        Math.max(0, this.budget - this.heldBytes() + h.memoryBytes),
       );
       await this.queue.catch(() => {}); // frames queued for the lost engine are refused first
       if (this.held.get(h.assign.assignmentId) !== h) {
         await opened.engine.dispose(); // released or replaced meanwhile
         return;
       }
-      this.held.set(h.assign.assignmentId, { ...h, opened, rebuilding: false, device: this.gpuDevice });
+      this.held.set(h.assign.assignmentId, {
+        ...h,
+        opened,
+        memoryBytes: heldMemoryBytes(opened),
+        rebuilding: false,
+        device: this.gpuDevice,
+      });
       await h.opened.engine.dispose().catch(() => {});
       // The same slice again: the hub shows the backend and speed of the engine now serving it.
       const backend = this.announceEngine(h.assign.assignmentId, opened);

@@ -75,6 +75,15 @@ export function kernelOverheadBytes(shape: Pick<ExpertSlice, 'nEmbd' | 'ff'>): n
   return 4 * (2 * DEFAULT_TOKENS_PER_PASS * shape.nEmbd + pairs * (shape.ff + shape.nEmbd)) * 1.5 + 2 ** 20;
 }
 
+/**
+ * What a held slice takes of the budget: what its engine holds (GPU buffers, the wasm kernel's memory), where the
+ * engine can tell, else what the budget was charged when it opened (the onnxruntime fallback). The caller keeps the
+ * largest it saw: a frame larger than the start-up measurement's grows the scratch, and wasm memory never shrinks.
+ */
+export function heldMemoryBytes(opened: Pick<OpenedEngine, 'budgetBytes' | 'engine'>): number {
+  return opened.engine.heldBytes() ?? opened.budgetBytes;
+}
+
 /** Opens the device once per client (a GPUDevice outlives the slices it computes) and describes it for the page. */
 export async function probeDevice(
   env: ComputeEnvironment,
@@ -120,6 +129,8 @@ export async function probeDevice(
 export interface OpenedEngine {
   engine: ExpertEngine;
   slice: ExpertSlice;
+  /** What the budget was charged for it: the kept backend's estimate (sliceBytes on WebGPU, the wasm figures else). */
+  budgetBytes: number;
   layer: number;
   expertBegin: number;
   expertEnd: number;
@@ -185,6 +196,7 @@ export async function openEngine(
   const opened = (engine: ExpertEngine): OpenedEngine => ({
     engine,
     slice,
+    budgetBytes: engine.backend === 'webgpu' ? gpuBytes : wasmBytes,
     layer: info.layer,
     expertBegin: info.expertBegin,
     expertEnd: info.expertEnd,

@@ -27,6 +27,8 @@ export interface HeldSlice extends SliceAssignment {
   pairsServed: number;
   /** Pairs the hub credited for it (its `credit` messages' per-slice counts; 0 from a hub that sends none). */
   credit: number;
+  /** Bytes of memory it takes of the budget (its engine's, at least what it holds; 0 while loading). */
+  memoryBytes: number;
   /** Its bytes taken from other volunteers and from the hub (both 0: from this device's cache). */
   fromPeers: number;
   fromHub: number;

@@ -381,6 +381,11 @@ export class WasmExpertFallback implements ExpertComputer {
     return { wasmBytes: this.kernel?.memory.buffer.byteLength ?? 0, sliceBytes: this.sliceBytes, loadedBytes: this.scratch };
   }
 
+  /** Bytes it holds: the kernel's whole linear memory (the slice, its scratch, the rest). */
+  heldBytes(): number {
+    return this.memory().wasmBytes;
+  }
+
   /** Drops the kernel instance (its memory goes with it). Idempotent. */
   async dispose(): Promise<void> {
     this.disposed = true;

@@ -27,6 +27,19 @@ import {
 import { DEFAULT_TRUST } from '../../hub/dispatch/trust.ts';
 import { DEMO_MODEL_CONFIG } from '../../tools/demo-model.ts';
 
+/** Keeps every wasm kernel instance the page makes (weakly), so the test can measure the memory the tab holds in them. */
+function captureWasm(): void {
+  const w = window as unknown as { __xsWasm: WeakRef<WebAssembly.Instance>[] };
+  w.__xsWasm = [];
+  const instantiate = WebAssembly.instantiate;
+  (WebAssembly as { instantiate: unknown }).instantiate = async function (this: unknown, ...args: unknown[]) {
+    const got = await (instantiate as (...a: unknown[]) => Promise<unknown>).apply(this, args);
+    const instance = got instanceof WebAssembly.Instance ? got : (got as { instance: WebAssembly.Instance }).instance;
+    if (typeof instance.exports.heapBase === 'function') w.__xsWasm.push(new WeakRef(instance)); // the expert kernel
+    return got;
+  };
+}
+
 /** Join → four slices loaded, each engine measured (WebGPU on SwiftShader against wasm), on 2 busy cores. */
 const COVER_MS = 240_000;
 
@@ -52,7 +65,7 @@ test('npm start’s demo model, one tab with the default budget: it holds every 
   const hub = await startSwarmHub(m.path, 'always', { trust: DEFAULT_TRUST }, 'demo', { dir: pagesDir });
   let tab: VolunteerTab | undefined;
   try {
-    tab = await joinVolunteerPage(browser as Browser, hub.url);
+    tab = await joinVolunteerPage(browser as Browser, hub.url, 'auto', undefined, captureWasm);
     const rows = await waitForCoverage(hub.url, hub.model, layers, c.nExpert, 1, COVER_MS);
     assert.deepEqual(
       [...new Set(rows.map((r) => r.worker_id))],
@@ -137,8 +150,36 @@ test('npm start’s demo model, one tab with the default budget: it holds every 
       layers.length,
       { timeout: 15_000, polling: 250 },
     );
+    // Memory is real: what the tab holds for its slices, measured apart from the client (the live kernels' wasm
+    // memories after a GC), is what the client charges its budget for them (never less), and within the budget.
+    const cdp = await tab.context.newCDPSession(tab.page);
+    await cdp.send('HeapProfiler.collectGarbage');
+    const measured = await tab.page.evaluate(() => {
+      const live = (window as unknown as { __xsWasm: WeakRef<WebAssembly.Instance>[] }).__xsWasm
+        .map((r) => r.deref())
+        .filter((x) => x !== undefined);
+      const rows = document.querySelectorAll('#slices-table tbody tr[data-state="serving"]');
+      return {
+        kernels: live.length,
+        wasmBytes: live.reduce((n, x) => n + (x.exports.memory as WebAssembly.Memory).buffer.byteLength, 0),
+        accounted: Array.from(rows).reduce((n, r) => n + Number(r.getAttribute('data-memory-bytes')), 0),
+      };
+    });
+    const heap = (await cdp.send('Runtime.getHeapUsage')) as { usedSize: number; totalSize: number };
+    assert.equal(
+      measured.kernels,
+      layers.length,
+      `one live wasm kernel per slice (auto on a software adapter keeps wasm): ${JSON.stringify(measured)}`,
+    );
+    assert.ok(measured.wasmBytes <= measured.accounted, `the client charges at least what its kernels hold: ${JSON.stringify(measured)}`);
+    assert.ok(measured.accounted <= 1.25 * measured.wasmBytes, `and not much more: ${JSON.stringify(measured)}`);
+    assert.ok(measured.accounted <= 512 * 2 ** 20, `within the page's default budget: ${JSON.stringify(measured)}`);
     assert.deepEqual(tab.errors, [], 'no page errors');
-    t.diagnostic(`${rounds} probation round(s); the tab served ${d('served')} of ${routed} routed pairs over ${layers.length} layers`);
+    t.diagnostic(
+      `${rounds} probation round(s); the tab served ${d('served')} of ${routed} routed pairs over ${layers.length} layers; ` +
+        `its kernels hold ${(measured.wasmBytes / 2 ** 20).toFixed(1)} MiB of wasm memory, charged ${(measured.accounted / 2 ** 20).toFixed(1)} MiB; ` +
+        `JS heap ${(heap.usedSize / 2 ** 20).toFixed(1)} MiB used`,
+    );
   } finally {
     await tab?.close();
     await hub.close();

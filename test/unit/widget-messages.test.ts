@@ -279,6 +279,7 @@ test("the frame's report: phase, percent, pairs and backend, nothing secret", ()
     backend: null,
     pairsServed: 0,
     credit: 0,
+    memoryBytes: 0,
     fromPeers: 0,
     fromHub: 0,
   });

@@ -23,10 +23,11 @@ export const ROUND_MODE_CONSTANT: Readonly<Record<RoundMode, number>> = { f32: 0
 export const ROUND_BLOCK: Readonly<Record<RoundMode, number>> = { f32: 1, f16: 1, bf16: 1, q8_0: 32, q8_k: 256 };
 
 /**
- * u32 words of main_packed's `scales` output per block: the scale, and for Q8_K the block's 16 bsums (sums of 16
- * quants, i32) after every block's scale (round_activations.wgsl).
+ * u32 words of main_packed's `scales` output per block: the scale, and after every block's scale for Q8_K the block's
+ * 16 bsums (sums of 16 quants, i32), for Q8_0 its block_q8_1 s (f16(d · Σ quants) as f32: Q8_1, which Q4_1 and Q5_1
+ * weights use, is Q8_0's quants and scale plus s; round_activations.wgsl).
  */
-export const ROUND_SCALE_WORDS: Readonly<Record<'q8_0' | 'q8_k', number>> = { q8_0: 1, q8_k: 17 };
+export const ROUND_SCALE_WORDS: Readonly<Record<'q8_0' | 'q8_k', number>> = { q8_0: 2, q8_k: 17 };
 
 /** Bytes of main_packed's `scales` output for `elements` values in `mode`. */
 export function roundScaleBytes(mode: 'q8_0' | 'q8_k', elements: number): number {
@@ -74,6 +75,8 @@ export interface RoundedActivations {
   d?: Float32Array;
   /** Q8_K (unless `packed: false`): block_q8_K's bsums, the sums of each 16 consecutive quants. */
   bsums?: Int32Array;
+  /** Q8_0 (unless `packed: false`): block_q8_1's s per block, f16(d · Σ quants) with d before its f16 rounding. */
+  s?: Float32Array;
 }
 
 export interface RoundOptions {
@@ -211,7 +214,7 @@ export async function roundActivationsGpu(
           values: new Float32Array(0),
           qs: new Uint32Array(0),
           d: new Float32Array(0),
-          ...(mode === 'q8_k' ? { bsums: new Int32Array(0) } : {}),
+          ...(mode === 'q8_k' ? { bsums: new Int32Array(0) } : { s: new Float32Array(0) }),
         }
       : { values: new Float32Array(0) };
 
@@ -292,6 +295,7 @@ export async function roundActivationsGpu(
       d: new Float32Array(bytes, valueBytes + qsBytes, nBlocks),
     };
     if (mode === 'q8_k') got.bsums = new Int32Array(bytes, valueBytes + qsBytes + nBlocks * 4, nBlocks * 16);
+    else got.s = new Float32Array(bytes, valueBytes + qsBytes + nBlocks * 4, nBlocks);
     return got;
   } finally {
     for (const b of made) b.destroy();

@@ -20,9 +20,11 @@ export type QuantSnippet =
   | 'iq4_nl'
   | 'q5_0'
   | 'q2_k'
-  | 'q3_k';
+  | 'q3_k'
+  | 'q4_1'
+  | 'q5_1';
 /** Quant snippets that also have an integer block dot against 8-bit activations (shaders/wgsl/int8/<stem>.wgsl). */
-export type Int8Quant = 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k' | 'mxfp4' | 'iq4_nl' | 'q5_0' | 'q3_k' | 'q2_k';
+export type Int8Quant = 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k' | 'mxfp4' | 'iq4_nl' | 'q5_0' | 'q3_k' | 'q2_k' | 'q4_1' | 'q5_1';
 export type KernelName =
   | 'expert_up'
   | 'expert_down'
@@ -78,6 +80,8 @@ export const WGSL: WgslSources = {
     q6_k: read('quant/q6_k.wgsl'),
     mxfp4: read('quant/mxfp4.wgsl'),
     iq4_nl: read('quant/iq4_nl.wgsl'),
+    q5_1: read('quant/q5_1.wgsl'),
+    q4_1: read('quant/q4_1.wgsl'),
     q2_k: read('quant/q2_k.wgsl'),
     q3_k: read('quant/q3_k.wgsl'),
     q5_0: read('quant/q5_0.wgsl'),
@@ -90,6 +94,8 @@ export const WGSL: WgslSources = {
     q6_k: read('int8/q6_k.wgsl'),
     mxfp4: read('int8/mxfp4.wgsl'),
     iq4_nl: read('int8/iq4_nl.wgsl'),
+    q5_1: read('int8/q5_1.wgsl'),
+    q4_1: read('int8/q4_1.wgsl'),
     q2_k: read('int8/q2_k.wgsl'),
     q3_k: read('int8/q3_k.wgsl'),
     q5_0: read('int8/q5_0.wgsl'),

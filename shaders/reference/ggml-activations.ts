@@ -35,6 +35,14 @@ export function vecDotType(weightType: GGMLType): GGMLType {
   }
 }
 
+/**
+ * Weight types whose vec_dot type is really Q8_1 (vecDotType says Q8_0: the same quants, scale and values). ggml
+ * multiplies each weight block's min by the activation block's s = f16(d · Σ quants) (d before its f16 rounding), not
+ * by the sum of the rounded values as this reference does: ~1e-6 NMSE on a call. The int8 kernels and
+ * harness/ggml-exact.ts read s (bit for bit with the coordinator); a reference comparison of them allows for it.
+ */
+export const Q8_1_WEIGHT_TYPES: ReadonlySet<GGMLType> = new Set([GGMLType.Q4_1, GGMLType.Q5_1]);
+
 const f32 = Math.fround;
 
 /** Round half to even, as `_mm256_round_ps(…, _MM_ROUND_NEAREST)` and ggml's nearest_int do. */

@@ -29,7 +29,12 @@
 //                scales[block] the f32 bits of d as the CPU multiplies with it: Q8_0 the f16-rounded d (+inf when it
 //                overflows f16), Q8_K the f32 d = 1 / iscale (negative when the block's signed max is positive);
 //                Q8_K also its bsums after all the blocks' scales: scales[n_blocks + 16 · block + k] the sum of
-//                quants 16k .. 16k + 15 as i32 bits (block_q8_K's bsums, which ggml's K-quant dot products read).
+//                quants 16k .. 16k + 15 as i32 bits (block_q8_K's bsums, which ggml's K-quant dot products read);
+//                Q8_0 also block_q8_1's s after them (Q8_1 is Q8_0's quants and d plus s, which Q4_1's and Q5_1's
+//                dot products read): scales[n_blocks + block] the f32 bits of f16(d32 · Σ quants), d32 = amax / 127
+//                before its f16 rounding (x86 quantize_row_q8_1); 0 where the quants are not ordinary (an all-zero
+//                block, or 127 / amax overflowing: the CPU's 32 saturated quants add up to 0 in i32), NaN for a
+//                non-finite block.
 //
 // Threads and blocks: every invocation owns one quad (4 consecutive elements); a scale block is BLOCK / 4 consecutive
 // invocations (8 for Q8_0, 64 for Q8_K; WORKGROUP_SIZE must be a multiple, TS uses 64), whose largest |x| is found by
@@ -204,6 +209,27 @@ fn scale_mag(d: u32, q: u32) -> u32 {
   return pack_rne(u.m * q, false, u.e);
 }
 
+// f32 bits of (positive finite f32 with bits d) · k for an integer 0 <= k < 2^13, rounded to nearest even: the exact
+// product of d's 24-bit significand and k (up to 37 bits, as hi · 2^24 + lo) cut to at most 30 bits with a sticky bit.
+fn scale_mag_wide(d: u32, k: u32) -> u32 {
+  if (d == 0u || k == 0u) {
+    return 0u;
+  }
+  let u = unpack_mag(d);
+  let a = (u.m >> 12u) * k;
+  let b = (u.m & 0xfffu) * k;
+  let t = b + ((a & 0xfffu) << 12u);
+  let lo = t & 0xffffffu;
+  let hi = (a >> 12u) + (t >> 24u);
+  if (hi == 0u) {
+    return pack_rne(lo, false, u.e);
+  }
+  let shift = u32(max(i32(bit_len(hi)) - 6, 0));
+  let m = (hi << (24u - shift)) | (lo >> shift);
+  let sticky = shift > 0u && (lo & ((1u << shift) - 1u)) != 0u;
+  return pack_rne(m, sticky, u.e + i32(shift));
+}
+
 // f32 bits → f16 bits as gguf/half.ts f32ToF16 (ggml's converters, F16C's _cvtss_sh): round to nearest even,
 // gradual underflow, overflow to ±inf, NaN → sign | 0x7e00.
 fn f32_to_f16_bits(u: u32) -> u32 {
@@ -271,6 +297,8 @@ struct Quad {
   q: vec4<i32>,
   d: u32,
   lane: u32,
+  // Q8_0: the f32 bits of amax / 127 before its f16 rounding (0 unless the block is ordinary, NaN if non-finite).
+  d32: u32,
 }
 
 // Call from uniform control flow (it has barriers).
@@ -342,13 +370,16 @@ fn round_quad(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> Quad {
   } else if (amax >= F32_INF) {
     kind = 1u;
     d = F32_QNAN;
+    r.d32 = F32_QNAN;
   } else {
     id = div_rne(F32_127, amax);
     if (id == F32_INF) {
       kind = 2u;
     }
     if (MODE == MODE_Q8_0) {
-      d = f16_bits_to_f32_bits(f32_to_f16_bits(div_rne(amax, F32_127)));
+      let d32 = div_rne(amax, F32_127);
+      d = f16_bits_to_f32_bits(f32_to_f16_bits(d32));
+      r.d32 = select(0u, d32, kind == 3u);
     } else if (kind == 3u) {
       d = div_rne(F32_ONE, id);
     }
@@ -424,6 +455,23 @@ fn main_packed(
   @builtin(local_invocation_index) lid: u32,
 ) {
   let r = round_quad(wid, nwg, lid);
+  if (MODE == MODE_Q8_0) {
+    // s: eight consecutive invocations hold a block's 32 quants (a workgroup holds whole blocks).
+    quad_sums[lid] = r.q[0] + r.q[1] + r.q[2] + r.q[3];
+    workgroupBarrier();
+    if (r.count != 0u && r.lane == 0u) {
+      var sum = 0i;
+      for (var k = 0u; k < 8u; k++) {
+        sum += quad_sums[lid + k];
+      }
+      var s = F32_QNAN;
+      if (r.d32 != F32_QNAN) {
+        let mag = f16_bits_to_f32_bits(f32_to_f16_bits(scale_mag_wide(r.d32, u32(abs(sum)))));
+        s = select(mag, mag | SIGN, sum < 0i && r.d32 != 0u); // d · (negative sum), even when it rounds to 0
+      }
+      scales[params.n_rows * (params.row_len / 32u) + r.base / 32u] = s;
+    }
+  }
   if (MODE == MODE_Q8_K) {
     // bsums: four consecutive invocations hold 16 consecutive quants (a workgroup holds whole blocks).
     quad_sums[lid] = r.q[0] + r.q[1] + r.q[2] + r.q[3];

@@ -81,6 +81,12 @@ fn k4_scale_min(m: u32, byte: u32, j: u32) -> vec2<f32> {
   return vec2<f32>(f32(sc), f32(mn));
 }
 
+// Q5_0 / Q5_1: the 5th bits of elements i..i+3 (bits i..i+3 of the block's u32 qh) as bit 4 of four bytes.
+fn q5_high_bytes(qh: u32, i: u32) -> u32 {
+  let h = (qh >> i) & 15u;
+  return ((h & 1u) | ((h & 2u) << 7u) | ((h & 4u) << 14u) | ((h & 8u) << 21u)) << 4u;
+}
+
 // Four int8 ones, packed: dot_i8(I8_ONES, a) is the sum of a's four int8 values.
 const I8_ONES: u32 = 0x01010101u;
 

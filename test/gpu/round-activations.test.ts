@@ -266,6 +266,23 @@ async function check(mode: RoundMode, x: Float32Array, nRows: number, rowLen: nu
       }
       if (qBad.length >= 6) break;
     }
+    if (mode === 'q8_0') {
+      // block_q8_1's s (Q4_1 and Q5_1 weights): f16(amax / 127 · Σ q) in f32 steps; 0 for an all-zero block and where
+      // 127 / amax overflows (the CPU's 32 saturated int32 quants add up to 0).
+      assert.ok(packed.s, 'q8_0 returns s');
+      const gotS = u32View(packed.s);
+      for (let b = 0; b < g.d.length && qBad.length < 6; b++) {
+        if (g.unspecified[b]) continue;
+        let amax = 0;
+        let sum = 0;
+        for (let i = b * 32; i < b * 32 + 32; i++) {
+          amax = Math.max(amax, Math.abs(x[i]!));
+          sum += g.q[i]!;
+        }
+        const want = g.tiny[b] ? 0 : bitsOf(f16ToF32(f32ToF16(f32(f32(amax / 127) * sum))));
+        if (gotS[b] !== want) qBad.push(`block ${b}: s got ${hex(gotS[b]!)} want ${hex(want)} (amax ${amax}, Σq ${sum})`);
+      }
+    }
     if (qBad.length > 0) problems.push(`${mode} packed quants/scales:`, ...qBad.map((s) => `  ${s}`));
   }
   assert.ok(problems.length === 0, problems.join('\n'));

@@ -53,7 +53,7 @@ import {
 import { requestExpertDevice } from '../../shaders/device.ts';
 import { OrtExpertFallback } from '../../shaders/ort/fallback.ts';
 import { expertFfnAccumulate } from '../../shaders/reference/expert-ffn.ts';
-import { vecDotType } from '../../shaders/reference/ggml-activations.ts';
+import { Q8_1_WEIGHT_TYPES, vecDotType } from '../../shaders/reference/ggml-activations.ts';
 import { ExpertRuntime } from '../../shaders/runtime.ts';
 import { INT8_SNIPPETS, KERNEL_TYPES } from '../../shaders/expert-ffn.ts';
 import type { ExpertSlice } from '../../shaders/slice.ts';
@@ -86,7 +86,7 @@ const SEPARATION = 100;
  * sum the rounded activations. Those paths are held to this bound instead (measured ~8e-6, exact math ~1.4e-4);
  * ggml-exact and the int8 kernels read s and stay bit for bit.
  */
-const Q8_1_TYPES: ReadonlySet<GGMLType> = new Set([GGMLType.Q4_1, GGMLType.Q5_1]);
+const Q8_1_TYPES = Q8_1_WEIGHT_TYPES;
 const Q8_1_MEDIAN_BOUND = 3e-5;
 
 const TYPES = [

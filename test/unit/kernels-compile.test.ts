@@ -18,7 +18,23 @@ before(async () => {
 
 after(() => device?.destroy());
 
-const QUANTS: QuantSnippet[] = ['f32', 'f16', 'bf16', 'q8_0', 'q4_0', 'q4_k', 'q5_k', 'q6_k', 'mxfp4', 'iq4_nl', 'q2_k', 'q3_k', 'q5_0'];
+const QUANTS: QuantSnippet[] = [
+  'f32',
+  'f16',
+  'bf16',
+  'q8_0',
+  'q4_0',
+  'q4_k',
+  'q5_k',
+  'q6_k',
+  'mxfp4',
+  'iq4_nl',
+  'q5_1',
+  'q4_1',
+  'q2_k',
+  'q3_k',
+  'q5_0',
+];
 const tuning: KernelTuning = { workgroupSize: 64, rowsPerWorkgroup: 4, tileRows: 16, tileCols: 32 };
 
 function keys(): PipelineKey[] {

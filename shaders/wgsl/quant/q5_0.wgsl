@@ -23,12 +23,6 @@ fn block_dot(m: u32, wb: u32, a: u32) -> f32 {
   return d * sum;
 }
 
-// The 5th bits of elements i..i+3 (bits i..i+3 of qh) as bit 4 of four bytes.
-fn q5_high_bytes(qh: u32, i: u32) -> u32 {
-  let h = (qh >> i) & 15u;
-  return ((h & 1u) | ((h & 2u) << 7u) | ((h & 4u) << 14u) | ((h & 8u) << 21u)) << 4u;
-}
-
 fn weight_quad(m: u32, rb: u32, e: u32) -> vec4<f32> {
   let wb = rb + (e / BLOCK_SIZE) * BLOCK_BYTES;
   let i = e % BLOCK_SIZE;

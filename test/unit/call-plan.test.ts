@@ -330,14 +330,14 @@ test('planCall with roundings: the round_activations dispatches, their buffers a
   const K_SHAPE = { nEmbd: 256, ff: 512, nExpert: 4 };
   const rows: [string, typeof SHAPE, PlannedCall, Partial<PlanLimits>, object[], number[][]][] = [
     [
-      'Q8_0 decode, packed: the rows once (gate and up), h once; quants 1 byte and a scale per 32',
+      "Q8_0 decode, packed: the rows once (gate and up), h once; quants 1 byte, a scale and Q8_1's s per 32",
       SHAPE,
       { ...call('decode', 3, 2, [0, 1, 2, 3, 1, 2]), rounding: callRounding(same(T.Q8_0), 'llama', 'decode', 'packed') },
       {},
       [
         // input, for, mode, packed, nRows, rowLen, workgroups, bytes
-        ['rows', ['gate', 'up'], 'q8_0', true, 3, 64, [1, 1], { values: 768, qs: 192, scales: 24 }],
-        ['hidden', ['down'], 'q8_0', true, 6, 32, [1, 1], { values: 768, qs: 192, scales: 24 }],
+        ['rows', ['gate', 'up'], 'q8_0', true, 3, 64, [1, 1], { values: 768, qs: 192, scales: 48 }],
+        ['hidden', ['down'], 'q8_0', true, 6, 32, [1, 1], { values: 768, qs: 192, scales: 48 }],
       ],
       [
         [3, 64],
@@ -352,7 +352,7 @@ test('planCall with roundings: the round_activations dispatches, their buffers a
       [
         ['rows', ['gate'], 'f16', false, 2, 64, [1, 1], { values: 512, qs: 0, scales: 0 }],
         ['rows', ['up'], 'bf16', false, 2, 64, [1, 1], { values: 512, qs: 0, scales: 0 }],
-        ['hidden', ['down'], 'q8_0', true, 2, 32, [1, 1], { values: 256, qs: 64, scales: 8 }],
+        ['hidden', ['down'], 'q8_0', true, 2, 32, [1, 1], { values: 256, qs: 64, scales: 16 }],
       ],
       [
         [2, 64],

@@ -892,9 +892,10 @@ class VolunteerClient implements VolunteerControls {
   /**
    * The GPU device under the held engine was lost (a driver reset, the browser's GPU process gone): the hub stops
    * sending work (`pause` on the wire) while an engine is built anew from the cached slice on a fresh device, or on the
-   * wasm fallback if that measures faster now, and then work resumes. A slice that cannot be rebuilt is given up
-   * (`load_failed` ENGINE_FAILED) so the market places it elsewhere. Frames that arrive meanwhile are refused with
-   * DEVICE_LOST; the hub computes those pairs itself.
+   * wasm fallback if that measures faster now, and then work resumes. A slice that cannot be rebuilt — the new device
+   * or what is left of the budget cannot hold it, or no backend computes it — is given up alone (`load_failed`
+   * DOES_NOT_FIT / NO_BACKEND / ENGINE_FAILED) so the market places it elsewhere, while the others serve on. Frames
+   * that arrive meanwhile are refused with DEVICE_LOST; the hub computes those pairs itself.
    */
   private async rebuildEngine(h: Held): Promise<void> {
     if (h.rebuilding || this.held.get(h.assign.assignmentId) !== h) return;
@@ -947,11 +948,11 @@ class VolunteerClient implements VolunteerControls {
       if (this.held.get(h.assign.assignmentId) !== h) return;
       await this.dropEngine(h);
       // load_failed first: the hub drops the assignment while it still counts the worker paused, then resume makes it
-      // an idle volunteer again.
+      // serve what it still holds (or an idle volunteer again).
       this.send({
         type: 'load_failed',
         assignmentId: h.assign.assignmentId,
-        code: 'ENGINE_FAILED',
+        code: (e instanceof VolunteerError && LOAD_CODES[e.code]) || 'ENGINE_FAILED',
         message: errorMessage(e).slice(0, 500),
       });
       if (!this.paused && ![...this.held.values()].some((x) => x.rebuilding)) this.send({ type: 'resume' });

@@ -693,6 +693,7 @@ export class VolunteerChannel {
         if (!sl) return;
         this.host.event('load-failed', sl.model, `${c.workerId}: ${m.code} ${m.message}`);
         const others = c.slices.size > 1;
+        this.dropSlice(c, sl); // before the flags: dropping a slice clears `full`
         if (others)
           c.full = true; // it serves what it holds; it takes more once one is released
         else if (m.code === 'DOES_NOT_FIT') {
@@ -700,7 +701,6 @@ export class VolunteerChannel {
           c.maxExperts = Math.floor(width / 2);
           if (c.maxExperts === 0) c.unfit = true;
         } else c.unfit = true; // nothing this volunteer can serve until it reconnects
-        this.dropSlice(c, sl);
         this.demandChanged();
         return;
       }

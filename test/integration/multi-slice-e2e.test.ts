@@ -186,14 +186,27 @@ test('npm start’s demo model, one tab with the default budget: it holds every 
   }
 });
 
-/** Keeps every GPUDevice the page requests, so the test can destroy them as a driver reset would lose them. */
+/**
+ * Keeps every GPUDevice the page requests, so the test can destroy them as a driver reset would lose them; a device
+ * requested while `__xsRefuseLayer` is set cannot hold that layer's weights (its createBuffer refuses them, as a
+ * smaller GPU would run out of memory).
+ */
 function captureDevices(): void {
-  const w = window as unknown as { __xsDevices: GPUDevice[] };
+  const w = window as unknown as { __xsDevices: GPUDevice[]; __xsRefuseLayer?: number };
   w.__xsDevices = [];
   if (typeof GPUAdapter === 'undefined') return;
   const request = GPUAdapter.prototype.requestDevice;
   GPUAdapter.prototype.requestDevice = async function (this: GPUAdapter, ...args: Parameters<GPUAdapter['requestDevice']>) {
     const device = await request.apply(this, args);
+    const refuse = w.__xsRefuseLayer;
+    if (refuse !== undefined) {
+      const create = device.createBuffer.bind(device);
+      device.createBuffer = (d: GPUBufferDescriptor) => {
+        if ((d.label ?? '').startsWith(`layer ${refuse} `) && (d.label ?? '').includes('weights'))
+          throw new RangeError(`this device has no memory for layer ${refuse}'s weights (${d.size} bytes)`);
+        return create(d);
+      };
+    }
     w.__xsDevices.push(device);
     return device;
   };
@@ -247,8 +260,44 @@ test('a WebGPU tab holding two slices loses its GPU device: it rebuilds both on 
     assert.deepEqual(got, want, 'the token ids of --dispatch off');
     const served = (o.served as number) - (before.served as number);
     assert.ok(served > 0, `the rebuilt tab serves: ${served} pairs`);
+    // Lost again, and the new device cannot hold the second layer: that slice alone is given back (load_failed; the
+    // hub wants it again), the first is rebuilt and serves on, tokens identical.
+    const [kept, gone] = moe as [number, number];
+    await page.evaluate((layer) => {
+      const w = window as unknown as { __xsDevices: GPUDevice[]; __xsRefuseLayer?: number };
+      w.__xsRefuseLayer = layer;
+      for (const d of w.__xsDevices) d.destroy();
+    }, gone);
+    await page.waitForFunction(
+      ([n, layer]) =>
+        (window as unknown as { __xsDevices: GPUDevice[] }).__xsDevices.length > (n as number) &&
+        /^Serving with /.test(document.querySelector('#state-title')?.textContent ?? '') &&
+        Array.from(document.querySelectorAll('#slices-table tbody tr'), (r) => r.getAttribute('data-layer')).join() === String(layer),
+      [devicesAfter, kept],
+      { timeout: COVER_MS, polling: 250 },
+    );
+    let mine: number[] = [];
+    for (const until = Date.now() + 10_000; Date.now() < until; await new Promise((r) => setTimeout(r, 250))) {
+      mine = (await dispatchMap(hub.url, hub.model)).filter((r) => r.worker_id === tab?.workerId).map((r) => r.layer);
+      if (mine.length === 1) break;
+    }
+    assert.deepEqual(mine, [kept], 'the hub keeps the route of the slice it still holds, and only that one');
+    const demand = (await (await fetch(`${hub.url}/api/expert-demand?model=${encodeURIComponent(hub.model)}`)).json()) as {
+      models: Array<{ layers: Array<{ layer: number; segments: Array<{ replicas: number; scarcity: number }> }> }>;
+    };
+    const wanted = demand.models[0]?.layers.find((l) => l.layer === gone)?.segments ?? [];
+    assert.ok(
+      wanted.length > 0 && wanted.every((s) => s.replicas === 0 && s.scarcity > 0),
+      `the given-back layer is wanted again: ${JSON.stringify(wanted)}`,
+    );
+    const before2 = await pairOutcomes(hub.url, hub.model);
+    assert.deepEqual(await completionIds(hub.url, hub.model, E2E_PROMPT, E2E_TOKENS, m.ban), want, 'the token ids of --dispatch off');
+    const served2 = ((await pairOutcomes(hub.url, hub.model)).served as number) - (before2.served as number);
+    assert.ok(served2 > 0, `the slice it kept serves on: ${served2} pairs`);
     assert.deepEqual(tab.errors, [], 'no page errors');
-    t.diagnostic(`devices ${devicesBefore} → ${devicesAfter}; served ${served} pairs after the rebuild`);
+    t.diagnostic(
+      `devices ${devicesBefore} → ${devicesAfter}; served ${served} pairs after the rebuild, ${served2} with one slice given back`,
+    );
   } finally {
     await tab?.close();
     await hub.close();

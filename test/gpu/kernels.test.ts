@@ -242,16 +242,14 @@ const BATCHED_GRID: { name: string; types: SliceTypes; sizes: [number, number][]
   { name: 'Q4_0', types: same(T.Q4_0), sizes: BATCHED_32_SIZES },
   { name: 'MXFP4', types: same(T.MXFP4), sizes: BATCHED_32_SIZES },
   { name: 'IQ4_NL', types: same(T.IQ4_NL), sizes: BATCHED_32_SIZES },
-  { name: 'Q5_1', types: same(T.Q5_1), sizes: [[96, 64]] },
-  { name: 'Q4_1', types: same(T.Q4_1), sizes: [[96, 64]] },
-  { name: 'Q5_0', types: same(T.Q5_0), sizes: [[96, 64]] },
   { name: 'Q4_K', types: same(T.Q4_K), sizes: BATCHED_K_SIZES },
   { name: 'Q5_K', types: same(T.Q5_K), sizes: BATCHED_K_SIZES },
   { name: 'Q6_K', types: same(T.Q6_K), sizes: BATCHED_K_SIZES },
-  { name: 'Q2_K', types: same(T.Q2_K), sizes: [[256, 256]] },
-  { name: 'Q3_K', types: same(T.Q3_K), sizes: [[256, 256]] },
   // gate and up of different types: the two-pass expert_up_batched path
   { name: 'mix Q4_K/Q5_K/Q6_K', types: { gate: T.Q4_K, up: T.Q5_K, down: T.Q6_K }, sizes: [[256, 256]] },
+  // Q4_1, Q5_0, Q5_1, Q2_K, Q3_K: their batched weights (weight_quad) are checked by the llama-numerics cases below
+  // (the batched call reads them through the float kernels) and in exact numerics by the kernel grid in Chromium
+  // (harness/kernel-grid.ts BATCHED_GRID, every kernel type); not here, to keep npm test's time.
 ];
 const BATCHED_TOKENS = [16, 64];
 const BATCHED_USED = [2, 4];
@@ -833,7 +831,7 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
         expected: slice.down.length,
         actual: slice.down.length - 1,
       });
-      await rejectsWith(ExpertRuntime.create(device, { ...slice, types: { ...slice.types, up: T.Q2_K } }), 'UNSUPPORTED_TYPE');
+      await rejectsWith(ExpertRuntime.create(device, { ...slice, types: { ...slice.types, up: T.IQ4_XS } }), 'UNSUPPORTED_TYPE');
       await rejectsWith(ExpertRuntime.create(device, { ...slice, types: same(T.Q4_K) }), 'BAD_SHAPE');
       await rejectsWith(ExpertRuntime.create(device, slice, { workgroupSize: 48 }), 'BAD_OPTION');
       // Tiles: tileCols must divide the workgroup; each thread holds tileRows / (64 / tileCols) ≤ 16 rows.

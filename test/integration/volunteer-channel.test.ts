@@ -1064,6 +1064,13 @@ test('multi-slice volunteers (max_slices): one slice at a time up to the budget,
     const layers = new Set(held.map((x) => x.layer));
     assert.equal(layers.size, held.length, 'never two slices of one layer to one volunteer here (no duplicate experts)');
     assert.ok(held[1]!.experts[1] - held[1]!.experts[0] < 8, 'the second slice is narrower: what the budget has left');
+    // A slice given up beside others (load_failed: its rebuild after a device loss did not fit) is not offered back
+    // to the volunteer that gave it up, though its budget now has room: it serves what it still holds.
+    const last = held[held.length - 1] as Assign;
+    v.json({ type: 'load_failed', assignment_id: last.assignmentId, code: 'DOES_NOT_FIT', message: 'the new device cannot hold it' });
+    await v.alive();
+    (h2.t.hub as unknown as { channel: VolunteerChannel }).channel.demandChanged();
+    await v.none('assign', 300);
   } finally {
     await h2.close();
   }

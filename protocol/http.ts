@@ -62,18 +62,29 @@ export interface HealthAnswer {
    * With `--redis` only: this hub's part in the cluster (docs/cluster.md): its id, 'ready' / 'degraded' /
    * 'connecting', since when, why degraded, the hubs announced, the other hubs' workers mirrored, writes waiting.
    */
-  cluster?: {
-    hub_id: string;
-    redis: string;
-    state: 'connecting' | 'ready' | 'degraded';
-    since_ms: number;
-    error: string | null;
-    hubs: string[];
-    remote_workers: number;
-    last_sync_ms: number | null;
-    pending: { workers: number; credits: number; quarantines: number };
-    corrupt_values: number;
-  };
+  /** Present when the hub is one of a cluster (`--redis`): docs/cluster.md. */
+  cluster?: ClusterStatus;
+}
+
+/** The cluster part of `GET /api/health` (hub/cluster/cluster.ts fills it). */
+export interface ClusterStatus {
+  hub_id: string;
+  /** The Redis URL, its password hidden. */
+  redis: string;
+  state: 'connecting' | 'ready' | 'degraded';
+  /** When the state last changed (the hub's clock). */
+  since_ms: number;
+  /** What made it degraded (null while ready). */
+  error: string | null;
+  /** Hubs announced in Redis at the last sync (this one included). */
+  hubs: string[];
+  /** Workers of other hubs in the mirror. */
+  remote_workers: number;
+  last_sync_ms: number | null;
+  /** Writes waiting for Redis. */
+  pending: { workers: number; credits: number; quarantines: number };
+  /** Values read back that were not what a hub writes (CLUSTER_STATE_CORRUPT), since start. */
+  corrupt_values: number;
 }
 
 /** `GET /api/credit?wallet=`: a volunteer's lifetime credit (pairs served), durable; 0 and nulls for an unknown wallet. */

@@ -24,7 +24,7 @@ import { type DispatchConfig, type DispatchRow, workerState } from '../dispatch/
 import { HubError, isHubError } from '../errors.ts';
 import type { HubStore } from '../store.ts';
 import { CREDIT_CACHE_MAX } from '../limits.ts';
-import type { CreditAnswer } from '../../protocol/http.ts';
+import type { ClusterStatus, CreditAnswer } from '../../protocol/http.ts';
 import type { BusMessage, ClusterWorker } from './codec.ts';
 import { CLUSTER_PREFIX, HUB_ID_MAX_CHARS, redactRedisUrl } from './keys.ts';
 import { type CorruptValue, type RedisLinkState, RedisClusterState } from './redis-state.ts';
@@ -67,28 +67,9 @@ export function defaultHubId(): string {
   return `${host}-${process.pid}-${randomBytes(2).toString('hex')}`.slice(0, HUB_ID_MAX_CHARS);
 }
 
-export type ClusterState = 'connecting' | 'ready' | 'degraded';
-
-/** The cluster part of `GET /api/health`. */
-export interface ClusterStatus {
-  hub_id: string;
-  /** The Redis URL, its password hidden. */
-  redis: string;
-  state: ClusterState;
-  /** When the state last changed (the hub's clock). */
-  since_ms: number;
-  /** What made it degraded (null while ready). */
-  error: string | null;
-  /** Hubs announced in Redis at the last sync (this one included). */
-  hubs: string[];
-  /** Workers of other hubs in the mirror. */
-  remote_workers: number;
-  last_sync_ms: number | null;
-  /** Writes waiting for Redis. */
-  pending: { workers: number; credits: number; quarantines: number };
-  /** Values read back that were not what a hub writes (CLUSTER_STATE_CORRUPT), since start. */
-  corrupt_values: number;
-}
+/** The cluster part of `GET /api/health`: its shape is the HTTP contract's (protocol/http.ts). */
+export type { ClusterStatus };
+export type ClusterState = ClusterStatus['state'];
 
 /** What the cluster reads and tells of its hub (the pattern of channel/channel.ts's ChannelHost). */
 export interface ClusterHost {

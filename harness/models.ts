@@ -5,6 +5,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
+import { GGMLType } from '../gguf/quant-types.ts';
 import { makeModel } from '../tools/make-model.ts';
 import { type ModelConfig, defaultConfig } from '../tools/model-arch.ts';
 import { buildVocabulary } from '../tools/tokenizer.ts';
@@ -42,3 +43,20 @@ export async function testModel(partial: Partial<ModelConfig> & Pick<ModelConfig
   if (!existsSync(path)) await makeModel(config, path);
   return { path, config, ban: buildVocabulary().nonUtf8Ids };
 }
+
+/**
+ * One MoE layer (deepseek's layer 0 is dense) of 16 Q8_0 experts, small: the peer-slice tests (peers-chromium,
+ * netlab-turn) give every volunteer the same slice, layer 1, experts [0, 16).
+ */
+export const ONE_MOE_LAYER = {
+  arch: 'deepseek' as const,
+  layers: 2,
+  nEmbd: 256,
+  ff: 256,
+  sharedFf: 256,
+  nExpert: 16,
+  nExpertUsed: 2,
+  type: GGMLType.Q8_0,
+  seed: 41,
+  expertScale: 2,
+};

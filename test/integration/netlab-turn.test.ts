@@ -17,31 +17,17 @@ import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import type { Browser } from 'playwright-core';
-import { GGMLType } from '../../gguf/quant-types.ts';
 import type { TurnConfig } from '../../hub/turn-credentials.ts';
 import type { SliceTransfer } from '../../protocol/dashboard.ts';
 import { joinVolunteerPage, type VolunteerTab, waitServing } from '../../harness/browser.ts';
 import { HUB_PROCESS, type HubProcessSpec } from '../../harness/hub-process.ts';
-import { testModel } from '../../harness/models.ts';
+import { ONE_MOE_LAYER, testModel } from '../../harness/models.ts';
 import { createLab, HUB_ADDRESS, type Lab } from '../../harness/netlab.ts';
 import { launchChromiumIn } from '../../harness/netlab-browser.ts';
 import { buildPages } from '../../harness/pages-build.ts';
 import { TRUST_OFF, until } from '../../harness/swarm.ts';
 import { startTurn, type TurnServer } from '../../harness/turn.ts';
 
-/** One MoE layer (deepseek's layer 0 is dense) of 16 experts: both tabs are assigned layer 1, experts [0, 16). */
-const ONE_LAYER = {
-  arch: 'deepseek' as const,
-  layers: 2,
-  nEmbd: 256,
-  ff: 256,
-  sharedFf: 256,
-  nExpert: 16,
-  nExpertUsed: 2,
-  type: GGMLType.Q8_0,
-  seed: 41,
-  expertScale: 2,
-};
 const CHUNK_BYTES = 128 * 1024;
 const SECRET = 'netlab-turn-secret-0123456789';
 const PORT_PLAIN = 8080;
@@ -195,7 +181,7 @@ test('two tabs behind different NATs: without TURN the second takes the slice fr
   const hubs: HubHandle[] = [];
   try {
     const [m, pages] = await Promise.all([
-      testModel(ONE_LAYER),
+      testModel(ONE_MOE_LAYER),
       buildPages('production'),
       createLab({
         homes: [

@@ -19,11 +19,10 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { rmSync } from 'node:fs';
 import type { Browser } from 'playwright-core';
-import { GGMLType } from '../../gguf/quant-types.ts';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
 import type { SliceTransfer } from '../../protocol/dashboard.ts';
 import { joinVolunteerPage, launchChromium, waitServing as waitForServing, type VolunteerTab } from '../../harness/browser.ts';
-import { testModel, type TestModel } from '../../harness/models.ts';
+import { ONE_MOE_LAYER, testModel, type TestModel } from '../../harness/models.ts';
 import { buildPages } from '../../harness/pages-build.ts';
 import {
   baselineIds,
@@ -36,19 +35,6 @@ import {
   type SwarmHub,
 } from '../../harness/swarm.ts';
 
-/** One MoE layer (deepseek's layer 0 is dense) of 16 experts: every volunteer gets layer 1, experts [0, 16). */
-const ONE_LAYER = {
-  arch: 'deepseek' as const,
-  layers: 2,
-  nEmbd: 256,
-  ff: 256,
-  sharedFf: 256,
-  nExpert: 16,
-  nExpertUsed: 2,
-  type: GGMLType.Q8_0,
-  seed: 41,
-  expertScale: 2,
-};
 const CHUNK_BYTES = 128 * 1024;
 const TOKENS = 24;
 const SERVE_MS = 180_000;
@@ -61,7 +47,7 @@ let baseline: Promise<number[]> | undefined;
 before(async () => {
   pagesDir = await buildPages('production');
   browser = await launchChromium();
-  model = await testModel(ONE_LAYER);
+  model = await testModel(ONE_MOE_LAYER);
 });
 
 after(async () => {

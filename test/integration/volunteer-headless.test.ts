@@ -20,6 +20,7 @@ import {
   spawnVolunteer,
   startSwarmHub,
   waitForCoverage,
+  waitForHolders,
 } from '../../harness/swarm.ts';
 
 const N = E2E_TOKENS;
@@ -46,7 +47,10 @@ for (const { name, config, backend } of MODELS) {
     const vols = [spawnVolunteer(hub.url, 'h0', ['--backend', backend]), spawnVolunteer(hub.url, 'h1', ['--backend', backend])];
     try {
       const moeLayers = moeLayersOf(config);
-      const rows = await waitForCoverage(hub.url, hub.model, moeLayers, config.nExpert, 1);
+      await waitForCoverage(hub.url, hub.model, moeLayers, config.nExpert, 1);
+      // Volunteers hold several slices: the first may take every layer, and the market then hands one of its slices
+      // to the volunteer that holds nothing (REBALANCE).
+      const rows = await waitForHolders(hub.url, hub.model, ['h0', 'h1']);
       assert.deepEqual(new Set(rows.map((r) => r.worker_id)), new Set(['h0', 'h1']), 'the market gave each volunteer a slice');
       const got = await completionIds(hub.url, hub.model, PROMPT, N, m.ban);
       assert.deepEqual(got, want);

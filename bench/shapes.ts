@@ -9,6 +9,8 @@ import { existsSync, readdirSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { GGMLType, rowByteSize } from '../gguf/quant-types.ts';
 import { MODEL_CACHE, type TestModel, testModel } from '../harness/models.ts';
+import { defaultConfig } from '../tools/model-arch.ts';
+import { buildVocabulary } from '../tools/tokenizer.ts';
 import { kernelOverheadBytes } from '../volunteer/engine-open.ts';
 
 export interface Shape {
@@ -45,18 +47,16 @@ export async function benchModel(s: Shape, layers: number, log: (line: string) =
   log(`model ${s.name}: ${describeShape(s, layers)}…`);
   const t0 = performance.now();
   const { nEmbd, ff, nExpert, nExpertUsed, nHead, nHeadKv } = s;
-  const model = await testModel({
-    arch: 'qwen3moe',
-    layers,
-    nEmbd,
-    ff,
-    nExpert,
-    nExpertUsed,
-    nHead,
-    nHeadKv,
-    type: GGMLType.Q4_K,
-    seed: 11,
-  });
+  const partial = { arch: 'qwen3moe' as const, layers, nEmbd, ff, nExpert, nExpertUsed, nHead, nHeadKv, type: GGMLType.Q4_K, seed: 11 };
+  // EXPERTSWARM_BENCH_MODEL: a model generated before with this shape (the cache's key changes with every edit under
+  // tools/ and gguf/, and the realistic model takes minutes to generate): used as it is.
+  const given = process.env.EXPERTSWARM_BENCH_MODEL;
+  if (given) {
+    if (!existsSync(given)) throw new Error(`EXPERTSWARM_BENCH_MODEL ${given}: no such file`);
+    log(`  given (EXPERTSWARM_BENCH_MODEL, not checked against the shape): ${given}`);
+    return { shape: s, model: { path: given, config: defaultConfig(partial), ban: buildVocabulary().nonUtf8Ids }, generatedS: null };
+  }
+  const model = await testModel(partial);
   const generatedS = before.has(model.path.split('/').pop() as string) ? null : (performance.now() - t0) / 1000;
   log(`  ${generatedS === null ? 'cached' : `generated in ${generatedS.toFixed(0)} s`}: ${model.path}`);
   return { shape: s, model, generatedS };

@@ -39,6 +39,7 @@ import { type DispatchObserver, Dispatchers, type DispatchersHost } from './disp
 import { Recruiter, type RecruiterHost } from './recruiter.ts';
 import { DEFAULT_PEERS, PeerDirectory, type PeerConfig, type SliceTransfer } from './peer-directory.ts';
 import { PeerSignal } from './peers-signal.ts';
+import type { ClaimConfig } from './dispatch/claims.ts';
 import { DispatchMetrics, type DispatcherEvents } from './dispatch/dispatcher.ts';
 import type { DispatchMode } from './dispatch/policy.ts';
 import { DEFAULT_CHANNEL, VolunteerChannel, type ChannelHost, type ChannelOptions } from './channel/channel.ts';
@@ -106,6 +107,8 @@ export interface HubConfig {
    * `--expert-dispatch-deadline-ms`), and the cap of the dispatcher's own wait. Default 250.
    */
   dispatchDeadlineMs: number;
+  /** The claim policy's settings over DEFAULT_CLAIMS (dispatch/claims.ts): benchmarks' experiments; absent = defaults. */
+  claims?: Partial<ClaimConfig>;
   /**
    * More arguments for every managed coordinator, after the hub's own (tests and benchmarks: e.g. `--no-repack`, so
    * that a request's tokens do not depend on what else is in its batch).
@@ -372,6 +375,7 @@ export class Hub {
       options: (model) => ({
         directory: joinDirectories(this.channel.directory(model), this.relays.directory(model)),
         deadlines: { capMs: this.config.dispatchDeadlineMs },
+        ...(this.config.claims ? { claims: this.config.claims } : {}),
         policy: {
           ...this.config.dispatch,
           saturateAt: this.config.saturation.saturateAt,

@@ -20,7 +20,7 @@
  * a GPU for the volunteers (issue 13 (b): goal ≥ 2×), run with `--backend webgpu` (and `--pin none` or other cores).
  *
  *   npm run bench:elastic [-- --rounds 5 --tokens 64 --streams 6 --requests 2 --backend auto --threads 1 --pin 0:1
- *                             --budget-mb N --deadline-ms 250 --volunteers N --quick]
+ *                             --budget-mb N --deadline-ms 250 --volunteers N --quick --decline-quiet-ms N]
  *
  * `--quick`: a small model (n_embd 512, 32 experts, ff 256) for a smoke run. `--volunteers 0`: the control, B with
  * nobody to dispatch to. docs/elastic.md ("Elastic gain") says what each number is and holds the last measurements.
@@ -37,6 +37,7 @@ import { parseArgs } from 'node:util';
 import OpenAI from 'openai';
 import type { DispatcherTotals, ModelDispatcher, ResponseSummary } from '../../hub/dispatch/dispatcher.ts';
 import { describeLatency } from '../../hub/dispatch/plan.ts';
+import { DEFAULT_CLAIMS } from '../../hub/dispatch/claims.ts';
 import { DEFAULT_DISPATCH } from '../../hub/dispatch/map.ts';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
 import { median } from '../../shaders/computer.ts';
@@ -53,6 +54,7 @@ import {
 import { type Shape, QUICK, REALISTIC, benchModel, describeShape, volunteerBudget } from '../shapes.ts';
 import { loopDelay } from '../loop-delay.ts';
 import { amdahlCeiling, shareFromTopOne } from './ceiling.ts';
+import { splitByBatch } from './split.ts';
 
 // `--memory`: the coordinator's memory alone vs with the swarm, under a limit below the experts (bench/elastic/memory.ts).
 if (process.argv.includes('--memory')) {
@@ -74,6 +76,7 @@ const { values } = parseArgs({
     'volunteer-nice': { type: 'string', default: '0' },
     'max-slices': { type: 'string', default: '1' },
     'deadline-ms': { type: 'string', default: '250' },
+    'decline-quiet-ms': { type: 'string' },
     volunteers: { type: 'string' },
     quick: { type: 'boolean', default: false },
     share: { type: 'boolean', default: false },
@@ -536,8 +539,9 @@ const tRun = performance.now();
 /** When the measured rounds began, s since tRun. */
 let measuredFromS = 0;
 /** B's dispatcher over the measured rounds: REQUESTs with pairs served, and every channel result. */
-const hops: { responses: ResponseSummary[]; results: Array<{ roundTripMs: number; computeUs: number }> } = {
+const hops: { responses: ResponseSummary[]; all: ResponseSummary[]; results: Array<{ roundTripMs: number; computeUs: number }> } = {
   responses: [],
+  all: [],
   results: [],
 };
 let stopObserving = (): void => {};
@@ -551,6 +555,7 @@ try {
     dispatchDeadlineMs: DEADLINE_MS,
     poller: { intervalMs: POLL_MS, timeoutMs: POLL_MS },
     saturation: { ...DEFAULT_SATURATION, saturateAt: SATURATE_AT, targetBase: 1, boost: 1 },
+    ...(values['decline-quiet-ms'] !== undefined ? { claims: { declineQuietMs: Number(values['decline-quiet-ms']) } } : {}),
   };
   const alone = await startSwarmHub(model.path, 'off', over);
   hubs.push(alone);
@@ -694,6 +699,7 @@ try {
   // Measured: alternating A, B / B, A. B's every REQUEST and channel result, for the hops' costs.
   stopObserving = swarm.hub.observeDispatch(swarm.model, {
     onResponse: (r) => {
+      hops.all.push(r);
       if (r.served > 0) hops.responses.push(r);
     },
     onResult: (_, roundTripMs, computeUs) => hops.results.push({ roundTripMs, computeUs }),
@@ -794,7 +800,7 @@ console.log(
   `model: ${SHAPE.name}, ${describe(SHAPE)}; ${generatedS === null ? 'from the cache' : `generated in ${generatedS.toFixed(0)} s`}`,
 );
 console.log(
-  `hubs: ${SLOTS} slots, coordinator -t ${THREADS}, poll ${POLL_MS} ms, saturated at ${SATURATE_AT} busy, --dispatch-deadline-ms ${DEADLINE_MS}; A --dispatch off, B --dispatch auto (target base 1, boost 1; dispatcher ↔ coordinator ${protocolB})`,
+  `hubs: ${SLOTS} slots, coordinator -t ${THREADS}, poll ${POLL_MS} ms, saturated at ${SATURATE_AT} busy, --dispatch-deadline-ms ${DEADLINE_MS}, claims' declineQuietMs ${values['decline-quiet-ms'] ?? `${DEFAULT_CLAIMS.declineQuietMs} (default)`}; A --dispatch off, B --dispatch auto (target base 1, boost 1; dispatcher ↔ coordinator ${protocolB})`,
 );
 console.log(
   `load: ${STREAMS} concurrent streaming greedy /v1/completions per round until ${N_PROMPTS} requests ended (prompt ${Math.min(...promptNs)}–${Math.max(...promptNs)} tokens, ${N_TOKENS} generated, cache_prompt false); ${ROUNDS} rounds per hub, alternating, after one warm-up each`,
@@ -942,6 +948,10 @@ if (hops.results.length > 0) {
       ),
     );
   }
+}
+if (hops.all.length > 0) {
+  console.log(`\nB's REQUESTs by batch size over the measured rounds (the split the claims made, and what it cost)`);
+  for (const l of splitByBatch(hops.all)) console.log(`  ${l}`);
 }
 if (totalsB) {
   const t = totalsB;

@@ -81,6 +81,15 @@ export interface ClaimConfig {
    * software adapter's 2 s) is not: no wait of a layer is longer than this anyway (the architecture's 250 ms cap).
    */
   warmFollowUpMaxMs: number;
+  /**
+   * The quiet window after a REQUEST the split left to the coordinator alone while a worker of the layer is proven
+   * warm, ms: doubled per consecutive such answer of the layer, at most the window the probes' rules give (probes.ts
+   * `declineQuietMs`).
+   * A single decline of a worker that serves (a prompt batch it is too slow for, a late item in its queue) then costs
+   * the layer a few evaluations, not a quarter second of them (bench:elastic: 50 declines in 1,196 REQUESTs each left
+   * the layer to the coordinator for up to 250 ms: 31 REQUESTs per 100 generated tokens of the ~50 it evaluates).
+   */
+  declineQuietMs: number;
 }
 
 export const DEFAULT_CLAIMS: Readonly<ClaimConfig> = Object.freeze({
@@ -92,6 +101,7 @@ export const DEFAULT_CLAIMS: Readonly<ClaimConfig> = Object.freeze({
   keepWarmEveryMs: 250,
   keepWarmForMs: 30_000,
   warmFollowUpMaxMs: 250,
+  declineQuietMs: 4,
 });
 
 /**

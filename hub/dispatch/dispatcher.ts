@@ -79,7 +79,16 @@ import {
 import { type AuditChooser, type AuditResult, compareAudit, pickAuditItems } from './audits.ts';
 import { type AwaitingAudit, type Withheld, auditWithheld, dropUnusable, encodeV1Answer, encodeV1Local, withholdAudited } from './v1.ts';
 import { type Admitted, type Candidate, coveredPairs, selectCandidates } from './candidates.ts';
-import { keepWarmDue, probationWorker, quietUntilProbeMs, shadowProbeBooking, shadowProbeWorker, warmFollowUp } from './probes.ts';
+import {
+  declineQuietMs,
+  keepWarmDue,
+  probationWorker,
+  provenWarm,
+  quietUntilProbeMs,
+  shadowProbeBooking,
+  shadowProbeWorker,
+  warmFollowUp,
+} from './probes.ts';
 import type { WorkAnswer, WorkItem, WorkerDirectory, WorkerLink } from './worker-link.ts';
 
 /** The link contract, also importable from here (hub/channel/channel.ts does). */
@@ -125,6 +134,14 @@ export interface ResponseSummary {
   settledMs: number;
   /** Until the response was written. */
   totalMs: number;
+  /** Tokens of the REQUEST (its pairs are nTokens × nUsed). */
+  nTokens: number;
+  /** The REQUEST's `local_ns_per_pair`: the coordinator's per-pair EMA for this layer before it computed this one. */
+  localNsPerPair: number;
+  /** Pairs claimed (v2: sent to workers not in shadow; the coordinator computes the rest in its first pass). */
+  claimed: number;
+  /** The quiet window the answer gave this layer, ms (0: the coordinator asks again on its next evaluation). */
+  quietMs: number;
 }
 
 /** The slice a link serves (a volunteer holding several has one link each): per-slice pairs and credit. */
@@ -342,6 +359,8 @@ interface Connection {
   awaitingAudit: AwaitingAudit | null;
   /** v2: the shadow items of the request whose AUDIT frame is awaited (its AUDIT comes before the next REQUEST). */
   pendingAudit: PendingAudit | null;
+  /** Per layer: REQUESTs in a row the split left to the coordinator alone (probes.ts `declineQuietMs`). */
+  readonly declineStreak: Map<number, number>;
   closed: boolean;
 }
 
@@ -534,6 +553,7 @@ export class ModelDispatcher {
       inFlight: null,
       awaitingAudit: null,
       pendingAudit: null,
+      declineStreak: new Map(),
       closed: false,
     };
     this.conn = conn;
@@ -752,6 +772,10 @@ export class ModelDispatcher {
         dispatchMs: ms,
         settledMs: ms,
         totalMs: ms,
+        nTokens: req.nTokens,
+        localNsPerPair: req.localNsPerPair,
+        claimed: 0,
+        quietMs,
       });
     }
   }
@@ -835,9 +859,19 @@ export class ModelDispatcher {
         q = this.quietUntilProbe([...chosenStats, ...shadowable.map((x) => x.stats)], nowMs);
       // (`always` keeps asking: tests and benchmarks count every routed pair.)
       else if (this.mode === 'auto' && declined.length > 0 && planWorkers.length === 0) q = quiet;
+      // A worker of this layer that serves (proven warm) was left out this time: quiet for a few evaluations at first,
+      // longer as the declines go on in a row (the load has passed), never longer than the rules above say.
+      const streak = (conn.declineStreak.get(req.layer) ?? 0) + 1;
+      conn.declineStreak.set(req.layer, streak);
+      if (
+        q > 0 &&
+        (chosenStats.some((st) => provenWarm(st, nowMs, this.claimCfg)) || declined.some((st) => provenWarm(st, nowMs, this.claimCfg)))
+      )
+        q = Math.min(q, declineQuietMs(streak, q, this.claimCfg));
       this.answerLocal(conn, req, q, arrivedAt);
       return;
     }
+    conn.declineStreak.delete(req.layer);
 
     const n = plan.workers.length;
     const f: InFlight = {
@@ -1317,6 +1351,10 @@ export class ModelDispatcher {
       dispatchMs: f.dispatchedAt - f.arrivedAt,
       settledMs: f.settledAt - f.arrivedAt,
       totalMs: end - f.arrivedAt,
+      nTokens: req.nTokens,
+      localNsPerPair: req.localNsPerPair,
+      claimed: plan.workers.reduce((c, wp, i) => (f.shadow[i] ? c : c + wp.nPairs), 0),
+      quietMs: 0,
     });
   }
 }

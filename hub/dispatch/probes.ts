@@ -109,6 +109,18 @@ export function keepWarmDue(st: ProbeStats, nowMs: number, cfg: ClaimConfig): bo
 }
 
 /**
+ * The quiet window after the `streak`-th REQUEST in a row of a layer that the split left to the coordinator alone
+ * while one of its workers is proven warm (`provenWarm`), ms: `declineQuietMs` doubled per earlier one, at most
+ * `capMs`. Short at first — the next evaluation may be one the worker helps with, and asking costs one exchange — and
+ * long once the declines persist (the load has passed: the coordinator is fast alone), so a layer the swarm no longer
+ * helps asks about once per `capMs`.
+ */
+export function declineQuietMs(streak: number, capMs: number, cfg: ClaimConfig): number {
+  if (!(streak >= 1) || !(cfg.declineQuietMs > 0)) return Math.max(0, Math.floor(capMs));
+  return Math.max(0, Math.floor(Math.min(capMs, cfg.declineQuietMs * 2 ** Math.min(streak - 1, 30))));
+}
+
+/**
  * How long until one of these workers is due a shadow probe or (proven warm) a keep-warm claim again, whole ms (at most
  * `capMs`, the configured quiet window; the whole window when none of them can be probed: all have work outstanding).
  * A proven worker declined by a marginal split so leaves the layer quiet for at most `keepWarmEveryMs`, not the whole

@@ -1074,7 +1074,23 @@ describe('ModelDispatcher, protocol v2 (claims) against a scripted coordinator',
       x = await c.sendV2(c.request({ ids, nUsed: 8, localNsPerPair: 1_000 }));
       assert.equal(x.claim.claimed, null);
       assert.equal(worker.calls, calls, 'no second probe within the probe interval');
-      assert.equal(x.claim.quietMs, 1000, 'every worker left out, no probe due: the layer is quiet (stock graph, no exchange)');
+      // Every worker left out, no probe due: the layer goes quiet (stock graph, no exchange) — for a few evaluations at
+      // first, as the worker served lately (proven warm: the next request may be one it helps with), then twice as long
+      // per decline in a row, up to the quiet window the probes allow (claims.declineQuietMs).
+      const quiets = [x.claim.quietMs];
+      for (let i = 0; i < 9; i++) {
+        x = await c.sendV2(c.request({ ids, nUsed: 8, localNsPerPair: 1_000 }));
+        assert.equal(x.claim.claimed, null);
+        quiets.push(x.claim.quietMs);
+      }
+      assert.deepEqual(quiets, [4, 8, 16, 32, 64, 128, 256, 512, 1000, 1000], 'quiet windows of the declines in a row');
+      // A claim served starts the count over.
+      x = await c.sendV2(c.request({ ids, nUsed: 8, localNsPerPair: 1_000_000 }));
+      assert.ok(count(x.claim.claimed) > 0, 'the slow coordinator again: the worker is claimed');
+      await x.result();
+      x = await c.sendV2(c.request({ ids, nUsed: 8, localNsPerPair: 1_000 }));
+      assert.equal(x.claim.claimed, null);
+      assert.ok(x.claim.quietMs <= 4, `the first decline after a claim: a short window again (${x.claim.quietMs} ms)`);
     } finally {
       c.close();
       await d.close();

@@ -9,6 +9,7 @@ import { newLatencyModel, observeRoundTrip } from '../../hub/dispatch/plan.ts';
 import {
   PROBATION_FIRST_MS,
   type ProbeStats,
+  declineQuietMs,
   keepWarmDue,
   probationWorker,
   provenWarm,
@@ -137,4 +138,20 @@ test('warmFollowUp: a quick probe of a worker measured only cold is sent again a
     { name: 'never measured', latency: newLatencyModel(), ms: 19, want: false },
   ];
   for (const r of rows) assert.equal(warmFollowUp({ latency: r.latency }, r.ms, cfg), r.want, r.name);
+});
+
+test('declineQuietMs: short after one decline of a serving worker, doubling while the declines go on in a row, capped', () => {
+  // cfg.declineQuietMs 4; the cap is what the other rules would give (at most keepWarmEveryMs for a proven worker).
+  const rows: Array<{ name: string; streak: number; cap: number; want: number }> = [
+    { name: 'the first decline: a few evaluations', streak: 1, cap: 250, want: 4 },
+    { name: 'the second in a row', streak: 2, cap: 250, want: 8 },
+    { name: 'the sixth', streak: 6, cap: 250, want: 128 },
+    { name: 'the seventh reaches the cap', streak: 7, cap: 250, want: 250 },
+    { name: 'a long run stays at the cap (no overflow)', streak: 10_000, cap: 250, want: 250 },
+    { name: 'a smaller cap wins (a probe due sooner)', streak: 3, cap: 10, want: 10 },
+    { name: 'a cap of 0 (ask at once) stays 0', streak: 1, cap: 0, want: 0 },
+    { name: 'no streak: the cap as it is', streak: 0, cap: 250, want: 250 },
+  ];
+  for (const r of rows) assert.equal(declineQuietMs(r.streak, r.cap, cfg), r.want, r.name);
+  assert.equal(declineQuietMs(3, 250, { ...cfg, declineQuietMs: 0 }), 250, 'switched off: the cap');
 });

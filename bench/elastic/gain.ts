@@ -7,7 +7,7 @@
  *   B  a hub with `--dispatch auto` and one headless volunteer per MoE layer (`expertswarm volunteer`, a whole layer's
  *      budget), recruited by the market when the load saturates the coordinator.
  *
- * Both hubs run their coordinator (linkcpp-server) with 4 slots and `-t 1`, polled every 500 ms, saturated at 3 busy
+ * Both hubs run their coordinator (linkcpp-server) with 4 slots (`--slots`) and `-t 1`, polled every 500 ms, saturated at 3 busy
  * slots. Each round sends `streams` concurrent streaming greedy completions (the `openai` client, more lanes than
  * slots, so a request always waits in the coordinator's queue) until `streams × requests` requests of ~100 prompt
  * tokens and `tokens` generated tokens each have ended; rounds alternate A, B, B, A, A, B, … after one warm-up per hub,
@@ -20,7 +20,7 @@
  * a GPU for the volunteers (issue 13 (b): goal ≥ 2×), run with `--backend webgpu` (and `--pin none` or other cores).
  *
  *   npm run bench:elastic [-- --rounds 5 --tokens 64 --streams 6 --requests 2 --backend auto --threads 1 --pin 0:1
- *                             --budget-mb N --deadline-ms 250 --volunteers N --quick --decline-quiet-ms N]
+ *                             --budget-mb N --deadline-ms 250 --volunteers N --quick --decline-quiet-ms N --slots 4]
  *
  * `--quick`: a small model (n_embd 512, 32 experts, ff 256) for a smoke run. `--volunteers 0`: the control, B with
  * nobody to dispatch to. docs/elastic.md ("Elastic gain") says what each number is and holds the last measurements.
@@ -76,6 +76,7 @@ const { values } = parseArgs({
     'volunteer-nice': { type: 'string', default: '0' },
     'max-slices': { type: 'string', default: '1' },
     'deadline-ms': { type: 'string', default: '250' },
+    slots: { type: 'string', default: '4' },
     'decline-quiet-ms': { type: 'string' },
     volunteers: { type: 'string' },
     quick: { type: 'boolean', default: false },
@@ -103,9 +104,10 @@ const THREADS = int(values.threads, 'threads');
 const DEADLINE_MS = int(values['deadline-ms'], 'deadline-ms');
 const BACKEND = values.backend;
 if (!['auto', 'webgpu', 'wasm'].includes(BACKEND)) throw new Error(`--backend must be auto, webgpu or wasm, got ${BACKEND}`);
-const SLOTS = 4;
+/** The coordinators' slots (`--slots`, default 4): a decode step evaluates up to this many tokens at once. */
+const SLOTS = int(values.slots, 'slots');
 /** Saturated at this many busy slots (the poller's reading): one below full, as in the elastic scenario. */
-const SATURATE_AT = 3;
+const SATURATE_AT = Math.max(1, SLOTS - 1);
 const POLL_MS = 500;
 const LAYERS = 2;
 /** Headless volunteers on B: one per MoE layer by default; 0 runs B as the control (dispatch auto, nobody to dispatch to). */

@@ -7,8 +7,8 @@
  *   B  a hub with `--dispatch auto` and one headless volunteer per MoE layer (`expertswarm volunteer`, a whole layer's
  *      budget), recruited by the market when the load saturates the coordinator.
  *
- * Both hubs run their coordinator (linkcpp-server) with 4 slots (`--slots`) and `-t 1`, polled every 500 ms, saturated at 3 busy
- * slots. Each round sends `streams` concurrent streaming greedy completions (the `openai` client, more lanes than
+ * Both hubs run their coordinator (linkcpp-server) with 4 slots (`--slots`) and `-t 1`, polled every 500 ms, saturated
+ * at one slot below full. Each round sends `streams` concurrent streaming greedy completions (the `openai` client, more lanes than
  * slots, so a request always waits in the coordinator's queue) until `streams × requests` requests of ~100 prompt
  * tokens and `tokens` generated tokens each have ended; rounds alternate A, B, B, A, A, B, … after one warm-up per hub,
  * so that the machine's drift hits both alike. B's warm-up keeps the load on until the volunteers cover every MoE

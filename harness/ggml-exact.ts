@@ -39,7 +39,7 @@ const f32 = Math.fround;
 const f32Bits = f32BitsOf;
 const fromBits = fromF32Bits;
 
-export { fma32 };
+export { fma32, hsum8, quantizeQ8_K };
 
 /** hsum_float_8: ((x0+x4) + (x2+x6)) + ((x1+x5) + (x3+x7)), each add in float32. */
 function hsum8(x: Float64Array): number {

@@ -26,6 +26,7 @@ import {
   encodeKvasirAnswer,
 } from '../protocol/kvasir-wire.ts';
 import { type ExactExperts, ggmlExpertOut } from './ggml-exact.ts';
+import { type FastExperts, type FastRow, fastExperts } from './kvasir-fast-experts.ts';
 import { newVolunteer, type Volunteer } from './hub-fixtures.ts';
 
 /** Returns other floats, raw bytes to send instead, or undefined to send the honest answer. */
@@ -67,8 +68,10 @@ export class KvasirWorkerDouble {
   ws: WebSocket | null = null;
   /** The relay's close: its code and reason (resolves once per dial). */
   closed: Promise<{ code: number; reason: string }> = Promise.resolve({ code: 0, reason: '' });
-  /** Requests answered, by wire, and pairs computed. */
-  readonly served = { v1: 0, v2: 0, v2f16: 0, pairs: 0 };
+  /** Requests answered, by wire; pairs computed, and of them those in requests of several rows (a prompt's batch). */
+  readonly served = { v1: 0, v2: 0, v2f16: 0, pairs: 0, batchPairs: 0 };
+  /** Q4_K SiLU experts unpacked for speed (harness/kvasir-fast-experts.ts), else null: ggml-exact per pair. */
+  fast: FastExperts | null = null;
   /** Whether the last dial was upgraded (101: a refusal is a close after it). */
   opened = false;
   /** Why it closed the relay on a request it refused (a KvasirWireError code), if it did. */
@@ -76,9 +79,16 @@ export class KvasirWorkerDouble {
   tamper: KvasirTamper | undefined;
   private beat: NodeJS.Timeout | null = null;
 
+  /** Time spent computing answers, ms (performance.now). */
+  computeMs = 0;
+
   constructor(private readonly o: KvasirWorkerOptions) {
     this.identity = o.identity ?? newVolunteer();
     this.tamper = o.tamper;
+  }
+
+  get workerId(): string {
+    return this.o.workerId;
   }
 
   get wallet(): string {
@@ -171,6 +181,7 @@ export class KvasirWorkerDouble {
       ...(s.biases ? { biases: s.biases } : {}),
       ...(s.scales ? { scales: s.scales } : {}),
     };
+    this.fast = fastExperts(this.experts);
     this.assignment = a;
     const held = await this.report(a.model);
     if (held.status !== 200) throw new Error(`coverage: ${held.status} ${JSON.stringify(held.json)}`);
@@ -224,29 +235,46 @@ export class KvasirWorkerDouble {
   compute(req: KvasirRequest): Float32Array {
     const e = this.experts as ExactExperts;
     const E = e.nEmbd;
+    // Each row rounded once for all its pairs (the fast path), else ggml-exact per pair: the same bits either way.
+    const rowsIn = req.wire === 'v1' ? req.cur : req.rows;
+    const rounded: Array<FastRow | undefined> = [];
+    const expertOut = (expert: number, r: number): Float32Array => {
+      const x = rowsIn.subarray(r * E, (r + 1) * E);
+      if (!this.fast) return ggmlExpertOut(e, expert, x);
+      let row = rounded[r];
+      if (!row) {
+        row = this.fast.rowOf(x);
+        rounded[r] = row;
+      }
+      return this.fast.expertOut(expert, row);
+    };
     if (req.wire === 'v1') {
       const out = new Float32Array(req.nTokens * req.nUsed * E);
-      for (let s = 0; s < req.nTokens * req.nUsed; s++) {
-        const t = Math.floor(s / req.nUsed);
-        out.set(ggmlExpertOut(e, req.sel[s] as number, req.cur.subarray(t * E, (t + 1) * E)), s * E);
-      }
-      this.served.pairs += req.nTokens * req.nUsed;
+      for (let s = 0; s < req.nTokens * req.nUsed; s++) out.set(expertOut(req.sel[s] as number, Math.floor(s / req.nUsed)), s * E);
+      this.count(req.nTokens * req.nUsed, req.nTokens > 1);
       return out;
     }
     const out = new Float32Array(req.nRows * E);
     for (let p = 0; p < req.nPairs; p++) {
       const r = req.rowIndex[p] as number;
-      const y = ggmlExpertOut(e, req.ids[p] as number, req.rows.subarray(r * E, (r + 1) * E));
+      const y = expertOut(req.ids[p] as number, r);
       const w = req.probs[p] as number;
       for (let k = 0; k < E; k++) out[r * E + k] = Math.fround((out[r * E + k] as number) + Math.fround((y[k] as number) * w));
     }
-    this.served.pairs += req.nPairs;
+    this.count(req.nPairs, req.nRows > 1);
     return out;
+  }
+
+  private count(pairs: number, batch: boolean): void {
+    this.served.pairs += pairs;
+    if (batch) this.served.batchPairs += pairs;
   }
 
   private answer(ws: WebSocket, req: KvasirRequest): void {
     const E = (this.experts as ExactExperts).nEmbd;
+    const t0 = performance.now();
     let out: Float32Array | Uint8Array = this.compute(req);
+    this.computeMs += performance.now() - t0;
     this.served[req.wire]++;
     out = this.tamper?.(req, out) ?? out;
     const bytes = out instanceof Float32Array ? encodeKvasirAnswer(req, E, out) : out;

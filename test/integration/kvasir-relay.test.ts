@@ -154,6 +154,56 @@ test('a Kvasir worker double serves over its relay (v2): the coordinator’s tok
   }
 });
 
+/**
+ * A prompt's batch: a request of every prompt token's rows. In a one-layer model the MoE layer is the last, where
+ * llama.cpp keeps only the rows it samples from (one), so the batch needs two layers: layer 0 sees all ~22 rows.
+ */
+const TWO = { ...QWEN_Q4K, layers: 2 };
+const BATCH_PROMPT = 'Kvasir workers dial the hub over a relay and compute the routed experts of every token of a long prompt at once';
+const BATCH_TOKENS = 4;
+
+test('a prompt’s batch is served by Kvasir worker doubles (two layers, one each): the coordinator’s tokens, most batch pairs served', {
+  timeout: 600_000,
+}, async () => {
+  const m2 = await testModel(TWO);
+  const off = await startSwarmHub(m2.path, 'off');
+  let want2: number[];
+  try {
+    want2 = await completionIds(off.url, off.model, BATCH_PROMPT, BATCH_TOKENS, m2.ban);
+  } finally {
+    await off.close();
+  }
+  const hub = await startSwarmHub(m2.path, 'always');
+  const ws = [0, 1].map((i) => new KvasirWorkerDouble({ hubUrl: hub.url, workerId: `kv-batch-${i}` }));
+  try {
+    for (const w of ws) {
+      await w.join(TWO.nExpert, hub.model);
+      await w.dial();
+    }
+    assert.deepEqual(ws.map((w) => w.assignment?.layer).sort(), [0, 1], 'one layer each');
+    await until('both wired', 10_000, async () => {
+      const r = await Promise.all(ws.map((w) => w.report(hub.model)));
+      return r.every((x) => x.json.wired) ? true : undefined;
+    });
+    await quietWindow();
+    const before = await pairOutcomes(hub.url, hub.model);
+    const got = await completionIds(hub.url, hub.model, BATCH_PROMPT, BATCH_TOKENS, m2.ban);
+    const after = await pairOutcomes(hub.url, hub.model);
+    assert.deepEqual(got, want2, 'the token ids of --dispatch off');
+    const served = (after.served as number) - (before.served as number);
+    const fallback = (after.fallback as number) - (before.fallback as number);
+    const batchPairs = ws.reduce((n, w) => n + w.served.batchPairs, 0);
+    const timings = ws.map((w) => `${w.workerId}: ${w.served.pairs} pairs in ${w.computeMs.toFixed(0)} ms`).join(', ');
+    console.log(`# batch: ${served} pairs served, ${fallback} fell back; the doubles computed ${batchPairs} in batches (${timings})`);
+    // The prompt's batch (~22 rows × 2 pairs on layer 0) is given to the double, and served, not fallen back.
+    assert.ok(batchPairs >= 32, `the doubles were given the prompt's batch: ${batchPairs} pairs`);
+    assert.ok(served >= 0.75 * (served + fallback), `most pairs served, the batch's among them: ${served} of ${served + fallback}`);
+  } finally {
+    for (const w of ws) await w.stop();
+    await hub.close();
+  }
+});
+
 for (const wire of ['v1', 'v2f16'] as const) {
   test(`a Kvasir worker double serves ${wire}`, { timeout: 600_000 }, async () => {
     const hub = await startSwarmHub(m.path, 'always', { relay: { wire } });

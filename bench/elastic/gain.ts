@@ -20,7 +20,8 @@
  * a GPU for the volunteers (issue 13 (b): goal ≥ 2×), run with `--backend webgpu` (and `--pin none` or other cores).
  *
  *   npm run bench:elastic [-- --rounds 5 --tokens 64 --streams 6 --requests 2 --backend auto --threads 1 --pin 0:1
- *                             --budget-mb N --deadline-ms 250 --volunteers N --quick --decline-quiet-ms N --slots 4]
+ *                             --budget-mb N --deadline-ms 250 --volunteers N --quick --slots 4
+ *                             --claims '{"declineQuietMs": 4, "deadlineSlack": 2}']
  *
  * `--quick`: a small model (n_embd 512, 32 experts, ff 256) for a smoke run. `--volunteers 0`: the control, B with
  * nobody to dispatch to. docs/elastic.md ("Elastic gain") says what each number is and holds the last measurements.
@@ -37,7 +38,7 @@ import { parseArgs } from 'node:util';
 import OpenAI from 'openai';
 import type { DispatcherTotals, ModelDispatcher, ResponseSummary } from '../../hub/dispatch/dispatcher.ts';
 import { describeLatency } from '../../hub/dispatch/plan.ts';
-import { DEFAULT_CLAIMS } from '../../hub/dispatch/claims.ts';
+import { type ClaimConfig, DEFAULT_CLAIMS } from '../../hub/dispatch/claims.ts';
 import { DEFAULT_DISPATCH } from '../../hub/dispatch/map.ts';
 import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
 import { median } from '../../shaders/computer.ts';
@@ -77,7 +78,7 @@ const { values } = parseArgs({
     'max-slices': { type: 'string', default: '1' },
     'deadline-ms': { type: 'string', default: '250' },
     slots: { type: 'string', default: '4' },
-    'decline-quiet-ms': { type: 'string' },
+    claims: { type: 'string' },
     volunteers: { type: 'string' },
     quick: { type: 'boolean', default: false },
     share: { type: 'boolean', default: false },
@@ -104,6 +105,18 @@ const THREADS = int(values.threads, 'threads');
 const DEADLINE_MS = int(values['deadline-ms'], 'deadline-ms');
 const BACKEND = values.backend;
 if (!['auto', 'webgpu', 'wasm'].includes(BACKEND)) throw new Error(`--backend must be auto, webgpu or wasm, got ${BACKEND}`);
+/** `--claims JSON`: B's claim policy settings over DEFAULT_CLAIMS (hub/dispatch/claims.ts), numbers only: experiments. */
+const CLAIMS = parseClaims(values.claims);
+function parseClaims(json: string | undefined): Partial<ClaimConfig> | null {
+  if (json === undefined) return null;
+  const o: unknown = JSON.parse(json);
+  if (typeof o !== 'object' || o === null || Array.isArray(o)) throw new Error('--claims must be a JSON object');
+  for (const [k, v] of Object.entries(o)) {
+    if (!(k in DEFAULT_CLAIMS)) throw new Error(`--claims: unknown setting ${k} (${Object.keys(DEFAULT_CLAIMS).join(', ')})`);
+    if (typeof v !== 'number' || !Number.isFinite(v)) throw new Error(`--claims: ${k} must be a number`);
+  }
+  return o as Partial<ClaimConfig>;
+}
 /** The coordinators' slots (`--slots`, default 4): a decode step evaluates up to this many tokens at once. */
 const SLOTS = int(values.slots, 'slots');
 /** Saturated at this many busy slots (the poller's reading): one below full, as in the elastic scenario. */
@@ -557,7 +570,7 @@ try {
     dispatchDeadlineMs: DEADLINE_MS,
     poller: { intervalMs: POLL_MS, timeoutMs: POLL_MS },
     saturation: { ...DEFAULT_SATURATION, saturateAt: SATURATE_AT, targetBase: 1, boost: 1 },
-    ...(values['decline-quiet-ms'] !== undefined ? { claims: { declineQuietMs: Number(values['decline-quiet-ms']) } } : {}),
+    ...(CLAIMS ? { claims: CLAIMS } : {}),
   };
   const alone = await startSwarmHub(model.path, 'off', over);
   hubs.push(alone);
@@ -802,7 +815,7 @@ console.log(
   `model: ${SHAPE.name}, ${describe(SHAPE)}; ${generatedS === null ? 'from the cache' : `generated in ${generatedS.toFixed(0)} s`}`,
 );
 console.log(
-  `hubs: ${SLOTS} slots, coordinator -t ${THREADS}, poll ${POLL_MS} ms, saturated at ${SATURATE_AT} busy, --dispatch-deadline-ms ${DEADLINE_MS}, claims' declineQuietMs ${values['decline-quiet-ms'] ?? `${DEFAULT_CLAIMS.declineQuietMs} (default)`}; A --dispatch off, B --dispatch auto (target base 1, boost 1; dispatcher ↔ coordinator ${protocolB})`,
+  `hubs: ${SLOTS} slots, coordinator -t ${THREADS}, poll ${POLL_MS} ms, saturated at ${SATURATE_AT} busy, --dispatch-deadline-ms ${DEADLINE_MS}, claim policy ${CLAIMS ? `${JSON.stringify(CLAIMS)} over the defaults` : 'defaults'}; A --dispatch off, B --dispatch auto (target base 1, boost 1; dispatcher ↔ coordinator ${protocolB})`,
 );
 console.log(
   `load: ${STREAMS} concurrent streaming greedy /v1/completions per round until ${N_PROMPTS} requests ended (prompt ${Math.min(...promptNs)}–${Math.max(...promptNs)} tokens, ${N_TOKENS} generated, cache_prompt false); ${ROUNDS} rounds per hub, alternating, after one warm-up each`,

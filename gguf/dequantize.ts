@@ -183,6 +183,28 @@ function decodeIQ4_NL(src: Uint8Array, nb: number, out: Float32Array, o: number)
   }
 }
 
+/**
+ * IQ4_XS: BLOCK_SIZE 256, 136 bytes. [0] f16 d; [2] u16 scales_h (2 high bits per 32-element sub-block);
+ * [4..8) scales_l[4] (4 low bits per sub-block, sub-block 2k in the low nibble of byte k); [8..136) qs[128]: sub-block
+ * ib's 16 bytes qs[16ib..] as in IQ4_NL. ls = 6-bit scale; y = (d · (ls − 32)) · kvalue (two float32 roundings).
+ */
+function decodeIQ4_XS(src: Uint8Array, nb: number, out: Float32Array, o: number): void {
+  const tab = f16ToF32Table();
+  for (let b = 0, p = 0; b < nb; b++, p += 136) {
+    const d = half(tab, src, p);
+    const sh = src[p + 2]! | (src[p + 3]! << 8);
+    for (let ib = 0; ib < 8; ib++, o += 32) {
+      const ls = ((src[p + 4 + (ib >> 1)]! >> (4 * (ib & 1))) & 15) | (((sh >> (2 * ib)) & 3) << 4);
+      const dl = fround(d * (ls - 32));
+      const q = p + 8 + 16 * ib;
+      for (let j = 0; j < 16; j++) {
+        out[o + j] = dl * KVALUES_IQ4NL[src[q + j]! & 15]!;
+        out[o + j + 16] = dl * KVALUES_IQ4NL[src[q + j]! >> 4]!;
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // K-quants: super-blocks of QK_K = 256 elements (the decoders hard-code 256).
 
@@ -338,6 +360,7 @@ const decoders = new Map<GGMLType, Decoder>([
   [GGMLType.Q8_0, decodeQ8_0],
   [GGMLType.MXFP4, decodeMXFP4],
   [GGMLType.IQ4_NL, decodeIQ4_NL],
+  [GGMLType.IQ4_XS, decodeIQ4_XS],
   [GGMLType.Q2_K, decodeQ2_K],
   [GGMLType.Q3_K, decodeQ3_K],
   [GGMLType.Q4_K, decodeQ4_K],

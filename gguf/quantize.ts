@@ -244,68 +244,111 @@ function bestIndexInt8(values: readonly number[], x: number): number {
 
 const GROUP_MAX_EPS = fround(1e-15);
 
+/** Σ w·q·x and Σ w·q·q of a 32-element block at levels from `values` chosen for id·x, float32 as ggml sums them. */
+function iq4Fit(values: readonly number[], x: Float32Array, o: number, w: Float32Array, id: number): [number, number] {
+  let sumqx = 0,
+    sumq2 = 0;
+  for (let j = 0; j < 32; j++) {
+    const xj = x[o + j]!;
+    const q = values[bestIndexInt8(values, fround(id * xj))]!;
+    const wq = fround(w[j]! * q);
+    sumqx = fround(sumqx + fround(wq * xj));
+    sumq2 = fround(sumq2 + fround(wq * q));
+  }
+  return [sumqx, sumq2];
+}
+
 /**
- * IQ4_NL as llama-quantize writes it without an importance matrix (quantize_iq4_nl → quantize_row_iq4_nl_impl with
- * ntry 7, weights x²): d from the signed max (max/127), a least-squares refit of d to the chosen levels, 15 more
- * trial scales (itry − 127)/max keeping the best sumqx²/sumq2, then the levels again for the f16-unrounded d.
- * Every float step rounded as ggml-base computes it (no FMA there: SSE2 scalar code).
+ * The scale quantize_row_iq4_nl_impl fits to one 32-element block without an importance matrix (ntry 7, weights x²):
+ * d from the signed max (max/127), a least-squares refit of d to the chosen levels, 15 more trial scales
+ * (itry − 127)/max keeping the best sumqx²/sumq2. 0 for a block below GROUP_MAX_EPS. Every float step rounded as
+ * ggml-base computes it (no FMA there: SSE2 scalar code).
  */
-function encodeIQ4_NL(x: Float32Array, nb: number, out: Uint8Array): void {
-  const values = KVALUES_IQ4NL;
-  const L = new Uint8Array(32);
-  const w = new Float32Array(32);
+function iq4BlockScale(values: readonly number[], x: Float32Array, o: number, w: Float32Array): number {
   const ntry = 7;
+  let amax = 0,
+    max = 0;
+  for (let j = 0; j < 32; j++) {
+    const v = x[o + j]!;
+    w[j] = v * v;
+    const ax = Math.abs(v);
+    if (ax > amax) {
+      amax = ax;
+      max = v;
+    }
+  }
+  if (amax < GROUP_MAX_EPS) return 0;
+  let [sumqx, sumq2] = iq4Fit(values, x, o, w, fround(1 / fround(-max / values[0]!)));
+  let d = sumq2 > 0 ? fround(sumqx / sumq2) : 0;
+  let best = fround(d * sumqx);
+  for (let itry = -ntry; itry <= ntry; itry++) {
+    [sumqx, sumq2] = iq4Fit(values, x, o, w, fround((itry + values[0]!) / max));
+    if (sumq2 > 0 && fround(sumqx * sumqx) > fround(best * sumq2)) {
+      d = fround(sumqx / sumq2);
+      best = fround(d * sumqx);
+    }
+  }
+  return d;
+}
+
+/** The 32 levels of a block for the inverse scale `id`, packed as IQ4_NL's qs (element j low, j + 16 high). */
+function putIQ4Levels(values: readonly number[], x: Float32Array, o: number, id: number, out: Uint8Array, p: number): void {
+  for (let j = 0; j < 16; j++) {
+    out[p + j] = bestIndexInt8(values, fround(id * x[o + j]!)) | (bestIndexInt8(values, fround(id * x[o + j + 16]!)) << 4);
+  }
+}
+
+/** IQ4_NL as llama-quantize writes it without an importance matrix (quantize_iq4_nl): one fitted scale per block. */
+function encodeIQ4_NL(x: Float32Array, nb: number, out: Uint8Array): void {
+  const w = new Float32Array(32);
   for (let b = 0; b < nb; b++) {
-    const o = 32 * b,
-      p = 18 * b;
-    let amax = 0,
-      max = 0;
-    for (let j = 0; j < 32; j++) {
-      const v = x[o + j]!;
-      w[j] = v * v;
-      const ax = Math.abs(v);
-      if (ax > amax) {
-        amax = ax;
-        max = v;
+    const scale = iq4BlockScale(KVALUES_IQ4NL, x, 32 * b, w);
+    putU16(out, 18 * b, f32ToF16(scale));
+    putIQ4Levels(KVALUES_IQ4NL, x, 32 * b, scale ? fround(1 / scale) : 0, out, 18 * b + 2);
+  }
+}
+
+/** ggml's nearest_int (the 1.5·2^23 trick: round half to even), for |v| < 2^22. */
+function nearestInt(v: number): number {
+  return fround(v + 12582912) - 12582912;
+}
+
+/**
+ * IQ4_XS as llama-quantize writes it without an importance matrix (quantize_iq4_xs → quantize_row_iq4_nl_impl with
+ * super-blocks of 256): each 32-block's scale fitted as IQ4_NL's, then d = −(the signed largest of them)/32 stored as
+ * f16, each block's 6-bit scale l = nearest_int(scale/d) clamped to −32..31 (stored + 32), and its levels chosen
+ * again for d·l (d before its f16 rounding, as ggml).
+ */
+function encodeIQ4_XS(x: Float32Array, nb: number, out: Uint8Array): void {
+  const w = new Float32Array(32);
+  const scales = new Float32Array(8);
+  for (let b = 0; b < nb; b++) {
+    const o = 256 * b,
+      p = 136 * b;
+    let amaxScale = 0,
+      maxScale = 0;
+    for (let ib = 0; ib < 8; ib++) {
+      const d = iq4BlockScale(KVALUES_IQ4NL, x, o + 32 * ib, w);
+      scales[ib] = d;
+      if (Math.abs(d) > amaxScale) {
+        amaxScale = Math.abs(d);
+        maxScale = d;
       }
     }
-    let scale = 0;
-    if (!(amax < GROUP_MAX_EPS)) {
-      let d = fround(-max / values[0]!);
-      let id = fround(1 / d);
-      let sumqx = 0,
-        sumq2 = 0;
-      for (let j = 0; j < 32; j++) {
-        const xj = x[o + j]!;
-        const q = values[bestIndexInt8(values, fround(id * xj))]!;
-        const wq = fround(w[j]! * q);
-        sumqx = fround(sumqx + fround(wq * xj));
-        sumq2 = fround(sumq2 + fround(wq * q));
-      }
-      d = sumq2 > 0 ? fround(sumqx / sumq2) : 0;
-      let best = fround(d * sumqx);
-      for (let itry = -ntry; itry <= ntry; itry++) {
-        id = fround((itry + values[0]!) / max);
-        sumqx = 0;
-        sumq2 = 0;
-        for (let j = 0; j < 32; j++) {
-          const xj = x[o + j]!;
-          const q = values[bestIndexInt8(values, fround(id * xj))]!;
-          const wq = fround(w[j]! * q);
-          sumqx = fround(sumqx + fround(wq * xj));
-          sumq2 = fround(sumq2 + fround(wq * q));
-        }
-        if (sumq2 > 0 && fround(sumqx * sumqx) > fround(best * sumq2)) {
-          d = fround(sumqx / sumq2);
-          best = fround(d * sumqx);
-        }
-      }
-      scale = d;
+    const d = fround(-maxScale / 32);
+    putU16(out, p, f32ToF16(d));
+    const id = d ? fround(1 / d) : 0;
+    let sh = 0;
+    for (let ib = 0; ib < 8; ib++) {
+      const l = Math.max(-32, Math.min(31, nearestInt(fround(id * scales[ib]!))));
+      const dl = fround(d * l);
+      putIQ4Levels(KVALUES_IQ4NL, x, o + 32 * ib, dl ? fround(1 / dl) : 0, out, p + 8 + 16 * ib);
+      const u = l + 32;
+      if (ib % 2 === 0) out[p + 4 + (ib >> 1)] = u & 15;
+      else out[p + 4 + (ib >> 1)]! |= (u & 15) << 4;
+      sh |= (u >> 4) << (2 * ib);
     }
-    putU16(out, p, f32ToF16(scale));
-    const id = scale ? fround(1 / scale) : 0;
-    for (let j = 0; j < 32; j++) L[j] = bestIndexInt8(values, fround(id * x[o + j]!));
-    for (let j = 0; j < 16; j++) out[p + 2 + j] = L[j]! | (L[j + 16]! << 4);
+    putU16(out, p + 2, sh);
   }
 }
 
@@ -597,6 +640,7 @@ const encoders = new Map<GGMLType, Encoder>([
   [GGMLType.Q8_0, encodeQ8_0],
   [GGMLType.MXFP4, encodeMXFP4],
   [GGMLType.IQ4_NL, encodeIQ4_NL],
+  [GGMLType.IQ4_XS, encodeIQ4_XS],
   [GGMLType.Q2_K, encodeQ2_K],
   [GGMLType.Q3_K, encodeQ3_K],
   [GGMLType.Q4_K, encodeQ4_K],

@@ -88,6 +88,7 @@ const OURS = [
   GGMLType.Q6_K,
   GGMLType.MXFP4,
   GGMLType.IQ4_NL,
+  GGMLType.IQ4_XS,
 ];
 for (const type of OURS) {
   test(`llama.cpp dequantizes our ${GGMLType[type]} exactly as we do`, async () => {
@@ -133,6 +134,8 @@ const THEIRS: Array<[GGMLType, string, number]> = [
   [GGMLType.MXFP4, 'MXFP4_MOE', 5e-2],
   // 16 non-linear levels, the scale fitted by least squares (no importance matrix)
   [GGMLType.IQ4_NL, 'IQ4_NL', 1.5e-2],
+  // IQ4_NL's levels with 6-bit sub-block scales of one f16 d per 256
+  [GGMLType.IQ4_XS, 'IQ4_XS', 1.5e-2],
 ];
 const BYTE_IDENTICAL = new Set([
   GGMLType.Q8_0,
@@ -142,6 +145,7 @@ const BYTE_IDENTICAL = new Set([
   GGMLType.Q5_1,
   GGMLType.MXFP4,
   GGMLType.IQ4_NL,
+  GGMLType.IQ4_XS,
 ]);
 
 for (const [type, ftype, bound] of THEIRS) {

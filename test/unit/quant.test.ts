@@ -812,6 +812,49 @@ test('quantize IQ4_NL (quantize_iq4_nl without an importance matrix): levels and
   }
 });
 
+test('dequantize IQ4_XS: (f16 d × (6-bit scale − 32)) × kvalues_iq4nl[nibble] per 32-element sub-block', () => {
+  const kv = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+  // Sub-block ib's 6-bit scale is 33 + ib (low 4 bits in scales_l, high 2 bits 0b10 in scales_h), so ls − 32 = 1 + ib;
+  // every sub-block's levels are j | (15 − j) << 4.
+  const ls = [33, 34, 35, 36, 37, 38, 39, 40];
+  let sh = 0;
+  const bytes: Record<number, number> = {};
+  for (let ib = 0; ib < 8; ib++) {
+    sh |= ((ls[ib] as number) >> 4) << (2 * ib);
+    bytes[4 + (ib >> 1)] = (bytes[4 + (ib >> 1)] ?? 0) | (((ls[ib] as number) & 15) << (4 * (ib & 1)));
+    for (let j = 0; j < 16; j++) bytes[8 + 16 * ib + j] = j | ((15 - j) << 4);
+  }
+  const y = dequantize(GGMLType.IQ4_XS, block(136, { 0: f32ToF16(0.5), 2: sh }, bytes), 256);
+  const expected: number[] = [];
+  for (let ib = 0; ib < 8; ib++) {
+    const dl = 0.5 * (ib + 1);
+    expected.push(...kv.map((v) => dl * v), ...kv.map((_, j) => dl * (kv[15 - j] as number)));
+  }
+  assertArrayEqual(y, expected, 'IQ4_XS');
+});
+
+test('quantize IQ4_XS (quantize_iq4_xs without an importance matrix): scales, levels and error', () => {
+  const q = quantize(GGMLType.IQ4_XS, gaussian(256, 7, 1));
+  assert.equal(q.length, 136);
+  // d = −(signed largest sub-block scale)/32: that sub-block's 6-bit scale is −32 (stored 0) unless it was negative.
+  const ls = [...Array(8).keys()].map(
+    (ib) =>
+      (((q[4 + (ib >> 1)] as number) >> (4 * (ib & 1))) & 15) | (((((q[2] as number) | ((q[3] as number) << 8)) >> (2 * ib)) & 3) << 4),
+  );
+  assert.ok(ls.includes(0), `one sub-block carries the extreme scale: ${ls}`);
+  // An all-zero super-block: d = −0 (f16 0x8000), every scale 32 (0), every level 8.
+  const z = quantize(GGMLType.IQ4_XS, new Float32Array(256));
+  assert.deepEqual([...z.subarray(0, 8)], [0, 0x80, 0xaa, 0xaa, 0, 0, 0, 0]);
+  assert.ok(z.subarray(8).every((b) => b === 0x88));
+  // ~4.25 bits: NMSE about 6e-3 on gaussian data, like IQ4_NL; the block max error within an eighth of its absmax.
+  for (const scale of [1, 5e3, 1e-3]) {
+    const { nmse, rel, y } = errors(GGMLType.IQ4_XS, gaussian(16384, 31, scale));
+    assert.ok(y.every(Number.isFinite), `scale ${scale}: finite`);
+    assert.ok(nmse < 8e-3, `scale ${scale}: NMSE ${nmse.toExponential(3)}`);
+    assert.ok(rel < 0.125, `scale ${scale}: block max error ${rel.toFixed(4)} x absmax`);
+  }
+});
+
 // ---------------------------------------------------------------------------------------------
 // Arguments.
 
@@ -823,16 +866,8 @@ test('supported type sets', () => {
   }
   assert.ok(canDequantize(GGMLType.MXFP4) && canQuantize(GGMLType.MXFP4), 'MXFP4');
   assert.ok(canDequantize(GGMLType.IQ4_NL) && canQuantize(GGMLType.IQ4_NL), 'IQ4_NL');
-  for (const t of [
-    GGMLType.Q8_1,
-    GGMLType.Q8_K,
-    GGMLType.IQ2_XXS,
-    GGMLType.IQ4_XS,
-    GGMLType.I8,
-    GGMLType.F64,
-    GGMLType.NVFP4,
-    999 as GGMLType,
-  ]) {
+  assert.ok(canDequantize(GGMLType.IQ4_XS) && canQuantize(GGMLType.IQ4_XS), 'IQ4_XS');
+  for (const t of [GGMLType.Q8_1, GGMLType.Q8_K, GGMLType.IQ2_XXS, GGMLType.I8, GGMLType.F64, GGMLType.NVFP4, 999 as GGMLType]) {
     assert.equal(canDequantize(t), false, `canDequantize ${t}`);
     assert.equal(canQuantize(t), false, `canQuantize ${t}`);
   }

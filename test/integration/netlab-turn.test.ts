@@ -14,16 +14,16 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import type { Browser } from 'playwright-core';
 import type { TurnConfig } from '../../hub/turn-credentials.ts';
 import type { SliceTransfer } from '../../protocol/dashboard.ts';
 import { joinVolunteerPage, type VolunteerTab, waitServing } from '../../harness/browser.ts';
-import { HUB_PROCESS, type HubProcessSpec } from '../../harness/hub-process.ts';
+import type { HubProcessSpec } from '../../harness/hub-process.ts';
 import { ONE_MOE_LAYER, testModel } from '../../harness/models.ts';
 import { createLab, HUB_ADDRESS, type Lab } from '../../harness/netlab.ts';
 import { launchChromiumIn } from '../../harness/netlab-browser.ts';
+import { type LabHub, startLabHub, stopLabHub } from '../../harness/netlab-hub.ts';
 import { buildPages } from '../../harness/pages-build.ts';
 import { TRUST_OFF, until } from '../../harness/swarm.ts';
 import { startTurn, type TurnServer } from '../../harness/turn.ts';
@@ -91,33 +91,6 @@ async function udpCounters(lab: Lab): Promise<{ fromA: number; toB: number }> {
   return { fromA: bytesOf(COUNT_RULES[0]), toB: bytesOf(COUNT_RULES[1]) };
 }
 
-function startHub(lab: Lab, spec: HubProcessSpec): { proc: ChildProcess; log: () => string; ready: Promise<void> } {
-  const proc = lab.spawn('hub', process.execPath, ['--import', 'tsx', HUB_PROCESS, JSON.stringify(spec)]);
-  let out = '';
-  const keep = (d: Buffer): void => {
-    out = (out + d.toString()).slice(-20_000);
-  };
-  proc.stdout?.on('data', keep);
-  proc.stderr?.on('data', keep);
-  const ready = until('the hub in its namespace ready', 90_000, () => {
-    if (proc.exitCode !== null) throw new Error(`the hub exited (${proc.exitCode}): ${out}`);
-    return out.includes('"ready":true') ? true : undefined;
-  }).then(() => {});
-  ready.catch(() => {}); // awaited by its case; a hub stopped before its case is not an unhandled rejection
-  return { proc, log: () => out, ready };
-}
-
-async function stopHub(proc: ChildProcess): Promise<void> {
-  if (proc.exitCode !== null || proc.signalCode !== null) return;
-  const gone = new Promise((r) => proc.once('exit', r));
-  proc.kill('SIGTERM');
-  const t = setTimeout(() => proc.kill('SIGKILL'), 10_000);
-  await gone;
-  clearTimeout(t);
-}
-
-type HubHandle = ReturnType<typeof startHub>;
-
 function hubSpec(modelPath: string, pagesDir: string, port: number, turn: TurnConfig | undefined): HubProcessSpec {
   return {
     config: {
@@ -141,7 +114,7 @@ function hubSpec(modelPath: string, pagesDir: string, port: number, turn: TurnCo
 async function runCase(
   lab: Lab,
   browsers: { a: Browser; b: Browser },
-  hub: HubHandle,
+  hub: LabHub,
   port: number,
   turn: TurnServer | undefined,
 ): Promise<CaseResult> {
@@ -166,7 +139,7 @@ async function runCase(
     throw new Error(`${e instanceof Error ? e.message : e}\nhub log: ${hub.log().slice(-3000)}`);
   } finally {
     for (const t of tabs) await t.close();
-    await stopHub(hub.proc);
+    await stopLabHub(hub.proc);
   }
 }
 
@@ -178,7 +151,7 @@ test('two tabs behind different NATs: without TURN the second takes the slice fr
   let lab: Lab | undefined;
   let turn: TurnServer | undefined;
   const browsers: Browser[] = [];
-  const hubs: HubHandle[] = [];
+  const hubs: LabHub[] = [];
   try {
     const [m, pages] = await Promise.all([
       testModel(ONE_MOE_LAYER),
@@ -197,7 +170,7 @@ test('two tabs behind different NATs: without TURN the second takes the slice fr
     turn = await startTurn({ netns: lab.hubNs, ip: HUB_ADDRESS, secret: SECRET });
     const config: TurnConfig = { urls: [turn.url], secret: SECRET, ttlS: 600 };
     // Both hubs start at once (each with its coordinator), and both browsers, while the other waits.
-    hubs.push(startHub(lab, hubSpec(m.path, pages, PORT_PLAIN, undefined)), startHub(lab, hubSpec(m.path, pages, PORT_TURN, config)));
+    hubs.push(startLabHub(lab, hubSpec(m.path, pages, PORT_PLAIN, undefined)), startLabHub(lab, hubSpec(m.path, pages, PORT_TURN, config)));
     const origins = [PORT_PLAIN, PORT_TURN].map((p) => `http://${HUB_ADDRESS}:${p}`);
     const launched = await Promise.allSettled([launchChromiumIn(lab.nsOf('a'), origins), launchChromiumIn(lab.nsOf('b'), origins)]);
     for (const r of launched) if (r.status === 'fulfilled') browsers.push(r.value);
@@ -207,10 +180,10 @@ test('two tabs behind different NATs: without TURN the second takes the slice fr
 
     for (const rule of COUNT_RULES) await lab.exec('router', 'iptables', ['-I', 'FORWARD', '1', ...rule]);
     const c0 = await udpCounters(lab);
-    const plain = await runCase(lab, { a, b }, hubs[0] as HubHandle, PORT_PLAIN, undefined);
+    const plain = await runCase(lab, { a, b }, hubs[0] as LabHub, PORT_PLAIN, undefined);
     const c1 = await udpCounters(lab);
     t.diagnostic(`without TURN: ${plain.share.text}; ${JSON.stringify(plain.slices)}; ${plain.seconds.toFixed(1)} s`);
-    const withTurn = await runCase(lab, { a, b }, hubs[1] as HubHandle, PORT_TURN, turn);
+    const withTurn = await runCase(lab, { a, b }, hubs[1] as LabHub, PORT_TURN, turn);
     const c2 = await udpCounters(lab);
     t.diagnostic(`with TURN: ${withTurn.share.text}; ${JSON.stringify(withTurn.slices)}; ${withTurn.seconds.toFixed(1)} s`);
     t.diagnostic(
@@ -268,7 +241,7 @@ test('two tabs behind different NATs: without TURN the second takes the slice fr
     );
   } finally {
     for (const br of browsers) await br.close().catch(() => {});
-    for (const h of hubs) await stopHub(h.proc);
+    for (const h of hubs) await stopLabHub(h.proc);
     await turn?.stop();
     await lab?.close();
     if (pagesDir) rmSync(pagesDir, { recursive: true, force: true });

@@ -162,10 +162,20 @@ export async function buildApp(hub: Hub, pages: PagesOptions = {}): Promise<Fast
         `n_layer/n_expert (${nLayer}/${nExpert}) do not match ${model} (${shape.nLayer}/${shape.nExpert})`,
       );
     }
-    // Kvasir's `url`: `relay:<session>` holds the worker's relay session (hub/relay/relay.ts); others are ignored.
+    // Kvasir's `url`: `relay:<session>` holds the worker's relay session (hub/relay/relay.ts); others (its `tcp:<port>`,
+    // a worker to dial) are held as no replica: this hub dials no worker (docs/architecture.md, Kvasir's contract).
     const url = b.url === undefined ? '' : string(b, 'url', COVERAGE_URL_MAX_CHARS);
+    // Kvasir's `owner` (the wallet credited): '' or absent = the node token's; another wallet is refused — the hub
+    // credits, audits and quarantines the wallet that signed in, never one a heartbeat names.
+    const owner = b.owner === undefined ? '' : string(b, 'owner', BASE58_MAX_CHARS);
+    if (owner !== '') {
+      parseWallet(owner); // AUTH_BAD_WALLET for anything that is not a wallet
+      if (owner !== w) throw new HubError('AUTH_FORBIDDEN', 'owner must be the wallet of this node token (or left out)');
+    }
     return hub.reportCoverage(workerId, w, model, heldRanges(b.segments), url);
   });
+  // Kvasir's ledger of relay sessions (its field names; ws2tcp: bytes the worker sent, tcp2ws: bytes it was sent).
+  app.get('/api/expert-relay/sessions', async () => ({ sessions: hub.relaySessions() }));
 
   app.get('/api/moe/recruitment', async () => hub.recruitment());
 

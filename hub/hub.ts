@@ -43,7 +43,7 @@ import type { ClaimConfig } from './dispatch/claims.ts';
 import { DispatchMetrics, type DispatcherEvents } from './dispatch/dispatcher.ts';
 import type { DispatchMode } from './dispatch/policy.ts';
 import { DEFAULT_CHANNEL, VolunteerChannel, type ChannelHost, type ChannelOptions } from './channel/channel.ts';
-import { KvasirRelays, joinDirectories, type RelayHost, type RelayOptions } from './relay/relay.ts';
+import { KvasirRelays, joinDirectories, type RelayHost, type RelayOptions, type RelaySessionRow } from './relay/relay.ts';
 import type { CoverageAnswer, CreditAnswer, DemandAnswer, HealthAnswer, RecruitmentAnswer } from '../protocol/http.ts';
 import { AdminGate, checkedAdminToken } from './dashboard/admin.ts';
 import { ClusterSync, type ClusterHost, type ClusterOptions, type ClusterStatus } from './cluster/cluster.ts';
@@ -803,6 +803,11 @@ export class Hub {
     }
     this.metrics.heartbeat();
     return { ok: true, stale_after_s: this.staleAfterS() };
+  }
+
+  /** Kvasir's relay sessions with their byte counts (GET /api/expert-relay/sessions). */
+  relaySessions(): RelaySessionRow[] {
+    return this.relays.sessions();
   }
 
   /** Drops workers without a heartbeat for `staleMs` (the timer calls this; tests call it after moving the clock). */

@@ -115,6 +115,31 @@ interface Session {
   ranges: HeldRange[];
   seenMs: number;
   relay: Relay | null;
+  /** Its last relay's dial and close, ms (null: none yet / open now); bytes sent to and from the worker, all dials. */
+  openedMs: number | null;
+  closedMs: number | null;
+  toWorker: number;
+  fromWorker: number;
+}
+
+/** One session of `GET /api/expert-relay/sessions`, in Kvasir's field names (times in s since the epoch). */
+export interface RelaySessionRow {
+  session: string;
+  worker_id: string;
+  node_id: string;
+  owner: string;
+  model: string;
+  layer: number;
+  experts: number[];
+  listen_port: number | null;
+  wired: boolean;
+  ts: number;
+  opened: number | null;
+  closed: number | null;
+  /** Bytes the worker sent (its answers): Kvasir's worker-to-backbone count. */
+  ws2tcp: number;
+  /** Bytes the worker was sent (requests). */
+  tcp2ws: number;
 }
 
 interface Pending {
@@ -187,11 +212,13 @@ class Relay implements WorkerLink {
       p.timer.unref();
       this.pending.push(p);
       this.ws.send(bytes, { binary: true });
+      this.session.toWorker += bytes.length;
     });
   }
 
   /** Bytes from the worker: the answers owed, in order, in any cuts. Throws a reason to close with BAD_BYTES. */
   take(chunk: Uint8Array): void {
+    this.session.fromWorker += chunk.length;
     let at = 0;
     while (at < chunk.length) {
       const p = this.pending[0];
@@ -317,6 +344,8 @@ export class KvasirRelays {
     if (s.relay) this.end(s.relay, 'REPLACED', 'the session dialed again');
     const relay = new Relay(ws, s, this);
     s.relay = relay;
+    s.openedMs = this.nowMs();
+    s.closedMs = null;
     this.relays.add(relay);
     ws.on('pong', () => {
       relay.alive = true;
@@ -357,6 +386,7 @@ export class KvasirRelays {
     const s = relay.session;
     if (s.relay !== relay) return;
     s.relay = null;
+    s.closedMs = this.nowMs();
     this.host.event(s.model, `${s.workerId}: relay ${s.name} closed (${why})`);
     if (this.byWorker.get(s.workerId) === s) this.host.relayChanged(s.workerId, s.model, s.ranges, s.seenMs, false);
     this.rebuild(s.model);
@@ -409,7 +439,19 @@ export class KvasirRelays {
     let s = this.byWorker.get(workerId);
     const before = s?.ranges[0]?.join(',');
     if (!s) {
-      s = { name, workerId, wallet, model, ranges: [], seenMs: nowMs, relay: null };
+      s = {
+        name,
+        workerId,
+        wallet,
+        model,
+        ranges: [],
+        seenMs: nowMs,
+        relay: null,
+        openedMs: null,
+        closedMs: null,
+        toWorker: 0,
+        fromWorker: 0,
+      };
       this.bySession.set(name, s);
       this.byWorker.set(workerId, s);
     }
@@ -427,6 +469,30 @@ export class KvasirRelays {
   fieldsOf(workerId: string): { listen_port: number | null; session: string | null } {
     const s = this.byWorker.get(workerId);
     return s ? { listen_port: this.listenPort(), session: s.name } : { listen_port: null, session: null };
+  }
+
+  /** Every session a heartbeat holds, with its relay's times and byte counts (Kvasir's sessions ledger). */
+  sessions(): RelaySessionRow[] {
+    const s = (ms: number | null): number | null => (ms === null ? null : ms / 1000);
+    return [...this.bySession.values()].map((x) => {
+      const r = x.ranges[0];
+      return {
+        session: x.name,
+        worker_id: x.workerId,
+        node_id: x.workerId,
+        owner: x.wallet,
+        model: x.model,
+        layer: r ? r[0] : -1,
+        experts: r ? [r[1], r[2]] : [],
+        listen_port: this.listenPort(),
+        wired: x.relay !== null,
+        ts: x.seenMs / 1000,
+        opened: s(x.openedMs),
+        closed: s(x.closedMs),
+        ws2tcp: x.fromWorker,
+        tcp2ws: x.toWorker,
+      };
+    });
   }
 
   /** Drops a worker's session and closes its relay (evicted, quarantined, released). Returns whether it had one. */

@@ -242,3 +242,65 @@ test('with one market model the dispatch map names it when no model is given', a
     await t.close();
   }
 });
+
+test("Kvasir's owner, a tcp: worker url and the relay sessions ledger", async () => {
+  const t = await testHub({ models: [{ path: model.path, name: 'm' }], dispatchMode: 'always' });
+  try {
+    const v = newVolunteer();
+    const token = await t.login(v);
+    const k = new KvasirClient(t, token, 'desktop-kv2', v.wallet);
+    const a = await k.volunteer(4);
+    assert.equal(a.json.assigned, true, JSON.stringify(a.json));
+    assert.equal((await k.download(a.json)).status, 200);
+    const seg = [a.json.layer, ...a.json.experts];
+    const before = await replicasOf(t, a.json.layer);
+
+    // owner: absent, '' or the token's own wallet; another wallet is refused (the hub credits who signs in), as is
+    // anything that is not a wallet.
+    const beat = (body: Record<string, unknown>) =>
+      t.call('POST', '/api/expert-coverage', { worker_id: k.workerId, model: 'm', segments: [seg], ...body }, token);
+    for (const [body, status, code] of [
+      [{}, 200, undefined],
+      [{ owner: '' }, 200, undefined],
+      [{ owner: v.wallet }, 200, undefined],
+      [{ owner: newVolunteer().wallet }, 403, 'AUTH_FORBIDDEN'],
+      [{ owner: 'not a wallet' }, 400, 'AUTH_BAD_WALLET'],
+      [{ owner: 7 }, 400, 'BODY_INVALID'],
+    ] as const) {
+      const r = await beat(body);
+      assert.deepEqual([r.status, r.json.code], [status, code], JSON.stringify(body));
+    }
+
+    // Kvasir's `tcp:<port>` (a worker listening for its coordinator to dial): held, never dialed by the hub, no replica.
+    const tcp = await k.report('m', [seg], 'tcp:7000');
+    assert.equal(tcp.status, 200, JSON.stringify(tcp.json));
+    assert.deepEqual(
+      [tcp.json.replica, tcp.json.wired, tcp.json.listen_port, tcp.json.session],
+      [false, false, null, null],
+      'no relay session, not wired',
+    );
+    assert.deepEqual(await replicasOf(t, a.json.layer), before, 'no replica: nothing sends it work');
+    assert.deepEqual((await t.call('GET', '/api/expert-relay/sessions')).json, { sessions: [] }, 'no session for a tcp: url');
+
+    // A relay url holds a session: the ledger lists it in Kvasir's fields, not dialed yet (kvasir-relay.test.ts counts
+    // the bytes of a dialed one).
+    const held = await k.report('m', [seg], 'relay:');
+    assert.equal(held.json.session, `expert-${k.workerId}`);
+    const ledger = await t.call('GET', '/api/expert-relay/sessions');
+    assert.equal(ledger.status, 200);
+    const row = ledger.json.sessions[0];
+    assert.equal(ledger.json.sessions.length, 1);
+    assert.deepEqual(
+      [row.session, row.worker_id, row.node_id, row.owner, row.model, row.layer, row.experts, row.wired],
+      [`expert-${k.workerId}`, k.workerId, k.workerId, v.wallet, 'm', a.json.layer, a.json.experts, false],
+    );
+    assert.deepEqual([row.opened, row.closed, row.ws2tcp, row.tcp2ws], [null, null, 0, 0]);
+    assert.equal(row.ts, t.clock.now / 1000, 'the last heartbeat, in seconds');
+
+    // Kvasir's register endpoint names a host:port for the hub to dial: not served (the relay ends in the hub).
+    const reg = await t.call('POST', '/api/expert-relay/register', { session: 's', host: '127.0.0.1', port: 22 }, token);
+    assert.deepEqual([reg.status, reg.json.code], [404, 'NOT_FOUND']);
+  } finally {
+    await t.close();
+  }
+});

@@ -13,7 +13,7 @@
  * orders of magnitude (test/integration/expert-dispatch.test.ts measures both).
  *
  * Types (GGML_EXACT_TYPES): F32, F16, Q8_0, Q4_0, Q4_K (the dispatch grid's; checked against the coordinator there),
- * Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, Q6_K, MXFP4 and IQ4_NL (checked against the coordinator's own local computation, linkcpp-expert-ref, in
+ * Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, Q6_K, MXFP4, IQ4_NL and IQ4_XS (checked against the coordinator's own local computation, linkcpp-expert-ref, in
  * numerics-vs-coordinator.test.ts).
  * Row lengths must be multiples of 32 (F32/F16) or of the type's block.
  *
@@ -79,6 +79,7 @@ export const GGML_EXACT_TYPES: ReadonlySet<GGMLType> = new Set([
   GGMLType.Q6_K,
   GGMLType.MXFP4,
   GGMLType.IQ4_NL,
+  GGMLType.IQ4_XS,
 ]);
 
 // ---------------------------------------------------------------------------------------------
@@ -188,6 +189,7 @@ function toVecDot(type: GGMLType, x: Float32Array): Activation {
     case GGMLType.Q4_K:
     case GGMLType.Q5_K:
     case GGMLType.Q6_K:
+    case GGMLType.IQ4_XS:
       return { kind: 'q', q: quantizeQ8_K(x) };
     default:
       throw new RangeError(`ggml-exact: no bit-exact dot product for ${GGMLType[type] ?? type}`);
@@ -529,6 +531,35 @@ function dotQ6K(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
   return hsum8(acc);
 }
 
+/**
+ * ggml_vec_dot_iq4_xs_q8_K (AVX2): per 32-element sub-block ib, its nibbles looked up in kvalues_iq4nl (low nibbles =
+ * elements 0..15, high = 16..31), lane l = Σ_ib (ls[ib] − 32) · Σ(products of elements 4l..4l+3) in int32 (maddubs,
+ * then madd with the scale); acc = fma(f32(f16 d · y.d), f32(lane), acc) per super-block (_mm256_cvtepi32_ps rounds
+ * lanes past 2^24); hsum8.
+ */
+function dotIQ4XS(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
+  const acc = LANES.fill(0);
+  for (let b = 0; b < n / 256; b++) {
+    const o = wOff + b * 136;
+    const d = f32(f16ToF32((w[o] as number) | ((w[o + 1] as number) << 8)) * (y.d[b] as number));
+    const sh = (w[o + 2] as number) | ((w[o + 3] as number) << 8);
+    for (let l = 0; l < 8; l++) {
+      let lane = 0;
+      for (let ib = 0; ib < 8; ib++) {
+        const ls = ((((w[o + 4 + (ib >> 1)] as number) >> (4 * (ib & 1))) & 15) | (((sh >> (2 * ib)) & 3) << 4)) - 32;
+        let s = 0;
+        for (let t = 4 * l; t < 4 * l + 4; t++) {
+          const byte = w[o + 8 + 16 * ib + (t & 15)] as number;
+          s += (KVALUES_IQ4NL[t < 16 ? byte & 15 : byte >> 4] as number) * (y.qs[256 * b + 32 * ib + t] as number);
+        }
+        lane += ls * s;
+      }
+      acc[l] = fma32(d, f32(lane), acc[l] as number);
+    }
+  }
+  return hsum8(acc);
+}
+
 /** A matrix as the dot products read it: float rows for F32/F16 (decoded once), the GGUF bytes otherwise. */
 type Weights = { type: GGMLType; bytes: Uint8Array; floats?: Float32Array };
 
@@ -568,6 +599,8 @@ function vecDot(w: Weights, r: number, a: Activation, n: number): number {
       return dotQ5K(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     case GGMLType.Q6_K:
       return dotQ6K(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
+    case GGMLType.IQ4_XS:
+      return dotIQ4XS(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     default:
       throw new RangeError(`ggml-exact: no bit-exact dot product for ${GGMLType[w.type] ?? w.type}`);
   }

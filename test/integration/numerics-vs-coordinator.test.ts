@@ -15,7 +15,7 @@
  *   ts-exact    the TypeScript reference in exact math (what an 'exact'-numerics worker computes)
  *   wgsl        ExpertRuntime { numerics: 'llama' } on Node's WebGPU (Dawn on SwiftShader), decode and batched kernels
  *   wgsl-int8   the same runtime with every call in the decode regime: for the weight types with int8 kernels
- *               (Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, Q6_K), which compute as ggml's vec_dot does lane by lane, must be
+ *               (INT8_SNIPPETS), which compute as ggml's vec_dot does lane by lane, must be
  *               bit-identical
  *   wasm        OrtExpertFallback { numerics: 'llama' } on onnxruntime-web's wasm backend
  *   ggml-exact  harness/ggml-exact.ts, the TypeScript emulation of ggml's CPU arithmetic (its types: all but
@@ -105,6 +105,7 @@ const TYPES = [
   GGMLType.Q5_1,
   GGMLType.Q2_K,
   GGMLType.Q3_K,
+  GGMLType.IQ4_XS,
 ] as const;
 /** Two architectures, with different widths (non-square matrices, both orientations). */
 const SHAPES: Array<{ arch: ArchName; nEmbd: number; ff: number }> = [
@@ -123,7 +124,7 @@ const ODD_BLOCKS_SHAPE = { arch: 'llama' as ArchName, nEmbd: 96, ff: 160 };
  * kernels to ggml-exact bit for bit. NUMERICS_FULL=1 runs them like the others (every path, every shape); the numbers
  * in docs/numerics.md are from such runs.
  */
-const CPU_ONLY = new Set<GGMLType>([GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q2_K, GGMLType.Q3_K]);
+const CPU_ONLY = new Set<GGMLType>([GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.IQ4_XS]);
 const FULL = process.env.NUMERICS_FULL === '1';
 function shapesOf(type: GGMLType): typeof SHAPES {
   if (PAIRED_BLOCKS.has(type)) return [...SHAPES, ODD_BLOCKS_SHAPE];

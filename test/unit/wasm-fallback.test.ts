@@ -53,6 +53,7 @@ const GGML_EXACT = new Set([
   GGMLType.Q6_K,
   GGMLType.MXFP4,
   GGMLType.IQ4_NL,
+  GGMLType.IQ4_XS,
 ]);
 
 function makeSlice(type: GGMLType | SliceTypes, seed: number, shape = SHAPE): ExpertSlice {
@@ -123,8 +124,8 @@ if (!FORCED && !relaxedSimdSupported()) {
 test('the wasm fallback reads every type it lists', () => {
   assert.deepEqual(
     [...WASM_FALLBACK_TYPES.types].sort((a, b) => a - b),
-    [0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 30, 39],
-    'F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL BF16 MXFP4',
+    [0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23, 30, 39],
+    'F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS BF16 MXFP4',
   );
   for (const t of WASM_BIT_EXACT_TYPES) assert.ok(WASM_FALLBACK_TYPES.types.includes(t));
 });
@@ -177,6 +178,9 @@ for (const variant of VARIANTS) {
       // The relaxed build's f64 emulation, which machines whose relaxed_madd does not fuse run, every integer kind.
       [{ gate: GGMLType.Q4_K, up: GGMLType.Q8_0, down: GGMLType.Q6_K }, true],
       [{ gate: GGMLType.Q5_K, up: GGMLType.Q4_0, down: GGMLType.Q4_K }, true],
+      // IQ4_XS beside the K-quants (the relaxed build's Q8_K records are i8 in element order: intDots reorders them)
+      [{ gate: GGMLType.IQ4_XS, up: GGMLType.Q6_K, down: GGMLType.IQ4_XS }, false],
+      [{ gate: GGMLType.Q4_K, up: GGMLType.IQ4_XS, down: GGMLType.IQ4_XS }, true],
     ] as const) {
       const slice = makeSlice(types, 7);
       const fb = await WasmExpertFallback.create(await kernelOf(variant), slice, { numerics: 'llama', emulateFma });
@@ -446,7 +450,7 @@ test('wasm fallback refuses what ExpertRuntime refuses, with the same codes', as
   await assert.rejects(WasmExpertFallback.create(k, slice, { numerics: 'fast' as Numerics }), code('BAD_OPTION'));
   await assert.rejects(WasmExpertFallback.create(k, slice, { maxTokensPerPass: 0 }), code('BAD_OPTION'));
   await assert.rejects(
-    WasmExpertFallback.create(k, { ...slice, types: { ...slice.types, down: GGMLType.IQ4_XS } }),
+    WasmExpertFallback.create(k, { ...slice, types: { ...slice.types, down: GGMLType.TQ1_0 } }),
     code('UNSUPPORTED_TYPE'),
   );
   await assert.rejects(WasmExpertFallback.create(k, { ...slice, up: slice.up.subarray(1) }), code('BAD_SLICE_BYTES'));

@@ -1,7 +1,7 @@
 // Dot products of one decoded weight row (weight-rows.as) with one activation record (activations.as), each kind in
 // the order of ggml's AVX2 vec_dot where the kind says so (kinds.as). harness/ggml-exact.ts is the TypeScript
 // model of the same arithmetic; the wasm fallback's tests hold these to it bit for bit.
-import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, RELAXED } from './kinds';
+import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, RELAXED } from './kinds';
 import { K_PARAMS } from './weight-rows';
 import { fmaPair, fmaPairExact, fma32, hsum8, f16ToF32, usesFusedMadd } from './ggml-float';
 
@@ -30,6 +30,7 @@ export function dot(kind: i32, w: usize, wp: usize, a: usize, n: i32): f32 {
     case DOT_Q6K:
     case DOT_Q32:
     case DOT_Q32P:
+    case DOT_IQ4XS:
       store<usize>(ONE_ACT, a);
       intDots(kind, w, wp, ONE_ACT, 1, n, ONE_OUT);
       return load<f32>(ONE_OUT);
@@ -130,6 +131,19 @@ function dotGgmlF32(w: usize, a: usize, n: i32): f32 {
 @inline
 function lanes16(w0: v128, w1: v128, a: usize): v128 {
   return i32x4.add(i32x4.dot_i16x8_s(w0, v128.load(a)), i32x4.dot_i16x8_s(w1, v128.load(a, 16)));
+}
+
+/**
+ * lanes16 for the 16 activations at i16 offset `o` of a record: i16 in lane order, or in the relaxed build's Q8_K
+ * records (activations.as) i8 in element order, put in lane order here. In intDots only IQ4_XS meets Q8_K records in
+ * the relaxed build (its Q4_K/Q5_K/Q6_K have dots of their own); `i8` is false for every kind of the other build.
+ */
+@inline
+function lanesAt(i8: bool, w0: v128, w1: v128, a: usize, o: usize): v128 {
+  if (!i8) return lanes16(w0, w1, a + o);
+  const v = v128.load(a + (o >> 1));
+  const q = i8x16.shuffle(v, v, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  return i32x4.add(i32x4.dot_i16x8_s(w0, i16x8.extend_low_i8x16_s(q)), i32x4.dot_i16x8_s(w1, i16x8.extend_high_i8x16_s(q)));
 }
 
 // Float accumulators of up to 4 tokens' integer dots, ACC_BYTES each: lanes 0-1, 2-3, 4-5, 6-7 (f64x2 holding f32
@@ -249,6 +263,11 @@ function blockStepFused(kind: i32, acc: usize, l03: v128, l47: v128, a: usize, p
   const ad = a + 2 * n;
   const yd = load<f32>(ad + 4 * b);
   const d = f32x4.splat(yd * load<f32>(pp));
+  if (kind == DOT_IQ4XS) {
+    maddLanes(acc, 0, d, l03);
+    maddLanes(acc, 16, d, l47);
+    return;
+  }
   if (kind == DOT_Q6K) {
     const bs = ad + 4 * nb + 32 * b;
     const c03 = i32x4.shl(i32x4.dot_i16x8_s(v128.load(pp, 16), v128.load(bs)), 5);
@@ -342,6 +361,10 @@ function blockStep(kind: i32, acc: usize, l03: v128, l47: v128, a: usize, pp: us
   const nb = n >> 8;
   const ad = a + 2 * n;
   const yd = load<f32>(ad + 4 * b);
+  if (kind == DOT_IQ4XS) {
+    laneFma(acc, yd * load<f32>(pp), l03, l47);
+    return;
+  }
   if (kind == DOT_Q6K) {
     const bs = ad + 4 * nb + 32 * b;
     const c03 = i32x4.shl(i32x4.dot_i16x8_s(v128.load(pp, 16), v128.load(bs)), 5);
@@ -409,6 +432,7 @@ export function intDots(kind: i32, w: usize, wp: usize, acts: usize, count: i32,
   clearAcc(count);
   const runs = runsPerBlock(kind);
   const nb = n / (32 * runs);
+  const i8 = RELAXED && runs == 8;
   if (count == 4) {
     const a0 = load<usize>(acts);
     const a1 = load<usize>(acts, 4);
@@ -429,14 +453,14 @@ export function intDots(kind: i32, w: usize, wp: usize, acts: usize, count: i32,
         const w1 = v128.load(w + o, 16);
         const w2 = v128.load(w + o, 32);
         const w3 = v128.load(w + o, 48);
-        x0 = i32x4.add(x0, lanes16(w0, w1, a0 + o));
-        y0 = i32x4.add(y0, lanes16(w2, w3, a0 + o + 32));
-        x1 = i32x4.add(x1, lanes16(w0, w1, a1 + o));
-        y1 = i32x4.add(y1, lanes16(w2, w3, a1 + o + 32));
-        x2 = i32x4.add(x2, lanes16(w0, w1, a2 + o));
-        y2 = i32x4.add(y2, lanes16(w2, w3, a2 + o + 32));
-        x3 = i32x4.add(x3, lanes16(w0, w1, a3 + o));
-        y3 = i32x4.add(y3, lanes16(w2, w3, a3 + o + 32));
+        x0 = i32x4.add(x0, lanesAt(i8, w0, w1, a0, o));
+        y0 = i32x4.add(y0, lanesAt(i8, w2, w3, a0, o + 32));
+        x1 = i32x4.add(x1, lanesAt(i8, w0, w1, a1, o));
+        y1 = i32x4.add(y1, lanesAt(i8, w2, w3, a1, o + 32));
+        x2 = i32x4.add(x2, lanesAt(i8, w0, w1, a2, o));
+        y2 = i32x4.add(y2, lanesAt(i8, w2, w3, a2, o + 32));
+        x3 = i32x4.add(x3, lanesAt(i8, w0, w1, a3, o));
+        y3 = i32x4.add(y3, lanesAt(i8, w2, w3, a3, o + 32));
       }
       const pp = wp + paramBytes(kind) * b;
       blockStep(kind, FACC, x0, y0, a0, pp, b, n);
@@ -453,8 +477,8 @@ export function intDots(kind: i32, w: usize, wp: usize, acts: usize, count: i32,
         let y = x;
         for (let r = 0; r < runs; r++) {
           const o: usize = 64 * (b * runs + r);
-          x = i32x4.add(x, lanes16(v128.load(w + o), v128.load(w + o, 16), a + o));
-          y = i32x4.add(y, lanes16(v128.load(w + o, 32), v128.load(w + o, 48), a + o + 32));
+          x = i32x4.add(x, lanesAt(i8, v128.load(w + o), v128.load(w + o, 16), a, o));
+          y = i32x4.add(y, lanesAt(i8, v128.load(w + o, 32), v128.load(w + o, 48), a, o + 32));
         }
         blockStep(kind, acc, x, y, a, wp + paramBytes(kind) * b, b, n);
       }

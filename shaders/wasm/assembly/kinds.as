@@ -8,6 +8,7 @@ export const T_F16: i32 = 1;
 export const T_Q4_0: i32 = 2;
 export const T_Q4_1: i32 = 3;
 export const T_IQ4_NL: i32 = 20;
+export const T_IQ4_XS: i32 = 23;
 export const T_Q5_0: i32 = 6;
 export const T_Q5_1: i32 = 7;
 export const T_Q8_0: i32 = 8;
@@ -61,15 +62,25 @@ export const DOT_Q6K: i32 = 7;
  * but blocks in pairs into two accumulators summed before the hsum, and an odd last block in scalar code (dots.as).
  */
 export const DOT_Q32P: i32 = 8;
+/**
+ * ggml_vec_dot_iq4_xs_q8_K on AVX2: per super-block 8 integer lanes (the sub-blocks' 6-bit scales folded into the
+ * kvalues_iq4nl weights, intRow), one fma each with f16 d · y.d; no mins.
+ */
+export const DOT_IQ4XS: i32 = 9;
 
 export function isKQuant(t: i32): bool {
   return t == T_Q2_K || t == T_Q3_K || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K;
 }
 
+/** Super-blocks of 256 elements with Q8_K activations: the K-quants and IQ4_XS. */
+export function isSuperBlock(t: i32): bool {
+  return isKQuant(t) || t == T_IQ4_XS;
+}
+
 export function rowKind(t: i32, llama: bool): i32 {
   if (llama && (t == T_Q4_K || (RELAXED && t == T_Q5_K))) return ROW_GGUF;
   if (RELAXED && llama && t == T_Q6_K) return ROW_U8;
-  return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
+  return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL || t == T_IQ4_XS || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
 }
 
 export function actKind(t: i32, llama: bool): i32 {
@@ -77,7 +88,7 @@ export function actKind(t: i32, llama: bool): i32 {
   if (t == T_F16) return ACT_F16;
   if (t == T_BF16) return ACT_BF16;
   if (t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL) return ACT_Q8_0;
-  if (t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) return ACT_Q8_K;
+  if (t == T_Q4_K || t == T_Q5_K || t == T_Q6_K || t == T_IQ4_XS) return ACT_Q8_K;
   return isKQuant(t) ? ACT_Q8_K_VALUES : ACT_Q8_0_VALUES;
 }
 
@@ -91,13 +102,14 @@ export function dotKind(t: i32, llama: bool): i32 {
   if (t == T_Q4_K) return DOT_Q4K;
   if (t == T_Q5_K) return DOT_Q5K;
   if (t == T_Q6_K) return DOT_Q6K;
+  if (t == T_IQ4_XS) return DOT_IQ4XS;
   return DOT_PLAIN;
 }
 
 /** Elements per block and bytes per block of a weight type (gguf/quant-types.ts). */
 export function blockSize(t: i32): i32 {
   if (t == T_F32 || t == T_F16 || t == T_BF16) return 1;
-  return isKQuant(t) ? 256 : 32;
+  return isSuperBlock(t) ? 256 : 32;
 }
 
 export function blockBytes(t: i32): i32 {
@@ -130,6 +142,8 @@ export function blockBytes(t: i32): i32 {
       return 176;
     case T_Q6_K:
       return 210;
+    case T_IQ4_XS:
+      return 136;
     default:
       return 0;
   }

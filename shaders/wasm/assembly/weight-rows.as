@@ -8,10 +8,11 @@
 //   IQ4_NL:      kvalues_iq4nl[nibble]; params f32 d per 32.
 //   Q4_K / Q5_K: scale × q (6-bit scale of the 32-element sub-block, q 4 or 5 bits); params per 256, 48 bytes:
 //                f32 d, f32 dmin, then at 16 the eight 6-bit mins as i16.
+//   IQ4_XS:      (6-bit scale − 32) × kvalues_iq4nl[nibble] per 32-element sub-block; params per 256, 48 bytes: f32 d.
 //   Q6_K:        scale × q (8-bit scale of the 16-element group, q unsigned 0..63); params per 256, 48 bytes: f32 d,
 //                then at 16 the sixteen scales as i16.
 // Folding the scales into the quants changes no integer ggml sums: its lanes hold Σ scale · (q · a) exactly.
-import { T_F32, T_F16, T_BF16, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0, T_MXFP4, T_IQ4_NL, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K } from './kinds';
+import { T_F32, T_F16, T_BF16, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0, T_MXFP4, T_IQ4_NL, T_IQ4_XS, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K } from './kinds';
 import { f16ToF32 } from './ggml-float';
 
 export const K_PARAMS: i32 = 48;
@@ -44,6 +45,14 @@ function storeScaledU(dst: usize, q: v128, scale: i32): void {
   const s = i16x8.splat(<i16>scale);
   v128.store(dst, i16x8.mul(i16x8.extend_low_i8x16_u(q), s));
   v128.store(dst, i16x8.mul(i16x8.extend_high_i8x16_u(q), s), 16);
+}
+
+/** 16 i8 values in lane order × scale, as two i16x8 at dst (|kvalue · scale| ≤ 127 · 32: no overflow). */
+@inline
+function storeScaledS(dst: usize, q: v128, scale: i32): void {
+  const s = i16x8.splat(<i16>scale);
+  v128.store(dst, i16x8.mul(i16x8.extend_low_i8x16_s(q), s));
+  v128.store(dst, i16x8.mul(i16x8.extend_high_i8x16_s(q), s), 16);
 }
 
 @inline
@@ -98,6 +107,22 @@ export function intRow(t: i32, src: usize, n: i32, dst: usize, params: usize): v
     return;
   }
   const nb = n >> 8;
+  if (t == T_IQ4_XS) {
+    const kv = v128.load(KVALUES_IQ4NL);
+    for (let b = 0; b < nb; b++) {
+      const p = src + 136 * b;
+      store<f32>(params + K_PARAMS * b, half(p));
+      const sh = <i32>load<u16>(p, 2);
+      for (let ib = 0; ib < 8; ib++) {
+        const ls = (((<i32>load<u8>(p + 4 + (ib >> 1)) >> (4 * (ib & 1))) & 15) | (((sh >> (2 * ib)) & 3) << 4)) - 32;
+        const q = lanes(v128.load(p + 8 + 16 * ib));
+        const o = dst + 2 * (256 * b + 32 * ib);
+        storeScaledS(o, i8x16.swizzle(kv, v128.and(q, m15)), ls);
+        storeScaledS(o + 32, i8x16.swizzle(kv, i8x16.shr_u(q, 4)), ls);
+      }
+    }
+    return;
+  }
   if (t == T_Q4_K || t == T_Q5_K) {
     const five = t == T_Q5_K;
     const bytes: usize = five ? 176 : 144;
@@ -275,6 +300,23 @@ export function dequantRow(t: i32, src: usize, n: i32, dst: usize): void {
           const q = <usize>load<u8>(p + 2 + j);
           store<f32>(dst + 4 * (32 * b + j), d * <f32>load<i8>(KVALUES_IQ4NL + (q & 15)));
           store<f32>(dst + 4 * (32 * b + j + 16), d * <f32>load<i8>(KVALUES_IQ4NL + (q >> 4)));
+        }
+      }
+      return;
+    case T_IQ4_XS:
+      for (let b = 0; b < n >> 8; b++) {
+        const p = src + 136 * b;
+        const d = half(p);
+        const sh = <i32>load<u16>(p, 2);
+        for (let ib = 0; ib < 8; ib++) {
+          const ls = (((<i32>load<u8>(p + 4 + (ib >> 1)) >> (4 * (ib & 1))) & 15) | (((sh >> (2 * ib)) & 3) << 4)) - 32;
+          const dl = d * <f32>ls;
+          const o = dst + 4 * (256 * b + 32 * ib);
+          for (let j = 0; j < 16; j++) {
+            const q = <usize>load<u8>(p + 8 + 16 * ib + j);
+            store<f32>(o + 4 * j, dl * <f32>load<i8>(KVALUES_IQ4NL + (q & 15)));
+            store<f32>(o + 4 * (j + 16), dl * <f32>load<i8>(KVALUES_IQ4NL + (q >> 4)));
+          }
         }
       }
       return;

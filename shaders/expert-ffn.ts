@@ -35,6 +35,7 @@ export const QUANT_SNIPPETS: ReadonlyMap<GGMLType, QuantSnippet> = new Map<GGMLT
   [GGMLType.Q2_K, 'q2_k'],
   [GGMLType.Q3_K, 'q3_k'],
   [GGMLType.Q5_0, 'q5_0'],
+  [GGMLType.IQ4_XS, 'iq4_xs'],
 ]);
 
 /** Weight types with an integer block dot against 8-bit activations (llama numerics; wgsl/int8/), with their snippet. */
@@ -51,6 +52,7 @@ export const INT8_SNIPPETS: ReadonlyMap<GGMLType, Int8Quant> = new Map<GGMLType,
   [GGMLType.Q2_K, 'q2_k'],
   [GGMLType.Q3_K, 'q3_k'],
   [GGMLType.Q5_0, 'q5_0'],
+  [GGMLType.IQ4_XS, 'iq4_xs'],
 ]);
 
 /**

@@ -22,9 +22,23 @@ export type QuantSnippet =
   | 'q2_k'
   | 'q3_k'
   | 'q4_1'
-  | 'q5_1';
+  | 'q5_1'
+  | 'iq4_xs';
 /** Quant snippets that also have an integer block dot against 8-bit activations (shaders/wgsl/int8/<stem>.wgsl). */
-export type Int8Quant = 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k' | 'mxfp4' | 'iq4_nl' | 'q5_0' | 'q3_k' | 'q2_k' | 'q4_1' | 'q5_1';
+export type Int8Quant =
+  | 'q8_0'
+  | 'q4_0'
+  | 'q4_k'
+  | 'q5_k'
+  | 'q6_k'
+  | 'mxfp4'
+  | 'iq4_nl'
+  | 'q5_0'
+  | 'q3_k'
+  | 'q2_k'
+  | 'q4_1'
+  | 'q5_1'
+  | 'iq4_xs';
 export type KernelName =
   | 'expert_up'
   | 'expert_down'
@@ -85,6 +99,7 @@ export const WGSL: WgslSources = {
     q2_k: read('quant/q2_k.wgsl'),
     q3_k: read('quant/q3_k.wgsl'),
     q5_0: read('quant/q5_0.wgsl'),
+    iq4_xs: read('quant/iq4_xs.wgsl'),
   },
   int8: {
     q8_0: read('int8/q8_0.wgsl'),
@@ -99,6 +114,7 @@ export const WGSL: WgslSources = {
     q2_k: read('int8/q2_k.wgsl'),
     q3_k: read('int8/q3_k.wgsl'),
     q5_0: read('int8/q5_0.wgsl'),
+    iq4_xs: read('int8/iq4_xs.wgsl'),
   },
   dot: { packed: read('int8/dot_packed.wgsl'), unpacked: read('int8/dot_unpacked.wgsl') },
   roundActivations: read('round_activations.wgsl'),

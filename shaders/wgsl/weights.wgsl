@@ -106,3 +106,20 @@ fn i8x4(word: u32) -> vec4<f32> {
   let w = i32(word);
   return vec4<f32>(f32(extractBits(w, 0u, 8u)), f32(extractBits(w, 8u, 8u)), f32(extractBits(w, 16u, 8u)), f32(extractBits(w, 24u, 8u)));
 }
+
+// kvalues_iq4nl (ggml-common.h) as constant data, indexed by nibble: the 16 non-linear levels of IQ4_NL and IQ4_XS.
+const KVALUES_IQ4NL = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
+
+fn iq4nl(q: u32) -> f32 {
+  var kv = KVALUES_IQ4NL;
+  return kv[q & 15u];
+}
+
+// Four nibbles (bits 0..3 of each byte of q) as four int8 kvalues_iq4nl, packed (the int8 kernels' lanes).
+fn iq4nl_bytes(q: u32) -> u32 {
+  var out = 0u;
+  for (var k = 0u; k < 4u; k++) {
+    out |= (u32(i32(iq4nl(q >> (8u * k)))) & 0xffu) << (8u * k);
+  }
+  return out;
+}

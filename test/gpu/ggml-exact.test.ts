@@ -111,7 +111,7 @@ const isK = (t: GGMLType): boolean => requireQuantType(t).blockSize === 256;
  */
 const widths = (t: GGMLType): [number, number][] =>
   isK(t)
-    ? t === GGMLType.Q2_K || t === GGMLType.Q3_K
+    ? t === GGMLType.Q2_K || t === GGMLType.Q3_K || t === GGMLType.IQ4_XS
       ? [[512, 256]] // two super-blocks per row (h: 512 × 512); one block adds little and costs SwiftShader seconds
       : [
           [256, 256],

@@ -206,6 +206,7 @@ test('the block table agrees with the quant snippets', () => {
     ['q4_0', T.Q4_0],
     ['mxfp4', T.MXFP4],
     ['iq4_nl', T.IQ4_NL],
+    ['iq4_xs', T.IQ4_XS],
     ['q5_1', T.Q5_1],
     ['q4_1', T.Q4_1],
     ['q2_k', T.Q2_K],

@@ -34,6 +34,7 @@ const QUANTS: QuantSnippet[] = [
   'q2_k',
   'q3_k',
   'q5_0',
+  'iq4_xs',
 ];
 const tuning: KernelTuning = { workgroupSize: 64, rowsPerWorkgroup: 4, tileRows: 16, tileCols: 32 };
 

@@ -5,15 +5,6 @@ const MIN_SUM = false;
 const MIN_FIRST = false;
 const PAIRED = true;
 
-// Four nibbles (bits 0..3 of each byte of q) as four int8 kvalues_iq4nl, packed.
-fn iq4nl_bytes(q: u32) -> u32 {
-  var out = 0u;
-  for (var k = 0u; k < 4u; k++) {
-    out |= (u32(i32(iq4nl(q >> (8u * k)))) & 0xffu) << (8u * k);
-  }
-  return out;
-}
-
 fn lane_dot(m: u32, wb: u32, qa: u32, da: u32, l: u32) -> i32 {
   let q = w_u32(m, wb + 2u + 4u * (l & 3u)) >> (4u * (l >> 2u));
   return dot_i8(iq4nl_bytes(q), act_q(qa + l));

@@ -7,14 +7,7 @@
 const BLOCK_SIZE: u32 = 32u;
 const BLOCK_BYTES: u32 = 18u;
 
-// kvalues_iq4nl (ggml-common.h) as constant data, indexed by nibble.
-const KVALUES_IQ4NL = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
-
-fn iq4nl(q: u32) -> f32 {
-  var kv = KVALUES_IQ4NL;
-  return kv[q & 15u];
-}
-
+// kvalues_iq4nl and iq4nl(): weights.wgsl.
 fn block_dot(m: u32, wb: u32, a: u32) -> f32 {
   let d = w_f16(m, wb);
   var sum = 0.0;

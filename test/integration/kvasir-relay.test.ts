@@ -115,6 +115,14 @@ test('a Kvasir worker double serves over its relay (v2): the coordinator’s tok
       return c > 0 ? c : undefined;
     });
     console.log(`# v2: ${served} pairs served by the double over ${w.served.v2} requests, ${credit} credited`);
+    // Kvasir's sessions ledger: the dialed relay's bytes both ways.
+    const sessionRow = async () =>
+      (
+        (await fetch(`${hub.url}/api/expert-relay/sessions`).then((r) => r.json())) as { sessions: Array<Record<string, unknown>> }
+      ).sessions.find((x) => x.session === 'expert-kv-v2');
+    const live = await sessionRow();
+    assert.ok(live && live.wired === true && live.owner === w.wallet && live.opened !== null && live.closed === null, JSON.stringify(live));
+    assert.ok((live.tcp2ws as number) > 0 && (live.ws2tcp as number) > 0, `bytes both ways: ${JSON.stringify(live)}`);
 
     // An answer with NaN in it: the relay is closed (4400), the pairs fall back, the tokens stay the coordinator's.
     w.tamper = (_req, a) => {
@@ -125,6 +133,8 @@ test('a Kvasir worker double serves over its relay (v2): the coordinator’s tok
     assert.equal((await closeOf(w)).code, KVASIR_RELAY_CLOSE.BAD_BYTES, 'NaN closes the relay');
     const unwired = await w.report(hub.model);
     assert.deepEqual([unwired.json.wired, unwired.json.replica], [false, false], 'no relay, no replica');
+    const shut = await sessionRow();
+    assert.ok(shut && shut.wired === false && shut.closed !== null, `the ledger: closed (${JSON.stringify(shut)})`);
     w.tamper = undefined;
 
     // Hostile bytes with nothing owed: unsolicited bytes, a text message. Then an answer longer than owed.

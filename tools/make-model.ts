@@ -13,6 +13,7 @@ import { dirname } from 'node:path';
 import { GGUFWriter } from '../gguf/writer.ts';
 import { type GGUFValue, GGUFValueType, arr, bool, f32, str, u32 } from '../gguf/types.ts';
 import { HYBRID_FILL } from './model-arch-hybrid.ts';
+import { UNGENERATED } from './model-arch-kin.ts';
 import { fileSink } from '../gguf/node-io.ts';
 import { quantize } from '../gguf/quantize.ts';
 import { quantTypeByName } from '../gguf/quant-types.ts';
@@ -249,6 +250,11 @@ async function main(argv: string[]): Promise<number> {
   if (values.help) {
     console.log(USAGE);
     return 0;
+  }
+  const missing = values.arch === undefined ? undefined : UNGENERATED[values.arch];
+  if (missing !== undefined) {
+    console.error(`make-model: ${values.arch} is not generated yet: the generator lacks ${missing}`);
+    return 2;
   }
   if (!values.arch || !(ARCHITECTURES as readonly string[]).includes(values.arch) || !values.out) {
     console.error(USAGE);

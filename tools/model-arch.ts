@@ -9,6 +9,7 @@ import { isHybridArch, planHybridModel, validateHybrid } from './model-arch-hybr
 import { DEEPSEEK4_ROUTING, deepseek4SwigluLimits, planDeepseek4Model, validateDeepseek4 } from './model-arch-deepseek4.ts';
 import { planGemma4, validateGemma4 } from './model-arch-gemma4.ts';
 import { MINIMAX_M3_ROUTING, planMinimaxM3, validateMinimaxM3 } from './model-arch-minimax-m3.ts';
+import { KIN, isKinArch, kinMetadata, kinWith, validateKin } from './model-arch-kin.ts';
 import {
   ARCHITECTURES,
   type ArchName,
@@ -22,17 +23,25 @@ import {
 export { ARCHITECTURES, type ArchName, type MetaEntry, type ModelConfig, type ModelPlan, type TensorPlan, type TensorRole };
 
 /** Architectures whose first `denseLeading` layers have a dense FFN instead of routed experts. */
-const DENSE_LEADING: readonly ArchName[] = ['deepseek', 'deepseek2', 'glm4moe', 'dots1', 'ernie4_5-moe', 'bailingmoe2', 'minimax-m3'];
+const DENSE_LEADING: readonly ArchName[] = [
+  ...['deepseek', 'deepseek2', 'glm4moe', 'dots1', 'ernie4_5-moe', 'bailingmoe2', 'minimax-m3'],
+  ...kinWith('denseLeading'),
+] as ArchName[];
 /** Architectures with shared experts counted in units of `ff` (`expert_shared_count` = sharedFf / ff). */
-const SHARED_COUNT: readonly ArchName[] = ['deepseek', 'deepseek2', 'glm4moe', 'dots1', 'bailingmoe2'];
+const SHARED_COUNT: readonly ArchName[] = ['deepseek', 'deepseek2', 'glm4moe', 'dots1', 'bailingmoe2', ...kinWith('sharedCount')];
 /** Architectures with one shared expert of its own width (`expert_shared_feed_forward_length` = sharedFf). */
-const SHARED_FF: readonly ArchName[] = ['qwen2moe', 'ernie4_5-moe', 'hunyuan-moe', 'step35'];
+const SHARED_FF: readonly ArchName[] = ['qwen2moe', 'ernie4_5-moe', 'hunyuan-moe', 'step35', ...kinWith('sharedFf')];
 /** Architectures whose experts are sized by `feed_forward_length` (the others read expert_feed_forward_length). */
-const EXPERTS_BY_FF: readonly ArchName[] = ['llama', 'olmoe', 'minimax-m2', 'hunyuan-moe'];
+const EXPERTS_BY_FF: readonly ArchName[] = ['llama', 'olmoe', 'minimax-m2', 'hunyuan-moe', ...kinWith('expertsByFf')];
 /** Architectures with RMS norms over each head's queries and keys. */
-const HEAD_QK_NORM: readonly ArchName[] = ['qwen3moe', 'glm4moe', 'dots1', 'hunyuan-moe', 'bailingmoe2', 'step35'];
+const HEAD_QK_NORM: readonly ArchName[] = [
+  ...['qwen3moe', 'glm4moe', 'dots1', 'hunyuan-moe', 'bailingmoe2', 'step35'],
+  ...kinWith('headQkNorm'),
+] as ArchName[];
 /** Architectures that rotate half of each head (partial RoPE). */
-const HALF_ROPE: readonly ArchName[] = ['deepseek2', 'glm4moe', 'minimax-m2', 'bailingmoe2'];
+const HALF_ROPE: readonly ArchName[] = ['deepseek2', 'glm4moe', 'minimax-m2', 'bailingmoe2', ...kinWith('mla')];
+/** Architectures with deepseek2's multi-head latent attention (q/kv compression ranks, one cached latent). */
+const MLA: readonly ArchName[] = ['deepseek2', ...kinWith('mla')];
 
 /**
  * gpt-oss's sliding window (attention.sliding_window; the real models use 128). Its even layers attend to the last
@@ -104,6 +113,10 @@ const ROUTING: Partial<Record<ArchName, Routing>> = {
   // DeepSeek-V4: sqrt(softplus) gates with a selection bias, normalised and scaled (model-arch-deepseek4.ts).
   deepseek4: DEEPSEEK4_ROUTING,
   'minimax-m3': MINIMAX_M3_ROUTING,
+  // AFMoE, EXAONE MoE: sigmoid gates with a selection bias, normalised and scaled (route_scale).
+  afmoe: { gating: 2, probsBias: true, norm: true, scale: 2.5 },
+  'exaone-moe': { gating: 2, probsBias: true, norm: true, scale: 2.5 },
+  hy_v3: { gating: 2, probsBias: true, norm: true, scale: 2.5 },
 };
 
 /** The router an architecture's generated model asks llama.cpp for; undefined: softmax over all experts, as stock. */
@@ -144,8 +157,8 @@ export function defaultConfig(partial: Partial<ModelConfig> & Pick<ModelConfig, 
     nHeadKv: partial.nHeadKv ?? nHead,
     denseLeading: DENSE_LEADING.includes(partial.arch) ? 1 : 0,
     sharedFf: partial.sharedFf ?? partial.ff ?? 64,
-    qLoraRank: partial.arch === 'deepseek2' ? nEmbd / 2 : 0,
-    kvLoraRank: partial.arch === 'deepseek2' ? nEmbd / 2 : 0,
+    qLoraRank: MLA.includes(partial.arch) ? nEmbd / 2 : 0,
+    kvLoraRank: MLA.includes(partial.arch) ? nEmbd / 2 : 0,
     expertGroups: partial.arch === 'deepseek2' && (partial.nExpert ?? 8) % 4 === 0 ? 4 : 0,
     expertGroupsUsed: partial.arch === 'deepseek2' && (partial.nExpert ?? 8) % 4 === 0 ? 2 : 0,
     contextLength: 4096,
@@ -220,13 +233,13 @@ export function validateConfig(c: ModelConfig): string[] {
   if (SHARED_COUNT.includes(c.arch) && c.sharedFf % c.ff !== 0) {
     problems.push(`${c.arch}: --shared-ff (${c.sharedFf}) must be a multiple of --ff (${c.ff}): shared experts are counted in units of ff`);
   }
-  if (c.arch === 'deepseek2') {
+  if (MLA.includes(c.arch)) {
     if (!Number.isInteger(c.qLoraRank) || c.qLoraRank < 0) problems.push(`q_lora_rank must be a non-negative integer, got ${c.qLoraRank}`);
     if (!Number.isInteger(c.kvLoraRank) || c.kvLoraRank <= 0) problems.push(`kv_lora_rank must be a positive integer, got ${c.kvLoraRank}`);
     if ((c.nEmbd / c.nHead) % 4 !== 0)
-      problems.push(`deepseek2: head size ${c.nEmbd / c.nHead} must be a multiple of 4 (half of it rotated)`);
+      problems.push(`${c.arch}: head size ${c.nEmbd / c.nHead} must be a multiple of 4 (half of it rotated)`);
   } else if (c.qLoraRank !== 0 || c.kvLoraRank !== 0) {
-    problems.push(`only deepseek2 has q_lora_rank / kv_lora_rank`);
+    problems.push(`only ${MLA.join(', ')} have q_lora_rank / kv_lora_rank`);
   }
   if (c.expertGroups !== 0) {
     if (c.arch !== 'deepseek2') problems.push(`only deepseek2 routes by expert groups`);
@@ -261,6 +274,7 @@ export function validateConfig(c: ModelConfig): string[] {
   if (c.arch === 'deepseek4') problems.push(...validateDeepseek4(c));
   if (c.arch === 'gemma4') problems.push(...validateGemma4(c));
   if (c.arch === 'minimax-m3') problems.push(...validateMinimaxM3(c));
+  if (isKinArch(c.arch)) problems.push(...validateKin(c));
   return problems;
 }
 
@@ -309,7 +323,7 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
   const kvDim = headDim * c.nHeadKv;
   const big = c.type;
   const F32 = GGMLType.F32;
-  const mla = a === 'deepseek2';
+  const mla = MLA.includes(a);
   const oss = a === 'gpt-oss';
   const grok = a === 'grok';
   const step = a === 'step35';
@@ -348,6 +362,7 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
   if (DENSE_LEADING.includes(a)) metadata.push({ key: `${a}.leading_dense_block_count`, kind: 'u32', value: c.denseLeading });
   if (SHARED_COUNT.includes(a)) metadata.push({ key: `${a}.expert_shared_count`, kind: 'u32', value: c.sharedFf / c.ff });
   if (a === 'deepseek') metadata.push({ key: `${a}.expert_weights_scale`, kind: 'f32', value: 1 });
+  if (isKinArch(a)) metadata.push(...kinMetadata(a, c));
   if (mla) {
     metadata.push(
       { key: `${a}.attention.q_lora_rank`, kind: 'u32', value: c.qLoraRank },
@@ -410,6 +425,10 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
   add('token_embd.weight', [c.nEmbd, vocabSize], 'embed');
   add('output_norm.weight', [c.nEmbd], 'norm');
   add('output.weight', [c.nEmbd, vocabSize], 'output');
+  if (a === 'phimoe') {
+    add('output_norm.bias', [c.nEmbd], 'attn_bias');
+    add('output.bias', [vocabSize], 'attn_bias');
+  }
 
   const moeLayers: number[] = [];
   for (let i = 0; i < c.layers; i++) {
@@ -431,9 +450,11 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
       add(`${p}.attn_k_b.weight`, [nope, c.kvLoraRank, c.nHead], 'attn');
       add(`${p}.attn_v_b.weight`, [c.kvLoraRank, headDim, c.nHead], 'attn');
       add(`${p}.attn_output.weight`, [c.nHead * headDim, c.nEmbd], 'attn');
-    } else if (a === 'bailingmoe2') {
+    } else if (a === 'bailingmoe2' || a === 'dbrx') {
       add(`${p}.attn_qkv.weight`, [c.nEmbd, c.nEmbd + 2 * kvDim], 'attn');
       add(`${p}.attn_output.weight`, [c.nEmbd, c.nEmbd], 'attn');
+      // DBRX: the attention output's norm is the experts' input norm (it has no ffn_norm).
+      if (a === 'dbrx') add(`${p}.attn_output_norm.weight`, [c.nEmbd], 'norm');
     } else if (oss) {
       // Biases on q, k, v and the output; one sink logit per head.
       add(`${p}.attn_q.weight`, [c.nEmbd, c.nEmbd], 'attn');
@@ -454,6 +475,16 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
       if (grok) add(`${p}.attn_output_norm.weight`, [c.nEmbd], 'norm');
       // Step-3.5: one sigmoid gate per head on the attention output (g_proj).
       if (step) add(`${p}.attn_gate.weight`, [c.nEmbd, c.nHead], 'attn');
+      // AFMoE: one sigmoid gate per attention output element, a norm after the attention.
+      if (a === 'afmoe') {
+        add(`${p}.attn_gate.weight`, [c.nEmbd, c.nEmbd], 'attn');
+        add(`${p}.post_attention_norm.weight`, [c.nEmbd], 'norm');
+      }
+      // Phi-3.5-MoE: layer norms with biases, a bias on the attention output.
+      if (a === 'phimoe') {
+        add(`${p}.attn_norm.bias`, [c.nEmbd], 'attn_bias');
+        add(`${p}.attn_output.bias`, [c.nEmbd], 'attn_bias');
+      }
     }
     if (HEAD_QK_NORM.includes(a)) {
       add(`${p}.attn_q_norm.weight`, [headDim], 'norm');
@@ -463,12 +494,21 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
       add(`${p}.attn_k_norm.weight`, [kvDim], 'norm');
     }
     // glm4moe and gpt-oss name their FFN norm after the attention (HF post_attention_layernorm).
-    add(a === 'glm4moe' || oss ? `${p}.post_attention_norm.weight` : `${p}.ffn_norm.weight`, [c.nEmbd], 'norm');
+    if (a !== 'dbrx') add(a === 'glm4moe' || oss ? `${p}.post_attention_norm.weight` : `${p}.ffn_norm.weight`, [c.nEmbd], 'norm');
+    if (a === 'phimoe') add(`${p}.ffn_norm.bias`, [c.nEmbd], 'attn_bias');
+    if (a === 'afmoe') add(`${p}.post_ffw_norm.weight`, [c.nEmbd], 'norm');
     if (i < c.denseLeading || (a === 'llama4' && (i + 1) % 2 !== 0)) {
       add(`${p}.ffn_gate.weight`, [c.nEmbd, c.sharedFf], 'dense_ffn');
       add(`${p}.ffn_up.weight`, [c.nEmbd, c.sharedFf], 'dense_ffn');
       add(`${p}.ffn_down.weight`, [c.sharedFf, c.nEmbd], 'dense_ffn');
       continue;
+    }
+    // Arctic: a dense MLP as wide as the model beside the experts, which read the layer's input through their own norm.
+    if (a === 'arctic') {
+      add(`${p}.ffn_gate.weight`, [c.nEmbd, c.nEmbd], 'dense_ffn');
+      add(`${p}.ffn_up.weight`, [c.nEmbd, c.nEmbd], 'dense_ffn');
+      add(`${p}.ffn_down.weight`, [c.nEmbd, c.nEmbd], 'dense_ffn');
+      add(`${p}.ffn_norm_exps.weight`, [c.nEmbd], 'norm');
     }
     // Grok-2: a dense GELU-gated FFN beside the experts in every layer ((dense + experts) · √2/2, then normed).
     if (grok) {
@@ -478,7 +518,8 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
     }
     moeLayers.push(i);
     add(`${p}.ffn_gate_inp.weight`, [c.nEmbd, c.nExpert], 'router');
-    if (routing?.probsBias) add(`${p}.exp_probs_b.bias`, [c.nExpert], 'router_bias');
+    // hy_v3's loader names the selection bias without the `.bias` suffix.
+    if (routing?.probsBias) add(a === 'hy_v3' ? `${p}.exp_probs_b` : `${p}.exp_probs_b.bias`, [c.nExpert], 'router_bias');
     if (oss) {
       // gpt-oss: the router's bias on its logits; each expert's gate, up and down projections have biases (one row
       // per expert), separate tensors as its converter writes them (it splits HF's interleaved gate_up).
@@ -491,8 +532,12 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
       add(`${p}.ffn_down_exps.bias`, [c.nEmbd, c.nExpert], 'expert_bias');
       continue;
     }
-    add(`${p}.ffn_gate_exps.weight`, [c.nEmbd, c.ff, c.nExpert], 'expert');
-    add(`${p}.ffn_up_exps.weight`, [c.nEmbd, c.ff, c.nExpert], 'expert');
+    if (isKinArch(a) && KIN[a].fusedGateUp) {
+      add(`${p}.ffn_gate_up_exps.weight`, [c.nEmbd, 2 * c.ff, c.nExpert], 'expert');
+    } else {
+      add(`${p}.ffn_gate_exps.weight`, [c.nEmbd, c.ff, c.nExpert], 'expert');
+      add(`${p}.ffn_up_exps.weight`, [c.nEmbd, c.ff, c.nExpert], 'expert');
+    }
     add(`${p}.ffn_down_exps.weight`, [c.ff, c.nEmbd, c.nExpert], 'expert');
     if (c.expertScales) {
       for (const m of ['gate', 'up', 'down']) add(`${p}.ffn_${m}_exps.scale`, [c.nExpert], 'expert_scale');

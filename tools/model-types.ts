@@ -9,6 +9,25 @@ import type { GGMLType } from '../gguf/quant-types.ts';
 export const HYBRID_ARCHITECTURES = ['qwen3next', 'qwen35moe'] as const;
 export type HybridArchName = (typeof HYBRID_ARCHITECTURES)[number];
 
+/**
+ * Families whose loader wants the tensors of a family above under other metadata keys, with at most a few tensors of
+ * their own (model-arch-kin.ts says which): planModel writes them with the others.
+ */
+export const KIN_ARCHITECTURES = [
+  'dbrx',
+  'phimoe',
+  'granitemoe',
+  'bailingmoe',
+  'arctic',
+  'qwen3vlmoe',
+  'exaone-moe',
+  'afmoe',
+  'mistral4',
+  'mellum',
+  'hy_v3',
+] as const;
+export type KinArchName = (typeof KIN_ARCHITECTURES)[number];
+
 export const ARCHITECTURES = [
   'qwen3moe',
   'qwen2moe',
@@ -30,6 +49,7 @@ export const ARCHITECTURES = [
   'gemma4',
   'minimax-m3',
   ...HYBRID_ARCHITECTURES,
+  ...KIN_ARCHITECTURES,
 ] as const;
 export type ArchName = (typeof ARCHITECTURES)[number];
 

@@ -1,0 +1,156 @@
+/**
+ * planModel for the kin families (tools/model-arch-kin.ts: the tensors of a family the generator already writes,
+ * under their own keys): the keys and the tensors of a routed layer that each one's loader (pinned llama.cpp,
+ * src/models/<arch>.cpp) requires and that tell it apart from its kin; and make-model's refusal, by name and with the
+ * missing piece, of an architecture it does not write. llama.cpp loading and running them, with their experts
+ * dispatched: test/integration/expert-dispatch.test.ts.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { GGMLType } from '../../gguf/quant-types.ts';
+import {
+  type ArchName,
+  type MetaEntry,
+  type ModelConfig,
+  type ModelPlan,
+  defaultConfig,
+  planModel,
+  validateConfig,
+} from '../../tools/model-arch.ts';
+import { UNGENERATED, qwen3vlSections } from '../../tools/model-arch-kin.ts';
+import { ARCHITECTURES } from '../../tools/model-types.ts';
+
+const VOCAB = 300;
+
+function plan(partial: Partial<ModelConfig> & { arch: ArchName }): ModelPlan {
+  return planModel(defaultConfig({ layers: 3, nEmbd: 64, ff: 64, sharedFf: 64, nExpert: 8, nExpertUsed: 2, ...partial }), VOCAB);
+}
+
+function meta(p: ModelPlan): Record<string, MetaEntry['value']> {
+  return Object.fromEntries(p.metadata.map((m) => [m.key, m.value]));
+}
+
+/** The tensor names of layer `l` (without the `blk.l.` prefix), in file order. */
+function names(p: ModelPlan, l: number): string[] {
+  return p.tensors.filter((t) => t.name.startsWith(`blk.${l}.`)).map((t) => t.name.slice(`blk.${l}.`.length));
+}
+
+const EXPERTS = ['ffn_gate_inp.weight', 'ffn_gate_exps.weight', 'ffn_up_exps.weight', 'ffn_down_exps.weight'];
+
+/** Per family: keys that must be there with these values, tensors a routed layer must (and must not) have. */
+const CASES: Array<{
+  arch: ArchName;
+  keys: Record<string, MetaEntry['value']>;
+  has: string[];
+  lacks?: string[];
+  moe: number[];
+}> = [
+  {
+    arch: 'dbrx',
+    keys: { 'dbrx.attention.clamp_kqv': 8, 'dbrx.feed_forward_length': 64 },
+    has: ['attn_qkv.weight', 'attn_output_norm.weight', ...EXPERTS],
+    lacks: ['ffn_norm.weight', 'attn_q.weight'],
+    moe: [0, 1, 2],
+  },
+  {
+    arch: 'phimoe',
+    keys: { 'phimoe.feed_forward_length': 64 },
+    has: ['attn_norm.bias', 'attn_output.bias', 'ffn_norm.bias', ...EXPERTS],
+    moe: [0, 1, 2],
+  },
+  { arch: 'granitemoe', keys: { 'granitemoe.logit_scale': 1 }, has: ['ffn_norm.weight', ...EXPERTS], moe: [0, 1, 2] },
+  {
+    arch: 'bailingmoe',
+    keys: { 'bailingmoe.expert_shared_count': 1, 'bailingmoe.rope.dimension_count': 32 },
+    has: ['ffn_gate_shexp.weight', ...EXPERTS],
+    moe: [0, 1, 2],
+  },
+  {
+    arch: 'arctic',
+    keys: { 'arctic.feed_forward_length': 64 },
+    has: ['ffn_gate.weight', 'ffn_up.weight', 'ffn_down.weight', 'ffn_norm_exps.weight', ...EXPERTS],
+    moe: [0, 1, 2],
+  },
+  {
+    arch: 'qwen3vlmoe',
+    keys: { 'qwen3vlmoe.rope.dimension_sections': qwen3vlSections(32) },
+    has: ['attn_q_norm.weight', 'attn_k_norm.weight', ...EXPERTS],
+    moe: [0, 1, 2],
+  },
+  {
+    arch: 'exaone-moe',
+    keys: {
+      'exaone-moe.expert_gating_func': 2,
+      'exaone-moe.attention.sliding_window': 8,
+      'exaone-moe.expert_shared_feed_forward_length': 64,
+    },
+    has: ['exp_probs_b.bias', 'ffn_up_shexp.weight', 'attn_q_norm.weight', ...EXPERTS],
+    moe: [1, 2],
+  },
+  {
+    arch: 'afmoe',
+    keys: { 'afmoe.expert_shared_count': 1, 'afmoe.expert_gating_func': 2, 'afmoe.attention.sliding_window': 8 },
+    has: ['attn_gate.weight', 'post_attention_norm.weight', 'post_ffw_norm.weight', 'exp_probs_b.bias', ...EXPERTS],
+    moe: [1, 2],
+  },
+  {
+    arch: 'mistral4',
+    keys: { 'mistral4.attention.kv_lora_rank': 32, 'mistral4.expert_shared_count': 1, 'mistral4.leading_dense_block_count': 1 },
+    has: ['attn_kv_a_mqa.weight', 'attn_k_b.weight', 'ffn_gate_up_exps.weight', 'ffn_down_exps.weight', 'ffn_gate_shexp.weight'],
+    lacks: ['ffn_gate_exps.weight', 'ffn_up_exps.weight'],
+    moe: [1, 2],
+  },
+  { arch: 'mellum', keys: { 'mellum.expert_feed_forward_length': 64 }, has: ['attn_q_norm.weight', ...EXPERTS], moe: [0, 1, 2] },
+  {
+    arch: 'hy_v3',
+    keys: { 'hy_v3.expert_gating_func': 2, 'hy_v3.expert_shared_feed_forward_length': 64 },
+    has: ['exp_probs_b', 'ffn_gate_shexp.weight', 'attn_k_norm.weight', ...EXPERTS],
+    lacks: ['exp_probs_b.bias'],
+    moe: [0, 1, 2],
+  },
+];
+
+for (const c of CASES) {
+  test(`${c.arch}: the keys and the routed layer's tensors its loader requires`, () => {
+    const p = plan({ arch: c.arch });
+    assert.equal(meta(p)['general.architecture'], c.arch);
+    for (const [k, v] of Object.entries(c.keys)) assert.deepEqual(meta(p)[k], v, k);
+    assert.deepEqual(p.moeLayers, c.moe);
+    const layer = names(p, c.moe[0] as number);
+    for (const n of c.has) assert.ok(layer.includes(n), `${c.arch} has ${n}: ${layer.join(' ')}`);
+    for (const n of c.lacks ?? []) assert.ok(!layer.includes(n), `${c.arch} has no ${n}`);
+    // Experts at the requested type; vectors F32.
+    const q = planModel(defaultConfig({ arch: c.arch, layers: 3, nEmbd: 256, ff: 256, sharedFf: 256, type: GGMLType.Q4_K }), VOCAB);
+    for (const t of q.tensors) {
+      if (/ffn_(gate|up|down|gate_up)_exps\.weight$/.test(t.name)) assert.equal(t.type, GGMLType.Q4_K, t.name);
+      if (t.dims.length === 1) assert.equal(t.type, GGMLType.F32, t.name);
+    }
+  });
+}
+
+test('mistral4: fused gate/up experts, each expert its gate rows then its up rows (2 × ff)', () => {
+  const t = plan({ arch: 'mistral4' }).tensors.find((x) => x.name === 'blk.1.ffn_gate_up_exps.weight');
+  assert.deepEqual(t?.dims, [64, 128, 8]);
+});
+
+test('kin config checks: latent ranks only for latent attention; qwen3vlmoe needs heads wide enough for its sections', () => {
+  assert.match(validateConfig(defaultConfig({ arch: 'dbrx', qLoraRank: 8 })).join(), /only deepseek2, mistral4 have q_lora_rank/);
+  assert.match(validateConfig(defaultConfig({ arch: 'qwen3vlmoe', nEmbd: 64, nHead: 8 })).join(), /too small for its four RoPE sections/);
+  assert.deepEqual(validateConfig(defaultConfig({ arch: 'afmoe' })), []);
+});
+
+test('no name is both generated and listed as not generated', () => {
+  for (const a of ARCHITECTURES) assert.equal(UNGENERATED[a], undefined, a);
+});
+
+test('make-model refuses an architecture it does not write, naming it and the missing piece', () => {
+  const cli = fileURLToPath(new URL('../../tools/make-model.ts', import.meta.url));
+  const r = spawnSync(process.execPath, ['--import', 'tsx', cli, '--arch', 'jamba', '--out', '/nonexistent/x.gguf'], {
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
+  assert.equal(r.status, 2, r.stderr);
+  assert.match(r.stderr, /make-model: jamba is not generated yet: the generator lacks Mamba layers beside attention/);
+});

@@ -1,0 +1,143 @@
+/**
+ * The kin families: architectures whose loader (pinned llama.cpp, src/models/<arch>.cpp load_arch_hparams and
+ * load_arch_tensors) wants the tensors of a family model-arch.ts already writes, under their own metadata keys, with
+ * at most a few tensors of their own. model-arch.ts's planModel writes them; this module says, per family, which
+ * shared structure it takes (leading dense layers, shared experts, head-wise q/k norms, latent attention...) and
+ * the keys only it has. Every one computes SiLU-gated experts (the common variant): what differs is the loader and the
+ * graph around the experts, which stay on the coordinator.
+ *
+ * Also the names llama.cpp serves and dispatches that the generator does not write yet (UNGENERATED), each with what
+ * is missing, so that `npm run make-model -- --arch NAME` refuses them by name.
+ */
+import type { KinArchName, MetaEntry, ModelConfig } from './model-types.ts';
+
+export interface KinTraits {
+  /** Leading dense layers (`leading_dense_block_count`). */
+  denseLeading?: boolean;
+  /** Shared experts counted in units of the expert width (`expert_shared_count`). */
+  sharedCount?: boolean;
+  /** One shared expert of its own width (`expert_shared_feed_forward_length`). */
+  sharedFf?: boolean;
+  /** Experts sized by `feed_forward_length` (no `expert_feed_forward_length` read). */
+  expertsByFf?: boolean;
+  /** RMS norms over each head's queries and keys (`attn_q_norm`, `attn_k_norm`, head-sized). */
+  headQkNorm?: boolean;
+  /** deepseek2's latent attention (the deepseek2 loader: mistral4). */
+  mla?: boolean;
+  /** Routed experts in one fused `ffn_gate_up_exps` (each expert's gate rows, then its up rows). */
+  fusedGateUp?: boolean;
+}
+
+export const KIN: Record<KinArchName, KinTraits> = {
+  // DBRX: fused qkv, the attention output's norm is the MoE's input norm (no ffn_norm), layer norms without biases.
+  dbrx: { expertsByFf: true },
+  // Phi-3.5-MoE: layer norms with biases, biases on the attention output and the logits.
+  phimoe: { expertsByFf: true },
+  // Granite MoE: a llama with Granite's multipliers (logit_scale required).
+  granitemoe: { expertsByFf: true },
+  // Ling-lite / Ling-plus: every layer routed (the loader reads leading_dense_block_count but makes experts in all).
+  bailingmoe: { sharedCount: true },
+  // Snowflake Arctic: a dense MLP of width n_embd beside the experts in every layer, the experts on their own norm.
+  arctic: { expertsByFf: true },
+  // Qwen3-VL MoE (text): qwen3moe with multi-section RoPE.
+  qwen3vlmoe: { headQkNorm: true },
+  // EXAONE MoE: sliding-window layers, a sigmoid router with a selection bias, one shared expert.
+  'exaone-moe': { denseLeading: true, sharedFf: true, headQkNorm: true },
+  // Arcee AFMoE: norms after attention and FFN too, a sigmoid gate on the attention output, sigmoid router.
+  afmoe: { denseLeading: true, sharedCount: true, headQkNorm: true },
+  // mistral4: deepseek2's loader and graph; its converter writes the checkpoint's fused gate_up experts.
+  mistral4: { denseLeading: true, sharedCount: true, mla: true, fusedGateUp: true },
+  // Mellum: qwen3moe's layout (its optional sliding window left out).
+  mellum: { headQkNorm: true },
+  // Hunyuan V3: a sigmoid router with a selection bias (`blk.N.exp_probs_b`, no `.bias`), one shared expert.
+  hy_v3: { sharedFf: true, headQkNorm: true },
+};
+
+export function isKinArch(arch: string): arch is KinArchName {
+  return Object.hasOwn(KIN, arch);
+}
+
+/** The kin families that have `trait`. */
+export function kinWith(trait: keyof KinTraits): KinArchName[] {
+  return (Object.keys(KIN) as KinArchName[]).filter((a) => KIN[a][trait] === true);
+}
+
+/**
+ * EXAONE MoE's and AFMoE's sliding window (`attention.sliding_window`): shorter than the tests' prompt and generation
+ * together, with a pattern of 2 (even layers windowed, odd ones full: llama.cpp's `set_swa_pattern`).
+ */
+export const KIN_SLIDING_WINDOW = 8;
+
+/**
+ * Qwen3-VL's four RoPE sections for a head of `headDim` (they cover the rotated pairs, headDim / 2): text positions
+ * put the same position in each section, so the split changes nothing for text but the loader requires it.
+ */
+export function qwen3vlSections(headDim: number): number[] {
+  const t = Math.floor((headDim * 5) / 32);
+  return [headDim / 2 - 2 * t, t, t, 0];
+}
+
+/** The metadata keys only a kin family has (`a` is its name, the prefix of its keys). */
+export function kinMetadata(a: KinArchName, c: ModelConfig): MetaEntry[] {
+  const headDim = c.nEmbd / c.nHead;
+  switch (a) {
+    case 'dbrx':
+      // LLM_NORM layers read the plain epsilon; clamp_kqv is required (the real model's 8; out of reach here).
+      return [
+        { key: `${a}.attention.layer_norm_epsilon`, kind: 'f32', value: 1e-5 },
+        { key: `${a}.attention.clamp_kqv`, kind: 'f32', value: 8 },
+      ];
+    case 'granitemoe':
+      // Required; 1 leaves the logits as the output matrix gives them (the real models divide by 8 or so).
+      return [{ key: `${a}.logit_scale`, kind: 'f32', value: 1 }];
+    case 'qwen3vlmoe':
+      return [{ key: `${a}.rope.dimension_sections`, kind: 'i32[]', value: qwen3vlSections(headDim) }];
+    case 'exaone-moe':
+    case 'afmoe':
+      return [
+        { key: `${a}.attention.sliding_window`, kind: 'u32', value: KIN_SLIDING_WINDOW },
+        { key: `${a}.attention.sliding_window_pattern`, kind: 'u32', value: 2 },
+      ];
+    default:
+      return [];
+  }
+}
+
+/** Problems with a config that only a kin family has. */
+export function validateKin(c: ModelConfig): string[] {
+  const problems: string[] = [];
+  const headDim = c.nEmbd / c.nHead;
+  if (c.arch === 'qwen3vlmoe' && Number.isInteger(headDim) && headDim < 16) {
+    problems.push(`qwen3vlmoe: head size ${headDim} is too small for its four RoPE sections (at least 16)`);
+  }
+  if ((c.arch === 'exaone-moe' || c.arch === 'afmoe') && c.layers < 2) {
+    problems.push(`${c.arch} needs at least 2 layers (a windowed one beside a full one), got ${c.layers}`);
+  }
+  return problems;
+}
+
+/**
+ * The MoE architectures llama.cpp serves (docs/families.md) whose files the generator does not write, each with the
+ * piece it lacks: `make-model` names it when asked for one.
+ */
+export const UNGENERATED: Readonly<Record<string, string>> = {
+  bailingmoe3: "KDA linear-attention layers beside MLA (bailingmoe3's hybrid cache)",
+  cohere2moe: 'Cohere 2 attention (SWA layers, parallel residual) and its MTP head',
+  deepseek32: "DeepSeek-V3.2's sparse-attention indexer beside MLA",
+  dots3note: "dots3note's keys and MTP layers on the deepseek2 lineage",
+  'glm-dsa': "GLM's DSA sparse-attention indexer beside MLA",
+  granite: 'granite with experts (expert_count > 0)',
+  granite_swa: 'interleaved SWA with a fused shared expert',
+  granitehybrid: 'Mamba2 layers beside attention',
+  jamba: 'Mamba layers beside attention',
+  'kimi-linear': 'KDA linear-attention layers beside MLA',
+  laguna: "laguna's attention and keys",
+  lfm2moe: "LFM2's short-convolution layers beside attention",
+  'llada-moe': 'a diffusion (non-causal) LM: completions do not run on it',
+  mimo2: "MiMo-V2's attention (SWA with sinks) and keys",
+  minicpm: "MiniCPM's multipliers with experts (expert_count > 0)",
+  'minimax-01': 'lightning (linear) attention layers',
+  mistral3: 'mistral3 with experts (expert_count > 0)',
+  qwen4exp: 'hybrid linear attention of qwen4exp',
+  rnd1: 'a diffusion (non-causal) LM: completions do not run on it',
+};

@@ -36,27 +36,40 @@ import {
 import { DEFAULT_TRUST } from '../../hub/dispatch/trust.ts';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { type ArchName, defaultConfig, planModel } from '../../tools/model-arch.ts';
+import { KIN_ARCHITECTURES } from '../../tools/model-types.ts';
 import { buildVocabulary } from '../../tools/tokenizer.ts';
 
-const FAMILIES: ArchName[] = [
-  'deepseek2',
+/**
+ * What `npm test` runs: one family per expert FFN variant a worker computes and per path the coordinator takes around
+ * it (each 20–60 s here, so not one per family). The other families differ from these in the loader, the attention
+ * and the router, all on the coordinator; their experts are plain SiLU-gated, as deepseek2's. The exactness grid
+ * (expert-dispatch.test.ts) has every family in `npm test`; `npm run test:families:full` runs this file over every
+ * generated family (EXPERTSWARM_FAMILIES=full).
+ */
+const EVERY_VARIANT: Array<{ arch: ArchName; covers: string }> = [
+  { arch: 'deepseek2', covers: 'SiLU-gated, split; latent attention, sigmoid router with groups, shared experts, a dense layer' },
+  { arch: 'llama4', covers: 'the router weight before the FFN (the coordinator weighs each pair row)' },
+  { arch: 'gpt-oss', covers: 'SwiGLU-OAI with expert biases' },
+  { arch: 'minimax-m3', covers: 'SwiGLU-OAI without biases' },
+  { arch: 'grok', covers: 'GELU-gated, split' },
+  { arch: 'gemma4', covers: 'GELU-gated on fused gate/up, a down scale alone' },
+  { arch: 'step35', covers: 'SiLU clamped after the activation (silu_limit), per-layer limits' },
+  { arch: 'deepseek4', covers: "DeepSeek-V4's clamp (swiglu_clamp)" },
+  { arch: 'qwen3next', covers: 'a hybrid: delta-net layers carrying state beside the dispatched ones' },
+];
+/** The rest of the generated families (EXPERTSWARM_FAMILIES=full): every one SiLU-gated, split unless said. */
+const MORE_FAMILIES: ArchName[] = [
   'glm4moe',
   'minimax-m2',
   'dots1',
   'ernie4_5-moe',
   'hunyuan-moe',
   'bailingmoe2',
-  'llama4',
-  'gpt-oss',
-  'grok',
-  'step35',
-  'gemma4',
-  'minimax-m3',
-  'deepseek4',
-  'qwen3next',
   'qwen35moe',
+  ...KIN_ARCHITECTURES, // mistral4: SiLU-gated on fused gate/up
 ];
-/** Variants a model takes from its file, not its architecture: per-expert scale tensors (on qwen3moe). */
+const FAMILIES: ArchName[] = [...EVERY_VARIANT.map((v) => v.arch), ...(process.env.EXPERTSWARM_FAMILIES === 'full' ? MORE_FAMILIES : [])];
+/** Variants a model takes from its file, not its architecture: per-expert scale tensors (on qwen3moe). Always run. */
 const FILE_VARIANTS: Array<{ name: string; arch: ArchName; extra: { expertScales: boolean } }> = [
   { name: 'qwen3moe with per-expert scales', arch: 'qwen3moe', extra: { expertScales: true } },
 ];

@@ -12,6 +12,7 @@
  * offsets fine); multi-byte fields are assembled from bytes, little-endian as GGUF stores them.
  */
 import { GGMLType, requireQuantType, typeName } from './quant-types.ts';
+import { IQ2XXS_GRID, KSIGNS_IQ2XS } from './iq-grids.ts';
 import { f16ToF32Table } from './half.ts';
 
 type Decoder = (src: Uint8Array, nBlocks: number, out: Float32Array, o: number) => void;
@@ -205,6 +206,31 @@ function decodeIQ4_XS(src: Uint8Array, nb: number, out: Float32Array, o: number)
   }
 }
 
+/**
+ * IQ2_XXS: BLOCK_SIZE 256, 66 bytes. [0] f16 d; [2..66) per 32-element sub-block ib 8 bytes (two u32 at 2 + 8ib):
+ * bytes 0..3 the iq2xxs_grid indices of its four groups of 8, the second u32's bits 7l..7l+6 group l's ksigns index and
+ * its top 4 bits s. db = (d · (0.5 + s)) · 0.25; y = ±(db · grid magnitude), the sign from bit j of the group's signs.
+ */
+function decodeIQ2_XXS(src: Uint8Array, nb: number, out: Float32Array, o: number): void {
+  const tab = f16ToF32Table();
+  for (let b = 0, p = 0; b < nb; b++, p += 66) {
+    const d = half(tab, src, p);
+    for (let ib = 0; ib < 8; ib++) {
+      const q = p + 2 + 8 * ib;
+      const aux1 = (src[q + 4]! | (src[q + 5]! << 8) | (src[q + 6]! << 16) | (src[q + 7]! << 24)) >>> 0;
+      const db = fround(fround(d * (0.5 + (aux1 >>> 28))) * 0.25);
+      for (let l = 0; l < 4; l++, o += 8) {
+        const g = 8 * src[q + l]!;
+        const signs = KSIGNS_IQ2XS[(aux1 >>> (7 * l)) & 127]!;
+        for (let j = 0; j < 8; j++) {
+          const v = fround(db * IQ2XXS_GRID[g + j]!);
+          out[o + j] = signs & (1 << j) ? -v : v;
+        }
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // K-quants: super-blocks of QK_K = 256 elements (the decoders hard-code 256).
 
@@ -347,6 +373,20 @@ function decodeQ6_K(src: Uint8Array, nb: number, out: Float32Array, o: number): 
       }
     }
   }
+}
+
+/**
+ * IQ2_XXS rows (n a multiple of 256), bit for bit with dequantize_row_iq2_xxs. Not yet in `dequantize`'s table: a type
+ * there is one every CPU path reads (the onnxruntime fallback lists them), and IQ2_XXS has no quantizer, llama numerics
+ * or kernels yet (issue 26).
+ */
+export function dequantizeIQ2XXS(src: Uint8Array, n: number): Float32Array {
+  if (!Number.isSafeInteger(n) || n < 0 || n % 256 !== 0) throw new RangeError(`dequantize IQ2_XXS: bad element count ${n}`);
+  if (src.length < (n / 256) * 66)
+    throw new RangeError(`dequantize IQ2_XXS: ${n} elements need ${(n / 256) * 66} bytes, src has ${src.length}`);
+  const out = new Float32Array(n);
+  decodeIQ2_XXS(src, n / 256, out, 0);
+  return out;
 }
 
 const decoders = new Map<GGMLType, Decoder>([

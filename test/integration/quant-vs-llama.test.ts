@@ -18,8 +18,9 @@ import { GGMLType, requireQuantType, rowByteSize } from '../../gguf/quant-types.
 import { openFileSource } from '../../gguf/node-io.ts';
 import { readGGUF } from '../../gguf/reader.ts';
 import type { GGUFFile, GGUFTensorInfo } from '../../gguf/types.ts';
-import { dequantize } from '../../gguf/dequantize.ts';
+import { dequantize, dequantizeIQ2XXS } from '../../gguf/dequantize.ts';
 import { quantize } from '../../gguf/quantize.ts';
+import { writeSyntheticImatrix } from '../../tools/imatrix.ts';
 
 const run = promisify(execFile);
 
@@ -43,8 +44,8 @@ function elements(t: GGUFTensorInfo): number {
   return t.dims.reduce((a, b) => a * b, 1);
 }
 
-async function llamaQuantize(input: string, output: string, ftype: string, pure: boolean): Promise<void> {
-  const args = ['--allow-requantize', ...(pure ? ['--pure'] : []), input, output, ftype, '2'];
+async function llamaQuantize(input: string, output: string, ftype: string, pure: boolean, imatrix?: string): Promise<void> {
+  const args = ['--allow-requantize', ...(pure ? ['--pure'] : []), ...(imatrix ? ['--imatrix', imatrix] : []), input, output, ftype, '2'];
   await run(LINKCPP_QUANTIZE, args, { timeout: 120_000, maxBuffer: 16 << 20 });
 }
 
@@ -136,7 +137,11 @@ const THEIRS: Array<[GGMLType, string, number]> = [
   [GGMLType.IQ4_NL, 'IQ4_NL', 1.5e-2],
   // IQ4_NL's levels with 6-bit sub-block scales of one f16 d per 256
   [GGMLType.IQ4_XS, 'IQ4_XS', 1.5e-2],
+  // 2.06 bits: 8-element points of an E8-lattice grid (magnitudes 8, 25, 43) with signs, one 4-bit scale per 32
+  [GGMLType.IQ2_XXS, 'IQ2_XXS', 2.5e-1],
 ];
+/** Types llama-quantize writes only with an importance matrix (tools/imatrix.ts writes a uniform one). */
+const NEEDS_IMATRIX = new Set([GGMLType.IQ2_XXS]);
 const BYTE_IDENTICAL = new Set([
   GGMLType.Q8_0,
   GGMLType.Q4_0,
@@ -153,7 +158,12 @@ for (const [type, ftype, bound] of THEIRS) {
     const f32 = await testModel({ ...base, type: GGMLType.F32 });
     const q = join(dir, `theirs-${GGMLType[type]}.gguf`);
     const back = join(dir, `theirs-${GGMLType[type]}-f32.gguf`);
-    await llamaQuantize(f32.path, q, ftype, true);
+    let imatrix: string | undefined;
+    if (NEEDS_IMATRIX.has(type)) {
+      imatrix = join(dir, `theirs-${GGMLType[type]}.imatrix`);
+      assert.ok((await writeSyntheticImatrix(f32.path, imatrix)) >= 4, 'imatrix entries');
+    }
+    await llamaQuantize(f32.path, q, ftype, true, imatrix);
     await llamaQuantize(q, back, 'F32', false);
     const src = await load(f32.path);
     const quant = await load(q);
@@ -172,7 +182,7 @@ for (const [type, ftype, bound] of THEIRS) {
           `${t.name}: byte length`,
         );
         assert.equal(source.length, elements(t), `${t.name}: F32 source length`);
-        const mine = dequantize(type, theirBytes, elements(t));
+        const mine = type === GGMLType.IQ2_XXS ? dequantizeIQ2XXS(theirBytes, elements(t)) : dequantize(type, theirBytes, elements(t));
         assertBitEqual(mine, new Float32Array((await deq.bytes(d)).slice().buffer), t.name);
         const e = nmse(mine, source);
         assert.ok(e < bound, `${t.name}: NMSE ${e.toExponential(2)} ≥ ${bound}`);

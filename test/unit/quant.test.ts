@@ -10,7 +10,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { GGMLType, QK_K, requireQuantType } from '../../gguf/quant-types.ts';
 import { bf16ToF32, f16ToF32, f16ToF32Table, f32ToBf16, f32ToF16 } from '../../gguf/half.ts';
-import { canDequantize, dequantize } from '../../gguf/dequantize.ts';
+import { canDequantize, dequantize, dequantizeIQ2XXS } from '../../gguf/dequantize.ts';
 import { canQuantize, quantize } from '../../gguf/quantize.ts';
 import { mulberry32Uint as mulberry32 } from '../../shaders/random.ts';
 
@@ -853,6 +853,23 @@ test('quantize IQ4_XS (quantize_iq4_xs without an importance matrix): scales, le
     assert.ok(nmse < 8e-3, `scale ${scale}: NMSE ${nmse.toExponential(3)}`);
     assert.ok(rel < 0.125, `scale ${scale}: block max error ${rel.toFixed(4)} x absmax`);
   }
+});
+
+test('dequantize IQ2_XXS: (d · (0.5 + s)) · 0.25 × iq2xxs_grid magnitudes, signs from ksigns_iq2xs', () => {
+  // Sub-block 0: groups on grid points 0..3, group 0's sign index 3 (ksigns 3: elements 0 and 1 negative), the others
+  // 0 (all positive); s = 3, so db = (1 · 3.5) · 0.25 = 0.875. The other sub-blocks: point 0, s = 0 (db = 0.125).
+  const bytes: Record<number, number> = { 2: 0, 3: 1, 4: 2, 5: 3, 6: 3, 9: 3 << 4 };
+  const y = dequantizeIQ2XXS(block(66, { 0: f32ToF16(1) }, bytes), 256);
+  // iq2xxs_grid[0..3]: 8 8 8 8 8 8 8 8 | 43 8 8 8 8 8 8 8 | 25 25 8 8 8 8 8 8 | 8 43 8 8 8 8 8 8
+  const points = [
+    [8, 8, 8, 8, 8, 8, 8, 8],
+    [43, 8, 8, 8, 8, 8, 8, 8],
+    [25, 25, 8, 8, 8, 8, 8, 8],
+    [8, 43, 8, 8, 8, 8, 8, 8],
+  ];
+  const first = points.flat().map((v, i) => 0.875 * v * (i < 2 ? -1 : 1));
+  assertArrayEqual(y.subarray(0, 32), first, 'IQ2_XXS sub-block 0');
+  assertArrayEqual(y.subarray(32), new Array(224).fill(1), 'IQ2_XXS sub-blocks 1..7');
 });
 
 // ---------------------------------------------------------------------------------------------

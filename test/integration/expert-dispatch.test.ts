@@ -50,6 +50,7 @@ import { expertLoudness } from '../../harness/residual-probe.ts';
 import { ARCHITECTURES, planModel, routingOf, type ArchName, type ModelConfig, type Routing } from '../../tools/model-arch.ts';
 import { buildVocabulary } from '../../tools/tokenizer.ts';
 import { isHybridArch } from '../../tools/model-arch-hybrid.ts';
+import { isKinArch } from '../../tools/model-arch-kin.ts';
 import { GGMLType } from '../../gguf/quant-types.ts';
 
 const dir = await mkdtemp(join(tmpdir(), 'es-xd-'));
@@ -199,18 +200,21 @@ async function dispatchedRun(
     log: server.log().slice(logMark),
     protocolErrors: d.stats.protocolErrors,
     bound,
-    ...(m.config.arch === 'llama4' && { evaluation: SWA_EVALUATION }),
+    ...(['llama4', 'exaone-moe', 'afmoe'].includes(m.config.arch) && { evaluation: SWA_EVALUATION }),
+    ...(m.config.arch === 'hy_v3' && { evaluation: LAST_LAYER_ALL_ROWS }),
     ...(['gpt-oss', 'step35', 'gemma4', 'deepseek4'].includes(m.config.arch) && { evaluation: GPT_OSS_EVALUATION }),
   });
   return { ...check, requests };
 }
 
 /**
- * Llama 4's chunked attention and gpt-oss's sliding-window layers keep a windowed cache, which cannot be rolled back:
+ * Llama 4's chunked attention and the sliding-window layers of gpt-oss, exaone-moe and afmoe keep a windowed cache, which cannot be rolled back:
  * llama-server evaluates the prompt's last tokens in a graph of their own to checkpoint before them
  * (harness/dispatch-checks.ts).
  */
 const SWA_EVALUATION: PromptEvaluation = { checkpointSplit: true };
+/** hy_v3's graph keeps every row through its last layer and drops the unwanted ones after it. */
+const LAST_LAYER_ALL_ROWS: PromptEvaluation = { lastLayerAllRows: true };
 /**
  * gpt-oss's, step35's and gemma4's graphs (sliding-window layers too) keep every row through their last layer (they
  * drop the unwanted rows after the layers); so does deepseek4's (it drops them after the last layer's hyper-connection
@@ -282,7 +286,18 @@ const GRID_TYPES = [GGMLType.F32, GGMLType.F16, GGMLType.Q8_0, GGMLType.Q4_0, GG
  * expert FFN the workers compute (the same kernels): a float and a K-quant cell each keep `npm test` bounded.
  */
 const FAMILY_GRID_TYPES = [GGMLType.F32, GGMLType.Q4_K];
-const NO_RESIDUAL_PROBE: readonly string[] = ['llama4', 'gpt-oss', 'grok', 'step35', 'gemma4', 'deepseek4'];
+/**
+ * The kin families (tools/model-arch-kin.ts: SiLU-gated experts behind another family's tensors and their own keys)
+ * get one cell each in `npm test`, Q4_K (the K-quant path workers take bit for bit; the float path is the other
+ * families' F32 cells), and their F32 cell in `npm run test:families:full` (EXPERTSWARM_FAMILIES=full).
+ */
+const KIN_GRID_TYPES = process.env.EXPERTSWARM_FAMILIES === 'full' ? FAMILY_GRID_TYPES : [GGMLType.Q4_K];
+const NO_RESIDUAL_PROBE: readonly string[] = [
+  ...['llama4', 'gpt-oss', 'grok', 'step35', 'gemma4', 'deepseek4'],
+  // layer norms (dbrx, phimoe; phimoe's with biases), a dense MLP beside the experts (arctic), post-norms and a gated
+  // attention output (afmoe): graphs the probe does not walk
+  ...['dbrx', 'phimoe', 'arctic', 'afmoe'],
+];
 const FIRST_FIVE: readonly string[] = ['qwen3moe', 'qwen2moe', 'deepseek', 'llama', 'olmoe'];
 const gridBaselines = new Map<string, number[]>();
 
@@ -301,7 +316,7 @@ const GRID_CASES: Array<{ name: string; arch: ArchName; extra?: Partial<ModelCon
 ];
 
 for (const { name, arch, extra } of GRID_CASES) {
-  for (const type of FIRST_FIVE.includes(name) ? GRID_TYPES : FAMILY_GRID_TYPES) {
+  for (const type of FIRST_FIVE.includes(name) ? GRID_TYPES : isKinArch(name) ? KIN_GRID_TYPES : FAMILY_GRID_TYPES) {
     test(`${name} ${GGMLType[type]}: dispatch gives stock's logits at every position; dropped expert, sums × 1.01 and prompt-only serving are caught; WGSL gives stock's tokens`, async (t: TestContext) => {
       const m = await testModel({ ...gridConfig(arch, type), ...extra });
       const want = await baseline(m, N, ALL_PROBS);

@@ -28,6 +28,7 @@ import {
   planModel,
 } from '../../tools/model-arch.ts';
 import { deepseek4SwigluLimits } from '../../tools/model-arch-deepseek4.ts';
+import { isKinArch } from '../../tools/model-arch-kin.ts';
 import { GGMLType } from '../../gguf/quant-types.ts';
 import { readGGUFFile } from '../../gguf/node-io.ts';
 import { requireMetaStringArray, tensorDataRange } from '../../gguf/types.ts';
@@ -48,7 +49,8 @@ const FAMILY_TYPES = [GGMLType.F32, GGMLType.Q8_0, GGMLType.Q4_K];
 const FIRST_FIVE: readonly string[] = ['qwen3moe', 'qwen2moe', 'deepseek', 'llama', 'olmoe'];
 
 for (const arch of ARCHITECTURES) {
-  for (const type of FIRST_FIVE.includes(arch) ? TYPES : FAMILY_TYPES) {
+  // The kin families (model-arch-kin.ts) at Q8_0 only: the grid (expert-dispatch.test.ts) loads them at Q4_K.
+  for (const type of FIRST_FIVE.includes(arch) ? TYPES : isKinArch(arch) ? [GGMLType.Q8_0] : FAMILY_TYPES) {
     test(`llama.cpp loads and runs ${arch} ${GGMLType[type]}`, async () => {
       // K-quants need rows that are whole 256-element super-blocks.
       const width = type >= GGMLType.Q2_K && type <= GGMLType.Q6_K ? 256 : 64;
@@ -81,8 +83,8 @@ for (const arch of ARCHITECTURES) {
           routed,
           `layer ${l} routed: ${routed}`,
         );
-        // grok, gemma4: a dense FFN beside the experts in every layer
-        const dense = !routed || arch === 'grok' || arch === 'gemma4';
+        // grok, gemma4, arctic: a dense FFN beside the experts in every layer
+        const dense = !routed || arch === 'grok' || arch === 'gemma4' || arch === 'arctic';
         assert.equal(
           file.tensors.some((t) => t.name === `blk.${l}.ffn_up.weight`),
           dense,

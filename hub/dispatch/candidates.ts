@@ -137,7 +137,8 @@ export function selectCandidates<L extends CandidateLink, S extends CandidateSta
       sel.untrusted.push({ link, stats: st, covered, probe });
       continue;
     }
-    const line = latencyLine(st.latency);
+    // The line of items of this request's size: a prompt batch's (hundreds of pairs) or a decode step's (plan.ts).
+    const line = latencyLine(st.latency, covered);
     sel.chosen.push({
       link,
       stats: st,

@@ -340,7 +340,8 @@ export const TRANSPORT_WINDOW = 16;
  * pessimistic for a large request, which is the safe side.
  *
  * Where the worker reports its own compute time per item (the volunteer channel's RESULT `compute_us`), the line is
- * fitted on that — pairs against compute, what the pairs really cost — and the rest of the round trip (sockets, event
+ * fitted on that — pairs against compute, what the pairs really cost, one fit for decode-sized items and one for
+ * larger ones (SMALL_ITEM_PAIRS) — and the rest of the round trip (sockets, event
  * loops, the hub's own GC pauses: "transport") is tracked apart as the upper quartile of the last TRANSPORT_WINDOW
  * samples and added to the fixed cost. A quartile, not the mean: one stalled trip in 16 does not move it (it takes 5);
  * the upper one, not the median: the coordinator waits for the later of its own part and the worker's, so a worker
@@ -368,12 +369,14 @@ export interface LatencyModel {
   pairs: number;
   pairs2: number;
   pairsMs: number;
-  /** Samples that reported the worker's compute time, and the compute fit's EWMAs (pairs, pairs², pairs·ms, ms). */
+  /** Samples that reported the worker's compute time. */
   nCompute: number;
-  cPairs: number;
-  cPairs2: number;
-  cPairsMs: number;
-  cMs: number;
+  /**
+   * The compute fits, one per size of item (SMALL_ITEM_PAIRS): decode steps' items of a few tokens, and prompt
+   * batches' items of hundreds of pairs, whose kernels read each expert's weights once for many rows.
+   */
+  readonly small: ComputeFit;
+  readonly large: ComputeFit;
   /** The last TRANSPORT_WINDOW transports (a ring; `nCompute` says how many are filled), ms, and their upper quartile. */
   readonly transport: Float64Array;
   transportMs: number;
@@ -385,6 +388,25 @@ export interface LatencyModel {
 
 export const LATENCY_ALPHA = 0.2;
 
+/**
+ * Items of at most this many pairs are fitted apart from larger ones (LatencyModel `small` / `large`). One line through
+ * both sizes was steered by the few prompt items — hundreds of pairs at a lower cost per pair (the batched kernel) —
+ * to a small slope and a large fixed cost, which declined the next decode items as too slow: bench:elastic's
+ * volunteers read 6.8 ms + 0.24 ms/pair and 7.3 ms + 0.09 ms/pair where their decode items took ~3 ms (docs/elastic.md).
+ */
+export const SMALL_ITEM_PAIRS = 64;
+
+/** One compute fit's EWMAs: samples, pairs, pairs², pairs·ms, ms. */
+export interface ComputeFit {
+  n: number;
+  pairs: number;
+  pairs2: number;
+  pairsMs: number;
+  ms: number;
+}
+
+const newFit = (): ComputeFit => ({ n: 0, pairs: 0, pairs2: 0, pairsMs: 0, ms: 0 });
+
 export function newLatencyModel(): LatencyModel {
   return {
     n: 0,
@@ -393,10 +415,8 @@ export function newLatencyModel(): LatencyModel {
     pairs2: 0,
     pairsMs: 0,
     nCompute: 0,
-    cPairs: 0,
-    cPairs2: 0,
-    cPairsMs: 0,
-    cMs: 0,
+    small: newFit(),
+    large: newFit(),
     transport: new Float64Array(TRANSPORT_WINDOW),
     transportMs: 0,
     warm: 0,
@@ -428,7 +448,7 @@ export function observeRoundTrip(m: LatencyModel, pairs: number, ms: number, com
     }
   }
   if (!cold) {
-    if (m.warm === 0) m.n = m.nCompute = 0; // the first warm sample replaces a cold-only line
+    if (m.warm === 0) m.n = m.nCompute = m.small.n = m.large.n = 0; // the first warm sample replaces a cold-only line
     m.warm++;
   }
   const a = m.n === 0 ? 1 : alpha;
@@ -439,11 +459,13 @@ export function observeRoundTrip(m: LatencyModel, pairs: number, ms: number, com
   m.n++;
   if (computeMs > 0) {
     const c = Math.min(computeMs, ms);
-    const b = m.nCompute === 0 ? 1 : alpha;
-    m.cMs += b * (c - m.cMs);
-    m.cPairs += b * (pairs - m.cPairs);
-    m.cPairs2 += b * (pairs * pairs - m.cPairs2);
-    m.cPairsMs += b * (pairs * c - m.cPairsMs);
+    const f = pairs > SMALL_ITEM_PAIRS ? m.large : m.small;
+    const b = f.n === 0 ? 1 : alpha;
+    f.ms += b * (c - f.ms);
+    f.pairs += b * (pairs - f.pairs);
+    f.pairs2 += b * (pairs * pairs - f.pairs2);
+    f.pairsMs += b * (pairs * c - f.pairsMs);
+    f.n++;
     m.transport[m.nCompute % TRANSPORT_WINDOW] = ms - c;
     m.nCompute++;
     m.transportMs = transportMedian(m);
@@ -463,19 +485,22 @@ function fitLine(pairs: number, pairs2: number, pairsMs: number, ms: number): { 
 }
 
 /**
- * `{overheadMs, perPairMs}` of the worker's line; null before the first observation. With compute reported: the
- * compute fit, its fixed cost plus the transport's upper quartile; else the round trip's fit.
+ * `{overheadMs, perPairMs}` of the worker's line for items of about `pairs` pairs (default: a decode item); null before
+ * the first observation. With compute reported: the compute fit of that size (SMALL_ITEM_PAIRS; the other size's while
+ * that one has no sample), its fixed cost plus the transport's upper quartile; else the round trip's fit.
  */
-export function latencyLine(m: LatencyModel): { overheadMs: number; perPairMs: number } | null {
+export function latencyLine(m: LatencyModel, pairs = 1): { overheadMs: number; perPairMs: number } | null {
   if (m.n === 0) return null;
   if (m.nCompute === 0) return fitLine(m.pairs, m.pairs2, m.pairsMs, m.ms);
-  const c = fitLine(m.cPairs, m.cPairs2, m.cPairsMs, m.cMs);
+  const want = pairs > SMALL_ITEM_PAIRS ? m.large : m.small;
+  const f = want.n > 0 ? want : want === m.small ? m.large : m.small;
+  const c = fitLine(f.pairs, f.pairs2, f.pairsMs, f.ms);
   return { overheadMs: c.overheadMs + m.transportMs, perPairMs: c.perPairMs };
 }
 
-/** Expected round trip for `pairs` pairs, ms; null before the first observation. */
+/** Expected round trip for `pairs` pairs, ms (the line of that size of item); null before the first observation. */
 export function expectedRoundTripMs(m: LatencyModel, pairs: number): number | null {
-  const line = latencyLine(m);
+  const line = latencyLine(m, pairs);
   return line === null ? null : line.overheadMs + pairs * line.perPairMs;
 }
 
@@ -486,5 +511,10 @@ export function describeLatency(m: LatencyModel): string {
   const head = `${line.overheadMs.toFixed(1)} ms + ${line.perPairMs.toFixed(2)} ms/pair`;
   const cold = m.coldSkipped > 0 ? `, ${m.coldSkipped} cold left out` : '';
   if (m.nCompute === 0) return `${head} (round trip; n ${m.n}, ${m.warm} warm${cold})`;
-  return `${head} (compute fit + transport p75 ${m.transportMs.toFixed(2)} ms; n ${m.n}, ${m.warm} warm${cold})`;
+  const big = latencyLine(m, SMALL_ITEM_PAIRS + 1) as { overheadMs: number; perPairMs: number };
+  const large =
+    m.large.n > 0 && m.small.n > 0
+      ? `; items > ${SMALL_ITEM_PAIRS} pairs ${big.overheadMs.toFixed(1)} ms + ${big.perPairMs.toFixed(2)} ms/pair (n ${m.large.n})`
+      : '';
+  return `${head} (compute fit + transport p75 ${m.transportMs.toFixed(2)} ms; n ${m.n}, ${m.warm} warm${cold})${large}`;
 }

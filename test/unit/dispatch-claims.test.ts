@@ -13,7 +13,14 @@ import {
   claimCaps,
   shadowProbeGapMs,
 } from '../../hub/dispatch/claims.ts';
-import { type LatencyModel, expectedRoundTripMs, latencyLine, newLatencyModel, observeRoundTrip } from '../../hub/dispatch/plan.ts';
+import {
+  type LatencyModel,
+  SMALL_ITEM_PAIRS,
+  expectedRoundTripMs,
+  latencyLine,
+  newLatencyModel,
+  observeRoundTrip,
+} from '../../hub/dispatch/plan.ts';
 import { warmFollowUp } from '../../hub/dispatch/probes.ts';
 
 const W = (covered: number, overheadMs: number | null, perPairMs = 0, queueMs = 0): ClaimWorker => ({
@@ -389,4 +396,29 @@ test('fitted claims: a worker first measured only cold is declined, and claimed 
   observeRoundTrip(slow, 8, 2_000, 1_990, true);
   assert.equal(warmFollowUp({ latency: slow }, 2_000, DEFAULT_CLAIMS), false);
   assert.equal(claimOn(slow).caps[0], 0);
+});
+
+test('fitted claims: prompt items (hundreds of pairs, cheaper per pair) do not bend the decode line (a fit per size)', () => {
+  // bench:elastic: decode items of 8–32 pairs at 0.2 + 0.28 ms/pair, and now and then a prompt batch's item of 300–500
+  // pairs, whose batched kernel reads each expert once for many rows: 0.15 ms/pair. One line through both read
+  // ~7 ms + 0.1 ms/pair, and the decode items after each prompt item were declined as too slow.
+  const m = warmWorker();
+  for (let i = 0; i < 3; i++) {
+    const pairs = 300 + 100 * i;
+    observeRoundTrip(m, pairs, 0.15 * pairs + 0.9, 0.15 * pairs);
+  }
+  const decode = latencyLine(m, DECODE);
+  assert.ok(decode && Math.abs(decode.perPairMs - 0.28) < 0.01 && decode.overheadMs < 1.3, `decode line ${JSON.stringify(decode)}`);
+  const prompt = latencyLine(m, 400);
+  assert.ok(prompt && Math.abs(prompt.perPairMs - 0.15) < 0.01, `prompt line ${JSON.stringify(prompt)}`);
+  assert.ok(Math.abs((expectedRoundTripMs(m, 400) as number) - (prompt.overheadMs + 400 * prompt.perPairMs)) < 1e-9);
+  const out = claimOn(m);
+  assert.equal(out.reasons[0], 'balanced', 'the decode step after the prompt items is still claimed');
+  assert.ok((out.caps[0] as number) >= 6, `cap ${out.caps[0]}`);
+  // The boundary: items of SMALL_ITEM_PAIRS pairs are decode-sized; one more is prompt-sized.
+  assert.deepEqual(latencyLine(m, SMALL_ITEM_PAIRS), decode);
+  assert.deepEqual(latencyLine(m, SMALL_ITEM_PAIRS + 1), prompt);
+  // A worker measured on one size only answers for the other with that line (nothing better is known).
+  const onlyDecode = warmWorker();
+  assert.deepEqual(latencyLine(onlyDecode, 400), latencyLine(onlyDecode, DECODE));
 });

@@ -1,30 +1,50 @@
 /**
- * The full kernel grid, too long for `npm test` (which runs a representative subset of it in
- * test/gpu/kernels.test.ts and test/integration/kernels-chromium.test.ts): every quant type × three shapes up to
- * nEmbd 1024 × 1, 4, 16 and 64 rows × top-2 of 8 experts × each regime × each kernel variant the adapter runs, plus
- * the same slices split over several bindings — on Node's WebGPU (SwiftShader here, or whatever Vulkan device Dawn
- * finds). Prints the worst NMSE per type and variant against the float64 reference and exits 1 if any case exceeds
- * its bound (base/subgroups 1e-9, shader-f16 1e-5; see docs/kernels.md) or a split case did not run in the number
- * of weight parts it was cut for (capabilities().weightParts; at least 2).
- * `--numerics llama` (or `both`) runs the grid in llama numerics too, against the reference with ggml's rounding
- * (NMSE beyond the ties of h ≤ 1e-9, shaders/reference/llama-ties.ts), the decode regime on every integer-dot path.
+ * Everything of the kernels that `npm test` samples: first the benchmark-sized grid — every kernel quant type
+ * (QUANT_SNIPPETS, so a new type is in) × three shapes up to nEmbd 1024 × 1, 4, 16 and 64 rows × top-2 of 8 experts
+ * × each regime × each kernel variant the adapter runs, plus the same slices split over several bindings — on Node's
+ * WebGPU (SwiftShader here, or whatever Vulkan device Dawn finds); it prints the worst NMSE per type and variant
+ * against the float64 reference and fails if any case exceeds its bound (base/subgroups 1e-9, shader-f16 1e-5; see
+ * docs/kernels.md) or a split case did not run in the number of weight parts it was cut for
+ * (capabilities().weightParts; at least 2). `--numerics llama` (or `both`) runs the grid in llama numerics too,
+ * against the reference with ggml's rounding (NMSE beyond the ties of h ≤ 1e-9, shaders/reference/llama-ties.ts), the
+ * decode regime on every integer-dot path.
+ * Then the kernel test files with EXPERTSWARM_KERNELS=full, which run the cases `npm test` leaves to this command
+ * (FULL_TEST_FILES; each file says which): every type on every path in headless Chromium, both shapes of every type
+ * and the largest batched call on Node, all 21 second-wave variant cases, the wasm kernel's relaxed-simd build
+ * against the references and ggml's order as well as the simd build's bits.
  *
- *   npm run test:kernels:full [-- --quick] [-- --numerics exact|llama|both]
+ *   npm run test:kernels:full [-- --quick] [-- --numerics exact|llama|both] [-- --grid-only | --tests-only]
  */
+import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { create, globals } from 'webgpu';
-import { rowByteSize, GGMLType } from '../gguf/quant-types.ts';
+import { requireQuantType, rowByteSize, GGMLType } from '../gguf/quant-types.ts';
 import { requestExpertDevice } from '../shaders/device.ts';
-import type { IntegerDot, KernelFeature } from '../shaders/expert-ffn.ts';
+import { INT8_SNIPPETS, type IntegerDot, type KernelFeature } from '../shaders/expert-ffn.ts';
 import type { Numerics } from '../protocol/numerics.ts';
-import { runGridCase, type GridCase } from '../harness/kernel-grid.ts';
+import { Q8_1_WEIGHT_TYPES } from '../shaders/reference/ggml-activations.ts';
+import { KERNEL_GRID_TYPES, isK, runGridCase, type GridCase } from '../harness/kernel-grid.ts';
+
+/** The kernel test files whose full cases this command runs (EXPERTSWARM_KERNELS=full). */
+export const FULL_TEST_FILES = [
+  'test/gpu/kernels.test.ts',
+  'test/gpu/variant-kernels-2.test.ts',
+  'test/integration/kernels-chromium.test.ts',
+  'test/unit/wasm-fallback.test.ts',
+  'test/unit/wasm-variant.test.ts',
+];
 
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 if (!process.env.VK_ICD_FILENAMES && !process.env.VK_DRIVER_FILES && existsSync(SWIFTSHADER_ICD))
   process.env.VK_ICD_FILENAMES = SWIFTSHADER_ICD;
 const { values: args } = parseArgs({
-  options: { quick: { type: 'boolean', default: false }, numerics: { type: 'string', default: 'exact' } },
+  options: {
+    quick: { type: 'boolean', default: false },
+    numerics: { type: 'string', default: 'exact' },
+    'grid-only': { type: 'boolean', default: false },
+    'tests-only': { type: 'boolean', default: false },
+  },
 });
 const quick = args.quick;
 if (!['exact', 'llama', 'both'].includes(args.numerics)) {
@@ -32,6 +52,18 @@ if (!['exact', 'llama', 'both'].includes(args.numerics)) {
   process.exit(2);
 }
 const NUMERICS: Numerics[] = args.numerics === 'both' ? ['exact', 'llama'] : [args.numerics as Numerics];
+
+/** The kernel test files in full mode, one at a time as npm test runs them; the exit code is theirs. */
+function runFullTests(): number {
+  console.log(`kernel test files, full cases (EXPERTSWARM_KERNELS=full): ${FULL_TEST_FILES.join(' ')}`);
+  const r = spawnSync(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=1', '--test-reporter=spec', ...FULL_TEST_FILES], {
+    stdio: 'inherit',
+    env: { ...process.env, EXPERTSWARM_KERNELS: 'full' },
+  });
+  return r.status ?? 1;
+}
+
+if (args['tests-only']) process.exit(runFullTests());
 
 Object.assign(globalThis, globals);
 // dawn.node frees its instance when this object is garbage-collected, even while its device is in use (docs/kernels.md):
@@ -48,24 +80,32 @@ console.log(
   `adapter: ${adapter.info.vendor} / ${adapter.info.architecture} / ${adapter.info.description}; features: ${[...device.features].sort().join(' ')}`,
 );
 
-const TYPES = [GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K];
-const isK = (t: GGMLType): boolean => t >= GGMLType.Q2_K && t <= GGMLType.Q6_K;
-const shapes = (t: GGMLType): [number, number][] =>
-  isK(t)
-    ? [
-        [256, 256],
-        [512, 768],
-        [1024, 512],
-      ]
-    : [
-        [64, 96],
-        [256, 128],
-        [1024, 512],
-      ];
+const TYPES = KERNEL_GRID_TYPES;
+/** Three shapes per type: K-quants (super-blocks of 256) from 256 × 256, blocks of 32 and floats from 64 × 96. */
+const shapes = (t: GGMLType): [number, number][] => {
+  if (isK(t))
+    return [
+      [256, 256],
+      [512, 768],
+      [1024, 512],
+    ];
+  const b = requireQuantType(t).blockSize;
+  if (b <= 32)
+    return [
+      [64, 96],
+      [256, 128],
+      [1024, 512],
+    ];
+  return [
+    [b, b],
+    [2 * b, 3 * b],
+    [4 * b, 2 * b],
+  ];
+};
 const ROWS = quick ? [1, 16] : [1, 4, 16, 64];
 const N_EXPERT = 8;
 const N_USED = 2;
-const INT8 = new Set<GGMLType>([GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K]);
+const INT8: ReadonlySet<GGMLType> = new Set(INT8_SNIPPETS.keys());
 const variants: { name: string; features: KernelFeature[]; regime: 'decode' | 'batched'; bound: number }[] = [
   { name: 'decode base', features: [], regime: 'decode', bound: 1e-9 },
   { name: 'decode subgroups', features: ['subgroups'], regime: 'decode', bound: 1e-9 },
@@ -120,7 +160,10 @@ for (const numerics of NUMERICS) {
               const e = numerics === 'llama' ? r.beyondTies! : r.nmse;
               worst.set(key, Math.max(worst.get(key) ?? 0, e));
               const where = `${key} ${nEmbd}×${ff} ${nTokens} rows${split ? ` (${r.weightParts} parts)` : ''}`;
-              if (!(e <= v.bound)) failures.push(`${where}: NMSE${numerics === 'llama' ? ' beyond ties' : ''} ${e}`);
+              // Q4_1 and Q5_1 on the int8 kernels use Q8_1's f16 s, which the reference does not model (3e-5, as the tests).
+              const q81 = numerics === 'llama' && r.ranIntegerDot !== null && r.ranIntegerDot !== 'float' && Q8_1_WEIGHT_TYPES.has(type);
+              const bound = q81 && v.regime === 'decode' ? Math.max(v.bound, 3e-5) : v.bound;
+              if (!(e <= bound)) failures.push(`${where}: NMSE${numerics === 'llama' ? ' beyond ties' : ''} ${e}`);
               if (split) {
                 const parts = expectedParts(type, nEmbd, ff, N_EXPERT, c.maxBindingBytes!);
                 if (parts < 2) failures.push(`${where}: the split case was cut into ${parts} part, which splits nothing`);
@@ -142,4 +185,5 @@ if (skipped.length) console.log(`not run (the adapter lacks the feature): ${skip
 console.log(`${cases} cases in ${((performance.now() - t0) / 1000).toFixed(0)} s; ${failures.length} over their bound`);
 for (const f of failures) console.log(`FAIL ${f}`);
 device.destroy();
-process.exit(failures.length ? 1 : 0);
+const testsFailed = args['grid-only'] ? 0 : runFullTests();
+process.exit(failures.length || testsFailed ? 1 : 0);

@@ -1,8 +1,10 @@
 /**
- * Browser entry for the kernel tests: `window.runKernelGrid()` runs the seeded grid (kernel-grid.ts) on the page's
- * WebGPU adapter ('llama': the llama-numerics grid); `window.runEngineStart(numerics)` starts an ExpertEngine with both
+ * Browser entry for the kernel tests: `window.runKernelGrid(cases)` runs seeded grid cases (harness/kernel-grid.ts,
+ * chosen by the test) on the page's WebGPU adapter; `window.runEngineStart(numerics)` starts an ExpertEngine with both
  * real backends (our kernels on WebGPU, onnxruntime-web's wasm served under /ort/) in those numerics and reports its
- * choice and the chosen backend's accuracy against the reference of the same numerics.
+ * choice and the chosen backend's accuracy against the reference of the same numerics. Every call uses one device per
+ * page (opened on the first): the runtime builds each pipeline once per device, and on SwiftShader a batched pipeline
+ * takes seconds to build, so the grids and the engine share what the others built.
  */
 import * as ort from 'onnxruntime-web';
 import { GGMLType } from '../../gguf/quant-types.ts';
@@ -15,15 +17,7 @@ import { compareLlama } from '../../shaders/reference/llama-ties.ts';
 import type { Numerics } from '../../protocol/numerics.ts';
 import { ExpertRuntime, type ExpertSlice } from '../../shaders/runtime.ts';
 import { mulberry32 } from '../../shaders/random.ts';
-import {
-  BATCHED_GRID,
-  DECODE_GRID,
-  LLAMA_GRID,
-  SPLIT_GRID,
-  runGridCase,
-  type GridCase,
-  type GridResult,
-} from '../../harness/kernel-grid.ts';
+import { runGridCase, type GridCase, type GridResult } from '../../harness/kernel-grid.ts';
 
 interface GridOutput {
   adapter: Record<string, unknown> | null;
@@ -45,17 +39,28 @@ interface EngineOutput {
 
 declare global {
   interface Window {
-    runKernelGrid: (grid?: 'decode' | 'batched' | 'split' | 'all' | 'llama') => Promise<GridOutput>;
+    runKernelGrid: (cases: GridCase[]) => Promise<GridOutput>;
     runEngineStart: (numerics?: Numerics) => Promise<EngineOutput>;
   }
 }
 
-async function openDevice(): Promise<ExpertDevice | string> {
-  if (!navigator.gpu) return 'navigator.gpu is missing (WebGPU disabled?)';
-  return (await requestExpertDevice(navigator.gpu, 'kernels-entry device')) ?? 'requestAdapter() returned null';
+let opening: Promise<ExpertDevice | string> | undefined;
+
+/** The page's device (one for every call; a lost one is opened again), or why there is none. */
+function openDevice(): Promise<ExpertDevice | string> {
+  opening ??= (async () => {
+    if (!navigator.gpu) return 'navigator.gpu is missing (WebGPU disabled?)';
+    const got = await requestExpertDevice(navigator.gpu, 'kernels-entry device');
+    if (!got) return 'requestAdapter() returned null';
+    void got.device.lost.then(() => {
+      opening = undefined;
+    });
+    return got;
+  })();
+  return opening;
 }
 
-window.runKernelGrid = async (grid = 'all') => {
+window.runKernelGrid = async (cases) => {
   const opened = await openDevice();
   const languageFeatures = [...(navigator.gpu?.wgslLanguageFeatures ?? [])];
   if (typeof opened === 'string')
@@ -63,29 +68,18 @@ window.runKernelGrid = async (grid = 'all') => {
   const { adapter, device } = opened;
   const results: GridResult[] = [];
   const skipped: GridOutput['skipped'] = [];
-  try {
-    let seed = 1;
-    const cases = {
-      decode: DECODE_GRID,
-      batched: BATCHED_GRID,
-      split: SPLIT_GRID,
-      all: [...DECODE_GRID, ...BATCHED_GRID, ...SPLIT_GRID],
-      llama: LLAMA_GRID,
-    }[grid];
-    for (const c of cases) {
-      const missing = c.features === 'auto' || !c.features ? undefined : c.features.find((f) => !device.features.has(f));
-      if (missing) {
-        skipped.push({ case: c, reason: `the adapter has no '${missing}' feature` });
-        continue;
-      }
-      if (c.integerDot === 'packed' && !languageFeatures.includes('packed_4x8_integer_dot_product')) {
-        skipped.push({ case: c, reason: 'navigator.gpu.wgslLanguageFeatures lacks packed_4x8_integer_dot_product' });
-        continue;
-      }
-      results.push(await runGridCase(device, c, seed++));
+  let seed = 1;
+  for (const c of cases) {
+    const missing = c.features === 'auto' || !c.features ? undefined : c.features.find((f) => !device.features.has(f));
+    if (missing) {
+      skipped.push({ case: c, reason: `the adapter has no '${missing}' feature` });
+      continue;
     }
-  } finally {
-    device.destroy();
+    if (c.integerDot === 'packed' && !languageFeatures.includes('packed_4x8_integer_dot_product')) {
+      skipped.push({ case: c, reason: 'navigator.gpu.wgslLanguageFeatures lacks packed_4x8_integer_dot_product' });
+      continue;
+    }
+    results.push(await runGridCase(device, c, seed++));
   }
   const info = adapter.info;
   return {
@@ -149,6 +143,5 @@ window.runEngineStart = async (numerics: Numerics = 'exact') => {
     return { report: engine.report, nmse: nmse(got, referenceCall(experts, call)) };
   } finally {
     await engine.dispose();
-    if (typeof opened !== 'string') opened.device.destroy();
   }
 };

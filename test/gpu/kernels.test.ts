@@ -18,7 +18,7 @@
  */
 import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { GGMLType } from '../../gguf/quant-types.ts';
+import { allQuantTypes, GGMLType, requireQuantType, typeName } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
 import { planExpertSlice, writeExpertSlice } from '../../gguf/expert-slice.ts';
 import { bytesSource, readGGUF } from '../../gguf/reader.ts';
@@ -44,6 +44,7 @@ import type { ExpertRuntimeErrorCode } from '../../shaders/errors.ts';
 import { INT8_SNIPPETS } from '../../shaders/expert-ffn.ts';
 import { mulberry32 } from '../../shaders/random.ts';
 import { nodeExpertDevice, nodeGpu } from '../../harness/node-gpu.ts';
+import { BLOCK_FAMILY_TYPES, FULL_KERNEL_GRID, KERNEL_GRID_TYPES } from '../../harness/kernel-grid.ts';
 
 // The process's GPU object (module scope: dawn.node frees its instance when it is collected; docs/kernels.md).
 const gpu = await nodeGpu();
@@ -184,31 +185,32 @@ const T = GGMLType;
 /** Weight types with an integer block dot (llama numerics' int8 kernels). */
 const INT8_TYPES: ReadonlySet<GGMLType> = new Set(INT8_SNIPPETS.keys());
 const same = (t: GGMLType): SliceTypes => ({ gate: t, up: t, down: t });
-const FLOAT_SIZES: [number, number, number][] = [
-  [64, 32, 2],
-  [128, 64, 3],
-]; // nEmbd, ff, nExpert
-const K_SIZES: [number, number, number][] = [
-  [256, 256, 2],
-  [512, 256, 3],
-];
+/**
+ * Every weight type the kernels read (QUANT_SNIPPETS through harness/kernel-grid.ts), so a new quant snippet is in
+ * every grid of this file without an edit. `npm test` runs one shape per type and grid, rows of several blocks (the
+ * decode grid's larger shape, the batched grid's partial-tile float shape or multi-block quant shape);
+ * `npm run test:kernels:full` (EXPERTSWARM_KERNELS=full) adds the other shape of each and the largest batched call.
+ */
+const KERNEL_TYPES_HERE: readonly GGMLType[] = KERNEL_GRID_TYPES;
+/** In `npm test`, the last shape of a list (the full grid: every one). */
+const sized = <S>(all: S[]): S[] => (FULL_KERNEL_GRID ? all : all.slice(-1));
+
+/** Decode shapes [nEmbd, ff, nExpert] of a type by its block size: one block per down row, then several. */
+function decodeSizes(t: GGMLType): [number, number, number][] {
+  const b = requireQuantType(t).blockSize;
+  if (b <= 32)
+    return [
+      [64, 32, 2],
+      [128, 64, 3],
+    ];
+  return [
+    [b, b, 2],
+    [2 * b, b, 3],
+  ];
+}
 
 const GRID: { name: string; types: SliceTypes; sizes: [number, number, number][] }[] = [
-  { name: 'F32', types: same(T.F32), sizes: FLOAT_SIZES },
-  { name: 'F16', types: same(T.F16), sizes: FLOAT_SIZES },
-  { name: 'BF16', types: same(T.BF16), sizes: FLOAT_SIZES },
-  { name: 'Q8_0', types: same(T.Q8_0), sizes: FLOAT_SIZES },
-  { name: 'Q4_0', types: same(T.Q4_0), sizes: FLOAT_SIZES },
-  { name: 'MXFP4', types: same(T.MXFP4), sizes: FLOAT_SIZES },
-  { name: 'IQ4_NL', types: same(T.IQ4_NL), sizes: FLOAT_SIZES },
-  { name: 'Q5_1', types: same(T.Q5_1), sizes: [[64, 32, 2]] },
-  { name: 'Q4_1', types: same(T.Q4_1), sizes: [[64, 32, 2]] },
-  { name: 'Q5_0', types: same(T.Q5_0), sizes: [[64, 32, 2]] },
-  { name: 'Q4_K', types: same(T.Q4_K), sizes: K_SIZES },
-  { name: 'Q5_K', types: same(T.Q5_K), sizes: K_SIZES },
-  { name: 'Q6_K', types: same(T.Q6_K), sizes: K_SIZES },
-  { name: 'Q2_K', types: same(T.Q2_K), sizes: [[256, 256, 2]] },
-  { name: 'Q3_K', types: same(T.Q3_K), sizes: [[256, 256, 2]] },
+  ...KERNEL_TYPES_HERE.map((t) => ({ name: typeName(t), types: same(t), sizes: sized(decodeSizes(t)) })),
   // gate and up of different types run the two-pass expert_up path (Q4_K_M-like mix, and a float mix)
   { name: 'mix Q4_K/Q5_K/Q6_K', types: { gate: T.Q4_K, up: T.Q5_K, down: T.Q6_K }, sizes: [[256, 256, 3]] },
   { name: 'mix F16/BF16/Q8_0', types: { gate: T.F16, up: T.BF16, down: T.Q8_0 }, sizes: [[64, 64, 4]] },
@@ -222,37 +224,34 @@ const N_USED = [1, 2];
 // blocks. Same tolerances as decode, for the same reason: weights decoded exactly, activations in f32, so only the
 // f32 summation error remains (in another order than decode's).
 const BATCHED_EXPERTS = 4;
-const BATCHED_FLOAT_SIZES: [number, number][] = [
-  [36, 20],
-  [96, 64],
-]; // nEmbd, ff
-const BATCHED_32_SIZES: [number, number][] = [
-  [64, 32],
-  [96, 64],
-];
-const BATCHED_K_SIZES: [number, number][] = [
-  [256, 256],
-  [512, 256],
-];
+/** Batched shapes [nEmbd, ff] of a type: floats off the tiles (the first, the one `npm test` runs), quants in whole blocks. */
+function batchedSizes(t: GGMLType): [number, number][] {
+  const b = requireQuantType(t).blockSize;
+  if (b === 1)
+    return [
+      [96, 64],
+      [36, 20],
+    ];
+  if (b === 32)
+    return [
+      [64, 32],
+      [96, 64],
+    ];
+  return [
+    [b, b],
+    [2 * b, b],
+  ];
+}
 const BATCHED_GRID: { name: string; types: SliceTypes; sizes: [number, number][] }[] = [
-  { name: 'F32', types: same(T.F32), sizes: BATCHED_FLOAT_SIZES },
-  { name: 'F16', types: same(T.F16), sizes: BATCHED_FLOAT_SIZES },
-  { name: 'BF16', types: same(T.BF16), sizes: BATCHED_FLOAT_SIZES },
-  { name: 'Q8_0', types: same(T.Q8_0), sizes: BATCHED_32_SIZES },
-  { name: 'Q4_0', types: same(T.Q4_0), sizes: BATCHED_32_SIZES },
-  { name: 'MXFP4', types: same(T.MXFP4), sizes: BATCHED_32_SIZES },
-  { name: 'IQ4_NL', types: same(T.IQ4_NL), sizes: BATCHED_32_SIZES },
-  { name: 'Q4_K', types: same(T.Q4_K), sizes: BATCHED_K_SIZES },
-  { name: 'Q5_K', types: same(T.Q5_K), sizes: BATCHED_K_SIZES },
-  { name: 'Q6_K', types: same(T.Q6_K), sizes: BATCHED_K_SIZES },
+  ...KERNEL_TYPES_HERE.map((t) => ({ name: typeName(t), types: same(t), sizes: sized(batchedSizes(t)) })),
   // gate and up of different types: the two-pass expert_up_batched path
   { name: 'mix Q4_K/Q5_K/Q6_K', types: { gate: T.Q4_K, up: T.Q5_K, down: T.Q6_K }, sizes: [[256, 256]] },
-  // Q4_1, Q5_0, Q5_1, Q2_K, Q3_K: their batched weights (weight_quad) are checked by the llama-numerics cases below
-  // (the batched call reads them through the float kernels) and in exact numerics by the kernel grid in Chromium
-  // (harness/kernel-grid.ts BATCHED_GRID, every kernel type); not here, to keep npm test's time.
 ];
-const BATCHED_TOKENS = [16, 64];
-const BATCHED_USED = [2, 4];
+/**
+ * [nTokens, nUsed]: 8 pairs per expert (a partial tile), 16 (one), 32 (two); the full grid adds 64 (four tiles). In
+ * `npm test` the types other than one per block size and the mix take the 16-pair call alone.
+ */
+const BATCHED_CALLS: [number, number][] = [[16, 2], [16, 4], [64, 2], ...(FULL_KERNEL_GRID ? ([[64, 4]] as [number, number][]) : [])];
 // Decode and batched on the same inputs: each is within ~1e-12 of the exact result, so of each other too; the bound
 // is the decode bound, the same two orders of magnitude of room.
 const REGIMES_NMSE_MAX = 1e-9;
@@ -366,7 +365,13 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     const features = variant === 'base' ? [] : [variant];
     for (const { name, types, sizes } of BATCHED_GRID) {
       for (const [shapeIndex, [nEmbd, ff]] of sizes.entries()) {
-        const extra = variant === 'base' && shapeIndex === 0;
+        // 'auto' against the forced regime, batched against decode (tens of pairs: seconds of decode on SwiftShader)
+        // and the partial and multi-tile calls: in `npm test` on one type of each block size and the mix, which run
+        // the same tile code as every type; every type's weights are held to the reference here and in decode anyway.
+        const representative = FULL_KERNEL_GRID || types.gate !== types.up || BLOCK_FAMILY_TYPES.includes(types.gate);
+        const extra = variant === 'base' && shapeIndex === sizes.length - 1 && representative;
+        // The other types' weights in one call, a full tile per expert (partial and several tiles: the representatives').
+        const calls: [number, number][] = representative ? BATCHED_CALLS : [[16, 4]];
         test(`batched (${variant}): ${name} nEmbd=${nEmbd} ff=${ff} ${BATCHED_EXPERTS} experts matches the CPU reference${extra ? ', auto and decode' : ''}`, async (t) => {
           if (variant === 'shader-f16' && !device.features.has('shader-f16')) {
             t.skip("the adapter has no 'shader-f16' feature; the base variant covers this case");
@@ -382,27 +387,25 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
                 : types.gate === T.F32 && types.up === T.F32 && types.down === T.F32
                   ? NMSE_MAX_F32
                   : NMSE_MAX;
-            for (const nTokens of BATCHED_TOKENS) {
-              for (const nUsed of BATCHED_USED) {
-                const c = makeCall(nEmbd, BATCHED_EXPERTS, nTokens, nUsed, seed++);
-                const what = `nTokens=${nTokens} nUsed=${nUsed}`;
-                const batched = await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed, { regime: 'batched' });
-                const e = nmse(batched, referenceCall(experts, c));
-                measured.set(key, Math.max(measured.get(key) ?? 0, e));
-                assert.ok(e <= bound && e <= NMSE_CONTRACT, `${what}: NMSE ${e} > ${bound}`);
-                // At least 8 pairs per used expert: the policy picks batched, and 'auto' runs exactly that.
-                const plan = rt.planRegime(c.ids, nTokens, nUsed);
-                assert.equal(plan.regime, 'batched', `${what}: ${plan.reason}`);
-                // The slower checks on each type's smallest call only (decode takes seconds for 256 pairs on SwiftShader).
-                if (extra && nTokens === BATCHED_TOKENS[0] && nUsed === BATCHED_USED[0]) {
-                  assert.ok(
-                    sameBits(await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed), batched),
-                    `${what}: auto differs from batched`,
-                  );
-                  const decode = await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed, { regime: 'decode' });
-                  const d = nmse(batched, decode);
-                  assert.ok(d <= REGIMES_NMSE_MAX, `${what}: batched vs decode NMSE ${d}`);
-                }
+            for (const [nTokens, nUsed] of calls) {
+              const c = makeCall(nEmbd, BATCHED_EXPERTS, nTokens, nUsed, seed++);
+              const what = `nTokens=${nTokens} nUsed=${nUsed}`;
+              const batched = await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed, { regime: 'batched' });
+              const e = nmse(batched, referenceCall(experts, c));
+              measured.set(key, Math.max(measured.get(key) ?? 0, e));
+              assert.ok(e <= bound && e <= NMSE_CONTRACT, `${what}: NMSE ${e} > ${bound}`);
+              // At least 8 pairs per used expert: the policy picks batched, and 'auto' runs exactly that.
+              const plan = rt.planRegime(c.ids, nTokens, nUsed);
+              assert.equal(plan.regime, 'batched', `${what}: ${plan.reason}`);
+              // The slower checks on each type's smallest call only (decode takes seconds for 256 pairs on SwiftShader).
+              if (extra && nTokens === BATCHED_CALLS[0]![0] && nUsed === BATCHED_CALLS[0]![1]) {
+                assert.ok(
+                  sameBits(await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed), batched),
+                  `${what}: auto differs from batched`,
+                );
+                const decode = await rt.compute(c.rows, c.ids, c.probs, nTokens, nUsed, { regime: 'decode' });
+                const d = nmse(batched, decode);
+                assert.ok(d <= REGIMES_NMSE_MAX, `${what}: batched vs decode NMSE ${d}`);
               }
             }
             t.diagnostic(`max NMSE ${measured.get(key)?.toExponential(2)}`);
@@ -417,22 +420,16 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
   // ---------------------------------------------------------------------------------------------
   // Numerics 'llama': every type × both regimes × every integer-dot path, against the reference with ggml's rounding.
 
+  /** Every kernel type (llama shapes by block size: floats 64 × 96, blocks of 32 96 × 64, super-blocks one per row). */
+  const llamaShape = (t: GGMLType): [number, number] => {
+    const b = requireQuantType(t).blockSize;
+    return b === 1 ? [64, 96] : b === 32 ? [96, 64] : [b, b];
+  };
   const LLAMA_GRID: { name: string; types: SliceTypes; nEmbd: number; ff: number }[] = [
-    { name: 'F32', types: same(T.F32), nEmbd: 64, ff: 96 },
-    { name: 'F16', types: same(T.F16), nEmbd: 64, ff: 96 },
-    { name: 'BF16', types: same(T.BF16), nEmbd: 64, ff: 96 },
-    { name: 'Q8_0', types: same(T.Q8_0), nEmbd: 64, ff: 96 },
-    { name: 'Q4_0', types: same(T.Q4_0), nEmbd: 96, ff: 64 },
-    { name: 'MXFP4', types: same(T.MXFP4), nEmbd: 96, ff: 64 },
-    { name: 'IQ4_NL', types: same(T.IQ4_NL), nEmbd: 96, ff: 64 },
-    { name: 'Q5_1', types: same(T.Q5_1), nEmbd: 96, ff: 64 },
-    { name: 'Q4_1', types: same(T.Q4_1), nEmbd: 96, ff: 64 },
-    { name: 'Q5_0', types: same(T.Q5_0), nEmbd: 96, ff: 64 },
-    { name: 'Q4_K', types: same(T.Q4_K), nEmbd: 256, ff: 256 },
-    { name: 'Q5_K', types: same(T.Q5_K), nEmbd: 256, ff: 256 },
-    { name: 'Q6_K', types: same(T.Q6_K), nEmbd: 256, ff: 256 },
-    { name: 'Q2_K', types: same(T.Q2_K), nEmbd: 256, ff: 256 },
-    { name: 'Q3_K', types: same(T.Q3_K), nEmbd: 256, ff: 256 },
+    ...KERNEL_TYPES_HERE.map((t) => {
+      const [nEmbd, ff] = llamaShape(t);
+      return { name: typeName(t), types: same(t), nEmbd, ff };
+    }),
     // two-pass up with int8 kernels (gate and up both round to Q8_K); two row roundings (f16, bf16) and a packed down
     { name: 'mix Q4_K/Q5_K/Q6_K', types: { gate: T.Q4_K, up: T.Q5_K, down: T.Q6_K }, nEmbd: 256, ff: 256 },
     { name: 'mix F16/BF16/Q8_0', types: { gate: T.F16, up: T.BF16, down: T.Q8_0 }, nEmbd: 64, ff: 64 },
@@ -831,7 +828,9 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
         expected: slice.down.length,
         actual: slice.down.length - 1,
       });
-      await rejectsWith(ExpertRuntime.create(device, { ...slice, types: { ...slice.types, up: T.IQ4_XS } }), 'UNSUPPORTED_TYPE');
+      const unreadable = allQuantTypes().find((q) => !KERNEL_GRID_TYPES.includes(q.type) && q.blockSize === 32);
+      assert.ok(unreadable, 'a type of blocks of 32 the kernels do not read');
+      await rejectsWith(ExpertRuntime.create(device, { ...slice, types: { ...slice.types, up: unreadable.type } }), 'UNSUPPORTED_TYPE');
       await rejectsWith(ExpertRuntime.create(device, { ...slice, types: same(T.Q4_K) }), 'BAD_SHAPE');
       await rejectsWith(ExpertRuntime.create(device, slice, { workgroupSize: 48 }), 'BAD_OPTION');
       // Tiles: tileCols must divide the workgroup; each thread holds tileRows / (64 / tileCols) ≤ 16 rows.
@@ -1087,14 +1086,21 @@ describe('expert FFN kernels on WebGPU', { concurrency: 1 }, () => {
     await rejectsWith(rt.compute(c.rows, c.ids, c.probs, 2, 1), 'DEVICE_LOST');
     rt.dispose();
 
-    // A recovery that hangs (long timeout) and a call waiting on it: dispose() answers the call with DISPOSED.
+    // A recovery that hangs (long timeout) and a call waiting on it: dispose() answers the call with DISPOSED. The
+    // request is failed once that is checked, so the attempt's 60 s timer ends with it and not the process's life.
     d = await testDevice('kernels.test device to lose');
-    rt = await ExpertRuntime.create(d, slice, { recovery: { requestDevice: never, attemptTimeoutMs: 60_000 } });
+    let endRequest: (e: Error) => void = () => {};
+    const hanging = (): Promise<GPUDevice> =>
+      new Promise((_, reject) => {
+        endRequest = reject;
+      });
+    rt = await ExpertRuntime.create(d, slice, { recovery: { requestDevice: hanging, attemptTimeoutMs: 60_000 } });
     d.destroy();
     await new Promise((r) => setTimeout(r, 50));
     const waiting = rt.compute(c.rows, c.ids, c.probs, 2, 1);
     rt.dispose();
     await rejectsWith(waiting, 'DISPOSED');
+    endRequest(new Error('the test is over'));
   });
 
   test('subgroups: rows narrower than, equal to and wider than a subgroup reduce alike', async (t) => {

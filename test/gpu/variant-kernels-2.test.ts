@@ -16,6 +16,8 @@
  *    exact numerics against referenceCall, llama numerics against referenceCall(…, 'llama') through compareLlama
  *    (gelu: plain NMSE, see GELU_LLAMA_NMSE_MAX). The clamps matter (gate past +L, up past ±L, silu(g) past L; gelu
  *    inputs past ±10 and inside, asserted) and negative controls (the reference with scales 1, or silu) miss.
+ *    `npm test` runs 12 of these 21 cases, every pair of activation, type and extras at least once (CASES), 7 of
+ *    them batched too (BATCHED_SMOKE); `npm run test:kernels:full` all of them in both regimes.
  */
 import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -34,6 +36,7 @@ import { WGSL } from '../../shaders/wgsl-sources.ts';
 import { ggmlExpf, ggmlHidden, type ExactExperts } from '../../harness/ggml-exact.ts';
 import { mulberry32 } from '../../shaders/random.ts';
 import { nodeExpertDevice, nodeGpu } from '../../harness/node-gpu.ts';
+import { FULL_KERNEL_GRID } from '../../harness/kernel-grid.ts';
 
 // The process's GPU object (module scope: dawn.node frees its instance when it is collected; docs/kernels.md).
 const gpu = await nodeGpu();
@@ -79,6 +82,46 @@ const GRID: { name: string; types: SliceTypes }[] = [
   { name: 'Q4_K', types: same(T.Q4_K) },
 ];
 const MIX = { name: 'mix Q4_K/Q6_K/Q8_0', types: { gate: T.Q4_K, up: T.Q6_K, down: T.Q8_0 } };
+/**
+ * The whole calls' cases: every activation × {F32, Q8_0, Q4_K} × {plain, biases + scales}, and the mix (two-pass up)
+ * with biases and scales, 21 in all, each with its own seeds (the ones it always had). `npm test` runs the 12 of them
+ * that hold every pair of the three at least once — each activation on every type (mix included), each activation
+ * and each type both plain and with biases and scales (plain where the activation's and the type's index sum is
+ * even) — so a kernel that breaks one activation, one type's path (the float kernels, Q8_0's and Q8_K's int8
+ * kernels, the two-pass up) or the extras on either still fails it; `npm run test:kernels:full`
+ * (EXPERTSWARM_KERNELS=full) runs all 21. The variant's arithmetic is one WGSL file (ffn_variant.wgsl) that every
+ * type's kernels include, and each case costs SwiftShader seconds of pipeline builds (its own override constants).
+ */
+const ALL_CASES = ACTIVATIONS.flatMap((act, a) => [
+  ...GRID.flatMap(({ name, types }, g) =>
+    [false, true].map((extras) => ({ act, extras, name, types, smoke: extras === ((a + g) % 2 === 1) })),
+  ),
+  { act, extras: true, ...MIX, smoke: true },
+]);
+/** Seeds: the identity-down tests take 2700…2711, the cases three each from CASE_SEED, the tests after them TAIL_SEED on. */
+const CASE_SEED = 2712;
+const TAIL_SEED = CASE_SEED + 3 * ALL_CASES.length;
+const caseKey = (c: { act: string; extras: boolean; name: string }): string => `${c.act}${c.extras ? '+' : ''} ${c.name}`;
+/**
+ * Of those 12, the ones `npm test` also runs in the batched regime (each builds the variant's batched pipelines,
+ * ~3 s on SwiftShader): each activation plain and with biases and scales, each type plain and with them (the mix:
+ * with them) — every pair of activation and extras, and of type and extras, in that regime too.
+ */
+const BATCHED_SMOKE = new Set([
+  'swiglu_clamp F32',
+  'swiglu_clamp+ mix Q4_K/Q6_K/Q8_0',
+  'silu_limit Q8_0',
+  'silu_limit+ F32',
+  'silu_limit+ Q4_K',
+  'gelu Q4_K',
+  'gelu+ Q8_0',
+]);
+const CASES = ALL_CASES.map((c, i) => ({
+  ...c,
+  seed: CASE_SEED + 3 * i,
+  batched: FULL_KERNEL_GRID || BATCHED_SMOKE.has(caseKey(c)),
+})).filter((c) => c.smoke || FULL_KERNEL_GRID);
+
 /** [nTokens, nUsed, regimes]. */
 const CALLS: [number, number, Regime[]][] = [
   [1, 2, ['decode']],
@@ -393,6 +436,11 @@ describe('expert FFN variants, second wave (swiglu_clamp, silu_limit, gelu; bias
   const boundFor = (rt: ExpertRuntime, regime: Regime): number =>
     regime === 'batched' && rt.capabilities().kernelFeatures.includes('shader-f16') ? NMSE_MAX_F16 : NMSE_MAX;
 
+  test('the batched subset names cases npm test runs', () => {
+    const smoke = new Set(ALL_CASES.filter((c) => c.smoke).map(caseKey));
+    for (const k of BATCHED_SMOKE) assert.ok(smoke.has(k), `${k} is no case of npm test's`);
+  });
+
   test('the runtime lists every feature it computes', () => {
     assert.deepEqual(
       [...WGSL_VARIANT_FEATURES].sort(),
@@ -544,19 +592,17 @@ ${WGSL.variant}
     });
   }
 
-  const cases: { act: (typeof ACTIVATIONS)[number]; extras: boolean; name: string; types: SliceTypes }[] = [];
-  for (const act of ACTIVATIONS) {
-    for (const { name, types } of GRID) for (const extras of [false, true]) cases.push({ act, extras, name, types });
-    cases.push({ act, extras: true, ...MIX });
-  }
-
-  for (const { act, extras, name, types } of cases) {
+  for (const { act, extras, name, types, seed: caseSeed, batched } of CASES) {
     const label = `${act}${extras ? ' + biases + scales' : ''} ${name}`;
-    test(`${label}: decode and batched, exact and llama numerics, match the reference; controls miss it`, async (t) => {
+    test(`${label}: decode${batched ? ' and batched' : ''}, exact and llama numerics, match the reference; controls miss it`, async (t) => {
+      let seed = caseSeed;
       const v = variantOf(act, extras);
       const slice = makeSlice(types, v, seed++);
       const experts = dequantizeExperts(slice);
-      const calls = CALLS.map(([nTokens, nUsed, regimes]) => ({ c: makeCall(nTokens, nUsed, seed++), regimes }));
+      const calls = CALLS.map(([nTokens, nUsed, regimes]) => ({
+        c: makeCall(nTokens, nUsed, seed++),
+        regimes: batched ? regimes : regimes.filter((r) => r === 'decode'),
+      }));
       const all = { g: [] as number[], u: [] as number[] };
       for (const { c } of calls) {
         const { g, u } = gateUp(experts, c);
@@ -622,6 +668,7 @@ ${WGSL.variant}
   }
 
   test('biases only and scales only (Q8_0, silu_limit): each matches the reference, and misses it without the other', async () => {
+    let seed = TAIL_SEED;
     for (const [biases, scales] of [
       [true, false],
       [false, true],
@@ -646,6 +693,7 @@ ${WGSL.variant}
   });
 
   test('a split slice (weights in parts of one expert) reads each expert its own scales: the same bits as one part', async () => {
+    let seed = TAIL_SEED + 4;
     const slice = makeSlice(same(T.Q8_0), variantOf('gelu', true), seed++);
     const c = makeCall(9, 3, seed++);
     const perExpert = (FF * N_EMBD * 34) / 32;
@@ -667,7 +715,7 @@ ${WGSL.variant}
   });
 
   test('scales that do not fit the slice are refused', async () => {
-    const slice = makeSlice(same(T.Q8_0), variantOf('silu_limit', true), seed++);
+    const slice = makeSlice(same(T.Q8_0), variantOf('silu_limit', true), TAIL_SEED + 6);
     const s = slice.scales!;
     for (const bad of [
       { ...slice, scales: { ...s, down: s.down.subarray(1) } },

@@ -152,15 +152,16 @@ test('churn: half of ten volunteers die mid-generation in every way; no request 
       { dir: pagesDir },
     );
     const url = hub.url;
+    // The headless volunteers first: their processes start and load while the tabs join.
+    for (let i = 0; i < 4; i++) {
+      const id = `headless-${i}`;
+      vs.push({ name: id, workerId: id, proc: spawnVolunteer(url, id), layer: -1 });
+    }
     browser = await launchChromium();
     // Tabs one after another (a busy 2-core machine starts them faster in turn); the first computes with WebGPU.
     for (let i = 0; i < 6; i++) {
       const tab = await joinVolunteerPage(browser, url, i === 0 ? 'webgpu' : 'auto', undefined, captureDevices);
       vs.push({ name: `tab ${i}`, workerId: tab.workerId, tab, layer: -1 });
-    }
-    for (let i = 0; i < 4; i++) {
-      const id = `headless-${i}`;
-      vs.push({ name: id, workerId: id, proc: spawnVolunteer(url, id), layer: -1 });
     }
     await waitForCoverage(url, hub.model, moe, m.config.nExpert, 5, SERVE_MS);
     // Volunteers hold several slices (issue 27): the first to load take both layers, and the hub then moves one slice
@@ -181,7 +182,7 @@ test('churn: half of ten volunteers die mid-generation in every way; no request 
       const tab = v.tab;
       await until(`${v.name} serving`, SERVE_MS, async () => ((await tab.title()).startsWith('Serving with ') ? true : undefined));
     }
-    const gpuTab = vs[0] as Volunteer;
+    const gpuTab = vs.find((v) => v.name === 'tab 0') as Volunteer;
     assert.equal(await gpuTab.tab?.title(), 'Serving with WebGPU', 'the first tab computes with WebGPU');
     pickVictims(vs, gpuTab);
     const victims = vs.filter((v) => v.kill);
@@ -286,19 +287,26 @@ test('churn: half of ten volunteers die mid-generation in every way; no request 
     let holds = (v: Volunteer): number[] => [v.layer];
     let requests = 0;
     const layerServed = (layer: number): boolean => live.filter((v) => holds(v).includes(layer)).some((v) => gained(v) > 0);
-    while (requests < 5 && !moe.every(layerServed)) {
-      const next = await completionIds(url, hub.model, E2E_PROMPT, E2E_TOKENS, m.ban);
-      requests++;
-      assert.deepEqual(next, want.slice(0, E2E_TOKENS), `request ${requests} after the churn gives the coordinator’s tokens`);
-      await new Promise((r) => setTimeout(r, 1500)); // the workers table is sampled about once a second
+    const look = async (): Promise<void> => {
       const rows = (await workersPage(url)).rows;
-      const map = await dispatchMap(url, hub.model);
+      const map = await dispatchMap(url, hub?.model ?? '');
       holds = (v) => map.filter((r) => r.worker_id === v.workerId).map((r) => r.layer);
       gained = (v) => (rows.find((r) => r.id === v.workerId)?.pairsServed ?? 0) - (servedBefore.get(v.workerId) ?? 0);
       standing = (v) => {
         const r = rows.find((x) => x.id === v.workerId);
         return r ? `${r.state}${r.benched ? ' benched' : ''}, ${r.latencyMs ?? '?'} ms, slice ${JSON.stringify(r.slice)}` : 'not listed';
       };
+    };
+    while (requests < 5 && !moe.every(layerServed)) {
+      const next = await completionIds(url, hub.model, E2E_PROMPT, E2E_TOKENS, m.ban);
+      requests++;
+      assert.deepEqual(next, want.slice(0, E2E_TOKENS), `request ${requests} after the churn gives the coordinator’s tokens`);
+      // The workers table is sampled about once a second: read it until the request's pairs show, for 1.5 s at most.
+      const readUntil = Date.now() + 1500;
+      do {
+        await new Promise((r) => setTimeout(r, 250));
+        await look();
+      } while (!moe.every(layerServed) && Date.now() < readUntil);
     }
     const summary = live
       .map((v) => `${v.name} (layer ${v.layer}, now ${JSON.stringify(holds(v))}) +${gained(v)} [${standing(v)}]`)
@@ -307,10 +315,8 @@ test('churn: half of ten volunteers die mid-generation in every way; no request 
     for (const layer of moe) assert.ok(layerServed(layer), `layer ${layer}'s live volunteers serve again: ${summary}`);
     for (const v of live) if (v.tab) assert.deepEqual(v.tab.errors, [], `${v.name}: no script errors`);
   } finally {
-    for (const v of vs) {
-      await v.tab?.close();
-      await v.proc?.stop();
-    }
+    // All at once: stop() waits up to 5 s for its process's exit, and for the SIGKILLed one (its exit already passed) all 5.
+    await Promise.all(vs.map(async (v) => Promise.all([v.tab?.close(), v.proc?.stop()])));
     await hub?.close();
   }
 });

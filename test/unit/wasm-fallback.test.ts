@@ -13,7 +13,7 @@
  *
  * Both builds of the kernel (shaders/wasm/features.ts) run the grid: 'simd' here, 'relaxed-simd' here too where this
  * Node validates relaxed SIMD, else in a child Node started with `--experimental-wasm-relaxed-simd` that runs this
- * file for that build alone (EXPERTSWARM_WASM_VARIANT).
+ * file for that build alone (EXPERTSWARM_WASM_VARIANT), holding it to the simd build's bits on the grid (VERSUS_SIMD).
  */
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -102,6 +102,15 @@ const VARIANTS: readonly ExpertKernelVariant[] = FORCED ? [FORCED] : KERNEL_VARI
 const kernel = nodeExpertKernel(VARIANTS[0]);
 const kernelOf = (v: ExpertKernelVariant): Promise<WebAssembly.Module> => nodeExpertKernel(v);
 
+/**
+ * The child that runs this file for the relaxed-simd build (where this Node does not validate relaxed SIMD) holds it to
+ * the simd build's bits on the per-type grid (the same seeds; the parent holds the simd build to the reference and
+ * ggml-exact there), and skips the variant slices (wasm-variant.test.ts's child holds the relaxed build to the simd
+ * build's bits on every variant): neither the references nor ggml-exact (JS, most of the time here) run twice.
+ * `npm run test:kernels:full` (EXPERTSWARM_KERNELS=full) runs the whole file in the child as well.
+ */
+const VERSUS_SIMD = FORCED !== undefined && FORCED !== 'simd' && process.env.EXPERTSWARM_KERNELS !== 'full';
+
 /** This process's environment without node --test's child protocol, so the child reports as a plain run (TAP). */
 function childEnv(): NodeJS.ProcessEnv {
   const { NODE_TEST_CONTEXT: _, ...env } = process.env;
@@ -133,10 +142,25 @@ test('the wasm fallback reads every type it lists', () => {
 for (const variant of VARIANTS)
   for (const type of WASM_FALLBACK_TYPES.types) {
     const name = GGMLType[type];
-    test(`wasm fallback (${variant}), ${name}: both numerics × 1/4/64 rows against the reference and ggml-exact`, {
+    const against = VERSUS_SIMD ? "the simd build's bits" : 'the reference and ggml-exact';
+    test(`wasm fallback (${variant}), ${name}: both numerics × 1/4/64 rows against ${against}`, {
       timeout: 300_000,
     }, async (t) => {
       const slice = makeSlice(type, 100 + type);
+      if (VERSUS_SIMD) {
+        for (const numerics of ['exact', 'llama'] as Numerics[]) {
+          const mine = await WasmExpertFallback.create(await kernelOf(variant), slice, { numerics });
+          const simd = await WasmExpertFallback.create(await kernelOf('simd'), slice, { numerics });
+          for (const nTokens of ROWS) {
+            const c = call(nTokens, 1000 * type + nTokens);
+            const diff = differingBits(await run(mine, c), await run(simd, c));
+            assert.equal(diff, 0, `${name} ${numerics}, ${nTokens} rows: ${diff} values differ from the simd build's`);
+          }
+          await mine.dispose();
+          await simd.dispose();
+        }
+        return;
+      }
       const experts = dequantizeExperts(slice);
       for (const numerics of ['exact', 'llama'] as Numerics[]) {
         const fb = await WasmExpertFallback.create(await kernelOf(variant), slice, { numerics });
@@ -272,7 +296,9 @@ for (const variant of VARIANTS) {
 // compareLlama judges a variant slice too (issue 25): it finds the ties of the variant's h (biases added, then
 // swiglu_oai or silu), so the bound of the silu grid (1e-9 beyond ties) holds for them, and ggml-exact's bits stay
 // those of the coordinator. Rows of scale 4 and biases of about 2 (down 4) reach the clamps of swiglu_oai.
-test('wasm fallback, llama numerics: variant slices judged by compareLlama with the silu grid’s bound', async (t) => {
+test('wasm fallback, llama numerics: variant slices judged by compareLlama with the silu grid’s bound', {
+  skip: VERSUS_SIMD ? "the child: wasm-variant.test.ts's child holds this build to the simd build's bits on every variant" : false,
+}, async (t) => {
   const variants: [string, ExpertVariant][] = [
     ['swiglu_oai + biases', GPT_OSS_VARIANT],
     ['silu + biases', { ...SILU_VARIANT, biases: true }],

@@ -451,26 +451,25 @@ export function observeRoundTrip(m: LatencyModel, pairs: number, ms: number, com
     if (m.warm === 0) m.n = m.nCompute = m.small.n = m.large.n = 0; // the first warm sample replaces a cold-only line
     m.warm++;
   }
-  const a = m.n === 0 ? 1 : alpha;
-  m.ms += a * (ms - m.ms);
-  m.pairs += a * (pairs - m.pairs);
-  m.pairs2 += a * (pairs * pairs - m.pairs2);
-  m.pairsMs += a * (pairs * ms - m.pairsMs);
-  m.n++;
+  addSample(m, pairs, ms, alpha); // the round trip's fit
   if (computeMs > 0) {
     const c = Math.min(computeMs, ms);
-    const f = pairs > SMALL_ITEM_PAIRS ? m.large : m.small;
-    const b = f.n === 0 ? 1 : alpha;
-    f.ms += b * (c - f.ms);
-    f.pairs += b * (pairs - f.pairs);
-    f.pairs2 += b * (pairs * pairs - f.pairs2);
-    f.pairsMs += b * (pairs * c - f.pairsMs);
-    f.n++;
+    addSample(pairs > SMALL_ITEM_PAIRS ? m.large : m.small, pairs, c, alpha);
     m.transport[m.nCompute % TRANSPORT_WINDOW] = ms - c;
     m.nCompute++;
     m.transportMs = transportMedian(m);
   }
   return true;
+}
+
+/** One sample into a fit's EWMAs (the first one sets them). */
+function addSample(f: ComputeFit, pairs: number, ms: number, alpha: number): void {
+  const a = f.n === 0 ? 1 : alpha;
+  f.ms += a * (ms - f.ms);
+  f.pairs += a * (pairs - f.pairs);
+  f.pairs2 += a * (pairs * pairs - f.pairs2);
+  f.pairsMs += a * (pairs * ms - f.pairsMs);
+  f.n++;
 }
 
 /** The least-squares line of EWMAs, or the whole mean time per pair while the sizes hardly vary (or the fit is < 0). */

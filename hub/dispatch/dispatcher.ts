@@ -863,11 +863,8 @@ export class ModelDispatcher {
       // longer as the declines go on in a row (the load has passed), never longer than the rules above say.
       const streak = (conn.declineStreak.get(req.layer) ?? 0) + 1;
       conn.declineStreak.set(req.layer, streak);
-      if (
-        q > 0 &&
-        (chosenStats.some((st) => provenWarm(st, nowMs, this.claimCfg)) || declined.some((st) => provenWarm(st, nowMs, this.claimCfg)))
-      )
-        q = Math.min(q, declineQuietMs(streak, q, this.claimCfg));
+      const warm = (st: WorkerDispatchStats): boolean => provenWarm(st, nowMs, this.claimCfg);
+      if (q > 0 && (chosenStats.some(warm) || declined.some(warm))) q = declineQuietMs(streak, q, this.claimCfg);
       this.answerLocal(conn, req, q, arrivedAt);
       return;
     }

@@ -241,11 +241,13 @@ export function spawnVolunteer(hubUrl: string, workerId: string, args: string[] 
     proc,
     output: () => out,
     stop: async () => {
-      if (proc.exitCode === null) {
+      // A process killed by a signal has exitCode null and its signalCode set: it has exited, nothing to wait for.
+      const running = (): boolean => proc.exitCode === null && proc.signalCode === null;
+      if (running()) {
         const exited = new Promise((r) => proc.once('exit', r));
         proc.kill('SIGTERM');
         await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))]);
-        if (proc.exitCode === null) proc.kill('SIGKILL');
+        if (running()) proc.kill('SIGKILL');
       }
       rmSync(dir, { recursive: true, force: true });
     },

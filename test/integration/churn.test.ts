@@ -38,6 +38,9 @@ import {
 } from '../../harness/swarm.ts';
 
 const SERVE_MS = 240_000;
+/** Replicas wanted per layer: each of the ten volunteers holds one slice of the two layers at the start. */
+const TARGET_BASE = 5;
+const ADMIN_TOKEN = 'churn-admin-token-0123456789abcdef';
 /** The request in flight when the volunteers die: long enough to outlast a dozen tokens' pairs on a busy machine. */
 const CHURN_TOKENS = 128;
 /** Requests tried, each checked, until one is still generating once a dozen tokens' pairs were served. */
@@ -145,7 +148,8 @@ test('churn: half of ten volunteers die mid-generation in every way; no request 
       m.path,
       'always',
       {
-        saturation: { ...DEFAULT_SATURATION, targetBase: 5 },
+        saturation: { ...DEFAULT_SATURATION, targetBase: TARGET_BASE },
+        adminToken: ADMIN_TOKEN,
         channel: { heartbeatMs: HEARTBEAT_MS, idleTimeoutMs: IDLE_TIMEOUT_MS },
       },
       'm',
@@ -265,13 +269,29 @@ test('churn: half of ten volunteers die mid-generation in every way; no request 
       (await workersPage(url)).rows.find((r) => r.id === gpuTab.workerId)?.backend === rebuiltOn ? true : undefined,
     );
 
-    // The cut network comes back: the tab notices the hub's silence itself (its own idle timeout), dials again, and the
-    // market hands it a slice once more.
+    // The cut network comes back: the tab notices the hub's silence itself (its own idle timeout), dials again and is
+    // welcomed. By then the survivors may hold every wanted slice between them (the market hands the dead ones' layers
+    // to volunteers with room, and rebalancing gives a slice only to a volunteer at least half as fast as its holder,
+    // market/rebalance.ts): one more replica per layer is then asked for, and the market hands the rejoined tab a slice.
     const offline = victims.find((v) => v.kill === 'tab offline') as Volunteer;
-    await offline.tab?.context.setOffline(false);
-    const rejoinedMs = await until('the offline tab back in the dispatch map', SERVE_MS, async () =>
-      (await dispatchMap(url, hub?.model ?? '')).some((r) => r.worker_id === offline.workerId) ? Date.now() - killedAt : undefined,
+    const offlineTab = offline.tab as VolunteerTab;
+    await offlineTab.context.setOffline(false);
+    const welcomedMs = await until('the offline tab welcomed back', SERVE_MS, async () =>
+      /^(Waiting for demand|Serving with )/.test(await offlineTab.title()) ? Date.now() - killedAt : undefined,
     );
+    const inMap = async (): Promise<boolean> => (await dispatchMap(url, hub?.model ?? '')).some((r) => r.worker_id === offline.workerId);
+    if (!(await inMap())) {
+      const raised = await fetch(`${url}/api/admin/target`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ base: TARGET_BASE + 1 }),
+      });
+      assert.equal(raised.status, 200, `the target raised: ${await raised.text()}`);
+    }
+    const rejoinedMs = await until('the offline tab back in the dispatch map', SERVE_MS, async () =>
+      (await inMap()) ? Date.now() - killedAt : undefined,
+    );
+    console.log(`[churn] the offline tab was welcomed back ${welcomedMs} ms after its network was cut`);
     console.log(`[churn] the offline tab served again ${rejoinedMs} ms after its network was cut`);
 
     // The survivors (and the rebuilt tab) go on serving: the next request's pairs are served in every layer.

@@ -19,9 +19,12 @@
  * slower than A (issue 13 (a): ratio ≥ 0.97): the claim policy (protocol v2) declines workers that do not help. With
  * a GPU for the volunteers (issue 13 (b): goal ≥ 2×), run with `--backend webgpu` (and `--pin none` or other cores).
  *
+ * The load's lanes run in a child process on the hubs' cores (`--load child`, bench/elastic/load-child.ts), not on the
+ * dispatchers' event loop; `--load inline` runs them in this process, as before 2026-12-06.
+ *
  *   npm run bench:elastic [-- --rounds 5 --tokens 64 --streams 6 --requests 2 --backend auto --threads 1 --pin 0:1
  *                             --budget-mb N --deadline-ms 250 --volunteers N --quick --slots 4
- *                             --claims '{"declineQuietMs": 4, "deadlineSlack": 2}']
+ *                             --claims '{"declineQuietMs": 4, "deadlineSlack": 2}' --load child]
  *
  * `--quick`: a small model (n_embd 512, 32 experts, ff 256) for a smoke run. `--volunteers 0`: the control, B with
  * nobody to dispatch to. docs/elastic.md ("Elastic gain") says what each number is and holds the last measurements.
@@ -31,11 +34,10 @@
  * measures something else: the coordinator's memory alone vs with the swarm, under a limit below its experts
  * (bench/elastic/memory.ts; docs/elastic.md, "Bigger than the coordinator's memory").
  */
-import { spawnSync } from 'node:child_process';
+import { type ChildProcess, fork, spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { cpus, freemem, loadavg, totalmem } from 'node:os';
 import { parseArgs } from 'node:util';
-import OpenAI from 'openai';
 import type { DispatcherTotals, ModelDispatcher, ResponseSummary } from '../../hub/dispatch/dispatcher.ts';
 import { describeLatency } from '../../hub/dispatch/plan.ts';
 import { type ClaimConfig, DEFAULT_CLAIMS } from '../../hub/dispatch/claims.ts';
@@ -56,6 +58,7 @@ import { type Shape, QUICK, REALISTIC, benchModel, describeShape, volunteerBudge
 import { loopDelay } from '../loop-delay.ts';
 import { amdahlCeiling, shareFromTopOne } from './ceiling.ts';
 import { splitByBatch } from './split.ts';
+import { type LanePlan, type Req, type Timings, runLanes } from './lanes.ts';
 
 // `--memory`: the coordinator's memory alone vs with the swarm, under a limit below the experts (bench/elastic/memory.ts).
 if (process.argv.includes('--memory')) {
@@ -82,6 +85,7 @@ const { values } = parseArgs({
     volunteers: { type: 'string' },
     quick: { type: 'boolean', default: false },
     share: { type: 'boolean', default: false },
+    load: { type: 'string', default: 'child' },
   },
 });
 /**
@@ -242,87 +246,6 @@ if (PIN) {
   log(affinityLines[0] as string);
 }
 
-// --- one streaming request, with llama-server's timings
-
-interface Timings {
-  prompt_n: number;
-  prompt_ms: number;
-  predicted_n: number;
-  predicted_ms: number;
-}
-
-interface Req {
-  prompt: number;
-  startMs: number;
-  firstMs: number | null;
-  endMs: number;
-  ids: number[];
-  timings: Timings | null;
-  retried: number;
-  error: string | null;
-}
-
-function chunkIds(chunk: unknown): number[] {
-  const choice = (chunk as { choices?: Array<{ logprobs?: { content?: Array<{ id?: unknown }> } | null }> }).choices?.[0];
-  const out: number[] = [];
-  for (const t of choice?.logprobs?.content ?? []) if (typeof t.id === 'number') out.push(t.id);
-  return out;
-}
-
-async function streamOnce(client: OpenAI, model: string, p: number, ban: readonly number[]): Promise<Req & { status: number | null }> {
-  const r: Req & { status: number | null } = {
-    prompt: p,
-    startMs: performance.now(),
-    firstMs: null,
-    endMs: 0,
-    ids: [],
-    timings: null,
-    retried: 0,
-    error: null,
-    status: null,
-  };
-  try {
-    // llama-server's own fields (ignore_eos, cache_prompt) go in the body as given. cache_prompt false: every request
-    // processes its whole prompt, so the prompt rate is measured on each.
-    const body = {
-      model,
-      prompt: PROMPTS[p] as string,
-      max_tokens: N_TOKENS,
-      temperature: 0,
-      seed: 1,
-      logprobs: 1,
-      stream: true as const,
-      logit_bias: Object.fromEntries(ban.map((id) => [String(id), -100])),
-      ignore_eos: true,
-      cache_prompt: false,
-    };
-    const stream = await client.completions.create(body);
-    for await (const chunk of stream) {
-      const ids = chunkIds(chunk);
-      if (ids.length > 0 && r.firstMs === null) r.firstMs = performance.now();
-      r.ids.push(...ids);
-      const t = (chunk as { timings?: Timings }).timings;
-      if (t && typeof t.prompt_n === 'number') r.timings = t;
-    }
-    if (r.ids.length !== N_TOKENS) r.error = `${r.ids.length} token ids streamed, ${N_TOKENS} asked for`;
-  } catch (e) {
-    r.error = e instanceof Error ? e.message : String(e);
-    const status = (e as { status?: unknown }).status;
-    if (typeof status === 'number') r.status = status;
-  }
-  r.endMs = performance.now();
-  return r;
-}
-
-/** Retried at once on a 503 before any token (the proxy's keep-alive race: bench/elastic/load.ts completeWithRetry). */
-async function request(client: OpenAI, model: string, p: number, ban: readonly number[]): Promise<Req> {
-  for (let retried = 0; ; retried++) {
-    const r = await streamOnce(client, model, p, ban);
-    r.retried = retried;
-    if (r.status !== 503 || r.ids.length > 0 || retried >= 5) return r;
-  }
-}
-
 // --- a round: STREAMS lanes drain a queue of requests
 
 /** The processes whose CPU time each round reports: this one (the hubs and the load), the volunteers, the coordinators. */
@@ -408,49 +331,89 @@ async function runLoad(
   ban: readonly number[],
   opts: { count?: number; until?: () => boolean },
 ): Promise<Round> {
-  const client = new OpenAI({ baseURL: `${h.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 1_800_000 });
-  const reqs: Req[] = [];
-  let next = 0;
+  const plan: LanePlan = { url: h.url, model: h.model, prompts: PROMPTS, tokens: N_TOKENS, ban, streams: STREAMS };
   let saturatedSamples = 0;
   let samples = 0;
   const sampler = setInterval(() => {
     samples++;
     if (saturatedNow(h)) saturatedSamples++;
   }, 250);
-  const more = (): boolean => (opts.until ? !opts.until() : next < (opts.count ?? 0));
   const loop = loopDelay(5);
   const cpu0 = cpuWatch.map((w) => cpuSeconds(w.pid));
-  const t0 = performance.now();
+  let lanes: { reqs: Req[]; wallMs: number };
   try {
-    await Promise.all(
-      Array.from({ length: STREAMS }, async () => {
-        while (more()) {
-          const p = next++ % N_PROMPTS;
-          const r = await request(client, h.model, p, ban);
-          reqs.push(r);
-          if (r.error !== null) {
-            log(`  ${name}: request for prompt ${p} failed: ${r.error}`);
-            await wait(250);
-          }
-        }
-      }),
-    );
+    lanes = LOAD_CHILD
+      ? await childRound(plan, name, opts)
+      : await runLanes(
+          plan,
+          (sent) => (opts.until ? !opts.until() : sent < (opts.count ?? 0)),
+          (r) => log(`  ${name}: request for prompt ${r.prompt} failed: ${r.error}`),
+        );
   } finally {
     clearInterval(sampler);
     loop.stop();
   }
-  const wallMs = performance.now() - t0;
   const cpuS = Object.fromEntries(cpuWatch.map((w, i) => [w.name, cpuSeconds(w.pid) - (cpu0[i] as number)]));
   return {
     hub: name,
     cpuS,
-    reqs,
-    wallMs,
+    reqs: lanes.reqs,
+    wallMs: lanes.wallMs,
     saturatedSamples,
     samples,
     loopP50Ms: loop.ms(50),
     loopP99Ms: loop.ms(99),
   };
+}
+
+/**
+ * `--load child` (the default): the lanes run in a forked process (bench/elastic/load-child.ts) on the hubs' cores, so
+ * that the streamed chunks are parsed on another event loop than the dispatchers'; `--load inline` runs them here.
+ */
+const LOAD_CHILD = values.load === 'child';
+if (!['child', 'inline'].includes(values.load)) throw new Error(`--load must be child or inline, got ${values.load}`);
+let loadChild: ChildProcess | null = null;
+/** The load's child process id, once it runs. */
+const loadPid = (): number | undefined => loadChild?.pid;
+
+function childRound(
+  plan: LanePlan,
+  name: 'A' | 'B',
+  opts: { count?: number; until?: () => boolean },
+): Promise<{ reqs: Req[]; wallMs: number }> {
+  if (!loadChild) {
+    loadChild = fork(new URL('./load-child.ts', import.meta.url), [], { execArgv: ['--import', 'tsx'], stdio: 'inherit' });
+    if (loadChild.pid !== undefined) cpuWatch.push({ name: 'load', pid: loadChild.pid });
+  }
+  const child = loadChild;
+  return new Promise((resolve, reject) => {
+    let watch: ReturnType<typeof setInterval> | undefined;
+    const done = (): void => {
+      if (watch) clearInterval(watch);
+      child.off('message', onMessage);
+      child.off('exit', onExit);
+    };
+    const onMessage = (m: { type: string; prompt?: number; error?: string; reqs?: Req[]; wallMs?: number }): void => {
+      if (m.type === 'error') log(`  ${name}: request for prompt ${m.prompt} failed: ${m.error}`);
+      if (m.type !== 'done') return;
+      done();
+      resolve({ reqs: m.reqs as Req[], wallMs: m.wallMs as number });
+    };
+    const onExit = (code: number | null): void => {
+      done();
+      reject(new Error(`the load's child process exited (${code}) during a round`));
+    };
+    child.on('message', onMessage);
+    child.on('exit', onExit);
+    child.send({ type: 'round', plan, count: opts.until ? null : (opts.count ?? 0) });
+    const until = opts.until;
+    if (until)
+      watch = setInterval(() => {
+        if (!until()) return;
+        clearInterval(watch);
+        child.send({ type: 'stop' });
+      }, 100);
+  });
 }
 
 // --- the dispatcher's own counters (no public accessor on Hub: read through its private map, for this bench only)
@@ -523,6 +486,8 @@ const volunteers: HeadlessVolunteer[] = [];
 async function cleanUp(): Promise<void> {
   for (const v of volunteers.splice(0)) await v.stop();
   for (const h of hubs.splice(0).reverse()) await h.close();
+  loadChild?.kill();
+  loadChild = null;
 }
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
@@ -748,6 +713,7 @@ try {
       ['coordinator A', alone.hub.coordinatorProcess(alone.model)?.pid as number, PIN.coordinator],
       ['coordinator B', swarm.hub.coordinatorProcess(swarm.model)?.pid as number, PIN.coordinator],
       ['this process', process.pid, PIN.hub],
+      ...(loadPid() !== undefined ? [['the load', loadPid() as number, PIN.hub] as [string, number, string]] : []),
       ...mine.map((v): [string, number, string] => [`volunteer ${v.proc.pid}`, v.proc.pid as number, PIN.rest]),
     ];
     for (const [name, pid, cores] of procs) {

@@ -375,20 +375,6 @@ function decodeQ6_K(src: Uint8Array, nb: number, out: Float32Array, o: number): 
   }
 }
 
-/**
- * IQ2_XXS rows (n a multiple of 256), bit for bit with dequantize_row_iq2_xxs. Not yet in `dequantize`'s table: a type
- * there is one every CPU path reads (the onnxruntime fallback lists them), and IQ2_XXS has no quantizer, llama numerics
- * or kernels yet (issue 26).
- */
-export function dequantizeIQ2XXS(src: Uint8Array, n: number): Float32Array {
-  if (!Number.isSafeInteger(n) || n < 0 || n % 256 !== 0) throw new RangeError(`dequantize IQ2_XXS: bad element count ${n}`);
-  if (src.length < (n / 256) * 66)
-    throw new RangeError(`dequantize IQ2_XXS: ${n} elements need ${(n / 256) * 66} bytes, src has ${src.length}`);
-  const out = new Float32Array(n);
-  decodeIQ2_XXS(src, n / 256, out, 0);
-  return out;
-}
-
 const decoders = new Map<GGMLType, Decoder>([
   [GGMLType.F32, decodeF32],
   [GGMLType.F16, decodeF16],
@@ -401,6 +387,7 @@ const decoders = new Map<GGMLType, Decoder>([
   [GGMLType.MXFP4, decodeMXFP4],
   [GGMLType.IQ4_NL, decodeIQ4_NL],
   [GGMLType.IQ4_XS, decodeIQ4_XS],
+  [GGMLType.IQ2_XXS, decodeIQ2_XXS],
   [GGMLType.Q2_K, decodeQ2_K],
   [GGMLType.Q3_K, decodeQ3_K],
   [GGMLType.Q4_K, decodeQ4_K],

@@ -8,7 +8,7 @@
  * `--type` hold the same underlying weights, quantized differently.
  */
 import { parseArgs } from 'node:util';
-import { mkdir, rename } from 'node:fs/promises';
+import { mkdir, rename, stat, unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { GGUFWriter } from '../gguf/writer.ts';
 import { type GGUFValue, GGUFValueType, arr, bool, f32, str, u32 } from '../gguf/types.ts';
@@ -16,7 +16,8 @@ import { HYBRID_FILL } from './model-arch-hybrid.ts';
 import { UNGENERATED } from './model-arch-kin.ts';
 import { fileSink } from '../gguf/node-io.ts';
 import { quantize } from '../gguf/quantize.ts';
-import { quantTypeByName } from '../gguf/quant-types.ts';
+import { GGMLType, quantTypeByName } from '../gguf/quant-types.ts';
+import { LLAMA_QUANTIZED, quantizeWithLlama } from './llama-quantized.ts';
 import {
   ARCHITECTURES,
   type ArchName,
@@ -182,6 +183,20 @@ export async function makeModel(config: ModelConfig, path: string): Promise<Made
   const { plan, writer: w, vocab } = modelHeader(config);
 
   await mkdir(dirname(path), { recursive: true });
+  if (LLAMA_QUANTIZED.has(config.type)) {
+    // The same weights in F32, then llama.cpp's quantizer (tools/llama-quantized.ts).
+    const f32Path = `${path}.f32-${process.pid}`;
+    const tmp = `${path}.part-${process.pid}`;
+    try {
+      await makeModel({ ...config, type: GGMLType.F32 }, f32Path);
+      await quantizeWithLlama(f32Path, tmp, config.type, plan.tensors);
+    } finally {
+      await unlink(f32Path).catch(() => undefined);
+    }
+    const bytes = (await stat(tmp)).size;
+    await rename(tmp, path);
+    return { path, plan, bytes, nonUtf8TokenIds: vocab.nonUtf8Ids, vocabSize: vocab.tokens.length };
+  }
   const tmp = `${path}.part-${process.pid}`;
   const sink = fileSink(tmp);
   let bytes = 0;
@@ -205,7 +220,7 @@ const USAGE = `usage: npm run make-model -- --arch <${ARCHITECTURES.join('|')}> 
        [--n-expert X] [--n-expert-used K] [--ff F] [--shared-ff S] [--dense-leading D] [--n-head H] [--n-head-kv H]
        [--q-lora-rank R] [--kv-lora-rank R] [--expert-groups G] [--expert-groups-used U] [--expert-scales]
        [--swiglu-limit L[,L...]]
-       [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k] [--seed S] [--expert-scale A] --out file.gguf
+       [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k|mxfp4|iq4_nl|iq4_xs|iq2_xxs] [--seed S] [--expert-scale A] --out file.gguf
 
   --expert-scale A   amplitude of the routed experts' down projection relative to unit variance (default 0.1: a quiet
                      expert branch; 1 or more makes errors in the experts visible in the logits)

@@ -18,9 +18,12 @@ import { GGMLType, requireQuantType, rowByteSize } from '../../gguf/quant-types.
 import { openFileSource } from '../../gguf/node-io.ts';
 import { readGGUF } from '../../gguf/reader.ts';
 import type { GGUFFile, GGUFTensorInfo } from '../../gguf/types.ts';
-import { dequantize, dequantizeIQ2XXS } from '../../gguf/dequantize.ts';
+import { dequantize } from '../../gguf/dequantize.ts';
 import { quantize } from '../../gguf/quantize.ts';
 import { writeSyntheticImatrix } from '../../tools/imatrix.ts';
+import { makeModel } from '../../tools/make-model.ts';
+import { defaultConfig } from '../../tools/model-arch.ts';
+import { quantizeWithLlama } from '../../tools/llama-quantized.ts';
 
 const run = promisify(execFile);
 
@@ -182,7 +185,7 @@ for (const [type, ftype, bound] of THEIRS) {
           `${t.name}: byte length`,
         );
         assert.equal(source.length, elements(t), `${t.name}: F32 source length`);
-        const mine = type === GGMLType.IQ2_XXS ? dequantizeIQ2XXS(theirBytes, elements(t)) : dequantize(type, theirBytes, elements(t));
+        const mine = dequantize(type, theirBytes, elements(t));
         assertBitEqual(mine, new Float32Array((await deq.bytes(d)).slice().buffer), t.name);
         const e = nmse(mine, source);
         assert.ok(e < bound, `${t.name}: NMSE ${e.toExponential(2)} ≥ ${bound}`);
@@ -212,3 +215,34 @@ for (const [type, ftype, bound] of THEIRS) {
     }
   });
 }
+
+test("the generator's IQ2_XXS model: llama.cpp's quantizer, every tensor of the plan's type, near the F32 model's weights", async () => {
+  const made = await makeModel(defaultConfig({ ...base, type: GGMLType.IQ2_XXS }), join(dir, 'gen-IQ2_XXS.gguf'));
+  const f32 = await testModel({ ...base, type: GGMLType.F32 });
+  const ours = await load(made.path);
+  const src = await load(f32.path);
+  try {
+    assert.equal(ours.file.tensors.length, made.plan.tensors.length, 'tensor count');
+    let iq2 = 0;
+    for (const p of made.plan.tensors) {
+      const t = ours.file.tensors.find((x) => x.name === p.name);
+      assert.ok(t, `${p.name} missing`);
+      assert.equal(GGMLType[t.type], GGMLType[p.type], `${p.name}: type`);
+      if (t.type !== GGMLType.IQ2_XXS) continue;
+      const s = src.file.tensors.find((x) => x.name === p.name)!;
+      const e = nmse(dequantize(t.type, await ours.bytes(t), elements(t)), new Float32Array((await src.bytes(s)).slice().buffer));
+      assert.ok(e < 2.5e-1, `${p.name}: NMSE ${e.toExponential(2)}`);
+      iq2++;
+    }
+    assert.ok(iq2 >= 4, `${iq2} IQ2_XXS tensors`);
+  } finally {
+    await ours.close();
+    await src.close();
+  }
+  // A plan that disagrees with what llama.cpp wrote is refused, naming the tensor.
+  const wrong = made.plan.tensors.map((t) => (t.name === 'blk.0.ffn_up_exps.weight' ? { ...t, type: GGMLType.Q4_K } : t));
+  await assert.rejects(
+    quantizeWithLlama(f32.path, join(dir, 'gen-wrong.gguf'), GGMLType.IQ2_XXS, wrong),
+    /blk\.0\.ffn_up_exps\.weight is IQ2_XXS, the plan says Q4_K/,
+  );
+});

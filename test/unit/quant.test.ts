@@ -10,7 +10,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { GGMLType, QK_K, requireQuantType } from '../../gguf/quant-types.ts';
 import { bf16ToF32, f16ToF32, f16ToF32Table, f32ToBf16, f32ToF16 } from '../../gguf/half.ts';
-import { canDequantize, dequantize, dequantizeIQ2XXS } from '../../gguf/dequantize.ts';
+import { canDequantize, dequantize } from '../../gguf/dequantize.ts';
 import { canQuantize, quantize } from '../../gguf/quantize.ts';
 import { mulberry32Uint as mulberry32 } from '../../shaders/random.ts';
 
@@ -859,7 +859,7 @@ test('dequantize IQ2_XXS: (d · (0.5 + s)) · 0.25 × iq2xxs_grid magnitudes, si
   // Sub-block 0: groups on grid points 0..3, group 0's sign index 3 (ksigns 3: elements 0 and 1 negative), the others
   // 0 (all positive); s = 3, so db = (1 · 3.5) · 0.25 = 0.875. The other sub-blocks: point 0, s = 0 (db = 0.125).
   const bytes: Record<number, number> = { 2: 0, 3: 1, 4: 2, 5: 3, 6: 3, 9: 3 << 4 };
-  const y = dequantizeIQ2XXS(block(66, { 0: f32ToF16(1) }, bytes), 256);
+  const y = dequantize(GGMLType.IQ2_XXS, block(66, { 0: f32ToF16(1) }, bytes), 256);
   // iq2xxs_grid[0..3]: 8 8 8 8 8 8 8 8 | 43 8 8 8 8 8 8 8 | 25 25 8 8 8 8 8 8 | 8 43 8 8 8 8 8 8
   const points = [
     [8, 8, 8, 8, 8, 8, 8, 8],
@@ -884,7 +884,9 @@ test('supported type sets', () => {
   assert.ok(canDequantize(GGMLType.MXFP4) && canQuantize(GGMLType.MXFP4), 'MXFP4');
   assert.ok(canDequantize(GGMLType.IQ4_NL) && canQuantize(GGMLType.IQ4_NL), 'IQ4_NL');
   assert.ok(canDequantize(GGMLType.IQ4_XS) && canQuantize(GGMLType.IQ4_XS), 'IQ4_XS');
-  for (const t of [GGMLType.Q8_1, GGMLType.Q8_K, GGMLType.IQ2_XXS, GGMLType.I8, GGMLType.F64, GGMLType.NVFP4, 999 as GGMLType]) {
+  // IQ2_XXS: read here, written by llama.cpp's quantizer (tools/llama-quantized.ts)
+  assert.ok(canDequantize(GGMLType.IQ2_XXS) && !canQuantize(GGMLType.IQ2_XXS), 'IQ2_XXS');
+  for (const t of [GGMLType.Q8_1, GGMLType.Q8_K, GGMLType.IQ3_XXS, GGMLType.I8, GGMLType.F64, GGMLType.NVFP4, 999 as GGMLType]) {
     assert.equal(canDequantize(t), false, `canDequantize ${t}`);
     assert.equal(canQuantize(t), false, `canQuantize ${t}`);
   }
@@ -902,7 +904,8 @@ test('bad arguments throw RangeError', () => {
   assert.throws(() => dequantize(GGMLType.Q4_0, q40, 32, new Float32Array(31)), RangeError);
   assert.throws(() => dequantize(GGMLType.Q4_0, q40, 32, new Float32Array(40), 9), RangeError);
   assert.throws(() => dequantize(GGMLType.Q4_0, q40, 32, undefined, -1), RangeError);
-  assert.throws(() => dequantize(GGMLType.IQ2_XXS, new Uint8Array(66), 256), { name: 'RangeError', message: /IQ2_XXS/ });
+  assert.throws(() => dequantize(GGMLType.IQ2_XXS, new Uint8Array(65), 256), { name: 'RangeError', message: /IQ2_XXS.*66.*65/ });
+  assert.throws(() => dequantize(GGMLType.IQ3_XXS, new Uint8Array(98), 256), { name: 'RangeError', message: /IQ3_XXS/ });
   assert.throws(() => dequantize(999 as GGMLType, q40, 32), RangeError);
   assert.throws(() => quantize(GGMLType.Q8_0, new Float32Array(33)), { name: 'RangeError', message: /33.*32/ });
   assert.throws(() => quantize(GGMLType.Q4_K, new Float32Array(128)), RangeError);

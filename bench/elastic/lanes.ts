@@ -7,6 +7,7 @@
  *   const { reqs, wallMs } = await runLanes(plan, (n) => n < 12);   // 12 requests, then each lane ends
  */
 import OpenAI from 'openai';
+import { chunkIds } from './load.ts';
 
 export interface Timings {
   prompt_n: number;
@@ -37,13 +38,6 @@ export interface LanePlan {
   /** Token ids banned with logit bias −100. */
   ban: readonly number[];
   streams: number;
-}
-
-function chunkIds(chunk: unknown): number[] {
-  const choice = (chunk as { choices?: Array<{ logprobs?: { content?: Array<{ id?: unknown }> } | null }> }).choices?.[0];
-  const out: number[] = [];
-  for (const t of choice?.logprobs?.content ?? []) if (typeof t.id === 'number') out.push(t.id);
-  return out;
 }
 
 async function streamOnce(client: OpenAI, plan: LanePlan, p: number): Promise<Req & { status: number | null }> {

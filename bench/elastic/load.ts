@@ -47,7 +47,7 @@ function newRecord(lane: number, prompt: number): RequestRecord {
 }
 
 /** One streamed chunk's token ids (llama-server puts them in `logprobs.content` when `logprobs` is asked for). */
-function chunkIds(chunk: unknown): number[] {
+export function chunkIds(chunk: unknown): number[] {
   const choice = (chunk as { choices?: Array<{ logprobs?: { content?: Array<{ id?: unknown }> } | null }> }).choices?.[0];
   const out: number[] = [];
   for (const t of choice?.logprobs?.content ?? []) if (typeof t.id === 'number') out.push(t.id);

@@ -8,9 +8,7 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { GGMLType, rowByteSize } from '../gguf/quant-types.ts';
-import { MODEL_CACHE, type TestModel, testModel } from '../harness/models.ts';
-import { defaultConfig } from '../tools/model-arch.ts';
-import { buildVocabulary } from '../tools/tokenizer.ts';
+import { MODEL_CACHE, type TestModel, testModel, testModelAt } from '../harness/models.ts';
 import { kernelOverheadBytes } from '../volunteer/engine-open.ts';
 
 export interface Shape {
@@ -52,9 +50,8 @@ export async function benchModel(s: Shape, layers: number, log: (line: string) =
   // tools/ and gguf/, and the realistic model takes minutes to generate): used as it is.
   const given = process.env.EXPERTSWARM_BENCH_MODEL;
   if (given) {
-    if (!existsSync(given)) throw new Error(`EXPERTSWARM_BENCH_MODEL ${given}: no such file`);
     log(`  given (EXPERTSWARM_BENCH_MODEL, not checked against the shape): ${given}`);
-    return { shape: s, model: { path: given, config: defaultConfig(partial), ban: buildVocabulary().nonUtf8Ids }, generatedS: null };
+    return { shape: s, model: testModelAt(given, partial), generatedS: null };
   }
   const model = await testModel(partial);
   const generatedS = before.has(model.path.split('/').pop() as string) ? null : (performance.now() - t0) / 1000;

@@ -44,6 +44,12 @@ export async function testModel(partial: Partial<ModelConfig> & Pick<ModelConfig
   return { path, config, ban: buildVocabulary().nonUtf8Ids };
 }
 
+/** A model generated before, at `path`, taken as the config says it was made (not read back to check). */
+export function testModelAt(path: string, partial: Partial<ModelConfig> & Pick<ModelConfig, 'arch'>): TestModel {
+  if (!existsSync(path)) throw new Error(`${path}: no such model file`);
+  return { path, config: defaultConfig(partial), ban: buildVocabulary().nonUtf8Ids };
+}
+
 /**
  * One MoE layer (deepseek's layer 0 is dense) of 16 Q8_0 experts, small: the peer-slice tests (peers-chromium,
  * netlab-turn) give every volunteer the same slice, layer 1, experts [0, 16).

@@ -13,7 +13,7 @@
  * orders of magnitude (test/integration/expert-dispatch.test.ts measures both).
  *
  * Types (GGML_EXACT_TYPES): F32, F16, Q8_0, Q4_0, Q4_K (the dispatch grid's; checked against the coordinator there),
- * Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, Q6_K, MXFP4, IQ4_NL and IQ4_XS (checked against the coordinator's own local computation, linkcpp-expert-ref, in
+ * Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, Q6_K, MXFP4, IQ4_NL, IQ4_XS and IQ2_XXS (checked against the coordinator's own local computation, linkcpp-expert-ref, in
  * numerics-vs-coordinator.test.ts).
  * Row lengths must be multiples of 32 (F32/F16) or of the type's block.
  *
@@ -28,6 +28,7 @@ import { GGMLType, rowByteSize } from '../gguf/quant-types.ts';
 import { expertTensorName, layerExpertTensors, readExpertMatrix, type ExpertMatrix } from '../gguf/expert-slice.ts';
 import { f16ToF32, f32ToF16 } from '../gguf/half.ts';
 import { e8m0ToF32Half, KVALUES_IQ4NL, KVALUES_MXFP4 } from '../gguf/dequantize.ts';
+import { IQ2XXS_GRID, KSIGNS_IQ2XS } from '../gguf/iq-grids.ts';
 import { layerBiasTensors, layerVariant, modelScaleTensors, readBiasRange, readScaleRange } from '../gguf/expert-variant.ts';
 import { SILU_VARIANT, type ExpertVariant } from '../protocol/variant.ts';
 import { siluLimitF32, swigluClampF32, swigluOaiF32 } from '../shaders/reference/expert-ffn.ts';
@@ -80,6 +81,7 @@ export const GGML_EXACT_TYPES: ReadonlySet<GGMLType> = new Set([
   GGMLType.MXFP4,
   GGMLType.IQ4_NL,
   GGMLType.IQ4_XS,
+  GGMLType.IQ2_XXS,
 ]);
 
 // ---------------------------------------------------------------------------------------------
@@ -190,6 +192,7 @@ function toVecDot(type: GGMLType, x: Float32Array): Activation {
     case GGMLType.Q5_K:
     case GGMLType.Q6_K:
     case GGMLType.IQ4_XS:
+    case GGMLType.IQ2_XXS:
       return { kind: 'q', q: quantizeQ8_K(x) };
     default:
       throw new RangeError(`ggml-exact: no bit-exact dot product for ${GGMLType[type] ?? type}`);
@@ -560,6 +563,42 @@ function dotIQ4XS(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
   return hsum8(acc);
 }
 
+/**
+ * ggml_vec_dot_iq2_xxs_q8_K (AVX2): per 32-element sub-block its four groups of 8 from iq2xxs_grid (magnitudes 8, 25,
+ * 43: unsigned bytes for maddubs), the activation's sign flipped by keven_signs_q2xs (_mm256_sign_epi8), lane l =
+ * Σ_ib (2·s + 1) · Σ(products of elements 4l..4l+3) in int32, s the sub-block's top 4 bits; acc =
+ * fma(f32(f16 d · y.d), f32(lane), acc) per super-block; 0.125 · hsum8 (a power of two: exact).
+ */
+function dotIQ2XXS(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
+  const acc = LANES.fill(0);
+  const wq = WQ;
+  for (let b = 0; b < n / 256; b++) {
+    const o = wOff + b * 66;
+    const d = f32(f16ToF32((w[o] as number) | ((w[o + 1] as number) << 8)) * (y.d[b] as number));
+    const lanes = SC.fill(0);
+    for (let ib = 0; ib < 8; ib++) {
+      const q = o + 2 + 8 * ib;
+      const aux1 = ((w[q + 4] as number) | ((w[q + 5] as number) << 8) | ((w[q + 6] as number) << 16) | ((w[q + 7] as number) << 24)) >>> 0;
+      for (let g = 0; g < 4; g++) {
+        const grid = 8 * (w[q + g] as number);
+        const signs = KSIGNS_IQ2XS[(aux1 >>> (7 * g)) & 127] as number;
+        for (let j = 0; j < 8; j++) {
+          const m = IQ2XXS_GRID[grid + j] as number;
+          wq[8 * g + j] = signs & (1 << j) ? -m : m;
+        }
+      }
+      const ls = 2 * (aux1 >>> 28) + 1;
+      for (let l = 0; l < 8; l++) {
+        let s = 0;
+        for (let t = 4 * l; t < 4 * l + 4; t++) s += (wq[t] as number) * (y.qs[256 * b + 32 * ib + t] as number);
+        lanes[l] = (lanes[l] as number) + ls * s;
+      }
+    }
+    for (let l = 0; l < 8; l++) acc[l] = fma32(d, f32(lanes[l] as number), acc[l] as number);
+  }
+  return f32(0.125 * hsum8(acc));
+}
+
 /** A matrix as the dot products read it: float rows for F32/F16 (decoded once), the GGUF bytes otherwise. */
 type Weights = { type: GGMLType; bytes: Uint8Array; floats?: Float32Array };
 
@@ -601,6 +640,8 @@ function vecDot(w: Weights, r: number, a: Activation, n: number): number {
       return dotQ6K(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     case GGMLType.IQ4_XS:
       return dotIQ4XS(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
+    case GGMLType.IQ2_XXS:
+      return dotIQ2XXS(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     default:
       throw new RangeError(`ggml-exact: no bit-exact dot product for ${GGMLType[w.type] ?? w.type}`);
   }

@@ -106,6 +106,7 @@ const TYPES = [
   GGMLType.Q2_K,
   GGMLType.Q3_K,
   GGMLType.IQ4_XS,
+  GGMLType.IQ2_XXS,
 ] as const;
 /** Two architectures, with different widths (non-square matrices, both orientations). */
 const SHAPES: Array<{ arch: ArchName; nEmbd: number; ff: number }> = [
@@ -124,7 +125,15 @@ const ODD_BLOCKS_SHAPE = { arch: 'llama' as ArchName, nEmbd: 96, ff: 160 };
  * kernels to ggml-exact bit for bit. NUMERICS_FULL=1 runs them like the others (every path, every shape); the numbers
  * in docs/numerics.md are from such runs.
  */
-const CPU_ONLY = new Set<GGMLType>([GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q2_K, GGMLType.Q3_K, GGMLType.IQ4_XS]);
+const CPU_ONLY = new Set<GGMLType>([
+  GGMLType.Q4_1,
+  GGMLType.Q5_0,
+  GGMLType.Q5_1,
+  GGMLType.Q2_K,
+  GGMLType.Q3_K,
+  GGMLType.IQ4_XS,
+  GGMLType.IQ2_XXS,
+]);
 const FULL = process.env.NUMERICS_FULL === '1';
 function shapesOf(type: GGMLType): typeof SHAPES {
   if (PAIRED_BLOCKS.has(type)) return [...SHAPES, ODD_BLOCKS_SHAPE];

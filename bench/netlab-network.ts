@@ -6,8 +6,8 @@
  * hub's own 127.0.0.1:PORT here, so the volunteers' every byte to the hub crosses the profile's link.
  *
  *   const net = await labNetwork('far', hubPort);          // root; throws where a lab cannot be built
- *   const v = net.spawnVolunteer(['--worker-id', 'v0', '--max-slices', '1']);  // `expertswarm volunteer` in the home
- *                                                           // (its stdout dropped: pass --quiet; stderr inherited)
+ *   const v = net.spawnVolunteer(['--worker-id', 'v0', '--max-slices', '1']);  // `expertswarm volunteer` in the home,
+ *                                                           // as harness/swarm.ts spawnVolunteer: v.proc, v.output()
  *   …
  *   await net.close();                                      // the volunteers, the bridge, the lab
  */
@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createLab, HUB_ADDRESS, type Lab } from '../harness/netlab.ts';
 import type { NetProfile, ProfileName } from '../harness/netlab-profiles.ts';
-import { until } from '../harness/swarm.ts';
+import { type HeadlessVolunteer, until } from '../harness/swarm.ts';
 
 const BIN = fileURLToPath(new URL('../bin/expertswarm.js', import.meta.url));
 
@@ -42,7 +42,7 @@ export interface LabNetwork {
   /** The hub's URL as the volunteers in the home reach it. */
   hubUrl: string;
   /** `expertswarm volunteer --hub hubUrl …args` inside the home; its own identity and cache unless args give them. */
-  spawnVolunteer(args: string[]): ChildProcess;
+  spawnVolunteer(args: string[]): HeadlessVolunteer;
   close(): Promise<void>;
 }
 
@@ -96,11 +96,28 @@ export async function labNetwork(profile: ProfileName | NetProfile, hubPort: num
       const defaults: string[] = [];
       if (!args.includes('--identity')) defaults.push('--identity', join(dir, `v${own}.key.json`));
       if (!args.includes('--cache')) defaults.push('--cache', join(dir, `v${own}-shards`));
+      // `ip netns exec` execs the command: the child's pid is the volunteer's own (for taskset and renice).
       const p = lab.spawn('home', process.execPath, [BIN, 'volunteer', '--hub', hubUrl, ...defaults, ...args], {
-        stdio: ['pipe', 'ignore', 'inherit'],
+        stdio: ['ignore', 'pipe', 'pipe'],
       });
       procs.push(p);
-      return p;
+      let out = '';
+      const keep = (d: Buffer): void => {
+        out = (out + d.toString()).slice(-20_000);
+      };
+      p.stdout?.on('data', keep);
+      p.stderr?.on('data', keep);
+      return {
+        proc: p,
+        output: () => out,
+        stop: async () => {
+          if (p.exitCode !== null || p.signalCode !== null) return;
+          const exited = new Promise((r) => p.once('exit', r));
+          p.kill('SIGTERM');
+          await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))]);
+          if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+        },
+      };
     },
     async close() {
       server?.close();

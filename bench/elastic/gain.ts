@@ -24,7 +24,7 @@
  *
  *   npm run bench:elastic [-- --rounds 5 --tokens 64 --streams 6 --requests 2 --backend auto --threads 1 --pin 0:1
  *                             --budget-mb N --deadline-ms 250 --volunteers N --quick --slots 4
- *                             --claims '{"declineQuietMs": 4, "deadlineSlack": 2}' --load child]
+ *                             --claims '{"declineQuietMs": 4, "deadlineSlack": 2}' --load child --network PROFILE]
  *
  * `--quick`: a small model (n_embd 512, 32 experts, ff 256) for a smoke run. `--volunteers 0`: the control, B with
  * nobody to dispatch to. docs/elastic.md ("Elastic gain") says what each number is and holds the last measurements.
@@ -58,6 +58,8 @@ import { type Shape, QUICK, REALISTIC, benchModel, describeShape, volunteerBudge
 import { loopDelay } from '../loop-delay.ts';
 import { amdahlCeiling, shareFromTopOne } from './ceiling.ts';
 import { splitByBatch } from './split.ts';
+import { type NetProfile, PROFILES, type ProfileName } from '../../harness/netlab-profiles.ts';
+import { type LabNetwork, labNetwork } from '../netlab-network.ts';
 import { type LanePlan, type Req, type Timings, runLanes } from './lanes.ts';
 
 // `--memory`: the coordinator's memory alone vs with the swarm, under a limit below the experts (bench/elastic/memory.ts).
@@ -86,6 +88,7 @@ const { values } = parseArgs({
     quick: { type: 'boolean', default: false },
     share: { type: 'boolean', default: false },
     load: { type: 'string', default: 'child' },
+    network: { type: 'string' },
   },
 });
 /**
@@ -147,6 +150,15 @@ const PIN =
       })();
 
 const SHAPE = values.quick ? QUICK : REALISTIC;
+/**
+ * `--network PROFILE` (issue 29): B's volunteers in a network lab home of that profile (harness/netlab-profiles.ts:
+ * lan, broadband, far, mobile), behind the router's NAT and link emulator, reaching B's hub through a bridge
+ * (bench/netlab-network.ts); the hubs and coordinators stay here. Root only. The lab's own processes (the emulator,
+ * the bridge) are pinned with the volunteers.
+ */
+const NETWORK = values.network ?? null;
+if (NETWORK !== null && !(NETWORK in PROFILES))
+  throw new Error(`--network must be one of ${Object.keys(PROFILES).join(', ')}, got ${NETWORK}`);
 const describe = (s: Shape): string => describeShape(s, LAYERS);
 
 const startedAt = new Date();
@@ -483,8 +495,23 @@ function workerLines(h: SwarmHub, rows: MapRow[]): string[] {
 const CHANNEL = { heartbeatMs: 1000, idleTimeoutMs: 900_000, loadTimeoutMs: 900_000 };
 const hubs: SwarmHub[] = [];
 const volunteers: HeadlessVolunteer[] = [];
+const profileLine = (p: NetProfile): string =>
+  `${p.rttMs} ms ± ${p.jitterMs} round trip, ${p.rateMbit === undefined ? 'rate not shaped' : `${p.rateMbit} Mbit/s`}, ${p.lossPct} % loss`;
+
+/** The network lab of `--network`, once B's volunteers are in it. */
+let lab: LabNetwork | null = null;
+/** Every process in the lab's namespaces (`ip netns pids`): its emulator, bridge and volunteers. */
+function labPids(l: LabNetwork): number[] {
+  return l.lab.namespaces().flatMap((ns) => {
+    const r = spawnSync('ip', ['netns', 'pids', ns], { encoding: 'utf8' });
+    return r.status === 0 ? r.stdout.split('\n').filter(Boolean).map(Number) : [];
+  });
+}
+
 async function cleanUp(): Promise<void> {
   for (const v of volunteers.splice(0)) await v.stop();
+  await lab?.close();
+  lab = null;
   for (const h of hubs.splice(0).reverse()) await h.close();
   loadChild?.kill();
   loadChild = null;
@@ -573,20 +600,16 @@ try {
     `B: ${N_VOLUNTEERS} headless volunteers${N_VOLUNTEERS === 0 ? ' (the control: dispatch auto with nobody to dispatch to)' : ''}, --budget-mb ${budget.mb} (a layer: ${Math.round(budget.q4kMb)} MiB Q4_K, ${Math.round(budget.wasmMb)} MiB with the wasm kernel's scratch), --backend ${BACKEND}`,
   );
   const mine: HeadlessVolunteer[] = [];
-  for (let i = 0; i < N_VOLUNTEERS; i++) {
-    mine.push(
-      spawnVolunteer(swarm.url, `${SHAPE.name}-v${i}`, [
-        '--model',
-        swarm.model,
-        '--budget-mb',
-        String(budget.mb),
-        '--backend',
-        BACKEND,
-        '--max-slices',
-        String(MAX_SLICES),
-      ]),
-    );
+  if (NETWORK !== null) {
+    lab = await labNetwork(NETWORK as ProfileName, Number(new URL(swarm.url).port));
+    log(`network: B's volunteers in a lab home at the ${NETWORK} profile, reaching B as ${lab.hubUrl}`);
   }
+  for (let i = 0; i < N_VOLUNTEERS; i++) {
+    const args = ['--model', swarm.model, '--budget-mb', String(budget.mb), '--backend', BACKEND, '--max-slices', String(MAX_SLICES)];
+    const id = `${SHAPE.name}-v${i}`;
+    mine.push(lab ? lab.spawnVolunteer(['--worker-id', id, ...args]) : spawnVolunteer(swarm.url, id, args));
+  }
+  if (lab && PIN) for (const pid of labPids(lab)) if (!mine.some((v) => v.proc.pid === pid)) pin(`the lab's process ${pid}`, pid, PIN.rest);
   volunteers.push(...mine);
   cpuWatch.push({ name: 'this process', pid: process.pid });
   for (const [name, h] of [
@@ -785,6 +808,9 @@ console.log(
 );
 console.log(
   `load: ${STREAMS} concurrent streaming greedy /v1/completions per round until ${N_PROMPTS} requests ended (prompt ${Math.min(...promptNs)}–${Math.max(...promptNs)} tokens, ${N_TOKENS} generated, cache_prompt false); ${ROUNDS} rounds per hub, alternating, after one warm-up each`,
+);
+console.log(
+  `network: ${NETWORK === null ? 'loopback (no --network)' : `B's volunteers behind NAT at the ${NETWORK} profile (${profileLine(PROFILES[NETWORK as ProfileName])}); A has no volunteers`}`,
 );
 console.log(
   `placement: ${PIN ? `coordinators on core ${PIN.coordinator}, volunteers on core ${PIN.rest}, this process (the hubs) on core ${PIN.hub}` : 'not pinned (--pin none)'}`,

@@ -26,6 +26,10 @@ export interface KinTraits {
   mla?: boolean;
   /** Routed experts in one fused `ffn_gate_up_exps` (each expert's gate rows, then its up rows). */
   fusedGateUp?: boolean;
+  /** The shared expert's gate and up in one `ffn_up_shexp` of 2 × its width (gate rows, then up rows: LLM_FFN_SWIGLU). */
+  fusedSharedGateUp?: boolean;
+  /** One attention-sink logit per head in every layer (`attn_sinks`). */
+  attnSinks?: boolean;
 }
 
 export const KIN: Record<KinArchName, KinTraits> = {
@@ -51,6 +55,17 @@ export const KIN: Record<KinArchName, KinTraits> = {
   mellum: { headQkNorm: true },
   // Hunyuan V3: a sigmoid router with a selection bias (`blk.N.exp_probs_b`, no `.bias`), one shared expert.
   hy_v3: { sharedFf: true, headQkNorm: true },
+  // Granite with experts (expert_count > 0): granitemoe's graph; its optional shared expert written here.
+  granite: { expertsByFf: true, sharedFf: true },
+  // MiniCPM with experts: Granite's graph under MiniCPM's multipliers.
+  minicpm: { expertsByFf: true },
+  // Mistral Small 3.x / Ministral with experts (expert_count > 0): a llama.
+  mistral3: { expertsByFf: true },
+  // DeepSeek-OCR's language model: deepseek2's graph without latent attention (plain multi-head q, k, v; full RoPE).
+  'deepseek2-ocr': { denseLeading: true, sharedCount: true },
+  // Granite MoE SWA: interleaved sliding-window layers with attention sinks, fused gate/up experts (its converter
+  // writes the checkpoint's stacked gate_up) and a shared expert fused the same way.
+  granite_swa: { expertsByFf: true, fusedGateUp: true, sharedFf: true, fusedSharedGateUp: true, attnSinks: true },
 };
 
 export function isKinArch(arch: string): arch is KinArchName {
@@ -63,7 +78,7 @@ export function kinWith(trait: keyof KinTraits): KinArchName[] {
 }
 
 /**
- * EXAONE MoE's and AFMoE's sliding window (`attention.sliding_window`): shorter than the tests' prompt and generation
+ * EXAONE MoE's, AFMoE's and Granite MoE SWA's sliding window (`attention.sliding_window`): shorter than the tests' prompt and generation
  * together, with a pattern of 2 (even layers windowed, odd ones full: llama.cpp's `set_swa_pattern`).
  */
 export const KIN_SLIDING_WINDOW = 8;
@@ -88,8 +103,29 @@ export function kinMetadata(a: KinArchName, c: ModelConfig): MetaEntry[] {
         { key: `${a}.attention.clamp_kqv`, kind: 'f32', value: 8 },
       ];
     case 'granitemoe':
+    case 'granite':
       // Required; 1 leaves the logits as the output matrix gives them (the real models divide by 8 or so).
       return [{ key: `${a}.logit_scale`, kind: 'f32', value: 1 }];
+    case 'minicpm':
+      // Without the keys the loader takes MiniCPM's old defaults (embeddings × 12, each branch × 1.4/√layers, logits
+      // × n_embd/256): × 12 would drown the layers' outputs in the residual of these unit-variance embeddings, and a
+      // branch scaled down quietens the experts. 1 each leaves the model as drawn; the graph still applies them.
+      return [
+        { key: `${a}.embedding_scale`, kind: 'f32', value: 1 },
+        { key: `${a}.residual_scale`, kind: 'f32', value: 1 },
+        { key: `${a}.logit_scale`, kind: 'f32', value: 1 },
+      ];
+    case 'granite_swa':
+      // logit_scale is required; the window pattern is one flag per layer (even layers windowed, as exaone-moe's).
+      return [
+        { key: `${a}.logit_scale`, kind: 'f32', value: 1 },
+        { key: `${a}.attention.sliding_window`, kind: 'u32', value: KIN_SLIDING_WINDOW },
+        {
+          key: `${a}.attention.sliding_window_pattern`,
+          kind: 'bool[]',
+          value: Array.from({ length: c.layers }, (_, il) => il % 2 === 0),
+        },
+      ];
     case 'qwen3vlmoe':
       return [{ key: `${a}.rope.dimension_sections`, kind: 'i32[]', value: qwen3vlSections(headDim) }];
     case 'exaone-moe':
@@ -110,8 +146,12 @@ export function validateKin(c: ModelConfig): string[] {
   if (c.arch === 'qwen3vlmoe' && Number.isInteger(headDim) && headDim < 16) {
     problems.push(`qwen3vlmoe: head size ${headDim} is too small for its four RoPE sections (at least 16)`);
   }
-  if ((c.arch === 'exaone-moe' || c.arch === 'afmoe') && c.layers < 2) {
+  if ((c.arch === 'exaone-moe' || c.arch === 'afmoe' || c.arch === 'granite_swa') && c.layers < 2) {
     problems.push(`${c.arch} needs at least 2 layers (a windowed one beside a full one), got ${c.layers}`);
+  }
+  // DeepSeek-OCR's q, k and v are all n_embd × n_embd: one key/value head per query head.
+  if (c.arch === 'deepseek2-ocr' && c.nHeadKv !== c.nHead) {
+    problems.push(`deepseek2-ocr has no grouped-query attention: --n-head-kv (${c.nHeadKv}) must equal --n-head (${c.nHead})`);
   }
   return problems;
 }
@@ -126,8 +166,6 @@ export const UNGENERATED: Readonly<Record<string, string>> = {
   deepseek32: "DeepSeek-V3.2's sparse-attention indexer beside MLA",
   dots3note: "dots3note's keys and MTP layers on the deepseek2 lineage",
   'glm-dsa': "GLM's DSA sparse-attention indexer beside MLA",
-  granite: 'granite with experts (expert_count > 0)',
-  granite_swa: 'interleaved SWA with a fused shared expert',
   granitehybrid: 'Mamba2 layers beside attention',
   jamba: 'Mamba layers beside attention',
   'kimi-linear': 'KDA linear-attention layers beside MLA',
@@ -135,9 +173,7 @@ export const UNGENERATED: Readonly<Record<string, string>> = {
   lfm2moe: "LFM2's short-convolution layers beside attention",
   'llada-moe': 'a diffusion (non-causal) LM: completions do not run on it',
   mimo2: "MiMo-V2's attention (SWA with sinks) and keys",
-  minicpm: "MiniCPM's multipliers with experts (expert_count > 0)",
   'minimax-01': 'lightning (linear) attention layers',
-  mistral3: 'mistral3 with experts (expert_count > 0)',
   qwen4exp: 'hybrid linear attention of qwen4exp',
   rnd1: 'a diffusion (non-causal) LM: completions do not run on it',
 };

@@ -487,6 +487,7 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
         add(`${p}.attn_norm.bias`, [c.nEmbd], 'attn_bias');
         add(`${p}.attn_output.bias`, [c.nEmbd], 'attn_bias');
       }
+      if (isKinArch(a) && KIN[a].attnSinks) add(`${p}.attn_sinks.weight`, [c.nHead], 'attn_sinks');
     }
     if (HEAD_QK_NORM.includes(a)) {
       add(`${p}.attn_q_norm.weight`, [headDim], 'norm');
@@ -554,8 +555,12 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
     }
     if (SHARED_FF.includes(a) || SHARED_COUNT.includes(a)) {
       if (a === 'qwen2moe') add(`${p}.ffn_gate_inp_shexp.weight`, [c.nEmbd], 'shared_gate');
-      add(`${p}.ffn_gate_shexp.weight`, [c.nEmbd, c.sharedFf], 'shared_ffn');
-      add(`${p}.ffn_up_shexp.weight`, [c.nEmbd, c.sharedFf], 'shared_ffn');
+      if (isKinArch(a) && KIN[a].fusedSharedGateUp) {
+        add(`${p}.ffn_up_shexp.weight`, [c.nEmbd, 2 * c.sharedFf], 'shared_ffn');
+      } else {
+        add(`${p}.ffn_gate_shexp.weight`, [c.nEmbd, c.sharedFf], 'shared_ffn');
+        add(`${p}.ffn_up_shexp.weight`, [c.nEmbd, c.sharedFf], 'shared_ffn');
+      }
       add(`${p}.ffn_down_shexp.weight`, [c.sharedFf, c.nEmbd], 'shared_ffn');
     }
   }

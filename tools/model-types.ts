@@ -25,6 +25,11 @@ export const KIN_ARCHITECTURES = [
   'mistral4',
   'mellum',
   'hy_v3',
+  'granite',
+  'minicpm',
+  'mistral3',
+  'deepseek2-ocr',
+  'granite_swa',
 ] as const;
 export type KinArchName = (typeof KIN_ARCHITECTURES)[number];
 

@@ -110,6 +110,43 @@ const CASES: Array<{
     lacks: ['exp_probs_b.bias'],
     moe: [0, 1, 2],
   },
+  {
+    arch: 'granite',
+    keys: { 'granite.logit_scale': 1, 'granite.feed_forward_length': 64, 'granite.expert_shared_feed_forward_length': 64 },
+    has: ['ffn_gate_shexp.weight', 'ffn_up_shexp.weight', 'ffn_down_shexp.weight', ...EXPERTS],
+    moe: [0, 1, 2],
+  },
+  {
+    arch: 'minicpm',
+    keys: { 'minicpm.embedding_scale': 1, 'minicpm.residual_scale': 1, 'minicpm.logit_scale': 1 },
+    has: ['ffn_norm.weight', ...EXPERTS],
+    moe: [0, 1, 2],
+  },
+  { arch: 'mistral3', keys: { 'mistral3.feed_forward_length': 64 }, has: ['attn_q.weight', ...EXPERTS], moe: [0, 1, 2] },
+  {
+    arch: 'deepseek2-ocr',
+    keys: {
+      'deepseek2-ocr.leading_dense_block_count': 1,
+      'deepseek2-ocr.expert_shared_count': 1,
+      'deepseek2-ocr.attention.head_count_kv': 2,
+      'deepseek2-ocr.rope.dimension_count': 32,
+    },
+    has: ['attn_q.weight', 'attn_k.weight', 'attn_v.weight', 'ffn_gate_shexp.weight', ...EXPERTS],
+    lacks: ['attn_kv_a_mqa.weight', 'attn_q_a.weight'],
+    moe: [1, 2],
+  },
+  {
+    arch: 'granite_swa',
+    keys: {
+      'granite_swa.logit_scale': 1,
+      'granite_swa.attention.sliding_window': 8,
+      'granite_swa.attention.sliding_window_pattern': [true, false, true],
+      'granite_swa.expert_shared_feed_forward_length': 64,
+    },
+    has: ['attn_sinks.weight', 'ffn_gate_inp.weight', 'ffn_gate_up_exps.weight', 'ffn_down_exps.weight', 'ffn_up_shexp.weight'],
+    lacks: ['ffn_gate_exps.weight', 'ffn_up_exps.weight', 'ffn_gate_shexp.weight'],
+    moe: [0, 1, 2],
+  },
 ];
 
 for (const c of CASES) {
@@ -135,10 +172,22 @@ test('mistral4: fused gate/up experts, each expert its gate rows then its up row
   assert.deepEqual(t?.dims, [64, 128, 8]);
 });
 
+test('granite_swa: one sink per head; the shared expert fused as the experts are (gate rows, then up rows: 2 × its width)', () => {
+  const dims = (n: string): number[] | undefined => plan({ arch: 'granite_swa' }).tensors.find((x) => x.name === n)?.dims;
+  assert.deepEqual(dims('blk.0.attn_sinks.weight'), [2]);
+  assert.deepEqual(dims('blk.0.ffn_gate_up_exps.weight'), [64, 128, 8]);
+  assert.deepEqual(dims('blk.0.ffn_up_shexp.weight'), [64, 128]);
+  assert.deepEqual(dims('blk.0.ffn_down_shexp.weight'), [64, 64]);
+  // granite, its sibling without the window: split experts and shared expert, no sinks.
+  assert.equal(names(plan({ arch: 'granite' }), 0).includes('attn_sinks.weight'), false);
+});
+
 test('kin config checks: latent ranks only for latent attention; qwen3vlmoe needs heads wide enough for its sections', () => {
   assert.match(validateConfig(defaultConfig({ arch: 'dbrx', qLoraRank: 8 })).join(), /only deepseek2, mistral4 have q_lora_rank/);
   assert.match(validateConfig(defaultConfig({ arch: 'qwen3vlmoe', nEmbd: 64, nHead: 8 })).join(), /too small for its four RoPE sections/);
   assert.deepEqual(validateConfig(defaultConfig({ arch: 'afmoe' })), []);
+  assert.match(validateConfig(defaultConfig({ arch: 'deepseek2-ocr', nHeadKv: 1 })).join(), /deepseek2-ocr has no grouped-query attention/);
+  assert.match(validateConfig(defaultConfig({ arch: 'granite_swa', layers: 1 })).join(), /granite_swa needs at least 2 layers/);
 });
 
 test('no name is both generated and listed as not generated', () => {

@@ -73,6 +73,8 @@ export const USAGE = `usage: expertswarm hub --model PATH.gguf [--model NAME=PAT
                              are shared, every hub's dispatch map and demand see every hub's workers (docs/cluster.md).
                              Without it the hub stands alone (SQLite and memory)
   --hub-id ID                this hub's name in the cluster (default: host name, pid and 4 random hex digits)
+  --hub-url URL              where the other hubs reach this one (ws://host:port or wss://…; default: the address it
+                             listens on): they relay work to the volunteers attached here (docs/cluster.md)
   --config FILE              JSON file with any of: port, host, slots, ctxPerSlot, threads, stateDir, models
                              ([{path, name?}]), externals ([{name, url}]), adminToken, expertsOnDemand, channel
                              ({allowedOrigins, maxPerAddress, maxPerWallet, opensPerAddress}) and http ({socketsPerAddress,
@@ -133,6 +135,7 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
       'admin-token': { type: 'string' },
       redis: { type: 'string' },
       'hub-id': { type: 'string' },
+      'hub-url': { type: 'string' },
       config: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -208,6 +211,12 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   if (redis !== undefined) c.redis = redis;
   if (c.redis !== null) parseRedisUrl(c.redis); // a malformed URL (flag, variable or --config) stops the start here
   if (values['hub-id'] !== undefined) c.cluster = { ...c.cluster, hubId: checkHubId(values['hub-id']) };
+  if (values['hub-url'] !== undefined) {
+    if (!/^wss?:\/\/[^\s/?#]+\/?$/.test(values['hub-url'])) throw new Error('--hub-url takes a ws:// or wss:// base URL (ws://host:port)');
+    c.cluster = { ...c.cluster, relayUrl: values['hub-url'] };
+  }
+  if (c.redis === null && values['hub-url'] !== undefined)
+    throw new Error('--hub-url says where the other hubs of a cluster reach this one: give --redis URL too');
   if (c.redis === null && values['hub-id'] !== undefined) throw new Error('--hub-id names this hub in a cluster: give --redis URL too');
   for (const u of values['coordinator-url'] ?? []) {
     const [name, url] = pair(u, '--coordinator-url');

@@ -48,6 +48,9 @@ import type { CoverageAnswer, CreditAnswer, DemandAnswer, HealthAnswer, Recruitm
 import { AdminGate, checkedAdminToken } from './dashboard/admin.ts';
 import { ClusterSync, type ClusterHost, type ClusterOptions, type ClusterStatus } from './cluster/cluster.ts';
 import type { ClusterWorker } from './cluster/codec.ts';
+import { RemoteHubLinks, type RelayLinkStats } from './cluster/relay-links.ts';
+import { HubRelayServer, type HubRelayStats, relayUrlOf } from './cluster/relay-server.ts';
+import type { WorkerDirectory } from './dispatch/worker-link.ts';
 import {
   ClusterCoverage,
   type CoverageView,
@@ -218,6 +221,12 @@ export class Hub {
   /** Coverage as demand and recruitment read it: this hub's, or this hub's and the other hubs' (cluster/shared.ts). */
   private readonly coverageView: CoverageView;
   private clusterStarted = false;
+  /** With `--redis`: the other hubs' workers as links of this hub's dispatchers, over their relays (cluster/relay-links.ts). */
+  private readonly remoteLinks: RemoteHubLinks | null;
+  /** With `--redis`: the relay the other hubs dial to reach the workers attached here (cluster/relay-server.ts). */
+  private readonly hubRelay: HubRelayServer | null;
+  /** Workers of other hubs this hub's dispatch map holds a record of (its own trust and credit of them). */
+  private readonly remoteAttached = new Set<string>();
 
   constructor(
     config: HubConfig,
@@ -244,6 +253,24 @@ export class Hub {
       const cluster = this.cluster;
       this.coverage.onChange = (workerId, model) => cluster.localChanged(workerId, model);
     }
+    const cluster = this.cluster;
+    this.remoteLinks = cluster
+      ? new RemoteHubLinks({
+          selfId: cluster.hubId,
+          relayOf: (hub) => cluster.relayOf(hub),
+          event: (detail) => this.events.add('coordinator', null, `cluster: ${detail}`, this.now()),
+        })
+      : null;
+    this.hubRelay = cluster
+      ? new HubRelayServer({
+          token: () => cluster.relayToken,
+          linkOf: (model, workerId, layer) =>
+            this.ownLinks(model)
+              .workersFor(layer)
+              .find((l) => l.workerId === workerId),
+          event: (detail) => this.events.add('coordinator', null, `cluster: ${detail}`, this.now()),
+        })
+      : null;
     this.recruiter = new Recruiter(this.recruiterHost());
     this.auth = new NodeAuth({ secret: this.store.tokenSecret(), rateLimit: config.authRateLimit });
     this.supervisor = new CoordinatorSupervisor(
@@ -358,6 +385,8 @@ export class Hub {
     await this.channel.close();
     await this.signal.close();
     await this.relays.close();
+    this.remoteLinks?.close();
+    this.hubRelay?.close();
     await this.supervisor.stop();
     await this.dispatchers.close();
     this.ledger.stop();
@@ -373,7 +402,7 @@ export class Hub {
       defaultMode: this.config.dispatchMode,
       events: (model) => this.dispatcherEvents(model),
       options: (model) => ({
-        directory: joinDirectories(this.channel.directory(model), this.relays.directory(model)),
+        directory: this.remoteLinks ? joinDirectories(this.ownLinks(model), this.remoteLinks.directory(model)) : this.ownLinks(model),
         deadlines: { capMs: this.config.dispatchDeadlineMs },
         ...(this.config.claims ? { claims: this.config.claims } : {}),
         policy: {
@@ -390,6 +419,11 @@ export class Hub {
         clock: this.clock,
       }),
     };
+  }
+
+  /** The links of the workers attached to this hub: its volunteer channel's, then Kvasir's relays'. */
+  private ownLinks(model: string): WorkerDirectory {
+    return joinDirectories(this.channel.directory(model), this.relays.directory(model));
   }
 
   /** A model's dispatcher hooks: serves to the dispatch map, audits and faults to the ledger, the rest as events. */
@@ -432,7 +466,14 @@ export class Hub {
     const peers = this.peerDirectory.config.enabled;
     if (peers) this.signal.attach(server); // the PeerJS signalling server: docs/peers.md
     this.relays.attach(server); // Kvasir's /api/expert-relay (relay/relay.ts)
-    this.channel.upgradesElsewhere = (path) => this.relays.handles(path) || (peers && this.signal.handles(path));
+    const hubRelay = this.hubRelay;
+    const cluster = this.cluster;
+    if (hubRelay && cluster) {
+      hubRelay.attach(server); // the other hubs' /api/hub-relay (cluster/relay-server.ts)
+      server.once('listening', () => cluster.setRelayUrl(relayUrlOf(server.address())));
+    }
+    this.channel.upgradesElsewhere = (path) =>
+      this.relays.handles(path) || (peers && this.signal.handles(path)) || (hubRelay?.handles(path) ?? false);
     this.channel.attach(server);
   }
 
@@ -650,7 +691,40 @@ export class Hub {
       quarantinedElsewhere: (subject, reason, hub) => this.quarantinedElsewhere(subject, reason, hub),
       creditChanged: (wallet, credit) => this.channel.credit(wallet, credit),
       event: (detail) => this.events.add('coordinator', null, `cluster: ${detail}`, this.now()),
+      remoteChanged: () => this.remoteWorkersChanged(),
     };
+  }
+
+  /**
+   * After a sync: the other hubs' workers become links of this hub's dispatchers (cluster/relay-links.ts), each with a
+   * dispatch-map record here (not in this hub's coverage: its rows are the record's hub's), so that this hub's trust
+   * checks audit it against this hub's coordinator, credit it (through the cluster, once) and quarantine it.
+   */
+  private remoteWorkersChanged(): void {
+    const links = this.remoteLinks;
+    const cluster = this.cluster;
+    if (!links || !cluster) return;
+    for (const model of this.marketModels.keys()) links.update(model, cluster.remoteWorkersOf(model));
+    const now = this.now();
+    const ids = links.workerIds();
+    for (const id of ids) {
+      if (this.remoteAttached.has(id) || this.coverage.modelOf(id) !== undefined) continue;
+      this.remoteAttached.add(id);
+      this.dispatch.attach(id, cluster.remoteWorker(id)?.wallet ?? null, now);
+    }
+    for (const id of [...this.remoteAttached]) {
+      if (ids.has(id)) continue;
+      this.remoteAttached.delete(id);
+      if (this.coverage.modelOf(id) !== undefined) continue; // it moved here: its record is the channel's now
+      this.dispatch.forget(id);
+      this.dispatchers.forget(id);
+    }
+  }
+
+  /** What the relay between hubs measured (cluster/relay-links.ts, relay-server.ts); null for a hub alone. */
+  hubRelayStats(): { open: string[]; dialed: RelayLinkStats; served: HubRelayStats } | null {
+    if (!this.remoteLinks || !this.hubRelay) return null;
+    return { open: this.remoteLinks.openHubs(), dialed: this.remoteLinks.stats, served: this.hubRelay.stats };
   }
 
   /** A worker of this hub as the cluster publishes it (cluster/codec.ts ClusterWorker); null if it is not live here. */

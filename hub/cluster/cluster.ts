@@ -25,7 +25,7 @@ import { HubError, isHubError } from '../errors.ts';
 import type { HubStore } from '../store.ts';
 import { CREDIT_CACHE_MAX } from '../limits.ts';
 import type { ClusterStatus, CreditAnswer } from '../../protocol/http.ts';
-import type { BusMessage, ClusterWorker } from './codec.ts';
+import type { BusMessage, ClusterHub, ClusterWorker } from './codec.ts';
 import { CLUSTER_PREFIX, HUB_ID_MAX_CHARS, redactRedisUrl } from './keys.ts';
 import { type CorruptValue, type RedisLinkState, RedisClusterState } from './redis-state.ts';
 import type { CoverageView, CreditBook, CreditOnce, QuarantineList } from './shared.ts';
@@ -43,6 +43,11 @@ export interface ClusterOptions {
   connectTimeoutMs: number;
   /** The longest wait between reconnection attempts. */
   reconnectMaxMs: number;
+  /**
+   * `--hub-url`: the `ws://` or `wss://` base URL the other hubs dial for this hub's relay (`/api/hub-relay`,
+   * relay-server.ts); null: derived from the address the hub listens on (`setRelayUrl`).
+   */
+  relayUrl: string | null;
 }
 
 export const DEFAULT_CLUSTER: Readonly<Omit<ClusterOptions, 'hubId'>> = Object.freeze({
@@ -51,6 +56,7 @@ export const DEFAULT_CLUSTER: Readonly<Omit<ClusterOptions, 'hubId'>> = Object.f
   commandTimeoutMs: 1_000,
   connectTimeoutMs: 2_000,
   reconnectMaxMs: 2_000,
+  relayUrl: null,
 });
 
 /** Workers of other hubs mirrored at most (beyond it a sync keeps the first ones and says so in an event). */
@@ -90,6 +96,8 @@ export interface ClusterHost {
   creditChanged(wallet: string, credit: number): void;
   /** A line for the event log (kind 'cluster'). */
   event(detail: string): void;
+  /** The mirror of the other hubs' workers, or the hubs announced, changed (after a sync, or on degrading). */
+  remoteChanged?(): void;
 }
 
 interface PendingCredit {
@@ -122,6 +130,11 @@ export class ClusterSync implements QuarantineList, CreditBook {
   private stateSince: number;
   private error: string | null = 'not connected yet';
   private hubs: string[] = [];
+  /** The other hubs' announcements by id: where their relays are reached (relay-links.ts). */
+  private readonly hubRecords = new Map<string, ClusterHub>();
+  /** What another hub presents to dial this hub's relay; published in this hub's announcement only. */
+  readonly relayToken = randomBytes(24).toString('base64url');
+  private relayUrl: string | null;
   private lastSyncMs: number | null = null;
   private startedMs = 0;
   private syncTimer: NodeJS.Timeout | null = null;
@@ -142,6 +155,7 @@ export class ClusterSync implements QuarantineList, CreditBook {
     if (!(Number.isSafeInteger(this.options.syncMs) && this.options.syncMs >= 10))
       throw new RangeError('cluster syncMs must be an integer ≥ 10');
     this.url = url;
+    this.relayUrl = this.options.relayUrl;
     this.redis = new RedisClusterState({
       url,
       hubId: this.options.hubId,
@@ -227,6 +241,8 @@ export class ClusterSync implements QuarantineList, CreditBook {
   private dropRemote(): void {
     for (const id of [...this.remoteRecords.keys()]) this.remote.remove(id);
     this.remoteRecords.clear();
+    this.hubRecords.clear();
+    this.host.remoteChanged?.();
   }
 
   /**
@@ -384,7 +400,15 @@ export class ClusterSync implements QuarantineList, CreditBook {
       // Added only: a quarantine is not lifted by its absence (a Redis that lost its data, a read older than a bus message).
       for (const [subject, reason] of next)
         if (!this.quarantines.has(subject)) this.learnQuarantine(subject, reason, q.entries.get(subject)?.hub ?? '?');
-      this.hubs = await this.redis.announceHub(this.startedMs, Math.max(5_000, 3 * this.options.syncMs));
+      const announced = await this.redis.announceHub(this.startedMs, Math.max(5_000, 3 * this.options.syncMs), {
+        url: this.relayUrl,
+        token: this.relayToken,
+      });
+      for (const c of announced.corrupt) this.noteCorrupt(c);
+      this.hubs = announced.hubs.map((h) => h.hub);
+      this.hubRecords.clear();
+      for (const h of announced.hubs) if (h.hub !== this.hubId) this.hubRecords.set(h.hub, h);
+      this.host.remoteChanged?.();
       this.lastSyncMs = this.host.now();
       this.markReady();
     } catch (e) {
@@ -411,6 +435,27 @@ export class ClusterSync implements QuarantineList, CreditBook {
         this.noteCorrupt({ key: `worker ${id}`, error: e instanceof Error ? e.message : String(e) });
       }
     }
+  }
+
+  /** Where this hub's relay is reached (`--hub-url`, or the address it listens on); announced from the next sync. */
+  setRelayUrl(url: string): void {
+    this.relayUrl ??= url;
+  }
+
+  /** Another live hub's relay: its URL and the token it takes; undefined for a hub not announced or without a relay. */
+  relayOf(hubId: string): { url: string; token: string } | undefined {
+    const h = this.hubRecords.get(hubId);
+    return h?.relay_url ? { url: h.relay_url, token: h.relay_token } : undefined;
+  }
+
+  /** The other hubs' worker records of `model`, from the mirror. */
+  remoteWorkersOf(model: string): ClusterWorker[] {
+    const out: ClusterWorker[] = [];
+    for (const id of this.remote.workersOf(model)) {
+      const w = this.remoteRecords.get(id);
+      if (w) out.push(w);
+    }
+    return out;
   }
 
   /** The other hubs' workers, as the market's policies read coverage (shared.ts ClusterCoverage adds this hub's). */

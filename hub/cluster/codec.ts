@@ -170,6 +170,35 @@ export function decodeWorker(text: unknown, key: string, expectId?: string): Clu
   };
 }
 
+/** A live hub's announcement (`P:hub:ID`): where the other hubs reach its relay (`/api/hub-relay`) and the token it takes. */
+export interface ClusterHub {
+  v: 1;
+  hub: string;
+  started_ms: number;
+  /** `ws://` or `wss://` base URL of the hub; null: it takes no relay (a hub that did not say where it listens). */
+  relay_url: string | null;
+  relay_token: string;
+}
+
+export function encodeHub(h: ClusterHub): string {
+  return JSON.stringify(h);
+}
+
+export function decodeHub(text: unknown, key: string): ClusterHub {
+  const o = parse(text, key);
+  version(o, key);
+  const f = fields(o, key);
+  const relay_url = o.relay_url === null ? null : f.str('relay_url', 512);
+  if (relay_url !== null && !/^wss?:\/\/[^\s/?#]+\/?$/.test(relay_url)) throw f.bad('relay_url', 'a ws:// or wss:// base URL');
+  return {
+    v: CLUSTER_RECORD_VERSION,
+    hub: f.str('hub', HUB_ID_MAX_CHARS),
+    started_ms: f.ms('started_ms'),
+    relay_url,
+    relay_token: f.str('relay_token', 128, 16),
+  };
+}
+
 export function encodeQuarantine(q: ClusterQuarantine): string {
   return JSON.stringify({ v: CLUSTER_RECORD_VERSION, ...q });
 }

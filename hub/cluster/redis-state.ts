@@ -19,6 +19,7 @@ import { HubError, isHubError } from '../errors.ts';
 import {
   type BusMessage,
   type ClusterCredit,
+  type ClusterHub,
   type ClusterQuarantine,
   type ClusterWorker,
   checkCreditWrite,
@@ -26,9 +27,11 @@ import {
   decodeBus,
   decodeCount,
   decodeCredit,
+  decodeHub,
   decodeQuarantine,
   decodeWorker,
   encodeBus,
+  encodeHub,
   encodeQuarantine,
   encodeWorker,
 } from './codec.ts';
@@ -330,25 +333,42 @@ export class RedisClusterState {
 
   // --- hubs
 
-  /** Announces this hub for `ttlMs` and returns the ids of the hubs announced now (this one included). */
-  async announceHub(startedMs: number, ttlMs: number): Promise<string[]> {
+  /**
+   * Announces this hub for `ttlMs` (with where its relay is reached, `relay`) and returns the hubs announced now (this
+   * one included), by id, and the announcements that do not read back (skipped).
+   */
+  async announceHub(
+    startedMs: number,
+    ttlMs: number,
+    relay: { url: string | null; token: string },
+  ): Promise<{ hubs: ClusterHub[]; corrupt: CorruptValue[] }> {
     return await this.run('announceHub', async (c) => {
+      const me: ClusterHub = { v: 1, hub: this.hubId, started_ms: startedMs, relay_url: relay.url, relay_token: relay.token };
       await execAll(
         c
           .multi()
-          .set(
-            this.keys.hub(this.hubId),
-            JSON.stringify({ v: 1, hub: this.hubId, started_ms: startedMs }),
-            'PX',
-            Math.max(1, Math.round(ttlMs)),
-          )
+          .set(this.keys.hub(this.hubId), encodeHub(me), 'PX', Math.max(1, Math.round(ttlMs)))
           .sadd(this.keys.hubs, this.hubId),
       );
       const ids = await c.smembers(this.keys.hubs);
       const alive = ids.length > 0 ? await c.mget(...ids.map((id) => this.keys.hub(id))) : [];
       const gone = ids.filter((_, i) => alive[i] === null);
       if (gone.length > 0) await c.srem(this.keys.hubs, ...gone);
-      return ids.filter((_, i) => alive[i] !== null).sort();
+      const hubs: ClusterHub[] = [];
+      const bad: CorruptValue[] = [];
+      ids.forEach((id, i) => {
+        const text = alive[i];
+        if (text === null || text === undefined) return;
+        const key = this.keys.hub(id);
+        try {
+          const h = decodeHub(text, key);
+          if (h.hub !== id) throw corrupt(key, `the announcement is of hub ${JSON.stringify(h.hub)}`);
+          hubs.push(h);
+        } catch (e) {
+          bad.push({ key, error: e instanceof Error ? e.message : String(e) });
+        }
+      });
+      return { hubs: hubs.sort((a, b) => a.hub.localeCompare(b.hub)), corrupt: bad };
     });
   }
 

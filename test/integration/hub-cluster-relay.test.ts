@@ -1,0 +1,94 @@
+/**
+ * Any volunteer, any hub (issue 30): two hubs on one real Redis (harness/redis.ts), each with its real coordinator
+ * (linkcpp-server), and two headless volunteers (`npx expertswarm volunteer`) attached to hub B only. A completion with
+ * `--dispatch always` through hub A gives the token ids of `--dispatch off`, with the routed pairs served by B's
+ * volunteers over the relay between hubs (A dials B's `/api/hub-relay`; protocol/hub-relay.ts), credited once to
+ * their wallets through the cluster. Prints the relay hop's added time per item (A's round trip − B's own link time).
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { testModel } from '../../harness/models.ts';
+import { waitForLog } from '../../harness/log-wait.ts';
+import { startRedis } from '../../harness/redis.ts';
+import {
+  DEEPSEEK_Q8,
+  E2E_PROMPT,
+  baselineIds,
+  completionIds,
+  moeLayersOf,
+  pairOutcomes,
+  spawnVolunteer,
+  startSwarmHub,
+  until,
+  waitForCoverage,
+} from '../../harness/swarm.ts';
+
+const N = 32;
+
+const median = (xs: readonly number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0 ? Number.NaN : (s[Math.floor(s.length / 2)] as number);
+};
+const mean = (xs: readonly number[]): number => xs.reduce((a, b) => a + b, 0) / xs.length;
+
+test('a coordinator behind hub A is served by volunteers attached only to hub B, over the relay between hubs', {
+  timeout: 300_000,
+}, async () => {
+  const m = await testModel(DEEPSEEK_Q8);
+  const want = await baselineIds(m, N);
+  const redis = await startRedis();
+  const cluster = (hubId: string) => ({ redis: redis.url, cluster: { hubId, syncMs: 200 } });
+  const a = await startSwarmHub(m.path, 'always', cluster('hub-a'));
+  const b = await startSwarmHub(m.path, 'always', cluster('hub-b'));
+  const vols = [spawnVolunteer(b.url, 'b0'), spawnVolunteer(b.url, 'b1')];
+  try {
+    const moeLayers = moeLayersOf(DEEPSEEK_Q8);
+    // A's map lists B's volunteers (from their records in Redis) once they serve every MoE layer's experts.
+    const rows = await waitForCoverage(a.url, a.model, moeLayers, DEEPSEEK_Q8.nExpert, 1, 120_000);
+    assert.ok(
+      rows.every((r) => (r as unknown as { hub: string }).hub === 'hub-b'),
+      `every worker A lists is attached to hub B: ${JSON.stringify(rows)}`,
+    );
+    await until('hub A’s relay to hub B open', 10_000, () => (a.hub.hubRelayStats()?.open.includes('hub-b') ? true : undefined));
+
+    const got = await completionIds(a.url, a.model, E2E_PROMPT, N, m.ban);
+    assert.deepEqual(got, want, 'the token ids of --dispatch off');
+    const o = await pairOutcomes(a.url, a.model);
+    const routed = (o.served as number) + (o.fallback as number) + (o.rejected as number);
+    assert.ok(routed >= N * moeLayers.length * DEEPSEEK_Q8.nExpertUsed, `every routed pair is counted: ${JSON.stringify(o)}`);
+    assert.ok((o.served as number) >= 0.9 * routed, `B's volunteers served ${o.served} of ${routed} routed pairs through A`);
+    assert.equal(o.rejected, 0);
+    // B's own dispatcher had its volunteers serve nothing (its coordinator's warm-up is computed there, locally): every
+    // pair they computed came over the relay.
+    const ob = await pairOutcomes(b.url, b.model);
+    assert.equal(ob.served, 0, `hub B's dispatcher served nothing itself: ${JSON.stringify(ob)}`);
+    const sa = a.hub.hubRelayStats();
+    const sb = b.hub.hubRelayStats();
+    assert.ok(sa && sb);
+    assert.ok(sb.served.items > 0, 'B forwarded items to its volunteers');
+    assert.equal(sa.dialed.answered, sb.served.items - sb.served.failed, 'each item B answered reached A');
+
+    // Credit: the pairs A's dispatcher used, once, to the wallets of B's volunteers (A credits them through Redis).
+    let credited = 0;
+    for (const v of vols) {
+      const wallet = /wallet (\w+)/.exec(await waitForLog(() => v.output(), /wallet (\w+)/, undefined, 'its wallet'))?.[1];
+      assert.ok(wallet, `the volunteer prints its wallet: ${v.output().slice(-300)}`);
+      const c = (await (await fetch(`${a.url}/api/credit?wallet=${wallet}`)).json()) as { credit_pairs: number };
+      credited += c.credit_pairs;
+    }
+    assert.equal(credited, o.served, 'credit = pairs served, once');
+
+    const hop = mean(sa.dialed.roundTripMs) - mean(sb.served.linkMs);
+    console.log(
+      `relay between hubs: ${sa.dialed.answered} items; A's round trip median ${median(sa.dialed.roundTripMs).toFixed(2)} ms, ` +
+        `mean ${mean(sa.dialed.roundTripMs).toFixed(2)} ms; B's own link median ${median(sb.served.linkMs).toFixed(2)} ms, ` +
+        `mean ${mean(sb.served.linkMs).toFixed(2)} ms; the hop adds ${hop.toFixed(2)} ms per item (mean), ` +
+        `${(median(sa.dialed.roundTripMs) - median(sb.served.linkMs)).toFixed(2)} ms (medians)`,
+    );
+  } finally {
+    for (const v of vols) await v.stop();
+    await a.close();
+    await b.close();
+    await redis.stop();
+  }
+});

@@ -6,14 +6,16 @@
  * .cache/artifacts/scenario-elastic/ (with screenshots of the pages at the peak and at the end), and exits 1 if any check fails (bench/elastic/scenario.ts says what each is).
  * docs/elastic.md has the numbers of the last run. test/integration/scenario-elastic.test.ts is the CI-sized one.
  *
- *   npm run scenario:elastic [-- --volunteers 4 --pages 2 --peak 6 --tokens 64 --backend webgpu]
+ *   npm run scenario:elastic [-- --volunteers 4 --pages 2 --peak 6 --tokens 64 --backend webgpu --network PROFILE]
  *
  * `--pages` is how many of the volunteers are Chromium tabs (0: all headless); `--backend` is the headless ones'
- * `--backend` and the tabs' "Compute with" choice.
+ * `--backend` and the tabs' "Compute with" choice; `--network` (lan, broadband, far, mobile) puts every volunteer in a
+ * network lab home of that profile, behind NAT (root; docs/netlab.md).
  */
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { GGMLType } from '../gguf/quant-types.ts';
+import { PROFILES, type ProfileName } from '../harness/netlab-profiles.ts';
 import { type ElasticBounds, type ElasticScenario, judgeElastic, runElasticScenario, summaryLines } from '../bench/elastic/scenario.ts';
 
 const { values } = parseArgs({
@@ -23,6 +25,7 @@ const { values } = parseArgs({
     peak: { type: 'string', default: '6' },
     tokens: { type: 'string', default: '64' },
     backend: { type: 'string', default: 'webgpu' },
+    network: { type: 'string' },
   },
 });
 const int = (v: string, name: string): number => {
@@ -33,6 +36,9 @@ const int = (v: string, name: string): number => {
 const pages = Number(values.pages);
 if (!Number.isInteger(pages) || pages < 0 || pages > int(values.volunteers, 'volunteers'))
   throw new Error(`--pages must be a whole number from 0 to --volunteers, got ${values.pages}`);
+const network = values.network;
+if (network !== undefined && !(network in PROFILES))
+  throw new Error(`--network must be one of ${Object.keys(PROFILES).join(', ')}, got ${network}`);
 const backend = values.backend as ElasticScenario['backend'];
 if (!['webgpu', 'wasm', 'auto'].includes(backend)) throw new Error(`--backend must be webgpu, wasm or auto, got ${backend}`);
 
@@ -75,6 +81,7 @@ const scenario: ElasticScenario = {
   waitMs: 120_000,
   artifacts: fileURLToPath(new URL('../.cache/artifacts/scenario-elastic/', import.meta.url)),
   log: (line) => console.log(`# ${line}`),
+  ...(network !== undefined ? { network: network as ProfileName } : {}),
 };
 
 /**

@@ -27,6 +27,9 @@ import { DEFAULT_SATURATION } from '../../hub/market/saturation.ts';
 import type { VolunteerTab } from '../../harness/browser.ts';
 import { testModel } from '../../harness/models.ts';
 import { type HeadlessVolunteer, moeLayersOf, spawnVolunteer, startSwarmHub } from '../../harness/swarm.ts';
+import { launchChromiumIn } from '../../harness/netlab-browser.ts';
+import type { ProfileName } from '../../harness/netlab-profiles.ts';
+import { type LabNetwork, labNetwork } from '../netlab-network.ts';
 import type { ModelConfig } from '../../tools/model-arch.ts';
 import { completeWithRetry, RampLoad, type RequestRecord } from './load.ts';
 import { timelineSvg } from './svg.ts';
@@ -75,6 +78,11 @@ export interface ElasticScenario {
   waitMs: number;
   artifacts: string;
   log: (line: string) => void;
+  /**
+   * A network lab profile (issue 29, docs/netlab.md): every volunteer, headless and tab, in one lab home behind NAT and
+   * the link emulator, reaching the hub here through bench/netlab-network.ts's bridge. Absent: loopback. Root only.
+   */
+  network?: ProfileName;
 }
 
 /** What the run measured; times are ms on the hub's clock (Date.now: the hub runs in this process). */
@@ -313,6 +321,7 @@ export async function runElasticScenario(sc: ElasticScenario): Promise<ElasticRe
       ...n.pageReports.map((p, i) => `page${i} ${p.workerId}: "${p.atRest ?? '?'}" ${p.errors.join(' | ')}`),
     ].join(' | ');
   let rampDownMs = Number.POSITIVE_INFINITY;
+  let lab: LabNetwork | null = null;
   let load: RampLoad | null = null;
   let rec: TimelineRecorder | null = null;
   let timeline: Timeline | null = null;
@@ -325,15 +334,23 @@ export async function runElasticScenario(sc: ElasticScenario): Promise<ElasticRe
       streaming: l.streaming,
     }));
     const r = rec;
-    for (const id of n.volunteerIds.headless) vols.push(spawnVolunteer(swarm.url, id, ['--backend', sc.backend, '--quiet']));
+    if (sc.network) {
+      lab = await labNetwork(sc.network, Number(new URL(swarm.url).port));
+      sc.log(`network: the volunteers in a lab home at the ${sc.network} profile, reaching the hub as ${lab.hubUrl}`);
+    }
+    const hubUrl = lab?.hubUrl ?? swarm.url;
+    for (const id of n.volunteerIds.headless) {
+      const args = ['--backend', sc.backend, '--quiet'];
+      vols.push(lab ? lab.spawnVolunteer(['--worker-id', id, ...args]) : spawnVolunteer(swarm.url, id, args));
+    }
     if (nPages > 0) {
       // One browser, a context per tab; tabs joined one after another (a busy 2-core machine starts them faster in
       // turn than all at once), while the headless ones start beside them.
       const { launchChromium, joinVolunteerPage } = await import('../../harness/browser.ts');
       mkdirSync(sc.artifacts, { recursive: true });
-      browser = await launchChromium();
+      browser = lab ? await launchChromiumIn(lab.lab.nsOf('home'), [lab.hubUrl]) : await launchChromium();
       for (let i = 0; i < nPages; i++) {
-        const tab = await joinVolunteerPage(browser, swarm.url, sc.backend);
+        const tab = await joinVolunteerPage(browser, hubUrl, sc.backend);
         tabs.push(tab);
         n.volunteerIds.pages.push(tab.workerId);
         n.pageReports.push({ workerId: tab.workerId, atRest: null, atPeak: null, atEnd: null, errors: tab.errors, screenshots: [] });
@@ -430,6 +447,7 @@ export async function runElasticScenario(sc: ElasticScenario): Promise<ElasticRe
     for (const v of vols) await v.stop();
     for (const t of tabs) await t.close();
     await browser?.close().catch(() => {});
+    await lab?.close();
     await swarm.close();
     if (pagesDir) rmSync(pagesDir, { recursive: true, force: true });
   }

@@ -15,7 +15,6 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as ort from 'onnxruntime-web';
 import { GGMLType } from '../../gguf/quant-types.ts';
-import { quantize } from '../../gguf/quantize.ts';
 import { dequantizeExperts, nmse, referenceCall, type RoutedCall } from '../../shaders/reference/expert-call.ts';
 import { syntheticCall, timeCompute } from '../../shaders/computer.ts';
 import type { Numerics } from '../../protocol/numerics.ts';
@@ -24,6 +23,7 @@ import { validateInputs, type ExpertSlice, type SliceTypes } from '../../shaders
 import { DataType, Message, encodeModel, floatTensor, int64Tensor, node, valueInfo } from '../../shaders/ort/onnx-builder.ts';
 import { OrtExpertFallback, denseProbs, fallbackQuantTypes, sliceVecDotTypes } from '../../shaders/ort/fallback.ts';
 import { mulberry32 as rng } from '../../shaders/random.ts';
+import { weightBytes } from '../../harness/weight-bytes.ts';
 
 ort.env.wasm.numThreads = 1;
 
@@ -83,9 +83,9 @@ function makeSlice(type: GGMLType | SliceTypes, seed: number, shape: { nEmbd: nu
   const types = typeof type === 'number' ? { gate: type, up: type, down: type } : type;
   const r = rng(seed);
   const n = nExpert * nEmbd * ff;
-  const gate = quantize(types.gate, uniform(n, r, 1 / Math.sqrt(nEmbd)));
-  const up = quantize(types.up, uniform(n, r, 1 / Math.sqrt(nEmbd)));
-  const down = quantize(types.down, uniform(n, r, 1 / Math.sqrt(ff)));
+  const gate = weightBytes(types.gate, n, r, 1 / Math.sqrt(nEmbd));
+  const up = weightBytes(types.up, n, r, 1 / Math.sqrt(nEmbd));
+  const down = weightBytes(types.down, n, r, 1 / Math.sqrt(ff));
   return { nEmbd, ff, nExpert, types, gate, up, down };
 }
 

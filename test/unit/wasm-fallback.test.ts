@@ -16,11 +16,12 @@
  * file for that build alone (EXPERTSWARM_WASM_VARIANT), holding it to the simd build's bits on the grid (VERSUS_SIMD).
  */
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { GGMLType } from '../../gguf/quant-types.ts';
-import { quantize } from '../../gguf/quantize.ts';
+import { IQ2XXS_GRID, KSIGNS_IQ2XS } from '../../gguf/iq-grids.ts';
 import type { Numerics } from '../../protocol/numerics.ts';
 import { GPT_OSS_VARIANT, SILU_VARIANT, type ExpertVariant } from '../../protocol/variant.ts';
 import { ExpertRuntimeError } from '../../shaders/errors.ts';
@@ -35,6 +36,7 @@ import { KERNEL_VARIANTS, relaxedSimdSupported, type ExpertKernelVariant } from 
 import { WASM_BIT_EXACT_TYPES, WASM_FALLBACK_TYPES, WasmExpertFallback } from '../../shaders/wasm/fallback.ts';
 import { kernelWasmBytesFor } from '../../volunteer/engine-open.ts';
 import { ggmlLayerSums } from '../../harness/ggml-exact.ts';
+import { weightBytes } from '../../harness/weight-bytes.ts';
 import { mulberry32 as rng } from '../../shaders/random.ts';
 
 const uniform = (n: number, r: () => number, scale: number): Float32Array => new Float32Array(n).map(() => (r() * 2 - 1) * scale);
@@ -54,6 +56,7 @@ const GGML_EXACT = new Set([
   GGMLType.MXFP4,
   GGMLType.IQ4_NL,
   GGMLType.IQ4_XS,
+  GGMLType.IQ2_XXS,
 ]);
 
 function makeSlice(type: GGMLType | SliceTypes, seed: number, shape = SHAPE): ExpertSlice {
@@ -66,9 +69,9 @@ function makeSlice(type: GGMLType | SliceTypes, seed: number, shape = SHAPE): Ex
     ff,
     nExpert,
     types,
-    gate: quantize(types.gate, uniform(n, r, 1 / Math.sqrt(nEmbd))),
-    up: quantize(types.up, uniform(n, r, 1 / Math.sqrt(nEmbd))),
-    down: quantize(types.down, uniform(n, r, 1 / Math.sqrt(ff))),
+    gate: weightBytes(types.gate, n, r, 1 / Math.sqrt(nEmbd)),
+    up: weightBytes(types.up, n, r, 1 / Math.sqrt(nEmbd)),
+    down: weightBytes(types.down, n, r, 1 / Math.sqrt(ff)),
   };
 }
 
@@ -133,10 +136,29 @@ if (!FORCED && !relaxedSimdSupported()) {
 test('the wasm fallback reads every type it lists', () => {
   assert.deepEqual(
     [...WASM_FALLBACK_TYPES.types].sort((a, b) => a - b),
-    [0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23, 30, 39],
-    'F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS BF16 MXFP4',
+    [0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 16, 20, 23, 30, 39],
+    'F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ2_XXS IQ4_NL IQ4_XS BF16 MXFP4',
   );
   for (const t of WASM_BIT_EXACT_TYPES) assert.ok(WASM_FALLBACK_TYPES.types.includes(t));
+});
+
+test("the kernel's IQ2 grids (assembly/iq-grids.as) are gguf/iq-grids.ts's", () => {
+  const text = readFileSync(fileURLToPath(new URL('../../shaders/wasm/assembly/iq-grids.as', import.meta.url)), 'utf8');
+  const arrays = [...text.matchAll(/export const (\w+) = memory\.data<[ui]8>\(\[([^\]]*)\]/g)].map(
+    (m) =>
+      [
+        m[1],
+        m[2]!
+          .split(',')
+          .map((v) => v.trim())
+          .filter((v) => v !== '')
+          .map(Number),
+      ] as const,
+  );
+  const byName = new Map(arrays);
+  assert.deepEqual(byName.get('IQ2XXS_GRID'), [...IQ2XXS_GRID], 'iq2xxs_grid');
+  const signs = Array.from({ length: 1024 }, (_, i) => ((KSIGNS_IQ2XS[i >> 3] as number) & (1 << (i & 7)) ? -1 : 1));
+  assert.deepEqual(byName.get('KEVEN_SIGNS'), signs, 'keven_signs_q2xs');
 });
 
 for (const variant of VARIANTS)
@@ -205,6 +227,9 @@ for (const variant of VARIANTS) {
       // IQ4_XS beside the K-quants (the relaxed build's Q8_K records are i8 in element order: intDots reorders them)
       [{ gate: GGMLType.IQ4_XS, up: GGMLType.Q6_K, down: GGMLType.IQ4_XS }, false],
       [{ gate: GGMLType.Q4_K, up: GGMLType.IQ4_XS, down: GGMLType.IQ4_XS }, true],
+      // IQ2_XXS (its 0.125 folded into d) beside IQ4_XS and Q6_K, FMA fused and emulated
+      [{ gate: GGMLType.IQ2_XXS, up: GGMLType.IQ4_XS, down: GGMLType.Q6_K }, false],
+      [{ gate: GGMLType.Q6_K, up: GGMLType.IQ2_XXS, down: GGMLType.IQ2_XXS }, true],
     ] as const) {
       const slice = makeSlice(types, 7);
       const fb = await WasmExpertFallback.create(await kernelOf(variant), slice, { numerics: 'llama', emulateFma });

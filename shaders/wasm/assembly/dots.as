@@ -135,7 +135,7 @@ function lanes16(w0: v128, w1: v128, a: usize): v128 {
 
 /**
  * lanes16 for the 16 activations at i16 offset `o` of a record: i16 in lane order, or in the relaxed build's Q8_K
- * records (activations.as) i8 in element order, put in lane order here. In intDots only IQ4_XS meets Q8_K records in
+ * records (activations.as) i8 in element order, put in lane order here. In intDots only IQ4_XS and IQ2_XXS meet Q8_K records in
  * the relaxed build (its Q4_K/Q5_K/Q6_K have dots of their own); `i8` is false for every kind of the other build.
  */
 @inline

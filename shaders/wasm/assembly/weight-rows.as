@@ -9,11 +9,14 @@
 //   Q4_K / Q5_K: scale × q (6-bit scale of the 32-element sub-block, q 4 or 5 bits); params per 256, 48 bytes:
 //                f32 d, f32 dmin, then at 16 the eight 6-bit mins as i16.
 //   IQ4_XS:      (6-bit scale − 32) × kvalues_iq4nl[nibble] per 32-element sub-block; params per 256, 48 bytes: f32 d.
+//   IQ2_XXS:     (2s + 1) × ±iq2xxs_grid magnitude per 32-element sub-block (s its 4-bit scale, the sign from
+//                keven_signs_q2xs); params per 256, 48 bytes: f32 d · 0.125 (ggml's final 0.125, kinds.as DOT_IQ4XS).
 //   Q6_K:        scale × q (8-bit scale of the 16-element group, q unsigned 0..63); params per 256, 48 bytes: f32 d,
 //                then at 16 the sixteen scales as i16.
 // Folding the scales into the quants changes no integer ggml sums: its lanes hold Σ scale · (q · a) exactly.
-import { T_F32, T_F16, T_BF16, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0, T_MXFP4, T_IQ4_NL, T_IQ4_XS, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K } from './kinds';
+import { T_F32, T_F16, T_BF16, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0, T_MXFP4, T_IQ4_NL, T_IQ4_XS, T_IQ2_XXS, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K } from './kinds';
 import { f16ToF32 } from './ggml-float';
+import { IQ2XXS_GRID, KEVEN_SIGNS } from './iq-grids';
 
 export const K_PARAMS: i32 = 48;
 
@@ -119,6 +122,33 @@ export function intRow(t: i32, src: usize, n: i32, dst: usize, params: usize): v
         const o = dst + 2 * (256 * b + 32 * ib);
         storeScaledS(o, i8x16.swizzle(kv, v128.and(q, m15)), ls);
         storeScaledS(o + 32, i8x16.swizzle(kv, i8x16.shr_u(q, 4)), ls);
+      }
+    }
+    return;
+  }
+  if (t == T_IQ2_XXS) {
+    for (let b = 0; b < nb; b++) {
+      const p = src + 66 * b;
+      store<f32>(params + K_PARAMS * b, half(p) * 0.125);
+      for (let ib = 0; ib < 8; ib++) {
+        const q = p + 2 + 8 * ib;
+        const aux1 = load<u32>(q, 4);
+        const ls = i16x8.splat(<i16>(2 * (aux1 >> 28) + 1));
+        const o = dst + 2 * (256 * b + 32 * ib);
+        for (let h = 0; h < 2; h++) {
+          // elements 16h..16h+15: groups 2h and 2h + 1, magnitudes (u8) and signs (±1) put in lane order together
+          const g0 = 2 * h;
+          const m = lanes(i64x2.replace_lane(i64x2.splat(load<u64>(IQ2XXS_GRID + 8 * <usize>load<u8>(q + g0))), 1, load<u64>(IQ2XXS_GRID + 8 * <usize>load<u8>(q + g0 + 1))));
+          const sg = lanes(
+            i64x2.replace_lane(
+              i64x2.splat(load<u64>(KEVEN_SIGNS + 8 * <usize>((aux1 >> (7 * g0)) & 127))),
+              1,
+              load<u64>(KEVEN_SIGNS + 8 * <usize>((aux1 >> (7 * (g0 + 1))) & 127)),
+            ),
+          );
+          v128.store(o + 32 * h, i16x8.mul(i16x8.mul(i16x8.extend_low_i8x16_u(m), i16x8.extend_low_i8x16_s(sg)), ls));
+          v128.store(o + 32 * h, i16x8.mul(i16x8.mul(i16x8.extend_high_i8x16_u(m), i16x8.extend_high_i8x16_s(sg)), ls), 16);
+        }
       }
     }
     return;
@@ -316,6 +346,26 @@ export function dequantRow(t: i32, src: usize, n: i32, dst: usize): void {
             const q = <usize>load<u8>(p + 8 + 16 * ib + j);
             store<f32>(o + 4 * j, dl * <f32>load<i8>(KVALUES_IQ4NL + (q & 15)));
             store<f32>(o + 4 * (j + 16), dl * <f32>load<i8>(KVALUES_IQ4NL + (q >> 4)));
+          }
+        }
+      }
+      return;
+    case T_IQ2_XXS:
+      for (let b = 0; b < n >> 8; b++) {
+        const p = src + 66 * b;
+        const d = half(p);
+        for (let ib = 0; ib < 8; ib++) {
+          const q = p + 2 + 8 * ib;
+          const aux1 = load<u32>(q, 4);
+          const db = d * (<f32>0.5 + <f32>(aux1 >> 28)) * <f32>0.25;
+          const o = dst + 4 * (256 * b + 32 * ib);
+          for (let g = 0; g < 4; g++) {
+            const grid = IQ2XXS_GRID + 8 * <usize>load<u8>(q + g);
+            const signs = KEVEN_SIGNS + 8 * <usize>((aux1 >> (7 * g)) & 127);
+            for (let j = 0; j < 8; j++) {
+              const v = db * <f32>load<u8>(grid + j);
+              store<f32>(o + 4 * (8 * g + j), load<i8>(signs + j) < 0 ? -v : v);
+            }
           }
         }
       }

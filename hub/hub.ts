@@ -705,6 +705,7 @@ export class Hub {
     const cluster = this.cluster;
     if (!links || !cluster) return;
     for (const model of this.marketModels.keys()) links.update(model, cluster.remoteWorkersOf(model));
+    links.prune();
     const now = this.now();
     const ids = links.workerIds();
     for (const id of ids) {

@@ -274,6 +274,17 @@ export class RemoteHubLinks {
     return { workersFor: (layer) => this.links.get(model)?.get(layer) ?? [] };
   }
 
+  /** Closes the sockets of hubs no link names any more (their workers left, or the hub stopped announcing). */
+  prune(): void {
+    const named = new Set<string>();
+    for (const m of this.links.values()) for (const list of m.values()) for (const l of list) named.add(l.hubId);
+    for (const [hub, c] of this.conns) {
+      if (named.has(hub)) continue;
+      c.drop(`no worker of hub ${hub} is linked any more`);
+      this.conns.delete(hub);
+    }
+  }
+
   /** Drops every link and closes every socket. */
   close(): void {
     this.links.clear();

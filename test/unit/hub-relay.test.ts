@@ -235,6 +235,8 @@ test('two ends over a loopback WebSocket: sums, re-based ids, WORKER_UNKNOWN, WO
     assert.deepEqual([relay.stats.items, relay.stats.failed], [2, 1]);
     links.update('m', []);
     assert.equal(links.directory('m').workersFor(1).length, 0, 'a record gone: its link too');
+    links.prune();
+    assert.deepEqual(links.openHubs(), [], 'no worker of hub B linked: its socket closed');
   } finally {
     links.close();
     relay.close();

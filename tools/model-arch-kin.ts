@@ -30,6 +30,8 @@ export interface KinTraits {
   fusedSharedGateUp?: boolean;
   /** One attention-sink logit per head in every layer (`attn_sinks`). */
   attnSinks?: boolean;
+  /** A gate per head on the attention output (`attn_gate`, n_embd → n_head), as step35's. */
+  attnGatePerHead?: boolean;
 }
 
 export const KIN: Record<KinArchName, KinTraits> = {
@@ -66,6 +68,12 @@ export const KIN: Record<KinArchName, KinTraits> = {
   // Granite MoE SWA: interleaved sliding-window layers with attention sinks, fused gate/up experts (its converter
   // writes the checkpoint's stacked gate_up) and a shared expert fused the same way.
   granite_swa: { expertsByFf: true, fusedGateUp: true, sharedFf: true, fusedSharedGateUp: true, attnSinks: true },
+  // MiMo-V2-Flash: windowed layers with attention sinks, a dense first layer (MoE where the file has ffn_gate_inp), a
+  // sigmoid router with a selection bias fixed in its graph. Its MTP layers are left out (optional in the loader).
+  mimo2: { denseLeading: true, attnSinks: true },
+  // Laguna (poolside): afmoe's MoE (sigmoid router, selection bias required, one always-on shared expert of its own
+  // width), head-wise q/k norms, a softplus gate per head on the attention output, windowed layers (XS.2).
+  laguna: { denseLeading: true, sharedFf: true, headQkNorm: true, attnGatePerHead: true },
 };
 
 export function isKinArch(arch: string): arch is KinArchName {
@@ -115,6 +123,22 @@ export function kinMetadata(a: KinArchName, c: ModelConfig): MetaEntry[] {
         { key: `${a}.residual_scale`, kind: 'f32', value: 1 },
         { key: `${a}.logit_scale`, kind: 'f32', value: 1 },
       ];
+    case 'mimo2':
+      // Both required; the pattern one flag per layer, even layers windowed.
+      return [
+        { key: `${a}.attention.sliding_window`, kind: 'u32', value: KIN_SLIDING_WINDOW },
+        {
+          key: `${a}.attention.sliding_window_pattern`,
+          kind: 'bool[]',
+          value: Array.from({ length: c.layers }, (_, il) => il % 2 === 0),
+        },
+      ];
+    case 'laguna':
+      // XS.2's period of 4, the first of each full (llama.cpp's set_swa_pattern with dense_first): layers 1-3 windowed.
+      return [
+        { key: `${a}.attention.sliding_window`, kind: 'u32', value: KIN_SLIDING_WINDOW },
+        { key: `${a}.attention.sliding_window_pattern`, kind: 'u32', value: 4 },
+      ];
     case 'granite_swa':
       // logit_scale is required; the window pattern is one flag per layer (even layers windowed, as exaone-moe's).
       return [
@@ -146,7 +170,7 @@ export function validateKin(c: ModelConfig): string[] {
   if (c.arch === 'qwen3vlmoe' && Number.isInteger(headDim) && headDim < 16) {
     problems.push(`qwen3vlmoe: head size ${headDim} is too small for its four RoPE sections (at least 16)`);
   }
-  if ((c.arch === 'exaone-moe' || c.arch === 'afmoe' || c.arch === 'granite_swa') && c.layers < 2) {
+  if (['exaone-moe', 'afmoe', 'granite_swa', 'mimo2', 'laguna'].includes(c.arch) && c.layers < 2) {
     problems.push(`${c.arch} needs at least 2 layers (a windowed one beside a full one), got ${c.layers}`);
   }
   // DeepSeek-OCR's q, k and v are all n_embd × n_embd: one key/value head per query head.
@@ -169,10 +193,8 @@ export const UNGENERATED: Readonly<Record<string, string>> = {
   granitehybrid: 'Mamba2 layers beside attention',
   jamba: 'Mamba layers beside attention',
   'kimi-linear': 'KDA linear-attention layers beside MLA',
-  laguna: "laguna's attention and keys",
   lfm2moe: "LFM2's short-convolution layers beside attention",
   'llada-moe': 'a diffusion (non-causal) LM: completions do not run on it',
-  mimo2: "MiMo-V2's attention (SWA with sinks) and keys",
   'minimax-01': 'lightning (linear) attention layers',
   qwen4exp: 'hybrid linear attention of qwen4exp',
   rnd1: 'a diffusion (non-causal) LM: completions do not run on it',

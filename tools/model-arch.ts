@@ -117,6 +117,9 @@ const ROUTING: Partial<Record<ArchName, Routing>> = {
   afmoe: { gating: 2, probsBias: true, norm: true, scale: 2.5 },
   'exaone-moe': { gating: 2, probsBias: true, norm: true, scale: 2.5 },
   hy_v3: { gating: 2, probsBias: true, norm: true, scale: 2.5 },
+  // MiMo-V2: sigmoid gates with a selection bias, normalised, fixed in its graph (no scale read).
+  mimo2: { gating: 2, probsBias: true, norm: true, scale: 0 },
+  laguna: { gating: 2, probsBias: true, norm: true, scale: 2.5 },
 };
 
 /** The router an architecture's generated model asks llama.cpp for; undefined: softmax over all experts, as stock. */
@@ -476,7 +479,7 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
       // Grok RMS-normalises the attention output before the residual add.
       if (grok) add(`${p}.attn_output_norm.weight`, [c.nEmbd], 'norm');
       // Step-3.5: one sigmoid gate per head on the attention output (g_proj).
-      if (step) add(`${p}.attn_gate.weight`, [c.nEmbd, c.nHead], 'attn');
+      if (step || (isKinArch(a) && KIN[a].attnGatePerHead)) add(`${p}.attn_gate.weight`, [c.nEmbd, c.nHead], 'attn');
       // AFMoE: one sigmoid gate per attention output element, a norm after the attention.
       if (a === 'afmoe') {
         add(`${p}.attn_gate.weight`, [c.nEmbd, c.nEmbd], 'attn');

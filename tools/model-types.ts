@@ -30,6 +30,8 @@ export const KIN_ARCHITECTURES = [
   'mistral3',
   'deepseek2-ocr',
   'granite_swa',
+  'mimo2',
+  'laguna',
 ] as const;
 export type KinArchName = (typeof KIN_ARCHITECTURES)[number];
 

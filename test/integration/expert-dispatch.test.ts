@@ -200,7 +200,9 @@ async function dispatchedRun(
     log: server.log().slice(logMark),
     protocolErrors: d.stats.protocolErrors,
     bound,
-    ...(['llama4', 'exaone-moe', 'afmoe', 'granite_swa'].includes(m.config.arch) && { evaluation: SWA_EVALUATION }),
+    ...(['llama4', 'exaone-moe', 'afmoe', 'granite_swa', 'mimo2', 'laguna'].includes(m.config.arch) && {
+      evaluation: SWA_EVALUATION,
+    }),
     ...(m.config.arch === 'hy_v3' && { evaluation: LAST_LAYER_ALL_ROWS }),
     ...(['gpt-oss', 'step35', 'gemma4', 'deepseek4'].includes(m.config.arch) && { evaluation: GPT_OSS_EVALUATION }),
   });
@@ -208,7 +210,7 @@ async function dispatchedRun(
 }
 
 /**
- * Llama 4's chunked attention and the sliding-window layers of gpt-oss, exaone-moe, afmoe and granite_swa keep a windowed cache, which cannot be rolled back:
+ * Llama 4's chunked attention and the sliding-window layers of gpt-oss, exaone-moe, afmoe, granite_swa, mimo2 and laguna keep a windowed cache, which cannot be rolled back:
  * llama-server evaluates the prompt's last tokens in a graph of their own to checkpoint before them
  * (harness/dispatch-checks.ts).
  */
@@ -293,14 +295,16 @@ const FAMILY_GRID_TYPES = [GGMLType.F32, GGMLType.Q4_K];
  */
 const KIN_GRID_TYPES = process.env.EXPERTSWARM_FAMILIES === 'full' ? FAMILY_GRID_TYPES : [GGMLType.Q4_K];
 /**
- * Kin families generated once `npm test` had no time left (its 45 minutes nearly spent): granite, minicpm and
+ * Kin families generated once `npm test` had little time left (its 45 minutes nearly spent): granite, minicpm and
  * mistral3 (granitemoe's and llama's layout under their own names and multipliers), deepseek2-ocr (deepseek2's routed
- * layers behind plain attention) and granite_swa (sinks in windowed layers, a fused shared expert beside fused gate/up
- * experts; its Q4_K cell took 32 s here) take both cells in `npm run test:families:full` only. What their workers
- * compute — split or fused SiLU-gated experts, windowed layers' checkpoints — `npm test` covers in mistral4's and
- * afmoe's cells; llama-loads loads and runs each of them in `npm test`.
+ * layers behind plain attention), granite_swa (sinks in windowed layers, a fused shared expert beside fused gate/up
+ * experts; its Q4_K cell took 32 s here) and mimo2 (windowed layers with sinks) take both cells in
+ * `npm run test:families:full` only. laguna keeps its Q4_K cell in `npm test` (8.8 s here): sigmoid routing with a
+ * required selection bias and scaling, a shared expert, windowed layers. What the others' workers compute — split or
+ * fused SiLU-gated experts, windowed layers' checkpoints — `npm test` covers in mistral4's, afmoe's and laguna's
+ * cells; llama-loads loads and runs each of them in `npm test`.
  */
-const KIN_FULL_ONLY: readonly string[] = ['granite', 'minicpm', 'mistral3', 'deepseek2-ocr', 'granite_swa'];
+const KIN_FULL_ONLY: readonly string[] = ['granite', 'minicpm', 'mistral3', 'deepseek2-ocr', 'granite_swa', 'mimo2'];
 function gridTypes(name: string): GGMLType[] {
   if (FIRST_FIVE.includes(name)) return GRID_TYPES;
   if (!isKinArch(name)) return FAMILY_GRID_TYPES;
@@ -311,8 +315,9 @@ const NO_RESIDUAL_PROBE: readonly string[] = [
   // layer norms (dbrx, phimoe; phimoe's with biases), a dense MLP beside the experts (arctic), post-norms and a gated
   // attention output (afmoe): graphs the probe does not walk
   ...['dbrx', 'phimoe', 'arctic', 'afmoe'],
-  // attention sinks (granite_swa): position 0's attention output is not Wo·(Wv·x)
-  'granite_swa',
+  // attention sinks (granite_swa, mimo2) or a gate on the attention output (laguna): position 0's attention output is
+  // not Wo·(Wv·x)
+  ...['granite_swa', 'mimo2', 'laguna'],
 ];
 const FIRST_FIVE: readonly string[] = ['qwen3moe', 'qwen2moe', 'deepseek', 'llama', 'olmoe'];
 const gridBaselines = new Map<string, number[]>();

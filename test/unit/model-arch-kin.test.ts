@@ -147,6 +147,30 @@ const CASES: Array<{
     lacks: ['ffn_gate_exps.weight', 'ffn_up_exps.weight', 'ffn_gate_shexp.weight'],
     moe: [0, 1, 2],
   },
+  {
+    arch: 'mimo2',
+    keys: {
+      'mimo2.attention.sliding_window': 8,
+      'mimo2.attention.sliding_window_pattern': [true, false, true],
+      'mimo2.expert_feed_forward_length': 64,
+    },
+    has: ['attn_sinks.weight', 'exp_probs_b.bias', ...EXPERTS],
+    lacks: ['ffn_gate_shexp.weight'],
+    moe: [1, 2],
+  },
+  {
+    arch: 'laguna',
+    keys: {
+      'laguna.leading_dense_block_count': 1,
+      'laguna.expert_gating_func': 2,
+      'laguna.expert_weights_scale': 2.5,
+      'laguna.expert_shared_feed_forward_length': 64,
+      'laguna.attention.sliding_window': 8,
+      'laguna.attention.sliding_window_pattern': 4,
+    },
+    has: ['attn_gate.weight', 'attn_q_norm.weight', 'exp_probs_b.bias', 'ffn_gate_shexp.weight', ...EXPERTS],
+    moe: [1, 2],
+  },
 ];
 
 for (const c of CASES) {
@@ -180,6 +204,13 @@ test('granite_swa: one sink per head; the shared expert fused as the experts are
   assert.deepEqual(dims('blk.0.ffn_down_shexp.weight'), [64, 64]);
   // granite, its sibling without the window: split experts and shared expert, no sinks.
   assert.equal(names(plan({ arch: 'granite' }), 0).includes('attn_sinks.weight'), false);
+});
+
+test('laguna: one attention gate per head (XS.2), not per element; mimo2: its dense first layer has no router', () => {
+  const p = plan({ arch: 'laguna' });
+  assert.deepEqual(p.tensors.find((x) => x.name === 'blk.1.attn_gate.weight')?.dims, [64, 2]);
+  const m = names(plan({ arch: 'mimo2' }), 0);
+  assert.ok(m.includes('ffn_up.weight') && !m.includes('ffn_gate_inp.weight'), m.join(' '));
 });
 
 test('kin config checks: latent ranks only for latent attention; qwen3vlmoe needs heads wide enough for its sections', () => {

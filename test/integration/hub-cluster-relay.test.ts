@@ -1,9 +1,10 @@
 /**
- * Any volunteer, any hub (issue 30): two hubs on one real Redis (harness/redis.ts), each with its real coordinator
- * (linkcpp-server), and two headless volunteers (`npx expertswarm volunteer`) attached to hub B only. A completion with
- * `--dispatch always` through hub A gives the token ids of `--dispatch off`, with the routed pairs served by B's
- * volunteers over the relay between hubs (A dials B's `/api/hub-relay`; protocol/hub-relay.ts), credited once to
- * their wallets through the cluster. Prints the relay hop's added time per item (A's round trip − B's own link time).
+ * Any volunteer, any hub (issue 30): three hubs on one real Redis (harness/redis.ts), each with its real coordinator
+ * (linkcpp-server), and two headless volunteers (`npx expertswarm volunteer`, one slice each) attached one to hub B and
+ * one to hub C, none to hub A. A completion with `--dispatch always` through hub A gives the token ids of
+ * `--dispatch off`, with the routed pairs served by B's and C's volunteers over the relay between hubs (A dials their
+ * `/api/hub-relay`; protocol/hub-relay.ts), credited once to their wallets through the cluster. Prints the relay hop's
+ * added time per item (A's round trip − the serving hub's own link time).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -15,6 +16,7 @@ import {
   E2E_PROMPT,
   baselineIds,
   completionIds,
+  dispatchMap,
   moeLayersOf,
   pairOutcomes,
   spawnVolunteer,
@@ -31,7 +33,7 @@ const median = (xs: readonly number[]): number => {
 };
 const mean = (xs: readonly number[]): number => xs.reduce((a, b) => a + b, 0) / xs.length;
 
-test('a coordinator behind hub A is served by volunteers attached only to hub B, over the relay between hubs', {
+test('a coordinator behind hub A is served by volunteers attached only to hubs B and C, over the relay between hubs', {
   timeout: 300_000,
 }, async () => {
   const m = await testModel(DEEPSEEK_Q8);
@@ -40,16 +42,25 @@ test('a coordinator behind hub A is served by volunteers attached only to hub B,
   const cluster = (hubId: string) => ({ redis: redis.url, cluster: { hubId, syncMs: 200 } });
   const a = await startSwarmHub(m.path, 'always', cluster('hub-a'));
   const b = await startSwarmHub(m.path, 'always', cluster('hub-b'));
-  const vols = [spawnVolunteer(b.url, 'b0'), spawnVolunteer(b.url, 'b1')];
+  const c = await startSwarmHub(m.path, 'always', cluster('hub-c'));
+  const vols = [spawnVolunteer(b.url, 'b0', ['--max-slices', '1'])];
   try {
-    const moeLayers = moeLayersOf(DEEPSEEK_Q8);
-    // A's map lists B's volunteers (from their records in Redis) once they serve every MoE layer's experts.
-    const rows = await waitForCoverage(a.url, a.model, moeLayers, DEEPSEEK_Q8.nExpert, 1, 120_000);
-    assert.ok(
-      rows.every((r) => (r as unknown as { hub: string }).hub === 'hub-b'),
-      `every worker A lists is attached to hub B: ${JSON.stringify(rows)}`,
+    // C's volunteer joins once B's holds a slice: the cluster's demand then offers it the other layer.
+    await until('b0 holding a slice', 60_000, async () =>
+      (await dispatchMap(b.url, b.model)).some((r) => r.worker_id === 'b0') ? true : undefined,
     );
-    await until('hub A’s relay to hub B open', 10_000, () => (a.hub.hubRelayStats()?.open.includes('hub-b') ? true : undefined));
+    vols.push(spawnVolunteer(c.url, 'c0', ['--max-slices', '1']));
+    const moeLayers = moeLayersOf(DEEPSEEK_Q8);
+    // A's map lists B's and C's volunteers (from their records in Redis) once they serve every MoE layer's experts.
+    const rows = await waitForCoverage(a.url, a.model, moeLayers, DEEPSEEK_Q8.nExpert, 1, 120_000);
+    assert.deepEqual(
+      [...new Set(rows.map((r) => `${r.worker_id}@${(r as unknown as { hub: string }).hub}`))].sort(),
+      ['b0@hub-b', 'c0@hub-c'],
+      `A lists B's and C's volunteers only: ${JSON.stringify(rows)}`,
+    );
+    await until('hub A’s relays to hubs B and C open', 10_000, () =>
+      a.hub.hubRelayStats()?.open.join() === 'hub-b,hub-c' ? true : undefined,
+    );
 
     const got = await completionIds(a.url, a.model, E2E_PROMPT, N, m.ban);
     assert.deepEqual(got, want, 'the token ids of --dispatch off');
@@ -58,15 +69,22 @@ test('a coordinator behind hub A is served by volunteers attached only to hub B,
     assert.ok(routed >= N * moeLayers.length * DEEPSEEK_Q8.nExpertUsed, `every routed pair is counted: ${JSON.stringify(o)}`);
     assert.ok((o.served as number) >= 0.9 * routed, `B's volunteers served ${o.served} of ${routed} routed pairs through A`);
     assert.equal(o.rejected, 0);
-    // B's own dispatcher had its volunteers serve nothing (its coordinator's warm-up is computed there, locally): every
-    // pair they computed came over the relay.
-    const ob = await pairOutcomes(b.url, b.model);
-    assert.equal(ob.served, 0, `hub B's dispatcher served nothing itself: ${JSON.stringify(ob)}`);
+    // B's and C's own dispatchers had their volunteers serve nothing (their coordinators' warm-up is computed there,
+    // locally): every pair the volunteers computed came over the relay.
+    for (const h of [b, c]) {
+      const o2 = await pairOutcomes(h.url, h.model);
+      assert.equal(o2.served, 0, `hub ${h.url}'s dispatcher served nothing itself: ${JSON.stringify(o2)}`);
+    }
     const sa = a.hub.hubRelayStats();
     const sb = b.hub.hubRelayStats();
-    assert.ok(sa && sb);
-    assert.ok(sb.served.items > 0, 'B forwarded items to its volunteers');
-    assert.equal(sa.dialed.answered, sb.served.items - sb.served.failed, 'each item B answered reached A');
+    const sc = c.hub.hubRelayStats();
+    assert.ok(sa && sb && sc);
+    assert.ok(
+      sb.served.items > 0 && sc.served.items > 0,
+      `B and C forwarded items to their volunteers: ${sb.served.items}, ${sc.served.items}`,
+    );
+    const servedThere = [...sb.served.linkMs, ...sc.served.linkMs];
+    assert.equal(sa.dialed.answered, servedThere.length, 'each item B and C answered reached A');
 
     // Credit: the pairs A's dispatcher used, once, to the wallets of B's volunteers (A credits them through Redis).
     let credited = 0;
@@ -78,17 +96,18 @@ test('a coordinator behind hub A is served by volunteers attached only to hub B,
     }
     assert.equal(credited, o.served, 'credit = pairs served, once');
 
-    const hop = mean(sa.dialed.roundTripMs) - mean(sb.served.linkMs);
+    const hop = mean(sa.dialed.roundTripMs) - mean(servedThere);
     console.log(
       `relay between hubs: ${sa.dialed.answered} items; A's round trip median ${median(sa.dialed.roundTripMs).toFixed(2)} ms, ` +
-        `mean ${mean(sa.dialed.roundTripMs).toFixed(2)} ms; B's own link median ${median(sb.served.linkMs).toFixed(2)} ms, ` +
-        `mean ${mean(sb.served.linkMs).toFixed(2)} ms; the hop adds ${hop.toFixed(2)} ms per item (mean), ` +
-        `${(median(sa.dialed.roundTripMs) - median(sb.served.linkMs)).toFixed(2)} ms (medians)`,
+        `mean ${mean(sa.dialed.roundTripMs).toFixed(2)} ms; B's and C's own links median ${median(servedThere).toFixed(2)} ms, ` +
+        `mean ${mean(servedThere).toFixed(2)} ms; the hop adds ${hop.toFixed(2)} ms per item (mean), ` +
+        `${(median(sa.dialed.roundTripMs) - median(servedThere)).toFixed(2)} ms (medians)`,
     );
   } finally {
     for (const v of vols) await v.stop();
     await a.close();
     await b.close();
+    await c.close();
     await redis.stop();
   }
 });

@@ -22,12 +22,23 @@ import { joinVolunteerPage, type VolunteerTab, waitServing } from '../../harness
 import type { HubProcessSpec } from '../../harness/hub-process.ts';
 import { ONE_MOE_LAYER, testModel } from '../../harness/models.ts';
 import { createLab, HUB_ADDRESS, type Lab } from '../../harness/netlab.ts';
+import { PROFILES, type ProfileName } from '../../harness/netlab-profiles.ts';
 import { launchChromiumIn } from '../../harness/netlab-browser.ts';
 import { type LabHub, startLabHub, stopLabHub } from '../../harness/netlab-hub.ts';
 import { buildPages } from '../../harness/pages-build.ts';
 import { TRUST_OFF, until } from '../../harness/swarm.ts';
 import { startTurn, type TurnServer } from '../../harness/turn.ts';
 
+/**
+ * The homes' link profile: lan in `npm test`; `NETLAB_TURN_PROFILE=broadband|far|mobile` (`npm run
+ * bench:netlab:turn` runs each) sends the hub's TCP, STUN/TURN's UDP and the relay range through the router's link
+ * emulator, so the slice's every byte (from the hub, or from the other tab through coturn) crosses the profile.
+ */
+const PROFILE = (process.env.NETLAB_TURN_PROFILE ?? 'lan') as ProfileName;
+if (!(PROFILE in PROFILES)) throw new Error(`NETLAB_TURN_PROFILE must be one of ${Object.keys(PROFILES).join(', ')}`);
+const EMULATED = PROFILE !== 'lan';
+const TURN_PORT = 3478;
+const RELAY_PORTS = [49160, 49179] as const;
 const CHUNK_BYTES = 128 * 1024;
 const SECRET = 'netlab-turn-secret-0123456789';
 const PORT_PLAIN = 8080;
@@ -74,21 +85,27 @@ async function peerShare(t: VolunteerTab): Promise<{ percent: number; text: stri
  * other tab reaches it through its NAT).
  */
 const COUNT_RULES = [
-  ['-i', 'xs-lan1', '-d', HUB_ADDRESS, '-p', 'udp'],
-  ['-s', HUB_ADDRESS, '-o', 'xs-lan2', '-p', 'udp'],
+  ['FORWARD', '-i', 'xs-lan1', '-d', HUB_ADDRESS, '-p', 'udp'],
+  ['FORWARD', '-s', HUB_ADDRESS, '-o', 'xs-lan2', '-p', 'udp'],
+  // Over an emulated profile the router's emulator ends the homes' UDP flows and opens its own to the TURN server:
+  // a home's datagrams come IN to the router, and go OUT of it to the other home.
+  ['INPUT', '-i', 'xs-lan1', '-p', 'udp'],
+  ['OUTPUT', '-o', 'xs-lan2', '-p', 'udp'],
 ] as const;
 
 async function udpCounters(lab: Lab): Promise<{ fromA: number; toB: number }> {
   const { stdout } = await lab.exec('router', 'iptables-save', ['-c', '-t', 'filter']);
   const bytesOf = (rule: readonly string[]): number => {
+    const [chain, ...match] = rule;
     const line = stdout
       .split('\n')
-      .find((l) => l.includes('-A FORWARD') && rule.every((w) => l.includes(w.replace(HUB_ADDRESS, `${HUB_ADDRESS}/32`))));
+      .find((l) => l.includes(`-A ${chain} `) && match.every((w) => l.includes(w.replace(HUB_ADDRESS, `${HUB_ADDRESS}/32`))));
     const m = line ? /^\[\d+:(\d+)\]/.exec(line) : null;
     if (!m) throw new Error(`no counting rule ${rule.join(' ')} in the router:\n${stdout}`);
     return Number(m[1]);
   };
-  return { fromA: bytesOf(COUNT_RULES[0]), toB: bytesOf(COUNT_RULES[1]) };
+  const [fwdA, fwdB, inA, outB] = COUNT_RULES.map(bytesOf) as [number, number, number, number];
+  return { fromA: fwdA + inA, toB: fwdB + outB };
 }
 
 function hubSpec(modelPath: string, pagesDir: string, port: number, turn: TurnConfig | undefined): HubProcessSpec {
@@ -132,7 +149,12 @@ async function runCase(
     await waitServing(b, 'the tab in home b', SERVE_MS);
     const seconds = (Date.now() - t0) / 1000;
     const share = await peerShare(b);
-    const slices = ((await (await fetch(`${api}/api/peers/slices`)).json()) as { slices: SliceTransfer[] }).slices;
+    // Each tab reports its load over the channel once it serves: over a slow or lossy link the second report may reach
+    // the hub a moment after the page says it serves.
+    const slices = await until("the hub's count of both tabs' loads", 30_000, async () => {
+      const got = ((await (await fetch(`${api}/api/peers/slices`)).json()) as { slices: SliceTransfer[] }).slices;
+      return got.length === 1 && got[0]?.loads === 2 ? got : undefined;
+    }).catch(async () => ((await (await fetch(`${api}/api/peers/slices`)).json()) as { slices: SliceTransfer[] }).slices);
     const relayed = turn ? relayedBytes(turn, [a, b]) : 0;
     return { a, b, share, slices, seconds, relayed };
   } catch (e) {
@@ -158,16 +180,29 @@ test('two tabs behind different NATs: without TURN the second takes the slice fr
       buildPages('production'),
       createLab({
         homes: [
-          { name: 'a', profile: 'lan' },
-          { name: 'b', profile: 'lan' },
+          { name: 'a', profile: PROFILE },
+          { name: 'b', profile: PROFILE },
         ],
+        ...(EMULATED
+          ? {
+              tcpPorts: [PORT_PLAIN, PORT_TURN],
+              udpPorts: [TURN_PORT, ...Array.from({ length: RELAY_PORTS[1] - RELAY_PORTS[0] + 1 }, (_, k) => RELAY_PORTS[0] + k)],
+            }
+          : {}),
       }).then((l) => {
         lab = l;
       }),
     ]);
     pagesDir = pages;
     if (!lab) throw new Error('no lab');
-    turn = await startTurn({ netns: lab.hubNs, ip: HUB_ADDRESS, secret: SECRET });
+    turn = await startTurn({
+      netns: lab.hubNs,
+      ip: HUB_ADDRESS,
+      secret: SECRET,
+      port: TURN_PORT,
+      minPort: RELAY_PORTS[0],
+      maxPort: RELAY_PORTS[1],
+    });
     const config: TurnConfig = { urls: [turn.url], secret: SECRET, ttlS: 600 };
     // Both hubs start at once (each with its coordinator), and both browsers, while the other waits.
     hubs.push(startLabHub(lab, hubSpec(m.path, pages, PORT_PLAIN, undefined)), startLabHub(lab, hubSpec(m.path, pages, PORT_TURN, config)));
@@ -178,10 +213,11 @@ test('two tabs behind different NATs: without TURN the second takes the slice fr
     const [a, b] = browsers as [Browser, Browser];
     const tReady = Date.now();
 
-    for (const rule of COUNT_RULES) await lab.exec('router', 'iptables', ['-I', 'FORWARD', '1', ...rule]);
+    for (const [chain, ...rule] of COUNT_RULES) await lab.exec('router', 'iptables', ['-I', chain, '1', ...rule]);
     const c0 = await udpCounters(lab);
     const plain = await runCase(lab, { a, b }, hubs[0] as LabHub, PORT_PLAIN, undefined);
     const c1 = await udpCounters(lab);
+    t.diagnostic(`profile ${PROFILE}${EMULATED ? ' (the hub, STUN/TURN and the relay range through the emulator)' : ''}`);
     t.diagnostic(`without TURN: ${plain.share.text}; ${JSON.stringify(plain.slices)}; ${plain.seconds.toFixed(1)} s`);
     const withTurn = await runCase(lab, { a, b }, hubs[1] as LabHub, PORT_TURN, turn);
     const c2 = await udpCounters(lab);
@@ -204,8 +240,12 @@ test('two tabs behind different NATs: without TURN the second takes the slice fr
     assert.equal(withTurn.slices.length, 1);
     assert.equal(s?.loads, 2, 'both tabs loaded the slice (each chunk and the digest checked)');
     assert.equal(s?.digest, plain.slices[0]?.digest, 'the same slice as without TURN');
-    assert.ok(withTurn.share.percent >= 50, `the second tab took most of its slice from the first: ${withTurn.share.text}`);
-    assert.ok((s?.fromPeers ?? 0) >= 0.5 * (s?.bytes ?? 0), `the hub counted the peers' bytes: ${JSON.stringify(s)}`);
+    // On the lan profile most of it; over an emulated one (a measurement run) the page takes from the hub whatever
+    // chunk its peer is too slow to give (docs/peers.md), so some of it.
+    const atLeast = EMULATED ? 0.01 : 0.5;
+    assert.ok(withTurn.share.percent >= 100 * atLeast, `the second tab took its slice from the first: ${withTurn.share.text}`);
+    assert.ok((s?.fromPeers ?? 0) >= atLeast * (s?.bytes ?? 0), `the hub counted the peers' bytes: ${JSON.stringify(s)}`);
+    const peerBytes = s?.fromPeers ?? 0;
     // coturn's log, waited for (bounded): each tab allocated with its own credential; at least one let the other's
     // candidates in (one relay suffices; which one ICE picks varies).
     const server = turn;
@@ -230,8 +270,8 @@ test('two tabs behind different NATs: without TURN the second takes the slice fr
     const log = server.log();
     const lines = (re: RegExp): string[] => log.split('\n').filter((l) => re.test(l));
     for (const tab of [plain.a, plain.b]) assert.ok(!log.includes(`:${tab.workerId}>`), 'without TURN nobody asked coturn');
-    assert.ok(c2.fromA - c1.fromA >= bytes, `tab a sent the slice to the TURN server: ${c2.fromA - c1.fromA} B of ${bytes}`);
-    assert.ok(c2.toB - c1.toB >= bytes, `tab b received the slice from the TURN server: ${c2.toB - c1.toB} B of ${bytes}`);
+    assert.ok(c2.fromA - c1.fromA >= peerBytes, `tab a sent its peer's share to the TURN server: ${c2.fromA - c1.fromA} B of ${peerBytes}`);
+    assert.ok(c2.toB - c1.toB >= peerBytes, `tab b received its peers' share from the TURN server: ${c2.toB - c1.toB} B of ${peerBytes}`);
     t.diagnostic(
       `coturn: ${lines(/ALLOCATE processed, success/).length} allocations, ${lines(/peer 198\.18\.0\.\d+ lifetime updated/).length} permissions; ` +
         `${withTurn.relayed} B reported relayed between the tabs' relays and peers so far (slice ${s?.bytes} B)`,

@@ -32,6 +32,8 @@ export interface KinTraits {
   attnSinks?: boolean;
   /** A gate per head on the attention output (`attn_gate`, n_embd → n_head), as step35's. */
   attnGatePerHead?: boolean;
+  /** Attention and FFN side by side on the one normed input (parallel residual): no `ffn_norm`. */
+  parallelResidual?: boolean;
 }
 
 export const KIN: Record<KinArchName, KinTraits> = {
@@ -74,6 +76,10 @@ export const KIN: Record<KinArchName, KinTraits> = {
   // Laguna (poolside): afmoe's MoE (sigmoid router, selection bias required, one always-on shared expert of its own
   // width), head-wise q/k norms, a softplus gate per head on the attention output, windowed layers (XS.2).
   laguna: { denseLeading: true, sharedFf: true, headQkNorm: true, attnGatePerHead: true },
+  // Cohere 2 MoE: parallel residual (attention and FFN both read attn_norm's output), windows of period 4 with the first
+  // full (full layers past the dense ones without RoPE), a dense leading layer, sigmoid router, shared experts whose
+  // sum with the routed ones is halved. Its MTP layer is left out (optional in the loader).
+  cohere2moe: { denseLeading: true, sharedCount: true, parallelResidual: true },
 };
 
 export function isKinArch(arch: string): arch is KinArchName {
@@ -133,6 +139,13 @@ export function kinMetadata(a: KinArchName, c: ModelConfig): MetaEntry[] {
           value: Array.from({ length: c.layers }, (_, il) => il % 2 === 0),
         },
       ];
+    case 'cohere2moe':
+      // Window, window period and logit_scale all required (1: the logits as the output matrix gives them).
+      return [
+        { key: `${a}.logit_scale`, kind: 'f32', value: 1 },
+        { key: `${a}.attention.sliding_window`, kind: 'u32', value: KIN_SLIDING_WINDOW },
+        { key: `${a}.attention.sliding_window_pattern`, kind: 'u32', value: 4 },
+      ];
     case 'laguna':
       // XS.2's period of 4, the first of each full (llama.cpp's set_swa_pattern with dense_first): layers 1-3 windowed.
       return [
@@ -170,7 +183,7 @@ export function validateKin(c: ModelConfig): string[] {
   if (c.arch === 'qwen3vlmoe' && Number.isInteger(headDim) && headDim < 16) {
     problems.push(`qwen3vlmoe: head size ${headDim} is too small for its four RoPE sections (at least 16)`);
   }
-  if (['exaone-moe', 'afmoe', 'granite_swa', 'mimo2', 'laguna'].includes(c.arch) && c.layers < 2) {
+  if (['exaone-moe', 'afmoe', 'granite_swa', 'mimo2', 'laguna', 'cohere2moe'].includes(c.arch) && c.layers < 2) {
     problems.push(`${c.arch} needs at least 2 layers (a windowed one beside a full one), got ${c.layers}`);
   }
   // DeepSeek-OCR's q, k and v are all n_embd × n_embd: one key/value head per query head.
@@ -186,7 +199,6 @@ export function validateKin(c: ModelConfig): string[] {
  */
 export const UNGENERATED: Readonly<Record<string, string>> = {
   bailingmoe3: "KDA linear-attention layers beside MLA (bailingmoe3's hybrid cache)",
-  cohere2moe: 'Cohere 2 attention (SWA layers, parallel residual) and its MTP head',
   deepseek32: "DeepSeek-V3.2's sparse-attention indexer beside MLA",
   dots3note: "dots3note's keys and MTP layers on the deepseek2 lineage",
   'glm-dsa': "GLM's DSA sparse-attention indexer beside MLA",

@@ -120,6 +120,7 @@ const ROUTING: Partial<Record<ArchName, Routing>> = {
   // MiMo-V2: sigmoid gates with a selection bias, normalised, fixed in its graph (no scale read).
   mimo2: { gating: 2, probsBias: true, norm: true, scale: 0 },
   laguna: { gating: 2, probsBias: true, norm: true, scale: 2.5 },
+  cohere2moe: { gating: 2, probsBias: false, norm: true, scale: 2.5 },
 };
 
 /** The router an architecture's generated model asks llama.cpp for; undefined: softmax over all experts, as stock. */
@@ -500,7 +501,8 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
       add(`${p}.attn_k_norm.weight`, [kvDim], 'norm');
     }
     // glm4moe and gpt-oss name their FFN norm after the attention (HF post_attention_layernorm).
-    if (a !== 'dbrx') add(a === 'glm4moe' || oss ? `${p}.post_attention_norm.weight` : `${p}.ffn_norm.weight`, [c.nEmbd], 'norm');
+    const ffnNorm = a !== 'dbrx' && !(isKinArch(a) && KIN[a].parallelResidual);
+    if (ffnNorm) add(a === 'glm4moe' || oss ? `${p}.post_attention_norm.weight` : `${p}.ffn_norm.weight`, [c.nEmbd], 'norm');
     if (a === 'phimoe') add(`${p}.ffn_norm.bias`, [c.nEmbd], 'attn_bias');
     if (a === 'afmoe') add(`${p}.post_ffw_norm.weight`, [c.nEmbd], 'norm');
     if (i < c.denseLeading || (a === 'llama4' && (i + 1) % 2 !== 0)) {

@@ -32,6 +32,7 @@ export const KIN_ARCHITECTURES = [
   'granite_swa',
   'mimo2',
   'laguna',
+  'cohere2moe',
 ] as const;
 export type KinArchName = (typeof KIN_ARCHITECTURES)[number];
 

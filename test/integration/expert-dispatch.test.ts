@@ -204,7 +204,9 @@ async function dispatchedRun(
       evaluation: SWA_EVALUATION,
     }),
     ...(m.config.arch === 'hy_v3' && { evaluation: LAST_LAYER_ALL_ROWS }),
-    ...(['gpt-oss', 'step35', 'gemma4', 'deepseek4'].includes(m.config.arch) && { evaluation: GPT_OSS_EVALUATION }),
+    ...(['gpt-oss', 'step35', 'gemma4', 'deepseek4', 'cohere2moe'].includes(m.config.arch) && {
+      evaluation: GPT_OSS_EVALUATION,
+    }),
   });
   return { ...check, requests };
 }
@@ -220,7 +222,7 @@ const LAST_LAYER_ALL_ROWS: PromptEvaluation = { lastLayerAllRows: true };
 /**
  * gpt-oss's, step35's and gemma4's graphs (sliding-window layers too) keep every row through their last layer (they
  * drop the unwanted rows after the layers); so does deepseek4's (it drops them after the last layer's hyper-connection
- * mix), whose windowed and compressed caches are checkpointed the same way.
+ * mix), whose windowed and compressed caches are checkpointed the same way; and cohere2moe's (windowed layers).
  */
 const GPT_OSS_EVALUATION: PromptEvaluation = { checkpointSplit: true, lastLayerAllRows: true };
 
@@ -298,13 +300,17 @@ const KIN_GRID_TYPES = process.env.EXPERTSWARM_FAMILIES === 'full' ? FAMILY_GRID
  * Kin families generated once `npm test` had little time left (its 45 minutes nearly spent): granite, minicpm and
  * mistral3 (granitemoe's and llama's layout under their own names and multipliers), deepseek2-ocr (deepseek2's routed
  * layers behind plain attention), granite_swa (sinks in windowed layers, a fused shared expert beside fused gate/up
- * experts; its Q4_K cell took 32 s here) and mimo2 (windowed layers with sinks) take both cells in
- * `npm run test:families:full` only. laguna keeps its Q4_K cell in `npm test` (8.8 s here): sigmoid routing with a
+ * experts; its Q4_K cell took 32 s here), mimo2 (windowed layers with sinks) and cohere2moe (parallel residual) take
+ * both cells in `npm run test:families:full` only. laguna keeps its Q4_K cell in `npm test` (8.8 s here): sigmoid routing with a
  * required selection bias and scaling, a shared expert, windowed layers. What the others' workers compute — split or
  * fused SiLU-gated experts, windowed layers' checkpoints — `npm test` covers in mistral4's, afmoe's and laguna's
  * cells; llama-loads loads and runs each of them in `npm test`.
  */
-const KIN_FULL_ONLY: readonly string[] = ['granite', 'minicpm', 'mistral3', 'deepseek2-ocr', 'granite_swa', 'mimo2'];
+const KIN_FULL_ONLY: readonly string[] = [
+  ...['granite', 'minicpm', 'mistral3', 'deepseek2-ocr', 'granite_swa', 'mimo2'],
+  // parallel residual, windowed layers keeping every row through the last layer
+  'cohere2moe',
+];
 function gridTypes(name: string): GGMLType[] {
   if (FIRST_FIVE.includes(name)) return GRID_TYPES;
   if (!isKinArch(name)) return FAMILY_GRID_TYPES;
@@ -318,6 +324,8 @@ const NO_RESIDUAL_PROBE: readonly string[] = [
   // attention sinks (granite_swa, mimo2) or a gate on the attention output (laguna): position 0's attention output is
   // not Wo·(Wv·x)
   ...['granite_swa', 'mimo2', 'laguna'],
+  // parallel residual (cohere2moe): the FFN reads the attention's input, not the residual after it
+  'cohere2moe',
 ];
 const FIRST_FIVE: readonly string[] = ['qwen3moe', 'qwen2moe', 'deepseek', 'llama', 'olmoe'];
 const gridBaselines = new Map<string, number[]>();

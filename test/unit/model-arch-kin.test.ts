@@ -171,6 +171,21 @@ const CASES: Array<{
     has: ['attn_gate.weight', 'attn_q_norm.weight', 'exp_probs_b.bias', 'ffn_gate_shexp.weight', ...EXPERTS],
     moe: [1, 2],
   },
+  {
+    arch: 'cohere2moe',
+    keys: {
+      'cohere2moe.logit_scale': 1,
+      'cohere2moe.leading_dense_block_count': 1,
+      'cohere2moe.expert_shared_count': 1,
+      'cohere2moe.expert_gating_func': 2,
+      'cohere2moe.attention.sliding_window': 8,
+      'cohere2moe.attention.sliding_window_pattern': 4,
+    },
+    has: ['attn_norm.weight', 'ffn_gate_shexp.weight', ...EXPERTS],
+    // parallel residual: the FFN reads attn_norm's output
+    lacks: ['ffn_norm.weight', 'exp_probs_b.bias'],
+    moe: [1, 2],
+  },
 ];
 
 for (const c of CASES) {

@@ -546,7 +546,11 @@ const tRun = performance.now();
 /** When the measured rounds began, s since tRun. */
 let measuredFromS = 0;
 /** B's dispatcher over the measured rounds: REQUESTs with pairs served, and every channel result. */
-const hops: { responses: ResponseSummary[]; all: ResponseSummary[]; results: Array<{ roundTripMs: number; computeUs: number }> } = {
+const hops: {
+  responses: ResponseSummary[];
+  all: ResponseSummary[];
+  results: Array<{ workerId: string; roundTripMs: number; computeUs: number }>;
+} = {
   responses: [],
   all: [],
   results: [],
@@ -705,7 +709,7 @@ try {
       hops.all.push(r);
       if (r.served > 0) hops.responses.push(r);
     },
-    onResult: (_, roundTripMs, computeUs) => hops.results.push({ roundTripMs, computeUs }),
+    onResult: (workerId, roundTripMs, computeUs) => hops.results.push({ workerId, roundTripMs, computeUs }),
   });
   const dB = dispatcherOf(swarm);
   const dA = dispatcherOf(alone);
@@ -937,6 +941,29 @@ if (hops.results.length > 0) {
       hops.results.map((r) => r.roundTripMs - r.computeUs / 1000),
     ),
   );
+  // The same per layer and per worker (issue 24: the layer-0 volunteer was the slow one in every run of 2026-12-06).
+  for (const layer of [...new Set(hops.responses.map((r) => r.layer))].sort((a, b) => a - b))
+    console.log(
+      line(
+        `  layer ${layer}: REQUEST in -> work sent`,
+        hops.responses.filter((r) => r.layer === layer).map((r) => r.dispatchMs),
+      ),
+    );
+  for (const id of [...new Set(hops.results.map((r) => r.workerId))].sort()) {
+    const rs = hops.results.filter((r) => r.workerId === id);
+    console.log(
+      line(
+        `  ${id} (${rs.length}): round trip`,
+        rs.map((r) => r.roundTripMs),
+      ),
+    );
+    console.log(
+      line(
+        `  ${id}: the rest (less frame in -> sums)`,
+        rs.map((r) => r.roundTripMs - r.computeUs / 1000),
+      ),
+    );
+  }
   // A served REQUEST's wait on its workers (work sent -> last answer), by the pairs they served: what the claim
   // policy's fitted line (overhead + pairs × per pair) should say for each size.
   for (const [lo, hi] of [

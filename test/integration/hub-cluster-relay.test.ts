@@ -4,13 +4,19 @@
  * one to hub C, none to hub A. A completion with `--dispatch always` through hub A gives the token ids of
  * `--dispatch off`, with the routed pairs served by B's and C's volunteers over the relay between hubs (A dials their
  * `/api/hub-relay`; protocol/hub-relay.ts), credited once to their wallets through the cluster. Prints the relay hop's
- * added time per item (A's round trip − the serving hub's own link time).
+ * added time per item (A's round trip − the serving hub's own link time). With A's trust checks as in production, a
+ * lying Kvasir worker double attached to B (its answers × 1.01) is audited by A against A's coordinator over the relay,
+ * quarantined by A (tokens never wrong, no credit), and B learns it over the cluster's bus: its relay there is closed
+ * 4403 and its heartbeats are refused WORKER_QUARANTINED.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { testModel } from '../../harness/models.ts';
 import { waitForLog } from '../../harness/log-wait.ts';
 import { startRedis } from '../../harness/redis.ts';
+import { KvasirWorkerDouble } from '../../harness/kvasir-worker.ts';
+import { DEFAULT_TRUST } from '../../hub/dispatch/trust.ts';
+import { KVASIR_RELAY_CLOSE } from '../../protocol/kvasir-wire.ts';
 import {
   DEEPSEEK_Q8,
   E2E_PROMPT,
@@ -26,6 +32,8 @@ import {
 } from '../../harness/swarm.ts';
 
 const N = 32;
+const m = await testModel(DEEPSEEK_Q8);
+const want = await baselineIds(m, N);
 
 const median = (xs: readonly number[]): number => {
   const s = [...xs].sort((a, b) => a - b);
@@ -36,8 +44,6 @@ const mean = (xs: readonly number[]): number => xs.reduce((a, b) => a + b, 0) / 
 test('a coordinator behind hub A is served by volunteers attached only to hubs B and C, over the relay between hubs', {
   timeout: 300_000,
 }, async () => {
-  const m = await testModel(DEEPSEEK_Q8);
-  const want = await baselineIds(m, N);
   const redis = await startRedis();
   const cluster = (hubId: string) => ({ redis: redis.url, cluster: { hubId, syncMs: 200 } });
   const a = await startSwarmHub(m.path, 'always', cluster('hub-a'));
@@ -111,3 +117,58 @@ test('a coordinator behind hub A is served by volunteers attached only to hubs B
     await redis.stop();
   }
 });
+
+test('trust across the relay: hub A audits a lying Kvasir worker attached to hub B, quarantines it, and hub B drops it', {
+  timeout: 300_000,
+}, async () => {
+  const redis = await startRedis();
+  const cluster = (hubId: string) => ({ redis: redis.url, cluster: { hubId, syncMs: 200 } });
+  // A checks answers as in production (probation audits against its coordinator); B only forwards.
+  const a = await startSwarmHub(m.path, 'always', { ...cluster('hub-a'), trust: { ...DEFAULT_TRUST } });
+  const b = await startSwarmHub(m.path, 'always', cluster('hub-b'));
+  const liar = new KvasirWorkerDouble({
+    hubUrl: b.url,
+    workerId: 'kv-liar',
+    tamper: (_r, sums) => sums.map((x) => x * 1.01),
+  });
+  try {
+    await liar.join(DEEPSEEK_Q8.nExpert, b.model);
+    await liar.dial();
+    await until('the liar wired on hub B', 10_000, async () => ((await liar.report(b.model)).json.wired ? true : undefined));
+    await until('hub A linking the liar over the relay', 10_000, async () =>
+      a.hub.hubRelayStats()?.open.includes('hub-b') && (await dispatchMap(a.url, a.model)).some((r) => r.worker_id === 'kv-liar')
+        ? true
+        : undefined,
+    );
+    let caught: string | undefined;
+    for (let round = 0; round < 4 && !caught; round++) {
+      // Never a wrong token: on probation its answers are audited, not used.
+      assert.deepEqual(await completionIds(a.url, a.model, E2E_PROMPT, N, m.ban), want, `tokens (round ${round})`);
+      caught = await until('the liar quarantined on hub A', 3_000, async () =>
+        (await eventsOf(a.url, 'quarantine')).find((d) => d.startsWith('kv-liar: ')),
+      ).catch(() => undefined);
+    }
+    assert.ok(caught, `hub A quarantined the liar (${liar.served.v2} answers relayed)`);
+    assert.ok((a.hub.hubRelayStats()?.dialed.answered ?? 0) > 0, 'its answers came over the relay');
+    // Hub B learns it over the bus: the liar's relay there is closed (4403) and its heartbeats are refused.
+    assert.equal(
+      (await Promise.race([liar.closed, new Promise<{ code: number }>((r) => setTimeout(() => r({ code: -1 }), 10_000))])).code,
+      KVASIR_RELAY_CLOSE.FORBIDDEN,
+    );
+    const again = await liar.report(b.model);
+    assert.deepEqual([again.status, again.json.code], [403, 'WORKER_QUARANTINED'], 'its heartbeats refused on hub B');
+    const credit = (await (await fetch(`${a.url}/api/credit?wallet=${liar.wallet}`)).json()) as { credit_pairs: number };
+    assert.equal(credit.credit_pairs, 0, 'no credit');
+    console.log(`trust across the relay: ${caught}`);
+  } finally {
+    await liar.stop();
+    await a.close();
+    await b.close();
+    await redis.stop();
+  }
+});
+
+async function eventsOf(url: string, kind: string): Promise<string[]> {
+  const r = (await (await fetch(`${url}/api/events?kind=${kind}&limit=200`)).json()) as { events: Array<{ detail: string }> };
+  return r.events.map((e) => e.detail);
+}

@@ -4,7 +4,7 @@
  * numerics against the reference with ggml's rounding (compareLlama: also the NMSE beyond the ties of h).
  */
 import { GGMLType, requireQuantType, typeName } from '../gguf/quant-types.ts';
-import { quantize } from '../gguf/quantize.ts';
+import { weightBytes } from './weight-bytes.ts';
 import { dequantizeExperts, nmse, referenceCall } from '../shaders/reference/expert-call.ts';
 import { Q8_1_WEIGHT_TYPES, vecDotType } from '../shaders/reference/ggml-activations.ts';
 import { compareLlama } from '../shaders/reference/llama-ties.ts';
@@ -68,7 +68,7 @@ function uniform(n: number, r: () => number, scale: number): Float32Array {
 
 export async function runGridCase(device: GPUDevice, c: GridCase, seed: number): Promise<GridResult> {
   const r = rng(seed);
-  const matrix = (rows: number, cols: number): Uint8Array => quantize(c.type, uniform(rows * cols * c.nExpert, r, 1 / Math.sqrt(cols)));
+  const matrix = (rows: number, cols: number): Uint8Array => weightBytes(c.type, rows * cols * c.nExpert, r, 1 / Math.sqrt(cols));
   const gate = matrix(c.ff, c.nEmbd);
   const up = matrix(c.ff, c.nEmbd);
   const down = matrix(c.nEmbd, c.ff);

@@ -23,7 +23,8 @@ export type QuantSnippet =
   | 'q3_k'
   | 'q4_1'
   | 'q5_1'
-  | 'iq4_xs';
+  | 'iq4_xs'
+  | 'iq2_xxs';
 /** Quant snippets that also have an integer block dot against 8-bit activations (shaders/wgsl/int8/<stem>.wgsl). */
 export type Int8Quant =
   | 'q8_0'
@@ -38,7 +39,8 @@ export type Int8Quant =
   | 'q2_k'
   | 'q4_1'
   | 'q5_1'
-  | 'iq4_xs';
+  | 'iq4_xs'
+  | 'iq2_xxs';
 export type KernelName =
   | 'expert_up'
   | 'expert_down'
@@ -100,6 +102,7 @@ export const WGSL: WgslSources = {
     q3_k: read('quant/q3_k.wgsl'),
     q5_0: read('quant/q5_0.wgsl'),
     iq4_xs: read('quant/iq4_xs.wgsl'),
+    iq2_xxs: read('quant/iq2_xxs.wgsl'),
   },
   int8: {
     q8_0: read('int8/q8_0.wgsl'),
@@ -115,6 +118,7 @@ export const WGSL: WgslSources = {
     q3_k: read('int8/q3_k.wgsl'),
     q5_0: read('int8/q5_0.wgsl'),
     iq4_xs: read('int8/iq4_xs.wgsl'),
+    iq2_xxs: read('int8/iq2_xxs.wgsl'),
   },
   dot: { packed: read('int8/dot_packed.wgsl'), unpacked: read('int8/dot_unpacked.wgsl') },
   roundActivations: read('round_activations.wgsl'),

@@ -17,6 +17,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { GGMLType, requireQuantType } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
+import { weightBytes } from '../../harness/weight-bytes.ts';
 import { INT8_SNIPPETS } from '../../shaders/expert-ffn.ts';
 import { ExpertRuntime, type ExpertSlice, type IntegerDot, type KernelFeature } from '../../shaders/runtime.ts';
 import type { SliceTypes } from '../../shaders/slice.ts';
@@ -45,15 +46,18 @@ function gaussian(n: number, rand: () => number, scale: number): Float32Array {
 /** Random experts in the slice layout; `identityDown`: F32 down = the identity (nEmbd = ff), so out = h. */
 function experts(types: SliceTypes, nEmbd: number, ff: number, nExpert: number, seed: number, identityDown = false): ExpertSlice {
   const rand = mulberry32(seed);
-  const gate = quantize(types.gate, gaussian(nExpert * ff * nEmbd, rand, 1 / Math.sqrt(nEmbd)));
-  const up = quantize(types.up, gaussian(nExpert * ff * nEmbd, rand, 1 / Math.sqrt(nEmbd)));
+  // IQ2_XXS: random valid super-blocks (llama.cpp's quantizer writes the type, ours does not: harness/weight-bytes.ts)
+  const bytes = (t: GGMLType, n: number, scale: number): Uint8Array =>
+    t === GGMLType.IQ2_XXS ? weightBytes(t, n, rand, scale) : quantize(t, gaussian(n, rand, scale));
+  const gate = bytes(types.gate, nExpert * ff * nEmbd, 1 / Math.sqrt(nEmbd));
+  const up = bytes(types.up, nExpert * ff * nEmbd, 1 / Math.sqrt(nEmbd));
   let down: Uint8Array;
   if (identityDown) {
     const eye = new Float32Array(nExpert * nEmbd * ff);
     for (let e = 0; e < nExpert; e++) for (let i = 0; i < ff; i++) eye[e * nEmbd * ff + i * ff + i] = 1;
     down = new Uint8Array(eye.buffer);
   } else {
-    down = quantize(types.down, gaussian(nExpert * nEmbd * ff, rand, 1 / Math.sqrt(ff)));
+    down = bytes(types.down, nExpert * nEmbd * ff, 1 / Math.sqrt(ff));
   }
   return { nEmbd, ff, nExpert, types, gate, up, down };
 }
@@ -111,7 +115,7 @@ const isK = (t: GGMLType): boolean => requireQuantType(t).blockSize === 256;
  */
 const widths = (t: GGMLType): [number, number][] =>
   isK(t)
-    ? t === GGMLType.Q2_K || t === GGMLType.Q3_K || t === GGMLType.IQ4_XS
+    ? t === GGMLType.Q2_K || t === GGMLType.Q3_K || t === GGMLType.IQ4_XS || t === GGMLType.IQ2_XXS
       ? [[512, 256]] // two super-blocks per row (h: 512 × 512); one block adds little and costs SwiftShader seconds
       : [
           [256, 256],

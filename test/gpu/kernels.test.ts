@@ -20,6 +20,7 @@ import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { allQuantTypes, GGMLType, requireQuantType, typeName } from '../../gguf/quant-types.ts';
 import { quantize } from '../../gguf/quantize.ts';
+import { weightBytes } from '../../harness/weight-bytes.ts';
 import { planExpertSlice, writeExpertSlice } from '../../gguf/expert-slice.ts';
 import { bytesSource, readGGUF } from '../../gguf/reader.ts';
 import { GGUFValueType } from '../../gguf/types.ts';
@@ -81,9 +82,12 @@ interface TestSlice {
 function makeSlice(types: SliceTypes, nEmbd: number, ff: number, nExpert: number, seed: number): TestSlice {
   const rand = mulberry32(seed);
   // Scales keep gate·x, up·x and the outputs around 1, as in a trained model.
-  const gate = quantize(types.gate, gaussian(nExpert * ff * nEmbd, rand, 1 / Math.sqrt(nEmbd)));
-  const up = quantize(types.up, gaussian(nExpert * ff * nEmbd, rand, 1 / Math.sqrt(nEmbd)));
-  const down = quantize(types.down, gaussian(nExpert * nEmbd * ff, rand, 1 / Math.sqrt(ff)));
+  // IQ2_XXS: random valid super-blocks (llama.cpp's quantizer writes the type, ours does not: harness/weight-bytes.ts)
+  const bytes = (t: GGMLType, n: number, scale: number): Uint8Array =>
+    t === GGMLType.IQ2_XXS ? weightBytes(t, n, rand, scale) : quantize(t, gaussian(n, rand, scale));
+  const gate = bytes(types.gate, nExpert * ff * nEmbd, 1 / Math.sqrt(nEmbd));
+  const up = bytes(types.up, nExpert * ff * nEmbd, 1 / Math.sqrt(nEmbd));
+  const down = bytes(types.down, nExpert * nEmbd * ff, 1 / Math.sqrt(ff));
   const slice: ExpertSlice = { nEmbd, ff, nExpert, types, gate, up, down };
   return { slice, experts: dequantizeExperts(slice) };
 }

@@ -207,6 +207,7 @@ test('the block table agrees with the quant snippets', () => {
     ['mxfp4', T.MXFP4],
     ['iq4_nl', T.IQ4_NL],
     ['iq4_xs', T.IQ4_XS],
+    ['iq2_xxs', T.IQ2_XXS],
     ['q5_1', T.Q5_1],
     ['q4_1', T.Q4_1],
     ['q2_k', T.Q2_K],

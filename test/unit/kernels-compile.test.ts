@@ -35,6 +35,7 @@ const QUANTS: QuantSnippet[] = [
   'q3_k',
   'q5_0',
   'iq4_xs',
+  'iq2_xxs',
 ];
 const tuning: KernelTuning = { workgroupSize: 64, rowsPerWorkgroup: 4, tileRows: 16, tileCols: 32 };
 

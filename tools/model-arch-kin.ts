@@ -9,7 +9,7 @@
  * Also the names llama.cpp serves and dispatches that the generator does not write yet (UNGENERATED), each with what
  * is missing, so that `npm run make-model -- --arch NAME` refuses them by name.
  */
-import type { KinArchName, MetaEntry, ModelConfig } from './model-types.ts';
+import type { KinArchName, MetaEntry, ModelConfig, TensorRole } from './model-types.ts';
 
 export interface KinTraits {
   /** Leading dense layers (`leading_dense_block_count`). */
@@ -34,6 +34,8 @@ export interface KinTraits {
   attnGatePerHead?: boolean;
   /** Attention and FFN side by side on the one normed input (parallel residual): no `ffn_norm`. */
   parallelResidual?: boolean;
+  /** DeepSeek-V3.2's lightning indexer (DSA) beside the latent attention, in every layer (`indexer.*`). */
+  dsaIndexer?: boolean;
 }
 
 export const KIN: Record<KinArchName, KinTraits> = {
@@ -80,7 +82,34 @@ export const KIN: Record<KinArchName, KinTraits> = {
   // full (full layers past the dense ones without RoPE), a dense leading layer, sigmoid router, shared experts whose
   // sum with the routed ones is halved. Its MTP layer is left out (optional in the loader).
   cohere2moe: { denseLeading: true, sharedCount: true, parallelResidual: true },
+  // DeepSeek-V3.2: deepseek2's latent attention (query compression required), its keys picked per query by a lightning
+  // indexer (DSA); sigmoid router with selection bias, shared experts, leading dense layers. No MTP layer.
+  deepseek32: { denseLeading: true, sharedCount: true, mla: true, dsaIndexer: true },
 };
+
+/**
+ * The lightning indexer's heads and how many keys it keeps per query (`attention.indexer.top_k`): fewer than the
+ * tests' prompt, so that the sparse attention leaves keys out (the real models: 64 heads of 128, top 2048).
+ */
+export const DSA_INDEXER_HEADS = 2;
+export const DSA_INDEXER_TOP_K = 4;
+/**
+ * The indexer's key width: llama.cpp's indexer cache rotates keys and queries by a Hadamard matrix of at least 64
+ * (llama_kv_cache::build_input_k_rot), so the width is 64 whatever the model's; it rotates n_rot (≤ 64) of it.
+ */
+export const DSA_INDEXER_KEY_LENGTH = 64;
+
+/** The indexer's tensors of layer `p` (`blk.N`): q from the compressed query, one key head, per-head weights. */
+export function dsaIndexerTensors(p: string, c: ModelConfig): Array<{ name: string; dims: number[]; role: TensorRole }> {
+  const size = DSA_INDEXER_KEY_LENGTH;
+  return [
+    { name: `${p}.indexer.k_norm.weight`, dims: [size], role: 'norm' },
+    { name: `${p}.indexer.k_norm.bias`, dims: [size], role: 'attn_bias' },
+    { name: `${p}.indexer.proj.weight`, dims: [c.nEmbd, DSA_INDEXER_HEADS], role: 'attn' },
+    { name: `${p}.indexer.attn_k.weight`, dims: [c.nEmbd, size], role: 'attn' },
+    { name: `${p}.indexer.attn_q_b.weight`, dims: [c.qLoraRank, DSA_INDEXER_HEADS * size], role: 'attn' },
+  ];
+}
 
 export function isKinArch(arch: string): arch is KinArchName {
   return Object.hasOwn(KIN, arch);
@@ -146,6 +175,12 @@ export function kinMetadata(a: KinArchName, c: ModelConfig): MetaEntry[] {
         { key: `${a}.attention.sliding_window`, kind: 'u32', value: KIN_SLIDING_WINDOW },
         { key: `${a}.attention.sliding_window_pattern`, kind: 'u32', value: 4 },
       ];
+    case 'deepseek32':
+      return [
+        { key: `${a}.attention.indexer.head_count`, kind: 'u32', value: DSA_INDEXER_HEADS },
+        { key: `${a}.attention.indexer.key_length`, kind: 'u32', value: DSA_INDEXER_KEY_LENGTH },
+        { key: `${a}.attention.indexer.top_k`, kind: 'u32', value: DSA_INDEXER_TOP_K },
+      ];
     case 'laguna':
       // XS.2's period of 4, the first of each full (llama.cpp's set_swa_pattern with dense_first): layers 1-3 windowed.
       return [
@@ -187,6 +222,10 @@ export function validateKin(c: ModelConfig): string[] {
     problems.push(`${c.arch} needs at least 2 layers (a windowed one beside a full one), got ${c.layers}`);
   }
   // DeepSeek-OCR's q, k and v are all n_embd × n_embd: one key/value head per query head.
+  // The indexer rotates n_rot (half a head) of its 64-wide keys.
+  if (c.arch === 'deepseek32' && c.nEmbd / c.nHead / 2 > DSA_INDEXER_KEY_LENGTH) {
+    problems.push(`deepseek32: head size ${c.nEmbd / c.nHead} rotates more than the indexer's ${DSA_INDEXER_KEY_LENGTH}-wide keys hold`);
+  }
   if (c.arch === 'deepseek2-ocr' && c.nHeadKv !== c.nHead) {
     problems.push(`deepseek2-ocr has no grouped-query attention: --n-head-kv (${c.nHeadKv}) must equal --n-head (${c.nHead})`);
   }
@@ -199,7 +238,6 @@ export function validateKin(c: ModelConfig): string[] {
  */
 export const UNGENERATED: Readonly<Record<string, string>> = {
   bailingmoe3: "KDA linear-attention layers beside MLA (bailingmoe3's hybrid cache)",
-  deepseek32: "DeepSeek-V3.2's sparse-attention indexer beside MLA",
   dots3note: "dots3note's keys and MTP layers on the deepseek2 lineage",
   'glm-dsa': "GLM's DSA sparse-attention indexer beside MLA",
   granitehybrid: 'Mamba2 layers beside attention',

@@ -9,7 +9,7 @@ import { isHybridArch, planHybridModel, validateHybrid } from './model-arch-hybr
 import { DEEPSEEK4_ROUTING, deepseek4SwigluLimits, planDeepseek4Model, validateDeepseek4 } from './model-arch-deepseek4.ts';
 import { planGemma4, validateGemma4 } from './model-arch-gemma4.ts';
 import { MINIMAX_M3_ROUTING, planMinimaxM3, validateMinimaxM3 } from './model-arch-minimax-m3.ts';
-import { KIN, isKinArch, kinMetadata, kinWith, validateKin } from './model-arch-kin.ts';
+import { KIN, dsaIndexerTensors, isKinArch, kinMetadata, kinWith, validateKin } from './model-arch-kin.ts';
 import {
   ARCHITECTURES,
   type ArchName,
@@ -121,6 +121,7 @@ const ROUTING: Partial<Record<ArchName, Routing>> = {
   mimo2: { gating: 2, probsBias: true, norm: true, scale: 0 },
   laguna: { gating: 2, probsBias: true, norm: true, scale: 2.5 },
   cohere2moe: { gating: 2, probsBias: false, norm: true, scale: 2.5 },
+  deepseek32: { gating: 2, probsBias: true, norm: true, scale: 2.5 },
 };
 
 /** The router an architecture's generated model asks llama.cpp for; undefined: softmax over all experts, as stock. */
@@ -458,6 +459,7 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
       add(`${p}.attn_output.weight`, [c.nHead * headDim, c.nEmbd], 'attn');
     } else if (a === 'bailingmoe2' || a === 'dbrx') {
       add(`${p}.attn_qkv.weight`, [c.nEmbd, c.nEmbd + 2 * kvDim], 'attn');
+      if (isKinArch(a) && KIN[a].dsaIndexer) for (const t of dsaIndexerTensors(p, c)) add(t.name, t.dims, t.role);
       add(`${p}.attn_output.weight`, [c.nEmbd, c.nEmbd], 'attn');
       // DBRX: the attention output's norm is the experts' input norm (it has no ffn_norm).
       if (a === 'dbrx') add(`${p}.attn_output_norm.weight`, [c.nEmbd], 'norm');

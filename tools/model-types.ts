@@ -33,6 +33,7 @@ export const KIN_ARCHITECTURES = [
   'mimo2',
   'laguna',
   'cohere2moe',
+  'deepseek32',
 ] as const;
 export type KinArchName = (typeof KIN_ARCHITECTURES)[number];
 

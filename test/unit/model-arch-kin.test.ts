@@ -186,6 +186,21 @@ const CASES: Array<{
     lacks: ['ffn_norm.weight', 'exp_probs_b.bias'],
     moe: [1, 2],
   },
+  {
+    arch: 'deepseek32',
+    keys: {
+      'deepseek32.attention.q_lora_rank': 32,
+      'deepseek32.attention.indexer.head_count': 2,
+      'deepseek32.attention.indexer.key_length': 64,
+      'deepseek32.attention.indexer.top_k': 4,
+      'deepseek32.expert_gating_func': 2,
+    },
+    has: [
+      ...['attn_q_a.weight', 'attn_kv_a_mqa.weight', 'attn_k_b.weight', 'indexer.k_norm.weight', 'indexer.k_norm.bias'],
+      ...['indexer.proj.weight', 'indexer.attn_k.weight', 'indexer.attn_q_b.weight', 'exp_probs_b.bias', ...EXPERTS],
+    ],
+    moe: [1, 2],
+  },
 ];
 
 for (const c of CASES) {
@@ -228,8 +243,20 @@ test('laguna: one attention gate per head (XS.2), not per element; mimo2: its de
   assert.ok(m.includes('ffn_up.weight') && !m.includes('ffn_gate_inp.weight'), m.join(' '));
 });
 
+test('deepseek32: the indexer in every layer, dense ones too; its q from the compressed query, 64-wide keys', () => {
+  const p = plan({ arch: 'deepseek32' });
+  const dims = (n: string): number[] | undefined => p.tensors.find((x) => x.name === n)?.dims;
+  assert.deepEqual(dims('blk.0.indexer.attn_q_b.weight'), [32, 128]);
+  assert.deepEqual(dims('blk.0.indexer.attn_k.weight'), [64, 64]);
+  assert.deepEqual(dims('blk.2.indexer.proj.weight'), [64, 2]);
+  assert.match(validateConfig(defaultConfig({ arch: 'deepseek32', nEmbd: 256, nHead: 1 })).join(), /rotates more than the indexer/);
+});
+
 test('kin config checks: latent ranks only for latent attention; qwen3vlmoe needs heads wide enough for its sections', () => {
-  assert.match(validateConfig(defaultConfig({ arch: 'dbrx', qLoraRank: 8 })).join(), /only deepseek2, mistral4 have q_lora_rank/);
+  assert.match(
+    validateConfig(defaultConfig({ arch: 'dbrx', qLoraRank: 8 })).join(),
+    /only deepseek2, mistral4, deepseek32 have q_lora_rank/,
+  );
   assert.match(validateConfig(defaultConfig({ arch: 'qwen3vlmoe', nEmbd: 64, nHead: 8 })).join(), /too small for its four RoPE sections/);
   assert.deepEqual(validateConfig(defaultConfig({ arch: 'afmoe' })), []);
   assert.match(validateConfig(defaultConfig({ arch: 'deepseek2-ocr', nHeadKv: 1 })).join(), /deepseek2-ocr has no grouped-query attention/);

@@ -134,8 +134,6 @@ const POLL_MS = 500;
 const LAYERS = 2;
 /** Headless volunteers on B: one per MoE layer by default; 0 runs B as the control (dispatch auto, nobody to dispatch to). */
 const N_VOLUNTEERS = SHARE ? 0 : values.volunteers === undefined ? LAYERS : Number(values.volunteers);
-if (!Number.isInteger(N_VOLUNTEERS) || (N_VOLUNTEERS !== 0 && N_VOLUNTEERS < LAYERS))
-  throw new Error(`--volunteers must be 0 or at least the ${LAYERS} MoE layers, got ${values.volunteers}`);
 if (STREAMS <= SLOTS) throw new Error(`--streams must exceed the ${SLOTS} slots (a request must wait in the queue), got ${STREAMS}`);
 /**
  * `--pin C:V[:H]`: the coordinators on cores C, the volunteers on cores V, this process (the hubs) on cores H (default
@@ -243,6 +241,16 @@ const VOLUNTEER_NICE = Number(values['volunteer-nice']);
  * same layer at once on their one shared core (2026-12-06: each held a layer and 48 experts of the other).
  */
 const MAX_SLICES = int(values['max-slices'], 'max-slices');
+/**
+ * Fewer volunteers than MoE layers (`--volunteers 1 --max-slices 2`): each holds several whole layers (its budget
+ * scaled to them) and computes them in turn on its core, with no second volunteer process competing for that core.
+ */
+if (!Number.isInteger(N_VOLUNTEERS) || N_VOLUNTEERS < 0 || (N_VOLUNTEERS > 0 && N_VOLUNTEERS * MAX_SLICES < LAYERS))
+  throw new Error(
+    `--volunteers must be 0, or enough to hold the ${LAYERS} MoE layers with --max-slices ${MAX_SLICES}, got ${values.volunteers}`,
+  );
+/** Whole layers each volunteer holds. */
+const LAYERS_PER_VOLUNTEER = N_VOLUNTEERS > 0 ? Math.ceil(LAYERS / N_VOLUNTEERS) : 1;
 if (!Number.isInteger(VOLUNTEER_NICE) || VOLUNTEER_NICE < 0 || VOLUNTEER_NICE > 19)
   throw new Error(`--volunteer-nice must be 0…19, got ${values['volunteer-nice']}`);
 /** Sets every thread of `pid` to nice `n` (nice is per thread on Linux; threads made later inherit their maker's). */
@@ -539,7 +547,9 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
 
 const { model, generatedS } = await benchModel(SHAPE, LAYERS, log);
 const moeLayers = Array.from({ length: LAYERS }, (_, i) => i);
-const budget = volunteerBudget(SHAPE, values['budget-mb'] ? int(values['budget-mb'], 'budget-mb') : undefined);
+const budgetOfLayer = volunteerBudget(SHAPE, values['budget-mb'] ? int(values['budget-mb'], 'budget-mb') : undefined);
+/** A volunteer's budget: a layer's, times the layers it holds (`--budget-mb` as given). */
+const budget = { ...budgetOfLayer, mb: values['budget-mb'] ? budgetOfLayer.mb : budgetOfLayer.mb * LAYERS_PER_VOLUNTEER };
 
 const rounds: Round[] = [];
 let warmA: Round | null = null;

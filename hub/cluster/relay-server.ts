@@ -182,6 +182,7 @@ export class HubRelayServer {
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(new Error('no answer from the worker')), w.deadlineMs + this.options.settleGraceMs);
+      timer.unref(); // a hub shutting down does not wait for it
     });
     this.stats.items++;
     const t0 = performance.now();

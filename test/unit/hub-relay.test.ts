@@ -10,6 +10,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { performance } from 'node:perf_hooks';
 import WebSocket from 'ws';
 import {
   HUB_RELAY_PATH,
@@ -240,6 +241,43 @@ test('two ends over a loopback WebSocket: sums, re-based ids, WORKER_UNKNOWN, WO
   } finally {
     links.close();
     relay.close();
+    server.close();
+  }
+});
+
+test('hub B going away mid-item: the item is refused at once (not at its deadline), and the relay redialed', {
+  timeout: 10_000,
+}, async () => {
+  const token = 'w'.repeat(32);
+  let started = 0;
+  const stuck: WorkerLink = {
+    ...fakeLink('w1', 1, 4, 8),
+    compute: () => {
+      started++;
+      return new Promise(() => {});
+    },
+  };
+  const relay = new HubRelayServer({ token: () => token, linkOf: () => stuck, event: () => {} });
+  const server = createServer();
+  relay.attach(server);
+  const url = await listen(server);
+  const links = new RemoteHubLinks({ selfId: 'hub-a', relayOf: () => ({ url, token }), event: () => {} }, { redialMs: 0 });
+  try {
+    links.update('m', [record({})]);
+    await until('the relay open', () => (links.openHubs().length === 1 ? true : undefined));
+    const link = links.directory('m').workersFor(1)[0] as WorkerLink;
+    const t0 = performance.now();
+    const item = link.compute(work(), 60_000);
+    await until('the item at hub B', () => (started === 1 ? true : undefined));
+    relay.close(); // B shutting down: 1001 to every relay
+    await assert.rejects(item, /the relay to hub hub-b closed/);
+    assert.ok(performance.now() - t0 < 5_000, 'refused at the close, not at the 60 s deadline');
+    assert.equal(link.inFlight, 0);
+    await until('the relay closed', () => (links.openHubs().length === 0 ? true : undefined));
+    links.update('m', [record({})]); // the next sync names B again: dialed again (refused: B's relay is closed)
+    await assert.rejects(link.compute(work(), 500), /no relay to hub hub-b open yet/);
+  } finally {
+    links.close();
     server.close();
   }
 });

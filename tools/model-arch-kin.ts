@@ -85,6 +85,9 @@ export const KIN: Record<KinArchName, KinTraits> = {
   // DeepSeek-V3.2: deepseek2's latent attention (query compression required), its keys picked per query by a lightning
   // indexer (DSA); sigmoid router with selection bias, shared experts, leading dense layers. No MTP layer.
   deepseek32: { denseLeading: true, sharedCount: true, mla: true, dsaIndexer: true },
+  // GLM-5 / 5.1 (GlmMoeDsa): deepseek32's layout; with a context under 1M every layer has its indexer (GLM-5.2's
+  // pattern, some layers without, is taken from the context length or `attention.indexer.types`).
+  'glm-dsa': { denseLeading: true, sharedCount: true, mla: true, dsaIndexer: true },
 };
 
 /**
@@ -92,6 +95,7 @@ export const KIN: Record<KinArchName, KinTraits> = {
  * tests' prompt, so that the sparse attention leaves keys out (the real models: 64 heads of 128, top 2048).
  */
 export const DSA_INDEXER_HEADS = 2;
+const KIN_DSA: readonly string[] = ['deepseek32', 'glm-dsa'];
 export const DSA_INDEXER_TOP_K = 4;
 /**
  * The indexer's key width: llama.cpp's indexer cache rotates keys and queries by a Hadamard matrix of at least 64
@@ -176,6 +180,7 @@ export function kinMetadata(a: KinArchName, c: ModelConfig): MetaEntry[] {
         { key: `${a}.attention.sliding_window_pattern`, kind: 'u32', value: 4 },
       ];
     case 'deepseek32':
+    case 'glm-dsa':
       return [
         { key: `${a}.attention.indexer.head_count`, kind: 'u32', value: DSA_INDEXER_HEADS },
         { key: `${a}.attention.indexer.key_length`, kind: 'u32', value: DSA_INDEXER_KEY_LENGTH },
@@ -223,8 +228,8 @@ export function validateKin(c: ModelConfig): string[] {
   }
   // DeepSeek-OCR's q, k and v are all n_embd × n_embd: one key/value head per query head.
   // The indexer rotates n_rot (half a head) of its 64-wide keys.
-  if (c.arch === 'deepseek32' && c.nEmbd / c.nHead / 2 > DSA_INDEXER_KEY_LENGTH) {
-    problems.push(`deepseek32: head size ${c.nEmbd / c.nHead} rotates more than the indexer's ${DSA_INDEXER_KEY_LENGTH}-wide keys hold`);
+  if (KIN_DSA.includes(c.arch) && c.nEmbd / c.nHead / 2 > DSA_INDEXER_KEY_LENGTH) {
+    problems.push(`${c.arch}: head size ${c.nEmbd / c.nHead} rotates more than the indexer's ${DSA_INDEXER_KEY_LENGTH}-wide keys hold`);
   }
   if (c.arch === 'deepseek2-ocr' && c.nHeadKv !== c.nHead) {
     problems.push(`deepseek2-ocr has no grouped-query attention: --n-head-kv (${c.nHeadKv}) must equal --n-head (${c.nHead})`);
@@ -239,7 +244,6 @@ export function validateKin(c: ModelConfig): string[] {
 export const UNGENERATED: Readonly<Record<string, string>> = {
   bailingmoe3: "KDA linear-attention layers beside MLA (bailingmoe3's hybrid cache)",
   dots3note: "dots3note's keys and MTP layers on the deepseek2 lineage",
-  'glm-dsa': "GLM's DSA sparse-attention indexer beside MLA",
   granitehybrid: 'Mamba2 layers beside attention',
   jamba: 'Mamba layers beside attention',
   'kimi-linear': 'KDA linear-attention layers beside MLA',

@@ -122,6 +122,7 @@ const ROUTING: Partial<Record<ArchName, Routing>> = {
   laguna: { gating: 2, probsBias: true, norm: true, scale: 2.5 },
   cohere2moe: { gating: 2, probsBias: false, norm: true, scale: 2.5 },
   deepseek32: { gating: 2, probsBias: true, norm: true, scale: 2.5 },
+  'glm-dsa': { gating: 2, probsBias: true, norm: true, scale: 2.5 },
 };
 
 /** The router an architecture's generated model asks llama.cpp for; undefined: softmax over all experts, as stock. */
@@ -457,9 +458,9 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
       add(`${p}.attn_k_b.weight`, [nope, c.kvLoraRank, c.nHead], 'attn');
       add(`${p}.attn_v_b.weight`, [c.kvLoraRank, headDim, c.nHead], 'attn');
       add(`${p}.attn_output.weight`, [c.nHead * headDim, c.nEmbd], 'attn');
+      if (isKinArch(a) && KIN[a].dsaIndexer) for (const t of dsaIndexerTensors(p, c)) add(t.name, t.dims, t.role);
     } else if (a === 'bailingmoe2' || a === 'dbrx') {
       add(`${p}.attn_qkv.weight`, [c.nEmbd, c.nEmbd + 2 * kvDim], 'attn');
-      if (isKinArch(a) && KIN[a].dsaIndexer) for (const t of dsaIndexerTensors(p, c)) add(t.name, t.dims, t.role);
       add(`${p}.attn_output.weight`, [c.nEmbd, c.nEmbd], 'attn');
       // DBRX: the attention output's norm is the experts' input norm (it has no ffn_norm).
       if (a === 'dbrx') add(`${p}.attn_output_norm.weight`, [c.nEmbd], 'norm');

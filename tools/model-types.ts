@@ -34,6 +34,7 @@ export const KIN_ARCHITECTURES = [
   'laguna',
   'cohere2moe',
   'deepseek32',
+  'glm-dsa',
 ] as const;
 export type KinArchName = (typeof KIN_ARCHITECTURES)[number];
 

@@ -307,7 +307,7 @@ const KIN_GRID_TYPES = process.env.EXPERTSWARM_FAMILIES === 'full' ? FAMILY_GRID
  * cells; llama-loads loads and runs each of them in `npm test`.
  */
 const KIN_FULL_ONLY: readonly string[] = [
-  ...['granite', 'minicpm', 'mistral3', 'deepseek2-ocr', 'granite_swa', 'mimo2', 'deepseek32'],
+  ...['granite', 'minicpm', 'mistral3', 'deepseek2-ocr', 'granite_swa', 'mimo2', 'deepseek32', 'glm-dsa'],
   // parallel residual, windowed layers keeping every row through the last layer
   'cohere2moe',
 ];

@@ -201,6 +201,21 @@ const CASES: Array<{
     ],
     moe: [1, 2],
   },
+  {
+    arch: 'glm-dsa',
+    keys: {
+      'glm-dsa.attention.q_lora_rank': 32,
+      'glm-dsa.attention.indexer.head_count': 2,
+      'glm-dsa.attention.indexer.key_length': 64,
+      'glm-dsa.attention.indexer.top_k': 4,
+      'glm-dsa.expert_gating_func': 2,
+    },
+    has: [
+      ...['attn_q_a.weight', 'attn_kv_a_mqa.weight', 'attn_k_b.weight', 'indexer.k_norm.weight', 'indexer.k_norm.bias'],
+      ...['indexer.proj.weight', 'indexer.attn_k.weight', 'indexer.attn_q_b.weight', 'exp_probs_b.bias', ...EXPERTS],
+    ],
+    moe: [1, 2],
+  },
 ];
 
 for (const c of CASES) {
@@ -255,7 +270,7 @@ test('deepseek32: the indexer in every layer, dense ones too; its q from the com
 test('kin config checks: latent ranks only for latent attention; qwen3vlmoe needs heads wide enough for its sections', () => {
   assert.match(
     validateConfig(defaultConfig({ arch: 'dbrx', qLoraRank: 8 })).join(),
-    /only deepseek2, mistral4, deepseek32 have q_lora_rank/,
+    /only deepseek2, mistral4, deepseek32, glm-dsa have q_lora_rank/,
   );
   assert.match(validateConfig(defaultConfig({ arch: 'qwen3vlmoe', nEmbd: 64, nHead: 8 })).join(), /too small for its four RoPE sections/);
   assert.deepEqual(validateConfig(defaultConfig({ arch: 'afmoe' })), []);

@@ -12,7 +12,7 @@
  * offsets fine); multi-byte fields are assembled from bytes, little-endian as GGUF stores them.
  */
 import { GGMLType, requireQuantType, typeName } from './quant-types.ts';
-import { IQ2XXS_GRID, KSIGNS_IQ2XS } from './iq-grids.ts';
+import { IQ2XXS_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS } from './iq-grids.ts';
 import { f16ToF32Table } from './half.ts';
 
 type Decoder = (src: Uint8Array, nBlocks: number, out: Float32Array, o: number) => void;
@@ -231,6 +231,30 @@ function decodeIQ2_XXS(src: Uint8Array, nb: number, out: Float32Array, o: number
   }
 }
 
+/**
+ * IQ3_XXS: BLOCK_SIZE 256, 98 bytes. [0] f16 d; [2..66) qs: the iq3xxs_grid index of each 4 elements (8 per 32-element
+ * sub-block); [66..98) per sub-block ib a u32: bits 7l..7l+6 the ksigns index of its group l of 8, the top 4 bits s.
+ * db = (d · (0.5 + s)) · 0.5; y = ±(db · grid magnitude), the sign from bit j of the group's signs.
+ */
+function decodeIQ3_XXS(src: Uint8Array, nb: number, out: Float32Array, o: number): void {
+  const tab = f16ToF32Table();
+  for (let b = 0, p = 0; b < nb; b++, p += 98) {
+    const d = half(tab, src, p);
+    for (let ib = 0; ib < 8; ib++) {
+      const a = p + 66 + 4 * ib;
+      const aux = (src[a]! | (src[a + 1]! << 8) | (src[a + 2]! << 16) | (src[a + 3]! << 24)) >>> 0;
+      const db = fround(fround(d * (0.5 + (aux >>> 28))) * 0.5);
+      for (let l = 0; l < 4; l++, o += 8) {
+        const signs = KSIGNS_IQ2XS[(aux >>> (7 * l)) & 127]!;
+        for (let j = 0; j < 8; j++) {
+          const v = fround(db * IQ3XXS_GRID[4 * src[p + 2 + 8 * ib + 2 * l + (j >> 2)]! + (j & 3)]!);
+          out[o + j] = signs & (1 << j) ? -v : v;
+        }
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // K-quants: super-blocks of QK_K = 256 elements (the decoders hard-code 256).
 
@@ -388,6 +412,7 @@ const decoders = new Map<GGMLType, Decoder>([
   [GGMLType.IQ4_NL, decodeIQ4_NL],
   [GGMLType.IQ4_XS, decodeIQ4_XS],
   [GGMLType.IQ2_XXS, decodeIQ2_XXS],
+  [GGMLType.IQ3_XXS, decodeIQ3_XXS],
   [GGMLType.Q2_K, decodeQ2_K],
   [GGMLType.Q3_K, decodeQ3_K],
   [GGMLType.Q4_K, decodeQ4_K],

@@ -13,7 +13,7 @@
  * orders of magnitude (test/integration/expert-dispatch.test.ts measures both).
  *
  * Types (GGML_EXACT_TYPES): F32, F16, Q8_0, Q4_0, Q4_K (the dispatch grid's; checked against the coordinator there),
- * Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, Q6_K, MXFP4, IQ4_NL, IQ4_XS and IQ2_XXS (checked against the coordinator's own local computation, linkcpp-expert-ref, in
+ * Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, Q6_K, MXFP4, IQ4_NL, IQ4_XS, IQ2_XXS and IQ3_XXS (checked against the coordinator's own local computation, linkcpp-expert-ref, in
  * numerics-vs-coordinator.test.ts).
  * Row lengths must be multiples of 32 (F32/F16) or of the type's block.
  *
@@ -28,7 +28,7 @@ import { GGMLType, rowByteSize } from '../gguf/quant-types.ts';
 import { expertTensorName, layerExpertTensors, readExpertMatrix, type ExpertMatrix } from '../gguf/expert-slice.ts';
 import { f16ToF32, f32ToF16 } from '../gguf/half.ts';
 import { e8m0ToF32Half, KVALUES_IQ4NL, KVALUES_MXFP4 } from '../gguf/dequantize.ts';
-import { IQ2XXS_GRID, KSIGNS_IQ2XS } from '../gguf/iq-grids.ts';
+import { IQ2XXS_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS } from '../gguf/iq-grids.ts';
 import { layerBiasTensors, layerVariant, modelScaleTensors, readBiasRange, readScaleRange } from '../gguf/expert-variant.ts';
 import { SILU_VARIANT, type ExpertVariant } from '../protocol/variant.ts';
 import { siluLimitF32, swigluClampF32, swigluOaiF32 } from '../shaders/reference/expert-ffn.ts';
@@ -82,6 +82,7 @@ export const GGML_EXACT_TYPES: ReadonlySet<GGMLType> = new Set([
   GGMLType.IQ4_NL,
   GGMLType.IQ4_XS,
   GGMLType.IQ2_XXS,
+  GGMLType.IQ3_XXS,
 ]);
 
 // ---------------------------------------------------------------------------------------------
@@ -193,6 +194,7 @@ function toVecDot(type: GGMLType, x: Float32Array): Activation {
     case GGMLType.Q6_K:
     case GGMLType.IQ4_XS:
     case GGMLType.IQ2_XXS:
+    case GGMLType.IQ3_XXS:
       return { kind: 'q', q: quantizeQ8_K(x) };
     default:
       throw new RangeError(`ggml-exact: no bit-exact dot product for ${GGMLType[type] ?? type}`);
@@ -599,6 +601,38 @@ function dotIQ2XXS(w: Uint8Array, wOff: number, y: QuantRow, n: number): number 
   return f32(0.125 * hsum8(acc));
 }
 
+/**
+ * ggml_vec_dot_iq3_xxs_q8_K (AVX2): as IQ2_XXS's, but lane l of sub-block ib is the 4 magnitudes of iq3xxs_grid point
+ * qs[8ib + l] (elements 4l..4l+3) with the signs of group l >> 1 from the sub-block's u32 (after the 64 index bytes),
+ * times 2s + 1; the final factor 0.25.
+ */
+function dotIQ3XXS(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
+  const acc = LANES.fill(0);
+  for (let b = 0; b < n / 256; b++) {
+    const o = wOff + b * 98;
+    const d = f32(f16ToF32((w[o] as number) | ((w[o + 1] as number) << 8)) * (y.d[b] as number));
+    const lanes = SC.fill(0);
+    for (let ib = 0; ib < 8; ib++) {
+      const a = o + 66 + 4 * ib;
+      const aux = ((w[a] as number) | ((w[a + 1] as number) << 8) | ((w[a + 2] as number) << 16) | ((w[a + 3] as number) << 24)) >>> 0;
+      const ls = 2 * (aux >>> 28) + 1;
+      for (let l = 0; l < 8; l++) {
+        const grid = 4 * (w[o + 2 + 8 * ib + l] as number);
+        const signs = KSIGNS_IQ2XS[(aux >>> (7 * (l >> 1))) & 127] as number;
+        let s = 0;
+        for (let k = 0; k < 4; k++) {
+          const j = 4 * (l & 1) + k;
+          const m = IQ3XXS_GRID[grid + k] as number;
+          s += (signs & (1 << j) ? -m : m) * (y.qs[256 * b + 32 * ib + 4 * l + k] as number);
+        }
+        lanes[l] = (lanes[l] as number) + ls * s;
+      }
+    }
+    for (let l = 0; l < 8; l++) acc[l] = fma32(d, f32(lanes[l] as number), acc[l] as number);
+  }
+  return f32(0.25 * hsum8(acc));
+}
+
 /** A matrix as the dot products read it: float rows for F32/F16 (decoded once), the GGUF bytes otherwise. */
 type Weights = { type: GGMLType; bytes: Uint8Array; floats?: Float32Array };
 
@@ -642,6 +676,8 @@ function vecDot(w: Weights, r: number, a: Activation, n: number): number {
       return dotIQ4XS(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     case GGMLType.IQ2_XXS:
       return dotIQ2XXS(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
+    case GGMLType.IQ3_XXS:
+      return dotIQ3XXS(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     default:
       throw new RangeError(`ggml-exact: no bit-exact dot product for ${GGMLType[w.type] ?? w.type}`);
   }

@@ -107,6 +107,7 @@ const TYPES = [
   GGMLType.Q3_K,
   GGMLType.IQ4_XS,
   GGMLType.IQ2_XXS,
+  GGMLType.IQ3_XXS,
 ] as const;
 /** Two architectures, with different widths (non-square matrices, both orientations). */
 const SHAPES: Array<{ arch: ArchName; nEmbd: number; ff: number }> = [
@@ -133,6 +134,7 @@ const CPU_ONLY = new Set<GGMLType>([
   GGMLType.Q3_K,
   GGMLType.IQ4_XS,
   GGMLType.IQ2_XXS,
+  GGMLType.IQ3_XXS,
 ]);
 const FULL = process.env.NUMERICS_FULL === '1';
 function shapesOf(type: GGMLType): typeof SHAPES {

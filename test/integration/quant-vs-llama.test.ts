@@ -23,7 +23,7 @@ import { quantize } from '../../gguf/quantize.ts';
 import { writeSyntheticImatrix } from '../../tools/imatrix.ts';
 import { makeModel } from '../../tools/make-model.ts';
 import { defaultConfig } from '../../tools/model-arch.ts';
-import { quantizeWithLlama } from '../../tools/llama-quantized.ts';
+import { LLAMA_QUANTIZED, quantizeWithLlama } from '../../tools/llama-quantized.ts';
 
 const run = promisify(execFile);
 
@@ -142,9 +142,11 @@ const THEIRS: Array<[GGMLType, string, number]> = [
   [GGMLType.IQ4_XS, 'IQ4_XS', 1.5e-2],
   // 2.06 bits: 8-element points of an E8-lattice grid (magnitudes 8, 25, 43) with signs, one 4-bit scale per 32
   [GGMLType.IQ2_XXS, 'IQ2_XXS', 2.5e-1],
+  // 3.06 bits: 4-element points of a grid (magnitudes 4..62) with IQ2_XXS's signs and 4-bit scales per 32
+  [GGMLType.IQ3_XXS, 'IQ3_XXS', 1e-1],
 ];
-/** Types llama-quantize writes only with an importance matrix (tools/imatrix.ts writes a uniform one). */
-const NEEDS_IMATRIX = new Set([GGMLType.IQ2_XXS]);
+/** Types llama-quantize is given an importance matrix for (IQ2_XXS needs one; tools/imatrix.ts writes a uniform one). */
+const NEEDS_IMATRIX = new Set([GGMLType.IQ2_XXS, GGMLType.IQ3_XXS]);
 const BYTE_IDENTICAL = new Set([
   GGMLType.Q8_0,
   GGMLType.Q4_0,
@@ -216,33 +218,36 @@ for (const [type, ftype, bound] of THEIRS) {
   });
 }
 
-test("the generator's IQ2_XXS model: llama.cpp's quantizer, every tensor of the plan's type, near the F32 model's weights", async () => {
-  const made = await makeModel(defaultConfig({ ...base, type: GGMLType.IQ2_XXS }), join(dir, 'gen-IQ2_XXS.gguf'));
-  const f32 = await testModel({ ...base, type: GGMLType.F32 });
-  const ours = await load(made.path);
-  const src = await load(f32.path);
-  try {
-    assert.equal(ours.file.tensors.length, made.plan.tensors.length, 'tensor count');
-    let iq2 = 0;
-    for (const p of made.plan.tensors) {
-      const t = ours.file.tensors.find((x) => x.name === p.name);
-      assert.ok(t, `${p.name} missing`);
-      assert.equal(GGMLType[t.type], GGMLType[p.type], `${p.name}: type`);
-      if (t.type !== GGMLType.IQ2_XXS) continue;
-      const s = src.file.tensors.find((x) => x.name === p.name)!;
-      const e = nmse(dequantize(t.type, await ours.bytes(t), elements(t)), new Float32Array((await src.bytes(s)).slice().buffer));
-      assert.ok(e < 2.5e-1, `${p.name}: NMSE ${e.toExponential(2)}`);
-      iq2++;
+for (const type of LLAMA_QUANTIZED.keys()) {
+  test(`the generator's ${GGMLType[type]} model: llama.cpp's quantizer, every tensor of the plan's type, near the F32 model's weights`, async () => {
+    const made = await makeModel(defaultConfig({ ...base, type }), join(dir, `gen-${GGMLType[type]}.gguf`));
+    const f32 = await testModel({ ...base, type: GGMLType.F32 });
+    const ours = await load(made.path);
+    const src = await load(f32.path);
+    try {
+      assert.equal(ours.file.tensors.length, made.plan.tensors.length, 'tensor count');
+      let quantized = 0;
+      for (const p of made.plan.tensors) {
+        const t = ours.file.tensors.find((x) => x.name === p.name);
+        assert.ok(t, `${p.name} missing`);
+        assert.equal(GGMLType[t.type], GGMLType[p.type], `${p.name}: type`);
+        if (t.type !== type) continue;
+        const s = src.file.tensors.find((x) => x.name === p.name)!;
+        const e = nmse(dequantize(t.type, await ours.bytes(t), elements(t)), new Float32Array((await src.bytes(s)).slice().buffer));
+        const bound = THEIRS.find(([t]) => t === type)?.[2] ?? 0;
+        assert.ok(e < bound, `${p.name}: NMSE ${e.toExponential(2)} ≥ ${bound}`);
+        quantized++;
+      }
+      assert.ok(quantized >= 4, `${quantized} ${GGMLType[type]} tensors`);
+    } finally {
+      await ours.close();
+      await src.close();
     }
-    assert.ok(iq2 >= 4, `${iq2} IQ2_XXS tensors`);
-  } finally {
-    await ours.close();
-    await src.close();
-  }
-  // A plan that disagrees with what llama.cpp wrote is refused, naming the tensor.
-  const wrong = made.plan.tensors.map((t) => (t.name === 'blk.0.ffn_up_exps.weight' ? { ...t, type: GGMLType.Q4_K } : t));
-  await assert.rejects(
-    quantizeWithLlama(f32.path, join(dir, 'gen-wrong.gguf'), GGMLType.IQ2_XXS, wrong),
-    /blk\.0\.ffn_up_exps\.weight is IQ2_XXS, the plan says Q4_K/,
-  );
-});
+    // A plan that disagrees with what llama.cpp wrote is refused, naming the tensor.
+    const wrong = made.plan.tensors.map((t) => (t.name === 'blk.0.ffn_up_exps.weight' ? { ...t, type: GGMLType.Q4_K } : t));
+    await assert.rejects(
+      quantizeWithLlama(f32.path, join(dir, `gen-wrong-${GGMLType[type]}.gguf`), type, wrong),
+      new RegExp(`blk\\.0\\.ffn_up_exps\\.weight is ${GGMLType[type]}, the plan says Q4_K`),
+    );
+  });
+}

@@ -872,6 +872,27 @@ test('dequantize IQ2_XXS: (d · (0.5 + s)) · 0.25 × iq2xxs_grid magnitudes, si
   assertArrayEqual(y.subarray(32), new Array(224).fill(1), 'IQ2_XXS sub-blocks 1..7');
 });
 
+test('dequantize IQ3_XXS: (d · (0.5 + s)) · 0.5 × iq3xxs_grid magnitudes, signs from ksigns_iq2xs', () => {
+  // Sub-block 0: its 8 quads on grid points 0..7, group 0's sign index 3 (elements 0 and 1 negative), s = 1, so
+  // db = (1 · 1.5) · 0.5 = 0.75. The other sub-blocks: point 0 (4 4 4 4), s = 0 (db = 0.25): every value 1.
+  const bytes: Record<number, number> = { 2: 0, 3: 1, 4: 2, 5: 3, 6: 4, 7: 5, 8: 6, 9: 7, 66: 3, 69: 1 << 4 };
+  const y = dequantize(GGMLType.IQ3_XXS, block(98, { 0: f32ToF16(1) }, bytes), 256);
+  // iq3xxs_grid[0..7] = 0x04040404 0x04040414 0x04040424 0x04040c0c 0x04040c1c 0x04040c3e 0x04041404 0x04041414
+  const points = [
+    [4, 4, 4, 4],
+    [20, 4, 4, 4],
+    [36, 4, 4, 4],
+    [12, 12, 4, 4],
+    [28, 12, 4, 4],
+    [62, 12, 4, 4],
+    [4, 20, 4, 4],
+    [20, 20, 4, 4],
+  ];
+  const first = points.flat().map((v, i) => 0.75 * v * (i < 2 ? -1 : 1));
+  assertArrayEqual(y.subarray(0, 32), first, 'IQ3_XXS sub-block 0');
+  assertArrayEqual(y.subarray(32), new Array(224).fill(1), 'IQ3_XXS sub-blocks 1..7');
+});
+
 // ---------------------------------------------------------------------------------------------
 // Arguments.
 
@@ -886,7 +907,8 @@ test('supported type sets', () => {
   assert.ok(canDequantize(GGMLType.IQ4_XS) && canQuantize(GGMLType.IQ4_XS), 'IQ4_XS');
   // IQ2_XXS: read here, written by llama.cpp's quantizer (tools/llama-quantized.ts)
   assert.ok(canDequantize(GGMLType.IQ2_XXS) && !canQuantize(GGMLType.IQ2_XXS), 'IQ2_XXS');
-  for (const t of [GGMLType.Q8_1, GGMLType.Q8_K, GGMLType.IQ3_XXS, GGMLType.I8, GGMLType.F64, GGMLType.NVFP4, 999 as GGMLType]) {
+  assert.ok(canDequantize(GGMLType.IQ3_XXS) && !canQuantize(GGMLType.IQ3_XXS), 'IQ3_XXS');
+  for (const t of [GGMLType.Q8_1, GGMLType.Q8_K, GGMLType.IQ2_XS, GGMLType.I8, GGMLType.F64, GGMLType.NVFP4, 999 as GGMLType]) {
     assert.equal(canDequantize(t), false, `canDequantize ${t}`);
     assert.equal(canQuantize(t), false, `canQuantize ${t}`);
   }
@@ -905,7 +927,8 @@ test('bad arguments throw RangeError', () => {
   assert.throws(() => dequantize(GGMLType.Q4_0, q40, 32, new Float32Array(40), 9), RangeError);
   assert.throws(() => dequantize(GGMLType.Q4_0, q40, 32, undefined, -1), RangeError);
   assert.throws(() => dequantize(GGMLType.IQ2_XXS, new Uint8Array(65), 256), { name: 'RangeError', message: /IQ2_XXS.*66.*65/ });
-  assert.throws(() => dequantize(GGMLType.IQ3_XXS, new Uint8Array(98), 256), { name: 'RangeError', message: /IQ3_XXS/ });
+  assert.throws(() => dequantize(GGMLType.IQ3_XXS, new Uint8Array(97), 256), { name: 'RangeError', message: /IQ3_XXS.*98.*97/ });
+  assert.throws(() => dequantize(GGMLType.IQ2_XS, new Uint8Array(74), 256), { name: 'RangeError', message: /IQ2_XS/ });
   assert.throws(() => dequantize(999 as GGMLType, q40, 32), RangeError);
   assert.throws(() => quantize(GGMLType.Q8_0, new Float32Array(33)), { name: 'RangeError', message: /33.*32/ });
   assert.throws(() => quantize(GGMLType.Q4_K, new Float32Array(128)), RangeError);

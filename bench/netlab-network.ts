@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createLab, HUB_ADDRESS, type Lab } from '../harness/netlab.ts';
 import type { NetProfile, ProfileName } from '../harness/netlab-profiles.ts';
-import { type HeadlessVolunteer, until } from '../harness/swarm.ts';
+import { type HeadlessVolunteer, headlessVolunteer, until } from '../harness/swarm.ts';
 
 const BIN = fileURLToPath(new URL('../bin/expertswarm.js', import.meta.url));
 
@@ -101,23 +101,7 @@ export async function labNetwork(profile: ProfileName | NetProfile, hubPort: num
         stdio: ['ignore', 'pipe', 'pipe'],
       });
       procs.push(p);
-      let out = '';
-      const keep = (d: Buffer): void => {
-        out = (out + d.toString()).slice(-20_000);
-      };
-      p.stdout?.on('data', keep);
-      p.stderr?.on('data', keep);
-      return {
-        proc: p,
-        output: () => out,
-        stop: async () => {
-          if (p.exitCode !== null || p.signalCode !== null) return;
-          const exited = new Promise((r) => p.once('exit', r));
-          p.kill('SIGTERM');
-          await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))]);
-          if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
-        },
-      };
+      return headlessVolunteer(p);
     },
     async close() {
       server?.close();

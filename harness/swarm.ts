@@ -231,6 +231,14 @@ export function spawnVolunteer(hubUrl: string, workerId: string, args: string[] 
     ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
+  return headlessVolunteer(proc, () => rmSync(dir, { recursive: true, force: true }));
+}
+
+/**
+ * A volunteer process as a HeadlessVolunteer: the last 20,000 characters of its stdout and stderr kept, and a stop
+ * that sends SIGTERM, waits up to 5 s, then SIGKILL; `cleanUp` runs after it (its own folders).
+ */
+export function headlessVolunteer(proc: ChildProcess, cleanUp: () => void = () => {}): HeadlessVolunteer {
   let out = '';
   const keep = (d: Buffer): void => {
     out = (out + d.toString()).slice(-20_000);
@@ -249,7 +257,7 @@ export function spawnVolunteer(hubUrl: string, workerId: string, args: string[] 
         await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))]);
         if (running()) proc.kill('SIGKILL');
       }
-      rmSync(dir, { recursive: true, force: true });
+      cleanUp();
     },
   };
 }

@@ -7,7 +7,7 @@
  *   const { reqs, wallMs } = await runLanes(plan, (n) => n < 12);   // 12 requests, then each lane ends
  */
 import OpenAI from 'openai';
-import { chunkIds } from './load.ts';
+import { chunkIds, failureOf } from './load.ts';
 
 export interface Timings {
   prompt_n: number;
@@ -77,9 +77,7 @@ async function streamOnce(client: OpenAI, plan: LanePlan, p: number): Promise<Re
     }
     if (r.ids.length !== plan.tokens) r.error = `${r.ids.length} token ids streamed, ${plan.tokens} asked for`;
   } catch (e) {
-    r.error = e instanceof Error ? e.message : String(e);
-    const status = (e as { status?: unknown }).status;
-    if (typeof status === 'number') r.status = status;
+    Object.assign(r, failureOf(e));
   }
   r.endMs = performance.now();
   return r;

@@ -89,12 +89,16 @@ export async function streamCompletion(
     }
     if (r.ids.length !== plan.maxTokens) r.error = `${r.ids.length} token ids streamed, ${plan.maxTokens} asked for`;
   } catch (e) {
-    r.error = e instanceof Error ? e.message : String(e);
-    const status = (e as { status?: unknown }).status;
-    if (typeof status === 'number') r.status = status;
+    Object.assign(r, failureOf(e));
   }
   r.endMs = Date.now();
   return r;
+}
+
+/** A failed request's message, and the HTTP status of a refusal (the `openai` client's APIError carries it). */
+export function failureOf(e: unknown): { error: string; status: number | null } {
+  const status = (e as { status?: unknown }).status;
+  return { error: e instanceof Error ? e.message : String(e), status: typeof status === 'number' ? status : null };
 }
 
 /** 503 answers retried per request at most. */

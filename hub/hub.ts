@@ -50,6 +50,7 @@ import { ClusterSync, type ClusterHost, type ClusterOptions, type ClusterStatus 
 import type { ClusterWorker } from './cluster/codec.ts';
 import { RemoteHubLinks, type RelayLinkStats } from './cluster/relay-links.ts';
 import { HubRelayServer, type HubRelayStats, relayUrlOf } from './cluster/relay-server.ts';
+import { registerRelayMetrics } from './cluster/relay-metrics.ts';
 import type { WorkerDirectory } from './dispatch/worker-link.ts';
 import {
   ClusterCoverage,
@@ -284,6 +285,7 @@ export class Hub {
     );
     this.metrics = new HubMetrics(() => this.readings());
     this.dispatchMetrics = new DispatchMetrics(this.metrics.registry);
+    if (this.cluster) registerRelayMetrics(this.metrics.registry, () => this.hubRelayStats());
     this.dispatchers = new Dispatchers(this.dispatchersHost());
     this.ledger = new TrustLedger(this.ledgerHost(), config.trust, this.metrics.registry);
     this.shards = new ShardServer(this.shardHost());

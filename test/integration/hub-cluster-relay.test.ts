@@ -91,6 +91,15 @@ test('a coordinator behind hub A is served by volunteers attached only to hubs B
     );
     const servedThere = [...sb.served.linkMs, ...sc.served.linkMs];
     assert.equal(sa.dialed.answered, servedThere.length, 'each item B and C answered reached A');
+    // The same counts on /metrics (read from the relay at the scrape).
+    const relayItems = async (url: string, side: string): Promise<number> => {
+      const text = await (await fetch(`${url}/metrics`)).text();
+      return Number(
+        new RegExp(`^expertswarm_hub_relay_items_total\\{side="${side}",outcome="answered"\\} (\\d+)$`, 'm').exec(text)?.[1] ?? -1,
+      );
+    };
+    assert.equal(await relayItems(a.url, 'sent'), sa.dialed.answered, "A's sent items on /metrics");
+    assert.equal((await relayItems(b.url, 'served')) + (await relayItems(c.url, 'served')), servedThere.length, "B's and C's on /metrics");
 
     // Credit: the pairs A's dispatcher used, once, to the wallets of B's volunteers (A credits them through Redis).
     let credited = 0;

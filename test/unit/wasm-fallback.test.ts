@@ -21,7 +21,7 @@ import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { GGMLType } from '../../gguf/quant-types.ts';
-import { IQ2XXS_GRID, KSIGNS_IQ2XS } from '../../gguf/iq-grids.ts';
+import { IQ2XXS_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS } from '../../gguf/iq-grids.ts';
 import type { Numerics } from '../../protocol/numerics.ts';
 import { GPT_OSS_VARIANT, SILU_VARIANT, type ExpertVariant } from '../../protocol/variant.ts';
 import { ExpertRuntimeError } from '../../shaders/errors.ts';
@@ -57,6 +57,7 @@ const GGML_EXACT = new Set([
   GGMLType.IQ4_NL,
   GGMLType.IQ4_XS,
   GGMLType.IQ2_XXS,
+  GGMLType.IQ3_XXS,
 ]);
 
 function makeSlice(type: GGMLType | SliceTypes, seed: number, shape = SHAPE): ExpertSlice {
@@ -136,13 +137,13 @@ if (!FORCED && !relaxedSimdSupported()) {
 test('the wasm fallback reads every type it lists', () => {
   assert.deepEqual(
     [...WASM_FALLBACK_TYPES.types].sort((a, b) => a - b),
-    [0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 16, 20, 23, 30, 39],
-    'F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ2_XXS IQ4_NL IQ4_XS BF16 MXFP4',
+    [0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 16, 18, 20, 23, 30, 39],
+    'F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ2_XXS IQ3_XXS IQ4_NL IQ4_XS BF16 MXFP4',
   );
   for (const t of WASM_BIT_EXACT_TYPES) assert.ok(WASM_FALLBACK_TYPES.types.includes(t));
 });
 
-test("the kernel's IQ2 grids (assembly/iq-grids.as) are gguf/iq-grids.ts's", () => {
+test("the kernel's IQ2_XXS and IQ3_XXS grids (assembly/iq-grids.as) are gguf/iq-grids.ts's", () => {
   const text = readFileSync(fileURLToPath(new URL('../../shaders/wasm/assembly/iq-grids.as', import.meta.url)), 'utf8');
   const arrays = [...text.matchAll(/export const (\w+) = memory\.data<[ui]8>\(\[([^\]]*)\]/g)].map(
     (m) =>
@@ -157,6 +158,7 @@ test("the kernel's IQ2 grids (assembly/iq-grids.as) are gguf/iq-grids.ts's", () 
   );
   const byName = new Map(arrays);
   assert.deepEqual(byName.get('IQ2XXS_GRID'), [...IQ2XXS_GRID], 'iq2xxs_grid');
+  assert.deepEqual(byName.get('IQ3XXS_GRID'), [...IQ3XXS_GRID], 'iq3xxs_grid');
   const signs = Array.from({ length: 1024 }, (_, i) => ((KSIGNS_IQ2XS[i >> 3] as number) & (1 << (i & 7)) ? -1 : 1));
   assert.deepEqual(byName.get('KEVEN_SIGNS'), signs, 'keven_signs_q2xs');
 });
@@ -230,6 +232,7 @@ for (const variant of VARIANTS) {
       // IQ2_XXS (its 0.125 folded into d) beside IQ4_XS and Q6_K, FMA fused and emulated
       [{ gate: GGMLType.IQ2_XXS, up: GGMLType.IQ4_XS, down: GGMLType.Q6_K }, false],
       [{ gate: GGMLType.Q6_K, up: GGMLType.IQ2_XXS, down: GGMLType.IQ2_XXS }, true],
+      [{ gate: GGMLType.IQ3_XXS, up: GGMLType.IQ2_XXS, down: GGMLType.IQ3_XXS }, true],
     ] as const) {
       const slice = makeSlice(types, 7);
       const fb = await WasmExpertFallback.create(await kernelOf(variant), slice, { numerics: 'llama', emulateFma });

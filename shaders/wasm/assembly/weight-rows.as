@@ -11,12 +11,13 @@
 //   IQ4_XS:      (6-bit scale − 32) × kvalues_iq4nl[nibble] per 32-element sub-block; params per 256, 48 bytes: f32 d.
 //   IQ2_XXS:     (2s + 1) × ±iq2xxs_grid magnitude per 32-element sub-block (s its 4-bit scale, the sign from
 //                keven_signs_q2xs); params per 256, 48 bytes: f32 d · 0.125 (ggml's final 0.125, kinds.as DOT_IQ4XS).
+//   IQ3_XXS:     as IQ2_XXS, each 4 elements from an iq3xxs_grid point; params f32 d · 0.25.
 //   Q6_K:        scale × q (8-bit scale of the 16-element group, q unsigned 0..63); params per 256, 48 bytes: f32 d,
 //                then at 16 the sixteen scales as i16.
 // Folding the scales into the quants changes no integer ggml sums: its lanes hold Σ scale · (q · a) exactly.
-import { T_F32, T_F16, T_BF16, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0, T_MXFP4, T_IQ4_NL, T_IQ4_XS, T_IQ2_XXS, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K } from './kinds';
+import { T_F32, T_F16, T_BF16, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0, T_MXFP4, T_IQ4_NL, T_IQ4_XS, T_IQ2_XXS, T_IQ3_XXS, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K } from './kinds';
 import { f16ToF32 } from './ggml-float';
-import { IQ2XXS_GRID, KEVEN_SIGNS } from './iq-grids';
+import { IQ2XXS_GRID, IQ3XXS_GRID, KEVEN_SIGNS } from './iq-grids';
 
 export const K_PARAMS: i32 = 48;
 
@@ -144,6 +145,37 @@ export function intRow(t: i32, src: usize, n: i32, dst: usize, params: usize): v
               i64x2.splat(load<u64>(KEVEN_SIGNS + 8 * <usize>((aux1 >> (7 * g0)) & 127))),
               1,
               load<u64>(KEVEN_SIGNS + 8 * <usize>((aux1 >> (7 * (g0 + 1))) & 127)),
+            ),
+          );
+          v128.store(o + 32 * h, i16x8.mul(i16x8.mul(i16x8.extend_low_i8x16_u(m), i16x8.extend_low_i8x16_s(sg)), ls));
+          v128.store(o + 32 * h, i16x8.mul(i16x8.mul(i16x8.extend_high_i8x16_u(m), i16x8.extend_high_i8x16_s(sg)), ls), 16);
+        }
+      }
+    }
+    return;
+  }
+  if (t == T_IQ3_XXS) {
+    for (let b = 0; b < nb; b++) {
+      const p = src + 98 * b;
+      store<f32>(params + K_PARAMS * b, half(p) * 0.25);
+      for (let ib = 0; ib < 8; ib++) {
+        const q = p + 2 + 8 * ib;
+        const aux1 = load<u32>(p + 66 + 4 * ib);
+        const ls = i16x8.splat(<i16>(2 * (aux1 >> 28) + 1));
+        const o = dst + 2 * (256 * b + 32 * ib);
+        for (let h = 0; h < 2; h++) {
+          // elements 16h..16h+15: grid points 4h..4h+3 (4 magnitudes each), the signs of groups 2h and 2h + 1
+          const g: usize = 4 * h;
+          let v = i32x4.splat(load<u32>(IQ3XXS_GRID + 4 * <usize>load<u8>(q + g)));
+          v = i32x4.replace_lane(v, 1, load<u32>(IQ3XXS_GRID + 4 * <usize>load<u8>(q + g + 1)));
+          v = i32x4.replace_lane(v, 2, load<u32>(IQ3XXS_GRID + 4 * <usize>load<u8>(q + g + 2)));
+          v = i32x4.replace_lane(v, 3, load<u32>(IQ3XXS_GRID + 4 * <usize>load<u8>(q + g + 3)));
+          const m = lanes(v);
+          const sg = lanes(
+            i64x2.replace_lane(
+              i64x2.splat(load<u64>(KEVEN_SIGNS + 8 * <usize>((aux1 >> (14 * h)) & 127))),
+              1,
+              load<u64>(KEVEN_SIGNS + 8 * <usize>((aux1 >> (14 * h + 7)) & 127)),
             ),
           );
           v128.store(o + 32 * h, i16x8.mul(i16x8.mul(i16x8.extend_low_i8x16_u(m), i16x8.extend_low_i8x16_s(sg)), ls));
@@ -364,6 +396,25 @@ export function dequantRow(t: i32, src: usize, n: i32, dst: usize): void {
             const signs = KEVEN_SIGNS + 8 * <usize>((aux1 >> (7 * g)) & 127);
             for (let j = 0; j < 8; j++) {
               const v = db * <f32>load<u8>(grid + j);
+              store<f32>(o + 4 * (8 * g + j), load<i8>(signs + j) < 0 ? -v : v);
+            }
+          }
+        }
+      }
+      return;
+    case T_IQ3_XXS:
+      for (let b = 0; b < n >> 8; b++) {
+        const p = src + 98 * b;
+        const d = half(p);
+        for (let ib = 0; ib < 8; ib++) {
+          const aux1 = load<u32>(p + 66 + 4 * ib);
+          const db = d * (<f32>0.5 + <f32>(aux1 >> 28)) * <f32>0.5;
+          const o = dst + 4 * (256 * b + 32 * ib);
+          for (let g = 0; g < 4; g++) {
+            const signs = KEVEN_SIGNS + 8 * <usize>((aux1 >> (7 * g)) & 127);
+            for (let j = 0; j < 8; j++) {
+              const grid = IQ3XXS_GRID + 4 * <usize>load<u8>(p + 2 + 8 * ib + 2 * g + (j >> 2));
+              const v = db * <f32>load<u8>(grid + (j & 3));
               store<f32>(o + 4 * (8 * g + j), load<i8>(signs + j) < 0 ? -v : v);
             }
           }

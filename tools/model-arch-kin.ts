@@ -36,6 +36,8 @@ export interface KinTraits {
   parallelResidual?: boolean;
   /** DeepSeek-V3.2's lightning indexer (DSA) beside the latent attention, in every layer (`indexer.*`). */
   dsaIndexer?: boolean;
+  /** LFM2's short-convolution layers in place of attention in the even layers (shortConvLayer). */
+  shortConv?: boolean;
 }
 
 export const KIN: Record<KinArchName, KinTraits> = {
@@ -88,7 +90,27 @@ export const KIN: Record<KinArchName, KinTraits> = {
   // GLM-5 / 5.1 (GlmMoeDsa): deepseek32's layout; with a context under 1M every layer has its indexer (GLM-5.2's
   // pattern, some layers without, is taken from the context length or `attention.indexer.types`).
   'glm-dsa': { denseLeading: true, sharedCount: true, mla: true, dsaIndexer: true },
+  // LFM2 MoE: short-convolution layers (no key/value heads) beside attention ones with head-wise q/k norms, a dense
+  // leading layer, a sigmoid router with its required selection bias, normalised; the output norm named token_embd_norm.
+  lfm2moe: { denseLeading: true, headQkNorm: true, shortConv: true },
 };
+
+/** LFM2's convolution window (`shortconv.l_cache`: the real models' 3). */
+export const SHORTCONV_L_CACHE = 3;
+
+/** lfm2moe: layer `il` is a short-convolution layer (no attention); the odd layers attend. */
+export function shortConvLayer(a: string, il: number): boolean {
+  return isKinArch(a) && KIN[a].shortConv === true && il % 2 === 0;
+}
+
+/** The short-convolution layer's tensors: in_proj to gate, value and output gate, the depthwise window, out_proj. */
+export function shortConvTensors(p: string, c: ModelConfig): Array<{ name: string; dims: number[]; role: TensorRole }> {
+  return [
+    { name: `${p}.shortconv.conv.weight`, dims: [SHORTCONV_L_CACHE, c.nEmbd], role: 'ssm_conv' },
+    { name: `${p}.shortconv.in_proj.weight`, dims: [c.nEmbd, 3 * c.nEmbd], role: 'ssm' },
+    { name: `${p}.shortconv.out_proj.weight`, dims: [c.nEmbd, c.nEmbd], role: 'ssm' },
+  ];
+}
 
 /**
  * The lightning indexer's heads and how many keys it keeps per query (`attention.indexer.top_k`): fewer than the
@@ -186,6 +208,16 @@ export function kinMetadata(a: KinArchName, c: ModelConfig): MetaEntry[] {
         { key: `${a}.attention.indexer.key_length`, kind: 'u32', value: DSA_INDEXER_KEY_LENGTH },
         { key: `${a}.attention.indexer.top_k`, kind: 'u32', value: DSA_INDEXER_TOP_K },
       ];
+    case 'lfm2moe':
+      // One key/value head count per layer, 0 for the convolution layers (how the loader tells them apart).
+      return [
+        { key: `${a}.shortconv.l_cache`, kind: 'u32', value: SHORTCONV_L_CACHE },
+        {
+          key: `${a}.attention.head_count_kv`,
+          kind: 'i32[]',
+          value: Array.from({ length: c.layers }, (_, il) => (shortConvLayer(a, il) ? 0 : c.nHeadKv)),
+        },
+      ];
     case 'laguna':
       // XS.2's period of 4, the first of each full (llama.cpp's set_swa_pattern with dense_first): layers 1-3 windowed.
       return [
@@ -223,7 +255,7 @@ export function validateKin(c: ModelConfig): string[] {
   if (c.arch === 'qwen3vlmoe' && Number.isInteger(headDim) && headDim < 16) {
     problems.push(`qwen3vlmoe: head size ${headDim} is too small for its four RoPE sections (at least 16)`);
   }
-  if (['exaone-moe', 'afmoe', 'granite_swa', 'mimo2', 'laguna', 'cohere2moe'].includes(c.arch) && c.layers < 2) {
+  if (['exaone-moe', 'afmoe', 'granite_swa', 'mimo2', 'laguna', 'cohere2moe', 'lfm2moe'].includes(c.arch) && c.layers < 2) {
     problems.push(`${c.arch} needs at least 2 layers (a windowed one beside a full one), got ${c.layers}`);
   }
   // DeepSeek-OCR's q, k and v are all n_embd × n_embd: one key/value head per query head.
@@ -247,7 +279,6 @@ export const UNGENERATED: Readonly<Record<string, string>> = {
   granitehybrid: 'Mamba2 layers beside attention',
   jamba: 'Mamba layers beside attention',
   'kimi-linear': 'KDA linear-attention layers beside MLA',
-  lfm2moe: "LFM2's short-convolution layers beside attention",
   'llada-moe': 'a diffusion (non-causal) LM: completions do not run on it',
   'minimax-01': 'lightning (linear) attention layers',
   qwen4exp: 'hybrid linear attention of qwen4exp',

@@ -9,7 +9,16 @@ import { isHybridArch, planHybridModel, validateHybrid } from './model-arch-hybr
 import { DEEPSEEK4_ROUTING, deepseek4SwigluLimits, planDeepseek4Model, validateDeepseek4 } from './model-arch-deepseek4.ts';
 import { planGemma4, validateGemma4 } from './model-arch-gemma4.ts';
 import { MINIMAX_M3_ROUTING, planMinimaxM3, validateMinimaxM3 } from './model-arch-minimax-m3.ts';
-import { KIN, dsaIndexerTensors, isKinArch, kinMetadata, kinWith, validateKin } from './model-arch-kin.ts';
+import {
+  KIN,
+  dsaIndexerTensors,
+  isKinArch,
+  kinMetadata,
+  kinWith,
+  shortConvLayer,
+  shortConvTensors,
+  validateKin,
+} from './model-arch-kin.ts';
 import {
   ARCHITECTURES,
   type ArchName,
@@ -123,6 +132,7 @@ const ROUTING: Partial<Record<ArchName, Routing>> = {
   cohere2moe: { gating: 2, probsBias: false, norm: true, scale: 2.5 },
   deepseek32: { gating: 2, probsBias: true, norm: true, scale: 2.5 },
   'glm-dsa': { gating: 2, probsBias: true, norm: true, scale: 2.5 },
+  lfm2moe: { gating: 2, probsBias: true, norm: true, scale: 0 },
 };
 
 /** The router an architecture's generated model asks llama.cpp for; undefined: softmax over all experts, as stock. */
@@ -372,7 +382,14 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
   if (DENSE_LEADING.includes(a)) metadata.push({ key: `${a}.leading_dense_block_count`, kind: 'u32', value: c.denseLeading });
   if (SHARED_COUNT.includes(a)) metadata.push({ key: `${a}.expert_shared_count`, kind: 'u32', value: c.sharedFf / c.ff });
   if (a === 'deepseek') metadata.push({ key: `${a}.expert_weights_scale`, kind: 'f32', value: 1 });
-  if (isKinArch(a)) metadata.push(...kinMetadata(a, c));
+  if (isKinArch(a)) {
+    // A kin family's own entry replaces a common one of the same key (lfm2moe's per-layer head_count_kv).
+    for (const m of kinMetadata(a, c)) {
+      const at = metadata.findIndex((x) => x.key === m.key);
+      if (at >= 0) metadata[at] = m;
+      else metadata.push(m);
+    }
+  }
   if (mla) {
     metadata.push(
       { key: `${a}.attention.q_lora_rank`, kind: 'u32', value: c.qLoraRank },
@@ -433,7 +450,8 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
     tensors.push({ name, dims, role, type: small ? F32 : rowType(big, dims[0] as number) });
   };
   add('token_embd.weight', [c.nEmbd, vocabSize], 'embed');
-  add('output_norm.weight', [c.nEmbd], 'norm');
+  // LFM2's output norm carries the name token_embd_norm (a naming slip its loader keeps).
+  add(isKinArch(a) && KIN[a].shortConv ? 'token_embd_norm.weight' : 'output_norm.weight', [c.nEmbd], 'norm');
   add('output.weight', [c.nEmbd, vocabSize], 'output');
   if (a === 'phimoe') {
     add('output_norm.bias', [c.nEmbd], 'attn_bias');
@@ -444,7 +462,10 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
   for (let i = 0; i < c.layers; i++) {
     const p = `blk.${i}`;
     add(`${p}.attn_norm.weight`, [c.nEmbd], 'norm');
-    if (mla) {
+    const conv = shortConvLayer(a, i);
+    if (conv) {
+      for (const t of shortConvTensors(p, c)) add(t.name, t.dims, t.role);
+    } else if (mla) {
       const nope = headDim - ropeDim;
       if (c.qLoraRank > 0) {
         add(`${p}.attn_q_a_norm.weight`, [c.qLoraRank], 'norm');
@@ -498,7 +519,7 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
       }
       if (isKinArch(a) && KIN[a].attnSinks) add(`${p}.attn_sinks.weight`, [c.nHead], 'attn_sinks');
     }
-    if (HEAD_QK_NORM.includes(a)) {
+    if (HEAD_QK_NORM.includes(a) && !conv) {
       add(`${p}.attn_q_norm.weight`, [headDim], 'norm');
       add(`${p}.attn_k_norm.weight`, [headDim], 'norm');
     } else if (a === 'olmoe' || a === 'minimax-m2') {

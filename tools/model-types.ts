@@ -35,6 +35,7 @@ export const KIN_ARCHITECTURES = [
   'cohere2moe',
   'deepseek32',
   'glm-dsa',
+  'lfm2moe',
 ] as const;
 export type KinArchName = (typeof KIN_ARCHITECTURES)[number];
 

@@ -237,7 +237,7 @@ test('validateConfig names the wrong number for the new families', () => {
   const cases: Array<[Partial<ModelConfig> & { arch: ArchName }, RegExp]> = [
     [
       { arch: 'minimax-m2', denseLeading: 1 },
-      /only deepseek, deepseek2, glm4moe, dots1, ernie4_5-moe, bailingmoe2, minimax-m3, exaone-moe, afmoe, mistral4, deepseek2-ocr, mimo2, laguna, cohere2moe, deepseek32, glm-dsa have leading dense layers/,
+      /only deepseek, deepseek2, glm4moe, dots1, ernie4_5-moe, bailingmoe2, minimax-m3, exaone-moe, afmoe, mistral4, deepseek2-ocr, mimo2, laguna, cohere2moe, deepseek32, glm-dsa, lfm2moe have leading dense layers/,
     ],
     [{ arch: 'glm4moe', sharedFf: 96 }, /--shared-ff \(96\) must be a multiple of --ff \(64\)/],
     [{ arch: 'deepseek2', expertGroups: 3 }, /expert groups \(3\) must divide --n-expert \(8\)/],

@@ -216,6 +216,13 @@ const CASES: Array<{
     ],
     moe: [1, 2],
   },
+  {
+    arch: 'lfm2moe',
+    keys: { 'lfm2moe.shortconv.l_cache': 3, 'lfm2moe.attention.head_count_kv': [0, 2, 0], 'lfm2moe.expert_gating_func': 2 },
+    has: ['attn_q.weight', 'attn_q_norm.weight', 'exp_probs_b.bias', ...EXPERTS],
+    lacks: ['shortconv.conv.weight'],
+    moe: [1, 2],
+  },
 ];
 
 for (const c of CASES) {
@@ -265,6 +272,18 @@ test('deepseek32: the indexer in every layer, dense ones too; its q from the com
   assert.deepEqual(dims('blk.0.indexer.attn_k.weight'), [64, 64]);
   assert.deepEqual(dims('blk.2.indexer.proj.weight'), [64, 2]);
   assert.match(validateConfig(defaultConfig({ arch: 'deepseek32', nEmbd: 256, nHead: 1 })).join(), /rotates more than the indexer/);
+});
+
+test('lfm2moe: the even layers convolve instead of attending (no q, k, v, norms), one head_count_kv entry per layer', () => {
+  const p = plan({ arch: 'lfm2moe' });
+  const conv = names(p, 2);
+  for (const n of ['shortconv.conv.weight', 'shortconv.in_proj.weight', 'shortconv.out_proj.weight', ...EXPERTS]) {
+    assert.ok(conv.includes(n), `${n}: ${conv.join(' ')}`);
+  }
+  assert.ok(!conv.includes('attn_q.weight') && !conv.includes('attn_k_norm.weight'), conv.join(' '));
+  assert.deepEqual(p.tensors.find((x) => x.name === 'blk.2.shortconv.in_proj.weight')?.dims, [64, 192]);
+  assert.ok(p.tensors.some((x) => x.name === 'token_embd_norm.weight') && !p.tensors.some((x) => x.name === 'output_norm.weight'));
+  assert.equal(p.metadata.filter((m) => m.key === 'lfm2moe.attention.head_count_kv').length, 1);
 });
 
 test('kin config checks: latent ranks only for latent attention; qwen3vlmoe needs heads wide enough for its sections', () => {

@@ -37,6 +37,7 @@ export const QUANT_SNIPPETS: ReadonlyMap<GGMLType, QuantSnippet> = new Map<GGMLT
   [GGMLType.Q5_0, 'q5_0'],
   [GGMLType.IQ4_XS, 'iq4_xs'],
   [GGMLType.IQ2_XXS, 'iq2_xxs'],
+  [GGMLType.IQ3_XXS, 'iq3_xxs'],
 ]);
 
 /** Weight types with an integer block dot against 8-bit activations (llama numerics; wgsl/int8/), with their snippet. */
@@ -55,6 +56,7 @@ export const INT8_SNIPPETS: ReadonlyMap<GGMLType, Int8Quant> = new Map<GGMLType,
   [GGMLType.Q5_0, 'q5_0'],
   [GGMLType.IQ4_XS, 'iq4_xs'],
   [GGMLType.IQ2_XXS, 'iq2_xxs'],
+  [GGMLType.IQ3_XXS, 'iq3_xxs'],
 ]);
 
 /**

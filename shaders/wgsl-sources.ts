@@ -24,7 +24,8 @@ export type QuantSnippet =
   | 'q4_1'
   | 'q5_1'
   | 'iq4_xs'
-  | 'iq2_xxs';
+  | 'iq2_xxs'
+  | 'iq3_xxs';
 /** Quant snippets that also have an integer block dot against 8-bit activations (shaders/wgsl/int8/<stem>.wgsl). */
 export type Int8Quant =
   | 'q8_0'
@@ -40,7 +41,8 @@ export type Int8Quant =
   | 'q4_1'
   | 'q5_1'
   | 'iq4_xs'
-  | 'iq2_xxs';
+  | 'iq2_xxs'
+  | 'iq3_xxs';
 export type KernelName =
   | 'expert_up'
   | 'expert_down'
@@ -103,6 +105,7 @@ export const WGSL: WgslSources = {
     q5_0: read('quant/q5_0.wgsl'),
     iq4_xs: read('quant/iq4_xs.wgsl'),
     iq2_xxs: read('quant/iq2_xxs.wgsl'),
+    iq3_xxs: read('quant/iq3_xxs.wgsl'),
   },
   int8: {
     q8_0: read('int8/q8_0.wgsl'),
@@ -119,6 +122,7 @@ export const WGSL: WgslSources = {
     q5_0: read('int8/q5_0.wgsl'),
     iq4_xs: read('int8/iq4_xs.wgsl'),
     iq2_xxs: read('int8/iq2_xxs.wgsl'),
+    iq3_xxs: read('int8/iq3_xxs.wgsl'),
   },
   dot: { packed: read('int8/dot_packed.wgsl'), unpacked: read('int8/dot_unpacked.wgsl') },
   roundActivations: read('round_activations.wgsl'),

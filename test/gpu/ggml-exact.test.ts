@@ -46,9 +46,9 @@ function gaussian(n: number, rand: () => number, scale: number): Float32Array {
 /** Random experts in the slice layout; `identityDown`: F32 down = the identity (nEmbd = ff), so out = h. */
 function experts(types: SliceTypes, nEmbd: number, ff: number, nExpert: number, seed: number, identityDown = false): ExpertSlice {
   const rand = mulberry32(seed);
-  // IQ2_XXS: random valid super-blocks (llama.cpp's quantizer writes the type, ours does not: harness/weight-bytes.ts)
+  // IQ2_XXS, IQ3_XXS: random valid super-blocks (llama.cpp's quantizer writes the type, ours does not: harness/weight-bytes.ts)
   const bytes = (t: GGMLType, n: number, scale: number): Uint8Array =>
-    t === GGMLType.IQ2_XXS ? weightBytes(t, n, rand, scale) : quantize(t, gaussian(n, rand, scale));
+    t === GGMLType.IQ2_XXS || t === GGMLType.IQ3_XXS ? weightBytes(t, n, rand, scale) : quantize(t, gaussian(n, rand, scale));
   const gate = bytes(types.gate, nExpert * ff * nEmbd, 1 / Math.sqrt(nEmbd));
   const up = bytes(types.up, nExpert * ff * nEmbd, 1 / Math.sqrt(nEmbd));
   let down: Uint8Array;
@@ -115,7 +115,7 @@ const isK = (t: GGMLType): boolean => requireQuantType(t).blockSize === 256;
  */
 const widths = (t: GGMLType): [number, number][] =>
   isK(t)
-    ? t === GGMLType.Q2_K || t === GGMLType.Q3_K || t === GGMLType.IQ4_XS || t === GGMLType.IQ2_XXS
+    ? t === GGMLType.Q2_K || t === GGMLType.Q3_K || t === GGMLType.IQ4_XS || t === GGMLType.IQ2_XXS || t === GGMLType.IQ3_XXS
       ? [[512, 256]] // two super-blocks per row (h: 512 × 512); one block adds little and costs SwiftShader seconds
       : [
           [256, 256],

@@ -82,9 +82,9 @@ interface TestSlice {
 function makeSlice(types: SliceTypes, nEmbd: number, ff: number, nExpert: number, seed: number): TestSlice {
   const rand = mulberry32(seed);
   // Scales keep gate·x, up·x and the outputs around 1, as in a trained model.
-  // IQ2_XXS: random valid super-blocks (llama.cpp's quantizer writes the type, ours does not: harness/weight-bytes.ts)
+  // IQ2_XXS, IQ3_XXS: random valid super-blocks (llama.cpp's quantizer writes the type, ours does not: harness/weight-bytes.ts)
   const bytes = (t: GGMLType, n: number, scale: number): Uint8Array =>
-    t === GGMLType.IQ2_XXS ? weightBytes(t, n, rand, scale) : quantize(t, gaussian(n, rand, scale));
+    t === GGMLType.IQ2_XXS || t === GGMLType.IQ3_XXS ? weightBytes(t, n, rand, scale) : quantize(t, gaussian(n, rand, scale));
   const gate = bytes(types.gate, nExpert * ff * nEmbd, 1 / Math.sqrt(nEmbd));
   const up = bytes(types.up, nExpert * ff * nEmbd, 1 / Math.sqrt(nEmbd));
   const down = bytes(types.down, nExpert * nEmbd * ff, 1 / Math.sqrt(ff));

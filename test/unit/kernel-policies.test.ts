@@ -208,6 +208,7 @@ test('the block table agrees with the quant snippets', () => {
     ['iq4_nl', T.IQ4_NL],
     ['iq4_xs', T.IQ4_XS],
     ['iq2_xxs', T.IQ2_XXS],
+    ['iq3_xxs', T.IQ3_XXS],
     ['q5_1', T.Q5_1],
     ['q4_1', T.Q4_1],
     ['q2_k', T.Q2_K],

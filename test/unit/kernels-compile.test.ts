@@ -36,6 +36,7 @@ const QUANTS: QuantSnippet[] = [
   'q5_0',
   'iq4_xs',
   'iq2_xxs',
+  'iq3_xxs',
 ];
 const tuning: KernelTuning = { workgroupSize: 64, rowsPerWorkgroup: 4, tileRows: 16, tileCols: 32 };
 

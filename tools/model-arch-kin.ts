@@ -38,6 +38,8 @@ export interface KinTraits {
   dsaIndexer?: boolean;
   /** LFM2's short-convolution layers in place of attention in the even layers (shortConvLayer). */
   shortConv?: boolean;
+  /** Jamba's Mamba (selective state-space) layers in place of attention in the even layers (mambaLayer). */
+  mamba?: boolean;
 }
 
 export const KIN: Record<KinArchName, KinTraits> = {
@@ -93,7 +95,42 @@ export const KIN: Record<KinArchName, KinTraits> = {
   // LFM2 MoE: short-convolution layers (no key/value heads) beside attention ones with head-wise q/k norms, a dense
   // leading layer, a sigmoid router with its required selection bias, normalised; the output norm named token_embd_norm.
   lfm2moe: { denseLeading: true, headQkNorm: true, shortConv: true },
+  // Jamba: Mamba layers (head_count_kv 0) beside attention ones, experts sized by feed_forward_length, softmax router
+  // without normalisation (fixed in its graph); every layer routed here (the file decides: ffn_gate_inp).
+  jamba: { expertsByFf: true, mamba: true },
 };
+
+/** Jamba's Mamba widths: the inner width (the loader wants 2 × n_embd), convolution window, state size. */
+export const MAMBA_CONV_KERNEL = 4;
+export const MAMBA_STATE_SIZE = 16;
+function mambaDtRank(c: ModelConfig): number {
+  return Math.ceil(c.nEmbd / 16);
+}
+
+/** jamba: layer `il` is a Mamba layer (no attention); the odd layers attend. */
+export function mambaLayer(a: string, il: number): boolean {
+  return isKinArch(a) && KIN[a].mamba === true && il % 2 === 0;
+}
+
+/** A Mamba layer's tensors (llama.cpp's names: ssm_a and ssm_d carry no `.weight`). */
+export function mambaTensors(p: string, c: ModelConfig): Array<{ name: string; dims: number[]; role: TensorRole }> {
+  const inner = 2 * c.nEmbd;
+  const dt = mambaDtRank(c);
+  return [
+    { name: `${p}.ssm_in.weight`, dims: [c.nEmbd, 2 * inner], role: 'ssm' },
+    { name: `${p}.ssm_conv1d.weight`, dims: [MAMBA_CONV_KERNEL, inner], role: 'ssm_conv' },
+    { name: `${p}.ssm_conv1d.bias`, dims: [inner], role: 'attn_bias' },
+    { name: `${p}.ssm_x.weight`, dims: [inner, dt + 2 * MAMBA_STATE_SIZE], role: 'ssm' },
+    { name: `${p}.ssm_dt_norm.weight`, dims: [dt], role: 'norm' },
+    { name: `${p}.ssm_dt.weight`, dims: [dt, inner], role: 'ssm' },
+    { name: `${p}.ssm_dt.bias`, dims: [inner], role: 'ssm_dt' },
+    { name: `${p}.ssm_b_norm.weight`, dims: [MAMBA_STATE_SIZE], role: 'norm' },
+    { name: `${p}.ssm_c_norm.weight`, dims: [MAMBA_STATE_SIZE], role: 'norm' },
+    { name: `${p}.ssm_a`, dims: [MAMBA_STATE_SIZE, inner], role: 'ssm_a' },
+    { name: `${p}.ssm_d`, dims: [inner], role: 'norm' },
+    { name: `${p}.ssm_out.weight`, dims: [inner, c.nEmbd], role: 'ssm' },
+  ];
+}
 
 /** LFM2's convolution window (`shortconv.l_cache`: the real models' 3). */
 export const SHORTCONV_L_CACHE = 3;
@@ -218,6 +255,18 @@ export function kinMetadata(a: KinArchName, c: ModelConfig): MetaEntry[] {
           value: Array.from({ length: c.layers }, (_, il) => (shortConvLayer(a, il) ? 0 : c.nHeadKv)),
         },
       ];
+    case 'jamba':
+      return [
+        { key: `${a}.ssm.conv_kernel`, kind: 'u32', value: MAMBA_CONV_KERNEL },
+        { key: `${a}.ssm.inner_size`, kind: 'u32', value: 2 * c.nEmbd },
+        { key: `${a}.ssm.state_size`, kind: 'u32', value: MAMBA_STATE_SIZE },
+        { key: `${a}.ssm.time_step_rank`, kind: 'u32', value: mambaDtRank(c) },
+        {
+          key: `${a}.attention.head_count_kv`,
+          kind: 'i32[]',
+          value: Array.from({ length: c.layers }, (_, il) => (mambaLayer(a, il) ? 0 : c.nHeadKv)),
+        },
+      ];
     case 'laguna':
       // XS.2's period of 4, the first of each full (llama.cpp's set_swa_pattern with dense_first): layers 1-3 windowed.
       return [
@@ -255,7 +304,7 @@ export function validateKin(c: ModelConfig): string[] {
   if (c.arch === 'qwen3vlmoe' && Number.isInteger(headDim) && headDim < 16) {
     problems.push(`qwen3vlmoe: head size ${headDim} is too small for its four RoPE sections (at least 16)`);
   }
-  if (['exaone-moe', 'afmoe', 'granite_swa', 'mimo2', 'laguna', 'cohere2moe', 'lfm2moe'].includes(c.arch) && c.layers < 2) {
+  if (['exaone-moe', 'afmoe', 'granite_swa', 'mimo2', 'laguna', 'cohere2moe', 'lfm2moe', 'jamba'].includes(c.arch) && c.layers < 2) {
     problems.push(`${c.arch} needs at least 2 layers (a windowed one beside a full one), got ${c.layers}`);
   }
   // DeepSeek-OCR's q, k and v are all n_embd × n_embd: one key/value head per query head.
@@ -277,7 +326,6 @@ export const UNGENERATED: Readonly<Record<string, string>> = {
   bailingmoe3: "KDA linear-attention layers beside MLA (bailingmoe3's hybrid cache)",
   dots3note: "dots3note's keys and MTP layers on the deepseek2 lineage",
   granitehybrid: 'Mamba2 layers beside attention',
-  jamba: 'Mamba layers beside attention',
   'kimi-linear': 'KDA linear-attention layers beside MLA',
   'llada-moe': 'a diffusion (non-causal) LM: completions do not run on it',
   'minimax-01': 'lightning (linear) attention layers',

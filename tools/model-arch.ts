@@ -15,6 +15,8 @@ import {
   isKinArch,
   kinMetadata,
   kinWith,
+  mambaLayer,
+  mambaTensors,
   shortConvLayer,
   shortConvTensors,
   validateKin,
@@ -328,6 +330,10 @@ const SMALL_ROLES: readonly TensorRole[] = [
   'attn_sinks',
   'expert_bias',
   'expert_scale',
+  // the recurrent layers' (lfm2moe, jamba) convolution windows, decays and time-step biases, as llama.cpp's ssm ops read them
+  'ssm_conv',
+  'ssm_a',
+  'ssm_dt',
 ];
 
 /** The whole model: metadata and every tensor in file order. */
@@ -463,8 +469,11 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
     const p = `blk.${i}`;
     add(`${p}.attn_norm.weight`, [c.nEmbd], 'norm');
     const conv = shortConvLayer(a, i);
+    const mamba = mambaLayer(a, i);
     if (conv) {
       for (const t of shortConvTensors(p, c)) add(t.name, t.dims, t.role);
+    } else if (mamba) {
+      for (const t of mambaTensors(p, c)) add(t.name, t.dims, t.role);
     } else if (mla) {
       const nope = headDim - ropeDim;
       if (c.qLoraRank > 0) {

@@ -36,6 +36,7 @@ export const KIN_ARCHITECTURES = [
   'deepseek32',
   'glm-dsa',
   'lfm2moe',
+  'jamba',
 ] as const;
 export type KinArchName = (typeof KIN_ARCHITECTURES)[number];
 

@@ -286,6 +286,21 @@ test('lfm2moe: the even layers convolve instead of attending (no q, k, v, norms)
   assert.equal(p.metadata.filter((m) => m.key === 'lfm2moe.attention.head_count_kv').length, 1);
 });
 
+test('jamba: the even layers are Mamba layers (inner width 2 × n_embd, ssm_a and ssm_d without .weight), every layer routed', () => {
+  const p = plan({ arch: 'jamba' });
+  assert.deepEqual(p.moeLayers, [0, 1, 2]);
+  assert.deepEqual(meta(p)['jamba.attention.head_count_kv'], [0, 2, 0]);
+  assert.equal(meta(p)['jamba.ssm.inner_size'], 128);
+  const m = names(p, 0);
+  for (const n of ['ssm_in.weight', 'ssm_conv1d.bias', 'ssm_x.weight', 'ssm_dt.bias', 'ssm_a', 'ssm_d', 'ssm_out.weight', ...EXPERTS]) {
+    assert.ok(m.includes(n), `${n}: ${m.join(' ')}`);
+  }
+  assert.ok(!m.includes('attn_q.weight') && names(p, 1).includes('attn_q.weight'));
+  // The decay and time-step bias stay F32 whatever the type (llama.cpp's scan reads them so).
+  const q = planModel(defaultConfig({ arch: 'jamba', layers: 2, nEmbd: 256, ff: 256, type: GGMLType.Q8_0 }), VOCAB);
+  for (const n of ['blk.0.ssm_a', 'blk.0.ssm_dt.bias']) assert.equal(q.tensors.find((t) => t.name === n)?.type, GGMLType.F32, n);
+});
+
 test('kin config checks: latent ranks only for latent attention; qwen3vlmoe needs heads wide enough for its sections', () => {
   assert.match(
     validateConfig(defaultConfig({ arch: 'dbrx', qLoraRank: 8 })).join(),
@@ -303,10 +318,10 @@ test('no name is both generated and listed as not generated', () => {
 
 test('make-model refuses an architecture it does not write, naming it and the missing piece', () => {
   const cli = fileURLToPath(new URL('../../tools/make-model.ts', import.meta.url));
-  const r = spawnSync(process.execPath, ['--import', 'tsx', cli, '--arch', 'jamba', '--out', '/nonexistent/x.gguf'], {
+  const r = spawnSync(process.execPath, ['--import', 'tsx', cli, '--arch', 'granitehybrid', '--out', '/nonexistent/x.gguf'], {
     encoding: 'utf8',
     timeout: 60_000,
   });
   assert.equal(r.status, 2, r.stderr);
-  assert.match(r.stderr, /make-model: jamba is not generated yet: the generator lacks Mamba layers beside attention/);
+  assert.match(r.stderr, /make-model: granitehybrid is not generated yet: the generator lacks Mamba2 layers beside attention/);
 });

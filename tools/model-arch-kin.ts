@@ -40,6 +40,8 @@ export interface KinTraits {
   shortConv?: boolean;
   /** Jamba's Mamba (selective state-space) layers in place of attention in the even layers (mambaLayer). */
   mamba?: boolean;
+  /** Granite 4.0 H's Mamba2 layers in place of attention in the even layers (mambaLayer). */
+  mamba2?: boolean;
 }
 
 export const KIN: Record<KinArchName, KinTraits> = {
@@ -98,7 +100,16 @@ export const KIN: Record<KinArchName, KinTraits> = {
   // Jamba: Mamba layers (head_count_kv 0) beside attention ones, experts sized by feed_forward_length, softmax router
   // without normalisation (fixed in its graph); every layer routed here (the file decides: ffn_gate_inp).
   jamba: { expertsByFf: true, mamba: true },
+  // Granite 4.0 H: Mamba2 layers beside attention under Granite's multipliers (logit_scale), every layer routed, one
+  // shared expert.
+  granitehybrid: { expertsByFf: true, sharedFf: true, mamba2: true },
 };
+
+/** Granite 4.0 H's Mamba2 heads are MAMBA2_HEAD_DIM wide; one group. */
+const MAMBA2_HEAD_DIM = 16;
+function mamba2Heads(c: ModelConfig): number {
+  return (2 * c.nEmbd) / MAMBA2_HEAD_DIM;
+}
 
 /** Jamba's Mamba widths: the inner width (the loader wants 2 × n_embd), convolution window, state size. */
 export const MAMBA_CONV_KERNEL = 4;
@@ -109,12 +120,27 @@ function mambaDtRank(c: ModelConfig): number {
 
 /** jamba: layer `il` is a Mamba layer (no attention); the odd layers attend. */
 export function mambaLayer(a: string, il: number): boolean {
-  return isKinArch(a) && KIN[a].mamba === true && il % 2 === 0;
+  return isKinArch(a) && (KIN[a].mamba === true || KIN[a].mamba2 === true) && il % 2 === 0;
 }
 
 /** A Mamba layer's tensors (llama.cpp's names: ssm_a and ssm_d carry no `.weight`). */
 export function mambaTensors(p: string, c: ModelConfig): Array<{ name: string; dims: number[]; role: TensorRole }> {
   const inner = 2 * c.nEmbd;
+  if (isKinArch(c.arch) && KIN[c.arch].mamba2) {
+    // Mamba2: one in_proj to z, x, B, C and dt; per-head decay, skip and time-step bias; a gated RMS norm.
+    const heads = mamba2Heads(c);
+    const xbc = inner + 2 * MAMBA_STATE_SIZE;
+    return [
+      { name: `${p}.ssm_in.weight`, dims: [c.nEmbd, 2 * inner + 2 * MAMBA_STATE_SIZE + heads], role: 'ssm' },
+      { name: `${p}.ssm_conv1d.weight`, dims: [MAMBA_CONV_KERNEL, xbc], role: 'ssm_conv' },
+      { name: `${p}.ssm_conv1d.bias`, dims: [xbc], role: 'attn_bias' },
+      { name: `${p}.ssm_dt.bias`, dims: [heads], role: 'ssm_dt' },
+      { name: `${p}.ssm_a`, dims: [1, heads], role: 'ssm_a' },
+      { name: `${p}.ssm_d`, dims: [1, heads], role: 'norm' },
+      { name: `${p}.ssm_norm.weight`, dims: [inner, 1], role: 'norm' },
+      { name: `${p}.ssm_out.weight`, dims: [inner, c.nEmbd], role: 'ssm' },
+    ];
+  }
   const dt = mambaDtRank(c);
   return [
     { name: `${p}.ssm_in.weight`, dims: [c.nEmbd, 2 * inner], role: 'ssm' },
@@ -255,6 +281,20 @@ export function kinMetadata(a: KinArchName, c: ModelConfig): MetaEntry[] {
           value: Array.from({ length: c.layers }, (_, il) => (shortConvLayer(a, il) ? 0 : c.nHeadKv)),
         },
       ];
+    case 'granitehybrid':
+      return [
+        { key: `${a}.logit_scale`, kind: 'f32', value: 1 },
+        { key: `${a}.ssm.conv_kernel`, kind: 'u32', value: MAMBA_CONV_KERNEL },
+        { key: `${a}.ssm.inner_size`, kind: 'u32', value: 2 * c.nEmbd },
+        { key: `${a}.ssm.state_size`, kind: 'u32', value: MAMBA_STATE_SIZE },
+        { key: `${a}.ssm.time_step_rank`, kind: 'u32', value: mamba2Heads(c) },
+        { key: `${a}.ssm.group_count`, kind: 'u32', value: 1 },
+        {
+          key: `${a}.attention.head_count_kv`,
+          kind: 'i32[]',
+          value: Array.from({ length: c.layers }, (_, il) => (mambaLayer(a, il) ? 0 : c.nHeadKv)),
+        },
+      ];
     case 'jamba':
       return [
         { key: `${a}.ssm.conv_kernel`, kind: 'u32', value: MAMBA_CONV_KERNEL },
@@ -325,7 +365,6 @@ export function validateKin(c: ModelConfig): string[] {
 export const UNGENERATED: Readonly<Record<string, string>> = {
   bailingmoe3: "KDA linear-attention layers beside MLA (bailingmoe3's hybrid cache)",
   dots3note: "dots3note's keys and MTP layers on the deepseek2 lineage",
-  granitehybrid: 'Mamba2 layers beside attention',
   'kimi-linear': 'KDA linear-attention layers beside MLA',
   'llada-moe': 'a diffusion (non-causal) LM: completions do not run on it',
   'minimax-01': 'lightning (linear) attention layers',

@@ -37,6 +37,7 @@ export const KIN_ARCHITECTURES = [
   'glm-dsa',
   'lfm2moe',
   'jamba',
+  'granitehybrid',
 ] as const;
 export type KinArchName = (typeof KIN_ARCHITECTURES)[number];
 

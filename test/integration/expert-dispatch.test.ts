@@ -200,7 +200,9 @@ async function dispatchedRun(
     log: server.log().slice(logMark),
     protocolErrors: d.stats.protocolErrors,
     bound,
-    ...(['llama4', 'exaone-moe', 'afmoe', 'granite_swa', 'mimo2', 'laguna', 'lfm2moe', 'jamba'].includes(m.config.arch) && {
+    ...(['llama4', 'exaone-moe', 'afmoe', 'granite_swa', 'mimo2', 'laguna', 'lfm2moe', 'jamba', 'granitehybrid'].includes(
+      m.config.arch,
+    ) && {
       evaluation: SWA_EVALUATION,
     }),
     ...(m.config.arch === 'hy_v3' && { evaluation: LAST_LAYER_ALL_ROWS }),
@@ -213,7 +215,7 @@ async function dispatchedRun(
 
 /**
  * Llama 4's chunked attention and the sliding-window layers of gpt-oss, exaone-moe, afmoe, granite_swa, mimo2 and laguna
- * keep a windowed cache (lfm2moe a short-convolution state, jamba a Mamba state), which cannot be rolled back:
+ * keep a windowed cache (lfm2moe a short-convolution state, jamba and granitehybrid a Mamba state), which cannot be rolled back:
  * llama-server evaluates the prompt's last tokens in a graph of their own to checkpoint before them
  * (harness/dispatch-checks.ts).
  */
@@ -308,7 +310,19 @@ const KIN_GRID_TYPES = process.env.EXPERTSWARM_FAMILIES === 'full' ? FAMILY_GRID
  * cells; llama-loads loads and runs each of them in `npm test`.
  */
 const KIN_FULL_ONLY: readonly string[] = [
-  ...['granite', 'minicpm', 'mistral3', 'deepseek2-ocr', 'granite_swa', 'mimo2', 'deepseek32', 'glm-dsa', 'lfm2moe', 'jamba'],
+  ...[
+    'granite',
+    'minicpm',
+    'mistral3',
+    'deepseek2-ocr',
+    'granite_swa',
+    'mimo2',
+    'deepseek32',
+    'glm-dsa',
+    'lfm2moe',
+    'jamba',
+    'granitehybrid',
+  ],
   // parallel residual, windowed layers keeping every row through the last layer
   'cohere2moe',
 ];
@@ -327,8 +341,8 @@ const NO_RESIDUAL_PROBE: readonly string[] = [
   ...['granite_swa', 'mimo2', 'laguna'],
   // parallel residual (cohere2moe): the FFN reads the attention's input, not the residual after it
   'cohere2moe',
-  // short-convolution (lfm2moe) and Mamba (jamba) layers
-  ...['lfm2moe', 'jamba'],
+  // short-convolution (lfm2moe) and Mamba (jamba, granitehybrid) layers
+  ...['lfm2moe', 'jamba', 'granitehybrid'],
 ];
 const FIRST_FIVE: readonly string[] = ['qwen3moe', 'qwen2moe', 'deepseek', 'llama', 'olmoe'];
 const gridBaselines = new Map<string, number[]>();

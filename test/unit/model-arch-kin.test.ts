@@ -301,6 +301,19 @@ test('jamba: the even layers are Mamba layers (inner width 2 × n_embd, ssm_a an
   for (const n of ['blk.0.ssm_a', 'blk.0.ssm_dt.bias']) assert.equal(q.tensors.find((t) => t.name === n)?.type, GGMLType.F32, n);
 });
 
+test('granitehybrid: Mamba2 layers in the even layers (one in_proj to z, x, B, C, dt; per-head decay), a shared expert', () => {
+  const p = plan({ arch: 'granitehybrid' });
+  assert.deepEqual(p.moeLayers, [0, 1, 2]);
+  assert.deepEqual(meta(p)['granitehybrid.attention.head_count_kv'], [0, 2, 0]);
+  assert.equal(meta(p)['granitehybrid.ssm.time_step_rank'], 8);
+  const dims = (n: string): number[] | undefined => p.tensors.find((x) => x.name === n)?.dims;
+  // 2 × 128 (z, x) + 2 × 16 (B, C) + 8 heads
+  assert.deepEqual(dims('blk.0.ssm_in.weight'), [64, 296]);
+  assert.deepEqual(dims('blk.0.ssm_a'), [1, 8]);
+  assert.deepEqual(dims('blk.0.ssm_norm.weight'), [128, 1]);
+  assert.ok(names(p, 1).includes('attn_q.weight') && names(p, 0).includes('ffn_up_shexp.weight'));
+});
+
 test('kin config checks: latent ranks only for latent attention; qwen3vlmoe needs heads wide enough for its sections', () => {
   assert.match(
     validateConfig(defaultConfig({ arch: 'dbrx', qLoraRank: 8 })).join(),
@@ -318,10 +331,10 @@ test('no name is both generated and listed as not generated', () => {
 
 test('make-model refuses an architecture it does not write, naming it and the missing piece', () => {
   const cli = fileURLToPath(new URL('../../tools/make-model.ts', import.meta.url));
-  const r = spawnSync(process.execPath, ['--import', 'tsx', cli, '--arch', 'granitehybrid', '--out', '/nonexistent/x.gguf'], {
+  const r = spawnSync(process.execPath, ['--import', 'tsx', cli, '--arch', 'kimi-linear', '--out', '/nonexistent/x.gguf'], {
     encoding: 'utf8',
     timeout: 60_000,
   });
   assert.equal(r.status, 2, r.stderr);
-  assert.match(r.stderr, /make-model: granitehybrid is not generated yet: the generator lacks Mamba2 layers beside attention/);
+  assert.match(r.stderr, /make-model: kimi-linear is not generated yet: the generator lacks KDA linear-attention layers beside MLA/);
 });

@@ -195,6 +195,32 @@ export async function waitForHolders(url: string, model: string, workerIds: read
   });
 }
 
+/**
+ * waitForHolders, and when a volunteer still holds nothing after `rebalanceMs`, one more replica per layer is asked for
+ * (`POST /api/admin/target`, the hub started with `adminToken`) and the wait goes on. Every wanted slice may be held
+ * by then, and rebalancing gives a slice only to a volunteer at least half as fast as its holder
+ * (hub/market/rebalance.ts): on a busy machine the volunteers' speed readings are noisy enough for that to leave one
+ * waiting, rightly, where a test needs each to hold a slice.
+ */
+export async function waitForEveryHolder(
+  url: string,
+  model: string,
+  workerIds: readonly string[],
+  opts: { adminToken: string; base: number; rebalanceMs?: number; timeoutMs?: number },
+): Promise<MapRow[]> {
+  try {
+    return await waitForHolders(url, model, workerIds, opts.rebalanceMs ?? 30_000);
+  } catch {
+    const raised = await fetch(`${url}/api/admin/target`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${opts.adminToken}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ base: opts.base + 1 }),
+    });
+    if (raised.status !== 200) throw new Error(`raising the target to ${opts.base + 1}: ${raised.status} ${await raised.text()}`);
+    return waitForHolders(url, model, workerIds, opts.timeoutMs ?? 120_000);
+  }
+}
+
 /** `expertswarm_dispatch_pairs_total{model,outcome}` by outcome. */
 export async function pairOutcomes(url: string, model: string): Promise<Record<string, number>> {
   const text = await (await fetch(`${url}/metrics`)).text();

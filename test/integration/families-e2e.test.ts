@@ -31,7 +31,7 @@ import {
   spawnVolunteer,
   startSwarmHub,
   waitForCoverage,
-  waitForHolders,
+  waitForEveryHolder,
 } from '../../harness/swarm.ts';
 import { DEFAULT_TRUST } from '../../hub/dispatch/trust.ts';
 import { GGMLType } from '../../gguf/quant-types.ts';
@@ -76,6 +76,7 @@ const FILE_VARIANTS: Array<{ name: string; arch: ArchName; extra: { expertScales
 const N = E2E_TOKENS;
 /** From Join to serving: the page's bundle, SwiftShader's shader compiles and the slice, on 2 busy cores. */
 const TAB_SERVE_MS = 150_000;
+const ADMIN_TOKEN = 'families-e2e-admin-token-0123456789';
 
 let pagesDir = '';
 let browser: Browser | undefined;
@@ -113,7 +114,7 @@ for (const { name, arch, extra } of [...FAMILIES.map((arch) => ({ name: arch as 
     const moeLayers = planModel(defaultConfig(config), buildVocabulary().tokens.length).moeLayers;
     const want = await baselineIds(m);
     assert.ok(new Set(want).size >= 16, `the baseline must not collapse: ${new Set(want).size} distinct tokens`);
-    const hub = await startSwarmHub(m.path, 'always', { trust: DEFAULT_TRUST }, 'm', { dir: pagesDir });
+    const hub = await startSwarmHub(m.path, 'always', { trust: DEFAULT_TRUST, adminToken: ADMIN_TOKEN }, 'm', { dir: pagesDir });
     // The tab joins first, so the market gives it a layer; a headless volunteer takes each other one.
     let tab: VolunteerTab | undefined;
     const vols: Array<ReturnType<typeof spawnVolunteer>> = [];
@@ -123,8 +124,13 @@ for (const { name, arch, extra } of [...FAMILIES.map((arch) => ({ name: arch as 
       for (let i = 1; i < moeLayers.length; i++) vols.push(spawnVolunteer(hub.url, `f${i}`, ['--backend', 'webgpu']));
       await waitForCoverage(hub.url, hub.model, moeLayers, config.nExpert, 1);
       // The tab holds several slices (issue 27): it may have taken more than one layer before the headless volunteers
-      // came, and gives them on (REBALANCE) until each holds one.
-      await waitForHolders(hub.url, hub.model, [(tab as VolunteerTab).workerId, ...vols.map((_, i) => `f${i + 1}`)], TAB_SERVE_MS);
+      // came, and gives them on (REBALANCE) until each holds one — or, where rebalancing rightly keeps a slice from a
+      // volunteer it reads as too slow, one more replica per layer is asked for.
+      await waitForEveryHolder(hub.url, hub.model, [(tab as VolunteerTab).workerId, ...vols.map((_, i) => `f${i + 1}`)], {
+        adminToken: ADMIN_TOKEN,
+        base: 1,
+        timeoutMs: TAB_SERVE_MS,
+      });
       await waitForCoverage(hub.url, hub.model, moeLayers, config.nExpert, 1);
       // Probation: every item audited against the coordinator, none used; the tokens stay the coordinator's.
       let rounds = 0;

@@ -29,9 +29,12 @@ import {
   pairOutcomes,
   spawnVolunteer,
   waitForCoverage,
-  waitForHolders,
+  waitForEveryHolder,
   type HeadlessVolunteer,
 } from '../../harness/swarm.ts';
+
+/** The hub's admin token here: waitForEveryHolder may ask it for a second replica per layer. */
+const ADMIN_TOKEN = 'e2e-admin-token-0123456789abcdef';
 
 const MODEL = 'm';
 /** The coordinator's per-layer wait for the dispatcher, as the hub gives its managed ones (`--dispatch-deadline-ms`). */
@@ -94,7 +97,7 @@ test('an external coordinator on --dispatch-socket is served by the hub’s disp
     assert.equal(config.dispatchMode, 'always');
     assert.throws(() => parseHubArgs(['--model', m.path, '--dispatch-socket', socketPath], {}), /--dispatch-socket must be NAME=VALUE/);
 
-    hub = await runHub(config, () => {});
+    hub = await runHub({ ...config, adminToken: ADMIN_TOKEN }, () => {});
     const running = hub;
     assert.deepEqual(
       running.hub.coordinators().map((c) => [c.name, c.state, c.url, c.pid]),
@@ -117,8 +120,8 @@ test('an external coordinator on --dispatch-socket is served by the hub’s disp
     const moeLayers = moeLayersOf(DEEPSEEK_Q8);
     await waitForCoverage(running.url, MODEL, moeLayers, DEEPSEEK_Q8.nExpert, 1);
     // Volunteers hold several slices: the first may take every layer, and the market then hands one of its slices to
-    // the volunteer that holds nothing (REBALANCE).
-    const rows = await waitForHolders(running.url, MODEL, ['x0', 'x1']);
+    // the volunteer that holds nothing (REBALANCE), or, where it reads that one as too slow, a second replica.
+    const rows = await waitForEveryHolder(running.url, MODEL, ['x0', 'x1'], { adminToken: ADMIN_TOKEN, base: 1 });
     assert.deepEqual(new Set(rows.map((r) => r.worker_id)), new Set(['x0', 'x1']), 'the market gave each volunteer a slice');
 
     const since = await pairOutcomes(running.url, MODEL);

@@ -52,10 +52,13 @@ import {
   startSwarmHub,
   TRUST_OFF,
   waitForCoverage,
-  waitForHolders,
+  waitForEveryHolder,
   type MapRow,
   type SwarmHub,
 } from '../../harness/swarm.ts';
+
+/** The hub's admin token here: waitForEveryHolder may ask it for a second replica per layer. */
+const ADMIN_TOKEN = 'e2e-admin-token-0123456789abcdef';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const ARTIFACTS = join(root, '.cache/artifacts/volunteer-chromium');
@@ -202,16 +205,17 @@ async function twoTabsServe(config: typeof DEEPSEEK_Q8, shot: string, opts: TwoT
   let hub: SwarmHub | undefined;
   const tabs: Tab[] = [];
   try {
-    hub = await startSwarmHub(m.path, 'always', {}, 'm', { dir: pagesDir });
+    hub = await startSwarmHub(m.path, 'always', { adminToken: ADMIN_TOKEN }, 'm', { dir: pagesDir });
     const moe = moeLayersOf(m.config);
     await openTabs([browser, browser], hub.url, tabs, backend);
     await waitForCoverage(hub.url, hub.model, moe, m.config.nExpert, 1, SERVE_MS);
-    // A tab holds several slices: the first to load may take both layers, then gives one to the other (REBALANCE).
-    const rows = await waitForHolders(
+    // A tab holds several slices: the first to load may take both layers, then gives one to the other (REBALANCE), or,
+    // where it reads that one as too slow, a second replica is asked for.
+    const rows = await waitForEveryHolder(
       hub.url,
       hub.model,
       tabs.map((t) => t.workerId),
-      SERVE_MS,
+      { adminToken: ADMIN_TOKEN, base: 1, timeoutMs: SERVE_MS },
     );
     assert.deepEqual(new Set(rows.map((r) => r.worker_id)), new Set(tabs.map((t) => t.workerId)), 'the market gave each tab a slice');
     const titles: string[] = [];

@@ -20,8 +20,11 @@ import {
   spawnVolunteer,
   startSwarmHub,
   waitForCoverage,
-  waitForHolders,
+  waitForEveryHolder,
 } from '../../harness/swarm.ts';
+
+/** The hub's admin token here: waitForEveryHolder may ask it for a second replica per layer. */
+const ADMIN_TOKEN = 'e2e-admin-token-0123456789abcdef';
 
 const N = E2E_TOKENS;
 const PROMPT = E2E_PROMPT;
@@ -43,14 +46,14 @@ for (const { name, config, backend } of MODELS) {
     const m = await testModel(config);
     const want = await baselineIds(m);
     assert.ok(new Set(want).size >= 16, `the baseline must not collapse: ${new Set(want).size} distinct tokens`);
-    const hub = await startSwarmHub(m.path, 'always');
+    const hub = await startSwarmHub(m.path, 'always', { adminToken: ADMIN_TOKEN });
     const vols = [spawnVolunteer(hub.url, 'h0', ['--backend', backend]), spawnVolunteer(hub.url, 'h1', ['--backend', backend])];
     try {
       const moeLayers = moeLayersOf(config);
       await waitForCoverage(hub.url, hub.model, moeLayers, config.nExpert, 1);
       // Volunteers hold several slices: the first may take every layer, and the market then hands one of its slices
-      // to the volunteer that holds nothing (REBALANCE).
-      const rows = await waitForHolders(hub.url, hub.model, ['h0', 'h1']);
+      // to the volunteer that holds nothing (REBALANCE), or, where it reads that one as too slow, a second replica.
+      const rows = await waitForEveryHolder(hub.url, hub.model, ['h0', 'h1'], { adminToken: ADMIN_TOKEN, base: 1 });
       assert.deepEqual(new Set(rows.map((r) => r.worker_id)), new Set(['h0', 'h1']), 'the market gave each volunteer a slice');
       const got = await completionIds(hub.url, hub.model, PROMPT, N, m.ban);
       assert.deepEqual(got, want);

@@ -7,7 +7,7 @@
  *   const { reqs, wallMs } = await runLanes(plan, (n) => n < 12);   // 12 requests, then each lane ends
  */
 import OpenAI from 'openai';
-import { chunkIds, failureOf } from './load.ts';
+import { chunkIds, failureOf, greedyStreamBody } from './load.ts';
 
 export interface Timings {
   prompt_n: number;
@@ -55,18 +55,7 @@ async function streamOnce(client: OpenAI, plan: LanePlan, p: number): Promise<Re
   try {
     // llama-server's own fields (ignore_eos, cache_prompt) go in the body as given. cache_prompt false: every request
     // processes its whole prompt, so the prompt rate is measured on each.
-    const body = {
-      model: plan.model,
-      prompt: plan.prompts[p] as string,
-      max_tokens: plan.tokens,
-      temperature: 0,
-      seed: 1,
-      logprobs: 1,
-      stream: true as const,
-      logit_bias: Object.fromEntries(plan.ban.map((id) => [String(id), -100])),
-      ignore_eos: true,
-      cache_prompt: false,
-    };
+    const body = { ...greedyStreamBody(plan.model, plan.prompts[p] as string, plan.tokens, plan.ban), cache_prompt: false };
     const stream = await client.completions.create(body);
     for await (const chunk of stream) {
       const ids = chunkIds(chunk);

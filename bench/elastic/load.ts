@@ -66,18 +66,7 @@ export async function streamCompletion(
 ): Promise<RequestRecord> {
   const r = newRecord(lane, prompt);
   try {
-    // ignore_eos is llama-server's, not in the client's types: the client sends the body as given.
-    const body = {
-      model,
-      prompt: plan.prompts[prompt] as string,
-      max_tokens: plan.maxTokens,
-      temperature: 0,
-      seed: 1,
-      logprobs: 1,
-      stream: true as const,
-      logit_bias: Object.fromEntries(plan.ban.map((id) => [String(id), -100])),
-      ignore_eos: true,
-    };
+    const body = greedyStreamBody(model, plan.prompts[prompt] as string, plan.maxTokens, plan.ban);
     const stream = await client.completions.create(body, signal ? { signal } : {});
     for await (const chunk of stream) {
       const ids = chunkIds(chunk);
@@ -93,6 +82,24 @@ export async function streamCompletion(
   }
   r.endMs = Date.now();
   return r;
+}
+
+/**
+ * A streaming greedy completion's body asking for each token's id (`logprobs`) and exactly `maxTokens` tokens;
+ * ignore_eos is llama-server's, not in the client's types: the client sends the body as given.
+ */
+export function greedyStreamBody(model: string, prompt: string, maxTokens: number, ban: readonly number[]) {
+  return {
+    model,
+    prompt,
+    max_tokens: maxTokens,
+    temperature: 0,
+    seed: 1,
+    logprobs: 1,
+    stream: true as const,
+    logit_bias: Object.fromEntries(ban.map((id) => [String(id), -100])),
+    ignore_eos: true,
+  };
 }
 
 /** A failed request's message, and the HTTP status of a refusal (the `openai` client's APIError carries it). */

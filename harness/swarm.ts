@@ -211,14 +211,19 @@ export async function waitForEveryHolder(
   try {
     return await waitForHolders(url, model, workerIds, opts.rebalanceMs ?? 30_000);
   } catch {
-    const raised = await fetch(`${url}/api/admin/target`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${opts.adminToken}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ base: opts.base + 1 }),
-    });
-    if (raised.status !== 200) throw new Error(`raising the target to ${opts.base + 1}: ${raised.status} ${await raised.text()}`);
+    await setTargetBase(url, opts.adminToken, opts.base + 1);
     return waitForHolders(url, model, workerIds, opts.timeoutMs ?? 120_000);
   }
+}
+
+/** `POST /api/admin/target {base}` on a hub started with `adminToken`; throws with the hub's answer unless 200. */
+export async function setTargetBase(url: string, adminToken: string, base: number): Promise<void> {
+  const res = await fetch(`${url}/api/admin/target`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ base }),
+  });
+  if (res.status !== 200) throw new Error(`setting the target base to ${base}: ${res.status} ${await res.text()}`);
 }
 
 /** `expertswarm_dispatch_pairs_total{model,outcome}` by outcome. */

@@ -28,6 +28,7 @@ import {
   dispatchMap,
   moeLayersOf,
   pairOutcomes,
+  setTargetBase,
   spawnVolunteer,
   startSwarmHub,
   until,
@@ -280,14 +281,7 @@ test('churn: half of ten volunteers die mid-generation in every way; no request 
       /^(Waiting for demand|Serving with )/.test(await offlineTab.title()) ? Date.now() - killedAt : undefined,
     );
     const inMap = async (): Promise<boolean> => (await dispatchMap(url, hub?.model ?? '')).some((r) => r.worker_id === offline.workerId);
-    if (!(await inMap())) {
-      const raised = await fetch(`${url}/api/admin/target`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ base: TARGET_BASE + 1 }),
-      });
-      assert.equal(raised.status, 200, `the target raised: ${await raised.text()}`);
-    }
+    if (!(await inMap())) await setTargetBase(url, ADMIN_TOKEN, TARGET_BASE + 1);
     const rejoinedMs = await until('the offline tab back in the dispatch map', SERVE_MS, async () =>
       (await inMap()) ? Date.now() - killedAt : undefined,
     );

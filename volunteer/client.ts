@@ -76,6 +76,12 @@ export interface VolunteerClientOptions {
   /** The hub's origin, e.g. `http://127.0.0.1:8080`. */
   hubUrl: string;
   /**
+   * Other hubs of the same cluster (`--redis`, docs/cluster.md), origins like `hubUrl`: each retry after a drop or a
+   * failed dial goes to the next hub in turn (hubUrl, then these, round), after the same jittered wait, so a hub that
+   * died sends its volunteers to the live ones. A node token is kept per hub (each hub issues its own).
+   */
+  otherHubs?: readonly string[];
+  /**
    * What computes, with the backend the user chose: called after the user joins (nothing is probed or fetched before
    * consent), again only when a later join asks for another backend.
    */
@@ -204,6 +210,10 @@ class VolunteerClient implements VolunteerControls {
   /** A new GPU device being probed after a loss (slices rebuilt together wait for the one probe). */
   private reprobe: Promise<void> | null = null;
   private token: NodeToken | null = null;
+  /** hubUrl then otherHubs; `hubIndex` is the one dialled now, with each hub's node token kept. */
+  private readonly hubs: readonly string[];
+  private hubIndex = 0;
+  private readonly tokens = new Map<string, NodeToken>();
   private socket: SocketLike | null = null;
   private attempt = 0;
   private budget = DEFAULT_BUDGET;
@@ -237,6 +247,12 @@ class VolunteerClient implements VolunteerControls {
   constructor(private readonly o: VolunteerClientOptions) {
     this.now = o.now ?? (() => Date.now());
     this.random = o.random ?? Math.random;
+    this.hubs = [o.hubUrl, ...(o.otherHubs ?? []).filter((h) => h !== o.hubUrl)];
+  }
+
+  /** The hub dialled now (docs/cluster.md: a volunteer of a cluster moves to the next hub at each retry). */
+  get hubUrl(): string {
+    return this.hubs[this.hubIndex] as string;
   }
 
   // --- controls
@@ -354,7 +370,8 @@ class VolunteerClient implements VolunteerControls {
         this.setDevice({ ...this.device, memoryBudgetBytes: this.budget });
       }
       if (!this.token || this.token.renewAtMs <= this.now()) {
-        this.token = await login(this.o.hubUrl, await loadIdentity(this.o.identity), this.o.fetch ?? fetch, this.now());
+        this.token = await login(this.hubUrl, await loadIdentity(this.o.identity), this.o.fetch ?? fetch, this.now());
+        this.tokens.set(this.hubUrl, this.token);
         this.wallet = this.token.wallet;
       }
     } catch (e) {
@@ -362,7 +379,7 @@ class VolunteerClient implements VolunteerControls {
       return;
     }
     if (!this.joined) return;
-    const url = new URL(VOLUNTEER_PATH, this.o.hubUrl);
+    const url = new URL(VOLUNTEER_PATH, this.hubUrl);
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
     let s: SocketLike;
     try {
@@ -423,6 +440,10 @@ class VolunteerClient implements VolunteerControls {
   private retry(reason: string, later = false): void {
     if (!this.joined) return;
     this.attempt++;
+    if (this.hubs.length > 1) {
+      this.hubIndex = (this.hubIndex + 1) % this.hubs.length;
+      this.token = this.tokens.get(this.hubUrl) ?? null;
+    }
     const ms = later ? laterDelayMs(LATER_MS, this.random) : reconnectDelayMs(this.attempt, this.random);
     this.setState({ kind: 'retrying', inSeconds: Math.ceil(ms / 1000), reason, attempt: this.attempt });
     this.later(ms, () => void this.connect());
@@ -442,7 +463,10 @@ class VolunteerClient implements VolunteerControls {
       this.setState({ kind: 'failed', code: 'HUB_REFUSED', message: why, retrying: false });
       return;
     }
-    if (entry?.then === 'new-token') this.token = null;
+    if (entry?.then === 'new-token') {
+      this.token = null;
+      this.tokens.delete(this.hubUrl);
+    }
     this.retry(why, entry?.then === 'later');
   }
 
@@ -645,8 +669,8 @@ class VolunteerClient implements VolunteerControls {
         let lastEmit = 0;
         const host = this.peerHost;
         const got = await fetchSlice({
-          peers: host && a.peers && a.chunksUrl ? { host, ids: a.peers, chunksUrl: new URL(a.chunksUrl, this.o.hubUrl).toString() } : null,
-          url: new URL(a.shardUrl, this.o.hubUrl).toString(),
+          peers: host && a.peers && a.chunksUrl ? { host, ids: a.peers, chunksUrl: new URL(a.chunksUrl, this.hubUrl).toString() } : null,
+          url: new URL(a.shardUrl, this.hubUrl).toString(),
           token: this.token?.token ?? '',
           bytes: a.shardBytes,
           digest: a.shardDigest,
@@ -771,7 +795,7 @@ class VolunteerClient implements VolunteerControls {
     const open = this.o.peers;
     if (!grant || !open) return;
     this.peerHost = new PeerHost({
-      hubUrl: this.o.hubUrl,
+      hubUrl: this.hubUrl,
       welcome: grant,
       openNetwork: open,
       settings: this.share,
@@ -797,7 +821,7 @@ class VolunteerClient implements VolunteerControls {
     if (!host || !a.chunksUrl || !this.share.share || host.holds(a.shardDigest)) return;
     try {
       const list = await downloadChunkList({
-        url: new URL(a.chunksUrl, this.o.hubUrl).toString(),
+        url: new URL(a.chunksUrl, this.hubUrl).toString(),
         token: this.token?.token ?? '',
         digest: a.shardDigest,
         bytes: a.shardBytes,

@@ -299,3 +299,46 @@ test('the client judges the hub’s silence as the hub judges its own: pinged at
   await settle();
   assert.equal(FakeSocket.made.length, 2, 'dialled again after its backoff');
 });
+
+test('a cluster’s volunteer (otherHubs): each retry dials the next hub in turn, after its jittered wait, logging in there', async (t) => {
+  FakeSocket.made = [];
+  const logins: string[] = [];
+  const fetchLogged = (async (url: URL | string, init?: RequestInit) => {
+    if (new URL(String(url)).pathname.endsWith('/challenge')) logins.push(new URL(String(url)).origin);
+    return fakeFetch(url, init);
+  }) as typeof fetch;
+  const client = createVolunteerClient({
+    hubUrl: 'http://a.test',
+    otherHubs: ['http://b.test', 'http://a.test', 'http://c.test'],
+    environment: async () => ({ gpu: null, ort: null, backend: 'wasm' }),
+    identity: new MemoryIdentityStore(),
+    cache: new NoShardCache(),
+    WebSocket: FakeSocket as unknown as SocketFactory,
+    workerId: 'w1',
+    fetch: fetchLogged,
+    random: () => 0,
+    now: () => 0,
+  });
+  mock.timers.enable({ apis: ['setTimeout', 'setInterval'] });
+  t.after(() => {
+    mock.timers.reset();
+    void client.leave();
+  });
+  client.join({ backend: 'wasm' });
+  await untilWaiting(client);
+  const dialled = (): string[] => FakeSocket.made.map((s) => new URL(s.url).host);
+  for (const next of ['b.test', 'c.test', 'a.test', 'b.test']) {
+    const before = FakeSocket.made.length;
+    FakeSocket.made.at(-1)?.drop(1006); // the hub died
+    await settle();
+    mock.timers.tick(499);
+    await settle();
+    assert.equal(FakeSocket.made.length, before, 'no dial before the drawn 500 ms');
+    mock.timers.tick(1);
+    await untilWaiting(client); // a login at a new hub signs through WebCrypto: real time
+    assert.equal(dialled().at(-1), next, `dialled ${dialled().join(', ')}`);
+  }
+  assert.deepEqual(dialled(), ['a.test', 'b.test', 'c.test', 'a.test', 'b.test'], 'the list without its duplicate, in turn');
+  // One login per hub: a hub's node token is kept for the next time round (each hub issues its own).
+  assert.deepEqual(logins, ['http://a.test', 'http://b.test', 'http://c.test']);
+});

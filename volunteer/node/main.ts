@@ -18,7 +18,8 @@ const MAX_TIMINGS = 200_000;
 
 export const VOLUNTEER_USAGE = `usage: expertswarm volunteer --hub URL [options]
 
-  --hub URL                the hub's address, e.g. http://127.0.0.1:8080
+  --hub URL[,URL…]         the hub's address, e.g. http://127.0.0.1:8080; a cluster's other hubs after commas:
+                           each retry dials the next (docs/cluster.md)
   --model NAME             serve only this model (default: whichever needs help)
   --budget-mb N            memory lent to the slices it holds, MiB (default 2048)
   --max-experts N          widest slice to take (default: no limit)
@@ -34,6 +35,8 @@ export const VOLUNTEER_USAGE = `usage: expertswarm volunteer --hub URL [options]
 
 export interface VolunteerArgs {
   hub: string;
+  /** The other hubs of a cluster (`--hub A,B,C`): a retry dials the next (docs/cluster.md). */
+  otherHubs?: string[];
   model: string;
   budgetBytes: number;
   maxExperts: number;
@@ -68,8 +71,11 @@ export function parseVolunteerArgs(argv: string[]): VolunteerArgs | 'help' {
   });
   if (values.help) return 'help';
   if (!values.hub) throw new Error('--hub URL is required');
-  const hub = new URL(values.hub);
-  if (hub.protocol !== 'http:' && hub.protocol !== 'https:') throw new Error(`--hub must be an http(s) URL, got ${values.hub}`);
+  const hubs = values.hub.split(',').map((h) => {
+    const u = new URL(h.trim());
+    if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error(`--hub must be an http(s) URL, got ${h}`);
+    return u.origin;
+  });
   const int = (v: string | undefined, name: string, def: number, min: number): number => {
     if (v === undefined) return def;
     const n = Number(v);
@@ -82,7 +88,8 @@ export function parseVolunteerArgs(argv: string[]): VolunteerArgs | 'help' {
   if (backend !== 'auto' && backend !== 'webgpu' && backend !== 'wasm')
     throw new Error(`--backend must be auto, webgpu or wasm, got "${backend}"`);
   return {
-    hub: hub.origin,
+    hub: hubs[0] as string,
+    otherHubs: hubs.slice(1),
     model: values.model ?? '',
     budgetBytes: int(values['budget-mb'], '--budget-mb', 2048, 1) * 2 ** 20,
     maxExperts: int(values['max-experts'], '--max-experts', 0, 0),
@@ -135,6 +142,7 @@ export function describeHeld(slices: readonly HeldSlice[]): string {
 export function startVolunteer(a: VolunteerArgs, onWorkTimings?: (t: WorkTimings) => void): VolunteerControls {
   const client = createVolunteerClient({
     hubUrl: a.hub,
+    otherHubs: a.otherHubs ?? [],
     environment: (backend) => nodeEnvironment(backend),
     identity: new FileIdentityStore(a.identity),
     cache: new FileShardCache(a.cache),

@@ -34,6 +34,7 @@ import { LinkedMap } from './auth/linked-map.ts';
 import { ChunkLists } from './chunk-lists.ts';
 import { HubError } from './errors.ts';
 import type { SliceRef } from '../protocol/slice.ts';
+import { SHARD_LOAD_HEADER, formatShardLoad } from '../protocol/chunk-list.ts';
 import type { ModelInfo } from './registry.ts';
 import {
   EXPERTS_MAX,
@@ -151,6 +152,11 @@ export class DownloadSlots {
 
   get inFlight(): number {
     return this.total;
+  }
+
+  /** In flight over the hub-wide cap, as the `x-expertswarm-shard-load` header says it (protocol/chunk-list.ts). */
+  get load(): string {
+    return formatShardLoad(this.total, this.limits.total);
   }
 
   /** A slot for one download, or RATE_LIMITED (this wallet or IP has its share) / SHARDS_BUSY (the hub has), with Retry-After. */
@@ -536,6 +542,7 @@ export function registerShardRoutes(app: FastifyInstance, hub: ShardHost, opts: 
         [SHARD_DIGEST_HEADER]: `sha256:${shard.digest}`,
         'cache-control': IMMUTABLE,
         'accept-ranges': 'bytes',
+        [SHARD_LOAD_HEADER]: server.slots.load,
       });
       const slice = { model: r.model, layer: r.layer, begin: r.expertBegin, end: r.expertEnd };
       if (notModified) {
@@ -586,7 +593,12 @@ export function registerShardRoutes(app: FastifyInstance, hub: ShardHost, opts: 
         const shard = await server.open(r);
         const { list, chunkBytes } = await chunks.of(shard);
         const etag = `"chunks-${chunkBytes}-${shard.digest}"`;
-        void reply.headers({ etag, [SHARD_DIGEST_HEADER]: `sha256:${shard.digest}`, 'cache-control': IMMUTABLE });
+        void reply.headers({
+          etag,
+          [SHARD_DIGEST_HEADER]: `sha256:${shard.digest}`,
+          'cache-control': IMMUTABLE,
+          [SHARD_LOAD_HEADER]: server.slots.load,
+        });
         if (noneMatch(header(req, 'if-none-match'), etag)) return reply.code(304).send();
         void reply.type('application/octet-stream').header('content-length', String(list.length));
         return reply.send(req.method === 'HEAD' ? undefined : Buffer.from(list.buffer, list.byteOffset, list.length));

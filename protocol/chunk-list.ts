@@ -39,6 +39,24 @@ export const MAX_CHUNKS = 65_536;
 /** The largest slice a list may describe (the wire's maxDeviceBytes). */
 export const MAX_SLICE_BYTES = 2 ** 50;
 
+/**
+ * The shard server's load, on every range and download it sends (volunteer/source-choice.ts): its downloads in flight
+ * over its cap, a decimal in [0, 1] with two places. A volunteer taking a slice from peers lets speed win over sparing
+ * the hub only while the hub says it is idle.
+ */
+export const SHARD_LOAD_HEADER = 'x-expertswarm-shard-load';
+
+export function formatShardLoad(inFlight: number, max: number): string {
+  const f = max > 0 ? Math.min(1, Math.max(0, inFlight / max)) : 1;
+  return f.toFixed(2);
+}
+
+/** The header's value as a fraction in [0, 1], or null when absent or malformed (an older hub, a proxy's damage). */
+export function parseShardLoad(value: string | null | undefined): number | null {
+  if (typeof value !== 'string' || !/^(0(\.\d{1,4})?|1(\.0{1,4})?)$/.test(value)) return null;
+  return Number(value);
+}
+
 export class ChunkListError extends Error {
   override readonly name = 'ChunkListError';
 }

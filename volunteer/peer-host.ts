@@ -111,13 +111,14 @@ export class PeerHost {
     hub: (from: number, to: number, signal: AbortSignal) => Promise<Uint8Array>,
     onProgress: (got: number, total: number) => void,
     signal: AbortSignal,
+    hubLoad?: () => number | null,
   ): Promise<FetchResult> {
     const network = await this.open();
     this.drop(digest);
     const swarm = new SliceSwarm({ list, network, upload: this.budget, onBadPeer: this.o.report, ...this.swarmOptions() });
     this.swarms.set(digest, swarm);
     try {
-      return await swarm.fetch({ peers, hub, onProgress, signal });
+      return await swarm.fetch({ peers, hub, onProgress, signal, ...(hubLoad ? { hubLoad } : {}) });
     } catch (e) {
       if (this.swarms.get(digest) === swarm) this.drop(digest);
       throw e;

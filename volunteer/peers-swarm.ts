@@ -11,12 +11,15 @@
  * Scheduling: each ready peer gets up to `perPeer` requests, rarest chunk first among those it holds (ties random).
  * The hub gets the chunks no ready peer holds, `hubLanesAlone` at a time while no peer is ready (after `graceMs` for
  * the listed ones to connect), `hubLanesWithPeers` once one is; and any chunk a peer has kept in flight for
- * `takeoverMs` is fetched from the hub too (the first copy that verifies wins). A request with no piece for
+ * `takeoverMs` is fetched from the hub too (the first copy that verifies wins). While the hub says it is idle
+ * (FetchOptions.hubLoad), speed may win (source-choice.ts): one chunk measures the hub, a peer far slower than it gets
+ * no new requests, and a peer's chunk is taken over after twice the hub's time for it. A request with no piece for
  * `pieceGapMs` is given up and counts against the peer (dropped after `maxStrikes`). A chunk that fails its hash, or a
  * malformed message, drops the peer at once and is reported (`onBadPeer`). Every wait is bounded; the hub can always
  * give the rest, so a fetch ends unless the hub itself fails.
  */
 import { chunkMatches, chunkRange, type ChunkList } from '../protocol/chunk-list.ts';
+import { DEFAULT_SOURCE_POLICY, type HubView, type SourcePolicy, nextMsPerByte, peerOutpaced, takeoverAfterMs } from './source-choice.ts';
 import {
   type PeerMessage,
   bitfieldBytes,
@@ -98,6 +101,8 @@ export interface SwarmOptions {
   upload: UploadPolicy;
   onBadPeer?: (peerId: string, code: BadPeerCode, chunk: number | null, detail: string) => void;
   timing?: Partial<SwarmTiming>;
+  /** When speed may win over sparing the hub (source-choice.ts). */
+  source?: Partial<SourcePolicy>;
   now?: () => number;
   random?: () => number;
 }
@@ -109,6 +114,8 @@ export interface FetchOptions {
   hub: (from: number, to: number, signal: AbortSignal) => Promise<Uint8Array>;
   onProgress?: (haveBytes: number, totalBytes: number) => void;
   signal?: AbortSignal;
+  /** The hub's last shard-load hint (0..1), or null: none, or an older hub (source-choice.ts). */
+  hubLoad?: () => number | null;
 }
 
 export interface FetchResult {
@@ -121,6 +128,8 @@ export interface FetchResult {
 interface Wanted {
   chunk: number;
   startedMs: number;
+  /** When the peer could start sending it: the request, or the end of the chunk it sent before (its rate's clock). */
+  waitFromMs: number;
   lastPieceMs: number;
   buf: Uint8Array;
   got: number;
@@ -138,6 +147,8 @@ interface Link {
   queue: number[];
   upload: { chunk: number; offset: number } | null;
   strikes: number;
+  /** Milliseconds per byte of its whole chunks (moving average), or null before the first. */
+  msPerByte: number | null;
 }
 
 export class SwarmError extends Error {
@@ -157,6 +168,9 @@ export class SliceSwarm {
   /** Chunks received whole and being hashed. */
   private readonly verifying = new Set<number>();
   private readonly timing: SwarmTiming;
+  private readonly source: SourcePolicy;
+  /** Milliseconds per byte of the hub's ranges (moving average over whole chunks), or null before the first. */
+  private hubMsPerByte: number | null = null;
   private readonly now: () => number;
   private readonly random: () => number;
   private fetching: {
@@ -184,6 +198,7 @@ export class SliceSwarm {
     this.bytes = held ?? new Uint8Array(o.list.totalBytes);
     this.have = new Uint8Array(bitfieldBytes(o.list.nChunks));
     this.timing = { ...DEFAULT_SWARM_TIMING, ...o.timing };
+    this.source = { ...DEFAULT_SOURCE_POLICY, ...o.source };
     this.now = o.now ?? (() => Date.now());
     this.random = o.random ?? Math.random;
   }
@@ -288,6 +303,7 @@ export class SliceSwarm {
       queue: [],
       upload: null,
       strikes: 0,
+      msPerByte: null,
     };
     this.links.set(link, l);
     link.onClose = () => this.detach(l);
@@ -403,8 +419,12 @@ export class SliceSwarm {
     w.lastPieceMs = this.now();
     if (w.got < w.buf.length) return;
     l.wanted.delete(chunk);
+    l.msPerByte = nextMsPerByte(l.msPerByte, w.lastPieceMs - w.waitFromMs, w.buf.length);
     // A peer sends one chunk at a time, in the order asked: the next one's wait for its first piece starts now.
-    for (const next of l.wanted.values()) next.lastPieceMs = w.lastPieceMs;
+    for (const next of l.wanted.values()) {
+      next.lastPieceMs = w.lastPieceMs;
+      next.waitFromMs = w.lastPieceMs;
+    }
     this.received(chunk, w.buf, l);
   }
 
@@ -508,21 +528,25 @@ export class SliceSwarm {
       if (l.strikes >= this.timing.maxStrikes) this.detach(l);
     }
     const usable = ready.filter((l) => this.links.has(l.link));
+    // While the hub is idle and measured, a peer far slower than it gets no new requests (source-choice.ts); the
+    // chunks only such peers hold count as held by nobody, for the hub to take.
+    const hub: HubView = { load: f.opts.hubLoad?.() ?? null, msPerByte: this.hubMsPerByte };
+    const asking = usable.filter((l) => !peerOutpaced(l.msPerByte, hub, this.source));
     // Peers: rarest chunk first among those each holds.
     const n = this.list.nChunks;
     const rarity = new Uint16Array(n);
-    for (const l of usable) {
+    for (const l of asking) {
       for (let c = 0; c < n; c++) if (hasBit(l.theirs, c) && !l.cancelled.has(c)) rarity[c] = (rarity[c] as number) + 1;
     }
     const order = shuffled(n, this.random);
     order.sort((a, b) => (rarity[a] as number) - (rarity[b] as number));
-    for (const l of usable.sort(() => this.random() - 0.5)) {
+    for (const l of asking.sort(() => this.random() - 0.5)) {
       for (const c of order) {
         if (l.wanted.size >= this.timing.perPeer) break;
         // A chunk cancelled on this link is not asked of it again: its old pieces may still be on the way.
         if (rarity[c] === 0 || !hasBit(l.theirs, c) || l.cancelled.has(c) || !this.isFree(c)) continue;
         const [a, b] = chunkRange(this.list, c);
-        l.wanted.set(c, { chunk: c, startedMs: t, lastPieceMs: t, buf: new Uint8Array(b - a), got: 0 });
+        l.wanted.set(c, { chunk: c, startedMs: t, waitFromMs: t, lastPieceMs: t, buf: new Uint8Array(b - a), got: 0 });
         this.send(l, { kind: 'request', chunk: c });
       }
     }
@@ -530,17 +554,26 @@ export class SliceSwarm {
     // held up for takeoverMs.
     const waitingForPeers = this.dialling.size > 0 && usable.length === 0 && t - f.startedMs < this.timing.graceMs;
     if (waitingForPeers) return;
-    const lanes = usable.length > 0 ? this.timing.hubLanesWithPeers : this.timing.hubLanesAlone;
+    const lanes = asking.length > 0 ? this.timing.hubLanesWithPeers : this.timing.hubLanesAlone;
     for (const c of order) {
       if (this.fromHubNow.size >= lanes) break;
       if (!this.isFree(c) || (rarity[c] as number) > 0) continue;
       this.fromHub(c);
     }
     if (this.fromHubNow.size >= lanes) return;
+    // An idle hub not measured yet gives one chunk that peers hold, so that its speed can be weighed against theirs.
+    if (this.hubMsPerByte === null && hub.load !== null && hub.load < this.source.idleBelow && this.fromHubNow.size === 0) {
+      const c = order.find((c) => this.isFree(c));
+      if (c !== undefined) {
+        this.fromHub(c);
+        return;
+      }
+    }
+    const takeoverMs = takeoverAfterMs(this.list.chunkBytes, hub, this.timing.takeoverMs, this.source);
     let oldest: { c: number; at: number } | null = null;
     for (const l of usable) {
       for (const w of l.wanted.values()) {
-        if (t - w.startedMs >= this.timing.takeoverMs && !this.fromHubNow.has(w.chunk) && (!oldest || w.startedMs < oldest.at)) {
+        if (t - w.startedMs >= takeoverMs && !this.fromHubNow.has(w.chunk) && (!oldest || w.startedMs < oldest.at)) {
           oldest = { c: w.chunk, at: w.startedMs };
         }
       }
@@ -555,12 +588,14 @@ export class SliceSwarm {
     const abort = new AbortController();
     this.fromHubNow.set(c, abort);
     const [a, b] = chunkRange(this.list, c);
+    const startedMs = this.now();
     f.opts
       .hub(a, b, abort.signal)
       .then((buf) => {
         if (this.fromHubNow.get(c) === abort) this.fromHubNow.delete(c);
         if (!this.fetching) return;
         this.fetching.fromHub += buf.length;
+        this.hubMsPerByte = nextMsPerByte(this.hubMsPerByte, this.now() - startedMs, buf.length);
         if (buf.length !== b - a) throw new SwarmError(`the hub sent ${buf.length} bytes of chunk ${c}, expected ${b - a}`);
         this.received(c, buf, null);
       })

@@ -10,7 +10,7 @@
  * per-chunk hash list, the whole against the digest; anything else falls back to downloadShard.
  */
 import { VolunteerError, errorMessage } from './errors.ts';
-import { parseChunkList, type ChunkList } from '../protocol/chunk-list.ts';
+import { SHARD_LOAD_HEADER, parseChunkList, parseShardLoad, type ChunkList } from '../protocol/chunk-list.ts';
 import type { PeerHost } from './peer-host.ts';
 import { sha256Digest } from './shard-cache.ts';
 
@@ -96,6 +96,8 @@ export async function downloadChunkList(d: {
   bytes: number;
   signal?: AbortSignal;
   fetch?: typeof fetch;
+  /** The hub's shard-load hint on the answer (null when it sends none). */
+  onLoad?: (load: number | null) => void;
 }): Promise<ChunkList> {
   const res = await (d.fetch ?? fetch)(d.url, {
     headers: { authorization: `Bearer ${d.token}` },
@@ -103,6 +105,7 @@ export async function downloadChunkList(d: {
   });
   if (res.status !== 200)
     throw new VolunteerError('SHARD_HTTP', `the hub answered ${res.status} to the chunk list: ${await errorText(res)}`);
+  d.onLoad?.(parseShardLoad(res.headers.get(SHARD_LOAD_HEADER)));
   const body = new Uint8Array(await res.arrayBuffer());
   try {
     return parseChunkList(body, { digest: d.digest, bytes: d.bytes });
@@ -127,6 +130,8 @@ export async function downloadRange(d: {
   to: number;
   signal: AbortSignal;
   fetch?: typeof fetch;
+  /** The hub's shard-load hint of each range it sends (null when it sends none). */
+  onLoad?: (load: number | null) => void;
 }): Promise<Uint8Array> {
   const doFetch = d.fetch ?? fetch;
   const etag = `"sha256-${d.digest.slice('sha256:'.length)}"`;
@@ -151,6 +156,7 @@ export async function downloadRange(d: {
       await res.body?.cancel();
       throw new VolunteerError('SHARD_HTTP', `the hub sent ${res.headers.get('content-range')}, not bytes ${d.from}-${d.to - 1}`);
     }
+    d.onLoad?.(parseShardLoad(res.headers.get(SHARD_LOAD_HEADER)));
     const body = new Uint8Array(await res.arrayBuffer());
     if (body.length !== d.to - d.from)
       throw new VolunteerError('SHARD_NETWORK', `a range of ${body.length} bytes, expected ${d.to - d.from}`);
@@ -197,6 +203,10 @@ export async function fetchSlice(d: SliceFetch): Promise<SliceGot> {
   const p = d.peers;
   if (p) {
     try {
+      let hubLoad: number | null = null;
+      const onLoad = (load: number | null): void => {
+        hubLoad = load;
+      };
       const list = await downloadChunkList({
         url: p.chunksUrl,
         token: d.token,
@@ -204,6 +214,7 @@ export async function fetchSlice(d: SliceFetch): Promise<SliceGot> {
         bytes: d.bytes,
         ...(d.signal ? { signal: d.signal } : {}),
         ...(d.fetch ? { fetch: d.fetch } : {}),
+        onLoad,
       });
       const signal = d.signal ?? new AbortController().signal;
       const got = await p.host.fetch(
@@ -219,9 +230,11 @@ export async function fetchSlice(d: SliceFetch): Promise<SliceGot> {
             to,
             signal: AbortSignal.any([s, signal]),
             ...(d.fetch ? { fetch: d.fetch } : {}),
+            onLoad,
           }),
         (got, total) => d.onProgress?.(got, total),
         signal,
+        () => hubLoad,
       );
       const digest = await sha256Digest(got.bytes);
       if (digest === d.digest) return { bytes: got.bytes, fromPeers: got.fromPeers, fromHub: got.fromHub, list };

@@ -402,6 +402,34 @@ test('swarm: the upload cap bounds a holder’s rate; a paused holder refuses an
   for (const x of [me, me2, holder.swarm, paused.swarm]) x.close();
 });
 
+test('swarm: a peer far slower than an idle hub is outpaced (the hub gives the rest); a busy hub or an older one is spared', async () => {
+  const { s, list } = await setup(20 * 16 * KIB);
+  const net = new MemNet();
+  // A holder capped at 128 KiB/s (a relayed peer over a slow link): 320 KiB take it ~2.3 s; the hub sends a chunk in 5 ms.
+  const holder = seeder(net, 'pslow', list, s.bytes, new UploadBudget({ share: true, uploadCapBytesPerSec: 128 * KIB }));
+  const timing = { ...fast, takeoverMs: 60_000, pieceGapMs: 5_000 };
+  const run = async (
+    id: string,
+    hubLoad: (() => number | null) | undefined,
+  ): Promise<{ ms: number; fromPeers: number; fromHub: number }> => {
+    const me = new SliceSwarm({ list, network: net.node(id), upload: unlimited(), timing });
+    const t0 = Date.now();
+    const got = await me.fetch({ peers: ['pslow'], hub: hubOf(s.bytes, 5).fetch, ...(hubLoad ? { hubLoad } : {}) });
+    assert.deepEqual(got.bytes, s.bytes, id);
+    me.close();
+    return { ms: Date.now() - t0, fromPeers: got.fromPeers, fromHub: got.fromHub };
+  };
+  const idle = await run('pidle', () => 0.02);
+  assert.ok(idle.fromHub >= 15 * 16 * KIB, `idle hub: most chunks from it, ${idle.fromHub} B (peers ${idle.fromPeers} B)`);
+  assert.ok(idle.ms < 1_500, `idle hub: the slice in ${idle.ms} ms, not the peer's ~2.3 s`);
+  const busy = await run('pbusyhub', () => 0.5);
+  assert.equal(busy.fromPeers, s.bytes.length, 'a busy hub is spared: every chunk from the peer');
+  assert.equal(busy.fromHub, 0);
+  const older = await run('polder', undefined);
+  assert.equal(older.fromPeers, s.bytes.length, 'no load hint (an older hub): every chunk from the peer');
+  holder.swarm.close();
+});
+
 test('swarm: three newcomers at once with one hub share chunks among themselves (the hub sends under 2 slices of bytes for the 3)', async () => {
   const { s, list } = await setup(64 * 16 * KIB);
   const net = new MemNet();

@@ -531,7 +531,8 @@ export class SliceSwarm {
     // While the hub is idle and measured, a peer far slower than it gets no new requests (source-choice.ts); the
     // chunks only such peers hold count as held by nobody, for the hub to take.
     const hub: HubView = { load: f.opts.hubLoad?.() ?? null, msPerByte: this.hubMsPerByte };
-    const asking = usable.filter((l) => !peerOutpaced(l.msPerByte, hub, this.source));
+    const remaining = this.list.totalBytes - this.haveBytes();
+    const asking = usable.filter((l) => !peerOutpaced(l.msPerByte, hub, remaining, this.source));
     // Peers: rarest chunk first among those each holds.
     const n = this.list.nChunks;
     const rarity = new Uint16Array(n);

@@ -8,8 +8,9 @@
  * busy its shard server is on every range it sends (`x-expertswarm-shard-load`: downloads in flight over its cap);
  * while it is idle, speed may win:
  *
- *  - a peer measured `speedRatio` times slower per byte than the hub gets no new requests (the hub takes its chunks,
- *    with as many lanes as when it is alone);
+ *  - a peer measured `speedRatio` times slower per byte than the hub, where taking the rest of the slice from the
+ *    hub instead would save at least `minSavingMs`, gets no new requests (the hub takes its chunks, with as many lanes
+ *    as when it is alone);
  *  - a chunk a peer holds is taken over by the hub after `speedRatio` × the hub's own time for it (at least
  *    `minTakeoverMs`), not after the fixed `takeoverMs`.
  *
@@ -24,12 +25,15 @@ export interface SourcePolicy {
   speedRatio: number;
   /** The earliest a peer's chunk is taken over, however fast the hub. */
   minTakeoverMs: number;
+  /** A peer is passed over only when the hub would bring the rest of the slice at least this much sooner. */
+  minSavingMs: number;
 }
 
 export const DEFAULT_SOURCE_POLICY: Readonly<SourcePolicy> = Object.freeze({
   idleBelow: 0.25,
   speedRatio: 2,
   minTakeoverMs: 1_000,
+  minSavingMs: 5_000,
 });
 
 export interface HubView {
@@ -46,11 +50,18 @@ export function hubMayWin(hub: HubView, policy: SourcePolicy = DEFAULT_SOURCE_PO
 
 /**
  * Whether a peer link (its measured ms per byte, or null before its first whole chunk) should get no new requests:
- * the hub is idle and the peer `speedRatio` times slower than it.
+ * the hub is idle, the peer `speedRatio` times slower than it, and the `remainingBytes` of the slice would come at
+ * least `minSavingMs` sooner from the hub.
  */
-export function peerOutpaced(peerMsPerByte: number | null, hub: HubView, policy: SourcePolicy = DEFAULT_SOURCE_POLICY): boolean {
+export function peerOutpaced(
+  peerMsPerByte: number | null,
+  hub: HubView,
+  remainingBytes: number,
+  policy: SourcePolicy = DEFAULT_SOURCE_POLICY,
+): boolean {
   if (peerMsPerByte === null || !hubMayWin(hub, policy)) return false;
-  return peerMsPerByte > policy.speedRatio * (hub.msPerByte as number);
+  const hubMs = hub.msPerByte as number;
+  return peerMsPerByte > policy.speedRatio * hubMs && remainingBytes * (peerMsPerByte - hubMs) >= policy.minSavingMs;
 }
 
 /** How long a peer may keep a chunk of `chunkBytes` before the hub takes it over. */

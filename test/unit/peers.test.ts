@@ -412,7 +412,8 @@ test('swarm: a peer far slower than an idle hub is outpaced (the hub gives the r
     id: string,
     hubLoad: (() => number | null) | undefined,
   ): Promise<{ ms: number; fromPeers: number; fromHub: number }> => {
-    const me = new SliceSwarm({ list, network: net.node(id), upload: unlimited(), timing });
+    // 2.3 s against the hub's ~0.1 s would pass over the peer only if the saving bound were under 2 s.
+    const me = new SliceSwarm({ list, network: net.node(id), upload: unlimited(), timing, source: { minSavingMs: 500 } });
     const t0 = Date.now();
     const got = await me.fetch({ peers: ['pslow'], hub: hubOf(s.bytes, 5).fetch, ...(hubLoad ? { hubLoad } : {}) });
     assert.deepEqual(got.bytes, s.bytes, id);

@@ -21,18 +21,21 @@ test('hubMayWin: only an idle hub that has been measured', () => {
   for (const [name, load, msPerByte, want] of cases) assert.equal(hubMayWin({ load, msPerByte }), want, name);
 });
 
-test('peerOutpaced: a peer more than speedRatio times slower than an idle hub', () => {
+test('peerOutpaced: a peer more than speedRatio times slower than an idle hub, when that costs seconds', () => {
   const hub = { load: 0.02, msPerByte: perByte(10) };
-  const cases: Array<[string, number | null, { load: number | null; msPerByte: number | null }, boolean]> = [
-    ['as fast as the hub', perByte(10), hub, false],
-    ['2× slower: at the ratio, kept', perByte(5), hub, false],
-    ['4× slower (mobile through TURN)', perByte(2.5), hub, true],
-    ['faster than the hub', perByte(40), hub, false],
-    ['not measured yet', null, hub, false],
-    ['4× slower, hub busy: kept (sparing the hub)', perByte(2.5), { load: 0.5, msPerByte: perByte(10) }, false],
-    ['4× slower, older hub: kept', perByte(2.5), { load: null, msPerByte: perByte(10) }, false],
+  const rest = 100 * MIB; // a real layer slice's remainder: 100 MiB
+  const cases: Array<[string, number | null, { load: number | null; msPerByte: number | null }, number, boolean]> = [
+    ['as fast as the hub', perByte(10), hub, rest, false],
+    ['2× slower: at the ratio, kept', perByte(5), hub, rest, false],
+    ['4× slower (mobile through TURN): 30 s saved', perByte(2.5), hub, rest, true],
+    ['4× slower, 3 MiB left: 0.9 s saved, kept', perByte(2.5), hub, 3 * MIB, false],
+    ['40× slower, 3 MiB left: 11.7 s saved', perByte(0.25), hub, 3 * MIB, true],
+    ['faster than the hub', perByte(40), hub, rest, false],
+    ['not measured yet', null, hub, rest, false],
+    ['4× slower, hub busy: kept (sparing the hub)', perByte(2.5), { load: 0.5, msPerByte: perByte(10) }, rest, false],
+    ['4× slower, older hub: kept', perByte(2.5), { load: null, msPerByte: perByte(10) }, rest, false],
   ];
-  for (const [name, peer, h, want] of cases) assert.equal(peerOutpaced(peer, h), want, name);
+  for (const [name, peer, h, remaining, want] of cases) assert.equal(peerOutpaced(peer, h, remaining), want, name);
 });
 
 test('takeoverAfterMs: twice the idle hub’s time for the chunk, within [minTakeoverMs, takeoverMs]', () => {

@@ -16,6 +16,8 @@ import { BASE58_MAX_CHARS } from '../protocol/base58.ts';
 import { parseWallet } from './auth/wallet.ts';
 import type { DeviceCapabilities, HeldRange } from './market/types.ts';
 import { VARIANT_FEATURES, type VariantFeature } from '../protocol/variant.ts';
+import { TENSOR_TYPE_NAMES } from '../protocol/tensor-types.ts';
+import { VOLUNTEER_LIMITS } from '../protocol/channel/limits.ts';
 import {
   API_BODY_MAX_BYTES,
   DEVICE_BYTES_MAX,
@@ -52,6 +54,20 @@ function variantList(v: unknown): VariantFeature[] | undefined {
     throw new HubError('BODY_INVALID', `variants must be an array of at most ${VARIANT_FEATURES.length * 4} strings`);
   }
   return VARIANT_FEATURES.filter((f) => v.includes(f));
+}
+
+/**
+ * The optional `types` of `POST /api/expert-volunteer`: the ggml weight types the worker reads
+ * (protocol/tensor-types.ts); unknown names are dropped, as the channel's hello drops them. Missing: not stated
+ * (offered every type).
+ */
+function typeList(v: unknown): string[] | undefined {
+  if (v === undefined) return undefined;
+  const cap = VOLUNTEER_LIMITS.maxTypesListed;
+  if (!Array.isArray(v) || v.length > cap || v.some((x) => typeof x !== 'string')) {
+    throw new HubError('BODY_INVALID', `types must be an array of at most ${cap} ggml type names ("Q4_K")`);
+  }
+  return TENSOR_TYPE_NAMES.filter((n) => v.includes(n));
 }
 
 /** The `segments` field of a heartbeat: the worker's held ranges, shape-checked here, against the model by the hub. */
@@ -143,7 +159,12 @@ export async function buildApp(hub: Hub, pages: PagesOptions = {}): Promise<Fast
     const workerId = b.worker_id === undefined ? undefined : string(b, 'worker_id', WORKER_ID_MAX_CHARS);
     const dev = device(b.device);
     const variants = variantList(b.variants);
-    return hub.volunteer({ model, maxExperts, ...(dev ? { device: dev } : {}), ...(variants ? { variants } : {}) }, workerId, w);
+    const types = typeList(b.types);
+    return hub.volunteer(
+      { model, maxExperts, ...(dev ? { device: dev } : {}), ...(variants ? { variants } : {}), ...(types ? { types } : {}) },
+      workerId,
+      w,
+    );
   });
 
   app.post('/api/expert-coverage', async (req) => {

@@ -12,7 +12,7 @@ import { CoverageStore } from './market/coverage.ts';
 import { replicaVerdict } from './market/replicas.ts';
 import type { SliceRef } from '../protocol/slice.ts';
 import { SliceGrants } from './market/grants.ts';
-import type { VolunteerAnswer, VolunteerRequest } from './market/assign.ts';
+import { type VolunteerAnswer, type VolunteerRequest, bytesForExpertOf } from './market/assign.ts';
 import { DEFAULT_SATURATION, type SaturationConfig, type SaturationState } from './market/saturation.ts';
 import type { HeldRange, ModelDemand, ModelShape } from './market/types.ts';
 import { DEFAULT_TRUST, type TrustConfig, mayUse } from './dispatch/trust.ts';
@@ -571,7 +571,7 @@ export class Hub {
       quarantineReason: (workerId, wallet) => this.quarantines.quarantineReason(workerId) ?? this.quarantines.quarantineReason(wallet),
       badResult: (workerId, reason) => this.ledger.caught(workerId, `a result frame refused: ${reason}`),
       offer: (workerId, request) => this.volunteer(request, workerId),
-      expertBytes: (model) => this.shape(model).bytesPerExpert,
+      expertBytes: (model, layer) => bytesForExpertOf(this.shape(model), layer),
       shard: async (model, layer, begin, end) => {
         const s = await this.shards.open({ model, layer, expertBegin: begin, expertEnd: end });
         return { bytes: s.length, digest: `sha256:${s.digest}` };

@@ -8,6 +8,7 @@ import { GGMLType } from '../gguf/quant-types.ts';
 import { layerExpertTensors } from '../gguf/expert-slice.ts';
 import { ExpertVariantError, isPlainVariant, layerVariant } from '../gguf/expert-variant.ts';
 import type { ExpertVariant } from '../protocol/variant.ts';
+import type { LayerTensorTypes } from '../protocol/tensor-types.ts';
 import type { ModelShape } from './market/types.ts';
 
 export interface ModelInfo extends ModelShape {
@@ -16,8 +17,8 @@ export interface ModelInfo extends ModelShape {
   nExpertUsed: number;
   /** Feed-forward width of one routed expert. */
   expertFf: number;
-  /** Type name of each expert matrix ("Q8_0"), by role. */
-  expertTypes: { gate: string; up: string; down: string };
+  /** Type name of each expert matrix ("Q8_0") of the first MoE layer, by role (layerTypes has every layer's). */
+  expertTypes: LayerTensorTypes;
   fileBytes: number;
 }
 
@@ -35,8 +36,11 @@ export function describeModel(path: string, file: GGUFFile, name = modelNameFrom
   let bytesPerExpert = 0;
   let maxMatrixBytesPerExpert = 0;
   let expertFf = 0;
-  let expertTypes = { gate: '', up: '', down: '' };
+  let expertTypes: LayerTensorTypes = { gate: '', up: '', down: '' };
   const layerVariants: Record<number, ExpertVariant> = {};
+  // Each MoE layer's own: a mixed file (Q2_K_XL, Q3_K_M) has layers of different types, so of different sizes.
+  const layerTypes: Record<number, LayerTensorTypes> = {};
+  const layerBytes: Record<number, number> = {};
   for (let l = 0; l < nLayer; l++) {
     // A fused ffn_gate_up_exps counts as its gate and up halves (what a slice of it carries).
     const { gate, up, down } = layerExpertTensors(file, l).found;
@@ -53,20 +57,26 @@ export function describeModel(path: string, file: GGUFFile, name = modelNameFrom
     }
     moeLayers.push(l);
     if (!isPlainVariant(variant)) layerVariants[l] = variant;
+    // Each matrix's bytes from its own type (the file's byte length: blocks × bytes per block, gguf/quant-types.ts).
+    const per = [gate, up, down].map((t) => t.byteLength / (t.dims[2] as number));
+    // a slice of a biased layer also carries each expert's float32 biases: gate and up [ff], down [n_embd]
+    const biasBytes = (variant.biases ? 4 * (2 * shape.ff + shape.nEmbd) : 0) + (variant.scales ? 12 : 0);
+    const bytes = per.reduce((a, b) => a + b, 0) + biasBytes;
+    layerBytes[l] = bytes;
+    bytesPerExpert = Math.max(bytesPerExpert, bytes);
+    maxMatrixBytesPerExpert = Math.max(maxMatrixBytesPerExpert, ...per);
+    const types: LayerTensorTypes = {
+      gate: GGMLType[gate.type] ?? String(gate.type),
+      up: GGMLType[up.type] ?? String(up.type),
+      down: GGMLType[down.type] ?? String(down.type),
+    };
+    layerTypes[l] = types;
     if (expertFf === 0) {
       expertFf = gate.dims[1] as number;
-      const per = [gate, up, down].map((t) => t.byteLength / (t.dims[2] as number));
-      // a slice of a biased layer also carries each expert's float32 biases: gate and up [ff], down [n_embd]
-      const biasBytes = (variant.biases ? 4 * (2 * shape.ff + shape.nEmbd) : 0) + (variant.scales ? 12 : 0);
-      bytesPerExpert = per.reduce((a, b) => a + b, 0) + biasBytes;
-      maxMatrixBytesPerExpert = Math.max(...per);
-      expertTypes = {
-        gate: GGMLType[gate.type] ?? String(gate.type),
-        up: GGMLType[up.type] ?? String(up.type),
-        down: GGMLType[down.type] ?? String(down.type),
-      };
+      expertTypes = types;
     }
   }
+  const uniform = moeLayers.every((l) => layerBytes[l] === bytesPerExpert);
   return {
     model: name,
     path,
@@ -78,6 +88,8 @@ export function describeModel(path: string, file: GGUFFile, name = modelNameFrom
     moeLayers,
     bytesPerExpert,
     maxMatrixBytesPerExpert,
+    ...(!uniform && { layerBytesPerExpert: layerBytes }),
+    ...(moeLayers.length > 0 && { layerTypes }),
     ...(Object.keys(layerVariants).length > 0 && { layerVariants }),
     expertFf,
     expertTypes,

@@ -15,7 +15,15 @@
  * slice stays in the cache, so the next assignment of it costs no download.
  */
 import { laterDelayMs, reconnectDelayMs } from './backoff.ts';
-import { computedVariants, heldMemoryBytes, openEngine, probeDevice, type ComputeEnvironment, type OpenedEngine } from './engine-open.ts';
+import {
+  computedTypes,
+  computedVariants,
+  heldMemoryBytes,
+  openEngine,
+  probeDevice,
+  type ComputeEnvironment,
+  type OpenedEngine,
+} from './engine-open.ts';
 import { VolunteerError, errorMessage, type VolunteerErrorCode } from './errors.ts';
 import type { ExpertDevice } from '../shaders/device.ts';
 import { ExpertRuntimeError } from '../shaders/errors.ts';
@@ -419,6 +427,7 @@ class VolunteerClient implements VolunteerControls {
       numerics: ['exact', 'llama'],
       encodings: ['f32', 'f16'],
       variants: this.env ? computedVariants(this.env, this.gpuDevice !== null) : ['silu'],
+      ...(this.env && { types: computedTypes(this.env, this.gpuDevice !== null) }),
       model: this.o.model ?? '',
       maxExperts: this.o.maxExperts ?? 0,
       maxSlices: this.o.maxSlices ?? DEFAULT_MAX_SLICES,

@@ -9,8 +9,16 @@
 import { readExpertSliceBytes } from '../gguf/expert-slice.ts';
 import { requestExpertDevice, type ExpertDevice } from '../shaders/device.ts';
 import { ExpertEngine, type ExpertEngineOptions } from '../shaders/engine.ts';
-import { ORT_VARIANT_FEATURES, OrtExpertFallback, type OrtModuleLike } from '../shaders/ort/fallback.ts';
-import { DEFAULT_TOKENS_PER_PASS, PASS_TOP_K, WASM_VARIANT_FEATURES, WasmExpertFallback } from '../shaders/wasm/fallback.ts';
+import { LLAMA_FALLBACK_TYPES, ORT_VARIANT_FEATURES, OrtExpertFallback, type OrtModuleLike } from '../shaders/ort/fallback.ts';
+import {
+  DEFAULT_TOKENS_PER_PASS,
+  PASS_TOP_K,
+  WASM_FALLBACK_TYPES,
+  WASM_VARIANT_FEATURES,
+  WasmExpertFallback,
+} from '../shaders/wasm/fallback.ts';
+import { KERNEL_TYPES } from '../shaders/expert-ffn.ts';
+import { tensorTypeNames } from '../protocol/tensor-types.ts';
 import type { Numerics } from '../protocol/numerics.ts';
 import { ExpertRuntime, WGSL_VARIANT_FEATURES, type ExpertSlice } from '../shaders/runtime.ts';
 import { VARIANT_FEATURES, type VariantFeature } from '../protocol/variant.ts';
@@ -46,6 +54,24 @@ export function computedVariants(env: Pick<ComputeEnvironment, 'backend' | 'wasm
   }
   if (lists.length === 0) return ['silu'];
   return VARIANT_FEATURES.filter((f) => lists.every((l) => l.includes(f)));
+}
+
+/**
+ * The ggml weight types this client reads (protocol/tensor-types.ts), for its hello: those every backend it may
+ * serve with reads — the WGSL kernels (where a device is), the wasm kernel (where loaded), or else the onnxruntime
+ * fallback in llama numerics (the narrower of its two lists) — as computedVariants, since which backend serves is
+ * measured only once a slice is assigned. The market offers it only layers whose gate, up and down it reads.
+ */
+export function computedTypes(env: Pick<ComputeEnvironment, 'backend' | 'wasmKernel' | 'ort'>, hasDevice: boolean): string[] {
+  const lists: (readonly number[])[] = [];
+  if (hasDevice && env.backend !== 'wasm') lists.push(KERNEL_TYPES.types);
+  if (env.backend !== 'webgpu') {
+    if (env.wasmKernel) lists.push(WASM_FALLBACK_TYPES.types);
+    else if (env.ort) lists.push(LLAMA_FALLBACK_TYPES.types);
+  }
+  if (lists.length === 0) return [];
+  const first = lists[0] as readonly number[];
+  return tensorTypeNames(first.filter((t) => lists.every((l) => l.includes(t))));
 }
 
 /** The ORT dense fallback keeps each weight as an f32 (shaders/ort/expert-ffn-graph.ts): its memory per slice. */

@@ -72,8 +72,11 @@ export interface ChannelHost {
   quarantineReason(workerId: string, wallet: string): string | undefined;
   /** The market's answer for one idle volunteer (POST /api/expert-volunteer's logic). */
   offer(workerId: string, request: VolunteerRequest): VolunteerAnswer;
-  /** Bytes one expert of the model takes on a volunteer (the market's measure of a budget: ModelShape.bytesPerExpert). */
-  expertBytes(model: string): number;
+  /**
+   * Bytes one expert of the model's `layer` takes on a volunteer (the market's measure of a budget: each layer's own,
+   * market/assign.ts bytesForExpertOf).
+   */
+  expertBytes(model: string, layer: number): number;
   /** Size and `sha256:<hex>` of a slice (the shard server's). */
   shard(model: string, layer: number, begin: number, end: number): Promise<{ bytes: number; digest: string }>;
   /** How the model's coordinator computes (from its dispatch HELLO; 'llama' for linkcpp-server). */
@@ -972,9 +975,10 @@ export class VolunteerChannel {
         maxExperts: c.maxExperts > 0 ? (h.maxExperts > 0 ? Math.min(h.maxExperts, c.maxExperts) : c.maxExperts) : h.maxExperts,
         device: { ...(h.device.limits ?? {}), memoryBudgetBytes: h.device.memoryBudgetBytes },
         ...(h.variants && { variants: h.variants }),
+        ...(h.types && { types: h.types }),
       },
       { model: c.model ?? h.model, ranges: c.ranges() },
-      c.slices.size > 0 ? this.host.expertBytes(c.model ?? h.model) : 0,
+      (layer) => (c.slices.size > 0 ? this.host.expertBytes(c.model ?? h.model, layer) : 0),
     );
     const model = request.model ?? '';
     if (c.slices.size > 0 && (request.device?.memoryBudgetBytes ?? 1) <= 0) {

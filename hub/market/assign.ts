@@ -16,6 +16,7 @@
 import { HubError } from '../errors.ts';
 import type { DeviceCapabilities, ExpertRange, HeldRange, ModelDemand, ModelShape } from './types.ts';
 import { computesVariant, describeVariant, variantFeatures, type ExpertVariant } from '../../protocol/variant.ts';
+import { readsLayer, unreadTensors } from '../../protocol/tensor-types.ts';
 
 export interface VolunteerRequest {
   /** '' or missing = any model. */
@@ -27,6 +28,11 @@ export interface VolunteerRequest {
   held?: { model: string; ranges: readonly HeldRange[] };
   /** Expert FFN variant features it computes (protocol/variant.ts); missing = ['silu'] (clients before variants). */
   variants?: readonly string[];
+  /**
+   * The ggml type names its engine reads (protocol/tensor-types.ts); missing = not stated (clients before issue 26):
+   * offered every type, its engine refusing what it cannot read.
+   */
+  types?: readonly string[];
 }
 
 export interface Assignment {
@@ -60,6 +66,8 @@ export type RefusalCode =
   | 'already-held'
   /** Every wanted piece is on a layer whose expert FFN variant this volunteer does not compute. */
   | 'variant-unsupported'
+  /** Every wanted piece is on a layer with a gate, up or down of a type this volunteer does not read (each named). */
+  | 'type-unsupported'
   /** Something is wanted, but no model with a wanted piece fits the device; the code says which limit. */
   | DeviceRefusalCode;
 
@@ -81,6 +89,8 @@ interface Candidate {
   scarcity: number;
   replicas: number;
   target: number;
+  /** Its model and layer: the key of its device fit. */
+  fitKey: string;
 }
 
 export function chooseAssignment(
@@ -88,7 +98,7 @@ export function chooseAssignment(
   shapes: ReadonlyMap<string, ModelShape>,
   request: VolunteerRequest = {},
 ): VolunteerAnswer {
-  const { model = '', maxExperts = 0, device, held, variants = ['silu'] } = request;
+  const { model = '', maxExperts = 0, device, held, variants = ['silu'], types } = request;
   checkRequest(model, maxExperts, device);
   if (model !== '' && !demands.some((d) => d.model === model)) {
     throw new HubError('MODEL_UNKNOWN', `model ${JSON.stringify(model)} is not served here; GET /v1/models lists the names`);
@@ -99,15 +109,11 @@ export function chooseAssignment(
   let bestFitting: Candidate | undefined;
   let scarceSeen = false;
   let variantSkipped: ExpertVariant | undefined;
+  let typeSkipped: { model: string; layer: number; unread: string[] } | undefined;
   for (const demand of demands) {
     if (model !== '' && demand.model !== model) continue;
     const shape = shapes.get(demand.model);
     if (!shape) continue; // no shape, no n_embd to hand out: not offerable
-    let fit = fitOf.get(demand.model);
-    if (!fit) {
-      fit = deviceFit(shape, device);
-      fitOf.set(demand.model, fit);
-    }
     const heldOfModel = held?.model === demand.model ? held.ranges : [];
     for (const { layer, segments } of demand.layers) {
       const variant = shape.layerVariants?.[layer];
@@ -115,12 +121,34 @@ export function chooseAssignment(
         if (segments.some((seg) => seg.scarcity > 0)) variantSkipped = variant;
         continue;
       }
+      const layerTypes = shape.layerTypes?.[layer];
+      if (layerTypes && types && !readsLayer(types, layerTypes)) {
+        if (!typeSkipped && segments.some((seg) => seg.scarcity > 0)) {
+          typeSkipped = { model: demand.model, layer, unread: unreadTensors(types, layerTypes) };
+        }
+        continue;
+      }
+      // Layers of one model may differ in type, so in bytes per expert: the device's fit is per layer.
+      const fitKey = `${demand.model}\u0000${layer}`;
+      let fit = fitOf.get(fitKey);
+      if (!fit) {
+        fit = deviceFit(shape, device, layer);
+        fitOf.set(fitKey, fit);
+      }
       const heldHere = heldOfModel.filter(([l]) => l === layer).map(([, begin, end]) => ({ begin, end }));
       for (const seg of segments) {
         if (!(seg.scarcity > 0)) continue;
         scarceSeen = true;
         for (const piece of freeRanges(seg.experts[0], seg.experts[1], heldHere)) {
-          const c: Candidate = { model: demand.model, layer, ...piece, scarcity: seg.scarcity, replicas: seg.replicas, target: seg.target };
+          const c: Candidate = {
+            model: demand.model,
+            layer,
+            ...piece,
+            scarcity: seg.scarcity,
+            replicas: seg.replicas,
+            target: seg.target,
+            fitKey,
+          };
           if (!best || better(c, best)) best = c;
           if (fit.fits && (!bestFitting || better(c, bestFitting))) bestFitting = c;
         }
@@ -129,6 +157,14 @@ export function chooseAssignment(
   }
 
   const scope = model === '' ? 'any served model' : JSON.stringify(model);
+  if (!scarceSeen && typeSkipped) {
+    const { model: m, layer, unread } = typeSkipped;
+    return {
+      assigned: false,
+      code: 'type-unsupported',
+      reason: `the wanted experts of ${scope} are in layers whose weights this volunteer cannot read (${m} layer ${layer}: ${unread.join(', ')}); it reads ${types?.join(', ') || 'none'}`,
+    };
+  }
   if (!scarceSeen && variantSkipped) {
     const need = variantFeatures(variantSkipped).join(', ');
     return {
@@ -141,15 +177,15 @@ export function chooseAssignment(
   if (!best)
     return { assigned: false, code: 'already-held', reason: `this volunteer already holds every expert of ${scope} that is below target` };
   if (!bestFitting) {
-    // Had best's own model fit, best itself would be bestFitting: so its model is one the device cannot take.
-    const fit = fitOf.get(best.model)!;
+    // Had best's own layer fit, best itself would be bestFitting: so its layer is one the device cannot take.
+    const fit = fitOf.get(best.fitKey)!;
     if (fit.fits) throw new Error('chooseAssignment: the best candidate fits the device but was not chosen');
     return { assigned: false, code: fit.code, reason: fit.reason };
   }
 
   const c = bestFitting;
   const shape = shapes.get(c.model)!;
-  const fit = fitOf.get(c.model)!;
+  const fit = fitOf.get(c.fitKey)!;
   let width = c.end - c.begin;
   if (maxExperts > 0) width = Math.min(width, maxExperts);
   if (fit.fits) width = Math.min(width, fit.experts);
@@ -170,30 +206,38 @@ export function chooseAssignment(
 /**
  * The request for the next slice of a volunteer that holds `held` (ranges of one model; multi-slice volunteers,
  * docs/volunteer-channel.md `max_slices`) and asks as `request`: the same model, never those ranges again, and its
- * memory budget less what the experts it holds take (the market's measure, `bytesPerExpert`). Holding nothing, the
- * request as it is.
+ * memory budget less what the experts it holds take (the market's measure: `bytesPerExpert`, one number for every
+ * layer or each layer's own, bytesForExpertOf, since each tensor has its own type). Holding nothing, the request as
+ * it is.
  */
 export function nextSliceRequest(
   request: VolunteerRequest,
   held: { model: string; ranges: readonly HeldRange[] },
-  bytesPerExpert: number,
+  bytesPerExpert: number | ((layer: number) => number),
 ): VolunteerRequest {
   if (held.ranges.length === 0) return request;
-  const experts = held.ranges.reduce((n, [, begin, end]) => n + (end - begin), 0);
+  const per = typeof bytesPerExpert === 'number' ? () => bytesPerExpert : bytesPerExpert;
+  const spent = held.ranges.reduce((n, [layer, begin, end]) => n + (end - begin) * per(layer), 0);
   const budget = request.device?.memoryBudgetBytes;
   return {
     ...request,
     model: held.model,
     held,
-    ...(budget !== undefined && { device: { ...request.device, memoryBudgetBytes: Math.max(0, budget - experts * bytesPerExpert) } }),
+    ...(budget !== undefined && { device: { ...request.device, memoryBudgetBytes: Math.max(0, budget - spent) } }),
   };
 }
 
+/** Bytes one expert of `layer` takes (its gate, up and down in their own types): layerBytesPerExpert, else bytesPerExpert. */
+export function bytesForExpertOf(shape: Pick<ModelShape, 'bytesPerExpert' | 'layerBytesPerExpert'>, layer: number): number {
+  return shape.layerBytesPerExpert?.[layer] ?? shape.bytesPerExpert;
+}
+
 /**
- * How many experts of `shape` the device can take (Infinity when it states no budget). Each expert matrix has to
- * fit one storage-buffer binding and one buffer; the memory budget bounds the count.
+ * How many experts of `shape` the device can take (Infinity when it states no budget): of `layer` where given (its
+ * own bytes per expert), else of the model's largest. Each expert matrix has to fit one storage-buffer binding and
+ * one buffer; the memory budget bounds the count.
  */
-export function deviceFit(shape: ModelShape, device: DeviceCapabilities | undefined): DeviceFit {
+export function deviceFit(shape: ModelShape, device: DeviceCapabilities | undefined, layer?: number): DeviceFit {
   const matrix = shape.maxMatrixBytesPerExpert;
   const binding = device?.maxStorageBufferBindingSize;
   if (binding !== undefined && matrix > binding) {
@@ -213,12 +257,14 @@ export function deviceFit(shape: ModelShape, device: DeviceCapabilities | undefi
   }
   const budget = device?.memoryBudgetBytes;
   if (budget === undefined) return { fits: true, experts: Infinity };
-  const experts = Math.floor(budget / shape.bytesPerExpert);
+  const perExpert = layer === undefined ? shape.bytesPerExpert : bytesForExpertOf(shape, layer);
+  const experts = Math.floor(budget / perExpert);
   if (experts < 1) {
+    const of = layer === undefined ? shape.model : `${shape.model} layer ${layer}`;
     return {
       fits: false,
       code: 'budget-too-small',
-      reason: `memoryBudgetBytes ${budget} is less than one expert of ${shape.model} (${shape.bytesPerExpert} bytes)`,
+      reason: `memoryBudgetBytes ${budget} is less than one expert of ${of} (${perExpert} bytes)`,
     };
   }
   return { fits: true, experts };

@@ -4,6 +4,7 @@
  * Ranges are half-open everywhere, as protocol/slice.ts states.
  */
 import type { ExpertVariant } from '../../protocol/variant.ts';
+import type { LayerTensorTypes } from '../../protocol/tensor-types.ts';
 
 /** The slice vocabulary (ExpertRange, HeldRange) lives in protocol/slice.ts; the market names it from there. */
 export type { ExpertRange, HeldRange } from '../../protocol/slice.ts';
@@ -16,10 +17,23 @@ export interface ModelShape {
   nEmbd: number;
   /** Layers that hold routed experts; dense layers are never offered. */
   moeLayers: number[];
-  /** gate+up+down bytes of one expert. */
+  /**
+   * gate+up+down bytes of one expert (with a biased variant's float32 biases): the largest over the MoE layers when
+   * they differ (layerBytesPerExpert has each).
+   */
   bytesPerExpert: number;
-  /** The largest of the three matrices for one expert (what one storage-buffer binding must hold). */
+  /** The largest of the three matrices for one expert over every MoE layer (what one storage-buffer binding must hold). */
   maxMatrixBytesPerExpert: number;
+  /**
+   * Bytes of one expert of each MoE layer, by layer, where the layers differ (each tensor's own type: a Q2_K_XL file
+   * has IQ2_XXS layers beside Q4_K ones); a layer not listed takes bytesPerExpert. bytesForExpertOf reads it.
+   */
+  layerBytesPerExpert?: Readonly<Record<number, number>>;
+  /**
+   * The ggml type name of each MoE layer's gate, up and down, by layer (protocol/tensor-types.ts); absent (or a layer
+   * not listed): not checked. A volunteer that lists the types it reads is offered a layer only if it reads all three.
+   */
+  layerTypes?: Readonly<Record<number, LayerTensorTypes>>;
   /**
    * The expert FFN variant of each MoE layer that is not plain SiLU-gated (protocol/variant.ts), by layer; absent
    * (or a layer not listed): SiLU-gated without biases. A volunteer is offered a layer only if it computes its variant.

@@ -86,9 +86,9 @@ export class Fields {
   }
 
   /** A capability list: strings, unknown ones dropped (a newer client may list more), duplicates dropped. */
-  known<T extends string>(k: string, values: readonly T[]): T[] {
+  known<T extends string>(k: string, values: readonly T[], cap: number = VOLUNTEER_LIMITS.maxListed): T[] {
     const out: T[] = [];
-    for (const x of this.list(k, VOLUNTEER_LIMITS.maxListed)) {
+    for (const x of this.list(k, cap)) {
       if (typeof x !== 'string') throw badFrame(`${this.name(k)} must hold strings`);
       if ((values as readonly string[]).includes(x) && !out.includes(x as T)) out.push(x as T);
     }

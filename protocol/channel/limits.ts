@@ -46,6 +46,8 @@ export const VOLUNTEER_LIMITS = Object.freeze({
   maxFeatureChars: 64,
   /** Entries of a capability list (numerics, encodings), known or not. */
   maxListed: 8,
+  /** Entries of the weight-type list (`types`: ggml's type names, ~40), known or not. */
+  maxTypesListed: 64,
   /** The client's description of itself (e.g. "page/0.1.0 Chrome/131"). */
   maxAgentChars: 128,
   /** Each byte count a device states. */

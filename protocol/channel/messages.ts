@@ -7,6 +7,7 @@ import type { HeldRange } from '../slice.ts';
 import { VolunteerWireError, badFrame, tooLarge } from './close-codes.ts';
 import { WIRE_ENCODINGS, type WireEncoding } from './encodings.ts';
 import { VARIANT_FEATURES, type VariantFeature } from '../variant.ts';
+import { TENSOR_TYPE_NAMES } from '../tensor-types.ts';
 import { Fields, type Obj, parseObject, show } from './json-fields.ts';
 import { type IceServer, parseIceServers, wireIceServers } from './ice-servers.ts';
 import { VOLUNTEER_LIMITS, VOLUNTEER_WIRE_VERSION } from './limits.ts';
@@ -56,6 +57,12 @@ export interface ChannelHello {
    * it is offered only slices of layers whose variant it computes.
    */
   variants?: VariantFeature[];
+  /**
+   * The ggml weight types its engine reads ("Q4_K", "IQ2_XXS"; protocol/tensor-types.ts); unknown names are dropped.
+   * Optional on the wire: a client that sends none is offered every type (every client before issue 26); one that
+   * sends them is offered only layers whose gate, up and down it reads.
+   */
+  types?: string[];
   /** Preferred model ('' = any). */
   model: string;
   /** Widest slice it wants (0 = no limit), as `max_experts` of `POST /api/expert-volunteer`. */
@@ -308,6 +315,7 @@ function parseHello(f: Fields): ChannelHello {
     numerics,
     encodings,
     ...(f.has('variants') && { variants: f.known<VariantFeature>('variants', VARIANT_FEATURES) }),
+    ...(f.has('types') && { types: f.known<string>('types', TENSOR_TYPE_NAMES, L.maxTypesListed) }),
     model: f.has('model') ? f.str('model', L.maxModelChars) : '',
     maxExperts: f.has('max_experts') ? f.int('max_experts', 0, L.maxOfferExperts, L.maxOfferExperts) : 0,
     ...(f.has('max_slices') && { maxSlices: f.int('max_slices', 1, L.maxSlices, L.maxSlices) }),
@@ -507,6 +515,7 @@ function wireClient(m: ClientMessage): Obj {
         numerics: m.numerics,
         encodings: m.encodings,
         ...(m.variants && { variants: m.variants }),
+        ...(m.types && { types: m.types }),
         model: m.model,
         max_experts: m.maxExperts,
         ...(m.maxSlices !== undefined && { max_slices: m.maxSlices }),

@@ -201,7 +201,7 @@ export async function buildApp(hub: Hub, pages: PagesOptions = {}): Promise<Fast
   app.get('/api/moe/recruitment', async () => hub.recruitment());
 
   // GET|HEAD /api/expert-shard, Kvasir's alias, and /api/expert-shard/chunks (the per-chunk hashes, docs/peers.md)
-  registerShardRoutes(app, hub, { clientKey, server: hub.shardServer(), chunks: hub.chunkLists() });
+  registerShardRoutes(app, hub, { clientKey, server: hub.shardServer(), chunks: hub.chunkLists(), loadHint: hub.shardLoadHint() });
   app.get('/api/peers/slices', async () => ({ slices: hub.peerSlices() })); // bytes from peers vs from the hub, per slice
 
   // Kvasir's defaults: no model (or '') = every market model, layer -1 = every layer.

@@ -59,6 +59,8 @@ export const USAGE = `usage: expertswarm hub --model PATH.gguf [--model NAME=PAT
                              open it
   --no-peers                 volunteers fetch slices from the hub only: no PeerJS signalling, no peer lists
                              (docs/peers.md; by default a newcomer gets chunks from peers that hold its slice)
+  --peers-first              volunteers take chunks from peers first even while the hub is idle (spares its egress;
+                             by default a peer far slower than an idle hub is passed over: docs/peers.md)
   --turn-url URL             a TURN server for peers behind NATs, turn:HOST[:PORT] (repeatable; stun: URLs too): each
                              volunteer's welcome carries it with a credential minted for that connection (TURN REST
                              API: coturn's use-auth-secret). Needs --turn-secret
@@ -125,6 +127,7 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
       'heartbeat-ms': { type: 'string' },
       'allow-origin': { type: 'string', multiple: true },
       'no-peers': { type: 'boolean' },
+      'peers-first': { type: 'boolean' },
       'turn-url': { type: 'string', multiple: true },
       'turn-secret': { type: 'string' },
       'turn-ttl': { type: 'string' },
@@ -189,6 +192,7 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   const heartbeatMs = int(values['heartbeat-ms'], '--heartbeat-ms', 1000);
   if (heartbeatMs !== undefined) c.channel = { ...c.channel, heartbeatMs, idleTimeoutMs: 3 * heartbeatMs };
   if (values['no-peers']) c.peers = { ...c.peers, enabled: false };
+  if (values['peers-first']) c.peers = { ...c.peers, peersFirst: true };
   const turnSecret = values['turn-secret'] ?? (env.EXPERTSWARM_TURN_SECRET || undefined);
   if (values['turn-url'] !== undefined || turnSecret !== undefined || values['turn-ttl'] !== undefined) {
     const file = c.peers?.turn;

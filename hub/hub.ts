@@ -484,6 +484,11 @@ export class Hub {
     return this.chunks;
   }
 
+  /** Whether the shard server tells volunteers its load (off with `--peers-first`: peers first, always). */
+  shardLoadHint(): boolean {
+    return !this.peerDirectory.config.peersFirst;
+  }
+
   /** Bytes volunteers took from each other vs from the hub, per slice (GET /api/peers/slices). */
   peerSlices(): SliceTransfer[] {
     return this.peerDirectory.slices();

@@ -34,6 +34,12 @@ export interface PeerConfig {
   /** Slices whose counters are kept (oldest dropped). */
   slicesKept: number;
   /**
+   * Volunteers take chunks from peers first even while the shard server is idle (`--peers-first`): the hub sends no
+   * load hint, so their source choice never lets speed win (volunteer/source-choice.ts). Spares egress; slower where
+   * peers are reached through a relay over a slow link.
+   */
+  peersFirst: boolean;
+  /**
    * A TURN server for peers behind NATs (issue 29, hub/turn-credentials.ts): each welcome carries its URLs with a
    * credential minted for that connection. Absent: no ICE servers (peers meet only where host candidates reach).
    */
@@ -48,6 +54,7 @@ export const DEFAULT_PEERS: Readonly<PeerConfig> = Object.freeze({
   banMs: 60 * 60 * 1000,
   chunkBytes: 1024 * 1024,
   slicesKept: 1024,
+  peersFirst: false,
 });
 
 /** What the channel tells the directory (hub/channel/channel.ts holds one as `peers`). */

@@ -496,6 +496,8 @@ export interface ShardRoutesOptions {
   server?: ShardServer;
   /** Per-chunk hash lists (GET /api/expert-shard/chunks, hub/chunk-lists.ts); 1 MiB chunks over `server` when absent. */
   chunks?: ChunkLists<Shard>;
+  /** Send `x-expertswarm-shard-load` (default true; false with the hub's `--peers-first`). */
+  loadHint?: boolean;
 }
 
 /** Bytes of each slice sent to each wallet (`wallet digest` → bytes), the least recently used forgotten past `kept`. */
@@ -517,6 +519,7 @@ export function registerShardRoutes(app: FastifyInstance, hub: ShardHost, opts: 
   const server = opts.server ?? new ShardServer(hub, opts.limits);
 
   const sent = new SentBytes(SLICE_GRANT_WALLETS_KEPT);
+  const load = (): Record<string, string> => (opts.loadHint === false ? {} : { [SHARD_LOAD_HEADER]: server.slots.load });
   const serve = async (req: FastifyRequest, reply: FastifyReply, parse: () => ShardRequest): Promise<FastifyReply> => {
     const wallet = hub.authenticate(req.headers.authorization);
     const r = parse();
@@ -542,7 +545,7 @@ export function registerShardRoutes(app: FastifyInstance, hub: ShardHost, opts: 
         [SHARD_DIGEST_HEADER]: `sha256:${shard.digest}`,
         'cache-control': IMMUTABLE,
         'accept-ranges': 'bytes',
-        [SHARD_LOAD_HEADER]: server.slots.load,
+        ...load(),
       });
       const slice = { model: r.model, layer: r.layer, begin: r.expertBegin, end: r.expertEnd };
       if (notModified) {
@@ -597,7 +600,7 @@ export function registerShardRoutes(app: FastifyInstance, hub: ShardHost, opts: 
           etag,
           [SHARD_DIGEST_HEADER]: `sha256:${shard.digest}`,
           'cache-control': IMMUTABLE,
-          [SHARD_LOAD_HEADER]: server.slots.load,
+          ...load(),
         });
         if (noneMatch(header(req, 'if-none-match'), etag)) return reply.code(304).send();
         void reply.type('application/octet-stream').header('content-length', String(list.length));

@@ -186,6 +186,8 @@ test('Range resumes, If-Range, If-None-Match, HEAD and the Kvasir path give the 
       [206, `bytes 0-${half - 1}/${n}`, half],
     );
     assert.equal(first.headers.etag, etag, 'a part carries the whole body’s validators');
+    // The shard server's load hint (volunteer/source-choice.ts): this range's own slot of the 64, while it was sent.
+    assert.equal(first.headers['x-expertswarm-shard-load'], '0.02');
     const rest = await get(t, shardUrl(1, 0, 8), token, { range: `bytes=${half}-`, 'if-range': etag });
     assert.deepEqual([rest.status, rest.headers['content-range']], [206, `bytes ${half}-${n - 1}/${n}`]);
     const joined = new Uint8Array(n);
@@ -279,7 +281,12 @@ test('slices past the in-memory size stream from the model file, in any chunking
   const app = Fastify();
   try {
     // memorySliceMaxBytes 0: every slice streams from the file; 1000-byte reads put chunk edges everywhere.
-    registerShardRoutes(app, t.hub, { clientKey: () => 'here', limits: { memorySliceMaxBytes: 0, readChunkBytes: 1000, perWallet: 100 } });
+    // loadHint false (the hub's --peers-first): no shard-load header.
+    registerShardRoutes(app, t.hub, {
+      clientKey: () => 'here',
+      limits: { memorySliceMaxBytes: 0, readChunkBytes: 1000, perWallet: 100 },
+      loadHint: false,
+    });
     const token = await t.login(newVolunteer());
     const headers = { authorization: `Bearer ${token}` };
     for (const [layer, begin, end] of [
@@ -293,6 +300,7 @@ test('slices past the in-memory size stream from the model file, in any chunking
       assert.equal(r.statusCode, 200);
       assert.deepEqual(new Uint8Array(r.rawPayload), want, `layer ${layer} [${begin}, ${end})`);
       assert.equal(r.headers['x-expertswarm-shard-digest'], `sha256:${sha256(want)}`);
+      assert.equal(r.headers['x-expertswarm-shard-load'], undefined, 'no load hint with loadHint false');
       // Range starts in the header, in each matrix, in padding, and at the very end.
       const plan = planExpertSlice(await readGGUFFile(model.path), layer, begin, end);
       const dataStart = want.length - plan.matrices.reduce((s, m) => s + Math.ceil((m.end - m.start) / 32) * 32, 0);
@@ -490,6 +498,7 @@ test('DownloadSlots: per wallet, per address, hub-wide, idempotent release', () 
   );
   slots.take('w3', 'ip2');
   assert.equal(slots.inFlight, 4);
+  assert.equal(slots.load, '1.00', 'the load hint: in flight over the cap');
   assert.equal(
     code(() => slots.take('w4', 'ip3')),
     '503 SHARDS_BUSY',
@@ -499,6 +508,7 @@ test('DownloadSlots: per wallet, per address, hub-wide, idempotent release', () 
   w1a();
   assert.equal(slots.inFlight, 3, 'a second release gives back nothing');
   w2();
+  assert.equal(slots.load, '0.50');
   slots.take('w4', 'ip1');
   slots.take('w1', 'ip1');
   assert.equal(

@@ -71,4 +71,8 @@ test('--no-peers turns peer-to-peer slices off; they are on by default', () => {
   if (on === 'help' || off === 'help') return assert.fail('not help');
   assert.notEqual(on.peers?.enabled, false);
   assert.equal(off.peers?.enabled, false);
+  const first = parseHubArgs(['--model', 'm.gguf', '--peers-first'], {});
+  if (first === 'help') return assert.fail('not help');
+  assert.equal(first.peers?.peersFirst, true, '--peers-first: no load hint, peers first always');
+  assert.notEqual(on.peers?.peersFirst, true);
 });

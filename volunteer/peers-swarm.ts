@@ -93,6 +93,8 @@ export const DEFAULT_SWARM_TIMING: Readonly<SwarmTiming> = Object.freeze({
 
 /** Bytes of a link's transport queue above which no more pieces are handed to it. */
 const HIGH_WATER = 256 * 1024;
+/** A chunk taken over before its peer sent this much counts as this much sent (its rate then reads optimistic). */
+const MIN_RATE_BYTES = 16 * 1024;
 const TICK_MS = 200;
 
 export interface SwarmOptions {
@@ -451,8 +453,15 @@ export class SliceSwarm {
         this.haveCount++;
         if (from && this.fetching) this.fetching.fromPeers += buf.length;
         this.fromHubNow.get(chunk)?.abort();
+        const t = this.now();
         for (const l of this.links.values()) {
-          if (l.wanted.delete(chunk)) {
+          const w = l.wanted.get(chunk);
+          // The chunk the peer is sending now: the first asked of those still wanted (it sends them in order).
+          const sending = w !== undefined && l.wanted.keys().next().value === chunk;
+          if (w && l.wanted.delete(chunk)) {
+            // The hub won a chunk the peer was sending: what it sent meanwhile is its rate so far (so a peer too slow
+            // to finish any chunk before the hub takes it over is measured too).
+            if (!from && sending) l.msPerByte = nextMsPerByte(l.msPerByte, t - w.waitFromMs, Math.max(w.got, MIN_RATE_BYTES));
             l.cancelled.add(chunk);
             this.send(l, { kind: 'cancel', chunk });
           }

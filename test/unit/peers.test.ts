@@ -431,6 +431,28 @@ test('swarm: a peer far slower than an idle hub is outpaced (the hub gives the r
   holder.swarm.close();
 });
 
+test('swarm: a peer too slow to finish a chunk before the idle hub takes it over is measured by what it sent, and outpaced', async () => {
+  const { s, list } = await setup(20 * 16 * KIB);
+  const net = new MemNet();
+  // 8 KiB/s: a 16 KiB chunk takes it ~2 s; the hub takes a chunk over after 300 ms (minTakeoverMs), in 5 ms.
+  const holder = seeder(net, 'pcrawl', list, s.bytes, new UploadBudget({ share: true, uploadCapBytesPerSec: 8 * KIB }));
+  const me = new SliceSwarm({
+    list,
+    network: net.node('pme'),
+    upload: unlimited(),
+    timing: { ...fast, takeoverMs: 60_000, pieceGapMs: 5_000 },
+    source: { minSavingMs: 500, minTakeoverMs: 300 },
+  });
+  const t0 = Date.now();
+  const got = await me.fetch({ peers: ['pcrawl'], hub: hubOf(s.bytes, 5).fetch, hubLoad: () => 0 });
+  const ms = Date.now() - t0;
+  assert.deepEqual(got.bytes, s.bytes);
+  // Asked again for every chunk, each taken over after 300 ms with one hub lane beside it, it would take ~3 s.
+  assert.ok(ms < 1_500, `outpaced after its first chunk was taken over: ${ms} ms`);
+  assert.ok(got.fromHub >= 18 * 16 * KIB, `the hub gave the slice: ${got.fromHub} B, peers ${got.fromPeers} B`);
+  for (const x of [me, holder.swarm]) x.close();
+});
+
 test('swarm: three newcomers at once with one hub share chunks among themselves (the hub sends under 2 slices of bytes for the 3)', async () => {
   const { s, list } = await setup(64 * 16 * KIB);
   const net = new MemNet();

@@ -391,7 +391,6 @@ export class ClusterSync implements QuarantineList, CreditBook {
     try {
       const { workers, corrupt } = await this.redis.readWorkers(this.remote.models());
       for (const c of corrupt) this.noteCorrupt(c);
-      this.applyRemote(workers);
       const q = await this.redis.quarantines();
       for (const c of q.corrupt) this.noteCorrupt(c);
       const next = new Map<string, string>();
@@ -406,6 +405,10 @@ export class ClusterSync implements QuarantineList, CreditBook {
       });
       for (const c of announced.corrupt) this.noteCorrupt(c);
       this.hubs = announced.hubs.map((h) => h.hub);
+      // A hub that died (its announcement expired: 3 × syncMs, at least 5 s) takes its workers' records out of the
+      // mirror with it, before their own TTL: its volunteers are redialling other hubs (docs/faults.md).
+      const live = new Set(this.hubs);
+      this.applyRemote(workers.filter((w) => live.has(w.hub)));
       this.hubRecords.clear();
       for (const h of announced.hubs) if (h.hub !== this.hubId) this.hubRecords.set(h.hub, h);
       this.host.remoteChanged?.();

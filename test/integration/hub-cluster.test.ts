@@ -269,6 +269,37 @@ test('a worker record expires with its TTL (the hub’s stale time)', async () =
   }
 });
 
+test('a hub no longer announced (dead: its announcement expired) takes its workers out of the others’ maps before their TTL', async () => {
+  const redis = await startRedis();
+  const hubs = await cluster(redis, ['hub-a', 'hub-b'], { syncMs: 60_000 });
+  const [a, b] = hubs as [TestHub, TestHub];
+  try {
+    a.hub.heartbeat('on-a', null, 'wide', [[0, 0, 32]]);
+    await a.hub.clusterFlush();
+    await a.hub.clusterSync(); // announced
+    await b.hub.clusterSync();
+    assert.deepEqual(
+      (await mapOf(b)).map((r) => r.worker_id),
+      ['on-a'],
+    );
+    // Hub A's announcement gone (as when it dies and its key expires); its worker's record is still in Redis.
+    await redis.command('DEL', 'expertswarm:hub:hub-a');
+    await redis.command('SREM', 'expertswarm:hubs', 'hub-a');
+    await b.hub.clusterSync();
+    assert.equal(await redis.command('EXISTS', 'expertswarm:worker:on-a'), '1', 'the record is there (its TTL runs)');
+    assert.deepEqual(await mapOf(b), [], 'a dead hub’s workers are out of B’s map');
+    await a.hub.clusterSync(); // A alive after all: announced again
+    await b.hub.clusterSync();
+    assert.deepEqual(
+      (await mapOf(b)).map((r) => r.worker_id),
+      ['on-a'],
+      'and back with the hub',
+    );
+  } finally {
+    await closeAll(hubs, redis);
+  }
+});
+
 test('garbage written into keys by hand: CLUSTER_STATE_CORRUPT, never a crash', async () => {
   const redis = await startRedis();
   const hubs = await cluster(redis, ['hub-a', 'hub-b']);

@@ -18,6 +18,7 @@ import { fileSink } from '../gguf/node-io.ts';
 import { quantize } from '../gguf/quantize.ts';
 import { GGMLType, quantTypeByName } from '../gguf/quant-types.ts';
 import { LLAMA_QUANTIZED, quantizeWithLlama } from './llama-quantized.ts';
+import { type ExpertTypes, makeMixedModel, parseExpertTypes } from './mixed-model.ts';
 import {
   ARCHITECTURES,
   type ArchName,
@@ -224,6 +225,11 @@ const USAGE = `usage: npm run make-model -- --arch <${ARCHITECTURES.join('|')}> 
 
   --expert-scale A   amplitude of the routed experts' down projection relative to unit variance (default 0.1: a quiet
                      expert branch; 1 or more makes errors in the experts visible in the logits)
+  --expert-types G/U/D[,...]
+                     a mixed model (tools/mixed-model.ts): each MoE layer's routed gate, up and down in the types
+                     named (one type for all three, or gate/up/down; layers in order, repeating), e.g.
+                     iq2_xxs/q2_k/q3_k,q4_k/q4_k/q6_k; --type is the rest of the model's (a quantized one);
+                     written through linkcpp-quantize
   --q-lora-rank, --kv-lora-rank
                      deepseek2's latent-attention ranks (default n-embd / 2; a q-lora-rank of 0 gives one attn_q)
   --expert-groups, --expert-groups-used
@@ -248,6 +254,7 @@ async function main(argv: string[]): Promise<number> {
       'dense-leading': { type: 'string' },
       'n-head': { type: 'string' },
       'n-head-kv': { type: 'string' },
+      'expert-types': { type: 'string' },
       type: { type: 'string', default: 'f32' },
       seed: { type: 'string', default: '1' },
       'expert-scale': { type: 'string' },
@@ -306,9 +313,18 @@ async function main(argv: string[]): Promise<number> {
     // One limit: every layer's (the layer count is known once the rest of the config is).
     partial.swigluLimits = limits.length === 1 ? Array(partial.layers ?? defaultConfig(partial).layers).fill(limits[0]) : limits;
   }
+  let mixed: ExpertTypes[] | undefined;
+  try {
+    mixed = values['expert-types'] === undefined ? undefined : parseExpertTypes(values['expert-types']);
+  } catch (err) {
+    console.error(`make-model: ${(err as Error).message}`);
+    return 2;
+  }
   const t0 = performance.now();
   try {
-    const made = await makeModel(defaultConfig(partial), values.out);
+    const made = mixed
+      ? await makeMixedModel(defaultConfig(partial), mixed, values.out)
+      : await makeModel(defaultConfig(partial), values.out);
     const ms = performance.now() - t0;
     console.log(
       `wrote ${made.path}: ${values.arch} ${type.name}, ${made.plan.config.layers} layers (MoE: ${made.plan.moeLayers.join(',')}), ` +

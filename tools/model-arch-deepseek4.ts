@@ -15,7 +15,9 @@
  *    selection bias `exp_probs_b`, weights normalised and scaled, SiLU-gated experts clamped in DeepSeek-V4's form
  *    silu(min(g, L)) · clamp(u, −L, L) at `swiglu_clamp_exp` (the shared experts take the same limits:
  *    `swiglu_clamp_shexp` is absent), plus shared experts (`expert_shared_count` × ff wide);
- *  - `hash_layer_count` 0: no layer routes by token id (`ffn_gate_tid2eid`, an I32 table); no MTP layers.
+ *  - `hash_layer_count` ModelConfig.hashLayers (default 0): the first layers pick their experts by token id from an I32
+ *    table `ffn_gate_tid2eid` [n_expert_used, n_vocab] (expertIdTable), without a selection bias (the router still
+ *    weighs the picked experts); no MTP layers.
  *
  * Shapes are in ggml order, as in model-arch.ts: dims[0] is the row length.
  */
@@ -88,6 +90,9 @@ export function validateDeepseek4(c: ModelConfig): string[] {
   if (c.sharedFf % c.ff !== 0) {
     problems.push(`deepseek4: --shared-ff (${c.sharedFf}) must be a multiple of --ff (${c.ff}): shared experts are counted in units of ff`);
   }
+  if (!Number.isInteger(c.hashLayers) || c.hashLayers < 0 || c.hashLayers > c.layers) {
+    problems.push(`deepseek4: hash layers (${c.hashLayers}) must be an integer in [0, ${c.layers}]`);
+  }
   if (c.swigluLimits.length !== c.layers) {
     problems.push(`deepseek4: ${c.swigluLimits.length} clamp limits for ${c.layers} layers (swiglu_clamp_exp is required)`);
   }
@@ -142,7 +147,7 @@ export function planDeepseek4Model(
     { key: `${a}.hyper_connection.count`, kind: 'u32', value: DEEPSEEK4_HC },
     { key: `${a}.hyper_connection.sinkhorn_iterations`, kind: 'u32', value: 3 },
     { key: `${a}.hyper_connection.epsilon`, kind: 'f32', value: 1e-6 },
-    { key: `${a}.hash_layer_count`, kind: 'u32', value: 0 },
+    { key: `${a}.hash_layer_count`, kind: 'u32', value: c.hashLayers },
     { key: `${a}.vocab_size`, kind: 'u32', value: vocabSize },
   ];
 
@@ -151,7 +156,8 @@ export function planDeepseek4Model(
   // quantizer keep them); a matrix whose rows do not fill whole blocks of the type falls back as the quantizer does.
   const small = new Set<TensorRole>(['norm', 'router', 'router_bias', 'hc', 'attn_sinks', 'attn_bias']);
   const add = (name: string, dims: number[], role: TensorRole): void => {
-    tensors.push({ name, dims, role, type: small.has(role) ? GGMLType.F32 : rowType(c.type, dims[0] as number) });
+    const type = role === 'expert_ids' ? GGMLType.I32 : small.has(role) ? GGMLType.F32 : rowType(c.type, dims[0] as number);
+    tensors.push({ name, dims, role, type });
   };
   const hcDim = DEEPSEEK4_HC * c.nEmbd;
   add('token_embd.weight', [c.nEmbd, vocabSize], 'embed');
@@ -197,7 +203,9 @@ export function planDeepseek4Model(
     }
     moeLayers.push(i);
     add(`${p}.ffn_gate_inp.weight`, [c.nEmbd, c.nExpert], 'router');
-    add(`${p}.exp_probs_b.bias`, [c.nExpert], 'router_bias');
+    // A hash layer takes its experts from the table by token id (no selection bias); the others route by top-k.
+    if (i < c.hashLayers) add(`${p}.ffn_gate_tid2eid.weight`, [c.nExpertUsed, vocabSize], 'expert_ids');
+    else add(`${p}.exp_probs_b.bias`, [c.nExpert], 'router_bias');
     add(`${p}.ffn_norm.weight`, [c.nEmbd], 'norm');
     add(`${p}.ffn_gate_exps.weight`, [c.nEmbd, c.ff, c.nExpert], 'expert');
     add(`${p}.ffn_up_exps.weight`, [c.nEmbd, c.ff, c.nExpert], 'expert');
@@ -207,4 +215,21 @@ export function planDeepseek4Model(
     add(`${p}.ffn_down_shexp.weight`, [c.sharedFf, c.nEmbd], 'shared_ffn');
   }
   return { config: c, metadata, tensors, moeLayers };
+}
+
+/**
+ * The bytes of a hash layer's `ffn_gate_tid2eid` (I32 [n_expert_used, n_vocab]): for each token id, n_expert_used
+ * distinct expert ids, consecutive (mod n_expert) from a start that a multiplicative hash of the token and the layer
+ * spreads over the experts, so that different tokens of a prompt go to different experts.
+ */
+export function expertIdTable(t: TensorPlan, c: ModelConfig): Uint8Array {
+  const [nUsed, nVocab] = t.dims as [number, number];
+  const layer = Number(/^blk\.(\d+)\./.exec(t.name)?.[1] ?? 0);
+  const ids = new Int32Array(nUsed * nVocab);
+  for (let tok = 0; tok < nVocab; tok++) {
+    const start = (Math.imul(tok + 1, 0x9e3779b1) >>> 0) % c.nExpert;
+    const shift = (start + 3 * layer) % c.nExpert;
+    for (let j = 0; j < nUsed; j++) ids[tok * nUsed + j] = (shift + j) % c.nExpert;
+  }
+  return new Uint8Array(ids.buffer);
 }

@@ -42,6 +42,17 @@ export interface KinTraits {
   mamba?: boolean;
   /** Granite 4.0 H's Mamba2 layers in place of attention in the even layers (mambaLayer). */
   mamba2?: boolean;
+  /**
+   * dots3note's windowed latent-attention layers (the even ones: windowedMlaLayer) beside full ones that keep the
+   * lightning indexer, and an RMS norm over the shared rotated key (`attn_k_norm`, n_rot wide) before RoPE.
+   */
+  windowedMla?: boolean;
+  /** MiniMax-01's lightning (linear) attention layers in place of softmax attention in the even layers (lightningLayer). */
+  lightning?: boolean;
+  /** Kimi Linear's KDA (gated delta-rule linear attention) layers in place of latent attention in the even layers (kdaLayer). */
+  kda?: boolean;
+  /** bailingmoe3's KDA layers: Kimi's, with full-rank forget and output gates (f_a, g_a only) and 4-D convolutions. */
+  kdaFullRank?: boolean;
 }
 
 export const KIN: Record<KinArchName, KinTraits> = {
@@ -103,7 +114,101 @@ export const KIN: Record<KinArchName, KinTraits> = {
   // Granite 4.0 H: Mamba2 layers beside attention under Granite's multipliers (logit_scale), every layer routed, one
   // shared expert.
   granitehybrid: { expertsByFf: true, sharedFf: true, mamba2: true },
+  // dots.llm3 (Dots3Note): deepseek32's latent attention and indexer in the full layers, windowed latent attention in
+  // the even ones (no indexer), a sigmoid gate per head on the attention output, the shared rotated key normed; sigmoid
+  // router with its required selection bias, shared experts, a dense leading layer. Its MTP layers are left out (the
+  // loader marks them not required and skips them: there is no MTP graph).
+  dots3note: { denseLeading: true, sharedCount: true, mla: true, dsaIndexer: true, attnGatePerHead: true, windowedMla: true },
+  // MiniMax-Text-01 / M1: lightning (linear) attention layers beside softmax ones (the real models: one in 8), every
+  // layer routed, experts sized by feed_forward_length, softmax router normalised (fixed in its graph); its residual
+  // is the normed input scaled by `residual_scale` (1 here).
+  'minimax-01': { expertsByFf: true, lightning: true },
+  // Kimi Linear: KDA layers (head_count_kv 0) beside latent-attention ones (no RoPE in them), a dense leading layer,
+  // sigmoid router with its required selection bias, normalised (fixed in its graph) and scaled, shared experts.
+  'kimi-linear': { denseLeading: true, sharedCount: true, mla: true, kda: true },
+  // Ling 3 (BailingMoeV3): KDA layers with full-rank gates beside latent attention with a sigmoid gate per head, a dense
+  // leading layer, sigmoid router with its required selection bias, normalised and scaled, shared experts, the experts'
+  // SwiGLU clamped after the activation (step35's form and default limits: `swiglu_clamp_exp`); no MTP layer.
+  bailingmoe3: { denseLeading: true, sharedCount: true, mla: true, kdaFullRank: true, attnGatePerHead: true },
 };
+
+/** minimax-01: layer `il` is a lightning-attention layer (`full_attention_interval` 2: the odd layers attend in full). */
+export function lightningLayer(a: string, il: number): boolean {
+  return isKinArch(a) && KIN[a].lightning === true && il % 2 === 0;
+}
+
+/**
+ * A lightning-attention layer's tensors: q, k and v from one projection (SiLU'd, one head each of the model's heads),
+ * the RMS norm of the attention's output, its sigmoid gate, and the output projection.
+ */
+export function lightningTensors(p: string, c: ModelConfig): Array<{ name: string; dims: number[]; role: TensorRole }> {
+  return [
+    { name: `${p}.attn_norm_2.weight`, dims: [c.nEmbd], role: 'norm' },
+    { name: `${p}.attn_qkv.weight`, dims: [c.nEmbd, 3 * c.nEmbd], role: 'attn' },
+    { name: `${p}.attn_gate.weight`, dims: [c.nEmbd, c.nEmbd], role: 'attn' },
+    { name: `${p}.attn_output.weight`, dims: [c.nEmbd, c.nEmbd], role: 'attn' },
+  ];
+}
+
+/** kimi-linear: layer `il` is a KDA layer (`head_count_kv` 0 marks it); the odd layers attend through MLA. */
+export function kdaLayer(a: string, il: number): boolean {
+  return isKinArch(a) && (KIN[a].kda === true || KIN[a].kdaFullRank === true) && il % 2 === 0;
+}
+
+/** The window of the KDA layers' short causal convolutions (`ssm.conv_kernel`: the real models' 4). */
+export const SSM_KDA_CONV = 4;
+
+/**
+ * A KDA layer's tensors (heads of the attention's head size, `kda.head_dim`): q, k and v projections each through its
+ * own short causal convolution (3-D, as the converter writes them), the forget gate's low-rank projection (f_a, f_b)
+ * with its per-channel bias (`ssm_dt.bias`) and per-head decay (`ssm_a`), β per head, the output gate's low-rank
+ * projection (g_a, g_b), the gated output norm and the output projection.
+ */
+export function kdaTensors(p: string, c: ModelConfig): Array<{ name: string; dims: number[]; role: TensorRole }> {
+  const head = c.nEmbd / c.nHead;
+  const inner = head * c.nHead;
+  if (isKinArch(c.arch) && KIN[c.arch].kdaFullRank) {
+    return [
+      ...['q', 'k', 'v'].map((x) => ({
+        name: `${p}.ssm_conv1d_${x}.weight`,
+        dims: [SSM_KDA_CONV, 1, inner, 1],
+        role: 'ssm_conv' as const,
+      })),
+      { name: `${p}.attn_q.weight`, dims: [c.nEmbd, inner], role: 'attn' },
+      { name: `${p}.attn_k.weight`, dims: [c.nEmbd, inner], role: 'attn' },
+      { name: `${p}.attn_v.weight`, dims: [c.nEmbd, inner], role: 'attn' },
+      { name: `${p}.ssm_f_a.weight`, dims: [c.nEmbd, inner], role: 'ssm' },
+      { name: `${p}.ssm_beta.weight`, dims: [c.nEmbd, c.nHead], role: 'ssm' },
+      { name: `${p}.ssm_a`, dims: [1, c.nHead], role: 'ssm_a' },
+      { name: `${p}.ssm_dt.bias`, dims: [inner], role: 'ssm_dt' },
+      { name: `${p}.ssm_g_a.weight`, dims: [c.nEmbd, inner], role: 'ssm' },
+      { name: `${p}.ssm_norm.weight`, dims: [head], role: 'norm' },
+      { name: `${p}.attn_output.weight`, dims: [inner, c.nEmbd], role: 'attn' },
+    ];
+  }
+  return [
+    { name: `${p}.ssm_conv1d_q.weight`, dims: [SSM_KDA_CONV, 1, inner], role: 'ssm_conv' },
+    { name: `${p}.ssm_conv1d_k.weight`, dims: [SSM_KDA_CONV, 1, inner], role: 'ssm_conv' },
+    { name: `${p}.ssm_conv1d_v.weight`, dims: [SSM_KDA_CONV, 1, inner], role: 'ssm_conv' },
+    { name: `${p}.attn_q.weight`, dims: [c.nEmbd, inner], role: 'attn' },
+    { name: `${p}.attn_k.weight`, dims: [c.nEmbd, inner], role: 'attn' },
+    { name: `${p}.attn_v.weight`, dims: [c.nEmbd, inner], role: 'attn' },
+    { name: `${p}.ssm_f_a.weight`, dims: [c.nEmbd, head], role: 'ssm' },
+    { name: `${p}.ssm_f_b.weight`, dims: [head, inner], role: 'ssm' },
+    { name: `${p}.ssm_beta.weight`, dims: [c.nEmbd, c.nHead], role: 'ssm' },
+    { name: `${p}.ssm_a`, dims: [1, c.nHead], role: 'ssm_a' },
+    { name: `${p}.ssm_dt.bias`, dims: [inner], role: 'ssm_dt' },
+    { name: `${p}.ssm_g_a.weight`, dims: [c.nEmbd, head], role: 'ssm' },
+    { name: `${p}.ssm_g_b.weight`, dims: [head, inner], role: 'ssm' },
+    { name: `${p}.ssm_norm.weight`, dims: [head], role: 'norm' },
+    { name: `${p}.attn_output.weight`, dims: [inner, c.nEmbd], role: 'attn' },
+  ];
+}
+
+/** dots3note: layer `il` attends through the window, with no indexer (the even layers); the odd ones in full. */
+export function windowedMlaLayer(a: string, il: number): boolean {
+  return isKinArch(a) && KIN[a].windowedMla === true && il % 2 === 0;
+}
 
 /** Granite 4.0 H's Mamba2 heads are MAMBA2_HEAD_DIM wide; one group. */
 const MAMBA2_HEAD_DIM = 16;
@@ -180,7 +285,7 @@ export function shortConvTensors(p: string, c: ModelConfig): Array<{ name: strin
  * tests' prompt, so that the sparse attention leaves keys out (the real models: 64 heads of 128, top 2048).
  */
 export const DSA_INDEXER_HEADS = 2;
-const KIN_DSA: readonly string[] = ['deepseek32', 'glm-dsa'];
+const KIN_DSA: readonly string[] = ['deepseek32', 'glm-dsa', 'dots3note'];
 export const DSA_INDEXER_TOP_K = 4;
 /**
  * The indexer's key width: llama.cpp's indexer cache rotates keys and queries by a Hadamard matrix of at least 64
@@ -271,6 +376,49 @@ export function kinMetadata(a: KinArchName, c: ModelConfig): MetaEntry[] {
         { key: `${a}.attention.indexer.key_length`, kind: 'u32', value: DSA_INDEXER_KEY_LENGTH },
         { key: `${a}.attention.indexer.top_k`, kind: 'u32', value: DSA_INDEXER_TOP_K },
       ];
+    case 'dots3note':
+      // Every key required. The windowed layers' latent ranks and head widths are the full layers' (their own keys);
+      // the window pattern and the indexer's layers one flag per layer (1: windowed / 1: indexed).
+      return [
+        { key: `${a}.attention.indexer.head_count`, kind: 'u32', value: DSA_INDEXER_HEADS },
+        { key: `${a}.attention.indexer.key_length`, kind: 'u32', value: DSA_INDEXER_KEY_LENGTH },
+        { key: `${a}.attention.indexer.top_k`, kind: 'u32', value: DSA_INDEXER_TOP_K },
+        { key: `${a}.attention.kv_lora_rank_swa`, kind: 'u32', value: c.kvLoraRank },
+        { key: `${a}.attention.key_length_mla_swa`, kind: 'u32', value: headDim },
+        { key: `${a}.attention.value_length_mla_swa`, kind: 'u32', value: headDim },
+        { key: `${a}.attention.sliding_window`, kind: 'u32', value: KIN_SLIDING_WINDOW },
+        { key: `${a}.rope.freq_base_swa`, kind: 'f32', value: 10000 },
+        {
+          key: `${a}.attention.sliding_window_pattern`,
+          kind: 'bool[]',
+          value: Array.from({ length: c.layers }, (_, il) => windowedMlaLayer(a, il)),
+        },
+        {
+          key: `${a}.attention.indexer.types`,
+          kind: 'i32[]',
+          value: Array.from({ length: c.layers }, (_, il) => (windowedMlaLayer(a, il) ? 0 : 1)),
+        },
+      ];
+    case 'kimi-linear':
+    case 'bailingmoe3':
+      // One key/value head count per layer, 0 for the KDA layers (how the loader tells them apart); bailingmoe3's
+      // forget gate's lower bound is required and negative (Ling 3's -5).
+      return [
+        ...(a === 'bailingmoe3' ? [{ key: `${a}.kda.gate_lower_bound`, kind: 'f32' as const, value: -5 }] : []),
+        { key: `${a}.ssm.conv_kernel`, kind: 'u32', value: SSM_KDA_CONV },
+        { key: `${a}.kda.head_dim`, kind: 'u32', value: headDim },
+        {
+          key: `${a}.attention.head_count_kv`,
+          kind: 'i32[]',
+          value: Array.from({ length: c.layers }, (_, il) => (kdaLayer(a, il) ? 0 : 1)),
+        },
+      ];
+    case 'minimax-01':
+      // residual_scale required (1: the normed input as it is); the even layers lightning ones.
+      return [
+        { key: `${a}.residual_scale`, kind: 'f32', value: 1 },
+        { key: `${a}.full_attention_interval`, kind: 'u32', value: 2 },
+      ];
     case 'lfm2moe':
       // One key/value head count per layer, 0 for the convolution layers (how the loader tells them apart).
       return [
@@ -344,13 +492,32 @@ export function validateKin(c: ModelConfig): string[] {
   if (c.arch === 'qwen3vlmoe' && Number.isInteger(headDim) && headDim < 16) {
     problems.push(`qwen3vlmoe: head size ${headDim} is too small for its four RoPE sections (at least 16)`);
   }
-  if (['exaone-moe', 'afmoe', 'granite_swa', 'mimo2', 'laguna', 'cohere2moe', 'lfm2moe', 'jamba'].includes(c.arch) && c.layers < 2) {
+  if (
+    [
+      'exaone-moe',
+      'afmoe',
+      'granite_swa',
+      'mimo2',
+      'laguna',
+      'cohere2moe',
+      'lfm2moe',
+      'jamba',
+      'dots3note',
+      'minimax-01',
+      'kimi-linear',
+      'bailingmoe3',
+    ].includes(c.arch) &&
+    c.layers < 2
+  ) {
     problems.push(`${c.arch} needs at least 2 layers (a windowed one beside a full one), got ${c.layers}`);
   }
   // DeepSeek-OCR's q, k and v are all n_embd × n_embd: one key/value head per query head.
   // The indexer rotates n_rot (half a head) of its 64-wide keys.
   if (KIN_DSA.includes(c.arch) && c.nEmbd / c.nHead / 2 > DSA_INDEXER_KEY_LENGTH) {
     problems.push(`${c.arch}: head size ${c.nEmbd / c.nHead} rotates more than the indexer's ${DSA_INDEXER_KEY_LENGTH}-wide keys hold`);
+  }
+  if (c.arch === 'kimi-linear' && c.qLoraRank !== 0) {
+    problems.push(`kimi-linear has no query compression (its loader reads no q_lora_rank): --q-lora-rank must be 0`);
   }
   if (c.arch === 'deepseek2-ocr' && c.nHeadKv !== c.nHead) {
     problems.push(`deepseek2-ocr has no grouped-query attention: --n-head-kv (${c.nHeadKv}) must equal --n-head (${c.nHead})`);
@@ -362,12 +529,15 @@ export function validateKin(c: ModelConfig): string[] {
  * The MoE architectures llama.cpp serves (docs/families.md) whose files the generator does not write, each with the
  * piece it lacks: `make-model` names it when asked for one.
  */
+/**
+ * Why the diffusion LMs stay refused: not a missing piece of the generator but of llama-server, which would never run
+ * them (read from the pinned source: src/llama-model.cpp create_memory, tools/server/server-context.cpp).
+ */
+const DIFFUSION_LM =
+  'a server that completes with it: a diffusion LM (non-causal attention) gets no KV cache from llama.cpp ' +
+  "(llama_model::create_memory) and llama-server refuses completions on a context without one ('the current context " +
+  "does not logits computation'); only llama-diffusion-cli's denoising loop decodes it, with no expert dispatch";
 export const UNGENERATED: Readonly<Record<string, string>> = {
-  bailingmoe3: "KDA linear-attention layers beside MLA (bailingmoe3's hybrid cache)",
-  dots3note: "dots3note's keys and MTP layers on the deepseek2 lineage",
-  'kimi-linear': 'KDA linear-attention layers beside MLA',
-  'llada-moe': 'a diffusion (non-causal) LM: completions do not run on it',
-  'minimax-01': 'lightning (linear) attention layers',
-  qwen4exp: 'hybrid linear attention of qwen4exp',
-  rnd1: 'a diffusion (non-causal) LM: completions do not run on it',
+  'llada-moe': DIFFUSION_LM,
+  rnd1: DIFFUSION_LM,
 };

@@ -9,17 +9,23 @@ import { isHybridArch, planHybridModel, validateHybrid } from './model-arch-hybr
 import { DEEPSEEK4_ROUTING, deepseek4SwigluLimits, planDeepseek4Model, validateDeepseek4 } from './model-arch-deepseek4.ts';
 import { planGemma4, validateGemma4 } from './model-arch-gemma4.ts';
 import { MINIMAX_M3_ROUTING, planMinimaxM3, validateMinimaxM3 } from './model-arch-minimax-m3.ts';
+import { planQwen4exp, validateQwen4exp } from './model-arch-qwen4exp.ts';
 import {
   KIN,
   dsaIndexerTensors,
   isKinArch,
   kinMetadata,
+  kdaLayer,
+  kdaTensors,
   kinWith,
+  lightningLayer,
+  lightningTensors,
   mambaLayer,
   mambaTensors,
   shortConvLayer,
   shortConvTensors,
   validateKin,
+  windowedMlaLayer,
 } from './model-arch-kin.ts';
 import {
   ARCHITECTURES,
@@ -135,6 +141,9 @@ const ROUTING: Partial<Record<ArchName, Routing>> = {
   deepseek32: { gating: 2, probsBias: true, norm: true, scale: 2.5 },
   'glm-dsa': { gating: 2, probsBias: true, norm: true, scale: 2.5 },
   lfm2moe: { gating: 2, probsBias: true, norm: true, scale: 0 },
+  dots3note: { gating: 2, probsBias: true, norm: true, scale: 2.5 },
+  'kimi-linear': { gating: 2, probsBias: true, norm: true, scale: 2.5 },
+  bailingmoe3: { gating: 2, probsBias: true, norm: true, scale: 2.5 },
 };
 
 /** The router an architecture's generated model asks llama.cpp for; undefined: softmax over all experts, as stock. */
@@ -177,7 +186,8 @@ export function defaultConfig(partial: Partial<ModelConfig> & Pick<ModelConfig, 
     nHeadKv: partial.nHeadKv ?? nHead,
     denseLeading: DENSE_LEADING.includes(partial.arch) ? 1 : 0,
     sharedFf: partial.sharedFf ?? partial.ff ?? 64,
-    qLoraRank: MLA.includes(partial.arch) ? nEmbd / 2 : 0,
+    // Kimi Linear's loader never reads q_lora_rank: its latent attention has one attn_q.
+    qLoraRank: MLA.includes(partial.arch) && partial.arch !== 'kimi-linear' ? nEmbd / 2 : 0,
     kvLoraRank: MLA.includes(partial.arch) ? nEmbd / 2 : 0,
     expertGroups: partial.arch === 'deepseek2' && (partial.nExpert ?? 8) % 4 === 0 ? 4 : 0,
     expertGroupsUsed: partial.arch === 'deepseek2' && (partial.nExpert ?? 8) % 4 === 0 ? 2 : 0,
@@ -185,13 +195,14 @@ export function defaultConfig(partial: Partial<ModelConfig> & Pick<ModelConfig, 
     expertScale: 0.1,
     expertScales: false,
     swigluLimits:
-      partial.arch === 'step35'
+      partial.arch === 'step35' || partial.arch === 'bailingmoe3'
         ? defaultSwigluLimits(partial.layers ?? 2)
         : partial.arch === 'deepseek4'
           ? deepseek4SwigluLimits(partial.layers ?? 2)
           : [],
     ...partial,
     nEmbd,
+    hashLayers: 0,
     nHead,
   };
 }
@@ -232,10 +243,11 @@ export function validateConfig(c: ModelConfig): string[] {
   if (c.arch === 'llama4' && c.layers < 4) problems.push(`llama4 needs at least 4 layers (every 4th attends in full), got ${c.layers}`);
   if (c.expertScales && !EXPERT_SCALE_ARCHS.includes(c.arch)) {
     problems.push(`--expert-scales: only ${EXPERT_SCALE_ARCHS.join(', ')} pass per-expert scales to their experts, not ${c.arch}`);
+  if (c.hashLayers !== 0 && c.arch !== 'deepseek4') problems.push(`--hash-layers: only deepseek4 routes layers by token id, not ${c.arch}`);
   }
   if (c.swigluLimits.length > 0) {
-    if (c.arch !== 'step35' && c.arch !== 'deepseek4')
-      problems.push(`--swiglu-limit: only step35 and deepseek4 clamp their experts' SwiGLU, not ${c.arch}`);
+    if (c.arch !== 'step35' && c.arch !== 'deepseek4' && c.arch !== 'bailingmoe3')
+      problems.push(`--swiglu-limit: only step35, bailingmoe3 and deepseek4 clamp their experts' SwiGLU, not ${c.arch}`);
     else if (c.swigluLimits.length !== c.layers) {
       problems.push(`--swiglu-limit: ${c.swigluLimits.length} limits for ${c.layers} layers (give one, or one per layer)`);
     }
@@ -296,6 +308,7 @@ export function validateConfig(c: ModelConfig): string[] {
   if (c.arch === 'minimax-m3') problems.push(...validateMinimaxM3(c));
   if (isKinArch(c.arch)) problems.push(...validateKin(c));
   return problems;
+  if (c.arch === 'qwen4exp') problems.push(...validateQwen4exp(c));
 }
 
 /**
@@ -348,6 +361,7 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
   const headDim = c.nEmbd / c.nHead;
   const kvDim = headDim * c.nHeadKv;
   const big = c.type;
+  if (c.arch === 'qwen4exp') return planQwen4exp(c, vocabSize, FILE_TYPE[c.type] as number, rowType);
   const F32 = GGMLType.F32;
   const mla = MLA.includes(a);
   const oss = a === 'gpt-oss';
@@ -474,8 +488,13 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
       for (const t of shortConvTensors(p, c)) add(t.name, t.dims, t.role);
     } else if (mamba) {
       for (const t of mambaTensors(p, c)) add(t.name, t.dims, t.role);
+    const lightning = lightningLayer(a, i);
     } else if (mla) {
       const nope = headDim - ropeDim;
+    } else if (lightning) {
+      for (const t of lightningTensors(p, c)) add(t.name, t.dims, t.role);
+    } else if (kdaLayer(a, i)) {
+      for (const t of kdaTensors(p, c)) add(t.name, t.dims, t.role);
       if (c.qLoraRank > 0) {
         add(`${p}.attn_q_a_norm.weight`, [c.qLoraRank], 'norm');
         add(`${p}.attn_q_a.weight`, [c.nEmbd, c.qLoraRank], 'attn');
@@ -490,7 +509,11 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
       add(`${p}.attn_k_b.weight`, [nope, c.kvLoraRank, c.nHead], 'attn');
       add(`${p}.attn_v_b.weight`, [c.kvLoraRank, headDim, c.nHead], 'attn');
       add(`${p}.attn_output.weight`, [c.nHead * headDim, c.nEmbd], 'attn');
-      if (isKinArch(a) && KIN[a].dsaIndexer) for (const t of dsaIndexerTensors(p, c)) add(t.name, t.dims, t.role);
+      const windowed = windowedMlaLayer(a, i);
+      if (isKinArch(a) && KIN[a].dsaIndexer && !windowed) for (const t of dsaIndexerTensors(p, c)) add(t.name, t.dims, t.role);
+      // dots3note: the shared rotated key's norm; dots3note and bailingmoe3: one sigmoid gate per head on the output.
+      if (isKinArch(a) && KIN[a].windowedMla) add(`${p}.attn_k_norm.weight`, [ropeDim], 'norm');
+      if (isKinArch(a) && KIN[a].attnGatePerHead) add(`${p}.attn_gate.weight`, [c.nEmbd, c.nHead], 'attn');
     } else if (a === 'bailingmoe2' || a === 'dbrx') {
       add(`${p}.attn_qkv.weight`, [c.nEmbd, c.nEmbd + 2 * kvDim], 'attn');
       add(`${p}.attn_output.weight`, [c.nEmbd, c.nEmbd], 'attn');

@@ -38,6 +38,10 @@ export const KIN_ARCHITECTURES = [
   'lfm2moe',
   'jamba',
   'granitehybrid',
+  'dots3note',
+  'minimax-01',
+  'kimi-linear',
+  'bailingmoe3',
 ] as const;
 export type KinArchName = (typeof KIN_ARCHITECTURES)[number];
 
@@ -61,6 +65,7 @@ export const ARCHITECTURES = [
   'deepseek4',
   'gemma4',
   'minimax-m3',
+  'qwen4exp',
   ...HYBRID_ARCHITECTURES,
   ...KIN_ARCHITECTURES,
 ] as const;
@@ -110,6 +115,12 @@ export interface ModelConfig {
    * clamped to ±limit, ggml_swiglu_clamp). Empty for the families without it.
    */
   swigluLimits: number[];
+  /**
+   * deepseek4's hash layers (`hash_layer_count`): the first `hashLayers` layers pick their experts by token id from an
+   * I32 table `ffn_gate_tid2eid` [n_expert_used, n_vocab] instead of by the router's top-k (the router still weighs
+   * them). 0 for every other family.
+   */
+  hashLayers: number;
 }
 
 /** How a tensor's weights are drawn; also decides its type. */
@@ -139,7 +150,9 @@ export type TensorRole =
   | 'ssm_a'
   | 'ssm_dt'
   // deepseek4's hyper-connection mixers (hc_*_fn: F32, unit-variance mixes)
-  | 'hc';
+  | 'hc'
+  // deepseek4's hash layers' table of expert ids per token (ffn_gate_tid2eid: I32, written by expertIdTable)
+  | 'expert_ids';
 
 export interface TensorPlan {
   name: string;

@@ -200,13 +200,17 @@ async function dispatchedRun(
     log: server.log().slice(logMark),
     protocolErrors: d.stats.protocolErrors,
     bound,
-    ...(['llama4', 'exaone-moe', 'afmoe', 'granite_swa', 'mimo2', 'laguna', 'lfm2moe', 'jamba', 'granitehybrid'].includes(
-      m.config.arch,
-    ) && {
+    ...([
+      ...['llama4', 'exaone-moe', 'afmoe', 'granite_swa', 'mimo2', 'laguna', 'lfm2moe', 'jamba', 'granitehybrid'],
+      'dots3note',
+      'qwen4exp',
+      'minimax-01',
+      'kimi-linear',
+    ].includes(m.config.arch) && {
       evaluation: SWA_EVALUATION,
     }),
     ...(m.config.arch === 'hy_v3' && { evaluation: LAST_LAYER_ALL_ROWS }),
-    ...(['gpt-oss', 'step35', 'gemma4', 'deepseek4', 'cohere2moe'].includes(m.config.arch) && {
+    ...(['gpt-oss', 'step35', 'gemma4', 'deepseek4', 'cohere2moe', 'bailingmoe3'].includes(m.config.arch) && {
       evaluation: GPT_OSS_EVALUATION,
     }),
   });
@@ -214,8 +218,9 @@ async function dispatchedRun(
 }
 
 /**
- * Llama 4's chunked attention and the sliding-window layers of gpt-oss, exaone-moe, afmoe, granite_swa, mimo2 and laguna
- * keep a windowed cache (lfm2moe a short-convolution state, jamba and granitehybrid a Mamba state), which cannot be rolled back:
+ * Llama 4's chunked attention and the sliding-window layers of gpt-oss, exaone-moe, afmoe, granite_swa, mimo2, laguna
+ * and dots3note keep a windowed cache (lfm2moe a short-convolution state, jamba and granitehybrid a Mamba state, qwen4exp
+ * a delta-net state, minimax-01 a lightning-attention state, kimi-linear a KDA state), which cannot be rolled back:
  * llama-server evaluates the prompt's last tokens in a graph of their own to checkpoint before them
  * (harness/dispatch-checks.ts).
  */
@@ -225,7 +230,8 @@ const LAST_LAYER_ALL_ROWS: PromptEvaluation = { lastLayerAllRows: true };
 /**
  * gpt-oss's, step35's and gemma4's graphs (sliding-window layers too) keep every row through their last layer (they
  * drop the unwanted rows after the layers); so does deepseek4's (it drops them after the last layer's hyper-connection
- * mix), whose windowed and compressed caches are checkpointed the same way; and cohere2moe's (windowed layers).
+ * mix), whose windowed and compressed caches are checkpointed the same way; and cohere2moe's (windowed layers); and
+ * bailingmoe3's (it drops them after the output norm), whose KDA state is checkpointed the same way.
  */
 const GPT_OSS_EVALUATION: PromptEvaluation = { checkpointSplit: true, lastLayerAllRows: true };
 
@@ -322,12 +328,23 @@ const KIN_FULL_ONLY: readonly string[] = [
     'lfm2moe',
     'jamba',
     'granitehybrid',
+    'dots3note',
+    'minimax-01',
+    'kimi-linear',
+    'bailingmoe3',
   ],
   // parallel residual, windowed layers keeping every row through the last layer
   'cohere2moe',
 ];
+/**
+ * Families and file variants generated once `npm test` had no time left, both cells in `npm run test:families:full`
+ * only: qwen4exp (gated delta nets beside sparse attention, hyper-connections) and deepseek4's hash layers (the first
+ * two layers pick their experts by token id from `ffn_gate_tid2eid`).
+ */
+const FULL_ONLY_CASES: readonly string[] = ['qwen4exp', 'deepseek4 with hash layers'];
 function gridTypes(name: string): GGMLType[] {
   if (FIRST_FIVE.includes(name)) return GRID_TYPES;
+  if (FULL_ONLY_CASES.includes(name)) return process.env.EXPERTSWARM_FAMILIES === 'full' ? FAMILY_GRID_TYPES : [];
   if (!isKinArch(name)) return FAMILY_GRID_TYPES;
   return KIN_FULL_ONLY.includes(name) && process.env.EXPERTSWARM_FAMILIES !== 'full' ? [] : KIN_GRID_TYPES;
 }
@@ -343,6 +360,9 @@ const NO_RESIDUAL_PROBE: readonly string[] = [
   'cohere2moe',
   // short-convolution (lfm2moe) and Mamba (jamba, granitehybrid) layers
   ...['lfm2moe', 'jamba', 'granitehybrid'],
+  // a gate per head on the attention output (dots3note); hyper-connections and delta nets (qwen4exp); lightning
+  // attention and a residual of the normed input (minimax-01); KDA layers (kimi-linear, bailingmoe3)
+  ...['dots3note', 'qwen4exp', 'minimax-01', 'kimi-linear', 'bailingmoe3'],
 ];
 const FIRST_FIVE: readonly string[] = ['qwen3moe', 'qwen2moe', 'deepseek', 'llama', 'olmoe'];
 const gridBaselines = new Map<string, number[]>();
@@ -359,6 +379,7 @@ function fmt(x: number): string {
 const GRID_CASES: Array<{ name: string; arch: ArchName; extra?: Partial<ModelConfig> }> = [
   ...ARCHITECTURES.filter((a) => !isHybridArch(a)).map((arch) => ({ name: arch as string, arch })),
   { name: 'qwen3moe with per-expert scales', arch: 'qwen3moe', extra: { expertScales: true } },
+  { name: 'deepseek4 with hash layers', arch: 'deepseek4', extra: { hashLayers: 2 } },
 ];
 
 for (const { name, arch, extra } of GRID_CASES) {

@@ -70,12 +70,20 @@ const MORE_FAMILIES: ArchName[] = [
   'hunyuan-moe',
   'bailingmoe2',
   'qwen35moe',
+  // gated delta nets beside sparse attention, low-rank hyper-connections
+  'qwen4exp',
   ...KIN_ARCHITECTURES, // mistral4: SiLU-gated on fused gate/up
 ];
 const FAMILIES: ArchName[] = [...EVERY_VARIANT.map((v) => v.arch), ...(process.env.EXPERTSWARM_FAMILIES === 'full' ? MORE_FAMILIES : [])];
-/** Variants a model takes from its file, not its architecture: per-expert scale tensors (on qwen3moe). Always run. */
-const FILE_VARIANTS: Array<{ name: string; arch: ArchName; extra: { expertScales: boolean } }> = [
+/**
+ * Variants a model takes from its file, not its architecture: per-expert scale tensors (on qwen3moe), always run;
+ * deepseek4's hash layers (the first two layers' experts picked by token id from `ffn_gate_tid2eid`) with the full set.
+ */
+const FILE_VARIANTS: Array<{ name: string; arch: ArchName; extra: { expertScales?: boolean; hashLayers?: number } }> = [
   { name: 'qwen3moe with per-expert scales', arch: 'qwen3moe', extra: { expertScales: true } },
+  ...(process.env.EXPERTSWARM_FAMILIES === 'full'
+    ? [{ name: 'deepseek4 with hash layers', arch: 'deepseek4' as const, extra: { hashLayers: 2 } }]
+    : []),
 ];
 const N = E2E_TOKENS;
 /** From Join to serving: the page's bundle, SwiftShader's shader compiles and the slice, on 2 busy cores. */

@@ -49,8 +49,8 @@ const FAMILY_TYPES = [GGMLType.F32, GGMLType.Q8_0, GGMLType.Q4_K];
 const FIRST_FIVE: readonly string[] = ['qwen3moe', 'qwen2moe', 'deepseek', 'llama', 'olmoe'];
 
 for (const arch of ARCHITECTURES) {
-  // The kin families (model-arch-kin.ts) at Q8_0 only: the grid (expert-dispatch.test.ts) loads them at Q4_K.
-  for (const type of FIRST_FIVE.includes(arch) ? TYPES : isKinArch(arch) ? [GGMLType.Q8_0] : FAMILY_TYPES) {
+  // The kin families (model-arch-kin.ts) and qwen4exp at Q8_0 only: the grid (expert-dispatch.test.ts) loads them at Q4_K.
+  for (const type of FIRST_FIVE.includes(arch) ? TYPES : isKinArch(arch) || arch === 'qwen4exp' ? [GGMLType.Q8_0] : FAMILY_TYPES) {
     test(`llama.cpp loads and runs ${arch} ${GGMLType[type]}`, async () => {
       // K-quants need rows that are whole 256-element super-blocks.
       const width = type >= GGMLType.Q2_K && type <= GGMLType.Q6_K ? 256 : 64;
@@ -468,4 +468,20 @@ test("minimax-m3: llama.cpp clamps its experts' SwiGLU-OAI (min(g, 7), clamp(u, 
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
+});
+
+test('deepseek4 with hash layers: llama.cpp routes the first layers by token id from ffn_gate_tid2eid (I32), and that moves the logits', async () => {
+  const base = loudConfig({ arch: 'deepseek4' });
+  const model = await testModel({ ...base, hashLayers: 2 });
+  const file = await readGGUFFile(model.path);
+  const nVocab = requireMetaStringArray(file, 'tokenizer.ggml.tokens').length;
+  assert.equal(file.metadata.get('deepseek4.hash_layer_count')?.value, 2);
+  const table = file.tensors.find((t) => t.name === 'blk.0.ffn_gate_tid2eid.weight');
+  assert.equal(table?.type, GGMLType.I32, 'the table is I32');
+  const hashed = await completeAll(model.path, model.ban, nVocab);
+  assert.equal(hashed.tokens.length, 8);
+  // The same weights (drawn per tensor name and seed) routed by the router's top-k in every layer.
+  const routed = await completeAll((await testModel(base)).path, model.ban, nVocab);
+  const d = firstDistance(hashed, routed, nVocab);
+  assert.ok(d >= 5e-3, `hash layers vs top-k routing: 1 − cos ${d.toExponential(2)} at the first position (want ≥ 5e-3)`);
 });

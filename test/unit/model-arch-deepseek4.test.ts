@@ -21,6 +21,7 @@ import {
   DEEPSEEK4_INDEXER,
   DEEPSEEK4_SLIDING_WINDOW,
   deepseek4SwigluLimits,
+  expertIdTable,
 } from '../../tools/model-arch-deepseek4.ts';
 import { GGMLType } from '../../gguf/quant-types.ts';
 
@@ -157,5 +158,36 @@ test('deepseek4: validateConfig names the wrong number', () => {
   }
   assert.deepEqual(validateConfig(defaultConfig(base)), []);
   // The limits are deepseek4's and step35's only.
-  assert.ok(validateConfig(defaultConfig({ arch: 'qwen3moe', swigluLimits: [1, 1] })).some((p) => /only step35 and deepseek4/.test(p)));
+  assert.ok(
+    validateConfig(defaultConfig({ arch: 'qwen3moe', swigluLimits: [1, 1] })).some((p) => /only step35, bailingmoe3 and deepseek4/.test(p)),
+  );
+});
+
+test('deepseek4 with hash layers: the first layers take an I32 table of distinct expert ids per token instead of a selection bias', () => {
+  const c = defaultConfig({ arch: 'deepseek4', layers: 3, nEmbd: 64, nHead: 2, ff: 64, sharedFf: 64, hashLayers: 2 });
+  const plan = planModel(c, VOCAB);
+  assert.equal(meta(plan).get('deepseek4.hash_layer_count'), 2);
+  const t = tensors(plan);
+  for (const il of [0, 1]) {
+    assert.deepEqual(t.get(`blk.${il}.ffn_gate_tid2eid.weight`), { dims: [c.nExpertUsed, VOCAB], type: GGMLType.I32 }, `layer ${il}`);
+    assert.equal(t.get(`blk.${il}.exp_probs_b.bias`), undefined, `layer ${il} has no selection bias`);
+  }
+  assert.equal(t.get('blk.2.ffn_gate_tid2eid.weight'), undefined);
+  assert.ok(t.get('blk.2.exp_probs_b.bias'));
+  assert.deepEqual(plan.moeLayers, [0, 1, 2]);
+  // The table: each token's ids distinct and in range, and the tokens spread over every expert.
+  const table = plan.tensors.find((x) => x.name === 'blk.0.ffn_gate_tid2eid.weight');
+  const ids = new Int32Array(expertIdTable(table as NonNullable<typeof table>, c).buffer.slice(0));
+  assert.equal(ids.length, c.nExpertUsed * VOCAB);
+  for (let tok = 0; tok < VOCAB; tok++) {
+    const row = Array.from(ids.subarray(tok * c.nExpertUsed, (tok + 1) * c.nExpertUsed));
+    assert.equal(new Set(row).size, row.length, `token ${tok}: ${row}`);
+    assert.ok(
+      row.every((e) => e >= 0 && e < c.nExpert),
+      `token ${tok}: ${row}`,
+    );
+  }
+  assert.equal(new Set(ids).size, c.nExpert);
+  assert.match(validateConfig({ ...c, hashLayers: 4 }).join(), /hash layers \(4\) must be an integer in \[0, 3\]/);
+  assert.match(validateConfig(defaultConfig({ arch: 'qwen3moe', hashLayers: 1 })).join(), /only deepseek4 routes layers by token id/);
 });

@@ -237,7 +237,7 @@ test('validateConfig names the wrong number for the new families', () => {
   const cases: Array<[Partial<ModelConfig> & { arch: ArchName }, RegExp]> = [
     [
       { arch: 'minimax-m2', denseLeading: 1 },
-      /only deepseek, deepseek2, glm4moe, dots1, ernie4_5-moe, bailingmoe2, minimax-m3, exaone-moe, afmoe, mistral4, deepseek2-ocr, mimo2, laguna, cohere2moe, deepseek32, glm-dsa, lfm2moe have leading dense layers/,
+      /only deepseek, deepseek2, glm4moe, dots1, ernie4_5-moe, bailingmoe2, minimax-m3, exaone-moe, afmoe, mistral4, deepseek2-ocr, mimo2, laguna, cohere2moe, deepseek32, glm-dsa, lfm2moe, dots3note, kimi-linear, bailingmoe3 have leading dense layers/,
     ],
     [{ arch: 'glm4moe', sharedFf: 96 }, /--shared-ff \(96\) must be a multiple of --ff \(64\)/],
     [{ arch: 'deepseek2', expertGroups: 3 }, /expert groups \(3\) must divide --n-expert \(8\)/],
@@ -248,7 +248,10 @@ test('validateConfig names the wrong number for the new families', () => {
     ],
     [{ arch: 'deepseek2', kvLoraRank: 0 }, /kv_lora_rank must be a positive integer/],
     [{ arch: 'glm4moe', expertGroups: 4, expertGroupsUsed: 2 }, /only deepseek2 routes by expert groups/],
-    [{ arch: 'qwen3moe', kvLoraRank: 32 }, /only deepseek2, mistral4, deepseek32, glm-dsa have q_lora_rank/],
+    [
+      { arch: 'qwen3moe', kvLoraRank: 32 },
+      /only deepseek2, mistral4, deepseek32, glm-dsa, dots3note, kimi-linear, bailingmoe3 have q_lora_rank/,
+    ],
   ];
   for (const [partial, want] of cases) {
     const problems = validateConfig(defaultConfig({ layers: 3, nEmbd: 64, ff: 64, sharedFf: 64, nExpert: 8, nExpertUsed: 2, ...partial }));
@@ -609,7 +612,7 @@ test('step35: every layer routed with a shared expert, sigmoid router with a sel
   assert.match(bad({ arch: 'step35', swigluLimits: [7, 7] }), /2 limits for 3 layers/);
   assert.match(bad({ arch: 'step35', swigluLimits: [7, -1, 7] }), /finite and ≥ 0/);
   assert.match(bad({ arch: 'step35', swigluLimits: [7, Number.NaN, 7] }), /finite and ≥ 0/);
-  assert.match(bad({ arch: 'qwen3moe', swigluLimits: [7, 7, 7] }), /only step35 and deepseek4 clamp/);
+  assert.match(bad({ arch: 'qwen3moe', swigluLimits: [7, 7, 7] }), /only step35, bailingmoe3 and deepseek4 clamp/);
   assert.match(bad({ arch: 'step35', layers: 1 }), /at least 2 layers/);
   assert.match(bad({ arch: 'step35', nEmbd: 96, nHead: 16 }), /multiple of 4/);
   assert.equal(bad({ arch: 'step35', layers: 2 }), '');

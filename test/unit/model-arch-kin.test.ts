@@ -314,10 +314,88 @@ test('granitehybrid: Mamba2 layers in the even layers (one in_proj to z, x, B, C
   assert.ok(names(p, 1).includes('attn_q.weight') && names(p, 0).includes('ffn_up_shexp.weight'));
 });
 
+test('dots3note: windowed latent attention in the even layers without the indexer, full ones with it; a gate per head, the rotated key normed', () => {
+  const p = plan({ arch: 'dots3note' });
+  assert.deepEqual(p.moeLayers, [1, 2]);
+  assert.deepEqual(meta(p)['dots3note.attention.sliding_window_pattern'], [true, false, true]);
+  assert.deepEqual(meta(p)['dots3note.attention.indexer.types'], [0, 1, 0]);
+  for (const k of ['kv_lora_rank_swa', 'key_length_mla_swa', 'value_length_mla_swa', 'sliding_window']) {
+    assert.ok(meta(p)[`dots3note.attention.${k}`] !== undefined, k);
+  }
+  assert.equal(meta(p)['dots3note.rope.freq_base_swa'], 10000);
+  const dims = (n: string): number[] | undefined => p.tensors.find((x) => x.name === n)?.dims;
+  assert.deepEqual(dims('blk.1.attn_gate.weight'), [64, 2]);
+  // n_rot: half of a 32-wide head
+  assert.deepEqual(dims('blk.2.attn_k_norm.weight'), [16]);
+  assert.ok(names(p, 1).includes('indexer.attn_q_b.weight') && !names(p, 2).some((n) => n.startsWith('indexer.')), names(p, 2).join(' '));
+  for (const n of ['attn_k_b.weight', 'attn_v_b.weight', 'exp_probs_b.bias', 'ffn_up_shexp.weight', ...EXPERTS]) {
+    assert.ok(names(p, 2).includes(n), n);
+  }
+  assert.ok(!p.tensors.some((t) => t.name.includes('nextn')), 'no MTP layer');
+  assert.match(
+    validateConfig(defaultConfig({ arch: 'dots3note', layers: 1, denseLeading: 0 })).join(),
+    /dots3note needs at least 2 layers/,
+  );
+});
+
+test('minimax-01: lightning-attention layers in the even layers (one qkv projection, output norm and gate), softmax attention in the odd ones, every layer routed', () => {
+  const p = plan({ arch: 'minimax-01' });
+  assert.deepEqual(p.moeLayers, [0, 1, 2]);
+  assert.equal(meta(p)['minimax-01.residual_scale'], 1);
+  assert.equal(meta(p)['minimax-01.full_attention_interval'], 2);
+  assert.equal(meta(p)['minimax-01.feed_forward_length'], 64);
+  const dims = (n: string): number[] | undefined => p.tensors.find((x) => x.name === n)?.dims;
+  assert.deepEqual(dims('blk.0.attn_qkv.weight'), [64, 192]);
+  assert.deepEqual(dims('blk.2.attn_gate.weight'), [64, 64]);
+  assert.deepEqual(dims('blk.0.attn_norm_2.weight'), [64]);
+  for (const n of ['attn_q.weight', 'attn_k.weight', 'attn_v.weight', 'ffn_norm.weight', 'attn_output.weight', ...EXPERTS]) {
+    assert.ok(names(p, 1).includes(n), n);
+  }
+  assert.ok(!names(p, 1).includes('attn_qkv.weight') && !names(p, 0).includes('attn_q.weight'));
+  assert.match(validateConfig(defaultConfig({ arch: 'minimax-01', layers: 1 })).join(), /minimax-01 needs at least 2 layers/);
+});
+
+test('kimi-linear: KDA layers in the even layers (q, k, v each through a 3-D convolution, low-rank gates), latent attention without query compression in the odd ones', () => {
+  const p = plan({ arch: 'kimi-linear' });
+  assert.deepEqual(p.moeLayers, [1, 2]);
+  assert.deepEqual(meta(p)['kimi-linear.attention.head_count_kv'], [0, 1, 0]);
+  assert.equal(meta(p)['kimi-linear.kda.head_dim'], 32);
+  assert.equal(meta(p)['kimi-linear.expert_gating_func'], 2);
+  assert.equal(p.metadata.filter((m) => m.key === 'kimi-linear.attention.head_count_kv').length, 1);
+  const dims = (n: string): number[] | undefined => p.tensors.find((x) => x.name === n)?.dims;
+  assert.deepEqual(dims('blk.2.ssm_conv1d_q.weight'), [4, 1, 64]);
+  assert.deepEqual(dims('blk.2.ssm_f_b.weight'), [32, 64]);
+  assert.deepEqual(dims('blk.2.ssm_a'), [1, 2]);
+  assert.deepEqual(dims('blk.2.ssm_dt.bias'), [64]);
+  assert.deepEqual(dims('blk.1.attn_q.weight'), [64, 64]);
+  for (const n of ['attn_kv_a_mqa.weight', 'attn_k_b.weight', 'attn_v_b.weight', 'exp_probs_b.bias', 'ffn_up_shexp.weight', ...EXPERTS]) {
+    assert.ok(names(p, 1).includes(n), n);
+  }
+  assert.ok(!names(p, 1).includes('attn_q_a.weight') && !names(p, 2).includes('attn_kv_a_mqa.weight'));
+  assert.match(validateConfig(defaultConfig({ arch: 'kimi-linear', qLoraRank: 16 })).join(), /kimi-linear has no query compression/);
+});
+
+test('bailingmoe3: KDA layers with full-rank gates and 4-D convolutions, latent attention with a gate per head, every routed layer clamped as step35', () => {
+  const p = plan({ arch: 'bailingmoe3' });
+  assert.deepEqual(p.moeLayers, [1, 2]);
+  assert.deepEqual(meta(p)['bailingmoe3.attention.head_count_kv'], [0, 1, 0]);
+  assert.equal(meta(p)['bailingmoe3.kda.gate_lower_bound'], -5);
+  assert.deepEqual(meta(p)['bailingmoe3.swiglu_clamp_exp'], [1.5, 0, 2]);
+  const dims = (n: string): number[] | undefined => p.tensors.find((x) => x.name === n)?.dims;
+  assert.deepEqual(dims('blk.2.ssm_conv1d_v.weight'), [4, 1, 64, 1]);
+  assert.deepEqual(dims('blk.2.ssm_f_a.weight'), [64, 64]);
+  assert.deepEqual(dims('blk.2.ssm_g_a.weight'), [64, 64]);
+  assert.ok(!names(p, 2).includes('ssm_f_b.weight') && !names(p, 2).includes('ssm_g_b.weight'));
+  assert.deepEqual(dims('blk.1.attn_gate.weight'), [64, 2]);
+  for (const n of ['attn_q_a.weight', 'attn_kv_a_mqa.weight', 'attn_k_b.weight', 'exp_probs_b.bias', 'ffn_up_shexp.weight', ...EXPERTS]) {
+    assert.ok(names(p, 1).includes(n), n);
+  }
+});
+
 test('kin config checks: latent ranks only for latent attention; qwen3vlmoe needs heads wide enough for its sections', () => {
   assert.match(
     validateConfig(defaultConfig({ arch: 'dbrx', qLoraRank: 8 })).join(),
-    /only deepseek2, mistral4, deepseek32, glm-dsa have q_lora_rank/,
+    /only deepseek2, mistral4, deepseek32, glm-dsa, dots3note, kimi-linear, bailingmoe3 have q_lora_rank/,
   );
   assert.match(validateConfig(defaultConfig({ arch: 'qwen3vlmoe', nEmbd: 64, nHead: 8 })).join(), /too small for its four RoPE sections/);
   assert.deepEqual(validateConfig(defaultConfig({ arch: 'afmoe' })), []);
@@ -331,10 +409,13 @@ test('no name is both generated and listed as not generated', () => {
 
 test('make-model refuses an architecture it does not write, naming it and the missing piece', () => {
   const cli = fileURLToPath(new URL('../../tools/make-model.ts', import.meta.url));
-  const r = spawnSync(process.execPath, ['--import', 'tsx', cli, '--arch', 'kimi-linear', '--out', '/nonexistent/x.gguf'], {
+  const r = spawnSync(process.execPath, ['--import', 'tsx', cli, '--arch', 'llada-moe', '--out', '/nonexistent/x.gguf'], {
     encoding: 'utf8',
     timeout: 60_000,
   });
   assert.equal(r.status, 2, r.stderr);
-  assert.match(r.stderr, /make-model: kimi-linear is not generated yet: the generator lacks KDA linear-attention layers beside MLA/);
+  assert.match(
+    r.stderr,
+    /make-model: llada-moe is not generated yet: the generator lacks a server that completes with it: a diffusion LM .*no KV cache.*llama-server refuses completions/,
+  );
 });

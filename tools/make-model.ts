@@ -14,6 +14,7 @@ import { GGUFWriter } from '../gguf/writer.ts';
 import { type GGUFValue, GGUFValueType, arr, bool, f32, str, u32 } from '../gguf/types.ts';
 import { HYBRID_FILL } from './model-arch-hybrid.ts';
 import { UNGENERATED } from './model-arch-kin.ts';
+import { expertIdTable } from './model-arch-deepseek4.ts';
 import { fileSink } from '../gguf/node-io.ts';
 import { quantize } from '../gguf/quantize.ts';
 import { GGMLType, quantTypeByName } from '../gguf/quant-types.ts';
@@ -209,6 +210,10 @@ export async function makeModel(config: ModelConfig, path: string): Promise<Made
   };
   await w.writeHeader(counting);
   for (const t of plan.tensors) {
+    if (t.role === 'expert_ids') {
+      await w.writeTensorData(counting, expertIdTable(t, config));
+      continue;
+    }
     for await (const chunk of tensorChunks(t, config.seed, config.expertScale)) await w.writeTensorData(counting, chunk);
   }
   await w.finish(counting);
@@ -220,7 +225,7 @@ export async function makeModel(config: ModelConfig, path: string): Promise<Made
 const USAGE = `usage: npm run make-model -- --arch <${ARCHITECTURES.join('|')}> [--layers N] [--n-embd E]
        [--n-expert X] [--n-expert-used K] [--ff F] [--shared-ff S] [--dense-leading D] [--n-head H] [--n-head-kv H]
        [--q-lora-rank R] [--kv-lora-rank R] [--expert-groups G] [--expert-groups-used U] [--expert-scales]
-       [--swiglu-limit L[,L...]]
+       [--swiglu-limit L[,L...]] [--hash-layers N]
        [--type f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q2_k|q3_k|q4_k|q5_k|q6_k|mxfp4|iq4_nl|iq4_xs|iq2_xxs] [--seed S] [--expert-scale A] --out file.gguf
 
   --expert-scale A   amplitude of the routed experts' down projection relative to unit variance (default 0.1: a quiet
@@ -238,7 +243,8 @@ const USAGE = `usage: npm run make-model -- --arch <${ARCHITECTURES.join('|')}> 
                      qwen3next and qwen35moe, whose graphs multiply each expert's products by them
   --swiglu-limit L   step35's and deepseek4's clamped SwiGLU: one limit for every layer, or one per layer
                      (comma-separated; 0 leaves a layer unclamped). Default: step35 1.5 + 0.25·layer on even layers, 0
-                     on odd ones; deepseek4 1.5, 1.75, 2 repeating (every layer clamped)`;
+                     on odd ones; deepseek4 1.5, 1.75, 2 repeating (every layer clamped)
+  --hash-layers N    deepseek4: the first N layers pick experts by token id (ffn_gate_tid2eid, I32; default 0)`;
 
 async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({
@@ -264,6 +270,7 @@ async function main(argv: string[]): Promise<number> {
       'expert-groups-used': { type: 'string' },
       'expert-scales': { type: 'boolean' },
       'swiglu-limit': { type: 'string' },
+      'hash-layers': { type: 'string' },
       out: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -308,6 +315,7 @@ async function main(argv: string[]): Promise<number> {
   set('expertGroups', num(values['expert-groups']));
   set('expertGroupsUsed', num(values['expert-groups-used']));
   set('expertScales', values['expert-scales']);
+  set('hashLayers', num(values['hash-layers']));
   if (values['swiglu-limit'] !== undefined) {
     const limits = values['swiglu-limit'].split(',').map(Number);
     // One limit: every layer's (the layer count is known once the rest of the config is).

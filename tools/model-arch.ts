@@ -200,9 +200,9 @@ export function defaultConfig(partial: Partial<ModelConfig> & Pick<ModelConfig, 
         : partial.arch === 'deepseek4'
           ? deepseek4SwigluLimits(partial.layers ?? 2)
           : [],
+    hashLayers: 0,
     ...partial,
     nEmbd,
-    hashLayers: 0,
     nHead,
   };
 }
@@ -241,9 +241,9 @@ export function validateConfig(c: ModelConfig): string[] {
   }
   // Llama 4's attention is chunked in 3 layers of every 4 and full in the 4th; llama.cpp needs one full layer at least.
   if (c.arch === 'llama4' && c.layers < 4) problems.push(`llama4 needs at least 4 layers (every 4th attends in full), got ${c.layers}`);
+  if (c.hashLayers !== 0 && c.arch !== 'deepseek4') problems.push(`--hash-layers: only deepseek4 routes layers by token id, not ${c.arch}`);
   if (c.expertScales && !EXPERT_SCALE_ARCHS.includes(c.arch)) {
     problems.push(`--expert-scales: only ${EXPERT_SCALE_ARCHS.join(', ')} pass per-expert scales to their experts, not ${c.arch}`);
-  if (c.hashLayers !== 0 && c.arch !== 'deepseek4') problems.push(`--hash-layers: only deepseek4 routes layers by token id, not ${c.arch}`);
   }
   if (c.swigluLimits.length > 0) {
     if (c.arch !== 'step35' && c.arch !== 'deepseek4' && c.arch !== 'bailingmoe3')
@@ -306,9 +306,9 @@ export function validateConfig(c: ModelConfig): string[] {
   if (c.arch === 'deepseek4') problems.push(...validateDeepseek4(c));
   if (c.arch === 'gemma4') problems.push(...validateGemma4(c));
   if (c.arch === 'minimax-m3') problems.push(...validateMinimaxM3(c));
+  if (c.arch === 'qwen4exp') problems.push(...validateQwen4exp(c));
   if (isKinArch(c.arch)) problems.push(...validateKin(c));
   return problems;
-  if (c.arch === 'qwen4exp') problems.push(...validateQwen4exp(c));
 }
 
 /**
@@ -357,11 +357,11 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
   if (c.arch === 'deepseek4') return planDeepseek4Model(c, vocabSize, FILE_TYPE[c.type] as number, rowType);
   if (c.arch === 'gemma4') return planGemma4(c, vocabSize, FILE_TYPE[c.type] as number);
   if (c.arch === 'minimax-m3') return planMinimaxM3(c, vocabSize, FILE_TYPE[c.type] as number);
+  if (c.arch === 'qwen4exp') return planQwen4exp(c, vocabSize, FILE_TYPE[c.type] as number, rowType);
   const a = c.arch;
   const headDim = c.nEmbd / c.nHead;
   const kvDim = headDim * c.nHeadKv;
   const big = c.type;
-  if (c.arch === 'qwen4exp') return planQwen4exp(c, vocabSize, FILE_TYPE[c.type] as number, rowType);
   const F32 = GGMLType.F32;
   const mla = MLA.includes(a);
   const oss = a === 'gpt-oss';
@@ -484,17 +484,17 @@ export function planModel(c: ModelConfig, vocabSize: number): ModelPlan {
     add(`${p}.attn_norm.weight`, [c.nEmbd], 'norm');
     const conv = shortConvLayer(a, i);
     const mamba = mambaLayer(a, i);
+    const lightning = lightningLayer(a, i);
     if (conv) {
       for (const t of shortConvTensors(p, c)) add(t.name, t.dims, t.role);
-    } else if (mamba) {
-      for (const t of mambaTensors(p, c)) add(t.name, t.dims, t.role);
-    const lightning = lightningLayer(a, i);
-    } else if (mla) {
-      const nope = headDim - ropeDim;
     } else if (lightning) {
       for (const t of lightningTensors(p, c)) add(t.name, t.dims, t.role);
     } else if (kdaLayer(a, i)) {
       for (const t of kdaTensors(p, c)) add(t.name, t.dims, t.role);
+    } else if (mamba) {
+      for (const t of mambaTensors(p, c)) add(t.name, t.dims, t.role);
+    } else if (mla) {
+      const nope = headDim - ropeDim;
       if (c.qLoraRank > 0) {
         add(`${p}.attn_q_a_norm.weight`, [c.qLoraRank], 'norm');
         add(`${p}.attn_q_a.weight`, [c.nEmbd, c.qLoraRank], 'attn');

@@ -14,6 +14,12 @@
  *
  *   npm run bench:hub [-- --part http|channel|all --volunteers 10000 --seconds 30
  *                         --channel 10000 --push 1000 --window 20 --clients 4]
+ *
+ * - **a cluster** (`--hubs N`, N > 1: bench/hub-cluster.ts): N hubs on one real Redis, each in its own process,
+ *   `--volunteers` simulated volunteers on the channel spread over them; the heartbeat's round trip, the pushed
+ *   assignments' latency, Redis ops/s and each hub's CPU (docs/cluster.md has the numbers measured here).
+ *
+ *   npm run bench:hub -- --hubs 4 --volunteers 100000 [--push 1000 --window 20 --beat-ping 0.05 --sync-ms 1000]
  */
 import { fork, spawn, type ChildProcess } from 'node:child_process';
 import { generateKeyPairSync, sign } from 'node:crypto';
@@ -48,6 +54,9 @@ const { values } = parseArgs({
     push: { type: 'string', default: '1000' },
     window: { type: 'string', default: '20' },
     clients: { type: 'string', default: '4' },
+    hubs: { type: 'string', default: '1' },
+    'beat-ping': { type: 'string', default: '0.05' },
+    'sync-ms': { type: 'string', default: '1000' },
     role: { type: 'string', default: 'main' },
   },
 });
@@ -253,12 +262,16 @@ interface ClientJob {
   /** The first `eligible` connections wait for work (max_experts 1); the others pause after welcome. */
   eligible: number;
   heartbeatMs: number;
+  /** The share of heartbeats followed at once by a ping, its pong timed: a heartbeat's round trip (bench:hub --hubs). */
+  beatPing?: number;
+  /** The source address of the connections (127.x.y.z: each its own ephemeral ports; bench:hub --hubs). */
+  localAddress?: string;
 }
 
 type ToClient = { type: 'start'; job: ClientJob } | { type: 'rtt'; on: boolean } | { type: 'report' } | { type: 'exit' };
 type FromClient =
   | { type: 'connected'; count: number; failed: number; closes: Record<string, number> }
-  | { type: 'report'; assigns: number[]; rttMs: number[]; closes: Record<string, number>; open: number };
+  | { type: 'report'; assigns: number[]; rttMs: number[]; beatMs: number[]; closes: Record<string, number>; open: number };
 
 /** One client process: holds `count` channels open, heartbeats each every heartbeatMs, answers assign with loaded. */
 async function clientsRole(): Promise<void> {
@@ -270,8 +283,11 @@ async function clientsRole(): Promise<void> {
   );
   const assigns: number[] = [];
   const rttMs: number[] = [];
+  const beatMs: number[] = [];
   const closes: Record<string, number> = {};
   const pingsOut = new Map<number, number>();
+  /** Pings sent right behind a heartbeat: their pong comes once the hub handled the heartbeat. */
+  const beatPings = new Set<number>();
   const sockets: WebSocket[] = [];
   let nextPing = 1;
   let failed = 0;
@@ -282,7 +298,7 @@ async function clientsRole(): Promise<void> {
     64,
     (i) =>
       new Promise<void>((resolve) => {
-        const ws = new WebSocket(job.url, { perMessageDeflate: false });
+        const ws = new WebSocket(job.url, { perMessageDeflate: false, ...(job.localAddress ? { localAddress: job.localAddress } : {}) });
         const eligible = i < job.eligible;
         let held: { model: string; layer: number; experts: [number, number] } | null = null;
         let paused = false;
@@ -339,6 +355,12 @@ async function clientsRole(): Promise<void> {
                     stats: { pairsServed: 0, queueDepth: 0 },
                   }),
                 );
+                if (job.beatPing && Math.random() < job.beatPing) {
+                  const id = nextPing++;
+                  pingsOut.set(id, performance.now());
+                  beatPings.add(id);
+                  ws.send(text({ type: 'ping', id }));
+                }
               };
               beat();
               setInterval(beat, job.heartbeatMs).unref();
@@ -351,7 +373,7 @@ async function clientsRole(): Promise<void> {
             ws.send(text({ type: 'loaded', assignmentId: m.assignment_id!, ready: true, backend: 'webgpu', gflops: 100 }));
           } else if (m.type === 'pong' && m.id !== undefined) {
             const t0 = pingsOut.get(m.id);
-            if (t0 !== undefined) rttMs.push(performance.now() - t0);
+            if (t0 !== undefined) (beatPings.delete(m.id) ? beatMs : rttMs).push(performance.now() - t0);
             pingsOut.delete(m.id);
           }
         });
@@ -386,6 +408,7 @@ async function clientsRole(): Promise<void> {
         type: 'report',
         assigns: assigns.splice(0),
         rttMs: rttMs.splice(0),
+        beatMs: beatMs.splice(0),
         closes,
         open: sockets.filter((s) => s.readyState === s.OPEN).length,
       });
@@ -602,6 +625,19 @@ async function channelPart(wanted: number, PUSH: number, WINDOW_S: number, K: nu
 
 if (values.role === 'clients') {
   await clientsRole();
+} else if (Number(values.hubs) > 1) {
+  console.log(`machine: ${cpus().length} × ${cpus()[0]?.model}, load average ${loadavg()[0]?.toFixed(1)} (the load generator shares it)`);
+  const { clusterPart } = await import('./hub-cluster.ts');
+  await clusterPart({
+    hubs: Number(values.hubs),
+    volunteers: Number(values.volunteers),
+    push: Number(values.push),
+    windowS: Number(values.window),
+    heartbeatMs: HEARTBEAT_MS,
+    beatPing: Number(values['beat-ping']),
+    syncMs: Number(values['sync-ms']),
+  });
+  process.exit(0);
 } else {
   console.log(`machine: ${cpus().length} × ${cpus()[0]?.model}, load average ${loadavg()[0]?.toFixed(1)} (the load generator shares it)`);
   const part = values.part;

@@ -41,12 +41,19 @@ export interface RelayLinksOptions {
   redialMs: number;
   /** An answer may come this long after the item's deadline before the item is refused. */
   answerGraceMs: number;
+  /**
+   * Keepalive: an open relay is pinged (a WebSocket ping; the other hub's `ws` answers it) every `keepaliveMs`, and
+   * one whose pong has not come by the next ping is closed — its items refused, the next sync redials. So a hub that
+   * hangs or a network that drops without a close costs at most 2 × keepaliveMs of items waiting their deadlines.
+   */
+  keepaliveMs: number;
 }
 
 export const DEFAULT_RELAY_LINKS: Readonly<RelayLinksOptions> = Object.freeze({
   dialTimeoutMs: 2_000,
   redialMs: 1_000,
   answerGraceMs: 1_000,
+  keepaliveMs: 2_000,
 });
 
 /** What the relay between hubs measured on this side: each item's round trip, ms (the last `RELAY_SAMPLES_KEPT`). */
@@ -75,6 +82,7 @@ class HubConnection {
   private lastDialMs = Number.NEGATIVE_INFINITY;
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
+  private keepalive: NodeJS.Timeout | null = null;
   url = '';
   token = '';
 
@@ -106,6 +114,7 @@ class HubConnection {
       if (this.ws !== ws) return;
       this.open = true;
       this.host.event(`relay to hub ${this.hubId} open`);
+      this.startKeepalive(ws);
     });
     ws.on('message', (data: Buffer, isBinary: boolean) => this.onMessage(ws, data, isBinary));
     ws.on('error', () => {});
@@ -115,6 +124,7 @@ class HubConnection {
     });
     ws.on('close', (code, reason) => {
       if (this.ws !== ws) return;
+      this.stopKeepalive();
       if (this.open) this.host.event(`relay to hub ${this.hubId} closed (${code}${reason.length ? `: ${reason}` : ''})`);
       this.ws = null;
       this.open = false;
@@ -171,7 +181,33 @@ class HubConnection {
     }
   }
 
+  /** Pings every keepaliveMs; a ping still unanswered at the next one closes the relay. */
+  private startKeepalive(ws: WebSocket): void {
+    this.stopKeepalive();
+    let awaiting: number | null = null;
+    ws.on('pong', () => {
+      awaiting = null;
+    });
+    this.keepalive = setInterval(() => {
+      if (this.ws !== ws) return this.stopKeepalive();
+      if (awaiting !== null) {
+        this.host.event(`relay to hub ${this.hubId}: no pong within ${Math.round(performance.now() - awaiting)} ms; closing it`);
+        this.drop('the relay went silent (keepalive)');
+        return;
+      }
+      awaiting = performance.now();
+      ws.ping();
+    }, this.options.keepaliveMs);
+    this.keepalive.unref();
+  }
+
+  private stopKeepalive(): void {
+    if (this.keepalive) clearInterval(this.keepalive);
+    this.keepalive = null;
+  }
+
   drop(why: string): void {
+    this.stopKeepalive();
     const ws = this.ws;
     this.ws = null;
     this.open = false;

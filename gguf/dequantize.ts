@@ -12,7 +12,7 @@
  * offsets fine); multi-byte fields are assembled from bytes, little-endian as GGUF stores them.
  */
 import { GGMLType, requireQuantType, typeName } from './quant-types.ts';
-import { IQ2XXS_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS } from './iq-grids.ts';
+import { IQ1S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS } from './iq-grids.ts';
 import { f16ToF32Table } from './half.ts';
 
 type Decoder = (src: Uint8Array, nBlocks: number, out: Float32Array, o: number) => void;
@@ -232,6 +232,82 @@ function decodeIQ2_XXS(src: Uint8Array, nb: number, out: Float32Array, o: number
 }
 
 /**
+ * IQ2_XS: BLOCK_SIZE 256, 74 bytes. [0] f16 d; [2..66) qs[32] u16: per group of 8 elements its iq2xs_grid index (low 9
+ * bits) and ksigns index (top 7 bits), 4 groups per 32-element sub-block; [66..74) scales[8]: sub-block ib's two 4-bit
+ * scales, the low nibble for its first 16 elements. db = (d · (0.5 + s)) · 0.25; y = ±(db · grid magnitude).
+ */
+function decodeIQ2_XS(src: Uint8Array, nb: number, out: Float32Array, o: number): void {
+  const tab = f16ToF32Table();
+  for (let b = 0, p = 0; b < nb; b++, p += 74) {
+    const d = half(tab, src, p);
+    for (let ib = 0; ib < 8; ib++) {
+      const sc = src[p + 66 + ib]!;
+      const db = [fround(fround(d * (0.5 + (sc & 15))) * 0.25), fround(fround(d * (0.5 + (sc >> 4))) * 0.25)];
+      for (let l = 0; l < 4; l++, o += 8) {
+        const q = p + 2 + 2 * (4 * ib + l);
+        const qs = src[q]! | (src[q + 1]! << 8);
+        const g = 8 * (qs & 511);
+        const signs = KSIGNS_IQ2XS[qs >> 9]!;
+        for (let j = 0; j < 8; j++) {
+          const v = fround(db[l >> 1]! * IQ2XS_GRID[g + j]!);
+          out[o + j] = signs & (1 << j) ? -v : v;
+        }
+      }
+    }
+  }
+}
+
+/** IQ1S_DELTA = IQ1M_DELTA (ggml-common.h): the shift of every IQ1 grid value, its sign per group. */
+export const IQ1_DELTA = 0.125;
+
+/**
+ * IQ1_S: BLOCK_SIZE 256, 50 bytes. [0] f16 d; [2..34) qs[32]: the low 8 bits of each group of 8's iq1s_grid index, 4
+ * per 32-element sub-block; [34..50) qh[8] u16 per sub-block ib: bits 3l..3l+2 the high 3 bits of group l's index,
+ * bits 12..14 the scale s, bit 15 the sign of delta. dl = d · (2s + 1); y = dl · (grid value ± 0.125).
+ */
+function decodeIQ1_S(src: Uint8Array, nb: number, out: Float32Array, o: number): void {
+  const tab = f16ToF32Table();
+  for (let b = 0, p = 0; b < nb; b++, p += 50) {
+    const d = half(tab, src, p);
+    for (let ib = 0; ib < 8; ib++) {
+      const qh = src[p + 34 + 2 * ib]! | (src[p + 35 + 2 * ib]! << 8);
+      const dl = fround(d * (2 * ((qh >> 12) & 7) + 1));
+      const delta = qh & 0x8000 ? -IQ1_DELTA : IQ1_DELTA;
+      for (let l = 0; l < 4; l++, o += 8) {
+        const g = 8 * (src[p + 2 + 4 * ib + l]! | (((qh >> (3 * l)) & 7) << 8));
+        for (let j = 0; j < 8; j++) out[o + j] = dl * (IQ1S_GRID[g + j]! + delta);
+      }
+    }
+  }
+}
+
+/**
+ * IQ1_M, kept out of dequantize()'s table until every backend reads it (the wasm kernel does not yet; exported for
+ * its tests, as IQ2_XXS's first stage was): BLOCK_SIZE 256, 56 bytes, no d of its own. [0..32) qs[32]: the low 8 bits of each group of 8's iq1s_grid
+ * index; [32..48) qh[16], two per 32-element sub-block, one per pair of groups: bits 0..2 and 4..6 the high 3 bits of
+ * its two groups' indices, bits 3 and 7 their delta signs; [48..56) scales as four u16 sc[k]: bits 6(ib & 1) ..
+ * 6(ib & 1) + 5 of sc[ib / 2] are sub-block ib's two 3-bit scales (first half, second half), and the top 4 bits of the
+ * four together the f16 d (sc[0] >> 12 lowest). dl = d · (2s + 1); y = dl · (grid value ± 0.125).
+ */
+export function decodeIQ1_M(src: Uint8Array, nb: number, out: Float32Array, o: number): void {
+  const tab = f16ToF32Table();
+  for (let b = 0, p = 0; b < nb; b++, p += 56) {
+    const sc = [0, 1, 2, 3].map((k) => src[p + 48 + 2 * k]! | (src[p + 49 + 2 * k]! << 8));
+    const d = tab[(sc[0]! >> 12) | ((sc[1]! >> 8) & 0x00f0) | ((sc[2]! >> 4) & 0x0f00) | (sc[3]! & 0xf000)]!;
+    for (let ib = 0; ib < 8; ib++) {
+      const s = sc[ib >> 1]! >> (6 * (ib & 1));
+      const dl = [fround(d * (2 * (s & 7) + 1)), fround(d * (2 * ((s >> 3) & 7) + 1))];
+      for (let l = 0; l < 4; l++, o += 8) {
+        const qh = src[p + 32 + 2 * ib + (l >> 1)]! >> (4 * (l & 1));
+        const g = 8 * (src[p + 4 * ib + l]! | ((qh & 7) << 8));
+        const delta = qh & 8 ? -IQ1_DELTA : IQ1_DELTA;
+        for (let j = 0; j < 8; j++) out[o + j] = dl[l >> 1]! * (IQ1S_GRID[g + j]! + delta);
+      }
+    }
+  }
+}
+
+/**
  * IQ3_XXS: BLOCK_SIZE 256, 98 bytes. [0] f16 d; [2..66) qs: the iq3xxs_grid index of each 4 elements (8 per 32-element
  * sub-block); [66..98) per sub-block ib a u32: bits 7l..7l+6 the ksigns index of its group l of 8, the top 4 bits s.
  * db = (d · (0.5 + s)) · 0.5; y = ±(db · grid magnitude), the sign from bit j of the group's signs.
@@ -412,6 +488,8 @@ const decoders = new Map<GGMLType, Decoder>([
   [GGMLType.IQ4_NL, decodeIQ4_NL],
   [GGMLType.IQ4_XS, decodeIQ4_XS],
   [GGMLType.IQ2_XXS, decodeIQ2_XXS],
+  [GGMLType.IQ2_XS, decodeIQ2_XS],
+  [GGMLType.IQ1_S, decodeIQ1_S],
   [GGMLType.IQ3_XXS, decodeIQ3_XXS],
   [GGMLType.Q2_K, decodeQ2_K],
   [GGMLType.Q3_K, decodeQ3_K],

@@ -13,7 +13,7 @@
  * orders of magnitude (test/integration/expert-dispatch.test.ts measures both).
  *
  * Types (GGML_EXACT_TYPES): F32, F16, Q8_0, Q4_0, Q4_K (the dispatch grid's; checked against the coordinator there),
- * Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, Q6_K, MXFP4, IQ4_NL, IQ4_XS, IQ2_XXS and IQ3_XXS (checked against the coordinator's own local computation, linkcpp-expert-ref, in
+ * Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, Q6_K, MXFP4, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ3_XXS and IQ1_S (checked against the coordinator's own local computation, linkcpp-expert-ref, in
  * numerics-vs-coordinator.test.ts).
  * Row lengths must be multiples of 32 (F32/F16) or of the type's block.
  *
@@ -28,7 +28,7 @@ import { GGMLType, rowByteSize } from '../gguf/quant-types.ts';
 import { expertTensorName, layerExpertTensors, readExpertMatrix, type ExpertMatrix } from '../gguf/expert-slice.ts';
 import { f16ToF32, f32ToF16 } from '../gguf/half.ts';
 import { e8m0ToF32Half, KVALUES_IQ4NL, KVALUES_MXFP4 } from '../gguf/dequantize.ts';
-import { IQ2XXS_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS } from '../gguf/iq-grids.ts';
+import { IQ1S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS } from '../gguf/iq-grids.ts';
 import { layerBiasTensors, layerVariant, modelScaleTensors, readBiasRange, readScaleRange } from '../gguf/expert-variant.ts';
 import { SILU_VARIANT, type ExpertVariant } from '../protocol/variant.ts';
 import { siluLimitF32, swigluClampF32, swigluOaiF32 } from '../shaders/reference/expert-ffn.ts';
@@ -82,7 +82,9 @@ export const GGML_EXACT_TYPES: ReadonlySet<GGMLType> = new Set([
   GGMLType.IQ4_NL,
   GGMLType.IQ4_XS,
   GGMLType.IQ2_XXS,
+  GGMLType.IQ2_XS,
   GGMLType.IQ3_XXS,
+  GGMLType.IQ1_S,
 ]);
 
 // ---------------------------------------------------------------------------------------------
@@ -194,7 +196,9 @@ function toVecDot(type: GGMLType, x: Float32Array): Activation {
     case GGMLType.Q6_K:
     case GGMLType.IQ4_XS:
     case GGMLType.IQ2_XXS:
+    case GGMLType.IQ2_XS:
     case GGMLType.IQ3_XXS:
+    case GGMLType.IQ1_S:
       return { kind: 'q', q: quantizeQ8_K(x) };
     default:
       throw new RangeError(`ggml-exact: no bit-exact dot product for ${GGMLType[type] ?? type}`);
@@ -602,6 +606,42 @@ function dotIQ2XXS(w: Uint8Array, wOff: number, y: QuantRow, n: number): number 
 }
 
 /**
+ * ggml_vec_dot_iq2_xs_q8_K (AVX2): as IQ2_XXS's, but each group of 8 has its own u16 (iq2xs_grid index in the low 9
+ * bits, ksigns index in the top 7) and each half of a sub-block its own 4-bit scale s (the low nibble of scales[ib] for
+ * elements 0..15: lanes 0..3), times 2s + 1 (get_scale_shuffle); the final factor 0.125.
+ */
+function dotIQ2XS(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
+  const acc = LANES.fill(0);
+  const wq = WQ;
+  for (let b = 0; b < n / 256; b++) {
+    const o = wOff + b * 74;
+    const d = f32(f16ToF32((w[o] as number) | ((w[o + 1] as number) << 8)) * (y.d[b] as number));
+    const lanes = SC.fill(0);
+    for (let ib = 0; ib < 8; ib++) {
+      for (let g = 0; g < 4; g++) {
+        const q = o + 2 + 2 * (4 * ib + g);
+        const qs = (w[q] as number) | ((w[q + 1] as number) << 8);
+        const grid = 8 * (qs & 511);
+        const signs = KSIGNS_IQ2XS[qs >> 9] as number;
+        for (let j = 0; j < 8; j++) {
+          const m = IQ2XS_GRID[grid + j] as number;
+          wq[8 * g + j] = signs & (1 << j) ? -m : m;
+        }
+      }
+      const sc = w[o + 66 + ib] as number;
+      for (let l = 0; l < 8; l++) {
+        const ls = 2 * (l < 4 ? sc & 15 : sc >> 4) + 1;
+        let s = 0;
+        for (let t = 4 * l; t < 4 * l + 4; t++) s += (wq[t] as number) * (y.qs[256 * b + 32 * ib + t] as number);
+        lanes[l] = (lanes[l] as number) + ls * s;
+      }
+    }
+    for (let l = 0; l < 8; l++) acc[l] = fma32(d, f32(lanes[l] as number), acc[l] as number);
+  }
+  return f32(0.125 * hsum8(acc));
+}
+
+/**
  * ggml_vec_dot_iq3_xxs_q8_K (AVX2): as IQ2_XXS's, but lane l of sub-block ib is the 4 magnitudes of iq3xxs_grid point
  * qs[8ib + l] (elements 4l..4l+3) with the signs of group l >> 1 from the sub-block's u32 (after the 64 index bytes),
  * times 2s + 1; the final factor 0.25.
@@ -631,6 +671,38 @@ function dotIQ3XXS(w: Uint8Array, wOff: number, y: QuantRow, n: number): number 
     for (let l = 0; l < 8; l++) acc[l] = fma32(d, f32(lanes[l] as number), acc[l] as number);
   }
   return f32(0.25 * hsum8(acc));
+}
+
+/**
+ * ggml_vec_dot_iq1_s_q8_K (AVX2): lane l of sub-block ib = (2s + 1) · Σ iq1s_grid value · q over elements 4l..4l+3
+ * (mul_add_epi8), summed over the 8 sub-blocks in int32; the deltas apart in one int, Σ_ib ±(2s + 1) · (the sub-block's
+ * two bsums). Per super-block acc = fma(f32(y.d · f16 d), f32(lane), acc) and accum1 = fma(d, f32(that int), accum1)
+ * (GCC contracts `accum1 += d * sumi1`); hsum8(acc) + 0.125 · accum1.
+ */
+function dotIQ1S(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
+  const acc = LANES.fill(0);
+  const bsums = y.bsums as Int32Array;
+  let accum1 = 0;
+  for (let b = 0; b < n / 256; b++) {
+    const o = wOff + b * 50;
+    const lanes = SC.fill(0);
+    let sumi1 = 0;
+    for (let ib = 0; ib < 8; ib++) {
+      const qh = (w[o + 34 + 2 * ib] as number) | ((w[o + 35 + 2 * ib] as number) << 8);
+      const ls = 2 * ((qh >> 12) & 7) + 1;
+      for (let l = 0; l < 8; l++) {
+        const grid = 8 * ((w[o + 2 + 4 * ib + (l >> 1)] as number) | (((qh >> (3 * (l >> 1))) & 7) << 8)) + 4 * (l & 1);
+        let s = 0;
+        for (let k = 0; k < 4; k++) s += (IQ1S_GRID[grid + k] as number) * (y.qs[256 * b + 32 * ib + 4 * l + k] as number);
+        lanes[l] = (lanes[l] as number) + ls * s;
+      }
+      sumi1 += ((bsums[16 * b + 2 * ib] as number) + (bsums[16 * b + 2 * ib + 1] as number)) * (qh & 0x8000 ? -1 : 1) * ls;
+    }
+    const d = f32((y.d[b] as number) * f16ToF32((w[o] as number) | ((w[o + 1] as number) << 8)));
+    for (let l = 0; l < 8; l++) acc[l] = fma32(d, f32(lanes[l] as number), acc[l] as number);
+    accum1 = fma32(d, f32(sumi1), accum1);
+  }
+  return f32(hsum8(acc) + f32(0.125 * accum1));
 }
 
 /** A matrix as the dot products read it: float rows for F32/F16 (decoded once), the GGUF bytes otherwise. */
@@ -676,8 +748,12 @@ function vecDot(w: Weights, r: number, a: Activation, n: number): number {
       return dotIQ4XS(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     case GGMLType.IQ2_XXS:
       return dotIQ2XXS(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
+    case GGMLType.IQ2_XS:
+      return dotIQ2XS(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     case GGMLType.IQ3_XXS:
       return dotIQ3XXS(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
+    case GGMLType.IQ1_S:
+      return dotIQ1S(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     default:
       throw new RangeError(`ggml-exact: no bit-exact dot product for ${GGMLType[w.type] ?? w.type}`);
   }

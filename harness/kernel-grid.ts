@@ -114,6 +114,13 @@ export async function runGridCase(device: GPUDevice, c: GridCase, seed: number):
 
 /** Every weight type the kernels read (QUANT_SNIPPETS), so a new quant snippet is in every grid below. */
 export const KERNEL_GRID_TYPES: readonly GGMLType[] = [...QUANT_SNIPPETS.keys()];
+/**
+ * Types whose GPU cases `npm test` runs one of (test/gpu/kernels.test.ts's llama-numerics case: the float snippet in
+ * the batched and decode-float kernels, the int8 snippet on the packed and unpacked paths), the rest of their grids
+ * (decode and batched exact cases, ggml-exact.test's bit-for-bit cases, the Chromium smoke case) being
+ * `npm run test:kernels:full`'s: SwiftShader seconds per case, for snippets of the same pattern as IQ2_XXS's.
+ */
+export const LIGHT_GPU_TYPES: ReadonlySet<GGMLType> = new Set([GGMLType.IQ2_XS, GGMLType.IQ3_XXS, GGMLType.IQ1_S]);
 /** Super-blocks of 256 (the K-quants, IQ4_XS): shapes of 256. */
 export const isK = (t: GGMLType): boolean => requireQuantType(t).blockSize === 256;
 /** Blocks of 32 (Q8_0, Q4_0, …, MXFP4, IQ4_NL); the float types (blocks of 1) get widths that are not multiples of 32. */
@@ -212,7 +219,7 @@ export const LLAMA_GRID: GridCase[] = [
  * WebGPU (Chromium's Dawn and Tint, another version than the `webgpu` package's) must show, while every type on every
  * path and variant is test/gpu/kernels.test.ts's on Node's WebGPU:
  *  - every kernel type on the decode kernels (its quant snippet compiled by Chromium's Tint and computing right),
- *    one case each, so a new type costs one small case here;
+ *    one case each, so a new type costs one small case here (LIGHT_GPU_TYPES: in the full run only);
  *  - the 'subgroups' decode variant on one type of each block size (F32, Q8_0, Q4_K);
  *  - the batched kernels on a float type whose shape is not a multiple of the tiles (F16 36 × 20) and on a K-quant
  *    (Q4_K), and the auto policy; split slices in both regimes (SPLIT_GRID).
@@ -220,7 +227,7 @@ export const LLAMA_GRID: GridCase[] = [
  * the full grid's (BATCHED_GRID).
  */
 export const CHROMIUM_SMOKE_GRID: GridCase[] = [
-  ...KERNEL_GRID_TYPES.map((type): GridCase => {
+  ...KERNEL_GRID_TYPES.filter((t) => FULL_KERNEL_GRID || !LIGHT_GPU_TYPES.has(t)).map((type): GridCase => {
     const [nEmbd, ff] = gridShape(type, 'decode');
     return { type, nEmbd, ff, nExpert: 3, nTokens: 4, nUsed: 2, regime: 'decode', features: [] };
   }),

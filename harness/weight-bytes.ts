@@ -1,6 +1,6 @@
 /**
  * Weight bytes of any type the kernels read, for tests and benchmarks that make expert slices: our quantizer's bytes of
- * uniform(±scale) values, or for the types only llama.cpp's quantizer writes (IQ2_XXS, IQ3_XXS: tools/llama-quantized.ts)
+ * uniform(±scale) values, or for the types only llama.cpp's quantizer writes (IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S: tools/llama-quantized.ts)
  * random super-blocks — every grid index, sign pattern and 4-bit scale is a valid block — with d drawn so that the
  * values have about that scale.
  *
@@ -14,8 +14,12 @@ import { quantize } from '../gguf/quantize.ts';
 const RANDOM_BLOCKS: ReadonlyMap<GGMLType, { bytes: number; dPerScale: number }> = new Map([
   // |value| = d · (0.5 + s) / 4 · {8, 25, 43}, s uniform in 0..15
   [GGMLType.IQ2_XXS, { bytes: 66, dPerScale: 1 / 40 }],
+  // as IQ2_XXS, a 4-bit scale per 16 elements
+  [GGMLType.IQ2_XS, { bytes: 74, dPerScale: 1 / 40 }],
   // |value| = d · (0.5 + s) / 2 · {4, 12, …, 62}
   [GGMLType.IQ3_XXS, { bytes: 98, dPerScale: 1 / 120 }],
+  // |value| = d · (2s + 1) · |{−1, 0, 1} ± 0.125|, s uniform in 0..7
+  [GGMLType.IQ1_S, { bytes: 50, dPerScale: 1 / 6 }],
 ]);
 
 export function weightBytes(type: GGMLType, n: number, r: () => number, scale: number): Uint8Array {
@@ -30,9 +34,10 @@ export function weightBytes(type: GGMLType, n: number, r: () => number, scale: n
   const out = new Uint8Array((n / 256) * bytes);
   for (let b = 0; b < n / 256; b++) {
     const h = f32ToF16(scale * random.dPerScale * (0.5 + r()));
-    out[bytes * b] = h & 255;
-    out[bytes * b + 1] = h >> 8;
-    for (let i = 2; i < bytes; i++) out[bytes * b + i] = Math.floor(r() * 256);
+    const o = bytes * b;
+    out[o] = h & 255;
+    out[o + 1] = h >> 8;
+    for (let i = 2; i < bytes; i++) out[o + i] = Math.floor(r() * 256);
   }
   return out;
 }

@@ -29,6 +29,7 @@ import { KERNEL_GRID_TYPES, isK, runGridCase, type GridCase } from '../harness/k
 /** The kernel test files whose full cases this command runs (EXPERTSWARM_KERNELS=full). */
 export const FULL_TEST_FILES = [
   'test/gpu/kernels.test.ts',
+  'test/gpu/ggml-exact.test.ts',
   'test/gpu/variant-kernels-2.test.ts',
   'test/integration/kernels-chromium.test.ts',
   'test/unit/wasm-fallback.test.ts',

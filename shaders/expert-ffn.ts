@@ -37,7 +37,9 @@ export const QUANT_SNIPPETS: ReadonlyMap<GGMLType, QuantSnippet> = new Map<GGMLT
   [GGMLType.Q5_0, 'q5_0'],
   [GGMLType.IQ4_XS, 'iq4_xs'],
   [GGMLType.IQ2_XXS, 'iq2_xxs'],
+  [GGMLType.IQ2_XS, 'iq2_xs'],
   [GGMLType.IQ3_XXS, 'iq3_xxs'],
+  [GGMLType.IQ1_S, 'iq1_s'],
 ]);
 
 /** Weight types with an integer block dot against 8-bit activations (llama numerics; wgsl/int8/), with their snippet. */
@@ -56,7 +58,9 @@ export const INT8_SNIPPETS: ReadonlyMap<GGMLType, Int8Quant> = new Map<GGMLType,
   [GGMLType.Q5_0, 'q5_0'],
   [GGMLType.IQ4_XS, 'iq4_xs'],
   [GGMLType.IQ2_XXS, 'iq2_xxs'],
+  [GGMLType.IQ2_XS, 'iq2_xs'],
   [GGMLType.IQ3_XXS, 'iq3_xxs'],
+  [GGMLType.IQ1_S, 'iq1_s'],
 ]);
 
 /**

@@ -25,7 +25,9 @@ export type QuantSnippet =
   | 'q5_1'
   | 'iq4_xs'
   | 'iq2_xxs'
-  | 'iq3_xxs';
+  | 'iq2_xs'
+  | 'iq3_xxs'
+  | 'iq1_s';
 /** Quant snippets that also have an integer block dot against 8-bit activations (shaders/wgsl/int8/<stem>.wgsl). */
 export type Int8Quant =
   | 'q8_0'
@@ -42,7 +44,9 @@ export type Int8Quant =
   | 'q5_1'
   | 'iq4_xs'
   | 'iq2_xxs'
-  | 'iq3_xxs';
+  | 'iq2_xs'
+  | 'iq3_xxs'
+  | 'iq1_s';
 export type KernelName =
   | 'expert_up'
   | 'expert_down'
@@ -105,7 +109,9 @@ export const WGSL: WgslSources = {
     q5_0: read('quant/q5_0.wgsl'),
     iq4_xs: read('quant/iq4_xs.wgsl'),
     iq2_xxs: read('quant/iq2_xxs.wgsl'),
+    iq2_xs: read('quant/iq2_xs.wgsl'),
     iq3_xxs: read('quant/iq3_xxs.wgsl'),
+    iq1_s: read('quant/iq1_s.wgsl'),
   },
   int8: {
     q8_0: read('int8/q8_0.wgsl'),
@@ -122,7 +128,9 @@ export const WGSL: WgslSources = {
     q5_0: read('int8/q5_0.wgsl'),
     iq4_xs: read('int8/iq4_xs.wgsl'),
     iq2_xxs: read('int8/iq2_xxs.wgsl'),
+    iq2_xs: read('int8/iq2_xs.wgsl'),
     iq3_xxs: read('int8/iq3_xxs.wgsl'),
+    iq1_s: read('int8/iq1_s.wgsl'),
   },
   dot: { packed: read('int8/dot_packed.wgsl'), unpacked: read('int8/dot_unpacked.wgsl') },
   roundActivations: read('round_activations.wgsl'),

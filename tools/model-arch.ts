@@ -170,7 +170,9 @@ const FILE_TYPE: Partial<Record<GGMLType, number>> = {
   [GGMLType.IQ4_NL]: 25, // LLAMA_FTYPE_MOSTLY_IQ4_NL
   [GGMLType.IQ4_XS]: 30, // LLAMA_FTYPE_MOSTLY_IQ4_XS
   [GGMLType.IQ2_XXS]: 19, // LLAMA_FTYPE_MOSTLY_IQ2_XXS (written by linkcpp-quantize: tools/llama-quantized.ts)
+  [GGMLType.IQ2_XS]: 20, // LLAMA_FTYPE_MOSTLY_IQ2_XS (likewise)
   [GGMLType.IQ3_XXS]: 23, // LLAMA_FTYPE_MOSTLY_IQ3_XXS (likewise)
+  [GGMLType.IQ1_S]: 24, // LLAMA_FTYPE_MOSTLY_IQ1_S (likewise)
 };
 
 export function defaultConfig(partial: Partial<ModelConfig> & Pick<ModelConfig, 'arch'>): ModelConfig {
@@ -314,7 +316,7 @@ export function validateConfig(c: ModelConfig): string[] {
 /**
  * The type of a matrix whose rows do not fill whole blocks of `type` (deepseek2's latent-attention matrices at K-quant
  * widths): what llama.cpp's quantizer falls back to for such rows (llama-quant.cpp: q4_K → q5_0, q5_K → q5_1,
- * q6_K → q8_0, iq4_xs, iq2_xxs and iq3_xxs → iq4_nl; the smaller K-quants to q4_0 here), else F32.
+ * q6_K → q8_0, iq4_xs and the IQ1/IQ2/IQ3 types → iq4_nl; the smaller K-quants to q4_0 here), else F32.
  */
 export function rowType(type: GGMLType, rowLength: number): GGMLType {
   const fits = (t: GGMLType): boolean => rowLength % (quantTypeInfo(t)?.blockSize ?? 1) === 0;
@@ -327,7 +329,9 @@ export function rowType(type: GGMLType, rowLength: number): GGMLType {
     [GGMLType.Q6_K]: GGMLType.Q8_0,
     [GGMLType.IQ4_XS]: GGMLType.IQ4_NL,
     [GGMLType.IQ2_XXS]: GGMLType.IQ4_NL,
+    [GGMLType.IQ2_XS]: GGMLType.IQ4_NL,
     [GGMLType.IQ3_XXS]: GGMLType.IQ4_NL,
+    [GGMLType.IQ1_S]: GGMLType.IQ4_NL,
   };
   const f = fallback[type];
   return f !== undefined && fits(f) ? f : GGMLType.F32;

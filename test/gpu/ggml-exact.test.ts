@@ -16,8 +16,9 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { GGMLType, requireQuantType } from '../../gguf/quant-types.ts';
-import { quantize } from '../../gguf/quantize.ts';
+import { canQuantize, quantize } from '../../gguf/quantize.ts';
 import { weightBytes } from '../../harness/weight-bytes.ts';
+import { FULL_KERNEL_GRID, LIGHT_GPU_TYPES } from '../../harness/kernel-grid.ts';
 import { INT8_SNIPPETS } from '../../shaders/expert-ffn.ts';
 import { ExpertRuntime, type ExpertSlice, type IntegerDot, type KernelFeature } from '../../shaders/runtime.ts';
 import type { SliceTypes } from '../../shaders/slice.ts';
@@ -46,9 +47,9 @@ function gaussian(n: number, rand: () => number, scale: number): Float32Array {
 /** Random experts in the slice layout; `identityDown`: F32 down = the identity (nEmbd = ff), so out = h. */
 function experts(types: SliceTypes, nEmbd: number, ff: number, nExpert: number, seed: number, identityDown = false): ExpertSlice {
   const rand = mulberry32(seed);
-  // IQ2_XXS, IQ3_XXS: random valid super-blocks (llama.cpp's quantizer writes the type, ours does not: harness/weight-bytes.ts)
+  // The IQ types only llama.cpp's quantizer writes: random valid super-blocks (harness/weight-bytes.ts)
   const bytes = (t: GGMLType, n: number, scale: number): Uint8Array =>
-    t === GGMLType.IQ2_XXS || t === GGMLType.IQ3_XXS ? weightBytes(t, n, rand, scale) : quantize(t, gaussian(n, rand, scale));
+    canQuantize(t) ? quantize(t, gaussian(n, rand, scale)) : weightBytes(t, n, rand, scale);
   const gate = bytes(types.gate, nExpert * ff * nEmbd, 1 / Math.sqrt(nEmbd));
   const up = bytes(types.up, nExpert * ff * nEmbd, 1 / Math.sqrt(nEmbd));
   let down: Uint8Array;
@@ -106,7 +107,8 @@ function assertSameBits(got: Float32Array, want: Float32Array, what: string): vo
   );
 }
 
-const INT8_TYPES = [...INT8_SNIPPETS.keys()];
+/** LIGHT_GPU_TYPES (harness/kernel-grid.ts): here in `npm run test:kernels:full` only (EXPERTSWARM_KERNELS=full). */
+const INT8_TYPES = [...INT8_SNIPPETS.keys()].filter((t) => FULL_KERNEL_GRID || !LIGHT_GPU_TYPES.has(t));
 const same = (t: GGMLType): SliceTypes => ({ gate: t, up: t, down: t });
 const isK = (t: GGMLType): boolean => requireQuantType(t).blockSize === 256;
 /**
@@ -115,7 +117,7 @@ const isK = (t: GGMLType): boolean => requireQuantType(t).blockSize === 256;
  */
 const widths = (t: GGMLType): [number, number][] =>
   isK(t)
-    ? t === GGMLType.Q2_K || t === GGMLType.Q3_K || t === GGMLType.IQ4_XS || t === GGMLType.IQ2_XXS || t === GGMLType.IQ3_XXS
+    ? t === GGMLType.Q2_K || t === GGMLType.Q3_K || t === GGMLType.IQ4_XS || !canQuantize(t)
       ? [[512, 256]] // two super-blocks per row (h: 512 × 512); one block adds little and costs SwiftShader seconds
       : [
           [256, 256],

@@ -19,7 +19,7 @@
 import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { allQuantTypes, GGMLType, requireQuantType, typeName } from '../../gguf/quant-types.ts';
-import { quantize } from '../../gguf/quantize.ts';
+import { canQuantize, quantize } from '../../gguf/quantize.ts';
 import { weightBytes } from '../../harness/weight-bytes.ts';
 import { planExpertSlice, writeExpertSlice } from '../../gguf/expert-slice.ts';
 import { bytesSource, readGGUF } from '../../gguf/reader.ts';
@@ -45,7 +45,7 @@ import type { ExpertRuntimeErrorCode } from '../../shaders/errors.ts';
 import { INT8_SNIPPETS } from '../../shaders/expert-ffn.ts';
 import { mulberry32 } from '../../shaders/random.ts';
 import { nodeExpertDevice, nodeGpu } from '../../harness/node-gpu.ts';
-import { BLOCK_FAMILY_TYPES, FULL_KERNEL_GRID, KERNEL_GRID_TYPES } from '../../harness/kernel-grid.ts';
+import { BLOCK_FAMILY_TYPES, FULL_KERNEL_GRID, KERNEL_GRID_TYPES, LIGHT_GPU_TYPES } from '../../harness/kernel-grid.ts';
 
 // The process's GPU object (module scope: dawn.node frees its instance when it is collected; docs/kernels.md).
 const gpu = await nodeGpu();
@@ -82,9 +82,9 @@ interface TestSlice {
 function makeSlice(types: SliceTypes, nEmbd: number, ff: number, nExpert: number, seed: number): TestSlice {
   const rand = mulberry32(seed);
   // Scales keep gate·x, up·x and the outputs around 1, as in a trained model.
-  // IQ2_XXS, IQ3_XXS: random valid super-blocks (llama.cpp's quantizer writes the type, ours does not: harness/weight-bytes.ts)
+  // The IQ types only llama.cpp's quantizer writes: random valid super-blocks (harness/weight-bytes.ts)
   const bytes = (t: GGMLType, n: number, scale: number): Uint8Array =>
-    t === GGMLType.IQ2_XXS || t === GGMLType.IQ3_XXS ? weightBytes(t, n, rand, scale) : quantize(t, gaussian(n, rand, scale));
+    canQuantize(t) ? quantize(t, gaussian(n, rand, scale)) : weightBytes(t, n, rand, scale);
   const gate = bytes(types.gate, nExpert * ff * nEmbd, 1 / Math.sqrt(nEmbd));
   const up = bytes(types.up, nExpert * ff * nEmbd, 1 / Math.sqrt(nEmbd));
   const down = bytes(types.down, nExpert * nEmbd * ff, 1 / Math.sqrt(ff));
@@ -194,8 +194,11 @@ const same = (t: GGMLType): SliceTypes => ({ gate: t, up: t, down: t });
  * every grid of this file without an edit. `npm test` runs one shape per type and grid, rows of several blocks (the
  * decode grid's larger shape, the batched grid's partial-tile float shape or multi-block quant shape);
  * `npm run test:kernels:full` (EXPERTSWARM_KERNELS=full) adds the other shape of each and the largest batched call.
+ * LIGHT_GPU_TYPES get the llama-numerics case alone in `npm test` (both of their snippets); their decode and batched
+ * cases are the full run's.
  */
 const KERNEL_TYPES_HERE: readonly GGMLType[] = KERNEL_GRID_TYPES;
+const EXACT_TYPES_HERE: readonly GGMLType[] = KERNEL_GRID_TYPES.filter((t) => FULL_KERNEL_GRID || !LIGHT_GPU_TYPES.has(t));
 /** In `npm test`, the last shape of a list (the full grid: every one). */
 const sized = <S>(all: S[]): S[] => (FULL_KERNEL_GRID ? all : all.slice(-1));
 
@@ -214,7 +217,7 @@ function decodeSizes(t: GGMLType): [number, number, number][] {
 }
 
 const GRID: { name: string; types: SliceTypes; sizes: [number, number, number][] }[] = [
-  ...KERNEL_TYPES_HERE.map((t) => ({ name: typeName(t), types: same(t), sizes: sized(decodeSizes(t)) })),
+  ...EXACT_TYPES_HERE.map((t) => ({ name: typeName(t), types: same(t), sizes: sized(decodeSizes(t)) })),
   // gate and up of different types run the two-pass expert_up path (Q4_K_M-like mix, and a float mix)
   { name: 'mix Q4_K/Q5_K/Q6_K', types: { gate: T.Q4_K, up: T.Q5_K, down: T.Q6_K }, sizes: [[256, 256, 3]] },
   { name: 'mix F16/BF16/Q8_0', types: { gate: T.F16, up: T.BF16, down: T.Q8_0 }, sizes: [[64, 64, 4]] },
@@ -247,7 +250,7 @@ function batchedSizes(t: GGMLType): [number, number][] {
   ];
 }
 const BATCHED_GRID: { name: string; types: SliceTypes; sizes: [number, number][] }[] = [
-  ...KERNEL_TYPES_HERE.map((t) => ({ name: typeName(t), types: same(t), sizes: sized(batchedSizes(t)) })),
+  ...EXACT_TYPES_HERE.map((t) => ({ name: typeName(t), types: same(t), sizes: sized(batchedSizes(t)) })),
   // gate and up of different types: the two-pass expert_up_batched path
   { name: 'mix Q4_K/Q5_K/Q6_K', types: { gate: T.Q4_K, up: T.Q5_K, down: T.Q6_K }, sizes: [[256, 256]] },
 ];

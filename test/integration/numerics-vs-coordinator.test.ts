@@ -107,7 +107,9 @@ const TYPES = [
   GGMLType.Q3_K,
   GGMLType.IQ4_XS,
   GGMLType.IQ2_XXS,
+  GGMLType.IQ2_XS,
   GGMLType.IQ3_XXS,
+  GGMLType.IQ1_S,
 ] as const;
 /** Two architectures, with different widths (non-square matrices, both orientations). */
 const SHAPES: Array<{ arch: ArchName; nEmbd: number; ff: number }> = [
@@ -134,7 +136,9 @@ const CPU_ONLY = new Set<GGMLType>([
   GGMLType.Q3_K,
   GGMLType.IQ4_XS,
   GGMLType.IQ2_XXS,
+  GGMLType.IQ2_XS,
   GGMLType.IQ3_XXS,
+  GGMLType.IQ1_S,
 ]);
 const FULL = process.env.NUMERICS_FULL === '1';
 function shapesOf(type: GGMLType): typeof SHAPES {

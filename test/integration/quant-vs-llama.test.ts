@@ -18,7 +18,7 @@ import { GGMLType, requireQuantType, rowByteSize } from '../../gguf/quant-types.
 import { openFileSource } from '../../gguf/node-io.ts';
 import { readGGUF } from '../../gguf/reader.ts';
 import type { GGUFFile, GGUFTensorInfo } from '../../gguf/types.ts';
-import { dequantize } from '../../gguf/dequantize.ts';
+import { decodeIQ1_M, dequantize } from '../../gguf/dequantize.ts';
 import { quantize } from '../../gguf/quantize.ts';
 import { writeSyntheticImatrix } from '../../tools/imatrix.ts';
 import { makeModel } from '../../tools/make-model.ts';
@@ -41,6 +41,13 @@ async function load(path: string): Promise<Loaded> {
     bytes: (t) => src.read(file.dataOffset + t.offset, t.byteLength),
     close: () => src.close(),
   };
+}
+
+/** IQ1_M's decoder, not yet in dequantize()'s table (gguf/dequantize.ts). */
+function decodeIQ1M(bytes: Uint8Array, n: number): Float32Array {
+  const y = new Float32Array(n);
+  decodeIQ1_M(bytes, n / 256, y, 0);
+  return y;
 }
 
 function elements(t: GGUFTensorInfo): number {
@@ -142,11 +149,17 @@ const THEIRS: Array<[GGMLType, string, number]> = [
   [GGMLType.IQ4_XS, 'IQ4_XS', 1.5e-2],
   // 2.06 bits: 8-element points of an E8-lattice grid (magnitudes 8, 25, 43) with signs, one 4-bit scale per 32
   [GGMLType.IQ2_XXS, 'IQ2_XXS', 2.5e-1],
+  // 2.31 bits: a 512-point grid of IQ2_XXS's kind, a sign pattern per 8 and a 4-bit scale per 16
+  [GGMLType.IQ2_XS, 'IQ2_XS', 2e-1],
   // 3.06 bits: 4-element points of a grid (magnitudes 4..62) with IQ2_XXS's signs and 4-bit scales per 32
   [GGMLType.IQ3_XXS, 'IQ3_XXS', 1e-1],
+  // 1.56 bits: 8-element points of a {−1, 0, 1} grid shifted by ±0.125, a 3-bit scale per 32
+  [GGMLType.IQ1_S, 'IQ1_S', 5e-1],
+  // 1.75 bits: IQ1_S's grid, a shift sign per 8 and a 3-bit scale per 16 (its decoder not yet in dequantize()'s table)
+  [GGMLType.IQ1_M, 'IQ1_M', 5e-1],
 ];
 /** Types llama-quantize is given an importance matrix for (IQ2_XXS needs one; tools/imatrix.ts writes a uniform one). */
-const NEEDS_IMATRIX = new Set([GGMLType.IQ2_XXS, GGMLType.IQ3_XXS]);
+const NEEDS_IMATRIX = new Set([GGMLType.IQ2_XXS, GGMLType.IQ2_XS, GGMLType.IQ3_XXS, GGMLType.IQ1_S, GGMLType.IQ1_M]);
 const BYTE_IDENTICAL = new Set([
   GGMLType.Q8_0,
   GGMLType.Q4_0,
@@ -158,7 +171,16 @@ const BYTE_IDENTICAL = new Set([
   GGMLType.IQ4_XS,
 ]);
 
-for (const [type, ftype, bound] of THEIRS) {
+/**
+ * llama.cpp's IQ1 quantizer takes seconds on the test model (6 s for its bytes, 10 s for a generated model here): `npm
+ * test` runs IQ1_S's bytes alone (its generated model is numerics-vs-coordinator.test.ts's too); QUANT_FULL=1 adds
+ * IQ1_M's bytes (its decoder, not yet in dequantize()'s table) and the generator's IQ1_S model.
+ */
+const QUANT_FULL = process.env.QUANT_FULL === '1';
+const FULL_ONLY_THEIRS = new Set([GGMLType.IQ1_M]);
+const FULL_ONLY_GENERATED = new Set([GGMLType.IQ1_S]);
+
+for (const [type, ftype, bound] of THEIRS.filter(([t]) => QUANT_FULL || !FULL_ONLY_THEIRS.has(t))) {
   test(`llama.cpp's ${GGMLType[type]} bytes: our dequantizer agrees${BYTE_IDENTICAL.has(type) ? ', our quantizer writes the same bytes' : ''}`, async () => {
     const f32 = await testModel({ ...base, type: GGMLType.F32 });
     const q = join(dir, `theirs-${GGMLType[type]}.gguf`);
@@ -187,7 +209,7 @@ for (const [type, ftype, bound] of THEIRS) {
           `${t.name}: byte length`,
         );
         assert.equal(source.length, elements(t), `${t.name}: F32 source length`);
-        const mine = dequantize(type, theirBytes, elements(t));
+        const mine = type === GGMLType.IQ1_M ? decodeIQ1M(theirBytes, elements(t)) : dequantize(type, theirBytes, elements(t));
         assertBitEqual(mine, new Float32Array((await deq.bytes(d)).slice().buffer), t.name);
         const e = nmse(mine, source);
         assert.ok(e < bound, `${t.name}: NMSE ${e.toExponential(2)} ≥ ${bound}`);
@@ -218,7 +240,7 @@ for (const [type, ftype, bound] of THEIRS) {
   });
 }
 
-for (const type of LLAMA_QUANTIZED.keys()) {
+for (const type of [...LLAMA_QUANTIZED.keys()].filter((t) => QUANT_FULL || !FULL_ONLY_GENERATED.has(t))) {
   test(`the generator's ${GGMLType[type]} model: llama.cpp's quantizer, every tensor of the plan's type, near the F32 model's weights`, async () => {
     const made = await makeModel(defaultConfig({ ...base, type }), join(dir, `gen-${GGMLType[type]}.gguf`));
     const f32 = await testModel({ ...base, type: GGMLType.F32 });

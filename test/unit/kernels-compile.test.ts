@@ -36,7 +36,9 @@ const QUANTS: QuantSnippet[] = [
   'q5_0',
   'iq4_xs',
   'iq2_xxs',
+  'iq2_xs',
   'iq3_xxs',
+  'iq1_s',
 ];
 const tuning: KernelTuning = { workgroupSize: 64, rowsPerWorkgroup: 4, tileRows: 16, tileCols: 32 };
 

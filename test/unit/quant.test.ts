@@ -10,7 +10,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { GGMLType, QK_K, requireQuantType } from '../../gguf/quant-types.ts';
 import { bf16ToF32, f16ToF32, f16ToF32Table, f32ToBf16, f32ToF16 } from '../../gguf/half.ts';
-import { canDequantize, dequantize } from '../../gguf/dequantize.ts';
+import { canDequantize, decodeIQ1_M, dequantize } from '../../gguf/dequantize.ts';
 import { canQuantize, quantize } from '../../gguf/quantize.ts';
 import { mulberry32Uint as mulberry32 } from '../../shaders/random.ts';
 
@@ -872,6 +872,60 @@ test('dequantize IQ2_XXS: (d · (0.5 + s)) · 0.25 × iq2xxs_grid magnitudes, si
   assertArrayEqual(y.subarray(32), new Array(224).fill(1), 'IQ2_XXS sub-blocks 1..7');
 });
 
+test('dequantize IQ2_XS: (d · (0.5 + s)) · 0.25 × iq2xs_grid magnitudes, 9-bit indices, a scale per 16 elements', () => {
+  // Sub-block 0: groups on grid points 0, 1, 256 and 511 (the 9th index bit), group 0's sign index 3 (elements 0 and 1
+  // negative), the others 0; scales 3 (first half: db = (1 · 3.5) · 0.25 = 0.875) and 1 (second: 0.375). The other
+  // sub-blocks: point 0, s = 0 (db = 0.125): every value 1.
+  const bytes: Record<number, number> = { 3: 3 << 1, 4: 1, 7: 1, 8: 0xff, 9: 1, 66: 3 | (1 << 4) };
+  const y = dequantize(GGMLType.IQ2_XS, block(74, { 0: f32ToF16(1) }, bytes), 256);
+  // iq2xs_grid[0], [1], [256], [511]
+  const points = [
+    [8, 8, 8, 8, 8, 8, 8, 8],
+    [43, 8, 8, 8, 8, 8, 8, 8],
+    [43, 25, 8, 8, 8, 8, 8, 25],
+    [43, 43, 43, 43, 43, 43, 43, 43],
+  ];
+  const first = points.flat().map((v, i) => (i < 16 ? 0.875 : 0.375) * v * (i < 2 ? -1 : 1));
+  assertArrayEqual(y.subarray(0, 32), first, 'IQ2_XS sub-block 0');
+  assertArrayEqual(y.subarray(32), new Array(224).fill(1), 'IQ2_XS sub-blocks 1..7');
+});
+
+test('dequantize IQ1_S: d · (2s + 1) × (iq1s_grid value ± 0.125), 11-bit indices', () => {
+  // Sub-block 0: groups on grid points 0, 1, 0 and 2047 (high bits 7 for group 3), s = 3 (dl = 7), delta negative
+  // (bit 15). The other sub-blocks: point 0 (all −1), s = 0, delta +0.125: every value −0.875.
+  const bytes: Record<number, number> = { 3: 1, 5: 0xff, 34: 0, 35: (3 << 4) | 0x80 | (7 << 1) };
+  const y = dequantize(GGMLType.IQ1_S, block(50, { 0: f32ToF16(1) }, bytes), 256);
+  const points = [
+    [-1, -1, -1, -1, -1, -1, -1, -1],
+    [1, -1, -1, -1, -1, -1, -1, -1],
+    [-1, -1, -1, -1, -1, -1, -1, -1],
+    [1, 1, 1, 1, 1, 1, 1, 1],
+  ];
+  assertArrayEqual(
+    y.subarray(0, 32),
+    points.flat().map((v) => 7 * (v - 0.125)),
+    'IQ1_S sub-block 0',
+  );
+  assertArrayEqual(y.subarray(32), new Array(224).fill(-0.875), 'IQ1_S sub-blocks 1..7');
+});
+
+test('dequantize IQ1_M: d from the scales’ top nibbles, 3-bit scales per 16, a delta sign per group', () => {
+  // d = f16 0x3c00 = 1 (nibbles 0, 0, c, 3 in sc[0..3]'s top bits). Sub-block 0: scales 3 (dl 7) and 1 (dl 3); groups
+  // on points 0, 1, 0, 2047; group 0's delta negative. The other sub-blocks: point 0, scale 0, delta +: −0.875.
+  const bytes: Record<number, number> = { 1: 1, 3: 0xff, 32: 0x08, 33: 0x70, 48: 3 | (1 << 3), 53: 0xc0, 55: 0x30 };
+  const y = new Float32Array(256);
+  decodeIQ1_M(block(56, {}, bytes), 1, y, 0);
+  const want = [
+    ...new Array(8).fill(7 * -1.125),
+    7 * 1.125,
+    ...new Array(7).fill(7 * -0.875),
+    ...new Array(8).fill(3 * -0.875),
+    ...new Array(8).fill(3 * 1.125),
+  ];
+  assertArrayEqual(y.subarray(0, 32), want, 'IQ1_M sub-block 0');
+  assertArrayEqual(y.subarray(32), new Array(224).fill(-0.875), 'IQ1_M sub-blocks 1..7');
+});
+
 test('dequantize IQ3_XXS: (d · (0.5 + s)) · 0.5 × iq3xxs_grid magnitudes, signs from ksigns_iq2xs', () => {
   // Sub-block 0: its 8 quads on grid points 0..7, group 0's sign index 3 (elements 0 and 1 negative), s = 1, so
   // db = (1 · 1.5) · 0.5 = 0.75. The other sub-blocks: point 0 (4 4 4 4), s = 0 (db = 0.25): every value 1.
@@ -908,7 +962,18 @@ test('supported type sets', () => {
   // IQ2_XXS: read here, written by llama.cpp's quantizer (tools/llama-quantized.ts)
   assert.ok(canDequantize(GGMLType.IQ2_XXS) && !canQuantize(GGMLType.IQ2_XXS), 'IQ2_XXS');
   assert.ok(canDequantize(GGMLType.IQ3_XXS) && !canQuantize(GGMLType.IQ3_XXS), 'IQ3_XXS');
-  for (const t of [GGMLType.Q8_1, GGMLType.Q8_K, GGMLType.IQ2_XS, GGMLType.I8, GGMLType.F64, GGMLType.NVFP4, 999 as GGMLType]) {
+  assert.ok(canDequantize(GGMLType.IQ2_XS) && !canQuantize(GGMLType.IQ2_XS), 'IQ2_XS');
+  assert.ok(canDequantize(GGMLType.IQ1_S) && !canQuantize(GGMLType.IQ1_S), 'IQ1_S');
+  for (const t of [
+    GGMLType.Q8_1,
+    GGMLType.Q8_K,
+    GGMLType.IQ2_S,
+    GGMLType.IQ1_M,
+    GGMLType.I8,
+    GGMLType.F64,
+    GGMLType.NVFP4,
+    999 as GGMLType,
+  ]) {
     assert.equal(canDequantize(t), false, `canDequantize ${t}`);
     assert.equal(canQuantize(t), false, `canQuantize ${t}`);
   }
@@ -928,7 +993,9 @@ test('bad arguments throw RangeError', () => {
   assert.throws(() => dequantize(GGMLType.Q4_0, q40, 32, undefined, -1), RangeError);
   assert.throws(() => dequantize(GGMLType.IQ2_XXS, new Uint8Array(65), 256), { name: 'RangeError', message: /IQ2_XXS.*66.*65/ });
   assert.throws(() => dequantize(GGMLType.IQ3_XXS, new Uint8Array(97), 256), { name: 'RangeError', message: /IQ3_XXS.*98.*97/ });
-  assert.throws(() => dequantize(GGMLType.IQ2_XS, new Uint8Array(74), 256), { name: 'RangeError', message: /IQ2_XS/ });
+  assert.throws(() => dequantize(GGMLType.IQ2_XS, new Uint8Array(73), 256), { name: 'RangeError', message: /IQ2_XS.*74.*73/ });
+  assert.throws(() => dequantize(GGMLType.IQ1_S, new Uint8Array(49), 256), { name: 'RangeError', message: /IQ1_S.*50.*49/ });
+  assert.throws(() => dequantize(GGMLType.IQ1_M, new Uint8Array(56), 256), { name: 'RangeError', message: /IQ1_M/ });
   assert.throws(() => dequantize(999 as GGMLType, q40, 32), RangeError);
   assert.throws(() => quantize(GGMLType.Q8_0, new Float32Array(33)), { name: 'RangeError', message: /33.*32/ });
   assert.throws(() => quantize(GGMLType.Q4_K, new Float32Array(128)), RangeError);

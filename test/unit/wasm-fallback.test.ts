@@ -21,7 +21,7 @@ import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { GGMLType } from '../../gguf/quant-types.ts';
-import { IQ2XXS_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS } from '../../gguf/iq-grids.ts';
+import { IQ1S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS } from '../../gguf/iq-grids.ts';
 import type { Numerics } from '../../protocol/numerics.ts';
 import { GPT_OSS_VARIANT, SILU_VARIANT, type ExpertVariant } from '../../protocol/variant.ts';
 import { ExpertRuntimeError } from '../../shaders/errors.ts';
@@ -57,7 +57,9 @@ const GGML_EXACT = new Set([
   GGMLType.IQ4_NL,
   GGMLType.IQ4_XS,
   GGMLType.IQ2_XXS,
+  GGMLType.IQ2_XS,
   GGMLType.IQ3_XXS,
+  GGMLType.IQ1_S,
 ]);
 
 function makeSlice(type: GGMLType | SliceTypes, seed: number, shape = SHAPE): ExpertSlice {
@@ -137,13 +139,13 @@ if (!FORCED && !relaxedSimdSupported()) {
 test('the wasm fallback reads every type it lists', () => {
   assert.deepEqual(
     [...WASM_FALLBACK_TYPES.types].sort((a, b) => a - b),
-    [0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 16, 18, 20, 23, 30, 39],
-    'F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ2_XXS IQ3_XXS IQ4_NL IQ4_XS BF16 MXFP4',
+    [0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 16, 17, 18, 19, 20, 23, 30, 39],
+    'F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ2_XXS IQ2_XS IQ3_XXS IQ1_S IQ4_NL IQ4_XS BF16 MXFP4',
   );
   for (const t of WASM_BIT_EXACT_TYPES) assert.ok(WASM_FALLBACK_TYPES.types.includes(t));
 });
 
-test("the kernel's IQ2_XXS and IQ3_XXS grids (assembly/iq-grids.as) are gguf/iq-grids.ts's", () => {
+test("the kernel's IQ2_XXS, IQ2_XS, IQ3_XXS and IQ1_S grids (assembly/iq-grids.as) are gguf/iq-grids.ts's", () => {
   const text = readFileSync(fileURLToPath(new URL('../../shaders/wasm/assembly/iq-grids.as', import.meta.url)), 'utf8');
   const arrays = [...text.matchAll(/export const (\w+) = memory\.data<[ui]8>\(\[([^\]]*)\]/g)].map(
     (m) =>
@@ -159,6 +161,8 @@ test("the kernel's IQ2_XXS and IQ3_XXS grids (assembly/iq-grids.as) are gguf/iq-
   const byName = new Map(arrays);
   assert.deepEqual(byName.get('IQ2XXS_GRID'), [...IQ2XXS_GRID], 'iq2xxs_grid');
   assert.deepEqual(byName.get('IQ3XXS_GRID'), [...IQ3XXS_GRID], 'iq3xxs_grid');
+  assert.deepEqual(byName.get('IQ2XS_GRID'), [...IQ2XS_GRID], 'iq2xs_grid');
+  assert.deepEqual(byName.get('IQ1S_GRID'), [...IQ1S_GRID], 'iq1s_grid');
   const signs = Array.from({ length: 1024 }, (_, i) => ((KSIGNS_IQ2XS[i >> 3] as number) & (1 << (i & 7)) ? -1 : 1));
   assert.deepEqual(byName.get('KEVEN_SIGNS'), signs, 'keven_signs_q2xs');
 });
@@ -233,6 +237,10 @@ for (const variant of VARIANTS) {
       [{ gate: GGMLType.IQ2_XXS, up: GGMLType.IQ4_XS, down: GGMLType.Q6_K }, false],
       [{ gate: GGMLType.Q6_K, up: GGMLType.IQ2_XXS, down: GGMLType.IQ2_XXS }, true],
       [{ gate: GGMLType.IQ3_XXS, up: GGMLType.IQ2_XXS, down: GGMLType.IQ3_XXS }, true],
+      [{ gate: GGMLType.IQ2_XS, up: GGMLType.IQ4_XS, down: GGMLType.IQ2_XS }, false],
+      // IQ1_S (its shifts' scalar sum, as Q5_K's mins) beside Q5_K and IQ2_XS
+      [{ gate: GGMLType.IQ1_S, up: GGMLType.Q5_K, down: GGMLType.IQ1_S }, true],
+      [{ gate: GGMLType.IQ2_XS, up: GGMLType.IQ1_S, down: GGMLType.Q5_K }, false],
     ] as const) {
       const slice = makeSlice(types, 7);
       const fb = await WasmExpertFallback.create(await kernelOf(variant), slice, { numerics: 'llama', emulateFma });

@@ -1,7 +1,7 @@
 // Dot products of one decoded weight row (weight-rows.as) with one activation record (activations.as), each kind in
 // the order of ggml's AVX2 vec_dot where the kind says so (kinds.as). harness/ggml-exact.ts is the TypeScript
 // model of the same arithmetic; the wasm fallback's tests hold these to it bit for bit.
-import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, RELAXED } from './kinds';
+import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, DOT_IQ1S, RELAXED } from './kinds';
 import { K_PARAMS } from './weight-rows';
 import { fmaPair, fmaPairExact, fma32, hsum8, f16ToF32, usesFusedMadd } from './ggml-float';
 
@@ -31,6 +31,7 @@ export function dot(kind: i32, w: usize, wp: usize, a: usize, n: i32): f32 {
     case DOT_Q32:
     case DOT_Q32P:
     case DOT_IQ4XS:
+    case DOT_IQ1S:
       store<usize>(ONE_ACT, a);
       intDots(kind, w, wp, ONE_ACT, 1, n, ONE_OUT);
       return load<f32>(ONE_OUT);
@@ -280,7 +281,7 @@ function blockStepFused(kind: i32, acc: usize, l03: v128, l47: v128, a: usize, p
   maddLanes(acc, 16, d, l47);
   const dmin = f32x4.splat(-yd * load<f32>(pp, 4));
   const prod = i32x4.dot_i16x8_s(v128.load(pp, 16), v128.load(ad + 36 * nb + 16 * b));
-  if (kind == DOT_Q5K) {
+  if (kind == DOT_Q5K || kind == DOT_IQ1S) {
     const mins = i32x4.extract_lane(prod, 0) + i32x4.extract_lane(prod, 1) + i32x4.extract_lane(prod, 2) + i32x4.extract_lane(prod, 3);
     const s = f32x4.relaxed_madd(dmin, f32x4.splat(<f32>mins), f32x4.splat(load<f32>(acc, 96)));
     store<f32>(acc, f32x4.extract_lane(s, 0), 96);
@@ -294,7 +295,7 @@ function blockStepFused(kind: i32, acc: usize, l03: v128, l47: v128, a: usize, p
 function finishFused(kind: i32, acc: usize): f32 {
   const s = f32x4.add(v128.load(acc), v128.load(acc, 16));
   const h = f32x4.extract_lane(s, 0) + f32x4.extract_lane(s, 2) + (f32x4.extract_lane(s, 1) + f32x4.extract_lane(s, 3));
-  if (kind == DOT_Q5K) return h + load<f32>(acc, 96);
+  if (kind == DOT_Q5K || kind == DOT_IQ1S) return h + load<f32>(acc, 96);
   if (kind != DOT_Q4K) return h;
   const m = v128.load(acc, 64);
   return h + (f32x4.extract_lane(m, 0) + f32x4.extract_lane(m, 2) + (f32x4.extract_lane(m, 1) + f32x4.extract_lane(m, 3)));
@@ -375,7 +376,7 @@ function blockStep(kind: i32, acc: usize, l03: v128, l47: v128, a: usize, pp: us
   laneFma(acc, yd * load<f32>(pp), l03, l47);
   const dmin: f32 = -yd * load<f32>(pp, 4);
   const prod = i32x4.dot_i16x8_s(v128.load(pp, 16), v128.load(ad + 36 * nb + 16 * b));
-  if (kind == DOT_Q5K) {
+  if (kind == DOT_Q5K || kind == DOT_IQ1S) {
     const mins = i32x4.extract_lane(prod, 0) + i32x4.extract_lane(prod, 1) + i32x4.extract_lane(prod, 2) + i32x4.extract_lane(prod, 3);
     store<f32>(acc, fma32(dmin, <f32>mins, load<f32>(acc, 96)), 96);
     return;
@@ -401,7 +402,7 @@ function finish(kind: i32, acc: usize): f32 {
   if (kind == DOT_Q32P) return finishPaired(acc);
   if (usesFusedMadd()) return finishFused(kind, acc);
   const h = hsum8(v128.load(acc), v128.load(acc, 16), v128.load(acc, 32), v128.load(acc, 48));
-  if (kind == DOT_Q5K) return h + load<f32>(acc, 96);
+  if (kind == DOT_Q5K || kind == DOT_IQ1S) return h + load<f32>(acc, 96);
   if (kind != DOT_Q4K) return h;
   const m01 = v128.load(acc, 64);
   const m23 = v128.load(acc, 80);

@@ -10,7 +10,9 @@ export const T_Q4_1: i32 = 3;
 export const T_IQ4_NL: i32 = 20;
 export const T_IQ4_XS: i32 = 23;
 export const T_IQ2_XXS: i32 = 16;
+export const T_IQ2_XS: i32 = 17;
 export const T_IQ3_XXS: i32 = 18;
+export const T_IQ1_S: i32 = 19;
 export const T_Q5_0: i32 = 6;
 export const T_Q5_1: i32 = 7;
 export const T_Q8_0: i32 = 8;
@@ -65,26 +67,33 @@ export const DOT_Q6K: i32 = 7;
  */
 export const DOT_Q32P: i32 = 8;
 /**
- * ggml_vec_dot_iq4_xs_q8_K, ggml_vec_dot_iq2_xxs_q8_K and _iq3_xxs_q8_K on AVX2: per super-block 8 integer lanes (the sub-blocks'
- * scales folded into the weights, intRow), one fma each with f16 d · y.d; no mins. IQ2_XXS's final 0.125 · hsum
+ * ggml_vec_dot_iq4_xs_q8_K, ggml_vec_dot_iq2_xxs_q8_K, _iq2_xs_q8_K and _iq3_xxs_q8_K on AVX2: per super-block 8 integer lanes (the sub-blocks'
+ * scales folded into the weights, intRow), one fma each with f16 d · y.d; no mins. IQ2_XXS's (and IQ2_XS's) final 0.125 · hsum
  * (IQ3_XXS's 0.25) is folded into its d (intRow stores f16 d · 0.125 or 0.25): scaling by a power of two commutes with every f32 rounding on the
  * way (fma, hsum) while no value is subnormal, so the sum has ggml's bits.
  */
 export const DOT_IQ4XS: i32 = 9;
+/**
+ * ggml_vec_dot_iq1_s_q8_K on AVX2: DOT_IQ4XS's lanes (the grid values times 2s + 1, intRow), plus one scalar sum of the
+ * shifts per super-block, Σ ±(2s + 1) · (the sub-block's two bsums), through accum1 = fma(d, sum, accum1), as DOT_Q5K
+ * adds its mins (its coefficients at 16 in the params, its factor at 4: −f16 d · 0.125, so that ggml's final 0.125 ·
+ * accum1 is that accumulator exactly); the result hsum8 + it.
+ */
+export const DOT_IQ1S: i32 = 10;
 
 export function isKQuant(t: i32): bool {
   return t == T_Q2_K || t == T_Q3_K || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K;
 }
 
-/** Super-blocks of 256 elements with Q8_K activations: the K-quants, IQ4_XS, IQ2_XXS and IQ3_XXS. */
+/** Super-blocks of 256 elements with Q8_K activations: the K-quants, IQ4_XS, IQ2_XXS, IQ2_XS, IQ3_XXS and IQ1_S. */
 export function isSuperBlock(t: i32): bool {
-  return isKQuant(t) || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ3_XXS;
+  return isKQuant(t) || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S;
 }
 
 export function rowKind(t: i32, llama: bool): i32 {
   if (llama && (t == T_Q4_K || (RELAXED && t == T_Q5_K))) return ROW_GGUF;
   if (RELAXED && llama && t == T_Q6_K) return ROW_U8;
-  return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ3_XXS || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
+  return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
 }
 
 export function actKind(t: i32, llama: bool): i32 {
@@ -92,7 +101,7 @@ export function actKind(t: i32, llama: bool): i32 {
   if (t == T_F16) return ACT_F16;
   if (t == T_BF16) return ACT_BF16;
   if (t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL) return ACT_Q8_0;
-  if (t == T_Q4_K || t == T_Q5_K || t == T_Q6_K || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ3_XXS) return ACT_Q8_K;
+  if (t == T_Q4_K || t == T_Q5_K || t == T_Q6_K || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S) return ACT_Q8_K;
   return isKQuant(t) ? ACT_Q8_K_VALUES : ACT_Q8_0_VALUES;
 }
 
@@ -106,7 +115,8 @@ export function dotKind(t: i32, llama: bool): i32 {
   if (t == T_Q4_K) return DOT_Q4K;
   if (t == T_Q5_K) return DOT_Q5K;
   if (t == T_Q6_K) return DOT_Q6K;
-  if (t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ3_XXS) return DOT_IQ4XS;
+  if (t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS) return DOT_IQ4XS;
+  if (t == T_IQ1_S) return DOT_IQ1S;
   return DOT_PLAIN;
 }
 
@@ -150,6 +160,10 @@ export function blockBytes(t: i32): i32 {
       return 136;
     case T_IQ2_XXS:
       return 66;
+    case T_IQ2_XS:
+      return 74;
+    case T_IQ1_S:
+      return 50;
     case T_IQ3_XXS:
       return 98;
     default:

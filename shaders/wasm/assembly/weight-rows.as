@@ -11,13 +11,16 @@
 //   IQ4_XS:      (6-bit scale − 32) × kvalues_iq4nl[nibble] per 32-element sub-block; params per 256, 48 bytes: f32 d.
 //   IQ2_XXS:     (2s + 1) × ±iq2xxs_grid magnitude per 32-element sub-block (s its 4-bit scale, the sign from
 //                keven_signs_q2xs); params per 256, 48 bytes: f32 d · 0.125 (ggml's final 0.125, kinds.as DOT_IQ4XS).
+//   IQ2_XS:      as IQ2_XXS, each group's iq2xs_grid index and signs in its own u16, a 4-bit scale per 16 elements.
 //   IQ3_XXS:     as IQ2_XXS, each 4 elements from an iq3xxs_grid point; params f32 d · 0.25.
+//   IQ1_S:       (2s + 1) × iq1s_grid value per 32-element sub-block; params per 256, 48 bytes: f32 d, f32 −d · 0.125,
+//                then at 16 the eight sub-blocks' ±(2s + 1) as i16 (the shift's coefficients, kinds.as DOT_IQ1S).
 //   Q6_K:        scale × q (8-bit scale of the 16-element group, q unsigned 0..63); params per 256, 48 bytes: f32 d,
 //                then at 16 the sixteen scales as i16.
 // Folding the scales into the quants changes no integer ggml sums: its lanes hold Σ scale · (q · a) exactly.
-import { T_F32, T_F16, T_BF16, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0, T_MXFP4, T_IQ4_NL, T_IQ4_XS, T_IQ2_XXS, T_IQ3_XXS, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K } from './kinds';
+import { T_F32, T_F16, T_BF16, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0, T_MXFP4, T_IQ4_NL, T_IQ4_XS, T_IQ2_XXS, T_IQ2_XS, T_IQ3_XXS, T_IQ1_S, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K } from './kinds';
 import { f16ToF32 } from './ggml-float';
-import { IQ2XXS_GRID, IQ3XXS_GRID, KEVEN_SIGNS } from './iq-grids';
+import { IQ1S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3XXS_GRID, KEVEN_SIGNS } from './iq-grids';
 
 export const K_PARAMS: i32 = 48;
 
@@ -149,6 +152,54 @@ export function intRow(t: i32, src: usize, n: i32, dst: usize, params: usize): v
           );
           v128.store(o + 32 * h, i16x8.mul(i16x8.mul(i16x8.extend_low_i8x16_u(m), i16x8.extend_low_i8x16_s(sg)), ls));
           v128.store(o + 32 * h, i16x8.mul(i16x8.mul(i16x8.extend_high_i8x16_u(m), i16x8.extend_high_i8x16_s(sg)), ls), 16);
+        }
+      }
+    }
+    return;
+  }
+  if (t == T_IQ2_XS) {
+    for (let b = 0; b < nb; b++) {
+      const p = src + 74 * b;
+      store<f32>(params + K_PARAMS * b, half(p) * 0.125);
+      for (let ib = 0; ib < 8; ib++) {
+        const q = p + 2 + 8 * ib;
+        const sc = <i32>load<u8>(p + 66 + ib);
+        const o = dst + 2 * (256 * b + 32 * ib);
+        for (let h = 0; h < 2; h++) {
+          // elements 16h..16h+15: groups 2h and 2h + 1 (a u16 each: grid index, signs), the scale of nibble h
+          const ls = i16x8.splat(<i16>(2 * ((sc >> (4 * h)) & 15) + 1));
+          const q0 = <u32>load<u16>(q + 4 * h);
+          const q1 = <u32>load<u16>(q + 4 * h + 2);
+          const m = lanes(i64x2.replace_lane(i64x2.splat(load<u64>(IQ2XS_GRID + 8 * <usize>(q0 & 511))), 1, load<u64>(IQ2XS_GRID + 8 * <usize>(q1 & 511))));
+          const sg = lanes(i64x2.replace_lane(i64x2.splat(load<u64>(KEVEN_SIGNS + 8 * <usize>(q0 >> 9))), 1, load<u64>(KEVEN_SIGNS + 8 * <usize>(q1 >> 9))));
+          v128.store(o + 32 * h, i16x8.mul(i16x8.mul(i16x8.extend_low_i8x16_u(m), i16x8.extend_low_i8x16_s(sg)), ls));
+          v128.store(o + 32 * h, i16x8.mul(i16x8.mul(i16x8.extend_high_i8x16_u(m), i16x8.extend_high_i8x16_s(sg)), ls), 16);
+        }
+      }
+    }
+    return;
+  }
+  if (t == T_IQ1_S) {
+    for (let b = 0; b < nb; b++) {
+      const p = src + 50 * b;
+      const pp = params + K_PARAMS * b;
+      const d = half(p);
+      store<f32>(pp, d);
+      store<f32>(pp, -(d * 0.125), 4);
+      for (let ib = 0; ib < 8; ib++) {
+        const qh = <u32>load<u16>(p + 34 + 2 * ib);
+        const s = <i32>(2 * ((qh >> 12) & 7) + 1);
+        store<i16>(pp + 16 + 2 * ib, <i16>((qh & 0x8000) != 0 ? -s : s));
+        const ls = i16x8.splat(<i16>s);
+        const o = dst + 2 * (256 * b + 32 * ib);
+        for (let h = 0; h < 2; h++) {
+          // elements 16h..16h+15: groups 2h and 2h + 1, their 11-bit grid indices
+          const g0 = 2 * h;
+          const i0 = <usize>load<u8>(p + 2 + 4 * ib + g0) | (<usize>((qh >> (3 * g0)) & 7) << 8);
+          const i1 = <usize>load<u8>(p + 3 + 4 * ib + g0) | (<usize>((qh >> (3 * g0 + 3)) & 7) << 8);
+          const m = lanes(i64x2.replace_lane(i64x2.splat(load<u64>(IQ1S_GRID + 8 * i0)), 1, load<u64>(IQ1S_GRID + 8 * i1)));
+          v128.store(o + 32 * h, i16x8.mul(i16x8.extend_low_i8x16_s(m), ls));
+          v128.store(o + 32 * h, i16x8.mul(i16x8.extend_high_i8x16_s(m), ls), 16);
         }
       }
     }
@@ -398,6 +449,42 @@ export function dequantRow(t: i32, src: usize, n: i32, dst: usize): void {
               const v = db * <f32>load<u8>(grid + j);
               store<f32>(o + 4 * (8 * g + j), load<i8>(signs + j) < 0 ? -v : v);
             }
+          }
+        }
+      }
+      return;
+    case T_IQ2_XS:
+      for (let b = 0; b < n >> 8; b++) {
+        const p = src + 74 * b;
+        const d = half(p);
+        for (let ib = 0; ib < 8; ib++) {
+          const sc = <u32>load<u8>(p + 66 + ib);
+          const o = dst + 4 * (256 * b + 32 * ib);
+          for (let g = 0; g < 4; g++) {
+            const db = d * (<f32>0.5 + <f32>((sc >> (4 * (g >> 1))) & 15)) * <f32>0.25;
+            const qs = <u32>load<u16>(p + 2 + 8 * ib + 2 * g);
+            const grid = IQ2XS_GRID + 8 * <usize>(qs & 511);
+            const signs = KEVEN_SIGNS + 8 * <usize>(qs >> 9);
+            for (let j = 0; j < 8; j++) {
+              const v = db * <f32>load<u8>(grid + j);
+              store<f32>(o + 4 * (8 * g + j), load<i8>(signs + j) < 0 ? -v : v);
+            }
+          }
+        }
+      }
+      return;
+    case T_IQ1_S:
+      for (let b = 0; b < n >> 8; b++) {
+        const p = src + 50 * b;
+        const d = half(p);
+        for (let ib = 0; ib < 8; ib++) {
+          const qh = <u32>load<u16>(p + 34 + 2 * ib);
+          const dl = d * <f32>(<i32>(2 * ((qh >> 12) & 7) + 1));
+          const delta: f32 = (qh & 0x8000) != 0 ? -0.125 : 0.125;
+          const o = dst + 4 * (256 * b + 32 * ib);
+          for (let g = 0; g < 4; g++) {
+            const grid = IQ1S_GRID + 8 * (<usize>load<u8>(p + 2 + 4 * ib + g) | (<usize>((qh >> (3 * g)) & 7) << 8));
+            for (let j = 0; j < 8; j++) store<f32>(o + 4 * (8 * g + j), dl * (<f32>load<i8>(grid + j) + delta));
           }
         }
       }

@@ -539,3 +539,26 @@ test('the saturation poller publishes each /slots reading at once while /metrics
     await new Promise<void>((resolve) => server.close(() => resolve()));
   }
 });
+
+test('POST /api/expert-volunteer types: offered only layers whose tensors it reads, else type-unsupported naming them; bad lists are 400', async () => {
+  const t = await testHub({ models: [{ path: wide.path, name: 'wide' }], dispatchMode: 'always' });
+  try {
+    const token = await t.login(newVolunteer());
+    const offer = (types: unknown) => t.call('POST', '/api/expert-volunteer', { model: 'wide', max_experts: 8, types }, token);
+    // wide is F32 throughout: a worker that reads F32 (an unknown name beside it is dropped) is offered a slice.
+    const reads = await offer(['Q9_Z', 'F32']);
+    assert.equal(reads.status, 200);
+    assert.deepEqual([reads.json.assigned, reads.json.layer, reads.json.experts], [true, 0, [0, 8]]);
+    const lacks = await offer(['Q4_K', 'IQ2_XXS']);
+    assert.equal(lacks.status, 200);
+    assert.equal(lacks.json.code, 'type-unsupported', JSON.stringify(lacks.json));
+    assert.match(lacks.json.reason, /wide layer 0: gate F32, up F32, down F32\); it reads Q4_K, IQ2_XXS/);
+    for (const bad of ['F32', [1], Array(65).fill('F32')]) {
+      const r = await offer(bad);
+      assert.equal(r.status, 400, JSON.stringify(bad));
+      assert.equal(r.json.code, 'BODY_INVALID');
+    }
+  } finally {
+    await t.close();
+  }
+});

@@ -172,13 +172,14 @@ const BYTE_IDENTICAL = new Set([
 ]);
 
 /**
- * llama.cpp's IQ1 quantizer takes seconds on the test model (6 s for its bytes, 10 s for a generated model here): `npm
- * test` runs IQ1_S's bytes alone (its generated model is numerics-vs-coordinator.test.ts's too); QUANT_FULL=1 adds
- * IQ1_M's bytes (its decoder, not yet in dequantize()'s table) and the generator's IQ1_S model.
+ * `npm test`'s time: llama.cpp's IQ1 quantizer takes seconds on the test model (6 s for its bytes, 10 s for a generated
+ * model here, at load ~5), so QUANT_FULL=1 runs IQ1_S's and IQ1_M's bytes (IQ1_M's decoder is not yet in
+ * dequantize()'s table) and the generator's IQ1_S and IQ2_XS models; npm test keeps IQ2_XS's bytes. The generated
+ * IQ2_XS and IQ1_S models are numerics-vs-coordinator.test.ts's in npm test, bit for bit against linkcpp-expert-ref.
  */
 const QUANT_FULL = process.env.QUANT_FULL === '1';
-const FULL_ONLY_THEIRS = new Set([GGMLType.IQ1_M]);
-const FULL_ONLY_GENERATED = new Set([GGMLType.IQ1_S]);
+const FULL_ONLY_THEIRS = new Set([GGMLType.IQ1_S, GGMLType.IQ1_M]);
+const FULL_ONLY_GENERATED = new Set([GGMLType.IQ2_XS, GGMLType.IQ1_S]);
 
 for (const [type, ftype, bound] of THEIRS.filter(([t]) => QUANT_FULL || !FULL_ONLY_THEIRS.has(t))) {
   test(`llama.cpp's ${GGMLType[type]} bytes: our dequantizer agrees${BYTE_IDENTICAL.has(type) ? ', our quantizer writes the same bytes' : ''}`, async () => {

@@ -18,7 +18,7 @@
  * Each process raises its own open-file limit where it may (root here; bench/hub.ts's npm script raises the
  * soft limit to the hard one): 100,000 connections on 4 hubs are 25,000 sockets a hub and as many on the client side.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { generateKeyPairSync, sign } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
@@ -39,8 +39,17 @@ const HUB_SCRIPT = fileURLToPath(import.meta.url);
 const CLIENTS_SCRIPT = fileURLToPath(new URL('./hub.ts', import.meta.url));
 /** Connections one client process holds at most (its sockets, plus a margin under the open-file limit). */
 const PER_CLIENT = 12_500;
-/** The open-file limit each child asks for (root may raise it to fs.nr_open). */
+/** The open-file limit each child asks for (root with CAP_SYS_RESOURCE may raise it up to fs.nr_open). */
 const NOFILE = 200_000;
+/** Whether this process could raise its limit to NOFILE (then its children can too). */
+const NOFILE_IF_RAISED = (): number => {
+  try {
+    const r = spawnSync('bash', ['-c', `ulimit -n ${NOFILE} 2>/dev/null && echo ok`], { encoding: 'utf8' });
+    return r.stdout.trim() === 'ok' ? NOFILE : 0;
+  } catch {
+    return 0;
+  }
+};
 
 export interface ClusterBenchOptions {
   hubs: number;
@@ -109,6 +118,24 @@ function next<T extends { type: string }>(c: ChildProcess, type: T['type']): Pro
   });
 }
 
+/** This process's RSS, MiB; NaN when it cannot be read (out of file descriptors: reading it opens /proc). */
+const rssMiB = (): number => {
+  try {
+    return process.memoryUsage.rss() / 2 ** 20;
+  } catch {
+    return Number.NaN;
+  }
+};
+
+/** The open-file limit a child gets: the hard limit (raising it needs CAP_SYS_RESOURCE, which a container may drop). */
+const hardNofile = (): number => {
+  const line = readFileSync('/proc/self/limits', 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith('Max open files'));
+  const hard = Number(line?.split(/\s+/)[4]);
+  return Number.isFinite(hard) ? hard : Number.POSITIVE_INFINITY;
+};
+
 const procCpuS = (pid: number | null): number => {
   if (!pid) return Number.NaN;
   try {
@@ -138,7 +165,7 @@ export async function clusterPart(o: ClusterBenchOptions): Promise<void> {
   const hubs: ChildProcess[] = [];
   const clients: ChildProcess[] = [];
   const stopAll = async (): Promise<void> => {
-    for (const c of [...clients, ...hubs]) if (c.exitCode === null) c.send({ type: 'exit' });
+    for (const c of [...clients, ...hubs]) if (c.exitCode === null && c.connected) c.send({ type: 'exit' }, () => {});
     await new Promise((r) => setTimeout(r, 500));
     for (const c of [...clients, ...hubs]) if (c.exitCode === null) c.kill('SIGKILL');
     slots.closeAllConnections();
@@ -147,6 +174,11 @@ export async function clusterPart(o: ClusterBenchOptions): Promise<void> {
   };
   try {
     const perHub = Math.ceil(o.volunteers / H);
+    const limit = Math.max(hardNofile(), NOFILE_IF_RAISED());
+    if (perHub > limit - 500)
+      console.log(
+        `  note: ${perHub} volunteers a hub, but a process may open ${limit} files here (hard limit; raising it needs CAP_SYS_RESOURCE): each hub holds at most ~${limit - 500} and refuses the rest with EMFILE`,
+      );
     const ready: Array<{ url: string; tokens: string[] }> = [];
     for (let i = 0; i < H; i++) {
       const h = child(HUB_SCRIPT, ['--role', 'cluster-hub']);
@@ -382,7 +414,7 @@ async function hubRole(): Promise<void> {
         loopP99,
         loopMax,
         states: channel.countByState() as unknown as Record<string, number>,
-        rssMiB: process.memoryUsage().rss / 2 ** 20,
+        rssMiB: rssMiB(),
         cluster: cs ? { state: cs.state, workers: cs.remote_workers ?? -1, hubs: cs.hubs?.length ?? -1 } : null,
       } satisfies HubReport);
     } else if (m.type === 'exit') {

@@ -8,10 +8,10 @@
  * wallet is credited exactly the pairs the surviving dispatchers used. Then Redis is killed: the hubs degrade and go
  * on serving alone (the client sees no failure), and when Redis comes back they are one cluster again.
  *
- * Hub A computes its own coordinator's pairs (`--dispatch off`): its volunteer serves B's and C's coordinators over the
- * relay until A dies. So every credited pair is one a surviving hub's dispatcher used, and "credit exact" can be
- * checked against those hubs' counts; what a dying hub's own dispatcher had used in its last second is lost
- * (docs/faults.md says so).
+ * Hub A recruits a0 with `--dispatch always` (which wants its replicas at rest) and is then set to `off` (admin): its
+ * volunteer serves B's and C's coordinators over the relay until A dies, and what A's own dispatcher used before is
+ * credited before the kill. So every pair used is known to a hub that can be asked, and "credit exact" is checked
+ * against those counts; what a dying hub's own dispatcher used in its last second is lost (docs/faults.md says so).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

@@ -117,8 +117,9 @@ export const KERNEL_GRID_TYPES: readonly GGMLType[] = [...QUANT_SNIPPETS.keys()]
 /**
  * Types whose GPU cases `npm test` runs one of (test/gpu/kernels.test.ts's llama-numerics case: the float snippet in
  * the batched and decode-float kernels, the int8 snippet on the packed and unpacked paths), the rest of their grids
- * (decode and batched exact cases, ggml-exact.test's bit-for-bit cases, the Chromium smoke case) being
- * `npm run test:kernels:full`'s: SwiftShader seconds per case, for snippets of the same pattern as IQ2_XXS's.
+ * (decode and batched exact cases, ggml-exact.test's bit-for-bit cases) being `npm run test:kernels:full`'s:
+ * SwiftShader seconds per case, for snippets of the same pattern as IQ2_XXS's. (CHROMIUM_SMOKE_GRID keeps its one
+ * decode case per type.)
  */
 export const LIGHT_GPU_TYPES: ReadonlySet<GGMLType> = new Set([GGMLType.IQ2_XS, GGMLType.IQ3_XXS, GGMLType.IQ1_S]);
 /** Super-blocks of 256 (the K-quants, IQ4_XS): shapes of 256. */
@@ -219,7 +220,7 @@ export const LLAMA_GRID: GridCase[] = [
  * WebGPU (Chromium's Dawn and Tint, another version than the `webgpu` package's) must show, while every type on every
  * path and variant is test/gpu/kernels.test.ts's on Node's WebGPU:
  *  - every kernel type on the decode kernels (its quant snippet compiled by Chromium's Tint and computing right),
- *    one case each, so a new type costs one small case here (LIGHT_GPU_TYPES: in the full run only);
+ *    one case each, so a new type costs one small case here (LIGHT_GPU_TYPES too: the test asserts every type);
  *  - the 'subgroups' decode variant on one type of each block size (F32, Q8_0, Q4_K);
  *  - the batched kernels on a float type whose shape is not a multiple of the tiles (F16 36 × 20) and on a K-quant
  *    (Q4_K), and the auto policy; split slices in both regimes (SPLIT_GRID).
@@ -227,7 +228,7 @@ export const LLAMA_GRID: GridCase[] = [
  * the full grid's (BATCHED_GRID).
  */
 export const CHROMIUM_SMOKE_GRID: GridCase[] = [
-  ...KERNEL_GRID_TYPES.filter((t) => FULL_KERNEL_GRID || !LIGHT_GPU_TYPES.has(t)).map((type): GridCase => {
+  ...KERNEL_GRID_TYPES.map((type): GridCase => {
     const [nEmbd, ff] = gridShape(type, 'decode');
     return { type, nEmbd, ff, nExpert: 3, nTokens: 4, nUsed: 2, regime: 'decode', features: [] };
   }),

@@ -100,6 +100,19 @@ export const WASM_BIT_EXACT_TYPES: readonly GGMLType[] = [
   GGMLType.IQ1_S,
 ];
 
+/**
+ * The types a volunteer computing with this kernel offers to serve (its hello's `types`, volunteer/engine-open.ts):
+ * every type it decodes except Q4_1 and Q5_1. Their 'llama' sums are f32 sums of the rounded activations where ggml
+ * adds each block's min times Q8_1's f16-rounded s (docs/numerics.md): NMSE ~1e-5 against the coordinator, above the
+ * hub's audit tolerance (1e-6), so an honest volunteer serving them would be struck and quarantined
+ * (docs/quant-types.md). The market refuses it those layers (`type-unsupported`) instead, and others or the
+ * coordinator compute them. The kernel still computes them (tests, the float numerics).
+ */
+export const WASM_SERVED_TYPES: SupportedTypes = {
+  types: WASM_FALLBACK_TYPES.types.filter((t) => t !== GGMLType.Q4_1 && t !== GGMLType.Q5_1),
+  cannot: 'the wasm fallback does not serve (its sums miss ggml’s Q8_1 rounding)',
+};
+
 /** Tokens per kernel pass by default: bounds the per-call scratch (≈ 3 MiB at n_embd 2048, ff 768, top-8). */
 export const DEFAULT_TOKENS_PER_PASS = 32;
 /**

@@ -408,7 +408,7 @@ test('no name is both generated and listed as not generated', () => {
 });
 
 test('make-model refuses an architecture it does not write, naming it and the missing piece', () => {
-  const cli = fileURLToPath(new URL('../../tools/make-model.ts', import.meta.url));
+  const cli = fileURLToPath(new URL('../../tools/make-model-cli.ts', import.meta.url));
   const r = spawnSync(process.execPath, ['--import', 'tsx', cli, '--arch', 'llada-moe', '--out', '/nonexistent/x.gguf'], {
     encoding: 'utf8',
     timeout: 60_000,

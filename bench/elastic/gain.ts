@@ -25,7 +25,7 @@
  *   npm run bench:elastic [-- --rounds 5 --tokens 64 --streams 6 --requests 2 --backend auto --threads 1 --pin 0:1
  *                             --budget-mb N --deadline-ms 250 --volunteers N --quick --slots 4
  *                             --claims '{"declineQuietMs": 4, "deadlineSlack": 2}' --load child --load-nice 10
- *                             --network PROFILE]
+ *                             --network PROFILE --volunteer-cache DIR]
  *
  * `--quick`: a small model (n_embd 512, 32 experts, ff 256) for a smoke run. `--volunteers 0`: the control, B with
  * nobody to dispatch to. docs/elastic.md ("Elastic gain") says what each number is and holds the last measurements.
@@ -39,6 +39,7 @@ import { type ChildProcess, fork, spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { cpus, freemem, loadavg, totalmem } from 'node:os';
 import { parseArgs } from 'node:util';
+import { join } from 'node:path';
 import type { DispatcherTotals, ModelDispatcher, ResponseSummary } from '../../hub/dispatch/dispatcher.ts';
 import { describeLatency } from '../../hub/dispatch/plan.ts';
 import { type ClaimConfig, DEFAULT_CLAIMS } from '../../hub/dispatch/claims.ts';
@@ -91,6 +92,7 @@ const { values } = parseArgs({
     load: { type: 'string', default: 'child' },
     'load-nice': { type: 'string', default: '10' },
     network: { type: 'string' },
+    'volunteer-cache': { type: 'string' },
   },
 });
 /**
@@ -157,6 +159,13 @@ const SHAPE = values.quick ? QUICK : REALISTIC;
  * the bridge) are pinned with the volunteers.
  */
 const NETWORK = values.network ?? null;
+/**
+ * `--volunteer-cache DIR`: each volunteer keeps its slices in DIR/<its id> (`expertswarm volunteer --cache`) across
+ * runs, as a returning volunteer does: a run at a slow `--network` after one on loopback measures the data path over the
+ * link with the slice already held (a realistic layer is ~324 MiB: 9 min over far's 10 Mbit/s). Without it each run's
+ * volunteers start empty.
+ */
+const VOLUNTEER_CACHE = values['volunteer-cache'] ?? null;
 if (NETWORK !== null && !(NETWORK in PROFILES))
   throw new Error(`--network must be one of ${Object.keys(PROFILES).join(', ')}, got ${NETWORK}`);
 const describe = (s: Shape): string => describeShape(s, LAYERS);
@@ -634,8 +643,9 @@ try {
     log(`network: B's volunteers in a lab home at the ${NETWORK} profile, reaching B as ${lab.hubUrl}`);
   }
   for (let i = 0; i < N_VOLUNTEERS; i++) {
-    const args = ['--model', swarm.model, '--budget-mb', String(budget.mb), '--backend', BACKEND, '--max-slices', String(MAX_SLICES)];
     const id = `${SHAPE.name}-v${i}`;
+    const args = ['--model', swarm.model, '--budget-mb', String(budget.mb), '--backend', BACKEND, '--max-slices', String(MAX_SLICES)];
+    if (VOLUNTEER_CACHE !== null) args.push('--cache', join(VOLUNTEER_CACHE, id));
     mine.push(lab ? lab.spawnVolunteer(['--worker-id', id, ...args]) : spawnVolunteer(swarm.url, id, args));
   }
   if (lab && PIN) for (const pid of labPids(lab)) if (!mine.some((v) => v.proc.pid === pid)) pin(`the lab's process ${pid}`, pid, PIN.rest);

@@ -39,7 +39,6 @@ import { type ChildProcess, fork, spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { cpus, freemem, loadavg, totalmem } from 'node:os';
 import { parseArgs } from 'node:util';
-import { join } from 'node:path';
 import type { DispatcherTotals, ModelDispatcher, ResponseSummary } from '../../hub/dispatch/dispatcher.ts';
 import { describeLatency } from '../../hub/dispatch/plan.ts';
 import { type ClaimConfig, DEFAULT_CLAIMS } from '../../hub/dispatch/claims.ts';
@@ -160,10 +159,11 @@ const SHAPE = values.quick ? QUICK : REALISTIC;
  */
 const NETWORK = values.network ?? null;
 /**
- * `--volunteer-cache DIR`: each volunteer keeps its slices in DIR/<its id> (`expertswarm volunteer --cache`) across
- * runs, as a returning volunteer does: a run at a slow `--network` after one on loopback measures the data path over the
- * link with the slice already held (a realistic layer is ~324 MiB: 9 min over far's 10 Mbit/s). Without it each run's
- * volunteers start empty.
+ * `--volunteer-cache DIR`: the volunteers keep their slices in DIR (`expertswarm volunteer --cache`, one folder for
+ * all: slices are named by digest, and the market may give a volunteer another layer next time) across runs, as
+ * returning volunteers do: a run at a slow `--network` after one on loopback measures the data path over the link with
+ * the slices already held (a realistic layer is ~324 MiB: 9 min over far's 10 Mbit/s). Without it each run's volunteers
+ * start empty.
  */
 const VOLUNTEER_CACHE = values['volunteer-cache'] ?? null;
 if (NETWORK !== null && !(NETWORK in PROFILES))
@@ -645,7 +645,7 @@ try {
   for (let i = 0; i < N_VOLUNTEERS; i++) {
     const id = `${SHAPE.name}-v${i}`;
     const args = ['--model', swarm.model, '--budget-mb', String(budget.mb), '--backend', BACKEND, '--max-slices', String(MAX_SLICES)];
-    if (VOLUNTEER_CACHE !== null) args.push('--cache', join(VOLUNTEER_CACHE, id));
+    if (VOLUNTEER_CACHE !== null) args.push('--cache', VOLUNTEER_CACHE);
     mine.push(lab ? lab.spawnVolunteer(['--worker-id', id, ...args]) : spawnVolunteer(swarm.url, id, args));
   }
   if (lab && PIN) for (const pid of labPids(lab)) if (!mine.some((v) => v.proc.pid === pid)) pin(`the lab's process ${pid}`, pid, PIN.rest);

@@ -19,7 +19,15 @@
  * give the rest, so a fetch ends unless the hub itself fails.
  */
 import { chunkMatches, chunkRange, type ChunkList } from '../protocol/chunk-list.ts';
-import { DEFAULT_SOURCE_POLICY, type HubView, type SourcePolicy, nextMsPerByte, peerOutpaced, takeoverAfterMs } from './source-choice.ts';
+import {
+  DEFAULT_SOURCE_POLICY,
+  type HubView,
+  type SourcePolicy,
+  hubIdle,
+  nextMsPerByte,
+  peerOutpaced,
+  takeoverAfterMs,
+} from './source-choice.ts';
 import {
   type PeerMessage,
   bitfieldBytes,
@@ -456,9 +464,10 @@ export class SliceSwarm {
         const t = this.now();
         for (const l of this.links.values()) {
           const w = l.wanted.get(chunk);
-          // The chunk the peer is sending now: the first asked of those still wanted (it sends them in order).
-          const sending = w !== undefined && l.wanted.keys().next().value === chunk;
-          if (w && l.wanted.delete(chunk)) {
+          if (w) {
+            // The chunk the peer is sending now: the first asked of those still wanted (it sends them in order).
+            const sending = l.wanted.keys().next().value === chunk;
+            l.wanted.delete(chunk);
             // The hub won a chunk the peer was sending: what it sent meanwhile is its rate so far (so a peer too slow
             // to finish any chunk before the hub takes it over is measured too).
             if (!from && sending) l.msPerByte = nextMsPerByte(l.msPerByte, t - w.waitFromMs, Math.max(w.got, MIN_RATE_BYTES));
@@ -572,7 +581,7 @@ export class SliceSwarm {
     }
     if (this.fromHubNow.size >= lanes) return;
     // An idle hub not measured yet gives one chunk that peers hold, so that its speed can be weighed against theirs.
-    if (this.hubMsPerByte === null && hub.load !== null && hub.load < this.source.idleBelow && this.fromHubNow.size === 0) {
+    if (this.hubMsPerByte === null && hubIdle(hub, this.source) && this.fromHubNow.size === 0) {
       const c = order.find((c) => this.isFree(c));
       if (c !== undefined) {
         this.fromHub(c);

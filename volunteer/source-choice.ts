@@ -43,9 +43,14 @@ export interface HubView {
   msPerByte: number | null;
 }
 
+/** Whether the hub says it is idle (a load hint under `idleBelow`; no hint is not idle). */
+export function hubIdle(hub: Pick<HubView, 'load'>, policy: SourcePolicy = DEFAULT_SOURCE_POLICY): boolean {
+  return hub.load !== null && hub.load < policy.idleBelow;
+}
+
 /** Whether the hub is idle enough, and measured, for speed to count. */
 export function hubMayWin(hub: HubView, policy: SourcePolicy = DEFAULT_SOURCE_POLICY): boolean {
-  return hub.load !== null && hub.load < policy.idleBelow && hub.msPerByte !== null && hub.msPerByte > 0;
+  return hubIdle(hub, policy) && hub.msPerByte !== null && hub.msPerByte > 0;
 }
 
 /**

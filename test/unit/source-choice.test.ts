@@ -1,7 +1,7 @@
 /** The source choice for a slice's chunks (volunteer/source-choice.ts): when speed may win over sparing the hub. */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { DEFAULT_SOURCE_POLICY, hubMayWin, nextMsPerByte, peerOutpaced, takeoverAfterMs } from '../../volunteer/source-choice.ts';
+import { DEFAULT_SOURCE_POLICY, hubIdle, hubMayWin, nextMsPerByte, peerOutpaced, takeoverAfterMs } from '../../volunteer/source-choice.ts';
 import { formatShardLoad, parseShardLoad } from '../../protocol/chunk-list.ts';
 
 const MIB = 1024 * 1024;
@@ -19,6 +19,11 @@ test('hubMayWin: only an idle hub that has been measured', () => {
     ['a zero rate is no measurement', 0.02, 0, false],
   ];
   for (const [name, load, msPerByte, want] of cases) assert.equal(hubMayWin({ load, msPerByte }), want, name);
+  // Idle is the hint alone (the swarm's probe chunk goes to an idle hub not measured yet).
+  assert.deepEqual(
+    [0.02, 0.24, 0.25, null].map((load) => hubIdle({ load })),
+    [true, true, false, false],
+  );
 });
 
 test('peerOutpaced: a peer more than speedRatio times slower than an idle hub, when that costs seconds', () => {

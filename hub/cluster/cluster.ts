@@ -28,6 +28,7 @@ import type { ClusterStatus, CreditAnswer } from '../../protocol/http.ts';
 import type { BusMessage, ClusterHub, ClusterWorker } from './codec.ts';
 import { CLUSTER_PREFIX, HUB_ID_MAX_CHARS, redactRedisUrl } from './keys.ts';
 import { type CorruptValue, type RedisLinkState, RedisClusterState } from './redis-state.ts';
+import { CreditOutbox, type OutboxStore, type PendingCredit } from './credit-outbox.ts';
 import type { CoverageView, CreditBook, CreditOnce, QuarantineList } from './shared.ts';
 
 export interface ClusterOptions {
@@ -89,7 +90,7 @@ export interface ClusterHost {
   /** Whether a worker is live on this hub (its coverage is here). */
   isLocal(workerId: string): boolean;
   /** The hub's own durable quarantine list (SQLite). */
-  store: Pick<HubStore, 'quarantine' | 'quarantineReason' | 'quarantined'>;
+  store: Pick<HubStore, 'quarantine' | 'quarantineReason' | 'quarantined'> & OutboxStore;
   /** Another hub quarantined `subject` (a worker id or a wallet): drop it here too. */
   quarantinedElsewhere(subject: string, reason: string, hub: string): void;
   /** A wallet's cluster-wide credit changed (its volunteers here are told). */
@@ -98,13 +99,6 @@ export interface ClusterHost {
   event(detail: string): void;
   /** The mirror of the other hubs' workers, or the hubs announced, changed (after a sync, or on degrading). */
   remoteChanged?(): void;
-}
-
-interface PendingCredit {
-  item: string;
-  wallet: string;
-  pairs: number;
-  nowMs: number;
 }
 
 export class ClusterSync implements QuarantineList, CreditBook {
@@ -121,11 +115,11 @@ export class ClusterSync implements QuarantineList, CreditBook {
   private readonly creditFetches = new Set<string>();
   /** This hub's workers whose record must be written (or removed: model of the removed worker). */
   private readonly dirty = new Map<string, string>();
-  private readonly outbox: PendingCredit[] = [];
+  /** The ledger's credit writes until Redis took them, in this hub's SQLite too (credit-outbox.ts: a restart resends). */
+  private readonly outbox: CreditOutbox;
   private readonly pendingQuarantines = new Map<string, { reason: string; sinceMs: number }>();
   private readonly corruptSeen = new Set<string>();
   private corruptCount = 0;
-  private creditSeq = 0;
   private state: ClusterState = 'connecting';
   private stateSince: number;
   private error: string | null = 'not connected yet';
@@ -165,10 +159,21 @@ export class ClusterSync implements QuarantineList, CreditBook {
       reconnectMaxMs: this.options.reconnectMaxMs,
     });
     this.hubId = this.redis.hubId;
+    this.outbox = new CreditOutbox(host.store, this.hubId, host.now());
     this.stateSince = host.now();
     this.redis.onStatus = (s, detail) => this.linkChanged(s, detail);
     this.redis.onBus = (m) => this.busMessage(m);
     this.redis.onCorrupt = (c) => this.noteCorrupt(c);
+  }
+
+  /** The Redis calls, for the cluster's other shared state (standing.ts, grants.ts). */
+  get redisState(): RedisClusterState {
+    return this.redis;
+  }
+
+  /** Whether Redis answers now (commands may be sent). */
+  get redisReady(): boolean {
+    return this.redis.ready;
   }
 
   /** The market models whose workers are mirrored (the hub registers them after reading their GGUFs). */
@@ -179,6 +184,8 @@ export class ClusterSync implements QuarantineList, CreditBook {
   /** Connects (bounded by connectTimeoutMs: past it the hub starts degraded and keeps trying), then syncs every syncMs. */
   async start(): Promise<void> {
     this.startedMs = this.host.now();
+    const left = this.outbox.load();
+    if (left > 0) this.host.event(`${left} credit writes an earlier run left waiting: sent once Redis answers (each counted once)`);
     const ok = await this.redis.connect(this.options.connectTimeoutMs);
     this.startedOnce = true;
     if (!ok) this.degrade(`no answer from ${redactRedisUrl(this.url)} within ${this.options.connectTimeoutMs} ms; serving alone, retrying`);
@@ -196,7 +203,8 @@ export class ClusterSync implements QuarantineList, CreditBook {
       await this.flush().catch(() => {});
       await this.redis.retireHub().catch(() => {});
     }
-    if (this.outbox.length > 0) this.host.event(`stopped with ${this.outbox.length} credit writes Redis never took: that credit is lost`);
+    if (this.outbox.size > 0)
+      this.host.event(`stopped with ${this.outbox.size} credit writes Redis never took: kept in this hub's state, sent at its next start`);
     await this.redis.close();
   }
 
@@ -210,7 +218,7 @@ export class ClusterSync implements QuarantineList, CreditBook {
       hubs: [...this.hubs],
       remote_workers: this.remoteRecords.size,
       last_sync_ms: this.lastSyncMs,
-      pending: { workers: this.dirty.size, credits: this.outbox.length, quarantines: this.pendingQuarantines.size },
+      pending: { workers: this.dirty.size, credits: this.outbox.size, quarantines: this.pendingQuarantines.size },
       corrupt_values: this.corruptCount,
     };
   }
@@ -352,16 +360,15 @@ export class ClusterSync implements QuarantineList, CreditBook {
       }
     }
     // Credit, in order, each with its item id: a retry after a lost reply counts once.
-    for (let i = 0; i < this.outbox.length; ) {
-      const c = this.outbox[i] as PendingCredit;
+    for (const c of this.outbox.pending() as PendingCredit[]) {
       try {
         const r = await this.redis.creditOnce(c.item, c.wallet, c.pairs, c.nowMs);
-        this.outbox.splice(i, 1);
+        this.outbox.done(c.item);
         this.credited(c.wallet, r.credit);
       } catch (e) {
         this.failed(e);
         if (!isHubError(e, 'CLUSTER_STATE_CORRUPT')) return;
-        i++; // an unreadable wallet keeps its credit waiting here; the others go on
+        // an unreadable wallet keeps its credit waiting here; the others go on
       }
     }
   }
@@ -539,7 +546,7 @@ export class ClusterSync implements QuarantineList, CreditBook {
   addCredit(wallet: string, pairs: number, nowMs: number): void {
     if (!Number.isSafeInteger(pairs) || pairs < 0) throw new RangeError(`credit must be a non-negative integer, got ${pairs}`);
     if (pairs === 0) return;
-    this.outbox.push({ item: `${this.hubId}:${++this.creditSeq}`, wallet, pairs, nowMs });
+    this.outbox.add(wallet, pairs, nowMs);
     this.flushSoon();
   }
 

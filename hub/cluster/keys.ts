@@ -60,6 +60,10 @@ export interface ClusterKeys {
   readonly hubs: string;
   /** The pub/sub channel hubs tell each other on (codec.ts BusMessage). */
   readonly bus: string;
+  /** One worker's trust standing as the hubs share it (standing.ts): JSON, PX STANDING_TTL_MS. */
+  standing(workerId: string): string;
+  /** A wallet's slice grants (grants.ts): a hash, one field per grant, PX GRANTS_TTL_MS. */
+  grants(wallet: string): string;
 }
 
 export function clusterKeys(prefix: string = CLUSTER_PREFIX): ClusterKeys {
@@ -74,6 +78,8 @@ export function clusterKeys(prefix: string = CLUSTER_PREFIX): ClusterKeys {
     hub: (id) => `${p}:hub:${id}`,
     hubs: `${p}:hubs`,
     bus: `${p}:bus`,
+    standing: (id) => `${p}:standing:${id}`,
+    grants: (w) => `${p}:grants:${w}`,
   };
 }
 

@@ -198,6 +198,11 @@ export class RedisClusterState {
     this.subscriber.disconnect();
   }
 
+  /** One bounded call for the cluster's other modules (standing.ts, grants.ts): failures as `run`'s. */
+  call<T>(what: string, f: (c: Redis) => Promise<T>): Promise<T> {
+    return this.run(what, f);
+  }
+
   private async run<T>(what: string, f: (c: Redis) => Promise<T>): Promise<T> {
     try {
       return await f(this.client);

@@ -3,7 +3,7 @@
  * identities, lifetime credit (expert-token pairs served), the items credited (each once: `markCredited`) and the
  * quarantine list. Live coverage stays in memory. With `--redis` the cluster's Redis holds credit and quarantine for
  * every hub (hub/cluster/); this file keeps the hub's own quarantines then too (they are pushed again after Redis lost
- * them).
+ * them), and its credit writes until Redis took them (`credit_outbox`, cluster/credit-outbox.ts).
  */
 import Database from 'better-sqlite3';
 import { randomBytes } from 'node:crypto';
@@ -17,6 +17,7 @@ CREATE TABLE IF NOT EXISTS volunteers (wallet TEXT PRIMARY KEY, first_seen_ms IN
   credit_pairs INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS quarantine (subject TEXT PRIMARY KEY, reason TEXT NOT NULL, since_ms INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS credited_items (item TEXT PRIMARY KEY, at_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS credit_outbox (item TEXT PRIMARY KEY, wallet TEXT NOT NULL, pairs INTEGER NOT NULL, at_ms INTEGER NOT NULL);
 `;
 
 /** How long a credited item's id is kept (as hub/cluster/redis-state.ts CREDIT_ITEM_TTL_MS: the same promise). */
@@ -67,6 +68,11 @@ export class HubStore {
       markItem: this.db.prepare('INSERT INTO credited_items (item, at_ms) VALUES (?, ?) ON CONFLICT(item) DO NOTHING'),
       pruneItems: this.db.prepare('DELETE FROM credited_items WHERE at_ms < ?'),
       unmarkItem: this.db.prepare('DELETE FROM credited_items WHERE item = ?'),
+      outboxAdd: this.db.prepare('INSERT INTO credit_outbox (item, wallet, pairs, at_ms) VALUES (?, ?, ?, ?) ON CONFLICT(item) DO NOTHING'),
+      outboxDelete: this.db.prepare('DELETE FROM credit_outbox WHERE item = ?'),
+      outbox: this.db.prepare<[], { item: string; wallet: string; pairs: number; at_ms: number }>(
+        'SELECT item, wallet, pairs, at_ms FROM credit_outbox ORDER BY rowid',
+      ),
     };
   }
 
@@ -125,6 +131,20 @@ export class HubStore {
   /** Takes back a mark whose credit could not be written. */
   unmarkCredited(item: string): void {
     this.stmts.unmarkItem.run(item);
+  }
+
+  /** With `--redis`: a credit write waiting for the cluster's Redis (cluster/credit-outbox.ts), kept until it took it. */
+  outboxAdd(item: string, wallet: string, pairs: number, atMs: number): void {
+    this.stmts.outboxAdd.run(item, wallet, pairs, Math.round(atMs));
+  }
+
+  outboxDelete(item: string): void {
+    this.stmts.outboxDelete.run(item);
+  }
+
+  /** The waiting credit writes, in the order they were added. */
+  outbox(): Array<{ item: string; wallet: string; pairs: number; at_ms: number }> {
+    return this.stmts.outbox.all();
   }
 
   volunteer(wallet: string): { wallet: string; first_seen_ms: number; last_seen_ms: number; credit_pairs: number } | undefined {

@@ -20,7 +20,7 @@
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { generateKeyPairSync, sign } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
@@ -60,10 +60,12 @@ export interface ClusterBenchOptions {
   /** The share of heartbeats followed by a timed ping. */
   beatPing: number;
   syncMs: number;
+  /** Hub 0 writes a V8 CPU profile of each window here (DIR/hub-0-hold.cpuprofile, …-serving…); null: none. */
+  cpuProfDir: string | null;
 }
 
 /** What the main process tells a hub process, and what it answers. */
-type ToHub = { type: 'start'; job: HubJob } | { type: 'window'; on: boolean } | { type: 'report' } | { type: 'exit' };
+type ToHub = { type: 'start'; job: HubJob } | { type: 'window'; on: boolean; name?: string } | { type: 'report' } | { type: 'exit' };
 interface HubJob {
   index: number;
   redis: string;
@@ -72,6 +74,7 @@ interface HubJob {
   heartbeatMs: number;
   tokens: number;
   syncMs: number;
+  cpuProfDir: string | null;
 }
 interface HubReport {
   type: 'report';
@@ -194,6 +197,7 @@ export async function clusterPart(o: ClusterBenchOptions): Promise<void> {
           heartbeatMs: o.heartbeatMs,
           tokens: K / H,
           syncMs: o.syncMs,
+          cpuProfDir: i === 0 ? o.cpuProfDir : null,
         },
       } satisfies ToHub);
       ready.push(await r);
@@ -261,7 +265,7 @@ export async function clusterPart(o: ClusterBenchOptions): Promise<void> {
     /** One measured window: every hub's handler, CPU and loop; the volunteers' heartbeat round trips; Redis. */
     const window = async (name: string): Promise<void> => {
       await reportClients(); // drop what came before
-      for (const h of hubs) h.send({ type: 'window', on: true } satisfies ToHub);
+      for (const h of hubs) h.send({ type: 'window', on: true, name } satisfies ToHub);
       const ops0 = await info();
       const rcpu0 = procCpuS(redis.pid());
       const w0 = performance.now();
@@ -288,6 +292,7 @@ export async function clusterPart(o: ClusterBenchOptions): Promise<void> {
     await window('hold');
 
     // Push: demand appears; each hub's poller reads its path busy and recruits its idle volunteers.
+    for (const h of hubs) h.send({ type: 'window', on: true, name: 'push' } satisfies ToHub);
     coordinator.busy = 2;
     const pushed: Array<{ at: number; hub: number }> = [];
     const deadline = performance.now() + 60_000;
@@ -304,6 +309,11 @@ export async function clusterPart(o: ClusterBenchOptions): Promise<void> {
     console.log(
       `  push: ${pushed.length} of ${o.push} idle volunteers assigned; from each hub's own saturated reading: p50 ${q(since, 0.5).toFixed(0)} ms, p99 ${q(since, 0.99).toFixed(0)} ms, last ${since.at(-1)?.toFixed(0)} ms; from the first hub's reading (the pollers' phases apart): last ${overall.at(-1)?.toFixed(0)} ms`,
     );
+    for (const h of hubs) h.send({ type: 'window', on: false } satisfies ToHub);
+    for (const r of (await reportHubs()).sort((x, y) => x.index - y.index))
+      console.log(
+        `    hub ${r.index} during the push (${r.windowS.toFixed(1)} s): CPU ${((r.cpuUs / 1e6 / r.windowS) * 100).toFixed(1)} % of one core; loop delay p99 ${r.loopP99.toFixed(1)} ms max ${r.loopMax.toFixed(0)} ms`,
+      );
     for (let h = 0; h < H; h++) {
       const mine = pushed.filter((p) => p.hub === h).map((p) => p.at - (coordinator.firstBusyAt.get(h) ?? Number.NaN));
       console.log(`    hub ${h}: ${mine.length} assigned, last ${Math.max(...mine).toFixed(0)} ms after its saturated reading`);
@@ -386,8 +396,26 @@ async function hubRole(): Promise<void> {
   let cpuUs = 0;
   let loopP99 = Number.NaN;
   let loopMax = Number.NaN;
+  // --cpu-prof: this hub's CPU profile of each window (the inspector's profiler, sampling every 100 µs).
+  const { Session } = await import('node:inspector/promises');
+  const prof = job.cpuProfDir ? new Session() : null;
+  let profName = '';
+  if (prof) {
+    prof.connect();
+    await prof.post('Profiler.enable');
+    await prof.post('Profiler.setSamplingInterval', { interval: 100 });
+  }
   process.on('message', (m: ToHub) => {
     if (m.type === 'window') {
+      if (prof && m.on) {
+        profName = m.name ?? 'window';
+        void prof.post('Profiler.start');
+      } else if (prof) {
+        void prof.post('Profiler.stop').then(({ profile }) => {
+          mkdirSync(job.cpuProfDir as string, { recursive: true });
+          writeFileSync(`${job.cpuProfDir}/hub-${job.index}-${profName}.cpuprofile`, JSON.stringify(profile));
+        });
+      }
       if (m.on) {
         beats.length = 0;
         cpu0 = process.cpuUsage();

@@ -19,7 +19,8 @@
  *   `--volunteers` simulated volunteers on the channel spread over them; the heartbeat's round trip, the pushed
  *   assignments' latency, Redis ops/s and each hub's CPU (docs/cluster.md has the numbers measured here).
  *
- *   npm run bench:hub -- --hubs 4 --volunteers 100000 [--push 1000 --window 20 --beat-ping 0.05 --sync-ms 1000]
+ *   npm run bench:hub -- --hubs 4 --volunteers 100000 [--push 1000 --window 20 --beat-ping 0.05 --sync-ms 1000
+ *                                                       --cpu-prof DIR (hub 0's CPU profile of each window)]
  */
 import { fork, spawn, type ChildProcess } from 'node:child_process';
 import { generateKeyPairSync, sign } from 'node:crypto';
@@ -57,6 +58,7 @@ const { values } = parseArgs({
     hubs: { type: 'string', default: '1' },
     'beat-ping': { type: 'string', default: '0.05' },
     'sync-ms': { type: 'string', default: '1000' },
+    'cpu-prof': { type: 'string', default: '' },
     role: { type: 'string', default: 'main' },
   },
 });
@@ -636,6 +638,7 @@ if (values.role === 'clients') {
     heartbeatMs: HEARTBEAT_MS,
     beatPing: Number(values['beat-ping']),
     syncMs: Number(values['sync-ms']),
+    cpuProfDir: values['cpu-prof'] || null,
   });
   process.exit(0);
 } else {

@@ -28,6 +28,7 @@ import type { ClusterStatus, CreditAnswer } from '../../protocol/http.ts';
 import type { BusMessage, ClusterHub, ClusterWorker } from './codec.ts';
 import { CLUSTER_PREFIX, HUB_ID_MAX_CHARS, redactRedisUrl } from './keys.ts';
 import { type CorruptValue, type RedisLinkState, RedisClusterState } from './redis-state.ts';
+import { RecordDecoder } from './record-decoder.ts';
 import { CreditOutbox, type OutboxStore, type PendingCredit } from './credit-outbox.ts';
 import type { CoverageView, CreditBook, CreditOnce, QuarantineList } from './shared.ts';
 
@@ -109,6 +110,8 @@ export class ClusterSync implements QuarantineList, CreditBook {
   /** The other hubs' workers (their records' coverage), and the records themselves (the dispatch map's rows). */
   private readonly remote = new CoverageStore({ maxWorkers: CLUSTER_REMOTE_WORKERS_MAX });
   private readonly remoteRecords = new Map<string, ClusterWorker>();
+  /** Each record's text decoded once: an unchanged one is the same object at the next sync (record-decoder.ts). */
+  private readonly decoder = new RecordDecoder();
   /** Subjects quarantined in the cluster's hash (or refused there unreadable: fail closed), with the reason. */
   private readonly quarantines = new Map<string, string>();
   private readonly credits = new Map<string, number>();
@@ -247,6 +250,7 @@ export class ClusterSync implements QuarantineList, CreditBook {
   }
 
   private dropRemote(): void {
+    this.decoder.clear();
     for (const id of [...this.remoteRecords.keys()]) this.remote.remove(id);
     this.remoteRecords.clear();
     this.hubRecords.clear();
@@ -396,7 +400,9 @@ export class ClusterSync implements QuarantineList, CreditBook {
   private async syncOnce(): Promise<void> {
     if (!this.redis.ready || this.stopped) return;
     try {
-      const { workers, corrupt } = await this.redis.readWorkers(this.remote.models());
+      // This hub's own records are not read; of the others', only those rewritten since the last sync are decoded.
+      const texts = await this.redis.readWorkerTexts(this.remote.models(), (id) => this.host.isLocal(id));
+      const { workers, corrupt } = this.decoder.decode(texts);
       for (const c of corrupt) this.noteCorrupt(c);
       const q = await this.redis.quarantines();
       for (const c of q.corrupt) this.noteCorrupt(c);
@@ -435,6 +441,7 @@ export class ClusterSync implements QuarantineList, CreditBook {
       this.remote.remove(id);
     }
     for (const [id, w] of fresh) {
+      if (this.remoteRecords.get(id) === w) continue; // the same text as at the last sync: nothing to re-index
       try {
         this.remote.heartbeat(id, w.model, w.ranges, w.seen_ms, w.replica);
         this.remoteRecords.set(id, w);

@@ -278,6 +278,37 @@ export class RedisClusterState {
     });
   }
 
+  /**
+   * The texts of the live worker records of `models`, undecoded (the caller decodes each changed one once:
+   * record-decoder.ts), leaving out the ids `skip` names (this hub's own workers: not read at all). Ids whose record is
+   * gone are taken out of the model's set.
+   */
+  async readWorkerTexts(
+    models: readonly string[],
+    skip: (id: string) => boolean = () => false,
+  ): Promise<Array<{ model: string; id: string; key: string; text: string }>> {
+    return await this.run('readWorkers', async (c) => {
+      const out: Array<{ model: string; id: string; key: string; text: string }> = [];
+      for (const model of models) {
+        const setKey = this.keys.workers(model);
+        const ids = (await c.smembers(setKey)).filter((id) => !skip(id));
+        const gone: string[] = [];
+        for (let i = 0; i < ids.length; i += WORKER_READ_BATCH) {
+          const batch = ids.slice(i, i + WORKER_READ_BATCH);
+          const keys = batch.map((id) => this.keys.worker(id));
+          const texts = await c.mget(...keys);
+          batch.forEach((id, j) => {
+            const text = texts[j];
+            if (text === null || text === undefined) gone.push(id);
+            else out.push({ model, id, key: keys[j] as string, text });
+          });
+        }
+        if (gone.length > 0) await c.srem(setKey, ...gone);
+      }
+      return out;
+    });
+  }
+
   // --- quarantine
 
   /** Quarantines `subject` cluster-wide and tells the other hubs at once (the bus). */

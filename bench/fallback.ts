@@ -3,7 +3,9 @@
  * fallback (shaders/ort/, every expert for every row from f32 copies) and against llama.cpp's own CPU backend
  * computing the same pairs (coordinator/bin/linkcpp-expert-ref --repeat: llama_xd_compute_pairs, i.e. the
  * coordinator's local mul_mat_id graph), all on one core, on the realistic shape (bench/shapes.ts: n_embd 2048,
- * ff 768, top-8) with a 16-expert Q4_K slice, for 1, 4 and 64 rows, in llama numerics (what the coordinator computes).
+ * ff 768, top-8) with a 16-expert slice, for 1, 4 and 64 rows, in llama numerics (what the coordinator computes),
+ * per weight type: every type the fallback reads (WASM_FALLBACK_TYPES, Q4_K first; `--types` to choose), one slice
+ * of that type per type, and at the end one table of ours / native per type and row count.
  * Ours and native alternate in rounds. Prints CPU ms per call (process CPU time: a busy machine does not inflate it as
  * it does wall time, which is printed too),
  * GFLOP/s of the routed pairs, ours / native from the median CPU times as a throughput ratio (goal ≥ 0.5), the
@@ -14,6 +16,7 @@
  *   npm run bench:fallback -- --no-ort     # skip the ORT dense fallback (≈ 300 MB of f32 weights, slow to build)
  *   npm run bench:fallback -- --simd       # our baseline-SIMD build even where relaxed SIMD is available
  *   npm run bench:fallback -- --rounds 8   # more rounds (default 4) on a noisy machine
+ *   npm run bench:fallback -- --types Q4_K,IQ2_XXS   # only these types (ggml names; default: all the fallback reads)
  *
  * Where the relaxed build's relaxed_madd fuses (x86 with FMA3, ARM), the same build with ggml's FMAs emulated in
  * f64 (`emulateFma`: what a machine whose relaxed_madd does not fuse runs) is timed in the same rounds, its own
@@ -22,33 +25,42 @@
  * The npm script runs Node with `--experimental-wasm-relaxed-simd` (Node 20 needs it; Chromium has relaxed SIMD by
  * default), so ours is the relaxed-simd build (shaders/wasm/features.ts) unless `--simd` is given; the header says which.
  *
- * The slice is generated once (random weights quantized to Q4_K, seed 5) and cached in .cache/bench-fallback/.
+ * Each type's slice is generated once (harness/weight-bytes.ts: uniform weights quantized to the type, or random valid
+ * super-blocks for the types only llama.cpp's quantizer writes; seed 5) and cached in .cache/bench-fallback/. A type
+ * the generator cannot make bytes for is skipped with a note. Bits: the types whose llama numerics are ggml's own
+ * arithmetic (WASM_BIT_EXACT_TYPES) should be `identical` to native; the others (f32 sums) show how many values
+ * differ and their NMSE against native.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { cpus } from 'node:os';
+import { cpus, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import * as ort from 'onnxruntime-web';
 import { EXPERT_MATRICES, expertTensorName } from '../gguf/expert-slice.ts';
-import { GGMLType } from '../gguf/quant-types.ts';
-import { quantize } from '../gguf/quantize.ts';
+import { type GGMLType, rowByteSize, typeName } from '../gguf/quant-types.ts';
 import { encodeGGUF } from '../gguf/writer.ts';
 import { callFlops, median, syntheticCall, type ExpertComputer, type MeasureCall } from '../shaders/computer.ts';
 import { OrtExpertFallback } from '../shaders/ort/fallback.ts';
 import type { ExpertSlice } from '../shaders/slice.ts';
 import { nodeExpertKernel } from '../shaders/wasm/build.ts';
-import { type TouchChoice, WasmExpertFallback } from '../shaders/wasm/fallback.ts';
+import { type TouchChoice, WASM_BIT_EXACT_TYPES, WASM_FALLBACK_TYPES, WasmExpertFallback } from '../shaders/wasm/fallback.ts';
 import { bestKernelVariant } from '../shaders/wasm/features.ts';
 import { LINKCPP_EXPERT_REF, encodeRecord } from '../harness/native-reference.ts';
+import { weightBytes } from '../harness/weight-bytes.ts';
+import { nmse } from '../shaders/reference/expert-call.ts';
 import { mulberry32 } from '../shaders/random.ts';
 import { REALISTIC } from './shapes.ts';
+import { benchTypes } from './types-arg.ts';
 
 const argv = process.argv.slice(2);
 const args = new Set(argv);
 const roundsArg = argv.indexOf('--rounds');
 const ROUNDS = roundsArg >= 0 ? Number(argv[roundsArg + 1]) : 4;
 if (!Number.isSafeInteger(ROUNDS) || ROUNDS < 1 || ROUNDS > 100) throw new Error('--rounds takes an integer in [1, 100]');
+const typesArg = argv.indexOf('--types');
+if (typesArg >= 0 && !argv[typesArg + 1]) throw new Error('--types takes a comma list of ggml type names, or all');
+const TYPES = benchTypes(typesArg >= 0 ? argv[typesArg + 1] : undefined, WASM_FALLBACK_TYPES.types);
 const quick = args.has('--quick');
 const withOrt = !quick && !args.has('--no-ort');
 const variant = args.has('--simd') ? 'simd' : bestKernelVariant();
@@ -71,22 +83,21 @@ const N_USED = REALISTIC.nExpertUsed;
 const ROWS = [1, 4, 64];
 const CACHE = fileURLToPath(new URL('../.cache/bench-fallback/', import.meta.url));
 
-/** The cached slice's GGUF (the three expert tensors of layer 0), made on first use. */
-function benchSlice(): { slice: ExpertSlice; gguf: string } {
+/** The cached slice of `type` and its GGUF (the three expert tensors of layer 0), made on first use. */
+function benchSlice(type: GGMLType): { slice: ExpertSlice; gguf: string } {
   const { nEmbd, ff, nExpert } = SHAPE;
-  const gguf = join(CACHE, `q4k-${nEmbd}x${ff}x${nExpert}-seed5.gguf`);
-  const raw = join(CACHE, `q4k-${nEmbd}x${ff}x${nExpert}-seed5.slice`);
-  const types = { gate: GGMLType.Q4_K, up: GGMLType.Q4_K, down: GGMLType.Q4_K };
+  const stem = join(CACHE, `${typeName(type).toLowerCase()}-${nEmbd}x${ff}x${nExpert}-seed5`);
+  const [gguf, raw] = [`${stem}.gguf`, `${stem}.slice`];
+  const types = { gate: type, up: type, down: type };
   const per = nExpert * nEmbd * ff;
   if (!existsSync(gguf) || !existsSync(raw)) {
-    console.log(`generating the Q4_K slice (${nExpert} experts of ${nEmbd}↔${ff}, ~20 s)…`);
+    console.log(`generating the ${typeName(type)} slice (${nExpert} experts of ${nEmbd}↔${ff}, up to ~20 s)…`);
     const r = mulberry32(5);
-    const matrix = (cols: number): Uint8Array => {
-      const w = new Float32Array(per);
-      for (let i = 0; i < per; i++) w[i] = ((r() * 2 - 1) * 1) / Math.sqrt(cols);
-      return quantize(GGMLType.Q4_K, w);
+    const m = {
+      gate: weightBytes(type, per, r, 1 / Math.sqrt(nEmbd)),
+      up: weightBytes(type, per, r, 1 / Math.sqrt(nEmbd)),
+      down: weightBytes(type, per, r, 1 / Math.sqrt(ff)),
     };
-    const m = { gate: matrix(nEmbd), up: matrix(nEmbd), down: matrix(ff) };
     mkdirSync(CACHE, { recursive: true });
     writeFileSync(
       gguf,
@@ -94,7 +105,7 @@ function benchSlice(): { slice: ExpertSlice; gguf: string } {
         tensors: EXPERT_MATRICES.map((k) => ({
           name: expertTensorName(0, k),
           dims: k === 'down' ? [ff, nEmbd, nExpert] : [nEmbd, ff, nExpert],
-          type: GGMLType.Q4_K,
+          type,
           data: m[k],
         })),
       }),
@@ -176,7 +187,6 @@ function sameBits(a: Float32Array, b: Float32Array): number {
 const mb = (b: number): string => `${(b / 2 ** 20).toFixed(1)} MiB`;
 const pad = (s: string, n: number): string => s.padStart(n);
 
-const { slice, gguf } = benchSlice();
 const calls: MeasureCall[] = ROWS.map((nTokens) => ({ ...SHAPE, nTokens, nUsed: N_USED }));
 const reps = (rows: number): number => (quick ? 3 : rows >= 64 ? 3 : 7);
 // Untimed calls before the timed ones. After a call of another shape, native's first few calls of a shape run up to
@@ -185,88 +195,166 @@ const reps = (rows: number): number => (quick ? 3 : rows >= 64 ? 3 : 7);
 const WARM = quick ? 1 : 10;
 const warmOurs = (rows: number): number => (rows >= 64 ? 1 : WARM);
 const cpu = cpus()[0]?.model ?? 'unknown CPU';
-console.log(`bench:fallback — ${cpu}, Node ${process.version}; ${N_EXPERT} experts of n_embd ${SHAPE.nEmbd} ↔ ff ${SHAPE.ff}, Q4_K,`);
+const load = (): string =>
+  loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ');
+console.log(
+  `bench:fallback — ${cpu}, Node ${process.version}; ${N_EXPERT} experts of n_embd ${SHAPE.nEmbd} ↔ ff ${SHAPE.ff}; types ${TYPES.map(typeName).join(' ')};`,
+);
 console.log(
   `top-${N_USED}, llama numerics; ours the ${variant} build${variant === 'simd' && bestKernelVariant() === 'simd' ? ' (no relaxed SIMD in this runtime)' : ''}, ${pinned ? `pinned to CPU ${OUR_CPU}` : 'not pinned (no taskset)'}, native ` +
-    `linkcpp-expert-ref -t 1 on CPU ${NATIVE_CPU}; alternating in rounds`,
+    `linkcpp-expert-ref -t 1 on CPU ${NATIVE_CPU}; alternating in rounds; load average ${load()}`,
 );
 
-// Ours and native alternate in rounds, so a busy machine (other jobs on the other core, the shared L3) weighs on both
-// alike; each side's best and median over all rounds are printed, the ratio from the best.
 const kernel = await nodeExpertKernel(variant);
-const ours = await WasmExpertFallback.create(kernel, slice, { numerics: 'llama' });
 /** The touch-ahead measurement of the fallback as it started (WasmExpertFallback.touch). */
 const touchLine = (t: TouchChoice): string =>
   `${t.on ? 'on' : 'off'}${t.onMs !== null && t.offMs !== null ? ` (1-token call ${t.onMs.toFixed(2)} ms on, ${t.offMs.toFixed(2)} ms off)` : ''}`;
-const emulated = ours.fusedMadd ? await WasmExpertFallback.create(kernel, slice, { numerics: 'llama', emulateFma: true }) : null;
 const rounds = quick ? 1 : ROUNDS;
 const timed = (): Timed[] => calls.map(() => ({ ms: [], cpu: [], out: new Float32Array(0) }));
-const oursT = timed();
-const emulatedT = timed();
-const nativeT = timed();
-for (let round = 0; round < rounds; round++) {
-  for (const [fb, into] of emulated
-    ? ([
-        [ours, oursT],
-        [emulated, emulatedT],
-      ] as const)
-    : ([[ours, oursT]] as const)) {
-    for (const [i, c] of calls.entries()) {
-      const t = await timeCalls(fb, c, reps(c.nTokens), warmOurs(c.nTokens));
-      into[i]!.ms.push(...t.ms);
-      into[i]!.cpu.push(...t.cpu);
-      into[i]!.out = t.out;
-    }
-  }
-  for (const [i, t] of (await timeNative(gguf, calls, quick ? 3 : 7, WARM)).entries()) {
-    nativeT[i]!.ms.push(...t.ms);
-    nativeT[i]!.cpu.push(...t.cpu);
-    nativeT[i]!.out = t.out;
-  }
-}
-const oursMem = ours.memory();
-await ours.dispose();
-await emulated?.dispose();
-
-let ortT: (Timed | null)[] = calls.map(() => null);
-let ortBytes = 0;
-if (withOrt) {
-  ort.env.wasm.numThreads = 1;
-  const t0 = performance.now();
-  const dense = await OrtExpertFallback.create(ort as never, slice, { numerics: 'llama' });
-  console.log(`(ORT dense fallback built in ${((performance.now() - t0) / 1000).toFixed(0)} s)`);
-  ortBytes = dense.modelBytes;
-  ortT = [];
-  for (const c of calls) ortT.push(await timeCalls(dense, c, reps(c.nTokens)));
-  await dense.dispose();
-}
-
 const best = (xs: number[]): number => Math.min(...xs);
 const fmt = (t: Timed): string => `${median(t.cpu).toFixed(2)} (${median(t.ms).toFixed(1)})`;
-console.log('');
-console.log('CPU ms per call, median (wall ms, median); ours/native from the median CPU times; GFLOP/s of the routed');
-console.log('pairs per CPU second (ours); best CPU ms ours / native; ours with FMA emulated (where it fuses), median');
-console.log(
-  `rows | ${pad('ours wasm', 16)} | ${pad('ORT dense', 16)} | ${pad('native', 16)} | ours/native | GFLOP/s | best ours/native | ${pad('FMA emulated', 16)} | bits vs native`,
-);
-calls.forEach((c, i) => {
-  const o = oursT[i]!;
-  const n = nativeT[i]!;
-  const d = ortT[i];
-  const e = emulatedT[i]!;
-  const diff = sameBits(o.out, n.out) + (emulated ? sameBits(e.out, n.out) : 0);
-  const emulatedCol = emulated ? `${median(e.cpu).toFixed(2)} (${(median(n.cpu) / median(e.cpu)).toFixed(2)}×)` : '—';
+/** "identical", or how many values differ from native's and their NMSE against it. */
+const bitsVs = (o: Float32Array, n: Float32Array): string => {
+  const diff = sameBits(o, n);
+  return diff === 0 ? 'identical' : `${diff} of ${o.length} differ, NMSE ${nmse(o, n).toExponential(1)}`;
+};
+
+/** One type's line of the closing table. */
+interface Summary {
+  type: GGMLType;
+  /** ours / native from the medians of CPU ms, per row count; null where the type was skipped. */
+  ratio: number[] | null;
+  bestRatio: number[];
+  oursMs: number[];
+  nativeMs: number[];
+  bits: string;
+  note: string;
+}
+const summaries: Summary[] = [];
+
+for (const type of TYPES) {
+  const name = typeName(type);
+  let made: { slice: ExpertSlice; gguf: string };
+  try {
+    made = benchSlice(type);
+  } catch (e) {
+    const why = (e instanceof Error ? e.message : String(e)).split('\n')[0]!;
+    console.log(`\n${name}: skipped — ${why}`);
+    summaries.push({ type, ratio: null, bestRatio: [], oursMs: [], nativeMs: [], bits: '—', note: `skipped: ${why}` });
+    continue;
+  }
+  const { slice, gguf } = made;
+  const t0 = performance.now();
+  // Ours and native alternate in rounds, so a busy machine (other jobs on the other core, the shared L3) weighs on
+  // both alike; each side's best and median over all rounds are printed.
+  const ours = await WasmExpertFallback.create(kernel, slice, { numerics: 'llama' });
+  const emulated = ours.fusedMadd ? await WasmExpertFallback.create(kernel, slice, { numerics: 'llama', emulateFma: true }) : null;
+  const oursT = timed();
+  const emulatedT = timed();
+  const nativeT = timed();
+  for (let round = 0; round < rounds; round++) {
+    for (const [fb, into] of emulated
+      ? ([
+          [ours, oursT],
+          [emulated, emulatedT],
+        ] as const)
+      : ([[ours, oursT]] as const)) {
+      for (const [i, c] of calls.entries()) {
+        const t = await timeCalls(fb, c, reps(c.nTokens), warmOurs(c.nTokens));
+        into[i]!.ms.push(...t.ms);
+        into[i]!.cpu.push(...t.cpu);
+        into[i]!.out = t.out;
+      }
+    }
+    for (const [i, t] of (await timeNative(gguf, calls, quick ? 3 : 7, WARM)).entries()) {
+      nativeT[i]!.ms.push(...t.ms);
+      nativeT[i]!.cpu.push(...t.cpu);
+      nativeT[i]!.out = t.out;
+    }
+  }
+  const oursMem = ours.memory();
+  const touch = touchLine(ours.touch);
+  const fused = ours.fusedMadd;
+  await ours.dispose();
+  await emulated?.dispose();
+
+  let ortT: (Timed | null)[] = calls.map(() => null);
+  let ortNote = '';
+  if (withOrt) {
+    ort.env.wasm.numThreads = 1;
+    const o0 = performance.now();
+    try {
+      const dense = await OrtExpertFallback.create(ort as never, slice, { numerics: 'llama' });
+      ortNote = `; ORT dense ${mb(dense.modelBytes)} of f32 model (built in ${((performance.now() - o0) / 1000).toFixed(0)} s)`;
+      ortT = [];
+      for (const c of calls) ortT.push(await timeCalls(dense, c, reps(c.nTokens)));
+      await dense.dispose();
+    } catch (e) {
+      ortNote = `; ORT dense: ${(e instanceof Error ? e.message : String(e)).split('\n')[0]}`;
+    }
+  }
+
+  const bitsPerWeight = (8 * rowByteSize(type, 256)) / 256;
+  console.log('');
   console.log(
-    `${pad(String(c.nTokens), 4)} | ${pad(fmt(o), 16)} | ${pad(d ? fmt(d) : '—', 16)} | ${pad(fmt(n), 16)} | ` +
-      `${pad((median(n.cpu) / median(o.cpu)).toFixed(2), 11)} | ${pad((callFlops(c) / (median(o.cpu) * 1e6)).toFixed(2), 7)} | ` +
-      `${pad(`${best(o.cpu).toFixed(2)} / ${best(n.cpu).toFixed(2)}`, 16)} | ${pad(emulatedCol, 16)} | ${diff === 0 ? 'identical' : `${diff} of ${o.out.length} differ`}`,
+    `${name} (${bitsPerWeight.toFixed(2)} bits per weight${WASM_BIT_EXACT_TYPES.includes(type) ? ', ggml-exact in llama numerics' : ', f32 sums in llama numerics'}; ` +
+      `${((performance.now() - t0) / 1000).toFixed(0)} s; load average ${load()}) — CPU ms per call, median (wall ms, median); ours/native from`,
   );
-});
+  console.log('the median CPU times; GFLOP/s of the routed pairs per CPU second (ours); best CPU ms ours / native; ours with FMA');
+  console.log('emulated (where it fuses), median');
+  console.log(
+    `rows | ${pad('ours wasm', 16)} | ${pad('ORT dense', 16)} | ${pad('native', 16)} | ours/native | GFLOP/s | best ours/native | ${pad('FMA emulated', 16)} | bits vs native`,
+  );
+  calls.forEach((c, i) => {
+    const o = oursT[i]!;
+    const n = nativeT[i]!;
+    const d = ortT[i];
+    const e = emulatedT[i]!;
+    const emulatedCol = emulated ? `${median(e.cpu).toFixed(2)} (${(median(n.cpu) / median(e.cpu)).toFixed(2)}×)` : '—';
+    const bits = bitsVs(o.out, n.out) + (emulated && sameBits(e.out, n.out) !== 0 ? ` (emulated: ${bitsVs(e.out, n.out)})` : '');
+    console.log(
+      `${pad(String(c.nTokens), 4)} | ${pad(fmt(o), 16)} | ${pad(d ? fmt(d) : '—', 16)} | ${pad(fmt(n), 16)} | ` +
+        `${pad((median(n.cpu) / median(o.cpu)).toFixed(2), 11)} | ${pad((callFlops(c) / (median(o.cpu) * 1e6)).toFixed(2), 7)} | ` +
+        `${pad(`${best(o.cpu).toFixed(2)} / ${best(n.cpu).toFixed(2)}`, 16)} | ${pad(emulatedCol, 16)} | ${bits}`,
+    );
+  });
+  console.log(
+    `memory: ours ${mb(oursMem.wasmBytes)} wasm (slice ${mb(oursMem.sliceBytes)}, ${mb(oursMem.loadedBytes)} before any call)${ortNote}; ` +
+      `FMA ${fused ? 'fused (relaxed_madd)' : 'emulated in f64'}, touch-ahead ${touch}`,
+  );
+  const diffs = calls.map((_, i) => sameBits(oursT[i]!.out, nativeT[i]!.out));
+  const worst = Math.max(...calls.map((_, i) => nmse(oursT[i]!.out, nativeT[i]!.out)));
+  summaries.push({
+    type,
+    ratio: calls.map((_, i) => median(nativeT[i]!.cpu) / median(oursT[i]!.cpu)),
+    bestRatio: calls.map((_, i) => best(nativeT[i]!.cpu) / best(oursT[i]!.cpu)),
+    oursMs: calls.map((_, i) => median(oursT[i]!.cpu)),
+    nativeMs: calls.map((_, i) => median(nativeT[i]!.cpu)),
+    bits: diffs.every((d) => d === 0) ? 'identical' : `NMSE ≤ ${worst.toExponential(1)}`,
+    note: '',
+  });
+}
+
+// The closing table: one line per type, ours / native per row count (medians of CPU ms, and best against best).
+const GOAL = 0.5;
+const rowsHead = ROWS.map((r) => pad(`${r} row${r > 1 ? 's' : ''}`, 7)).join(' ');
 console.log('');
+console.log(`ours / native per type (native CPU ms ÷ ours, medians; goal ≥ ${GOAL}); ${rounds} rounds; load average ${load()}`);
+const rowsList = ROWS.join('/');
 console.log(
-  `memory: ours ${mb(oursMem.wasmBytes)} wasm (slice ${mb(oursMem.sliceBytes)}, ${mb(oursMem.loadedBytes)} before any call)` +
-    (withOrt ? `; ORT dense ${mb(ortBytes)} of f32 model` : ''),
+  `type    | ${rowsHead} | ${pad('best/best', 17)} | ${pad(`ours CPU ms ${rowsList}`, 21)} | ${pad(`native CPU ms ${rowsList}`, 22)} | bits vs native`,
 );
-console.log(
-  `ours/native = native CPU ms / ours CPU ms (throughput ratio; goal ≥ 0.5); ours = the ${variant} build, FMA ${ours.fusedMadd ? 'fused (relaxed_madd)' : 'emulated in f64'}, touch-ahead ${touchLine(ours.touch)}; ${rounds} rounds`,
-);
+for (const s of summaries) {
+  if (!s.ratio) {
+    console.log(`${typeName(s.type).padEnd(7)} | ${s.note}`);
+    continue;
+  }
+  const below = s.ratio.some((r) => r < GOAL) ? ' *' : '';
+  console.log(
+    `${typeName(s.type).padEnd(7)} | ${s.ratio.map((r) => pad(r.toFixed(2), 7)).join(' ')} | ${s.bestRatio.map((r) => pad(r.toFixed(2), 5)).join(' ')} | ` +
+      `${pad(s.oursMs.map((x) => x.toPrecision(3)).join(' / '), 21)} | ${pad(s.nativeMs.map((x) => x.toPrecision(3)).join(' / '), 22)} | ${s.bits}${below}`,
+  );
+}
+console.log(`* below ${GOAL}× native at some row count; ours = the ${variant} build`);

@@ -13,7 +13,7 @@ import { LLAMA_FALLBACK_TYPES, ORT_VARIANT_FEATURES, OrtExpertFallback, type Ort
 import {
   DEFAULT_TOKENS_PER_PASS,
   PASS_TOP_K,
-  WASM_SERVED_TYPES,
+  WASM_FALLBACK_TYPES,
   WASM_VARIANT_FEATURES,
   WasmExpertFallback,
 } from '../shaders/wasm/fallback.ts';
@@ -66,7 +66,7 @@ export function computedTypes(env: Pick<ComputeEnvironment, 'backend' | 'wasmKer
   const lists: (readonly number[])[] = [];
   if (hasDevice && env.backend !== 'wasm') lists.push(KERNEL_TYPES.types);
   if (env.backend !== 'webgpu') {
-    if (env.wasmKernel) lists.push(WASM_SERVED_TYPES.types);
+    if (env.wasmKernel) lists.push(WASM_FALLBACK_TYPES.types);
     else if (env.ort) lists.push(LLAMA_FALLBACK_TYPES.types);
   }
   if (lists.length === 0) return [];

@@ -10,10 +10,11 @@
  *
  * Numerics (computer.ts): 'exact' (default) dequantizes each weight row exactly (bit for bit as ggml) and sums f32
  * products. 'llama' computes as llama.cpp's CPU backend (x86 AVX2 build, coordinator/build.sh) does: activations
- * converted to each weight type's vec-dot type, then for F32, F16, BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, Q4_K, Q5_K and Q6_K weights
- * ggml's own dot products step for step (integer lanes, their fused multiply-adds, its horizontal sums, swiglu with
- * ggml_v_expf, the sums in k order): the coordinator's result bit for bit. Q4_1, Q5_0, Q5_1, Q2_K and Q3_K weights
- * get the same activation rounding with f32 sums of the dequantized weights (float-summation precision).
+ * converted to each weight type's vec-dot type (Q4_1 and Q5_1: Q8_1, with its f16 s), then for F32, F16, BF16, Q8_0,
+ * Q4_0, Q4_1, Q5_1, MXFP4, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, Q4_K, Q5_K and Q6_K weights ggml's own dot
+ * products step for step (integer lanes, their fused multiply-adds, its horizontal sums, swiglu with ggml_v_expf, the
+ * sums in k order): the coordinator's result bit for bit. Q5_0, Q2_K and Q3_K weights get the same activation
+ * rounding with f32 sums of the dequantized weights (float-summation precision).
  *
  * Variants (protocol/variant.ts, WASM_VARIANT_FEATURES): every activation (silu, swiglu_oai, swiglu_clamp, silu_limit,
  * gelu), each with or without expert biases and per-expert scales. Biases and scales are copied into the kernel's
@@ -88,6 +89,8 @@ export const WASM_BIT_EXACT_TYPES: readonly GGMLType[] = [
   GGMLType.BF16,
   GGMLType.Q8_0,
   GGMLType.Q4_0,
+  GGMLType.Q4_1,
+  GGMLType.Q5_1,
   GGMLType.Q4_K,
   GGMLType.Q5_K,
   GGMLType.Q6_K,
@@ -99,19 +102,6 @@ export const WASM_BIT_EXACT_TYPES: readonly GGMLType[] = [
   GGMLType.IQ3_XXS,
   GGMLType.IQ1_S,
 ];
-
-/**
- * The types a volunteer computing with this kernel offers to serve (its hello's `types`, volunteer/engine-open.ts):
- * every type it decodes except Q4_1 and Q5_1. Their 'llama' sums are f32 sums of the rounded activations where ggml
- * adds each block's min times Q8_1's f16-rounded s (docs/numerics.md): NMSE ~1e-5 against the coordinator, above the
- * hub's audit tolerance (1e-6), so an honest volunteer serving them would be struck and quarantined
- * (docs/quant-types.md). The market refuses it those layers (`type-unsupported`) instead, and others or the
- * coordinator compute them. The kernel still computes them (tests, the float numerics).
- */
-export const WASM_SERVED_TYPES: SupportedTypes = {
-  types: WASM_FALLBACK_TYPES.types.filter((t) => t !== GGMLType.Q4_1 && t !== GGMLType.Q5_1),
-  cannot: 'the wasm fallback does not serve (its sums miss ggml’s Q8_1 rounding)',
-};
 
 /** Tokens per kernel pass by default: bounds the per-call scratch (≈ 3 MiB at n_embd 2048, ff 768, top-8). */
 export const DEFAULT_TOKENS_PER_PASS = 32;

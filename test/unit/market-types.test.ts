@@ -16,7 +16,7 @@ import { GGUFValueType, type GGUFFile, type GGUFTensorInfo, type GGUFValue } fro
 import { readsLayer, TENSOR_TYPE_NAMES, tensorTypeNames, unreadTensors } from '../../protocol/tensor-types.ts';
 import { computedTypes } from '../../volunteer/engine-open.ts';
 import { KERNEL_TYPES } from '../../shaders/expert-ffn.ts';
-import { WASM_FALLBACK_TYPES, WASM_SERVED_TYPES } from '../../shaders/wasm/fallback.ts';
+import { WASM_FALLBACK_TYPES } from '../../shaders/wasm/fallback.ts';
 import { parseClientMessage, encodeClientMessage, VOLUNTEER_LIMITS, type ClientMessage } from '../../protocol/channel/index.ts';
 
 const N_EMBD = 256;
@@ -178,14 +178,13 @@ test('tensor-types: names, readsLayer, unreadTensors', () => {
 test("computedTypes: what every backend the client may serve with reads (the hello's types)", () => {
   const names = (t: { types: readonly number[] }): string[] => tensorTypeNames(t.types);
   const kernel = {} as WebAssembly.Module;
-  const both = names({ types: KERNEL_TYPES.types.filter((t) => WASM_SERVED_TYPES.types.includes(t)) });
+  const both = names({ types: KERNEL_TYPES.types.filter((t) => WASM_FALLBACK_TYPES.types.includes(t)) });
   assert.deepEqual(computedTypes({ backend: 'auto', wasmKernel: kernel, ort: null }, true), both);
   assert.deepEqual(computedTypes({ backend: 'webgpu', wasmKernel: kernel, ort: null }, true), names(KERNEL_TYPES));
   const wasm = computedTypes({ backend: 'auto', wasmKernel: kernel, ort: null }, false);
-  assert.deepEqual(wasm, names(WASM_SERVED_TYPES));
-  // Q4_1 and Q5_1: decoded, but not offered (their sums would fail the hub's audits); Q5_0 is.
-  for (const t of ['Q4_1', 'Q5_1']) assert.ok(!wasm.includes(t) && names(WASM_FALLBACK_TYPES).includes(t), t);
-  assert.ok(wasm.includes('Q5_0'));
+  assert.deepEqual(wasm, names(WASM_FALLBACK_TYPES));
+  // Q4_1 and Q5_1 offered too: the kernel computes them as ggml does (Q8_1's f16 s for the mins, bit for bit).
+  for (const t of ['Q4_1', 'Q5_1', 'Q5_0']) assert.ok(wasm.includes(t), t);
   assert.deepEqual(computedTypes({ backend: 'webgpu', wasmKernel: null, ort: null }, false), []);
   for (const t of ['F32', 'Q4_K', 'IQ2_XXS', 'Q2_K']) assert.ok(both.includes(t), t);
   assert.ok(!both.includes('TQ1_0'));

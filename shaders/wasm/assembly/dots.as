@@ -1,7 +1,7 @@
 // Dot products of one decoded weight row (weight-rows.as) with one activation record (activations.as), each kind in
 // the order of ggml's AVX2 vec_dot where the kind says so (kinds.as). harness/ggml-exact.ts is the TypeScript
 // model of the same arithmetic; the wasm fallback's tests hold these to it bit for bit.
-import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, DOT_IQ1S, RELAXED } from './kinds';
+import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, DOT_IQ1S, DOT_Q1, RELAXED } from './kinds';
 import { K_PARAMS } from './weight-rows';
 import { fmaPair, fmaPairExact, fma32, hsum8, f16ToF32, usesFusedMadd } from './ggml-float';
 
@@ -32,6 +32,7 @@ export function dot(kind: i32, w: usize, wp: usize, a: usize, n: i32): f32 {
     case DOT_Q32P:
     case DOT_IQ4XS:
     case DOT_IQ1S:
+    case DOT_Q1:
       store<usize>(ONE_ACT, a);
       intDots(kind, w, wp, ONE_ACT, 1, n, ONE_OUT);
       return load<f32>(ONE_OUT);
@@ -254,10 +255,15 @@ function maddLanes(acc: usize, off: usize, d: v128, l: v128): void {
 /** blockStep with fused relaxed_madd (f32x4 accumulators). */
 @inline
 function blockStepFused(kind: i32, acc: usize, l03: v128, l47: v128, a: usize, pp: usize, b: i32, n: i32): void {
-  if (kind == DOT_Q32) {
+  if (kind == DOT_Q32 || kind == DOT_Q1) {
     const d = f32x4.splat(load<f32>(pp) * load<f32>(a + 2 * n + 4 * b));
     maddLanes(acc, 0, d, l03);
     maddLanes(acc, 16, d, l47);
+    if (kind == DOT_Q1) {
+      const ys = load<f32>(a + 2 * n + 4 * (n >> 5) + 4 * b);
+      const s = f32x4.relaxed_madd(f32x4.splat(load<f32>(pp, 4)), f32x4.splat(ys), f32x4.splat(load<f32>(acc, 96)));
+      store<f32>(acc, f32x4.extract_lane(s, 0), 96);
+    }
     return;
   }
   const nb = n >> 8;
@@ -295,7 +301,7 @@ function blockStepFused(kind: i32, acc: usize, l03: v128, l47: v128, a: usize, p
 function finishFused(kind: i32, acc: usize): f32 {
   const s = f32x4.add(v128.load(acc), v128.load(acc, 16));
   const h = f32x4.extract_lane(s, 0) + f32x4.extract_lane(s, 2) + (f32x4.extract_lane(s, 1) + f32x4.extract_lane(s, 3));
-  if (kind == DOT_Q5K || kind == DOT_IQ1S) return h + load<f32>(acc, 96);
+  if (kind == DOT_Q5K || kind == DOT_IQ1S || kind == DOT_Q1) return h + load<f32>(acc, 96);
   if (kind != DOT_Q4K) return h;
   const m = v128.load(acc, 64);
   return h + (f32x4.extract_lane(m, 0) + f32x4.extract_lane(m, 2) + (f32x4.extract_lane(m, 1) + f32x4.extract_lane(m, 3)));
@@ -359,6 +365,12 @@ function blockStep(kind: i32, acc: usize, l03: v128, l47: v128, a: usize, pp: us
     laneFma(acc, load<f32>(pp) * load<f32>(a + 2 * n + 4 * b), l03, l47);
     return;
   }
+  if (kind == DOT_Q1) {
+    // summs += x.m · y.s (one vfmadd231ss in the build), then the lanes as DOT_Q32's
+    store<f32>(acc, fma32(load<f32>(pp, 4), load<f32>(a + 2 * n + 4 * (n >> 5) + 4 * b), load<f32>(acc, 96)), 96);
+    laneFma(acc, load<f32>(pp) * load<f32>(a + 2 * n + 4 * b), l03, l47);
+    return;
+  }
   const nb = n >> 8;
   const ad = a + 2 * n;
   const yd = load<f32>(ad + 4 * b);
@@ -402,7 +414,7 @@ function finish(kind: i32, acc: usize): f32 {
   if (kind == DOT_Q32P) return finishPaired(acc);
   if (usesFusedMadd()) return finishFused(kind, acc);
   const h = hsum8(v128.load(acc), v128.load(acc, 16), v128.load(acc, 32), v128.load(acc, 48));
-  if (kind == DOT_Q5K || kind == DOT_IQ1S) return h + load<f32>(acc, 96);
+  if (kind == DOT_Q5K || kind == DOT_IQ1S || kind == DOT_Q1) return h + load<f32>(acc, 96);
   if (kind != DOT_Q4K) return h;
   const m01 = v128.load(acc, 64);
   const m23 = v128.load(acc, 80);
@@ -416,13 +428,14 @@ function finish(kind: i32, acc: usize): f32 {
 /** Bytes of one block's parameters in an integer row (weight-rows.as). */
 @inline
 function paramBytes(kind: i32): usize {
+  if (kind == DOT_Q1) return 8;
   return kind == DOT_Q32 || kind == DOT_Q32P ? 4 : K_PARAMS;
 }
 
 /** 32-element runs per float step: one Q8_0 / Q4_0 block, or the 8 sub-blocks of a K-quant super-block. */
 @inline
 function runsPerBlock(kind: i32): i32 {
-  return kind == DOT_Q32 || kind == DOT_Q32P ? 1 : 8;
+  return kind == DOT_Q32 || kind == DOT_Q32P || kind == DOT_Q1 ? 1 : 8;
 }
 
 /**

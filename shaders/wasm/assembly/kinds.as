@@ -49,6 +49,8 @@ export const ACT_Q8_K_VALUES: i32 = 4;
 /** Activations as Q8_0 / Q8_K quants for the integer dot products (activations.as has the layouts). */
 export const ACT_Q8_0: i32 = 5;
 export const ACT_Q8_K: i32 = 6;
+/** Activations as Q8_1: ACT_Q8_0's record, then per block ggml's f16 s = f16(amax/127 · Σ q), f16-decoded (f32). */
+export const ACT_Q8_1: i32 = 7;
 
 /** f32 · f32 in any order ('exact' numerics, and 'llama' for types without a bit-exact dot here). */
 export const DOT_PLAIN: i32 = 0;
@@ -80,6 +82,12 @@ export const DOT_IQ4XS: i32 = 9;
  * accum1 is that accumulator exactly); the result hsum8 + it.
  */
 export const DOT_IQ1S: i32 = 10;
+/**
+ * ggml_vec_dot_q4_1_q8_1 / _q5_1_q8_1 on AVX2: DOT_Q32's lanes (the unsigned quants, 0..15 or 0..31) through
+ * acc = fma(x.d · y.d, lane, acc), and the mins one scalar sum per row, summs = fma(x.m, y.s, summs) (y.s: Q8_1's f16
+ * s); the result hsum8 + summs. Params per 32: f32 d, f32 m.
+ */
+export const DOT_Q1: i32 = 11;
 
 export function isKQuant(t: i32): bool {
   return t == T_Q2_K || t == T_Q3_K || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K;
@@ -93,7 +101,7 @@ export function isSuperBlock(t: i32): bool {
 export function rowKind(t: i32, llama: bool): i32 {
   if (llama && (t == T_Q4_K || (RELAXED && t == T_Q5_K))) return ROW_GGUF;
   if (RELAXED && llama && t == T_Q6_K) return ROW_U8;
-  return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
+  return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_Q4_1 || t == T_Q5_1 || t == T_MXFP4 || t == T_IQ4_NL || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
 }
 
 export function actKind(t: i32, llama: bool): i32 {
@@ -101,6 +109,7 @@ export function actKind(t: i32, llama: bool): i32 {
   if (t == T_F16) return ACT_F16;
   if (t == T_BF16) return ACT_BF16;
   if (t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL) return ACT_Q8_0;
+  if (t == T_Q4_1 || t == T_Q5_1) return ACT_Q8_1;
   if (t == T_Q4_K || t == T_Q5_K || t == T_Q6_K || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S) return ACT_Q8_K;
   return isKQuant(t) ? ACT_Q8_K_VALUES : ACT_Q8_0_VALUES;
 }
@@ -112,6 +121,7 @@ export function dotKind(t: i32, llama: bool): i32 {
   if (t == T_BF16) return DOT_GGML_BF16;
   if (t == T_Q8_0 || t == T_Q4_0) return DOT_Q32;
   if (t == T_MXFP4 || t == T_IQ4_NL) return DOT_Q32P;
+  if (t == T_Q4_1 || t == T_Q5_1) return DOT_Q1;
   if (t == T_Q4_K) return DOT_Q4K;
   if (t == T_Q5_K) return DOT_Q5K;
   if (t == T_Q6_K) return DOT_Q6K;

@@ -4,6 +4,7 @@
 //
 // intRow: i16 quants in lane order (activations.as), and per block the float parameters:
 //   Q8_0 / Q4_0: q (Q4_0: nibble − 8); params f32 d per 32.
+//   Q4_1 / Q5_1: the unsigned quants (nibble, Q5_1's with its 5th bit from qh); params per 32, 8 bytes: f32 d, f32 m.
 //   MXFP4:       kvalues_fp4[nibble]; params f32 2^(e−128) per 32.
 //   IQ4_NL:      kvalues_iq4nl[nibble]; params f32 d per 32.
 //   Q4_K / Q5_K: scale × q (6-bit scale of the 32-element sub-block, q 4 or 5 bits); params per 256, 48 bytes:
@@ -78,9 +79,42 @@ function scaleMinK4(sb: usize, j: i32): i32 {
   return sc | (m << 8);
 }
 
+/** Bit k of each byte, for k = 0..7 twice (ggml's bytes_from_bits_32 masks). */
+const BIT_OF_BYTE = memory.data<u8>([1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128], 16);
+
+/** 16 bytes, byte j 16 where bit j of the 16 bits `bits` is set, else 0 (Q5_0/Q5_1's 5th bits, element order). */
+@inline
+function fifthBits(bits: u32): v128 {
+  const v = i16x8.splat(<i16>bits);
+  const bytes = i8x16.shuffle(v, v, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const m = v128.load(BIT_OF_BYTE);
+  return v128.and(i8x16.eq(v128.and(bytes, m), m), i8x16.splat(16));
+}
+
 /** One row of n weights of type t at src, in the integer form, to dst (i16 × n) and params. */
 export function intRow(t: i32, src: usize, n: i32, dst: usize, params: usize): void {
   const m15 = i8x16.splat(15);
+  if (t == T_Q4_1 || t == T_Q5_1) {
+    const five = t == T_Q5_1;
+    const bytes: usize = five ? 24 : 20;
+    for (let b = 0; b < n >> 5; b++) {
+      const p = src + bytes * b;
+      const o = dst + 64 * b;
+      store<f32>(params + 8 * b, half(p));
+      store<f32>(params + 8 * b, half(p + 2), 4);
+      const q = v128.load(p + (five ? 8 : 4));
+      let lo = v128.and(q, m15);
+      let hi = i8x16.shr_u(q, 4);
+      if (five) {
+        const qh = load<u32>(p + 4);
+        lo = v128.or(lo, fifthBits(qh & 0xffff));
+        hi = v128.or(hi, fifthBits(qh >> 16));
+      }
+      storeScaledU(o, lanes(lo), 1);
+      storeScaledU(o + 32, lanes(hi), 1);
+    }
+    return;
+  }
   if (t == T_Q8_0 || t == T_Q4_0) {
     const bytes: usize = t == T_Q8_0 ? 34 : 18;
     for (let b = 0; b < n >> 5; b++) {

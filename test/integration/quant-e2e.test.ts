@@ -11,7 +11,7 @@
  * Q3_K_M file mixes them, and on its hub the market's answers to volunteers that cannot read a layer
  * (type-unsupported); then one qwen3moe model per type every engine reads (the WGSL kernels' and the wasm kernel's
  * lists, so a type joins when both read it), two MoE layers, both in that type: the tab and the headless volunteer
- * each compute one.
+ * each compute one. QUANT_E2E_TYPES (a comma list of type names) runs only those grid cells.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -62,6 +62,20 @@ const BASE = { arch: 'qwen3moe' as const, nEmbd: 256, ff: 256, nExpert: 8, nExpe
 
 /** Every type both engines read: the per-type grid (QUANT_E2E=full). */
 const GRID_TYPES = KERNEL_TYPES.types.filter((t) => WASM_FALLBACK_TYPES.types.includes(t));
+/**
+ * QUANT_E2E_TYPES=Q4_1,Q5_1 (with QUANT_E2E=full): only those cells of the per-type grid, without the mixed model; a
+ * name that is not a grid type throws.
+ */
+const ONLY = (process.env.QUANT_E2E_TYPES ?? '')
+  .split(',')
+  .map((s) => s.trim())
+  .filter((s) => s !== '')
+  .map((name) => {
+    const t = GRID_TYPES.find((g) => typeName(g) === name);
+    if (t === undefined) throw new Error(`QUANT_E2E_TYPES: ${name} is not a grid type (${GRID_TYPES.map(typeName).join(', ')})`);
+    return t;
+  });
+const RUN_TYPES = ONLY.length > 0 ? ONLY : GRID_TYPES;
 
 let pagesDir = '';
 let browser: Browser | undefined;
@@ -140,7 +154,7 @@ async function serveThroughHub(
   }
 }
 
-if (FULL)
+if (FULL && ONLY.length === 0)
   test(`a mixed model (${describeExpertTypes(MIXED_LAYERS)}): slices in their own types, refused by type, served by a tab and a headless volunteer with the token ids of --dispatch off`, {
     timeout: 600_000,
   }, async (t) => {
@@ -166,7 +180,7 @@ if (FULL)
     });
   });
 
-for (const type of FULL ? GRID_TYPES : []) {
+for (const type of FULL ? RUN_TYPES : []) {
   test(`${typeName(type)}: a tab and a headless volunteer serve a ${typeName(type)} model with the token ids of --dispatch off, ≥ 90% served`, {
     timeout: 600_000,
   }, async (t) => {

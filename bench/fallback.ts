@@ -128,17 +128,17 @@ interface Timed {
   out: Float32Array;
 }
 
-/** `reps` timed calls after `warm` untimed ones (and the last warm-up's result). */
+/** `reps` timed calls after `warm` untimed ones (and the last call's result). */
 async function timeCalls(fb: ExpertComputer, c: MeasureCall, reps: number, warm = 1): Promise<Timed> {
   const { rows, ids, probs } = syntheticCall(c);
-  let out = await fb.compute(rows, ids, probs, c.nTokens, c.nUsed);
-  for (let i = 1; i < warm; i++) out = await fb.compute(rows, ids, probs, c.nTokens, c.nUsed);
+  let out: Float32Array = new Float32Array(0);
+  for (let i = 0; i < warm; i++) out = await fb.compute(rows, ids, probs, c.nTokens, c.nUsed);
   const ms: number[] = [];
   const cpu: number[] = [];
   for (let i = 0; i < reps; i++) {
     const c0 = process.cpuUsage();
     const t0 = performance.now();
-    await fb.compute(rows, ids, probs, c.nTokens, c.nUsed);
+    out = await fb.compute(rows, ids, probs, c.nTokens, c.nUsed);
     ms.push(performance.now() - t0);
     const dc = process.cpuUsage(c0);
     cpu.push((dc.user + dc.system) / 1000);
@@ -194,6 +194,8 @@ const reps = (rows: number): number => (quick ? 3 : rows >= 64 ? 3 : 7);
 // steady speed from the second call on; both sides are timed in their steady state.
 const WARM = quick ? 1 : 10;
 const warmOurs = (rows: number): number => (rows >= 64 ? 1 : WARM);
+/** CPU ms of our first 64-row call past which a type is timed with fewer calls (below). */
+const HEAVY_MS = 1500;
 const cpu = cpus()[0]?.model ?? 'unknown CPU';
 const load = (): string =>
   loadavg()
@@ -250,11 +252,20 @@ for (const type of TYPES) {
   // Ours and native alternate in rounds, so a busy machine (other jobs on the other core, the shared L3) weighs on
   // both alike; each side's best and median over all rounds are printed.
   const ours = await WasmExpertFallback.create(kernel, slice, { numerics: 'llama' });
-  const emulated = ours.fusedMadd ? await WasmExpertFallback.create(kernel, slice, { numerics: 'llama', emulateFma: true }) : null;
+  // A type whose 64-row call takes seconds here (the float types' 300 MB slices through f64-emulated FMAs) would take
+  // many minutes at the usual counts: it gets fewer calls (3 timed per shape and round, one at 64 rows), at most two
+  // rounds and no FMA-emulated column, and says so.
+  const probe = await timeCalls(ours, calls.at(-1)!, 1, 0);
+  const heavy = !quick && probe.cpu[0]! > HEAVY_MS;
+  const typeRounds = heavy ? Math.min(rounds, 2) : rounds;
+  const emulated =
+    ours.fusedMadd && !heavy ? await WasmExpertFallback.create(kernel, slice, { numerics: 'llama', emulateFma: true }) : null;
+  const oursReps = (rows: number): number => (heavy ? (rows >= 64 ? 1 : 3) : reps(rows));
+  const oursWarm = (rows: number): number => (heavy ? (rows >= 64 ? 0 : 1) : warmOurs(rows));
   const oursT = timed();
   const emulatedT = timed();
   const nativeT = timed();
-  for (let round = 0; round < rounds; round++) {
+  for (let round = 0; round < typeRounds; round++) {
     for (const [fb, into] of emulated
       ? ([
           [ours, oursT],
@@ -262,13 +273,13 @@ for (const type of TYPES) {
         ] as const)
       : ([[ours, oursT]] as const)) {
       for (const [i, c] of calls.entries()) {
-        const t = await timeCalls(fb, c, reps(c.nTokens), warmOurs(c.nTokens));
+        const t = await timeCalls(fb, c, oursReps(c.nTokens), oursWarm(c.nTokens));
         into[i]!.ms.push(...t.ms);
         into[i]!.cpu.push(...t.cpu);
         into[i]!.out = t.out;
       }
     }
-    for (const [i, t] of (await timeNative(gguf, calls, quick ? 3 : 7, WARM)).entries()) {
+    for (const [i, t] of (await timeNative(gguf, calls, quick || heavy ? 3 : 7, heavy ? 1 : WARM)).entries()) {
       nativeT[i]!.ms.push(...t.ms);
       nativeT[i]!.cpu.push(...t.cpu);
       nativeT[i]!.out = t.out;
@@ -300,7 +311,7 @@ for (const type of TYPES) {
   console.log('');
   console.log(
     `${name} (${bitsPerWeight.toFixed(2)} bits per weight${WASM_BIT_EXACT_TYPES.includes(type) ? ', ggml-exact in llama numerics' : ', f32 sums in llama numerics'}; ` +
-      `${((performance.now() - t0) / 1000).toFixed(0)} s; load average ${load()}) — CPU ms per call, median (wall ms, median); ours/native from`,
+      `${((performance.now() - t0) / 1000).toFixed(0)} s; load average ${load()}${heavy ? `; slow here (first 64-row call ${probe.cpu[0]!.toFixed(0)} ms): ${typeRounds} rounds, 3 timed calls per shape each side (ours 1 at 64 rows), no FMA-emulated column` : ''}) — CPU ms per call, median (wall ms, median); ours/native from`,
   );
   console.log('the median CPU times; GFLOP/s of the routed pairs per CPU second (ours); best CPU ms ours / native; ours with FMA');
   console.log('emulated (where it fuses), median');

@@ -282,14 +282,13 @@ function decodeIQ1_S(src: Uint8Array, nb: number, out: Float32Array, o: number):
 }
 
 /**
- * IQ1_M, kept out of dequantize()'s table until every backend reads it (the wasm kernel does not yet; exported for
- * its tests, as IQ2_XXS's first stage was): BLOCK_SIZE 256, 56 bytes, no d of its own. [0..32) qs[32]: the low 8 bits of each group of 8's iq1s_grid
+ * IQ1_M: BLOCK_SIZE 256, 56 bytes, no d of its own. [0..32) qs[32]: the low 8 bits of each group of 8's iq1s_grid
  * index; [32..48) qh[16], two per 32-element sub-block, one per pair of groups: bits 0..2 and 4..6 the high 3 bits of
  * its two groups' indices, bits 3 and 7 their delta signs; [48..56) scales as four u16 sc[k]: bits 6(ib & 1) ..
  * 6(ib & 1) + 5 of sc[ib / 2] are sub-block ib's two 3-bit scales (first half, second half), and the top 4 bits of the
  * four together the f16 d (sc[0] >> 12 lowest). dl = d · (2s + 1); y = dl · (grid value ± 0.125).
  */
-export function decodeIQ1_M(src: Uint8Array, nb: number, out: Float32Array, o: number): void {
+function decodeIQ1_M(src: Uint8Array, nb: number, out: Float32Array, o: number): void {
   const tab = f16ToF32Table();
   for (let b = 0, p = 0; b < nb; b++, p += 56) {
     const sc = [0, 1, 2, 3].map((k) => src[p + 48 + 2 * k]! | (src[p + 49 + 2 * k]! << 8));
@@ -490,6 +489,7 @@ const decoders = new Map<GGMLType, Decoder>([
   [GGMLType.IQ2_XXS, decodeIQ2_XXS],
   [GGMLType.IQ2_XS, decodeIQ2_XS],
   [GGMLType.IQ1_S, decodeIQ1_S],
+  [GGMLType.IQ1_M, decodeIQ1_M],
   [GGMLType.IQ3_XXS, decodeIQ3_XXS],
   [GGMLType.Q2_K, decodeQ2_K],
   [GGMLType.Q3_K, decodeQ3_K],

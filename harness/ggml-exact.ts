@@ -13,7 +13,7 @@
  * orders of magnitude (test/integration/expert-dispatch.test.ts measures both).
  *
  * Types (GGML_EXACT_TYPES): F32, F16, Q8_0, Q4_0, Q4_K (the dispatch grid's; checked against the coordinator there),
- * Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, Q6_K, MXFP4, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ3_XXS and IQ1_S (checked against the coordinator's own local computation, linkcpp-expert-ref, in
+ * Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, Q6_K, MXFP4, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S and IQ1_M (checked against the coordinator's own local computation, linkcpp-expert-ref, in
  * numerics-vs-coordinator.test.ts).
  * Row lengths must be multiples of 32 (F32/F16) or of the type's block.
  *
@@ -85,6 +85,7 @@ export const GGML_EXACT_TYPES: ReadonlySet<GGMLType> = new Set([
   GGMLType.IQ2_XS,
   GGMLType.IQ3_XXS,
   GGMLType.IQ1_S,
+  GGMLType.IQ1_M,
 ]);
 
 // ---------------------------------------------------------------------------------------------
@@ -199,6 +200,7 @@ function toVecDot(type: GGMLType, x: Float32Array): Activation {
     case GGMLType.IQ2_XS:
     case GGMLType.IQ3_XXS:
     case GGMLType.IQ1_S:
+    case GGMLType.IQ1_M:
       return { kind: 'q', q: quantizeQ8_K(x) };
     default:
       throw new RangeError(`ggml-exact: no bit-exact dot product for ${GGMLType[type] ?? type}`);
@@ -705,6 +707,56 @@ function dotIQ1S(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
   return f32(hsum8(acc) + f32(0.125 * accum1));
 }
 
+/**
+ * ggml_vec_dot_iq1_m_q8_K (AVX2): two 8-lane int32 sums per super-block. sumi1's lane l of sub-block ib = (2s + 1) ·
+ * Σ iq1s_grid value · q over elements 4l..4l+3 (mul_add_epi8), s the sub-block's 3-bit scale of the lane's half (lanes
+ * 0..3: elements 0..15); sumi2's lane l = (2s + 1) · ±Σ q over the same 4 elements, the sign that of group l / 2's
+ * shift (maddubs of 1 with sign_epi8). d = f32(y.d · the f16 d from the scales' top nibbles); accum1 = fma(d, f32(sumi1),
+ * accum1), accum2 likewise, lane by lane; hsum8(accum1) + 0.125 · hsum8(accum2).
+ */
+function dotIQ1M(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
+  const acc = LANES.fill(0);
+  const acc2 = LANES2.fill(0);
+  const sumi1 = SC;
+  const sumi2 = MN;
+  for (let b = 0; b < n / 256; b++) {
+    const o = wOff + b * 56;
+    sumi1.fill(0);
+    sumi2.fill(0);
+    const sc = [0, 1, 2, 3].map((k) => (w[o + 48 + 2 * k] as number) | ((w[o + 49 + 2 * k] as number) << 8)) as [
+      number,
+      number,
+      number,
+      number,
+    ];
+    const dBits = (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000);
+    for (let ib = 0; ib < 8; ib++) {
+      const s = (sc[ib >> 1] as number) >> (6 * (ib & 1));
+      for (let l = 0; l < 8; l++) {
+        const ls = 2 * ((l < 4 ? s : s >> 3) & 7) + 1;
+        const g = l >> 1;
+        const qh = (w[o + 32 + 2 * ib + (g >> 1)] as number) >> (4 * (g & 1));
+        const grid = 8 * ((w[o + 4 * ib + g] as number) | ((qh & 7) << 8)) + 4 * (l & 1);
+        let dot = 0;
+        let sum = 0;
+        for (let k = 0; k < 4; k++) {
+          const q = y.qs[256 * b + 32 * ib + 4 * l + k] as number;
+          dot += (IQ1S_GRID[grid + k] as number) * q;
+          sum += q;
+        }
+        sumi1[l] = (sumi1[l] as number) + ls * dot;
+        sumi2[l] = (sumi2[l] as number) + ls * (qh & 8 ? -sum : sum);
+      }
+    }
+    const d = f32((y.d[b] as number) * f16ToF32(dBits));
+    for (let l = 0; l < 8; l++) {
+      acc[l] = fma32(d, f32(sumi1[l] as number), acc[l] as number);
+      acc2[l] = fma32(d, f32(sumi2[l] as number), acc2[l] as number);
+    }
+  }
+  return f32(hsum8(acc) + f32(0.125 * hsum8(acc2)));
+}
+
 /** A matrix as the dot products read it: float rows for F32/F16 (decoded once), the GGUF bytes otherwise. */
 type Weights = { type: GGMLType; bytes: Uint8Array; floats?: Float32Array };
 
@@ -754,6 +806,8 @@ function vecDot(w: Weights, r: number, a: Activation, n: number): number {
       return dotIQ3XXS(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     case GGMLType.IQ1_S:
       return dotIQ1S(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
+    case GGMLType.IQ1_M:
+      return dotIQ1M(w.bytes, r * rowByteSize(w.type, n), (a as { q: QuantRow }).q, n);
     default:
       throw new RangeError(`ggml-exact: no bit-exact dot product for ${GGMLType[w.type] ?? w.type}`);
   }

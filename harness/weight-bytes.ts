@@ -1,6 +1,6 @@
 /**
  * Weight bytes of any type the kernels read, for tests and benchmarks that make expert slices: our quantizer's bytes of
- * uniform(±scale) values, or for the types only llama.cpp's quantizer writes (IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S: tools/llama-quantized.ts)
+ * uniform(±scale) values, or for the types only llama.cpp's quantizer writes (IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ1_M: tools/llama-quantized.ts)
  * random super-blocks — every grid index, sign pattern and 4-bit scale is a valid block — with d drawn so that the
  * values have about that scale.
  *
@@ -20,6 +20,8 @@ const RANDOM_BLOCKS: ReadonlyMap<GGMLType, { bytes: number; dPerScale: number }>
   [GGMLType.IQ3_XXS, { bytes: 98, dPerScale: 1 / 120 }],
   // |value| = d · (2s + 1) · |{−1, 0, 1} ± 0.125|, s uniform in 0..7
   [GGMLType.IQ1_S, { bytes: 50, dPerScale: 1 / 6 }],
+  // as IQ1_S, a 3-bit scale per 16 elements; its f16 d in the top nibbles of the four scale words (bytes 49, 51, 53, 55)
+  [GGMLType.IQ1_M, { bytes: 56, dPerScale: 1 / 6 }],
 ]);
 
 export function weightBytes(type: GGMLType, n: number, r: () => number, scale: number): Uint8Array {
@@ -35,6 +37,11 @@ export function weightBytes(type: GGMLType, n: number, r: () => number, scale: n
   for (let b = 0; b < n / 256; b++) {
     const h = f32ToF16(scale * random.dPerScale * (0.5 + r()));
     const o = bytes * b;
+    if (type === GGMLType.IQ1_M) {
+      for (let i = 0; i < bytes; i++) out[o + i] = Math.floor(r() * 256);
+      for (let k = 0; k < 4; k++) out[o + 49 + 2 * k] = (out[o + 49 + 2 * k]! & 0x0f) | (((h >> (4 * k)) & 15) << 4);
+      continue;
+    }
     out[o] = h & 255;
     out[o + 1] = h >> 8;
     for (let i = 2; i < bytes; i++) out[o + i] = Math.floor(r() * 256);

@@ -21,12 +21,13 @@ const run = promisify(execFile);
 /** coordinator/build.sh's build of llama.cpp's llama-quantize. */
 export const LLAMA_QUANTIZE = fileURLToPath(new URL('../coordinator/bin/linkcpp-quantize', import.meta.url));
 
-/** Types written by llama.cpp's quantizer, with the name llama-quantize takes (IQ2_XXS, IQ2_XS, IQ3_XXS and IQ1_S need an importance matrix; every one gets the synthetic one). */
+/** Types written by llama.cpp's quantizer, with the name llama-quantize takes (IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S and IQ1_M need an importance matrix; every one gets the synthetic one). */
 export const LLAMA_QUANTIZED: ReadonlyMap<GGMLType, string> = new Map([
   [GGMLType.IQ2_XXS, 'IQ2_XXS'],
   [GGMLType.IQ2_XS, 'IQ2_XS'],
   [GGMLType.IQ3_XXS, 'IQ3_XXS'],
   [GGMLType.IQ1_S, 'IQ1_S'],
+  [GGMLType.IQ1_M, 'IQ1_M'],
 ]);
 
 /** A bound on one quantizer run: tiny test models take a second or two; a large one may take minutes. */

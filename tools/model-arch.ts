@@ -173,6 +173,7 @@ const FILE_TYPE: Partial<Record<GGMLType, number>> = {
   [GGMLType.IQ2_XS]: 20, // LLAMA_FTYPE_MOSTLY_IQ2_XS (likewise)
   [GGMLType.IQ3_XXS]: 23, // LLAMA_FTYPE_MOSTLY_IQ3_XXS (likewise)
   [GGMLType.IQ1_S]: 24, // LLAMA_FTYPE_MOSTLY_IQ1_S (likewise)
+  [GGMLType.IQ1_M]: 31, // LLAMA_FTYPE_MOSTLY_IQ1_M (likewise)
 };
 
 export function defaultConfig(partial: Partial<ModelConfig> & Pick<ModelConfig, 'arch'>): ModelConfig {
@@ -332,6 +333,7 @@ export function rowType(type: GGMLType, rowLength: number): GGMLType {
     [GGMLType.IQ2_XS]: GGMLType.IQ4_NL,
     [GGMLType.IQ3_XXS]: GGMLType.IQ4_NL,
     [GGMLType.IQ1_S]: GGMLType.IQ4_NL,
+    [GGMLType.IQ1_M]: GGMLType.IQ4_NL,
   };
   const f = fallback[type];
   return f !== undefined && fits(f) ? f : GGMLType.F32;

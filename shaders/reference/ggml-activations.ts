@@ -1,7 +1,7 @@
 /**
  * How ggml's CPU backend rounds activations before a dot product with quantized weights: the activation row is
  * converted to the weight type's "vec_dot type" (Q8_0 for the 32-element quants, MXFP4 and IQ4_NL included (Q4_1/Q5_1: Q8_1), Q8_K for the
- * K-quants, IQ4_XS, IQ2_XXS, IQ2_XS, IQ3_XXS and IQ1_S, F16/BF16
+ * K-quants, IQ4_XS, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S and IQ1_M, F16/BF16
  * for half weights) and only then multiplied. A reference that wants to reproduce llama.cpp's numbers (not just the
  * exact math) applies the same rounding; the differences are ~0.4 % per dot for Q8_0, enough to flip near-tied
  * routing decisions in later layers of a random-weight model.
@@ -35,6 +35,7 @@ export function vecDotType(weightType: GGMLType): GGMLType {
     case GGMLType.IQ2_XS:
     case GGMLType.IQ3_XXS:
     case GGMLType.IQ1_S:
+    case GGMLType.IQ1_M:
       return GGMLType.Q8_K;
     default:
       throw new RangeError(`no activation rounding known for ggml type ${GGMLType[weightType] ?? weightType}`);

@@ -110,6 +110,7 @@ const TYPES = [
   GGMLType.IQ2_XS,
   GGMLType.IQ3_XXS,
   GGMLType.IQ1_S,
+  GGMLType.IQ1_M,
 ] as const;
 /** Two architectures, with different widths (non-square matrices, both orientations). */
 const SHAPES: Array<{ arch: ArchName; nEmbd: number; ff: number }> = [
@@ -139,6 +140,7 @@ const CPU_ONLY = new Set<GGMLType>([
   GGMLType.IQ2_XS,
   GGMLType.IQ3_XXS,
   GGMLType.IQ1_S,
+  GGMLType.IQ1_M,
 ]);
 const FULL = process.env.NUMERICS_FULL === '1';
 function shapesOf(type: GGMLType): typeof SHAPES {

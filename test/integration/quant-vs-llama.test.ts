@@ -18,7 +18,7 @@ import { GGMLType, requireQuantType, rowByteSize } from '../../gguf/quant-types.
 import { openFileSource } from '../../gguf/node-io.ts';
 import { readGGUF } from '../../gguf/reader.ts';
 import type { GGUFFile, GGUFTensorInfo } from '../../gguf/types.ts';
-import { decodeIQ1_M, dequantize } from '../../gguf/dequantize.ts';
+import { dequantize } from '../../gguf/dequantize.ts';
 import { quantize } from '../../gguf/quantize.ts';
 import { writeSyntheticImatrix } from '../../tools/imatrix.ts';
 import { makeModel } from '../../tools/make-model.ts';
@@ -41,13 +41,6 @@ async function load(path: string): Promise<Loaded> {
     bytes: (t) => src.read(file.dataOffset + t.offset, t.byteLength),
     close: () => src.close(),
   };
-}
-
-/** IQ1_M's decoder, not yet in dequantize()'s table (gguf/dequantize.ts). */
-function decodeIQ1M(bytes: Uint8Array, n: number): Float32Array {
-  const y = new Float32Array(n);
-  decodeIQ1_M(bytes, n / 256, y, 0);
-  return y;
 }
 
 function elements(t: GGUFTensorInfo): number {
@@ -155,7 +148,7 @@ const THEIRS: Array<[GGMLType, string, number]> = [
   [GGMLType.IQ3_XXS, 'IQ3_XXS', 1e-1],
   // 1.56 bits: 8-element points of a {−1, 0, 1} grid shifted by ±0.125, a 3-bit scale per 32
   [GGMLType.IQ1_S, 'IQ1_S', 5e-1],
-  // 1.75 bits: IQ1_S's grid, a shift sign per 8 and a 3-bit scale per 16 (its decoder not yet in dequantize()'s table)
+  // 1.75 bits: IQ1_S's grid, a shift sign per 8 and a 3-bit scale per 16
   [GGMLType.IQ1_M, 'IQ1_M', 5e-1],
 ];
 /** Types llama-quantize is given an importance matrix for (IQ2_XXS needs one; tools/imatrix.ts writes a uniform one). */
@@ -173,13 +166,13 @@ const BYTE_IDENTICAL = new Set([
 
 /**
  * `npm test`'s time: llama.cpp's IQ1 quantizer takes seconds on the test model (6 s for its bytes, 10 s for a generated
- * model here, at load ~5), so QUANT_FULL=1 runs IQ1_S's and IQ1_M's bytes (IQ1_M's decoder is not yet in
- * dequantize()'s table) and the generator's IQ1_S and IQ2_XS models; npm test keeps IQ2_XS's bytes. The generated
- * IQ2_XS and IQ1_S models are numerics-vs-coordinator.test.ts's in npm test, bit for bit against linkcpp-expert-ref.
+ * model here, at load ~5), so QUANT_FULL=1 runs IQ1_S's and IQ1_M's bytes and the generator's IQ1_S,
+ * IQ1_M and IQ2_XS models; npm test keeps IQ2_XS's bytes. The generated
+ * IQ2_XS, IQ1_S and IQ1_M models are numerics-vs-coordinator.test.ts's in npm test, bit for bit against linkcpp-expert-ref.
  */
 const QUANT_FULL = process.env.QUANT_FULL === '1';
 const FULL_ONLY_THEIRS = new Set([GGMLType.IQ1_S, GGMLType.IQ1_M]);
-const FULL_ONLY_GENERATED = new Set([GGMLType.IQ2_XS, GGMLType.IQ1_S]);
+const FULL_ONLY_GENERATED = new Set([GGMLType.IQ2_XS, GGMLType.IQ1_S, GGMLType.IQ1_M]);
 
 for (const [type, ftype, bound] of THEIRS.filter(([t]) => QUANT_FULL || !FULL_ONLY_THEIRS.has(t))) {
   test(`llama.cpp's ${GGMLType[type]} bytes: our dequantizer agrees${BYTE_IDENTICAL.has(type) ? ', our quantizer writes the same bytes' : ''}`, async () => {
@@ -210,7 +203,7 @@ for (const [type, ftype, bound] of THEIRS.filter(([t]) => QUANT_FULL || !FULL_ON
           `${t.name}: byte length`,
         );
         assert.equal(source.length, elements(t), `${t.name}: F32 source length`);
-        const mine = type === GGMLType.IQ1_M ? decodeIQ1M(theirBytes, elements(t)) : dequantize(type, theirBytes, elements(t));
+        const mine = dequantize(type, theirBytes, elements(t));
         assertBitEqual(mine, new Float32Array((await deq.bytes(d)).slice().buffer), t.name);
         const e = nmse(mine, source);
         assert.ok(e < bound, `${t.name}: NMSE ${e.toExponential(2)} ≥ ${bound}`);

@@ -10,7 +10,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { GGMLType, QK_K, requireQuantType } from '../../gguf/quant-types.ts';
 import { bf16ToF32, f16ToF32, f16ToF32Table, f32ToBf16, f32ToF16 } from '../../gguf/half.ts';
-import { canDequantize, decodeIQ1_M, dequantize } from '../../gguf/dequantize.ts';
+import { canDequantize, dequantize } from '../../gguf/dequantize.ts';
 import { canQuantize, quantize } from '../../gguf/quantize.ts';
 import { mulberry32Uint as mulberry32 } from '../../shaders/random.ts';
 
@@ -913,8 +913,7 @@ test('dequantize IQ1_M: d from the scales’ top nibbles, 3-bit scales per 16, a
   // d = f16 0x3c00 = 1 (nibbles 0, 0, c, 3 in sc[0..3]'s top bits). Sub-block 0: scales 3 (dl 7) and 1 (dl 3); groups
   // on points 0, 1, 0, 2047; group 0's delta negative. The other sub-blocks: point 0, scale 0, delta +: −0.875.
   const bytes: Record<number, number> = { 1: 1, 3: 0xff, 32: 0x08, 33: 0x70, 48: 3 | (1 << 3), 53: 0xc0, 55: 0x30 };
-  const y = new Float32Array(256);
-  decodeIQ1_M(block(56, {}, bytes), 1, y, 0);
+  const y = dequantize(GGMLType.IQ1_M, block(56, {}, bytes), 256);
   const want = [
     ...new Array(8).fill(7 * -1.125),
     7 * 1.125,
@@ -964,16 +963,8 @@ test('supported type sets', () => {
   assert.ok(canDequantize(GGMLType.IQ3_XXS) && !canQuantize(GGMLType.IQ3_XXS), 'IQ3_XXS');
   assert.ok(canDequantize(GGMLType.IQ2_XS) && !canQuantize(GGMLType.IQ2_XS), 'IQ2_XS');
   assert.ok(canDequantize(GGMLType.IQ1_S) && !canQuantize(GGMLType.IQ1_S), 'IQ1_S');
-  for (const t of [
-    GGMLType.Q8_1,
-    GGMLType.Q8_K,
-    GGMLType.IQ2_S,
-    GGMLType.IQ1_M,
-    GGMLType.I8,
-    GGMLType.F64,
-    GGMLType.NVFP4,
-    999 as GGMLType,
-  ]) {
+  assert.ok(canDequantize(GGMLType.IQ1_M) && !canQuantize(GGMLType.IQ1_M), 'IQ1_M');
+  for (const t of [GGMLType.Q8_1, GGMLType.Q8_K, GGMLType.IQ2_S, GGMLType.I8, GGMLType.F64, GGMLType.NVFP4, 999 as GGMLType]) {
     assert.equal(canDequantize(t), false, `canDequantize ${t}`);
     assert.equal(canQuantize(t), false, `canQuantize ${t}`);
   }
@@ -995,7 +986,7 @@ test('bad arguments throw RangeError', () => {
   assert.throws(() => dequantize(GGMLType.IQ3_XXS, new Uint8Array(97), 256), { name: 'RangeError', message: /IQ3_XXS.*98.*97/ });
   assert.throws(() => dequantize(GGMLType.IQ2_XS, new Uint8Array(73), 256), { name: 'RangeError', message: /IQ2_XS.*74.*73/ });
   assert.throws(() => dequantize(GGMLType.IQ1_S, new Uint8Array(49), 256), { name: 'RangeError', message: /IQ1_S.*50.*49/ });
-  assert.throws(() => dequantize(GGMLType.IQ1_M, new Uint8Array(56), 256), { name: 'RangeError', message: /IQ1_M/ });
+  assert.throws(() => dequantize(GGMLType.IQ1_M, new Uint8Array(55), 256), { name: 'RangeError', message: /IQ1_M.*56.*55/ });
   assert.throws(() => dequantize(999 as GGMLType, q40, 32), RangeError);
   assert.throws(() => quantize(GGMLType.Q8_0, new Float32Array(33)), { name: 'RangeError', message: /33.*32/ });
   assert.throws(() => quantize(GGMLType.Q4_K, new Float32Array(128)), RangeError);

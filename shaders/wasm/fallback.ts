@@ -11,7 +11,7 @@
  * Numerics (computer.ts): 'exact' (default) dequantizes each weight row exactly (bit for bit as ggml) and sums f32
  * products. 'llama' computes as llama.cpp's CPU backend (x86 AVX2 build, coordinator/build.sh) does: activations
  * converted to each weight type's vec-dot type (Q4_1 and Q5_1: Q8_1, with its f16 s), then for F32, F16, BF16, Q8_0,
- * Q4_0, Q4_1, Q5_1, MXFP4, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, Q4_K, Q5_K and Q6_K weights ggml's own dot
+ * Q4_0, Q4_1, Q5_1, MXFP4, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ1_M, Q4_K, Q5_K and Q6_K weights ggml's own dot
  * products step for step (integer lanes, their fused multiply-adds, its horizontal sums, swiglu with ggml_v_expf, the
  * sums in k order): the coordinator's result bit for bit. Q5_0, Q2_K and Q3_K weights get the same activation
  * rounding with f32 sums of the dequantized weights (float-summation precision).
@@ -61,6 +61,7 @@ export const WASM_FALLBACK_TYPES: SupportedTypes = {
     GGMLType.IQ2_XS,
     GGMLType.IQ3_XXS,
     GGMLType.IQ1_S,
+    GGMLType.IQ1_M,
   ],
   cannot: 'the wasm fallback cannot read',
 };
@@ -101,6 +102,7 @@ export const WASM_BIT_EXACT_TYPES: readonly GGMLType[] = [
   GGMLType.IQ2_XS,
   GGMLType.IQ3_XXS,
   GGMLType.IQ1_S,
+  GGMLType.IQ1_M,
 ];
 
 /** Tokens per kernel pass by default: bounds the per-call scratch (≈ 3 MiB at n_embd 2048, ff 768, top-8). */

@@ -69,6 +69,7 @@ const GGML_EXACT = new Set([
   GGMLType.IQ2_XS,
   GGMLType.IQ3_XXS,
   GGMLType.IQ1_S,
+  GGMLType.IQ1_M,
 ]);
 
 function makeSlice(type: GGMLType | SliceTypes, seed: number, shape = SHAPE): ExpertSlice {
@@ -148,8 +149,8 @@ if (!FORCED && !relaxedSimdSupported()) {
 test('the wasm fallback reads every type it lists', () => {
   assert.deepEqual(
     [...WASM_FALLBACK_TYPES.types].sort((a, b) => a - b),
-    [0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 16, 17, 18, 19, 20, 23, 30, 39],
-    'F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ2_XXS IQ2_XS IQ3_XXS IQ1_S IQ4_NL IQ4_XS BF16 MXFP4',
+    [0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 16, 17, 18, 19, 20, 23, 29, 30, 39],
+    'F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ2_XXS IQ2_XS IQ3_XXS IQ1_S IQ4_NL IQ4_XS IQ1_M BF16 MXFP4',
   );
   for (const t of WASM_BIT_EXACT_TYPES) assert.ok(WASM_FALLBACK_TYPES.types.includes(t));
 });
@@ -254,6 +255,9 @@ for (const variant of VARIANTS) {
       // Q4_1 / Q5_1 (Q8_1 activations: their mins times its f16 s, one scalar sum) beside Q4_K and Q8_0
       [{ gate: GGMLType.Q4_1, up: GGMLType.Q5_1, down: GGMLType.Q4_1 }, true],
       [{ gate: GGMLType.Q8_0, up: GGMLType.Q4_1, down: GGMLType.Q5_1 }, false],
+      // IQ1_M (its shifts' own 8 lanes and accumulator) beside IQ1_S and Q4_K
+      [{ gate: GGMLType.IQ1_M, up: GGMLType.IQ1_S, down: GGMLType.IQ1_M }, true],
+      [{ gate: GGMLType.Q4_K, up: GGMLType.IQ1_M, down: GGMLType.IQ1_M }, false],
     ] as const) {
       const slice = makeSlice(types, 7);
       const fb = await WasmExpertFallback.create(await kernelOf(variant), slice, { numerics: 'llama', emulateFma });

@@ -1,7 +1,7 @@
 // Dot products of one decoded weight row (weight-rows.as) with one activation record (activations.as), each kind in
 // the order of ggml's AVX2 vec_dot where the kind says so (kinds.as). harness/ggml-exact.ts is the TypeScript
 // model of the same arithmetic; the wasm fallback's tests hold these to it bit for bit.
-import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, DOT_IQ1S, DOT_Q1, RELAXED } from './kinds';
+import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, DOT_IQ1S, DOT_Q1, DOT_IQ1M, RELAXED } from './kinds';
 import { K_PARAMS } from './weight-rows';
 import { fmaPair, fmaPairExact, fma32, hsum8, f16ToF32, usesFusedMadd } from './ggml-float';
 
@@ -35,6 +35,10 @@ export function dot(kind: i32, w: usize, wp: usize, a: usize, n: i32): f32 {
     case DOT_Q1:
       store<usize>(ONE_ACT, a);
       intDots(kind, w, wp, ONE_ACT, 1, n, ONE_OUT);
+      return load<f32>(ONE_OUT);
+    case DOT_IQ1M:
+      store<usize>(ONE_ACT, a);
+      iq1mDots(w, wp, ONE_ACT, 1, n, ONE_OUT);
       return load<f32>(ONE_OUT);
     case DOT_GGML_F16:
       return dotGgmlHalf(true, w, a, n);
@@ -499,6 +503,59 @@ export function intDots(kind: i32, w: usize, wp: usize, acts: usize, count: i32,
     }
   }
   for (let t = 0; t < count; t++) store<f32>(out + 4 * t, finish(kind, FACC + ACC_BYTES * t));
+}
+
+/**
+ * ggml_vec_dot_iq1_m_q8_K (kinds.as DOT_IQ1M) on intRow's IQ1_M form against `count` activation records (Q8_K; the
+ * relaxed build's i8 in element order): per super-block the grid values' 8 lanes and the shifts' 8 lanes (the second
+ * i16 row at w + 2n), each through its own accumulator (the second at ACC2) with d = y.d · the f16 d; the result
+ * hsum8(first) + 0.125 · hsum8(second). One token at a time (the row buffer stays in cache).
+ */
+export function iq1mDots(w: usize, wp: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  clearAcc(count);
+  const nb = n >> 8;
+  const c = w + 2 * <usize>n;
+  for (let t = 0; t < count; t++) {
+    const a = load<usize>(acts + 4 * t);
+    const acc = FACC + ACC_BYTES * t;
+    for (let b = 0; b < nb; b++) {
+      let x = i32x4.splat(0);
+      let y = x;
+      let x2 = x;
+      let y2 = x;
+      for (let r = 0; r < 8; r++) {
+        const o: usize = 64 * (8 * b + r);
+        x = i32x4.add(x, lanesAt(RELAXED, v128.load(w + o), v128.load(w + o, 16), a, o));
+        y = i32x4.add(y, lanesAt(RELAXED, v128.load(w + o, 32), v128.load(w + o, 48), a, o + 32));
+        x2 = i32x4.add(x2, lanesAt(RELAXED, v128.load(c + o), v128.load(c + o, 16), a, o));
+        y2 = i32x4.add(y2, lanesAt(RELAXED, v128.load(c + o, 32), v128.load(c + o, 48), a, o + 32));
+      }
+      const d = load<f32>(a + 2 * n + 4 * b) * load<f32>(wp + K_PARAMS * b);
+      if (usesFusedMadd()) {
+        const dd = f32x4.splat(d);
+        maddLanes(acc, 0, dd, x);
+        maddLanes(acc, 16, dd, y);
+        maddLanes(acc + ACC2, 0, dd, x2);
+        maddLanes(acc + ACC2, 16, dd, y2);
+      } else {
+        laneFma(acc, d, x, y);
+        laneFma(acc + ACC2, d, x2, y2);
+      }
+    }
+    let h1: f32;
+    let h2: f32;
+    if (usesFusedMadd()) {
+      const s1 = f32x4.add(v128.load(acc), v128.load(acc, 16));
+      const s2 = f32x4.add(v128.load(acc + ACC2), v128.load(acc + ACC2, 16));
+      h1 = f32x4.extract_lane(s1, 0) + f32x4.extract_lane(s1, 2) + (f32x4.extract_lane(s1, 1) + f32x4.extract_lane(s1, 3));
+      h2 = f32x4.extract_lane(s2, 0) + f32x4.extract_lane(s2, 2) + (f32x4.extract_lane(s2, 1) + f32x4.extract_lane(s2, 3));
+    } else {
+      h1 = hsum8(v128.load(acc), v128.load(acc, 16), v128.load(acc, 32), v128.load(acc, 48));
+      const a2 = acc + ACC2;
+      h2 = hsum8(v128.load(a2), v128.load(a2, 16), v128.load(a2, 32), v128.load(a2, 48));
+    }
+    store<f32>(out + 4 * t, h1 + <f32>0.125 * h2);
+  }
 }
 
 /** Q4_K's block parameters as blockStep reads them (d, dmin, mins), rebuilt per super-block by q4kDots. */

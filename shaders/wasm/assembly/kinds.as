@@ -13,6 +13,7 @@ export const T_IQ2_XXS: i32 = 16;
 export const T_IQ2_XS: i32 = 17;
 export const T_IQ3_XXS: i32 = 18;
 export const T_IQ1_S: i32 = 19;
+export const T_IQ1_M: i32 = 29;
 export const T_Q5_0: i32 = 6;
 export const T_Q5_1: i32 = 7;
 export const T_Q8_0: i32 = 8;
@@ -88,20 +89,27 @@ export const DOT_IQ1S: i32 = 10;
  * s); the result hsum8 + summs. Params per 32: f32 d, f32 m.
  */
 export const DOT_Q1: i32 = 11;
+/**
+ * ggml_vec_dot_iq1_m_q8_K on AVX2: two sets of 8 integer lanes per super-block, each through its own accumulator
+ * (acc = fma(y.d · f16 d, lane, acc)): the first DOT_IQ4XS's ((2s + 1) · grid value, intRow), the second the shifts'
+ * (2s + 1) · ±1 per group of 8 against the same activations (intRow writes them as a second i16 row after the first);
+ * the result hsum8(first) + 0.125 · hsum8(second) (dots.as iq1mDots).
+ */
+export const DOT_IQ1M: i32 = 12;
 
 export function isKQuant(t: i32): bool {
   return t == T_Q2_K || t == T_Q3_K || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K;
 }
 
-/** Super-blocks of 256 elements with Q8_K activations: the K-quants, IQ4_XS, IQ2_XXS, IQ2_XS, IQ3_XXS and IQ1_S. */
+/** Super-blocks of 256 elements with Q8_K activations: the K-quants, IQ4_XS, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S and IQ1_M. */
 export function isSuperBlock(t: i32): bool {
-  return isKQuant(t) || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S;
+  return isKQuant(t) || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S || t == T_IQ1_M;
 }
 
 export function rowKind(t: i32, llama: bool): i32 {
   if (llama && (t == T_Q4_K || (RELAXED && t == T_Q5_K))) return ROW_GGUF;
   if (RELAXED && llama && t == T_Q6_K) return ROW_U8;
-  return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_Q4_1 || t == T_Q5_1 || t == T_MXFP4 || t == T_IQ4_NL || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
+  return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_Q4_1 || t == T_Q5_1 || t == T_MXFP4 || t == T_IQ4_NL || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S || t == T_IQ1_M || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
 }
 
 export function actKind(t: i32, llama: bool): i32 {
@@ -110,7 +118,7 @@ export function actKind(t: i32, llama: bool): i32 {
   if (t == T_BF16) return ACT_BF16;
   if (t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL) return ACT_Q8_0;
   if (t == T_Q4_1 || t == T_Q5_1) return ACT_Q8_1;
-  if (t == T_Q4_K || t == T_Q5_K || t == T_Q6_K || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S) return ACT_Q8_K;
+  if (t == T_Q4_K || t == T_Q5_K || t == T_Q6_K || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S || t == T_IQ1_M) return ACT_Q8_K;
   return isKQuant(t) ? ACT_Q8_K_VALUES : ACT_Q8_0_VALUES;
 }
 
@@ -127,6 +135,7 @@ export function dotKind(t: i32, llama: bool): i32 {
   if (t == T_Q6_K) return DOT_Q6K;
   if (t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS) return DOT_IQ4XS;
   if (t == T_IQ1_S) return DOT_IQ1S;
+  if (t == T_IQ1_M) return DOT_IQ1M;
   return DOT_PLAIN;
 }
 
@@ -174,6 +183,8 @@ export function blockBytes(t: i32): i32 {
       return 74;
     case T_IQ1_S:
       return 50;
+    case T_IQ1_M:
+      return 56;
     case T_IQ3_XXS:
       return 98;
     default:

@@ -16,10 +16,13 @@
 //   IQ3_XXS:     as IQ2_XXS, each 4 elements from an iq3xxs_grid point; params f32 d · 0.25.
 //   IQ1_S:       (2s + 1) × iq1s_grid value per 32-element sub-block; params per 256, 48 bytes: f32 d, f32 −d · 0.125,
 //                then at 16 the eight sub-blocks' ±(2s + 1) as i16 (the shift's coefficients, kinds.as DOT_IQ1S).
+//   IQ1_M:       (2s + 1) × iq1s_grid value per 16 elements (s the half sub-block's 3-bit scale), then at dst + 2n a second
+//                i16 row: (2s + 1) × ±1 (the sign of the group of 8's shift), both in lane order; params per 256, 48
+//                bytes: f32 d (the f16 d from the scales' top nibbles; kinds.as DOT_IQ1M).
 //   Q6_K:        scale × q (8-bit scale of the 16-element group, q unsigned 0..63); params per 256, 48 bytes: f32 d,
 //                then at 16 the sixteen scales as i16.
 // Folding the scales into the quants changes no integer ggml sums: its lanes hold Σ scale · (q · a) exactly.
-import { T_F32, T_F16, T_BF16, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0, T_MXFP4, T_IQ4_NL, T_IQ4_XS, T_IQ2_XXS, T_IQ2_XS, T_IQ3_XXS, T_IQ1_S, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K } from './kinds';
+import { T_F32, T_F16, T_BF16, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0, T_MXFP4, T_IQ4_NL, T_IQ4_XS, T_IQ2_XXS, T_IQ2_XS, T_IQ3_XXS, T_IQ1_S, T_IQ1_M, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K } from './kinds';
 import { f16ToF32 } from './ggml-float';
 import { IQ1S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3XXS_GRID, KEVEN_SIGNS } from './iq-grids';
 
@@ -234,6 +237,40 @@ export function intRow(t: i32, src: usize, n: i32, dst: usize, params: usize): v
           const m = lanes(i64x2.replace_lane(i64x2.splat(load<u64>(IQ1S_GRID + 8 * i0)), 1, load<u64>(IQ1S_GRID + 8 * i1)));
           v128.store(o + 32 * h, i16x8.mul(i16x8.extend_low_i8x16_s(m), ls));
           v128.store(o + 32 * h, i16x8.mul(i16x8.extend_high_i8x16_s(m), ls), 16);
+        }
+      }
+    }
+    return;
+  }
+  if (t == T_IQ1_M) {
+    const shifts = dst + 2 * <usize>n;
+    const one = i8x16.splat(1);
+    for (let b = 0; b < nb; b++) {
+      const p = src + 56 * b;
+      const sc0 = <u32>load<u16>(p + 48);
+      const sc1 = <u32>load<u16>(p + 50);
+      const sc2 = <u32>load<u16>(p + 52);
+      const sc3 = <u32>load<u16>(p + 54);
+      store<f32>(params + K_PARAMS * b, f16ToF32((sc0 >> 12) | ((sc1 >> 8) & 0x00f0) | ((sc2 >> 4) & 0x0f00) | (sc3 & 0xf000)));
+      for (let ib = 0; ib < 8; ib++) {
+        const s = <u32>load<u16>(p + 48 + 2 * (ib >> 1)) >> (6 * (ib & 1));
+        const o: usize = 2 * (256 * b + 32 * ib);
+        for (let h = 0; h < 2; h++) {
+          // elements 16h..16h+15: groups 2h and 2h + 1 (qh byte 2ib + h: bits 0..2 and 4..6 their indices' high bits,
+          // 3 and 7 their shifts' signs), the scale of half h
+          const ls = i16x8.splat(<i16>(2 * ((s >> (3 * h)) & 7) + 1));
+          const qh = <u32>load<u8>(p + 32 + 2 * ib + h);
+          const i0 = <usize>load<u8>(p + 4 * ib + 2 * h) | (<usize>(qh & 7) << 8);
+          const i1 = <usize>load<u8>(p + 4 * ib + 2 * h + 1) | (<usize>((qh >> 4) & 7) << 8);
+          const m = lanes(i64x2.replace_lane(i64x2.splat(load<u64>(IQ1S_GRID + 8 * i0)), 1, load<u64>(IQ1S_GRID + 8 * i1)));
+          v128.store(dst + o + 32 * h, i16x8.mul(i16x8.extend_low_i8x16_s(m), ls));
+          v128.store(dst + o + 32 * h, i16x8.mul(i16x8.extend_high_i8x16_s(m), ls), 16);
+          // ±1 in every byte of each group's 8 (i8: ggml's delta1 / delta2), then in lane order
+          const s0: i64 = (qh & 0x08) != 0 ? -1 : 0x0101010101010101;
+          const s1: i64 = (qh & 0x80) != 0 ? -1 : 0x0101010101010101;
+          const sg = lanes(i64x2.replace_lane(i64x2.splat(s0), 1, s1));
+          v128.store(shifts + o + 32 * h, i16x8.mul(i16x8.extend_low_i8x16_s(sg), ls));
+          v128.store(shifts + o + 32 * h, i16x8.mul(i16x8.extend_high_i8x16_s(sg), ls), 16);
         }
       }
     }
@@ -518,6 +555,27 @@ export function dequantRow(t: i32, src: usize, n: i32, dst: usize): void {
           const o = dst + 4 * (256 * b + 32 * ib);
           for (let g = 0; g < 4; g++) {
             const grid = IQ1S_GRID + 8 * (<usize>load<u8>(p + 2 + 4 * ib + g) | (<usize>((qh >> (3 * g)) & 7) << 8));
+            for (let j = 0; j < 8; j++) store<f32>(o + 4 * (8 * g + j), dl * (<f32>load<i8>(grid + j) + delta));
+          }
+        }
+      }
+      return;
+    case T_IQ1_M:
+      for (let b = 0; b < n >> 8; b++) {
+        const p = src + 56 * b;
+        const sc0 = <u32>load<u16>(p + 48);
+        const sc1 = <u32>load<u16>(p + 50);
+        const sc2 = <u32>load<u16>(p + 52);
+        const sc3 = <u32>load<u16>(p + 54);
+        const d = f16ToF32((sc0 >> 12) | ((sc1 >> 8) & 0x00f0) | ((sc2 >> 4) & 0x0f00) | (sc3 & 0xf000));
+        for (let ib = 0; ib < 8; ib++) {
+          const s = <u32>load<u16>(p + 48 + 2 * (ib >> 1)) >> (6 * (ib & 1));
+          const o = dst + 4 * (256 * b + 32 * ib);
+          for (let g = 0; g < 4; g++) {
+            const dl = d * <f32>(<i32>(2 * ((s >> (3 * (g >> 1))) & 7) + 1));
+            const qh = <u32>load<u8>(p + 32 + 2 * ib + (g >> 1)) >> (4 * (g & 1));
+            const delta: f32 = (qh & 8) != 0 ? -0.125 : 0.125;
+            const grid = IQ1S_GRID + 8 * (<usize>load<u8>(p + 4 * ib + g) | (<usize>(qh & 7) << 8));
             for (let j = 0; j < 8; j++) store<f32>(o + 4 * (8 * g + j), dl * (<f32>load<i8>(grid + j) + delta));
           }
         }

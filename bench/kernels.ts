@@ -5,6 +5,7 @@
  * GPU numbers are a CPU emulation's), or any browser with `--serve` (see docs/kernels-bench.md).
  *
  *   npm run bench:kernels [-- --types Q4_K,F16 --iterations 5 --warmup 1 --threads 0]
+ *   npm run bench:kernels -- --types all                 every type the WGSL kernels read (KERNEL_TYPES; long: ~4 min each)
  *   npm run bench:kernels -- --quick | --full            smoke shapes | the realistic shape (n_embd 2048, ff 768, top-8 of 16)
  *   npm run bench:kernels -- --rows 1,64 --backends ours-webgpu,ort-webgpu,ort-wasm
  *   npm run bench:kernels -- --ort-weights f32 --ort-accuracy-level 4    the fair ORT graphs on f32 weights / int8 MatMulNBits
@@ -17,7 +18,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { chromium } from 'playwright-core';
+import { typeName } from '../gguf/quant-types.ts';
 import { CHROMIUM, CHROMIUM_ARGS, ORT_PREFIX, bundle, ortAsset } from '../harness/browser.ts';
+import { KERNEL_TYPES } from '../shaders/expert-ffn.ts';
 import {
   BACKENDS,
   DEFAULT_SHAPES,
@@ -27,6 +30,7 @@ import {
   type BenchConfig,
   type BenchReport,
 } from './browser/report.ts';
+import { benchTypes } from './types-arg.ts';
 
 const { values } = parseArgs({
   options: {
@@ -58,10 +62,7 @@ if (!['smallest', 'f32'].includes(values['ort-weights']))
   throw new Error(`--ort-weights must be smallest or f32, got ${values['ort-weights']}`);
 
 const config: BenchConfig = {
-  types: values.types
-    .split(',')
-    .map((t) => t.trim())
-    .filter(Boolean),
+  types: benchTypes(values.types, KERNEL_TYPES.types).map(typeName),
   shapes: onlyRows
     ? onlyRows.map((nTokens) => ({ ...baseShapes[0]!, nTokens, label: `${nTokens <= 4 ? 'decode' : 'batched'}-${nTokens}` }))
     : baseShapes,

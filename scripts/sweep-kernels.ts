@@ -18,8 +18,9 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { GGMLType } from '../gguf/quant-types.ts';
-import { quantize } from '../gguf/quantize.ts';
+import { weightBytes } from '../harness/weight-bytes.ts';
 import { median, syntheticCall } from '../shaders/computer.ts';
+import { KERNEL_TYPES } from '../shaders/expert-ffn.ts';
 import { mulberry32 } from '../shaders/random.ts';
 import { nmse } from '../shaders/reference/expert-call.ts';
 import { ExpertRuntime, type ExpertRuntimeOptions, type ExpertSlice, type Regime } from '../shaders/runtime.ts';
@@ -62,7 +63,8 @@ const { values } = parseArgs({
   },
 });
 const type = GGMLType[values.type as keyof typeof GGMLType];
-if (typeof type !== 'number') throw new Error(`--type: unknown GGML type ${values.type}`);
+if (typeof type !== 'number' || !KERNEL_TYPES.types.includes(type))
+  throw new Error(`--type: ${values.type} is not a type the kernels read (${KERNEL_TYPES.types.map((t) => GGMLType[t]).join(', ')})`);
 if (values.numerics !== 'exact' && values.numerics !== 'llama')
   throw new Error(`--numerics must be exact or llama, got ${values.numerics}`);
 const numerics = values.numerics;
@@ -89,11 +91,7 @@ console.log(`adapter: ${adapter}; timestamp-query: ${got.timestampQuery ? 'yes' 
 function slice(): ExpertSlice {
   const r = mulberry32(7);
   const n = shape.nExpert * shape.nEmbd * shape.ff;
-  const mat = (scale: number): Uint8Array =>
-    quantize(
-      type,
-      new Float32Array(n).map(() => (r() * 2 - 1) * scale),
-    );
+  const mat = (scale: number): Uint8Array => weightBytes(type, n, r, scale);
   return {
     nEmbd: shape.nEmbd,
     ff: shape.ff,

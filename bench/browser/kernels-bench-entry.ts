@@ -10,7 +10,7 @@
  */
 import * as ort from 'onnxruntime-web';
 import { GGMLType } from '../../gguf/quant-types.ts';
-import { quantize } from '../../gguf/quantize.ts';
+import { weightBytes } from '../../harness/weight-bytes.ts';
 import { chooseBackend } from '../../shaders/backend-choice.ts';
 import { callFlops, median, syntheticCall } from '../../shaders/computer.ts';
 import { dequantizeExperts, nmse, referenceCall } from '../../shaders/reference/expert-call.ts';
@@ -38,11 +38,7 @@ declare global {
 function makeSlice(type: GGMLType, s: BenchShape, seed: number): ExpertSlice {
   const r = rng(seed);
   const n = s.nExpert * s.nEmbd * s.ff;
-  const mat = (scale: number): Uint8Array =>
-    quantize(
-      type,
-      new Float32Array(n).map(() => (r() * 2 - 1) * scale),
-    );
+  const mat = (scale: number): Uint8Array => weightBytes(type, n, r, scale);
   const gate = mat(1 / Math.sqrt(s.nEmbd));
   const up = mat(1 / Math.sqrt(s.nEmbd));
   const down = mat(1 / Math.sqrt(s.ff));

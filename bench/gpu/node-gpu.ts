@@ -13,31 +13,34 @@
  * GFLOP/s both ways. The fair onnxruntime baseline on the CPU (bench/ort-routed.ts on onnxruntime-web's wasm EP: only
  * the routed pairs, MatMulNBits weights where the type maps) runs on the same calls and the ratio is printed
  * (onnxruntime-web's webgpu EP needs a browser: bench:kernels has it); `--skip-ort` leaves it out.
+ * Every type the kernels read (KERNEL_TYPES, Q4_K first) unless `--types` names some (bench/types-arg.ts); the weights
+ * come from harness/weight-bytes.ts (random valid super-blocks for the types only llama.cpp's quantizer writes). Each
+ * call's line gives the dispatches, submits and readbacks it took (onCounts), and one closing table per run puts the
+ * types side by side (kernel and wall ms per shape, the auto kernels, and the counts).
  * Used for the one-off run on a lent GPU machine (docs/kernels-bench.md); on SwiftShader it is very slow.
  *
- *   node --import tsx bench/gpu/node-gpu.ts [--quick] [--skip-ort] [--types Q4_K,Q8_0]
+ *   node --import tsx bench/gpu/node-gpu.ts [--quick] [--skip-ort] [--types Q4_K,Q8_0 | --types all]
  */
 import * as ort from 'onnxruntime-web';
 import { create, globals } from 'webgpu';
-import { GGMLType, rowByteSize } from '../../gguf/quant-types.ts';
-import { quantize } from '../../gguf/quantize.ts';
+import { type GGMLType, rowByteSize, typeName } from '../../gguf/quant-types.ts';
+import { weightBytes } from '../../harness/weight-bytes.ts';
+import { KERNEL_TYPES } from '../../shaders/expert-ffn.ts';
 import { median } from '../../shaders/computer.ts';
 import { mulberry32 } from '../../shaders/random.ts';
 import { dequantizeExperts, nmse } from '../../shaders/reference/expert-call.ts';
 import { compareLlama } from '../../shaders/reference/llama-ties.ts';
 import { type CallCounts, ExpertRuntime } from '../../shaders/runtime.ts';
 import { OrtRoutedExperts, describeForms, type OrtRoutedModule } from '../ort-routed.ts';
+import { benchTypes } from '../types-arg.ts';
 import { describeTimes, requestBenchDevice } from './bench-device.ts';
 
 Object.assign(globalThis, globals);
 const quick = process.argv.includes('--quick');
 const skipOrt = process.argv.includes('--skip-ort');
-const typesArg = process.argv[process.argv.indexOf('--types') + 1];
-const TYPES =
-  process.argv.includes('--types') && typesArg
-    ? typesArg.split(',').map((t) => GGMLType[t.trim() as keyof typeof GGMLType])
-    : [GGMLType.Q4_K, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.F16];
-if (TYPES.some((t) => typeof t !== 'number')) throw new Error(`unknown type in --types ${typesArg}`);
+const typesAt = process.argv.indexOf('--types');
+if (typesAt >= 0 && !process.argv[typesAt + 1]) throw new Error('--types takes a comma list of ggml type names, or all');
+const TYPES = benchTypes(typesAt >= 0 ? process.argv[typesAt + 1] : undefined, KERNEL_TYPES.types);
 ort.env.wasm.numThreads = 1;
 const gpu = create([]);
 // dawn.node frees its instance when this object is garbage-collected, even while its device is in use (docs/kernels.md).
@@ -71,11 +74,22 @@ function weights(n: number, seed: number): Float32Array {
   return new Float32Array(n).map(() => (r() - 0.5) * 0.05);
 }
 
+/** One (type, shape) of the closing table: the auto kernels' median kernel and wall ms and the counts of a call. */
+interface Row {
+  type: GGMLType;
+  shape: string;
+  kernelMs: number | null;
+  wallMs: number;
+  counts: CallCounts | null;
+  ortMs: number | null;
+}
+const table: Row[] = [];
+
 for (const type of TYPES) {
   const t0 = performance.now();
-  const gate = quantize(type, weights(nExpert * ff * nEmbd, 1));
-  const up = quantize(type, weights(nExpert * ff * nEmbd, 2));
-  const down = quantize(type, weights(nExpert * nEmbd * ff, 3));
+  const gate = weightBytes(type, nExpert * ff * nEmbd, mulberry32(1), 0.025);
+  const up = weightBytes(type, nExpert * ff * nEmbd, mulberry32(2), 0.025);
+  const down = weightBytes(type, nExpert * nEmbd * ff, mulberry32(3), 0.025);
   const slice = { nEmbd, ff, nExpert, types: { gate: type, up: type, down: type }, gate, up, down };
   const variants = [
     { name: 'auto', rt: await ExpertRuntime.create(device, slice) },
@@ -85,7 +99,7 @@ for (const type of TYPES) {
   ];
   const experts = dequantizeExperts(slice);
   console.log(
-    `${GGMLType[type]}: auto uses [${variants[0]!.rt.capabilities().kernelFeatures.join(', ')}] (${variants[0]!.rt.capabilities().kernelFeaturesReason}); ` +
+    `${typeName(type)}: auto uses [${variants[0]!.rt.capabilities().kernelFeatures.join(', ')}] (${variants[0]!.rt.capabilities().kernelFeaturesReason}); ` +
       `llama int8 runs integerDot '${variants[3]!.rt.capabilities().integerDot}' (${variants[3]!.rt.capabilities().integerDotReason})`,
   );
   const prepS = (performance.now() - t0) / 1000;
@@ -129,7 +143,7 @@ for (const type of TYPES) {
       const rates = (t: number): string => `${sig(flops / (t / 1000) / 1e9)} GFLOP/s, weights ${sig(weightBytes / (t / 1000) / 1e9)} GB/s`;
       const ran = regime === 'auto' ? rt.planRegime(ids, nTokens, used).regime : regime;
       console.log(
-        `${GGMLType[type]!.padEnd(5)} ${name.padEnd(7)} ${String(nTokens).padStart(4)} rows × top-${used} (${ran}, ${variant}): ${ms.toFixed(3)} ms/call (min ${Math.min(...times).toFixed(3)}), ${rates(ms)}` +
+        `${typeName(type).padEnd(5)} ${name.padEnd(7)} ${String(nTokens).padStart(4)} rows × top-${used} (${ran}, ${variant}): ${ms.toFixed(3)} ms/call (min ${Math.min(...times).toFixed(3)}), ${rates(ms)}` +
           (kernelMs !== null && kernelMs > 0 ? `; in kernel time ${rates(kernelMs)}` : ''),
       );
       const per = counts as CallCounts | null;
@@ -137,26 +151,34 @@ for (const type of TYPES) {
         ? `; per call ${per.dispatches} dispatches, ${per.submits} submit, ${per.readbacks} readback${per.readbacks > 1 ? 's (one the timestamps)' : ''}`
         : '';
       console.log(`      ${describeTimes({ wallMs: ms, kernelMs })}${asked}`);
+      if (variant === 'auto') table.push({ type, shape: `${name}-${nTokens}`, kernelMs, wallMs: ms, counts: per, ortMs: null });
     }
     if (!skipOrt) {
-      const fair = await OrtRoutedExperts.create(ort as unknown as OrtRoutedModule, slice, ids, nTokens, used, { ep: 'wasm' });
-      try {
-        const out = await fair.compute(rows, ids, probs, nTokens, used);
-        const times: number[] = [];
-        for (let i = 0; i < Math.min(iterations, 5); i++) {
-          const s = performance.now();
-          await fair.compute(rows, ids, probs, nTokens, used);
-          times.push(performance.now() - s);
+      const fair = await OrtRoutedExperts.create(ort as unknown as OrtRoutedModule, slice, ids, nTokens, used, { ep: 'wasm' }).catch(
+        (e: unknown) => {
+          console.log(`      fair ORT wasm: not built (${(e instanceof Error ? e.message : String(e)).split('\n')[0]})`);
+          return null;
+        },
+      );
+      if (fair)
+        try {
+          const out = await fair.compute(rows, ids, probs, nTokens, used);
+          const times: number[] = [];
+          for (let i = 0; i < Math.min(iterations, 5); i++) {
+            const s = performance.now();
+            await fair.compute(rows, ids, probs, nTokens, used);
+            times.push(performance.now() - s);
+          }
+          const ms = median(times);
+          console.log(
+            `      fair ORT wasm (1 thread; ${describeForms(slice.types, fair.forms)}): ${ms.toFixed(3)} ms/call, ` +
+              `${sig(flops / (ms / 1000) / 1e9)} GFLOP/s, weights ${sig(fair.weightBytes / (ms / 1000) / 1e9)} GB/s; ` +
+              `ours ÷ ORT: ORT ms ÷ ours ms = ${(ms / medians[0]!).toFixed(2)}×; NMSE vs ours ${nmse(out, outs[0]!).toExponential(2)}`,
+          );
+          table.at(-1)!.ortMs = ms;
+        } finally {
+          await fair.dispose();
         }
-        const ms = median(times);
-        console.log(
-          `      fair ORT wasm (1 thread; ${describeForms(slice.types, fair.forms)}): ${ms.toFixed(3)} ms/call, ` +
-            `${sig(flops / (ms / 1000) / 1e9)} GFLOP/s, weights ${sig(fair.weightBytes / (ms / 1000) / 1e9)} GB/s; ` +
-            `ours ÷ ORT: ORT ms ÷ ours ms = ${(ms / medians[0]!).toFixed(2)}×; NMSE vs ours ${nmse(out, outs[0]!).toExponential(2)}`,
-        );
-      } finally {
-        await fair.dispose();
-      }
     }
     console.log(
       `      auto vs base: NMSE ${nmse(outs[0]!, outs[1]!).toExponential(2)}, base ms ÷ auto ms = ${(medians[1]! / medians[0]!).toFixed(2)}×`,
@@ -179,6 +201,21 @@ for (const type of TYPES) {
   for (const { rt } of variants) rt.dispose();
   console.log(
     `      (slice of ${nExpert} experts, ${((nExpert * bytesPerExpert) / 1e6).toFixed(1)} MB, quantized and uploaded in ${prepS.toFixed(1)} s)`,
+  );
+}
+
+// One table per run: the types side by side on each shape (the auto kernels; counts per call).
+const cell = (x: number | null): string => (x === null ? 'n/a' : x.toFixed(3));
+console.log('');
+console.log(`per type (auto kernels, median of ${iterations} calls; kernel = timestamp-query GPU time, wall = the whole compute())`);
+console.log('type     shape        kernel ms     wall ms  wall÷kernel  dispatches submits readbacks  fair ORT wasm ms  ORT÷ours');
+for (const r of table) {
+  const c = r.counts;
+  console.log(
+    `${typeName(r.type).padEnd(8)} ${r.shape.padEnd(11)} ${cell(r.kernelMs).padStart(10)} ${cell(r.wallMs).padStart(11)} ` +
+      `${(r.kernelMs ? `${(r.wallMs / r.kernelMs).toFixed(2)}×` : 'n/a').padStart(12)} ${String(c?.dispatches ?? '?').padStart(11)} ` +
+      `${String(c?.submits ?? '?').padStart(7)} ${String(c?.readbacks ?? '?').padStart(9)} ${cell(r.ortMs).padStart(17)} ` +
+      `${(r.ortMs === null ? '—' : `${(r.ortMs / r.wallMs).toFixed(2)}×`).padStart(9)}`,
   );
 }
 device.destroy();

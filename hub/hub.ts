@@ -51,6 +51,7 @@ import type { ClusterWorker } from './cluster/codec.ts';
 import { RemoteHubLinks, type RelayLinkStats } from './cluster/relay-links.ts';
 import { HubRelayServer, type HubRelayStats, relayUrlOf } from './cluster/relay-server.ts';
 import { registerRelayMetrics } from './cluster/relay-metrics.ts';
+import { ClusterFeed, type ClusterEventRow, clusterReading } from './cluster/cluster-feed.ts';
 import type { WorkerDirectory } from './dispatch/worker-link.ts';
 import {
   ClusterCoverage,
@@ -228,6 +229,8 @@ export class Hub {
   private readonly hubRelay: HubRelayServer | null;
   /** Workers of other hubs this hub's dispatch map holds a record of (its own trust and credit of them). */
   private readonly remoteAttached = new Set<string>();
+  /** With `--redis`: this hub's events and saturation readings shared with the others, theirs read (cluster/cluster-feed.ts). */
+  private readonly feed: ClusterFeed | null;
 
   constructor(
     config: HubConfig,
@@ -281,7 +284,10 @@ export class Hub {
     this.poller = new SaturationPoller(
       () => this.supervisor.names().map((name) => ({ name, url: this.supervisor.urlOf(name) })),
       config.poller,
-      (name) => this.recruiter.reading(name),
+      (name) => {
+        this.feed?.reading(name, this.poller.reading(name));
+        this.recruiter.reading(name);
+      },
     );
     this.metrics = new HubMetrics(() => this.readings());
     this.dispatchMetrics = new DispatchMetrics(this.metrics.registry);
@@ -321,6 +327,19 @@ export class Hub {
     );
     this.events.onListenerError = (e) => this.noteInternalError(`event listener: ${errorText(e)}`);
     this.events.subscribe((e) => this.dash.event(e));
+    this.feed = cluster
+      ? new ClusterFeed(cluster.redisState, cluster.hubId, {
+          now: () => this.now(),
+          hubs: () => cluster.status().hubs,
+          models: () => [...this.marketModels.keys()],
+          readingTtlMs: () => this.config.saturation.maxReadingAgeMs,
+          syncMs: cluster.options.syncMs,
+        })
+      : null;
+    if (this.feed) {
+      const feed = this.feed;
+      this.events.subscribe((e) => feed.event(e));
+    }
   }
 
   private now(): number {
@@ -392,6 +411,7 @@ export class Hub {
     await this.supervisor.stop();
     await this.dispatchers.close();
     this.ledger.stop();
+    await this.feed?.stop();
     await this.cluster?.stop();
     this.store.close();
   }
@@ -520,7 +540,17 @@ export class Hub {
       marketModels: this.marketModels,
       servedModels: () => this.servedModels(),
       shape: (model) => this.shape(model),
-      reading: (model) => this.poller.reading(model),
+      // With --redis the cluster's demand: another hub's saturated coordinator recruits here too (cluster/cluster-feed.ts).
+      reading: (model) =>
+        this.feed
+          ? clusterReading(
+              this.poller.reading(model),
+              this.feed.otherReadings(model),
+              this.config.saturation.saturateAt,
+              Date.now(),
+              this.config.saturation.maxReadingAgeMs,
+            )
+          : this.poller.reading(model),
       saturation: this.config.saturation,
       dispatchModeOf: (model) => this.dispatchModeOf(model),
       coverage: this.coverageView,
@@ -667,7 +697,17 @@ export class Hub {
     if (this.cluster && !this.clusterStarted) {
       this.clusterStarted = true;
       await this.cluster.start();
+      this.feed?.start();
     }
+  }
+
+  /**
+   * `GET /api/events?scope=cluster`: the newest events of every hub of the cluster (each row with its hub), from
+   * Redis; a hub alone answers its own (hub null). CLUSTER_UNAVAILABLE while Redis is away.
+   */
+  async clusterEvents(filter: EventLogQuery): Promise<Array<HubEvent & { hub: string | null }>> {
+    if (!this.feed) return this.events.query(filter).map((e) => ({ ...e, hub: null }));
+    return (await this.feed.events(filter)) satisfies ClusterEventRow[];
   }
 
   /** The cluster's state now; null for a hub alone. */

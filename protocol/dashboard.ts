@@ -10,6 +10,7 @@
  *   GET /api/dashboard/workers?…           WorkersQuery → WorkersPage (server-side sort, filter and paging)
  *   GET /api/dashboard/coverage?model=     CoverageMap (also pushed on the stream)
  *   GET /api/events?kind=&model=&limit=    { events: HubEventRow[] } (newest last)
+ *   GET /api/events?scope=cluster&…        { events: (HubEventRow & { hub })[] } every hub's, with --redis (docs/cluster.md)
  *
  * Admin side (`Authorization: Bearer <admin token>`, the hub's `--admin-token` / EXPERTSWARM_ADMIN_TOKEN; without
  * one configured every admin call is 403 ADMIN_DISABLED, a wrong or missing token 401 ADMIN_TOKEN_INVALID):

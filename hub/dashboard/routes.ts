@@ -63,13 +63,11 @@ export function registerDashboardRoutes(app: FastifyInstance, hub: Hub): void {
       throw new HubError('QUERY_INVALID', `kind must be one of ${HUB_EVENT_KINDS.join(', ')}`);
     const model = queryString(q, 'model', MODEL_NAME_MAX_CHARS, '');
     const limit = q.limit === undefined || q.limit === '' ? EVENTS_LISTED : queryInt(q, 'limit', 1, EVENTS_PAGE_MAX);
-    return {
-      events: hub.queryEvents({
-        ...(kind !== '' ? { kind: kind as HubEventKind } : {}),
-        ...(model !== '' ? { model } : {}),
-        limit,
-      }),
-    };
+    const scope = q.scope ?? 'hub';
+    if (scope !== 'hub' && scope !== 'cluster') throw new HubError('QUERY_INVALID', 'scope must be hub or cluster');
+    const filter = { ...(kind !== '' ? { kind: kind as HubEventKind } : {}), ...(model !== '' ? { model } : {}), limit };
+    // scope=cluster: every hub's events from the cluster's stream, each with its hub (cluster/cluster-feed.ts).
+    return { events: scope === 'cluster' ? await hub.clusterEvents(filter) : hub.queryEvents(filter) };
   });
 
   // Admin side: `Authorization: Bearer <admin token>`, checked before anything else.

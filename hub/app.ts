@@ -193,7 +193,7 @@ export async function buildApp(hub: Hub, pages: PagesOptions = {}): Promise<Fast
       parseWallet(owner); // AUTH_BAD_WALLET for anything that is not a wallet
       if (owner !== w) throw new HubError('AUTH_FORBIDDEN', 'owner must be the wallet of this node token (or left out)');
     }
-    return hub.reportCoverage(workerId, w, model, heldRanges(b.segments), url);
+    return await hub.reportCoverageShared(workerId, w, model, heldRanges(b.segments), url);
   });
   // Kvasir's ledger of relay sessions (its field names; ws2tcp: bytes the worker sent, tcp2ws: bytes it was sent).
   app.get('/api/expert-relay/sessions', async () => ({ sessions: hub.relaySessions() }));

@@ -13,6 +13,7 @@ import { normalOrigin } from './channel/admission.ts';
 import { checkedAdminToken } from './dashboard/admin.ts';
 import { ADMIN_TOKEN_MIN_CHARS } from './limits.ts';
 import { checkHubId, parseRedisUrl } from './cluster/keys.ts';
+import { PUBLIC_URL } from './cluster/codec.ts';
 import { checkedTurnConfig, DEFAULT_TURN_TTL_S } from './turn-credentials.ts';
 
 const DEFAULTS = defaultConfig();
@@ -77,6 +78,8 @@ export const USAGE = `usage: expertswarm hub --model PATH.gguf [--model NAME=PAT
   --hub-id ID                this hub's name in the cluster (default: host name, pid and 4 random hex digits)
   --hub-url URL              where the other hubs reach this one (ws://host:port or wss://…; default: the address it
                              listens on): they relay work to the volunteers attached here (docs/cluster.md)
+  --public-url URL           where clients and volunteers reach this hub (http://host:port or https://…; default:
+                             --hub-url as http(s)): listed to them by every hub of the cluster (/api/health, welcome)
   --config FILE              JSON file with any of: port, host, slots, ctxPerSlot, threads, stateDir, models
                              ([{path, name?}]), externals ([{name, url}]), adminToken, expertsOnDemand, channel
                              ({allowedOrigins, maxPerAddress, maxPerWallet, opensPerAddress}) and http ({socketsPerAddress,
@@ -139,6 +142,7 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
       redis: { type: 'string' },
       'hub-id': { type: 'string' },
       'hub-url': { type: 'string' },
+      'public-url': { type: 'string' },
       config: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -218,6 +222,11 @@ export function parseHubArgs(argv: string[], env: NodeJS.ProcessEnv = process.en
   if (values['hub-url'] !== undefined) {
     if (!/^wss?:\/\/[^\s/?#]+\/?$/.test(values['hub-url'])) throw new Error('--hub-url takes a ws:// or wss:// base URL (ws://host:port)');
     c.cluster = { ...c.cluster, relayUrl: values['hub-url'] };
+  }
+  if (values['public-url'] !== undefined) {
+    if (!PUBLIC_URL.test(values['public-url'])) throw new Error('--public-url takes an http:// or https:// origin (https://host[:port])');
+    if (c.redis === null) throw new Error('--public-url says where clients reach this hub of a cluster: give --redis URL too');
+    c.cluster = { ...c.cluster, publicUrl: values['public-url'] };
   }
   if (c.redis === null && values['hub-url'] !== undefined)
     throw new Error('--hub-url says where the other hubs of a cluster reach this one: give --redis URL too');

@@ -26,7 +26,7 @@ export type KvasirDispatchRow = DispatchRow & { node_id: string; listen_port: nu
 import { EventLog, type EventLogQuery, type HubEvent } from './events.ts';
 import { HubStore } from './store.ts';
 import { NodeAuth, type ChallengeReply, type NodeTokenReply } from './auth/index.ts';
-import { HubError } from './errors.ts';
+import { HubError, isHubError } from './errors.ts';
 import { DEFAULT_HTTP_SERVER, type HttpServerLimits } from './net.ts';
 import { loadModelInfo, type ModelInfo } from './registry.ts';
 import { HubMetrics, type HubReadings } from './metrics.ts';
@@ -52,6 +52,8 @@ import { RemoteHubLinks, type RelayLinkStats } from './cluster/relay-links.ts';
 import { HubRelayServer, type HubRelayStats, relayUrlOf } from './cluster/relay-server.ts';
 import { registerRelayMetrics } from './cluster/relay-metrics.ts';
 import { ClusterFeed, type ClusterEventRow, clusterReading } from './cluster/cluster-feed.ts';
+import { SharedStanding, type StandingHost } from './cluster/standing.ts';
+import { SharedGrants } from './cluster/grants.ts';
 import type { WorkerDirectory } from './dispatch/worker-link.ts';
 import {
   ClusterCoverage,
@@ -231,6 +233,10 @@ export class Hub {
   private readonly remoteAttached = new Set<string>();
   /** With `--redis`: this hub's events and saturation readings shared with the others, theirs read (cluster/cluster-feed.ts). */
   private readonly feed: ClusterFeed | null;
+  /** With `--redis` and trust checks on: passed probations and strikes told to the other hubs (cluster/standing.ts). */
+  private readonly standing: SharedStanding | null;
+  /** With `--redis`: slice grants written to the cluster too, read on a miss (cluster/grants.ts). */
+  private readonly sharedGrants: SharedGrants | null;
 
   constructor(
     config: HubConfig,
@@ -294,6 +300,8 @@ export class Hub {
     if (this.cluster) registerRelayMetrics(this.metrics.registry, () => this.hubRelayStats());
     this.dispatchers = new Dispatchers(this.dispatchersHost());
     this.ledger = new TrustLedger(this.ledgerHost(), config.trust, this.metrics.registry);
+    this.standing = cluster && this.ledger.on ? new SharedStanding(cluster.redisState, this.standingHost()) : null;
+    this.sharedGrants = cluster ? new SharedGrants(cluster.redisState, () => this.now()) : null;
     this.shards = new ShardServer(this.shardHost());
     this.channel = new VolunteerChannel(
       this.channelHost(),
@@ -526,6 +534,7 @@ export class Hub {
   /** The shard server sent `wallet` a slice (or confirmed its cached copy): its workers may now report it held. */
   sliceDownloaded(wallet: string, slice: SliceRef): void {
     this.grants.downloaded(wallet, slice);
+    this.sharedGrants?.downloaded(wallet, slice);
   }
 
   /** Tells a worker over its channel that its slice is no longer needed. */
@@ -557,7 +566,12 @@ export class Hub {
       releaseCoverage: this.coverage,
       dispatch: this.dispatch,
       channel: { workerInfo: (id) => this.channel.workerInfo(id), demandChanged: () => this.channel.demandChanged() },
-      grants: this.grants,
+      grants: {
+        assigned: (wallet, workerId, slice) => {
+          this.grants.assigned(wallet, workerId, slice);
+          this.sharedGrants?.assigned(wallet, workerId, slice);
+        },
+      },
       metrics: { assigned: () => this.metrics.assigned(), refused: () => this.metrics.refused() },
       release: (workerId, reason) => {
         this.releaseWorker(workerId, reason);
@@ -588,6 +602,10 @@ export class Hub {
         this.quarantineWorker(workerId, reason, wallet, by);
       },
       now: () => this.now(),
+      standingChanged: (workerId, wallet, change) => {
+        if (change === 'strike') this.standing?.struck(workerId, wallet);
+        else this.standing?.passedProbation(workerId, wallet);
+      },
     };
   }
 
@@ -602,6 +620,7 @@ export class Hub {
 
   private channelHost(): ChannelHost {
     return {
+      otherHubs: () => this.cluster?.otherHubUrls() ?? [],
       authenticate: (authorization) => this.authenticate(authorization),
       quarantineReason: (workerId, wallet) => this.quarantines.quarantineReason(workerId) ?? this.quarantines.quarantineReason(wallet),
       badResult: (workerId, reason) => this.ledger.caught(workerId, `a result frame refused: ${reason}`),
@@ -725,6 +744,22 @@ export class Hub {
     await this.cluster?.sync();
   }
 
+  /** What the shared standing may read and change (cluster/standing.ts StandingHost). */
+  private standingHost(): StandingHost {
+    return {
+      now: () => this.now(),
+      probation: this.config.trust.probation,
+      local: (workerId) => {
+        const r = this.dispatch.record(workerId);
+        return r && { standing: { wallet: r.wallet, passed: r.auditsPassed, strikes: r.strikes, quarantined: r.quarantined }, identity: r };
+      },
+      adopt: (workerId, adoption, from) => {
+        const model = this.coverage.modelOf(workerId) ?? this.cluster?.remoteWorker(workerId)?.model ?? null;
+        this.ledger.adoptShared(model, workerId, adoption, from.hub);
+      },
+    };
+  }
+
   /** What the cluster may read and tell (cluster/cluster.ts ClusterHost). */
   private clusterHost(): ClusterHost {
     return {
@@ -767,6 +802,10 @@ export class Hub {
       this.dispatch.forget(id);
       this.dispatchers.forget(id);
     }
+    // The shared standing of every worker this hub holds a record of (cluster/standing.ts): its own and the linked.
+    void this.standing
+      ?.sync([...this.coverage.models().flatMap((m) => this.coverage.workersOf(m)), ...this.remoteAttached])
+      .catch(() => {});
   }
 
   /** What the relay between hubs measured (cluster/relay-links.ts, relay-server.ts); null for a hub alone. */
@@ -892,6 +931,29 @@ export class Hub {
       ? { wired: false, listen_port: null, session: null }
       : this.relays.report(workerId, wallet, model, ranges, url, this.now());
     return { ...answer, workers: this.coverage.size, replica: verdict.counts, ...relay };
+  }
+
+  /**
+   * `POST /api/expert-coverage` as the route calls it: `reportCoverage`, and with `--redis` a report refused for a
+   * grant this hub does not know (COVERAGE_NOT_ASSIGNED, COVERAGE_NOT_DOWNLOADED) is judged again, by the same rule,
+   * after the wallet's grants are read from the cluster (another hub assigned the slice: cluster/grants.ts).
+   */
+  async reportCoverageShared(
+    workerId: string,
+    wallet: string,
+    model: string,
+    ranges: readonly HeldRange[],
+    url = '',
+  ): Promise<CoverageAnswer> {
+    try {
+      return this.reportCoverage(workerId, wallet, model, ranges, url);
+    } catch (e) {
+      const shared = this.sharedGrants;
+      if (!shared || !(isHubError(e, 'COVERAGE_NOT_ASSIGNED') || isHubError(e, 'COVERAGE_NOT_DOWNLOADED'))) throw e;
+      const read = await shared.load(wallet, this.grants).catch(() => 0);
+      if (read === 0) throw e;
+      return this.reportCoverage(workerId, wallet, model, ranges, url);
+    }
   }
 
   /**

@@ -78,6 +78,11 @@ export interface ClusterStatus {
   error: string | null;
   /** Hubs announced in Redis at the last sync (this one included). */
   hubs: string[];
+  /**
+   * Where clients and volunteers reach the live hubs (this one included), in hub id order: each hub's `--public-url`,
+   * else its `--hub-url` / listening address as http(s). A client given one hub learns the others here (issue 30).
+   */
+  hub_urls: string[];
   /** Workers of other hubs in the mirror. */
   remote_workers: number;
   last_sync_ms: number | null;

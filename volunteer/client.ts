@@ -45,6 +45,7 @@ import {
 import type { Backend } from '../protocol/numerics.ts';
 import {
   CLOSE_CODES,
+  VOLUNTEER_LIMITS,
   VOLUNTEER_PATH,
   VOLUNTEER_WIRE_VERSION,
   VolunteerWireError,
@@ -218,8 +219,11 @@ class VolunteerClient implements VolunteerControls {
   /** A new GPU device being probed after a loss (slices rebuilt together wait for the one probe). */
   private reprobe: Promise<void> | null = null;
   private token: NodeToken | null = null;
-  /** hubUrl then otherHubs; `hubIndex` is the one dialled now, with each hub's node token kept. */
-  private readonly hubs: readonly string[];
+  /**
+   * hubUrl then otherHubs, then the hubs a welcome told of (a cluster's other live hubs, protocol `welcome.hubs`);
+   * `hubIndex` is the one dialled now, with each hub's node token kept.
+   */
+  private hubs: readonly string[];
   private hubIndex = 0;
   private readonly tokens = new Map<string, NodeToken>();
   private socket: SocketLike | null = null;
@@ -515,6 +519,7 @@ class VolunteerClient implements VolunteerControls {
         this.idleTimeoutMs = m.idleTimeoutMs;
         this.startHeartbeat(m.heartbeatMs);
         this.openPeers(m.peer);
+        if (m.hubs) this.hubs = withHubs(this.hubs, m.hubs, VOLUNTEER_LIMITS.maxHubs);
         this.setState(this.paused ? { kind: 'paused', slice: null } : { kind: 'waiting' });
         if (this.paused) this.send({ type: 'pause' });
         return;
@@ -1064,4 +1069,28 @@ export function compute(engine: OpenedEngine['engine'], slice: ExpertSlice, f: W
   }
   if (f.nEmbd !== slice.nEmbd) throw new VolunteerError('COMPUTE_FAILED', `work rows have ${f.nEmbd} values, the slice ${slice.nEmbd}`);
   return engine.compute(f.rows, ids, probs, f.nRows, nUsed);
+}
+
+/**
+ * `known`, then the origins of `learned` (a welcome's `hubs`) not in it, at most `max` in all: a volunteer given one
+ * hub of a cluster learns the others, and never drops a hub it was given.
+ */
+export function withHubs(known: readonly string[], learned: readonly string[], max: number): string[] {
+  const origin = (h: string): string => {
+    try {
+      return new URL(h).origin;
+    } catch {
+      return h;
+    }
+  };
+  const out = [...known];
+  const seen = new Set(known.map(origin));
+  for (const h of learned) {
+    if (out.length >= max) break;
+    const o = origin(h);
+    if (seen.has(o)) continue;
+    seen.add(o);
+    out.push(o);
+  }
+  return out;
 }

@@ -66,6 +66,8 @@ import type { PeerListing } from '../peer-directory.ts';
 
 /** What the channel needs of the hub (the Hub implements it; tests may pass their own). */
 export interface ChannelHost {
+  /** With `--redis`: the other live hubs' public URLs, told to each volunteer in its welcome (cluster/hub-list.ts). */
+  otherHubs?(): string[];
   /** The wallet of a node token; throws (HubError AUTH_*) for a bad one. */
   authenticate(authorization: string): string;
   /** Why this worker or wallet is quarantined, or undefined. */
@@ -778,6 +780,7 @@ export class VolunteerChannel {
       encoding: this.options.resultEncoding,
       credit: this.host.creditOf(wallet),
       ...(peer ? { peer } : {}),
+      ...this.otherHubs(),
     });
     this.host.event(
       'volunteer-join',
@@ -785,6 +788,12 @@ export class VolunteerChannel {
       `${h.workerId} (${h.device.webgpu ? h.device.adapter?.description || 'WebGPU' : 'no WebGPU'}; ${h.agent || 'client'})`,
     );
     this.offerRound(c);
+  }
+
+  /** welcome's `hubs`: the cluster's other live hubs (none for a hub alone: the field is left out). */
+  private otherHubs(): { hubs?: string[] } {
+    const hubs = this.host.otherHubs?.().slice(0, VOLUNTEER_LIMITS.maxHubs) ?? [];
+    return hubs.length > 0 ? { hubs } : {};
   }
 
   /** Returns whether this `loaded` put the slice in service (false: said again, or refused). */

@@ -31,6 +31,7 @@ import { type CorruptValue, type RedisLinkState, RedisClusterState } from './red
 import { RecordDecoder } from './record-decoder.ts';
 import { CreditOutbox, type OutboxStore, type PendingCredit } from './credit-outbox.ts';
 import type { CoverageView, CreditBook, CreditOnce, QuarantineList } from './shared.ts';
+import { hubUrls, publicUrlOf } from './hub-list.ts';
 
 export interface ClusterOptions {
   /** This hub's name in the cluster (`--hub-id`); default: host name, process id and 4 random hex digits. */
@@ -50,6 +51,11 @@ export interface ClusterOptions {
    * relay-server.ts); null: derived from the address the hub listens on (`setRelayUrl`).
    */
   relayUrl: string | null;
+  /**
+   * `--public-url`: the `http://` or `https://` origin clients and volunteers reach this hub at, announced to the others
+   * (`GET /api/health` cluster.hub_urls, the channel's welcome); null: the relay URL as http(s) (hub-list.ts).
+   */
+  publicUrl: string | null;
 }
 
 export const DEFAULT_CLUSTER: Readonly<Omit<ClusterOptions, 'hubId'>> = Object.freeze({
@@ -59,6 +65,7 @@ export const DEFAULT_CLUSTER: Readonly<Omit<ClusterOptions, 'hubId'>> = Object.f
   connectTimeoutMs: 2_000,
   reconnectMaxMs: 2_000,
   relayUrl: null,
+  publicUrl: null,
 });
 
 /** Workers of other hubs mirrored at most (beyond it a sync keeps the first ones and says so in an event). */
@@ -127,6 +134,8 @@ export class ClusterSync implements QuarantineList, CreditBook {
   private stateSince: number;
   private error: string | null = 'not connected yet';
   private hubs: string[] = [];
+  /** The live hubs' public URLs (this one's included), in hub id order (hub-list.ts). */
+  private hubUrls: string[] = [];
   /** The other hubs' announcements by id: where their relays are reached (relay-links.ts). */
   private readonly hubRecords = new Map<string, ClusterHub>();
   /** What another hub presents to dial this hub's relay; published in this hub's announcement only. */
@@ -219,6 +228,7 @@ export class ClusterSync implements QuarantineList, CreditBook {
       since_ms: this.stateSince,
       error: this.error,
       hubs: [...this.hubs],
+      hub_urls: [...this.hubUrls],
       remote_workers: this.remoteRecords.size,
       last_sync_ms: this.lastSyncMs,
       pending: { workers: this.dirty.size, credits: this.outbox.size, quarantines: this.pendingQuarantines.size },
@@ -415,9 +425,11 @@ export class ClusterSync implements QuarantineList, CreditBook {
       const announced = await this.redis.announceHub(this.startedMs, Math.max(5_000, 3 * this.options.syncMs), {
         url: this.relayUrl,
         token: this.relayToken,
+        publicUrl: publicUrlOf(this.options.publicUrl, this.relayUrl),
       });
       for (const c of announced.corrupt) this.noteCorrupt(c);
       this.hubs = announced.hubs.map((h) => h.hub);
+      this.hubUrls = hubUrls(announced.hubs);
       // A hub that died (its announcement expired: 3 × syncMs, at least 5 s) takes its workers' records out of the
       // mirror with it, before their own TTL: its volunteers are redialling other hubs (docs/faults.md).
       const live = new Set(this.hubs);
@@ -457,6 +469,12 @@ export class ClusterSync implements QuarantineList, CreditBook {
   /** Where this hub's relay is reached (`--hub-url`, or the address it listens on); announced from the next sync. */
   setRelayUrl(url: string): void {
     this.relayUrl ??= url;
+  }
+
+  /** The other live hubs' public URLs (for the channel's welcome): hub-list.ts. */
+  otherHubUrls(): string[] {
+    const mine = publicUrlOf(this.options.publicUrl, this.relayUrl);
+    return this.hubUrls.filter((u) => u !== mine);
   }
 
   /** Another live hub's relay: its URL and the token it takes; undefined for a hub not announced or without a relay. */

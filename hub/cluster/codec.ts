@@ -178,7 +178,12 @@ export interface ClusterHub {
   /** `ws://` or `wss://` base URL of the hub; null: it takes no relay (a hub that did not say where it listens). */
   relay_url: string | null;
   relay_token: string;
+  /** `http://` or `https://` origin where clients and volunteers reach the hub; null (or absent): none announced. */
+  public_url: string | null;
 }
+
+/** A hub's public URL: an http(s) origin (`--public-url`), with an optional trailing slash. */
+export const PUBLIC_URL = /^https?:\/\/[^\s/?#]+\/?$/;
 
 export function encodeHub(h: ClusterHub): string {
   return JSON.stringify(h);
@@ -190,12 +195,15 @@ export function decodeHub(text: unknown, key: string): ClusterHub {
   const f = fields(o, key);
   const relay_url = o.relay_url === null ? null : f.str('relay_url', 512);
   if (relay_url !== null && !/^wss?:\/\/[^\s/?#]+\/?$/.test(relay_url)) throw f.bad('relay_url', 'a ws:// or wss:// base URL');
+  const publicUrl = o.public_url === null || o.public_url === undefined ? null : f.str('public_url', 512);
+  if (publicUrl !== null && !PUBLIC_URL.test(publicUrl)) throw f.bad('public_url', 'an http:// or https:// origin');
   return {
     v: CLUSTER_RECORD_VERSION,
     hub: f.str('hub', HUB_ID_MAX_CHARS),
     started_ms: f.ms('started_ms'),
     relay_url,
     relay_token: f.str('relay_token', 128, 16),
+    public_url: publicUrl,
   };
 }
 

@@ -376,10 +376,17 @@ export class RedisClusterState {
   async announceHub(
     startedMs: number,
     ttlMs: number,
-    relay: { url: string | null; token: string },
+    relay: { url: string | null; token: string; publicUrl?: string | null },
   ): Promise<{ hubs: ClusterHub[]; corrupt: CorruptValue[] }> {
     return await this.run('announceHub', async (c) => {
-      const me: ClusterHub = { v: 1, hub: this.hubId, started_ms: startedMs, relay_url: relay.url, relay_token: relay.token };
+      const me: ClusterHub = {
+        v: 1,
+        hub: this.hubId,
+        started_ms: startedMs,
+        relay_url: relay.url,
+        relay_token: relay.token,
+        public_url: relay.publicUrl ?? null,
+      };
       await execAll(
         c
           .multi()

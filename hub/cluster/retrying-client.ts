@@ -19,7 +19,12 @@
  * (`temperature: 0`) or a seeded one (`seed`); another throws STREAM_NOT_RESUMABLE, and a replay whose chunks differ
  * from those yielded (a near tie decided otherwise by other numerics) throws STREAM_DIVERGED. A stream that had yielded
  * nothing yet is simply retried.
+ *
+ * With `discover: true` the client needs one hub's address only: before its first request it reads the cluster's live
+ * hubs from that hub (`GET /api/health` → `cluster.hub_urls`) and adds them after the ones given.
  */
+
+import { mergeHubs } from './hub-list.ts';
 
 /** Why a request gave up; callers match `code`, never the prose. */
 export const RETRYING_CLIENT_ERRORS = {
@@ -61,6 +66,11 @@ export interface RetryingClientOptions {
   attemptTimeoutMs?: number;
   fetch?: typeof fetch;
   random?: () => number;
+  /**
+   * Learn the other hubs of the cluster before the first request: `GET /api/health` of the hubs given, in turn, until
+   * one answers with `cluster.hub_urls` (hub-list.ts); those not given are added after them. Default false.
+   */
+  discover?: boolean;
   /** Told of each retry (tests and logs). */
   onRetry?: (r: { attempt: number; hub: string; next: string; reason: string }) => void;
 }
@@ -69,10 +79,13 @@ export interface RetryingClientOptions {
 class Retryable extends Error {}
 
 const RETRY_STATUSES = new Set([502, 503, 504]);
+/** Hubs a client keeps at most (those given and those learned). */
+const DISCOVERED_HUBS_MAX = 64;
 
 export class RetryingClient {
-  private readonly hubs: readonly string[];
-  private readonly attempts: number;
+  private hubs: readonly string[];
+  private attempts: number;
+  private discovered: Promise<void> | null = null;
   private readonly backoff: { baseMs: number; maxMs: number };
   private readonly timeoutMs: number;
   private readonly fetch: typeof fetch;
@@ -101,6 +114,37 @@ export class RetryingClient {
     this.random = o.random ?? Math.random;
   }
 
+  /** The hubs requests go to now: those given, then those learned (`discover`). */
+  get hubList(): readonly string[] {
+    return this.hubs;
+  }
+
+  /**
+   * Learns the cluster's other hubs (`discover`): once, before the first request (every caller waits on the same
+   * look-up); a hub that does not answer, or answers without `cluster.hub_urls`, is skipped. `again` looks again.
+   */
+  discoverHubs(again = false): Promise<void> {
+    if (again) this.discovered = null;
+    this.discovered ??= (async () => {
+      for (const hub of [...this.hubs]) {
+        try {
+          const r = await this.fetch(new URL('/api/health', hub), { signal: AbortSignal.timeout(Math.min(this.timeoutMs, 5_000)) });
+          if (!r.ok) continue;
+          const urls = ((await r.json()) as { cluster?: { hub_urls?: unknown } }).cluster?.hub_urls;
+          if (!Array.isArray(urls)) continue;
+          this.hubs = mergeHubs(
+            this.hubs,
+            urls.filter((u): u is string => typeof u === 'string'),
+            DISCOVERED_HUBS_MAX,
+          );
+          if (this.o.attempts === undefined) this.attempts = Math.max(3, 3 * this.hubs.length);
+          return;
+        } catch {}
+      }
+    })();
+    return this.discovered;
+  }
+
   /** The wait before retry `n` (1, 2, …): full jitter over the upper half of a doubling step. */
   delayMs(n: number): number {
     const step = Math.min(this.backoff.maxMs, this.backoff.baseMs * 2 ** (n - 1));
@@ -109,6 +153,7 @@ export class RetryingClient {
 
   /** A JSON request answered with a JSON body: retried whole until a hub answers it entirely. */
   async post(path: string, body: unknown): Promise<{ status: number; json: unknown; hub: string; attempts: number }> {
+    if (this.o.discover) await this.discoverHubs();
     return this.withRetries(async (hub, signal) => {
       const r = await this.send(hub, path, body, signal);
       let text: string;
@@ -132,6 +177,7 @@ export class RetryingClient {
    * it (see the module's comment for when a cut stream is resumed).
    */
   async *stream(path: string, body: Record<string, unknown>): AsyncGenerator<unknown> {
+    if (this.o.discover) await this.discoverHubs();
     const request: Record<string, unknown> = { ...body, stream: true };
     const resumable = request.temperature === 0 || Number.isInteger(request.seed);
     const yielded: string[] = [];

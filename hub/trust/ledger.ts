@@ -33,6 +33,11 @@ export interface LedgerHost {
   /** Quarantines a worker (and its wallet when `wallet`) everywhere: the store, the channel, the dispatchers. */
   quarantineWorker(workerId: string, reason: string, wallet: boolean, by: string): void;
   now(): number;
+  /**
+   * With `--redis`: this hub's audits put the worker in good standing (its probation passed) or gave it a strike;
+   * told to the other hubs (cluster/standing.ts).
+   */
+  standingChanged?(workerId: string, wallet: string | null, change: 'passed-probation' | 'strike'): void;
 }
 
 /** A worker's standing as the dashboard's workers table words it (WorkerRow.trust): '' with trust checks off. */
@@ -135,6 +140,7 @@ export class TrustLedger {
     this.audits.inc({ model, result: verdict.kind === 'pass' ? 'match' : 'mismatch' });
     const rec = this.host.dispatch.record(workerId);
     if (!rec || rec.quarantined) return;
+    const before = this.standingOf(workerId);
     const next = afterAudit({ passed: rec.auditsPassed, strikes: rec.strikes }, verdict, this.trust);
     rec.auditsPassed = next.passed;
     rec.strikes = next.strikes;
@@ -144,8 +150,11 @@ export class TrustLedger {
     }
     if (verdict.kind === 'strike') {
       this.host.event(model, `${workerId}: ${verdict.reason} (layer ${result.layer}, ${result.pairs} pairs): a strike, back on probation`);
+      this.host.standingChanged?.(workerId, rec.wallet, 'strike');
       return;
     }
+    if (before === 'probation' && this.standingOf(workerId) === 'trusted')
+      this.host.standingChanged?.(workerId, rec.wallet, 'passed-probation');
     if (verdict.kind !== 'pass') return;
     // Verified work counts once the worker is in good standing: a passed audit on probation waits for the rest (and
     // a worker back on probation after a strike keeps its unverified credit waiting with it).
@@ -156,6 +165,29 @@ export class TrustLedger {
       rec.unverifiedPairs = 0;
       tallyCredited(rec.slices);
     }
+  }
+
+  /**
+   * Another hub's verdict on a worker this hub holds a record of (cluster/standing.ts, with `--redis`): `trust` — it
+   * passed its probation on hub `hub`, so it is trusted here without a second one (the pairs audited here meanwhile
+   * are credited now); `strike` — an audit there was a strike, so it is back on probation here too (a second strike,
+   * on any hub, quarantines it). Spot audits go on here as for any worker in that standing.
+   */
+  adoptShared(model: string | null, workerId: string, adoption: 'trust' | 'strike', hub: string): void {
+    const rec = this.host.dispatch.record(workerId);
+    if (!rec || rec.quarantined || !this.on) return;
+    if (adoption === 'trust') {
+      rec.auditsPassed = Math.max(rec.auditsPassed, this.trust.probation);
+      rec.strikes = 0;
+      this.credit(rec.wallet, rec.unverifiedPairs);
+      rec.unverifiedPairs = 0;
+      tallyCredited(rec.slices);
+      if (model) this.host.event(model, `${workerId}: passed its probation on hub ${hub}: trusted here too (spot audits go on)`);
+      return;
+    }
+    rec.auditsPassed = 0;
+    rec.strikes = Math.max(rec.strikes, 1);
+    if (model) this.host.event(model, `${workerId}: a strike on hub ${hub}: back on probation here too`);
   }
 
   /** With trust checks on, a worker that sent something no honest client sends (`why`) is quarantined. */

@@ -75,6 +75,9 @@ export const VOLUNTEER_LIMITS = Object.freeze({
   maxPeerPathChars: 128,
   /** welcome.peer.ice_servers: servers, URLs per server, a URL's and a username's or credential's characters. */
   maxIceServers: 4,
+  /** welcome.hubs: the other hubs of a cluster a volunteer may dial (issue 30), and one URL's characters. */
+  maxHubs: 16,
+  maxHubUrlChars: 512,
   maxIceUrls: 4,
   maxIceUrlChars: 256,
   maxIceCredentialChars: 256,

@@ -192,6 +192,11 @@ export interface Welcome {
   credit: number;
   /** Optional: volunteers of this hub pass slices to each other (docs/peers.md); absent when the hub does not. */
   peer?: WelcomePeer;
+  /**
+   * Optional (issue 30, docs/cluster.md): the other live hubs of this hub's cluster, `http(s)://` origins, that the
+   * volunteer may dial when this one fails; absent for a hub alone.
+   */
+  hubs?: string[];
 }
 
 export interface Assign {
@@ -337,6 +342,17 @@ function parseCoverage(f: Fields): HeldRange[] {
   });
 }
 
+/** welcome.hubs: at most maxHubs `http(s)://host[:port]` origins (a trailing slash allowed). */
+function parseHubs(g: Fields, k: string): string[] {
+  return g.list(k, L.maxHubs).map((h, i) => {
+    if (typeof h !== 'string' || h.length > L.maxHubUrlChars || !HUB_ORIGIN.test(h))
+      throw badFrame(`${k}[${i}] must be an http:// or https:// origin of at most ${L.maxHubUrlChars} characters, got ${show(h)}`);
+    return h;
+  });
+}
+
+const HUB_ORIGIN = /^https?:\/\/[^\s/?#@]+\/?$/;
+
 function parseWelcomePeer(p: Fields): WelcomePeer {
   return {
     path: p.str('path', L.maxPeerPathChars, { min: 1, pattern: PEER_PATH }),
@@ -420,6 +436,7 @@ export function parseHubMessage(data: string | Uint8Array): HubMessage {
         encoding: g.oneOf('encoding', WIRE_ENCODINGS),
         credit: g.int('credit', 0, Number.MAX_SAFE_INTEGER),
         ...(g.has('peer') ? { peer: parseWelcomePeer(g.obj('peer')) } : {}),
+        ...(g.has('hubs') ? { hubs: parseHubs(g, 'hubs') } : {}),
       };
     }
     case 'assign': {
@@ -581,6 +598,7 @@ function wireHub(m: HubMessage): Obj {
               },
             }
           : {}),
+        ...(m.hubs ? { hubs: [...m.hubs] } : {}),
       };
     case 'assign':
       return {

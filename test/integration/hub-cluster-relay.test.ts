@@ -177,6 +177,56 @@ test('trust across the relay: hub A audits a lying Kvasir worker attached to hub
   }
 });
 
+test('standing across hubs: an honest worker passes probation on hub B and is served and credited by hub A without a second one', {
+  timeout: 300_000,
+}, async () => {
+  const redis = await startRedis();
+  // Both hubs check answers (a short probation, to keep the test short); A spot-audits a quarter of a trusted worker's
+  // items (their pairs computed by its coordinator), so that the pairs it uses are verified and credited within the test.
+  const probation = 4;
+  const cluster = (hubId: string) => ({ redis: redis.url, cluster: { hubId, syncMs: 200 } });
+  const a = await startSwarmHub(m.path, 'always', { ...cluster('hub-a'), trust: { ...DEFAULT_TRUST, probation, spotRate: 0.25 } });
+  const b = await startSwarmHub(m.path, 'always', { ...cluster('hub-b'), trust: { ...DEFAULT_TRUST, probation } });
+  const honest = new KvasirWorkerDouble({ hubUrl: b.url, workerId: 'kv-honest' });
+  try {
+    await honest.join(DEEPSEEK_Q8.nExpert, b.model);
+    await honest.dial();
+    await until('the worker wired on hub B', 10_000, async () => ((await honest.report(b.model)).json.wired ? true : undefined));
+    // Its probation, on B: B's own dispatcher audits its items against B's coordinator.
+    for (let round = 0; round < 6; round++) {
+      const row = (await dispatchMap(b.url, b.model)).find((r) => r.worker_id === 'kv-honest') as { audits_passed?: number } | undefined;
+      if ((row?.audits_passed ?? 0) >= probation) break;
+      assert.deepEqual(await completionIds(b.url, b.model, E2E_PROMPT, 8, m.ban), want.slice(0, 8), `tokens on B (round ${round})`);
+    }
+    const trustedOnA = await until('hub A taking hub B’s verdict', 10_000, async () =>
+      (await eventsOf(a.url, 'dispatch')).find((d) => d.startsWith('kv-honest: passed its probation on hub hub-b')),
+    );
+    await until('hub A’s relay to hub B open', 10_000, () => (a.hub.hubRelayStats()?.open.includes('hub-b') ? true : undefined));
+    await new Promise((r) => setTimeout(r, 1_500)); // B's last credit written (the ledger flushes once a second)
+    const creditOf = async () =>
+      ((await (await fetch(`${a.url}/api/credit?wallet=${honest.wallet}`)).json()) as { credit_pairs: number }).credit_pairs;
+    const before = await creditOf();
+    // A's first request already uses its answers: no probation on A (on probation, none would be used).
+    assert.deepEqual(await completionIds(a.url, a.model, E2E_PROMPT, N, m.ban), want, 'the token ids of --dispatch off');
+    const o = await pairOutcomes(a.url, a.model);
+    const routed = (o.served as number) + (o.fallback as number) + (o.rejected as number);
+    console.log(
+      `A's outcomes ${JSON.stringify(o)}; A's dispatch events: ${JSON.stringify((await eventsOf(a.url, 'dispatch')).slice(0, 20))}`,
+    );
+    assert.ok((o.served as number) >= 0.5 * routed, `A's dispatcher used its answers from its first request: ${JSON.stringify(o)}`);
+    assert.ok(!(await eventsOf(a.url, 'dispatch')).some((d) => d.startsWith('kv-honest') && /strike|quarantin/.test(d)), 'no strike on A');
+    await until('A’s credit written', 5_000, async () => ((await creditOf()) > before ? true : undefined));
+    const after = await creditOf();
+    assert.ok(after - before >= (o.served as number), `A credited the pairs it used: ${after - before} ≥ ${o.served}`);
+    console.log(`standing across hubs: ${trustedOnA}; A used ${o.served} of ${routed} pairs, credited ${after - before}`);
+  } finally {
+    await honest.stop();
+    await a.close();
+    await b.close();
+    await redis.stop();
+  }
+});
+
 async function eventsOf(url: string, kind: string): Promise<string[]> {
   const r = (await (await fetch(`${url}/api/events?kind=${kind}&limit=200`)).json()) as { events: Array<{ detail: string }> };
   return r.events.map((e) => e.detail);

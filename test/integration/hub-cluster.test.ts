@@ -161,6 +161,47 @@ test("coverage posted on hub A is in hub B's dispatch map, demand and recruitmen
   }
 });
 
+test('an HTTP worker assigned and served its slice by hub A reports its coverage to hub B (the grants are shared)', async () => {
+  const redis = await startRedis();
+  const hubs = await cluster(redis, ['hub-a', 'hub-b']);
+  const [a, b] = hubs as [TestHub, TestHub];
+  try {
+    const v = newVolunteer();
+    const onA = await a.login(v);
+    const onB = await b.login(v); // each hub issues its own node tokens
+    const held = await takeSlice(a, onA, 'kv-1');
+    await eventually('the grants written', async () =>
+      (await redis.command('HLEN', `expertswarm:grants:${v.wallet}`)) === '2' ? true : undefined,
+    );
+    const r = await beat(b, onB, 'kv-1', [held]);
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    assert.deepEqual(
+      (await mapOf(b)).filter((row) => row.worker_id === 'kv-1').map((row) => [row.hub, row.layer, row.experts]),
+      [['hub-b', held[0], [held[1], held[2]]]],
+      'B holds it now',
+    );
+    // The rule stays the same on B: a slice assigned on A to a wallet that never downloaded it, another wallet's slice.
+    const late = newVolunteer();
+    const lateOnA = await a.login(late);
+    const asked = await a.call('POST', '/api/expert-volunteer', { model: 'wide', worker_id: 'kv-2' }, lateOnA);
+    assert.equal(asked.json.assigned, true);
+    const undownloaded = await beat(b, await b.login(late), 'kv-2', [[asked.json.layer, ...asked.json.experts]]);
+    assert.deepEqual([undownloaded.status, undownloaded.json.code], [409, 'COVERAGE_NOT_DOWNLOADED']);
+    const other = newVolunteer();
+    const otherOnB = await b.login(other);
+    const stranger = await beat(b, otherOnB, 'kv-3', [held]);
+    assert.deepEqual([stranger.status, stranger.json.code], [403, 'COVERAGE_NOT_ASSIGNED']);
+    // Garbage in a wallet's grants is skipped; a grants key of another type refuses as without a cluster, no crash.
+    await redis.command('HSET', `expertswarm:grants:${v.wallet}`, 'junk', 'not-a-time');
+    assert.equal((await beat(b, onB, 'kv-1', [held])).status, 200);
+    await redis.command('SET', `expertswarm:grants:${other.wallet}`, 'x');
+    const typed = await beat(b, otherOnB, 'kv-3', [held]);
+    assert.deepEqual([typed.status, typed.json.code], [403, 'COVERAGE_NOT_ASSIGNED']);
+  } finally {
+    await closeAll(hubs, redis);
+  }
+});
+
 test('credit for one verified item reported by two hubs is counted once; the ledger’s credit reaches every hub', async () => {
   const redis = await startRedis();
   const hubs = await cluster(redis, ['hub-a', 'hub-b', 'hub-c']);

@@ -10,11 +10,10 @@
  *
  * Numerics (computer.ts): 'exact' (default) dequantizes each weight row exactly (bit for bit as ggml) and sums f32
  * products. 'llama' computes as llama.cpp's CPU backend (x86 AVX2 build, coordinator/build.sh) does: activations
- * converted to each weight type's vec-dot type (Q4_1 and Q5_1: Q8_1, with its f16 s), then for F32, F16, BF16, Q8_0,
- * Q4_0, Q4_1, Q5_1, MXFP4, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ1_M, Q4_K, Q5_K and Q6_K weights ggml's own dot
- * products step for step (integer lanes, their fused multiply-adds, its horizontal sums, swiglu with ggml_v_expf, the
- * sums in k order): the coordinator's result bit for bit. Q5_0, Q2_K and Q3_K weights get the same activation
- * rounding with f32 sums of the dequantized weights (float-summation precision).
+ * converted to each weight type's vec-dot type (Q4_1 and Q5_1: Q8_1, with its f16 s), then for every type it reads
+ * (WASM_BIT_EXACT_TYPES = WASM_FALLBACK_TYPES) ggml's own dot products step for step (integer lanes, their fused
+ * multiply-adds, its horizontal sums, swiglu with ggml_v_expf, the sums in k order): the coordinator's result bit for
+ * bit.
  *
  * Variants (protocol/variant.ts, WASM_VARIANT_FEATURES): every activation (silu, swiglu_oai, swiglu_clamp, silu_limit,
  * gelu), each with or without expert biases and per-expert scales. Biases and scales are copied into the kernel's
@@ -83,7 +82,10 @@ const ACTIVATION_CODE: Record<ExpertActivation, number> = { silu: 0, swiglu_oai:
 /** ggml's f16 GELU table in the kernel's memory: one u16 per f16 input. */
 const GELU_TABLE_BYTES = 2 * 65536;
 
-/** The weight types whose 'llama' numerics are ggml's own arithmetic here (bit for bit); the others: f32 sums. */
+/**
+ * The weight types whose 'llama' numerics are ggml's own arithmetic here (bit for bit): since issue 26 every type in
+ * WASM_FALLBACK_TYPES (a type added without its dot would get f32 sums of the dequantized weights, DOT_PLAIN).
+ */
 export const WASM_BIT_EXACT_TYPES: readonly GGMLType[] = [
   GGMLType.F32,
   GGMLType.F16,
@@ -91,7 +93,10 @@ export const WASM_BIT_EXACT_TYPES: readonly GGMLType[] = [
   GGMLType.Q8_0,
   GGMLType.Q4_0,
   GGMLType.Q4_1,
+  GGMLType.Q5_0,
   GGMLType.Q5_1,
+  GGMLType.Q2_K,
+  GGMLType.Q3_K,
   GGMLType.Q4_K,
   GGMLType.Q5_K,
   GGMLType.Q6_K,

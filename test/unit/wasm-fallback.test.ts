@@ -2,7 +2,7 @@
  * The wasm fallback (shaders/wasm/: our AssemblyScript SIMD kernel, built from npm's `assemblyscript` into .cache/wasm)
  * as a table: every weight type it reads × both numerics × 1, 4 and 64 rows against the float64 reference
  * (shaders/reference/), and in llama numerics bit for bit against harness/ggml-exact.ts (the coordinator's
- * arithmetic) for every type that model has (F32, F16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K); 64 rows over 4 experts put
+ * arithmetic) for every type that model has (every type the kernel reads but BF16); 64 rows over 4 experts put
  * 32 pairs on each expert, so the kernel's four-token passes and their remainders both run. Then: routed only (an
  * unrouted expert's weights poisoned with NaN change nothing), memory about the slice's own size, passes of any
  * size giving the same bits, and the validation errors of ExpertRuntime / OrtExpertFallback.
@@ -58,7 +58,10 @@ const GGML_EXACT = new Set([
   GGMLType.Q8_0,
   GGMLType.Q4_0,
   GGMLType.Q4_1,
+  GGMLType.Q5_0,
   GGMLType.Q5_1,
+  GGMLType.Q2_K,
+  GGMLType.Q3_K,
   GGMLType.Q4_K,
   GGMLType.Q5_K,
   GGMLType.Q6_K,
@@ -153,6 +156,9 @@ test('the wasm fallback reads every type it lists', () => {
     'F32 F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ2_XXS IQ2_XS IQ3_XXS IQ1_S IQ4_NL IQ4_XS IQ1_M BF16 MXFP4',
   );
   for (const t of WASM_BIT_EXACT_TYPES) assert.ok(WASM_FALLBACK_TYPES.types.includes(t));
+  // every type it reads is computed as ggml does (and held to ggml-exact below)
+  assert.deepEqual([...WASM_BIT_EXACT_TYPES].sort(), [...WASM_FALLBACK_TYPES.types].sort());
+  for (const t of WASM_FALLBACK_TYPES.types) if (t !== GGMLType.BF16) assert.ok(GGML_EXACT.has(t), GGMLType[t]);
 });
 
 test("the kernel's IQ2_XXS, IQ2_XS, IQ3_XXS and IQ1_S grids (assembly/iq-grids.as) are gguf/iq-grids.ts's", () => {
@@ -254,7 +260,10 @@ for (const variant of VARIANTS) {
       [{ gate: GGMLType.IQ2_XS, up: GGMLType.IQ1_S, down: GGMLType.Q5_K }, false],
       // Q4_1 / Q5_1 (Q8_1 activations: their mins times its f16 s, one scalar sum) beside Q4_K and Q8_0
       [{ gate: GGMLType.Q4_1, up: GGMLType.Q5_1, down: GGMLType.Q4_1 }, true],
-      [{ gate: GGMLType.Q8_0, up: GGMLType.Q4_1, down: GGMLType.Q5_1 }, false],
+      [{ gate: GGMLType.Q5_0, up: GGMLType.Q4_1, down: GGMLType.Q5_1 }, false],
+      // Q2_K (its mins first into the lanes' accumulator) and Q3_K (signed scales, DOT_IQ4XS) beside Q6_K
+      [{ gate: GGMLType.Q2_K, up: GGMLType.Q3_K, down: GGMLType.Q2_K }, true],
+      [{ gate: GGMLType.Q3_K, up: GGMLType.Q2_K, down: GGMLType.Q6_K }, false],
       // IQ1_M (its shifts' own 8 lanes and accumulator) beside IQ1_S and Q4_K
       [{ gate: GGMLType.IQ1_M, up: GGMLType.IQ1_S, down: GGMLType.IQ1_M }, true],
       [{ gate: GGMLType.Q4_K, up: GGMLType.IQ1_M, down: GGMLType.IQ1_M }, false],

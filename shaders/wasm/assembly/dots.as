@@ -1,7 +1,7 @@
 // Dot products of one decoded weight row (weight-rows.as) with one activation record (activations.as), each kind in
 // the order of ggml's AVX2 vec_dot where the kind says so (kinds.as). harness/ggml-exact.ts is the TypeScript
 // model of the same arithmetic; the wasm fallback's tests hold these to it bit for bit.
-import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, DOT_IQ1S, DOT_Q1, DOT_IQ1M, RELAXED } from './kinds';
+import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, DOT_IQ1S, DOT_Q1, DOT_IQ1M, DOT_Q2K, RELAXED } from './kinds';
 import { K_PARAMS } from './weight-rows';
 import { fmaPair, fmaPairExact, fma32, hsum8, f16ToF32, usesFusedMadd } from './ggml-float';
 
@@ -33,6 +33,7 @@ export function dot(kind: i32, w: usize, wp: usize, a: usize, n: i32): f32 {
     case DOT_IQ4XS:
     case DOT_IQ1S:
     case DOT_Q1:
+    case DOT_Q2K:
       store<usize>(ONE_ACT, a);
       intDots(kind, w, wp, ONE_ACT, 1, n, ONE_OUT);
       return load<f32>(ONE_OUT);
@@ -279,6 +280,16 @@ function blockStepFused(kind: i32, acc: usize, l03: v128, l47: v128, a: usize, p
     maddLanes(acc, 16, d, l47);
     return;
   }
+  if (kind == DOT_Q2K) {
+    // the mins first, into the same lanes: fma(−y.d · dmin, min · bsum pairs, acc)
+    const bs = ad + 4 * nb + 32 * b;
+    const dmin = f32x4.splat(-yd * load<f32>(pp, 4));
+    maddLanes(acc, 0, dmin, i32x4.dot_i16x8_s(v128.load(pp, 16), v128.load(bs)));
+    maddLanes(acc, 16, dmin, i32x4.dot_i16x8_s(v128.load(pp, 32), v128.load(bs, 16)));
+    maddLanes(acc, 0, d, l03);
+    maddLanes(acc, 16, d, l47);
+    return;
+  }
   if (kind == DOT_Q6K) {
     const bs = ad + 4 * nb + 32 * b;
     const c03 = i32x4.shl(i32x4.dot_i16x8_s(v128.load(pp, 16), v128.load(bs)), 5);
@@ -379,6 +390,12 @@ function blockStep(kind: i32, acc: usize, l03: v128, l47: v128, a: usize, pp: us
   const ad = a + 2 * n;
   const yd = load<f32>(ad + 4 * b);
   if (kind == DOT_IQ4XS) {
+    laneFma(acc, yd * load<f32>(pp), l03, l47);
+    return;
+  }
+  if (kind == DOT_Q2K) {
+    const bs = ad + 4 * nb + 32 * b;
+    laneFma(acc, -yd * load<f32>(pp, 4), i32x4.dot_i16x8_s(v128.load(pp, 16), v128.load(bs)), i32x4.dot_i16x8_s(v128.load(pp, 32), v128.load(bs, 16)));
     laneFma(acc, yd * load<f32>(pp), l03, l47);
     return;
   }

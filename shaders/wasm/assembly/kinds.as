@@ -59,7 +59,7 @@ export const DOT_PLAIN: i32 = 0;
 export const DOT_GGML_F32: i32 = 1;
 export const DOT_GGML_F16: i32 = 2;
 export const DOT_GGML_BF16: i32 = 3;
-/** ggml_vec_dot_q8_0_q8_0 / q4_0_q8_0, q4_K_q8_K, q5_K_q8_K, q6_K_q8_K on AVX2: integer lanes, their fmas and sums. */
+/** ggml_vec_dot_q8_0_q8_0 / q4_0_q8_0 / q5_0_q8_0, q4_K_q8_K, q5_K_q8_K, q6_K_q8_K on AVX2: integer lanes, their fmas and sums. */
 export const DOT_Q32: i32 = 4;
 export const DOT_Q4K: i32 = 5;
 export const DOT_Q5K: i32 = 6;
@@ -96,6 +96,13 @@ export const DOT_Q1: i32 = 11;
  * the result hsum8(first) + 0.125 · hsum8(second) (dots.as iq1mDots).
  */
 export const DOT_IQ1M: i32 = 12;
+/**
+ * ggml_vec_dot_q2_K_q8_K on AVX2: per super-block first the mins into the lanes' accumulator, lane l =
+ * min[2l] · bsum[2l] + min[2l + 1] · bsum[2l + 1] through acc = fma(−y.d · dmin, lane, acc), then the quants' lanes
+ * (the 4-bit scales folded in by intRow) through acc = fma(y.d · d, lane, acc); hsum8. (Q3_K is DOT_IQ4XS: its signed
+ * 6-bit scales folded in, no mins.)
+ */
+export const DOT_Q2K: i32 = 13;
 
 export function isKQuant(t: i32): bool {
   return t == T_Q2_K || t == T_Q3_K || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K;
@@ -109,16 +116,16 @@ export function isSuperBlock(t: i32): bool {
 export function rowKind(t: i32, llama: bool): i32 {
   if (llama && (t == T_Q4_K || (RELAXED && t == T_Q5_K))) return ROW_GGUF;
   if (RELAXED && llama && t == T_Q6_K) return ROW_U8;
-  return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_Q4_1 || t == T_Q5_1 || t == T_MXFP4 || t == T_IQ4_NL || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S || t == T_IQ1_M || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
+  return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_Q4_1 || t == T_Q5_0 || t == T_Q5_1 || t == T_Q2_K || t == T_Q3_K || t == T_MXFP4 || t == T_IQ4_NL || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S || t == T_IQ1_M || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
 }
 
 export function actKind(t: i32, llama: bool): i32 {
   if (!llama || t == T_F32) return ACT_F32;
   if (t == T_F16) return ACT_F16;
   if (t == T_BF16) return ACT_BF16;
-  if (t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL) return ACT_Q8_0;
+  if (t == T_Q8_0 || t == T_Q4_0 || t == T_Q5_0 || t == T_MXFP4 || t == T_IQ4_NL) return ACT_Q8_0;
   if (t == T_Q4_1 || t == T_Q5_1) return ACT_Q8_1;
-  if (t == T_Q4_K || t == T_Q5_K || t == T_Q6_K || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S || t == T_IQ1_M) return ACT_Q8_K;
+  if (t == T_Q2_K || t == T_Q3_K || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S || t == T_IQ1_M) return ACT_Q8_K;
   return isKQuant(t) ? ACT_Q8_K_VALUES : ACT_Q8_0_VALUES;
 }
 
@@ -127,13 +134,14 @@ export function dotKind(t: i32, llama: bool): i32 {
   if (t == T_F32) return DOT_GGML_F32;
   if (t == T_F16) return DOT_GGML_F16;
   if (t == T_BF16) return DOT_GGML_BF16;
-  if (t == T_Q8_0 || t == T_Q4_0) return DOT_Q32;
+  if (t == T_Q8_0 || t == T_Q4_0 || t == T_Q5_0) return DOT_Q32;
   if (t == T_MXFP4 || t == T_IQ4_NL) return DOT_Q32P;
   if (t == T_Q4_1 || t == T_Q5_1) return DOT_Q1;
   if (t == T_Q4_K) return DOT_Q4K;
   if (t == T_Q5_K) return DOT_Q5K;
   if (t == T_Q6_K) return DOT_Q6K;
-  if (t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS) return DOT_IQ4XS;
+  if (t == T_Q3_K || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS) return DOT_IQ4XS;
+  if (t == T_Q2_K) return DOT_Q2K;
   if (t == T_IQ1_S) return DOT_IQ1S;
   if (t == T_IQ1_M) return DOT_IQ1M;
   return DOT_PLAIN;

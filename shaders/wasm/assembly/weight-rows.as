@@ -3,7 +3,7 @@
 // integer form the integer dot products read.
 //
 // intRow: i16 quants in lane order (activations.as), and per block the float parameters:
-//   Q8_0 / Q4_0: q (Q4_0: nibble − 8); params f32 d per 32.
+//   Q8_0 / Q4_0 / Q5_0: q (Q4_0: nibble − 8; Q5_0: (nibble | 5th bit from qh) − 16); params f32 d per 32.
 //   Q4_1 / Q5_1: the unsigned quants (nibble, Q5_1's with its 5th bit from qh); params per 32, 8 bytes: f32 d, f32 m.
 //   MXFP4:       kvalues_fp4[nibble]; params f32 2^(e−128) per 32.
 //   IQ4_NL:      kvalues_iq4nl[nibble]; params f32 d per 32.
@@ -19,6 +19,10 @@
 //   IQ1_M:       (2s + 1) × iq1s_grid value per 16 elements (s the half sub-block's 3-bit scale), then at dst + 2n a second
 //                i16 row: (2s + 1) × ±1 (the sign of the group of 8's shift), both in lane order; params per 256, 48
 //                bytes: f32 d (the f16 d from the scales' top nibbles; kinds.as DOT_IQ1M).
+//   Q2_K:        (4-bit scale of the 16 elements) × q (0..3); params per 256, 48 bytes: f32 d, f32 dmin, then at 16 the
+//                sixteen 4-bit mins as i16 (kinds.as DOT_Q2K).
+//   Q3_K:        (signed 6-bit scale − 32 of the 16 elements) × q (−4..3: the low 2 bits, less 4 where the hmask bit is
+//                clear); params per 256, 48 bytes: f32 d (kinds.as DOT_IQ4XS).
 //   Q6_K:        scale × q (8-bit scale of the 16-element group, q unsigned 0..63); params per 256, 48 bytes: f32 d,
 //                then at 16 the sixteen scales as i16.
 // Folding the scales into the quants changes no integer ggml sums: its lanes hold Σ scale · (q · a) exactly.
@@ -97,6 +101,21 @@ function fifthBits(bits: u32): v128 {
 /** One row of n weights of type t at src, in the integer form, to dst (i16 × n) and params. */
 export function intRow(t: i32, src: usize, n: i32, dst: usize, params: usize): void {
   const m15 = i8x16.splat(15);
+  if (t == T_Q5_0) {
+    const sixteen = i8x16.splat(16);
+    for (let b = 0; b < n >> 5; b++) {
+      const p = src + 22 * b;
+      const o = dst + 64 * b;
+      store<f32>(params + 4 * b, half(p));
+      const qh = load<u32>(p + 2);
+      const q = v128.load(p + 6);
+      const lo = v128.or(v128.and(q, m15), fifthBits(qh & 0xffff));
+      const hi = v128.or(i8x16.shr_u(q, 4), fifthBits(qh >> 16));
+      storeSigned(o, lanes(i8x16.sub(lo, sixteen)));
+      storeSigned(o + 32, lanes(i8x16.sub(hi, sixteen)));
+    }
+    return;
+  }
   if (t == T_Q4_1 || t == T_Q5_1) {
     const five = t == T_Q5_1;
     const bytes: usize = five ? 24 : 20;
@@ -237,6 +256,53 @@ export function intRow(t: i32, src: usize, n: i32, dst: usize, params: usize): v
           const m = lanes(i64x2.replace_lane(i64x2.splat(load<u64>(IQ1S_GRID + 8 * i0)), 1, load<u64>(IQ1S_GRID + 8 * i1)));
           v128.store(o + 32 * h, i16x8.mul(i16x8.extend_low_i8x16_s(m), ls));
           v128.store(o + 32 * h, i16x8.mul(i16x8.extend_high_i8x16_s(m), ls), 16);
+        }
+      }
+    }
+    return;
+  }
+  if (t == T_Q2_K) {
+    const three = i8x16.splat(3);
+    for (let b = 0; b < nb; b++) {
+      const p = src + 84 * b;
+      const pp = params + K_PARAMS * b;
+      store<f32>(pp, half(p + 80));
+      store<f32>(pp, half(p + 82), 4);
+      const mins = i8x16.shr_u(v128.load(p), 4);
+      v128.store(pp + 16, i16x8.extend_low_i8x16_u(mins));
+      v128.store(pp + 32, i16x8.extend_high_i8x16_u(mins));
+      for (let j = 0; j < 2; j++) {
+        for (let k = 0; k < 4; k++) {
+          for (let g = 0; g < 2; g++) {
+            // elements 128j + 32k + 16g ..: bits 2k, 2k + 1 of bytes 32j + 16g .. of qs, sub-block 8j + 2k + g's scale
+            const q = v128.and(i8x16.shr_u(v128.load(p + 16 + 32 * j + 16 * g), 2 * k), three);
+            const sc = <i32>load<u8>(p + 8 * j + 2 * k + g) & 15;
+            storeScaledU(dst + 2 * (256 * b + 128 * j + 32 * k + 16 * g), lanes(q), sc);
+          }
+        }
+      }
+    }
+    return;
+  }
+  if (t == T_Q3_K) {
+    const three = i8x16.splat(3);
+    const four = i8x16.splat(4);
+    for (let b = 0; b < nb; b++) {
+      const p = src + 110 * b;
+      store<f32>(params + K_PARAMS * b, half(p + 108));
+      const sb = p + 96;
+      for (let j = 0; j < 2; j++) {
+        for (let k = 0; k < 4; k++) {
+          const mask = i8x16.splat(<i8>(<i32>1 << <i32>(4 * j + k)));
+          for (let g = 0; g < 2; g++) {
+            const s = 8 * j + 2 * k + g;
+            const low = s < 8 ? <i32>load<u8>(sb + s) & 15 : <i32>load<u8>(sb + s - 8) >> 4;
+            const high = (<i32>load<u8>(sb + 8 + (s & 3)) >> (2 * (s >> 2))) & 3;
+            const q = v128.and(i8x16.shr_u(v128.load(p + 32 + 32 * j + 16 * g), 2 * k), three);
+            const set = i8x16.eq(v128.and(v128.load(p + 16 * g), mask), mask);
+            // less 4 where the hmask bit is clear
+            storeScaledS(dst + 2 * (256 * b + 128 * j + 32 * k + 16 * g), lanes(i8x16.sub(q, v128.andnot(four, set))), (low | (high << 4)) - 32);
+          }
         }
       }
     }

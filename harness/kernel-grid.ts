@@ -121,7 +121,7 @@ export const KERNEL_GRID_TYPES: readonly GGMLType[] = [...QUANT_SNIPPETS.keys()]
  * SwiftShader seconds per case, for snippets of the same pattern as IQ2_XXS's. (CHROMIUM_SMOKE_GRID keeps its one
  * decode case per type.)
  */
-export const LIGHT_GPU_TYPES: ReadonlySet<GGMLType> = new Set([GGMLType.IQ2_XS, GGMLType.IQ3_XXS, GGMLType.IQ1_S]);
+export const LIGHT_GPU_TYPES: ReadonlySet<GGMLType> = new Set([GGMLType.IQ2_XS, GGMLType.IQ3_XXS, GGMLType.IQ1_S, GGMLType.IQ1_M]);
 /** Super-blocks of 256 (the K-quants, IQ4_XS): shapes of 256. */
 export const isK = (t: GGMLType): boolean => requireQuantType(t).blockSize === 256;
 /** Blocks of 32 (Q8_0, Q4_0, …, MXFP4, IQ4_NL); the float types (blocks of 1) get widths that are not multiples of 32. */

@@ -40,6 +40,7 @@ export const QUANT_SNIPPETS: ReadonlyMap<GGMLType, QuantSnippet> = new Map<GGMLT
   [GGMLType.IQ2_XS, 'iq2_xs'],
   [GGMLType.IQ3_XXS, 'iq3_xxs'],
   [GGMLType.IQ1_S, 'iq1_s'],
+  [GGMLType.IQ1_M, 'iq1_m'],
 ]);
 
 /** Weight types with an integer block dot against 8-bit activations (llama numerics; wgsl/int8/), with their snippet. */
@@ -61,6 +62,7 @@ export const INT8_SNIPPETS: ReadonlyMap<GGMLType, Int8Quant> = new Map<GGMLType,
   [GGMLType.IQ2_XS, 'iq2_xs'],
   [GGMLType.IQ3_XXS, 'iq3_xxs'],
   [GGMLType.IQ1_S, 'iq1_s'],
+  [GGMLType.IQ1_M, 'iq1_m'],
 ]);
 
 /**

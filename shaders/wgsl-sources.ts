@@ -27,7 +27,8 @@ export type QuantSnippet =
   | 'iq2_xxs'
   | 'iq2_xs'
   | 'iq3_xxs'
-  | 'iq1_s';
+  | 'iq1_s'
+  | 'iq1_m';
 /** Quant snippets that also have an integer block dot against 8-bit activations (shaders/wgsl/int8/<stem>.wgsl). */
 export type Int8Quant =
   | 'q8_0'
@@ -46,7 +47,8 @@ export type Int8Quant =
   | 'iq2_xxs'
   | 'iq2_xs'
   | 'iq3_xxs'
-  | 'iq1_s';
+  | 'iq1_s'
+  | 'iq1_m';
 export type KernelName =
   | 'expert_up'
   | 'expert_down'
@@ -112,6 +114,7 @@ export const WGSL: WgslSources = {
     iq2_xs: read('quant/iq2_xs.wgsl'),
     iq3_xxs: read('quant/iq3_xxs.wgsl'),
     iq1_s: read('quant/iq1_s.wgsl'),
+    iq1_m: read('quant/iq1_m.wgsl'),
   },
   int8: {
     q8_0: read('int8/q8_0.wgsl'),
@@ -131,6 +134,7 @@ export const WGSL: WgslSources = {
     iq2_xs: read('int8/iq2_xs.wgsl'),
     iq3_xxs: read('int8/iq3_xxs.wgsl'),
     iq1_s: read('int8/iq1_s.wgsl'),
+    iq1_m: read('int8/iq1_m.wgsl'),
   },
   dot: { packed: read('int8/dot_packed.wgsl'), unpacked: read('int8/dot_unpacked.wgsl') },
   roundActivations: read('round_activations.wgsl'),

@@ -211,6 +211,7 @@ test('the block table agrees with the quant snippets', () => {
     ['iq2_xs', T.IQ2_XS],
     ['iq3_xxs', T.IQ3_XXS],
     ['iq1_s', T.IQ1_S],
+    ['iq1_m', T.IQ1_M],
     ['q5_1', T.Q5_1],
     ['q4_1', T.Q4_1],
     ['q2_k', T.Q2_K],

@@ -39,6 +39,7 @@ const QUANTS: QuantSnippet[] = [
   'iq2_xs',
   'iq3_xxs',
   'iq1_s',
+  'iq1_m',
 ];
 const tuning: KernelTuning = { workgroupSize: 64, rowsPerWorkgroup: 4, tileRows: 16, tileCols: 32 };
 

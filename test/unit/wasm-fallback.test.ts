@@ -258,15 +258,11 @@ for (const variant of VARIANTS) {
       // IQ1_S (its shifts' scalar sum, as Q5_K's mins) beside Q5_K and IQ2_XS
       [{ gate: GGMLType.IQ1_S, up: GGMLType.Q5_K, down: GGMLType.IQ1_S }, true],
       [{ gate: GGMLType.IQ2_XS, up: GGMLType.IQ1_S, down: GGMLType.Q5_K }, false],
-      // Q4_1 / Q5_1 (Q8_1 activations: their mins times its f16 s, one scalar sum) beside Q4_K and Q8_0
-      [{ gate: GGMLType.Q4_1, up: GGMLType.Q5_1, down: GGMLType.Q4_1 }, true],
-      [{ gate: GGMLType.Q5_0, up: GGMLType.Q4_1, down: GGMLType.Q5_1 }, false],
-      // Q2_K (its mins first into the lanes' accumulator) and Q3_K (signed scales, DOT_IQ4XS) beside Q6_K
-      [{ gate: GGMLType.Q2_K, up: GGMLType.Q3_K, down: GGMLType.Q2_K }, true],
-      [{ gate: GGMLType.Q3_K, up: GGMLType.Q2_K, down: GGMLType.Q6_K }, false],
-      // IQ1_M (its shifts' own 8 lanes and accumulator) beside IQ1_S and Q4_K
-      [{ gate: GGMLType.IQ1_M, up: GGMLType.IQ1_S, down: GGMLType.IQ1_M }, true],
-      [{ gate: GGMLType.Q4_K, up: GGMLType.IQ1_M, down: GGMLType.IQ1_M }, false],
+      // Q4_1 / Q5_1 (Q8_1 activations: their mins times its f16 s), Q2_K (its mins first into the lanes' accumulator),
+      // Q3_K (DOT_IQ4XS) and IQ1_M (its shifts' own lanes and accumulator) beside each other (the per-type grid has
+      // each alone, fused in the relaxed child against the simd build's emulated bits)
+      [{ gate: GGMLType.Q4_1, up: GGMLType.Q2_K, down: GGMLType.IQ1_M }, true],
+      [{ gate: GGMLType.IQ1_M, up: GGMLType.Q5_1, down: GGMLType.Q3_K }, false],
     ] as const) {
       const slice = makeSlice(types, 7);
       const fb = await WasmExpertFallback.create(await kernelOf(variant), slice, { numerics: 'llama', emulateFma });

@@ -154,8 +154,9 @@ function lanesAt(i8: bool, w0: v128, w1: v128, a: usize, o: usize): v128 {
 }
 
 // Float accumulators of up to 4 tokens' integer dots, ACC_BYTES each: lanes 0-1, 2-3, 4-5, 6-7 (f64x2 holding f32
-// values), Q4_K's min lanes 0-1, 2-3 at 64 and 80, Q5_K's scalar min sum (f32) at 96; DOT_Q32P's second accumulator
-// (odd blocks) at ACC2 as the first's, and its scalar tail (an odd last block) at TAIL: f32 d, i32 sum, i32 present.
+// values), Q4_K's min lanes 0-1, 2-3 at 64 and 80, Q5_K's scalar min sum (f32) at 96 (IQ1_S's shifts and Q4_1/Q5_1's
+// summs there too); DOT_Q32P's second accumulator (odd blocks) at ACC2 as the first's (IQ1_M's shifts' lanes there
+// too), and its scalar tail (an odd last block) at TAIL: f32 d, i32 sum, i32 present.
 const ACC2: usize = 112;
 const TAIL: usize = 176;
 const ACC_BYTES = 192;
@@ -453,7 +454,7 @@ function paramBytes(kind: i32): usize {
   return kind == DOT_Q32 || kind == DOT_Q32P ? 4 : K_PARAMS;
 }
 
-/** 32-element runs per float step: one Q8_0 / Q4_0 block, or the 8 sub-blocks of a K-quant super-block. */
+/** 32-element runs per float step: one Q8_0 / Q4_0 / Q5_0 / Q4_1 / Q5_1 block, or the 8 sub-blocks of a super-block. */
 @inline
 function runsPerBlock(kind: i32): i32 {
   return kind == DOT_Q32 || kind == DOT_Q32P || kind == DOT_Q1 ? 1 : 8;

@@ -53,7 +53,7 @@ export const ACT_Q8_K: i32 = 6;
 /** Activations as Q8_1: ACT_Q8_0's record, then per block ggml's f16 s = f16(amax/127 · Σ q), f16-decoded (f32). */
 export const ACT_Q8_1: i32 = 7;
 
-/** f32 · f32 in any order ('exact' numerics, and 'llama' for types without a bit-exact dot here). */
+/** f32 · f32 in any order ('exact' numerics; 'llama' only for a type without a dot of its own here, none since issue 26). */
 export const DOT_PLAIN: i32 = 0;
 /** ggml_vec_dot_f32 / _f16 / _bf16 on AVX2, in their order. */
 export const DOT_GGML_F32: i32 = 1;

@@ -1,7 +1,9 @@
 /**
  * A hub of a cluster that dies fails no request (issue 30; docs/faults.md "A hub of a cluster killed"): three hubs on
  * one real Redis, each in a process of its own with its real coordinator of the same model, volunteers attached to hub
- * A and hub B (each told every hub: `--hub A,B,C`), load through the retrying client (hub/cluster/retrying-client.ts).
+ * A and hub B, load through the retrying client (hub/cluster/retrying-client.ts). A's volunteer and the client of the
+ * stream are given hub A only: they learn the others from it (the welcome's `hubs`, `GET /api/health`
+ * `cluster.hub_urls`: hub/cluster/hub-list.ts).
  * Hub A is SIGKILLed while it streams to the client: the stream is resumed at another hub with each token once, every
  * request gives the token ids of `--dispatch off`, A's volunteer moves to a live hub (its next in turn, after its
  * jittered wait) and serves there, the dead hub's records leave the others' maps with its announcement, and every
@@ -122,8 +124,17 @@ test('hub A SIGKILLed mid-load: no request fails, the stream resumes, A’s volu
       ])),
     );
     const [a, b, c] = hubs as [HubChild, HubChild, HubChild];
-    // a0 on hub A (then B, then C), b0 on hub B: one slice each, the two MoE layers between them.
-    vols.push(spawnVolunteer(`${a.url},${b.url},${c.url}`, 'a0', ['--max-slices', '1']));
+    // Every hub lists the live ones (this one included) where clients and volunteers reach them.
+    await until('every hub listing the three', 10_000, async () => {
+      for (const h of [a, b, c]) {
+        const urls = ((await (await fetch(`${h.url}/api/health`)).json()) as { cluster?: { hub_urls?: string[] } }).cluster?.hub_urls;
+        if (JSON.stringify(urls) !== JSON.stringify([a.url, b.url, c.url])) return undefined;
+      }
+      return true;
+    });
+    // a0 given hub A only (it learns B and C from A's welcome), b0 on hub B: one slice each, the two MoE layers
+    // between them.
+    vols.push(spawnVolunteer(a.url, 'a0', ['--max-slices', '1']));
     await until('a0 holding a slice', 60_000, async () =>
       (await dispatchMap(a.url, MODEL)).some((r) => r.worker_id === 'a0') ? true : undefined,
     );
@@ -164,7 +175,8 @@ test('hub A SIGKILLed mid-load: no request fails, the stream resumes, A’s volu
     };
     const lanes = [lane(), lane()];
     const streamRetries: string[] = [];
-    const streamer = new RetryingClient({ hubs: [a.url, b.url, c.url], onRetry: (r) => streamRetries.push(`${r.hub}: ${r.reason}`) });
+    // The stream's client is given hub A only: it learns the others from A before its first request.
+    const streamer = new RetryingClient({ hubs: [a.url], discover: true, onRetry: (r) => streamRetries.push(`${r.hub}: ${r.reason}`) });
     let text = '';
     let chunks = 0;
     let killedAt = 0;
@@ -176,13 +188,14 @@ test('hub A SIGKILLed mid-load: no request fails, the stream resumes, A’s volu
       }
     }
     assert.ok(killedAt > 0, 'hub A was killed mid-stream');
+    assert.deepEqual(streamer.hubList, [a.url, b.url, c.url], 'the client learned B and C from A');
     assert.equal(text, wantText, 'the stream resumed at another hub: every token once, those of --dispatch off');
     assert.ok(
       streamRetries.length >= 1 && streamRetries[0]?.startsWith(a.url),
       `the stream was cut at A and resumed: ${streamRetries.join(' | ')}`,
     );
 
-    // A's volunteer is back, on B (its next hub), and serves: B's map lists it as B's own, and C's map lists no
+    // A's volunteer is back, on B (the next hub A's welcome named), and serves: B's map lists it as B's own, and C's map lists no
     // record of the dead hub's once its announcement expired (at most 5 s).
     const back = await until('a0 serving from hub B, hub A gone from C’s map', 30_000, async () => {
       const rows = (await dispatchMap(c.url, MODEL)) as unknown as Array<{ worker_id: string; hub: string | null }>;

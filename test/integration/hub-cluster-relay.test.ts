@@ -227,6 +227,61 @@ test('standing across hubs: an honest worker passes probation on hub B and is se
   }
 });
 
+// Behind CLUSTER_FULL=1: it passes (set-up 0.4 s, the request 0.4 s in the one run here), but closing its two hubs,
+// each with a relay dialed to the other, took ~120 s there (not diagnosed yet: the hubs' shutdown while the other hub
+// relays to them), which the default `npm test` cannot pay.
+test('local and relayed links in one request: a worker on the coordinator’s own hub and one on another hub serve one completion', {
+  timeout: 300_000,
+  skip: process.env.CLUSTER_FULL ? false : 'CLUSTER_FULL=1 runs it (its teardown takes ~120 s)',
+}, async () => {
+  const redis = await startRedis();
+  const cluster = (hubId: string) => ({ redis: redis.url, cluster: { hubId, syncMs: 200 } });
+  const a = await startSwarmHub(m.path, 'always', cluster('hub-a'));
+  const b = await startSwarmHub(m.path, 'always', cluster('hub-b'));
+  const started = Date.now();
+  const local = new KvasirWorkerDouble({ hubUrl: a.url, workerId: 'kv-local' });
+  const remote = new KvasirWorkerDouble({ hubUrl: b.url, workerId: 'kv-remote' });
+  try {
+    const onA = await local.join(DEEPSEEK_Q8.nExpert, a.model);
+    await local.dial();
+    await until('kv-local wired on hub A', 10_000, async () => ((await local.report(a.model)).json.wired ? true : undefined));
+    // B's market offers the next worker what the cluster lacks: the other MoE layer.
+    await until('hub B knowing kv-local', 10_000, async () =>
+      (await dispatchMap(b.url, b.model)).some((r) => r.worker_id === 'kv-local') ? true : undefined,
+    );
+    const onB = await remote.join(DEEPSEEK_Q8.nExpert, b.model);
+    await remote.dial();
+    await until('kv-remote wired on hub B', 10_000, async () => ((await remote.report(b.model)).json.wired ? true : undefined));
+    assert.notEqual(onA.layer, onB.layer, 'one MoE layer each');
+    await until('hub A linking kv-remote over the relay', 10_000, async () =>
+      a.hub.hubRelayStats()?.open.includes('hub-b') && (await dispatchMap(a.url, a.model)).some((r) => r.worker_id === 'kv-remote')
+        ? true
+        : undefined,
+    );
+    const answers = (w: KvasirWorkerDouble): number => w.served.v1 + w.served.v2 + w.served.v2f16;
+    const before = { local: answers(local), remote: answers(remote) };
+    const t0 = Date.now();
+    assert.deepEqual(await completionIds(a.url, a.model, E2E_PROMPT, N, m.ban), want, 'the token ids of --dispatch off');
+    const o = await pairOutcomes(a.url, a.model);
+    const routed = (o.served as number) + (o.fallback as number) + (o.rejected as number);
+    const served = { local: answers(local) - before.local, remote: answers(remote) - before.remote };
+    console.log(`local and relayed links: set up in ${t0 - started} ms, the request ${Date.now() - t0} ms`);
+    assert.ok(
+      served.local > 0 && served.remote > 0,
+      `both answered items of A's request: ${JSON.stringify(served)} (${JSON.stringify(o)})`,
+    );
+    assert.ok((a.hub.hubRelayStats()?.dialed.answered ?? 0) > 0, "kv-remote's answers came over the relay");
+    assert.ok((o.served as number) >= 0.9 * routed, `A's dispatcher used ${o.served} of ${routed} routed pairs`);
+    console.log(`local and relayed links: ${JSON.stringify(served)} items answered, A used ${o.served} of ${routed} pairs`);
+  } finally {
+    await local.stop();
+    await remote.stop();
+    await a.close();
+    await b.close();
+    await redis.stop();
+  }
+});
+
 async function eventsOf(url: string, kind: string): Promise<string[]> {
   const r = (await (await fetch(`${url}/api/events?kind=${kind}&limit=200`)).json()) as { events: Array<{ detail: string }> };
   return r.events.map((e) => e.detail);

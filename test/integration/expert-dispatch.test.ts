@@ -51,7 +51,8 @@ import { ARCHITECTURES, planModel, routingOf, type ArchName, type ModelConfig, t
 import { buildVocabulary } from '../../tools/tokenizer.ts';
 import { isHybridArch } from '../../tools/model-arch-hybrid.ts';
 import { isKinArch } from '../../tools/model-arch-kin.ts';
-import { GGMLType } from '../../gguf/quant-types.ts';
+import { GGMLType, requireQuantType } from '../../gguf/quant-types.ts';
+import { KERNEL_TYPES } from '../../shaders/expert-ffn.ts';
 
 const dir = await mkdtemp(join(tmpdir(), 'es-xd-'));
 after(() => rm(dir, { recursive: true, force: true }));
@@ -236,7 +237,8 @@ const LAST_LAYER_ALL_ROWS: PromptEvaluation = { lastLayerAllRows: true };
 const GPT_OSS_EVALUATION: PromptEvaluation = { checkpointSplit: true, lastLayerAllRows: true };
 
 function gridConfig(arch: ArchName, type: GGMLType): Partial<ModelConfig> & { arch: ArchName } {
-  const width = type === GGMLType.Q4_K ? 256 : 64;
+  // Q4_K and the other 256-element super-block types (the K and IQ quants of the full quant grid) need rows of 256.
+  const width = type === GGMLType.Q4_K || (QUANT_GRID_TYPES.includes(type) && requireQuantType(type).blockSize === 256) ? 256 : 64;
   // Llama 4 routes each token to one expert (Scout, Maverick); its MoE layers are 1 and 3 of 4.
   const llama4 = arch === 'llama4';
   return {
@@ -295,6 +297,13 @@ const CONTROLS: Array<{ behaviour: DispatcherBehaviour; caughtBy: RegExp; atGene
 
 const GRID_TYPES = [GGMLType.F32, GGMLType.F16, GGMLType.Q8_0, GGMLType.Q4_0, GGMLType.Q4_K];
 /**
+ * Every other weight type the workers read (issue 26: the IQ family, MXFP4, Q2_K…Q5_1, BF16, Q5_K, Q6_K), on qwen3moe,
+ * with the same controls: `npm run test:quant:grid` (QUANT_GRID=full). They compute through the same dispatch path
+ * and the same ggml-exact / WGSL backends the five cells above take, so npm test keeps its five.
+ */
+const QUANT_GRID_TYPES: readonly GGMLType[] =
+  process.env.QUANT_GRID === 'full' ? KERNEL_TYPES.types.filter((t) => !GRID_TYPES.includes(t)) : [];
+/**
  * The later families (issue 25) differ from the first five in the loader, the attention and the router, not in the
  * expert FFN the workers compute (the same kernels): a float and a K-quant cell each keep `npm test` bounded.
  */
@@ -343,6 +352,7 @@ const KIN_FULL_ONLY: readonly string[] = [
  */
 const FULL_ONLY_CASES: readonly string[] = ['qwen4exp', 'deepseek4 with hash layers'];
 function gridTypes(name: string): GGMLType[] {
+  if (name === 'qwen3moe') return [...GRID_TYPES, ...QUANT_GRID_TYPES];
   if (FIRST_FIVE.includes(name)) return GRID_TYPES;
   if (FULL_ONLY_CASES.includes(name)) return process.env.EXPERTSWARM_FAMILIES === 'full' ? FAMILY_GRID_TYPES : [];
   if (!isKinArch(name)) return FAMILY_GRID_TYPES;

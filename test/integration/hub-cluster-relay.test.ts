@@ -177,7 +177,7 @@ test('trust across the relay: hub A audits a lying Kvasir worker attached to hub
   }
 });
 
-// Behind CLUSTER_FULL=1, not yet reliable: in the clean-clone CI run of 79f2ab5 (2026-12-06 22:24 UTC) and in 4 of 7
+// Behind CLUSTER_FULL=1, not yet reliable: in the clean-clone CI run of 79f2ab5 (2026-12-06 22:24 UTC) and in 6 of 9
 // runs here afterwards, hub B's dispatcher never sent the wired Kvasir worker an item (0 audits after 20 rounds of 8
 // tokens on B: its row stays in `grace`, no dispatch event), so there was no verdict to share; in the other runs it
 // passed (A took B's verdict, used 60 of 78 pairs from its first request, credited 66). Not diagnosed: whether B's

@@ -113,8 +113,9 @@ export const WGSL: WgslSources = {
     iq2_xxs: read('quant/iq2_xxs.wgsl'),
     iq2_xs: read('quant/iq2_xs.wgsl'),
     iq3_xxs: read('quant/iq3_xxs.wgsl'),
-    iq1_s: read('quant/iq1_s.wgsl'),
-    iq1_m: read('quant/iq1_m.wgsl'),
+    // the two IQ1 types read one grid (ggml's iq1s_grid)
+    iq1_s: read('iq1s_grid.wgsl') + read('quant/iq1_s.wgsl'),
+    iq1_m: read('iq1s_grid.wgsl') + read('quant/iq1_m.wgsl'),
   },
   int8: {
     q8_0: read('int8/q8_0.wgsl'),

@@ -32,6 +32,7 @@ import { loadModelInfo, type ModelInfo } from './registry.ts';
 import { HubMetrics, type HubReadings } from './metrics.ts';
 import { AUTH_RATE_LIMIT, RELEASE_COOL_DOWN_MS, WORKER_STALE_MS, WORKERS_MAX } from './limits.ts';
 import { type Shard, ShardServer, type ShardHost } from './shards.ts';
+import { ShardWarmer } from './shard-warmer.ts';
 import { type LedgerHost, TrustLedger } from './trust/ledger.ts';
 import { sliceKey } from './trust/slice-credit.ts';
 import { ChunkLists } from './chunk-lists.ts';
@@ -201,6 +202,8 @@ export class Hub {
   private readonly recruiter: Recruiter;
   private evictTimer: NodeJS.Timeout | null = null;
   private readonly shards: ShardServer;
+  /** Warms the digests of the slices the market will likely offer the volunteers that said hello (shard-warmer.ts). */
+  readonly shardWarmer: ShardWarmer;
   private readonly channel: VolunteerChannel;
   /** Kvasir's workers: their relay sessions and dialed relays, each a dispatcher link (relay/relay.ts). */
   private readonly relays: KvasirRelays;
@@ -303,6 +306,11 @@ export class Hub {
     this.standing = cluster && this.ledger.on ? new SharedStanding(cluster.redisState, this.standingHost()) : null;
     this.sharedGrants = cluster ? new SharedGrants(cluster.redisState, () => this.now()) : null;
     this.shards = new ShardServer(this.shardHost());
+    this.shardWarmer = new ShardWarmer({
+      models: () => [...this.marketModels.keys()],
+      shape: (model) => this.shape(model),
+      warm: (model, slices) => this.shards.warm(model, slices),
+    });
     this.channel = new VolunteerChannel(
       this.channelHost(),
       { ...DEFAULT_CHANNEL, maxConnections: config.maxWorkers, ...config.channel },
@@ -626,8 +634,9 @@ export class Hub {
       badResult: (workerId, reason) => this.ledger.caught(workerId, `a result frame refused: ${reason}`),
       offer: (workerId, request) => this.volunteer(request, workerId),
       expertBytes: (model, layer) => bytesForExpertOf(this.shape(model), layer),
+      warm: (request) => this.shardWarmer.asked(request),
       shard: async (model, layer, begin, end) => {
-        const s = await this.shards.open({ model, layer, expertBegin: begin, expertEnd: end });
+        const s = await this.shards.lookup({ model, layer, expertBegin: begin, expertEnd: end });
         return { bytes: s.length, digest: `sha256:${s.digest}` };
       },
       // linkcpp-server always computes as llama.cpp's CPU backend; the HELLO says so once it connected.
@@ -768,6 +777,7 @@ export class Hub {
       dispatch: this.config.dispatch,
       localWorker: (workerId) => this.clusterRecord(workerId),
       localWorkerIds: () => this.coverage.models().flatMap((m) => this.coverage.workersOf(m)),
+      localWorkerCount: () => this.coverage.size,
       isLocal: (workerId) => this.coverage.modelOf(workerId) !== undefined,
       store: this.store,
       quarantinedElsewhere: (subject, reason, hub) => this.quarantinedElsewhere(subject, reason, hub),

@@ -85,6 +85,12 @@ export interface ClusterStatus {
   hub_urls: string[];
   /** Workers of other hubs in the mirror. */
   remote_workers: number;
+  /**
+   * The live hubs (this one included, even before its first announcement), in hub id order, at most 64 (this one always
+   * kept): each hub's id, public URL (null: none announced) and workers — this hub's live ones, another hub's records
+   * in this hub's mirror, null while this hub has no mirror (degraded, not synced yet). The dashboard's "Cluster".
+   */
+  members: Array<{ hub: string; public_url: string | null; workers: number | null }>;
   last_sync_ms: number | null;
   /** Writes waiting for Redis. */
   pending: { workers: number; credits: number; quarantines: number };

@@ -31,7 +31,7 @@ import { type CorruptValue, type RedisLinkState, RedisClusterState } from './red
 import { RecordDecoder } from './record-decoder.ts';
 import { CreditOutbox, type OutboxStore, type PendingCredit } from './credit-outbox.ts';
 import type { CoverageView, CreditBook, CreditOnce, QuarantineList } from './shared.ts';
-import { hubUrls, publicUrlOf } from './hub-list.ts';
+import { hubMembers, hubUrls, publicUrlOf } from './hub-list.ts';
 
 export interface ClusterOptions {
   /** This hub's name in the cluster (`--hub-id`); default: host name, process id and 4 random hex digits. */
@@ -95,6 +95,8 @@ export interface ClusterHost {
   /** The record of a worker attached here, built from its coverage and dispatch record; null if it is not live here. */
   localWorker(workerId: string): ClusterWorker | null;
   localWorkerIds(): string[];
+  /** How many workers are live on this hub (`GET /api/health` cluster.members). */
+  localWorkerCount(): number;
   /** Whether a worker is live on this hub (its coverage is here). */
   isLocal(workerId: string): boolean;
   /** The hub's own durable quarantine list (SQLite). */
@@ -136,6 +138,10 @@ export class ClusterSync implements QuarantineList, CreditBook {
   private hubs: string[] = [];
   /** The live hubs' public URLs (this one's included), in hub id order (hub-list.ts). */
   private hubUrls: string[] = [];
+  /** The live hubs' ids and public URLs at the last sync (this one's included): `GET /api/health` cluster.members. */
+  private announced: Array<{ hub: string; public_url: string | null }> = [];
+  /** The mirror's workers per hub, counted when asked and kept until the mirror changes (null: counted anew). */
+  private remoteByHub: Map<string, number> | null = null;
   /** The other hubs' announcements by id: where their relays are reached (relay-links.ts). */
   private readonly hubRecords = new Map<string, ClusterHub>();
   /** What another hub presents to dial this hub's relay; published in this hub's announcement only. */
@@ -230,10 +236,24 @@ export class ClusterSync implements QuarantineList, CreditBook {
       hubs: [...this.hubs],
       hub_urls: [...this.hubUrls],
       remote_workers: this.remoteRecords.size,
+      members: hubMembers(
+        this.announced,
+        { hub: this.hubId, public_url: publicUrlOf(this.options.publicUrl, this.relayUrl), workers: this.host.localWorkerCount() },
+        this.lastSyncMs !== null && this.state === 'ready' ? this.workersByHub() : null,
+      ),
       last_sync_ms: this.lastSyncMs,
       pending: { workers: this.dirty.size, credits: this.outbox.size, quarantines: this.pendingQuarantines.size },
       corrupt_values: this.corruptCount,
     };
+  }
+
+  /** The mirror's records per hub (one pass, at most once per sync: only `GET /api/health` asks). */
+  private workersByHub(): Map<string, number> {
+    if (this.remoteByHub) return this.remoteByHub;
+    const counts = new Map<string, number>();
+    for (const w of this.remoteRecords.values()) counts.set(w.hub, (counts.get(w.hub) ?? 0) + 1);
+    this.remoteByHub = counts;
+    return counts;
   }
 
   // --- the link
@@ -263,6 +283,7 @@ export class ClusterSync implements QuarantineList, CreditBook {
     this.decoder.clear();
     for (const id of [...this.remoteRecords.keys()]) this.remote.remove(id);
     this.remoteRecords.clear();
+    this.remoteByHub = null;
     this.hubRecords.clear();
     this.host.remoteChanged?.();
   }
@@ -430,10 +451,12 @@ export class ClusterSync implements QuarantineList, CreditBook {
       for (const c of announced.corrupt) this.noteCorrupt(c);
       this.hubs = announced.hubs.map((h) => h.hub);
       this.hubUrls = hubUrls(announced.hubs);
+      this.announced = announced.hubs.map((h) => ({ hub: h.hub, public_url: h.public_url }));
       // A hub that died (its announcement expired: 3 × syncMs, at least 5 s) takes its workers' records out of the
       // mirror with it, before their own TTL: its volunteers are redialling other hubs (docs/faults.md).
       const live = new Set(this.hubs);
       this.applyRemote(workers.filter((w) => live.has(w.hub)));
+      this.remoteByHub = null;
       this.hubRecords.clear();
       for (const h of announced.hubs) if (h.hub !== this.hubId) this.hubRecords.set(h.hub, h);
       this.host.remoteChanged?.();

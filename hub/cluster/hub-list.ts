@@ -50,3 +50,51 @@ export function mergeHubs(known: readonly string[], learned: readonly string[], 
   }
   return out;
 }
+
+/** A hub of the cluster as `GET /api/health` lists it (`cluster.members`). */
+export interface HubMember {
+  hub: string;
+  /** Its public URL (an http(s) origin); null: it announced none. */
+  public_url: string | null;
+  /** Workers attached to it: this hub's live ones, another's records in this hub's mirror; null: not known here. */
+  workers: number | null;
+}
+
+/** Hubs listed in `cluster.members` at most: this one, then the first others in hub id order. */
+export const HUB_MEMBERS_LISTED = 64;
+
+/**
+ * The cluster's hubs for `GET /api/health` (the dashboard's list): the announced ones and this one (listed even before
+ * its first announcement), each once, in hub id order, at most `max` (this one always kept). `remote`: the mirror's
+ * worker count per other hub, or null while there is no mirror (degraded, not yet synced): their counts are then null.
+ *
+ *   hubMembers([{ hub: 'b', public_url: 'http://b:2' }], 'a', 3, new Map([['b', 5]]))
+ *   // [{ hub: 'a', public_url: null, workers: 3 }, { hub: 'b', public_url: 'http://b:2', workers: 5 }]
+ */
+export function hubMembers(
+  announced: ReadonlyArray<{ hub: string; public_url: string | null }>,
+  self: { hub: string; public_url: string | null; workers: number },
+  remote: ReadonlyMap<string, number> | null,
+  max: number = HUB_MEMBERS_LISTED,
+): HubMember[] {
+  const byId = new Map<string, HubMember>();
+  byId.set(self.hub, { hub: self.hub, public_url: self.public_url ? originOf(self.public_url) : null, workers: self.workers });
+  for (const h of announced) {
+    if (byId.has(h.hub)) continue;
+    byId.set(h.hub, {
+      hub: h.hub,
+      public_url: h.public_url ? originOf(h.public_url) : null,
+      workers: remote ? (remote.get(h.hub) ?? 0) : null,
+    });
+  }
+  const all = [...byId.values()].sort((a, b) => (a.hub < b.hub ? -1 : a.hub > b.hub ? 1 : 0));
+  if (all.length <= max) return all;
+  const kept = new Set([
+    self.hub,
+    ...all
+      .filter((m) => m.hub !== self.hub)
+      .slice(0, Math.max(0, max - 1))
+      .map((m) => m.hub),
+  ]);
+  return all.filter((m) => kept.has(m.hub));
+}

@@ -5,7 +5,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { hubUrls, mergeHubs, originOf, publicUrlOf } from '../../hub/cluster/hub-list.ts';
+import { HUB_MEMBERS_LISTED, hubMembers, hubUrls, mergeHubs, originOf, publicUrlOf } from '../../hub/cluster/hub-list.ts';
 import { decodeHub, encodeHub } from '../../hub/cluster/codec.ts';
 import { RetryingClient } from '../../hub/cluster/retrying-client.ts';
 import { encodeHubMessage, parseHubMessage, VolunteerWireError } from '../../protocol/channel/index.ts';
@@ -30,6 +30,31 @@ test('publicUrlOf, hubUrls, mergeHubs: origins only, each once, those given kept
   ]);
   assert.deepEqual(mergeHubs(['http://a:1', 'http://b:2'], ['http://c:3'], 2), ['http://a:1', 'http://b:2'], 'the bound keeps those given');
   assert.deepEqual(withHubs(['http://a:1/'], ['http://a:1', 'http://b:2'], 16), ['http://a:1/', 'http://b:2']);
+});
+
+test('hubMembers: this hub and the announced ones, each once, in id order, capped with this one kept; counts null without a mirror', () => {
+  const announced = [
+    { hub: 'hub-c', public_url: 'http://c:3/' },
+    { hub: 'hub-a', public_url: 'http://a:1' },
+    { hub: 'hub-b', public_url: null },
+  ];
+  const self = { hub: 'hub-b', public_url: 'http://b:2', workers: 4 };
+  assert.deepEqual(hubMembers(announced, self, new Map([['hub-a', 7]])), [
+    { hub: 'hub-a', public_url: 'http://a:1', workers: 7 },
+    { hub: 'hub-b', public_url: 'http://b:2', workers: 4 },
+    { hub: 'hub-c', public_url: 'http://c:3', workers: 0 },
+  ]);
+  assert.deepEqual(
+    hubMembers(announced, self, null).map((m) => m.workers),
+    [null, 4, null],
+    'degraded: the others are not known',
+  );
+  assert.deepEqual(hubMembers([], { hub: 'z', public_url: 'ftp://x', workers: 0 }, null), [{ hub: 'z', public_url: null, workers: 0 }]);
+  const many = Array.from({ length: 100 }, (_, i) => ({ hub: `h${String(i).padStart(3, '0')}`, public_url: null }));
+  const capped = hubMembers(many, { hub: 'h099', public_url: null, workers: 1 }, new Map());
+  assert.equal(capped.length, HUB_MEMBERS_LISTED);
+  assert.equal(capped.at(-1)?.hub, 'h099', 'this hub is kept past the cap');
+  assert.equal(capped.at(-2)?.hub, 'h062');
 });
 
 test('a hub announcement carries public_url (optional: an older hub’s reads as null); garbage refused', () => {

@@ -72,3 +72,17 @@ export const admin = {
   dispatch: (token: string | null, model: string, mode: DispatchModeName): Promise<AdminResult> =>
     adminPost(token, `/api/admin/models/${encodeURIComponent(model)}/dispatch`, { mode }),
 };
+
+/** `GET /api/health` as it came (cluster.ts parseClusterHealth checks it). */
+export async function fetchHealth(signal?: AbortSignal): Promise<unknown> {
+  const r = await fetch('/api/health', { signal: signal ?? null }).catch(unreachable);
+  if (!r.ok) throw await refusal(r);
+  return (await r.json()) as unknown;
+}
+
+/** `GET /api/events?scope=cluster`: every hub's newest events (503 CLUSTER_UNAVAILABLE while Redis is away). */
+export async function fetchClusterEvents(limit: number, signal?: AbortSignal): Promise<unknown> {
+  const r = await fetch(`/api/events?scope=cluster&limit=${limit}`, { signal: signal ?? null }).catch(unreachable);
+  if (!r.ok) throw await refusal(r);
+  return (await r.json()) as unknown;
+}

@@ -146,6 +146,12 @@ test("coverage posted on hub A is in hub B's dispatch map, demand and recruitmen
     assert.equal(health.json.cluster.state, 'ready');
     assert.deepEqual(health.json.cluster.hubs, ['hub-a', 'hub-b', 'hub-c']);
     assert.equal(health.json.cluster.remote_workers, 3);
+    const members = health.json.cluster.members as Array<{ hub: string; workers: number | null }>;
+    assert.deepEqual(
+      members.map((m) => m.hub),
+      ['hub-a', 'hub-b', 'hub-c'],
+    );
+    assert.equal(members[0]?.workers, 3, "C counts A's three workers in its mirror");
 
     // A worker that leaves A (its channel closes: the hub forgets it) leaves the others' maps.
     a.hub.evict(); // nothing stale yet: every worker stays

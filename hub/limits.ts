@@ -125,8 +125,15 @@ export const SHARD_DOWNLOADS_PER_IP = 8;
 export const SHARD_DOWNLOADS_MAX = 64;
 /** Retry-After (s) of both refusals: a download slot frees when some download ends, which is not predictable. */
 export const SHARD_RETRY_AFTER_S = 2;
-/** Slice digests (and byte lengths) remembered, least recently used dropped first: ~100 B each. */
+/** Slice digests (with byte lengths and layouts) remembered, least recently used dropped first: ~1 KB each. */
 export const SHARD_DIGESTS_KEPT = 4096;
+/**
+ * Warming the digests of the slices the market will likely offer (hub/shard-warmer.ts): at most this many slices and
+ * bytes read in all, for at most this many kinds of volunteer (the widths they take).
+ */
+export const SHARD_WARM_SLICES = SHARD_DIGESTS_KEPT / 2;
+export const SHARD_WARM_BYTES = 1024 * 1024 * 1024;
+export const SHARD_WARM_KINDS = 8;
 /** A slice up to this size is kept whole in memory once read; a larger one is streamed from the model file each time. */
 export const SHARD_MEMORY_SLICE_MAX_BYTES = 4 * 1024 * 1024;
 /** Bytes of those in-memory slices, least recently used dropped first. */

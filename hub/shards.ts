@@ -33,7 +33,7 @@ import { GGUFWriter } from '../gguf/writer.ts';
 import { LinkedMap } from './auth/linked-map.ts';
 import { ChunkLists } from './chunk-lists.ts';
 import { HubError } from './errors.ts';
-import type { SliceRef } from '../protocol/slice.ts';
+import type { HeldRange, SliceRef } from '../protocol/slice.ts';
 import { SHARD_LOAD_HEADER, formatShardLoad } from '../protocol/chunk-list.ts';
 import type { ModelInfo } from './registry.ts';
 import {
@@ -274,6 +274,11 @@ interface ShardFacts {
   length: number;
 }
 
+/** A slice's digest and length with its layout: what serving it needs besides its bytes. */
+interface KnownShard extends ShardFacts {
+  layout: SliceLayout;
+}
+
 /** One slice ready to serve: its digest and layout, and its bytes when they are kept in memory. */
 export interface Shard extends ShardFacts {
   etag: string;
@@ -299,11 +304,13 @@ export class ShardServer {
   readonly slots: DownloadSlots;
   /** Each model's parsed header, by the identity of the file it was read from. */
   private readonly headers = new Map<string, { identity: string; file: Promise<GGUFFile> }>();
-  private readonly facts = new LinkedMap<ShardFacts>();
+  private readonly facts = new LinkedMap<KnownShard>();
   private readonly bodies = new LinkedMap<Uint8Array>();
   private bodyBytes = 0;
   /** Digests being computed, so that concurrent first requests read the slice once. */
-  private readonly computing = new Map<string, Promise<{ facts: ShardFacts; bytes?: Uint8Array }>>();
+  private readonly computing = new Map<string, Promise<{ facts: KnownShard; bytes?: Uint8Array }>>();
+  /** Stats of model files in flight (identity()). */
+  private readonly stats = new Map<string, Promise<string>>();
 
   constructor(
     private readonly hub: ShardHost,
@@ -335,9 +342,61 @@ export class ShardServer {
 
   /** The slice's layout and digest, computed (one read of the slice) unless remembered for this file version. */
   async open(r: ShardRequest): Promise<Shard> {
+    return this.prepare(r, true);
+  }
+
+  /**
+   * Computes, in the background, the digests of slices not yet known (the market's likely next assignments), `lanes`
+   * at a time and at most half of `digestsKept` (a warm-up never evicts itself): the first assignment of each is then
+   * a lookup, not a read of the file. Their bodies are not kept (the first download reads them). Slices the model
+   * cannot give, and read errors, are skipped: the assignment that wants one gets the error itself. Resolves to the
+   * number of slices known after it (computed now or before).
+   */
+  async warm(model: string, slices: readonly HeldRange[], lanes = 2): Promise<number> {
+    const todo = slices.slice(0, Math.floor(this.limits.digestsKept / 2));
+    let next = 0;
+    let known = 0;
+    const lane = async (): Promise<void> => {
+      while (next < todo.length) {
+        const [layer, expertBegin, expertEnd] = todo[next++]!;
+        try {
+          await this.prepare({ model, layer, expertBegin, expertEnd }, false);
+          known++;
+        } catch {
+          // skipped: see above
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.max(1, lanes) }, lane));
+    return known;
+  }
+
+  /**
+   * A slice's length and digest (what an assignment announces), computed unless remembered for this file version;
+   * unlike open(), a small slice's bytes are not kept for a download that may never come.
+   */
+  async lookup(r: ShardRequest): Promise<ShardFacts> {
+    const { length, digest } = await this.prepare(r, false);
+    return { length, digest };
+  }
+
+  /** open()'s work; `keepBody` false: a slice small enough for memory is hashed but not kept (a warm-up). */
+  private async prepare(r: ShardRequest, keepBody: boolean): Promise<Shard> {
     this.check(r);
     const { path } = this.hub.modelInfo(r.model);
-    const identity = fileIdentity(await stat(path));
+    const identity = await this.identity(path);
+    // Remembered for this version of the file: no planning, no layout, no read.
+    const key = `${r.model}\u0000${identity}\u0000${r.layer}:${r.expertBegin}:${r.expertEnd}`;
+    const known = this.facts.get(key);
+    if (known) {
+      const inMemory = known.length <= this.limits.memorySliceMaxBytes;
+      const bytes = inMemory ? this.bodies.get(key) : undefined;
+      if (bytes || !inMemory || !keepBody) {
+        this.facts.touch(key);
+        if (bytes) this.bodies.touch(key);
+        return this.shard(known, path, bytes);
+      }
+    }
     const file = await this.header(r.model, path, identity);
     let plan: ExpertSlicePlan;
     try {
@@ -348,22 +407,43 @@ export class ShardServer {
       throw e;
     }
     const layout = sliceLayout(plan);
-    const key = `${r.model}\u0000${identity}\u0000${r.layer}:${r.expertBegin}:${r.expertEnd}`;
-    const inMemory = layout.length <= this.limits.memorySliceMaxBytes;
-    let facts = this.facts.get(key);
-    let bytes = inMemory ? this.bodies.get(key) : undefined;
-    if (facts && (bytes || !inMemory)) {
-      this.facts.touch(key);
-      if (bytes) this.bodies.touch(key);
-    } else {
-      let pending = this.computing.get(key);
-      if (!pending) {
-        pending = this.compute(key, layout, path, inMemory).finally(() => this.computing.delete(key));
-        this.computing.set(key, pending);
-      }
-      ({ facts, bytes } = await pending);
+    const inMemory = keepBody && layout.length <= this.limits.memorySliceMaxBytes;
+    // Concurrent first requests read the slice once; one that keeps the body does not wait on a warm-up's that does not.
+    const pendingKey = `${key}\u0000${inMemory ? 'body' : 'digest'}`;
+    let pending = this.computing.get(pendingKey);
+    if (!pending) {
+      pending = this.compute(key, layout, path, inMemory).finally(() => this.computing.delete(pendingKey));
+      this.computing.set(pendingKey, pending);
     }
-    return { ...facts, etag: `"sha256-${facts.digest}"`, path, layout, ...(bytes ? { bytes } : {}) };
+    const { facts, bytes } = await pending;
+    return this.shard(facts, path, bytes);
+  }
+
+  private shard(facts: KnownShard, path: string, bytes: Uint8Array | undefined): Shard {
+    return {
+      digest: facts.digest,
+      length: facts.length,
+      etag: `"sha256-${facts.digest}"`,
+      path,
+      layout: facts.layout,
+      ...(bytes ? { bytes } : {}),
+    };
+  }
+
+  /**
+   * The identity (device, inode, size, mtime) of the model file, one stat per request; requests that ask while a stat
+   * is in flight share it (a round's 32 lookups cost one trip through the thread pool, not 32). A stat started before
+   * a request is at most as old as the read that follows any stat: a file changed after it is seen by the next one.
+   */
+  private identity(path: string): Promise<string> {
+    let pending = this.stats.get(path);
+    if (!pending) {
+      pending = stat(path)
+        .then(fileIdentity)
+        .finally(() => this.stats.delete(path));
+      this.stats.set(path, pending);
+    }
+    return pending;
   }
 
   /** Bytes [from, to) of a shard as a stream that reads ahead at most one chunk. */
@@ -389,7 +469,7 @@ export class ShardServer {
     layout: SliceLayout,
     path: string,
     inMemory: boolean,
-  ): Promise<{ facts: ShardFacts; bytes?: Uint8Array }> {
+  ): Promise<{ facts: KnownShard; bytes?: Uint8Array }> {
     const hash = createHash('sha256');
     const chunks = fileBytes(layout, path, 0, layout.length, this.limits.readChunkBytes);
     let bytes: Uint8Array | undefined;
@@ -405,7 +485,7 @@ export class ShardServer {
     } else {
       for await (const c of chunks) hash.update(c);
     }
-    const facts = { digest: hash.digest('hex'), length: layout.length };
+    const facts = { digest: hash.digest('hex'), length: layout.length, layout };
     this.facts.set(key, facts);
     while (this.facts.size > this.limits.digestsKept) this.facts.shift();
     return bytes ? { facts, bytes } : { facts };

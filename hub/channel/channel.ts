@@ -79,6 +79,11 @@ export interface ChannelHost {
    * market/assign.ts bytesForExpertOf).
    */
   expertBytes(model: string, layer: number): number;
+  /**
+   * A volunteer said hello and will be offered slices for `request`: the host may get their digests ready (the shard
+   * server's warm-up, hub/shard-warmer.ts) so that the push that assigns them does not wait on reading them.
+   */
+  warm?(request: VolunteerRequest): void;
   /** Size and `sha256:<hex>` of a slice (the shard server's). */
   shard(model: string, layer: number, begin: number, end: number): Promise<{ bytes: number; digest: string }>;
   /** How the model's coordinator computes (from its dispatch HELLO; 'llama' for linkcpp-server). */
@@ -787,6 +792,7 @@ export class VolunteerChannel {
       null,
       `${h.workerId} (${h.device.webgpu ? h.device.adapter?.description || 'WebGPU' : 'no WebGPU'}; ${h.agent || 'client'})`,
     );
+    this.host.warm?.(this.firstRequest(c));
     this.offerRound(c);
   }
 
@@ -978,16 +984,8 @@ export class VolunteerChannel {
     const h = c.hello as ChannelHello;
     if (nothingWanted.has('') || nothingWanted.has(c.model ?? h.model)) return null;
     // One model per volunteer; the next slice of one that holds some is of that model, within what its budget has left.
-    const request = nextSliceRequest(
-      {
-        model: h.model,
-        maxExperts: c.maxExperts > 0 ? (h.maxExperts > 0 ? Math.min(h.maxExperts, c.maxExperts) : c.maxExperts) : h.maxExperts,
-        device: { ...(h.device.limits ?? {}), memoryBudgetBytes: h.device.memoryBudgetBytes },
-        ...(h.variants && { variants: h.variants }),
-        ...(h.types && { types: h.types }),
-      },
-      { model: c.model ?? h.model, ranges: c.ranges() },
-      (layer) => (c.slices.size > 0 ? this.host.expertBytes(c.model ?? h.model, layer) : 0),
+    const request = nextSliceRequest(this.firstRequest(c), { model: c.model ?? h.model, ranges: c.ranges() }, (layer) =>
+      c.slices.size > 0 ? this.host.expertBytes(c.model ?? h.model, layer) : 0,
     );
     const model = request.model ?? '';
     if (c.slices.size > 0 && (request.device?.memoryBudgetBytes ?? 1) <= 0) {
@@ -1020,6 +1018,18 @@ export class VolunteerChannel {
     }
     c.reserving = true;
     return answer;
+  }
+
+  /** What a volunteer that holds nothing asks the market for (its hello's model, width, device, variants, types). */
+  private firstRequest(c: VolunteerConnection): VolunteerRequest {
+    const h = c.hello as ChannelHello;
+    return {
+      model: h.model,
+      maxExperts: c.maxExperts > 0 ? (h.maxExperts > 0 ? Math.min(h.maxExperts, c.maxExperts) : c.maxExperts) : h.maxExperts,
+      device: { ...(h.device.limits ?? {}), memoryBudgetBytes: h.device.memoryBudgetBytes },
+      ...(h.variants && { variants: h.variants }),
+      ...(h.types && { types: h.types }),
+    };
   }
 
   private async sendAssignment(c: VolunteerConnection, answer: Assignment): Promise<void> {

@@ -831,6 +831,10 @@ const K45_PARAMS_2 = memory.data(K_PARAMS, 16);
  * decode case, where each routed expert meets one token: ~15 % less time at 1 row). Results (f32) to outG and outU.
  */
 export function twoRowsQ4K(wg: usize, wu: usize, a: usize, n: i32, outG: usize, outU: usize): void {
+  if (usesFusedMadd()) {
+    twoRowsQ4KFused(wg, wu, a, n, outG, outU);
+    return;
+  }
   clearAcc(2);
   const nb = n >> 8;
   const m15 = v128.load(NIBBLE);
@@ -874,6 +878,249 @@ export function twoRowsQ4K(wg: usize, wu: usize, a: usize, n: i32, outG: usize, 
   }
   store<f32>(outG, finish(DOT_Q4K, FACC));
   store<f32>(outU, finish(DOT_Q4K, FACC + ACC_BYTES));
+}
+
+/** 2^-24: an f16 subnormal's mantissa (an integer) times it is its value. */
+const F16_SUBNORMAL: f32 = 5.9604644775390625e-8;
+
+/**
+ * The f16s in the low halves of the four i32 lanes of h as f32 (F16C's vcvtph2ps, bit for bit, as f16ToF32), four at
+ * once where the dots converted each d and dmin apart: normals by moving the exponent and mantissa into place and
+ * rebiasing the exponent (an integer add), inf and NaN (quieted) by a select, subnormals as their mantissa converted to
+ * f32 times 2^-24, the sign or-ed in. No float operation sees a subnormal: Q4_K's d of small weights is an f16
+ * subnormal, and an f32 subnormal operand costs a microcode assist per multiply (measured: the kernel ~1.5× slower
+ * at 1 row with the 2^112-scaling form of this conversion).
+ */
+@inline
+function f16x4ToF32(h: v128): v128 {
+  const e = v128.and(h, i32x4.splat(0x7fff));
+  const em = i32x4.shl(e, 13);
+  const special = i32x4.ge_s(em, i32x4.splat(0x0f800000));
+  const quiet = v128.and(i32x4.gt_s(em, i32x4.splat(0x0f800000)), i32x4.splat(0x00400000));
+  const big = v128.bitselect(v128.or(i32x4.add(em, i32x4.splat(0x70000000)), quiet), i32x4.add(em, i32x4.splat(0x38000000)), special);
+  const sub = f32x4.mul(f32x4.convert_i32x4_s(e), f32x4.splat(F16_SUBNORMAL));
+  const isSub = i32x4.lt_s(e, i32x4.splat(0x400));
+  return v128.or(v128.bitselect(sub, big, isSub), i32x4.shl(v128.and(h, i32x4.splat(0x8000)), 16));
+}
+
+/**
+ * A Q4_K / Q5_K super-block's eight scales and eight mins (sub-blocks 0-7), from its 12
+ * packed bytes at p + 4 (get_scale_min_k4 for all eight at once, as k45Params): the scales in bytes 0-7 of the
+ * returned vector, the mins in bytes 8-15 (u8; the callers widen them to i16).
+ */
+@inline
+function k45ScalesMins(p: usize): v128 {
+  const u0 = load<u32>(p, 4);
+  const u1 = load<u32>(p, 8);
+  const u2 = load<u32>(p, 12);
+  const sc0 = u0 & 0x3f3f3f3f;
+  const sc1 = (u2 & 0x0f0f0f0f) | (((u0 >> 6) & 0x03030303) << 4);
+  const mn0 = u1 & 0x3f3f3f3f;
+  const mn1 = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4);
+  // bytes: scales 0-7, then mins 0-7
+  return i32x4.replace_lane(i32x4.replace_lane(i32x4.replace_lane(i32x4.splat(sc0), 1, sc1), 2, mn0), 3, mn1);
+}
+
+/**
+ * twoRowsQ4K where relaxed_madd fuses: ggml's float steps in registers (no FACC), each super-block's d and dmin for both
+ * rows converted together (f16x4ToF32), the 64-element steps unrolled with each activation vector loaded once for
+ * both rows. The same integer lanes, fmas and sums as twoRowsQ4K, so the same bits.
+ */
+function twoRowsQ4KFused(wg: usize, wu: usize, a: usize, n: i32, outG: usize, outU: usize): void {
+  const nb = n >> 8;
+  const m15 = v128.load(NIBBLE);
+  const ad = a + 2 * <usize>n;
+  const bsums = ad + 36 * <usize>nb;
+  const sign = v128.load(DMIN_SIGN);
+  let accG0 = f32x4.splat(0);
+  let accG1 = accG0;
+  let accGm = accG0;
+  let accU0 = accG0;
+  let accU1 = accG0;
+  let accUm = accG0;
+  for (let b = 0; b < nb; b++) {
+    const pg = wg + 144 * b;
+    const pu = wu + 144 * b;
+    // [d_g, dmin_g, d_u, dmin_u] · [y.d, −y.d, y.d, −y.d]: ggml's d and dmin of both rows
+    const halves = i32x4.extend_low_i16x8_u(i32x4.replace_lane(i32x4.splat(load<u32>(pg)), 1, load<u32>(pu)));
+    const dd = f32x4.mul(v128.xor(f32x4.splat(load<f32>(ad + 4 * b)), sign), f16x4ToF32(halves));
+    const smG = k45ScalesMins(pg);
+    const smU = k45ScalesMins(pu);
+    // (through memory: a value computed here and used in the loop below, V8 computes again in every step of it)
+    v128.store(K45_PARAMS, i16x8.extend_low_i8x16_u(smG), 32);
+    v128.store(K45_PARAMS_2, i16x8.extend_low_i8x16_u(smU), 32);
+    const sg = v128.load(K45_PARAMS, 32);
+    const su = v128.load(K45_PARAMS_2, 32);
+    const o = a + 256 * b;
+    let xg = i32x4.splat(0);
+    let yg = xg;
+    let xu = xg;
+    let yu = xg;
+    for (let jj = 0; jj < 4; jj++) {
+      const l0 = v128.load(SCALE_LANES + 32 * jj);
+      const l1 = v128.load(SCALE_LANES + 32 * jj, 16);
+      const a0 = v128.load(o + 64 * jj);
+      const a1 = v128.load(o + 64 * jj, 16);
+      const a2 = v128.load(o + 64 * jj, 32);
+      const a3 = v128.load(o + 64 * jj, 48);
+      const g0 = v128.load(pg + 16 + 32 * jj);
+      const g1 = v128.load(pg + 16 + 32 * jj, 16);
+      const u0 = v128.load(pu + 16 + 32 * jj);
+      const u1 = v128.load(pu + 16 + 32 * jj, 16);
+      const sg0 = i8x16.relaxed_swizzle(sg, l0);
+      const sg1 = i8x16.relaxed_swizzle(sg, l1);
+      const su0 = i8x16.relaxed_swizzle(su, l0);
+      const su1 = i8x16.relaxed_swizzle(su, l1);
+      xg = i32x4.add(xg, nibbleRun(g0, m15, a0, a2, sg0, sg1));
+      yg = i32x4.add(yg, nibbleRun(g1, m15, a1, a3, sg0, sg1));
+      xu = i32x4.add(xu, nibbleRun(u0, m15, a0, a2, su0, su1));
+      yu = i32x4.add(yu, nibbleRun(u1, m15, a1, a3, su0, su1));
+    }
+    const dg = i32x4.shuffle(dd, dd, 0, 0, 0, 0);
+    const du = i32x4.shuffle(dd, dd, 2, 2, 2, 2);
+    accG0 = f32x4.relaxed_madd(dg, f32x4.convert_i32x4_s(xg), accG0);
+    accG1 = f32x4.relaxed_madd(dg, f32x4.convert_i32x4_s(yg), accG1);
+    accU0 = f32x4.relaxed_madd(du, f32x4.convert_i32x4_s(xu), accU0);
+    accU1 = f32x4.relaxed_madd(du, f32x4.convert_i32x4_s(yu), accU1);
+    const bs = v128.load(bsums + 16 * b);
+    const pmG = i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_u(smG), bs);
+    const pmU = i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_u(smU), bs);
+    accGm = f32x4.relaxed_madd(i32x4.shuffle(dd, dd, 1, 1, 1, 1), f32x4.convert_i32x4_s(pmG), accGm);
+    accUm = f32x4.relaxed_madd(i32x4.shuffle(dd, dd, 3, 3, 3, 3), f32x4.convert_i32x4_s(pmU), accUm);
+  }
+  store<f32>(outG, hsumFused(accG0, accG1, accGm));
+  store<f32>(outU, hsumFused(accU0, accU1, accUm));
+}
+
+/** [1, −1, 1, −1] as sign bits: y.d to [y.d, −y.d, y.d, −y.d] by one xor. */
+const DMIN_SIGN = memory.data<u32>([0, 0x80000000, 0, 0x80000000], 16);
+
+/** One 32-element run of a Q4_K quant vector q: its low nibbles against alo times s0, its high against ahi times s1. */
+@inline
+function nibbleRun(q: v128, m: v128, alo: v128, ahi: v128, s0: v128, s1: v128): v128 {
+  const lo = i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(alo, v128.and(q, m)), s0);
+  const hi = i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(ahi, v128.and(i16x8.shr_u(q, 4), m)), s1);
+  return i32x4.add(lo, hi);
+}
+
+/** finishFused for Q4_K on accumulators in registers: hsum_float_8(lanes 0-3 + 4-7) plus the four min lanes' sum. */
+@inline
+function hsumFused(acc0: v128, acc1: v128, accM: v128): f32 {
+  const s = f32x4.add(acc0, acc1);
+  const h = f32x4.extract_lane(s, 0) + f32x4.extract_lane(s, 2) + (f32x4.extract_lane(s, 1) + f32x4.extract_lane(s, 3));
+  return h + (f32x4.extract_lane(accM, 0) + f32x4.extract_lane(accM, 2) + (f32x4.extract_lane(accM, 1) + f32x4.extract_lane(accM, 3)));
+}
+
+/** One token's min lanes of Q4_K's block b as f32: ggml's madd of the mins with the bsums' pair sums (activations.as). */
+@inline
+function q4kMins(mins: v128, a: usize, nb: i32, n: i32, b: i32): v128 {
+  return f32x4.convert_i32x4_s(i32x4.dot_i16x8_s(mins, v128.load(a + 2 * <usize>n + 36 * <usize>nb + 16 * <usize>b)));
+}
+
+/**
+ * k45DotsOf for Q4_K where relaxed_madd fuses, tokens<C>() tokens: ggml's float steps in registers (no FACC), the
+ * block's d and dmin converted together (f16x4ToF32), each quant vector's nibbles split once for every token. The same
+ * integer lanes, fmas and sums as k45DotsOf, so the same bits.
+ */
+@inline
+function q4kFusedOf<C>(w: usize, acts: usize, n: i32, out: usize): void {
+  const count = tokens<C>();
+  const nb = n >> 8;
+  const m15 = v128.load(NIBBLE);
+  const a0 = load<usize>(acts);
+  const a1 = count > 1 ? load<usize>(acts, 4) : a0;
+  const a2 = count > 2 ? load<usize>(acts, 8) : a0;
+  const a3 = count > 3 ? load<usize>(acts, 12) : a0;
+  const yd0 = a0 + 2 * <usize>n;
+  const yd1 = a1 + 2 * <usize>n;
+  const yd2 = a2 + 2 * <usize>n;
+  const yd3 = a3 + 2 * <usize>n;
+  let f0 = f32x4.splat(0);
+  let g0 = f0;
+  let m0 = f0;
+  let f1 = f0;
+  let g1 = f0;
+  let m1 = f0;
+  let f2 = f0;
+  let g2 = f0;
+  let m2 = f0;
+  let f3 = f0;
+  let g3 = f0;
+  let m3 = f0;
+  for (let b = 0; b < nb; b++) {
+    const p = w + 144 * b;
+    const dm = f16x4ToF32(i32x4.extend_low_i16x8_u(i32x4.splat(load<u32>(p))));
+    const xd = f32x4.extract_lane(dm, 0);
+    const xm = f32x4.extract_lane(dm, 1);
+    const sm = k45ScalesMins(p);
+    // (through memory, as in twoRowsQ4KFused)
+    v128.store(K45_PARAMS, i16x8.extend_low_i8x16_u(sm), 32);
+    const sc = v128.load(K45_PARAMS, 32);
+    let x0 = i32x4.splat(0);
+    let y0 = x0;
+    let x1 = x0;
+    let y1 = x0;
+    let x2 = x0;
+    let y2 = x0;
+    let x3 = x0;
+    let y3 = x0;
+    for (let jj = 0; jj < 4; jj++) {
+      const s0 = i8x16.relaxed_swizzle(sc, v128.load(SCALE_LANES + 32 * jj));
+      const s1 = i8x16.relaxed_swizzle(sc, v128.load(SCALE_LANES + 32 * jj, 16));
+      const q0 = v128.load(p + 16 + 32 * jj);
+      const q1 = v128.load(p + 16 + 32 * jj, 16);
+      const lo0 = v128.and(q0, m15);
+      const lo1 = v128.and(q1, m15);
+      const hi0 = v128.and(i16x8.shr_u(q0, 4), m15);
+      const hi1 = v128.and(i16x8.shr_u(q1, 4), m15);
+      const o: usize = 256 * b + 64 * jj;
+      x0 = i32x4.add(x0, i32x4.add(relaxedLanes(lo0, a0 + o, s0), relaxedLanes(hi0, a0 + o + 32, s1)));
+      y0 = i32x4.add(y0, i32x4.add(relaxedLanes(lo1, a0 + o + 16, s0), relaxedLanes(hi1, a0 + o + 48, s1)));
+      if (count > 1) {
+        x1 = i32x4.add(x1, i32x4.add(relaxedLanes(lo0, a1 + o, s0), relaxedLanes(hi0, a1 + o + 32, s1)));
+        y1 = i32x4.add(y1, i32x4.add(relaxedLanes(lo1, a1 + o + 16, s0), relaxedLanes(hi1, a1 + o + 48, s1)));
+      }
+      if (count > 2) {
+        x2 = i32x4.add(x2, i32x4.add(relaxedLanes(lo0, a2 + o, s0), relaxedLanes(hi0, a2 + o + 32, s1)));
+        y2 = i32x4.add(y2, i32x4.add(relaxedLanes(lo1, a2 + o + 16, s0), relaxedLanes(hi1, a2 + o + 48, s1)));
+      }
+      if (count > 3) {
+        x3 = i32x4.add(x3, i32x4.add(relaxedLanes(lo0, a3 + o, s0), relaxedLanes(hi0, a3 + o + 32, s1)));
+        y3 = i32x4.add(y3, i32x4.add(relaxedLanes(lo1, a3 + o + 16, s0), relaxedLanes(hi1, a3 + o + 48, s1)));
+      }
+    }
+    const mins = i16x8.extend_high_i8x16_u(sm);
+    let yd = load<f32>(yd0 + 4 * b);
+    let d = f32x4.splat(yd * xd);
+    f0 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(x0), f0);
+    g0 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(y0), g0);
+    m0 = f32x4.relaxed_madd(f32x4.splat(-yd * xm), q4kMins(mins, a0, nb, n, b), m0);
+    if (count > 1) {
+      yd = load<f32>(yd1 + 4 * b);
+      d = f32x4.splat(yd * xd);
+      f1 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(x1), f1);
+      g1 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(y1), g1);
+      m1 = f32x4.relaxed_madd(f32x4.splat(-yd * xm), q4kMins(mins, a1, nb, n, b), m1);
+    }
+    if (count > 2) {
+      yd = load<f32>(yd2 + 4 * b);
+      d = f32x4.splat(yd * xd);
+      f2 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(x2), f2);
+      g2 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(y2), g2);
+      m2 = f32x4.relaxed_madd(f32x4.splat(-yd * xm), q4kMins(mins, a2, nb, n, b), m2);
+    }
+    if (count > 3) {
+      yd = load<f32>(yd3 + 4 * b);
+      d = f32x4.splat(yd * xd);
+      f3 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(x3), f3);
+      g3 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(y3), g3);
+      m3 = f32x4.relaxed_madd(f32x4.splat(-yd * xm), q4kMins(mins, a3, nb, n, b), m3);
+    }
+  }
+  store<f32>(out, hsumFused(f0, g0, m0));
+  if (count > 1) store<f32>(out, hsumFused(f1, g1, m1), 4);
+  if (count > 2) store<f32>(out, hsumFused(f2, g2, m2), 8);
+  if (count > 3) store<f32>(out, hsumFused(f3, g3, m3), 12);
 }
 
 /**
@@ -970,6 +1217,13 @@ export function k45Dots(five: bool, w: usize, acts: usize, count: i32, n: i32, o
       k45DotsOf<u16>(true, w, acts, n, out);
       k45DotsOf<u8>(true, w, acts + 8, n, out + 8);
     } else k45DotsOf<u32>(true, w, acts, n, out);
+  } else if (usesFusedMadd()) {
+    if (count == 1) q4kFusedOf<u8>(w, acts, n, out);
+    else if (count == 2) q4kFusedOf<u16>(w, acts, n, out);
+    else if (count == 3) {
+      q4kFusedOf<u16>(w, acts, n, out);
+      q4kFusedOf<u8>(w, acts + 8, n, out + 8);
+    } else q4kFusedOf<u32>(w, acts, n, out);
   } else if (count == 1) k45DotsOf<u8>(false, w, acts, n, out);
   else if (count == 2) k45DotsOf<u16>(false, w, acts, n, out);
   else if (count == 3) {

@@ -27,7 +27,7 @@ import {
 } from '../../harness/browser.ts';
 import { testModel } from '../../harness/models.ts';
 import { buildPages } from '../../harness/pages-build.ts';
-import { DEEPSEEK_Q8, moeLayersOf, startSwarmHub, waitForCoverage, type SwarmHub } from '../../harness/swarm.ts';
+import { DEEPSEEK_Q8, moeLayersOf, startSwarmHub, until, waitForCoverage, type SwarmHub } from '../../harness/swarm.ts';
 
 /** From Join to serving: onnxruntime-web's wasm on two busy cores. */
 const SERVE_MS = 90_000;
@@ -98,12 +98,18 @@ test('a reloaded volunteer page serves its slice from the Cache API: no second s
       .map((r) => [r.layer, ...r.experts])
       .sort((a, b) => (a[0] as number) - (b[0] as number));
     assert.equal(slice.length, moe.length, `the tab holds a slice of each MoE layer: ${JSON.stringify(rows)}`);
+    // The map lists a range from its assignment on (the coverage store reserves it while it loads), so the page may
+    // serve its first slice, with the second listed, before it has asked for the second: wait for both in its cache
+    // (each put there once downloaded and checked), then count what the shard server streamed.
+    const cached = await until('the page keeping each slice in the Cache API', SERVE_MS, async () => {
+      const keys = await joined.page.evaluate(async (name) => {
+        const keys = await (await caches.open(name)).keys();
+        return keys.map((r) => new URL(r.url).pathname);
+      }, CACHE_NAME);
+      return keys.length >= moe.length ? keys : undefined;
+    });
     assert.equal(streamed.length, moe.length, `the first join downloaded each slice once: ${JSON.stringify(streamed)}`);
     const digests = streamed.map((x) => x.split(' ')[0]).sort();
-    const cached = await joined.page.evaluate(async (name) => {
-      const keys = await (await caches.open(name)).keys();
-      return keys.map((r) => new URL(r.url).pathname);
-    }, CACHE_NAME);
     assert.deepEqual(
       cached.sort(),
       digests.map((d) => `/__expertswarm_shard/sha256:${d}`),

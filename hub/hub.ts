@@ -423,7 +423,7 @@ export class Hub {
     await this.signal.close();
     await this.relays.close();
     this.remoteLinks?.close();
-    this.hubRelay?.close();
+    await this.hubRelay?.close();
     await this.supervisor.stop();
     await this.dispatchers.close();
     this.ledger.stop();
@@ -1122,7 +1122,10 @@ export class Hub {
    * upgraded WebSockets too, so the app calls this before closing (a preClose hook); stop() calls it again, harmlessly.
    */
   closeVolunteers(): Promise<void> {
-    return Promise.all([this.channel.close(), this.signal.close(), this.relays.close()]).then(() => {});
+    // The relay between hubs too: another hub's relay into this one is an upgraded socket of the HTTP server, and that
+    // hub keeps it open while it links this hub's workers (cluster/relay-server.ts); this hub's own are closed with it.
+    this.remoteLinks?.close();
+    return Promise.all([this.channel.close(), this.signal.close(), this.relays.close(), this.hubRelay?.close()]).then(() => {});
   }
 
   /** Ends every dashboard stream (the HTTP server closes; the hub's stop does it too). */

@@ -255,6 +255,7 @@ export class RemoteHubLinks {
   /** model → layer → links. */
   private readonly links = new Map<string, Map<number, RemoteWorkerLink[]>>();
   readonly stats: RelayLinkStats = { items: 0, answered: 0, refused: 0, roundTripMs: [] };
+  private closed = false;
 
   constructor(
     private readonly host: RelayLinksHost,
@@ -268,6 +269,7 @@ export class RemoteHubLinks {
    * not released). Links whose slice is unchanged are kept (their in-flight count with them).
    */
   update(model: string, records: readonly ClusterWorker[]): void {
+    if (this.closed) return;
     const old = new Map<string, RemoteWorkerLink>();
     for (const list of this.links.get(model)?.values() ?? [])
       for (const l of list) old.set(sliceKey(l.workerId, l.hubId, l.layer, l.begin, l.end), l);
@@ -321,8 +323,9 @@ export class RemoteHubLinks {
     }
   }
 
-  /** Drops every link and closes every socket. */
+  /** Drops every link and closes every socket, for good: later updates dial nothing (the hub is shutting down). */
   close(): void {
+    this.closed = true;
     this.links.clear();
     for (const c of this.conns.values()) c.drop('the hub is shutting down');
     this.conns.clear();

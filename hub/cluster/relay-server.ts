@@ -56,6 +56,8 @@ export interface HubRelayStats {
 }
 
 const SAMPLES_KEPT = 10_000;
+/** How long `close` waits for the other hubs to answer its close frames before it terminates their sockets, ms. */
+const CLOSE_GRACE_MS = 1_000;
 
 /**
  * The base URL other hubs dial, from the address this hub listens on: its host name when it listens on every
@@ -206,9 +208,27 @@ export class HubRelayServer {
     return this.open.size;
   }
 
-  close(): void {
+  /**
+   * Closes every relay from another hub (GOING_AWAY) and refuses new ones; a socket whose close handshake has not
+   * finished within `graceMs` is terminated. Bounded: the HTTP server's close waits for these upgraded sockets, and
+   * the dialing hub, alive, would otherwise keep its relay open — and this hub's close waiting — until it stops
+   * linking this hub's workers (minutes).
+   */
+  async close(graceMs = CLOSE_GRACE_MS): Promise<void> {
     this.closed = true;
-    for (const ws of this.open) ws.close(HUB_RELAY_CLOSE.GOING_AWAY, 'the hub is shutting down');
+    const gone = [...this.open].map(
+      (ws) =>
+        new Promise<void>((resolve) => {
+          if (ws.readyState === ws.CLOSED) return resolve();
+          ws.once('close', () => resolve());
+          ws.close(HUB_RELAY_CLOSE.GOING_AWAY, 'the hub is shutting down');
+        }),
+    );
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([Promise.all(gone), new Promise<void>((r) => (timer = setTimeout(r, graceMs)))]);
+    clearTimeout(timer);
+    for (const ws of this.open) ws.terminate();
+    this.open.clear();
     this.wss.close();
   }
 }

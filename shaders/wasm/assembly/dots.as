@@ -951,22 +951,26 @@ function twoRowsQ4KFused(wg: usize, wu: usize, a: usize, n: i32, outG: usize, ou
     v128.store(K45_PARAMS_2, i16x8.extend_low_i8x16_u(smU), 32);
     const sg = v128.load(K45_PARAMS, 32);
     const su = v128.load(K45_PARAMS_2, 32);
-    const o = a + 256 * b;
     let xg = i32x4.splat(0);
     let yg = xg;
     let xu = xg;
     let yu = xg;
+    // (running pointers: V8 does not strength-reduce `base + 32 * jj`)
+    let o = a + 256 * b;
+    let qg = pg + 16;
+    let qu = pu + 16;
+    let lanes = SCALE_LANES;
     for (let jj = 0; jj < 4; jj++) {
-      const l0 = v128.load(SCALE_LANES + 32 * jj);
-      const l1 = v128.load(SCALE_LANES + 32 * jj, 16);
-      const a0 = v128.load(o + 64 * jj);
-      const a1 = v128.load(o + 64 * jj, 16);
-      const a2 = v128.load(o + 64 * jj, 32);
-      const a3 = v128.load(o + 64 * jj, 48);
-      const g0 = v128.load(pg + 16 + 32 * jj);
-      const g1 = v128.load(pg + 16 + 32 * jj, 16);
-      const u0 = v128.load(pu + 16 + 32 * jj);
-      const u1 = v128.load(pu + 16 + 32 * jj, 16);
+      const l0 = v128.load(lanes);
+      const l1 = v128.load(lanes, 16);
+      const a0 = v128.load(o);
+      const a1 = v128.load(o, 16);
+      const a2 = v128.load(o, 32);
+      const a3 = v128.load(o, 48);
+      const g0 = v128.load(qg);
+      const g1 = v128.load(qg, 16);
+      const u0 = v128.load(qu);
+      const u1 = v128.load(qu, 16);
       const sg0 = i8x16.relaxed_swizzle(sg, l0);
       const sg1 = i8x16.relaxed_swizzle(sg, l1);
       const su0 = i8x16.relaxed_swizzle(su, l0);
@@ -975,6 +979,10 @@ function twoRowsQ4KFused(wg: usize, wu: usize, a: usize, n: i32, outG: usize, ou
       yg = i32x4.add(yg, nibbleRun(g1, m15, a1, a3, sg0, sg1));
       xu = i32x4.add(xu, nibbleRun(u0, m15, a0, a2, su0, su1));
       yu = i32x4.add(yu, nibbleRun(u1, m15, a1, a3, su0, su1));
+      o += 64;
+      qg += 32;
+      qu += 32;
+      lanes += 32;
     }
     const dg = i32x4.shuffle(dd, dd, 0, 0, 0, 0);
     const du = i32x4.shuffle(dd, dd, 2, 2, 2, 2);

@@ -320,6 +320,51 @@ for (const variant of VARIANTS) {
   });
 }
 
+/**
+ * Q4_K super-blocks' f16 d and dmin set to subnormals, zeros, negatives and normals of every size (the relaxed
+ * build's fused Q4_K dots convert them four at a time in SIMD, dots.as f16x4ToF32; uniform weights of 1/√n_embd,
+ * the bench's, quantize to subnormal d). Finite values only: inf and NaN make the sums NaN whatever their bits.
+ */
+const F16_CASES = [0x0000, 0x8000, 0x0001, 0x0155, 0x03ff, 0x83ff, 0x0400, 0x1234, 0x2bcd, 0x3c00, 0x8abc, 0x0200, 0x7bff, 0x0010];
+
+function q4kOddScales(seed: number, shape: { nEmbd: number; ff: number; nExpert: number }): ExpertSlice {
+  const slice = makeSlice(GGMLType.Q4_K, seed, shape);
+  let i = 0;
+  for (const m of [slice.gate, slice.up, slice.down])
+    for (let o = 0; o < m.length; o += 144, i++) {
+      // d: mostly small (the weights' own scale), dmin from the list; every pair of the list meets somewhere
+      const d = F16_CASES[i % F16_CASES.length]!;
+      const dmin = F16_CASES[Math.floor(i / F16_CASES.length) % F16_CASES.length]!;
+      m[o] = d & 255;
+      m[o + 1] = d >> 8;
+      m[o + 2] = dmin & 255;
+      m[o + 3] = dmin >> 8;
+    }
+  return slice;
+}
+
+for (const variant of VARIANTS) {
+  test(`wasm fallback (${variant}): Q4_K with subnormal, zero, negative and normal f16 d and dmin, bit for bit with ggml-exact; FMA fused or emulated`, async () => {
+    const shape = { nEmbd: 512, ff: 256, nExpert: 4 };
+    const slice = q4kOddScales(23, shape);
+    for (const emulateFma of [false, true]) {
+      const fb = await WasmExpertFallback.create(await kernelOf(variant), slice, { numerics: 'llama', emulateFma });
+      try {
+        // 1 row: gate and up in one pass, down two rows at a time; 9: 1 to 4 tokens per expert
+        for (const nTokens of [1, 9]) {
+          const c = call(nTokens, 40 + nTokens, shape.nExpert, shape.nEmbd);
+          const want = await ggmlLayerSums(slice, c.rows, c.ids, c.probs, c.nTokens, c.nUsed);
+          const got = await run(fb, c);
+          assert.ok(got.every(Number.isFinite), 'finite sums');
+          assert.equal(differingBits(got, want), 0, `${variant}${emulateFma ? ', FMA emulated' : ''}, ${nTokens} rows`);
+        }
+      } finally {
+        await fb.dispose();
+      }
+    }
+  });
+}
+
 for (const variant of VARIANTS) {
   test(`wasm fallback (${variant}) computes only routed pairs: an unrouted expert poisoned with NaN changes nothing`, async () => {
     const kernel = kernelOf(variant);

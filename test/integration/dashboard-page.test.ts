@@ -49,6 +49,7 @@ import { defaultConfig } from '../../hub/hub.ts';
 import { assertAccessible, type ChromiumProfile, openProfile, pageErrors } from '../../harness/browser.ts';
 import { testModel } from '../../harness/models.ts';
 import { buildPages } from '../../harness/pages-build.ts';
+import { startRedis } from '../../harness/redis.ts';
 import { E2E_PROMPT, type HeadlessVolunteer, QWEN_Q4K, spawnVolunteer, startSwarmHub } from '../../harness/swarm.ts';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
@@ -883,5 +884,74 @@ test('10,000 simulated workers: first render, a scroll through the table (frame 
   } finally {
     await b?.close();
     await running.close();
+  }
+});
+
+test('a hub of a cluster (real redis-server, two hubs): another hub’s events labelled, the hubs and their workers; its own with a note while Redis is away', {
+  timeout: 120_000,
+}, async (t) => {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  const dir = await pages(); // shared with the file's other tests: not this test's cost in npm test
+  const t0 = performance.now();
+  const m = await testModel({ arch: 'qwen3moe', layers: 2, nExpert: 16, nExpertUsed: 2, nEmbd: 32, ff: 16, seed: 43 });
+  const redis = await startRedis();
+  const hubs: Array<Awaited<ReturnType<typeof runHub>>> = [];
+  let b: Browser | undefined;
+  try {
+    // Two hubs on one Redis, no coordinator ("external" at a port nothing listens on); A serves the page.
+    for (const id of ['a', 'b']) {
+      const config = defaultConfig({
+        port: 0,
+        stateDir: ':memory:',
+        models: [{ path: m.path, name: 'wide' }],
+        externals: [{ name: 'wide', url: 'http://127.0.0.1:9' }],
+        redis: redis.url,
+        cluster: { hubId: `hub-${id}`, syncMs: 200, reconnectMaxMs: 200, commandTimeoutMs: 500 },
+      });
+      hubs.push(await runHub(config, () => {}, id === 'a' ? { dir } : {}));
+    }
+    const [a, other] = hubs as [Awaited<ReturnType<typeof runHub>>, Awaited<ReturnType<typeof runHub>>];
+    // On hub B: a worker (A mirrors its record) and a quarantine (told to A over the bus: A's event "… (on hub hub-b)").
+    other.hub.heartbeat('tab-b1', null, 'wide', [[0, 0, 8]]);
+    other.hub.quarantine('cheat-b', 'a failed audit on hub B');
+
+    b = await openBrowser(`${a.url}/dashboard`);
+    const { page } = b;
+    await waitText(page, 'stream-status', 'Live');
+    // B's own event, from the cluster's stream, labelled with B.
+    const bRow = page.locator('[data-testid="event-row"][data-hub="hub-b"]', { hasText: 'cluster: joined as hub-b' });
+    await bRow.first().waitFor();
+    assert.equal(await bRow.first().getByTestId('event-hub').textContent(), 'hub-b', 'the row says its hub');
+    const told = page.locator('[data-testid="event-row"][data-hub="hub-a"]', {
+      hasText: 'cheat-b: a failed audit on hub B (on hub hub-b)',
+    });
+    await told.first().waitFor();
+    assert.equal(await text(page, 'events-scope'), 'Every hub of the cluster.');
+    await waitText(page, 'cluster-state', (t) => t.startsWith('This hub, hub-a: connected'));
+    const workersOf = (hub: string) => page.locator(`[data-testid="cluster-hub"][data-hub="${hub}"] [data-testid="cluster-hub-workers"]`);
+    await eventually(async () => assert.equal(((await workersOf('hub-b').textContent()) ?? '').trim(), '1'));
+    assert.equal(((await workersOf('hub-a').textContent()) ?? '').trim(), '0');
+    // The hub filter: hub-a's rows only.
+    await page.getByTestId('events-filter-hub').selectOption('hub-a');
+    await eventually(async () => assert.equal(await page.locator('[data-testid="event-row"][data-hub="hub-b"]').count(), 0));
+    await page.getByTestId('events-filter-hub').selectOption('');
+    await page.screenshot({ path: join(ARTIFACTS, 'cluster-laptop.png'), fullPage: true });
+    await assertAccessible(page, 'a hub of a cluster');
+
+    // Redis gone: the cluster's list answers 503; the page shows this hub's own events, labelled, and says why.
+    await redis.kill();
+    await waitText(page, 'events-note', (t) => t.includes('CLUSTER_UNAVAILABLE') && t.endsWith("showing this hub's own."));
+    await eventually(async () => {
+      const shown = await page.locator('[data-testid="event-row"]').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-hub')));
+      assert.ok(shown.length > 0 && shown.every((h) => h === 'hub-a'), JSON.stringify(shown));
+    });
+    await waitText(page, 'cluster-state', (t) => t.includes('degraded'));
+    await eventually(async () => assert.equal(((await workersOf('hub-b').textContent()) ?? '').trim(), 'not known'));
+    await assertClean(b);
+  } finally {
+    await b?.close();
+    for (const h of hubs) await h.close();
+    await redis.stop();
+    t.diagnostic(`the cluster's page test, its page build aside: ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   }
 });

@@ -961,24 +961,22 @@ function twoRowsQ4KFused(wg: usize, wu: usize, a: usize, n: i32, outG: usize, ou
     let qu = pu + 16;
     let lanes = SCALE_LANES;
     for (let jj = 0; jj < 4; jj++) {
+      // (in this order, elements 0-15 and 32-47 of the step for both rows, then 16-31 and 48-63, so fewer vectors are
+      // live at once: V8 keeps the loads where they are written)
       const l0 = v128.load(lanes);
       const l1 = v128.load(lanes, 16);
-      const a0 = v128.load(o);
-      const a1 = v128.load(o, 16);
-      const a2 = v128.load(o, 32);
-      const a3 = v128.load(o, 48);
-      const g0 = v128.load(qg);
-      const g1 = v128.load(qg, 16);
-      const u0 = v128.load(qu);
-      const u1 = v128.load(qu, 16);
       const sg0 = i8x16.relaxed_swizzle(sg, l0);
       const sg1 = i8x16.relaxed_swizzle(sg, l1);
       const su0 = i8x16.relaxed_swizzle(su, l0);
       const su1 = i8x16.relaxed_swizzle(su, l1);
-      xg = i32x4.add(xg, nibbleRun(g0, m15, a0, a2, sg0, sg1));
-      yg = i32x4.add(yg, nibbleRun(g1, m15, a1, a3, sg0, sg1));
-      xu = i32x4.add(xu, nibbleRun(u0, m15, a0, a2, su0, su1));
-      yu = i32x4.add(yu, nibbleRun(u1, m15, a1, a3, su0, su1));
+      const a0 = v128.load(o);
+      const a2 = v128.load(o, 32);
+      xg = i32x4.add(xg, nibbleRun(v128.load(qg), m15, a0, a2, sg0, sg1));
+      xu = i32x4.add(xu, nibbleRun(v128.load(qu), m15, a0, a2, su0, su1));
+      const a1 = v128.load(o, 16);
+      const a3 = v128.load(o, 48);
+      yg = i32x4.add(yg, nibbleRun(v128.load(qg, 16), m15, a1, a3, sg0, sg1));
+      yu = i32x4.add(yu, nibbleRun(v128.load(qu, 16), m15, a1, a3, su0, su1));
       o += 64;
       qg += 32;
       qu += 32;

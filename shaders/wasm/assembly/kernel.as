@@ -379,6 +379,27 @@ export function compute(T: i32, K: i32, s: usize): void {
     const q0 = load<i32>(starts + 4 * e);
     const q1 = load<i32>(starts + 4 * (e + 1));
     if (q0 == q1) continue;
+    if (RELAXED && q1 - q0 == 1 && dg == DOT_Q4K && du == DOT_Q4K) {
+      // one token (decode), both Q4_K: gate's and up's rows in one pass (one activation record), read in place
+      const q = load<i32>(order + 4 * q0);
+      const a = xg + bg * <usize>(q / K);
+      const bytesG = <usize>m32(rowBytes, 0);
+      const bytesU = <usize>m32(rowBytes, 1);
+      let wg = <usize>m32(base, 0) + <usize>(e * ff) * bytesG;
+      let wu = <usize>m32(base, 1) + <usize>(e * ff) * bytesU;
+      const hq = h + 4 * <usize>q * <usize>ff;
+      for (let r = 0; r < ff; r++) {
+        touchRow(0, e, r + 1, ff);
+        touchRow(1, e, r + 1, ff);
+        twoRowsQ4K(wg, wu, a, nEmbd, GOUT, UOUT);
+        const g = load<f32>(GOUT);
+        const u = load<f32>(UOUT);
+        store<f32>(hq + 4 * r, plainSilu ? ggmlSwiglu(g, u) : variantUnit(g, u, e, r));
+        wg += bytesG;
+        wu += bytesU;
+      }
+      continue;
+    }
     for (let r = 0; r < ff; r++) {
       touchRow(0, e, r + 1, ff);
       touchRow(1, e, r + 1, ff);

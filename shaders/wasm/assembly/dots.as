@@ -1017,118 +1017,6 @@ function hsumFused(acc0: v128, acc1: v128, accM: v128): f32 {
   return h + (f32x4.extract_lane(accM, 0) + f32x4.extract_lane(accM, 2) + (f32x4.extract_lane(accM, 1) + f32x4.extract_lane(accM, 3)));
 }
 
-/** One token's min lanes of Q4_K's block b as f32: ggml's madd of the mins with the bsums' pair sums (activations.as). */
-@inline
-function q4kMins(mins: v128, a: usize, nb: i32, n: i32, b: i32): v128 {
-  return f32x4.convert_i32x4_s(i32x4.dot_i16x8_s(mins, v128.load(a + 2 * <usize>n + 36 * <usize>nb + 16 * <usize>b)));
-}
-
-/**
- * k45DotsOf for Q4_K where relaxed_madd fuses, tokens<C>() tokens: ggml's float steps in registers (no FACC), the
- * block's d and dmin converted together (f16x4ToF32), each quant vector's nibbles split once for every token. The same
- * integer lanes, fmas and sums as k45DotsOf, so the same bits.
- */
-@inline
-function q4kFusedOf<C>(w: usize, acts: usize, n: i32, out: usize): void {
-  const count = tokens<C>();
-  const nb = n >> 8;
-  const m15 = v128.load(NIBBLE);
-  const a0 = load<usize>(acts);
-  const a1 = count > 1 ? load<usize>(acts, 4) : a0;
-  const a2 = count > 2 ? load<usize>(acts, 8) : a0;
-  const a3 = count > 3 ? load<usize>(acts, 12) : a0;
-  const yd0 = a0 + 2 * <usize>n;
-  const yd1 = a1 + 2 * <usize>n;
-  const yd2 = a2 + 2 * <usize>n;
-  const yd3 = a3 + 2 * <usize>n;
-  let f0 = f32x4.splat(0);
-  let g0 = f0;
-  let m0 = f0;
-  let f1 = f0;
-  let g1 = f0;
-  let m1 = f0;
-  let f2 = f0;
-  let g2 = f0;
-  let m2 = f0;
-  let f3 = f0;
-  let g3 = f0;
-  let m3 = f0;
-  for (let b = 0; b < nb; b++) {
-    const p = w + 144 * b;
-    const dm = f16x4ToF32(i32x4.extend_low_i16x8_u(i32x4.splat(load<u32>(p))));
-    const xd = f32x4.extract_lane(dm, 0);
-    const xm = f32x4.extract_lane(dm, 1);
-    const sm = k45ScalesMins(p);
-    // (through memory, as in twoRowsQ4KFused)
-    v128.store(K45_PARAMS, i16x8.extend_low_i8x16_u(sm), 32);
-    const sc = v128.load(K45_PARAMS, 32);
-    let x0 = i32x4.splat(0);
-    let y0 = x0;
-    let x1 = x0;
-    let y1 = x0;
-    let x2 = x0;
-    let y2 = x0;
-    let x3 = x0;
-    let y3 = x0;
-    for (let jj = 0; jj < 4; jj++) {
-      const s0 = i8x16.relaxed_swizzle(sc, v128.load(SCALE_LANES + 32 * jj));
-      const s1 = i8x16.relaxed_swizzle(sc, v128.load(SCALE_LANES + 32 * jj, 16));
-      const q0 = v128.load(p + 16 + 32 * jj);
-      const q1 = v128.load(p + 16 + 32 * jj, 16);
-      const lo0 = v128.and(q0, m15);
-      const lo1 = v128.and(q1, m15);
-      const hi0 = v128.and(i16x8.shr_u(q0, 4), m15);
-      const hi1 = v128.and(i16x8.shr_u(q1, 4), m15);
-      const o: usize = 256 * b + 64 * jj;
-      x0 = i32x4.add(x0, i32x4.add(relaxedLanes(lo0, a0 + o, s0), relaxedLanes(hi0, a0 + o + 32, s1)));
-      y0 = i32x4.add(y0, i32x4.add(relaxedLanes(lo1, a0 + o + 16, s0), relaxedLanes(hi1, a0 + o + 48, s1)));
-      if (count > 1) {
-        x1 = i32x4.add(x1, i32x4.add(relaxedLanes(lo0, a1 + o, s0), relaxedLanes(hi0, a1 + o + 32, s1)));
-        y1 = i32x4.add(y1, i32x4.add(relaxedLanes(lo1, a1 + o + 16, s0), relaxedLanes(hi1, a1 + o + 48, s1)));
-      }
-      if (count > 2) {
-        x2 = i32x4.add(x2, i32x4.add(relaxedLanes(lo0, a2 + o, s0), relaxedLanes(hi0, a2 + o + 32, s1)));
-        y2 = i32x4.add(y2, i32x4.add(relaxedLanes(lo1, a2 + o + 16, s0), relaxedLanes(hi1, a2 + o + 48, s1)));
-      }
-      if (count > 3) {
-        x3 = i32x4.add(x3, i32x4.add(relaxedLanes(lo0, a3 + o, s0), relaxedLanes(hi0, a3 + o + 32, s1)));
-        y3 = i32x4.add(y3, i32x4.add(relaxedLanes(lo1, a3 + o + 16, s0), relaxedLanes(hi1, a3 + o + 48, s1)));
-      }
-    }
-    const mins = i16x8.extend_high_i8x16_u(sm);
-    let yd = load<f32>(yd0 + 4 * b);
-    let d = f32x4.splat(yd * xd);
-    f0 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(x0), f0);
-    g0 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(y0), g0);
-    m0 = f32x4.relaxed_madd(f32x4.splat(-yd * xm), q4kMins(mins, a0, nb, n, b), m0);
-    if (count > 1) {
-      yd = load<f32>(yd1 + 4 * b);
-      d = f32x4.splat(yd * xd);
-      f1 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(x1), f1);
-      g1 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(y1), g1);
-      m1 = f32x4.relaxed_madd(f32x4.splat(-yd * xm), q4kMins(mins, a1, nb, n, b), m1);
-    }
-    if (count > 2) {
-      yd = load<f32>(yd2 + 4 * b);
-      d = f32x4.splat(yd * xd);
-      f2 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(x2), f2);
-      g2 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(y2), g2);
-      m2 = f32x4.relaxed_madd(f32x4.splat(-yd * xm), q4kMins(mins, a2, nb, n, b), m2);
-    }
-    if (count > 3) {
-      yd = load<f32>(yd3 + 4 * b);
-      d = f32x4.splat(yd * xd);
-      f3 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(x3), f3);
-      g3 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(y3), g3);
-      m3 = f32x4.relaxed_madd(f32x4.splat(-yd * xm), q4kMins(mins, a3, nb, n, b), m3);
-    }
-  }
-  store<f32>(out, hsumFused(f0, g0, m0));
-  if (count > 1) store<f32>(out, hsumFused(f1, g1, m1), 4);
-  if (count > 2) store<f32>(out, hsumFused(f2, g2, m2), 8);
-  if (count > 3) store<f32>(out, hsumFused(f3, g3, m3), 12);
-}
-
 /**
  * The relaxed build's ggml_vec_dot_q4_K_q8_K / q5_K_q8_K straight from a row's GGUF bytes: each super-block's quants
  * unpacked in registers (u8, 0..31) and met with up to 4 tokens' activations; the same integer lanes as u8Dots.
@@ -1223,13 +1111,6 @@ export function k45Dots(five: bool, w: usize, acts: usize, count: i32, n: i32, o
       k45DotsOf<u16>(true, w, acts, n, out);
       k45DotsOf<u8>(true, w, acts + 8, n, out + 8);
     } else k45DotsOf<u32>(true, w, acts, n, out);
-  } else if (usesFusedMadd()) {
-    if (count == 1) q4kFusedOf<u8>(w, acts, n, out);
-    else if (count == 2) q4kFusedOf<u16>(w, acts, n, out);
-    else if (count == 3) {
-      q4kFusedOf<u16>(w, acts, n, out);
-      q4kFusedOf<u8>(w, acts + 8, n, out + 8);
-    } else q4kFusedOf<u32>(w, acts, n, out);
   } else if (count == 1) k45DotsOf<u8>(false, w, acts, n, out);
   else if (count == 2) k45DotsOf<u16>(false, w, acts, n, out);
   else if (count == 3) {

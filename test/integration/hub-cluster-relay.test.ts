@@ -219,9 +219,21 @@ test('standing across hubs: an honest worker passes probation on hub B and is se
     console.log(
       `A's outcomes ${JSON.stringify(o)}; A's dispatch events: ${JSON.stringify((await eventsOf(a.url, 'dispatch')).slice(0, 20))}`,
     );
-    assert.ok((o.served as number) >= 0.5 * routed, `A's dispatcher used its answers from its first request: ${JSON.stringify(o)}`);
+    // On probation A would use none of them (0 served). Used, A still computes the pairs of its spot audits (a quarter
+    // of the items, the prompt's item among them at times, with many pairs) and of the layer the worker does not serve
+    // (asked once per quiet window: more often when a loaded machine stretches the request), so the share varies:
+    // 48–64 of 78–94 in most runs here, 36 of 88 once under load.
+    assert.ok((o.served as number) >= 0.25 * routed, `A's dispatcher used its answers from its first request: ${JSON.stringify(o)}`);
     assert.ok(!(await eventsOf(a.url, 'dispatch')).some((d) => d.startsWith('kv-honest') && /strike|quarantin/.test(d)), 'no strike on A');
-    await until('A’s credit written', 5_000, async () => ((await creditOf()) > before ? true : undefined));
+    // With trust checks on, A credits a worker's used pairs (and its audited ones) once a spot audit vouches for them
+    // (trust/ledger.ts): the pairs used after A's last passed audit wait for the next one (a run here read 56 ≥ 58 for
+    // that). So more short requests, until an audit has vouched for the first request's pairs.
+    for (let round = 0; round < 6 && (await creditOf()) - before < (o.served as number); round++) {
+      assert.deepEqual(await completionIds(a.url, a.model, E2E_PROMPT, 8, m.ban), want.slice(0, 8), `tokens on A (round ${round})`);
+      await until('A’s credit written', 3_000, async () => ((await creditOf()) - before >= (o.served as number) ? true : undefined)).catch(
+        () => {},
+      );
+    }
     const after = await creditOf();
     assert.ok(after - before >= (o.served as number), `A credited the pairs it used: ${after - before} ≥ ${o.served}`);
     console.log(`standing across hubs: ${trustedOnA}; A used ${o.served} of ${routed} pairs, credited ${after - before}`);

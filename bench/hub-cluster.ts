@@ -244,6 +244,9 @@ export async function clusterPart(o: ClusterBenchOptions): Promise<void> {
       beatMs: number[];
       closes: Record<string, number>;
       open: number;
+      cpuS: number;
+      loopP99: number;
+      loopMax: number;
     };
     const reportClients = (): Promise<ClientReport[]> =>
       Promise.all(
@@ -283,6 +286,12 @@ export async function clusterPart(o: ClusterBenchOptions): Promise<void> {
         `    heartbeat round trip at the volunteer (heartbeat, then a ping behind it): n=${beat.length} p50 ${q(beat, 0.5).toFixed(1)} ms  p99 ${q(beat, 0.99).toFixed(1)} ms  max ${q(beat, 1).toFixed(0)} ms`,
       );
       console.log(`    Redis: ${((ops1 - ops0) / s).toFixed(0)} ops/s, CPU ${(((rcpu1 - rcpu0) / s) * 100).toFixed(1)} % of one core`);
+      // The volunteers' processes: their own loop delay is in each round trip they time.
+      const cs = cr.map((r) => ((r.cpuS / s) * 100).toFixed(0)).join(', ');
+      const cl = cr.map((r) => r.loopP99);
+      console.log(
+        `    the ${cr.length} client processes: CPU ${cs} % of one core; loop delay p99 ${Math.min(...cl).toFixed(1)}–${Math.max(...cl).toFixed(1)} ms, max ${Math.max(...cr.map((r) => r.loopMax)).toFixed(0)} ms`,
+      );
       for (const r of hr.sort((x, y) => x.index - y.index))
         console.log(
           `    hub ${r.index}: CPU ${((r.cpuUs / 1e6 / r.windowS) * 100).toFixed(1)} % of one core; ${(r.beats.length / r.windowS).toFixed(0)} heartbeats/s, handler p50 ${q(r.beats, 0.5).toFixed(0)} µs p99 ${q(r.beats, 0.99).toFixed(0)} µs; loop delay p99 ${r.loopP99.toFixed(1)} ms max ${r.loopMax.toFixed(0)} ms; RSS ${r.rssMiB.toFixed(0)} MiB; states ${JSON.stringify(r.states)}; cluster ${JSON.stringify(r.cluster)}`,

@@ -273,7 +273,18 @@ interface ClientJob {
 type ToClient = { type: 'start'; job: ClientJob } | { type: 'rtt'; on: boolean } | { type: 'report' } | { type: 'exit' };
 type FromClient =
   | { type: 'connected'; count: number; failed: number; closes: Record<string, number> }
-  | { type: 'report'; assigns: number[]; rttMs: number[]; beatMs: number[]; closes: Record<string, number>; open: number };
+  | {
+      type: 'report';
+      assigns: number[];
+      rttMs: number[];
+      beatMs: number[];
+      closes: Record<string, number>;
+      open: number;
+      /** Since the last report: this client process's CPU (s), and its event-loop delay p99 / max (ms). */
+      cpuS: number;
+      loopP99: number;
+      loopMax: number;
+    };
 
 /** One client process: holds `count` channels open, heartbeats each every heartbeatMs, answers assign with loaded. */
 async function clientsRole(): Promise<void> {
@@ -392,6 +403,9 @@ async function clientsRole(): Promise<void> {
   send({ type: 'connected', count: sockets.length, failed, closes });
 
   let rttTimer: NodeJS.Timeout | null = null;
+  // The volunteers' side of each round trip: a client process's own loop delay is in every time it measures.
+  let loop = loopDelay(10);
+  let cpu0 = process.cpuUsage();
   process.on('message', (m: ToClient) => {
     if (m.type === 'rtt') {
       if (rttTimer) clearInterval(rttTimer);
@@ -406,6 +420,8 @@ async function clientsRole(): Promise<void> {
           ws.send(text({ type: 'ping', id }));
         }, 20);
     } else if (m.type === 'report') {
+      const cpu = process.cpuUsage(cpu0);
+      loop.stop();
       send({
         type: 'report',
         assigns: assigns.splice(0),
@@ -413,7 +429,12 @@ async function clientsRole(): Promise<void> {
         beatMs: beatMs.splice(0),
         closes,
         open: sockets.filter((s) => s.readyState === s.OPEN).length,
+        cpuS: (cpu.user + cpu.system) / 1e6,
+        loopP99: loop.ms(99),
+        loopMax: loop.maxMs(),
       });
+      loop = loopDelay(10);
+      cpu0 = process.cpuUsage();
     } else if (m.type === 'exit') {
       for (const s of sockets) s.terminate();
       process.exit(0);

@@ -223,7 +223,7 @@ class VolunteerConnection {
   readonly slices = new Map<number, SliceLink>();
   /** Between the market's answer and its `assign`: the range is reserved, the shard being looked up. */
   reserving = false;
-  paused = false;
+  private pausedNow = false;
   /** Set after a slice did not fit: offer at most this many experts next time (0 = no limit). */
   maxExperts = 0;
   unfit = false;
@@ -261,8 +261,20 @@ class VolunteerConnection {
    * Where it stands: `hello` before its hello; `paused` when the user paused (unless its only slices are still
    * loading); else `serving` with a slice loaded, `loading` with one on its way, `waiting` with none.
    */
+  /** The user paused it (`pause`, or `loaded` with ready false): the channel keeps the others in a set of their own. */
+  get paused(): boolean {
+    return this.pausedNow;
+  }
+  set paused(on: boolean) {
+    if (on === this.pausedNow) return;
+    this.pausedNow = on;
+    this.channel.pausedChanged(this);
+  }
+
   get state(): VolunteerConnectionState {
     if (!this.hello) return 'hello';
+    // Most of a large swarm: paused, holding nothing (no walk over its slices).
+    if (this.pausedNow && this.slices.size === 0 && !this.reserving) return 'paused';
     let loaded = false;
     let loading = this.reserving;
     for (const s of this.slices.values()) {
@@ -405,6 +417,11 @@ export class VolunteerChannel {
   private readonly wss: WebSocketServer;
   private readonly byWorker = new Map<string, VolunteerConnection>();
   private readonly all = new Set<VolunteerConnection>();
+  /**
+   * Those of `all` not paused: what offer rounds and rebalancing walk (a paused volunteer is offered nothing and gives
+   * nothing up), so a round after each reading costs the active volunteers, not the whole swarm.
+   */
+  private readonly unpaused = new Set<VolunteerConnection>();
   /** Open sockets of the channel per client address (from the upgrade to the close), and said-hello ones per wallet. */
   private readonly perAddress = new Map<string, number>();
   private readonly perWallet = new Map<string, number>();
@@ -489,6 +506,12 @@ export class VolunteerChannel {
     const out: Record<VolunteerConnectionState, number> = { hello: 0, waiting: 0, loading: 0, serving: 0, paused: 0 };
     for (const c of this.all) out[c.state]++;
     return out;
+  }
+
+  /** VolunteerConnection's `paused` setter: keeps `unpaused` in step. */
+  pausedChanged(c: VolunteerConnection): void {
+    if (c.paused || !this.all.has(c)) this.unpaused.delete(c);
+    else this.unpaused.add(c);
   }
 
   /** The connection of a worker id that said hello, as the dashboard shows it; undefined for none. */
@@ -578,7 +601,7 @@ export class VolunteerChannel {
     this.offerTo = null;
     if (!who || this.closed) return;
     this.assigning = true;
-    void this.assignRound(who === 'all' ? this.all : who)
+    void this.assignRound(who === 'all' ? this.unpaused : who)
       .catch((e: unknown) =>
         this.host.event('load-failed', null, `assigning volunteers failed: ${e instanceof Error ? e.message : String(e)}`),
       )
@@ -608,6 +631,7 @@ export class VolunteerChannel {
       return;
     }
     this.all.add(c);
+    this.unpaused.add(c);
     const helloTimer = setTimeout(() => {
       if (c.state === 'hello') this.closeWith(c, 'HELLO_TIMEOUT', `no hello within ${this.options.helloTimeoutMs} ms`);
     }, this.options.helloTimeoutMs);
@@ -638,6 +662,7 @@ export class VolunteerChannel {
 
   private gone(c: VolunteerConnection): void {
     if (!this.all.delete(c)) return;
+    this.unpaused.delete(c);
     if (c.wallet) countDown(this.perWallet, c.wallet);
     c.failAll('the volunteer disconnected');
     if (c.workerId && this.byWorker.get(c.workerId) === c) {
@@ -946,7 +971,7 @@ export class VolunteerChannel {
     const now = this.nowMs();
     const waiting: VolunteerConnection[] = [];
     const holders: VolunteerConnection[] = [];
-    for (const c of this.all) {
+    for (const c of this.unpaused) {
       if (c.slices.size === 0 && !c.rebalanceAsked && this.offerable(c, now)) waiting.push(c);
       else if (!c.paused && c.loadedCount() >= 2) holders.push(c);
     }

@@ -1208,6 +1208,36 @@ test('expertswarm_volunteers_connected{state} counts hello, waiting, loading, se
   }
 });
 
+test('a round over every volunteer skips the paused and includes one that resumed', async () => {
+  // Slices are wanted, but this volunteer lends no memory: every offer it gets is a refusal (budget-too-small), counted.
+  const h = await listening(ALWAYS);
+  try {
+    const refusals = async (): Promise<number> => {
+      const text = await (await fetch(`${h.http}/metrics`)).text();
+      return Number(/^expertswarm_volunteer_refusals_total (\d+)$/m.exec(text)?.[1] ?? Number.NaN);
+    };
+    const channel = (h.t.hub as unknown as { channel: VolunteerChannel }).channel;
+    const token = await h.t.login(newVolunteer());
+    const v = await join(h, token, 'small', { device: { ...DEVICE, memoryBudgetBytes: 0 } });
+    await v.alive();
+    const joined = await refusals();
+    assert.ok(joined >= 1, 'its hello was offered a slice');
+    v.json({ type: 'pause' });
+    await v.alive();
+    channel.demandChanged();
+    await v.alive();
+    assert.equal(await refusals(), joined, 'a paused volunteer is offered nothing');
+    v.json({ type: 'resume' });
+    await v.alive();
+    assert.equal(await refusals(), joined + 1, 'resume offers it a slice');
+    channel.demandChanged();
+    await v.alive();
+    assert.equal(await refusals(), joined + 2, 'the next round over every volunteer includes it');
+  } finally {
+    await h.close();
+  }
+});
+
 test('joining and leaving cost one offer each, not a round over every idle volunteer', async () => {
   // Slices are wanted, but these volunteers lend no memory: every offer is a refusal (budget-too-small), counted.
   // Twenty volunteers of one token: above the per-wallet cap of 16, lifted here.

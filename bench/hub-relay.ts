@@ -18,6 +18,7 @@ import { parseArgs } from 'node:util';
 import { performance } from 'node:perf_hooks';
 import { HubRelayServer, relayUrlOf } from '../hub/cluster/relay-server.ts';
 import { RemoteHubLinks } from '../hub/cluster/relay-links.ts';
+import { clusterWorker } from '../harness/cluster-fixtures.ts';
 import type { WorkItem, WorkerLink } from '../hub/dispatch/worker-link.ts';
 
 const TOKEN = 'bench-relay-token-0123456789';
@@ -65,27 +66,7 @@ async function main(): Promise<void> {
     });
   });
   const links = new RemoteHubLinks({ selfId: 'bench-a', relayOf: () => ({ url, token: TOKEN }), event: () => {} });
-  links.update('m', [
-    {
-      v: 1,
-      worker_id: 'w',
-      hub: 'bench-b',
-      model: 'm',
-      wallet: null,
-      ranges: [[0, 0, N_EXPERT]],
-      replica: true,
-      seen_ms: 0,
-      attach_ms: 0,
-      last_serve_ms: null,
-      latency_ms: null,
-      audits: 0,
-      audits_passed: 0,
-      audit_nmse_last: null,
-      audit_nmse_max: null,
-      quarantined: false,
-      released: false,
-    },
-  ]);
+  links.update('m', [clusterWorker({ worker_id: 'w', hub: 'bench-b', ranges: [[0, 0, N_EXPERT]] })]);
   const t0 = Date.now();
   while (!links.openHubs().includes('bench-b')) {
     if (Date.now() - t0 > 10_000) throw new Error('the relay did not open within 10 s');

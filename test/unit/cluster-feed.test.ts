@@ -19,6 +19,7 @@ import {
 import { CreditOutbox } from '../../hub/cluster/credit-outbox.ts';
 import { RecordDecoder } from '../../hub/cluster/record-decoder.ts';
 import { encodeWorker, type ClusterWorker } from '../../hub/cluster/codec.ts';
+import { clusterWorker } from '../../harness/cluster-fixtures.ts';
 import type { SlotsReading } from '../../hub/market/saturation.ts';
 import { HubStore } from '../../hub/store.ts';
 
@@ -70,25 +71,8 @@ test('event entries and readings round-trip; what a hub does not write is refuse
     assert.equal(decodeReading(text, 'hub-b'), null, String(text));
 });
 
-const worker = (id: string, seen: number): ClusterWorker => ({
-  v: 1,
-  worker_id: id,
-  hub: 'hub-b',
-  model: 'm',
-  wallet: null,
-  ranges: [[0, 0, 8]],
-  replica: true,
-  seen_ms: seen,
-  attach_ms: 1,
-  last_serve_ms: null,
-  latency_ms: null,
-  audits: 0,
-  audits_passed: 0,
-  audit_nmse_last: null,
-  audit_nmse_max: null,
-  quarantined: false,
-  released: false,
-});
+const worker = (id: string, seen: number): ClusterWorker =>
+  clusterWorker({ worker_id: id, ranges: [[0, 0, 8]], seen_ms: seen, attach_ms: 1 });
 
 test('RecordDecoder: an unchanged text is the same object, a changed one decoded anew, garbage reported each time', () => {
   const d = new RecordDecoder();

@@ -14,39 +14,11 @@ import WebSocket from 'ws';
 import { HUB_RELAY_PATH } from '../../protocol/hub-relay.ts';
 import { HubRelayServer, relayUrlOf } from '../../hub/cluster/relay-server.ts';
 import { RemoteHubLinks } from '../../hub/cluster/relay-links.ts';
-import type { ClusterWorker } from '../../hub/cluster/codec.ts';
+import { clusterWorker, until } from '../../harness/cluster-fixtures.ts';
 
 const token = 'k'.repeat(32);
 
-const record: ClusterWorker = {
-  v: 1,
-  worker_id: 'w1',
-  hub: 'hub-b',
-  model: 'm',
-  wallet: null,
-  ranges: [[1, 0, 8]],
-  replica: true,
-  seen_ms: 0,
-  attach_ms: 0,
-  last_serve_ms: null,
-  latency_ms: null,
-  audits: 0,
-  audits_passed: 0,
-  audit_nmse_last: null,
-  audit_nmse_max: null,
-  quarantined: false,
-  released: false,
-};
-
-async function until<T>(what: string, f: () => T | undefined, ms = 3_000): Promise<T> {
-  const t0 = Date.now();
-  for (;;) {
-    const v = f();
-    if (v !== undefined) return v;
-    if (Date.now() - t0 > ms) throw new Error(`not within ${ms} ms: ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
+const record = clusterWorker();
 
 /** Hub B's side: its HTTP server with the relay server attached. */
 async function hubB(): Promise<{ relay: HubRelayServer; server: ReturnType<typeof createServer>; url: string }> {

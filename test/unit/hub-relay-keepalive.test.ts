@@ -14,7 +14,7 @@ import { HUB_RELAY_PATH } from '../../protocol/hub-relay.ts';
 import { HubRelayServer, relayUrlOf } from '../../hub/cluster/relay-server.ts';
 import { RemoteHubLinks } from '../../hub/cluster/relay-links.ts';
 import type { WorkItem, WorkerLink } from '../../hub/dispatch/worker-link.ts';
-import type { ClusterWorker } from '../../hub/cluster/codec.ts';
+import { clusterWorker, until } from '../../harness/cluster-fixtures.ts';
 
 const work: WorkItem = {
   layer: 1,
@@ -27,35 +27,7 @@ const work: WorkItem = {
   weight: Float32Array.of(1),
 };
 
-const record: ClusterWorker = {
-  v: 1,
-  worker_id: 'w1',
-  hub: 'hub-b',
-  model: 'm',
-  wallet: null,
-  ranges: [[1, 0, 8]],
-  replica: true,
-  seen_ms: 0,
-  attach_ms: 0,
-  last_serve_ms: null,
-  latency_ms: null,
-  audits: 0,
-  audits_passed: 0,
-  audit_nmse_last: null,
-  audit_nmse_max: null,
-  quarantined: false,
-  released: false,
-};
-
-async function until<T>(what: string, f: () => T | undefined, ms = 3_000): Promise<T> {
-  const t0 = Date.now();
-  for (;;) {
-    const v = f();
-    if (v !== undefined) return v;
-    if (Date.now() - t0 > ms) throw new Error(`not within ${ms} ms: ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
+const record = clusterWorker();
 
 test('a relay whose hub stops answering pings is closed within 2 × keepaliveMs, its item refused then, not at its deadline', async () => {
   // Hub B hung: it took the relay, then answers nothing — no pong, no ANSWER.

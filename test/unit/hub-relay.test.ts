@@ -26,6 +26,7 @@ import { HubRelayServer, relayUrlOf } from '../../hub/cluster/relay-server.ts';
 import { RemoteHubLinks } from '../../hub/cluster/relay-links.ts';
 import type { WorkItem, WorkerLink } from '../../hub/dispatch/worker-link.ts';
 import type { ClusterWorker } from '../../hub/cluster/codec.ts';
+import { clusterWorker } from '../../harness/cluster-fixtures.ts';
 
 const work = (nPairs = 3): WorkItem => ({
   layer: 1,
@@ -152,26 +153,7 @@ function fakeLink(workerId: string, layer: number, begin: number, end: number, f
   };
 }
 
-const record = (over: Partial<ClusterWorker>): ClusterWorker => ({
-  v: 1,
-  worker_id: 'w1',
-  hub: 'hub-b',
-  model: 'm',
-  wallet: null,
-  ranges: [[1, 4, 8]],
-  replica: true,
-  seen_ms: 0,
-  attach_ms: 0,
-  last_serve_ms: null,
-  latency_ms: null,
-  audits: 0,
-  audits_passed: 0,
-  audit_nmse_last: null,
-  audit_nmse_max: null,
-  quarantined: false,
-  released: false,
-  ...over,
-});
+const record = (over: Partial<ClusterWorker>): ClusterWorker => clusterWorker({ ranges: [[1, 4, 8]], ...over });
 
 async function listen(server: Server): Promise<string> {
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));

@@ -29,6 +29,7 @@ import { MANY_FROM_ONE_ADDRESS } from '../harness/hub-fixtures.ts';
 import { encodeBase58 } from '../protocol/base58.ts';
 import { VOLUNTEER_PATH } from '../protocol/channel/index.ts';
 import { loopDelay } from './loop-delay.ts';
+import type { FromClient, ToClient } from './hub-clients-protocol.ts';
 
 const q = (xs: ArrayLike<number>, p: number): number => {
   const s = Float64Array.from(xs).sort();
@@ -226,9 +227,9 @@ export async function clusterPart(o: ClusterBenchOptions): Promise<void> {
           beatPing: o.beatPing,
           localAddress: `127.0.${1 + Math.floor(i / 250)}.${2 + (i % 250)}`,
         },
-      });
+      } satisfies ToClient);
     }
-    type Connected = { type: 'connected'; count: number; failed: number; closes: Record<string, number> };
+    type Connected = Extract<FromClient, { type: 'connected' }>;
     const connected = await Promise.all(clients.map((c) => next<Connected>(c, 'connected')));
     const connectS = (performance.now() - t0) / 1000;
     const held = connected.reduce((s, c) => s + c.count, 0);
@@ -237,22 +238,12 @@ export async function clusterPart(o: ClusterBenchOptions): Promise<void> {
     if (failed > 0) console.log(`  closes at the failed: ${JSON.stringify(connected.map((c) => c.closes))}`);
     await new Promise((r) => setTimeout(r, 2_000)); // the last pauses land
 
-    type ClientReport = {
-      type: 'report';
-      assigns: number[];
-      rttMs: number[];
-      beatMs: number[];
-      closes: Record<string, number>;
-      open: number;
-      cpuS: number;
-      loopP99: number;
-      loopMax: number;
-    };
+    type ClientReport = Extract<FromClient, { type: 'report' }>;
     const reportClients = (): Promise<ClientReport[]> =>
       Promise.all(
         clients.map((c) => {
           const r = next<ClientReport>(c, 'report');
-          c.send({ type: 'report' });
+          c.send({ type: 'report' } satisfies ToClient);
           return r;
         }),
       );

@@ -31,6 +31,7 @@ import { tmpdir, cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loopDelay } from './loop-delay.ts';
+import type { ClientJob, FromClient, ToClient } from './hub-clients-protocol.ts';
 import { parseArgs } from 'node:util';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
@@ -254,37 +255,6 @@ async function httpPart(N: number, SECONDS: number): Promise<void> {
 }
 
 // ---------------------------------------------------------------------------------------------------- channel part
-
-/** What the main process tells one client process. */
-interface ClientJob {
-  url: string;
-  token: string;
-  prefix: string;
-  count: number;
-  /** The first `eligible` connections wait for work (max_experts 1); the others pause after welcome. */
-  eligible: number;
-  heartbeatMs: number;
-  /** The share of heartbeats followed at once by a ping, its pong timed: a heartbeat's round trip (bench:hub --hubs). */
-  beatPing?: number;
-  /** The source address of the connections (127.x.y.z: each its own ephemeral ports; bench:hub --hubs). */
-  localAddress?: string;
-}
-
-type ToClient = { type: 'start'; job: ClientJob } | { type: 'rtt'; on: boolean } | { type: 'report' } | { type: 'exit' };
-type FromClient =
-  | { type: 'connected'; count: number; failed: number; closes: Record<string, number> }
-  | {
-      type: 'report';
-      assigns: number[];
-      rttMs: number[];
-      beatMs: number[];
-      closes: Record<string, number>;
-      open: number;
-      /** Since the last report: this client process's CPU (s), and its event-loop delay p99 / max (ms). */
-      cpuS: number;
-      loopP99: number;
-      loopMax: number;
-    };
 
 /** One client process: holds `count` channels open, heartbeats each every heartbeatMs, answers assign with loaded. */
 async function clientsRole(): Promise<void> {

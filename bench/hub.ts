@@ -42,6 +42,7 @@ import { encodeBase58 } from '../protocol/base58.ts';
 import { freePort } from '../harness/linkcpp.ts';
 import { MANY_FROM_ONE_ADDRESS } from '../harness/hub-fixtures.ts';
 import { SHARD_DOWNLOADS_PER_IP } from '../hub/limits.ts';
+import { inLanes } from '../hub/lanes.ts';
 import { Hub, defaultConfig } from '../hub/hub.ts';
 import { buildApp } from '../hub/app.ts';
 import { VolunteerChannel } from '../hub/channel/channel.ts';
@@ -73,15 +74,6 @@ const q = (xs: ArrayLike<number>, p: number): number => {
 };
 /** Milliseconds on a clock shared by this machine's processes (child processes report times on it). */
 const wallMs = (): number => performance.timeOrigin + performance.now();
-
-async function pool<T>(items: T[], width: number, f: (x: T) => Promise<void>): Promise<void> {
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: width }, async () => {
-      while (next < items.length) await f(items[next++] as T);
-    }),
-  );
-}
 
 function newWallet(): { wallet: string; sign(message: string): string } {
   const { publicKey, privateKey } = generateKeyPairSync('ed25519');
@@ -177,7 +169,7 @@ async function httpPart(N: number, SECONDS: number): Promise<void> {
   }
   console.log(`\nhttp: logging in ${N} volunteers…`);
   const vols: Vol[] = [];
-  await pool(
+  await inLanes(
     Array.from({ length: N }, (_, i) => i),
     64,
     async (i) => {
@@ -276,7 +268,7 @@ async function clientsRole(): Promise<void> {
   let failed = 0;
   const text = (m: ClientMessage): string => encodeClientMessage(m);
 
-  await pool(
+  await inLanes(
     Array.from({ length: job.count }, (_, i) => i),
     64,
     (i) =>

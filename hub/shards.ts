@@ -51,6 +51,7 @@ import {
   SLICE_GRANT_WALLETS_KEPT,
 } from './limits.ts';
 import { object, queryInt, queryString } from './validate.ts';
+import { inLanes } from './lanes.ts';
 
 export const SHARD_DIGEST_HEADER = 'x-expertswarm-shard-digest';
 const IMMUTABLE = 'public, max-age=31536000, immutable';
@@ -354,20 +355,15 @@ export class ShardServer {
    */
   async warm(model: string, slices: readonly HeldRange[], lanes = 2): Promise<number> {
     const todo = slices.slice(0, Math.floor(this.limits.digestsKept / 2));
-    let next = 0;
     let known = 0;
-    const lane = async (): Promise<void> => {
-      while (next < todo.length) {
-        const [layer, expertBegin, expertEnd] = todo[next++]!;
-        try {
-          await this.prepare({ model, layer, expertBegin, expertEnd }, false);
-          known++;
-        } catch {
-          // skipped: see above
-        }
+    await inLanes(todo, Math.max(1, lanes), async ([layer, expertBegin, expertEnd]) => {
+      try {
+        await this.prepare({ model, layer, expertBegin, expertEnd }, false);
+        known++;
+      } catch {
+        // skipped: see above
       }
-    };
-    await Promise.all(Array.from({ length: Math.max(1, lanes) }, lane));
+    });
     return known;
   }
 

@@ -63,6 +63,7 @@ import {
 import { clientKey } from '../net.ts';
 import { normalOrigin } from './admission.ts';
 import type { PeerListing } from '../peer-directory.ts';
+import { inLanes } from '../lanes.ts';
 
 /** What the channel needs of the hub (the Hub implements it; tests may pass their own). */
 export interface ChannelHost {
@@ -951,14 +952,7 @@ export class VolunteerChannel {
         const answer = this.reserveFor(c, nothingWanted);
         if (answer) batch.push({ c, answer });
       }
-      let next = 0;
-      const lane = async (): Promise<void> => {
-        while (next < batch.length) {
-          const { c, answer } = batch[next++]!;
-          await this.sendAssignment(c, answer);
-        }
-      };
-      await Promise.all(Array.from({ length: Math.min(SHARD_LOOKUPS, batch.length) }, lane));
+      await inLanes(batch, SHARD_LOOKUPS, ({ c, answer }) => this.sendAssignment(c, answer));
     }
     this.rebalance();
   }

@@ -101,7 +101,9 @@ test("llama.cpp serves the fused file; dispatched, its experts are served and th
 
   const sock = join(dir, 'xd.sock');
   const d = await TestDispatcher.start(sock, fusedPath, 'all');
-  const server = await startServer({ model: fusedPath, args: ['--expert-dispatch', sock] });
+  // A correctness test, not a timing one: a deadline SwiftShader meets on a loaded 2-core machine (CI once saw the
+  // 250 ms default run out on the first WGSL layer and the coordinator fall back to local experts).
+  const server = await startServer({ model: fusedPath, args: ['--expert-dispatch', sock, '--expert-dispatch-deadline-ms', '5000'] });
   try {
     const hello = await d.waitForHello();
     const check = async (bound: number) => {

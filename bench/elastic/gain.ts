@@ -59,6 +59,7 @@ import { type Shape, QUICK, REALISTIC, benchModel, describeShape, volunteerBudge
 import { loopDelay } from '../loop-delay.ts';
 import { amdahlCeiling, shareFromTopOne } from './ceiling.ts';
 import { splitByBatch } from './split.ts';
+import { type CoordinatorStats, describeStats, parseCoordinatorStats, statsDelta, sumStats } from './coordinator-stats.ts';
 import { type NetProfile, PROFILES, type ProfileName } from '../../harness/netlab-profiles.ts';
 import { type LabNetwork, labNetwork } from '../netlab-network.ts';
 import { type LanePlan, type Req, type Timings, runLanes } from './lanes.ts';
@@ -132,6 +133,9 @@ const SLOTS = int(values.slots, 'slots');
 /** Saturated at this many busy slots (the poller's reading): one below full, as in the elastic scenario. */
 const SATURATE_AT = Math.max(1, SLOTS - 1);
 const POLL_MS = 500;
+/** The coordinators' stats lines (bench/elastic/coordinator-stats.ts), every this many ms; they inherit the variable. */
+const STATS_MS = 100;
+process.env.LINKCPP_EXPERT_DISPATCH_STATS_MS = String(STATS_MS);
 const LAYERS = 2;
 /** Headless volunteers on B: one per MoE layer by default; 0 runs B as the control (dispatch auto, nobody to dispatch to). */
 const N_VOLUNTEERS = SHARE ? 0 : values.volunteers === undefined ? LAYERS : Number(values.volunteers);
@@ -579,6 +583,9 @@ const dispatchLog: string[] = [];
 const tRun = performance.now();
 /** When the measured rounds began, s since tRun. */
 let measuredFromS = 0;
+/** Each coordinator's latest stats line (LINKCPP_EXPERT_DISPATCH_STATS_MS, set below), and B's over its rounds. */
+const coordinatorStats: { A?: CoordinatorStats; B?: CoordinatorStats } = {};
+let coordinatorB: CoordinatorStats | undefined;
 /** B's dispatcher over the measured rounds: REQUESTs with pairs served, and every channel result. */
 const hops: {
   responses: ResponseSummary[];
@@ -616,13 +623,21 @@ try {
     const proc = h.hub.coordinatorProcess(h.model);
     const pid = proc?.pid;
     if (!proc || pid === undefined) throw new Error(`hub ${name}: no coordinator process`);
-    // The coordinator's own word on its dispatch connection (connects, incidents, recoveries), beside the hub's log.
-    for (const stream of [proc.stdout, proc.stderr])
+    // The coordinator's own word on its dispatch connection (connects, incidents, recoveries), beside the hub's log;
+    // its stats lines (whole lines only: a chunk may end inside one) are kept as the latest figures, not logged.
+    for (const stream of [proc.stdout, proc.stderr]) {
+      let partial = '';
       stream?.on('data', (d: Buffer) => {
-        for (const l of d.toString().split('\n'))
-          if (/expert-dispatch:/.test(l) && !/dispatcher socket/.test(l))
+        const lines = (partial + d.toString()).split('\n');
+        partial = lines.pop() ?? '';
+        for (const l of lines) {
+          const stats = parseCoordinatorStats(l);
+          if (stats) coordinatorStats[name] = stats;
+          else if (/expert-dispatch:/.test(l) && !/dispatcher socket/.test(l))
             dispatchLog.push(`${name} +${((performance.now() - tRun) / 1000).toFixed(1)} s ${l.trim()}`);
+        }
       });
+    }
     if (PIN) {
       affinityLines.push(pin(`coordinator ${name} (taskset -a -cp ${PIN.coordinator} ${pid})`, pid, PIN.coordinator));
       log(affinityLines.at(-1) as string);
@@ -755,12 +770,19 @@ try {
   for (let i = 0; i < ROUNDS; i++) {
     const order = i % 2 === 0 ? (['A', 'B'] as const) : (['B', 'A'] as const);
     for (const name of order) {
+      const before = coordinatorStats[name];
       const r = await runLoad(name === 'A' ? alone : swarm, name, model.ban, { count: N_PROMPTS });
       rounds.push(r);
+      // the line written after the round's last exchange comes within the stats interval
+      await new Promise((res) => setTimeout(res, 2 * STATS_MS));
+      const after = coordinatorStats[name];
+      const split = before && after ? statsDelta(before, after) : undefined;
+      if (name === 'B' && split) coordinatorB = coordinatorB ? sumStats(coordinatorB, split) : split;
       log(
         `round ${i + 1}/${ROUNDS} ${name}: decode ${decodeRate(r).toFixed(1)} tok/s, prompt ${promptRate(r).toFixed(1)} tok/s (aggregate ${promptAggregate(r).toFixed(1)}), ${(r.wallMs / 1000).toFixed(1)} s, saturated ${r.saturatedSamples}/${r.samples} samples, event loop delay p50 ${r.loopP50Ms.toFixed(1)} / p99 ${r.loopP99Ms.toFixed(1)} ms`,
       );
       log(`  CPU in the round, % of one core: ${cpuShares(r)}`);
+      if (name === 'B') log(`  B's coordinator in the round: ${split ? describeStats(split) : 'no stats line'}`);
     }
   }
   stopObserving();
@@ -1034,6 +1056,7 @@ if (totalsB) {
   );
   console.log(`  Layer-1 policy decisions (per worker and REQUEST): ${counts(t.decisions)}`);
   console.log(`  claim caps (v2, per worker the policy let through): ${counts(t.claims)}`);
+  console.log(`  B's coordinator (its stats lines, B's rounds summed): ${coordinatorB ? describeStats(coordinatorB) : 'no stats line'}`);
   console.log(`  workers at the end:`);
   for (const l of mapAtEnd) console.log(`    ${l}`);
 }

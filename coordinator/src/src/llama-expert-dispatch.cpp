@@ -256,6 +256,41 @@ struct llama_expert_dispatch {
     bool degraded = false;
     bool fallback_noted = false;
 
+    // Where a dispatched layer's time goes on the coordinator's side, summed since start (LINKCPP_EXPERT_DISPATCH_STATS_MS:
+    // logged at most that often, when anything changed; unset or 0: never). Written by the ops' thread 0 only.
+    struct {
+        std::atomic<uint64_t> exchanges{0};     // REQUESTs written
+        std::atomic<uint64_t> claimed{0};       // v2 exchanges whose CLAIM took pairs
+        std::atomic<uint64_t> pairs{0};         // pairs in those exchanges' REQUESTs
+        std::atomic<uint64_t> pairs_claimed{0};
+        std::atomic<uint64_t> pairs_served{0};  // of the claimed, served in a RESULT read in time
+        std::atomic<uint64_t> exchange_us{0};   // REQUEST built and written, its CLAIM (v1: RESPONSE) read
+        std::atomic<uint64_t> local_us{0};      // the first pass (gate/up and down ops) of the claimed exchanges' layers
+        std::atomic<uint64_t> wait_us{0};       // collect: first pass done → the RESULT read (or given up)
+    } stats;
+    int64_t stats_every_us = 0;
+    std::atomic<int64_t> stats_logged_us{0};
+    uint64_t stats_logged_exchanges = 0;
+
+    // One line of the sums above, at most every stats_every_us (called by thread 0 of the collect op).
+    void maybe_log_stats() {
+        if (stats_every_us <= 0) return;
+        const int64_t now = now_us();
+        if (now - stats_logged_us.load(std::memory_order_relaxed) < stats_every_us) return;
+        const uint64_t ex = stats.exchanges.load();
+        if (ex == stats_logged_exchanges) return;
+        stats_logged_us = now;
+        stats_logged_exchanges = ex;
+        // at warning level: llama-server prints libllama's info lines only at trace verbosity (-lv 4), and whoever set
+        // the variable asked for these
+        LLAMA_LOG_WARN("expert-dispatch: stats t_us=%lld exchanges=%llu claimed=%llu pairs=%llu pairs_claimed=%llu "
+                       "pairs_served=%llu exchange_us=%llu local_us=%llu wait_us=%llu\n",
+                       (long long) now, (unsigned long long) ex, (unsigned long long) stats.claimed.load(),
+                       (unsigned long long) stats.pairs.load(), (unsigned long long) stats.pairs_claimed.load(),
+                       (unsigned long long) stats.pairs_served.load(), (unsigned long long) stats.exchange_us.load(),
+                       (unsigned long long) stats.local_us.load(), (unsigned long long) stats.wait_us.load());
+    }
+
     std::unique_ptr<llama_xd_layer[]> layers;
 
     // Logs a fault once per incident: the first failure after a healthy period, not every token.
@@ -456,6 +491,7 @@ struct llama_expert_dispatch {
             drop_locked(err);
             return;
         }
+        stats.exchanges++;
         if (version >= 2) {
             read_claim(L, my_seq, n_embd, n_tok, n_used, dst, lk);
             return;
@@ -589,6 +625,9 @@ struct llama_expert_dispatch {
         }
         if (quiet_ms > 0) L.quiet_until_us = now_us() + (int64_t) quiet_ms * 1000;
         if (n_claimed > 0) {
+            stats.claimed++;
+            stats.pairs += n_pairs;
+            stats.pairs_claimed += n_claimed;
             L.result_pending     = true;
             L.result_seq         = my_seq;
             L.result_conn        = conn_gen;
@@ -656,6 +695,7 @@ struct llama_expert_dispatch {
         }
         awaiting_result = false;
         cooldown_ms = XD_COOLDOWN_MIN_MS;
+        stats.pairs_served += n_served;
         // out = first pass + RESULT sums (elementwise) + claimed-not-served pairs (second pass, k order)
         for (uint32_t t = 0; t < n_tok; ++t) {
             float * row = r2 + t * stride;
@@ -971,7 +1011,10 @@ void remote_op(ggml_tensor * dst, int ith, int nth, void * ud) {
     memset(dst->data, 0, ggml_nbytes(dst));
     if (x->ne[1] > XD_MAX_ROWS || x->ne[0] > XD_MAX_EMBD || ids->ne[0] > XD_MAX_USED) return;
     if (!L->xd->connected) return;
+    const int64_t t0 = now_us();
+    const uint64_t before = L->xd->stats.exchanges.load(std::memory_order_relaxed);
     L->xd->exchange(*L, x, ids, probs, (float *) dst->data);
+    if (L->xd->stats.exchanges.load(std::memory_order_relaxed) != before) L->xd->stats.exchange_us += (uint64_t) (now_us() - t0);
 }
 
 // GU[:, k, t] = [gate_e · x_t | up_e · x_t] (two halves of ff) for every pair (t, k) that was not served; zeros for
@@ -1157,6 +1200,7 @@ void local_down_op(ggml_tensor * dst, int ith, int nth, void * ud) {
             }
         }
     }
+    if (ith == 0 && L != nullptr && L->result_pending) L->xd->stats.local_us += (uint64_t) (L->up_ns / 1000 + now_us() - t_start);
     if (ith == 0 && n_local_all > 0 && L != nullptr) {
         const int64_t ns = L->up_ns + (now_us() - t_start) * 1000;
         const uint32_t cur = (uint32_t) std::min<int64_t>(ns / n_local_all, UINT32_MAX);
@@ -1193,9 +1237,13 @@ void collect_op(ggml_tensor * dst, int ith, int nth, void * ud) {
         memcpy(row, (const char *) O->data + t * O->nb[1], n_embd * sizeof(float));
         for (int64_t k = 0; k < n_used; ++k) row[n_embd + k] = XD_PAIR_SERVED;
     }
-    if (!L->result_pending) return;
-    L->result_pending = false;
-    L->xd->collect(*L, R, (uint32_t) n_embd, (uint32_t) n_tok, (uint32_t) n_used, (float *) dst->data);
+    if (L->result_pending) {
+        L->result_pending = false;
+        const int64_t t0 = now_us();
+        L->xd->collect(*L, R, (uint32_t) n_embd, (uint32_t) n_tok, (uint32_t) n_used, (float *) dst->data);
+        L->xd->stats.wait_us += (uint64_t) (now_us() - t0);
+    }
+    L->xd->maybe_log_stats();
 }
 
 bool standard_layout(const ggml_tensor * t) {
@@ -1392,6 +1440,9 @@ llama_expert_dispatch * llama_xd_init(const char * path, int32_t deadline_ms, co
         } else if (strcmp(v, "2") != 0) {
             LLAMA_LOG_WARN("expert-dispatch: LINKCPP_EXPERT_DISPATCH_VERSION=%s is not 1 or 2; offering version 2\n", v);
         }
+    }
+    if (const char * v = getenv("LINKCPP_EXPERT_DISPATCH_STATS_MS"); v != nullptr && v[0] != '\0') {
+        xd->stats_every_us = std::max(0, std::min(atoi(v), 3600 * 1000)) * (int64_t) 1000;
     }
     exit_with_parent();
     LLAMA_LOG_INFO("expert-dispatch: dispatcher socket %s, per-layer deadline %d ms, offering protocol version %d\n",

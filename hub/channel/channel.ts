@@ -182,12 +182,21 @@ class WorkError extends Error {}
  * all on its one connection and its one queue.
  */
 class SliceLink implements WorkerLink {
-  loaded = false;
+  private loadedNow = false;
   loadTimer: NodeJS.Timeout | null = null;
   constructor(
     readonly conn: VolunteerConnection,
     readonly assign: Assign,
   ) {}
+  /** It said `loaded`: the connection's state follows (it may now be serving). */
+  get loaded(): boolean {
+    return this.loadedNow;
+  }
+  set loaded(on: boolean) {
+    if (on === this.loadedNow) return;
+    this.loadedNow = on;
+    this.conn.restate();
+  }
   get workerId(): string {
     return this.conn.workerId;
   }
@@ -215,16 +224,21 @@ class SliceLink implements WorkerLink {
   }
 }
 
-/** One volunteer's connection and the slices it holds (each a SliceLink). */
+/**
+ * One volunteer's connection and the slices it holds (each a SliceLink). What its `state` is made of (its hello, its
+ * slices, `loaded`, `reserving`, `paused`) changes only through setters and hold/drop, each telling the channel, which
+ * keeps its connections counted by state as they change rather than walking them all per reading.
+ */
 class VolunteerConnection {
   workerId = '';
   wallet = '';
-  hello: ChannelHello | null = null;
+  private helloNow: ChannelHello | null = null;
   /** Its slices by assignment id, loading or loaded, in the order they were assigned. */
-  readonly slices = new Map<number, SliceLink>();
-  /** Between the market's answer and its `assign`: the range is reserved, the shard being looked up. */
-  reserving = false;
+  private readonly held = new Map<number, SliceLink>();
+  private reservingNow = false;
   private pausedNow = false;
+  /** The state the channel counts it under; null while it is not counted (not yet accepted, or gone). */
+  countedAs: VolunteerConnectionState | null = null;
   /** Set after a slice did not fit: offer at most this many experts next time (0 = no limit). */
   maxExperts = 0;
   unfit = false;
@@ -270,6 +284,45 @@ class VolunteerConnection {
     if (on === this.pausedNow) return;
     this.pausedNow = on;
     this.channel.pausedChanged(this);
+    this.restate();
+  }
+
+  get hello(): ChannelHello | null {
+    return this.helloNow;
+  }
+  set hello(h: ChannelHello | null) {
+    this.helloNow = h;
+    this.restate();
+  }
+
+  /** Between the market's answer and its `assign`: the range is reserved, the shard being looked up. */
+  get reserving(): boolean {
+    return this.reservingNow;
+  }
+  set reserving(on: boolean) {
+    if (on === this.reservingNow) return;
+    this.reservingNow = on;
+    this.restate();
+  }
+
+  get slices(): ReadonlyMap<number, SliceLink> {
+    return this.held;
+  }
+  hold(sl: SliceLink): void {
+    this.held.set(sl.assign.assignmentId, sl);
+    this.restate();
+  }
+  /** Returns whether it held `sl`. */
+  drop(sl: SliceLink): boolean {
+    if (this.held.get(sl.assign.assignmentId) !== sl) return false;
+    this.held.delete(sl.assign.assignmentId);
+    this.restate();
+    return true;
+  }
+
+  /** Something its state is made of changed. */
+  restate(): void {
+    this.channel.restate(this);
   }
 
   get state(): VolunteerConnectionState {
@@ -423,9 +476,15 @@ export class VolunteerChannel {
    * nothing up), so a round after each reading costs the active volunteers, not the whole swarm.
    */
   private readonly unpaused = new Set<VolunteerConnection>();
-  /** Open sockets of the channel per client address (from the upgrade to the close), and said-hello ones per wallet. */
+  /** Open sockets of the channel per client address (from the upgrade to the close). */
   private readonly perAddress = new Map<string, number>();
-  private readonly perWallet = new Map<string, number>();
+  /** Said-hello connections by wallet: whom credit() reaches, and what the per-wallet cap counts. */
+  private readonly byWallet = new Map<string, Set<VolunteerConnection>>();
+  /**
+   * Connections of `all` by state, moved as each one's state changes (restate): the dashboard's ticks and every
+   * metrics scrape read them, and a walk of 19,000 connections took 16 ms of the hub's loop (docs/cluster.md, Scale).
+   */
+  private readonly counts: Record<VolunteerConnectionState, number> = { hello: 0, waiting: 0, loading: 0, serving: 0, paused: 0 };
   private readonly opens: RateLimiter;
   private readonly allowedOrigins: ReadonlySet<string>;
   private nextAssignment = 1;
@@ -502,11 +561,19 @@ export class VolunteerChannel {
     return { workersFor: (layer) => this.links.get(model)?.get(layer) ?? [] };
   }
 
-  /** Connections by state (for the metrics gauge). */
+  /** Connections by state (for the metrics gauge and the dashboard's totals). */
   countByState(): Record<VolunteerConnectionState, number> {
-    const out: Record<VolunteerConnectionState, number> = { hello: 0, waiting: 0, loading: 0, serving: 0, paused: 0 };
-    for (const c of this.all) out[c.state]++;
-    return out;
+    return { ...this.counts };
+  }
+
+  /** VolunteerConnection's setters: moves it to the count of the state it is in now (one not counted stays so). */
+  restate(c: VolunteerConnection): void {
+    if (c.countedAs === null) return;
+    const s = c.state;
+    if (s === c.countedAs) return;
+    this.counts[c.countedAs]--;
+    this.counts[s]++;
+    c.countedAs = s;
   }
 
   /** VolunteerConnection's `paused` setter: keeps `unpaused` in step. */
@@ -564,8 +631,7 @@ export class VolunteerChannel {
   /** Pushes credit totals to a wallet's connections, with each loaded slice's credit (optional on the wire). */
   credit(wallet: string, total: number): void {
     const of = this.host.sliceCredit?.bind(this.host);
-    for (const c of this.all) {
-      if (c.wallet !== wallet) continue;
+    for (const c of this.byWallet.get(wallet) ?? []) {
       const held = of ? [...c.slices.values()].filter((sl) => sl.loaded) : [];
       c.send({
         type: 'credit',
@@ -633,8 +699,10 @@ export class VolunteerChannel {
     }
     this.all.add(c);
     this.unpaused.add(c);
+    c.countedAs = c.state;
+    this.counts[c.countedAs]++;
     const helloTimer = setTimeout(() => {
-      if (c.state === 'hello') this.closeWith(c, 'HELLO_TIMEOUT', `no hello within ${this.options.helloTimeoutMs} ms`);
+      if (!c.hello) this.closeWith(c, 'HELLO_TIMEOUT', `no hello within ${this.options.helloTimeoutMs} ms`);
     }, this.options.helloTimeoutMs);
     helloTimer.unref();
     ws.on('message', (data: RawData, isBinary: boolean) => {
@@ -664,7 +732,10 @@ export class VolunteerChannel {
   private gone(c: VolunteerConnection): void {
     if (!this.all.delete(c)) return;
     this.unpaused.delete(c);
-    if (c.wallet) countDown(this.perWallet, c.wallet);
+    if (c.countedAs !== null) this.counts[c.countedAs]--;
+    c.countedAs = null;
+    const mates = this.byWallet.get(c.wallet);
+    if (mates?.delete(c) && mates.size === 0) this.byWallet.delete(c.wallet);
     c.failAll('the volunteer disconnected');
     if (c.workerId && this.byWorker.get(c.workerId) === c) {
       const held = c.slices.size > 0 || c.reserving; // only a slice given up changes what the market wants
@@ -689,7 +760,7 @@ export class VolunteerChannel {
   private sweepIdle(): void {
     const t = this.nowMs();
     for (const c of this.all) {
-      if (c.state === 'hello') continue;
+      if (!c.hello) continue;
       const quiet = t - c.lastHeardMs;
       // Silent that long, it may not answer the closing handshake either (a cut network, a frozen tab): it is gone
       // from the dispatch map now, within idle timeout + one sweep, not once the handshake gives up.
@@ -789,7 +860,7 @@ export class VolunteerChannel {
     if (old && old !== c && old.wallet !== wallet)
       throw new VolunteerWireError('UNEXPECTED_MESSAGE', `worker id ${h.workerId} is connected under another wallet`);
     const { maxPerWallet } = this.options;
-    if ((this.perWallet.get(wallet) ?? 0) - (old && old !== c ? 1 : 0) >= maxPerWallet)
+    if ((this.byWallet.get(wallet)?.size ?? 0) - (old && old !== c ? 1 : 0) >= maxPerWallet)
       throw new VolunteerWireError('OVER_CAPACITY', `this wallet has ${maxPerWallet} volunteers connected, the most one wallet may`);
     if (old && old !== c) {
       this.closeWith(old, 'REPLACED', 'a newer connection with this worker id took over');
@@ -797,7 +868,8 @@ export class VolunteerChannel {
     }
     c.workerId = h.workerId;
     c.wallet = wallet;
-    this.perWallet.set(wallet, (this.perWallet.get(wallet) ?? 0) + 1);
+    const mates = this.byWallet.get(wallet) ?? new Set<VolunteerConnection>();
+    this.byWallet.set(wallet, mates.add(c));
     c.hello = h;
     c.paused = false;
     this.byWorker.set(h.workerId, c);
@@ -898,8 +970,7 @@ export class VolunteerChannel {
   private dropSlice(c: VolunteerConnection, sl: SliceLink): void {
     if (sl.loadTimer) clearTimeout(sl.loadTimer);
     sl.loadTimer = null;
-    if (c.slices.get(sl.assign.assignmentId) !== sl) return;
-    c.slices.delete(sl.assign.assignmentId);
+    if (!c.drop(sl)) return;
     c.full = false;
     this.peers?.dropped(c.workerId, sl.assign.shardDigest);
     c.failAll('released', sl.assign.assignmentId);
@@ -1096,7 +1167,7 @@ export class VolunteerChannel {
       ...(peers ? { peers, chunksUrl: `/api/expert-shard/chunks?${query}` } : {}),
     };
     const sl = new SliceLink(c, assign);
-    c.slices.set(assign.assignmentId, sl);
+    c.hold(sl);
     c.rebalanceAsked = false;
     const holders = this.assigned.get(assign.model) ?? new Set<VolunteerConnection>();
     this.assigned.set(assign.model, holders.add(c));

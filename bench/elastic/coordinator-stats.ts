@@ -64,16 +64,19 @@ export function sumStats(a: CoordinatorStats, b: CoordinatorStats): CoordinatorS
   return out;
 }
 
-/** A round's coordinator split as one line: the three times as shares of the span between the two lines. Pure. */
-export function describeStats(d: CoordinatorStats): string {
-  if (d.tUs <= 0 || d.exchanges === 0) return 'no exchange';
-  const pct = (us: number) => `${((100 * us) / d.tUs).toFixed(1)} %`;
+/**
+ * A round's coordinator split as one line: the three times as shares of `spanUs` (the round's wall time: the lines'
+ * own clock spans from the line before the round, which may be long before it when the coordinator sat idle). Pure.
+ */
+export function describeStats(d: CoordinatorStats, spanUs: number): string {
+  if (spanUs <= 0 || d.exchanges === 0) return 'no exchange';
+  const pct = (us: number) => `${((100 * us) / spanUs).toFixed(1)} %`;
   const per = (us: number, n: number) => (n > 0 ? `${(us / n / 1000).toFixed(2)} ms` : '—');
   return [
     `${d.exchanges} exchanges, ${d.claimed} claimed (${d.pairsClaimed} of their ${d.pairs} pairs, ${d.pairsServed} served)`,
     `exchange ${pct(d.exchangeUs)} (${per(d.exchangeUs, d.exchanges)} each)`,
     `own part of claimed layers ${pct(d.localUs)} (${per(d.localUs, d.claimed)})`,
     `waiting for RESULTs ${pct(d.waitUs)} (${per(d.waitUs, d.claimed)})`,
-    `over ${(d.tUs / 1e6).toFixed(1)} s`,
+    `of ${(spanUs / 1e6).toFixed(1)} s`,
   ].join('; ');
 }

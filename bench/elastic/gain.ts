@@ -91,6 +91,7 @@ const { values } = parseArgs({
     share: { type: 'boolean', default: false },
     load: { type: 'string', default: 'child' },
     'load-nice': { type: 'string', default: '10' },
+    'hub-nice': { type: 'string', default: '0' },
     network: { type: 'string' },
     'volunteer-cache': { type: 'string' },
   },
@@ -266,6 +267,14 @@ if (!Number.isInteger(N_VOLUNTEERS) || N_VOLUNTEERS < 0 || (N_VOLUNTEERS > 0 && 
 const LAYERS_PER_VOLUNTEER = N_VOLUNTEERS > 0 ? Math.ceil(LAYERS / N_VOLUNTEERS) : 1;
 if (!Number.isInteger(VOLUNTEER_NICE) || VOLUNTEER_NICE < 0 || VOLUNTEER_NICE > 19)
   throw new Error(`--volunteer-nice must be 0…19, got ${values['volunteer-nice']}`);
+/**
+ * This process's nice (every thread), set before the measured rounds, −20…0, 0 by default. It runs the hubs, whose
+ * dispatcher answers each REQUEST with a CLAIM while the coordinator waits, on the core the volunteers and the load
+ * share: below 0 it wins the wake-ups there (as a hub on a core of its own would) without taking the volunteers' share
+ * from any other job, as a volunteer nice does. The coordinators, started before, keep theirs (0).
+ */
+const HUB_NICE = Number(values['hub-nice']);
+if (!Number.isInteger(HUB_NICE) || HUB_NICE < -20 || HUB_NICE > 0) throw new Error(`--hub-nice must be -20…0, got ${values['hub-nice']}`);
 /** Sets every thread of `pid` to nice `n` (nice is per thread on Linux; threads made later inherit their maker's). */
 function reniceAll(pid: number, n: number): string {
   const tids = readdirSync(`/proc/${pid}/task`);
@@ -586,6 +595,7 @@ let measuredFromS = 0;
 /** Each coordinator's latest stats line (LINKCPP_EXPERT_DISPATCH_STATS_MS, set below), and B's over its rounds. */
 const coordinatorStats: { A?: CoordinatorStats; B?: CoordinatorStats } = {};
 let coordinatorB: CoordinatorStats | undefined;
+let coordinatorBWallUs = 0;
 /** B's dispatcher over the measured rounds: REQUESTs with pairs served, and every channel result. */
 const hops: {
   responses: ResponseSummary[];
@@ -753,6 +763,11 @@ try {
       log(affinityLines.at(-1) as string);
     }
 
+  if (HUB_NICE < 0) {
+    affinityLines.push(`this process: ${reniceAll(process.pid, HUB_NICE)} (--hub-nice)`);
+    log(affinityLines.at(-1) as string);
+  }
+
   // Measured: alternating A, B / B, A. B's every REQUEST and channel result, for the hops' costs.
   stopObserving = swarm.hub.observeDispatch(swarm.model, {
     onResponse: (r) => {
@@ -777,12 +792,15 @@ try {
       await new Promise((res) => setTimeout(res, 2 * STATS_MS));
       const after = coordinatorStats[name];
       const split = before && after ? statsDelta(before, after) : undefined;
-      if (name === 'B' && split) coordinatorB = coordinatorB ? sumStats(coordinatorB, split) : split;
+      if (name === 'B' && split) {
+        coordinatorB = coordinatorB ? sumStats(coordinatorB, split) : split;
+        coordinatorBWallUs += r.wallMs * 1000;
+      }
       log(
         `round ${i + 1}/${ROUNDS} ${name}: decode ${decodeRate(r).toFixed(1)} tok/s, prompt ${promptRate(r).toFixed(1)} tok/s (aggregate ${promptAggregate(r).toFixed(1)}), ${(r.wallMs / 1000).toFixed(1)} s, saturated ${r.saturatedSamples}/${r.samples} samples, event loop delay p50 ${r.loopP50Ms.toFixed(1)} / p99 ${r.loopP99Ms.toFixed(1)} ms`,
       );
       log(`  CPU in the round, % of one core: ${cpuShares(r)}`);
-      if (name === 'B') log(`  B's coordinator in the round: ${split ? describeStats(split) : 'no stats line'}`);
+      if (name === 'B') log(`  B's coordinator in the round: ${split ? describeStats(split, r.wallMs * 1000) : 'no stats line'}`);
     }
   }
   stopObserving();
@@ -1056,7 +1074,9 @@ if (totalsB) {
   );
   console.log(`  Layer-1 policy decisions (per worker and REQUEST): ${counts(t.decisions)}`);
   console.log(`  claim caps (v2, per worker the policy let through): ${counts(t.claims)}`);
-  console.log(`  B's coordinator (its stats lines, B's rounds summed): ${coordinatorB ? describeStats(coordinatorB) : 'no stats line'}`);
+  console.log(
+    `  B's coordinator (its stats lines, B's rounds summed): ${coordinatorB ? describeStats(coordinatorB, coordinatorBWallUs) : 'no stats line'}`,
+  );
   console.log(`  workers at the end:`);
   for (const l of mapAtEnd) console.log(`    ${l}`);
 }

@@ -4,6 +4,20 @@ import type { FastifyInstance } from 'fastify';
 import { Hub, defaultConfig, type HubConfig } from '../hub/hub.ts';
 import { buildApp } from '../hub/app.ts';
 import { encodeBase58 } from '../protocol/base58.ts';
+import type { ChannelHello } from '../protocol/channel/index.ts';
+
+/** A channel hello's device: a 1 GiB WebGPU adapter at 100 GFLOP/s named `description`, with `features`. */
+export function testDevice(description: string, features: string[] = []): ChannelHello['device'] {
+  return {
+    webgpu: true,
+    adapter: { vendor: 'test', architecture: 'loopback', description, isFallbackAdapter: false },
+    limits: { maxStorageBufferBindingSize: 1 << 30, maxBufferSize: 1 << 30 },
+    features,
+    backend: 'webgpu',
+    gflops: 100,
+    memoryBudgetBytes: 1 << 30,
+  };
+}
 
 export interface Volunteer {
   wallet: string;

@@ -16,7 +16,6 @@ import {
   encodeClientMessage,
   encodeResult,
   parseHubMessage,
-  type ChannelHello,
   type HubMessage,
 } from '../../protocol/channel/index.ts';
 import type { HubConfig } from '../../hub/hub.ts';
@@ -30,7 +29,7 @@ import {
   HTTP_TIMEOUT_CHECK_MS,
 } from '../../hub/limits.ts';
 import { testModel } from '../../harness/models.ts';
-import { newVolunteer, testHub, type TestHub } from '../../harness/hub-fixtures.ts';
+import { newVolunteer, testDevice, testHub, type TestHub } from '../../harness/hub-fixtures.ts';
 
 const model = await testModel({ arch: 'qwen3moe', layers: 2, nEmbd: 32, ff: 32, nExpert: 8, nExpertUsed: 2, seed: 21 });
 const MODELS = [{ path: model.path, name: 'm' }];
@@ -109,15 +108,7 @@ async function refused(h: Listening, opts: ClientOptions = {}): Promise<Extract<
   return d as Extract<Dialled, { kind: 'refused' }>;
 }
 
-const DEVICE: ChannelHello['device'] = {
-  webgpu: true,
-  adapter: { vendor: 'test', architecture: 'loopback', description: 'security test', isFallbackAdapter: false },
-  limits: { maxStorageBufferBindingSize: 1 << 30, maxBufferSize: 1 << 30 },
-  features: [],
-  backend: 'webgpu',
-  gflops: 100,
-  memoryBudgetBytes: 1 << 30,
-};
+const DEVICE = testDevice('security test');
 
 function hello(token: string, workerId: string): string {
   return encodeClientMessage({

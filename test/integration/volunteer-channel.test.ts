@@ -35,7 +35,7 @@ import {
   type HubMessage,
 } from '../../protocol/channel/index.ts';
 import { testModel } from '../../harness/models.ts';
-import { newVolunteer, testHub, type TestHub } from '../../harness/hub-fixtures.ts';
+import { newVolunteer, testDevice, testHub, type TestHub } from '../../harness/hub-fixtures.ts';
 
 // Two MoE layers of 8 experts: a volunteer without max_experts is offered a whole layer.
 const model = await testModel({ arch: 'qwen3moe', layers: 2, nEmbd: 32, ff: 32, nExpert: 8, nExpertUsed: 2, seed: 21 });
@@ -166,15 +166,7 @@ class Peer {
   }
 }
 
-const DEVICE: ChannelHello['device'] = {
-  webgpu: true,
-  adapter: { vendor: 'test', architecture: 'loopback', description: 'channel test', isFallbackAdapter: false },
-  limits: { maxStorageBufferBindingSize: 1 << 30, maxBufferSize: 1 << 30 },
-  features: ['shader-f16'],
-  backend: 'webgpu',
-  gflops: 100,
-  memoryBudgetBytes: 1 << 30,
-};
+const DEVICE = testDevice('channel test', ['shader-f16']);
 
 function helloText(token: string, workerId: string, over: Partial<Omit<ChannelHello, 'type'>> = {}): string {
   return encodeClientMessage({

@@ -15,16 +15,9 @@ import { VolunteerChannel, type ChannelHost, type VolunteerConnectionState } fro
 import type { VolunteerAnswer } from '../../hub/market/assign.ts';
 import { VOLUNTEER_PATH, encodeClientMessage, parseHubMessage, type ChannelHello, type HubMessage } from '../../protocol/channel/index.ts';
 import { mulberry32 } from '../../shaders/random.ts';
+import { testDevice } from '../../harness/hub-fixtures.ts';
 
-const DEVICE: ChannelHello['device'] = {
-  webgpu: true,
-  adapter: { vendor: 'test', architecture: 'loopback', description: 'counts test', isFallbackAdapter: false },
-  limits: { maxStorageBufferBindingSize: 1 << 30, maxBufferSize: 1 << 30 },
-  features: [],
-  backend: 'webgpu',
-  gflops: 100,
-  memoryBudgetBytes: 1 << 30,
-};
+const DEVICE = testDevice('counts test');
 
 /** A volunteer's end: what the hub sent, in order. */
 class Peer {

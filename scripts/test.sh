@@ -18,6 +18,12 @@ bash coordinator/build.sh
 echo "== wasm fallback kernel (AssemblyScript; cached in .cache/wasm by the digest of its sources)"
 node --import tsx -e 'import("./shaders/wasm/build.ts").then(async (m) => console.log(`kernel: ${(await m.expertKernelBytes()).length} bytes`))'
 echo "== tests"
-mapfile -t files < <(find test -name '*.test.ts' | sort)
-# Integration tests start real servers; one file at a time keeps 2-core machines from timing out.
-node --import tsx --test --test-concurrency=1 --test-reporter=spec "${files[@]}"
+# Unit tests (no servers, no browsers, no GPU) two files at a time, as `npm run test:unit` runs them: ~55 s less on
+# 2 cores. The rest start real servers, Chromium and SwiftShader; one file at a time keeps 2-core machines from timing
+# out. Both run whatever the other gave; the command fails if either did.
+mapfile -t units < <(find test/unit -name '*.test.ts' | sort)
+mapfile -t rest < <(find test -name '*.test.ts' -not -path 'test/unit/*' | sort)
+status=0
+node --import tsx --test --test-concurrency=2 --test-reporter=spec "${units[@]}" || status=$?
+node --import tsx --test --test-concurrency=1 --test-reporter=spec "${rest[@]}" || status=$?
+exit "$status"

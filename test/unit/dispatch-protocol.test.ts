@@ -75,9 +75,9 @@ test('hello, ack, request and both responses round-trip', () => {
   assert.deepEqual([...new Uint32Array(ack.payload.slice().buffer)], [0, 3]);
 
   const r = request();
-  const rf = split(encodeRequest(r));
+  const rf = split(encodeRequest(r, 2));
   assert.equal(rf.header.seq, 7);
-  assert.deepEqual(decodeRequest(rf.header, rf.payload, 8), r);
+  assert.deepEqual(decodeRequest(rf.header, rf.payload, 8), { ...r, preclaimed: null }, 'v2: nothing pre-claimed');
 
   const local = { seq: 7, layer: 5, nTokens: 3, nUsed: 2, quietMs: 500, mode: 'local' as const };
   const lf = split(encodeResponse(local));
@@ -125,7 +125,7 @@ function withPayloadU32(index: number, value: number): Uint8Array {
 
 const BAD: Array<[string, Uint8Array, string, 'header' | 'request']> = [
   ['bad magic', withHeader((v) => v.setUint32(0, 0x12345678, true)), 'DISPATCH_BAD_MAGIC', 'header'],
-  ['version 3', withHeader((v) => v.setUint16(4, 3, true)), 'DISPATCH_BAD_VERSION', 'header'],
+  ['version 4', withHeader((v) => v.setUint16(4, 4, true)), 'DISPATCH_BAD_VERSION', 'header'],
   ['version 0', withHeader((v) => v.setUint16(4, 0, true)), 'DISPATCH_BAD_VERSION', 'header'],
   ['kind 0', withHeader((v) => v.setUint16(6, 0, true)), 'DISPATCH_BAD_KIND', 'header'],
   ['kind 99', withHeader((v) => v.setUint16(6, 99, true)), 'DISPATCH_BAD_KIND', 'header'],
@@ -275,9 +275,13 @@ test('responses with audit flags round-trip; n_audit is the u32 at offset 24 and
 
 test('an AUDIT frame round-trips with its request seq; its layout is {layer, n_tokens, n_audit, 0} then the sums', () => {
   const audit = { seq: 41, layer: 3, nTokens: 2, nAudit: 3, sums: Float32Array.from({ length: 8 }, (_, i) => i * 0.25) };
-  const bytes = encodeAudit(audit);
+  const bytes = encodeAudit(audit, 2);
   const f = split(bytes);
   assert.deepEqual(f.header, { version: 2, kind: FrameKind.Audit, seq: 41, payloadBytes: 16 + 32 });
+  // the same payload in v3, under a v3 header (AUDIT is unchanged by v3)
+  const v3 = split(encodeAudit(audit, 3));
+  assert.equal(v3.header.version, 3);
+  assert.deepEqual(v3.payload, f.payload);
   const v = new DataView(f.payload.buffer, f.payload.byteOffset, f.payload.length);
   assert.deepEqual(
     [0, 1, 2, 3].map((i) => v.getUint32(4 * i, true)),
@@ -416,21 +420,24 @@ for (const [name, { header, payload }, nEmbd, code] of BAD_AUDITS) {
 // ---------------------------------------------------------------------------------------------
 // Version 2: negotiation, CLAIM and RESULT
 
-test('v2 negotiation: HELLO carries the highest version offered, the connection speaks the lower of both', () => {
-  assert.equal(DISPATCH_VERSION, 2);
+test('negotiation: HELLO carries the highest version offered, the connection speaks the lower of both', () => {
+  assert.equal(DISPATCH_VERSION, 3);
   assert.equal(negotiateVersion(1), 1);
   assert.equal(negotiateVersion(2), 2);
+  assert.equal(negotiateVersion(3), 3);
   const hello = { nLayer: 2, nEmbd: 4, nExpert: 8, nExpertUsed: 2, deadlineMs: 250, numerics: 'llama' as const, modelDesc: 'x' };
   assert.equal(split(encodeHello(hello, 1)).header.version, 1);
-  assert.equal(split(encodeHello(hello)).header.version, 2);
+  assert.equal(split(encodeHello(hello, 2)).header.version, 2);
+  assert.equal(split(encodeHello(hello)).header.version, 3);
   assert.equal(split(encodeHelloAck(true, 0, 1)).header.version, 1);
+  assert.equal(split(encodeHelloAck(true, 0, 2)).header.version, 2);
   // a frame of the other version on a connection is refused
   const req = split(encodeRequest(request(), 1)).header;
   assert.doesNotThrow(() => checkVersion(req, 1));
   assert.throws(() => checkVersion(req, 2), { code: 'DISPATCH_BAD_VERSION' });
 });
 
-test('kinds belong to versions: RESPONSE only in v1, CLAIM and RESULT only in v2', () => {
+test('kinds belong to versions: RESPONSE only in v1, CLAIM and RESULT in v2 and v3', () => {
   const kindAt = (version: number, kind: FrameKind): Uint8Array => {
     const b = encodeRequest(request(), 1);
     const v = new DataView(b.buffer);
@@ -443,6 +450,10 @@ test('kinds belong to versions: RESPONSE only in v1, CLAIM and RESULT only in v2
   assert.throws(() => decodeHeader(kindAt(1, FrameKind.Result)), { code: 'DISPATCH_BAD_KIND' });
   assert.equal(decodeHeader(kindAt(2, FrameKind.Claim)).kind, FrameKind.Claim);
   assert.equal(decodeHeader(kindAt(1, FrameKind.Response)).kind, FrameKind.Response);
+  assert.throws(() => decodeHeader(kindAt(3, FrameKind.Response)), { code: 'DISPATCH_BAD_KIND' });
+  for (const kind of [FrameKind.Hello, FrameKind.HelloAck, FrameKind.Request, FrameKind.Audit, FrameKind.Claim, FrameKind.Result]) {
+    assert.equal(decodeHeader(kindAt(3, kind)).kind, kind, `kind ${kind} in v3`);
+  }
 });
 
 test('CLAIM round-trips; layout {layer, n_tokens, n_used, quiet_ms, n_claimed, n_audit}, claimed then audit flags padded to 4', () => {
@@ -493,7 +504,7 @@ test('RESULT round-trips; served ⊆ claimed, finite sums', () => {
     served: Uint8Array.of(1, 0, 0, 1),
     sums: Float32Array.from({ length: 8 }, (_, i) => i - 2.5),
   };
-  const f = split(encodeResult(r));
+  const f = split(encodeResult(r, 2));
   assert.deepEqual(f.header, { version: 2, kind: FrameKind.Result, seq: 3, payloadBytes: 16 + 4 + 32 });
   assert.deepEqual(decodeResult(f.header, f.payload, nEmbd, Uint8Array.of(1, 1, 0, 1)), r);
   assert.throws(

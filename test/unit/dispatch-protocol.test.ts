@@ -26,8 +26,12 @@ import {
   encodeHelloAck,
   encodeRequest,
   encodeResponse,
+  offerBitmapBytes,
+  type DispatchOffer,
   type DispatchRequest,
   type DispatchResponse,
+  type DispatchResult,
+  type DispatchVersion,
   type FrameHeader,
 } from '../../protocol/dispatch.ts';
 
@@ -565,4 +569,277 @@ test('FrameReader hands out a frame within one chunk as a view; a request is dec
     assert.deepEqual([...d.ids], [...want.ids]);
     assert.deepEqual([...d.probs], [...want.probs]);
   }
+});
+
+// ---------------------------------------------------------------------------------------------
+// Version 3: pre-claims on REQUEST, standing offers on RESULT
+
+/** The v2 part of request()'s payload: 24 fixed bytes, rows f32[3·4], ids and probs [3·2] each. */
+const REQUEST_BASE = 24 + 4 * (3 * 4 + 2 * 3 * 2);
+
+test('v3 REQUEST: the pre-claim trailer {n_preclaimed u32, flags u8[pairs] padded to 4} round-trips; none is 4 bytes of 0', () => {
+  const r = request({ preclaimed: Uint8Array.of(1, 1, 1, 1, 0, 1) });
+  const f = split(encodeRequest(r, 3));
+  assert.deepEqual(f.header, { version: 3, kind: FrameKind.Request, seq: 7, payloadBytes: REQUEST_BASE + 4 + 8 });
+  const v = new DataView(f.payload.buffer, f.payload.byteOffset, f.payload.length);
+  assert.equal(v.getUint32(REQUEST_BASE, true), 5, 'n_preclaimed after the probs');
+  assert.deepEqual([...f.payload.subarray(REQUEST_BASE + 4)], [1, 1, 1, 1, 0, 1, 0, 0], 'flags, then zeros to 4');
+  assert.deepEqual(decodeRequest(f.header, f.payload, 8), r);
+
+  for (const [name, preclaimed] of [
+    ['absent', undefined],
+    ['null', null],
+    ['all 0', new Uint8Array(6)],
+  ] as const) {
+    const n = split(encodeRequest(request({ preclaimed }), 3));
+    assert.equal(n.payload.length, REQUEST_BASE + 4, `${name}: n_preclaimed alone`);
+    assert.equal(new DataView(n.payload.buffer, n.payload.byteOffset).getUint32(REQUEST_BASE, true), 0, name);
+    assert.equal(decodeRequest(n.header, n.payload, 8).preclaimed, null, name);
+  }
+  // v2 has no trailer
+  assert.equal(split(encodeRequest(request(), 2)).payload.length, REQUEST_BASE);
+  // a pre-claimed REQUEST reassembles from any chunking like any frame
+  const bytes = encodeRequest(r, 3);
+  for (const size of [1, 5, 17]) {
+    const reader = new FrameReader();
+    const frames = [];
+    for (let o = 0; o < bytes.length; o += size) frames.push(...reader.push(bytes.slice(o, o + size)));
+    assert.equal(frames.length, 1);
+    assert.deepEqual(decodeRequest(frames[0]!.header, frames[0]!.payload, 8).preclaimed, r.preclaimed, `chunks of ${size}`);
+  }
+});
+
+/**
+ * A v3 request with pairs 0..3 pre-claimed (n_preclaimed 4) unless `preclaimed` says otherwise, its payload changed
+ * in place by `mut`, or replaced by the bytes `mut` returns.
+ */
+function preclaimedPayload(
+  mut: (p: Uint8Array, v: DataView) => unknown,
+  preclaimed: Uint8Array | null = Uint8Array.of(1, 1, 1, 1, 0, 0),
+): Framed {
+  const f = split(encodeRequest(request({ preclaimed }), 3));
+  const p = f.payload.slice();
+  const out = mut(p, new DataView(p.buffer));
+  return { header: f.header, payload: out instanceof Uint8Array ? out : p };
+}
+
+const BAD_PRECLAIMS: Array<[string, Framed, string]> = [
+  [
+    'a pre-claim flag of 2',
+    preclaimedPayload((p) => {
+      p[REQUEST_BASE + 4 + 1] = 2;
+    }),
+    'DISPATCH_BAD_CLAIM',
+  ],
+  ['n_preclaimed larger than the flags say', preclaimedPayload((_, v) => v.setUint32(REQUEST_BASE, 5, true)), 'DISPATCH_BAD_CLAIM'],
+  ['n_preclaimed smaller than the flags say', preclaimedPayload((_, v) => v.setUint32(REQUEST_BASE, 3, true)), 'DISPATCH_BAD_CLAIM'],
+  ['n_preclaimed over the pair count', preclaimedPayload((_, v) => v.setUint32(REQUEST_BASE, 7, true)), 'DISPATCH_BAD_FRAME'],
+  [
+    'n_preclaimed 0 with the flags still there (size)',
+    preclaimedPayload((_, v) => v.setUint32(REQUEST_BASE, 0, true)),
+    'DISPATCH_BAD_FRAME',
+  ],
+  [
+    'n_preclaimed > 0 without the flags (size)',
+    preclaimedPayload((_, v) => v.setUint32(REQUEST_BASE, 1, true), null),
+    'DISPATCH_BAD_FRAME',
+  ],
+  ['the flags cut short (size)', preclaimedPayload((p) => p.subarray(0, p.length - 4)), 'DISPATCH_BAD_FRAME'],
+  ['4 trailing bytes (size)', preclaimedPayload((p) => Uint8Array.from([...p, 0, 0, 0, 0])), 'DISPATCH_BAD_FRAME'],
+  ['no trailer at all (a v2 payload under a v3 header)', preclaimedPayload((p) => p.subarray(0, REQUEST_BASE), null), 'DISPATCH_BAD_FRAME'],
+];
+
+for (const [name, { header, payload }, code] of BAD_PRECLAIMS) {
+  test(`rejects a v3 request with ${name}: ${code}`, () => {
+    assert.throws(
+      () => decodeRequest(header, payload, 8),
+      (e: unknown) => e instanceof DispatchProtocolError && e.code === code,
+    );
+  });
+}
+
+test('a v3 trailer under a v2 header is refused (size), and encodeRequest refuses pre-claims it cannot write', () => {
+  const f = split(encodeRequest(request({ preclaimed: Uint8Array.of(1, 1, 0, 0, 0, 0) }), 3));
+  assert.throws(() => decodeRequest({ ...f.header, version: 2 }, f.payload, 8), { code: 'DISPATCH_BAD_FRAME' });
+  const bad: Array<[string, DispatchRequest, DispatchVersion]> = [
+    ['a flag of 2', request({ preclaimed: Uint8Array.of(1, 2, 0, 0, 0, 0) }), 3],
+    ['flags for too few pairs', request({ preclaimed: Uint8Array.of(1, 1) }), 3],
+    ['flags for too many pairs', request({ preclaimed: new Uint8Array(8).fill(1) }), 3],
+    ['pre-claims at version 2', request({ preclaimed: Uint8Array.of(1, 1, 0, 0, 0, 0) }), 2],
+    ['pre-claims at version 1', request({ preclaimed: Uint8Array.of(1, 1, 0, 0, 0, 0) }), 1],
+  ];
+  for (const [name, r, version] of bad) assert.throws(() => encodeRequest(r, version), { code: 'DISPATCH_BAD_CLAIM' }, name);
+});
+
+/** 2 tokens × 2 used, width 4; an offer for a coordinator of 10 experts (bitmap 2 bytes, padded to 4). */
+const N_EXPERT = 10;
+const OFFER: DispatchOffer = { ttlMs: 250, maxPairs: 40, a: 0.5, b: 1.25, experts: Uint8Array.of(0b0000_0101, 0b0000_0010) };
+const RESULT_V3: DispatchResult = {
+  seq: 11,
+  layer: 4,
+  nTokens: 2,
+  nUsed: 2,
+  served: Uint8Array.of(1, 1, 0, 1),
+  sums: Float32Array.from({ length: 8 }, (_, i) => i * 0.5 - 1),
+  offer: OFFER,
+};
+/** Where the offer trailer starts in RESULT_V3's payload: fixed, served flags padded to 4, sums. */
+const OFFER_AT = 16 + 4 + 32;
+
+test('v3 RESULT with an offer: layout {ttl_ms, max_pairs, a f32, b f32} then the expert bitmap padded to 4; round-trips', () => {
+  const f = split(encodeResult(RESULT_V3, 3, N_EXPERT));
+  assert.deepEqual(f.header, { version: 3, kind: FrameKind.Result, seq: 11, payloadBytes: OFFER_AT + 16 + 4 });
+  const v = new DataView(f.payload.buffer, f.payload.byteOffset, f.payload.length);
+  assert.deepEqual(
+    [v.getUint32(OFFER_AT, true), v.getUint32(OFFER_AT + 4, true), v.getFloat32(OFFER_AT + 8, true), v.getFloat32(OFFER_AT + 12, true)],
+    [250, 40, 0.5, 1.25],
+  );
+  assert.deepEqual([...f.payload.subarray(OFFER_AT + 16)], [0b101, 0b10, 0, 0], 'experts 0, 2 and 9; zeros to 4');
+  assert.equal(v.getFloat32(16 + 4, true), -1, 'the sums where v2 has them');
+  assert.deepEqual(decodeResult(f.header, f.payload, 4, Uint8Array.of(1, 1, 1, 1), N_EXPERT), RESULT_V3);
+
+  // drafted in place and sealed with the offer: the same bytes
+  const d = draftResult({ seq: 11, layer: 4, nTokens: 2, nUsed: 2, nEmbd: 4, version: 3, nExpert: N_EXPERT });
+  d.served.set(RESULT_V3.served);
+  d.sums.set(RESULT_V3.sums);
+  assert.deepEqual(sealResult(d, OFFER), encodeResult(RESULT_V3, 3, N_EXPERT));
+
+  // bitmap sizes: ⌈n_expert / 8⌉
+  assert.deepEqual(
+    [1, 8, 9, 128, 256].map((n) => offerBitmapBytes(n)),
+    [1, 1, 2, 16, 32],
+  );
+  const wide = { ...OFFER, experts: new Uint8Array(16).fill(0xff) };
+  const w = split(encodeResult({ ...RESULT_V3, offer: wide }, 3, 128));
+  assert.equal(w.payload.length, OFFER_AT + 16 + 16);
+  assert.deepEqual(decodeResult(w.header, w.payload, 4, null, 128).offer, wide);
+});
+
+test('v3 RESULT without an offer: 16 zero bytes, no bitmap, decodes offer null; encoded, drafted or sealed alike', () => {
+  const none = { ...RESULT_V3, offer: null };
+  const bytes = encodeResult(none, 3, N_EXPERT);
+  const f = split(bytes);
+  assert.deepEqual(f.header, { version: 3, kind: FrameKind.Result, seq: 11, payloadBytes: OFFER_AT + 16 });
+  assert.equal(bytes.length, HEADER_BYTES + OFFER_AT + 16, 'the header says what is there');
+  assert.deepEqual([...f.payload.subarray(OFFER_AT)], new Array(16).fill(0));
+  assert.deepEqual(decodeResult(f.header, f.payload, 4, null, N_EXPERT), none);
+  const { offer: _, ...absent } = RESULT_V3;
+  assert.deepEqual(encodeResult(absent, 3, N_EXPERT), bytes, 'offer absent = null');
+  // a draft keeps room for the bitmap; sealing without an offer gives back the shorter frame, whole
+  const d = draftResult({ seq: 11, layer: 4, nTokens: 2, nUsed: 2, nEmbd: 4, version: 3, nExpert: N_EXPERT });
+  d.served.set(none.served);
+  d.sums.set(none.sums);
+  const sealed = sealResult(d);
+  assert.deepEqual(sealed, bytes);
+  const frames = new FrameReader().push(new Uint8Array([...sealed, ...encodeRequest(request(), 3)]));
+  assert.deepEqual(
+    frames.map((x) => x.header.kind),
+    [FrameKind.Result, FrameKind.Request],
+    'the next frame starts where the sealed one says it ends',
+  );
+});
+
+test('v2 RESULT: no trailer, no offer key; an offer cannot be written at version 2', () => {
+  const { offer: _, ...v2 } = RESULT_V3;
+  const f = split(encodeResult(v2, 2));
+  assert.deepEqual(f.header, { version: 2, kind: FrameKind.Result, seq: 11, payloadBytes: OFFER_AT });
+  const back = decodeResult(f.header, f.payload, 4);
+  assert.deepEqual(back, v2);
+  assert.ok(!('offer' in back));
+  assert.deepEqual(encodeResult(v2), encodeResult(v2, 2), 'encodeResult defaults to version 2');
+  // the same frame with v3's trailer under a v2 header: 16 bytes too many
+  const v3 = split(encodeResult({ ...v2, offer: null }, 3, N_EXPERT));
+  assert.throws(() => decodeResult({ ...v3.header, version: 2 }, v3.payload, 4), { code: 'DISPATCH_BAD_FRAME' });
+  // ... and a v2 payload under a v3 header: the trailer missing
+  assert.throws(() => decodeResult({ ...f.header, version: 3 }, f.payload, 4, null, N_EXPERT), { code: 'DISPATCH_BAD_FRAME' });
+
+  const d = draftResult({ seq: 11, layer: 4, nTokens: 2, nUsed: 2, nEmbd: 4 });
+  assert.equal(d.version, 2, 'drafts default to version 2');
+  assert.throws(() => sealResult(d, OFFER), { code: 'DISPATCH_BAD_FRAME' }, 'sealResult: an offer on a v2 draft');
+  assert.deepEqual(
+    sealResult(d, null),
+    encodeResult({ ...v2, served: new Uint8Array(4), sums: new Float32Array(8) }, 2),
+    'null is no offer',
+  );
+  assert.throws(() => encodeResult(RESULT_V3, 2), { code: 'DISPATCH_BAD_FRAME' }, 'encodeResult: an offer at version 2');
+});
+
+/** Offers within the limits: each round-trips as written. */
+const GOOD_OFFERS: Array<[string, Partial<DispatchOffer>]> = [
+  ['ttl_ms 1', { ttlMs: 1 }],
+  ['ttl_ms at the cap', { ttlMs: DISPATCH_LIMITS.maxOfferTtlMs }],
+  ['max_pairs 1', { maxPairs: 1 }],
+  ['max_pairs 8192 × 64', { maxPairs: DISPATCH_LIMITS.maxRows * DISPATCH_LIMITS.maxUsed }],
+  ['a 0 (nothing to take)', { a: 0 }],
+  ['a 1', { a: 1 }],
+  ['b negative', { b: -3.5 }],
+  ['b at ±1e6', { b: -DISPATCH_LIMITS.maxOfferB }],
+  ['no expert covered', { experts: new Uint8Array(2) }],
+];
+
+for (const [name, over] of GOOD_OFFERS) {
+  test(`a v3 offer with ${name} round-trips`, () => {
+    const offer = { ...OFFER, ...over };
+    const f = split(encodeResult({ ...RESULT_V3, offer }, 3, N_EXPERT));
+    assert.deepEqual(decodeResult(f.header, f.payload, 4, null, N_EXPERT).offer, offer);
+  });
+}
+
+/** Offers out of range: encodeResult refuses each, and so does decodeResult when the fields are written on the wire. */
+const BAD_OFFERS: Array<[string, Partial<DispatchOffer>]> = [
+  ['ttl_ms 0 and max_pairs > 0', { ttlMs: 0 }],
+  ['ttl_ms 1001', { ttlMs: DISPATCH_LIMITS.maxOfferTtlMs + 1 }],
+  ['max_pairs 0 and ttl_ms > 0', { maxPairs: 0 }],
+  ['max_pairs over 8192 × 64', { maxPairs: DISPATCH_LIMITS.maxRows * DISPATCH_LIMITS.maxUsed + 1 }],
+  ['a 1.5', { a: 1.5 }],
+  ['a negative', { a: -0.25 }],
+  ['a NaN', { a: Number.NaN }],
+  ['b Infinity', { b: Number.POSITIVE_INFINITY }],
+  ['b NaN', { b: Number.NaN }],
+  ['b 2e6', { b: 2 * DISPATCH_LIMITS.maxOfferB }],
+];
+
+for (const [name, over] of BAD_OFFERS) {
+  test(`refuses a v3 offer with ${name}: DISPATCH_BAD_FRAME`, () => {
+    const offer = { ...OFFER, ...over };
+    assert.throws(() => encodeResult({ ...RESULT_V3, offer }, 3, N_EXPERT), { code: 'DISPATCH_BAD_FRAME' }, 'encode');
+    const f = split(encodeResult(RESULT_V3, 3, N_EXPERT));
+    const p = f.payload.slice();
+    const v = new DataView(p.buffer);
+    v.setUint32(OFFER_AT, offer.ttlMs, true);
+    v.setUint32(OFFER_AT + 4, offer.maxPairs, true);
+    v.setFloat32(OFFER_AT + 8, offer.a, true);
+    v.setFloat32(OFFER_AT + 12, offer.b, true);
+    assert.throws(() => decodeResult(f.header, p, 4, null, N_EXPERT), { code: 'DISPATCH_BAD_FRAME' }, 'decode');
+  });
+}
+
+test('v3 offer bitmaps of the wrong length and trailing bytes are refused: DISPATCH_BAD_FRAME', () => {
+  const f = split(encodeResult(RESULT_V3, 3, N_EXPERT));
+  const none = split(encodeResult({ ...RESULT_V3, offer: null }, 3, N_EXPERT));
+  const refused: Array<[string, () => unknown]> = [
+    [
+      'encode: a 3-byte bitmap for 10 experts',
+      () => encodeResult({ ...RESULT_V3, offer: { ...OFFER, experts: new Uint8Array(3) } }, 3, N_EXPERT),
+    ],
+    [
+      'encode: a 1-byte bitmap for 10 experts',
+      () => encodeResult({ ...RESULT_V3, offer: { ...OFFER, experts: new Uint8Array(1) } }, 3, N_EXPERT),
+    ],
+    [
+      'seal: a bitmap for another expert count',
+      () => sealResult(draftResult({ seq: 1, layer: 0, nTokens: 1, nUsed: 1, nEmbd: 4, version: 3, nExpert: 64 }), OFFER),
+    ],
+    ['decode: an offer without its bitmap', () => decodeResult(f.header, f.payload.subarray(0, OFFER_AT + 16), 4, null, N_EXPERT)],
+    ['decode: 4 bytes after the bitmap', () => decodeResult(f.header, Uint8Array.from([...f.payload, 0, 0, 0, 0]), 4, null, N_EXPERT)],
+    ['decode: a bitmap after no offer', () => decodeResult(none.header, Uint8Array.from([...none.payload, 0, 0, 0, 0]), 4, null, N_EXPERT)],
+    ['decode: for a coordinator of 40 experts (bitmap 5 bytes, 8 padded)', () => decodeResult(f.header, f.payload, 4, null, 40)],
+    ['decode: the trailer cut short', () => decodeResult(none.header, none.payload.subarray(0, OFFER_AT + 12), 4, null, N_EXPERT)],
+  ];
+  for (const [name, fn] of refused) assert.throws(fn, { code: 'DISPATCH_BAD_FRAME' }, name);
+});
+
+test('v3 RESULT served ⊆ pre-claimed: a served pair that was not pre-claimed is refused', () => {
+  const f = split(encodeResult(RESULT_V3, 3, N_EXPERT));
+  assert.throws(() => decodeResult(f.header, f.payload, 4, Uint8Array.of(1, 1, 0, 0), N_EXPERT), { code: 'DISPATCH_BAD_CLAIM' });
 });

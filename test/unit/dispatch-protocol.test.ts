@@ -843,3 +843,15 @@ test('v3 RESULT served ⊆ pre-claimed: a served pair that was not pre-claimed i
   const f = split(encodeResult(RESULT_V3, 3, N_EXPERT));
   assert.throws(() => decodeResult(f.header, f.payload, 4, Uint8Array.of(1, 1, 0, 0), N_EXPERT), { code: 'DISPATCH_BAD_CLAIM' });
 });
+
+test('a CLAIM carries the connection version it is written for (2 or 3), with the same payload; v1 has none', () => {
+  const c = { seq: 4, layer: 0, nTokens: 2, nUsed: 2, quietMs: 0, claimed: Uint8Array.of(1, 1, 0, 0), audit: Uint8Array.of(0, 0, 1, 0) };
+  const v2 = split(encodeClaim(c));
+  const v3 = split(encodeClaim(c, 3));
+  assert.equal(v2.header.version, 2, 'default 2');
+  assert.equal(split(encodeClaim(c, 2)).header.version, 2);
+  assert.equal(v3.header.version, 3);
+  assert.deepEqual(v3.payload, v2.payload);
+  assert.deepEqual(decodeClaim(v3.header, v3.payload), c);
+  assert.throws(() => encodeClaim(c, 1), { code: 'DISPATCH_BAD_KIND' });
+});

@@ -452,7 +452,11 @@ export class Hub {
         record: (workerId) => this.dispatch.record(workerId),
         metrics: this.dispatchMetrics,
         ...(this.ledger.on
-          ? { chooseAudit: this.ledger.auditChooser(), mayUse: (workerId: string) => mayUse(this.ledger.standingOf(workerId)) }
+          ? {
+              chooseAudit: this.ledger.auditChooser(),
+              auditDue: this.ledger.auditDue(),
+              mayUse: (workerId: string) => mayUse(this.ledger.standingOf(workerId)),
+            }
           : {}),
         clock: this.clock,
       }),

@@ -1,5 +1,5 @@
 /**
- * The coordinator↔dispatcher expert-dispatch protocol, versions 1 and 2 (docs/dispatch-protocol.md).
+ * The coordinator↔dispatcher expert-dispatch protocol, versions 1 to 3 (docs/dispatch-protocol.md).
  * The coordinator's side is coordinator/src/src/llama-expert-dispatch.cpp; both follow the same document.
  *
  * Every frame: a 16-byte little-endian header {magic "EXDP", version u16, kind u16, seq u32, payload u32}, then
@@ -13,14 +13,19 @@
  * workers); the coordinator computes the unclaimed pairs meanwhile, then reads the RESULT (the served pairs' sums)
  * and computes any claimed pair that did not arrive. The version is negotiated in HELLO: the coordinator's HELLO
  * carries the highest version it speaks, HELLO_ACK the version of the connection, which every later frame carries.
+ *
+ * Version 3 (standing offers): v2 plus an offer trailer on each RESULT (which experts of the layer the dispatcher
+ * takes of its next REQUEST, and how many pairs, as a line in the request's size) and a pre-claim trailer on each
+ * REQUEST: the coordinator gives the dispatcher the pairs an unexpired offer lets it, computes the rest at once, and
+ * reads no CLAIM for that REQUEST — the exchange's wait leaves the coordinator's critical path.
  */
 import type { Numerics } from './numerics.ts';
 
 export const DISPATCH_MAGIC = 0x50445845;
 /** The highest version this side speaks; a connection speaks min(the coordinator's, this). */
-export const DISPATCH_VERSION = 2;
+export const DISPATCH_VERSION = 3;
 export const DISPATCH_MIN_VERSION = 1;
-export type DispatchVersion = 1 | 2;
+export type DispatchVersion = 1 | 2 | 3;
 export const HEADER_BYTES = 16;
 
 export enum FrameKind {
@@ -40,6 +45,7 @@ export enum FrameKind {
 const KINDS_OF_VERSION: Readonly<Record<DispatchVersion, ReadonlySet<FrameKind>>> = Object.freeze({
   1: new Set([FrameKind.Hello, FrameKind.HelloAck, FrameKind.Request, FrameKind.Response, FrameKind.Audit]),
   2: new Set([FrameKind.Hello, FrameKind.HelloAck, FrameKind.Request, FrameKind.Audit, FrameKind.Claim, FrameKind.Result]),
+  3: new Set([FrameKind.Hello, FrameKind.HelloAck, FrameKind.Request, FrameKind.Audit, FrameKind.Claim, FrameKind.Result]),
 });
 
 export const DISPATCH_LIMITS = Object.freeze({
@@ -49,6 +55,10 @@ export const DISPATCH_LIMITS = Object.freeze({
   maxModelDesc: 256,
   maxPayload: 256 * 1024 * 1024,
   maxQuietMs: 60_000,
+  /** v3: an offer is good for at most this long after the coordinator read it. */
+  maxOfferTtlMs: 1000,
+  /** v3: an offer's `b` (pairs) lies within ±this. */
+  maxOfferB: 1_000_000,
 });
 
 const HELLO_FIXED = 28;
@@ -58,6 +68,9 @@ const RESPONSE_FIXED = 28;
 const AUDIT_FIXED = 16;
 const CLAIM_FIXED = 24;
 const RESULT_FIXED = 16;
+/** v3 trailers: REQUEST's {n_preclaimed u32}, RESULT's offer {ttl_ms u32, max_pairs u32, a f32, b f32}. */
+const PRECLAIM_FIXED = 4;
+const OFFER_FIXED = 16;
 
 export type DispatchErrorCode =
   | 'DISPATCH_BAD_MAGIC'
@@ -130,6 +143,30 @@ export interface DispatchRequest {
   ids: Int32Array;
   /** [nTokens × nUsed] router probabilities of those experts, after the model's normalisation and scaling. */
   probs: Float32Array;
+  /**
+   * v3: `preclaimed[t·nUsed + k]` = 1 for each pair the coordinator gave the dispatcher under its standing offer: it
+   * reads no CLAIM for this REQUEST, treats these pairs as claimed and waits for their RESULT. Null or absent: none
+   * (the v2 exchange: a CLAIM follows).
+   */
+  preclaimed?: Uint8Array | null;
+}
+
+/**
+ * v3: what the dispatcher takes of the layer's next REQUEST, sent on a RESULT. Within `ttlMs` of reading it, the
+ * coordinator may pre-claim c = min(maxPairs, covered, ⌊a·N − b⌋) pairs of the next REQUEST of the layer (N its pairs,
+ * `covered` those whose expert's bit is set in `experts`), taking covered pairs in (t, k) order, whole tokens first;
+ * c ≤ 0 computes the layer locally with no exchange. Used once: the next RESULT brings the next offer, or none.
+ */
+export interface DispatchOffer {
+  /** How long it stays good after it is read, ms (1..maxOfferTtlMs). */
+  ttlMs: number;
+  /** At most this many pairs (≥ 1). */
+  maxPairs: number;
+  /** The line's slope in [0, 1] and offset (pairs): the balanced split of N pairs takes a·N − b. */
+  a: number;
+  b: number;
+  /** Bit e (byte e >> 3, bit e & 7) set when expert e may be pre-claimed; ⌈n_expert / 8⌉ bytes. */
+  experts: Uint8Array;
 }
 
 interface ResponseBase {
@@ -188,6 +225,8 @@ export interface DispatchResult {
   served: Uint8Array;
   /** [nTokens × nEmbd]. */
   sums: Float32Array;
+  /** v3: the standing offer for the layer's next REQUEST (null or absent: none). */
+  offer?: DispatchOffer | null;
 }
 
 /**
@@ -310,8 +349,18 @@ export function encodeHelloAck(accepted: boolean, code = 0, version: DispatchVer
 }
 
 export function encodeRequest(r: DispatchRequest, version: DispatchVersion = DISPATCH_VERSION): Uint8Array {
-  const payload = REQUEST_FIXED + 4 * (r.nTokens * r.nEmbd + 2 * r.nTokens * r.nUsed);
+  const base = REQUEST_FIXED + 4 * (r.nTokens * r.nEmbd + 2 * r.nTokens * r.nUsed);
+  const pairs = r.nTokens * r.nUsed;
+  const pre = version >= 3 ? r.preclaimed : null;
+  if (r.preclaimed && version < 3) throw new DispatchProtocolError('DISPATCH_BAD_CLAIM', `pre-claims need version 3, not ${version}`);
+  if (pre && pre.length !== pairs) throw new DispatchProtocolError('DISPATCH_BAD_CLAIM', 'pre-claim flags do not cover every pair');
+  const nPre = pre ? countFlags(pre, 'pre-claim', 'DISPATCH_BAD_CLAIM') : 0;
+  const payload = base + (version >= 3 ? PRECLAIM_FIXED + (nPre > 0 ? pad4(pairs) : 0) : 0);
   const { bytes, view } = frame(FrameKind.Request, r.seq, payload, version);
+  if (version >= 3) {
+    view.setUint32(HEADER_BYTES + base, nPre, true);
+    if (pre && nPre > 0) bytes.set(pre, HEADER_BYTES + base + PRECLAIM_FIXED);
+  }
   putU32s(view, [r.layer, r.nTokens, r.nEmbd, r.nUsed, r.deadlineUs, r.localNsPerPair]);
   let o = HEADER_BYTES + REQUEST_FIXED;
   bytes.set(new Uint8Array(r.rows.buffer, r.rows.byteOffset, r.rows.byteLength), o);
@@ -333,7 +382,15 @@ export function decodeRequest(header: FrameHeader, payload: Uint8Array, nExpert:
   checkInt('n_tokens', nTokens, 1, DISPATCH_LIMITS.maxRows);
   checkInt('n_embd', nEmbd, 1, DISPATCH_LIMITS.maxEmbd);
   checkInt('n_used', nUsed, 1, DISPATCH_LIMITS.maxUsed);
-  const want = REQUEST_FIXED + 4 * (nTokens * nEmbd + 2 * nTokens * nUsed);
+  const base = REQUEST_FIXED + 4 * (nTokens * nEmbd + 2 * nTokens * nUsed);
+  const pairs = nTokens * nUsed;
+  let nPre = 0;
+  if (header.version >= 3) {
+    if (payload.length < base + PRECLAIM_FIXED) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'request is too short');
+    nPre = v.getUint32(base, true);
+    checkInt('n_preclaimed', nPre, 0, pairs);
+  }
+  const want = base + (header.version >= 3 ? PRECLAIM_FIXED + (nPre > 0 ? pad4(pairs) : 0) : 0);
   if (payload.length !== want)
     throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `request of ${payload.length} bytes, expected ${want}`);
   // Views of the payload where its floats are 4-aligned (FrameReader hands out the socket's own chunks, which Node
@@ -350,7 +407,14 @@ export function decodeRequest(header: FrameHeader, payload: Uint8Array, nExpert:
   for (const id of ids) {
     if (id < 0 || id >= nExpert) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `expert id ${id} outside [0, ${nExpert})`);
   }
-  return { seq: header.seq, layer, nTokens, nEmbd, nUsed, deadlineUs, localNsPerPair, rows, ids, probs };
+  let preclaimed: Uint8Array | null = null;
+  if (nPre > 0) {
+    const at = base + PRECLAIM_FIXED;
+    preclaimed = payload.subarray(at, at + pairs);
+    if (countFlags(preclaimed, 'pre-claim', 'DISPATCH_BAD_CLAIM') !== nPre)
+      throw new DispatchProtocolError('DISPATCH_BAD_CLAIM', `n_preclaimed ${nPre} does not match the pre-claim flags`);
+  }
+  return { seq: header.seq, layer, nTokens, nEmbd, nUsed, deadlineUs, localNsPerPair, rows, ids, probs, preclaimed };
 }
 
 /** Counts the 1s of a flag array; anything but 0/1 is refused with `code`. */
@@ -456,7 +520,8 @@ function checkDisjoint(a: Uint8Array, b: Uint8Array, what: string, code: Dispatc
  * CLAIM payload (v2): 24 fixed bytes {layer, n_tokens, n_used, quiet_ms, n_claimed, n_audit}, then claimed u8[pairs]
  * padded to 4 (n_claimed > 0), audit u8[pairs] padded to 4 (n_audit > 0).
  */
-export function encodeClaim(c: DispatchClaim): Uint8Array {
+export function encodeClaim(c: DispatchClaim, version: DispatchVersion = 2): Uint8Array {
+  if (version < 2) throw new DispatchProtocolError('DISPATCH_BAD_KIND', 'a CLAIM needs version 2 or 3');
   checkInt('n_tokens', c.nTokens, 1, DISPATCH_LIMITS.maxRows);
   checkInt('n_used', c.nUsed, 1, DISPATCH_LIMITS.maxUsed);
   checkInt('quiet_ms', c.quietMs, 0, DISPATCH_LIMITS.maxQuietMs);
@@ -471,7 +536,7 @@ export function encodeClaim(c: DispatchClaim): Uint8Array {
   if (c.claimed && c.audit) checkDisjoint(c.claimed, c.audit, 'both claimed and audited', 'DISPATCH_BAD_AUDIT');
   const auditAt = CLAIM_FIXED + (nClaimed > 0 ? pad4(pairs) : 0);
   const payload = auditAt + (nAudit > 0 ? pad4(pairs) : 0);
-  const { bytes, view } = frame(FrameKind.Claim, c.seq, payload, 2);
+  const { bytes, view } = frame(FrameKind.Claim, c.seq, payload, version);
   putU32s(view, [c.layer, c.nTokens, c.nUsed, c.quietMs, nClaimed, nAudit]);
   if (c.claimed && nClaimed > 0) bytes.set(c.claimed, HEADER_BYTES + CLAIM_FIXED);
   if (c.audit && nAudit > 0) bytes.set(c.audit, HEADER_BYTES + auditAt);
@@ -509,19 +574,61 @@ export function decodeClaim(header: FrameHeader, payload: Uint8Array): DispatchC
   return { seq: header.seq, layer, nTokens, nUsed, quietMs, claimed, audit };
 }
 
-/** RESULT payload (v2): 16 fixed bytes {layer, n_tokens, n_used, n_served}, served u8[pairs] padded to 4, sums f32[n_tokens·n_embd]. */
-export function encodeResult(r: DispatchResult): Uint8Array {
+/** Bytes of a v3 offer's expert bitmap for `nExpert` experts. */
+export const offerBitmapBytes = (nExpert: number): number => (nExpert + 7) >> 3;
+
+/** Throws unless `o` is an offer a coordinator with `nExpert` experts accepts. */
+function checkOffer(o: DispatchOffer, nExpert: number): void {
+  checkInt('offer ttl_ms', o.ttlMs, 1, DISPATCH_LIMITS.maxOfferTtlMs);
+  checkInt('offer max_pairs', o.maxPairs, 1, DISPATCH_LIMITS.maxRows * DISPATCH_LIMITS.maxUsed);
+  if (!(Number.isFinite(o.a) && o.a >= 0 && o.a <= 1))
+    throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `offer a ${o.a} is outside [0, 1]`);
+  if (!(Number.isFinite(o.b) && Math.abs(o.b) <= DISPATCH_LIMITS.maxOfferB))
+    throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `offer b ${o.b} is outside ±${DISPATCH_LIMITS.maxOfferB}`);
+  if (o.experts.length !== offerBitmapBytes(nExpert))
+    throw new DispatchProtocolError(
+      'DISPATCH_BAD_FRAME',
+      `offer bitmap of ${o.experts.length} bytes, expected ${offerBitmapBytes(nExpert)}`,
+    );
+}
+
+/** Writes the v3 offer trailer at `at` (bytes index); returns the trailer's length. */
+function putOffer(bytes: Uint8Array, at: number, offer: DispatchOffer | null | undefined, nExpert: number): number {
+  const v = new DataView(bytes.buffer, bytes.byteOffset);
+  if (!offer) {
+    for (let i = 0; i < OFFER_FIXED; i++) bytes[at + i] = 0;
+    return OFFER_FIXED;
+  }
+  checkOffer(offer, nExpert);
+  v.setUint32(at, offer.ttlMs, true);
+  v.setUint32(at + 4, offer.maxPairs, true);
+  v.setFloat32(at + 8, offer.a, true);
+  v.setFloat32(at + 12, offer.b, true);
+  bytes.set(offer.experts, at + OFFER_FIXED);
+  return OFFER_FIXED + pad4(offer.experts.length);
+}
+
+/**
+ * RESULT payload (v2): 16 fixed bytes {layer, n_tokens, n_used, n_served}, served u8[pairs] padded to 4, sums
+ * f32[n_tokens·n_embd]; v3 adds the offer trailer {ttl_ms u32, max_pairs u32, a f32, b f32} (all 0: no offer), then
+ * with an offer its expert bitmap u8[⌈n_expert/8⌉] padded to 4. `nExpert`: the coordinator's (HELLO), for v3.
+ */
+export function encodeResult(r: DispatchResult, version: DispatchVersion = 2, nExpert = 0): Uint8Array {
   checkInt('n_tokens', r.nTokens, 1, DISPATCH_LIMITS.maxRows);
   checkInt('n_used', r.nUsed, 1, DISPATCH_LIMITS.maxUsed);
-  const pairs = r.nTokens * r.nUsed;
-  if (r.served.length !== pairs) throw new DispatchProtocolError('DISPATCH_BAD_CLAIM', 'served flags do not cover every pair');
-  const nServed = countFlags(r.served, 'served', 'DISPATCH_BAD_CLAIM');
-  const sumsAt = RESULT_FIXED + pad4(pairs);
-  const { bytes, view } = frame(FrameKind.Result, r.seq, sumsAt + r.sums.byteLength, 2);
-  putU32s(view, [r.layer, r.nTokens, r.nUsed, nServed]);
-  bytes.set(r.served, HEADER_BYTES + RESULT_FIXED);
-  bytes.set(new Uint8Array(r.sums.buffer, r.sums.byteOffset, r.sums.byteLength), HEADER_BYTES + sumsAt);
-  return bytes;
+  const d = draftResult({
+    seq: r.seq,
+    layer: r.layer,
+    nTokens: r.nTokens,
+    nUsed: r.nUsed,
+    nEmbd: r.sums.length / r.nTokens,
+    version,
+    nExpert,
+  });
+  if (r.served.length !== d.served.length) throw new DispatchProtocolError('DISPATCH_BAD_CLAIM', 'served flags do not cover every pair');
+  d.served.set(r.served);
+  d.sums.set(r.sums);
+  return sealResult(d, r.offer);
 }
 
 /** A RESULT frame being filled in place: `served` and `sums` are views of `bytes` (zeroed), written by the caller. */
@@ -529,6 +636,10 @@ export interface ResultDraft {
   readonly bytes: Uint8Array;
   readonly served: Uint8Array;
   readonly sums: Float32Array;
+  readonly version: DispatchVersion;
+  readonly nExpert: number;
+  /** v3: where the offer trailer starts in `bytes`. */
+  readonly offerAt: number;
 }
 
 /**
@@ -536,33 +647,66 @@ export interface ResultDraft {
  * workers' partials straight into the bytes it writes (no second buffer, no copy); `sealResult` completes it. The
  * bytes are those `encodeResult` writes for the same flags and sums.
  */
-export function draftResult(r: { seq: number; layer: number; nTokens: number; nUsed: number; nEmbd: number }): ResultDraft {
+export function draftResult(r: {
+  seq: number;
+  layer: number;
+  nTokens: number;
+  nUsed: number;
+  nEmbd: number;
+  /** The connection's (2 or 3; default 2). */
+  version?: DispatchVersion;
+  /** v3: the coordinator's expert count, which sizes an offer's bitmap. */
+  nExpert?: number;
+}): ResultDraft {
   checkInt('n_tokens', r.nTokens, 1, DISPATCH_LIMITS.maxRows);
   checkInt('n_used', r.nUsed, 1, DISPATCH_LIMITS.maxUsed);
   checkInt('n_embd', r.nEmbd, 1, DISPATCH_LIMITS.maxEmbd);
+  const version = r.version ?? 2;
+  const nExpert = r.nExpert ?? 0;
   const pairs = r.nTokens * r.nUsed;
   const sumsAt = RESULT_FIXED + pad4(pairs);
-  const { bytes, view } = frame(FrameKind.Result, r.seq, sumsAt + 4 * r.nTokens * r.nEmbd, 2);
+  const offerAt = sumsAt + 4 * r.nTokens * r.nEmbd;
+  const trailer = version >= 3 ? OFFER_FIXED + pad4(offerBitmapBytes(nExpert)) : 0;
+  const { bytes, view } = frame(FrameKind.Result, r.seq, offerAt + trailer, version);
   putU32s(view, [r.layer, r.nTokens, r.nUsed, 0]);
   return {
     bytes,
     served: bytes.subarray(HEADER_BYTES + RESULT_FIXED, HEADER_BYTES + RESULT_FIXED + pairs),
     sums: new Float32Array(bytes.buffer, bytes.byteOffset + HEADER_BYTES + sumsAt, r.nTokens * r.nEmbd),
+    version,
+    nExpert,
+    offerAt: HEADER_BYTES + offerAt,
   };
 }
 
-/** Checks a draft's served flags (0 or 1 each) and writes their count as n_served; returns the frame's bytes. */
-export function sealResult(d: ResultDraft): Uint8Array {
+/**
+ * Checks a draft's served flags (0 or 1 each) and writes their count as n_served, and in v3 the offer trailer (none:
+ * zeros and no bitmap); returns the frame's bytes.
+ */
+export function sealResult(d: ResultDraft, offer?: DispatchOffer | null): Uint8Array {
   const nServed = countFlags(d.served, 'served', 'DISPATCH_BAD_CLAIM');
-  new DataView(d.bytes.buffer, d.bytes.byteOffset).setUint32(HEADER_BYTES + 12, nServed, true);
-  return d.bytes;
+  const view = new DataView(d.bytes.buffer, d.bytes.byteOffset);
+  view.setUint32(HEADER_BYTES + 12, nServed, true);
+  if (d.version < 3) {
+    if (offer) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `offers need version 3, not ${d.version}`);
+    return d.bytes;
+  }
+  const end = d.offerAt + putOffer(d.bytes, d.offerAt, offer, d.nExpert);
+  view.setUint32(12, end - HEADER_BYTES, true);
+  return end === d.bytes.length ? d.bytes : d.bytes.subarray(0, end);
 }
 
 /**
  * Decodes and checks a RESULT as the coordinator does, for a coordinator of width `nEmbd`; with `claimed` (the
  * CLAIM's flags) it also refuses a served pair that was not claimed and non-finite sums.
  */
-export function decodeResult(header: FrameHeader, payload: Uint8Array, nEmbd: number, claimed?: Uint8Array | null): DispatchResult {
+export function decodeResult(
+  header: FrameHeader,
+  payload: Uint8Array,
+  nEmbd: number,
+  claimed?: Uint8Array | null,
+  nExpert = 0,
+): DispatchResult {
   if (header.kind !== FrameKind.Result) throw new DispatchProtocolError('DISPATCH_BAD_KIND', `expected a result, got kind ${header.kind}`);
   if (payload.length < RESULT_FIXED) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'result is too short');
   const v = new DataView(payload.buffer, payload.byteOffset, payload.length);
@@ -572,7 +716,25 @@ export function decodeResult(header: FrameHeader, payload: Uint8Array, nEmbd: nu
   checkInt('n_used', nUsed, 1, DISPATCH_LIMITS.maxUsed);
   const pairs = nTokens * nUsed;
   const sumsAt = RESULT_FIXED + pad4(pairs);
-  const want = sumsAt + 4 * nTokens * nEmbd;
+  const offerAt = sumsAt + 4 * nTokens * nEmbd;
+  let want = offerAt;
+  let offer: DispatchOffer | null = null;
+  if (header.version >= 3) {
+    if (payload.length < offerAt + OFFER_FIXED) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'result is too short for its offer');
+    const ttlMs = u(offerAt / 4);
+    const maxPairs = u(offerAt / 4 + 1);
+    const a = v.getFloat32(offerAt + 8, true);
+    const b = v.getFloat32(offerAt + 12, true);
+    want = offerAt + OFFER_FIXED;
+    if (ttlMs !== 0 || maxPairs !== 0 || a !== 0 || b !== 0) {
+      const bitmapAt = want;
+      want += pad4(offerBitmapBytes(nExpert));
+      if (payload.length === want) {
+        offer = { ttlMs, maxPairs, a, b, experts: payload.slice(bitmapAt, bitmapAt + offerBitmapBytes(nExpert)) };
+        checkOffer(offer, nExpert);
+      }
+    }
+  }
   if (payload.length !== want) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `result of ${payload.length} bytes, expected ${want}`);
   const body = payload.slice();
   const served = body.subarray(RESULT_FIXED, RESULT_FIXED + pairs);
@@ -589,7 +751,7 @@ export function decodeResult(header: FrameHeader, payload: Uint8Array, nEmbd: nu
   for (const x of sums) {
     if (!Number.isFinite(x)) throw new DispatchProtocolError('DISPATCH_BAD_FRAME', 'non-finite sum');
   }
-  return { seq: header.seq, layer, nTokens, nUsed, served, sums };
+  return { seq: header.seq, layer, nTokens, nUsed, served, sums, ...(header.version >= 3 ? { offer } : {}) };
 }
 
 /** AUDIT payload: {layer, n_tokens, n_audit, reserved 0} then sums f32[n_tokens·n_embd]. Written by the coordinator. */

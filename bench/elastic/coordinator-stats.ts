@@ -21,6 +21,9 @@ export interface CoordinatorStats {
   localUs: number;
   /** First pass done → the RESULT read (or given up). */
   waitUs: number;
+  /** v3: REQUESTs that pre-claimed under a standing offer (no CLAIM read), and layers an offer left local (no REQUEST). */
+  preclaimed: number;
+  offerLocal: number;
 }
 
 const FIELDS: Array<[string, keyof CoordinatorStats]> = [
@@ -33,6 +36,8 @@ const FIELDS: Array<[string, keyof CoordinatorStats]> = [
   ['exchange_us', 'exchangeUs'],
   ['local_us', 'localUs'],
   ['wait_us', 'waitUs'],
+  ['preclaimed', 'preclaimed'],
+  ['offer_local', 'offerLocal'],
 ];
 
 /** One stats line's figures; undefined when the line is not one or a field is missing. Pure. */
@@ -73,7 +78,7 @@ export function describeStats(d: CoordinatorStats, spanUs: number): string {
   const pct = (us: number) => `${((100 * us) / spanUs).toFixed(1)} %`;
   const per = (us: number, n: number) => (n > 0 ? `${(us / n / 1000).toFixed(2)} ms` : '—');
   return [
-    `${d.exchanges} exchanges, ${d.claimed} claimed (${d.pairsClaimed} of their ${d.pairs} pairs, ${d.pairsServed} served)`,
+    `${d.exchanges} exchanges, ${d.claimed} claimed (${d.preclaimed} pre-claimed; ${d.pairsClaimed} of their ${d.pairs} pairs, ${d.pairsServed} served; ${d.offerLocal} left local by an offer)`,
     `exchange ${pct(d.exchangeUs)} (${per(d.exchangeUs, d.exchanges)} each)`,
     `own part of claimed layers ${pct(d.localUs)} (${per(d.localUs, d.claimed)})`,
     `waiting for RESULTs ${pct(d.waitUs)} (${per(d.waitUs, d.claimed)})`,

@@ -508,6 +508,11 @@ function diffTotals(a: DispatcherTotals, b: DispatcherTotals): DispatcherTotals 
     },
     decisions: diffCounts(a.decisions, b.decisions),
     claims: diffCounts(a.claims, b.claims),
+    offers: {
+      made: a.offers.made - b.offers.made,
+      preclaimed: a.offers.preclaimed - b.offers.preclaimed,
+      preclaimedPairs: a.offers.preclaimedPairs - b.offers.preclaimedPairs,
+    },
   };
 }
 
@@ -1074,6 +1079,9 @@ if (totalsB) {
   );
   console.log(`  Layer-1 policy decisions (per worker and REQUEST): ${counts(t.decisions)}`);
   console.log(`  claim caps (v2, per worker the policy let through): ${counts(t.claims)}`);
+  console.log(
+    `  standing offers (v3): ${t.offers.made} made; ${t.offers.preclaimed} REQUESTs pre-claimed (${t.offers.preclaimedPairs} pairs) of ${t.requests}`,
+  );
   console.log(
     `  B's coordinator (its stats lines, B's rounds summed): ${coordinatorB ? describeStats(coordinatorB, coordinatorBWallUs) : 'no stats line'}`,
   );

@@ -24,6 +24,8 @@ export type AuditChooser = (ctx: {
   plan: RequestPlan;
   workerIds: readonly string[];
   answered: readonly boolean[];
+  /** v3: a spot check is owed here (the dispatcher withheld a standing offer for it: `auditDue`). */
+  owed?: boolean;
 }) => readonly number[] | null;
 
 /** One worker's answer held against the coordinator's own sums (AUDIT frame). */

@@ -90,6 +90,14 @@ export interface ClaimConfig {
    * the layer to the coordinator for up to 250 ms: 31 REQUESTs per 100 generated tokens of the ~50 it evaluates).
    */
   declineQuietMs: number;
+  /** v3: how long a standing offer (offerLine) stays good after the coordinator read it, ms; 0 = no offers. */
+  offerTtlMs: number;
+  /**
+   * v3: every this many RESULTs of a layer, one carries no offer, so that the next REQUEST is a v2 exchange, where
+   * shadow probes, keep-warm claims, probation and spot checks happen (a pre-claimed REQUEST has no CLAIM to ask for
+   * them).
+   */
+  offerBreakEvery: number;
 }
 
 export const DEFAULT_CLAIMS: Readonly<ClaimConfig> = Object.freeze({
@@ -102,6 +110,8 @@ export const DEFAULT_CLAIMS: Readonly<ClaimConfig> = Object.freeze({
   keepWarmForMs: 30_000,
   warmFollowUpMaxMs: 250,
   declineQuietMs: 4,
+  offerTtlMs: 250,
+  offerBreakEvery: 8,
 });
 
 /**
@@ -228,4 +238,46 @@ export function claimCaps(input: ClaimInput, cfg: ClaimConfig = DEFAULT_CLAIMS):
     reasons[i] = 'keep-warm';
   }
   return { caps, reasons, expectedMs, aloneMs };
+}
+
+/** One worker of a standing offer: its fitted round trip `overhead + c·perPair` for c pairs (ms). */
+export interface OfferWorker {
+  overheadMs: number;
+  perPairMs: number;
+}
+
+/**
+ * v3's standing offer as a line in the request's size, pure: the claim that makes the coordinator's part and the
+ * workers' finish together, c(N) = a·N − b, and the most pairs the workers finish within the deadline slack. With
+ * the coordinator's time per pair L and workers in parallel (each c_w = (T − F_w) / P_w), (N − Σ c_w)·L = T gives
+ *
+ *   S = Σ 1/P_w,  F = Σ F_w/P_w,  a = L·S / (1 + L·S),  b = F / (1 + L·S)
+ *
+ * — claimCaps' makespan for workers that start at once (the coordinator pre-claims with no CLAIM in between). Null
+ * (no offer) when L is unmeasured, a worker's line is not usable, or the slack leaves no pair.
+ *
+ *   const line = offerLine(workers, req.localNsPerPair / 1e6, budgetMs);   // { a, b, maxPairs } | null
+ */
+export function offerLine(
+  workers: readonly OfferWorker[],
+  localMsPerPair: number,
+  budgetMs: number,
+  cfg: ClaimConfig = DEFAULT_CLAIMS,
+): { a: number; b: number; maxPairs: number } | null {
+  const L = localMsPerPair;
+  if (!(L > 0) || workers.length === 0) return null;
+  const slack = Number.isFinite(cfg.deadlineSlack) && cfg.deadlineSlack >= 1 ? cfg.deadlineSlack : 1;
+  let S = 0;
+  let F = 0;
+  let maxPairs = 0;
+  for (const w of workers) {
+    if (!(w.perPairMs > 0) || !(w.overheadMs >= 0) || !Number.isFinite(w.overheadMs)) return null;
+    S += 1 / w.perPairMs;
+    F += w.overheadMs / w.perPairMs;
+    maxPairs += Math.max(0, Math.floor((budgetMs / slack - w.overheadMs) / w.perPairMs));
+  }
+  if (maxPairs < 1) return null;
+  const a = (L * S) / (1 + L * S);
+  const b = F / (1 + L * S);
+  return { a, b, maxPairs };
 }

@@ -45,13 +45,15 @@ import {
   decodeRequest,
   type DispatchVersion,
   checkVersion,
+  type DispatchOffer,
   draftResult,
   encodeClaim,
   encodeHelloAck,
   negotiateVersion,
+  offerBitmapBytes,
   sealResult,
 } from '../../protocol/dispatch.ts';
-import { type ClaimConfig, type ClaimReason, DEFAULT_CLAIMS, claimCaps } from './claims.ts';
+import { type ClaimConfig, type ClaimReason, DEFAULT_CLAIMS, claimCaps, type OfferWorker, offerLine } from './claims.ts';
 import {
   DEFAULT_DEADLINES,
   type DeadlineConfig,
@@ -60,6 +62,7 @@ import {
   type RequestPlan,
   checkPartial,
   gatherRows,
+  latencyLine,
   mergePartials,
   newLatencyModel,
   observeRoundTrip,
@@ -142,6 +145,10 @@ export interface ResponseSummary {
   claimed: number;
   /** The quiet window the answer gave this layer, ms (0: the coordinator asks again on its next evaluation). */
   quietMs: number;
+  /** v3: the pairs the coordinator pre-claimed under a standing offer (0: a CLAIM exchange). */
+  preclaimed?: number;
+  /** v3: whether the RESULT carried an offer for the layer's next REQUEST. */
+  offered?: boolean;
 }
 
 /** The slice a link serves (a volunteer holding several has one link each): per-slice pairs and credit. */
@@ -262,6 +269,12 @@ export interface ModelDispatcherOptions {
   mayUse?: (workerId: string) => boolean;
   /** Wall clock (ms) for attach / serve times; the dispatch map's clock. */
   clock?: () => number;
+  /**
+   * v3: whether a spot check of these workers is due (trust: probation, or the spot-check draw). When it says so, the
+   * RESULT carries no standing offer, the next REQUEST of the layer is a CLAIM exchange, and `chooseAudit` is told the
+   * check is owed. Absent: no checks are owed (offers follow `offerBreakEvery` alone).
+   */
+  auditDue?: (workerIds: readonly string[]) => boolean;
 }
 
 /** What the dispatcher has measured of one worker. */
@@ -312,6 +325,8 @@ export interface DispatcherTotals {
   decisions: Partial<Record<PolicyReason, number>>;
   /** v2 claim caps by reason, per (worker, request) that the Layer-1 policy let through. */
   claims: Partial<Record<ClaimReason, number>>;
+  /** v3: RESULTs that carried a standing offer, and REQUESTs that came pre-claimed under one (with their pairs). */
+  offers: { made: number; preclaimed: number; preclaimedPairs: number };
 }
 
 const PENDING = 0;
@@ -338,6 +353,8 @@ interface InFlight {
   readonly rejectedPairs: number[];
   readonly timers: Array<NodeJS.Timeout | undefined>;
   readonly arrivedAt: number;
+  /** v3: pairs the coordinator pre-claimed (no CLAIM was written); 0 for a CLAIM exchange. */
+  readonly preclaimed: number;
   dispatchedAt: number;
   settledAt: number;
   remaining: number;
@@ -361,6 +378,10 @@ interface Connection {
   pendingAudit: PendingAudit | null;
   /** Per layer: REQUESTs in a row the split left to the coordinator alone (probes.ts `declineQuietMs`). */
   readonly declineStreak: Map<number, number>;
+  /** v3, per layer: RESULTs written (every `offerBreakEvery`-th carries no offer). */
+  readonly offerCount: Map<number, number>;
+  /** v3: layers whose next CLAIM exchange owes a spot check (an offer was withheld for it). */
+  readonly auditOwed: Set<number>;
   closed: boolean;
 }
 
@@ -420,6 +441,7 @@ export class ModelDispatcher {
     pairs: { served: 0, fallback: 0, rejected: 0, late: 0, audited: 0 },
     decisions: {},
     claims: {},
+    offers: { made: 0, preclaimed: 0, preclaimedPairs: 0 },
   };
   private readonly policyCfg: LayerOneConfig;
   private readonly deadlineCfg: DeadlineConfig;
@@ -554,6 +576,8 @@ export class ModelDispatcher {
       awaitingAudit: null,
       pendingAudit: null,
       declineStreak: new Map(),
+      offerCount: new Map(),
+      auditOwed: new Set(),
       closed: false,
     };
     this.conn = conn;
@@ -633,7 +657,7 @@ export class ModelDispatcher {
       case FrameKind.Audit: {
         // v1: withheld answers wait in awaitingAudit; v2: shadow items in pendingAudit (their answers may come later).
         const hello = conn.hello;
-        const waiting = conn.version === 2 ? conn.pendingAudit : conn.awaitingAudit;
+        const waiting = conn.version >= 2 ? conn.pendingAudit : conn.awaitingAudit;
         if (!hello || !waiting || waiting.seq !== header.seq)
           throw new DispatchProtocolError('DISPATCH_BAD_KIND', `an AUDIT (seq ${header.seq}) nobody asked for`);
         conn.awaitingAudit = null;
@@ -641,7 +665,7 @@ export class ModelDispatcher {
         const a = decodeAudit(header, payload, hello.nEmbd);
         if (a.layer !== waiting.layer)
           throw new DispatchProtocolError('DISPATCH_BAD_FRAME', `AUDIT of layer ${a.layer}, asked for ${waiting.layer}`);
-        if (conn.version === 2) {
+        if (conn.version >= 2) {
           const pending = waiting as PendingAudit;
           pending.trusted = a.sums;
           this.compareShadow(pending, hello.nEmbd);
@@ -750,7 +774,7 @@ export class ModelDispatcher {
   private answerLocal(conn: Connection, req: DispatchRequest, quietMs: number, arrivedAt: number): void {
     const pairs = req.nTokens * req.nUsed;
     const head = { seq: req.seq, layer: req.layer, nTokens: req.nTokens, nUsed: req.nUsed, quietMs };
-    this.write(conn, conn.version === 2 ? encodeClaim({ ...head, claimed: null }) : encodeV1Local(head));
+    this.write(conn, conn.version >= 2 ? encodeClaim({ ...head, claimed: null }, conn.version) : encodeV1Local(head));
     this.totals.localRequests++;
     this.totals.pairs.fallback += pairs;
     const m = this.opts.metrics;
@@ -785,6 +809,10 @@ export class ModelDispatcher {
     const nowMs = this.clock();
     this.totals.requests++;
     const quiet = Math.min(this.opts.quietMs ?? DEFAULT_QUIET_MS, DISPATCH_LIMITS.maxQuietMs);
+    if (req.preclaimed) {
+      this.onPreclaimed(conn, req, req.preclaimed, arrivedAt, nowMs);
+      return;
+    }
     if (this.mode === 'off') {
       this.answerLocal(conn, req, quiet, arrivedAt);
       return;
@@ -800,7 +828,7 @@ export class ModelDispatcher {
     // v2: workers whose answers may not be used yet (probation) are planned apart from the rest (below); covering
     // workers the policy declined for want of proof (never served, benched) may be probed in shadow under v2, where
     // nothing waits on a probe.
-    const v2 = conn.version === 2;
+    const v2 = conn.version >= 2;
     const candidates: Candidate<WorkerLink, WorkerDispatchStats>[] = [];
     for (const link of links) {
       const covered = coveredPairs(req, link, nExpert);
@@ -885,6 +913,7 @@ export class ModelDispatcher {
       rejectedPairs: new Array(n).fill(0),
       timers: new Array(n),
       arrivedAt,
+      preclaimed: 0,
       dispatchedAt: 0,
       settledAt: 0,
       remaining: n,
@@ -904,6 +933,26 @@ export class ModelDispatcher {
     // depends on the plan alone; a worker whose send fails below is a claimed pair not served, which the coordinator
     // computes after the RESULT (as for any miss).
     const claimedAny = v2 ? this.writeClaim(f) : true;
+    this.sendItems(f, chosen, chosenStats, probes, shadowProbe, budgetMs, nowMs);
+    if (!claimedAny) {
+      // Only shadow items: every pair is the coordinator's, no RESULT follows; the shadow answers still come to `audit`.
+      conn.inFlight = null;
+      this.finish(f);
+    }
+  }
+
+  /** Hands each planned item to its worker's link, with its deadline and timer; answers come to onAnswer. */
+  private sendItems(
+    f: InFlight,
+    chosen: readonly WorkerLink[],
+    chosenStats: readonly WorkerDispatchStats[],
+    probes: readonly boolean[],
+    shadowProbe: readonly boolean[],
+    budgetMs: number,
+    nowMs: number,
+  ): void {
+    const { req, plan } = f;
+    const n = plan.workers.length;
     for (let i = 0; i < n; i++) {
       const wp = plan.workers[i] as (typeof plan.workers)[number];
       const link = chosen[wp.worker] as WorkerLink;
@@ -947,11 +996,75 @@ export class ModelDispatcher {
       );
     }
     f.dispatchedAt = performance.now();
-    if (!claimedAny) {
-      // Only shadow items: every pair is the coordinator's, no RESULT follows; the shadow answers still come to `audit`.
-      conn.inFlight = null;
-      this.finish(f);
+  }
+
+  /**
+   * v3: a REQUEST whose pairs the coordinator pre-claimed under a standing offer. No CLAIM is written and no policy,
+   * cap, shadow or audit applies (the offer was made under them, moments ago): the pre-claimed pairs are planned onto
+   * the layer's workers whose answers may be used, and exactly one RESULT follows; a pre-claimed pair no such worker
+   * covers now is not served (the coordinator computes it after the RESULT, as any claimed pair not served).
+   */
+  private onPreclaimed(conn: Connection, req: DispatchRequest, pre: Uint8Array, arrivedAt: number, nowMs: number): void {
+    const pairs = req.nTokens * req.nUsed;
+    let nPre = 0;
+    for (const x of pre) nPre += x;
+    this.totals.offers.preclaimed++;
+    this.totals.offers.preclaimedPairs += nPre;
+    const budgetMs = requestBudgetMs(req.deadlineUs, this.deadlineCfg);
+    const mayUse = this.opts.mayUse;
+    const chosen: WorkerLink[] = [];
+    const chosenStats: WorkerDispatchStats[] = [];
+    const planWorkers: PlanWorker[] = [];
+    if (this.mode !== 'off' && budgetMs > 0) {
+      for (const link of this.opts.directory.workersFor(req.layer)) {
+        if (mayUse && !mayUse(link.workerId)) continue;
+        const st = this.stats(link.workerId, nowMs);
+        const line = latencyLine(st.latency);
+        chosen.push(link);
+        chosenStats.push(st);
+        planWorkers.push({
+          begin: link.begin,
+          end: link.end,
+          queueMs: 0,
+          overheadMs: line ? line.overheadMs : null,
+          perPairMs: line ? line.perPairMs : 0,
+        });
+      }
     }
+    // Only the pre-claimed pairs are planned: the others' ids are out of every range.
+    const ids = new Int32Array(req.ids);
+    for (let p = 0; p < pairs; p++) if (pre[p] !== 1) ids[p] = -1;
+    const plan = planRequest({ nTokens: req.nTokens, nUsed: req.nUsed, ids, probs: req.probs }, planWorkers);
+    const n = plan.workers.length;
+    const f: InFlight = {
+      conn,
+      shadow: new Array(n).fill(false),
+      auditItem: new Array(n).fill(-1),
+      audit: null,
+      req,
+      plan,
+      links: new Array(n),
+      stats: new Array(n),
+      partials: new Array(n).fill(null),
+      state: new Uint8Array(n),
+      rejectedPairs: new Array(n).fill(0),
+      timers: new Array(n),
+      arrivedAt,
+      preclaimed: nPre,
+      dispatchedAt: 0,
+      settledAt: 0,
+      remaining: n,
+      abandoned: false,
+    };
+    conn.inFlight = f;
+    if (n === 0) {
+      // nothing can be placed: the RESULT at once, nothing served
+      f.dispatchedAt = performance.now();
+      f.settledAt = f.dispatchedAt;
+      this.finish(f);
+      return;
+    }
+    this.sendItems(f, chosen, chosenStats, new Array(chosen.length).fill(false), [], budgetMs, nowMs);
   }
 
   /**
@@ -1044,7 +1157,8 @@ export class ModelDispatcher {
     const choose = this.opts.chooseAudit;
     if (!choose) return;
     const workerIds = f.plan.workers.map((wp) => (chosen[wp.worker] as WorkerLink).workerId);
-    const picked = choose({ seq: f.req.seq, layer: f.req.layer, plan: f.plan, workerIds, answered: f.shadow.map(() => true) });
+    const owed = f.conn.auditOwed.delete(f.req.layer);
+    const picked = choose({ seq: f.req.seq, layer: f.req.layer, plan: f.plan, workerIds, answered: f.shadow.map(() => true), owed });
     if (!picked || picked.length === 0) return;
     const items: PendingAudit['items'] = [];
     for (const i of pickAuditItems(f.plan.workers, picked, f.req.nTokens, (i) => !f.shadow[i])) {
@@ -1151,15 +1265,18 @@ export class ModelDispatcher {
     const claimedAny = f.remaining > 0;
     this.write(
       conn,
-      encodeClaim({
-        seq: req.seq,
-        layer: req.layer,
-        nTokens: req.nTokens,
-        nUsed: req.nUsed,
-        quietMs: 0,
-        claimed: claimedAny ? claimed : null,
-        audit,
-      }),
+      encodeClaim(
+        {
+          seq: req.seq,
+          layer: req.layer,
+          nTokens: req.nTokens,
+          nUsed: req.nUsed,
+          quietMs: 0,
+          claimed: claimedAny ? claimed : null,
+          audit,
+        },
+        conn.version,
+      ),
     );
     return claimedAny;
   }
@@ -1281,10 +1398,10 @@ export class ModelDispatcher {
     const { conn, req, plan } = f;
     conn.inFlight = null;
     const pairs = req.nTokens * req.nUsed;
-    const v2 = conn.version === 2;
+    const v2 = conn.version >= 2;
     const head = { seq: req.seq, layer: req.layer, nTokens: req.nTokens, nUsed: req.nUsed, quietMs: 0 };
     // v2 merges the partials straight into the RESULT frame it writes; v1 into arrays its RESPONSE encoder copies.
-    const draft = v2 ? draftResult({ ...head, nEmbd: req.nEmbd }) : null;
+    const draft = v2 ? draftResult({ ...head, nEmbd: req.nEmbd, version: conn.version, nExpert: (conn.hello as Hello).nExpert }) : null;
     const served = draft ? draft.served : new Uint8Array(pairs);
     const sums = draft ? draft.sums : new Float32Array(req.nTokens * req.nEmbd);
     let withheld: Withheld | null = null;
@@ -1306,8 +1423,9 @@ export class ModelDispatcher {
       this.totals.pairs.audited += withheld.pairs;
       conn.awaitingAudit = withheld.awaiting;
     }
+    const offer = draft && conn.version >= 3 ? this.offerAfter(f) : null;
     if (!draft) this.write(conn, encodeV1Answer(head, withheld?.mask ?? null, nServed, served, sums));
-    else if (f.shadow.some((s) => !s)) this.write(conn, sealResult(draft));
+    else if (f.preclaimed > 0 || f.shadow.some((s) => !s)) this.write(conn, sealResult(draft, offer));
     const end = performance.now();
     // Bookkeeping after the write: the coordinator is reading its answer meanwhile.
     if (this.events.onUsed) {
@@ -1352,6 +1470,49 @@ export class ModelDispatcher {
       localNsPerPair: req.localNsPerPair,
       claimed: plan.workers.reduce((c, wp, i) => (f.shadow[i] ? c : c + wp.nPairs), 0),
       quietMs: 0,
+      preclaimed: f.preclaimed,
+      offered: offer !== null,
     });
+  }
+
+  /**
+   * v3: the standing offer a RESULT carries for the layer's next REQUEST, or null. Only under `auto`, after an
+   * exchange with nothing in shadow and every item answered in time by a measured worker whose answers may be used;
+   * none on every `offerBreakEvery`-th RESULT of the layer, nor when a spot check is due (`auditDue`: the next REQUEST
+   * is then a CLAIM exchange that owes it). The line is claims.ts `offerLine`; the experts are those of the items' links.
+   */
+  private offerAfter(f: InFlight): DispatchOffer | null {
+    const { conn, req, plan } = f;
+    const cfg = this.claimCfg;
+    if (this.mode !== 'auto' || !(cfg.offerTtlMs > 0) || plan.workers.length === 0) return null;
+    const count = (conn.offerCount.get(req.layer) ?? 0) + 1;
+    conn.offerCount.set(req.layer, count);
+    if (cfg.offerBreakEvery > 0 && count % cfg.offerBreakEvery === 0) return null;
+    if (f.audit !== null || f.shadow.some((s) => s)) return null;
+    const workers: OfferWorker[] = [];
+    for (let i = 0; i < plan.workers.length; i++) {
+      const link = f.links[i] as WorkerLink;
+      if (f.state[i] !== ANSWERED || !f.partials[i]) return null;
+      if (this.opts.mayUse && !this.opts.mayUse(link.workerId)) return null;
+      const line = latencyLine((f.stats[i] as WorkerDispatchStats).latency);
+      if (!line) return null;
+      workers.push(line);
+    }
+    const ids = f.links.map((l) => l.workerId);
+    if (this.opts.auditDue?.(ids)) {
+      conn.auditOwed.add(req.layer);
+      return null;
+    }
+    const line = offerLine(workers, req.localNsPerPair / 1e6, requestBudgetMs(req.deadlineUs, this.deadlineCfg), cfg);
+    if (!line) return null;
+    const nExpert = (conn.hello as Hello).nExpert;
+    const experts = new Uint8Array(offerBitmapBytes(nExpert));
+    for (const link of f.links) {
+      for (let e = Math.max(0, link.begin); e < Math.min(nExpert, link.end); e++)
+        experts[e >> 3] = (experts[e >> 3] as number) | (1 << (e & 7));
+    }
+    const maxPairs = Math.min(line.maxPairs, DISPATCH_LIMITS.maxRows * DISPATCH_LIMITS.maxUsed);
+    this.totals.offers.made++;
+    return { ttlMs: Math.min(cfg.offerTtlMs, DISPATCH_LIMITS.maxOfferTtlMs), maxPairs, a: line.a, b: line.b, experts };
   }
 }

@@ -103,17 +103,31 @@ export class TrustLedger {
    * it), and a random `spotRate` share of the trusted workers' items.
    */
   auditChooser(): AuditChooser {
-    return ({ workerIds, answered }) => {
+    return ({ workerIds, answered, owed }) => {
       const probation: number[] = [];
       const spot: number[] = [];
       workerIds.forEach((id, i) => {
         if (!answered[i]) return;
         const s = this.standingOf(id);
         if (s === 'probation') probation.push(i);
-        else if (auditThis(s, Math.random(), this.trust)) spot.push(i);
+        // a check owed (a standing offer was withheld for it, `auditDue`) is this draw, made then
+        else if (owed ? s !== 'quarantined' && this.on : auditThis(s, Math.random(), this.trust)) spot.push(i);
       });
       return [...probation, ...spot];
     };
+  }
+
+  /**
+   * Whether a spot check of these workers is due now (protocol v3, dispatcher.ts `auditDue`): one on probation, or
+   * the spot-check draw for a trusted one. When it is, the dispatcher withholds its standing offer, and the next
+   * exchange of the layer, a CLAIM, audits them (`owed`), so pre-claimed REQUESTs keep the spot-check rate.
+   */
+  auditDue(): (workerIds: readonly string[]) => boolean {
+    return (workerIds) =>
+      workerIds.some((id) => {
+        const s = this.standingOf(id);
+        return s === 'probation' || auditThis(s, Math.random(), this.trust);
+      });
   }
 
   /**

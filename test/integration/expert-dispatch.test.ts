@@ -584,7 +584,7 @@ test('version 1: a dispatcher that acknowledges 1 gets v1 frames and serves ever
     m,
     'all',
     async (server, d) => {
-      assert.deepEqual(d.stats.versions[0], { offered: 2, agreed: 1 }, 'the coordinator offers 2 and takes the ack of 1');
+      assert.deepEqual(d.stats.versions[0], { offered: 3, agreed: 1 }, 'the coordinator offers 3 and takes the ack of 1');
       await exactRun(server, d, m, want);
       await waitForLog(() => server.log(), /expert-dispatch: connected to dispatcher at .*, protocol version 1/);
     },
@@ -610,19 +610,20 @@ test('version 1: a dispatcher that acknowledges 1 gets v1 frames and serves ever
   );
 });
 
-test('an old dispatcher that closes on a version 2 HELLO: the coordinator offers 1 next, is served every pair with stock logits, logs no fault', async () => {
+test('an old dispatcher that closes on a newer HELLO: the coordinator steps down (3, then 2, then 1), is served every pair with stock logits, logs no fault', async () => {
   const m = await testModel(V1_MODEL);
   const want = await baseline(m, N, ALL_PROBS);
   await withDispatch(
     m,
     'all',
     async (server, d) => {
-      assert.deepEqual(d.stats.versions.slice(0, 2), [
+      assert.deepEqual(d.stats.versions.slice(0, 3), [
+        { offered: 3, agreed: null },
         { offered: 2, agreed: null },
         { offered: 1, agreed: 1 },
       ]);
       await exactRun(server, d, m, want);
-      await waitForLog(() => server.log(), /closed the connection on a version 2 HELLO; offering version 1/);
+      await waitForLog(() => server.log(), /closed the connection on a version 3 HELLO; offering version 2/);
     },
     {
       deadlineMs: 5000,
@@ -643,7 +644,7 @@ test('version 2 with every pair claimed and served: the CLAIM comes before the c
     m,
     'all',
     async (server, d) => {
-      assert.deepEqual(d.stats.versions[0], { offered: 2, agreed: 2 });
+      assert.deepEqual(d.stats.versions[0], { offered: 3, agreed: 2 });
       await exactRun(server, d, m, want);
       assert.ok(
         d.stats.log.every((r) => r.claimed === r.nTokens * r.nUsed && r.served === r.claimed),

@@ -60,9 +60,9 @@
 
 namespace {
 
-// ---- protocol v1 and v2 (docs/dispatch-protocol.md); the hub's twin is protocol/dispatch.ts ----
+// ---- protocol v1 to v3 (docs/dispatch-protocol.md); the hub's twin is protocol/dispatch.ts ----
 constexpr uint32_t XD_MAGIC       = 0x50445845; // "EXDP" little-endian
-constexpr uint16_t XD_VERSION_MAX = 2;          // the highest version spoken (offered in HELLO)
+constexpr uint16_t XD_VERSION_MAX = 3;          // the highest version spoken (offered in HELLO)
 constexpr uint16_t XD_HELLO       = 1;
 constexpr uint16_t XD_HELLO_ACK   = 2;
 constexpr uint16_t XD_REQUEST     = 3;
@@ -88,6 +88,10 @@ constexpr size_t XD_RESPONSE_FIXED   = 28;
 constexpr size_t XD_AUDIT_FIXED      = 16;
 constexpr size_t XD_CLAIM_FIXED      = 24;
 constexpr size_t XD_RESULT_FIXED     = 16;
+constexpr size_t XD_PRECLAIM_FIXED   = 4;  // v3: REQUEST's trailer {n_preclaimed u32}, then flags when > 0
+constexpr size_t XD_OFFER_FIXED      = 16; // v3: RESULT's trailer {ttl_ms u32, max_pairs u32, a f32, b f32}
+constexpr uint32_t XD_MAX_OFFER_TTL_MS = 1000;
+constexpr float    XD_MAX_OFFER_B      = 1e6f;
 
 // A pair's flag in the remote op's output (after the partial sums): how the rest of the layer treats it.
 constexpr float XD_PAIR_LOCAL   = 0.0f; // computed here
@@ -227,6 +231,14 @@ struct llama_xd_layer {
     uint32_t result_seq = 0;
     uint64_t result_conn = 0;
     int64_t  result_deadline_us = 0; // t0 + the per-layer deadline
+    // v3: the standing offer for this layer's next REQUEST, from the last RESULT (guarded by io_mu). Used once, and only
+    // on the connection that sent it, before offer_until_us.
+    bool     offer_valid = false;
+    uint64_t offer_conn = 0;
+    int64_t  offer_until_us = 0;
+    uint32_t offer_max = 0;
+    float    offer_a = 0.0f, offer_b = 0.0f;
+    std::vector<uint8_t> offer_experts; // bit e: expert e may be pre-claimed
 };
 
 struct llama_expert_dispatch {
@@ -240,7 +252,7 @@ struct llama_expert_dispatch {
     uint32_t seq = 0;
     uint64_t conn_gen = 0; // counts connections, so an audit is never sent on a later one than its request
     bool awaiting_result = false; // v2: a RESULT is owed on this connection (a CLAIM with pairs was read)
-    uint16_t forced_version = 0;  // LINKCPP_EXPERT_DISPATCH_VERSION: offer only this one (0: offer 2, fall back to 1)
+    uint16_t forced_version = 0;  // LINKCPP_EXPERT_DISPATCH_VERSION: offer only this one (0: offer 3, step down on a close)
     std::vector<char> req;
     std::vector<char> resp;
 
@@ -267,6 +279,8 @@ struct llama_expert_dispatch {
         std::atomic<uint64_t> exchange_us{0};   // REQUEST built and written, its CLAIM (v1: RESPONSE) read
         std::atomic<uint64_t> local_us{0};      // the first pass (gate/up and down ops) of the claimed exchanges' layers
         std::atomic<uint64_t> wait_us{0};       // collect: first pass done → the RESULT read (or given up)
+        std::atomic<uint64_t> preclaimed{0};    // v3: REQUESTs that pre-claimed pairs under an offer (no CLAIM read)
+        std::atomic<uint64_t> offer_local{0};   // v3: layers computed here under an offer that took no pair (no REQUEST)
     } stats;
     int64_t stats_every_us = 0;
     std::atomic<int64_t> stats_logged_us{0};
@@ -284,11 +298,12 @@ struct llama_expert_dispatch {
         // at warning level: llama-server prints libllama's info lines only at trace verbosity (-lv 4), and whoever set
         // the variable asked for these
         LLAMA_LOG_WARN("expert-dispatch: stats t_us=%lld exchanges=%llu claimed=%llu pairs=%llu pairs_claimed=%llu "
-                       "pairs_served=%llu exchange_us=%llu local_us=%llu wait_us=%llu\n",
+                       "pairs_served=%llu exchange_us=%llu local_us=%llu wait_us=%llu preclaimed=%llu offer_local=%llu\n",
                        (long long) now, (unsigned long long) ex, (unsigned long long) stats.claimed.load(),
                        (unsigned long long) stats.pairs.load(), (unsigned long long) stats.pairs_claimed.load(),
                        (unsigned long long) stats.pairs_served.load(), (unsigned long long) stats.exchange_us.load(),
-                       (unsigned long long) stats.local_us.load(), (unsigned long long) stats.wait_us.load());
+                       (unsigned long long) stats.local_us.load(), (unsigned long long) stats.wait_us.load(),
+                       (unsigned long long) stats.preclaimed.load(), (unsigned long long) stats.offer_local.load());
     }
 
     std::unique_ptr<llama_xd_layer[]> layers;
@@ -383,9 +398,9 @@ struct llama_expert_dispatch {
     // absent, refusing or mute dispatcher costs a few wake-ups per second at most.
     void connector_loop() {
         int64_t backoff_ms = XD_BACKOFF_MIN_MS;
-        // After a dispatcher closed on a version 2 HELLO (an old one refuses it so), the next attempt offers 1; any
-        // attempt after that offers 2 again.
-        bool offer_v1_next = false;
+        // After a dispatcher closed on a HELLO of version v > 1 (an older one refuses it so), the next attempt offers
+        // v − 1 at once; an attempt that fails otherwise, or connects, starts from the highest again.
+        uint16_t step_down = 0; // the version the next attempt offers; 0: the highest
         std::unique_lock<std::mutex> lk(cv_mu);
         while (!stopping) {
             if (connected) {
@@ -401,8 +416,8 @@ struct llama_expert_dispatch {
             }
             lk.unlock(); // never hold cv_mu while taking io_mu: drop_locked takes them the other way round
             std::string err;
-            const uint16_t offer = forced_version != 0 ? forced_version : offer_v1_next ? 1 : XD_VERSION_MAX;
-            offer_v1_next = false;
+            const uint16_t offer = forced_version != 0 ? forced_version : step_down != 0 ? step_down : XD_VERSION_MAX;
+            step_down = 0;
             uint16_t agreed = 0;
             bool closed_early = false;
             const int s = try_connect(offer, &agreed, &closed_early, err);
@@ -418,14 +433,15 @@ struct llama_expert_dispatch {
                 }
                 backoff_ms = XD_BACKOFF_MIN_MS;
                 LLAMA_LOG_INFO("expert-dispatch: connected to dispatcher at %s, protocol version %u\n", path.c_str(), (unsigned) agreed);
-            } else if (closed_early && offer == 2 && forced_version == 0) {
-                // maybe a v1 dispatcher: try version 1 at once (one attempt; if it fails too, the backoff applies)
-                offer_v1_next = true;
+            } else if (closed_early && offer > 1 && forced_version == 0) {
+                // maybe an older dispatcher: offer one version less at once (a close on that one steps down again;
+                // any other failure backs off)
+                step_down = (uint16_t) (offer - 1);
                 retry_now = true;
                 std::lock_guard<std::mutex> lg(log_mu);
                 if (!fallback_noted) {
-                    LLAMA_LOG_INFO("expert-dispatch: dispatcher at %s closed the connection on a version 2 HELLO; offering version 1\n",
-                                   path.c_str());
+                    LLAMA_LOG_INFO("expert-dispatch: dispatcher at %s closed the connection on a version %u HELLO; offering version %u\n",
+                                   path.c_str(), (unsigned) offer, (unsigned) step_down);
                     fallback_noted = true;
                 }
             } else {
@@ -459,10 +475,25 @@ struct llama_expert_dispatch {
             return;
         }
         const int64_t deadline = now_us() + (int64_t) deadline_ms * 1000;
-        const uint32_t my_seq = ++seq;
+        const size_t n_pairs = (size_t) n_tok * n_used;
 
-        const size_t payload = XD_REQUEST_FIXED + 4 * ((size_t) n_tok * n_embd + 2 * (size_t) n_tok * n_used);
+        // v3: the layer's standing offer, if one is good now, decides the split here (no CLAIM to wait for)
+        size_t n_pre = 0;
+        if (version >= 3 && L.offer_valid && (L.offer_conn != conn_gen || now_us() >= L.offer_until_us)) L.offer_valid = false;
+        if (version >= 3 && L.offer_valid) {
+            n_pre = preclaim_count(L, ids, n_tok, n_used);
+            if (n_pre == 0) {
+                // the offer takes nothing of a request this small: the layer is computed here, with no exchange
+                stats.offer_local++;
+                return;
+            }
+            L.offer_valid = false; // used once
+        }
+
+        const size_t base = XD_REQUEST_FIXED + 4 * ((size_t) n_tok * n_embd + 2 * n_pairs);
+        const size_t payload = base + (version >= 3 ? XD_PRECLAIM_FIXED + (n_pre > 0 ? pad4(n_pairs) : 0) : 0);
         if (payload > XD_MAX_PAYLOAD) return;
+        const uint32_t my_seq = ++seq;
         req.clear();
         req.reserve(XD_HEADER_BYTES + payload);
         put_header(req, version, XD_REQUEST, my_seq, (uint32_t) payload);
@@ -484,6 +515,16 @@ struct llama_expert_dispatch {
                 pb [(size_t) t * n_used + k] = *(const float   *) ((const char *) probs->data + k * probs->nb[1] + t * probs->nb[2]);
             }
         }
+        uint8_t * pre = nullptr;
+        if (version >= 3) {
+            const uint32_t n = (uint32_t) n_pre;
+            memcpy(req.data() + XD_HEADER_BYTES + base, &n, 4);
+            if (n_pre > 0) {
+                pre = (uint8_t *) (req.data() + XD_HEADER_BYTES + base + XD_PRECLAIM_FIXED);
+                memset(pre, 0, pad4(n_pairs));
+                mark_preclaimed(L, idb, n_pairs, n_pre, pre);
+            }
+        }
 
         std::string err;
         uint32_t rlen = 0;
@@ -492,6 +533,22 @@ struct llama_expert_dispatch {
             return;
         }
         stats.exchanges++;
+        if (pre != nullptr) {
+            // v3 pre-claim: the pairs are the dispatcher's until its RESULT; no CLAIM comes for this REQUEST
+            for (size_t i = 0; i < n_pairs; ++i) {
+                if (pre[i]) dst[(i / n_used) * stride + n_embd + i % n_used] = XD_PAIR_SERVED;
+            }
+            stats.claimed++;
+            stats.preclaimed++;
+            stats.pairs += n_pairs;
+            stats.pairs_claimed += n_pre;
+            L.result_pending     = true;
+            L.result_seq         = my_seq;
+            L.result_conn        = conn_gen;
+            L.result_deadline_us = deadline;
+            awaiting_result      = true;
+            return;
+        }
         if (version >= 2) {
             read_claim(L, my_seq, n_embd, n_tok, n_used, dst, lk);
             return;
@@ -517,7 +574,6 @@ struct llama_expert_dispatch {
             drop_locked("garbage frame (unknown mode " + std::to_string(mode) + ")");
             return;
         }
-        const size_t n_pairs = (size_t) n_tok * n_used;
         const bool   is_served = mode == XD_MODE_SERVED;
         if (!is_served && n_served != 0) { drop_locked("garbage frame (local answer with served pairs)"); return; }
         if (n_audit > n_pairs) { drop_locked("garbage frame (audit count out of range)"); return; }
@@ -568,6 +624,36 @@ struct llama_expert_dispatch {
         cooldown_ms = XD_COOLDOWN_MIN_MS;
         lk.unlock();
         healthy();
+    }
+
+    // v3: how many pairs the layer's offer takes of this request: min(max, covered, ⌊a·N − b⌋), 0 when that is ≤ 0.
+    static size_t preclaim_count(const llama_xd_layer & L, const ggml_tensor * ids, uint32_t n_tok, uint32_t n_used) {
+        const size_t n_pairs = (size_t) n_tok * n_used;
+        size_t covered = 0;
+        for (uint32_t t = 0; t < n_tok; ++t) {
+            for (uint32_t k = 0; k < n_used; ++k) {
+                const int32_t e = *(const int32_t *) ((const char *) ids->data + k * ids->nb[0] + t * ids->nb[1]);
+                covered += offer_covers(L, e);
+            }
+        }
+        const double line = std::floor((double) L.offer_a * (double) n_pairs - (double) L.offer_b);
+        if (!(line >= 1.0)) return 0;
+        return std::min({ covered, (size_t) L.offer_max, (size_t) line });
+    }
+
+    static bool offer_covers(const llama_xd_layer & L, int32_t e) {
+        return e >= 0 && (size_t) (e >> 3) < L.offer_experts.size() && ((L.offer_experts[(size_t) (e >> 3)] >> (e & 7)) & 1) != 0;
+    }
+
+    // v3: flags the first n_pre covered pairs in (t, k) order (ids: the REQUEST's, [n_pairs]).
+    static void mark_preclaimed(const llama_xd_layer & L, const int32_t * ids, size_t n_pairs, size_t n_pre, uint8_t * pre) {
+        size_t taken = 0;
+        for (size_t i = 0; i < n_pairs && taken < n_pre; ++i) {
+            if (offer_covers(L, ids[i])) {
+                pre[i] = 1;
+                ++taken;
+            }
+        }
     }
 
     // v2, right after the REQUEST went out: reads its CLAIM (until t0 + deadline at most, t0 = now) into dst's flags.
@@ -644,7 +730,7 @@ struct llama_expert_dispatch {
     // r2: [n_embd + n_used] per token, the partial sums (the first pass's output) and flags, all XD_PAIR_SERVED (done)
     // on entry. Adds the RESULT's sums to the partial sums and flags XD_PAIR_LOCAL every claimed pair that was not
     // served; when the RESULT fails (timeout, invalid, connection gone), every claimed pair, and drops the connection.
-    void collect(const llama_xd_layer & L, const ggml_tensor * R, uint32_t n_embd, uint32_t n_tok, uint32_t n_used, float * r2) {
+    void collect(llama_xd_layer & L, const ggml_tensor * R, uint32_t n_embd, uint32_t n_tok, uint32_t n_used, float * r2) {
         const size_t stride  = (size_t) n_embd + n_used;
         const size_t n_pairs = (size_t) n_tok * n_used;
         auto claimed = [&](size_t i) {
@@ -672,8 +758,12 @@ struct llama_expert_dispatch {
             drop_locked(why);
             compute_claimed_here();
         };
-        const size_t want = XD_RESULT_FIXED + pad4(n_pairs) + 4 * (size_t) n_tok * n_embd;
-        if (rlen != want) { fail("garbage frame (result of the wrong size)"); return; }
+        const size_t offer_at = XD_RESULT_FIXED + pad4(n_pairs) + 4 * (size_t) n_tok * n_embd;
+        const size_t bitmap_bytes = ((size_t) info.n_expert + 7) / 8;
+        // v3: the offer trailer, then its bitmap when there is an offer
+        const bool sized = version >= 3 ? rlen == offer_at + XD_OFFER_FIXED || rlen == offer_at + XD_OFFER_FIXED + pad4(bitmap_bytes)
+                                        : rlen == offer_at;
+        if (!sized) { fail("garbage frame (result of the wrong size)"); return; }
         resp.resize(rlen);
         if (!read_all(fd, resp.data(), rlen, std::max(L.result_deadline_us, now_us()) + XD_RESULT_PAYLOAD_US, err)) { fail(err); return; }
         const char * p = resp.data();
@@ -692,6 +782,31 @@ struct llama_expert_dispatch {
             float v;
             memcpy(&v, sums + i, 4);
             if (!std::isfinite(v)) { fail("garbage frame (non-finite partial sum)"); return; }
+        }
+        if (version >= 3) {
+            const char * o = p + offer_at;
+            const uint32_t ttl_ms = get_u32(o), max_pairs = get_u32(o + 4);
+            float a, b;
+            memcpy(&a, o + 8, 4);
+            memcpy(&b, o + 12, 4);
+            const bool none = ttl_ms == 0 && max_pairs == 0 && a == 0.0f && b == 0.0f;
+            if (none != (rlen == offer_at + XD_OFFER_FIXED)) { fail("garbage frame (offer of the wrong size)"); return; }
+            if (!none) {
+                if (ttl_ms < 1 || ttl_ms > XD_MAX_OFFER_TTL_MS || max_pairs < 1 || max_pairs > XD_MAX_ROWS * XD_MAX_USED ||
+                    !std::isfinite(a) || a < 0.0f || a > 1.0f || !std::isfinite(b) || std::fabs(b) > XD_MAX_OFFER_B) {
+                    fail("garbage frame (offer out of range)");
+                    return;
+                }
+                L.offer_valid    = true;
+                L.offer_conn     = conn_gen;
+                L.offer_until_us = now_us() + (int64_t) ttl_ms * 1000;
+                L.offer_max      = max_pairs;
+                L.offer_a        = a;
+                L.offer_b        = b;
+                L.offer_experts.assign((const uint8_t *) o + XD_OFFER_FIXED, (const uint8_t *) o + XD_OFFER_FIXED + bitmap_bytes);
+            } else {
+                L.offer_valid = false;
+            }
         }
         awaiting_result = false;
         cooldown_ms = XD_COOLDOWN_MIN_MS;
@@ -1433,12 +1548,13 @@ llama_expert_dispatch * llama_xd_init(const char * path, int32_t deadline_ms, co
         xd->layers[i].xd = xd;
         xd->layers[i].il = i;
     }
-    // LINKCPP_EXPERT_DISPATCH_VERSION=1: offer protocol version 1 only (tests of the v1 path); unset or 2: offer 2
+    // LINKCPP_EXPERT_DISPATCH_VERSION=1 or 2: offer that version only (tests of those paths, side-by-side benches);
+    // unset or 3: offer 3 and step down when a dispatcher closes on it
     if (const char * v = getenv("LINKCPP_EXPERT_DISPATCH_VERSION"); v != nullptr && v[0] != '\0') {
-        if (strcmp(v, "1") == 0) {
-            xd->forced_version = 1;
-        } else if (strcmp(v, "2") != 0) {
-            LLAMA_LOG_WARN("expert-dispatch: LINKCPP_EXPERT_DISPATCH_VERSION=%s is not 1 or 2; offering version 2\n", v);
+        if (strcmp(v, "1") == 0 || strcmp(v, "2") == 0) {
+            xd->forced_version = (uint16_t) (v[0] - '0');
+        } else if (strcmp(v, "3") != 0) {
+            LLAMA_LOG_WARN("expert-dispatch: LINKCPP_EXPERT_DISPATCH_VERSION=%s is not 1, 2 or 3; offering version 3\n", v);
         }
     }
     if (const char * v = getenv("LINKCPP_EXPERT_DISPATCH_STATS_MS"); v != nullptr && v[0] != '\0') {

@@ -82,6 +82,15 @@ export interface ClaimConfig {
    */
   warmFollowUpMaxMs: number;
   /**
+   * …and so is a quick probe of a worker whose line holds fewer warm samples than this: a line fitted on a sample or
+   * two taken in a hiccup (the machine loaded as the worker started: bench:elastic, 6.7 ms + 1.67 ms/pair on one item,
+   * where it serves at ~1 ms + 0.4) otherwise declines the worker for the rest of the load, since only the
+   * backed-off probes in shadow measure it again.
+   */
+  warmFollowUpUntil: number;
+  /** At most this many follow-ups in a row per probe, each sent when the one before answered quickly. */
+  warmFollowUpChain: number;
+  /**
    * The quiet window after a REQUEST the split left to the coordinator alone while a worker of the layer is proven
    * warm, ms: doubled per consecutive such answer of the layer, at most the window the probes' rules give (probes.ts
    * `declineQuietMs`).
@@ -109,6 +118,8 @@ export const DEFAULT_CLAIMS: Readonly<ClaimConfig> = Object.freeze({
   keepWarmEveryMs: 250,
   keepWarmForMs: 30_000,
   warmFollowUpMaxMs: 250,
+  warmFollowUpUntil: 8,
+  warmFollowUpChain: 4,
   declineQuietMs: 4,
   offerTtlMs: 250,
   offerBreakEvery: 8,

@@ -1211,11 +1211,12 @@ export class ModelDispatcher {
   }
 
   /**
-   * v2: the same item as a quick probe in shadow, sent again at once to a worker measured only cold (probes.ts
-   * `warmFollowUp`): its answer is a warm sample of its speed and nothing else (no request waits on it, its sums are
-   * dropped). Bounded like a shadow item: it counts as outstanding until it settles, the link gives up on it in time.
+   * v2: the same item as a quick probe in shadow, sent again at once to a worker measured only cold or on few warm
+   * samples (probes.ts `warmFollowUp`): its answer is a warm sample of its speed and nothing else (no request waits on
+   * it, its sums are dropped); a quick one is followed by another while the rule holds, `warmFollowUpChain` at most.
+   * Bounded like a shadow item: it counts as outstanding until it settles, the link gives up on it in time.
    */
-  private sendWarmFollowUp(link: WorkerLink, st: WorkerDispatchStats, work: WorkItem, deadlineMs: number): void {
+  private sendWarmFollowUp(link: WorkerLink, st: WorkerDispatchStats, work: WorkItem, deadlineMs: number, chain = 1): void {
     const sentAt = performance.now();
     st.outstanding++;
     let answer: Promise<Float32Array | WorkAnswer>;
@@ -1234,6 +1235,8 @@ export class ModelDispatcher {
         if (!(sums instanceof Float32Array) || sums.length !== work.nRows * work.nEmbd || now - sentAt > deadlineMs) return;
         const computeMs = a instanceof Float32Array ? 0 : ((a as WorkAnswer).computeUs ?? 0) / 1000;
         observeRoundTrip(st.latency, work.nPairs, now - sentAt, computeMs, false);
+        if (chain < this.claimCfg.warmFollowUpChain && warmFollowUp(st, now - sentAt, this.claimCfg))
+          this.sendWarmFollowUp(link, st, work, deadlineMs, chain + 1);
       },
       () => {
         st.outstanding--;

@@ -83,16 +83,17 @@ export function probationWorker(
 }
 
 /**
- * Whether a probe in shadow that answered in `roundTripMs` is followed at once by the same item again: only for a
- * worker with no warm sample in its line (all it has run were cold: its first item, probes after idle gaps), and only
- * when the probe was quick (`warmFollowUpMaxMs`). The follow-up finds the worker's engine and event loop awake — a warm
+ * Whether a probe in shadow (or a follow-up) that answered in `roundTripMs` is followed at once by the same item
+ * again: only for a worker whose line holds fewer than `warmFollowUpUntil` warm samples (all it has run were cold —
+ * its first item, probes after idle gaps — or its few warm ones may come from a hiccup), and only when the answer was
+ * quick (`warmFollowUpMaxMs`); the dispatcher chains at most `warmFollowUpChain` of them. The follow-up finds the worker's engine and event loop awake — a warm
  * sample, which replaces the cold-only line (plan.ts) — so a worker first measured cold (bench:elastic: 8.5 ms +
  * 3.2 ms/pair, declined on every decode item) is judged on its warm speed (~1 ms + 0.3 ms/pair), while a slow
  * worker's probe (seconds) gets no follow-up and it stays declined at the cost of its probes only. In shadow: the
  * coordinator waits on neither.
  */
 export function warmFollowUp(st: Pick<ProbeStats, 'latency'>, roundTripMs: number, cfg: ClaimConfig): boolean {
-  return st.latency.warm === 0 && st.latency.n > 0 && roundTripMs <= cfg.warmFollowUpMaxMs;
+  return st.latency.warm < cfg.warmFollowUpUntil && st.latency.n > 0 && roundTripMs <= cfg.warmFollowUpMaxMs;
 }
 
 /**

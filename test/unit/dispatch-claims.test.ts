@@ -11,6 +11,7 @@ import {
   type ClaimWorker,
   DEFAULT_CLAIMS,
   claimCaps,
+  offerLine,
   shadowProbeGapMs,
 } from '../../hub/dispatch/claims.ts';
 import {
@@ -390,7 +391,9 @@ test('fitted claims: a worker first measured only cold is declined, and claimed 
   assert.equal(warmFollowUp({ latency: m }, 19, DEFAULT_CLAIMS), true, 'its quick probe is followed up');
   observeRoundTrip(m, 8, 0.9 + 0.2 + 0.28 * 8, 0.2 + 0.28 * 8, false); // the follow-up: warm
   assert.equal(claimOn(m).reasons[0], 'balanced');
-  assert.equal(warmFollowUp({ latency: m }, 19, DEFAULT_CLAIMS), false, 'once is enough: it has a warm sample now');
+  assert.equal(warmFollowUp({ latency: m }, 19, DEFAULT_CLAIMS), true, 'one warm sample is not yet enough');
+  for (let i = 1; i < DEFAULT_CLAIMS.warmFollowUpUntil; i++) observeRoundTrip(m, 8, 0.9 + 0.2 + 0.28 * 8, 0.2 + 0.28 * 8, false);
+  assert.equal(warmFollowUp({ latency: m }, 19, DEFAULT_CLAIMS), false, `${DEFAULT_CLAIMS.warmFollowUpUntil} warm samples are`);
   // A software adapter's probe takes seconds: no follow-up, and it stays declined.
   const slow = newLatencyModel();
   observeRoundTrip(slow, 8, 2_000, 1_990, true);
@@ -421,4 +424,81 @@ test('fitted claims: prompt items (hundreds of pairs, cheaper per pair) do not b
   // A worker measured on one size only answers for the other with that line (nothing better is known).
   const onlyDecode = warmWorker();
   assert.deepEqual(latencyLine(onlyDecode, 400), latencyLine(onlyDecode, DECODE));
+});
+
+test('offerLine (v3): the balanced split as a line a*N - b, the same as claimCaps for workers that start at once', () => {
+  const cfg = DEFAULT_CLAIMS;
+  const rows: Array<{
+    name: string;
+    workers: Array<{ overheadMs: number; perPairMs: number }>;
+    L: number;
+    budget: number;
+    want: { a: number; b: number; maxPairs: number } | null;
+  }> = [
+    // a = L/(L+P), b = F/(L+P); maxPairs: the pairs within budget / deadlineSlack (225 / 2 = 112.5 ms)
+    {
+      name: 'a wasm volunteer slower than local per pair',
+      workers: [{ overheadMs: 1.1, perPairMs: 0.45 }],
+      L: 0.16,
+      budget: 225,
+      want: { a: 0.16 / 0.61, b: 1.1 / 0.61, maxPairs: Math.floor((112.5 - 1.1) / 0.45) },
+    },
+    {
+      name: 'a GPU volunteer faster than local',
+      workers: [{ overheadMs: 2, perPairMs: 0.01 }],
+      L: 0.2,
+      budget: 225,
+      want: { a: 0.2 / 0.21, b: 2 / 0.21, maxPairs: Math.floor((112.5 - 2) / 0.01) },
+    },
+    {
+      name: 'one as fast as local, no fixed cost: halves the layer',
+      workers: [{ overheadMs: 0, perPairMs: 0.2 }],
+      L: 0.2,
+      budget: 225,
+      want: { a: 0.5, b: 0, maxPairs: 562 },
+    },
+    {
+      name: 'two workers in parallel',
+      workers: [
+        { overheadMs: 1, perPairMs: 0.4 },
+        { overheadMs: 2, perPairMs: 0.8 },
+      ],
+      L: 0.2,
+      budget: 225,
+      want: { a: (0.2 * 3.75) / (1 + 0.2 * 3.75), b: (2.5 + 2.5) / (1 + 0.2 * 3.75), maxPairs: 278 + 138 },
+    },
+    { name: 'local speed not measured yet', workers: [{ overheadMs: 1, perPairMs: 0.4 }], L: 0, budget: 225, want: null },
+    {
+      name: 'a software adapter whose fixed cost is past the slack',
+      workers: [{ overheadMs: 2000, perPairMs: 50 }],
+      L: 0.2,
+      budget: 225,
+      want: null,
+    },
+    { name: 'no per-pair cost fitted', workers: [{ overheadMs: 1, perPairMs: 0 }], L: 0.2, budget: 225, want: null },
+    { name: 'no worker', workers: [], L: 0.2, budget: 225, want: null },
+  ];
+  for (const r of rows) {
+    const got = offerLine(r.workers, r.L, r.budget, cfg);
+    if (r.want === null) {
+      assert.equal(got, null, r.name);
+      continue;
+    }
+    assert.ok(got, r.name);
+    assert.ok(Math.abs(got.a - r.want.a) < 1e-9, `${r.name}: a ${got.a} vs ${r.want.a}`);
+    assert.ok(Math.abs(got.b - r.want.b) < 1e-9, `${r.name}: b ${got.b} vs ${r.want.b}`);
+    assert.equal(got.maxPairs, r.want.maxPairs, `${r.name}: maxPairs`);
+  }
+  // The line is claimCaps' balanced split (one worker, no queue): floor(a*N - b) is its cap within a pair.
+  for (const N of [16, 32, 48, 64, 200]) {
+    const w = { overheadMs: 1.1, perPairMs: 0.45 };
+    const line = offerLine([w], 0.16, 225, cfg);
+    assert.ok(line);
+    const caps = claimCaps(
+      { nPairs: N, localMsPerPair: 0.16, budgetMs: 225, workers: [W(N, w.overheadMs, w.perPairMs)] },
+      { ...cfg, minGain: 0 },
+    );
+    const c = Math.max(0, Math.floor(line.a * N - line.b));
+    assert.ok(Math.abs(c - (caps.caps[0] as number)) <= 1, `N ${N}: line ${c}, claimCaps ${caps.caps[0]}`);
+  }
 });

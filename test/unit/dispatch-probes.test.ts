@@ -125,16 +125,19 @@ test('keep-warm: proven warm (warm samples, a claimed item answered lately) and 
   assert.equal(quietUntilProbeMs([stale], NOW, 1000, cfg), 1000, 'no longer proven: the whole window');
 });
 
-test('warmFollowUp: a quick probe of a worker measured only cold is sent again at once; a slow one, or a warm worker, not', () => {
+test('warmFollowUp: a quick probe of a worker measured only cold or on few warm samples is sent again at once; a slow one, or a well-measured worker, not', () => {
   const cold = newLatencyModel();
   observeRoundTrip(cold, 8, 19, 8.2, true);
+  const young = newLatencyModel();
+  observeRoundTrip(young, 8, 3.4, 2.4, false);
   const warm = newLatencyModel();
-  observeRoundTrip(warm, 8, 3.4, 2.4, false);
+  for (let i = 0; i < cfg.warmFollowUpUntil; i++) observeRoundTrip(warm, 8, 3.4, 2.4, false);
   const rows: Array<{ name: string; latency: ReturnType<typeof newLatencyModel>; ms: number; want: boolean }> = [
     { name: 'measured only cold, probe answered in 19 ms', latency: cold, ms: 19, want: true },
     { name: 'at the bound', latency: cold, ms: cfg.warmFollowUpMaxMs, want: true },
     { name: "a software adapter's 2 s probe", latency: cold, ms: 2_000, want: false },
-    { name: 'already has a warm sample', latency: warm, ms: 19, want: false },
+    { name: 'one warm sample (maybe from a hiccup)', latency: young, ms: 19, want: true },
+    { name: `already has ${cfg.warmFollowUpUntil} warm samples`, latency: warm, ms: 19, want: false },
     { name: 'never measured', latency: newLatencyModel(), ms: 19, want: false },
   ];
   for (const r of rows) assert.equal(warmFollowUp({ latency: r.latency }, r.ms, cfg), r.want, r.name);

@@ -92,6 +92,14 @@ constexpr size_t XD_PRECLAIM_FIXED   = 4;  // v3: REQUEST's trailer {n_preclaime
 constexpr size_t XD_OFFER_FIXED      = 16; // v3: RESULT's trailer {ttl_ms u32, max_pairs u32, a f32, b f32}
 constexpr uint32_t XD_MAX_OFFER_TTL_MS = 1000;
 constexpr float    XD_MAX_OFFER_B      = 1e6f;
+// v3: the coordinator's own correction of an offer's line, per layer: after each pre-claimed exchange the RESULT wait
+// (collect) is held against this target, and the pairs it pre-claims move by XD_ADJ_STEP_PAIRS the other way — a
+// median-seeking step, so the wait's median settles near the target whatever the dispatcher's model of its own hops
+// leaves out, and one late RESULT moves it one step only. Bounded to [XD_ADJ_MIN, XD_ADJ_MAX] pairs.
+constexpr int64_t  XD_WAIT_TARGET_US   = 150;
+constexpr float    XD_ADJ_STEP_PAIRS   = 0.25f;
+constexpr float    XD_ADJ_MIN          = -16.0f;
+constexpr float    XD_ADJ_MAX          = 4096.0f;
 
 // A pair's flag in the remote op's output (after the partial sums): how the rest of the layer treats it.
 constexpr float XD_PAIR_LOCAL   = 0.0f; // computed here
@@ -239,6 +247,10 @@ struct llama_xd_layer {
     uint32_t offer_max = 0;
     float    offer_a = 0.0f, offer_b = 0.0f;
     std::vector<uint8_t> offer_experts; // bit e: expert e may be pre-claimed
+    // v3: pairs taken off every offer's line (XD_WAIT_TARGET_US above), and whether this evaluation's RESULT answers a
+    // pre-claim (written by the remote op, read by the collect op of the same graph)
+    float    offer_adj = 0.0f;
+    bool     result_preclaimed = false;
 };
 
 struct llama_expert_dispatch {
@@ -546,6 +558,7 @@ struct llama_expert_dispatch {
             L.result_seq         = my_seq;
             L.result_conn        = conn_gen;
             L.result_deadline_us = deadline;
+            L.result_preclaimed  = true;
             awaiting_result      = true;
             return;
         }
@@ -636,7 +649,7 @@ struct llama_expert_dispatch {
                 covered += offer_covers(L, e);
             }
         }
-        const double line = std::floor((double) L.offer_a * (double) n_pairs - (double) L.offer_b);
+        const double line = std::floor((double) L.offer_a * (double) n_pairs - (double) L.offer_b - (double) L.offer_adj);
         if (!(line >= 1.0)) return 0;
         return std::min({ covered, (size_t) L.offer_max, (size_t) line });
     }
@@ -1123,6 +1136,7 @@ void remote_op(ggml_tensor * dst, int ith, int nth, void * ud) {
     const ggml_tensor * x = dst->src[0], * ids = dst->src[1], * probs = dst->src[2];
     L->audit_pairs = 0; // an audit (and a RESULT) belongs to this evaluation's exchange only
     L->result_pending = false;
+    L->result_preclaimed = false;
     memset(dst->data, 0, ggml_nbytes(dst));
     if (x->ne[1] > XD_MAX_ROWS || x->ne[0] > XD_MAX_EMBD || ids->ne[0] > XD_MAX_USED) return;
     if (!L->xd->connected) return;
@@ -1356,7 +1370,14 @@ void collect_op(ggml_tensor * dst, int ith, int nth, void * ud) {
         L->result_pending = false;
         const int64_t t0 = now_us();
         L->xd->collect(*L, R, (uint32_t) n_embd, (uint32_t) n_tok, (uint32_t) n_used, (float *) dst->data);
-        L->xd->stats.wait_us += (uint64_t) (now_us() - t0);
+        const int64_t waited = now_us() - t0;
+        L->xd->stats.wait_us += (uint64_t) waited;
+        if (L->result_preclaimed) {
+            // the split was this side's: a wait past the target means the dispatcher's part ends later than ours, so
+            // give it fewer pairs next time; no wait, more (only this thread touches offer_adj)
+            const float step = waited > XD_WAIT_TARGET_US ? XD_ADJ_STEP_PAIRS : -XD_ADJ_STEP_PAIRS;
+            L->offer_adj = std::min(XD_ADJ_MAX, std::max(XD_ADJ_MIN, L->offer_adj + step));
+        }
     }
     L->xd->maybe_log_stats();
 }

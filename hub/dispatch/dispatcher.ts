@@ -1019,7 +1019,7 @@ export class ModelDispatcher {
       for (const link of this.opts.directory.workersFor(req.layer)) {
         if (mayUse && !mayUse(link.workerId)) continue;
         const st = this.stats(link.workerId, nowMs);
-        const line = latencyLine(st.latency);
+        const line = latencyLine(st.latency, nPre);
         chosen.push(link);
         chosenStats.push(st);
         planWorkers.push({
@@ -1497,7 +1497,8 @@ export class ModelDispatcher {
       const link = f.links[i] as WorkerLink;
       if (f.state[i] !== ANSWERED || !f.partials[i]) return null;
       if (this.opts.mayUse && !this.opts.mayUse(link.workerId)) return null;
-      const line = latencyLine((f.stats[i] as WorkerDispatchStats).latency);
+      // the line for items of this exchange's size: the next REQUEST of the layer is most often the same phase
+      const line = latencyLine((f.stats[i] as WorkerDispatchStats).latency, (plan.workers[i] as RequestPlan['workers'][number]).nPairs);
       if (!line) return null;
       workers.push(line);
     }

@@ -14,6 +14,11 @@
  * RESPONSE; in v2 with a CLAIM at once (the pairs it will serve: all / half / none) and, when it claimed any, a RESULT
  * with their sums. `closeOnNewerHello` makes it an old dispatcher that closes on a HELLO newer than `maxVersion`, and
  * `ackVersion` forces the HELLO_ACK's version (a negative control).
+ *
+ * Version 3 (standing offers) only when told `maxVersion` 3: each RESULT carries `offer` (none unless set; its expert
+ * bitmap from `offer.experts`, every expert by default), a REQUEST the coordinator pre-claimed pairs of gets no CLAIM,
+ * only one RESULT serving (as the behaviour says, among them) the pre-claimed pairs, and the log records per request
+ * how many pairs it pre-claimed. `invalid-offer` and `serve-unpreclaimed` are its misbehaviours.
  */
 import { createServer, type Server, type Socket } from 'node:net';
 import { rm } from 'node:fs/promises';
@@ -27,10 +32,12 @@ import {
   checkVersion,
   encodeClaim,
   encodeHelloAck,
+  offerBitmapBytes,
   encodeResponse,
   encodeResult,
   negotiateVersion,
   type DispatchClaim,
+  type DispatchOffer,
   type DispatchRequest,
   type DispatchResponse,
   type DispatchVersion,
@@ -54,6 +61,10 @@ import { mulberry32 } from '../shaders/random.ts';
  *   computes them after the RESULT); `serve-unclaimed`: claim half, then a RESULT that serves every pair (invalid: a
  *   served pair that was not claimed); `response-in-v2`: answer with a v1 RESPONSE (kind 4) in a version 2 header
  *   (invalid in v2).
+ * - v3 only (on a v1 or v2 connection they act as `all`; CLAIM exchanges as `all`): `invalid-offer`: every RESULT
+ *   carries `offer` (or a default one) with `invalidOffer`'s fields over it (a = 2 unless told), forged past the
+ *   encoder; `serve-unpreclaimed`: a pre-claimed REQUEST's RESULT reports every pair served, pre-claimed or not
+ *   (invalid wherever a pair was not pre-claimed; the sums cover the pre-claimed ones).
  * - `wrong-expert`: serve every pair with the next expert's matrices.
  * Negative controls that apply only at generation steps (graph evaluations after the prompt's; the prompt is served
  * honestly). An evaluation starts with a request for a layer at or below the previous request's; it is the prompt's
@@ -77,6 +88,8 @@ export type DispatcherBehaviour =
   | 'late-half'
   | 'serve-unclaimed'
   | 'response-in-v2'
+  | 'invalid-offer'
+  | 'serve-unpreclaimed'
   | 'wrong-expert'
   | 'drop-one'
   | 'sums-x1.01'
@@ -112,6 +125,18 @@ export interface AuditRecord {
 }
 
 export type { ExpertBackend };
+
+/**
+ * v3: the standing offer each RESULT carries (docs/dispatch-protocol.md, "Version 3"): the line a·N − b, at most
+ * `maxPairs`, good for `ttlMs`, over the experts [begin, end) of `experts` (every expert of the model when absent).
+ */
+export interface TestOffer {
+  a: number;
+  b: number;
+  maxPairs: number;
+  ttlMs: number;
+  experts?: [number, number];
+}
 
 /** The CPU reference (float64 accumulation), rounding activations as llama.cpp's CPU backend does unless told not to. */
 export class CpuReferenceBackend implements ExpertBackend {
@@ -159,8 +184,13 @@ export interface RequestRecord {
   localNsPerPair: number;
   /** The connection's protocol version. */
   version: DispatchVersion;
-  /** v2: pairs claimed (v1: the served ones). */
+  /** v2: pairs claimed (v1: the served ones; v3 pre-claimed: the pre-claimed ones). */
   claimed: number;
+  /** v3: pairs the REQUEST pre-claimed under a standing offer (answered without a CLAIM); 0: none (a CLAIM exchange). */
+  preclaimed: number;
+  /** performance.now() when the REQUEST was decoded, and when its answer's last frame had been written. */
+  receivedMs: number;
+  answeredMs: number;
   /** Pairs reported served / not served in the answer, and how many of the latter it asked to audit. */
   served: number;
   notServed: number;
@@ -180,6 +210,9 @@ export interface DispatcherStats {
   /** Per HELLO, in order: the version it offered and the one acknowledged (null: closed without HELLO_ACK). */
   versions: Array<{ offered: number; agreed: DispatchVersion | null }>;
   requests: number;
+  /** CLAIM frames written (v2 and v3), and v3 RESULTs that carried an offer. */
+  claims: number;
+  offers: number;
   servedPairs: number;
   notServedPairs: number;
   layersServed: Set<number>;
@@ -214,10 +247,16 @@ export class TestDispatcher {
   closeOnNewerHello = false;
   /** Forces the HELLO_ACK's version (and the connection's), whatever was offered: a negative control. */
   ackVersion: DispatchVersion | undefined;
+  /** v3: the offer each RESULT carries; null: none. */
+  offer: TestOffer | null = null;
+  /** `invalid-offer`: the fields forged over the offer (each out of range makes it invalid). */
+  invalidOffer: Partial<Omit<TestOffer, 'experts'>> = { a: 2 };
   readonly stats: DispatcherStats = {
     hellos: [],
     versions: [],
     requests: 0,
+    claims: 0,
+    offers: 0,
     servedPairs: 0,
     notServedPairs: 0,
     layersServed: new Set(),
@@ -449,10 +488,17 @@ export class TestDispatcher {
    * v2: writes a CLAIM, asking for the audits the policy says (among the unclaimed pairs) and remembering them. As in
    * `respond`, `served-too` on a claim with claimed pairs is forged: the audit flags spliced in after the claimed ones.
    */
-  private claim(s: Socket, r: DispatchRequest, c: DispatchClaim, pending: Map<number, { r: DispatchRequest; flags: Uint8Array }>): number {
+  private claim(
+    s: Socket,
+    r: DispatchRequest,
+    c: DispatchClaim,
+    pending: Map<number, { r: DispatchRequest; flags: Uint8Array }>,
+    version: DispatchVersion,
+  ): number {
+    this.stats.claims++;
     const flags = this.auditFlags(r, c.claimed);
     if (!flags) {
-      s.write(encodeClaim(c));
+      s.write(encodeClaim(c, version));
       return 0;
     }
     const nAudit = flags.reduce((n, f) => n + f, 0);
@@ -460,10 +506,10 @@ export class TestDispatcher {
     pending.set(r.seq, { r, flags });
     const claimed = c.claimed;
     if (!claimed || !flags.some((f, i) => f === 1 && claimed[i] === 1)) {
-      s.write(encodeClaim({ ...c, audit: flags }));
+      s.write(encodeClaim({ ...c, audit: flags }, version));
       return nAudit;
     }
-    const plain = encodeClaim({ ...c, audit: null });
+    const plain = encodeClaim({ ...c, audit: null }, version);
     const padded = (flags.length + 3) & ~3;
     const forged = new Uint8Array(plain.length + padded);
     forged.set(plain);
@@ -482,6 +528,8 @@ export class TestDispatcher {
     served: number,
     sums: Float32Array | null,
     audited = 0,
+    preclaimed = 0,
+    receivedMs = performance.now(),
   ): void {
     this.stats.log.push({
       layer: r.layer,
@@ -492,6 +540,9 @@ export class TestDispatcher {
       localNsPerPair: r.localNsPerPair,
       version,
       claimed,
+      preclaimed,
+      receivedMs,
+      answeredMs: performance.now(),
       served,
       notServed: r.nTokens * r.nUsed - served,
       audited,
@@ -509,12 +560,49 @@ export class TestDispatcher {
     return junk;
   }
 
+  /** v3: the offer a RESULT carries now (null: none), its bitmap from `offer.experts` over the HELLO's experts. */
+  private offerFrame(): DispatchOffer | null {
+    const o = this.offer ?? (this.behaviour === 'invalid-offer' ? { a: 1, b: 0, maxPairs: 64, ttlMs: 250 } : null);
+    if (!o) return null;
+    const [begin, end] = o.experts ?? [0, this.nExpert];
+    const experts = new Uint8Array(offerBitmapBytes(this.nExpert));
+    for (let e = begin; e < end; e++) experts[e >> 3] = (experts[e >> 3] as number) | (1 << (e & 7));
+    return { ttlMs: o.ttlMs, maxPairs: o.maxPairs, a: o.a, b: o.b, experts };
+  }
+
+  /**
+   * Writes a RESULT; in v3 with the offer (`invalid-offer`: `invalidOffer`'s fields written over its trailer, which the
+   * encoder would refuse).
+   */
+  private result(s: Socket, r: DispatchRequest, served: Uint8Array, sums: Float32Array, version: DispatchVersion): void {
+    const base = { seq: r.seq, layer: r.layer, nTokens: r.nTokens, nUsed: r.nUsed, served, sums };
+    const offer = version >= 3 ? this.offerFrame() : null;
+    if (!offer) {
+      s.write(encodeResult(base, version, this.nExpert));
+      return;
+    }
+    this.stats.offers++;
+    const frame = encodeResult({ ...base, offer }, version, this.nExpert);
+    if (this.behaviour === 'invalid-offer') {
+      // the offer trailer {ttl_ms u32, max_pairs u32, a f32, b f32} ends the frame, before its padded bitmap
+      const at = frame.length - ((offer.experts.length + 3) & ~3) - 16;
+      const v = new DataView(frame.buffer, frame.byteOffset, frame.length);
+      const bad = this.invalidOffer;
+      if (bad.ttlMs !== undefined) v.setUint32(at, bad.ttlMs, true);
+      if (bad.maxPairs !== undefined) v.setUint32(at + 4, bad.maxPairs, true);
+      if (bad.a !== undefined) v.setFloat32(at + 8, bad.a, true);
+      if (bad.b !== undefined) v.setFloat32(at + 12, bad.b, true);
+    }
+    s.write(frame);
+  }
+
   private async answer(
     s: Socket,
     r: DispatchRequest,
     version: DispatchVersion,
     pending: Map<number, { r: DispatchRequest; flags: Uint8Array }>,
   ): Promise<void> {
+    const receivedMs = performance.now();
     this.stats.requests++;
     this.stats.localCosts.push(r.localNsPerPair);
     const base = { seq: r.seq, layer: r.layer, nTokens: r.nTokens, nUsed: r.nUsed, quietMs: this.quietMs };
@@ -522,7 +610,11 @@ export class TestDispatcher {
     this.lastLayer = r.layer;
     const generationStep = !this.promptEvaluation;
     const v2 = version >= 2;
-    // v2-only behaviours, as their v1 counterparts on a v1 connection
+    const pairs = r.nTokens * r.nUsed;
+    // v3: the pairs the coordinator pre-claimed under an offer; such a REQUEST gets no CLAIM, only a RESULT
+    const pre = version >= 3 && r.preclaimed ? r.preclaimed : null;
+    const nPre = pre ? pre.reduce((n, f) => n + f, 0) : 0;
+    // v2-only behaviours, as their v1 counterparts on a v1 connection; v3-only ones as `all` below v3
     const v1Like: Partial<Record<DispatcherBehaviour, DispatcherBehaviour>> = {
       'stall-result': 'stall',
       'garbage-result': 'garbage',
@@ -530,16 +622,24 @@ export class TestDispatcher {
       'serve-unclaimed': 'half',
       'response-in-v2': 'all',
     };
-    const behaviour = v2 ? this.behaviour : (v1Like[this.behaviour] ?? this.behaviour);
-    const nothing = (quietMs: number): number =>
-      v2
-        ? this.claim(s, r, { ...base, quietMs, claimed: null }, pending)
+    const v3Only: DispatcherBehaviour[] = ['invalid-offer', 'serve-unpreclaimed'];
+    let behaviour = v2 ? this.behaviour : (v1Like[this.behaviour] ?? this.behaviour);
+    if (version < 3 && v3Only.includes(behaviour)) behaviour = 'all';
+    const nothing = (quietMs: number): number => {
+      if (pre) {
+        // pre-claimed: no CLAIM to decline with, so a RESULT serving none of them
+        this.result(s, r, new Uint8Array(pairs), new Float32Array(r.nTokens * r.nEmbd), version);
+        return 0;
+      }
+      return v2
+        ? this.claim(s, r, { ...base, quietMs, claimed: null }, pending, version)
         : this.respond(s, r, { ...base, quietMs, mode: 'local' }, pending);
+    };
     switch (behaviour) {
       case 'stall':
         return;
       case 'die': {
-        const whole = v2 ? encodeClaim({ ...base, claimed: null }) : encodeResponse({ ...base, mode: 'local' });
+        const whole = v2 ? encodeClaim({ ...base, claimed: null }, version) : encodeResponse({ ...base, mode: 'local' });
         s.end(whole.subarray(0, 10));
         s.destroy();
         return;
@@ -549,27 +649,27 @@ export class TestDispatcher {
         return;
       case 'response-in-v2': {
         const frame = encodeResponse({ ...base, mode: 'local' });
-        new DataView(frame.buffer).setUint16(4, 2, true);
+        new DataView(frame.buffer).setUint16(4, version, true);
         s.write(frame);
         return;
       }
       case 'prompt-only':
         if (!generationStep) break;
-        this.stats.notServedPairs += r.nTokens * r.nUsed;
-        this.record(r, version, 0, 0, null, nothing(0));
+        this.stats.notServedPairs += pairs;
+        this.record(r, version, nPre, 0, null, nothing(0), nPre, receivedMs);
         return;
       case 'local':
-        this.stats.notServedPairs += r.nTokens * r.nUsed;
-        this.record(r, version, 0, 0, null, nothing(this.quietMs));
+        this.stats.notServedPairs += pairs;
+        this.record(r, version, nPre, 0, null, nothing(this.quietMs), nPre, receivedMs);
         return;
     }
-    const pairs = r.nTokens * r.nUsed;
     const served = new Uint8Array(pairs);
     const ids = Int32Array.from(r.ids);
     const probs = Float32Array.from(r.probs);
     for (let p = 0; p < pairs; p++) {
       const half = behaviour === 'half' || behaviour === 'serve-unclaimed';
-      const serve = behaviour !== 'none' && (!half || p % 2 === 0);
+      // pre-claimed: only pre-claimed pairs may be served
+      const serve = behaviour !== 'none' && (!half || p % 2 === 0) && (!pre || pre[p] === 1);
       if (!serve) {
         probs[p] = 0;
         continue;
@@ -580,11 +680,11 @@ export class TestDispatcher {
       if (behaviour === 'drop-one' && generationStep && p % r.nUsed === r.nUsed - 1) probs[p] = 0;
     }
     let nServed = served.reduce((a, f) => a + f, 0);
-    const nClaimed = nServed;
+    const nClaimed = pre ? nPre : nServed;
     let audited = 0;
     if (v2) {
-      // CLAIM at once, then compute; nothing claimed: no RESULT
-      audited = this.claim(s, r, { ...base, claimed: nServed > 0 ? served.slice() : null }, pending);
+      // CLAIM at once (none for a pre-claimed REQUEST), then compute; nothing claimed: no RESULT
+      if (!pre) audited = this.claim(s, r, { ...base, claimed: nServed > 0 ? served.slice() : null }, pending, version);
       if (behaviour === 'late-half') {
         // claimed every pair; every other one is not served after all (its worker was late)
         for (let p = 1; p < pairs; p += 2) {
@@ -595,7 +695,7 @@ export class TestDispatcher {
       }
       if (nClaimed === 0) {
         this.stats.notServedPairs += pairs;
-        this.record(r, version, 0, 0, null, audited);
+        this.record(r, version, 0, 0, null, audited, 0, receivedMs);
         return;
       }
       if (behaviour === 'stall-result') return;
@@ -609,15 +709,16 @@ export class TestDispatcher {
     if (behaviour === 'sums-x1.01' && generationStep) for (let i = 0; i < sums.length; i++) sums[i] = (sums[i] as number) * 1.01;
     if (s.destroyed) return;
     if (v2) {
-      // serve-unclaimed: every pair reported served, half of them never claimed (the sums cover the claimed ones)
-      const reported = behaviour === 'serve-unclaimed' ? new Uint8Array(pairs).fill(1) : served;
-      s.write(encodeResult({ seq: r.seq, layer: r.layer, nTokens: r.nTokens, nUsed: r.nUsed, served: reported, sums }));
+      // serve-unclaimed: every pair reported served, half of them never claimed (the sums cover the claimed ones);
+      // serve-unpreclaimed: every pair of a pre-claimed REQUEST reported served (the sums cover the pre-claimed ones)
+      const everyPair = behaviour === 'serve-unclaimed' || (behaviour === 'serve-unpreclaimed' && pre !== null);
+      this.result(s, r, everyPair ? new Uint8Array(pairs).fill(1) : served, sums, version);
     } else {
       audited = this.respond(s, r, { ...base, mode: 'served', served, sums }, pending);
     }
     this.stats.servedPairs += nServed;
     this.stats.notServedPairs += pairs - nServed;
     if (nServed > 0) this.stats.layersServed.add(r.layer);
-    this.record(r, version, nClaimed, nServed, sums, audited);
+    this.record(r, version, nClaimed, nServed, sums, audited, nPre, receivedMs);
   }
 }

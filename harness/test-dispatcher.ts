@@ -188,6 +188,8 @@ export interface RequestRecord {
   claimed: number;
   /** v3: pairs the REQUEST pre-claimed under a standing offer (answered without a CLAIM); 0: none (a CLAIM exchange). */
   preclaimed: number;
+  /** v3: the pre-claim flags [nTokens × nUsed], when it pre-claimed any. */
+  preclaimedFlags?: Uint8Array;
   /** performance.now() when the REQUEST was decoded, and when its answer's last frame had been written. */
   receivedMs: number;
   answeredMs: number;
@@ -543,6 +545,7 @@ export class TestDispatcher {
       preclaimed,
       receivedMs,
       answeredMs: performance.now(),
+      ...(r.preclaimed && preclaimed > 0 ? { preclaimedFlags: Uint8Array.from(r.preclaimed) } : {}),
       served,
       notServed: r.nTokens * r.nUsed - served,
       audited,

@@ -16,12 +16,13 @@
  * Then: half of the pairs served, a stalling / dying / garbage-sending dispatcher, quiet windows, no dispatcher at
  * all, and 4 concurrent slots, each compared with stock.
  *
- * Protocol versions (docs/dispatch-protocol.md): every case above speaks version 2 (the coordinator's default: CLAIM
- * at once, the unclaimed pairs computed meanwhile, then the RESULT); stalls and garbage are tried both instead of the
- * CLAIM and after it (instead of the RESULT). Version 1 is tried with a dispatcher that acknowledges 1, with a
- * coordinator told to offer 1 (LINKCPP_EXPERT_DISPATCH_VERSION=1), and with an old dispatcher that closes on a
- * version 2 HELLO (the coordinator offers 1 next). Invalid v2 frames (a RESULT serving an unclaimed pair, a RESPONSE on
- * a v2 connection) and a HELLO_ACK newer than the offer are refused, and the tokens stay stock's.
+ * Protocol versions (docs/dispatch-protocol.md): the coordinator offers 3; every case above speaks version 2 because
+ * the test dispatcher acknowledges at most 2 by default (CLAIM at once, the unclaimed pairs computed meanwhile, then
+ * the RESULT); version 3 (standing offers) is tested in dispatch-v3.test.ts. Stalls and garbage are tried both instead
+ * of the CLAIM and after it (instead of the RESULT). Version 1 is tried with a dispatcher that acknowledges 1, with a
+ * coordinator told to offer 1 (LINKCPP_EXPERT_DISPATCH_VERSION=1), and with an old dispatcher that closes on a newer
+ * HELLO (the coordinator offers 2, then 1). Invalid v2 frames (a RESULT serving an unclaimed pair, a RESPONSE on a v2
+ * connection) and a HELLO_ACK newer than the offer are refused, and the tokens stay stock's.
  *
  * Models: random weights whose routed-expert branch is loud (expertScale LOUD, see below) so that an error in the
  * experts moves the logits as much as one anywhere else would. Token ids are compared (random-weight models emit

@@ -7,6 +7,7 @@
  *    the offer); later REQUESTs arrive pre-claimed, each with c = min(max_pairs, covered, ⌊a·N − b⌋) = N pairs, the
  *    dispatcher writes no CLAIM for them and the coordinator waits for none (no fault); its stats line counts them
  *    (`preclaimed`, no `offer_local`); stock tokens.
+ *  - Pre-claimed pairs the RESULT does not serve (every other one): the coordinator computes them; no fault.
  *  - An offer whose line takes nothing (b far above any request's pairs): every layer evaluation within the ttl is
  *    computed with no REQUEST (`offer_local`; with the REQUESTs, every evaluation of the completion), and the next
  *    REQUEST of a layer comes only after the ttl, in a v2 exchange (a second completion after it); stock tokens.
@@ -215,6 +216,23 @@ test('an offer of experts [0, 4) and at most 5 pairs: each pre-claim takes c = m
         'max_pairs cut a REQUEST',
       );
       assert.deepEqual(logLines(server.log(), FALLBACK_LINE), [], 'no fault');
+    },
+  );
+});
+
+test('pre-claimed pairs not served (every other one, as if its workers were late): the coordinator computes them after the RESULT; no fault, stock tokens', async () => {
+  await run(
+    'late',
+    'late-half',
+    (d) => (d.offer = { a: 1, b: -16, maxPairs: ANY_PAIRS, ttlMs: 1000 }),
+    async (server, d) => {
+      assert.deepEqual(d.stats.protocolErrors, []);
+      const pre = d.stats.log.filter((r) => r.preclaimed > 0);
+      assert.ok(pre.length > 0, 'REQUESTs pre-claimed');
+      for (const r of pre) {
+        assert.ok(r.served > 0 && r.served < r.preclaimed, `served ${r.served} of ${r.preclaimed} pre-claimed pairs`);
+      }
+      assert.deepEqual(logLines(server.log(), FALLBACK_LINE), [], 'pre-claimed pairs not served are no fault');
     },
   );
 });

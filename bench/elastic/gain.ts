@@ -92,6 +92,7 @@ const { values } = parseArgs({
     load: { type: 'string', default: 'child' },
     'load-nice': { type: 'string', default: '10' },
     'hub-nice': { type: 'string', default: '0' },
+    protocol: { type: 'string' },
     network: { type: 'string' },
     'volunteer-cache': { type: 'string' },
   },
@@ -137,6 +138,14 @@ const POLL_MS = 500;
 /** The coordinators' stats lines (bench/elastic/coordinator-stats.ts), every this many ms; they inherit the variable. */
 const STATS_MS = 100;
 process.env.LINKCPP_EXPERT_DISPATCH_STATS_MS = String(STATS_MS);
+/**
+ * `--protocol 2`: the coordinators offer protocol version 2 only (LINKCPP_EXPERT_DISPATCH_VERSION, inherited): B's
+ * exchanges wait for a CLAIM, as before v3's standing offers, for a side-by-side run. Default: the coordinator's own (3).
+ */
+if (values.protocol !== undefined) {
+  if (!['1', '2', '3'].includes(values.protocol)) throw new Error(`--protocol must be 1, 2 or 3, got ${values.protocol}`);
+  process.env.LINKCPP_EXPERT_DISPATCH_VERSION = values.protocol;
+}
 const LAYERS = 2;
 /** Headless volunteers on B: one per MoE layer by default; 0 runs B as the control (dispatch auto, nobody to dispatch to). */
 const N_VOLUNTEERS = SHARE ? 0 : values.volunteers === undefined ? LAYERS : Number(values.volunteers);

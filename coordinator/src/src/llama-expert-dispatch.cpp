@@ -95,7 +95,9 @@ constexpr float    XD_MAX_OFFER_B      = 1e6f;
 // v3: the coordinator's own correction of an offer's line, per layer: after each pre-claimed exchange the RESULT wait
 // (collect) is held against this target, and the pairs it pre-claims move by XD_ADJ_STEP_PAIRS the other way — a
 // median-seeking step, so the wait's median settles near the target whatever the dispatcher's model of its own hops
-// leaves out, and one late RESULT moves it one step only. Bounded to [XD_ADJ_MIN, XD_ADJ_MAX] pairs.
+// leaves out, and one late RESULT moves it one step only. Bounded to [XD_ADJ_MIN, XD_ADJ_MAX] pairs. An evaluation that
+// the corrected line leaves local (no REQUEST) moves it back by a quarter step, so a layer whose correction once took
+// every pair of a decode step tries a pair again after a few evaluations instead of never.
 constexpr int64_t  XD_WAIT_TARGET_US   = 150;
 constexpr float    XD_ADJ_STEP_PAIRS   = 0.25f;
 constexpr float    XD_ADJ_MIN          = -16.0f;
@@ -296,17 +298,20 @@ struct llama_expert_dispatch {
     } stats;
     int64_t stats_every_us = 0;
     std::atomic<int64_t> stats_logged_us{0};
-    uint64_t stats_logged_exchanges = 0;
+    uint64_t stats_logged_events = 0;
 
-    // One line of the sums above, at most every stats_every_us (called by thread 0 of the collect op).
+    // One line of the sums above, at most every stats_every_us (called by thread 0 of the collect op, and of the remote
+    // op when an offer left the layer local).
     void maybe_log_stats() {
         if (stats_every_us <= 0) return;
         const int64_t now = now_us();
         if (now - stats_logged_us.load(std::memory_order_relaxed) < stats_every_us) return;
         const uint64_t ex = stats.exchanges.load();
-        if (ex == stats_logged_exchanges) return;
+        // anything new: an exchange, or a layer an offer left local
+        const uint64_t events = ex + stats.offer_local.load();
+        if (events == stats_logged_events) return;
         stats_logged_us = now;
-        stats_logged_exchanges = ex;
+        stats_logged_events = events;
         // at warning level: llama-server prints libllama's info lines only at trace verbosity (-lv 4), and whoever set
         // the variable asked for these
         LLAMA_LOG_WARN("expert-dispatch: stats t_us=%lld exchanges=%llu claimed=%llu pairs=%llu pairs_claimed=%llu "
@@ -497,6 +502,7 @@ struct llama_expert_dispatch {
             if (n_pre == 0) {
                 // the offer takes nothing of a request this small: the layer is computed here, with no exchange
                 stats.offer_local++;
+                L.offer_adj = std::max(XD_ADJ_MIN, L.offer_adj - XD_ADJ_STEP_PAIRS / 4);
                 return;
             }
             L.offer_valid = false; // used once
@@ -1142,8 +1148,11 @@ void remote_op(ggml_tensor * dst, int ith, int nth, void * ud) {
     if (!L->xd->connected) return;
     const int64_t t0 = now_us();
     const uint64_t before = L->xd->stats.exchanges.load(std::memory_order_relaxed);
+    const uint64_t local_before = L->xd->stats.offer_local.load(std::memory_order_relaxed);
     L->xd->exchange(*L, x, ids, probs, (float *) dst->data);
     if (L->xd->stats.exchanges.load(std::memory_order_relaxed) != before) L->xd->stats.exchange_us += (uint64_t) (now_us() - t0);
+    // an evaluation the offer left local has no collect op work to report it; say so here
+    if (L->xd->stats.offer_local.load(std::memory_order_relaxed) != local_before) L->xd->maybe_log_stats();
 }
 
 // GU[:, k, t] = [gate_e · x_t | up_e · x_t] (two halves of ff) for every pair (t, k) that was not served; zeros for

@@ -377,9 +377,19 @@ export interface LatencyModel {
    */
   readonly small: ComputeFit;
   readonly large: ComputeFit;
-  /** The last TRANSPORT_WINDOW transports (a ring; `nCompute` says how many are filled), ms, and their upper quartile. */
+  /**
+   * The last TRANSPORT_WINDOW transports of decode-sized items (a ring; `nTransport` says how many were written), ms,
+   * and their upper quartile; the same for larger items apart. One window for both let a few prompt items (hundreds
+   * of rows to send and decode: ~10 ms) set a decode item's fixed cost, which declined the worker on every decode
+   * step and so left only prompt items in the window (bench:elastic: transport p75 10.3 ms where decode items took
+   * 0.7 ms outside compute).
+   */
   readonly transport: Float64Array;
+  nTransport: number;
   transportMs: number;
+  readonly transportLarge: Float64Array;
+  nTransportLarge: number;
+  transportLargeMs: number;
   /** Warm samples in the line. */
   warm: number;
   /** Cold samples left out of the line (slower than it expected). */
@@ -418,7 +428,11 @@ export function newLatencyModel(): LatencyModel {
     small: newFit(),
     large: newFit(),
     transport: new Float64Array(TRANSPORT_WINDOW),
+    nTransport: 0,
     transportMs: 0,
+    transportLarge: new Float64Array(TRANSPORT_WINDOW),
+    nTransportLarge: 0,
+    transportLargeMs: 0,
     warm: 0,
     coldSkipped: 0,
   };
@@ -426,10 +440,10 @@ export function newLatencyModel(): LatencyModel {
 
 const sorted = new Float64Array(TRANSPORT_WINDOW);
 
-/** The upper quartile (the ⌊¾(k − 1)⌋-th smallest of k) of the filled part of the transport ring. */
-function transportMedian(m: LatencyModel): number {
-  const k = Math.min(m.nCompute, TRANSPORT_WINDOW);
-  sorted.set(k === TRANSPORT_WINDOW ? m.transport : m.transport.subarray(0, k));
+/** The upper quartile (the ⌊¾(k − 1)⌋-th smallest of k) of the filled part of a transport ring (`n` written). */
+function transportQuartile(ring: Float64Array, n: number): number {
+  const k = Math.min(n, TRANSPORT_WINDOW);
+  sorted.set(k === TRANSPORT_WINDOW ? ring : ring.subarray(0, k));
   const s = sorted.subarray(0, k).sort();
   return s[Math.floor((3 * (k - 1)) / 4)] as number;
 }
@@ -448,16 +462,22 @@ export function observeRoundTrip(m: LatencyModel, pairs: number, ms: number, com
     }
   }
   if (!cold) {
-    if (m.warm === 0) m.n = m.nCompute = m.small.n = m.large.n = 0; // the first warm sample replaces a cold-only line
+    // the first warm sample replaces a cold-only line
+    if (m.warm === 0) m.n = m.nCompute = m.nTransport = m.nTransportLarge = m.small.n = m.large.n = 0;
     m.warm++;
   }
   addSample(m, pairs, ms, alpha); // the round trip's fit
   if (computeMs > 0) {
     const c = Math.min(computeMs, ms);
     addSample(pairs > SMALL_ITEM_PAIRS ? m.large : m.small, pairs, c, alpha);
-    m.transport[m.nCompute % TRANSPORT_WINDOW] = ms - c;
     m.nCompute++;
-    m.transportMs = transportMedian(m);
+    if (pairs > SMALL_ITEM_PAIRS) {
+      m.transportLarge[m.nTransportLarge++ % TRANSPORT_WINDOW] = ms - c;
+      m.transportLargeMs = transportQuartile(m.transportLarge, m.nTransportLarge);
+    } else {
+      m.transport[m.nTransport++ % TRANSPORT_WINDOW] = ms - c;
+      m.transportMs = transportQuartile(m.transport, m.nTransport);
+    }
   }
   return true;
 }
@@ -491,10 +511,13 @@ function fitLine(pairs: number, pairs2: number, pairsMs: number, ms: number): { 
 export function latencyLine(m: LatencyModel, pairs = 1): { overheadMs: number; perPairMs: number } | null {
   if (m.n === 0) return null;
   if (m.nCompute === 0) return fitLine(m.pairs, m.pairs2, m.pairsMs, m.ms);
-  const want = pairs > SMALL_ITEM_PAIRS ? m.large : m.small;
+  const large = pairs > SMALL_ITEM_PAIRS;
+  const want = large ? m.large : m.small;
   const f = want.n > 0 ? want : want === m.small ? m.large : m.small;
   const c = fitLine(f.pairs, f.pairs2, f.pairsMs, f.ms);
-  return { overheadMs: c.overheadMs + m.transportMs, perPairMs: c.perPairMs };
+  // the transport of items of that size, or of the other size while none was seen
+  const useLarge = m.nTransport === 0 || (large && m.nTransportLarge > 0);
+  return { overheadMs: c.overheadMs + (useLarge ? m.transportLargeMs : m.transportMs), perPairMs: c.perPairMs };
 }
 
 /** Expected round trip for `pairs` pairs, ms (the line of that size of item); null before the first observation. */
@@ -515,5 +538,6 @@ export function describeLatency(m: LatencyModel): string {
     m.large.n > 0 && m.small.n > 0
       ? `; items > ${SMALL_ITEM_PAIRS} pairs ${big.overheadMs.toFixed(1)} ms + ${big.perPairMs.toFixed(2)} ms/pair (n ${m.large.n})`
       : '';
-  return `${head} (compute fit + transport p75 ${m.transportMs.toFixed(2)} ms; n ${m.n}, ${m.warm} warm${cold})${large}`;
+  const tLarge = m.nTransportLarge > 0 ? `, larger items ${m.transportLargeMs.toFixed(2)} ms` : '';
+  return `${head} (compute fit + transport p75 ${m.transportMs.toFixed(2)} ms${tLarge}; n ${m.n}, ${m.warm} warm${cold})${large}`;
 }

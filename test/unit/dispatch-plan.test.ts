@@ -310,6 +310,14 @@ test("latency model with the worker's compute reported: compute fit + the transp
       coldSkipped: 1,
     },
     {
+      name: "prompt items' transport (10 ms to send and decode hundreds of rows) stays out of a decode item's line",
+      samples: [
+        ...[8, 16, 8, 16].map((p): [number, number, number] => [p, 0.7 + 0.5 * p, 0.5 * p]),
+        ...[400, 800, 400, 800, 400, 800].map((p): [number, number, number] => [p, 10 + 20 + 0.2 * p, 20 + 0.2 * p]),
+      ],
+      line: { overheadMs: 0.7, perPairMs: 0.5 },
+    },
+    {
       name: 'nothing reported (0): the round trip is fitted, as before',
       samples: [8, 16, 24, 32, 8, 16, 24, 32].map((p) => [p, 3 + 0.5 * p, 0]),
       line: { overheadMs: 3, perPairMs: 0.5 },
@@ -370,4 +378,14 @@ test('micro-benchmark: plan + gather + merge for 1 token × 8 experts (printed, 
     `1 token × 8 experts, 4 replicas (4 work items): plan only p50 ${plan50.toFixed(1)} µs p99 ${plan99.toFixed(1)} µs; ` +
       `plan + gather + check + merge at n_embd ${nEmbd}: p50 ${p50.toFixed(1)} µs p99 ${p99.toFixed(1)} µs (goal ≤ ~20 µs)`,
   );
+});
+
+test('latency model: a larger item is charged the transport of larger items, or of small ones while none was seen', () => {
+  const m = newLatencyModel();
+  for (const p of [8, 16, 8, 16]) observeRoundTrip(m, p, 0.7 + 0.5 * p, 0.5 * p);
+  assert.ok(Math.abs((latencyLine(m, 400)?.overheadMs ?? -1) - 0.7) < 1e-6, "no large item yet: the small items' transport");
+  for (const p of [400, 800, 400, 800]) observeRoundTrip(m, p, 10 + 20 + 0.2 * p, 20 + 0.2 * p);
+  const big = latencyLine(m, 400);
+  assert.ok(big && Math.abs(big.overheadMs - 30) < 1e-6 && Math.abs(big.perPairMs - 0.2) < 1e-6, JSON.stringify(big));
+  assert.ok(Math.abs((latencyLine(m, 8)?.overheadMs ?? -1) - 0.7) < 1e-6, 'decode items keep theirs');
 });

@@ -989,7 +989,7 @@ export class ModelDispatcher {
       Promise.resolve(answer).then(
         (partial) => {
           this.onAnswer(f, i, partial, sentAt, sentAt + deadlineMs, cold);
-          if (speedProbe && f.state[i] === ANSWERED && warmFollowUp(st, (st.lastAnswerAt ?? sentAt) - sentAt, this.claimCfg))
+          if (speedProbe && f.state[i] === ANSWERED && warmFollowUp(st, (st.lastAnswerAt ?? sentAt) - sentAt, this.claimCfg, work.nPairs))
             this.sendWarmFollowUp(link, st, work, shadowDeadlineMs(budgetMs, this.deadlineCfg));
         },
         () => this.onFailure(f, i),
@@ -1235,7 +1235,7 @@ export class ModelDispatcher {
         if (!(sums instanceof Float32Array) || sums.length !== work.nRows * work.nEmbd || now - sentAt > deadlineMs) return;
         const computeMs = a instanceof Float32Array ? 0 : ((a as WorkAnswer).computeUs ?? 0) / 1000;
         observeRoundTrip(st.latency, work.nPairs, now - sentAt, computeMs, false);
-        if (chain < this.claimCfg.warmFollowUpChain && warmFollowUp(st, now - sentAt, this.claimCfg))
+        if (chain < this.claimCfg.warmFollowUpChain && warmFollowUp(st, now - sentAt, this.claimCfg, work.nPairs))
           this.sendWarmFollowUp(link, st, work, deadlineMs, chain + 1);
       },
       () => {

@@ -86,14 +86,21 @@ export function probationWorker(
  * Whether a probe in shadow (or a follow-up) that answered in `roundTripMs` is followed at once by the same item
  * again: only for a worker whose line holds fewer than `warmFollowUpUntil` warm samples (all it has run were cold —
  * its first item, probes after idle gaps — or its few warm ones may come from a hiccup), and only when the answer was
- * quick (`warmFollowUpMaxMs`); the dispatcher chains at most `warmFollowUpChain` of them. The follow-up finds the worker's engine and event loop awake — a warm
+ * quick (`warmFollowUpMaxMs`) — or, for a well-measured worker, when the answer (of `pairs` pairs) came sooner than its
+line expects: a line fitted while the worker was slow (its wasm not yet tiered up, its core busy) declines it, and a
+declined worker gets only backed-off probes, cold ones that enter its line only if faster; the follow-ups are warm
+samples that move it. The dispatcher chains at most `warmFollowUpChain` of them. The follow-up finds the worker's engine and event loop awake — a warm
  * sample, which replaces the cold-only line (plan.ts) — so a worker first measured cold (bench:elastic: 8.5 ms +
  * 3.2 ms/pair, declined on every decode item) is judged on its warm speed (~1 ms + 0.3 ms/pair), while a slow
  * worker's probe (seconds) gets no follow-up and it stays declined at the cost of its probes only. In shadow: the
  * coordinator waits on neither.
  */
-export function warmFollowUp(st: Pick<ProbeStats, 'latency'>, roundTripMs: number, cfg: ClaimConfig): boolean {
-  return st.latency.warm < cfg.warmFollowUpUntil && st.latency.n > 0 && roundTripMs <= cfg.warmFollowUpMaxMs;
+export function warmFollowUp(st: Pick<ProbeStats, 'latency'>, roundTripMs: number, cfg: ClaimConfig, pairs?: number): boolean {
+  if (st.latency.n === 0 || roundTripMs > cfg.warmFollowUpMaxMs) return false;
+  if (st.latency.warm < cfg.warmFollowUpUntil) return true;
+  // a well-measured line that this answer beats is stale (its samples came from a slower moment): measure it again
+  const expected = pairs === undefined ? null : expectedRoundTripMs(st.latency, pairs);
+  return expected !== null && roundTripMs < expected;
 }
 
 /**

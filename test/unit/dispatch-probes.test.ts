@@ -132,15 +132,23 @@ test('warmFollowUp: a quick probe of a worker measured only cold or on few warm 
   observeRoundTrip(young, 8, 3.4, 2.4, false);
   const warm = newLatencyModel();
   for (let i = 0; i < cfg.warmFollowUpUntil; i++) observeRoundTrip(warm, 8, 3.4, 2.4, false);
-  const rows: Array<{ name: string; latency: ReturnType<typeof newLatencyModel>; ms: number; want: boolean }> = [
+  const rows: Array<{ name: string; latency: ReturnType<typeof newLatencyModel>; ms: number; pairs?: number; want: boolean }> = [
     { name: 'measured only cold, probe answered in 19 ms', latency: cold, ms: 19, want: true },
     { name: 'at the bound', latency: cold, ms: cfg.warmFollowUpMaxMs, want: true },
     { name: "a software adapter's 2 s probe", latency: cold, ms: 2_000, want: false },
     { name: 'one warm sample (maybe from a hiccup)', latency: young, ms: 19, want: true },
     { name: `already has ${cfg.warmFollowUpUntil} warm samples`, latency: warm, ms: 19, want: false },
+    { name: `${cfg.warmFollowUpUntil} warm samples, and this answer beats the line (stale)`, latency: warm, ms: 2, pairs: 8, want: true },
+    {
+      name: `${cfg.warmFollowUpUntil} warm samples, and this answer is as the line expects`,
+      latency: warm,
+      ms: 3.4,
+      pairs: 8,
+      want: false,
+    },
     { name: 'never measured', latency: newLatencyModel(), ms: 19, want: false },
   ];
-  for (const r of rows) assert.equal(warmFollowUp({ latency: r.latency }, r.ms, cfg), r.want, r.name);
+  for (const r of rows) assert.equal(warmFollowUp({ latency: r.latency }, r.ms, cfg, r.pairs), r.want, r.name);
 });
 
 test('declineQuietMs: short after one decline of a serving worker, doubling while the declines go on in a row, capped', () => {

@@ -93,11 +93,15 @@ constexpr size_t XD_OFFER_FIXED      = 16; // v3: RESULT's trailer {ttl_ms u32, 
 constexpr uint32_t XD_MAX_OFFER_TTL_MS = 1000;
 constexpr float    XD_MAX_OFFER_B      = 1e6f;
 // v3: the coordinator's own correction of an offer's line, per layer: after each pre-claimed exchange the RESULT wait
-// (collect) is held against this target, and the pairs it pre-claims move by XD_ADJ_STEP_PAIRS the other way — a
-// median-seeking step, so the wait's median settles near the target whatever the dispatcher's model of its own hops
-// leaves out, and one late RESULT moves it one step only. Bounded to [XD_ADJ_MIN, XD_ADJ_MAX] pairs. An evaluation that
-// the corrected line leaves local (no REQUEST) moves it back by a quarter step, so a layer whose correction once took
-// every pair of a decode step tries a pair again after a few evaluations instead of never.
+// (collect) is held against this target, and the pairs it pre-claims move the other way: by XD_ADJ_STEP_PAIRS·(1 − a)
+// fewer after a wait past it, XD_ADJ_STEP_PAIRS·a more after none (a: the offer's slope). That settles where the
+// coordinator waits in a share a of its exchanges — the split that minimises the layer's expected time when only the
+// dispatcher's part is noisy: one pair more for it saves l (the local time per pair) whenever the coordinator would not
+// wait and costs p (its time per pair) whenever it would, so P(wait)·p = (1 − P(wait))·l, P(wait) = l / (l + p) = a.
+// Whatever the dispatcher's model of its own hops leaves out is so corrected, and one late RESULT moves the split by
+// less than a pair. Bounded to [XD_ADJ_MIN, XD_ADJ_MAX] pairs. An evaluation the corrected line leaves local (no
+// REQUEST) moves it back by a quarter step, so a layer whose correction once took every pair of a decode step tries a
+// pair again after a few evaluations instead of never.
 constexpr int64_t  XD_WAIT_TARGET_US   = 150;
 constexpr float    XD_ADJ_STEP_PAIRS   = 0.25f;
 constexpr float    XD_ADJ_MIN          = -16.0f;
@@ -252,6 +256,7 @@ struct llama_xd_layer {
     // v3: pairs taken off every offer's line (XD_WAIT_TARGET_US above), and whether this evaluation's RESULT answers a
     // pre-claim (written by the remote op, read by the collect op of the same graph)
     float    offer_adj = 0.0f;
+    float    preclaim_a = 0.0f; // the slope of the offer this evaluation's pre-claim used
     bool     result_preclaimed = false;
 };
 
@@ -565,6 +570,7 @@ struct llama_expert_dispatch {
             L.result_conn        = conn_gen;
             L.result_deadline_us = deadline;
             L.result_preclaimed  = true;
+            L.preclaim_a         = L.offer_a;
             awaiting_result      = true;
             return;
         }
@@ -1384,7 +1390,8 @@ void collect_op(ggml_tensor * dst, int ith, int nth, void * ud) {
         if (L->result_preclaimed) {
             // the split was this side's: a wait past the target means the dispatcher's part ends later than ours, so
             // give it fewer pairs next time; no wait, more (only this thread touches offer_adj)
-            const float step = waited > XD_WAIT_TARGET_US ? XD_ADJ_STEP_PAIRS : -XD_ADJ_STEP_PAIRS;
+            const float a = std::min(1.0f, std::max(0.0f, L->preclaim_a));
+            const float step = waited > XD_WAIT_TARGET_US ? XD_ADJ_STEP_PAIRS * (1.0f - a) : -XD_ADJ_STEP_PAIRS * a;
             L->offer_adj = std::min(XD_ADJ_MAX, std::max(XD_ADJ_MIN, L->offer_adj + step));
         }
     }

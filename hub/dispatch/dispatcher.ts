@@ -64,6 +64,7 @@ import {
   gatherRows,
   latencyLine,
   mergePartials,
+  restartLine,
   newLatencyModel,
   observeRoundTrip,
   planRequest,
@@ -989,8 +990,11 @@ export class ModelDispatcher {
       Promise.resolve(answer).then(
         (partial) => {
           this.onAnswer(f, i, partial, sentAt, sentAt + deadlineMs, cold);
-          if (speedProbe && f.state[i] === ANSWERED && warmFollowUp(st, (st.lastAnswerAt ?? sentAt) - sentAt, this.claimCfg, work.nPairs))
+          if (speedProbe && f.state[i] === ANSWERED && warmFollowUp(st, (st.lastAnswerAt ?? sentAt) - sentAt, this.claimCfg, work.nPairs)) {
+            // a cold probe faster than a well-measured line: the line is stale; the warm follow-ups make a new one
+            if (st.latency.warm >= this.claimCfg.warmFollowUpUntil) restartLine(st.latency);
             this.sendWarmFollowUp(link, st, work, shadowDeadlineMs(budgetMs, this.deadlineCfg));
+          }
         },
         () => this.onFailure(f, i),
       );

@@ -482,6 +482,17 @@ export function observeRoundTrip(m: LatencyModel, pairs: number, ms: number, com
   return true;
 }
 
+/**
+ * Forgets a line's samples (not its count of cold ones left out): the dispatcher's answer to a cold probe that came
+ * sooner than a well-measured line expects — the line was fitted while the worker was slower than it is now (a start
+ * on a busy core, wasm not yet tiered up) — before the warm follow-ups that fit a new one (probes.ts `warmFollowUp`).
+ */
+export function restartLine(m: LatencyModel): void {
+  m.n = m.nCompute = m.nTransport = m.nTransportLarge = m.small.n = m.large.n = 0;
+  m.warm = 0;
+  m.transportMs = m.transportLargeMs = 0;
+}
+
 /** One sample into a fit's EWMAs (the first one sets them). */
 function addSample(f: ComputeFit, pairs: number, ms: number, alpha: number): void {
   const a = f.n === 0 ? 1 : alpha;

@@ -10,6 +10,7 @@ import {
   mergePartials,
   newLatencyModel,
   observeRoundTrip,
+  restartLine,
   planRequest,
   type PlanWorker,
   type RequestPlan,
@@ -388,4 +389,17 @@ test('latency model: a larger item is charged the transport of larger items, or 
   const big = latencyLine(m, 400);
   assert.ok(big && Math.abs(big.overheadMs - 30) < 1e-6 && Math.abs(big.perPairMs - 0.2) < 1e-6, JSON.stringify(big));
   assert.ok(Math.abs((latencyLine(m, 8)?.overheadMs ?? -1) - 0.7) < 1e-6, 'decode items keep theirs');
+});
+
+test('restartLine: a stale line (fitted while the worker was slow) gives way to the next warm samples at once', () => {
+  const m = newLatencyModel();
+  for (let i = 0; i < 12; i++) observeRoundTrip(m, 8, 12 + 0.6 * 8, 0.6 * 8 + 6, false); // slow: busy core, cold wasm
+  const stale = latencyLine(m);
+  assert.ok(stale && stale.overheadMs > 5, JSON.stringify(stale));
+  restartLine(m);
+  assert.equal(latencyLine(m), null, 'unmeasured until the next sample');
+  observeRoundTrip(m, 8, 0.7 + 0.3 * 8, 0.3 * 8, false);
+  const fresh = latencyLine(m);
+  assert.ok(fresh && Math.abs(fresh.overheadMs - 0.7) < 1e-6 && Math.abs(fresh.perPairMs - 0.3) < 1e-6, JSON.stringify(fresh));
+  assert.equal(m.warm, 1);
 });

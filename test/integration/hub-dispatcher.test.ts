@@ -22,6 +22,7 @@ import { performance } from 'node:perf_hooks';
 import { Registry } from 'prom-client';
 import { DispatchMetrics, ModelDispatcher, type ModelDispatcherOptions, type ResponseSummary } from '../../hub/dispatch/dispatcher.ts';
 import type { WorkItem, WorkerLink } from '../../hub/dispatch/worker-link.ts';
+import { DEFAULT_CLAIMS } from '../../hub/dispatch/claims.ts';
 import {
   type DispatchClaim,
   type DispatchRequest,
@@ -883,7 +884,8 @@ describe('ModelDispatcher, protocol v2 (claims) against a scripted coordinator',
       assert.equal(d.totals.decisions['never-served'], 1);
       assert.equal(d.totals.claims['shadow-probe'], 1, 'but probed in shadow');
       await sleep(20);
-      assert.equal(worker.calls, 2, 'the probe, and its warm follow-up (the worker was measured only cold until then)');
+      // the probe, and its warm follow-ups while the worker's line is young (a chain of warmFollowUpChain at most)
+      assert.equal(worker.calls, 1 + DEFAULT_CLAIMS.warmFollowUpChain, 'the probe, and its warm follow-ups');
       assert.ok(d.workerStats('w')?.lastServeMs != null, 'the probe, answered in time, proves it');
       const second = await c.sendV2(c.request({ ids, nUsed: 8, localNsPerPair: 1_000_000 }));
       assert.ok((second.claim.claimed ?? []).length > 0, 'proven and faster than the coordinator: claimed');
@@ -992,11 +994,14 @@ describe('ModelDispatcher, protocol v2 (claims) against a scripted coordinator',
       assert.equal(x.claim.claimed, null, 'never served: a probe in shadow');
       await sleep(100);
       const st = d.workerStats('w');
-      assert.equal(worker.calls, 2, 'the probe, then the same item again at once');
-      assert.equal(d.totals.claims['warm-follow-up'], 1);
+      // the probe, then the same item again at once, and again while the line holds few warm samples and each answer
+      // is quick: warmFollowUpChain in a row at most
+      const chain = DEFAULT_CLAIMS.warmFollowUpChain;
+      assert.equal(worker.calls, 1 + chain, 'the probe, then the same item again at once, in a chain');
+      assert.equal(d.totals.claims['warm-follow-up'], chain);
       assert.equal(st?.outstanding, 0);
-      assert.equal(st?.latency.warm, 1, 'the follow-up is a warm sample');
-      assert.equal(st?.latency.n, 1, 'and it replaced the cold-only line');
+      assert.equal(st?.latency.warm, chain, 'each follow-up is a warm sample');
+      assert.equal(st?.latency.n, chain, 'and the first replaced the cold-only line');
     } finally {
       c.close();
       await d.close();
@@ -1132,6 +1137,152 @@ function exactWorker(
   });
 }
 
+describe('ModelDispatcher, protocol v3 (standing offers) against a scripted coordinator', () => {
+  /** One exchange as a v3 coordinator makes it: with pre-claims, the RESULT alone; without, the CLAIM and any RESULT. */
+  async function exchange(
+    c: ScriptedCoordinator,
+    r: DispatchRequest,
+  ): Promise<{ claimed: Uint8Array | null; sawClaim: boolean; result: DispatchResult | null }> {
+    c.socket.write(encodeRequest(r, 3));
+    let claimed = r.preclaimed ?? null;
+    let sawClaim = false;
+    let f = await c.next();
+    if (!r.preclaimed) {
+      assert.equal(f.kind, FrameKind.Claim, `a REQUEST without pre-claims is answered by a CLAIM, got kind ${f.kind}`);
+      sawClaim = true;
+      claimed = decodeClaim({ version: 3, kind: f.kind, seq: f.seq, payloadBytes: f.payload.length }, f.payload).claimed;
+      if (!claimed) return { claimed: null, sawClaim, result: null };
+      f = await c.next();
+    }
+    assert.equal(f.kind, FrameKind.Result, `kind ${f.kind} where the RESULT was due`);
+    assert.equal(f.seq, r.seq);
+    const header = { version: 3 as DispatchVersion, kind: f.kind, seq: f.seq, payloadBytes: f.payload.length };
+    return { claimed, sawClaim, result: decodeResult(header, f.payload, c.hello.nEmbd, claimed, c.hello.nExpert) };
+  }
+
+  /** The pairs an offer gives of a request (the coordinator's rule with no correction): the first c covered ones. */
+  function preclaim(offer: NonNullable<DispatchResult['offer']>, ids: Int32Array): Uint8Array {
+    const covered = (e: number): boolean => (((offer.experts[e >> 3] as number) >> (e & 7)) & 1) === 1;
+    const nCovered = [...ids].filter(covered).length;
+    const c = Math.min(offer.maxPairs, nCovered, Math.floor(offer.a * ids.length - offer.b));
+    const pre = new Uint8Array(ids.length);
+    let taken = 0;
+    for (let i = 0; i < ids.length && taken < c; i++) {
+      if (!covered(ids[i] as number)) continue;
+      pre[i] = 1;
+      taken++;
+    }
+    return pre;
+  }
+
+  const saturatedAuto = (now: number): Partial<ModelDispatcherOptions> => ({
+    mode: 'auto',
+    clock: () => now,
+    record: () => ({ attachMs: now - 60_000, lastServeMs: now - 1_000, released: false, quarantined: false }),
+    saturation: () => ({ atMs: now, busy: 4, slots: 4, source: 'slots' }),
+  });
+
+  test('a measured worker faster than local: RESULTs carry offers; pre-claimed REQUESTs get no CLAIM, the pairs served; every 4th RESULT none', async () => {
+    const links = new Links();
+    const worker = new FnLink('w', 0, 0, 12, (w) => sleep(2).then(() => simple(w)));
+    links.list = [worker];
+    const d = await dispatcher(links, { ...saturatedAuto(1_000_000), claims: { probePairs: 4, offerBreakEvery: 4 } });
+    const c = await ScriptedCoordinator.connect(d.socketPath, { nExpertUsed: 8 }, true, 3);
+    assert.equal(c.version, 3, 'the dispatcher speaks 3 with a coordinator that offers 3');
+    const ids = Int32Array.from({ length: 48 }, (_, i) => i % 16); // 6 tokens x 8, experts 12..15 not covered
+    try {
+      // CLAIM exchanges until the worker is measured and a RESULT carries an offer
+      let offer: DispatchResult['offer'] = null;
+      for (let i = 0; i < 10 && !offer; i++) {
+        const x = await exchange(c, c.request({ ids, nUsed: 8, localNsPerPair: 1_000_000 }));
+        assert.ok(x.sawClaim);
+        offer = x.result?.offer ?? null;
+      }
+      assert.ok(offer, `an offer after the worker was measured: ${JSON.stringify(d.totals.offers)}`);
+      assert.equal(offer.ttlMs, DEFAULT_CLAIMS.offerTtlMs);
+      assert.ok(offer.a > 0 && offer.a < 1 && offer.maxPairs >= 1, JSON.stringify(offer));
+      assert.deepEqual([...offer.experts], [0xff, 0x0f], "the worker's experts [0, 12)");
+      // pre-claimed REQUESTs: no CLAIM, every pre-claimed pair served (the worker answers all), an offer or none
+      let offers = 0;
+      let results = 0;
+      for (let i = 0; i < 8 && offer; i++) {
+        const pre = preclaim(offer, ids);
+        const n = pre.reduce((a, b) => a + b, 0);
+        assert.ok(n > 0, 'the line takes pairs of 48 at 1 ms per local pair');
+        assert.ok(
+          [...pre.keys()].every((p) => !pre[p] || (ids[p] as number) < 12),
+          'only covered experts',
+        );
+        const x = await exchange(c, c.request({ ids, nUsed: 8, localNsPerPair: 1_000_000, preclaimed: pre }));
+        assert.equal(x.sawClaim, false);
+        const served = x.result?.served ?? new Uint8Array();
+        assert.equal(
+          served.reduce((a, b) => a + b, 0),
+          n,
+          'every pre-claimed pair served',
+        );
+        results++;
+        if (x.result?.offer) offers++;
+        offer = x.result?.offer ?? offer; // a withheld offer: the last one again (its REQUEST would be a CLAIM exchange)
+      }
+      assert.equal(d.totals.offers.preclaimed, results);
+      assert.ok(offers < results && offers >= results - 3, `every 4th RESULT carries no offer: ${offers} of ${results}`);
+      // a pre-claimed REQUEST the dispatcher can no longer place (the worker left): its RESULT at once, nothing served
+      links.list = [];
+      const gone = await exchange(c, c.request({ ids, nUsed: 8, localNsPerPair: 1_000_000, preclaimed: preclaim(offer, ids) }));
+      assert.equal(gone.sawClaim, false);
+      assert.equal(
+        gone.result?.served.reduce((a, b) => a + b, 0),
+        0,
+      );
+      assert.equal(gone.result?.offer, null);
+    } finally {
+      c.close();
+      await d.close();
+    }
+  });
+
+  test('no offers under --dispatch always, to a v2 coordinator, or while a spot check is due (the next CLAIM exchange owes it)', async () => {
+    const links = new Links();
+    links.list = [new FnLink('w', 0, 0, 16, (w) => sleep(1).then(() => simple(w)))];
+    const ids = Int32Array.from({ length: 32 }, (_, i) => i % 16);
+    for (const mode of ['always', 'auto'] as const) {
+      for (const version of [2, 3] as const) {
+        const owed: boolean[] = [];
+        const d = await dispatcher(links, {
+          ...saturatedAuto(1_000_000),
+          mode,
+          chooseAudit: (ctx) => {
+            owed.push(ctx.owed === true);
+            return ctx.owed ? [0] : null;
+          },
+          auditDue: () => true,
+        });
+        const c = await ScriptedCoordinator.connect(d.socketPath, { nExpertUsed: 8 }, true, version);
+        try {
+          for (let i = 0; i < 6; i++) {
+            const x =
+              version === 3
+                ? await exchange(c, c.request({ ids, nUsed: 8, localNsPerPair: 1_000_000 }))
+                : await (async () => {
+                    const y = await c.sendV2(c.request({ ids, nUsed: 8, localNsPerPair: 1_000_000 }));
+                    return { result: y.claim.claimed ? (await y.result()).result : null };
+                  })();
+            assert.ok(!x.result?.offer, `${mode}, v${version}: no offer`);
+          }
+          assert.equal(d.totals.offers.made, 0);
+          if (mode === 'auto' && version === 3)
+            assert.ok(owed.includes(true), `a withheld offer makes the next CLAIM exchange owe a spot check: ${owed}`);
+          else assert.ok(!owed.includes(true), `${mode}, v${version}: nothing owed`);
+        } finally {
+          c.close();
+          await d.close();
+        }
+      }
+    }
+  });
+});
+
 describe('ModelDispatcher with linkcpp-server', () => {
   const N = 32;
   const PROMPT = 'The swarm serves';
@@ -1220,7 +1371,7 @@ describe('ModelDispatcher with linkcpp-server', () => {
 
   test('--dispatch always, two workers per MoE layer: identical tokens, ≥ 90 % of routed pairs served', async (t) => {
     const r = await run(split('honest'));
-    assert.equal(d.protocolVersion, 2, 'linkcpp-server and the hub speak protocol v2 (claims)');
+    assert.equal(d.protocolVersion, 3, 'linkcpp-server and the hub speak protocol v3 (claims and standing offers)');
     assert.deepEqual(r.tokens, want, 'token ids identical to the stock server');
     const routed = r.served + r.fallback + r.rejected;
     t.diagnostic(`served ${r.served} of ${routed} routed pairs (${((100 * r.served) / routed).toFixed(1)} %)`);

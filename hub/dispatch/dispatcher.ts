@@ -416,6 +416,31 @@ function largestRequestFrame(nEmbd: number): number {
   return HEADER_BYTES + Math.min(DISPATCH_LIMITS.maxPayload, REQUEST_FIXED_BYTES + 4 * (r * nEmbd + 2 * r * DISPATCH_LIMITS.maxUsed));
 }
 
+/** A REQUEST's state from its plan on: every item pending, none in shadow or audited yet. */
+function newInFlight(conn: Connection, req: DispatchRequest, plan: RequestPlan, arrivedAt: number, preclaimed: number): InFlight {
+  const n = plan.workers.length;
+  return {
+    conn,
+    shadow: new Array(n).fill(false),
+    auditItem: new Array(n).fill(-1),
+    audit: null,
+    req,
+    plan,
+    links: new Array(n),
+    stats: new Array(n),
+    partials: new Array(n).fill(null),
+    state: new Uint8Array(n),
+    rejectedPairs: new Array(n).fill(0),
+    timers: new Array(n),
+    arrivedAt,
+    preclaimed,
+    dispatchedAt: 0,
+    settledAt: 0,
+    remaining: n,
+    abandoned: false,
+  };
+}
+
 /** Resolves true when something accepts connections at `path` (a live dispatcher must not be unlinked). */
 function socketIsLive(path: string, timeoutMs = 500): Promise<boolean> {
   return new Promise((resolve) => {
@@ -899,27 +924,7 @@ export class ModelDispatcher {
     }
     conn.declineStreak.delete(req.layer);
 
-    const n = plan.workers.length;
-    const f: InFlight = {
-      conn,
-      shadow: new Array(n).fill(false),
-      auditItem: new Array(n).fill(-1),
-      audit: null,
-      req,
-      plan,
-      links: new Array(n),
-      stats: new Array(n),
-      partials: new Array(n).fill(null),
-      state: new Uint8Array(n),
-      rejectedPairs: new Array(n).fill(0),
-      timers: new Array(n),
-      arrivedAt,
-      preclaimed: 0,
-      dispatchedAt: 0,
-      settledAt: 0,
-      remaining: n,
-      abandoned: false,
-    };
+    const f = newInFlight(conn, req, plan, arrivedAt, 0);
     conn.inFlight = f;
     for (const [i, wp] of plan.workers.entries()) {
       if (!shadowProbe[wp.worker]) continue;
@@ -1040,26 +1045,7 @@ export class ModelDispatcher {
     for (let p = 0; p < pairs; p++) if (pre[p] !== 1) ids[p] = -1;
     const plan = planRequest({ nTokens: req.nTokens, nUsed: req.nUsed, ids, probs: req.probs }, planWorkers);
     const n = plan.workers.length;
-    const f: InFlight = {
-      conn,
-      shadow: new Array(n).fill(false),
-      auditItem: new Array(n).fill(-1),
-      audit: null,
-      req,
-      plan,
-      links: new Array(n),
-      stats: new Array(n),
-      partials: new Array(n).fill(null),
-      state: new Uint8Array(n),
-      rejectedPairs: new Array(n).fill(0),
-      timers: new Array(n),
-      arrivedAt,
-      preclaimed: nPre,
-      dispatchedAt: 0,
-      settledAt: 0,
-      remaining: n,
-      abandoned: false,
-    };
+    const f = newInFlight(conn, req, plan, arrivedAt, nPre);
     conn.inFlight = f;
     if (n === 0) {
       // nothing can be placed: the RESULT at once, nothing served

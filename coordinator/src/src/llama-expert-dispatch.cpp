@@ -561,17 +561,10 @@ struct llama_expert_dispatch {
             for (size_t i = 0; i < n_pairs; ++i) {
                 if (pre[i]) dst[(i / n_used) * stride + n_embd + i % n_used] = XD_PAIR_SERVED;
             }
-            stats.claimed++;
             stats.preclaimed++;
-            stats.pairs += n_pairs;
-            stats.pairs_claimed += n_pre;
-            L.result_pending     = true;
-            L.result_seq         = my_seq;
-            L.result_conn        = conn_gen;
-            L.result_deadline_us = deadline;
-            L.result_preclaimed  = true;
-            L.preclaim_a         = L.offer_a;
-            awaiting_result      = true;
+            owe_result(L, my_seq, deadline, n_pairs, n_pre);
+            L.result_preclaimed = true;
+            L.preclaim_a        = L.offer_a;
             return;
         }
         if (version >= 2) {
@@ -651,7 +644,19 @@ struct llama_expert_dispatch {
         healthy();
     }
 
-    // v3: how many pairs the layer's offer takes of this request: min(max, covered, ⌊a·N − b⌋), 0 when that is ≤ 0.
+    // v2/v3: pairs were claimed (by a CLAIM, or pre-claimed): the layer's collect op reads their RESULT, due by `deadline`.
+    void owe_result(llama_xd_layer & L, uint32_t my_seq, int64_t deadline, size_t n_pairs, size_t n_claimed) {
+        stats.claimed++;
+        stats.pairs += n_pairs;
+        stats.pairs_claimed += n_claimed;
+        L.result_pending     = true;
+        L.result_seq         = my_seq;
+        L.result_conn        = conn_gen;
+        L.result_deadline_us = deadline;
+        awaiting_result      = true;
+    }
+
+    // v3: how many pairs the layer's offer takes of this request: min(max, covered, ⌊a·N − b − adj⌋), 0 when ≤ 0.
     static size_t preclaim_count(const llama_xd_layer & L, const ggml_tensor * ids, uint32_t n_tok, uint32_t n_used) {
         const size_t n_pairs = (size_t) n_tok * n_used;
         size_t covered = 0;
@@ -736,14 +741,7 @@ struct llama_expert_dispatch {
         }
         if (quiet_ms > 0) L.quiet_until_us = now_us() + (int64_t) quiet_ms * 1000;
         if (n_claimed > 0) {
-            stats.claimed++;
-            stats.pairs += n_pairs;
-            stats.pairs_claimed += n_claimed;
-            L.result_pending     = true;
-            L.result_seq         = my_seq;
-            L.result_conn        = conn_gen;
-            L.result_deadline_us = deadline;
-            awaiting_result      = true;
+            owe_result(L, my_seq, deadline, n_pairs, n_claimed);
             return; // the exchange is complete (and healthy) once its RESULT is in
         }
         cooldown_ms = XD_COOLDOWN_MIN_MS;

@@ -6,7 +6,7 @@
  * headless volunteers (`npx expertswarm volunteer`) take one MoE layer each.
  *
  * Asserted: the flags parse into the config; the coordinator is listed as external at its URL; the hub's dispatcher
- * for the model got the coordinator's HELLO on protocol v2 (the dashboard's `dispatchConnected` and the hub's event
+ * for the model got the coordinator's HELLO on protocol v3 (the dashboard's `dispatchConnected` and the hub's event
  * log); a 64-token greedy completion through the hub's `/v1/completions` (proxied to the external coordinator) gives
  * the token ids of a coordinator with no dispatcher serving (`baselineIds`: a hub of its own with `--dispatch off`),
  * and the volunteers served ≥ 90% of the routed pairs (`expertswarm_dispatch_pairs_total{outcome="served"}`).
@@ -40,7 +40,7 @@ const MODEL = 'm';
 /** The coordinator's per-layer wait for the dispatcher, as the hub gives its managed ones (`--dispatch-deadline-ms`). */
 const DEADLINE_MS = '1000';
 
-test('an external coordinator on --dispatch-socket is served by the hub’s dispatcher: HELLO v2, pairs served, tokens identical', {
+test('an external coordinator on --dispatch-socket is served by the hub’s dispatcher: HELLO v3, pairs served, tokens identical', {
   timeout: 300_000,
 }, async () => {
   const m = await testModel(DEEPSEEK_Q8);
@@ -112,8 +112,8 @@ test('an external coordinator on --dispatch-socket is served by the hub’s disp
     assert.ok(connected(), `the coordinator never said HELLO to the hub's dispatcher:\n${coordinator.log().slice(-2000)}`);
     const hellos = running.hub.queryEvents({ kind: 'coordinator', model: MODEL, limit: 50 }).map((e) => e.detail);
     assert.ok(
-      hellos.some((d) => /^dispatch hello: .+ \(protocol v2\)$/.test(d)),
-      `the hub's dispatcher got the HELLO on protocol v2: ${JSON.stringify(hellos)}`,
+      hellos.some((d) => /^dispatch hello: .+ \(protocol v3\)$/.test(d)),
+      `the hub's dispatcher got the HELLO on protocol v3: ${JSON.stringify(hellos)}`,
     );
 
     vols.push(spawnVolunteer(running.url, 'x0'), spawnVolunteer(running.url, 'x1'));

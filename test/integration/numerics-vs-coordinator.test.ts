@@ -257,7 +257,8 @@ async function oracleDispatcher(path: string, ref: NativeReference, nudge = 0): 
               const hello = decodeHello(payload);
               nExpert = hello.nExpert;
               d.hellos.push(hello);
-              version = negotiateVersion(header.version);
+              // a v2 dispatcher (claims, no standing offers): the coordinator offers 3 and speaks 2 with it
+              version = Math.min(negotiateVersion(header.version), 2) as DispatchVersion;
               d.versions.push(version);
               s.write(encodeHelloAck(true, 0, version));
               return;
@@ -319,7 +320,7 @@ async function localDispatcher(path: string): Promise<OracleDispatcher> {
         for (const { header, payload } of reader.push(chunk)) {
           if (header.kind === FrameKind.Hello) {
             d.hellos.push(decodeHello(payload));
-            version = negotiateVersion(header.version);
+            version = Math.min(negotiateVersion(header.version), 2) as DispatchVersion;
             d.versions.push(version);
             s.write(encodeHelloAck(true, 0, version));
             continue;

@@ -21,10 +21,9 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { GGMLType } from '../../gguf/quant-types.ts';
 import { completeGreedy, startServer, type Completion, type RunningServer } from '../../harness/linkcpp.ts';
 import { logLines, waitForLog } from '../../harness/log-wait.ts';
-import { testModel } from '../../harness/models.ts';
+import { TOP2_OF_8, testModel } from '../../harness/models.ts';
 import { TestDispatcher, type DispatcherBehaviour, type RequestRecord, type TestOffer } from '../../harness/test-dispatcher.ts';
 import { FALLBACK_LINE, expectedRequests, promptTokens } from '../../harness/dispatch-checks.ts';
 import { planModel } from '../../tools/model-arch.ts';
@@ -34,18 +33,7 @@ import { parseCoordinatorStats, type CoordinatorStats } from '../../bench/elasti
 const dir = await mkdtemp(join(tmpdir(), 'es-xd3-'));
 after(() => rm(dir, { recursive: true, force: true }));
 
-const m = await testModel({
-  arch: 'qwen3moe',
-  layers: 3,
-  nEmbd: 64,
-  ff: 64,
-  sharedFf: 64,
-  nExpert: 8,
-  nExpertUsed: 2,
-  type: GGMLType.Q8_0,
-  seed: 23,
-  expertScale: 2,
-});
+const m = await testModel(TOP2_OF_8);
 const MOE_LAYERS = planModel(m.config, buildVocabulary().tokens.length).moeLayers;
 const PROMPT = 'The swarm serves';
 const N = 16;

@@ -40,12 +40,11 @@ import {
   encodeRequest,
 } from '../../protocol/dispatch.ts';
 import { completeGreedy, startServer } from '../../harness/linkcpp.ts';
-import { testModel, type TestModel } from '../../harness/models.ts';
+import { TOP2_OF_8, testModel, type TestModel } from '../../harness/models.ts';
 import { GgmlExactBackend } from '../../harness/ggml-exact.ts';
 import { FALLBACK_LINE } from '../../harness/dispatch-checks.ts';
 import { planModel } from '../../tools/model-arch.ts';
 import { buildVocabulary } from '../../tools/tokenizer.ts';
-import { GGMLType } from '../../gguf/quant-types.ts';
 
 const dir = await mkdtemp(join(tmpdir(), 'es-hd-'));
 after(() => rm(dir, { recursive: true, force: true }));
@@ -1298,18 +1297,7 @@ describe('ModelDispatcher with linkcpp-server', () => {
 
   before(async () => {
     // Top-2 of 8 experts: a row's sum has at most two terms, so any split between workers adds up bit for bit.
-    m = await testModel({
-      arch: 'qwen3moe',
-      layers: 3,
-      nEmbd: 64,
-      ff: 64,
-      sharedFf: 64,
-      nExpert: 8,
-      nExpertUsed: 2,
-      type: GGMLType.Q8_0,
-      seed: 23,
-      expertScale: 2,
-    });
+    m = await testModel(TOP2_OF_8);
     moe = planModel(m.config, buildVocabulary().tokens.length).moeLayers;
     const stock = await startServer({ model: m.path, args: ['--no-repack-exps'] });
     try {

@@ -137,21 +137,23 @@ export function selectCandidates<L extends CandidateLink, S extends CandidateSta
       sel.untrusted.push({ link, stats: st, covered, probe });
       continue;
     }
-    // The line of items of this request's size: a prompt batch's (hundreds of pairs) or a decode step's (plan.ts).
-    const line = latencyLine(st.latency, covered);
-    sel.chosen.push({
-      link,
-      stats: st,
-      covered,
-      probe,
-      worker: {
-        begin: link.begin,
-        end: link.end,
-        queueMs: line === null ? 0 : Math.max(link.inFlight, st.outstanding) * st.latency.ms,
-        overheadMs: line === null ? null : line.overheadMs,
-        perPairMs: line === null ? 0 : line.perPairMs,
-      },
-    });
+    sel.chosen.push({ link, stats: st, covered, probe, worker: planWorkerOf(link, st, covered, true) });
   }
   return sel;
+}
+
+/**
+ * A link as the planner sees it, on its line for items of `pairs` pairs (a prompt batch's, hundreds of pairs, or a
+ * decode step's: plan.ts `latencyLine`); `queued`: its outstanding items count as a queue (a pre-claimed REQUEST,
+ * whose offer was made for workers that had just answered, plans with none).
+ */
+export function planWorkerOf(link: CandidateLink, st: CandidateStats, pairs: number, queued: boolean): PlanWorker {
+  const line = latencyLine(st.latency, pairs);
+  return {
+    begin: link.begin,
+    end: link.end,
+    queueMs: line === null || !queued ? 0 : Math.max(link.inFlight, st.outstanding) * st.latency.ms,
+    overheadMs: line === null ? null : line.overheadMs,
+    perPairMs: line === null ? 0 : line.perPairMs,
+  };
 }

@@ -82,7 +82,7 @@ import {
 } from './policy.ts';
 import { type AuditChooser, type AuditResult, compareAudit, pickAuditItems } from './audits.ts';
 import { type AwaitingAudit, type Withheld, auditWithheld, dropUnusable, encodeV1Answer, encodeV1Local, withholdAudited } from './v1.ts';
-import { type Admitted, type Candidate, coveredPairs, selectCandidates } from './candidates.ts';
+import { type Admitted, type Candidate, coveredPairs, planWorkerOf, selectCandidates } from './candidates.ts';
 import {
   declineQuietMs,
   keepWarmDue,
@@ -1028,16 +1028,9 @@ export class ModelDispatcher {
       for (const link of this.opts.directory.workersFor(req.layer)) {
         if (mayUse && !mayUse(link.workerId)) continue;
         const st = this.stats(link.workerId, nowMs);
-        const line = latencyLine(st.latency, nPre);
         chosen.push(link);
         chosenStats.push(st);
-        planWorkers.push({
-          begin: link.begin,
-          end: link.end,
-          queueMs: 0,
-          overheadMs: line ? line.overheadMs : null,
-          perPairMs: line ? line.perPairMs : 0,
-        });
+        planWorkers.push(planWorkerOf(link, st, nPre, false));
       }
     }
     // Only the pre-claimed pairs are planned: the others' ids are out of every range.

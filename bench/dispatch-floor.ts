@@ -19,6 +19,7 @@ import { join } from 'node:path';
 import { loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
+import { createRequire } from 'node:module';
 import { Registry } from 'prom-client';
 import { WebSocket } from 'ws';
 import { VolunteerChannel, type ChannelHost } from '../hub/channel/channel.ts';
@@ -195,7 +196,7 @@ async function main(): Promise<void> {
     return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))] ?? Number.NaN;
   };
   console.log(
-    `dispatch-floor: ${REQUESTS} requests (after ${WARMUP}) of ${TOKENS} token(s), n_embd ${N_EMBD}, top-${TOP_K}; volunteer ${values.volunteer}; node ${process.version}; load ${loadavg()
+    `dispatch-floor: ${REQUESTS} requests (after ${WARMUP}) of ${TOKENS} token(s), n_embd ${N_EMBD}, top-${TOP_K}; volunteer ${values.volunteer}; ws masking ${wsMasking()}; node ${process.version}; load ${loadavg()
       .map((x) => x.toFixed(2))
       .join(' / ')}`,
   );
@@ -211,4 +212,15 @@ async function main(): Promise<void> {
   await channel.close();
   http.close();
   rmSync(dir, { recursive: true, force: true });
+}
+
+/** How `ws` masks and unmasks client frames here: bufferutil's native addon, or JavaScript (its fallback or ws's loop). */
+function wsMasking(): string {
+  if (process.env.WS_NO_BUFFER_UTIL) return 'javascript (WS_NO_BUFFER_UTIL set)';
+  const req = createRequire(createRequire(import.meta.url).resolve('ws'));
+  try {
+    return req('bufferutil').unmask === req('bufferutil/fallback').unmask ? 'javascript (bufferutil fallback)' : 'bufferutil (native)';
+  } catch {
+    return 'javascript (no bufferutil)';
+  }
 }

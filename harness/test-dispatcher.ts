@@ -237,6 +237,8 @@ function rms(v: Float32Array): number {
 export class TestDispatcher {
   behaviour: DispatcherBehaviour = 'all';
   quietMs = 0;
+  /** v2/v3: how long each RESULT is held back after its sums are ready (a slow worker), ms. */
+  resultDelayMs = 0;
   /** Keep each request's rows and sums in the log (for measurements). */
   capture = false;
   /** Which pairs to ask the coordinator to audit; none when undefined. */
@@ -710,6 +712,7 @@ export class TestDispatcher {
     const sums =
       nServed > 0 ? await this.backend.layerSums(r.layer, r.rows, ids, probs, r.nTokens, r.nUsed) : new Float32Array(r.nTokens * r.nEmbd);
     if (behaviour === 'sums-x1.01' && generationStep) for (let i = 0; i < sums.length; i++) sums[i] = (sums[i] as number) * 1.01;
+    if (v2 && this.resultDelayMs > 0) await new Promise((r) => setTimeout(r, this.resultDelayMs));
     if (s.destroyed) return;
     if (v2) {
       // serve-unclaimed: every pair reported served, half of them never claimed (the sums cover the claimed ones);

@@ -24,6 +24,14 @@ export interface CoordinatorStats {
   /** v3: REQUESTs that pre-claimed under a standing offer (no CLAIM read), and layers an offer left local (no REQUEST). */
   preclaimed: number;
   offerLocal: number;
+  /** Waits past the coordinator's target (150 µs): how many, and their sum. */
+  waitsLong: number;
+  waitLongUs: number;
+  /**
+   * Σ max(0, wait − the claimed pairs' own local time): the most the coordinator would have saved by computing the
+   * claimed pairs itself instead of waiting for them.
+   */
+  waitPastLocalUs: number;
 }
 
 const FIELDS: Array<[string, keyof CoordinatorStats]> = [
@@ -38,6 +46,9 @@ const FIELDS: Array<[string, keyof CoordinatorStats]> = [
   ['wait_us', 'waitUs'],
   ['preclaimed', 'preclaimed'],
   ['offer_local', 'offerLocal'],
+  ['waits_long', 'waitsLong'],
+  ['wait_long_us', 'waitLongUs'],
+  ['wait_past_local_us', 'waitPastLocalUs'],
 ];
 
 /** One stats line's figures; undefined when the line is not one or a field is missing. Pure. */
@@ -81,7 +92,7 @@ export function describeStats(d: CoordinatorStats, spanUs: number): string {
     `${d.exchanges} exchanges, ${d.claimed} claimed (${d.preclaimed} pre-claimed; ${d.pairsClaimed} of their ${d.pairs} pairs, ${d.pairsServed} served; ${d.offerLocal} left local by an offer)`,
     `exchange ${pct(d.exchangeUs)} (${per(d.exchangeUs, d.exchanges)} each)`,
     `own part of claimed layers ${pct(d.localUs)} (${per(d.localUs, d.claimed)})`,
-    `waiting for RESULTs ${pct(d.waitUs)} (${per(d.waitUs, d.claimed)})`,
+    `waiting for RESULTs ${pct(d.waitUs)} (${per(d.waitUs, d.claimed)}; past 150 µs in ${d.waitsLong} of ${d.claimed}, ${per(d.waitLongUs, d.waitsLong)} each; past the claimed pairs' own local time ${pct(d.waitPastLocalUs)})`,
     `of ${(spanUs / 1e6).toFixed(1)} s`,
   ].join('; ');
 }

@@ -25,9 +25,10 @@ after(() => rm(dir, { recursive: true, force: true }));
 const m = await testModel({ arch: 'qwen3moe', layers: 2, nEmbd: 256, ff: 256, nExpert: 8, nExpertUsed: 2, type: GGMLType.Q4_K, seed: 5 });
 
 /** A 16-token completion through a `half` test dispatcher; `waitFor`: a log line to wait for (bounded) before the stop. */
-async function run(env: Record<string, string>, sockName: string, waitFor?: RegExp) {
+async function run(env: Record<string, string>, sockName: string, waitFor?: RegExp, resultDelayMs = 0) {
   const sock = join(dir, sockName);
   const d = await TestDispatcher.start(sock, m.path, 'half');
+  d.resultDelayMs = resultDelayMs;
   const server = await startServer({ model: m.path, env, args: ['--expert-dispatch', sock, '--expert-dispatch-deadline-ms', '5000'] });
   try {
     await d.waitForHello();
@@ -63,6 +64,23 @@ test('the stats line counts what the dispatcher saw, and sums positive times', a
   );
   assert.ok(last.claimed > 0 && last.pairsClaimed < last.pairs, "'half' claims some pairs of each request, not all");
   assert.ok(last.exchangeUs > 0 && last.localUs > 0 && last.waitUs > 0, `times: ${lines.at(-1)}`);
+  // the waits' shape: parts of the waits summed above
+  assert.ok(last.waitsLong <= last.claimed, `waits past the target: ${last.waitsLong} of ${last.claimed}`);
+  assert.ok(last.waitLongUs <= last.waitUs && last.waitPastLocalUs <= last.waitUs, `wait parts: ${lines.at(-1)}`);
+});
+
+test('RESULTs held back 20 ms: every claimed exchange waits past the target, and past its claimed pairs’ local time', async () => {
+  const HELD_MS = 20;
+  const { log } = await run({ LINKCPP_EXPERT_DISPATCH_STATS_MS: '1' }, 'slow.sock', STATS, HELD_MS);
+  const line = logLines(log, STATS).at(-1) as string;
+  const last = parseCoordinatorStats(line);
+  assert.ok(last && last.claimed > 0, `a stats line with claimed exchanges: ${line}`);
+  assert.equal(last.waitsLong, last.claimed, `every claimed exchange waited past 150 µs: ${line}`);
+  // each wait is at least the hold less the coordinator's own part (a tiny model: well under a millisecond)
+  assert.ok(last.waitLongUs >= last.waitsLong * (HELD_MS - 5) * 1000, `waits of ≥ ${HELD_MS - 5} ms each: ${line}`);
+  assert.ok(last.waitLongUs <= last.waitUs, line);
+  // the claimed pairs' local time is microseconds here: nearly the whole wait lies past it
+  assert.ok(last.waitPastLocalUs > 0.9 * last.waitUs && last.waitPastLocalUs <= last.waitUs, `past the local time: ${line}`);
 });
 
 test('without LINKCPP_EXPERT_DISPATCH_STATS_MS the coordinator writes no stats line', async () => {

@@ -245,6 +245,7 @@ struct llama_xd_layer {
     uint32_t result_seq = 0;
     uint64_t result_conn = 0;
     int64_t  result_deadline_us = 0; // t0 + the per-layer deadline
+    uint32_t result_claimed = 0;     // the pairs it owes (claimed or pre-claimed)
     // v3: the standing offer for this layer's next REQUEST, from the last RESULT (guarded by io_mu). Used once, and only
     // on the connection that sent it, before offer_until_us.
     bool     offer_valid = false;
@@ -300,6 +301,12 @@ struct llama_expert_dispatch {
         std::atomic<uint64_t> wait_us{0};       // collect: first pass done → the RESULT read (or given up)
         std::atomic<uint64_t> preclaimed{0};    // v3: REQUESTs that pre-claimed pairs under an offer (no CLAIM read)
         std::atomic<uint64_t> offer_local{0};   // v3: layers computed here under an offer that took no pair (no REQUEST)
+        // The waits' shape: those past XD_WAIT_TARGET_US (count, and their sum), and Σ max(0, wait − c), c the claimed
+        // pairs' own local time at this layer's measured time per pair: what the coordinator would have saved at most
+        // by computing the claimed pairs itself instead of waiting (bench:elastic prints it as a share of the round).
+        std::atomic<uint64_t> waits_long{0};
+        std::atomic<uint64_t> wait_long_us{0};
+        std::atomic<uint64_t> wait_past_local_us{0};
     } stats;
     int64_t stats_every_us = 0;
     std::atomic<int64_t> stats_logged_us{0};
@@ -320,12 +327,15 @@ struct llama_expert_dispatch {
         // at warning level: llama-server prints libllama's info lines only at trace verbosity (-lv 4), and whoever set
         // the variable asked for these
         LLAMA_LOG_WARN("expert-dispatch: stats t_us=%lld exchanges=%llu claimed=%llu pairs=%llu pairs_claimed=%llu "
-                       "pairs_served=%llu exchange_us=%llu local_us=%llu wait_us=%llu preclaimed=%llu offer_local=%llu\n",
+                       "pairs_served=%llu exchange_us=%llu local_us=%llu wait_us=%llu preclaimed=%llu offer_local=%llu "
+                       "waits_long=%llu wait_long_us=%llu wait_past_local_us=%llu\n",
                        (long long) now, (unsigned long long) ex, (unsigned long long) stats.claimed.load(),
                        (unsigned long long) stats.pairs.load(), (unsigned long long) stats.pairs_claimed.load(),
                        (unsigned long long) stats.pairs_served.load(), (unsigned long long) stats.exchange_us.load(),
                        (unsigned long long) stats.local_us.load(), (unsigned long long) stats.wait_us.load(),
-                       (unsigned long long) stats.preclaimed.load(), (unsigned long long) stats.offer_local.load());
+                       (unsigned long long) stats.preclaimed.load(), (unsigned long long) stats.offer_local.load(),
+                       (unsigned long long) stats.waits_long.load(), (unsigned long long) stats.wait_long_us.load(),
+                       (unsigned long long) stats.wait_past_local_us.load());
     }
 
     std::unique_ptr<llama_xd_layer[]> layers;
@@ -653,6 +663,7 @@ struct llama_expert_dispatch {
         L.result_seq         = my_seq;
         L.result_conn        = conn_gen;
         L.result_deadline_us = deadline;
+        L.result_claimed     = (uint32_t) n_claimed;
         awaiting_result      = true;
     }
 
@@ -1385,6 +1396,12 @@ void collect_op(ggml_tensor * dst, int ith, int nth, void * ud) {
         L->xd->collect(*L, R, (uint32_t) n_embd, (uint32_t) n_tok, (uint32_t) n_used, (float *) dst->data);
         const int64_t waited = now_us() - t0;
         L->xd->stats.wait_us += (uint64_t) waited;
+        if (waited > XD_WAIT_TARGET_US) {
+            L->xd->stats.waits_long++;
+            L->xd->stats.wait_long_us += (uint64_t) waited;
+        }
+        const int64_t own_us = (int64_t) ((uint64_t) L->result_claimed * L->local_ns_per_pair.load() / 1000);
+        if (waited > own_us) L->xd->stats.wait_past_local_us += (uint64_t) (waited - own_us);
         if (L->result_preclaimed) {
             // the split was this side's: a wait past the target means the dispatcher's part ends later than ours, so
             // give it fewer pairs next time; no wait, more (only this thread touches offer_adj)

@@ -84,11 +84,13 @@ async function main(): Promise<void> {
       warmup: { type: 'string', default: '500' },
       tokens: { type: 'string', default: '1' },
       volunteer: { type: 'string', default: 'inline' },
+      'gap-ms': { type: 'string', default: '0' },
     },
   });
   const REQUESTS = Number(values.requests);
   const WARMUP = Number(values.warmup);
   const TOKENS = Number(values.tokens);
+  const GAP_MS = Number(values['gap-ms']);
 
   const host: ChannelHost = {
     authenticate: () => 'wallet',
@@ -181,6 +183,7 @@ async function main(): Promise<void> {
     if ((await claim) !== FrameKind.Claim) throw new Error('expected a CLAIM');
     if ((await next()) !== FrameKind.Result) throw new Error('expected a RESULT');
     if (i >= WARMUP) coordinatorUs.push((performance.now() - t0) * 1000);
+    if (GAP_MS > 0) await new Promise((r) => setTimeout(r, GAP_MS));
   }
 
   const measured = summaries.slice(WARMUP);

@@ -16,7 +16,13 @@
  *               experts. Where the realistic volunteers fall back, the hub's latency is read here.
  *
  *   npm run bench:dispatch [-- --tokens 32 --rounds 5 --models realistic,frames --backend auto --sums f32 --layers 2
- *                              --threads N --budget-mb N --deadline-ms 250 --samples FILE --quick]
+ *                              --threads N --budget-mb N --deadline-ms 250 --samples FILE --quick --pin 0:1]
+ *
+ * `--pin C:H` (default 0:1; `none`: no pinning): every thread of the coordinators and the volunteers on cores C, this
+ * process (the hubs) on cores H (taskset lists), so that the hub has a core of its own. Unpinned on 2 cores, a REQUEST's
+ * CLAIM written to the unix socket woke the coordinator onto the hub's own core (a sync wake-up pulls the woken thread
+ * to the waker's CPU) while the other core sat idle: b1 (REQUEST → work handed to the links) was p10 322 µs / p50
+ * 499 µs against 24 / 28 µs in bench:dispatch:floor (2026-12-07).
  *
  * `--samples FILE` writes every ResponseSummary and channel result of the measured requests as JSON, for analysis.
  *
@@ -33,6 +39,7 @@ import type { WorkTimings } from '../volunteer/client.ts';
 import { DEFAULT_DEADLINES, requestBudgetMs } from '../hub/dispatch/plan.ts';
 import { median } from '../shaders/computer.ts';
 import { decodeResult, decodeWork, encodeResult, encodeWork, wireBytesPerToken, type WireEncoding } from '../protocol/channel/index.ts';
+import { pin } from './placement.ts';
 import { type BenchModel, FRAMES, QUICK, REALISTIC, type Shape, benchModel, describeShape, volunteerBudget } from './shapes.ts';
 import { pairOutcomes, spawnVolunteer, startSwarmHub, waitForCoverage, type HeadlessVolunteer, type SwarmHub } from '../harness/swarm.ts';
 
@@ -49,6 +56,7 @@ const { values } = parseArgs({
     samples: { type: 'string' },
     'deadline-ms': { type: 'string', default: '250' },
     quick: { type: 'boolean', default: false },
+    pin: { type: 'string', default: '0:1' },
   },
 });
 const N_TOKENS = Number(values.tokens);
@@ -77,6 +85,15 @@ for (const [name, v] of [
 ] as const) {
   if (!Number.isInteger(v) || v < 1) throw new Error(`${name} must be a positive integer, got ${v}`);
 }
+
+/** `--pin`: cores for the coordinators and volunteers, and for this process (the hubs); null: not pinned. */
+const PIN = ((): { rest: string; hub: string } | null => {
+  if (values.pin === 'none') return null;
+  const m = /^([\d,-]+):([\d,-]+)$/.exec(values.pin);
+  if (!m) throw new Error(`--pin takes C:H (taskset lists) or none, got ${values.pin}`);
+  return { rest: m[1] as string, hub: m[2] as string };
+})();
+const placement: string[] = [];
 
 const PROMPT = 'The swarm serves a model';
 /** The goal's shape (issue 11): the wire table is computed for it whatever model runs. */
@@ -303,6 +320,7 @@ async function runPhase(made: Made): Promise<PhaseResult> {
   const over = { channel: CHANNEL, threads: THREADS, dispatchDeadlineMs: DEADLINE_MS };
   const local = await startSwarmHub(model.path, 'off', over);
   hubs.push(local);
+  if (PIN && placement.length === 0) placement.push(pin(`this process (the hubs; taskset -a -cp ${PIN.hub})`, process.pid, PIN.hub));
   const swarm = await startSwarmHub(model.path, 'always', over);
   hubs.push(swarm);
   const budget = budgetFor(shape);
@@ -329,6 +347,16 @@ async function runPhase(made: Made): Promise<PhaseResult> {
     mine.push(spawnVolunteer(swarm.url, `${shape.name}-v${layer}`, args));
   }
   volunteers.push(...mine);
+  if (PIN) {
+    const lines = [...placement];
+    for (const h of [local, swarm]) {
+      const pid = h.hub.coordinatorProcess(h.model)?.pid;
+      if (pid === undefined) throw new Error('a hub has no coordinator process');
+      lines.push(pin(`coordinator ${h === local ? 'off' : 'always'} (taskset -a -cp ${PIN.rest})`, pid, PIN.rest));
+    }
+    for (const v of mine) lines.push(pin(`volunteer ${v.proc.pid} (taskset -a -cp ${PIN.rest})`, v.proc.pid as number, PIN.rest));
+    for (const l of lines) log(`  ${l}`);
+  }
   const loadLimit = Date.now() + 900_000;
   for (;;) {
     const dead = mine.find((v) => v.proc.exitCode !== null);
@@ -472,7 +500,7 @@ console.log(
 );
 console.log(`load average (1/5/15 min): start ${fmtLoad(loadAtStart)}, end ${fmtLoad(loadAtEnd)}`);
 console.log(
-  `requests: /v1/completions, greedy, ${N_TOKENS} tokens after "${PROMPT}", ${ROUNDS} alternating pairs (off, always) after one warm-up each; coordinator threads (-t): ${THREADS}; --dispatch-deadline-ms ${DEADLINE_MS} (a worker gets ≤ ${WORKER_BUDGET_MS} ms per layer)`,
+  `requests: /v1/completions, greedy, ${N_TOKENS} tokens after "${PROMPT}", ${ROUNDS} alternating pairs (off, always) after one warm-up each; coordinator threads (-t): ${THREADS}; ${PIN ? `pinned: coordinators and volunteers on ${PIN.rest}, the hubs on ${PIN.hub}` : 'not pinned'}; --dispatch-deadline-ms ${DEADLINE_MS} (a worker gets ≤ ${WORKER_BUDGET_MS} ms per layer)`,
 );
 console.log(
   `volunteers: one headless process per MoE layer (a client holds one slice), each assigned a whole layer by the market; --backend ${BACKEND}`,

@@ -57,6 +57,7 @@ import {
 } from '../../harness/swarm.ts';
 import { type Shape, QUICK, REALISTIC, benchModel, describeShape, volunteerBudget } from '../shapes.ts';
 import { loopDelay } from '../loop-delay.ts';
+import { checkAffinity, pin, threadAffinity } from '../placement.ts';
 import { amdahlCeiling, shareFromTopOne } from './ceiling.ts';
 import { splitByBatch } from './split.ts';
 import { type CoordinatorStats, describeStats, parseCoordinatorStats, statsDelta, sumStats } from './coordinator-stats.ts';
@@ -207,48 +208,7 @@ function prompt(i: number): string {
 const N_PROMPTS = STREAMS * REQUESTS;
 const PROMPTS = Array.from({ length: N_PROMPTS }, (_, i) => prompt(i));
 
-// --- CPU placement
-
-function taskset(args: string[]): string {
-  const r = spawnSync('taskset', args, { encoding: 'utf8' });
-  if (r.status !== 0) throw new Error(`taskset ${args.join(' ')}: ${r.error?.message ?? r.stderr.trim()}`);
-  return r.stdout.trim();
-}
-
-/** The CPU lists the threads of `pid` may run on (/proc/PID/task/*), each with how many threads have it. */
-function threadAffinity(pid: number): { threads: number; lists: Map<string, number> } {
-  const lists = new Map<string, number>();
-  let threads = 0;
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      const status = readFileSync(`/proc/${pid}/task/${tid}/status`, 'utf8');
-      const list = /Cpus_allowed_list:\s*(\S+)/.exec(status)?.[1] ?? '?';
-      lists.set(list, (lists.get(list) ?? 0) + 1);
-      threads++;
-    } catch {
-      // the thread ended meanwhile
-    }
-  }
-  return { threads, lists };
-}
-
-/** `taskset -p` of the process and every thread's list; throws when a thread may run elsewhere than `cores`. */
-function checkAffinity(name: string, pid: number, cores: string): string {
-  const main = taskset(['-cp', String(pid)]);
-  const { threads, lists } = threadAffinity(pid);
-  const all = [...lists.entries()].map(([l, n]) => `${n} on ${l}`).join(', ');
-  if (lists.size !== 1 || !lists.has(cores)) throw new Error(`${name} (pid ${pid}): threads ${all}, want all on ${cores}`);
-  return `${name}: ${main.replace(/^pid \d+'s current /, '')}; ${threads} threads, all on ${cores}`;
-}
-
-/** Pins every thread of `pid` to `cores`; says which threads were elsewhere before. */
-function pin(name: string, pid: number, cores: string): string {
-  const { lists } = threadAffinity(pid);
-  const elsewhere = [...lists.entries()].filter(([l]) => l !== cores);
-  taskset(['-a', '-cp', cores, String(pid)]);
-  const moved = elsewhere.length ? ` (moved: ${elsewhere.map(([l, n]) => `${n} threads on ${l}`).join(', ')})` : '';
-  return `${checkAffinity(name, pid, cores)}${moved}`;
-}
+// --- CPU placement: bench/placement.ts
 
 /**
  * The volunteers' nice value (every thread), 0 by default. On this 2-core machine they share core 1 with the hubs,

@@ -38,6 +38,7 @@
 import { type ChildProcess, fork, spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { cpus, freemem, loadavg, totalmem } from 'node:os';
+import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
 import type { DispatcherTotals, ModelDispatcher, ResponseSummary } from '../../hub/dispatch/dispatcher.ts';
 import { describeLatency } from '../../hub/dispatch/plan.ts';
@@ -609,18 +610,14 @@ try {
     const pid = proc?.pid;
     if (!proc || pid === undefined) throw new Error(`hub ${name}: no coordinator process`);
     // The coordinator's own word on its dispatch connection (connects, incidents, recoveries), beside the hub's log;
-    // its stats lines (whole lines only: a chunk may end inside one) are kept as the latest figures, not logged.
+    // its stats lines (read line by line) are kept as the latest figures, not logged.
     for (const stream of [proc.stdout, proc.stderr]) {
-      let partial = '';
-      stream?.on('data', (d: Buffer) => {
-        const lines = (partial + d.toString()).split('\n');
-        partial = lines.pop() ?? '';
-        for (const l of lines) {
-          const stats = parseCoordinatorStats(l);
-          if (stats) coordinatorStats[name] = stats;
-          else if (/expert-dispatch:/.test(l) && !/dispatcher socket/.test(l))
-            dispatchLog.push(`${name} +${((performance.now() - tRun) / 1000).toFixed(1)} s ${l.trim()}`);
-        }
+      if (!stream) continue;
+      createInterface({ input: stream, crlfDelay: Number.POSITIVE_INFINITY }).on('line', (l) => {
+        const stats = parseCoordinatorStats(l);
+        if (stats) coordinatorStats[name] = stats;
+        else if (/expert-dispatch:/.test(l) && !/dispatcher socket/.test(l))
+          dispatchLog.push(`${name} +${((performance.now() - tRun) / 1000).toFixed(1)} s ${l.trim()}`);
       });
     }
     if (PIN) {

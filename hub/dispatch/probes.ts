@@ -37,11 +37,19 @@ export const PROBATION_FIRST_MS = -1e12;
  * when the probe after this one is due (claims.ts `shadowProbeGapMs`): the base interval doubled per consecutive miss
  * and per earlier probe since its last claim, and at least 20 × what a probe takes it. The caller books it (sets
  * `nextShadowProbeMs` and counts one more in `shadowStreak`).
+ *
+ * A worker with a thin line (fewer than `warmFollowUpUntil` warm samples) whose probe is quick (within
+ * `warmFollowUpMaxMs`) is not backed off for its streak, only for misses: each of its probes brings warm follow-ups
+ * (`warmFollowUp`), which are how its line fills. Backed off, a line fitted on four follow-ups taken at a bad moment
+ * (bench:elastic 2026-12-07: 6.4 ms + 0.72 ms/pair where the worker's decode items took ~2 ms) declined the worker
+ * for the rest of the run, its next probe 16–64 s away. A slow worker's probe (a software adapter's seconds) gets no
+ * follow-ups and keeps its backoff.
  */
 export function shadowProbeBooking(st: ProbeStats, nowMs: number, cfg: ClaimConfig): number | null {
   if (st.outstanding > 0 || nowMs < (st.nextShadowProbeMs ?? 0)) return null;
   const probeMs = expectedRoundTripMs(st.latency, cfg.probePairs);
-  return nowMs + shadowProbeGapMs(st.consecutiveMisses + st.shadowStreak, probeMs, cfg);
+  const thin = st.latency.warm < cfg.warmFollowUpUntil && probeMs !== null && probeMs <= cfg.warmFollowUpMaxMs;
+  return nowMs + shadowProbeGapMs(st.consecutiveMisses + (thin ? 0 : st.shadowStreak), probeMs, cfg);
 }
 
 /**

@@ -917,7 +917,9 @@ describe('ModelDispatcher, protocol v2 (claims) against a scripted coordinator',
       await sleep(30);
     };
     try {
-      for (let i = 0; i < 4; i++) await step(1_000_000); // measured, claimed (a ~5 ms worker, a 32 ms coordinator)
+      // measured, claimed (a ~5 ms worker, a 32 ms coordinator): 8 warm samples, a well-measured line (a thinner one is
+      // probed every 2 s without backoff, for the follow-ups that fill it: probes.ts shadowProbeBooking)
+      for (let i = 0; i < 8; i++) await step(1_000_000);
       await step(1_000); // a 32 µs coordinator: too slow, probed in shadow
       assert.equal(probes(), 1);
       now += 1_999;

@@ -22,9 +22,10 @@ import {
 const NOW = 1_000_000;
 const cfg = DEFAULT_CLAIMS; // probePairs 8, shadowProbeEveryMs 2000, shadowProbeDuty 0.05
 
-function st(o: Partial<Omit<ProbeStats, 'latency'>> & { ms?: number } = {}): ProbeStats {
+function st(o: Partial<Omit<ProbeStats, 'latency'>> & { ms?: number; warm?: number } = {}): ProbeStats {
   const latency = newLatencyModel();
-  if (o.ms !== undefined) observeRoundTrip(latency, cfg.probePairs, o.ms);
+  // `warm` warm samples of a probe's size at `ms` (one when only `ms` is given)
+  if (o.ms !== undefined) for (let i = 0; i < (o.warm ?? 1); i++) observeRoundTrip(latency, cfg.probePairs, o.ms);
   return {
     latency,
     outstanding: o.outstanding ?? 0,
@@ -47,6 +48,11 @@ test('shadowProbeBooking: table', () => {
     { name: 'backoff: misses and streak double the gap', st: st({ consecutiveMisses: 1, shadowStreak: 1 }), want: NOW + 8000 },
     { name: 'backoff capped at 2^5', st: st({ shadowStreak: 9 }), want: NOW + 64_000 },
     { name: 'slow probe: at least 20 × its round trip', st: st({ ms: 500 }), want: NOW + 10_000 },
+    // thin lines (fewer than warmFollowUpUntil 8 warm samples) whose probes are quick fill by their follow-ups
+    { name: 'thin line, quick probe: the streak does not back off', st: st({ ms: 20, warm: 4, shadowStreak: 3 }), want: NOW + 2000 },
+    { name: 'thin line, quick probe: misses still do', st: st({ ms: 20, warm: 4, shadowStreak: 3, consecutiveMisses: 1 }), want: NOW + 4000 },
+    { name: 'well-measured line (8 warm): the streak backs off', st: st({ ms: 20, warm: 8, shadowStreak: 3 }), want: NOW + 16_000 },
+    { name: 'thin line, probe past warmFollowUpMaxMs: backs off', st: st({ ms: 300, warm: 4, shadowStreak: 3 }), want: NOW + 16_000 },
   ];
   for (const r of rows) assert.equal(shadowProbeBooking(r.st, NOW, cfg), r.want, r.name);
 });

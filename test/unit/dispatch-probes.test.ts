@@ -50,7 +50,11 @@ test('shadowProbeBooking: table', () => {
     { name: 'slow probe: at least 20 × its round trip', st: st({ ms: 500 }), want: NOW + 10_000 },
     // thin lines (fewer than warmFollowUpUntil 8 warm samples) whose probes are quick fill by their follow-ups
     { name: 'thin line, quick probe: the streak does not back off', st: st({ ms: 20, warm: 4, shadowStreak: 3 }), want: NOW + 2000 },
-    { name: 'thin line, quick probe: misses still do', st: st({ ms: 20, warm: 4, shadowStreak: 3, consecutiveMisses: 1 }), want: NOW + 4000 },
+    {
+      name: 'thin line, quick probe: misses still do',
+      st: st({ ms: 20, warm: 4, shadowStreak: 3, consecutiveMisses: 1 }),
+      want: NOW + 4000,
+    },
     { name: 'well-measured line (8 warm): the streak backs off', st: st({ ms: 20, warm: 8, shadowStreak: 3 }), want: NOW + 16_000 },
     { name: 'thin line, probe past warmFollowUpMaxMs: backs off', st: st({ ms: 300, warm: 4, shadowStreak: 3 }), want: NOW + 16_000 },
   ];

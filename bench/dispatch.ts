@@ -18,11 +18,10 @@
  *   npm run bench:dispatch [-- --tokens 32 --rounds 5 --models realistic,frames --backend auto --sums f32 --layers 2
  *                              --threads N --budget-mb N --deadline-ms 250 --samples FILE --quick --pin 0:1]
  *
- * `--pin C:H` (default 0:1; `none`: no pinning): every thread of the coordinators and the volunteers on cores C, this
- * process (the hubs) on cores H (taskset lists), so that the hub has a core of its own. Unpinned on 2 cores, a REQUEST's
- * CLAIM written to the unix socket woke the coordinator onto the hub's own core (a sync wake-up pulls the woken thread
- * to the waker's CPU) while the other core sat idle: b1 (REQUEST → work handed to the links) was p10 322 µs / p50
- * 499 µs against 24 / 28 µs in bench:dispatch:floor (2026-12-07).
+ * `--pin C:H` (default 0:1; `none`, or a machine of one core: no pinning): every thread of the coordinators and the
+ * volunteers on cores C, this process (the hubs) on cores H (taskset lists), so that the hub has a core of its own.
+ * On this project's 2-vCPU guest it did not move the hub's share (2026-12-07, frames model: b1 p50 357 µs pinned, 373
+ * unpinned; docs/dispatch-bench.md says what does).
  *
  * `--samples FILE` writes every ResponseSummary and channel result of the measured requests as JSON, for analysis.
  *
@@ -88,7 +87,7 @@ for (const [name, v] of [
 
 /** `--pin`: cores for the coordinators and volunteers, and for this process (the hubs); null: not pinned. */
 const PIN = ((): { rest: string; hub: string } | null => {
-  if (values.pin === 'none') return null;
+  if (values.pin === 'none' || cpus().length < 2) return null;
   const m = /^([\d,-]+):([\d,-]+)$/.exec(values.pin);
   if (!m) throw new Error(`--pin takes C:H (taskset lists) or none, got ${values.pin}`);
   return { rest: m[1] as string, hub: m[2] as string };

@@ -51,10 +51,6 @@ export function testModelAt(path: string, partial: Partial<ModelConfig> & Pick<M
 }
 
 /**
- * One MoE layer (deepseek's layer 0 is dense) of 16 Q8_0 experts, small: the peer-slice tests (peers-chromium,
- * netlab-turn) give every volunteer the same slice, layer 1, experts [0, 16).
- */
-/**
  * Top-2 of 8 Q8_0 experts, 3 layers, the loud expert branch: a row's sum has at most two terms, so any split of its
  * pairs between the coordinator and workers adds up bit for bit (hub-dispatcher's and dispatch-v3's linkcpp cases).
  */
@@ -71,6 +67,10 @@ export const TOP2_OF_8 = {
   expertScale: 2,
 };
 
+/**
+ * One MoE layer (deepseek's layer 0 is dense) of 16 Q8_0 experts, small: the peer-slice tests (peers-chromium,
+ * netlab-turn) give every volunteer the same slice, layer 1, experts [0, 16).
+ */
 export const ONE_MOE_LAYER = {
   arch: 'deepseek' as const,
   layers: 2,

@@ -15,7 +15,7 @@ import assert from 'node:assert/strict';
 import { copyFile, mkdtemp, open, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { testModel } from '../../harness/models.ts';
+import { TOP2_OF_8, testModel } from '../../harness/models.ts';
 import { type Completion, completeGreedy, startServer } from '../../harness/linkcpp.ts';
 import { logitDistances } from '../../harness/dispatch-checks.ts';
 import {
@@ -197,18 +197,7 @@ function firstDistance(want: Completion, got: Completion, nVocab: number): numbe
 
 test('gpt-oss: llama.cpp reads its expert biases and attention sinks: zeroing the gate, up or down biases or the sinks moves the logits', async () => {
   // The loud expert branch (expert-scale 2) the dispatch tests use; all-probabilities completions to compare logits.
-  const model = await testModel({
-    arch: 'gpt-oss',
-    layers: 3,
-    nEmbd: 64,
-    ff: 64,
-    sharedFf: 64,
-    nExpert: 8,
-    nExpertUsed: 2,
-    type: GGMLType.Q8_0,
-    seed: 11,
-    expertScale: 2,
-  });
+  const model = await testModel({ ...TOP2_OF_8, arch: 'gpt-oss', seed: 11 });
   const file = await readGGUFFile(model.path);
   const nVocab = requireMetaStringArray(file, 'tokenizer.ggml.tokens').length;
   const window = file.metadata.get('gpt-oss.attention.sliding_window');

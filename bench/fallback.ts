@@ -11,12 +11,18 @@
  * GFLOP/s of the routed pairs, ours / native from the median CPU times as a throughput ratio (goal ≥ 0.5), the
  * memory of each fallback, and whether ours returned the coordinator's sums bit for bit.
  *
- *   npm run bench:fallback                 # all three; re-runs itself under `taskset -c 1`, native under `taskset -c 0`
+ *   npm run bench:fallback                 # all three; re-runs itself under `taskset -c 1`, native on that core too
  *   npm run bench:fallback -- --quick      # fewer repetitions, no ORT
  *   npm run bench:fallback -- --no-ort     # skip the ORT dense fallback (≈ 300 MB of f32 weights, slow to build)
  *   npm run bench:fallback -- --simd       # our baseline-SIMD build even where relaxed SIMD is available
  *   npm run bench:fallback -- --rounds 8   # more rounds (default 4) on a noisy machine
  *   npm run bench:fallback -- --types Q4_K,IQ2_XXS   # only these types (ggml names; default: all the fallback reads)
+ *   npm run bench:fallback -- --native-cpu 0         # native on another core (before 2026-12-07: core 0)
+ *
+ * Ours and native share one core by default: they take turns, so neither slows the other, and the ratio does not
+ * move with how busy each core's neighbours on the host are. On this project's 2-vCPU guest the two cores drifted
+ * apart within minutes (2026-12-07: native 1.07 then 1.66 ms for the same 1-row call on core 0 while ours ran at
+ * 4.0 then 2.2 ms on core 1, so Q4_K's ratio read 0.27 and then 0.77).
  *
  * Where the relaxed build's relaxed_madd fuses (x86 with FMA3, ARM), the same build with ggml's FMAs emulated in
  * f64 (`emulateFma`: what a machine whose relaxed_madd does not fuse runs) is timed in the same rounds, its own
@@ -65,7 +71,10 @@ const quick = args.has('--quick');
 const withOrt = !quick && !args.has('--no-ort');
 const variant = args.has('--simd') ? 'simd' : bestKernelVariant();
 const OUR_CPU = 1;
-const NATIVE_CPU = 0;
+const nativeArg = argv.indexOf('--native-cpu');
+const NATIVE_CPU = nativeArg >= 0 ? Number(argv[nativeArg + 1]) : Math.min(OUR_CPU, cpus().length - 1);
+if (!Number.isInteger(NATIVE_CPU) || NATIVE_CPU < 0 || NATIVE_CPU >= cpus().length)
+  throw new Error(`--native-cpu takes a core of this machine (0 to ${cpus().length - 1})`);
 
 // One core for us: re-run under taskset (V8's helper threads share that core too).
 if (!process.env.EXPERTSWARM_BENCH_PINNED && cpus().length > 1 && spawnSync('taskset', ['-V']).status === 0) {

@@ -247,6 +247,9 @@ for (const variant of VARIANTS) {
       // The relaxed build's f64 emulation, which machines whose relaxed_madd does not fuse run, every integer kind.
       [{ gate: GGMLType.Q4_K, up: GGMLType.Q8_0, down: GGMLType.Q6_K }, true],
       [{ gate: GGMLType.Q5_K, up: GGMLType.Q4_0, down: GGMLType.Q4_K }, true],
+      // Q4_0's Q8_0 records beside Q8_0's own (the relaxed build's are i8 in element order, read by q80Dots)
+      [{ gate: GGMLType.Q4_0, up: GGMLType.Q8_0, down: GGMLType.Q8_0 }, false],
+      [{ gate: GGMLType.Q8_0, up: GGMLType.Q4_0, down: GGMLType.Q5_0 }, true],
       // IQ4_XS beside the K-quants (the relaxed build's Q8_K records are i8 in element order: intDots reorders them)
       [{ gate: GGMLType.IQ4_XS, up: GGMLType.Q6_K, down: GGMLType.IQ4_XS }, false],
       [{ gate: GGMLType.Q4_K, up: GGMLType.IQ4_XS, down: GGMLType.IQ4_XS }, true],

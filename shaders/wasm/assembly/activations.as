@@ -2,7 +2,8 @@
 // the TypeScript twin): Q8_0 (x86 quantize_row_q8_0: f16 scale amax/127, values × 127/amax rounded half to even) and
 // Q8_K (quantize_row_q8_K_ref: f32 scale from the signed value of largest magnitude, bsums per 16), f16, bf16.
 //
-// ACT_Q8_0 record of a row of n: i16 q[n] in lane order (below), f32 d[n/32].
+// ACT_Q8_0 record of a row of n: i16 q[n] in lane order (below), f32 d[n/32]. ACT_Q8_0_I8 (the relaxed build's Q8_0
+// weights): the same, with q as i8 in element order in the first n of those 2n bytes.
 // ACT_Q8_1 record (x86 quantize_row_q8_1): ACT_Q8_0's, then f32 s[n/32]: f16(f32(amax/127) · Σ q) decoded (the f32 d
 // before its f16 rounding, as ggml's AVX2 code computes it).
 // ACT_Q8_K record: i16 q[n] in lane order, f32 d[n/256], i16 bsums[16 per block], i16 pairSums[8 per block]
@@ -13,7 +14,7 @@
 // Lane order: within each 16 elements, positions hold elements 0,1,4,5,8,9,12,13, 2,3,6,7,10,11,14,15. Then
 // i32x4.dot_i16x8_s of the first 8 (weights × activations) gives the pair sums (0+1, 4+5, 8+9, 12+13) and of the
 // last 8 the pairs (2+3, 6+7, 10+11, 14+15): their sum is the four 4-element groups ggml's AVX2 lanes hold.
-import { ACT_Q8_0, ACT_Q8_1, ACT_Q8_K, ACT_F16, ACT_BF16, ACT_Q8_0_VALUES, ACT_Q8_K_VALUES, RELAXED, align16 } from './kinds';
+import { ACT_Q8_0, ACT_Q8_0_I8, ACT_Q8_1, ACT_Q8_K, ACT_F16, ACT_BF16, ACT_Q8_0_VALUES, ACT_Q8_K_VALUES, RELAXED, align16 } from './kinds';
 import { f16ToF32, f32ToF16, roundF16, roundBf16 } from './ggml-float';
 
 /** Position of element e in lane order. */
@@ -24,7 +25,7 @@ export function lanePos(e: i32): i32 {
 }
 
 export function actBytes(kind: i32, n: i32): usize {
-  if (kind == ACT_Q8_0) return align16(<usize>(2 * n + 4 * (n >> 5)));
+  if (kind == ACT_Q8_0 || kind == ACT_Q8_0_I8) return align16(<usize>(2 * n + 4 * (n >> 5)));
   if (kind == ACT_Q8_1) return align16(<usize>(2 * n + 8 * (n >> 5)));
   if (kind == ACT_Q8_K) return align16(<usize>(2 * n + 52 * (n >> 8)));
   return align16(<usize>(4 * n));
@@ -34,13 +35,16 @@ export function actBytes(kind: i32, n: i32): usize {
 export function quantizeRow(kind: i32, src: usize, n: i32, dst: usize): void {
   switch (kind) {
     case ACT_Q8_0:
-      q8_0(src, n, dst, false, false);
+      q8_0(src, n, dst, false, false, false);
+      return;
+    case ACT_Q8_0_I8:
+      q8_0(src, n, dst, false, false, true);
       return;
     case ACT_Q8_1:
-      q8_0(src, n, dst, false, true);
+      q8_0(src, n, dst, false, true, false);
       return;
     case ACT_Q8_0_VALUES:
-      q8_0(src, n, dst, true, false);
+      q8_0(src, n, dst, true, false, false);
       return;
     case ACT_Q8_K:
       q8_K(src, n, dst, false);
@@ -59,8 +63,8 @@ export function quantizeRow(kind: i32, src: usize, n: i32, dst: usize): void {
   }
 }
 
-/** Q8_0 (values: as f32 values), or with `withS` Q8_1 (its s after the d's). */
-function q8_0(src: usize, n: i32, dst: usize, values: bool, withS: bool): void {
+/** Q8_0 (values: as f32 values; i8: q as i8 in element order), or with `withS` Q8_1 (its s after the d's). */
+function q8_0(src: usize, n: i32, dst: usize, values: bool, withS: bool, i8: bool): void {
   const dOut = dst + 2 * n;
   const sOut = dOut + 4 * (n >> 5);
   for (let b = 0; b < n; b += 32) {
@@ -74,6 +78,7 @@ function q8_0(src: usize, n: i32, dst: usize, values: bool, withS: bool): void {
       const q = <i32>nearest<f32>(load<f32>(src + 4 * i) * id);
       sum += q;
       if (values) store<f32>(dst + 4 * i, d * <f32>q);
+      else if (i8) store<i8>(dst + i, <i8>q);
       else store<i16>(dst + 2 * lanePos(i), <i16>q);
     }
     if (!values) store<f32>(dOut + 4 * (b >> 5), d);

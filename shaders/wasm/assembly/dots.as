@@ -1,7 +1,7 @@
 // Dot products of one decoded weight row (weight-rows.as) with one activation record (activations.as), each kind in
 // the order of ggml's AVX2 vec_dot where the kind says so (kinds.as). harness/ggml-exact.ts is the TypeScript
 // model of the same arithmetic; the wasm fallback's tests hold these to it bit for bit.
-import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, DOT_IQ1S, DOT_Q1, DOT_IQ1M, DOT_Q2K, RELAXED } from './kinds';
+import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q80, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, DOT_IQ1S, DOT_Q1, DOT_IQ1M, DOT_Q2K, RELAXED } from './kinds';
 import { K_PARAMS } from './weight-rows';
 import { fmaPair, fmaPairExact, fma32, hsum8, f16ToF32, usesFusedMadd } from './ggml-float';
 
@@ -41,6 +41,14 @@ export function dot(kind: i32, w: usize, wp: usize, a: usize, n: i32): f32 {
       store<usize>(ONE_ACT, a);
       iq1mDots(w, wp, ONE_ACT, 1, n, ONE_OUT);
       return load<f32>(ONE_OUT);
+    case DOT_Q80:
+      // (the relaxed build's kind alone: kinds.as dotKind)
+      if (RELAXED) {
+        store<usize>(ONE_ACT, a);
+        q80Dots(w, ONE_ACT, 1, n, ONE_OUT);
+        return load<f32>(ONE_OUT);
+      }
+      return dotPlain(w, a, n);
     case DOT_GGML_F16:
       return dotGgmlHalf(true, w, a, n);
     case DOT_GGML_BF16:
@@ -574,6 +582,130 @@ export function iq1mDots(w: usize, wp: usize, acts: usize, count: i32, n: i32, o
     }
     store<f32>(out + 4 * t, h1 + <f32>0.125 * h2);
   }
+}
+
+/** 1 in every i16 lane, loaded once before a loop (a constant V8 would build again at every use). */
+const ONES_I16 = memory.data<u16>([1, 1, 1, 1, 1, 1, 1, 1], 16);
+
+/**
+ * 16 Q8_0 weights against 16 activations (i8 at a) as ggml's AVX2 mul_sum_i8_pairs: |x| (ax) against y with x's
+ * sign (y ^ m − m: −y where m, x < 0, is all ones; where x = 0 its |x| makes the product 0), pmaddubsw, then the
+ * pairs summed by pmaddwd with ones: lane l = Σ of the products of elements 4l..4l+3.
+ */
+@inline
+function q80Lanes(ax: v128, m: v128, a: usize, ones: v128): v128 {
+  const y = v128.load(a);
+  return i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(i8x16.sub(v128.xor(y, m), m), ax), ones);
+}
+
+/**
+ * The relaxed build's Q8_0 dot (kinds.as DOT_Q80): one weight row read in place from its GGUF blocks (f16 d, then 32
+ * i8) against up to 4 tokens' ACT_Q8_0_I8 records (i8 in element order, f32 d at a + 2n), the tokens sharing each
+ * load of weights. The lanes are DOT_Q32's (intDots), so are the float steps (acc = fma(x.d · y.d, lane, acc), in
+ * registers where relaxed_madd fuses) and the sum (finish), bit for bit. relaxed_dot_i8x16_i7x16_s is exact here
+ * because |x| ≤ 127 in every block llama.cpp's quantizer writes; a −128 (|x| = 128, the top bit set) is read as 128
+ * on x86, where V8 emits pmaddubsw as ggml does, and is implementation-defined elsewhere.
+ */
+export function q80Dots(w: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  if (count == 1) q80DotsOf<u8>(w, acts, n, out);
+  else if (count == 2) q80DotsOf<u16>(w, acts, n, out);
+  else if (count == 3) {
+    q80DotsOf<u16>(w, acts, n, out);
+    q80DotsOf<u8>(w, acts + 8, n, out + 8);
+  } else q80DotsOf<u32>(w, acts, n, out);
+}
+
+/** q80Dots for tokens<C>() tokens, inlined once per count so its branches fold away. */
+@inline
+function q80DotsOf<C>(w: usize, acts: usize, n: i32, out: usize): void {
+  const count = tokens<C>();
+  const nb = n >> 5;
+  const a0 = load<usize>(acts);
+  const a1 = count > 1 ? load<usize>(acts, 4) : a0;
+  const a2 = count > 2 ? load<usize>(acts, 8) : a0;
+  const a3 = count > 3 ? load<usize>(acts, 12) : a0;
+  const d0 = a0 + 2 * <usize>n;
+  const d1 = a1 + 2 * <usize>n;
+  const d2 = a2 + 2 * <usize>n;
+  const d3 = a3 + 2 * <usize>n;
+  const ones = v128.load(ONES_I16);
+  const zero = i32x4.splat(0);
+  if (usesFusedMadd()) {
+    let s0 = f32x4.splat(0);
+    let t0 = s0;
+    let s1 = s0;
+    let t1 = s0;
+    let s2 = s0;
+    let t2 = s0;
+    let s3 = s0;
+    let t3 = s0;
+    let p = w;
+    for (let b = 0; b < nb; b++) {
+      const wd = f16ToF32(<u32>load<u16>(p));
+      const x0 = v128.load(p, 2);
+      const x1 = v128.load(p, 18);
+      const ax0 = i8x16.abs(x0);
+      const ax1 = i8x16.abs(x1);
+      const m0 = i8x16.lt_s(x0, zero);
+      const m1 = i8x16.lt_s(x1, zero);
+      const o: usize = 32 * b;
+      const e: usize = 4 * b;
+      let d = f32x4.splat(wd * load<f32>(d0 + e));
+      s0 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(q80Lanes(ax0, m0, a0 + o, ones)), s0);
+      t0 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(q80Lanes(ax1, m1, a0 + o + 16, ones)), t0);
+      if (count > 1) {
+        d = f32x4.splat(wd * load<f32>(d1 + e));
+        s1 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(q80Lanes(ax0, m0, a1 + o, ones)), s1);
+        t1 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(q80Lanes(ax1, m1, a1 + o + 16, ones)), t1);
+      }
+      if (count > 2) {
+        d = f32x4.splat(wd * load<f32>(d2 + e));
+        s2 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(q80Lanes(ax0, m0, a2 + o, ones)), s2);
+        t2 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(q80Lanes(ax1, m1, a2 + o + 16, ones)), t2);
+      }
+      if (count > 3) {
+        d = f32x4.splat(wd * load<f32>(d3 + e));
+        s3 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(q80Lanes(ax0, m0, a3 + o, ones)), s3);
+        t3 = f32x4.relaxed_madd(d, f32x4.convert_i32x4_s(q80Lanes(ax1, m1, a3 + o + 16, ones)), t3);
+      }
+      p += 34;
+    }
+    // finishFused's hsum_float_8 on each token's two halves
+    v128.store(FACC, s0);
+    v128.store(FACC, t0, 16);
+    if (count > 1) {
+      v128.store(FACC + ACC_BYTES, s1);
+      v128.store(FACC + ACC_BYTES, t1, 16);
+    }
+    if (count > 2) {
+      v128.store(FACC + 2 * ACC_BYTES, s2);
+      v128.store(FACC + 2 * ACC_BYTES, t2, 16);
+    }
+    if (count > 3) {
+      v128.store(FACC + 3 * ACC_BYTES, s3);
+      v128.store(FACC + 3 * ACC_BYTES, t3, 16);
+    }
+  } else {
+    clearAcc(count);
+    let p = w;
+    for (let b = 0; b < nb; b++) {
+      const wd = f16ToF32(<u32>load<u16>(p));
+      const x0 = v128.load(p, 2);
+      const x1 = v128.load(p, 18);
+      const ax0 = i8x16.abs(x0);
+      const ax1 = i8x16.abs(x1);
+      const m0 = i8x16.lt_s(x0, zero);
+      const m1 = i8x16.lt_s(x1, zero);
+      const o: usize = 32 * b;
+      const e: usize = 4 * b;
+      laneFma(FACC, wd * load<f32>(d0 + e), q80Lanes(ax0, m0, a0 + o, ones), q80Lanes(ax1, m1, a0 + o + 16, ones));
+      if (count > 1) laneFma(FACC + ACC_BYTES, wd * load<f32>(d1 + e), q80Lanes(ax0, m0, a1 + o, ones), q80Lanes(ax1, m1, a1 + o + 16, ones));
+      if (count > 2) laneFma(FACC + 2 * ACC_BYTES, wd * load<f32>(d2 + e), q80Lanes(ax0, m0, a2 + o, ones), q80Lanes(ax1, m1, a2 + o + 16, ones));
+      if (count > 3) laneFma(FACC + 3 * ACC_BYTES, wd * load<f32>(d3 + e), q80Lanes(ax0, m0, a3 + o, ones), q80Lanes(ax1, m1, a3 + o + 16, ones));
+      p += 34;
+    }
+  }
+  for (let t = 0; t < count; t++) store<f32>(out + 4 * t, finish(DOT_Q32, FACC + ACC_BYTES * t));
 }
 
 /** Q4_K's block parameters as blockStep reads them (d, dmin, mins), rebuilt per super-block by q4kDots. */

@@ -1,8 +1,8 @@
 // Dot products of one decoded weight row (weight-rows.as) with one activation record (activations.as), each kind in
 // the order of ggml's AVX2 vec_dot where the kind says so (kinds.as). harness/ggml-exact.ts is the TypeScript
 // model of the same arithmetic; the wasm fallback's tests hold these to it bit for bit.
-import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q80, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, DOT_IQ1S, DOT_Q1, DOT_IQ1M, DOT_Q2K, RELAXED } from './kinds';
-import { K_PARAMS } from './weight-rows';
+import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q80, DOT_MX4, DOT_NL4, DOT_Q40, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, DOT_IQ1S, DOT_Q1, DOT_IQ1M, DOT_Q2K, RELAXED } from './kinds';
+import { K_PARAMS, KVALUES_FP4, KVALUES_IQ4NL, e8m0Half } from './weight-rows';
 import { fmaPair, fmaPairExact, fma32, hsum8, f16ToF32, usesFusedMadd } from './ggml-float';
 
 /**
@@ -706,6 +706,80 @@ function q80DotsOf<C>(w: usize, acts: usize, n: i32, out: usize): void {
     }
   }
   for (let t = 0; t < count; t++) store<f32>(out + 4 * t, finish(DOT_Q32, FACC + ACC_BYTES * t));
+}
+
+/** A block's weight scale (f32) where pairedStep and blockStep read it, written by q4tDots. */
+const Q4T_D = memory.data(4, 4);
+/** Q4_0's nibbles minus 8, as a lookup table for q4tDots (ggml subtracts 8 from each byte). */
+const KVALUES_Q40 = memory.data<i8>([-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7], 16);
+
+/**
+ * The relaxed build's dots of the 4-bit types whose nibbles index a table (kinds.as DOT_MX4: MXFP4's kvalues_mxfp4,
+ * DOT_NL4: IQ4_NL's kvalues_iq4nl, DOT_Q40: Q4_0's nibble − 8): one weight row read in place from its GGUF blocks
+ * (MXFP4: the E8M0 exponent, then 16 bytes of nibbles; IQ4_NL and Q4_0: f16 d, then the nibbles) against up to 4
+ * tokens' ACT_Q8_0_I8 records, the tokens sharing each block's unpacking. As ggml's AVX2 code: the low nibbles
+ * (elements 0..15) and high nibbles (16..31) as i8 (_mm_shuffle_epi8 on the table, or bytes_from_nibbles_32 minus 8;
+ * here a swizzle whose indices are all in 0..15), then mul_sum_i8_pairs as q80Lanes computes it (every value's
+ * |x| ≤ 127: relaxed dot is exact), so DOT_Q32P's and DOT_Q32's lanes; the float steps and the sums are theirs
+ * (MXFP4 and IQ4_NL in pairs with a scalar tail: pairedStep, finishPaired; Q4_0 blockStep), bit for bit.
+ */
+export function q4tDots(kind: i32, w: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  if (kind == DOT_MX4) q4tDotsKind(DOT_MX4, w, acts, count, n, out);
+  else if (kind == DOT_NL4) q4tDotsKind(DOT_NL4, w, acts, count, n, out);
+  else q4tDotsKind(DOT_Q40, w, acts, count, n, out);
+}
+
+@inline
+function q4tDotsKind(kind: i32, w: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  if (count == 1) q4tDotsOf<u8>(kind, w, acts, n, out);
+  else if (count == 2) q4tDotsOf<u16>(kind, w, acts, n, out);
+  else if (count == 3) {
+    q4tDotsOf<u16>(kind, w, acts, n, out);
+    q4tDotsOf<u8>(kind, w, acts + 8, n, out + 8);
+  } else q4tDotsOf<u32>(kind, w, acts, n, out);
+}
+
+/** One q4tDots step: DOT_Q32P's paired step for MXFP4 and IQ4_NL, DOT_Q32's for Q4_0. */
+@inline
+function q4tStep(kind: i32, acc: usize, l03: v128, l47: v128, a: usize, b: i32, n: i32): void {
+  if (kind == DOT_Q40) blockStep(DOT_Q32, acc, l03, l47, a, Q4T_D, b, n);
+  else pairedStep(acc, l03, l47, a, Q4T_D, b, n);
+}
+
+/** q4tDots for one kind and tokens<C>() tokens, inlined once per pair so its branches fold away. */
+@inline
+function q4tDotsOf<C>(kind: i32, w: usize, acts: usize, n: i32, out: usize): void {
+  const count = tokens<C>();
+  const mx = kind == DOT_MX4;
+  clearAcc(count);
+  const nb = n >> 5;
+  const a0 = load<usize>(acts);
+  const a1 = count > 1 ? load<usize>(acts, 4) : a0;
+  const a2 = count > 2 ? load<usize>(acts, 8) : a0;
+  const a3 = count > 3 ? load<usize>(acts, 12) : a0;
+  const kv = v128.load(mx ? KVALUES_FP4 : kind == DOT_NL4 ? KVALUES_IQ4NL : KVALUES_Q40);
+  const m15 = v128.load(NIBBLE);
+  const ones = v128.load(ONES_I16);
+  const zero = i32x4.splat(0);
+  const bytes: usize = mx ? 17 : 18;
+  let p = w;
+  for (let b = 0; b < nb; b++) {
+    store<f32>(Q4T_D, mx ? e8m0Half(<u32>load<u8>(p)) : f16ToF32(<u32>load<u16>(p)));
+    const q = v128.load(p + (mx ? 1 : 2));
+    const x0 = i8x16.relaxed_swizzle(kv, lowNibbles(q, m15));
+    const x1 = i8x16.relaxed_swizzle(kv, highNibbles(q, m15));
+    const ax0 = i8x16.abs(x0);
+    const ax1 = i8x16.abs(x1);
+    const m0 = i8x16.lt_s(x0, zero);
+    const m1 = i8x16.lt_s(x1, zero);
+    const o: usize = 32 * b;
+    q4tStep(kind, FACC, q80Lanes(ax0, m0, a0 + o, ones), q80Lanes(ax1, m1, a0 + o + 16, ones), a0, b, n);
+    if (count > 1) q4tStep(kind, FACC + ACC_BYTES, q80Lanes(ax0, m0, a1 + o, ones), q80Lanes(ax1, m1, a1 + o + 16, ones), a1, b, n);
+    if (count > 2) q4tStep(kind, FACC + 2 * ACC_BYTES, q80Lanes(ax0, m0, a2 + o, ones), q80Lanes(ax1, m1, a2 + o + 16, ones), a2, b, n);
+    if (count > 3) q4tStep(kind, FACC + 3 * ACC_BYTES, q80Lanes(ax0, m0, a3 + o, ones), q80Lanes(ax1, m1, a3 + o + 16, ones), a3, b, n);
+    p += bytes;
+  }
+  for (let t = 0; t < count; t++) store<f32>(out + 4 * t, kind == DOT_Q40 ? finish(DOT_Q32, FACC + ACC_BYTES * t) : finishPaired(FACC + ACC_BYTES * t));
 }
 
 /** Q4_K's block parameters as blockStep reads them (d, dmin, mins), rebuilt per super-block by q4kDots. */

@@ -52,7 +52,10 @@ export const ACT_Q8_0: i32 = 5;
 export const ACT_Q8_K: i32 = 6;
 /** Activations as Q8_1: ACT_Q8_0's record, then per block ggml's f16 s = f16(amax/127 · Σ q), f16-decoded (f32). */
 export const ACT_Q8_1: i32 = 7;
-/** ACT_Q8_0's record with q as i8 in element order in its first n bytes (the relaxed build's Q8_0 weights, DOT_Q80). */
+/**
+ * ACT_Q8_0's record with q as i8 in element order in its first n bytes: the relaxed build's Q8_0, Q4_0, MXFP4 and
+ * IQ4_NL weights (DOT_Q80, DOT_Q40, DOT_MX4, DOT_NL4).
+ */
 export const ACT_Q8_0_I8: i32 = 8;
 
 /** f32 · f32 in any order ('exact' numerics; 'llama' only for a type without a dot of its own here, none since issue 26). */
@@ -110,6 +113,15 @@ export const DOT_Q2K: i32 = 13;
  * their GGUF blocks and ACT_Q8_0_I8 activations; DOT_Q32's lanes, float steps and sums.
  */
 export const DOT_Q80: i32 = 14;
+/**
+ * The relaxed build's MXFP4 and IQ4_NL (dots.as q4tDots): ggml_vec_dot_mxfp4_q8_0 / _iq4_nl_q8_0 on AVX2 with the
+ * weight rows read in place (the nibbles looked up in kvalues by a swizzle) and ACT_Q8_0_I8 activations; DOT_Q32P's
+ * lanes, paired float steps, scalar tail and sums.
+ */
+export const DOT_MX4: i32 = 15;
+export const DOT_NL4: i32 = 16;
+/** The relaxed build's Q4_0, read in place by q4tDots (the nibbles minus 8 by the same lookup): DOT_Q32's steps. */
+export const DOT_Q40: i32 = 17;
 
 export function isKQuant(t: i32): bool {
   return t == T_Q2_K || t == T_Q3_K || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K;
@@ -121,7 +133,7 @@ export function isSuperBlock(t: i32): bool {
 }
 
 export function rowKind(t: i32, llama: bool): i32 {
-  if (llama && (t == T_Q4_K || (RELAXED && (t == T_Q5_K || t == T_Q8_0)))) return ROW_GGUF;
+  if (llama && (t == T_Q4_K || (RELAXED && (t == T_Q5_K || t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL)))) return ROW_GGUF;
   if (RELAXED && llama && t == T_Q6_K) return ROW_U8;
   return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_Q4_1 || t == T_Q5_0 || t == T_Q5_1 || t == T_Q2_K || t == T_Q3_K || t == T_MXFP4 || t == T_IQ4_NL || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S || t == T_IQ1_M || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
 }
@@ -130,7 +142,7 @@ export function actKind(t: i32, llama: bool): i32 {
   if (!llama || t == T_F32) return ACT_F32;
   if (t == T_F16) return ACT_F16;
   if (t == T_BF16) return ACT_BF16;
-  if (RELAXED && t == T_Q8_0) return ACT_Q8_0_I8;
+  if (RELAXED && (t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL)) return ACT_Q8_0_I8;
   if (t == T_Q8_0 || t == T_Q4_0 || t == T_Q5_0 || t == T_MXFP4 || t == T_IQ4_NL) return ACT_Q8_0;
   if (t == T_Q4_1 || t == T_Q5_1) return ACT_Q8_1;
   if (t == T_Q2_K || t == T_Q3_K || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S || t == T_IQ1_M) return ACT_Q8_K;
@@ -143,6 +155,9 @@ export function dotKind(t: i32, llama: bool): i32 {
   if (t == T_F16) return DOT_GGML_F16;
   if (t == T_BF16) return DOT_GGML_BF16;
   if (RELAXED && t == T_Q8_0) return DOT_Q80;
+  if (RELAXED && t == T_MXFP4) return DOT_MX4;
+  if (RELAXED && t == T_IQ4_NL) return DOT_NL4;
+  if (RELAXED && t == T_Q4_0) return DOT_Q40;
   if (t == T_Q8_0 || t == T_Q4_0 || t == T_Q5_0) return DOT_Q32;
   if (t == T_MXFP4 || t == T_IQ4_NL) return DOT_Q32P;
   if (t == T_Q4_1 || t == T_Q5_1) return DOT_Q1;

@@ -33,13 +33,13 @@ import { IQ1S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3XXS_GRID, KEVEN_SIGNS } from './
 export const K_PARAMS: i32 = 48;
 
 /** kvalues_fp4 (ggml-common.h): MXFP4's E2M1 values doubled, as i8x16.swizzle reads them. */
-const KVALUES_FP4 = memory.data<i8>([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], 16);
+export const KVALUES_FP4 = memory.data<i8>([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], 16);
 /** kvalues_iq4nl (ggml-common.h): IQ4_NL's 16 non-linear levels. */
-const KVALUES_IQ4NL = memory.data<i8>([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], 16);
+export const KVALUES_IQ4NL = memory.data<i8>([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], 16);
 
 /** ggml_e8m0_to_fp32_half: 2^(e−128), the subnormals 2^-128 and 2^-127 for e < 2. */
 @inline
-function e8m0Half(e: u32): f32 {
+export function e8m0Half(e: u32): f32 {
   return reinterpret<f32>(e < 2 ? <u32>0x00200000 << e : (e - 1) << 23);
 }
 

@@ -751,7 +751,6 @@ function q4tStep(kind: i32, acc: usize, l03: v128, l47: v128, a: usize, b: i32, 
 function q4tDotsOf<C>(kind: i32, w: usize, acts: usize, n: i32, out: usize): void {
   const count = tokens<C>();
   const mx = kind == DOT_MX4;
-  clearAcc(count);
   const nb = n >> 5;
   const a0 = load<usize>(acts);
   const a1 = count > 1 ? load<usize>(acts, 4) : a0;
@@ -762,6 +761,50 @@ function q4tDotsOf<C>(kind: i32, w: usize, acts: usize, n: i32, out: usize): voi
   const ones = v128.load(ONES_I16);
   const zero = i32x4.splat(0);
   const bytes: usize = mx ? 17 : 18;
+  if (count == 1 && usesFusedMadd()) {
+    // One token (decode) where relaxed_madd fuses: the steps in registers, the blocks in pairs as ggml's loop takes
+    // them (even blocks into e, odd into o; an odd last block as one integer sum), then finishPaired's / finishFused's sum.
+    let e0 = f32x4.splat(0);
+    let e1 = e0;
+    let o0 = e0;
+    let o1 = e0;
+    let tailD: f32 = 0;
+    let tailSum = 0;
+    const ad = a0 + 2 * <usize>n;
+    let p = w;
+    for (let b = 0; b < nb; b++) {
+      const wd = mx ? e8m0Half(<u32>load<u8>(p)) : f16ToF32(<u32>load<u16>(p));
+      const q = v128.load(p + (mx ? 1 : 2));
+      const x0 = i8x16.relaxed_swizzle(kv, lowNibbles(q, m15));
+      const x1 = i8x16.relaxed_swizzle(kv, highNibbles(q, m15));
+      const o: usize = 32 * b;
+      const l03 = q80Lanes(i8x16.abs(x0), i8x16.lt_s(x0, zero), a0 + o, ones);
+      const l47 = q80Lanes(i8x16.abs(x1), i8x16.lt_s(x1, zero), a0 + o + 16, ones);
+      const d = wd * load<f32>(ad + 4 * <usize>b);
+      if (kind == DOT_Q40 || (b & 1) == 0) {
+        if (kind != DOT_Q40 && b == nb - 1) {
+          const t = i32x4.add(l03, l47);
+          tailD = d;
+          tailSum = i32x4.extract_lane(t, 0) + i32x4.extract_lane(t, 1) + i32x4.extract_lane(t, 2) + i32x4.extract_lane(t, 3);
+        } else {
+          const dd = f32x4.splat(d);
+          e0 = f32x4.relaxed_madd(dd, f32x4.convert_i32x4_s(l03), e0);
+          e1 = f32x4.relaxed_madd(dd, f32x4.convert_i32x4_s(l47), e1);
+        }
+      } else {
+        const dd = f32x4.splat(d);
+        o0 = f32x4.relaxed_madd(dd, f32x4.convert_i32x4_s(l03), o0);
+        o1 = f32x4.relaxed_madd(dd, f32x4.convert_i32x4_s(l47), o1);
+      }
+      p += bytes;
+    }
+    const sum = kind == DOT_Q40 ? f32x4.add(e0, e1) : f32x4.add(f32x4.add(e0, o0), f32x4.add(e1, o1));
+    let h = f32x4.extract_lane(sum, 0) + f32x4.extract_lane(sum, 2) + (f32x4.extract_lane(sum, 1) + f32x4.extract_lane(sum, 3));
+    if (kind != DOT_Q40 && (nb & 1) != 0) h = fma32(tailD, <f32>tailSum, h);
+    store<f32>(out, h);
+    return;
+  }
+  clearAcc(count);
   let p = w;
   for (let b = 0; b < nb; b++) {
     store<f32>(Q4T_D, mx ? e8m0Half(<u32>load<u8>(p)) : f16ToF32(<u32>load<u16>(p)));

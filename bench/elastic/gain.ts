@@ -65,6 +65,7 @@ import { type CoordinatorStats, describeStats, parseCoordinatorStats, statsDelta
 import { type NetProfile, PROFILES, type ProfileName } from '../../harness/netlab-profiles.ts';
 import { type LabNetwork, labNetwork } from '../netlab-network.ts';
 import { type LanePlan, type Req, type Timings, runLanes } from './lanes.ts';
+import { benchPrompts } from './prompts.ts';
 
 // `--memory`: the coordinator's memory alone vs with the swarm, under a limit below the experts (bench/elastic/memory.ts).
 if (process.argv.includes('--memory')) {
@@ -192,22 +193,10 @@ const fmtLoad = (l: number[]): string => l.map((x) => x.toFixed(2)).join(' / ');
 const log = (line: string): void => console.log(`· ${line}`);
 const wait = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-// --- prompts: distinct, ~100 tokens each (the generated vocabulary makes most of these words one token)
+// --- prompts (bench/elastic/prompts.ts)
 
-const WORDS = `the swarm serves a model that is too large for one machine each layer routes every token to a few experts and
-the experts that are not needed at this moment rest on the computers of people who volunteered them a volunteer opens a
-page in the browser and the page computes the experts of one layer with the graphics card when the coordinator has more
-requests than it can serve it sends the work of the routed experts to the volunteers and what they do not return in time
-is computed at home so no expert is ever dropped and every answer is the same`
-  .split(/\s+/)
-  .filter(Boolean);
-const PROMPT_WORDS = 45;
-function prompt(i: number): string {
-  const words = Array.from({ length: PROMPT_WORDS }, (_, k) => WORDS[(i * 7 + k) % WORDS.length] as string);
-  return `Request ${i}: ${words.join(' ')}.`;
-}
 const N_PROMPTS = STREAMS * REQUESTS;
-const PROMPTS = Array.from({ length: N_PROMPTS }, (_, i) => prompt(i));
+const PROMPTS = benchPrompts(N_PROMPTS);
 
 // --- CPU placement: bench/placement.ts
 

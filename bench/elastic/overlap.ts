@@ -33,6 +33,7 @@ import { median } from '../../shaders/computer.ts';
 import { pin } from '../placement.ts';
 import { REALISTIC, benchModel, volunteerBudget } from '../shapes.ts';
 import { type Req, runLanes } from './lanes.ts';
+import { benchPrompts } from './prompts.ts';
 
 const { values } = parseArgs({
   options: {
@@ -60,15 +61,8 @@ const LAYERS = 2;
 const N_REQUESTS = STREAMS * REQUESTS;
 
 const log = (s: string): void => console.log(`[${new Date().toISOString().slice(11, 19)}] ${s}`);
-const WORDS =
-  'the swarm serves a model that is too large for one machine each layer routes every token to a few experts and the experts that are not needed at this moment rest on the computers of people who volunteered them'.split(
-    ' ',
-  );
 /** ~100-token prompts, as bench:elastic's. */
-const PROMPTS = Array.from(
-  { length: N_REQUESTS },
-  (_, i) => `Request ${i}: ${Array.from({ length: 45 }, (_, k) => WORDS[(i * 7 + k) % WORDS.length]).join(' ')}.`,
-);
+const PROMPTS = benchPrompts(N_REQUESTS);
 
 const PIN = cpus().length > 1 ? { coordinator: '0', rest: '1' } : null;
 const startedAt = new Date();

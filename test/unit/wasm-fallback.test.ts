@@ -247,7 +247,8 @@ for (const variant of VARIANTS) {
       // The relaxed build's f64 emulation, which machines whose relaxed_madd does not fuse run, every integer kind.
       [{ gate: GGMLType.Q4_K, up: GGMLType.Q8_0, down: GGMLType.Q6_K }, true],
       [{ gate: GGMLType.Q5_K, up: GGMLType.Q4_0, down: GGMLType.Q4_K }, true],
-      // Q4_0's Q8_0 records beside Q8_0's own (the relaxed build's are i8 in element order, read by q80Dots)
+      // Q4_0 and Q8_0 sharing one Q8_0 record (the relaxed build's i8 ones, q4tDots and q80Dots), and Q5_0's (i16,
+      // intDots) beside them
       [{ gate: GGMLType.Q4_0, up: GGMLType.Q8_0, down: GGMLType.Q8_0 }, false],
       [{ gate: GGMLType.Q8_0, up: GGMLType.Q4_0, down: GGMLType.Q5_0 }, true],
       // IQ4_XS beside the K-quants (the relaxed build's Q8_K records are i8 in element order: intDots reorders them)

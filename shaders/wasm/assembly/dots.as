@@ -1,7 +1,7 @@
 // Dot products of one decoded weight row (weight-rows.as) with one activation record (activations.as), each kind in
 // the order of ggml's AVX2 vec_dot where the kind says so (kinds.as). harness/ggml-exact.ts is the TypeScript
 // model of the same arithmetic; the wasm fallback's tests hold these to it bit for bit.
-import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_Q80, DOT_MX4, DOT_NL4, DOT_Q40, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, DOT_IQ1S, DOT_Q1, DOT_IQ1M, DOT_Q2K, RELAXED } from './kinds';
+import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_MX4, DOT_NL4, DOT_Q40, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, DOT_IQ1S, DOT_Q1, DOT_IQ1M, DOT_Q2K, RELAXED } from './kinds';
 import { K_PARAMS, KVALUES_FP4, KVALUES_IQ4NL, e8m0Half } from './weight-rows';
 import { fmaPair, fmaPairExact, fma32, hsum8, f16ToF32, usesFusedMadd } from './ggml-float';
 
@@ -41,14 +41,6 @@ export function dot(kind: i32, w: usize, wp: usize, a: usize, n: i32): f32 {
       store<usize>(ONE_ACT, a);
       iq1mDots(w, wp, ONE_ACT, 1, n, ONE_OUT);
       return load<f32>(ONE_OUT);
-    case DOT_Q80:
-      // (the relaxed build's kind alone: kinds.as dotKind)
-      if (RELAXED) {
-        store<usize>(ONE_ACT, a);
-        q80Dots(w, ONE_ACT, 1, n, ONE_OUT);
-        return load<f32>(ONE_OUT);
-      }
-      return dotPlain(w, a, n);
     case DOT_GGML_F16:
       return dotGgmlHalf(true, w, a, n);
     case DOT_GGML_BF16:

@@ -4,10 +4,10 @@
 //
 // Memory (JS lays it out): [static data][gate | up | down bytes][biases, if any][scales, if any][gelu table, if read]
 // [3 row buffers][call scratch (callLayout)].
-import { T_F32, ROW_INT, ROW_U8, ROW_GGUF, DOT_Q32, DOT_Q80, DOT_MX4, DOT_NL4, DOT_Q40, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_IQ1M, RELAXED, rowKind, actKind, dotKind, blockSize, blockBytes, align16 } from './kinds';
+import { T_F32, ROW_INT, ROW_GGUF, DOT_Q32, DOT_Q80, DOT_MX4, DOT_NL4, DOT_Q40, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_IQ1M, RELAXED, rowKind, actKind, dotKind, blockSize, blockBytes, align16 } from './kinds';
 import { actBytes, quantizeRow } from './activations';
-import { intRow, u8Row, dequantRow } from './weight-rows';
-import { dot, intDots, iq1mDots, q4kDots, q80Dots, q4tDots, k45Dots, twoRowsQ4K, u8Dots } from './dots';
+import { intRow, dequantRow } from './weight-rows';
+import { dot, intDots, iq1mDots, q4kDots, q80Dots, q4tDots, k45Dots, twoRowsQ4K, q6kDots } from './dots';
 import {
   ggmlSwiglu,
   exactSwiglu,
@@ -262,8 +262,7 @@ function decodeRow(m: i32, e: i32, r: i32, rowsPerExpert: i32, n: i32): usize {
   const buf = <usize>m32(rowBuf, m);
   const kind = rowKind(t, llama);
   if (kind == ROW_GGUF) return src; // its dot reads the GGUF bytes itself
-  if (kind == ROW_U8) u8Row(t, src, n, buf, buf + align16(<usize>(4 * n)));
-  else if (kind == ROW_INT) intRow(t, src, n, buf, buf + align16(<usize>(4 * n)));
+  if (kind == ROW_INT) intRow(t, src, n, buf, buf + align16(<usize>(4 * n)));
   else if (t == T_F32) return src;
   else dequantRow(t, src, n, buf);
   return buf;
@@ -307,7 +306,7 @@ function gateUp(kind: i32, w: usize, wp: usize, recs: usize, recBytes: usize, pa
   if (kind >= DOT_Q32) {
     for (let j = 0; j < count; j++) store<usize>(ACTS + 4 * j, recs + recBytes * <usize>(load<i32>(pairs + 4 * j) / per));
     if (RELAXED && (kind == DOT_Q4K || kind == DOT_Q5K)) k45Dots(kind == DOT_Q5K, w, ACTS, count, n, out);
-    else if (RELAXED && kind > DOT_Q32 && kind <= DOT_Q6K) u8Dots(kind, w, wp, ACTS, count, n, out);
+    else if (RELAXED && kind == DOT_Q6K) q6kDots(w, ACTS, count, n, out);
     else if (kind == DOT_Q4K) q4kDots(w, ACTS, count, n, out);
     else if (kind == DOT_IQ1M) iq1mDots(w, wp, ACTS, count, n, out);
     else if (RELAXED && kind == DOT_Q80) q80Dots(w, ACTS, count, n, out);

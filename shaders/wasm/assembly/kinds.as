@@ -29,9 +29,7 @@ export const T_MXFP4: i32 = 39;
 export const ROW_F32: i32 = 0;
 /** A weight row as i16 quants in lane order with the K-quants' 6-bit/8-bit scales folded in (weight-rows.as). */
 export const ROW_INT: i32 = 1;
-/** A K-quant weight row as u8 quants in element order, its scales apart (weight-rows.as u8Row; relaxed build only). */
-export const ROW_U8: i32 = 2;
-/** A row read in place from its GGUF bytes by its dot (dots.as q4kDots; the relaxed build's k45Dots). */
+/** A row read in place from its GGUF bytes by its dot (dots.as q4kDots; the relaxed build's k45Dots, q6kDots, q80Dots, q4tDots). */
 export const ROW_GGUF: i32 = 3;
 
 /**
@@ -133,8 +131,7 @@ export function isSuperBlock(t: i32): bool {
 }
 
 export function rowKind(t: i32, llama: bool): i32 {
-  if (llama && (t == T_Q4_K || (RELAXED && (t == T_Q5_K || t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL)))) return ROW_GGUF;
-  if (RELAXED && llama && t == T_Q6_K) return ROW_U8;
+  if (llama && (t == T_Q4_K || (RELAXED && (t == T_Q5_K || t == T_Q6_K || t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL)))) return ROW_GGUF;
   return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_Q4_1 || t == T_Q5_0 || t == T_Q5_1 || t == T_Q2_K || t == T_Q3_K || t == T_MXFP4 || t == T_IQ4_NL || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S || t == T_IQ1_M || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
 }
 

@@ -267,6 +267,8 @@ for (const variant of VARIANTS) {
       // each alone, fused in the relaxed child against the simd build's emulated bits)
       [{ gate: GGMLType.Q4_1, up: GGMLType.Q2_K, down: GGMLType.IQ1_M }, true],
       [{ gate: GGMLType.IQ1_M, up: GGMLType.Q5_1, down: GGMLType.Q3_K }, false],
+      // the relaxed build's Q2_K and Q3_K read in place (q2kDots, q3kDots) with FMA emulated (the grid has them fused)
+      [{ gate: GGMLType.Q3_K, up: GGMLType.Q2_K, down: GGMLType.Q3_K }, true],
     ] as const) {
       const slice = makeSlice(types, 7);
       const fb = await WasmExpertFallback.create(await kernelOf(variant), slice, { numerics: 'llama', emulateFma });

@@ -953,6 +953,8 @@ function k45Params(p: usize, params: usize): void {
 
 /** 15 in every byte, loaded once before a loop (a constant V8 would build again at every use). */
 const NIBBLE = memory.data<u8>([15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15, 15], 16);
+/** 16 in every byte: Q5_K's fifth bit in place (bit 4), loaded once before a loop as NIBBLE is. */
+const FIFTH_BIT = memory.data<u8>([16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16], 16);
 
 /** A Q4_K quant vector's low nibbles, as u8 lanes (m: NIBBLE). */
 @inline
@@ -1182,7 +1184,7 @@ function k45DotsOf<C>(five: bool, w: usize, acts: usize, n: i32, out: usize): vo
   const bytes: usize = five ? 176 : 144;
   const qsAt: usize = five ? 48 : 16;
   const m15 = v128.load(NIBBLE);
-  const sixteen = i8x16.splat(16);
+  const m16 = v128.load(FIFTH_BIT);
   const a0 = load<usize>(acts);
   const a1 = count > 1 ? load<usize>(acts, 4) : a0;
   const a2 = count > 2 ? load<usize>(acts, 8) : a0;
@@ -1191,8 +1193,10 @@ function k45DotsOf<C>(five: bool, w: usize, acts: usize, n: i32, out: usize): vo
     const p = w + bytes * b;
     k45Params(p, K45_PARAMS);
     const scales = v128.load(K45_PARAMS, 32);
-    const qh0 = five ? v128.load(p + 16) : m15;
-    const qh1 = five ? v128.load(p + 32) : m15;
+    // Q5_K's fifth bits: sub-block 2jj's at bit 2jj of qh, 2jj + 1's at bit 2jj + 1; qh0/qh1 move right by 2 per jj,
+    // so both are always at bits 0 and 1 (constant shifts; a per-jj mask and compare cost 2 more operations each)
+    let qh0 = five ? v128.load(p + 16) : m15;
+    let qh1 = five ? v128.load(p + 32) : m15;
     let x0 = i32x4.splat(0);
     let y0 = x0;
     let x1 = x0;
@@ -1216,13 +1220,13 @@ function k45DotsOf<C>(five: bool, w: usize, acts: usize, n: i32, out: usize): vo
       let hi0 = highNibbles(q0, m15);
       let hi1 = highNibbles(q1, m15);
       if (five) {
-        const bit = 1 << (2 * jj);
-        const ml = i8x16.splat(<i8>bit);
-        const mh = i8x16.splat(<i8>(bit << 1));
-        lo0 = v128.or(lo0, v128.and(i8x16.eq(v128.and(qh0, ml), ml), sixteen));
-        lo1 = v128.or(lo1, v128.and(i8x16.eq(v128.and(qh1, ml), ml), sixteen));
-        hi0 = v128.or(hi0, v128.and(i8x16.eq(v128.and(qh0, mh), mh), sixteen));
-        hi1 = v128.or(hi1, v128.and(i8x16.eq(v128.and(qh1, mh), mh), sixteen));
+        // bit 0 to bit 4 (lo), bit 1 to bit 4 (hi): 16-bit shifts, then the byte mask keeps each byte's own bit
+        lo0 = v128.or(lo0, v128.and(i16x8.shl(qh0, 4), m16));
+        lo1 = v128.or(lo1, v128.and(i16x8.shl(qh1, 4), m16));
+        hi0 = v128.or(hi0, v128.and(i16x8.shl(qh0, 3), m16));
+        hi1 = v128.or(hi1, v128.and(i16x8.shl(qh1, 3), m16));
+        qh0 = i16x8.shr_u(qh0, 2);
+        qh1 = i16x8.shr_u(qh1, 2);
       }
       // sub-block 2jj: lo (elements 0-15 to lanes 0-3, 16-31 to lanes 4-7); 2jj + 1: hi, 32 elements on
       x0 = i32x4.add(x0, i32x4.add(relaxedLanes(lo0, a0 + o, s0), relaxedLanes(hi0, a0 + o + 32, s1)));
@@ -1365,4 +1369,209 @@ function q6kDotsOf<C>(w: usize, acts: usize, n: i32, out: usize): void {
     if (count > 3) blockStep(DOT_Q6K, FACC + 3 * ACC_BYTES, x3, y3, a3, Q6K_PARAMS, b, n);
   }
   for (let t = 0; t < count; t++) store<f32>(out + 4 * t, finish(DOT_Q6K, FACC + ACC_BYTES * t));
+}
+
+/** Q2_K's block parameters as blockStep reads them (d, dmin; the 16 mins as i16 at 16 and 32), and its 16 scales (i16) at 48. */
+const Q2K_PARAMS = memory.data(80, 16);
+/** 3 in every byte: a Q2_K quant's two bits, loaded once before a loop as NIBBLE is. */
+const TWO_BITS = memory.data<u8>([3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3], 16);
+
+/**
+ * The relaxed build's ggml_vec_dot_q2_K_q8_K straight from a row's GGUF bytes (16 bytes of 4-bit scale and min, 64 of
+ * 2-bit quants, f16 d and dmin; no row buffer): the quants of each 32-element run (bits 2k, 2k + 1 of 32 qs bytes) as
+ * u8 0..3 in registers, met with up to 4 tokens' Q8_K activations by one pmaddubsw and one pmaddwd by the scale per 16
+ * elements, as ggml's AVX2 code does: intRow's integer lanes, and blockStep's mins and float steps, so the same bits.
+ */
+export function q2kDots(w: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  if (count == 1) q2kDotsOf<u8>(w, acts, n, out);
+  else if (count == 2) q2kDotsOf<u16>(w, acts, n, out);
+  else if (count == 3) {
+    q2kDotsOf<u16>(w, acts, n, out);
+    q2kDotsOf<u8>(w, acts + 8, n, out + 8);
+  } else q2kDotsOf<u32>(w, acts, n, out);
+}
+
+/** q2kDots for tokens<C>() tokens, inlined once per count so its branches fold away. */
+@inline
+function q2kDotsOf<C>(w: usize, acts: usize, n: i32, out: usize): void {
+  const count = tokens<C>();
+  clearAcc(count);
+  const nb = n >> 8;
+  const m3 = v128.load(TWO_BITS);
+  const m15 = v128.load(NIBBLE);
+  const a0 = load<usize>(acts);
+  const a1 = count > 1 ? load<usize>(acts, 4) : a0;
+  const a2 = count > 2 ? load<usize>(acts, 8) : a0;
+  const a3 = count > 3 ? load<usize>(acts, 12) : a0;
+  for (let b = 0; b < nb; b++) {
+    const p = w + 84 * b;
+    store<f32>(Q2K_PARAMS, f16ToF32(<u32>load<u16>(p, 80)));
+    store<f32>(Q2K_PARAMS, f16ToF32(<u32>load<u16>(p, 82)), 4);
+    const sm = v128.load(p);
+    const mins = v128.and(i16x8.shr_u(sm, 4), m15);
+    const scales = v128.and(sm, m15);
+    v128.store(Q2K_PARAMS + 16, i16x8.extend_low_i8x16_u(mins));
+    v128.store(Q2K_PARAMS + 32, i16x8.extend_high_i8x16_u(mins));
+    v128.store(Q2K_PARAMS + 48, i16x8.extend_low_i8x16_u(scales));
+    v128.store(Q2K_PARAMS + 64, i16x8.extend_high_i8x16_u(scales));
+    let x0 = i32x4.splat(0);
+    let y0 = x0;
+    let x1 = x0;
+    let y1 = x0;
+    let x2 = x0;
+    let y2 = x0;
+    let x3 = x0;
+    let y3 = x0;
+    for (let j = 0; j < 2; j++) {
+      // half j: elements 128j..128j + 127 from qs[32j..32j + 31]; run k of it in bits 2k, 2k + 1, which qa/qb hold at
+      // bits 0-1 (moved right by 2 per k: constant shifts)
+      let qa = v128.load(p + 16 + 32 * j);
+      let qb = v128.load(p + 32 + 32 * j);
+      // (running pointers: V8 does not strength-reduce `base + 32 * k`)
+      let sc = Q2K_PARAMS + 48 + 16 * j;
+      let o: usize = 256 * b + 128 * j;
+      for (let k = 0; k < 4; k++) {
+        const q0 = v128.and(qa, m3);
+        const q1 = v128.and(qb, m3);
+        // sub-blocks 8j + 2k (elements 0-15 of the run, lanes 0-3) and 8j + 2k + 1 (16-31, lanes 4-7)
+        const s0 = v128.load16_splat(sc);
+        const s1 = v128.load16_splat(sc, 2);
+        x0 = i32x4.add(x0, relaxedLanes(q0, a0 + o, s0));
+        y0 = i32x4.add(y0, relaxedLanes(q1, a0 + o + 16, s1));
+        if (count > 1) {
+          x1 = i32x4.add(x1, relaxedLanes(q0, a1 + o, s0));
+          y1 = i32x4.add(y1, relaxedLanes(q1, a1 + o + 16, s1));
+        }
+        if (count > 2) {
+          x2 = i32x4.add(x2, relaxedLanes(q0, a2 + o, s0));
+          y2 = i32x4.add(y2, relaxedLanes(q1, a2 + o + 16, s1));
+        }
+        if (count > 3) {
+          x3 = i32x4.add(x3, relaxedLanes(q0, a3 + o, s0));
+          y3 = i32x4.add(y3, relaxedLanes(q1, a3 + o + 16, s1));
+        }
+        qa = i16x8.shr_u(qa, 2);
+        qb = i16x8.shr_u(qb, 2);
+        sc += 4;
+        o += 32;
+      }
+    }
+    blockStep(DOT_Q2K, FACC, x0, y0, a0, Q2K_PARAMS, b, n);
+    if (count > 1) blockStep(DOT_Q2K, FACC + ACC_BYTES, x1, y1, a1, Q2K_PARAMS, b, n);
+    if (count > 2) blockStep(DOT_Q2K, FACC + 2 * ACC_BYTES, x2, y2, a2, Q2K_PARAMS, b, n);
+    if (count > 3) blockStep(DOT_Q2K, FACC + 3 * ACC_BYTES, x3, y3, a3, Q2K_PARAMS, b, n);
+  }
+  for (let t = 0; t < count; t++) store<f32>(out + 4 * t, finish(DOT_Q2K, FACC + ACC_BYTES * t));
+}
+
+/** Q3_K's block parameters as blockStep reads them for DOT_IQ4XS (d), and its 16 scales (i16, −32..31) at 16 and 32. */
+const Q3K_PARAMS = memory.data(K_PARAMS, 16);
+/** 4 in every byte: what a Q3_K quant loses where its hmask bit is clear, loaded once before a loop as NIBBLE is. */
+const FOUR = memory.data<u8>([4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4], 16);
+
+/**
+ * The relaxed build's ggml_vec_dot_q3_K_q8_K straight from a row's GGUF bytes (hmask[32], qs[64], 12 bytes of packed
+ * 6-bit scales, f16 d; no row buffer). As ggml's AVX2 code: per 16 elements the two low bits (u8 0..3) and the 4 that a
+ * clear hmask bit takes away (u8 0 or 4), each met with the activations by a pmaddubsw, the second subtracted from the
+ * first, then a pmaddwd by the sub-block's scale (the 12 bytes unpacked by ggml's kmask form); up to 4 tokens share the
+ * unpacking. The lanes are intRow's (the signed quants times the scale), the float steps DOT_IQ4XS's, so the same bits.
+ */
+export function q3kDots(w: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  if (count == 1) q3kDotsOf<u8>(w, acts, n, out);
+  else if (count == 2) q3kDotsOf<u16>(w, acts, n, out);
+  else if (count == 3) {
+    q3kDotsOf<u16>(w, acts, n, out);
+    q3kDotsOf<u8>(w, acts + 8, n, out + 8);
+  } else q3kDotsOf<u32>(w, acts, n, out);
+}
+
+/** 16 Q3_K weights (low bits q, and h: 4 where the hmask bit is clear) × 16 activations (i8 at a), times `scale`. */
+@inline
+function q3Lanes(q: v128, h: v128, a: usize, scale: v128): v128 {
+  const y = v128.load(a);
+  return i32x4.dot_i16x8_s(i16x8.sub(i16x8.relaxed_dot_i8x16_i7x16_s(y, q), i16x8.relaxed_dot_i8x16_i7x16_s(y, h)), scale);
+}
+
+/** q3kDots for tokens<C>() tokens, inlined once per count so its branches fold away. */
+@inline
+function q3kDotsOf<C>(w: usize, acts: usize, n: i32, out: usize): void {
+  const count = tokens<C>();
+  clearAcc(count);
+  const nb = n >> 8;
+  const m3 = v128.load(TWO_BITS);
+  const m4 = v128.load(FOUR);
+  const a0 = load<usize>(acts);
+  const a1 = count > 1 ? load<usize>(acts, 4) : a0;
+  const a2 = count > 2 ? load<usize>(acts, 8) : a0;
+  const a3 = count > 3 ? load<usize>(acts, 12) : a0;
+  for (let b = 0; b < nb; b++) {
+    const p = w + 110 * b;
+    store<f32>(Q3K_PARAMS, f16ToF32(<u32>load<u16>(p, 108)));
+    // the 16 6-bit scales (ggml's aux / kmask form), less 32
+    const u0 = load<u32>(p, 96);
+    const u1 = load<u32>(p, 100);
+    const u2 = load<u32>(p, 104);
+    const s0 = (u0 & 0x0f0f0f0f) | ((u2 & 0x03030303) << 4);
+    const s1 = (u1 & 0x0f0f0f0f) | (((u2 >> 2) & 0x03030303) << 4);
+    const s2 = ((u0 >> 4) & 0x0f0f0f0f) | (((u2 >> 4) & 0x03030303) << 4);
+    const s3 = ((u1 >> 4) & 0x0f0f0f0f) | (((u2 >> 6) & 0x03030303) << 4);
+    const sv = i32x4.replace_lane(i32x4.replace_lane(i32x4.replace_lane(i32x4.splat(s0), 1, s1), 2, s2), 3, s3);
+    const thirtyTwo = i16x8.splat(32);
+    v128.store(Q3K_PARAMS + 16, i16x8.sub(i16x8.extend_low_i8x16_u(sv), thirtyTwo));
+    v128.store(Q3K_PARAMS + 32, i16x8.sub(i16x8.extend_high_i8x16_u(sv), thirtyTwo));
+    let x0 = i32x4.splat(0);
+    let y0 = x0;
+    let x1 = x0;
+    let y1 = x0;
+    let x2 = x0;
+    let y2 = x0;
+    let x3 = x0;
+    let y3 = x0;
+    // hmask bit 4j + k of bytes 0-15 (elements 0-15 of run k of half j) and 16-31 (16-31): at bit 0 of ha/hb, which
+    // move right by 1 per run (constant shifts)
+    let ha = v128.load(p);
+    let hb = v128.load(p, 16);
+    let sc = Q3K_PARAMS + 16;
+    let o: usize = 256 * b;
+    for (let j = 0; j < 2; j++) {
+      // half j: its two low bits per element in qs[32j..32j + 31], run k in bits 2k, 2k + 1 (qa/qb move right by 2)
+      let qa = v128.load(p + 32 + 32 * j);
+      let qb = v128.load(p + 48 + 32 * j);
+      for (let k = 0; k < 4; k++) {
+        const q0 = v128.and(qa, m3);
+        const q1 = v128.and(qb, m3);
+        // 4 where the bit is clear: bit 0 moved to bit 2 (16-bit shift; the byte mask keeps each byte's own bit)
+        const h0 = v128.andnot(m4, i16x8.shl(ha, 2));
+        const h1 = v128.andnot(m4, i16x8.shl(hb, 2));
+        // sub-blocks 8j + 2k (elements 0-15 of the run, lanes 0-3) and 8j + 2k + 1 (16-31, lanes 4-7)
+        const c0 = v128.load16_splat(sc);
+        const c1 = v128.load16_splat(sc, 2);
+        x0 = i32x4.add(x0, q3Lanes(q0, h0, a0 + o, c0));
+        y0 = i32x4.add(y0, q3Lanes(q1, h1, a0 + o + 16, c1));
+        if (count > 1) {
+          x1 = i32x4.add(x1, q3Lanes(q0, h0, a1 + o, c0));
+          y1 = i32x4.add(y1, q3Lanes(q1, h1, a1 + o + 16, c1));
+        }
+        if (count > 2) {
+          x2 = i32x4.add(x2, q3Lanes(q0, h0, a2 + o, c0));
+          y2 = i32x4.add(y2, q3Lanes(q1, h1, a2 + o + 16, c1));
+        }
+        if (count > 3) {
+          x3 = i32x4.add(x3, q3Lanes(q0, h0, a3 + o, c0));
+          y3 = i32x4.add(y3, q3Lanes(q1, h1, a3 + o + 16, c1));
+        }
+        qa = i16x8.shr_u(qa, 2);
+        qb = i16x8.shr_u(qb, 2);
+        ha = i16x8.shr_u(ha, 1);
+        hb = i16x8.shr_u(hb, 1);
+        sc += 4;
+        o += 32;
+      }
+    }
+    blockStep(DOT_IQ4XS, FACC, x0, y0, a0, Q3K_PARAMS, b, n);
+    if (count > 1) blockStep(DOT_IQ4XS, FACC + ACC_BYTES, x1, y1, a1, Q3K_PARAMS, b, n);
+    if (count > 2) blockStep(DOT_IQ4XS, FACC + 2 * ACC_BYTES, x2, y2, a2, Q3K_PARAMS, b, n);
+    if (count > 3) blockStep(DOT_IQ4XS, FACC + 3 * ACC_BYTES, x3, y3, a3, Q3K_PARAMS, b, n);
+  }
+  for (let t = 0; t < count; t++) store<f32>(out + 4 * t, finish(DOT_IQ4XS, FACC + ACC_BYTES * t));
 }

@@ -60,8 +60,11 @@ function reduce4x8(acc: Float64Array[]): number {
     const s13 = f32((a[1][l] as number) + (a[3][l] as number));
     v[l] = f32(s02 + s13);
   }
-  const t = [0, 1, 2, 3].map((i) => f32((v[i] as number) + (v[i + 4] as number))) as [number, number, number, number];
-  return f32(f32(t[0] + t[1]) + f32(t[2] + t[3]));
+  const t0 = f32((v[0] as number) + (v[4] as number));
+  const t1 = f32((v[1] as number) + (v[5] as number));
+  const t2 = f32((v[2] as number) + (v[6] as number));
+  const t3 = f32((v[3] as number) + (v[7] as number));
+  return f32(f32(t0 + t1) + f32(t2 + t3));
 }
 
 /** The weight types whose vec_dot this module emulates bit for bit. */
@@ -419,10 +422,15 @@ function dotQ23K(type: GGMLType.Q2_K | GGMLType.Q3_K, w: Uint8Array, wOff: numbe
 }
 
 /** The 6-bit scale and min of sub-block j of a Q4_K super-block (get_scale_min_k4). */
-function scaleMinK4(j: number, q: Uint8Array, o: number): [number, number] {
-  if (j < 4) return [(q[o + j] as number) & 63, (q[o + j + 4] as number) & 63];
+function scaleMinK4(j: number, q: Uint8Array, o: number, sc: Int32Array, mn: Int32Array): void {
+  if (j < 4) {
+    sc[j] = (q[o + j] as number) & 63;
+    mn[j] = (q[o + j + 4] as number) & 63;
+    return;
+  }
   const a = q[o + j + 4] as number;
-  return [(a & 0xf) | (((q[o + j - 4] as number) >> 6) << 4), (a >> 4) | (((q[o + j] as number) >> 6) << 4)];
+  sc[j] = (a & 0xf) | (((q[o + j - 4] as number) >> 6) << 4);
+  mn[j] = (a >> 4) | (((q[o + j] as number) >> 6) << 4);
 }
 
 /**
@@ -442,10 +450,11 @@ function dotQ4K(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
     const yd = y.d[b] as number;
     const d = f32(yd * f16ToF32(view.getUint16(o, true)));
     const dmin = f32(-yd * f16ToF32(view.getUint16(o + 2, true)));
-    for (let j = 0; j < 8; j++) [sc[j], mn[j]] = scaleMinK4(j, w, o + 4);
+    for (let j = 0; j < 8; j++) scaleMinK4(j, w, o + 4, sc, mn);
     for (let l = 0; l < 4; l++) {
-      const s = (k: number): number => (bsums[16 * b + 2 * k] as number) + (bsums[16 * b + 2 * k + 1] as number);
-      const prod = (mn[2 * l] as number) * s(2 * l) + (mn[2 * l + 1] as number) * s(2 * l + 1);
+      const s0 = (bsums[16 * b + 4 * l] as number) + (bsums[16 * b + 4 * l + 1] as number);
+      const s1 = (bsums[16 * b + 4 * l + 2] as number) + (bsums[16 * b + 4 * l + 3] as number);
+      const prod = (mn[2 * l] as number) * s0 + (mn[2 * l + 1] as number) * s1;
       accM[l] = fma32(dmin, prod, accM[l] as number);
     }
     const qs = o + 16;
@@ -485,7 +494,7 @@ function dotQ5K(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
     const yd = y.d[b] as number;
     const d = f32(yd * f16ToF32(view.getUint16(o, true)));
     const dmin = f32(-yd * f16ToF32(view.getUint16(o + 2, true)));
-    for (let j = 0; j < 8; j++) [sc[j], mn[j]] = scaleMinK4(j, w, o + 4);
+    for (let j = 0; j < 8; j++) scaleMinK4(j, w, o + 4, sc, mn);
     let mins = 0;
     for (let k = 0; k < 8; k++) mins += (mn[k] as number) * ((bsums[16 * b + 2 * k] as number) + (bsums[16 * b + 2 * k + 1] as number));
     summs = fma32(dmin, mins, summs);
@@ -520,7 +529,7 @@ function dotQ6K(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
   for (let b = 0; b < n / 256; b++) {
     const o = wOff + b * 210;
     const d = f32((y.d[b] as number) * f16ToF32(view.getUint16(o + 208, true)));
-    const sc = (i: number): number => view.getInt8(o + 192 + i);
+    const sc = o + 192;
     for (let l = 0; l < 8; l++) {
       let lane = 0;
       for (let h = 0; h < 2; h++) {
@@ -532,10 +541,13 @@ function dotQ6K(w: Uint8Array, wOff: number, y: QuantRow, n: number): number {
             const q = ((ql >> (4 * (k >> 1))) & 0xf) | (((qh >> (2 * k)) & 3) << 4);
             s += q * (y.qs[256 * b + 128 * h + 32 * k + t] as number);
           }
-          lane += sc(8 * h + 2 * k + (l >= 4 ? 1 : 0)) * s;
+          lane += view.getInt8(sc + 8 * h + 2 * k + (l >= 4 ? 1 : 0)) * s;
         }
       }
-      lane -= 32 * (sc(2 * l) * (bsums[16 * b + 2 * l] as number) + sc(2 * l + 1) * (bsums[16 * b + 2 * l + 1] as number));
+      lane -=
+        32 *
+        (view.getInt8(sc + 2 * l) * (bsums[16 * b + 2 * l] as number) +
+          view.getInt8(sc + 2 * l + 1) * (bsums[16 * b + 2 * l + 1] as number));
       acc[l] = fma32(d, f32(lane), acc[l] as number); // _mm256_cvtepi32_ps rounds lanes past 2^24
     }
   }

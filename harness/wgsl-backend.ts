@@ -74,6 +74,29 @@ export class WgslBackend implements ExpertBackend {
     return new WgslBackend(runtimes, options);
   }
 
+  /**
+   * What the runtimes `open` would build compute, as a string: per MoE layer the slice's shape and matrix types, its
+   * variant (activation, biases, scales) and whether gate and up come apart from one fused tensor; the routed weights'
+   * values are left out. Two models with the same string make a worker run the same kernels on calls of the same shape.
+   */
+  static async workShape(modelPath: string, moeLayers: readonly number[]): Promise<string> {
+    const src = await openFileSource(modelPath);
+    try {
+      const file = await readGGUF(src);
+      return moeLayers
+        .map((layer) => {
+          const whole = layerExpertTensors(file, layer).found.gate?.dims[2];
+          if (whole === undefined) throw new RangeError(`layer ${layer} has no routed experts`);
+          const p = planExpertSlice(file, layer, 0, whole);
+          const fused = p.matrices.some((m) => m.source.name !== m.name);
+          return JSON.stringify([p.nEmbd, p.ff, p.nExpertTotal, p.types, p.variant ?? null, fused]);
+        })
+        .join(' ');
+    } finally {
+      await src.close();
+    }
+  }
+
   capabilities(): ExpertRuntimeCapabilities {
     return (this.runtimes.values().next().value as ExpertRuntime).capabilities();
   }

@@ -1575,3 +1575,91 @@ function q3kDotsOf<C>(w: usize, acts: usize, n: i32, out: usize): void {
   }
   for (let t = 0; t < count; t++) store<f32>(out + 4 * t, finish(DOT_IQ4XS, FACC + ACC_BYTES * t));
 }
+
+/** IQ4_XS's block parameters as blockStep reads them for DOT_IQ4XS (d), and its 8 sub-block scales (i16, −32..31) at 16. */
+const IQ4X_PARAMS = memory.data(K_PARAMS, 16);
+
+/**
+ * The relaxed build's ggml_vec_dot_iq4_xs_q8_K straight from a row's GGUF bytes (f16 d, scales_h, scales_l[4],
+ * qs[128]; no row buffer). As ggml's AVX2 code: each 32-element sub-block's nibbles looked up in kvalues_iq4nl by a
+ * swizzle (low nibbles elements 0-15, high 16-31), |x| against y with x's sign (q80Lanes' sign trick; |x| ≤ 127, and
+ * a pair of products fits i16), then one pmaddwd by the sub-block's scale less 32; up to 4 tokens share the lookups.
+ * The lanes are intRow's (the looked-up values times the scale), the float steps DOT_IQ4XS's, so the same bits.
+ */
+export function iq4xsDots(w: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  if (count == 1) iq4xsDotsOf<u8>(w, acts, n, out);
+  else if (count == 2) iq4xsDotsOf<u16>(w, acts, n, out);
+  else if (count == 3) {
+    iq4xsDotsOf<u16>(w, acts, n, out);
+    iq4xsDotsOf<u8>(w, acts + 8, n, out + 8);
+  } else iq4xsDotsOf<u32>(w, acts, n, out);
+}
+
+/** iq4xsDots for tokens<C>() tokens, inlined once per count so its branches fold away. */
+@inline
+function iq4xsDotsOf<C>(w: usize, acts: usize, n: i32, out: usize): void {
+  const count = tokens<C>();
+  clearAcc(count);
+  const nb = n >> 8;
+  const kv = v128.load(KVALUES_IQ4NL);
+  const m15 = v128.load(NIBBLE);
+  const zero = i32x4.splat(0);
+  const a0 = load<usize>(acts);
+  const a1 = count > 1 ? load<usize>(acts, 4) : a0;
+  const a2 = count > 2 ? load<usize>(acts, 8) : a0;
+  const a3 = count > 3 ? load<usize>(acts, 12) : a0;
+  for (let b = 0; b < nb; b++) {
+    const p = w + 136 * b;
+    store<f32>(IQ4X_PARAMS, f16ToF32(<u32>load<u16>(p)));
+    const sh = <i32>load<u16>(p, 2);
+    for (let ib = 0; ib < 8; ib++) {
+      const ls = (((<i32>load<u8>(p + 4 + (ib >> 1)) >> (4 * (ib & 1))) & 15) | (((sh >> (2 * ib)) & 3) << 4)) - 32;
+      store<i16>(IQ4X_PARAMS + 16 + 2 * ib, <i16>ls);
+    }
+    let x0 = i32x4.splat(0);
+    let y0 = x0;
+    let x1 = x0;
+    let y1 = x0;
+    let x2 = x0;
+    let y2 = x0;
+    let x3 = x0;
+    let y3 = x0;
+    // (running pointers: V8 does not strength-reduce `base + 16 * ib`)
+    let q = p + 8;
+    let sc = IQ4X_PARAMS + 16;
+    let o: usize = 256 * b;
+    for (let ib = 0; ib < 8; ib++) {
+      const qs = v128.load(q);
+      const xl = i8x16.relaxed_swizzle(kv, lowNibbles(qs, m15));
+      const xh = i8x16.relaxed_swizzle(kv, highNibbles(qs, m15));
+      const al = i8x16.abs(xl);
+      const ml = i8x16.lt_s(xl, zero);
+      const ah = i8x16.abs(xh);
+      const mh = i8x16.lt_s(xh, zero);
+      const s = v128.load16_splat(sc);
+      // sub-block ib: elements 0-15 (lanes 0-3), 16-31 (lanes 4-7), one scale
+      x0 = i32x4.add(x0, q80Lanes(al, ml, a0 + o, s));
+      y0 = i32x4.add(y0, q80Lanes(ah, mh, a0 + o + 16, s));
+      if (count > 1) {
+        x1 = i32x4.add(x1, q80Lanes(al, ml, a1 + o, s));
+        y1 = i32x4.add(y1, q80Lanes(ah, mh, a1 + o + 16, s));
+      }
+      if (count > 2) {
+        x2 = i32x4.add(x2, q80Lanes(al, ml, a2 + o, s));
+        y2 = i32x4.add(y2, q80Lanes(ah, mh, a2 + o + 16, s));
+      }
+      if (count > 3) {
+        x3 = i32x4.add(x3, q80Lanes(al, ml, a3 + o, s));
+        y3 = i32x4.add(y3, q80Lanes(ah, mh, a3 + o + 16, s));
+      }
+      q += 16;
+      sc += 2;
+      o += 32;
+    }
+    blockStep(DOT_IQ4XS, FACC, x0, y0, a0, IQ4X_PARAMS, b, n);
+    if (count > 1) blockStep(DOT_IQ4XS, FACC + ACC_BYTES, x1, y1, a1, IQ4X_PARAMS, b, n);
+    if (count > 2) blockStep(DOT_IQ4XS, FACC + 2 * ACC_BYTES, x2, y2, a2, IQ4X_PARAMS, b, n);
+    if (count > 3) blockStep(DOT_IQ4XS, FACC + 3 * ACC_BYTES, x3, y3, a3, IQ4X_PARAMS, b, n);
+  }
+  for (let t = 0; t < count; t++) store<f32>(out + 4 * t, finish(DOT_IQ4XS, FACC + ACC_BYTES * t));
+}

@@ -29,7 +29,7 @@ export const T_MXFP4: i32 = 39;
 export const ROW_F32: i32 = 0;
 /** A weight row as i16 quants in lane order with the K-quants' 6-bit/8-bit scales folded in (weight-rows.as). */
 export const ROW_INT: i32 = 1;
-/** A row read in place from its GGUF bytes by its dot (dots.as q4kDots; the relaxed build's k45Dots, q6kDots, q2kDots, q3kDots, q80Dots, q4tDots). */
+/** A row read in place from its GGUF bytes by its dot (dots.as q4kDots; the relaxed build's k45Dots, q6kDots, q2kDots, q3kDots, iq4xsDots, q80Dots, q4tDots). */
 export const ROW_GGUF: i32 = 3;
 
 /**
@@ -125,6 +125,11 @@ export const DOT_Q40: i32 = 17;
  * lanes and float steps of DOT_IQ4XS (acc = fma(y.d · d, lane, acc)), which the simd build reads Q3_K's intRow form with.
  */
 export const DOT_Q3K: i32 = 18;
+/**
+ * The relaxed build's IQ4_XS (dots.as iq4xsDots): ggml_vec_dot_iq4_xs_q8_K on AVX2 with the weight rows read in place
+ * (the nibbles looked up in kvalues_iq4nl, the signs moved onto the activations); DOT_IQ4XS's lanes and float steps.
+ */
+export const DOT_IQ4X: i32 = 19;
 
 export function isKQuant(t: i32): bool {
   return t == T_Q2_K || t == T_Q3_K || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K;
@@ -136,7 +141,7 @@ export function isSuperBlock(t: i32): bool {
 }
 
 export function rowKind(t: i32, llama: bool): i32 {
-  if (llama && (t == T_Q4_K || (RELAXED && (t == T_Q2_K || t == T_Q3_K || t == T_Q5_K || t == T_Q6_K || t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL)))) return ROW_GGUF;
+  if (llama && (t == T_Q4_K || (RELAXED && (t == T_Q2_K || t == T_Q3_K || t == T_IQ4_XS || t == T_Q5_K || t == T_Q6_K || t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL)))) return ROW_GGUF;
   return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_Q4_1 || t == T_Q5_0 || t == T_Q5_1 || t == T_Q2_K || t == T_Q3_K || t == T_MXFP4 || t == T_IQ4_NL || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S || t == T_IQ1_M || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
 }
 
@@ -161,6 +166,7 @@ export function dotKind(t: i32, llama: bool): i32 {
   if (RELAXED && t == T_IQ4_NL) return DOT_NL4;
   if (RELAXED && t == T_Q4_0) return DOT_Q40;
   if (RELAXED && t == T_Q3_K) return DOT_Q3K;
+  if (RELAXED && t == T_IQ4_XS) return DOT_IQ4X;
   if (t == T_Q8_0 || t == T_Q4_0 || t == T_Q5_0) return DOT_Q32;
   if (t == T_MXFP4 || t == T_IQ4_NL) return DOT_Q32P;
   if (t == T_Q4_1 || t == T_Q5_1) return DOT_Q1;

@@ -251,7 +251,7 @@ for (const variant of VARIANTS) {
       // intDots) beside them
       [{ gate: GGMLType.Q4_0, up: GGMLType.Q8_0, down: GGMLType.Q8_0 }, false],
       [{ gate: GGMLType.Q8_0, up: GGMLType.Q4_0, down: GGMLType.Q5_0 }, true],
-      // IQ4_XS beside the K-quants (the relaxed build's Q8_K records are i8 in element order: intDots reorders them)
+      // IQ4_XS beside the K-quants (the relaxed build's Q8_K records are i8 in element order; each type's own dot reads them)
       [{ gate: GGMLType.IQ4_XS, up: GGMLType.Q6_K, down: GGMLType.IQ4_XS }, false],
       [{ gate: GGMLType.Q4_K, up: GGMLType.IQ4_XS, down: GGMLType.IQ4_XS }, true],
       // IQ2_XXS (its 0.125 folded into d) beside IQ4_XS and Q6_K, FMA fused and emulated

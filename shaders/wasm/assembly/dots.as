@@ -142,8 +142,9 @@ function lanes16(w0: v128, w1: v128, a: usize): v128 {
 
 /**
  * lanes16 for the 16 activations at i16 offset `o` of a record: i16 in lane order, or in the relaxed build's Q8_K
- * records (activations.as) i8 in element order, put in lane order here. In intDots only IQ4_XS and IQ2_XXS meet Q8_K records in
- * the relaxed build (its Q4_K/Q5_K/Q6_K have dots of their own); `i8` is false for every kind of the other build.
+ * records (activations.as) i8 in element order, put in lane order here. In the relaxed build only the grid types (IQ2_XXS,
+ * IQ2_XS, IQ3_XXS, IQ1_S) meet Q8_K records in intDots (the K-quants and IQ4_XS have dots of their own); `i8` is false
+ * for every kind of the other build.
  */
 @inline
 function lanesAt(i8: bool, w0: v128, w1: v128, a: usize, o: usize): v128 {

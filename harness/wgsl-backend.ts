@@ -6,7 +6,15 @@
  */
 import { openFileSource } from '../gguf/node-io.ts';
 import { readGGUF } from '../gguf/reader.ts';
-import { layerExpertTensors, planExpertSlice, readPlannedBiases, readPlannedMatrices, readPlannedScales } from '../gguf/expert-slice.ts';
+import type { GGUFFile } from '../gguf/types.ts';
+import {
+  type ExpertSlicePlan,
+  layerExpertTensors,
+  planExpertSlice,
+  readPlannedBiases,
+  readPlannedMatrices,
+  readPlannedScales,
+} from '../gguf/expert-slice.ts';
 import { ExpertRuntime, type ExpertRuntimeCapabilities, type ExpertRuntimeOptions } from '../shaders/runtime.ts';
 import type { ExpertBackend } from './expert-backend.ts';
 import { nodeExpertDevice } from './node-gpu.ts';
@@ -17,6 +25,13 @@ let device: GPUDevice | undefined;
 export async function wgslDevice(): Promise<GPUDevice> {
   device ??= await nodeExpertDevice('dispatcher test device');
   return device;
+}
+
+/** The whole of `layer`'s routed experts as one slice (a fused gate_up_exps comes apart into gate and up as it does for volunteers). */
+function wholeLayerPlan(file: GGUFFile, layer: number): ExpertSlicePlan {
+  const whole = layerExpertTensors(file, layer).found.gate?.dims[2];
+  if (whole === undefined) throw new RangeError(`layer ${layer} has no routed experts`);
+  return planExpertSlice(file, layer, 0, whole);
 }
 
 export class WgslBackend implements ExpertBackend {
@@ -40,10 +55,7 @@ export class WgslBackend implements ExpertBackend {
     try {
       const file = await readGGUF(src);
       for (const layer of moeLayers) {
-        // The whole layer as one slice (a fused gate_up_exps comes apart into gate and up as it does for volunteers).
-        const whole = layerExpertTensors(file, layer).found.gate?.dims[2];
-        if (whole === undefined) throw new RangeError(`layer ${layer} has no routed experts`);
-        const plan = planExpertSlice(file, layer, 0, whole);
+        const plan = wholeLayerPlan(file, layer);
         const bytes = await readPlannedMatrices(src, plan);
         const biases = await readPlannedBiases(src, plan);
         const scales = await readPlannedScales(src, plan);
@@ -85,9 +97,7 @@ export class WgslBackend implements ExpertBackend {
       const file = await readGGUF(src);
       return moeLayers
         .map((layer) => {
-          const whole = layerExpertTensors(file, layer).found.gate?.dims[2];
-          if (whole === undefined) throw new RangeError(`layer ${layer} has no routed experts`);
-          const p = planExpertSlice(file, layer, 0, whole);
+          const p = wholeLayerPlan(file, layer);
           const fused = p.matrices.some((m) => m.source.name !== m.name);
           return JSON.stringify([p.nEmbd, p.ff, p.nExpertTotal, p.types, p.variant ?? null, fused]);
         })

@@ -269,6 +269,9 @@ for (const variant of VARIANTS) {
       [{ gate: GGMLType.IQ1_M, up: GGMLType.Q5_1, down: GGMLType.Q3_K }, false],
       // the relaxed build's Q2_K and Q3_K read in place (q2kDots, q3kDots) with FMA emulated (the grid has them fused)
       [{ gate: GGMLType.Q3_K, up: GGMLType.Q2_K, down: GGMLType.Q3_K }, true],
+      // F32 (the relaxed build's ggml_vec_dot_f32 in registers where relaxed_madd fuses, else emulated) beside F16
+      [{ gate: GGMLType.F32, up: GGMLType.F16, down: GGMLType.F32 }, true],
+      [{ gate: GGMLType.F16, up: GGMLType.F32, down: GGMLType.F32 }, false],
     ] as const) {
       const slice = makeSlice(types, 7);
       const fb = await WasmExpertFallback.create(await kernelOf(variant), slice, { numerics: 'llama', emulateFma });
@@ -363,6 +366,64 @@ for (const variant of VARIANTS) {
           const got = await run(fb, c);
           assert.ok(got.every(Number.isFinite), 'finite sums');
           assert.equal(differingBits(got, want), 0, `${variant}${emulateFma ? ', FMA emulated' : ''}, ${nTokens} rows`);
+        }
+      } finally {
+        await fb.dispose();
+      }
+    }
+  });
+}
+
+/**
+ * F16 weights at the format's edges: every value of F16_CASES and 65504 spread over gate, up and down (weight-rows.as
+ * f16Row converts eight at a time by moving the bits into place and scaling by 2^112, subnormals included; ±65504 in
+ * down only), and one
+ * down row of expert 1 with an inf and a NaN among finite neighbours (those eights go one by one). Bit for bit with
+ * ggml-exact in llama numerics, NaN where it has NaN: the inf and the NaN reach only their row's output element.
+ */
+function f16Edges(seed: number, shape: { nEmbd: number; ff: number; nExpert: number }): ExpertSlice {
+  const slice = makeSlice(GGMLType.F16, seed, shape);
+  let i = 0;
+  for (const m of [slice.gate, slice.up, slice.down]) {
+    // ±65504 in down only: in gate or up it makes h overflow its f16 rounding before down, and every sum inf or NaN
+    const cases = m === slice.down ? [...F16_CASES, 0x7bff, 0xfbff] : F16_CASES.filter((h) => h !== 0x7bff);
+    for (let o = 0; o < m.length; o += 2 * 37, i++) {
+      const h = cases[i % cases.length]!;
+      m[o] = h & 255;
+      m[o + 1] = h >> 8;
+    }
+  }
+  const row = (1 * shape.nEmbd + 5) * shape.ff; // expert 1, down row 5
+  for (const [at, h] of [
+    [row + 3, 0x7c00],
+    [row + 20, 0xfe01],
+  ] as const) {
+    slice.down[2 * at] = h & 255;
+    slice.down[2 * at + 1] = h >> 8;
+  }
+  return slice;
+}
+
+function differingValues(a: Float32Array, b: Float32Array): number {
+  let n = 0;
+  for (let i = 0; i < a.length; i++) if (!(Object.is(a[i], b[i]) || (Number.isNaN(a[i]) && Number.isNaN(b[i])))) n++;
+  return n;
+}
+
+for (const variant of VARIANTS) {
+  test(`wasm fallback (${variant}): F16 weights at the format's edges (subnormal, ±0, ±65504, inf, NaN), bit for bit with ggml-exact; FMA fused or emulated`, async () => {
+    const shape = { nEmbd: 256, ff: 96, nExpert: 4 };
+    const slice = f16Edges(29, shape);
+    for (const emulateFma of [false, true]) {
+      const fb = await WasmExpertFallback.create(await kernelOf(variant), slice, { numerics: 'llama', emulateFma });
+      try {
+        for (const nTokens of [1, 9]) {
+          const c = call(nTokens, 50 + nTokens, shape.nExpert, shape.nEmbd);
+          const want = await ggmlLayerSums(slice, c.rows, c.ids, c.probs, c.nTokens, c.nUsed);
+          const got = await run(fb, c);
+          const nonFinite = want.filter((v) => !Number.isFinite(v)).length;
+          assert.ok(nonFinite > 0 && nonFinite < want.length / 8, `the inf and NaN reach some outputs, not all (${nonFinite})`);
+          assert.equal(differingValues(got, want), 0, `${variant}${emulateFma ? ', FMA emulated' : ''}, ${nTokens} rows`);
         }
       } finally {
         await fb.dispose();

@@ -1,9 +1,10 @@
 // Dot products of one decoded weight row (weight-rows.as) with one activation record (activations.as), each kind in
 // the order of ggml's AVX2 vec_dot where the kind says so (kinds.as). harness/ggml-exact.ts is the TypeScript
 // model of the same arithmetic; the wasm fallback's tests hold these to it bit for bit.
-import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_MX4, DOT_NL4, DOT_Q40, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, DOT_IQ1S, DOT_Q1, DOT_IQ1M, DOT_Q2K, RELAXED } from './kinds';
+import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_MX4, DOT_NL4, DOT_Q40, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, DOT_IQ1S, DOT_Q1, DOT_IQ1M, DOT_Q2K, DOT_IQ2XS, DOT_IQ3XXS, RELAXED } from './kinds';
 import { K_PARAMS, KVALUES_FP4, KVALUES_IQ4NL, e8m0Half } from './weight-rows';
-import { fmaPair, fmaPairExact, fma32, hsum8, f16ToF32, usesFusedMadd } from './ggml-float';
+import { IQ2XXS_GRID, IQ2XS_GRID, IQ3XXS_GRID, KEVEN_SIGNS } from './iq-grids';
+import { fmaPair, fmaPairExact, fma32, hsum8, f16ToF32, f16x4ToF32, usesFusedMadd } from './ggml-float';
 
 /**
  * The token count a per-count copy of a multi-token dot stands for, from its type argument's size (u8: 1, u16: 2,
@@ -112,6 +113,7 @@ function dotGgmlHalf(f16: bool, w: usize, a: usize, n: i32): f32 {
 
 /** ggml_vec_dot_f32 on AVX2: fused multiply-adds into 4 × 8 lanes, GGML_F32x8_REDUCE, then the leftovers (n % 32) as a product and a sum (unfused, as the coordinator computes them: checked against linkcpp-expert-ref). */
 function dotGgmlF32(w: usize, a: usize, n: i32): f32 {
+  if (usesFusedMadd()) return dotGgmlF32Fused(w, a, n);
   for (let q = 0; q < 16; q++) v128.store(ACC32 + 16 * q, i32x4.splat(0));
   const np = n & ~31;
   for (let i = 0; i < np; i += 32) {
@@ -130,6 +132,37 @@ function dotGgmlF32(w: usize, a: usize, n: i32): f32 {
     else store<f32>(t + 4 * (l - 4), load<f32>(t + 4 * (l - 4)) + v);
   }
   let sum = load<f32>(t) + load<f32>(t, 4) + (load<f32>(t, 8) + load<f32>(t, 12));
+  for (let i = np; i < n; i++) sum += load<f32>(w + 4 * i) * load<f32>(a + 4 * i);
+  return sum;
+}
+
+/**
+ * dotGgmlF32 where relaxed_madd fuses (usesFusedMadd): the same 4 × 8 lanes, each accumulator's low and high four lanes
+ * in a register of its own, ggml's FMA one instruction; GGML_F32x8_REDUCE as dotGgmlHalf's f16 case, the same tail.
+ */
+function dotGgmlF32Fused(w: usize, a: usize, n: i32): f32 {
+  let a0l = f32x4.splat(0);
+  let a0h = a0l;
+  let a1l = a0l;
+  let a1h = a0l;
+  let a2l = a0l;
+  let a2h = a0l;
+  let a3l = a0l;
+  let a3h = a0l;
+  const np = n & ~31;
+  for (let i = 0; i < np; i += 32) {
+    const o: usize = 4 * i;
+    a0l = f32x4.relaxed_madd(v128.load(w + o), v128.load(a + o), a0l);
+    a0h = f32x4.relaxed_madd(v128.load(w + o, 16), v128.load(a + o, 16), a0h);
+    a1l = f32x4.relaxed_madd(v128.load(w + o, 32), v128.load(a + o, 32), a1l);
+    a1h = f32x4.relaxed_madd(v128.load(w + o, 48), v128.load(a + o, 48), a1h);
+    a2l = f32x4.relaxed_madd(v128.load(w + o, 64), v128.load(a + o, 64), a2l);
+    a2h = f32x4.relaxed_madd(v128.load(w + o, 80), v128.load(a + o, 80), a2h);
+    a3l = f32x4.relaxed_madd(v128.load(w + o, 96), v128.load(a + o, 96), a3l);
+    a3h = f32x4.relaxed_madd(v128.load(w + o, 112), v128.load(a + o, 112), a3h);
+  }
+  const t = f32x4.add(f32x4.add(f32x4.add(a0l, a2l), f32x4.add(a1l, a3l)), f32x4.add(f32x4.add(a0h, a2h), f32x4.add(a1h, a3h)));
+  let sum = f32x4.extract_lane(t, 0) + f32x4.extract_lane(t, 1) + (f32x4.extract_lane(t, 2) + f32x4.extract_lane(t, 3));
   for (let i = np; i < n; i++) sum += load<f32>(w + 4 * i) * load<f32>(a + 4 * i);
   return sum;
 }
@@ -1033,29 +1066,6 @@ export function twoRowsQ4K(wg: usize, wu: usize, a: usize, n: i32, outG: usize, 
   store<f32>(outU, finish(DOT_Q4K, FACC + ACC_BYTES));
 }
 
-/** 2^-24: an f16 subnormal's mantissa (an integer) times it is its value. */
-const F16_SUBNORMAL: f32 = 5.9604644775390625e-8;
-
-/**
- * The f16s in the low halves of the four i32 lanes of h as f32 (F16C's vcvtph2ps, bit for bit, as f16ToF32), four at
- * once where the dots converted each d and dmin apart: normals by moving the exponent and mantissa into place and
- * rebiasing the exponent (an integer add), inf and NaN (quieted) by a select, subnormals as their mantissa converted to
- * f32 times 2^-24, the sign or-ed in. No float operation sees a subnormal: Q4_K's d of small weights is an f16
- * subnormal, and an f32 subnormal operand costs a microcode assist per multiply (measured: the kernel ~1.5× slower
- * at 1 row with the 2^112-scaling form of this conversion).
- */
-@inline
-function f16x4ToF32(h: v128): v128 {
-  const e = v128.and(h, i32x4.splat(0x7fff));
-  const em = i32x4.shl(e, 13);
-  const special = i32x4.ge_s(em, i32x4.splat(0x0f800000));
-  const quiet = v128.and(i32x4.gt_s(em, i32x4.splat(0x0f800000)), i32x4.splat(0x00400000));
-  const big = v128.bitselect(v128.or(i32x4.add(em, i32x4.splat(0x70000000)), quiet), i32x4.add(em, i32x4.splat(0x38000000)), special);
-  const sub = f32x4.mul(f32x4.convert_i32x4_s(e), f32x4.splat(F16_SUBNORMAL));
-  const isSub = i32x4.lt_s(e, i32x4.splat(0x400));
-  return v128.or(v128.bitselect(sub, big, isSub), i32x4.shl(v128.and(h, i32x4.splat(0x8000)), 16));
-}
-
 /**
  * A Q4_K / Q5_K super-block's eight scales and eight mins (sub-blocks 0-7), from its 12
  * packed bytes at p + 4 (get_scale_min_k4 for all eight at once, as k45Params): the scales in bytes 0-7 of the
@@ -1661,6 +1671,128 @@ function iq4xsDotsOf<C>(w: usize, acts: usize, n: i32, out: usize): void {
     if (count > 1) blockStep(DOT_IQ4XS, FACC + ACC_BYTES, x1, y1, a1, IQ4X_PARAMS, b, n);
     if (count > 2) blockStep(DOT_IQ4XS, FACC + 2 * ACC_BYTES, x2, y2, a2, IQ4X_PARAMS, b, n);
     if (count > 3) blockStep(DOT_IQ4XS, FACC + 3 * ACC_BYTES, x3, y3, a3, IQ4X_PARAMS, b, n);
+  }
+  for (let t = 0; t < count; t++) store<f32>(out + 4 * t, finish(DOT_IQ4XS, FACC + ACC_BYTES * t));
+}
+
+/** f16 d · 0.125 (IQ2_XXS, IQ2_XS) or 0.25 (IQ3_XXS) of the super-block iqGridDots is in, for blockStep. */
+const IQG_PARAMS = memory.data(K_PARAMS, 16);
+
+/** Two 8-byte entries of a table (a grid's points, keven_signs' ±1s), i0's first: 16 bytes in element order. */
+@inline
+function entryPair(table: usize, i0: usize, i1: usize): v128 {
+  return i64x2.replace_lane(i64x2.splat(load<u64>(table + 8 * i0)), 1, load<u64>(table + 8 * i1));
+}
+
+/** Four 4-byte entries of IQ3_XXS's grid, from the indices in the bytes at q: 16 bytes in element order. */
+@inline
+function iq3Points(q: usize): v128 {
+  let v = i32x4.splat(load<u32>(IQ3XXS_GRID + 4 * <usize>load<u8>(q)));
+  v = i32x4.replace_lane(v, 1, load<u32>(IQ3XXS_GRID + 4 * <usize>load<u8>(q, 1)));
+  v = i32x4.replace_lane(v, 2, load<u32>(IQ3XXS_GRID + 4 * <usize>load<u8>(q, 2)));
+  return i32x4.replace_lane(v, 3, load<u32>(IQ3XXS_GRID + 4 * <usize>load<u8>(q, 3)));
+}
+
+/**
+ * The relaxed build's IQ2_XXS, IQ2_XS and IQ3_XXS dots (kinds.as DOT_IQ2XXS, DOT_IQ2XS, DOT_IQ3XXS): one weight row
+ * read in place from its GGUF super-blocks against up to 4 tokens' Q8_K records (i8 in element order), the tokens
+ * sharing each group's lookups. As ggml's AVX2 code: per 16 elements the magnitudes of two grid points (u8, at most 62,
+ * so relaxed_dot_i8x16_i7x16_s is exact), the activations' signs flipped by the groups' keven_signs (its
+ * _mm256_sign_epi8), pmaddubsw, then pmaddwd by 2s + 1 (the sub-block's scale, or the half's for IQ2_XS). The lanes
+ * and float steps are DOT_IQ4XS's, which the simd build reads these types' intRow form with, d times the grid type's
+ * 0.125 or 0.25 as intRow stores it: the same bits.
+ */
+export function iqGridDots(kind: i32, w: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  if (count == 1) iqGridDotsOf<u8>(kind, w, acts, n, out);
+  else if (count == 2) iqGridDotsOf<u16>(kind, w, acts, n, out);
+  else if (count == 3) {
+    iqGridDotsOf<u16>(kind, w, acts, n, out);
+    iqGridDotsOf<u8>(kind, w, acts + 8, n, out + 8);
+  } else iqGridDotsOf<u32>(kind, w, acts, n, out);
+}
+
+/** iqGridDots for tokens<C>() tokens, inlined once per count so its branches fold away. */
+@inline
+function iqGridDotsOf<C>(kind: i32, w: usize, acts: usize, n: i32, out: usize): void {
+  const count = tokens<C>();
+  clearAcc(count);
+  const nb = n >> 8;
+  const xs = kind == DOT_IQ2XS;
+  const three = kind == DOT_IQ3XXS;
+  const bytes: usize = three ? 98 : xs ? 74 : 66;
+  const factor: f32 = three ? 0.25 : 0.125;
+  const zero = i8x16.splat(0);
+  const a0 = load<usize>(acts);
+  const a1 = count > 1 ? load<usize>(acts, 4) : a0;
+  const a2 = count > 2 ? load<usize>(acts, 8) : a0;
+  const a3 = count > 3 ? load<usize>(acts, 12) : a0;
+  for (let b = 0; b < nb; b++) {
+    const p = w + bytes * <usize>b;
+    store<f32>(IQG_PARAMS, f16ToF32(<u32>load<u16>(p)) * factor);
+    let x0 = i32x4.splat(0);
+    let y0 = x0;
+    let x1 = x0;
+    let y1 = x0;
+    let x2 = x0;
+    let y2 = x0;
+    let x3 = x0;
+    let y3 = x0;
+    let o: usize = 256 * b;
+    for (let ib = 0; ib < 8; ib++) {
+      const q = p + 2 + 8 * <usize>ib;
+      let m0: v128;
+      let m1: v128;
+      let g0: v128;
+      let g1: v128;
+      let s0: v128;
+      let s1: v128;
+      if (xs) {
+        // a u16 per group of 8: the grid index in its low 9 bits, keven_signs' in its top 7; a scale per half
+        const sc = <i32>load<u8>(p + 66 + ib);
+        s0 = i16x8.splat(<i16>(2 * (sc & 15) + 1));
+        s1 = i16x8.splat(<i16>(2 * (sc >> 4) + 1));
+        const u0 = <usize>load<u16>(q);
+        const u1 = <usize>load<u16>(q, 2);
+        const u2 = <usize>load<u16>(q, 4);
+        const u3 = <usize>load<u16>(q, 6);
+        m0 = entryPair(IQ2XS_GRID, u0 & 511, u1 & 511);
+        m1 = entryPair(IQ2XS_GRID, u2 & 511, u3 & 511);
+        g0 = entryPair(KEVEN_SIGNS, u0 >> 9, u1 >> 9);
+        g1 = entryPair(KEVEN_SIGNS, u2 >> 9, u3 >> 9);
+      } else {
+        // IQ2_XXS: four u8 grid indices, then a u32 of four 7-bit sign indices and the 4-bit scale; IQ3_XXS: eight u8
+        // indices of 4-magnitude points, the u32 after all 64 of them
+        const aux = three ? load<u32>(p + 66 + 4 * <usize>ib) : load<u32>(q, 4);
+        s0 = i16x8.splat(<i16>(2 * (aux >> 28) + 1));
+        s1 = s0;
+        m0 = three ? iq3Points(q) : entryPair(IQ2XXS_GRID, <usize>load<u8>(q), <usize>load<u8>(q, 1));
+        m1 = three ? iq3Points(q + 4) : entryPair(IQ2XXS_GRID, <usize>load<u8>(q, 2), <usize>load<u8>(q, 3));
+        g0 = entryPair(KEVEN_SIGNS, <usize>(aux & 127), <usize>((aux >> 7) & 127));
+        g1 = entryPair(KEVEN_SIGNS, <usize>((aux >> 14) & 127), <usize>((aux >> 21) & 127));
+      }
+      const n0 = i8x16.lt_s(g0, zero);
+      const n1 = i8x16.lt_s(g1, zero);
+      // sub-block ib: elements 0-15 (lanes 0-3), 16-31 (lanes 4-7)
+      x0 = i32x4.add(x0, q80Lanes(m0, n0, a0 + o, s0));
+      y0 = i32x4.add(y0, q80Lanes(m1, n1, a0 + o + 16, s1));
+      if (count > 1) {
+        x1 = i32x4.add(x1, q80Lanes(m0, n0, a1 + o, s0));
+        y1 = i32x4.add(y1, q80Lanes(m1, n1, a1 + o + 16, s1));
+      }
+      if (count > 2) {
+        x2 = i32x4.add(x2, q80Lanes(m0, n0, a2 + o, s0));
+        y2 = i32x4.add(y2, q80Lanes(m1, n1, a2 + o + 16, s1));
+      }
+      if (count > 3) {
+        x3 = i32x4.add(x3, q80Lanes(m0, n0, a3 + o, s0));
+        y3 = i32x4.add(y3, q80Lanes(m1, n1, a3 + o + 16, s1));
+      }
+      o += 32;
+    }
+    blockStep(DOT_IQ4XS, FACC, x0, y0, a0, IQG_PARAMS, b, n);
+    if (count > 1) blockStep(DOT_IQ4XS, FACC + ACC_BYTES, x1, y1, a1, IQG_PARAMS, b, n);
+    if (count > 2) blockStep(DOT_IQ4XS, FACC + 2 * ACC_BYTES, x2, y2, a2, IQG_PARAMS, b, n);
+    if (count > 3) blockStep(DOT_IQ4XS, FACC + 3 * ACC_BYTES, x3, y3, a3, IQG_PARAMS, b, n);
   }
   for (let t = 0; t < count; t++) store<f32>(out + 4 * t, finish(DOT_IQ4XS, FACC + ACC_BYTES * t));
 }

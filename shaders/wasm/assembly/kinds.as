@@ -29,7 +29,7 @@ export const T_MXFP4: i32 = 39;
 export const ROW_F32: i32 = 0;
 /** A weight row as i16 quants in lane order with the K-quants' 6-bit/8-bit scales folded in (weight-rows.as). */
 export const ROW_INT: i32 = 1;
-/** A row read in place from its GGUF bytes by its dot (dots.as q4kDots; the relaxed build's k45Dots, q6kDots, q2kDots, q3kDots, iq4xsDots, q80Dots, q4tDots). */
+/** A row read in place from its GGUF bytes by its dot (dots.as q4kDots; the relaxed build's k45Dots, q6kDots, q2kDots, q3kDots, iq4xsDots, iqGridDots, q80Dots, q4tDots). */
 export const ROW_GGUF: i32 = 3;
 
 /**
@@ -130,6 +130,14 @@ export const DOT_Q3K: i32 = 18;
  * (the nibbles looked up in kvalues_iq4nl, the signs moved onto the activations); DOT_IQ4XS's lanes and float steps.
  */
 export const DOT_IQ4X: i32 = 19;
+/**
+ * The relaxed build's IQ2_XXS, IQ2_XS and IQ3_XXS (dots.as iqGridDots): their AVX2 vec_dots with the weight rows read
+ * in place (each group's magnitudes from its grid, the signs from keven_signs moved onto the activations); the lanes
+ * and float steps of DOT_IQ4XS (the grid type's 0.125 or 0.25 folded into d, as intRow folds it).
+ */
+export const DOT_IQ2XXS: i32 = 20;
+export const DOT_IQ2XS: i32 = 21;
+export const DOT_IQ3XXS: i32 = 22;
 
 export function isKQuant(t: i32): bool {
   return t == T_Q2_K || t == T_Q3_K || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K;
@@ -141,7 +149,7 @@ export function isSuperBlock(t: i32): bool {
 }
 
 export function rowKind(t: i32, llama: bool): i32 {
-  if (llama && (t == T_Q4_K || (RELAXED && (t == T_Q2_K || t == T_Q3_K || t == T_IQ4_XS || t == T_Q5_K || t == T_Q6_K || t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL)))) return ROW_GGUF;
+  if (llama && (t == T_Q4_K || (RELAXED && (t == T_Q2_K || t == T_Q3_K || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_Q5_K || t == T_Q6_K || t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL)))) return ROW_GGUF;
   return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_Q4_1 || t == T_Q5_0 || t == T_Q5_1 || t == T_Q2_K || t == T_Q3_K || t == T_MXFP4 || t == T_IQ4_NL || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S || t == T_IQ1_M || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
 }
 
@@ -167,6 +175,9 @@ export function dotKind(t: i32, llama: bool): i32 {
   if (RELAXED && t == T_Q4_0) return DOT_Q40;
   if (RELAXED && t == T_Q3_K) return DOT_Q3K;
   if (RELAXED && t == T_IQ4_XS) return DOT_IQ4X;
+  if (RELAXED && t == T_IQ2_XXS) return DOT_IQ2XXS;
+  if (RELAXED && t == T_IQ2_XS) return DOT_IQ2XS;
+  if (RELAXED && t == T_IQ3_XXS) return DOT_IQ3XXS;
   if (t == T_Q8_0 || t == T_Q4_0 || t == T_Q5_0) return DOT_Q32;
   if (t == T_MXFP4 || t == T_IQ4_NL) return DOT_Q32P;
   if (t == T_Q4_1 || t == T_Q5_1) return DOT_Q1;

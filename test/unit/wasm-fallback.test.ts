@@ -247,8 +247,8 @@ for (const variant of VARIANTS) {
       // The relaxed build's f64 emulation, which machines whose relaxed_madd does not fuse run, every integer kind.
       [{ gate: GGMLType.Q4_K, up: GGMLType.Q8_0, down: GGMLType.Q6_K }, true],
       [{ gate: GGMLType.Q5_K, up: GGMLType.Q4_0, down: GGMLType.Q4_K }, true],
-      // Q4_0 and Q8_0 sharing one Q8_0 record (the relaxed build's i8 ones, q4tDots and q80Dots), and Q5_0's (i16,
-      // intDots) beside them
+      // Q4_0 and Q8_0 sharing one Q8_0 record (the relaxed build's i8 ones, q4tDots and q80Dots), and Q5_0 (qnDots
+      // there) beside them
       [{ gate: GGMLType.Q4_0, up: GGMLType.Q8_0, down: GGMLType.Q8_0 }, false],
       [{ gate: GGMLType.Q8_0, up: GGMLType.Q4_0, down: GGMLType.Q5_0 }, true],
       // IQ4_XS beside the K-quants (the relaxed build's Q8_K records are i8 in element order; each type's own dot reads them)
@@ -269,6 +269,8 @@ for (const variant of VARIANTS) {
       [{ gate: GGMLType.IQ1_M, up: GGMLType.Q5_1, down: GGMLType.Q3_K }, false],
       // the relaxed build's Q2_K and Q3_K read in place (q2kDots, q3kDots) with FMA emulated (the grid has them fused)
       [{ gate: GGMLType.Q3_K, up: GGMLType.Q2_K, down: GGMLType.Q3_K }, true],
+      // the relaxed build's Q5_0, Q4_1 and Q5_1 read in place (qnDots: Q8_0 and Q8_1 i8 records) with FMA emulated
+      [{ gate: GGMLType.Q5_1, up: GGMLType.Q5_0, down: GGMLType.Q4_1 }, true],
       // F32 (the relaxed build's ggml_vec_dot_f32 in registers where relaxed_madd fuses, else emulated) beside F16
       [{ gate: GGMLType.F32, up: GGMLType.F16, down: GGMLType.F32 }, true],
       [{ gate: GGMLType.F16, up: GGMLType.F32, down: GGMLType.F32 }, false],

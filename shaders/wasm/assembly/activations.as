@@ -5,7 +5,8 @@
 // ACT_Q8_0 record of a row of n: i16 q[n] in lane order (below), f32 d[n/32]. ACT_Q8_0_I8 (the relaxed build's Q8_0
 // weights): the same, with q as i8 in element order in the first n of those 2n bytes.
 // ACT_Q8_1 record (x86 quantize_row_q8_1): ACT_Q8_0's, then f32 s[n/32]: f16(f32(amax/127) · Σ q) decoded (the f32 d
-// before its f16 rounding, as ggml's AVX2 code computes it).
+// before its f16 rounding, as ggml's AVX2 code computes it). ACT_Q8_1_I8 (the relaxed build's Q4_1 and Q5_1): the same,
+// with q as i8 in element order in the first n of its 2n bytes.
 // ACT_Q8_K record: i16 q[n] in lane order, f32 d[n/256], i16 bsums[16 per block], i16 pairSums[8 per block]
 // (bsums[2k] + bsums[2k+1]: the sums of the 32-element sub-blocks the mins of Q4_K and Q5_K multiply). The relaxed
 // build (kinds.as RELAXED) holds q as i8 in element order in the first n of those 2n bytes instead; the rest is the same.
@@ -14,7 +15,7 @@
 // Lane order: within each 16 elements, positions hold elements 0,1,4,5,8,9,12,13, 2,3,6,7,10,11,14,15. Then
 // i32x4.dot_i16x8_s of the first 8 (weights × activations) gives the pair sums (0+1, 4+5, 8+9, 12+13) and of the
 // last 8 the pairs (2+3, 6+7, 10+11, 14+15): their sum is the four 4-element groups ggml's AVX2 lanes hold.
-import { ACT_Q8_0, ACT_Q8_0_I8, ACT_Q8_1, ACT_Q8_K, ACT_F16, ACT_BF16, ACT_Q8_0_VALUES, ACT_Q8_K_VALUES, RELAXED, align16 } from './kinds';
+import { ACT_Q8_0, ACT_Q8_0_I8, ACT_Q8_1, ACT_Q8_1_I8, ACT_Q8_K, ACT_F16, ACT_BF16, ACT_Q8_0_VALUES, ACT_Q8_K_VALUES, RELAXED, align16 } from './kinds';
 import { f16ToF32, f32ToF16, roundF16, roundBf16 } from './ggml-float';
 
 /** Position of element e in lane order. */
@@ -26,7 +27,7 @@ export function lanePos(e: i32): i32 {
 
 export function actBytes(kind: i32, n: i32): usize {
   if (kind == ACT_Q8_0 || kind == ACT_Q8_0_I8) return align16(<usize>(2 * n + 4 * (n >> 5)));
-  if (kind == ACT_Q8_1) return align16(<usize>(2 * n + 8 * (n >> 5)));
+  if (kind == ACT_Q8_1 || kind == ACT_Q8_1_I8) return align16(<usize>(2 * n + 8 * (n >> 5)));
   if (kind == ACT_Q8_K) return align16(<usize>(2 * n + 52 * (n >> 8)));
   return align16(<usize>(4 * n));
 }
@@ -42,6 +43,9 @@ export function quantizeRow(kind: i32, src: usize, n: i32, dst: usize): void {
       return;
     case ACT_Q8_1:
       q8_0(src, n, dst, false, true, false);
+      return;
+    case ACT_Q8_1_I8:
+      q8_0(src, n, dst, false, true, true);
       return;
     case ACT_Q8_0_VALUES:
       q8_0(src, n, dst, true, false, false);

@@ -1,7 +1,7 @@
 // Dot products of one decoded weight row (weight-rows.as) with one activation record (activations.as), each kind in
 // the order of ggml's AVX2 vec_dot where the kind says so (kinds.as). harness/ggml-exact.ts is the TypeScript
 // model of the same arithmetic; the wasm fallback's tests hold these to it bit for bit.
-import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_MX4, DOT_NL4, DOT_Q40, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, DOT_IQ1S, DOT_Q1, DOT_IQ1M, DOT_Q2K, DOT_IQ2XS, DOT_IQ3XXS, RELAXED } from './kinds';
+import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_MX4, DOT_NL4, DOT_Q40, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, DOT_IQ1S, DOT_Q1, DOT_IQ1M, DOT_Q2K, DOT_IQ2XS, DOT_IQ3XXS, DOT_Q50, DOT_Q41, DOT_Q51, RELAXED } from './kinds';
 import { K_PARAMS, KVALUES_FP4, KVALUES_IQ4NL, e8m0Half } from './weight-rows';
 import { IQ2XXS_GRID, IQ2XS_GRID, IQ3XXS_GRID, KEVEN_SIGNS } from './iq-grids';
 import { fmaPair, fmaPairExact, fma32, hsum8, f16ToF32, f16x4ToF32, usesFusedMadd } from './ggml-float';
@@ -175,9 +175,9 @@ function lanes16(w0: v128, w1: v128, a: usize): v128 {
 
 /**
  * lanes16 for the 16 activations at i16 offset `o` of a record: i16 in lane order, or in the relaxed build's Q8_K
- * records (activations.as) i8 in element order, put in lane order here. In the relaxed build only the grid types (IQ2_XXS,
- * IQ2_XS, IQ3_XXS, IQ1_S) meet Q8_K records in intDots (the K-quants and IQ4_XS have dots of their own); `i8` is false
- * for every kind of the other build.
+ * records (activations.as) i8 in element order, put in lane order here. In the relaxed build only IQ1_S (intDots) and
+ * IQ1_M (iq1mDots) meet Q8_K records this way (the K-quants, IQ4_XS, IQ2_XXS, IQ2_XS and IQ3_XXS have dots of their
+ * own); `i8` is false for every kind of the other build.
  */
 @inline
 function lanesAt(i8: bool, w0: v128, w1: v128, a: usize, o: usize): v128 {
@@ -734,8 +734,8 @@ function q80DotsOf<C>(w: usize, acts: usize, n: i32, out: usize): void {
   for (let t = 0; t < count; t++) store<f32>(out + 4 * t, finish(DOT_Q32, FACC + ACC_BYTES * t));
 }
 
-/** A block's weight scale (f32) where pairedStep and blockStep read it, written by q4tDots. */
-const Q4T_D = memory.data(4, 4);
+/** A block's weight scale (f32) where pairedStep and blockStep read it, Q4_1's and Q5_1's m (f32) after it; written by q4tDots and qnDots. */
+const Q4T_D = memory.data(8, 8);
 /** Q4_0's nibbles minus 8, as a lookup table for q4tDots (ggml subtracts 8 from each byte). */
 const KVALUES_Q40 = memory.data<i8>([-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7], 16);
 
@@ -770,6 +770,161 @@ function q4tDotsKind(kind: i32, w: usize, acts: usize, count: i32, n: i32, out: 
 function q4tStep(kind: i32, acc: usize, l03: v128, l47: v128, a: usize, b: i32, n: i32): void {
   if (kind == DOT_Q40) blockStep(DOT_Q32, acc, l03, l47, a, Q4T_D, b, n);
   else pairedStep(acc, l03, l47, a, Q4T_D, b, n);
+}
+
+/** Bit j of each byte j % 8 (bytes_from_bits_32's mask). */
+const BIT_OF_BYTE = memory.data<u8>([1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128], 16);
+/** Which byte of qh each of elements 0-15 (bytes 0, 1) and 16-31 (bytes 2, 3) reads its fifth bit from. */
+const QH_LOW = memory.data<u8>([0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1], 16);
+const QH_HIGH = memory.data<u8>([2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3], 16);
+
+/** 0xff in byte j where bit j of the 16 bits of qh (v: qh splat) that sel picks is set (ggml's bytes_from_bits_32). */
+@inline
+function fifthBits(v: v128, sel: v128, bits: v128): v128 {
+  return i8x16.eq(v128.and(i8x16.swizzle(v, sel), bits), bits);
+}
+
+/**
+ * Q5_0's (signed: nibble − 16 where the fifth bit is clear, as ggml's andnot with 0xF0) or Q5_1's (unsigned: nibble
+ * + 16 where it is set) 16 quants of a half, from its nibbles and its fifth bits' 0xff mask.
+ */
+@inline
+function withFifth(signed: bool, nib: v128, set: v128): v128 {
+  return signed ? v128.or(nib, v128.andnot(i8x16.splat(<i8>0xf0), set)) : v128.or(nib, v128.and(set, i8x16.splat(16)));
+}
+
+/** Lanes of unsigned quants u (at most 31) against 16 i8 activations at a: pmaddubsw, then pmaddwd with ones. */
+@inline
+function u8Lanes(u: v128, a: usize, ones: v128): v128 {
+  return i32x4.dot_i16x8_s(i16x8.relaxed_dot_i8x16_i7x16_s(v128.load(a), u), ones);
+}
+
+/**
+ * The relaxed build's Q5_0, Q4_1 and Q5_1 dots (kinds.as DOT_Q50, DOT_Q41, DOT_Q51): one weight row read in place
+ * from its GGUF blocks (f16 d, Q4_1's and Q5_1's f16 m, Q5's u32 qh with element j's fifth bit in bit j, 16 bytes of
+ * nibbles: element j low, j + 16 high) against up to 4 tokens' ACT_Q8_0_I8 (Q5_0) or ACT_Q8_1_I8 records, the
+ * tokens sharing each block's unpacking. As ggml's AVX2 code: Q5_0's quants signed (nibble − 16 where the fifth bit
+ * is clear) through q80Lanes' sign trick, Q4_1's and Q5_1's unsigned (0..31) straight into pmaddubsw; DOT_Q32's
+ * (Q5_0) or DOT_Q1's float steps and sums, which the simd build reads their intRow form with: the same bits.
+ * (Separate from q4tDots so that neither function's inlined copies make one body too large for the optimiser.)
+ */
+export function qnDots(kind: i32, w: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  if (kind == DOT_Q50) qnDotsQ50(w, acts, count, n, out);
+  else if (kind == DOT_Q41) qnDotsQ41(w, acts, count, n, out);
+  else qnDotsQ51(w, acts, count, n, out);
+}
+
+function qnDotsQ50(w: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  qnDotsKind(DOT_Q50, w, acts, count, n, out);
+}
+
+function qnDotsQ41(w: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  qnDotsKind(DOT_Q41, w, acts, count, n, out);
+}
+
+function qnDotsQ51(w: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  qnDotsKind(DOT_Q51, w, acts, count, n, out);
+}
+
+@inline
+function qnDotsKind(kind: i32, w: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  if (count == 1) qnDotsOf<u8>(kind, w, acts, n, out);
+  else if (count == 2) qnDotsOf<u16>(kind, w, acts, n, out);
+  else if (count == 3) {
+    qnDotsOf<u16>(kind, w, acts, n, out);
+    qnDotsOf<u8>(kind, w, acts + 8, n, out + 8);
+  } else qnDotsOf<u32>(kind, w, acts, n, out);
+}
+
+/** One qnDots step: DOT_Q1's (Q4_1, Q5_1: the mins too) or DOT_Q32's (Q5_0). */
+@inline
+function qnStep(mins: bool, acc: usize, l03: v128, l47: v128, a: usize, b: i32, n: i32): void {
+  blockStep(mins ? DOT_Q1 : DOT_Q32, acc, l03, l47, a, Q4T_D, b, n);
+}
+
+/** qnDots for one kind and tokens<C>() tokens, inlined once per pair so its branches fold away. */
+@inline
+function qnDotsOf<C>(kind: i32, w: usize, acts: usize, n: i32, out: usize): void {
+  const count = tokens<C>();
+  const five = kind == DOT_Q50 || kind == DOT_Q51;
+  const mins = kind == DOT_Q41 || kind == DOT_Q51;
+  const nb = n >> 5;
+  const a0 = load<usize>(acts);
+  const a1 = count > 1 ? load<usize>(acts, 4) : a0;
+  const a2 = count > 2 ? load<usize>(acts, 8) : a0;
+  const a3 = count > 3 ? load<usize>(acts, 12) : a0;
+  const m15 = v128.load(NIBBLE);
+  const ones = v128.load(ONES_I16);
+  const bits = v128.load(BIT_OF_BYTE);
+  const qhLow = v128.load(QH_LOW);
+  const qhHigh = v128.load(QH_HIGH);
+  const zero = i32x4.splat(0);
+  const bytes: usize = kind == DOT_Q41 ? 20 : kind == DOT_Q50 ? 22 : 24;
+  const qsAt: usize = mins ? (five ? 8 : 4) : 6;
+  if (count == 1 && usesFusedMadd()) {
+    // One token (decode) where relaxed_madd fuses: blockStepFused's steps with the lanes' accumulators (and Q4_1's
+    // and Q5_1's summs, lane 0) in registers; finishFused's sum
+    let e0 = f32x4.splat(0);
+    let e1 = e0;
+    let summs = e0;
+    const ad = a0 + 2 * <usize>n;
+    const as = ad + 4 * <usize>nb;
+    let p = w;
+    for (let b = 0; b < nb; b++) {
+      const q = v128.load(p + qsAt);
+      let x0 = lowNibbles(q, m15);
+      let x1 = highNibbles(q, m15);
+      if (five) {
+        const qh = i32x4.splat(load<u32>(p + (mins ? 4 : 2)));
+        x0 = withFifth(!mins, x0, fifthBits(qh, qhLow, bits));
+        x1 = withFifth(!mins, x1, fifthBits(qh, qhHigh, bits));
+      }
+      const o: usize = 32 * b;
+      const l03 = mins ? u8Lanes(x0, a0 + o, ones) : q80Lanes(i8x16.abs(x0), i8x16.lt_s(x0, zero), a0 + o, ones);
+      const l47 = mins ? u8Lanes(x1, a0 + o + 16, ones) : q80Lanes(i8x16.abs(x1), i8x16.lt_s(x1, zero), a0 + o + 16, ones);
+      const dd = f32x4.splat(f16ToF32(<u32>load<u16>(p)) * load<f32>(ad + 4 * <usize>b));
+      e0 = f32x4.relaxed_madd(dd, f32x4.convert_i32x4_s(l03), e0);
+      e1 = f32x4.relaxed_madd(dd, f32x4.convert_i32x4_s(l47), e1);
+      if (mins) summs = f32x4.relaxed_madd(f32x4.splat(f16ToF32(<u32>load<u16>(p, 2))), f32x4.splat(load<f32>(as + 4 * <usize>b)), summs);
+      p += bytes;
+    }
+    const sum = f32x4.add(e0, e1);
+    const h = f32x4.extract_lane(sum, 0) + f32x4.extract_lane(sum, 2) + (f32x4.extract_lane(sum, 1) + f32x4.extract_lane(sum, 3));
+    store<f32>(out, mins ? h + f32x4.extract_lane(summs, 0) : h);
+    return;
+  }
+  clearAcc(count);
+  let p = w;
+  for (let b = 0; b < nb; b++) {
+    store<f32>(Q4T_D, f16ToF32(<u32>load<u16>(p)));
+    if (mins) store<f32>(Q4T_D, f16ToF32(<u32>load<u16>(p, 2)), 4);
+    const q = v128.load(p + qsAt);
+    let x0 = lowNibbles(q, m15);
+    let x1 = highNibbles(q, m15);
+    if (five) {
+      const qh = i32x4.splat(load<u32>(p + (mins ? 4 : 2)));
+      x0 = withFifth(!mins, x0, fifthBits(qh, qhLow, bits));
+      x1 = withFifth(!mins, x1, fifthBits(qh, qhHigh, bits));
+    }
+    const o: usize = 32 * b;
+    if (mins) {
+      qnStep(mins, FACC, u8Lanes(x0, a0 + o, ones), u8Lanes(x1, a0 + o + 16, ones), a0, b, n);
+      if (count > 1) qnStep(mins, FACC + ACC_BYTES, u8Lanes(x0, a1 + o, ones), u8Lanes(x1, a1 + o + 16, ones), a1, b, n);
+      if (count > 2) qnStep(mins, FACC + 2 * ACC_BYTES, u8Lanes(x0, a2 + o, ones), u8Lanes(x1, a2 + o + 16, ones), a2, b, n);
+      if (count > 3) qnStep(mins, FACC + 3 * ACC_BYTES, u8Lanes(x0, a3 + o, ones), u8Lanes(x1, a3 + o + 16, ones), a3, b, n);
+    } else {
+      const ax0 = i8x16.abs(x0);
+      const ax1 = i8x16.abs(x1);
+      const m0 = i8x16.lt_s(x0, zero);
+      const m1 = i8x16.lt_s(x1, zero);
+      qnStep(mins, FACC, q80Lanes(ax0, m0, a0 + o, ones), q80Lanes(ax1, m1, a0 + o + 16, ones), a0, b, n);
+      if (count > 1) qnStep(mins, FACC + ACC_BYTES, q80Lanes(ax0, m0, a1 + o, ones), q80Lanes(ax1, m1, a1 + o + 16, ones), a1, b, n);
+      if (count > 2) qnStep(mins, FACC + 2 * ACC_BYTES, q80Lanes(ax0, m0, a2 + o, ones), q80Lanes(ax1, m1, a2 + o + 16, ones), a2, b, n);
+      if (count > 3) qnStep(mins, FACC + 3 * ACC_BYTES, q80Lanes(ax0, m0, a3 + o, ones), q80Lanes(ax1, m1, a3 + o + 16, ones), a3, b, n);
+    }
+    p += bytes;
+  }
+  for (let t = 0; t < count; t++) store<f32>(out + 4 * t, finish(mins ? DOT_Q1 : DOT_Q32, FACC + ACC_BYTES * t));
 }
 
 /** q4tDots for one kind and tokens<C>() tokens, inlined once per pair so its branches fold away. */

@@ -29,7 +29,7 @@ export const T_MXFP4: i32 = 39;
 export const ROW_F32: i32 = 0;
 /** A weight row as i16 quants in lane order with the K-quants' 6-bit/8-bit scales folded in (weight-rows.as). */
 export const ROW_INT: i32 = 1;
-/** A row read in place from its GGUF bytes by its dot (dots.as q4kDots; the relaxed build's k45Dots, q6kDots, q2kDots, q3kDots, iq4xsDots, iqGridDots, q80Dots, q4tDots). */
+/** A row read in place from its GGUF bytes by its dot (dots.as q4kDots; the relaxed build's k45Dots, q6kDots, q2kDots, q3kDots, iq4xsDots, iqGridDots, q80Dots, q4tDots: Q4_0, Q5_0, Q4_1, Q5_1, MXFP4, IQ4_NL). */
 export const ROW_GGUF: i32 = 3;
 
 /**
@@ -55,6 +55,8 @@ export const ACT_Q8_1: i32 = 7;
  * IQ4_NL weights (DOT_Q80, DOT_Q40, DOT_MX4, DOT_NL4).
  */
 export const ACT_Q8_0_I8: i32 = 8;
+/** ACT_Q8_1's record with q as i8 in element order in its first n bytes: the relaxed build's Q4_1 and Q5_1 (DOT_Q41, DOT_Q51). */
+export const ACT_Q8_1_I8: i32 = 9;
 
 /** f32 · f32 in any order ('exact' numerics; 'llama' only for a type without a dot of its own here, none since issue 26). */
 export const DOT_PLAIN: i32 = 0;
@@ -138,6 +140,14 @@ export const DOT_IQ4X: i32 = 19;
 export const DOT_IQ2XXS: i32 = 20;
 export const DOT_IQ2XS: i32 = 21;
 export const DOT_IQ3XXS: i32 = 22;
+/**
+ * The relaxed build's Q5_0, Q4_1 and Q5_1 (dots.as q4tDots): their AVX2 vec_dots with the weight rows read in place
+ * (the nibbles, and Q5's fifth bits expanded from qh as ggml's bytes_from_bits_32) against ACT_Q8_0_I8 (Q5_0) or
+ * ACT_Q8_1_I8 (Q4_1, Q5_1) records; DOT_Q32's (Q5_0) or DOT_Q1's lanes, float steps and sums.
+ */
+export const DOT_Q50: i32 = 23;
+export const DOT_Q41: i32 = 24;
+export const DOT_Q51: i32 = 25;
 
 export function isKQuant(t: i32): bool {
   return t == T_Q2_K || t == T_Q3_K || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K;
@@ -149,7 +159,7 @@ export function isSuperBlock(t: i32): bool {
 }
 
 export function rowKind(t: i32, llama: bool): i32 {
-  if (llama && (t == T_Q4_K || (RELAXED && (t == T_Q2_K || t == T_Q3_K || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_Q5_K || t == T_Q6_K || t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL)))) return ROW_GGUF;
+  if (llama && (t == T_Q4_K || (RELAXED && (t == T_Q2_K || t == T_Q3_K || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_Q5_K || t == T_Q6_K || t == T_Q8_0 || t == T_Q4_0 || t == T_Q5_0 || t == T_Q4_1 || t == T_Q5_1 || t == T_MXFP4 || t == T_IQ4_NL)))) return ROW_GGUF;
   return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_Q4_1 || t == T_Q5_0 || t == T_Q5_1 || t == T_Q2_K || t == T_Q3_K || t == T_MXFP4 || t == T_IQ4_NL || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S || t == T_IQ1_M || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
 }
 
@@ -157,7 +167,8 @@ export function actKind(t: i32, llama: bool): i32 {
   if (!llama || t == T_F32) return ACT_F32;
   if (t == T_F16) return ACT_F16;
   if (t == T_BF16) return ACT_BF16;
-  if (RELAXED && (t == T_Q8_0 || t == T_Q4_0 || t == T_MXFP4 || t == T_IQ4_NL)) return ACT_Q8_0_I8;
+  if (RELAXED && (t == T_Q8_0 || t == T_Q4_0 || t == T_Q5_0 || t == T_MXFP4 || t == T_IQ4_NL)) return ACT_Q8_0_I8;
+  if (RELAXED && (t == T_Q4_1 || t == T_Q5_1)) return ACT_Q8_1_I8;
   if (t == T_Q8_0 || t == T_Q4_0 || t == T_Q5_0 || t == T_MXFP4 || t == T_IQ4_NL) return ACT_Q8_0;
   if (t == T_Q4_1 || t == T_Q5_1) return ACT_Q8_1;
   if (t == T_Q2_K || t == T_Q3_K || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S || t == T_IQ1_M) return ACT_Q8_K;
@@ -173,6 +184,9 @@ export function dotKind(t: i32, llama: bool): i32 {
   if (RELAXED && t == T_MXFP4) return DOT_MX4;
   if (RELAXED && t == T_IQ4_NL) return DOT_NL4;
   if (RELAXED && t == T_Q4_0) return DOT_Q40;
+  if (RELAXED && t == T_Q5_0) return DOT_Q50;
+  if (RELAXED && t == T_Q4_1) return DOT_Q41;
+  if (RELAXED && t == T_Q5_1) return DOT_Q51;
   if (RELAXED && t == T_Q3_K) return DOT_Q3K;
   if (RELAXED && t == T_IQ4_XS) return DOT_IQ4X;
   if (RELAXED && t == T_IQ2_XXS) return DOT_IQ2XXS;

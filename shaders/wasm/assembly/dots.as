@@ -3,7 +3,7 @@
 // model of the same arithmetic; the wasm fallback's tests hold these to it bit for bit.
 import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_MX4, DOT_NL4, DOT_Q40, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, DOT_IQ1S, DOT_Q1, DOT_IQ1M, DOT_Q2K, DOT_IQ2XS, DOT_IQ3XXS, DOT_Q50, DOT_Q41, DOT_Q51, RELAXED } from './kinds';
 import { K_PARAMS, KVALUES_FP4, KVALUES_IQ4NL, e8m0Half } from './weight-rows';
-import { IQ2XXS_GRID, IQ2XS_GRID, IQ3XXS_GRID, KEVEN_SIGNS } from './iq-grids';
+import { IQ1S_GRID, IQ2XXS_GRID, IQ2XS_GRID, IQ3XXS_GRID, KEVEN_SIGNS } from './iq-grids';
 import { fmaPair, fmaPairExact, fma32, hsum8, f16ToF32, f16x4ToF32, usesFusedMadd } from './ggml-float';
 
 /**
@@ -175,9 +175,9 @@ function lanes16(w0: v128, w1: v128, a: usize): v128 {
 
 /**
  * lanes16 for the 16 activations at i16 offset `o` of a record: i16 in lane order, or in the relaxed build's Q8_K
- * records (activations.as) i8 in element order, put in lane order here. In the relaxed build only IQ1_S (intDots) and
- * IQ1_M (iq1mDots) meet Q8_K records this way (the K-quants, IQ4_XS, IQ2_XXS, IQ2_XS and IQ3_XXS have dots of their
- * own); `i8` is false for every kind of the other build.
+ * records (activations.as) i8 in element order, put in lane order here. In the relaxed build only IQ1_M (iq1mDots)
+ * meets Q8_K records this way (every other integer type has a dot of its own there, so intDots runs in the simd
+ * build only); `i8` is false for every kind of the other build.
  */
 @inline
 function lanesAt(i8: bool, w0: v128, w1: v128, a: usize, o: usize): v128 {
@@ -1950,4 +1950,232 @@ function iqGridDotsOf<C>(kind: i32, w: usize, acts: usize, n: i32, out: usize): 
     if (count > 3) blockStep(DOT_IQ4XS, FACC + 3 * ACC_BYTES, x3, y3, a3, IQG_PARAMS, b, n);
   }
   for (let t = 0; t < count; t++) store<f32>(out + 4 * t, finish(DOT_IQ4XS, FACC + ACC_BYTES * t));
+}
+
+/** IQ1_S's super-block parameters as blockStep's DOT_IQ1S reads them (f32 d, −d · 0.125, the shifts' ±(2s + 1) at 16), from iq1sDots. */
+const IQ1S_PARAMS = memory.data(K_PARAMS, 16);
+
+/**
+ * The relaxed build's IQ1_S dot (kinds.as DOT_IQ1SX): one weight row read in place from its GGUF super-blocks (f16 d,
+ * 32 low bytes of the grid indices, then per sub-block a u16: the indices' high 3 bits per group, the 3-bit scale s,
+ * the shift's sign) against up to 4 tokens' Q8_K records (i8 in element order), the tokens sharing each group's
+ * lookup. As ggml's AVX2 code: the grid's −1/0/+1 values through q80Lanes' sign trick (|x| ≤ 1), pmaddwd by 2s + 1;
+ * the shifts Σ ±(2s + 1) · the sub-block's bsums and the float steps are DOT_IQ1S's (blockStep, from parameters
+ * built per super-block as intRow builds them), so the bits are the simd build's.
+ */
+export function iq1sDots(w: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  if (count == 1) iq1sDotsOf<u8>(w, acts, n, out);
+  else if (count == 2) iq1sDotsOf<u16>(w, acts, n, out);
+  else if (count == 3) {
+    iq1sDotsOf<u16>(w, acts, n, out);
+    iq1sDotsOf<u8>(w, acts + 8, n, out + 8);
+  } else iq1sDotsOf<u32>(w, acts, n, out);
+}
+
+/** iq1sDots for tokens<C>() tokens, inlined once per count so its branches fold away. */
+@inline
+function iq1sDotsOf<C>(w: usize, acts: usize, n: i32, out: usize): void {
+  const count = tokens<C>();
+  clearAcc(count);
+  const nb = n >> 8;
+  const zero = i8x16.splat(0);
+  const a0 = load<usize>(acts);
+  const a1 = count > 1 ? load<usize>(acts, 4) : a0;
+  const a2 = count > 2 ? load<usize>(acts, 8) : a0;
+  const a3 = count > 3 ? load<usize>(acts, 12) : a0;
+  for (let b = 0; b < nb; b++) {
+    const p = w + 50 * <usize>b;
+    const d = f16ToF32(<u32>load<u16>(p));
+    store<f32>(IQ1S_PARAMS, d);
+    store<f32>(IQ1S_PARAMS, -(d * 0.125), 4);
+    let x0 = i32x4.splat(0);
+    let y0 = x0;
+    let x1 = x0;
+    let y1 = x0;
+    let x2 = x0;
+    let y2 = x0;
+    let x3 = x0;
+    let y3 = x0;
+    let o: usize = 256 * b;
+    for (let ib = 0; ib < 8; ib++) {
+      const qh = <u32>load<u16>(p + 34 + 2 * <usize>ib);
+      const s = <i32>(2 * ((qh >> 12) & 7) + 1);
+      // ±(2s + 1) by the shift's sign bit, without a branch (the bit is random: a branch mispredicts half the time)
+      store<i16>(IQ1S_PARAMS + 16 + 2 * ib, <i16>(s * (1 - 2 * <i32>(qh >> 15))));
+      const ls = i16x8.splat(<i16>s);
+      const q = p + 2 + 4 * <usize>ib;
+      // elements 0-15: groups 0 and 1; 16-31: groups 2 and 3 (11-bit indices: a byte, 3 bits of qh)
+      const g0 = entryPair(IQ1S_GRID, <usize>load<u8>(q) | (<usize>(qh & 7) << 8), <usize>load<u8>(q, 1) | (<usize>((qh >> 3) & 7) << 8));
+      const g1 = entryPair(IQ1S_GRID, <usize>load<u8>(q, 2) | (<usize>((qh >> 6) & 7) << 8), <usize>load<u8>(q, 3) | (<usize>((qh >> 9) & 7) << 8));
+      const m0 = i8x16.abs(g0);
+      const n0 = i8x16.lt_s(g0, zero);
+      const m1 = i8x16.abs(g1);
+      const n1 = i8x16.lt_s(g1, zero);
+      x0 = i32x4.add(x0, q80Lanes(m0, n0, a0 + o, ls));
+      y0 = i32x4.add(y0, q80Lanes(m1, n1, a0 + o + 16, ls));
+      if (count > 1) {
+        x1 = i32x4.add(x1, q80Lanes(m0, n0, a1 + o, ls));
+        y1 = i32x4.add(y1, q80Lanes(m1, n1, a1 + o + 16, ls));
+      }
+      if (count > 2) {
+        x2 = i32x4.add(x2, q80Lanes(m0, n0, a2 + o, ls));
+        y2 = i32x4.add(y2, q80Lanes(m1, n1, a2 + o + 16, ls));
+      }
+      if (count > 3) {
+        x3 = i32x4.add(x3, q80Lanes(m0, n0, a3 + o, ls));
+        y3 = i32x4.add(y3, q80Lanes(m1, n1, a3 + o + 16, ls));
+      }
+      o += 32;
+    }
+    blockStep(DOT_IQ1S, FACC, x0, y0, a0, IQ1S_PARAMS, b, n);
+    if (count > 1) blockStep(DOT_IQ1S, FACC + ACC_BYTES, x1, y1, a1, IQ1S_PARAMS, b, n);
+    if (count > 2) blockStep(DOT_IQ1S, FACC + 2 * ACC_BYTES, x2, y2, a2, IQ1S_PARAMS, b, n);
+    if (count > 3) blockStep(DOT_IQ1S, FACC + 3 * ACC_BYTES, x3, y3, a3, IQ1S_PARAMS, b, n);
+  }
+  for (let t = 0; t < count; t++) store<f32>(out + 4 * t, finish(DOT_IQ1S, FACC + ACC_BYTES * t));
+}
+
+/**
+ * The relaxed build's IQ1_M dot (kinds.as DOT_IQ1MX): one weight row read in place from its GGUF super-blocks (32 low
+ * bytes of the grid indices; per sub-block two qh bytes, each the high 3 bits of two groups' indices and their shifts'
+ * signs; four u16 of 3-bit scales, two per sub-block, whose top nibbles make the f16 d) against up to 4 tokens' Q8_K
+ * records (i8 in element order). As ggml's AVX2 code: per 16 elements the grid's −1/0/+1 values, and apart the groups'
+ * shifts ±1, both through q80Lanes' sign trick and pmaddwd by the half's 2s + 1, into two sets of lanes; iq1mDots'
+ * float steps and sum (hsum8 of the first, plus 0.125 times hsum8 of the second), so the bits are the simd build's.
+ */
+export function iq1mxDots(w: usize, acts: usize, count: i32, n: i32, out: usize): void {
+  if (count == 1) iq1mxDotsOf<u8>(w, acts, n, out);
+  else if (count == 2) iq1mxDotsOf<u16>(w, acts, n, out);
+  else if (count == 3) {
+    iq1mxDotsOf<u16>(w, acts, n, out);
+    iq1mxDotsOf<u8>(w, acts + 8, n, out + 8);
+  } else iq1mxDotsOf<u32>(w, acts, n, out);
+}
+
+/** One super-block's two sets of lanes (grid x03, x47; shifts s03, s47) into a token's accumulators, as iq1mDots steps them. */
+@inline
+function iq1mStep(acc: usize, d: f32, x03: v128, x47: v128, s03: v128, s47: v128): void {
+  if (usesFusedMadd()) {
+    const dd = f32x4.splat(d);
+    maddLanes(acc, 0, dd, x03);
+    maddLanes(acc, 16, dd, x47);
+    maddLanes(acc + ACC2, 0, dd, s03);
+    maddLanes(acc + ACC2, 16, dd, s47);
+  } else {
+    laneFma(acc, d, x03, x47);
+    laneFma(acc + ACC2, d, s03, s47);
+  }
+}
+
+/** A token's IQ1_M sum from its accumulators, as iq1mDots ends. */
+@inline
+function iq1mFinish(acc: usize): f32 {
+  let h1: f32;
+  let h2: f32;
+  if (usesFusedMadd()) {
+    const s1 = f32x4.add(v128.load(acc), v128.load(acc, 16));
+    const s2 = f32x4.add(v128.load(acc + ACC2), v128.load(acc + ACC2, 16));
+    h1 = f32x4.extract_lane(s1, 0) + f32x4.extract_lane(s1, 2) + (f32x4.extract_lane(s1, 1) + f32x4.extract_lane(s1, 3));
+    h2 = f32x4.extract_lane(s2, 0) + f32x4.extract_lane(s2, 2) + (f32x4.extract_lane(s2, 1) + f32x4.extract_lane(s2, 3));
+  } else {
+    h1 = hsum8(v128.load(acc), v128.load(acc, 16), v128.load(acc, 32), v128.load(acc, 48));
+    const a2 = acc + ACC2;
+    h2 = hsum8(v128.load(a2), v128.load(a2, 16), v128.load(a2, 32), v128.load(a2, 48));
+  }
+  return h1 + <f32>0.125 * h2;
+}
+
+/** A qh byte's two shift-sign bits, bit 3 for the first group's 8 bytes and bit 7 for the second's. */
+const SHIFT_SIGN_BITS = memory.data<u8>([8, 8, 8, 8, 8, 8, 8, 8, 128, 128, 128, 128, 128, 128, 128, 128], 16);
+
+/** 0xff in the 8 bytes of a group whose shift is negative (its sign bit in the qh byte set), else 0. */
+@inline
+function shiftSigns(qh: u32, bits: v128): v128 {
+  return i8x16.eq(v128.and(i8x16.splat(<i8>qh), bits), bits);
+}
+
+/** iq1mxDots for tokens<C>() tokens, inlined once per count so its branches fold away. */
+@inline
+function iq1mxDotsOf<C>(w: usize, acts: usize, n: i32, out: usize): void {
+  const count = tokens<C>();
+  clearAcc(count);
+  const nb = n >> 8;
+  const zero = i8x16.splat(0);
+  const one = i8x16.splat(1);
+  const signBits = v128.load(SHIFT_SIGN_BITS);
+  const a0 = load<usize>(acts);
+  const a1 = count > 1 ? load<usize>(acts, 4) : a0;
+  const a2 = count > 2 ? load<usize>(acts, 8) : a0;
+  const a3 = count > 3 ? load<usize>(acts, 12) : a0;
+  for (let b = 0; b < nb; b++) {
+    const p = w + 56 * <usize>b;
+    const sc0 = <u32>load<u16>(p + 48);
+    const sc1 = <u32>load<u16>(p + 50);
+    const sc2 = <u32>load<u16>(p + 52);
+    const sc3 = <u32>load<u16>(p + 54);
+    const wd = f16ToF32((sc0 >> 12) | ((sc1 >> 8) & 0x00f0) | ((sc2 >> 4) & 0x0f00) | (sc3 & 0xf000));
+    let x0 = i32x4.splat(0);
+    let y0 = x0;
+    let u0 = x0;
+    let v0 = x0;
+    let x1 = x0;
+    let y1 = x0;
+    let u1 = x0;
+    let v1 = x0;
+    let x2 = x0;
+    let y2 = x0;
+    let u2 = x0;
+    let v2 = x0;
+    let x3 = x0;
+    let y3 = x0;
+    let u3 = x0;
+    let v3 = x0;
+    let o: usize = 256 * b;
+    for (let ib = 0; ib < 8; ib++) {
+      const s = <u32>load<u16>(p + 48 + 2 * (<usize>ib >> 1)) >> (6 * (ib & 1));
+      const ls0 = i16x8.splat(<i16>(2 * (s & 7) + 1));
+      const ls1 = i16x8.splat(<i16>(2 * ((s >> 3) & 7) + 1));
+      const q = p + 4 * <usize>ib;
+      // half h: groups 2h and 2h + 1, qh byte 2ib + h (bits 0-2 and 4-6 their indices' high bits, 3 and 7 their shifts' signs)
+      const qh0 = <u32>load<u8>(p + 32 + 2 * <usize>ib);
+      const qh1 = <u32>load<u8>(p + 33 + 2 * <usize>ib);
+      const g0 = entryPair(IQ1S_GRID, <usize>load<u8>(q) | (<usize>(qh0 & 7) << 8), <usize>load<u8>(q, 1) | (<usize>((qh0 >> 4) & 7) << 8));
+      const g1 = entryPair(IQ1S_GRID, <usize>load<u8>(q, 2) | (<usize>(qh1 & 7) << 8), <usize>load<u8>(q, 3) | (<usize>((qh1 >> 4) & 7) << 8));
+      const m0 = i8x16.abs(g0);
+      const n0 = i8x16.lt_s(g0, zero);
+      const m1 = i8x16.abs(g1);
+      const n1 = i8x16.lt_s(g1, zero);
+      const t0 = shiftSigns(qh0, signBits);
+      const t1 = shiftSigns(qh1, signBits);
+      x0 = i32x4.add(x0, q80Lanes(m0, n0, a0 + o, ls0));
+      y0 = i32x4.add(y0, q80Lanes(m1, n1, a0 + o + 16, ls1));
+      u0 = i32x4.add(u0, q80Lanes(one, t0, a0 + o, ls0));
+      v0 = i32x4.add(v0, q80Lanes(one, t1, a0 + o + 16, ls1));
+      if (count > 1) {
+        x1 = i32x4.add(x1, q80Lanes(m0, n0, a1 + o, ls0));
+        y1 = i32x4.add(y1, q80Lanes(m1, n1, a1 + o + 16, ls1));
+        u1 = i32x4.add(u1, q80Lanes(one, t0, a1 + o, ls0));
+        v1 = i32x4.add(v1, q80Lanes(one, t1, a1 + o + 16, ls1));
+      }
+      if (count > 2) {
+        x2 = i32x4.add(x2, q80Lanes(m0, n0, a2 + o, ls0));
+        y2 = i32x4.add(y2, q80Lanes(m1, n1, a2 + o + 16, ls1));
+        u2 = i32x4.add(u2, q80Lanes(one, t0, a2 + o, ls0));
+        v2 = i32x4.add(v2, q80Lanes(one, t1, a2 + o + 16, ls1));
+      }
+      if (count > 3) {
+        x3 = i32x4.add(x3, q80Lanes(m0, n0, a3 + o, ls0));
+        y3 = i32x4.add(y3, q80Lanes(m1, n1, a3 + o + 16, ls1));
+        u3 = i32x4.add(u3, q80Lanes(one, t0, a3 + o, ls0));
+        v3 = i32x4.add(v3, q80Lanes(one, t1, a3 + o + 16, ls1));
+      }
+      o += 32;
+    }
+    const ad = 2 * <usize>n + 4 * <usize>b;
+    iq1mStep(FACC, load<f32>(a0 + ad) * wd, x0, y0, u0, v0);
+    if (count > 1) iq1mStep(FACC + ACC_BYTES, load<f32>(a1 + ad) * wd, x1, y1, u1, v1);
+    if (count > 2) iq1mStep(FACC + 2 * ACC_BYTES, load<f32>(a2 + ad) * wd, x2, y2, u2, v2);
+    if (count > 3) iq1mStep(FACC + 3 * ACC_BYTES, load<f32>(a3 + ad) * wd, x3, y3, u3, v3);
+  }
+  for (let t = 0; t < count; t++) store<f32>(out + 4 * t, iq1mFinish(FACC + ACC_BYTES * t));
 }

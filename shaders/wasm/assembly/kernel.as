@@ -4,10 +4,10 @@
 //
 // Memory (JS lays it out): [static data][gate | up | down bytes][biases, if any][scales, if any][gelu table, if read]
 // [3 row buffers][call scratch (callLayout)].
-import { T_F32, ROW_INT, ROW_GGUF, DOT_Q32, DOT_Q80, DOT_MX4, DOT_NL4, DOT_Q40, DOT_Q50, DOT_Q41, DOT_Q51, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q2K, DOT_Q3K, DOT_IQ4X, DOT_IQ2XXS, DOT_IQ2XS, DOT_IQ3XXS, DOT_IQ1M, RELAXED, rowKind, actKind, dotKind, blockSize, blockBytes, align16 } from './kinds';
+import { T_F32, ROW_INT, ROW_GGUF, DOT_Q32, DOT_Q80, DOT_MX4, DOT_NL4, DOT_Q40, DOT_Q50, DOT_Q41, DOT_Q51, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q2K, DOT_Q3K, DOT_IQ4X, DOT_IQ2XXS, DOT_IQ2XS, DOT_IQ3XXS, DOT_IQ1SX, DOT_IQ1MX, DOT_IQ1M, RELAXED, rowKind, actKind, dotKind, blockSize, blockBytes, align16 } from './kinds';
 import { actBytes, quantizeRow } from './activations';
 import { intRow, dequantRow } from './weight-rows';
-import { dot, intDots, iq1mDots, q4kDots, q80Dots, q4tDots, k45Dots, twoRowsQ4K, q6kDots, q2kDots, q3kDots, iq4xsDots, iqGridDots, qnDots } from './dots';
+import { dot, intDots, iq1mDots, q4kDots, q80Dots, q4tDots, k45Dots, twoRowsQ4K, q6kDots, q2kDots, q3kDots, iq4xsDots, iqGridDots, qnDots, iq1sDots, iq1mxDots } from './dots';
 import {
   ggmlSwiglu,
   exactSwiglu,
@@ -311,6 +311,8 @@ function gateUp(kind: i32, w: usize, wp: usize, recs: usize, recBytes: usize, pa
     else if (RELAXED && kind == DOT_Q3K) q3kDots(w, ACTS, count, n, out);
     else if (RELAXED && kind == DOT_IQ4X) iq4xsDots(w, ACTS, count, n, out);
     else if (RELAXED && (kind == DOT_IQ2XXS || kind == DOT_IQ2XS || kind == DOT_IQ3XXS)) iqGridDots(kind, w, ACTS, count, n, out);
+    else if (RELAXED && kind == DOT_IQ1SX) iq1sDots(w, ACTS, count, n, out);
+    else if (RELAXED && kind == DOT_IQ1MX) iq1mxDots(w, ACTS, count, n, out);
     else if (kind == DOT_Q4K) q4kDots(w, ACTS, count, n, out);
     else if (kind == DOT_IQ1M) iq1mDots(w, wp, ACTS, count, n, out);
     else if (RELAXED && kind == DOT_Q80) q80Dots(w, ACTS, count, n, out);

@@ -148,6 +148,17 @@ export const DOT_IQ3XXS: i32 = 22;
 export const DOT_Q50: i32 = 23;
 export const DOT_Q41: i32 = 24;
 export const DOT_Q51: i32 = 25;
+/**
+ * The relaxed build's IQ1_S (dots.as iq1sDots): ggml_vec_dot_iq1_s_q8_K on AVX2 with the weight rows read in place (the
+ * grid's −1/0/+1 values through the sign trick, pmaddwd by 2s + 1); DOT_IQ1S's lanes, shifts and float steps.
+ */
+export const DOT_IQ1SX: i32 = 26;
+/**
+ * The relaxed build's IQ1_M (dots.as iq1mxDots): ggml_vec_dot_iq1_m_q8_K on AVX2 with the weight rows read in place
+ * (the grid's −1/0/+1 values, and each group's shift ±1, through the sign trick; pmaddwd by the half's 2s + 1);
+ * DOT_IQ1M's two sets of lanes, float steps and sum.
+ */
+export const DOT_IQ1MX: i32 = 27;
 
 export function isKQuant(t: i32): bool {
   return t == T_Q2_K || t == T_Q3_K || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K;
@@ -159,7 +170,7 @@ export function isSuperBlock(t: i32): bool {
 }
 
 export function rowKind(t: i32, llama: bool): i32 {
-  if (llama && (t == T_Q4_K || (RELAXED && (t == T_Q2_K || t == T_Q3_K || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_Q5_K || t == T_Q6_K || t == T_Q8_0 || t == T_Q4_0 || t == T_Q5_0 || t == T_Q4_1 || t == T_Q5_1 || t == T_MXFP4 || t == T_IQ4_NL)))) return ROW_GGUF;
+  if (llama && (t == T_Q4_K || (RELAXED && (t == T_Q2_K || t == T_Q3_K || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S || t == T_IQ1_M || t == T_Q5_K || t == T_Q6_K || t == T_Q8_0 || t == T_Q4_0 || t == T_Q5_0 || t == T_Q4_1 || t == T_Q5_1 || t == T_MXFP4 || t == T_IQ4_NL)))) return ROW_GGUF;
   return llama && (t == T_Q8_0 || t == T_Q4_0 || t == T_Q4_1 || t == T_Q5_0 || t == T_Q5_1 || t == T_Q2_K || t == T_Q3_K || t == T_MXFP4 || t == T_IQ4_NL || t == T_IQ4_XS || t == T_IQ2_XXS || t == T_IQ2_XS || t == T_IQ3_XXS || t == T_IQ1_S || t == T_IQ1_M || t == T_Q4_K || t == T_Q5_K || t == T_Q6_K) ? ROW_INT : ROW_F32;
 }
 
@@ -192,6 +203,8 @@ export function dotKind(t: i32, llama: bool): i32 {
   if (RELAXED && t == T_IQ2_XXS) return DOT_IQ2XXS;
   if (RELAXED && t == T_IQ2_XS) return DOT_IQ2XS;
   if (RELAXED && t == T_IQ3_XXS) return DOT_IQ3XXS;
+  if (RELAXED && t == T_IQ1_S) return DOT_IQ1SX;
+  if (RELAXED && t == T_IQ1_M) return DOT_IQ1MX;
   if (t == T_Q8_0 || t == T_Q4_0 || t == T_Q5_0) return DOT_Q32;
   if (t == T_MXFP4 || t == T_IQ4_NL) return DOT_Q32P;
   if (t == T_Q4_1 || t == T_Q5_1) return DOT_Q1;

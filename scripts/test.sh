@@ -15,8 +15,10 @@ echo "== format and lint (biome ci; npm run format fixes what it can)"
 npm run --silent lint
 echo "== coordinator build"
 bash coordinator/build.sh
-echo "== wasm fallback kernel (AssemblyScript; cached in .cache/wasm by the digest of its sources)"
-node --import tsx -e 'import("./shaders/wasm/build.ts").then(async (m) => console.log(`kernel: ${(await m.expertKernelBytes()).length} bytes`))'
+echo "== wasm fallback kernel, both builds (AssemblyScript; cached in .cache/wasm by the digest of its sources)"
+# Both here, one after the other: the relaxed-simd build takes ~25 s, and left to the tests two files that need it at
+# once would each compile it.
+node --import tsx -e 'Promise.all([import("./shaders/wasm/build.ts"), import("./shaders/wasm/features.ts")]).then(async ([m, f]) => { for (const v of f.KERNEL_VARIANTS) console.log(`kernel ${v}: ${(await m.expertKernelBytes(v)).length} bytes`); })'
 echo "== tests"
 # Unit tests (no servers, no browsers, no GPU) two files at a time, as `npm run test:unit` runs them: ~55 s less on
 # 2 cores. The rest start real servers, Chromium and SwiftShader; one file at a time keeps 2-core machines from timing

@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { runHub } from '../hub/cli.ts';
 import { defaultConfig, type Hub, type HubConfig } from '../hub/hub.ts';
 import type { DispatchMode } from '../hub/dispatch/policy.ts';
+import { DEFAULT_QUIET_MS } from '../hub/dispatch/dispatcher.ts';
 import { DEFAULT_TRUST } from '../hub/dispatch/trust.ts';
 import type { PagesOptions } from '../hub/pages.ts';
 import { GGMLType } from '../gguf/quant-types.ts';
@@ -214,6 +215,26 @@ export async function waitForEveryHolder(
     await setTargetBase(url, opts.adminToken, opts.base + 1);
     return waitForHolders(url, model, workerIds, opts.timeoutMs ?? 120_000);
   }
+}
+
+/**
+ * Waits out the quiet window of a hub's coordinator warm-up (a managed coordinator: its `ready` event dates it). The
+ * warm-up (one token, before the coordinator reports ready) finds no worker on any layer, and the dispatcher answers a
+ * layer no worker serves LOCAL with its quiet window (DEFAULT_QUIET_MS, 1 s: no exchange per layer while nobody could
+ * serve it): the coordinator asks nothing for that layer until the window ends, so a worker wired meanwhile is first
+ * asked then. Without this wait, a request made soon after the volunteers joined ran inside the window: the cluster
+ * relay's standing test (20 rounds of 8 tokens, 0.6 s) in most runs; "two headless volunteers serve deepseek Q8_0"
+ * (64 tokens in 0.2 s, volunteers holding their slices 1 s after the hub started) in about 1 run of 6 here, and in CI:
+ * the dispatcher saw only the warm-up's REQUESTs (6 pairs, computed locally) and the volunteers none.
+ */
+export async function pastWarmUpQuiet(url: string): Promise<void> {
+  const r = (await (await fetch(`${url}/api/events?kind=coordinator&limit=200`)).json()) as {
+    events: Array<{ atMs: number; detail: string }>;
+  };
+  const ready = r.events.find((e) => e.detail.startsWith('ready: '));
+  assert.ok(ready, `the coordinator's ready event: ${JSON.stringify(r.events)}`);
+  const left = ready.atMs + DEFAULT_QUIET_MS + 50 - Date.now();
+  if (left > 0) await new Promise((resolve) => setTimeout(resolve, left));
 }
 
 /** `POST /api/admin/target {base}` on a hub started with `adminToken`; throws with the hub's answer unless 200. */

@@ -16,7 +16,6 @@ import { waitForLog } from '../../harness/log-wait.ts';
 import { startRedis } from '../../harness/redis.ts';
 import { KvasirWorkerDouble } from '../../harness/kvasir-worker.ts';
 import { DEFAULT_TRUST } from '../../hub/dispatch/trust.ts';
-import { DEFAULT_QUIET_MS } from '../../hub/dispatch/dispatcher.ts';
 import { KVASIR_RELAY_CLOSE } from '../../protocol/kvasir-wire.ts';
 import {
   DEEPSEEK_Q8,
@@ -26,6 +25,7 @@ import {
   dispatchMap,
   moeLayersOf,
   pairOutcomes,
+  pastWarmUpQuiet,
   spawnVolunteer,
   startSwarmHub,
   until,
@@ -314,25 +314,6 @@ test('local and relayed links in one request: a worker on the coordinator’s ow
     await redis.stop();
   }
 });
-
-/**
- * Waits out the quiet window of a hub's coordinator warm-up. The warm-up (one token, before the coordinator reports
- * ready) finds no worker on any layer, and the dispatcher answers a layer no worker serves LOCAL with its quiet window
- * (DEFAULT_QUIET_MS, 1 s: no exchange per layer while nobody could serve it): the coordinator asks nothing for that
- * layer until the window ends, so a worker wired meanwhile is first asked then. Without this wait the standing test's
- * 20 rounds of 8 tokens (0.6 s on an idle machine) ran inside B's window in most runs here (B's dispatcher saw 2
- * REQUESTs, the warm-up's, and the worker none), and the local-and-relayed test's request (0.4 s) sometimes inside A's
- * (A routed 6 pairs, the warm-up's, all computed locally).
- */
-async function pastWarmUpQuiet(url: string): Promise<void> {
-  const r = (await (await fetch(`${url}/api/events?kind=coordinator&limit=200`)).json()) as {
-    events: Array<{ atMs: number; detail: string }>;
-  };
-  const ready = r.events.find((e) => e.detail.startsWith('ready: '));
-  assert.ok(ready, `the coordinator's ready event: ${JSON.stringify(r.events)}`);
-  const left = ready.atMs + DEFAULT_QUIET_MS + 50 - Date.now();
-  if (left > 0) await new Promise((resolve) => setTimeout(resolve, left));
-}
 
 async function eventsOf(url: string, kind: string): Promise<string[]> {
   const r = (await (await fetch(`${url}/api/events?kind=${kind}&limit=200`)).json()) as { events: Array<{ detail: string }> };

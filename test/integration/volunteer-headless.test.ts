@@ -17,6 +17,7 @@ import {
   completionIds,
   moeLayersOf,
   pairOutcomes,
+  pastWarmUpQuiet,
   spawnVolunteer,
   startSwarmHub,
   waitForCoverage,
@@ -55,6 +56,7 @@ for (const { name, config, backend } of MODELS) {
       // to the volunteer that holds nothing (REBALANCE), or, where it reads that one as too slow, a second replica.
       const rows = await waitForEveryHolder(hub.url, hub.model, ['h0', 'h1'], { adminToken: ADMIN_TOKEN, base: 1 });
       assert.deepEqual(new Set(rows.map((r) => r.worker_id)), new Set(['h0', 'h1']), 'the market gave each volunteer a slice');
+      await pastWarmUpQuiet(hub.url);
       const got = await completionIds(hub.url, hub.model, PROMPT, N, m.ban);
       assert.deepEqual(got, want);
       const o = await pairOutcomes(hub.url, hub.model);

@@ -3,7 +3,7 @@
 // model of the same arithmetic; the wasm fallback's tests hold these to it bit for bit.
 import { DOT_PLAIN, DOT_GGML_F32, DOT_GGML_F16, DOT_GGML_BF16, DOT_Q32, DOT_MX4, DOT_NL4, DOT_Q40, DOT_Q4K, DOT_Q5K, DOT_Q6K, DOT_Q32P, DOT_IQ4XS, DOT_IQ1S, DOT_Q1, DOT_IQ1M, DOT_Q2K, DOT_IQ2XS, DOT_IQ3XXS, DOT_Q50, DOT_Q41, DOT_Q51, RELAXED } from './kinds';
 import { K_PARAMS, KVALUES_FP4, KVALUES_IQ4NL, e8m0Half } from './weight-rows';
-import { IQ1S_GRID, IQ2XXS_GRID, IQ2XS_GRID, IQ3XXS_GRID, KEVEN_SIGNS } from './iq-grids';
+import { IQ1S_GRID, IQ2XXS_GRID, IQ2XS_GRID, IQ3XXS_GRID, KEVEN_SIGNS, entryPair } from './iq-grids';
 import { fmaPair, fmaPairExact, fma32, hsum8, f16ToF32, f16x4ToF32, usesFusedMadd } from './ggml-float';
 
 /**
@@ -1832,12 +1832,6 @@ function iq4xsDotsOf<C>(w: usize, acts: usize, n: i32, out: usize): void {
 
 /** f16 d · 0.125 (IQ2_XXS, IQ2_XS) or 0.25 (IQ3_XXS) of the super-block iqGridDots is in, for blockStep. */
 const IQG_PARAMS = memory.data(K_PARAMS, 16);
-
-/** Two 8-byte entries of a table (a grid's points, keven_signs' ±1s), i0's first: 16 bytes in element order. */
-@inline
-function entryPair(table: usize, i0: usize, i1: usize): v128 {
-  return i64x2.replace_lane(i64x2.splat(load<u64>(table + 8 * i0)), 1, load<u64>(table + 8 * i1));
-}
 
 /** Four 4-byte entries of IQ3_XXS's grid, from the indices in the bytes at q: 16 bytes in element order. */
 @inline

@@ -788,3 +788,9 @@ export const IQ1S_GRID = memory.data<i8>([
   1, -1, -1, 1, 1, 1, 1, 1, -1, 1, -1, 1, 1, 1, 1, 1, 1, 1, -1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1,
   -1, -1, 1, 1, 1, 1, 1, 1, 1, -1, 1, 1, 1, 1, 1, 1, -1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
 ], 16);
+
+/** Two 8-byte entries of a table (a grid's points, keven_signs' ±1s), i0's first: 16 bytes in element order. */
+@inline
+export function entryPair(table: usize, i0: usize, i1: usize): v128 {
+  return i64x2.replace_lane(i64x2.splat(load<u64>(table + 8 * i0)), 1, load<u64>(table + 8 * i1));
+}

@@ -28,7 +28,7 @@
 // Folding the scales into the quants changes no integer ggml sums: its lanes hold Σ scale · (q · a) exactly.
 import { T_F32, T_F16, T_BF16, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0, T_MXFP4, T_IQ4_NL, T_IQ4_XS, T_IQ2_XXS, T_IQ2_XS, T_IQ3_XXS, T_IQ1_S, T_IQ1_M, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K } from './kinds';
 import { f16ToF32, f16x4ToF32 } from './ggml-float';
-import { IQ1S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3XXS_GRID, KEVEN_SIGNS } from './iq-grids';
+import { IQ1S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3XXS_GRID, KEVEN_SIGNS, entryPair } from './iq-grids';
 
 export const K_PARAMS: i32 = 48;
 
@@ -198,7 +198,7 @@ export function intRow(t: i32, src: usize, n: i32, dst: usize, params: usize): v
         for (let h = 0; h < 2; h++) {
           // elements 16h..16h+15: groups 2h and 2h + 1, magnitudes (u8) and signs (±1) put in lane order together
           const g0 = 2 * h;
-          const m = lanes(i64x2.replace_lane(i64x2.splat(load<u64>(IQ2XXS_GRID + 8 * <usize>load<u8>(q + g0))), 1, load<u64>(IQ2XXS_GRID + 8 * <usize>load<u8>(q + g0 + 1))));
+          const m = lanes(entryPair(IQ2XXS_GRID, <usize>load<u8>(q + g0), <usize>load<u8>(q + g0 + 1)));
           const sg = lanes(
             i64x2.replace_lane(
               i64x2.splat(load<u64>(KEVEN_SIGNS + 8 * <usize>((aux1 >> (7 * g0)) & 127))),
@@ -226,8 +226,8 @@ export function intRow(t: i32, src: usize, n: i32, dst: usize, params: usize): v
           const ls = i16x8.splat(<i16>(2 * ((sc >> (4 * h)) & 15) + 1));
           const q0 = <u32>load<u16>(q + 4 * h);
           const q1 = <u32>load<u16>(q + 4 * h + 2);
-          const m = lanes(i64x2.replace_lane(i64x2.splat(load<u64>(IQ2XS_GRID + 8 * <usize>(q0 & 511))), 1, load<u64>(IQ2XS_GRID + 8 * <usize>(q1 & 511))));
-          const sg = lanes(i64x2.replace_lane(i64x2.splat(load<u64>(KEVEN_SIGNS + 8 * <usize>(q0 >> 9))), 1, load<u64>(KEVEN_SIGNS + 8 * <usize>(q1 >> 9))));
+          const m = lanes(entryPair(IQ2XS_GRID, <usize>(q0 & 511), <usize>(q1 & 511)));
+          const sg = lanes(entryPair(KEVEN_SIGNS, <usize>(q0 >> 9), <usize>(q1 >> 9)));
           v128.store(o + 32 * h, i16x8.mul(i16x8.mul(i16x8.extend_low_i8x16_u(m), i16x8.extend_low_i8x16_s(sg)), ls));
           v128.store(o + 32 * h, i16x8.mul(i16x8.mul(i16x8.extend_high_i8x16_u(m), i16x8.extend_high_i8x16_s(sg)), ls), 16);
         }
@@ -253,7 +253,7 @@ export function intRow(t: i32, src: usize, n: i32, dst: usize, params: usize): v
           const g0 = 2 * h;
           const i0 = <usize>load<u8>(p + 2 + 4 * ib + g0) | (<usize>((qh >> (3 * g0)) & 7) << 8);
           const i1 = <usize>load<u8>(p + 3 + 4 * ib + g0) | (<usize>((qh >> (3 * g0 + 3)) & 7) << 8);
-          const m = lanes(i64x2.replace_lane(i64x2.splat(load<u64>(IQ1S_GRID + 8 * i0)), 1, load<u64>(IQ1S_GRID + 8 * i1)));
+          const m = lanes(entryPair(IQ1S_GRID, i0, i1));
           v128.store(o + 32 * h, i16x8.mul(i16x8.extend_low_i8x16_s(m), ls));
           v128.store(o + 32 * h, i16x8.mul(i16x8.extend_high_i8x16_s(m), ls), 16);
         }
@@ -328,12 +328,13 @@ export function intRow(t: i32, src: usize, n: i32, dst: usize, params: usize): v
           const qh = <u32>load<u8>(p + 32 + 2 * ib + h);
           const i0 = <usize>load<u8>(p + 4 * ib + 2 * h) | (<usize>(qh & 7) << 8);
           const i1 = <usize>load<u8>(p + 4 * ib + 2 * h + 1) | (<usize>((qh >> 4) & 7) << 8);
-          const m = lanes(i64x2.replace_lane(i64x2.splat(load<u64>(IQ1S_GRID + 8 * i0)), 1, load<u64>(IQ1S_GRID + 8 * i1)));
+          const m = lanes(entryPair(IQ1S_GRID, i0, i1));
           v128.store(dst + o + 32 * h, i16x8.mul(i16x8.extend_low_i8x16_s(m), ls));
           v128.store(dst + o + 32 * h, i16x8.mul(i16x8.extend_high_i8x16_s(m), ls), 16);
-          // ±1 in every byte of each group's 8 (i8: ggml's delta1 / delta2), then in lane order
-          const s0: i64 = (qh & 0x08) != 0 ? -1 : 0x0101010101010101;
-          const s1: i64 = (qh & 0x80) != 0 ? -1 : 0x0101010101010101;
+          // ±1 in every byte of each group's 8 (i8: ggml's delta1 / delta2), then in lane order: 0x01 bytes, or'd with
+          // all ones where the sign bit is set (no select: V8 compiled one of i64s to a branch on a random bit)
+          const s0: i64 = 0x0101010101010101 | -(<i64>((qh >> 3) & 1));
+          const s1: i64 = 0x0101010101010101 | -(<i64>((qh >> 7) & 1));
           const sg = lanes(i64x2.replace_lane(i64x2.splat(s0), 1, s1));
           v128.store(shifts + o + 32 * h, i16x8.mul(i16x8.extend_low_i8x16_s(sg), ls));
           v128.store(shifts + o + 32 * h, i16x8.mul(i16x8.extend_high_i8x16_s(sg), ls), 16);

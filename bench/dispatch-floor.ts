@@ -17,6 +17,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadavg } from 'node:os';
+import { PerformanceObserver, constants as perfConstants } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { createRequire } from 'node:module';
@@ -175,17 +176,28 @@ async function main(): Promise<void> {
     probs: new Float32Array(TOKENS * TOP_K).fill(1 / TOP_K),
   };
   const coordinatorUs: number[] = [];
+  /** Each measured request's window (performance.now(), ms), to tell the requests a collection fell in. */
+  const windows: Array<[number, number]> = [];
+  const gc = watchGc();
   for (let i = 0; i < WARMUP + REQUESTS; i++) {
+    if (i === WARMUP) gc.start();
     req.seq = i + 1;
     const t0 = performance.now();
     const claim = next();
     sock.write(encodeRequest(req, 2));
     if ((await claim) !== FrameKind.Claim) throw new Error('expected a CLAIM');
     if ((await next()) !== FrameKind.Result) throw new Error('expected a RESULT');
-    if (i >= WARMUP) coordinatorUs.push((performance.now() - t0) * 1000);
+    if (i >= WARMUP) {
+      const t1 = performance.now();
+      coordinatorUs.push((t1 - t0) * 1000);
+      windows.push([t0, t1]);
+    }
     if (GAP_MS > 0) await new Promise((r) => setTimeout(r, GAP_MS));
   }
 
+  const { kinds: gcs, spans } = gc.stop();
+  // The requests whose window a collection of this process started in (the floor's p99 with and without them).
+  const hit = windows.map(([a, b]) => spans.some(([s]) => s >= a && s <= b));
   const measured = summaries.slice(WARMUP);
   const rows: Array<[string, number[]]> = [
     ['coordinator: REQUEST written → RESULT read', coordinatorUs],
@@ -193,6 +205,7 @@ async function main(): Promise<void> {
     ['b1. arrival → work handed to the link', measured.map((s) => s.dispatchMs * 1000)],
     ['b2. last answer → RESULT written', measured.map((s) => (s.totalMs - s.settledMs) * 1000)],
     ['a. channel: work sent → result decoded', channelUs.slice(WARMUP)],
+    ['coordinator, the requests no collection fell in', coordinatorUs.filter((_, i) => !hit[i])],
   ];
   const pct = (xs: number[], p: number): number => {
     const s = [...xs].sort((x, y) => x - y);
@@ -207,6 +220,9 @@ async function main(): Promise<void> {
     console.log(
       `  ${name.padEnd(50)} p10 ${pct(xs, 10).toFixed(1).padStart(8)} µs  p50 ${pct(xs, 50).toFixed(1).padStart(8)} µs  p99 ${pct(xs, 99).toFixed(1).padStart(8)} µs`,
     );
+  console.log(
+    `  garbage collections in the measured requests (this process): ${gcs.map((g) => `${g.kind} ${g.count} (${g.ms.toFixed(1)} ms)`).join(', ') || 'none'}; per request ${(gcs.reduce((t, g) => t + g.count, 0) / REQUESTS).toFixed(3)}; requests a collection fell in: ${hit.filter(Boolean).length}`,
+  );
 
   sock.destroy();
   inline?.close();
@@ -215,6 +231,44 @@ async function main(): Promise<void> {
   await channel.close();
   http.close();
   rmSync(dir, { recursive: true, force: true });
+}
+
+/** Counts this process's garbage collections by kind, with their pause time, between start() and stop(). */
+function watchGc(): {
+  start(): void;
+  stop(): { kinds: Array<{ kind: string; count: number; ms: number }>; spans: Array<[number, number]> };
+} {
+  const names: Record<number, string> = {
+    [perfConstants.NODE_PERFORMANCE_GC_MINOR]: 'scavenge',
+    [perfConstants.NODE_PERFORMANCE_GC_MAJOR]: 'mark-compact',
+    [perfConstants.NODE_PERFORMANCE_GC_INCREMENTAL]: 'incremental marking',
+    [perfConstants.NODE_PERFORMANCE_GC_WEAKCB]: 'weak callbacks',
+  };
+  const seen = new Map<string, { count: number; ms: number }>();
+  const spans: Array<[number, number]> = [];
+  let on = false;
+  const obs = new PerformanceObserver((list) => {
+    if (!on) return;
+    for (const e of list.getEntries()) {
+      const kind = names[(e as unknown as { detail: { kind: number } }).detail.kind] ?? 'other';
+      const s = seen.get(kind) ?? { count: 0, ms: 0 };
+      s.count++;
+      s.ms += e.duration;
+      seen.set(kind, s);
+      spans.push([e.startTime, e.startTime + e.duration]);
+    }
+  });
+  obs.observe({ entryTypes: ['gc'] });
+  return {
+    start: () => {
+      on = true;
+    },
+    stop: () => {
+      on = false;
+      obs.disconnect();
+      return { kinds: [...seen].map(([kind, s]) => ({ kind, ...s })), spans };
+    },
+  };
 }
 
 /** How `ws` masks and unmasks client frames here: bufferutil's native addon, or JavaScript (its fallback or ws's loop). */

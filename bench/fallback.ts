@@ -18,6 +18,12 @@
  *   npm run bench:fallback -- --rounds 8   # more rounds (default 4) on a noisy machine
  *   npm run bench:fallback -- --types Q4_K,IQ2_XXS   # only these types (ggml names; default: all the fallback reads)
  *   npm run bench:fallback -- --native-cpu 0         # native on another core (before 2026-12-07: core 0)
+ *   npm run bench:fallback -- --experts 128 --cold   # as when serving: other experts in every timed call
+ *
+ * By default every timed call of a shape routes to the same experts, so a 1-row call's 8 experts (21 MB at Q4_K) are
+ * in the caches from the call before, for both sides. `--cold` gives each call (timed or not) its own routing
+ * (syntheticCall with its own seed), as a volunteer's calls have when serving; with `--experts 128` (a whole layer of
+ * the realistic shape, 333 MB at Q4_K) most of each call's weights then come from memory, on both sides alike.
  *
  * Ours and native share one core by default: they take turns, so neither slows the other, and the ratio does not
  * move with how busy each core's neighbours on the host are. On this project's 2-vCPU guest the two cores drifted
@@ -86,7 +92,12 @@ if (!process.env.EXPERTSWARM_BENCH_PINNED && cpus().length > 1 && spawnSync('tas
 }
 const pinned = process.env.EXPERTSWARM_BENCH_PINNED === '1';
 
-const N_EXPERT = 16;
+const expertsArg = argv.indexOf('--experts');
+const N_EXPERT = expertsArg >= 0 ? Number(argv[expertsArg + 1]) : 16;
+if (!Number.isSafeInteger(N_EXPERT) || N_EXPERT < REALISTIC.nExpertUsed || N_EXPERT > 256)
+  throw new Error(`--experts takes an integer in [${REALISTIC.nExpertUsed}, 256]`);
+/** Each call (timed or not) with its own routing: the experts' weights mostly from memory, as when serving. */
+const COLD = args.has('--cold');
 const SHAPE = { nEmbd: REALISTIC.nEmbd, ff: REALISTIC.ff, nExpert: N_EXPERT };
 const N_USED = REALISTIC.nExpertUsed;
 const ROWS = [1, 4, 64];
@@ -139,12 +150,18 @@ interface Timed {
 
 /** `reps` timed calls after `warm` untimed ones (and the last call's result). */
 async function timeCalls(fb: ExpertComputer, c: MeasureCall, reps: number, warm = 1): Promise<Timed> {
-  const { rows, ids, probs } = syntheticCall(c);
+  const same = syntheticCall(c);
+  /** The inputs of the i-th call (warm ones first): the same every time, or (--cold) each its own, as callsOf. */
+  const input = (i: number): ReturnType<typeof syntheticCall> => (COLD ? syntheticCall(c, coldSeed(i, warm + reps)) : same);
   let out: Float32Array = new Float32Array(0);
-  for (let i = 0; i < warm; i++) out = await fb.compute(rows, ids, probs, c.nTokens, c.nUsed);
+  for (let i = 0; i < warm; i++) {
+    const { rows, ids, probs } = input(i);
+    out = await fb.compute(rows, ids, probs, c.nTokens, c.nUsed);
+  }
   const ms: number[] = [];
   const cpu: number[] = [];
   for (let i = 0; i < reps; i++) {
+    const { rows, ids, probs } = input(warm + i);
     const c0 = process.cpuUsage();
     const t0 = performance.now();
     out = await fb.compute(rows, ids, probs, c.nTokens, c.nUsed);
@@ -155,10 +172,23 @@ async function timeCalls(fb: ExpertComputer, c: MeasureCall, reps: number, warm 
   return { ms, cpu, out };
 }
 
-/** linkcpp-expert-ref on one core, each call `warm` + `reps` times, the first `warm` untimed: ms per call and its sums. */
+/**
+ * The seed of the i-th of n calls of a shape under --cold: the last call (the one whose sums are compared) has seed 1
+ * on both sides, as without --cold; the others 1000 + i.
+ */
+function coldSeed(i: number, n: number): number {
+  return i === n - 1 ? 1 : 1000 + i;
+}
+
+/**
+ * linkcpp-expert-ref on one core, each call `warm` + `reps` times, the first `warm` untimed: ms per call and its sums.
+ * Under --cold each of those calls is a record of its own with its own routing (coldSeed), run once and timed
+ * (`--cold`: no untimed compute of the record first).
+ */
 async function timeNative(gguf: string, calls: MeasureCall[], reps: number, warm: number): Promise<Timed[]> {
   const taskset = spawnSync('taskset', ['-V']).status === 0;
-  const argv = [LINKCPP_EXPERT_REF, '-m', gguf, '-t', '1', '--repeat', String(warm + reps)];
+  const n = warm + reps;
+  const argv = [LINKCPP_EXPERT_REF, '-m', gguf, '-t', '1', '--repeat', String(COLD ? 1 : n), ...(COLD ? ['--cold'] : [])];
   const p = taskset ? spawn('taskset', ['-c', String(NATIVE_CPU), ...argv]) : spawn(argv[0]!, argv.slice(1));
   const out: Buffer[] = [];
   let err = '';
@@ -166,7 +196,12 @@ async function timeNative(gguf: string, calls: MeasureCall[], reps: number, warm
   p.stderr.on('data', (d: Buffer) => {
     err += d.toString();
   });
-  for (const c of calls) p.stdin.write(encodeRecord(0, { ...syntheticCall(c), nTokens: c.nTokens, nUsed: c.nUsed }));
+  for (const c of calls) {
+    if (!COLD) p.stdin.write(encodeRecord(0, { ...syntheticCall(c), nTokens: c.nTokens, nUsed: c.nUsed }));
+    else
+      for (let i = 0; i < n; i++)
+        p.stdin.write(encodeRecord(0, { ...syntheticCall(c, coldSeed(i, n)), nTokens: c.nTokens, nUsed: c.nUsed }));
+  }
   p.stdin.end();
   const code = await new Promise<number | null>((resolve) => p.once('exit', resolve));
   if (code !== 0) throw new Error(`linkcpp-expert-ref failed (${code}): ${err}`);
@@ -177,11 +212,15 @@ async function timeNative(gguf: string, calls: MeasureCall[], reps: number, warm
     .map((l) => (JSON.parse(l) as { timing: { ms: number[]; cpu_ms: number[] } }).timing);
   let o = 0;
   return calls.map((c, i) => {
-    const n = c.nTokens * SHAPE.nEmbd;
-    const s = new Float32Array(n);
-    new Uint8Array(s.buffer).set(sums.subarray(o, o + 4 * n));
-    o += 4 * n;
-    return { ms: timings[i]?.ms.slice(warm) ?? [], cpu: timings[i]?.cpu_ms.slice(warm) ?? [], out: s };
+    const len = c.nTokens * SHAPE.nEmbd;
+    const s = new Float32Array(len);
+    // (every record's sums are written once; under --cold the call's last record is the compared one)
+    if (COLD) o += 4 * len * (n - 1);
+    new Uint8Array(s.buffer).set(sums.subarray(o, o + 4 * len));
+    o += 4 * len;
+    if (!COLD) return { ms: timings[i]?.ms.slice(warm) ?? [], cpu: timings[i]?.cpu_ms.slice(warm) ?? [], out: s };
+    const mine = timings.slice(i * n + warm, (i + 1) * n);
+    return { ms: mine.flatMap((t) => t.ms), cpu: mine.flatMap((t) => t.cpu_ms), out: s };
   });
 }
 
@@ -211,7 +250,7 @@ const load = (): string =>
     .map((x) => x.toFixed(2))
     .join(' ');
 console.log(
-  `bench:fallback — ${cpu}, Node ${process.version}; ${N_EXPERT} experts of n_embd ${SHAPE.nEmbd} ↔ ff ${SHAPE.ff}; types ${TYPES.map(typeName).join(' ')};`,
+  `bench:fallback — ${cpu}, Node ${process.version}; ${N_EXPERT} experts of n_embd ${SHAPE.nEmbd} ↔ ff ${SHAPE.ff}; types ${TYPES.map(typeName).join(' ')}; ${COLD ? 'cold: every call routed anew' : 'every timed call of a shape routed alike'};`,
 );
 console.log(
   `top-${N_USED}, llama numerics; ours the ${variant} build${variant === 'simd' && bestKernelVariant() === 'simd' ? ' (no relaxed SIMD in this runtime)' : ''}, ${pinned ? `pinned to CPU ${OUR_CPU}` : 'not pinned (no taskset)'}, native ` +

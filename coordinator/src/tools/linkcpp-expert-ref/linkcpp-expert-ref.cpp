@@ -6,6 +6,8 @@
 //   linkcpp-expert-ref -m MODEL.gguf [-i IN] [-o OUT] [-t N]   # IN / OUT default to stdin / stdout ('-'); N threads (1)
 //   linkcpp-expert-ref -m MODEL.gguf --info             # JSON: n_embd, ff, n_expert, the layers with routed experts
 //   linkcpp-expert-ref -m MODEL.gguf --repeat R ...     # timing: each record computed once more, then R times timed
+//   linkcpp-expert-ref -m MODEL.gguf --repeat R --cold  # timing: each record R times timed, the first one included
+//                                                       # (no untimed compute first: its weights not in the caches)
 //
 // With --repeat, after each record's output a JSON line goes to stderr: {"timing":{"n_tokens":T,"n_used":K,
 // "threads":N,"ms":[R wall times of llama_xd_compute_pairs, in ms],"cpu_ms":[the process's CPU time of each]}}
@@ -210,7 +212,7 @@ bool read_exact(FILE * f, void * p, size_t n, bool eof_ok) {
     die("input ends inside a record");
 }
 
-int run(model_file & m, FILE * in, FILE * out, int n_threads, int repeat) {
+int run(model_file & m, FILE * in, FILE * out, int n_threads, int repeat, bool cold) {
     std::vector<float> rows, probs, sums;
     std::vector<int32_t> ids;
     for (;;) {
@@ -231,7 +233,9 @@ int run(model_file & m, FILE * in, FILE * out, int n_threads, int repeat) {
         for (int32_t e : ids) {
             if (e < 0 || e >= n_expert) die("expert id " + std::to_string(e) + " outside [0, " + std::to_string(n_expert) + ")");
         }
-        if (!llama_xd_compute_pairs(L.gate, L.up, L.down, rows.data(), ids.data(), probs.data(), n_tok, n_used, sums.data(), n_threads, L.variant)) {
+        // (--cold: the first timed compute is the record's first, so its experts come from memory, as when serving)
+        if ((!cold || repeat == 0) &&
+            !llama_xd_compute_pairs(L.gate, L.up, L.down, rows.data(), ids.data(), probs.data(), n_tok, n_used, sums.data(), n_threads, L.variant)) {
             die("ggml could not compute the graph");
         }
         if (repeat > 0) {
@@ -264,6 +268,7 @@ void usage() {
             "usage: linkcpp-expert-ref -m MODEL.gguf [-i IN] [-o OUT] [-t THREADS]   (IN / OUT: files, '-' = stdin / stdout,\n"
             "       the default; THREADS: 1 by default, the sums do not depend on it)\n"
             "       [--repeat R]: time each record R more times, one JSON line per record on stderr\n"
+            "       [--cold]: with --repeat, no untimed compute first (the first timed one meets its weights cold)\n"
             "       linkcpp-expert-ref -m MODEL.gguf --info\n"
             "input records: u32 layer, u32 n_tokens, u32 n_used, f32 rows[n_tokens*n_embd], i32 ids[n_tokens*n_used],\n"
             "               f32 probs[n_tokens*n_used]; output per record: f32 sums[n_tokens*n_embd]\n");
@@ -276,6 +281,7 @@ int main(int argc, char ** argv) {
     bool want_info = false;
     int n_threads = 1;
     int repeat = 0;
+    bool cold = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto value = [&]() -> std::string {
@@ -287,6 +293,7 @@ int main(int argc, char ** argv) {
         else if (a == "-o" || a == "--output") out_path = value();
         else if (a == "-t" || a == "--threads") n_threads = std::max(1, std::min(256, atoi(value().c_str())));
         else if (a == "--repeat") repeat = std::max(0, std::min(100000, atoi(value().c_str())));
+        else if (a == "--cold") cold = true;
         else if (a == "--info") want_info = true;
         else if (a == "-h" || a == "--help") { usage(); return 0; }
         else { usage(); die("unknown argument " + a); }
@@ -299,7 +306,7 @@ int main(int argc, char ** argv) {
     if (in == nullptr) die("cannot open " + in_path);
     FILE * out = out_path == "-" ? stdout : fopen(out_path.c_str(), "wb");
     if (out == nullptr) die("cannot create " + out_path);
-    const int rc = run(m, in, out, n_threads, repeat);
+    const int rc = run(m, in, out, n_threads, repeat, cold);
     if (out != stdout && fclose(out) != 0) die("cannot write " + out_path);
     return rc;
 }

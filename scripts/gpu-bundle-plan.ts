@@ -28,6 +28,8 @@ export const ENTRIES: readonly BundleEntry[] = [
   { src: 'bench/gpu/node-gpu.ts', out: 'dist/node-gpu.js' },
   { src: 'scripts/sweep-kernels.ts', out: 'dist/sweep-kernels.js' },
   { src: 'bench/elastic/gain.ts', out: 'dist/gain.js' },
+  // gain.ts forks the load's lanes as a process of their own: this bundle, beside dist/gain.js (gain.ts loadChildEntry).
+  { src: 'bench/elastic/load-child.ts', out: 'dist/load-child.js' },
   // harness/swarm.ts spawns `node <root>/bin/expertswarm.js volunteer …`: the same path, without tsx.
   { src: 'scripts/gpu-cli.ts', out: 'bin/expertswarm.js' },
 ];

@@ -36,8 +36,9 @@
  * (bench/elastic/memory.ts; docs/elastic.md, "Bigger than the coordinator's memory").
  */
 import { type ChildProcess, fork, spawnSync } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { cpus, freemem, loadavg, totalmem } from 'node:os';
+import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
 import type { DispatcherTotals, ModelDispatcher, ResponseSummary } from '../../hub/dispatch/dispatcher.ts';
@@ -387,6 +388,17 @@ if (!Number.isInteger(LOAD_NICE) || LOAD_NICE < 0 || LOAD_NICE > 19)
   throw new Error(`--load-nice must be 0…19, got ${values['load-nice']}`);
 if (!['child', 'inline'].includes(values.load)) throw new Error(`--load must be child or inline, got ${values.load}`);
 let loadChild: ChildProcess | null = null;
+/**
+ * What to fork for the load: in the GPU bundle (scripts/gpu-bundle-plan.ts ENTRIES) the bundled `load-child.js` beside
+ * this bundle (`dist/gain.js`), which runs on the bundle's node alone; here the source, with tsx.
+ */
+function loadChildEntry(): { path: string | URL; execArgv: string[] } {
+  const bundled = join(dirname(process.argv[1] ?? '.'), 'load-child.js');
+  return existsSync(bundled)
+    ? { path: bundled, execArgv: [] }
+    : { path: new URL('./load-child.ts', import.meta.url), execArgv: ['--import', 'tsx'] };
+}
+
 /** The load's child process id, once it runs. */
 const loadPid = (): number | undefined => loadChild?.pid;
 
@@ -396,7 +408,8 @@ function childRound(
   opts: { count?: number; until?: () => boolean },
 ): Promise<{ reqs: Req[]; wallMs: number }> {
   if (!loadChild) {
-    loadChild = fork(new URL('./load-child.ts', import.meta.url), [], { execArgv: ['--import', 'tsx'], stdio: 'inherit' });
+    const entry = loadChildEntry();
+    loadChild = fork(entry.path, [], { execArgv: entry.execArgv, stdio: 'inherit' });
     if (loadChild.pid !== undefined) {
       cpuWatch.push({ name: 'load', pid: loadChild.pid });
       if (LOAD_NICE > 0) log(`the load: ${reniceAll(loadChild.pid, LOAD_NICE)} (--load-nice)`);

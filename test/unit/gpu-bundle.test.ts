@@ -52,6 +52,12 @@ test('bundles lie one folder deep and modules keep their own place under the app
     ENTRIES.some((e) => e.out === 'bin/expertswarm.js'),
     'harness/swarm.ts spawns app/bin/expertswarm.js',
   );
+  // bench:elastic forks its load as a child: the bundled child beside the bundled gain.ts, or the run dies in its
+  // first round looking for tsx (the GPU selftest of 2026-12-08 did, before this entry)
+  const gain = ENTRIES.find((e) => e.src === 'bench/elastic/gain.ts');
+  const child = ENTRIES.find((e) => e.src === 'bench/elastic/load-child.ts');
+  assert.ok(gain && child, 'gain.ts and its load child are both bundled');
+  assert.equal(child.out, `${gain.out.slice(0, gain.out.lastIndexOf('/'))}/load-child.js`, 'the load child beside gain.js');
   const src = "readFileSync(new URL('./wgsl/common.wgsl', import.meta.url)); const r = new URL('..', import.meta.url);";
   const at = 'new URL("shaders/wgsl-sources.ts", __xsRoot).href';
   assert.equal(

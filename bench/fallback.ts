@@ -150,9 +150,9 @@ interface Timed {
 
 /** `reps` timed calls after `warm` untimed ones (and the last call's result). */
 async function timeCalls(fb: ExpertComputer, c: MeasureCall, reps: number, warm = 1): Promise<Timed> {
-  const same = syntheticCall(c);
-  /** The inputs of the i-th call (warm ones first): the same every time, or (--cold) each its own, as callsOf. */
-  const input = (i: number): ReturnType<typeof syntheticCall> => (COLD ? syntheticCall(c, coldSeed(i, warm + reps)) : same);
+  const same = COLD ? null : syntheticCall(c);
+  /** The inputs of the i-th call (warm ones first): the same every time, or (--cold) each its own, as timeNative's. */
+  const input = (i: number): ReturnType<typeof syntheticCall> => same ?? syntheticCall(c, coldSeed(i, warm + reps));
   let out: Float32Array = new Float32Array(0);
   for (let i = 0; i < warm; i++) {
     const { rows, ids, probs } = input(i);

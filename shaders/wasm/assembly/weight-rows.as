@@ -199,13 +199,7 @@ export function intRow(t: i32, src: usize, n: i32, dst: usize, params: usize): v
           // elements 16h..16h+15: groups 2h and 2h + 1, magnitudes (u8) and signs (±1) put in lane order together
           const g0 = 2 * h;
           const m = lanes(entryPair(IQ2XXS_GRID, <usize>load<u8>(q + g0), <usize>load<u8>(q + g0 + 1)));
-          const sg = lanes(
-            i64x2.replace_lane(
-              i64x2.splat(load<u64>(KEVEN_SIGNS + 8 * <usize>((aux1 >> (7 * g0)) & 127))),
-              1,
-              load<u64>(KEVEN_SIGNS + 8 * <usize>((aux1 >> (7 * (g0 + 1))) & 127)),
-            ),
-          );
+          const sg = lanes(entryPair(KEVEN_SIGNS, <usize>((aux1 >> (7 * g0)) & 127), <usize>((aux1 >> (7 * (g0 + 1))) & 127)));
           v128.store(o + 32 * h, i16x8.mul(i16x8.mul(i16x8.extend_low_i8x16_u(m), i16x8.extend_low_i8x16_s(sg)), ls));
           v128.store(o + 32 * h, i16x8.mul(i16x8.mul(i16x8.extend_high_i8x16_u(m), i16x8.extend_high_i8x16_s(sg)), ls), 16);
         }
